@@ -1,0 +1,17 @@
+/*
+** eager.h -- eager execution on the CPU: one reasonably fast kernel per op
+** (vectorizable contiguous loops, OpenMP, CBLAS sgemm for matmul).  This is
+** the fair baseline compiled code is measured against, not the oracle.
+*/
+#ifndef FL_EAGER_H
+#define FL_EAGER_H
+
+#include "../graph/op.h"
+
+/* Infer, allocate *out and run op.  View ops (OPF_VIEW) return a view
+** sharing in[0]'s storage when the strides allow, else a copy, as PyTorch's
+** reshape does (view refuses instead).  On failure *out is left empty. */
+int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
+                const op_attrs *a, fl_tensor *out, fl_err *e);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+** err.h -- the error record every core function fills.
+** Core code never raises, longjmps or exits: it returns a status and leaves
+** a human-readable message here; only the binding layer turns it into a
+** Lua error.
+*/
+#ifndef FL_ERR_H
+#define FL_ERR_H
+
+#include <stddef.h>
+
+/* status codes returned by core functions (0 is success) */
+enum {
+  FL_OK = 0,
+  FL_EINVAL = -1,     /* bad argument: shape, dtype, dim, value */
+  FL_ENOMEM = -2,     /* allocation failed (message names the size) */
+  FL_EIO = -3,        /* file could not be read or written */
+  FL_EFORMAT = -4,    /* malformed file contents */
+  FL_EUNSUPPORTED = -5, /* valid request this build cannot do */
+  FL_ENODEV = -6,     /* no CUDA device */
+  FL_ECOMPILE = -7,   /* C compiler / NVRTC failed (log kept elsewhere) */
+  FL_EINTR = -8       /* interrupted by the user */
+};
+
+#define FL_ERR_MSG 1024
+
+typedef struct fl_err {
+  int code;               /* last status, FL_OK when clear */
+  char msg[FL_ERR_MSG];   /* "op: what: why", no trailing newline */
+} fl_err;
+
+/* Fill e (which may be NULL) and return code, so callers can write
+** `return err_set(e, FL_EINVAL, "...")`. */
+int err_set(fl_err *e, int code, const char *fmt, ...)
+#ifdef __GNUC__
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+
+/* Prefix the message already in e with "prefix: " (context as it unwinds). */
+int err_prefix(fl_err *e, const char *fmt, ...)
+#ifdef __GNUC__
+  __attribute__((format(printf, 2, 3)))
+#endif
+  ;
+
+void err_clear(fl_err *e);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+** op.c -- the op table built from ops.def, and the checks common to every
+** op (argument count) before its own shape rule runs.
+*/
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "op.h"
+#include "ref.h"
+
+const op_info op_table[OP_COUNT] = {
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) \
+  {name, mn, mx, kind, flags, infer, ref, sc, expr},
+#include "ops.def"
+#undef OP
+};
+
+const char *op_name(fl_op op) {
+  return (op >= 0 && op < OP_COUNT) ? op_table[op].name : "?";
+}
+
+const char *op_kind_name(op_kind k) {
+  static const char *const names[] = {"elementwise", "broadcast", "injective",
+                                      "reduction", "out-fusable", "opaque"};
+  return (k >= 0 && k <= OPK_OPAQUE) ? names[k] : "?";
+}
+
+fl_op op_by_name(const char *name) {
+  int i;
+  for (i = 0; i < OP_COUNT; i++)
+    if (strcmp(op_table[i].name, name) == 0) return (fl_op)i;
+  return OP_COUNT;
+}
+
+void op_attrs_init(fl_op op, op_attrs *a) {
+  memset(a, 0, sizeof *a);
+  a->dtype = FL_F32;
+  switch (op) {
+  case OP_CLAMP: a->f[0] = -INFINITY; a->f[1] = INFINITY; break;
+  case OP_LAYER_NORM: case OP_BATCH_NORM: a->f[0] = 1e-5; break;
+  case OP_RMS_NORM: a->f[0] = FLT_EPSILON; break;
+  case OP_VAR: a->f[0] = 1.0; break;
+  default: break;
+  }
+}
+
+int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
+             fl_meta *out, fl_err *e) {
+  const op_info *oi;
+  if (op < 0 || op >= OP_COUNT)
+    return err_set(e, FL_EINVAL, "unknown op %d", (int)op);
+  oi = &op_table[op];
+  if (nin < oi->min_args || nin > oi->max_args || !in[0]) {
+    if (oi->min_args == oi->max_args)
+      return err_set(e, FL_EINVAL, "%s: expected %d input(s), got %d",
+                     oi->name, oi->min_args, nin);
+    return err_set(e, FL_EINVAL, "%s: expected %d to %d inputs, got %d",
+                   oi->name, oi->min_args, oi->max_args, nin);
+  }
+  memset(out, 0, sizeof *out);
+  return oi->infer(op, in, nin, a, out, e);
+}

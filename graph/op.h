@@ -1,0 +1,94 @@
+/*
+** op.h -- the op table (generated from ops.def) and the one entry point
+** every layer uses to ask what an op does: op_infer for shapes and dtypes,
+** op_info for kind, arity, reference kernel and scalar expression.
+*/
+#ifndef FL_OP_H
+#define FL_OP_H
+
+#include "tensor.h"
+
+typedef enum fl_op {
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} fl_op;
+
+/* What fusion may do with an op (after TVM's FuseOps pattern kinds). */
+typedef enum op_kind {
+  OPK_ELEMWISE,   /* one input element -> one output element, same shape */
+  OPK_BROADCAST,  /* elementwise after NumPy broadcasting of inputs */
+  OPK_INJECTIVE,  /* each output element copies one input element */
+  OPK_REDUCTION,  /* reduces some dims (softmax & norms: with elementwise) */
+  OPK_OUTFUSABLE, /* matmul, conv: elementwise epilogues fuse into output */
+  OPK_OPAQUE      /* fuses with nothing */
+} op_kind;
+
+enum {
+  OPF_COMPOSITE = 1,  /* g:decompose() rewrites it into primitives */
+  OPF_VIEW = 2        /* eager result is a view sharing input 0's storage */
+};
+
+/* Op-specific attributes; ops.def says which fields each op reads. */
+typedef struct op_attrs {
+  int ndims;                    /* entries used in dims[] */
+  int64_t dims[FL_MAX_DIMS];    /* reduce dims / permutation / shape */
+  int64_t i[6];                 /* op-specific integers */
+  double f[2];                  /* op-specific reals */
+  int keepdim;                  /* reductions keep reduced dims as 1 */
+  fl_dtype dtype;               /* target of "to" */
+} op_attrs;
+
+/* Shape/dtype rule: fill *out from the inputs' metadata (in[k] NULL for an
+** absent optional input); errors name the op, the shapes and what was
+** expected. */
+typedef int (*op_infer_fn)(fl_op op, const fl_meta *const *in, int nin,
+                           const op_attrs *a, fl_meta *out, fl_err *e);
+/* Reference kernel: out is already allocated (contiguous) with the
+** inferred metadata; compute it naively, accumulating in double. */
+typedef int (*op_ref_fn)(fl_op op, const fl_tensor *const *in, int nin,
+                         const op_attrs *a, fl_tensor *out, fl_err *e);
+/* Scalar reference of an elementwise op. */
+typedef double (*op_scalar_fn)(const double *x, const op_attrs *a);
+
+typedef struct op_info {
+  const char *name;
+  int min_args, max_args;
+  op_kind kind;
+  int flags;
+  op_infer_fn infer;
+  op_ref_fn ref;
+  op_scalar_fn scalar;          /* elementwise ops only, else NULL */
+  const char *expr;             /* elementwise ops only, else NULL */
+} op_info;
+
+extern const op_info op_table[OP_COUNT];
+
+static inline const op_info *op_info_of(fl_op op) { return &op_table[op]; }
+const char *op_name(fl_op op);
+const char *op_kind_name(op_kind k);
+/* OP_COUNT when no op has that name */
+fl_op op_by_name(const char *name);
+/* A zeroed attribute record with op's defaults: clamp bounds infinite,
+** layer_norm/batch_norm eps 1e-5, rms_norm eps FLT_EPSILON (PyTorch's
+** finfo(float32).eps), var correction 1. */
+void op_attrs_init(fl_op op, op_attrs *a);
+
+/* Checks the input count and runs the op's shape rule. */
+int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
+             fl_meta *out, fl_err *e);
+
+/* NumPy broadcasting of two shapes into out (ndim and shape only); the
+** message names the op and both shapes. */
+int op_broadcast_shapes(const char *opname, const fl_meta *a,
+                        const fl_meta *b, fl_meta *out, fl_err *e);
+
+/* The shape rules and reference kernels named in ops.def. */
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) \
+  int infer(fl_op, const fl_meta *const *, int, const op_attrs *, fl_meta *, fl_err *); \
+  int ref(fl_op, const fl_tensor *const *, int, const op_attrs *, fl_tensor *, fl_err *);
+#include "ops.def"
+#undef OP
+
+#endif

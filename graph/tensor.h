@@ -1,0 +1,96 @@
+/*
+** tensor.h -- tensor metadata over reference-counted storage.
+** A tensor is a small value (shape, strides, offset) plus one counted
+** reference to its storage; views share storage and differ only in the
+** metadata.  Strides and offset are in elements, not bytes.
+*/
+#ifndef FL_TENSOR_H
+#define FL_TENSOR_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "dtype.h"
+#include "err.h"
+
+#define FL_MAX_DIMS 8
+
+/* Refuse single allocations above this many bytes (the machine has 24 GiB;
+** anything larger is a typo, and overflowing size arithmetic must not
+** reach malloc). */
+#define FL_MAX_ALLOC ((int64_t)1 << 40)
+
+typedef enum fl_device { FL_DEV_CPU, FL_DEV_CUDA } fl_device;
+
+/* What shape inference and the graph know of a value: no data. */
+typedef struct fl_meta {
+  fl_dtype dtype;
+  fl_device device;
+  int ndim;                        /* 0 for a scalar */
+  int wrapped;                     /* a Lua number made a 0-dim tensor:
+                                      weakest in type promotion */
+  int64_t shape[FL_MAX_DIMS];
+} fl_meta;
+
+typedef struct fl_storage {
+  int refs;            /* tensors (and buffers) holding this storage */
+  fl_device device;
+  size_t nbytes;
+  void *data;          /* owned; freed with the last reference */
+} fl_storage;
+
+typedef struct fl_tensor {
+  fl_meta m;
+  int64_t stride[FL_MAX_DIMS];     /* elements */
+  int64_t offset;                  /* elements from st->data */
+  fl_storage *st;                  /* one counted reference, or NULL */
+} fl_tensor;
+
+/* --- sizes ------------------------------------------------------------ */
+int64_t meta_numel(const fl_meta *m);
+/* "[2,3]" (or "[]" for a scalar) into buf; returns buf */
+char *meta_shape_str(const fl_meta *m, char *buf, size_t n);
+int meta_same_shape(const fl_meta *a, const fl_meta *b);
+/* Checks every dim is >= 0 and the element count and byte size fit in
+** FL_MAX_ALLOC; the message names what (e.g. "zeros") and the size. */
+int meta_check_size(const fl_meta *m, const char *what, fl_err *e);
+
+/* --- lifetime --------------------------------------------------------- */
+/* Allocate a contiguous tensor of the given metadata into *t (whose old
+** contents are not released).  Data is zero-filled.  On failure *t is left
+** empty (st == NULL) and e names the byte size. */
+int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
+/* Drop t's storage reference and clear it; accepts an empty tensor. */
+void ten_release(fl_tensor *t);
+/* *dst becomes another reference to src's storage, same metadata. */
+void ten_share(fl_tensor *dst, const fl_tensor *src);
+/* Fill contiguous strides for t->m (does not touch storage). */
+void ten_set_contiguous_strides(fl_tensor *t);
+
+/* --- queries ---------------------------------------------------------- */
+int ten_is_contiguous(const fl_tensor *t);
+/* Pointer to element 0 (storage data + offset) */
+void *ten_data(const fl_tensor *t);
+/* Byte address of the element at logical row-major index i. */
+void *ten_elem_ptr(const fl_tensor *t, int64_t i);
+/* Element at logical row-major index i, through double (slow; oracle). */
+double ten_get(const fl_tensor *t, int64_t i);
+void ten_set(fl_tensor *t, int64_t i, double v);
+
+/* --- data movement ---------------------------------------------------- */
+/* Copy src into dst elementwise, converting dtype; src must broadcast to
+** dst's shape.  Works for any strides on both sides. */
+int ten_copy(fl_tensor *dst, const fl_tensor *src, fl_err *e);
+/* *out = a contiguous tensor with src's values: a shared reference when
+** src is already contiguous, else a fresh copy. */
+int ten_contiguous(fl_tensor *out, const fl_tensor *src, fl_err *e);
+/* Fill every element of t with v (converted to t's dtype). */
+void ten_fill(fl_tensor *t, double v);
+
+/* --- views (no copy; the result shares storage) ----------------------- */
+/* View src with strides such that it broadcasts to shape (ndim dims).
+** Broadcast dims get stride 0. */
+int ten_broadcast_to(fl_tensor *out, const fl_tensor *src, int ndim,
+                     const int64_t *shape, fl_err *e);
+
+#endif
