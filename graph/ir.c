@@ -1,0 +1,364 @@
+/*
+** ir.c -- building, copying, printing and interpreting graphs.
+** Invariant: for every IR_OP node i, each in[k] is -1 or < i, so walking
+** nodes by id is a valid execution order; outputs name existing nodes.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static char *dupstr(const char *s) {
+  char *d;
+  size_t n;
+  if (!s) return NULL;
+  n = strlen(s) + 1;
+  d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+ir_graph *ir_new(void) {
+  return calloc(1, sizeof(ir_graph));
+}
+
+static void node_clear(ir_node *nd) {
+  free(nd->in);
+  free(nd->name);
+  free(nd->where);
+  free(nd->scope);
+  ten_release(&nd->value);
+}
+
+void ir_free(ir_graph *g) {
+  int i;
+  if (!g) return;
+  for (i = 0; i < g->n; i++) node_clear(&g->nodes[i]);
+  free(g->nodes);
+  free(g->outputs);
+  free(g);
+}
+
+/* Appends a zeroed node; returns its id or FL_ENOMEM. */
+static int new_node(ir_graph *g, ir_kind kind, fl_err *e) {
+  if (g->n == g->cap) {
+    int cap = g->cap ? g->cap * 2 : 16;
+    ir_node *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return err_set(e, FL_ENOMEM, "graph: out of memory growing to %d nodes", cap);
+    g->nodes = nn;
+    g->cap = cap;
+  }
+  memset(&g->nodes[g->n], 0, sizeof g->nodes[0]);
+  g->nodes[g->n].kind = kind;
+  return g->n++;
+}
+
+int ir_add_input(ir_graph *g, const fl_meta *m, const char *name, fl_err *e) {
+  int id = new_node(g, IR_INPUT, e);
+  if (id < 0) return id;
+  g->nodes[id].meta = *m;
+  g->nodes[id].meta.wrapped = 0;
+  g->nodes[id].index = g->ninputs++;
+  g->nodes[id].name = dupstr(name);
+  return id;
+}
+
+static int add_value(ir_graph *g, ir_kind kind, const fl_tensor *t,
+                     const char *name, fl_err *e) {
+  int id = new_node(g, kind, e);
+  if (id < 0) return id;
+  ten_share(&g->nodes[id].value, t);
+  g->nodes[id].meta = t->m;
+  g->nodes[id].name = dupstr(name);
+  return id;
+}
+
+int ir_add_param(ir_graph *g, const fl_tensor *t, const char *name, fl_err *e) {
+  return add_value(g, IR_PARAM, t, name, e);
+}
+
+int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e) {
+  return add_value(g, IR_CONST, t, NULL, e);
+}
+
+int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
+              const op_attrs *a, const char *where, const char *scope,
+              fl_err *e) {
+  const fl_meta *metas[64];
+  fl_meta out;
+  int k, id, rc;
+  if (nin < 0 || nin > 64)
+    return err_set(e, FL_EINVAL, "%s: %d inputs (at most 64)", op_name(op), nin);
+  for (k = 0; k < nin; k++) {
+    if (in[k] < -1 || in[k] >= g->n)
+      return err_set(e, FL_EINVAL, "%s: input %d names no node (%d)", op_name(op), k, in[k]);
+    metas[k] = in[k] < 0 ? NULL : &g->nodes[in[k]].meta;
+  }
+  rc = op_infer(op, metas, nin, a, &out, e);
+  if (rc) return rc;
+  id = new_node(g, IR_OP, e);
+  if (id < 0) return id;
+  g->nodes[id].op = op;
+  g->nodes[id].attrs = *a;
+  g->nodes[id].meta = out;
+  g->nodes[id].nin = nin;
+  g->nodes[id].in = malloc((size_t)(nin ? nin : 1) * sizeof(int));
+  g->nodes[id].where = dupstr(where);
+  g->nodes[id].scope = dupstr(scope);
+  if (!g->nodes[id].in) {
+    g->n--;
+    node_clear(&g->nodes[id]);
+    return err_set(e, FL_ENOMEM, "graph: out of memory");
+  }
+  memcpy(g->nodes[id].in, in, (size_t)nin * sizeof(int));
+  return id;
+}
+
+int ir_add_output(ir_graph *g, int id, fl_err *e) {
+  if (id < 0 || id >= g->n)
+    return err_set(e, FL_EINVAL, "graph: output names no node (%d)", id);
+  if (g->nout == g->outcap) {
+    int cap = g->outcap ? g->outcap * 2 : 4;
+    int *no = realloc(g->outputs, (size_t)cap * sizeof *no);
+    if (!no) return err_set(e, FL_ENOMEM, "graph: out of memory");
+    g->outputs = no;
+    g->outcap = cap;
+  }
+  g->outputs[g->nout++] = id;
+  return FL_OK;
+}
+
+ir_graph *ir_clone(const ir_graph *g) {
+  ir_graph *c = ir_new();
+  int i;
+  if (!c) return NULL;
+  c->nodes = malloc((size_t)(g->cap ? g->cap : 1) * sizeof *c->nodes);
+  c->outputs = malloc((size_t)(g->outcap ? g->outcap : 1) * sizeof(int));
+  if (!c->nodes || !c->outputs) { ir_free(c); return NULL; }
+  c->cap = g->cap;
+  c->outcap = g->outcap;
+  c->ninputs = g->ninputs;
+  c->nsyms = g->nsyms;
+  c->nout = g->nout;
+  memcpy(c->outputs, g->outputs, (size_t)g->nout * sizeof(int));
+  for (i = 0; i < g->n; i++) {
+    const ir_node *s = &g->nodes[i];
+    ir_node *d = &c->nodes[i];
+    *d = *s;
+    d->in = NULL; d->name = d->where = d->scope = NULL;
+    d->value.st = NULL;
+    c->n = i + 1;
+    if (s->kind == IR_OP) {
+      d->in = malloc((size_t)(s->nin ? s->nin : 1) * sizeof(int));
+      if (!d->in) { ir_free(c); return NULL; }
+      memcpy(d->in, s->in, (size_t)s->nin * sizeof(int));
+    }
+    if (s->value.st) ten_share(&d->value, &s->value);
+    d->name = dupstr(s->name);
+    d->where = dupstr(s->where);
+    d->scope = dupstr(s->scope);
+  }
+  return c;
+}
+
+int ir_op_count(const ir_graph *g) {
+  int i, n = 0;
+  for (i = 0; i < g->n; i++) n += g->nodes[i].kind == IR_OP;
+  return n;
+}
+
+void ir_count_uses(const ir_graph *g, int *uses) {
+  int i, k;
+  memset(uses, 0, (size_t)g->n * sizeof(int));
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind != IR_OP) continue;
+    for (k = 0; k < nd->nin; k++)
+      if (nd->in[k] >= 0) uses[nd->in[k]]++;
+  }
+  for (i = 0; i < g->nout; i++) uses[g->outputs[i]]++;
+}
+
+char *ir_type_str(const ir_graph *g, int id, char *buf, size_t n) {
+  const ir_node *nd = &g->nodes[id];
+  size_t len;
+  int d;
+  snprintf(buf, n, "%s[", dtype_name(nd->meta.dtype));
+  for (d = 0; d < nd->meta.ndim; d++) {
+    len = strlen(buf);
+    if (nd->sym[d])
+      snprintf(buf + len, n - len, "%ss%d", d ? "," : "", nd->sym[d] - 1);
+    else
+      snprintf(buf + len, n - len, "%s%lld", d ? "," : "", (long long)nd->meta.shape[d]);
+  }
+  len = strlen(buf);
+  snprintf(buf + len, n - len, "]");
+  return buf;
+}
+
+/* A growable string for the listing. */
+typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  int need;
+  if (b->oom) return;
+  va_start(ap, fmt);
+  need = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+  va_end(ap);
+  if (need < 0) { b->oom = 1; return; }
+  if (!b->p || b->n + (size_t)need + 1 > b->cap) {
+    size_t cap = (b->cap ? b->cap : 256);
+    char *np;
+    while (cap < b->n + (size_t)need + 1) cap *= 2;
+    np = realloc(b->p, cap);
+    if (!np) { b->oom = 1; return; }
+    b->p = np;
+    b->cap = cap;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+  }
+  b->n += (size_t)need;
+}
+
+/* Attributes worth showing in a listing line, e.g. "dim=1, keepdim". */
+static void attrs_str(const ir_node *nd, char *buf, size_t n) {
+  const op_attrs *a = &nd->attrs;
+  size_t len;
+  int k;
+  buf[0] = '\0';
+  switch (nd->op) {
+  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR: case OP_ARGMAX:
+    snprintf(buf, n, "dims=[");
+    for (k = 0; k < a->ndims; k++) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, "%s%lld", k ? "," : "", (long long)a->dims[k]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, n - len, "]%s", a->keepdim ? ", keepdim" : "");
+    if (nd->op == OP_VAR) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, ", correction=%g", a->f[0]);
+    }
+    break;
+  case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_UNSQUEEZE: case OP_CAT:
+    snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
+    break;
+  case OP_TRANSPOSE:
+    snprintf(buf, n, "dims=%lld,%lld", (long long)a->i[0], (long long)a->i[1]);
+    break;
+  case OP_NARROW:
+    snprintf(buf, n, "dim=%lld, start=%lld, length=%lld",
+             (long long)a->i[0], (long long)a->i[1], (long long)a->i[2]);
+    break;
+  case OP_LAYER_NORM: case OP_RMS_NORM: case OP_BATCH_NORM:
+    snprintf(buf, n, "eps=%g", a->f[0]);
+    break;
+  case OP_CLAMP:
+    snprintf(buf, n, "min=%g, max=%g", a->f[0], a->f[1]);
+    break;
+  case OP_TO:
+    snprintf(buf, n, "%s", dtype_name(a->dtype));
+    break;
+  case OP_CONV2D:
+    snprintf(buf, n, "stride=%lld,%lld, padding=%lld,%lld", (long long)a->i[0],
+             (long long)a->i[1], (long long)a->i[2], (long long)a->i[3]);
+    break;
+  default:
+    break;
+  }
+}
+
+char *ir_listing(const ir_graph *g) {
+  sbuf b = {0};
+  char ty[128], at[160];
+  int i, k;
+  sb_printf(&b, "graph(");
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind != IR_INPUT) continue;
+    sb_printf(&b, "%s%%%d: %s%s%s", nd->index ? ", " : "", i,
+              ir_type_str(g, i, ty, sizeof ty), nd->name ? " " : "",
+              nd->name ? nd->name : "");
+  }
+  sb_printf(&b, ") {\n");
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    ir_type_str(g, i, ty, sizeof ty);
+    switch (nd->kind) {
+    case IR_INPUT:
+      break;
+    case IR_PARAM:
+      sb_printf(&b, "  %%%d = param %s : %s\n", i, nd->name ? nd->name : "?", ty);
+      break;
+    case IR_CONST:
+      if (meta_numel(&nd->meta) == 1 && nd->value.st)
+        sb_printf(&b, "  %%%d = const %.9g : %s\n", i, ten_get(&nd->value, 0), ty);
+      else
+        sb_printf(&b, "  %%%d = const : %s\n", i, ty);
+      break;
+    case IR_OP:
+      sb_printf(&b, "  %%%d = %s(", i, op_name(nd->op));
+      for (k = 0; k < nd->nin; k++) {
+        if (nd->in[k] < 0) sb_printf(&b, "%sNone", k ? ", " : "");
+        else sb_printf(&b, "%s%%%d", k ? ", " : "", nd->in[k]);
+      }
+      attrs_str(nd, at, sizeof at);
+      sb_printf(&b, "%s%s) : %s", at[0] && nd->nin ? ", " : "", at, ty);
+      if (nd->where) sb_printf(&b, "    # %s", nd->where);
+      sb_printf(&b, "\n");
+      break;
+    }
+  }
+  sb_printf(&b, "  return ");
+  for (i = 0; i < g->nout; i++) sb_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
+  sb_printf(&b, "\n}");
+  if (b.oom) { free(b.p); return NULL; }
+  return b.p;
+}
+
+int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
+           int ninputs, fl_tensor *outs, fl_err *e) {
+  fl_tensor *vals;
+  int *uses;
+  int i, k, rc = FL_OK;
+  if (ninputs != g->ninputs)
+    return err_set(e, FL_EINVAL, "graph: expected %d input(s), got %d", g->ninputs, ninputs);
+  vals = calloc((size_t)(g->n ? g->n : 1), sizeof *vals);
+  uses = malloc((size_t)(g->n ? g->n : 1) * sizeof *uses);
+  if (!vals || !uses) {
+    free(vals); free(uses);
+    return err_set(e, FL_ENOMEM, "graph: out of memory");
+  }
+  ir_count_uses(g, uses);
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    const ir_node *nd = &g->nodes[i];
+    const fl_tensor *args[64];
+    switch (nd->kind) {
+    case IR_INPUT:
+      ten_share(&vals[i], inputs[nd->index]);
+      break;
+    case IR_PARAM: case IR_CONST:
+      ten_share(&vals[i], &nd->value);
+      break;
+    case IR_OP:
+      for (k = 0; k < nd->nin; k++) args[k] = nd->in[k] < 0 ? NULL : &vals[nd->in[k]];
+      rc = apply(nd->op, args, nd->nin, &nd->attrs, &vals[i], e);
+      /* free inputs after their last use: peak memory as in eager mode */
+      for (k = 0; k < nd->nin && rc == FL_OK; k++)
+        if (nd->in[k] >= 0 && --uses[nd->in[k]] == 0) ten_release(&vals[nd->in[k]]);
+      break;
+    }
+  }
+  if (rc == FL_OK)
+    for (i = 0; i < g->nout; i++) ten_share(&outs[i], &vals[g->outputs[i]]);
+  for (i = 0; i < g->n; i++) ten_release(&vals[i]);
+  free(vals);
+  free(uses);
+  return rc;
+}

@@ -1,0 +1,95 @@
+/*
+** ir.h -- the graph IR: what capture produces, passes rewrite, fusion
+** plans over and the pictures draw.
+** A graph owns its nodes; node ids are indices into g->nodes and every
+** node's inputs have smaller ids (the builder only appends), so id order is
+** a topological order.  Passes never edit a graph in place: they build a
+** new one.
+*/
+#ifndef FL_IR_H
+#define FL_IR_H
+
+#include "op.h"
+
+typedef enum ir_kind {
+  IR_INPUT,   /* a placeholder: the compiled function's argument #index */
+  IR_PARAM,   /* a tensor reached through a module/upvalue/global: bound by
+                 reference, so in-place changes to it are seen */
+  IR_CONST,   /* a value owned by the graph (folded constants, numbers) */
+  IR_OP       /* one row of the op table applied to earlier nodes */
+} ir_kind;
+
+typedef struct ir_node {
+  ir_kind kind;
+  fl_op op;                 /* IR_OP: which op */
+  op_attrs attrs;           /* IR_OP: its attributes */
+  int nin;                  /* IR_OP: number of inputs */
+  int *in;                  /* IR_OP: input node ids, -1 = absent optional */
+  fl_meta meta;             /* dtype and shape; symbolic dims hold the
+                               example size seen at capture */
+  int sym[FL_MAX_DIMS];     /* 0: dim is concrete; k > 0: dim is symbol
+                               s(k-1), any size >= 2 */
+  fl_tensor value;          /* IR_PARAM, IR_CONST: a shared reference */
+  int index;                /* IR_INPUT: argument position */
+  char *name;               /* input/param name ("x", "fc1.weight") or NULL */
+  char *where;              /* "file:line" of the user's code, or NULL */
+  char *scope;              /* module path ("blocks.3.attn") or NULL */
+} ir_node;
+
+typedef struct ir_graph {
+  ir_node *nodes;           /* owned, n used of cap */
+  int n, cap;
+  int *outputs;             /* node ids returned by the graph, nout used */
+  int nout, outcap;
+  int ninputs;              /* IR_INPUT nodes, indices 0..ninputs-1 */
+  int nsyms;                /* symbols s0..s(nsyms-1) in use */
+} ir_graph;
+
+/* Runs one op (ref_apply or eager_apply: graph/ knows no backend). */
+typedef int (*ir_apply_fn)(fl_op op, const fl_tensor *const *in, int nin,
+                           const op_attrs *a, fl_tensor *out, fl_err *e);
+
+/* A new empty graph, owned by the caller (ir_free); NULL when out of
+** memory. */
+ir_graph *ir_new(void);
+/* Frees g, its nodes, strings and the references its params and consts
+** hold; NULL is fine. */
+void ir_free(ir_graph *g);
+/* A deep copy (params still shared by reference); NULL when out of memory. */
+ir_graph *ir_clone(const ir_graph *g);
+
+/* Builders: each returns the new node's id, or a negative status with e
+** filled.  Strings are copied.  Param and const nodes take a new
+** reference to t's storage. */
+int ir_add_input(ir_graph *g, const fl_meta *m, const char *name, fl_err *e);
+int ir_add_param(ir_graph *g, const fl_tensor *t, const char *name, fl_err *e);
+int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e);
+/* Infers the node's metadata with op_infer; `where` and `scope` may be
+** NULL. */
+int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
+              const op_attrs *a, const char *where, const char *scope,
+              fl_err *e);
+int ir_add_output(ir_graph *g, int id, fl_err *e);
+
+/* Number of IR_OP nodes. */
+int ir_op_count(const ir_graph *g);
+/* uses[i] = how many times node i is read (by ops and as an output);
+** uses must hold g->n ints. */
+void ir_count_uses(const ir_graph *g, int *uses);
+
+/* "float32[8,128]" (symbolic dims as s0) into buf; returns buf. */
+char *ir_type_str(const ir_graph *g, int id, char *buf, size_t n);
+/* The readable listing, one node per line:
+**   %5 = add(%3, %4) : float32[8,128]    # model.lua:12
+** Returned string is malloc'd and owned by the caller; NULL when out of
+** memory. */
+char *ir_listing(const ir_graph *g);
+
+/* Evaluate g on concrete inputs with apply (ref_apply for the oracle,
+** eager_apply for speed).  outs must hold g->nout tensors; on success
+** each is a new reference the caller releases.  Intermediates are freed
+** after their last use. */
+int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
+           int ninputs, fl_tensor *outs, fl_err *e);
+
+#endif
