@@ -64,6 +64,11 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
 void ten_release(fl_tensor *t);
 /* *dst becomes another reference to src's storage, same metadata. */
 void ten_share(fl_tensor *dst, const fl_tensor *src);
+/* How a backend's device memory is obtained (zero-filled, NULL on
+** failure) and given back; CPU storage uses calloc/free unless replaced.
+** Storage of a device with no allocator cannot be created by ten_empty. */
+void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
+                       void (*release)(void *data));
 /* Fill contiguous strides for t->m (does not touch storage). */
 void ten_set_contiguous_strides(fl_tensor *t);
 

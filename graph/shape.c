@@ -1,0 +1,846 @@
+/*
+** shape.c -- the shape and dtype rule of every op in ops.def.
+** Invariant: a rule either fills *out with exactly what PyTorch would
+** produce for the same inputs (shape, dtype; device of the first real
+** tensor; never wrapped) or returns an error naming the op, the shapes
+** involved as [a,b] and what was expected -- it never trusts its inputs,
+** so a bad dim or shape from any caller is an error, not a crash.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "op.h"
+
+/* shape text for messages; each use needs its own buffer */
+#define SH(m, buf) meta_shape_str((m), (buf), sizeof(buf))
+
+typedef char shbuf[160];
+
+/* "[a,b,c]" for a raw list of dims (a requested shape or permutation) */
+static char *dims_str(const int64_t *d, int n, char *buf, size_t len) {
+  fl_meta m;
+  int k;
+  memset(&m, 0, sizeof m);
+  m.ndim = n < 0 ? 0 : n > FL_MAX_DIMS ? FL_MAX_DIMS : n;
+  for (k = 0; k < m.ndim; k++) m.shape[k] = d[k];
+  return meta_shape_str(&m, buf, len);
+}
+
+/* Checks every present input is sane metadata and that the tensors live on
+** one device.  0-dim inputs may sit on the CPU beside CUDA tensors, as in
+** PyTorch (a Lua number is such a scalar). */
+static int check_inputs(fl_op op, const fl_meta *const *in, int nin,
+                        fl_err *e) {
+  const fl_meta *first = NULL;
+  int k;
+  for (k = 0; k < nin; k++) {
+    const fl_meta *m = in[k];
+    if (!m) continue;
+    if (m->ndim < 0 || m->ndim > FL_MAX_DIMS || m->dtype < 0 ||
+        m->dtype >= FL_NDTYPES)
+      return err_set(e, FL_EINVAL, "%s: input %d has invalid metadata",
+                     op_name(op), k + 1);
+    if (m->ndim == 0) continue;
+    if (!first) first = m;
+    else if (m->device != first->device)
+      return err_set(e, FL_EINVAL, "%s: expected all tensors on the same "
+                     "device, got %s and %s", op_name(op),
+                     first->device == FL_DEV_CPU ? "cpu" : "cuda",
+                     m->device == FL_DEV_CPU ? "cpu" : "cuda");
+  }
+  return FL_OK;
+}
+
+/* out gets dtype dt and the device of the first input that has dims (so
+** `2 + x` lands where x is), else input 0's. */
+static void init_out(fl_meta *out, const fl_meta *const *in, int nin,
+                     fl_dtype dt) {
+  int k;
+  memset(out, 0, sizeof *out);
+  out->dtype = dt;
+  out->device = in[0]->device;
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->ndim > 0) { out->device = in[k]->device; break; }
+}
+
+static void copy_shape(fl_meta *out, const fl_meta *x) {
+  out->ndim = x->ndim;
+  memcpy(out->shape, x->shape, sizeof out->shape);
+}
+
+/* d must name a dim of x; a 0-dim tensor accepts dim 0 as PyTorch accepts
+** 0 and -1 for it. */
+static int check_dim(fl_op op, const fl_meta *x, int64_t d, fl_err *e) {
+  shbuf s;
+  int64_t hi = x->ndim ? x->ndim : 1;
+  if (d < 0 || d >= hi)
+    return err_set(e, FL_EINVAL, "%s: dim %lld out of range for %d-D input %s",
+                   op_name(op), (long long)d, x->ndim, SH(x, s));
+  return FL_OK;
+}
+
+static int need_float(fl_op op, const fl_meta *x, const char *what,
+                      fl_err *e) {
+  shbuf s;
+  if (dtype_is_float(x->dtype)) return FL_OK;
+  return err_set(e, FL_EINVAL, "%s: expected a floating-point %s, got %s %s",
+                 op_name(op), what, dtype_name(x->dtype), SH(x, s));
+}
+
+static int same_dtype(fl_op op, const fl_meta *a, const char *an,
+                      const fl_meta *b, const char *bn, fl_err *e) {
+  if (a->dtype == b->dtype) return FL_OK;
+  return err_set(e, FL_EINVAL, "%s: expected %s and %s of the same dtype, got "
+                 "%s and %s", op_name(op), an, bn, dtype_name(a->dtype),
+                 dtype_name(b->dtype));
+}
+
+/* p must be a 1-D [n] (a per-channel or per-feature parameter) */
+static int check_vec(fl_op op, const fl_meta *p, const char *what, int64_t n,
+                     const char *why, const fl_meta *x, fl_err *e) {
+  shbuf s, sx;
+  if (p->ndim == 1 && p->shape[0] == n) return FL_OK;
+  return err_set(e, FL_EINVAL, "%s: %s has shape %s, expected [%lld] (%s %s)",
+                 op_name(op), what, SH(p, s), (long long)n, why, SH(x, sx));
+}
+
+/* --- broadcasting ------------------------------------------------------- */
+
+static int broadcast(const fl_meta *a, const fl_meta *b, fl_meta *out) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim, d;
+  int64_t sh[FL_MAX_DIMS];
+  for (d = 0; d < n; d++) {
+    int da = d - (n - a->ndim), db = d - (n - b->ndim);
+    int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+    if (x == y || y == 1) sh[d] = x;
+    else if (x == 1) sh[d] = y;   /* 1 vs 0 gives 0, as NumPy does */
+    else return -1;
+  }
+  out->ndim = n;
+  memcpy(out->shape, sh, (size_t)n * sizeof sh[0]);
+  return 0;
+}
+
+int op_broadcast_shapes(const char *opname, const fl_meta *a,
+                        const fl_meta *b, fl_meta *out, fl_err *e) {
+  shbuf sa, sb;
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim, d;
+  if (broadcast(a, b, out) == 0) return FL_OK;
+  for (d = 0; d < n; d++) {
+    int da = d - (n - a->ndim), db = d - (n - b->ndim);
+    int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+    if (x != y && x != 1 && y != 1)
+      /* a negative dim reads the same 0- or 1-based: -1 is the last */
+      return err_set(e, FL_EINVAL, "%s: shapes %s and %s cannot be broadcast "
+                     "(size %lld vs %lld at dim %d)", opname, SH(a, sa),
+                     SH(b, sb), (long long)x, (long long)y, d - n);
+  }
+  return err_set(e, FL_EINVAL, "%s: shapes %s and %s cannot be broadcast",
+                 opname, SH(a, sa), SH(b, sb));
+}
+
+/* --- elementwise -------------------------------------------------------- */
+
+int infer_cast(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
+               fl_meta *out, fl_err *e) {
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (a->dtype < 0 || a->dtype >= FL_NDTYPES)
+    return err_set(e, FL_EINVAL, "%s: unknown dtype %d", op_name(op),
+                   (int)a->dtype);
+  init_out(out, in, nin, a->dtype);
+  copy_shape(out, in[0]);
+  return FL_OK;
+}
+
+int infer_unary(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
+                fl_meta *out, fl_err *e) {
+  shbuf s;
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  if (op == OP_NEG && in[0]->dtype == FL_BOOL)
+    return err_set(e, FL_EINVAL, "neg: negation of a bool tensor %s is not "
+                   "supported", SH(in[0], s));
+  init_out(out, in, nin, in[0]->dtype);
+  copy_shape(out, in[0]);
+  return FL_OK;
+}
+
+/* exp, log, sigmoid...: integers and bools compute in the default float */
+int infer_unary_float(fl_op op, const fl_meta *const *in, int nin,
+                      const op_attrs *a, fl_meta *out, fl_err *e) {
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  init_out(out, in, nin, dtype_is_float(in[0]->dtype) ? in[0]->dtype : FL_F32);
+  copy_shape(out, in[0]);
+  return FL_OK;
+}
+
+static fl_dtype promote_metas(const fl_meta *x, const fl_meta *y) {
+  return dtype_promote(x->dtype, x->ndim == 0, x->wrapped, y->dtype,
+                       y->ndim == 0, y->wrapped);
+}
+
+/* the shared part of every two-input elementwise rule */
+static int binary_common(fl_op op, const fl_meta *const *in, int nin,
+                         fl_dtype dt, fl_meta *out, fl_err *e) {
+  int rc = check_inputs(op, in, nin, e);
+  fl_meta shape;
+  if (rc) return rc;
+  if (!in[1])
+    return err_set(e, FL_EINVAL, "%s: second input is missing", op_name(op));
+  memset(&shape, 0, sizeof shape);
+  if ((rc = op_broadcast_shapes(op_name(op), in[0], in[1], &shape, e)))
+    return rc;
+  init_out(out, in, nin, dt);
+  copy_shape(out, &shape);
+  return FL_OK;
+}
+
+int infer_binary(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  (void)a;
+  if (nin < 2 || !in[1])
+    return err_set(e, FL_EINVAL, "%s: second input is missing", op_name(op));
+  if (op == OP_SUB && in[0]->dtype == FL_BOOL && in[1]->dtype == FL_BOOL)
+    return err_set(e, FL_EINVAL, "sub: subtraction of two bool tensors is "
+                   "not supported");
+  return binary_common(op, in, nin, promote_metas(in[0], in[1]), out, e);
+}
+
+/* true division: int / int is float32, as in PyTorch */
+int infer_binary_float(fl_op op, const fl_meta *const *in, int nin,
+                       const op_attrs *a, fl_meta *out, fl_err *e) {
+  fl_dtype dt;
+  (void)a;
+  if (nin < 2 || !in[1])
+    return err_set(e, FL_EINVAL, "%s: second input is missing", op_name(op));
+  dt = promote_metas(in[0], in[1]);
+  return binary_common(op, in, nin, dtype_is_float(dt) ? dt : FL_F32, out, e);
+}
+
+int infer_compare(fl_op op, const fl_meta *const *in, int nin,
+                  const op_attrs *a, fl_meta *out, fl_err *e) {
+  (void)a;
+  if (nin < 2 || !in[1])
+    return err_set(e, FL_EINVAL, "%s: second input is missing", op_name(op));
+  return binary_common(op, in, nin, FL_BOOL, out, e);
+}
+
+int infer_where(fl_op op, const fl_meta *const *in, int nin,
+                const op_attrs *a, fl_meta *out, fl_err *e) {
+  shbuf s;
+  fl_meta ab, all;
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  if (nin < 3 || !in[1] || !in[2])
+    return err_set(e, FL_EINVAL, "where: expected a condition and two values");
+  if (in[0]->dtype != FL_BOOL)
+    return err_set(e, FL_EINVAL, "where: expected a bool condition, got %s %s",
+                   dtype_name(in[0]->dtype), SH(in[0], s));
+  memset(&ab, 0, sizeof ab);
+  memset(&all, 0, sizeof all);
+  if ((rc = op_broadcast_shapes("where", in[1], in[2], &ab, e))) return rc;
+  if ((rc = op_broadcast_shapes("where", in[0], &ab, &all, e))) {
+    shbuf s0, s1, s2;
+    return err_set(e, FL_EINVAL, "where: condition %s does not broadcast with "
+                   "values %s and %s", SH(in[0], s0), SH(in[1], s1),
+                   SH(in[2], s2));
+  }
+  init_out(out, in, nin, promote_metas(in[1], in[2]));
+  copy_shape(out, &all);
+  return FL_OK;
+}
+
+/* --- reductions ---------------------------------------------------------- */
+
+int infer_reduce(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int red[FL_MAX_DIMS] = {0};
+  shbuf s;
+  fl_dtype dt;
+  int rc = check_inputs(op, in, nin, e), d, k;
+  if (rc) return rc;
+  if (a->ndims < 0 || a->ndims > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "%s: %d reduction dims", op_name(op), a->ndims);
+  if (op == OP_ARGMAX && a->ndims > 1)
+    return err_set(e, FL_EINVAL, "argmax: expected at most one dim, got %d",
+                   a->ndims);
+  for (k = 0; k < a->ndims; k++) {
+    if ((rc = check_dim(op, x, a->dims[k], e))) return rc;
+    if (x->ndim == 0) continue;
+    if (red[a->dims[k]])
+      return err_set(e, FL_EINVAL, "%s: dim %lld appears more than once in "
+                     "the reduction dims of %s", op_name(op),
+                     (long long)a->dims[k], SH(x, s));
+    red[a->dims[k]] = 1;
+  }
+  if (a->ndims == 0)
+    for (d = 0; d < x->ndim; d++) red[d] = 1;
+
+  switch (op) {
+  case OP_SUM: dt = dtype_is_float(x->dtype) ? x->dtype : FL_I64; break;
+  case OP_MEAN: case OP_VAR:
+    if ((rc = need_float(op, x, "input", e))) return rc;
+    dt = x->dtype;
+    break;
+  case OP_ARGMAX:
+    if (x->dtype == FL_BOOL)
+      return err_set(e, FL_EINVAL, "argmax: bool input %s is not supported",
+                     SH(x, s));
+    dt = FL_I64;
+    break;
+  default: dt = x->dtype; break;   /* amax, amin */
+  }
+
+  /* max-like reductions have no identity: reducing over nothing is an
+  ** error, where sum gives 0 and mean NaN */
+  if (op == OP_AMAX || op == OP_AMIN || op == OP_ARGMAX) {
+    if (x->ndim == 0) {
+      /* a scalar reduces to itself */
+    } else if (a->ndims == 0 && meta_numel(x) == 0) {
+      return err_set(e, FL_EINVAL, "%s: cannot reduce the empty input %s "
+                     "(no identity); give a dim", op_name(op), SH(x, s));
+    } else {
+      for (d = 0; d < x->ndim; d++)
+        if (red[d] && x->shape[d] == 0)
+          return err_set(e, FL_EINVAL, "%s: cannot reduce over dim %d of size "
+                         "0 in %s (no identity)", op_name(op), d, SH(x, s));
+    }
+  }
+
+  init_out(out, in, nin, dt);
+  for (d = 0; d < x->ndim; d++) {
+    if (!red[d]) out->shape[out->ndim++] = x->shape[d];
+    else if (a->keepdim) out->shape[out->ndim++] = 1;
+  }
+  return FL_OK;
+}
+
+int infer_softmax(fl_op op, const fl_meta *const *in, int nin,
+                  const op_attrs *a, fl_meta *out, fl_err *e) {
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if ((rc = check_dim(op, in[0], a->i[0], e))) return rc;
+  if ((rc = need_float(op, in[0], "input", e))) return rc;
+  init_out(out, in, nin, in[0]->dtype);
+  copy_shape(out, in[0]);
+  return FL_OK;
+}
+
+/* layer_norm(x, weight?, bias?) and rms_norm(x, weight?) over the last i0
+** dims; the parameters must have exactly that normalized shape. */
+int infer_layer_norm(fl_op op, const fl_meta *const *in, int nin,
+                     const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  static const char *const names[] = {"input", "weight", "bias"};
+  shbuf s, sp, sn;
+  fl_meta norm;
+  int64_t k = a->i[0];
+  int rc = check_inputs(op, in, nin, e), p, d;
+  if (rc) return rc;
+  if (k < 1 || k > x->ndim)
+    return err_set(e, FL_EINVAL, "%s: cannot normalize the last %lld dims of "
+                   "input %s (expected 1 to %d)", op_name(op), (long long)k,
+                   SH(x, s), x->ndim);
+  if ((rc = need_float(op, x, "input", e))) return rc;
+  memset(&norm, 0, sizeof norm);
+  norm.ndim = (int)k;
+  for (d = 0; d < k; d++) norm.shape[d] = x->shape[x->ndim - k + d];
+  for (p = 1; p < nin && p < 3; p++) {
+    const fl_meta *w = in[p];
+    if (!w) continue;
+    if (!meta_same_shape(w, &norm))
+      return err_set(e, FL_EINVAL, "%s: %s has shape %s, expected %s (the "
+                     "normalized shape of input %s)", op_name(op), names[p],
+                     SH(w, sp), SH(&norm, sn), SH(x, s));
+    if ((rc = need_float(op, w, names[p], e))) return rc;
+  }
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}
+
+/* --- matrix products ------------------------------------------------------ */
+
+/* PyTorch's matmul: 1-D @ 1-D is a dot product; a 1-D left operand is a
+** row (its dim dropped after), a 1-D right operand a column; otherwise the
+** last two dims multiply and the leading (batch) dims broadcast. */
+int infer_matmul(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *y = in[1];
+  shbuf sx, sy, bx, by;
+  fl_meta xb, yb, batch;
+  int64_t kx, ky;
+  int rc = check_inputs(op, in, nin, e), d;
+  (void)a;
+  if (rc) return rc;
+  if (x->ndim == 0 || y->ndim == 0)
+    return err_set(e, FL_EINVAL, "matmul: %s @ %s: both arguments need at "
+                   "least 1 dimension", SH(x, sx), SH(y, sy));
+  if (x->dtype != y->dtype)
+    return err_set(e, FL_EINVAL, "matmul: %s @ %s: expected the same dtype, "
+                   "got %s and %s", SH(x, sx), SH(y, sy), dtype_name(x->dtype),
+                   dtype_name(y->dtype));
+  if (x->dtype == FL_BOOL)
+    return err_set(e, FL_EINVAL, "matmul: %s @ %s: bool tensors are not "
+                   "supported", SH(x, sx), SH(y, sy));
+  kx = x->shape[x->ndim - 1];
+  ky = y->ndim == 1 ? y->shape[0] : y->shape[y->ndim - 2];
+  if (kx != ky)
+    return err_set(e, FL_EINVAL, "matmul: %s @ %s: inner dimensions differ "
+                   "(%lld vs %lld)", SH(x, sx), SH(y, sy), (long long)kx,
+                   (long long)ky);
+  memset(&xb, 0, sizeof xb);
+  memset(&yb, 0, sizeof yb);
+  memset(&batch, 0, sizeof batch);
+  xb.ndim = x->ndim >= 2 ? x->ndim - 2 : 0;
+  yb.ndim = y->ndim >= 2 ? y->ndim - 2 : 0;
+  memcpy(xb.shape, x->shape, (size_t)xb.ndim * sizeof x->shape[0]);
+  memcpy(yb.shape, y->shape, (size_t)yb.ndim * sizeof y->shape[0]);
+  if (broadcast(&xb, &yb, &batch) != 0)
+    return err_set(e, FL_EINVAL, "matmul: %s @ %s: batch dimensions %s and %s "
+                   "cannot be broadcast", SH(x, sx), SH(y, sy), SH(&xb, bx),
+                   SH(&yb, by));
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, &batch);
+  d = out->ndim;
+  if (x->ndim >= 2) out->shape[d++] = x->shape[x->ndim - 2];
+  if (y->ndim >= 2) out->shape[d++] = y->shape[y->ndim - 1];
+  out->ndim = d;
+  return FL_OK;
+}
+
+/* linear(x [..., in], weight [out, in], bias [out]?) -> [..., out] */
+int infer_linear(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
+  shbuf sx, sw;
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  if (!w) return err_set(e, FL_EINVAL, "linear: weight is missing");
+  if (x->ndim < 1)
+    return err_set(e, FL_EINVAL, "linear: input %s needs at least 1 dimension",
+                   SH(x, sx));
+  if (w->ndim != 2)
+    return err_set(e, FL_EINVAL, "linear: weight %s must be 2-D [out,in]",
+                   SH(w, sw));
+  if (x->shape[x->ndim - 1] != w->shape[1])
+    return err_set(e, FL_EINVAL, "linear: input %s and weight %s: in_features "
+                   "differ (input has %lld, weight expects %lld)", SH(x, sx),
+                   SH(w, sw), (long long)x->shape[x->ndim - 1],
+                   (long long)w->shape[1]);
+  if ((rc = same_dtype(op, x, "input", w, "weight", e))) return rc;
+  if (x->dtype == FL_BOOL)
+    return err_set(e, FL_EINVAL, "linear: bool tensors are not supported");
+  if (b) {
+    if ((rc = check_vec(op, b, "bias", w->shape[0], "the out_features of "
+                        "weight", w, e)))
+      return rc;
+    if ((rc = same_dtype(op, x, "input", b, "bias", e))) return rc;
+  }
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  out->shape[out->ndim - 1] = w->shape[0];
+  return FL_OK;
+}
+
+/* floor((size + 2 pad - k) / stride) + 1, or <= 0 when the window does not
+** fit even once */
+static int64_t window_count(int64_t size, int64_t k, int64_t stride,
+                            int64_t pad) {
+  int64_t span = size + 2 * pad - k;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+int infer_conv2d(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
+  shbuf sx, sw;
+  int64_t sh = a->i[0], sw_ = a->i[1], ph = a->i[2], pw = a->i[3], ho, wo;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (!w) return err_set(e, FL_EINVAL, "conv2d: weight is missing");
+  if (x->ndim != 4)
+    return err_set(e, FL_EINVAL, "conv2d: expected a 4-D input [N,C,H,W], got "
+                   "%s", SH(x, sx));
+  if (w->ndim != 4)
+    return err_set(e, FL_EINVAL, "conv2d: expected a 4-D weight [Co,Ci,kh,kw], "
+                   "got %s", SH(w, sw));
+  if (w->shape[1] != x->shape[1])
+    return err_set(e, FL_EINVAL, "conv2d: weight %s expects %lld input "
+                   "channels, but input %s has %lld", SH(w, sw),
+                   (long long)w->shape[1], SH(x, sx), (long long)x->shape[1]);
+  if (w->shape[2] < 1 || w->shape[3] < 1)
+    return err_set(e, FL_EINVAL, "conv2d: weight %s has an empty kernel",
+                   SH(w, sw));
+  if (sh < 1 || sw_ < 1)
+    return err_set(e, FL_EINVAL, "conv2d: stride must be positive, got [%lld,"
+                   "%lld]", (long long)sh, (long long)sw_);
+  if (ph < 0 || pw < 0)
+    return err_set(e, FL_EINVAL, "conv2d: padding must be non-negative, got "
+                   "[%lld,%lld]", (long long)ph, (long long)pw);
+  ho = window_count(x->shape[2], w->shape[2], sh, ph);
+  wo = window_count(x->shape[3], w->shape[3], sw_, pw);
+  if (ho <= 0 || wo <= 0)
+    return err_set(e, FL_EINVAL, "conv2d: padded input size %lldx%lld is "
+                   "smaller than the kernel %lldx%lld (input %s, weight %s, "
+                   "padding [%lld,%lld])",
+                   (long long)(x->shape[2] + 2 * ph),
+                   (long long)(x->shape[3] + 2 * pw), (long long)w->shape[2],
+                   (long long)w->shape[3], SH(x, sx), SH(w, sw),
+                   (long long)ph, (long long)pw);
+  if ((rc = need_float(op, x, "input", e))) return rc;
+  if ((rc = same_dtype(op, x, "input", w, "weight", e))) return rc;
+  if (b) {
+    if ((rc = check_vec(op, b, "bias", w->shape[0], "the out channels of "
+                        "weight", w, e)))
+      return rc;
+    if ((rc = same_dtype(op, x, "input", b, "bias", e))) return rc;
+  }
+  init_out(out, in, nin, x->dtype);
+  out->ndim = 4;
+  out->shape[0] = x->shape[0];
+  out->shape[1] = w->shape[0];
+  out->shape[2] = ho;
+  out->shape[3] = wo;
+  return FL_OK;
+}
+
+/* --- views and data movement ------------------------------------------------ */
+
+/* reshape and view: dims = target, one -1 inferred, numel preserved */
+int infer_reshape(fl_op op, const fl_meta *const *in, int nin,
+                  const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t numel, known = 1;
+  int infer_at = -1, rc = check_inputs(op, in, nin, e), d, big = 0, zero = 0;
+  if (rc) return rc;
+  if (a->ndims < 0 || a->ndims > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "%s: %d dims requested, at most %d are "
+                   "supported", op_name(op), a->ndims, FL_MAX_DIMS);
+  numel = meta_numel(x);
+  for (d = 0; d < a->ndims; d++) {
+    int64_t v = a->dims[d];
+    if (v == -1) {
+      if (infer_at >= 0)
+        return err_set(e, FL_EINVAL, "%s: only one dimension can be inferred, "
+                       "got shape %s", op_name(op),
+                       dims_str(a->dims, a->ndims, s, sizeof s));
+      infer_at = d;
+    } else if (v < 0) {
+      return err_set(e, FL_EINVAL, "%s: invalid size %lld in shape %s",
+                     op_name(op), (long long)v,
+                     dims_str(a->dims, a->ndims, s, sizeof s));
+    } else if (v == 0) {
+      zero = 1;
+    } else if (known > INT64_MAX / v) {
+      big = 1;
+    } else {
+      known *= v;
+    }
+  }
+  if (zero) { known = 0; big = 0; }
+  if (infer_at >= 0 && known == 0 && !big)
+    return err_set(e, FL_EINVAL, "%s: cannot reshape a tensor of %lld "
+                   "elements into shape %s: the -1 could be any size",
+                   op_name(op), (long long)numel,
+                   dims_str(a->dims, a->ndims, s, sizeof s));
+  if (big || (infer_at < 0 && known != numel) ||
+      (infer_at >= 0 && numel % known != 0))
+    return err_set(e, FL_EINVAL, "%s: shape %s is invalid for input of size "
+                   "%lld", op_name(op), dims_str(a->dims, a->ndims, s, sizeof s),
+                   (long long)numel);
+  init_out(out, in, nin, x->dtype);
+  out->ndim = a->ndims;
+  for (d = 0; d < a->ndims; d++)
+    out->shape[d] = d == infer_at ? numel / known : a->dims[d];
+  return FL_OK;
+}
+
+int infer_transpose(fl_op op, const fl_meta *const *in, int nin,
+                    const op_attrs *a, fl_meta *out, fl_err *e) {
+  int64_t t;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc || (rc = check_dim(op, in[0], a->i[0], e)) ||
+      (rc = check_dim(op, in[0], a->i[1], e)))
+    return rc;
+  init_out(out, in, nin, in[0]->dtype);
+  copy_shape(out, in[0]);
+  if (out->ndim == 0) return FL_OK;
+  t = out->shape[a->i[0]];
+  out->shape[a->i[0]] = out->shape[a->i[1]];
+  out->shape[a->i[1]] = t;
+  return FL_OK;
+}
+
+int infer_permute(fl_op op, const fl_meta *const *in, int nin,
+                  const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s, sp;
+  int seen[FL_MAX_DIMS] = {0};
+  int rc = check_inputs(op, in, nin, e), d;
+  if (rc) return rc;
+  if (a->ndims != x->ndim)
+    return err_set(e, FL_EINVAL, "permute: input %s has %d dims but the "
+                   "permutation %s has %d", SH(x, s), x->ndim,
+                   dims_str(a->dims, a->ndims, sp, sizeof sp), a->ndims);
+  for (d = 0; d < a->ndims; d++) {
+    int64_t p = a->dims[d];
+    if (p < 0 || p >= x->ndim || seen[p])
+      return err_set(e, FL_EINVAL, "permute: %s is not a permutation of the "
+                     "dims of %s", dims_str(a->dims, a->ndims, sp, sizeof sp),
+                     SH(x, s));
+    seen[p] = 1;
+  }
+  init_out(out, in, nin, x->dtype);
+  out->ndim = x->ndim;
+  for (d = 0; d < x->ndim; d++) out->shape[d] = x->shape[a->dims[d]];
+  return FL_OK;
+}
+
+int infer_unsqueeze(fl_op op, const fl_meta *const *in, int nin,
+                    const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t u = a->i[0];
+  int rc = check_inputs(op, in, nin, e), d;
+  if (rc) return rc;
+  if (u < 0 || u > x->ndim)
+    return err_set(e, FL_EINVAL, "unsqueeze: dim %lld out of range for "
+                   "input %s (expected 0 to %d)", (long long)u, SH(x, s),
+                   x->ndim);
+  if (x->ndim + 1 > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "unsqueeze: input %s already has the "
+                   "maximum of %d dims", SH(x, s), FL_MAX_DIMS);
+  init_out(out, in, nin, x->dtype);
+  out->ndim = x->ndim + 1;
+  for (d = 0; d < out->ndim; d++)
+    out->shape[d] = d < u ? x->shape[d] : d == u ? 1 : x->shape[d - 1];
+  return FL_OK;
+}
+
+/* squeeze: i1 set -> only dim i0 (if it is 1), else every size-1 dim */
+int infer_squeeze(fl_op op, const fl_meta *const *in, int nin,
+                  const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int rc = check_inputs(op, in, nin, e), d;
+  if (rc) return rc;
+  if (a->i[1] && (rc = check_dim(op, x, a->i[0], e))) return rc;
+  init_out(out, in, nin, x->dtype);
+  for (d = 0; d < x->ndim; d++)
+    if (x->shape[d] != 1 || (a->i[1] && a->i[0] != d))
+      out->shape[out->ndim++] = x->shape[d];
+  return FL_OK;
+}
+
+/* expand: -1 keeps a size, only size-1 dims grow, new dims go in front */
+int infer_expand(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s, t;
+  int rc = check_inputs(op, in, nin, e), d, lead;
+  if (rc) return rc;
+  if (a->ndims < x->ndim || a->ndims > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "expand: cannot expand %s to %s: the target "
+                   "needs at least %d dims", SH(x, s),
+                   dims_str(a->dims, a->ndims, t, sizeof t), x->ndim);
+  lead = a->ndims - x->ndim;
+  init_out(out, in, nin, x->dtype);
+  out->ndim = a->ndims;
+  for (d = 0; d < a->ndims; d++) {
+    int64_t want = a->dims[d], have = d >= lead ? x->shape[d - lead] : -1;
+    if (want == -1 && d < lead)
+      return err_set(e, FL_EINVAL, "expand: cannot expand %s to %s: -1 is not "
+                     "allowed in a new leading dim", SH(x, s),
+                     dims_str(a->dims, a->ndims, t, sizeof t));
+    if (want < -1)
+      return err_set(e, FL_EINVAL, "expand: invalid size %lld in %s",
+                     (long long)want, dims_str(a->dims, a->ndims, t, sizeof t));
+    if (want == -1) want = have;
+    if (d >= lead && have != want && have != 1)
+      return err_set(e, FL_EINVAL, "expand: cannot expand %s to %s: size %lld "
+                     "must match the existing size %lld (only size-1 dims can "
+                     "grow)", SH(x, s), dims_str(a->dims, a->ndims, t, sizeof t),
+                     (long long)want, (long long)have);
+    out->shape[d] = want;
+  }
+  return FL_OK;
+}
+
+int infer_narrow(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t dim = a->i[0], start = a->i[1], len = a->i[2], size;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (x->ndim == 0)
+    return err_set(e, FL_EINVAL, "narrow: cannot narrow a 0-dim tensor");
+  if ((rc = check_dim(op, x, dim, e))) return rc;
+  size = x->shape[dim];
+  if (start < 0 || start > size)
+    return err_set(e, FL_EINVAL, "narrow: start %lld out of range for a "
+                   "dimension of size %lld in %s", (long long)start,
+                   (long long)size, SH(x, s));
+  if (len < 0 || len > size - start)
+    return err_set(e, FL_EINVAL, "narrow: start (%lld) + length (%lld) "
+                   "exceeds dimension size (%lld) of %s", (long long)start,
+                   (long long)len, (long long)size, SH(x, s));
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  out->shape[dim] = len;
+  return FL_OK;
+}
+
+int infer_same(fl_op op, const fl_meta *const *in, int nin,
+               const op_attrs *a, fl_meta *out, fl_err *e) {
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  init_out(out, in, nin, in[0]->dtype);
+  copy_shape(out, in[0]);
+  return FL_OK;
+}
+
+/* cat(t1..tn, dim): same rank, equal sizes except along dim, dtypes
+** promoted.  Tensors are numbered from 1 in messages, as in the Lua list. */
+int infer_cat(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
+              fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s0, s1;
+  int64_t dim = a->i[0], total = 0;
+  fl_dtype dt = x->dtype;
+  int rc = check_inputs(op, in, nin, e), k, d;
+  if (rc) return rc;
+  for (k = 0; k < nin; k++) {
+    const fl_meta *t = in[k];
+    if (!t) return err_set(e, FL_EINVAL, "cat: tensor %d is missing", k + 1);
+    if (t->ndim == 0)
+      return err_set(e, FL_EINVAL, "cat: tensor %d is 0-dim and cannot be "
+                     "concatenated", k + 1);
+    if (t->ndim != x->ndim)
+      return err_set(e, FL_EINVAL, "cat: tensors must have the same number of "
+                     "dims: tensor 1 is %s, tensor %d is %s", SH(x, s0), k + 1,
+                     SH(t, s1));
+    if (k == 0 && (rc = check_dim(op, x, dim, e))) return rc;
+    for (d = 0; d < x->ndim; d++)
+      if (d != dim && t->shape[d] != x->shape[d])
+        return err_set(e, FL_EINVAL, "cat: sizes must match except in dim "
+                       "%lld: tensor 1 is %s, tensor %d is %s", (long long)dim,
+                       SH(x, s0), k + 1, SH(t, s1));
+    total += t->shape[dim];
+    if (k > 0) dt = dtype_promote(dt, 0, 0, t->dtype, 0, 0);
+  }
+  init_out(out, in, nin, dt);
+  copy_shape(out, x);
+  out->shape[dim] = total;
+  return FL_OK;
+}
+
+/* embedding(idx int64 [...], weight [n, d]) -> [..., d] */
+int infer_embedding(fl_op op, const fl_meta *const *in, int nin,
+                    const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *idx = in[0], *w = in[1];
+  shbuf s;
+  int rc = check_inputs(op, in, nin, e);
+  (void)a;
+  if (rc) return rc;
+  if (!w) return err_set(e, FL_EINVAL, "embedding: weight is missing");
+  if (idx->dtype != FL_I64)
+    return err_set(e, FL_EINVAL, "embedding: indices must be int64, got %s %s",
+                   dtype_name(idx->dtype), SH(idx, s));
+  if (w->ndim != 2)
+    return err_set(e, FL_EINVAL, "embedding: weight must be 2-D [num,dim], "
+                   "got %s", SH(w, s));
+  if (idx->ndim + 1 > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "embedding: indices %s have too many dims",
+                   SH(idx, s));
+  init_out(out, in, nin, w->dtype);
+  out->device = w->device;
+  copy_shape(out, idx);
+  out->shape[out->ndim++] = w->shape[1];
+  return FL_OK;
+}
+
+/* --- vision ----------------------------------------------------------------- */
+
+/* max/avg_pool2d: kernel i0,i1; stride i2,i3 (0 = kernel); padding i4,i5 */
+int infer_pool2d(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t kh = a->i[0], kw = a->i[1], sh = a->i[2], sw = a->i[3];
+  int64_t ph = a->i[4], pw = a->i[5], ho, wo;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (x->ndim != 4)
+    return err_set(e, FL_EINVAL, "%s: expected a 4-D input [N,C,H,W], got %s",
+                   op_name(op), SH(x, s));
+  if (kh < 1 || kw < 1)
+    return err_set(e, FL_EINVAL, "%s: kernel size must be positive, got "
+                   "[%lld,%lld]", op_name(op), (long long)kh, (long long)kw);
+  if (sh == 0) sh = kh;
+  if (sw == 0) sw = kw;
+  if (sh < 0 || sw < 0)
+    return err_set(e, FL_EINVAL, "%s: stride must be positive, got [%lld,%lld]",
+                   op_name(op), (long long)sh, (long long)sw);
+  if (ph < 0 || pw < 0 || ph > kh / 2 || pw > kw / 2)
+    return err_set(e, FL_EINVAL, "%s: padding should be at most half of the "
+                   "kernel size and non-negative, got padding [%lld,%lld] and "
+                   "kernel [%lld,%lld]", op_name(op), (long long)ph,
+                   (long long)pw, (long long)kh, (long long)kw);
+  if (x->dtype == FL_BOOL || (op == OP_AVG_POOL2D && x->dtype == FL_I64))
+    return err_set(e, FL_EINVAL, "%s: %s input %s is not supported",
+                   op_name(op), dtype_name(x->dtype), SH(x, s));
+  ho = window_count(x->shape[2], kh, sh, ph);
+  wo = window_count(x->shape[3], kw, sw, pw);
+  if (ho <= 0 || wo <= 0)
+    return err_set(e, FL_EINVAL, "%s: input %s is too small for kernel "
+                   "[%lld,%lld] with padding [%lld,%lld]", op_name(op),
+                   SH(x, s), (long long)kh, (long long)kw, (long long)ph,
+                   (long long)pw);
+  init_out(out, in, nin, x->dtype);
+  out->ndim = 4;
+  out->shape[0] = x->shape[0];
+  out->shape[1] = x->shape[1];
+  out->shape[2] = ho;
+  out->shape[3] = wo;
+  return FL_OK;
+}
+
+/* batch_norm(x [N,C,...], mean [C], var [C], weight [C]?, bias [C]?) */
+int infer_batch_norm(fl_op op, const fl_meta *const *in, int nin,
+                     const op_attrs *a, fl_meta *out, fl_err *e) {
+  static const char *const names[] = {"input", "running_mean", "running_var",
+                                      "weight", "bias"};
+  const fl_meta *x = in[0];
+  shbuf s;
+  int rc = check_inputs(op, in, nin, e), p;
+  (void)a;
+  if (rc) return rc;
+  if (x->ndim < 2)
+    return err_set(e, FL_EINVAL, "batch_norm: expected input [N,C,...] with at "
+                   "least 2 dims, got %s", SH(x, s));
+  if ((rc = need_float(op, x, "input", e))) return rc;
+  for (p = 1; p < nin && p < 5; p++) {
+    if (!in[p]) {
+      if (p <= 2)
+        return err_set(e, FL_EINVAL, "batch_norm: %s is missing", names[p]);
+      continue;
+    }
+    if ((rc = check_vec(op, in[p], names[p], x->shape[1], "the channels of input", x,
+                        e)) ||
+        (rc = need_float(op, in[p], names[p], e)))
+      return rc;
+  }
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}

@@ -1,0 +1,462 @@
+/*
+** tensor.c -- tensor metadata over reference-counted storage.
+** Invariants: a storage's refs equals the number of tensors holding it,
+** and its data is freed exactly when the last one lets go; every element
+** a tensor's shape/strides/offset can address lies inside its storage;
+** no size arithmetic reaches malloc before meta_check_size has proved it
+** fits in FL_MAX_ALLOC.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor.h"
+
+/* --- sizes --------------------------------------------------------------- */
+
+/* Saturates at INT64_MAX instead of overflowing (the metadata may come
+** straight from a user before meta_check_size has seen it). */
+int64_t meta_numel(const fl_meta *m) {
+  int64_t n = 1;
+  int d;
+  for (d = 0; d < m->ndim; d++) {
+    int64_t s = m->shape[d];
+    if (s <= 0) return 0;
+    if (n > INT64_MAX / s) n = INT64_MAX;
+    else n *= s;
+  }
+  return n;
+}
+
+char *meta_shape_str(const fl_meta *m, char *buf, size_t n) {
+  size_t used = 0;
+  int d;
+  if (!buf || n == 0) return buf;
+  buf[0] = '\0';
+  used += (size_t)snprintf(buf, n, "[");
+  for (d = 0; d < m->ndim && used < n; d++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? "," : "",
+                             (long long)m->shape[d]);
+  if (used < n) snprintf(buf + used, n - used, "]");
+  return buf;
+}
+
+int meta_same_shape(const fl_meta *a, const fl_meta *b) {
+  int d;
+  if (a->ndim != b->ndim) return 0;
+  for (d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+/* "what: " or nothing, so ten_empty's messages read well after a caller's
+** err_prefix */
+static const char *sep(const char *what) { return (what && *what) ? ": " : ""; }
+
+int meta_check_size(const fl_meta *m, const char *what, fl_err *e) {
+  char sh[160];
+  double elems = 1.0, bytes;
+  int64_t n = 1, esize;
+  int d, overflow = 0;
+  if (!what) what = "";
+  if (m->ndim < 0 || m->ndim > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "%s%s%d dimensions, at most %d are supported",
+                   what, sep(what), m->ndim, FL_MAX_DIMS);
+  if (m->dtype < 0 || m->dtype >= FL_NDTYPES)
+    return err_set(e, FL_EINVAL, "%s%sunknown dtype %d", what, sep(what),
+                   (int)m->dtype);
+  for (d = 0; d < m->ndim; d++)
+    if (m->shape[d] < 0)
+      return err_set(e, FL_EINVAL, "%s%snegative dimension %lld in shape %s",
+                     what, sep(what), (long long)m->shape[d],
+                     meta_shape_str(m, sh, sizeof sh));
+  for (d = 0; d < m->ndim; d++) {
+    elems *= (double)m->shape[d];
+    if (m->shape[d] == 0) { n = 0; overflow = 0; break; }
+    if (n > INT64_MAX / m->shape[d]) overflow = 1;
+    else n *= m->shape[d];
+  }
+  esize = (int64_t)dtype_size(m->dtype);
+  if (!overflow && n > FL_MAX_ALLOC / esize) overflow = 1;
+  if (overflow) {
+    bytes = elems * (double)esize;
+    return err_set(e, FL_ENOMEM,
+                   "%s%scannot allocate %.0f bytes (%g elements of %s)",
+                   what, sep(what), bytes, elems, dtype_name(m->dtype));
+  }
+  return FL_OK;
+}
+
+/* --- lifetime ---------------------------------------------------------------- */
+
+static struct {
+  void *(*alloc)(size_t);
+  void (*release)(void *);
+} allocators[2];
+
+void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
+                       void (*release)(void *data)) {
+  if (d == FL_DEV_CPU || d == FL_DEV_CUDA) {
+    allocators[d].alloc = alloc;
+    allocators[d].release = release;
+  }
+}
+
+static void *cpu_alloc(size_t n) { return calloc(1, n ? n : 1); }
+
+/* *t is overwritten, never released: the caller owns what it held.  On
+** success *t holds the only reference to a fresh zero-filled storage. */
+int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) {
+  void *(*alloc)(size_t) = cpu_alloc;
+  fl_storage *st;
+  size_t nbytes;
+  int rc;
+  memset(t, 0, sizeof *t);
+  if ((rc = meta_check_size(m, NULL, e)) != FL_OK) return rc;
+  nbytes = (size_t)meta_numel(m) * dtype_size(m->dtype);
+  if (m->device != FL_DEV_CPU && m->device != FL_DEV_CUDA)
+    return err_set(e, FL_EINVAL, "unknown device %d", (int)m->device);
+  if (allocators[m->device].alloc) alloc = allocators[m->device].alloc;
+  else if (m->device != FL_DEV_CPU)
+    return err_set(e, FL_ENODEV, "no CUDA device: cannot allocate %zu bytes "
+                   "there", nbytes);
+  st = malloc(sizeof *st);
+  if (!st)
+    return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes", sizeof *st);
+  st->data = alloc(nbytes);
+  if (!st->data) {
+    free(st);
+    return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes (%lld elements of %s)",
+                   nbytes, (long long)meta_numel(m), dtype_name(m->dtype));
+  }
+  st->refs = 1;
+  st->device = m->device;
+  st->nbytes = nbytes;
+  t->m = *m;
+  t->offset = 0;
+  t->st = st;
+  ten_set_contiguous_strides(t);
+  return FL_OK;
+}
+
+void ten_release(fl_tensor *t) {
+  if (!t) return;
+  if (t->st && --t->st->refs <= 0) {
+    fl_storage *st = t->st;
+    /* device memory without a registered release is leaked rather than
+    ** handed to free(), which would crash */
+    if ((st->device == FL_DEV_CPU || st->device == FL_DEV_CUDA) &&
+        allocators[st->device].release)
+      allocators[st->device].release(st->data);
+    else if (st->device == FL_DEV_CPU) free(st->data);
+    free(st);
+  }
+  memset(t, 0, sizeof *t);
+}
+
+/* dst is overwritten, not released; it ends holding its own reference.
+** dst == src is allowed and adds a reference. */
+void ten_share(fl_tensor *dst, const fl_tensor *src) {
+  if (dst != src) *dst = *src;
+  if (dst->st) dst->st->refs++;
+}
+
+void ten_set_contiguous_strides(fl_tensor *t) {
+  int64_t s = 1;
+  int d;
+  for (d = t->m.ndim - 1; d >= 0; d--) {
+    t->stride[d] = s;
+    s *= t->m.shape[d] > 0 ? t->m.shape[d] : 1;
+  }
+}
+
+/* --- queries --------------------------------------------------------------- */
+
+/* Size-1 dims may have any stride and an empty tensor is contiguous, as in
+** PyTorch: neither changes which bytes hold which element. */
+int ten_is_contiguous(const fl_tensor *t) {
+  int64_t expect = 1;
+  int d;
+  if (meta_numel(&t->m) == 0) return 1;
+  for (d = t->m.ndim - 1; d >= 0; d--) {
+    if (t->m.shape[d] == 1) continue;
+    if (t->stride[d] != expect) return 0;
+    expect *= t->m.shape[d];
+  }
+  return 1;
+}
+
+void *ten_data(const fl_tensor *t) {
+  if (!t->st || !t->st->data) return NULL;
+  return (char *)t->st->data + t->offset * (int64_t)dtype_size(t->m.dtype);
+}
+
+void *ten_elem_ptr(const fl_tensor *t, int64_t i) {
+  int64_t off = t->offset;
+  int d;
+  for (d = t->m.ndim - 1; d >= 0; d--) {
+    int64_t s = t->m.shape[d];
+    if (s <= 0) return NULL;
+    off += (i % s) * t->stride[d];
+    i /= s;
+  }
+  return (char *)t->st->data + off * (int64_t)dtype_size(t->m.dtype);
+}
+
+double ten_get(const fl_tensor *t, int64_t i) {
+  return dtype_load(t->m.dtype, ten_elem_ptr(t, i));
+}
+
+void ten_set(fl_tensor *t, int64_t i, double v) {
+  dtype_store(t->m.dtype, ten_elem_ptr(t, i), v);
+}
+
+/* --- strided loops ------------------------------------------------------------ */
+
+/* Two tensors' worth of strides over one shape, with adjacent dims merged
+** wherever both operands are contiguous across them, so the innermost row
+** is as long as possible. */
+typedef struct loop2 {
+  int nd;
+  int64_t shape[FL_MAX_DIMS];
+  int64_t sa[FL_MAX_DIMS], sb[FL_MAX_DIMS];
+} loop2;
+
+static void loop_init(loop2 *l, const fl_meta *m, const int64_t *sa,
+                      const int64_t *sb) {
+  int d;
+  l->nd = 0;
+  for (d = 0; d < m->ndim; d++) {
+    if (m->shape[d] == 1) continue;            /* contributes nothing */
+    if (l->nd > 0) {
+      int k = l->nd - 1;
+      if (l->sa[k] == sa[d] * m->shape[d] && l->sb[k] == sb[d] * m->shape[d]) {
+        l->shape[k] *= m->shape[d];
+        l->sa[k] = sa[d];
+        l->sb[k] = sb[d];
+        continue;
+      }
+    }
+    l->shape[l->nd] = m->shape[d];
+    l->sa[l->nd] = sa[d];
+    l->sb[l->nd] = sb[d];
+    l->nd++;
+  }
+  if (l->nd == 0) {   /* a scalar or all size-1: one row of one element */
+    l->nd = 1;
+    l->shape[0] = 1;
+    l->sa[0] = l->sb[0] = 0;
+  }
+}
+
+typedef void (*row_fn)(char *a, int64_t sa, const char *b, int64_t sb,
+                       int64_t n, const void *ctx);
+
+/* Calls row(a, b) for each innermost row; strides here are in bytes. */
+static void loop_run(const loop2 *l, char *a, const char *b, row_fn row,
+                     const void *ctx) {
+  int64_t idx[FL_MAX_DIMS] = {0};
+  int last = l->nd - 1, d;
+  for (;;) {
+    row(a, l->sa[last], b, l->sb[last], l->shape[last], ctx);
+    for (d = last - 1; d >= 0; d--) {
+      a += l->sa[d];
+      b += l->sb[d];
+      if (++idx[d] < l->shape[d]) break;
+      a -= l->sa[d] * l->shape[d];
+      b -= l->sb[d] * l->shape[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+typedef struct conv_ctx { fl_dtype to, from; } conv_ctx;
+
+#define COPY_ROW(T)                                                         \
+  for (i = 0; i < n; i++)                                                   \
+    *(T *)(void *)(a + i * sa) = *(const T *)(const void *)(b + i * sb)
+
+static void copy_row(char *a, int64_t sa, const char *b, int64_t sb, int64_t n,
+                     const void *vctx) {
+  const conv_ctx *c = vctx;
+  int64_t i;
+  if (c->to == c->from) {
+    switch (dtype_size(c->to)) {
+    case 1: COPY_ROW(uint8_t); return;
+    case 2: COPY_ROW(uint16_t); return;
+    case 4: COPY_ROW(uint32_t); return;
+    default: COPY_ROW(uint64_t); return;
+    }
+  }
+  /* the common float conversions directly; everything else through double,
+  ** which is exact for every value our types hold except huge int64s */
+  if (c->from == FL_F32 && c->to == FL_F16) {
+    for (i = 0; i < n; i++) {
+      float f; uint16_t h;
+      memcpy(&f, b + i * sb, 4);
+      h = f32_to_f16(f);
+      memcpy(a + i * sa, &h, 2);
+    }
+  } else if (c->from == FL_F16 && c->to == FL_F32) {
+    for (i = 0; i < n; i++) {
+      uint16_t h; float f;
+      memcpy(&h, b + i * sb, 2);
+      f = f16_to_f32(h);
+      memcpy(a + i * sa, &f, 4);
+    }
+  } else {
+    for (i = 0; i < n; i++)
+      dtype_store(c->to, a + i * sa, dtype_load(c->from, b + i * sb));
+  }
+}
+
+/* --- data movement ----------------------------------------------------------- */
+
+int ten_broadcast_to(fl_tensor *out, const fl_tensor *src, int ndim,
+                     const int64_t *shape, fl_err *e) {
+  fl_tensor r;
+  int d, lead;
+  char a[160], b[160];
+  fl_meta want;
+  memset(&want, 0, sizeof want);
+  want.ndim = ndim < 0 ? 0 : ndim > FL_MAX_DIMS ? FL_MAX_DIMS : ndim;
+  for (d = 0; d < want.ndim; d++) want.shape[d] = shape[d];
+  if (ndim < src->m.ndim || ndim > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "broadcast_to: cannot broadcast %s to %s",
+                   meta_shape_str(&src->m, a, sizeof a),
+                   meta_shape_str(&want, b, sizeof b));
+  r = *src;
+  r.m.ndim = ndim;
+  lead = ndim - src->m.ndim;
+  for (d = 0; d < ndim; d++) {
+    int sd = d - lead;
+    r.m.shape[d] = shape[d];
+    if (shape[d] < 0)
+      return err_set(e, FL_EINVAL, "broadcast_to: negative size in target %s",
+                     meta_shape_str(&want, b, sizeof b));
+    if (sd < 0) r.stride[d] = 0;
+    else if (src->m.shape[sd] == shape[d]) r.stride[d] = src->stride[sd];
+    else if (src->m.shape[sd] == 1) r.stride[d] = 0;
+    else
+      return err_set(e, FL_EINVAL, "broadcast_to: cannot broadcast %s to %s "
+                     "(size %lld vs %lld)", meta_shape_str(&src->m, a, sizeof a),
+                     meta_shape_str(&want, b, sizeof b),
+                     (long long)src->m.shape[sd], (long long)shape[d]);
+  }
+  r.m.wrapped = 0;
+  ten_share(out, &r);   /* out may be src itself: r was built first */
+  return FL_OK;
+}
+
+/* Takes no ownership.  When dst and src share storage in different layouts
+** src is first copied aside, so an overlapping copy reads the old values. */
+int ten_copy(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
+  fl_tensor b, tmp;
+  loop2 l;
+  conv_ctx c;
+  int64_t n, sa[FL_MAX_DIMS], sb[FL_MAX_DIMS];
+  int64_t ea, eb;
+  int d, rc;
+  if ((dst->st && dst->st->device != FL_DEV_CPU) ||
+      (src->st && src->st->device != FL_DEV_CPU))
+    return err_set(e, FL_EUNSUPPORTED, "copy_: only CPU tensors are copied here");
+  /* writing through a broadcast view would store many values into one
+  ** element; PyTorch refuses it too */
+  for (d = 0; d < dst->m.ndim; d++)
+    if (dst->stride[d] == 0 && dst->m.shape[d] > 1)
+      return err_set(e, FL_EINVAL, "copy_: the destination is an expanded "
+                     "view (several of its elements share one memory "
+                     "location); make it contiguous first");
+  if ((rc = ten_broadcast_to(&b, src, dst->m.ndim, dst->m.shape, e)) != FL_OK) {
+    err_prefix(e, "copy_");
+    return rc;
+  }
+  n = meta_numel(&dst->m);
+  if (n == 0) { ten_release(&b); return FL_OK; }
+  if (!dst->st || !b.st) {
+    ten_release(&b);
+    return err_set(e, FL_EINVAL, "copy_: tensor has no storage");
+  }
+  memset(&tmp, 0, sizeof tmp);
+  if (dst->st == b.st) {
+    int same = dst->offset == b.offset && dst->m.dtype == b.m.dtype;
+    for (d = 0; same && d < dst->m.ndim; d++)
+      same = dst->m.shape[d] == 1 || dst->stride[d] == b.stride[d];
+    if (same) { ten_release(&b); return FL_OK; }
+    rc = ten_empty(&tmp, &b.m, e);
+    if (rc == FL_OK) rc = ten_copy(&tmp, &b, e);
+    ten_release(&b);
+    if (rc != FL_OK) { ten_release(&tmp); return err_prefix(e, "copy_"); }
+    ten_share(&b, &tmp);
+    ten_release(&tmp);
+  }
+  if (dst->m.dtype == b.m.dtype && ten_is_contiguous(dst) &&
+      ten_is_contiguous(&b)) {
+    memcpy(ten_data(dst), ten_data(&b), (size_t)n * dtype_size(dst->m.dtype));
+    ten_release(&b);
+    return FL_OK;
+  }
+  ea = (int64_t)dtype_size(dst->m.dtype);
+  eb = (int64_t)dtype_size(b.m.dtype);
+  for (d = 0; d < dst->m.ndim; d++) {
+    sa[d] = dst->stride[d] * ea;
+    sb[d] = b.stride[d] * eb;
+  }
+  /* merging needs element strides to compare extents; bytes scale both
+  ** sides equally, so merging on byte strides is the same test */
+  loop_init(&l, &dst->m, sa, sb);
+  c.to = dst->m.dtype;
+  c.from = b.m.dtype;
+  loop_run(&l, ten_data(dst), ten_data(&b), copy_row, &c);
+  ten_release(&b);
+  return FL_OK;
+}
+
+/* *out is overwritten (not released) and ends with its own reference. */
+int ten_contiguous(fl_tensor *out, const fl_tensor *src, fl_err *e) {
+  fl_tensor r;
+  int rc;
+  if (ten_is_contiguous(src)) {
+    r = *src;
+    ten_set_contiguous_strides(&r);   /* normalize strides of size-1 dims */
+    ten_share(out, &r);
+    return FL_OK;
+  }
+  if ((rc = ten_empty(&r, &src->m, e)) != FL_OK) {
+    memset(out, 0, sizeof *out);
+    return rc;
+  }
+  if ((rc = ten_copy(&r, src, e)) != FL_OK) {
+    ten_release(&r);
+    memset(out, 0, sizeof *out);
+    return rc;
+  }
+  *out = r;
+  return FL_OK;
+}
+
+static void fill_row(char *a, int64_t sa, const char *b, int64_t sb, int64_t n,
+                     const void *ctx) {
+  size_t size = *(const size_t *)ctx;
+  int64_t i;
+  (void)sb;
+  for (i = 0; i < n; i++) memcpy(a + i * sa, b, size);
+}
+
+/* CPU tensors only; a tensor without storage or elements is left alone. */
+void ten_fill(fl_tensor *t, double v) {
+  unsigned char pat[8];
+  int64_t sa[FL_MAX_DIMS], sb[FL_MAX_DIMS] = {0};
+  size_t size = dtype_size(t->m.dtype);
+  loop2 l;
+  int d;
+  if (!t->st || !t->st->data || t->st->device != FL_DEV_CPU ||
+      meta_numel(&t->m) == 0)
+    return;
+  dtype_store(t->m.dtype, pat, v);
+  for (d = 0; d < t->m.ndim; d++) sa[d] = t->stride[d] * (int64_t)size;
+  loop_init(&l, &t->m, sa, sb);
+  loop_run(&l, ten_data(t), (const char *)pat, fill_row, &size);
+}
