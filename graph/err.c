@@ -19,14 +19,23 @@ int err_set(fl_err *e, int code, const char *fmt, ...) {
 }
 
 int err_prefix(fl_err *e, const char *fmt, ...) {
-  char pre[256], old[FL_ERR_MSG];
+  char old[FL_ERR_MSG];
+  size_t n;
   va_list ap;
   if (!e) return FL_EINVAL;
-  va_start(ap, fmt);
-  vsnprintf(pre, sizeof pre, fmt, ap);
-  va_end(ap);
   memcpy(old, e->msg, sizeof old);
-  snprintf(e->msg, sizeof e->msg, "%s: %s", pre, old);
+  old[sizeof old - 1] = '\0';
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  /* append ": old", truncating the old message if it no longer fits */
+  n = strlen(e->msg);
+  if (n + 2 < sizeof e->msg) {
+    memcpy(e->msg + n, ": ", 2);
+    n += 2;
+    strncpy(e->msg + n, old, sizeof e->msg - n - 1);
+    e->msg[sizeof e->msg - 1] = '\0';
+  }
   return e->code;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir.h"
+#include "strbuf.h"
 
 static char *dupstr(const char *s) {
   char *d;
@@ -82,6 +83,71 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e) {
   return add_value(g, IR_CONST, t, NULL, e);
 }
 
+/* Symbolic dims follow the values through ops that keep them (for the
+** listing and the pictures; guards work on inputs alone, and compiled
+** code re-infers real sizes from real inputs).  Right-aligned for
+** broadcasting ops; permuted for transpose/permute; inserted/removed for
+** unsqueeze/squeeze; a narrowed or concatenated dim becomes concrete. */
+static void infer_syms(ir_graph *g, int id) {
+  ir_node *nd = &g->nodes[id];
+  const op_attrs *a = &nd->attrs;
+  const ir_node *x = nd->in[0] >= 0 ? &g->nodes[nd->in[0]] : NULL;
+  int d, k, on = nd->meta.ndim;
+  if (!x) return;
+  switch (op_info_of(nd->op)->kind) {
+  case OPK_ELEMWISE: case OPK_BROADCAST:
+    for (k = 0; k < nd->nin; k++) {
+      const ir_node *p = nd->in[k] >= 0 ? &g->nodes[nd->in[k]] : NULL;
+      if (!p) continue;
+      for (d = 0; d < p->meta.ndim && d < on; d++)
+        if (p->sym[p->meta.ndim - 1 - d]) nd->sym[on - 1 - d] = p->sym[p->meta.ndim - 1 - d];
+    }
+    return;
+  case OPK_REDUCTION:
+    if (op_info_of(nd->op)->flags & OPF_COMPOSITE) {
+      memcpy(nd->sym, x->sym, sizeof nd->sym);
+    } else {
+      int o = 0, all = a->ndims == 0;
+      for (d = 0; d < x->meta.ndim; d++) {
+        int red = all;
+        for (k = 0; k < a->ndims; k++) red |= a->dims[k] == d;
+        if (!red) nd->sym[o++] = x->sym[d];
+        else if (a->keepdim) nd->sym[o++] = 0;
+      }
+    }
+    return;
+  default:
+    break;
+  }
+  switch (nd->op) {
+  case OP_TRANSPOSE:
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    nd->sym[a->i[0]] = x->sym[a->i[1]];
+    nd->sym[a->i[1]] = x->sym[a->i[0]];
+    break;
+  case OP_PERMUTE:
+    for (d = 0; d < a->ndims; d++) nd->sym[d] = x->sym[a->dims[d]];
+    break;
+  case OP_UNSQUEEZE:
+    for (d = 0, k = 0; d < on; d++) nd->sym[d] = d == a->i[0] ? 0 : x->sym[k++];
+    break;
+  case OP_NARROW: case OP_CONTIGUOUS: case OP_EXPAND: case OP_CAT:
+    for (d = 0; d < on && d < x->meta.ndim; d++)
+      nd->sym[on - 1 - d] = x->meta.shape[x->meta.ndim - 1 - d] == nd->meta.shape[on - 1 - d]
+                                ? x->sym[x->meta.ndim - 1 - d] : 0;
+    if (nd->op != OP_EXPAND && nd->op != OP_CONTIGUOUS) nd->sym[a->i[0]] = 0;
+    break;
+  case OP_MATMUL: case OP_LINEAR: {
+    /* batch and row dims from x, the last (columns) from w */
+    for (d = 0; d < on - 1 && d < x->meta.ndim; d++)
+      nd->sym[on - 2 - d] = x->meta.ndim >= 2 + d ? x->sym[x->meta.ndim - 2 - d] : 0;
+    break;
+  }
+  default: /* reshape, squeeze, conv, pool...: sizes computed, concrete here */
+    break;
+  }
+}
+
 int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
               const op_attrs *a, const char *where, const char *scope,
               fl_err *e) {
@@ -112,6 +178,7 @@ int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
     return err_set(e, FL_ENOMEM, "graph: out of memory");
   }
   memcpy(g->nodes[id].in, in, (size_t)nin * sizeof(int));
+  if (nin > 0) infer_syms(g, id);
   return id;
 }
 
@@ -197,35 +264,6 @@ char *ir_type_str(const ir_graph *g, int id, char *buf, size_t n) {
   return buf;
 }
 
-/* A growable string for the listing. */
-typedef struct sbuf { char *p; size_t n, cap; int oom; } sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-  __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  va_list ap;
-  int need;
-  if (b->oom) return;
-  va_start(ap, fmt);
-  need = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-  va_end(ap);
-  if (need < 0) { b->oom = 1; return; }
-  if (!b->p || b->n + (size_t)need + 1 > b->cap) {
-    size_t cap = (b->cap ? b->cap : 256);
-    char *np;
-    while (cap < b->n + (size_t)need + 1) cap *= 2;
-    np = realloc(b->p, cap);
-    if (!np) { b->oom = 1; return; }
-    b->p = np;
-    b->cap = cap;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-  }
-  b->n += (size_t)need;
-}
-
 /* Attributes worth showing in a listing line, e.g. "dim=1, keepdim". */
 static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   const op_attrs *a = &nd->attrs;
@@ -275,18 +313,18 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
 }
 
 char *ir_listing(const ir_graph *g) {
-  sbuf b = {0};
+  strbuf b = {0};
   char ty[128], at[160];
   int i, k;
-  sb_printf(&b, "graph(");
+  strbuf_printf(&b, "graph(");
   for (i = 0; i < g->n; i++) {
     const ir_node *nd = &g->nodes[i];
     if (nd->kind != IR_INPUT) continue;
-    sb_printf(&b, "%s%%%d: %s%s%s", nd->index ? ", " : "", i,
+    strbuf_printf(&b, "%s%%%d: %s%s%s", nd->index ? ", " : "", i,
               ir_type_str(g, i, ty, sizeof ty), nd->name ? " " : "",
               nd->name ? nd->name : "");
   }
-  sb_printf(&b, ") {\n");
+  strbuf_printf(&b, ") {\n");
   for (i = 0; i < g->n; i++) {
     const ir_node *nd = &g->nodes[i];
     ir_type_str(g, i, ty, sizeof ty);
@@ -294,32 +332,31 @@ char *ir_listing(const ir_graph *g) {
     case IR_INPUT:
       break;
     case IR_PARAM:
-      sb_printf(&b, "  %%%d = param %s : %s\n", i, nd->name ? nd->name : "?", ty);
+      strbuf_printf(&b, "  %%%d = param %s : %s\n", i, nd->name ? nd->name : "?", ty);
       break;
     case IR_CONST:
       if (meta_numel(&nd->meta) == 1 && nd->value.st)
-        sb_printf(&b, "  %%%d = const %.9g : %s\n", i, ten_get(&nd->value, 0), ty);
+        strbuf_printf(&b, "  %%%d = const %.9g : %s\n", i, ten_get(&nd->value, 0), ty);
       else
-        sb_printf(&b, "  %%%d = const : %s\n", i, ty);
+        strbuf_printf(&b, "  %%%d = const : %s\n", i, ty);
       break;
     case IR_OP:
-      sb_printf(&b, "  %%%d = %s(", i, op_name(nd->op));
+      strbuf_printf(&b, "  %%%d = %s(", i, op_name(nd->op));
       for (k = 0; k < nd->nin; k++) {
-        if (nd->in[k] < 0) sb_printf(&b, "%sNone", k ? ", " : "");
-        else sb_printf(&b, "%s%%%d", k ? ", " : "", nd->in[k]);
+        if (nd->in[k] < 0) strbuf_printf(&b, "%sNone", k ? ", " : "");
+        else strbuf_printf(&b, "%s%%%d", k ? ", " : "", nd->in[k]);
       }
       attrs_str(nd, at, sizeof at);
-      sb_printf(&b, "%s%s) : %s", at[0] && nd->nin ? ", " : "", at, ty);
-      if (nd->where) sb_printf(&b, "    # %s", nd->where);
-      sb_printf(&b, "\n");
+      strbuf_printf(&b, "%s%s) : %s", at[0] && nd->nin ? ", " : "", at, ty);
+      if (nd->where) strbuf_printf(&b, "    # %s", nd->where);
+      strbuf_printf(&b, "\n");
       break;
     }
   }
-  sb_printf(&b, "  return ");
-  for (i = 0; i < g->nout; i++) sb_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
-  sb_printf(&b, "\n}");
-  if (b.oom) { free(b.p); return NULL; }
-  return b.p;
+  strbuf_printf(&b, "  return ");
+  for (i = 0; i < g->nout; i++) strbuf_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
+  strbuf_printf(&b, "\n}");
+  return strbuf_take(&b);
 }
 
 int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,

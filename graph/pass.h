@@ -1,0 +1,26 @@
+/*
+** pass.h -- graph passes.  Each takes a graph and returns a NEW graph
+** (the input is unchanged) plus a readable log of what it changed, one
+** line per rewrite, so a teacher can show why the graph looks different.
+** Results stay identical to the reference interpreter within float
+** rounding of the rewritten formulas.
+*/
+#ifndef FL_PASS_H
+#define FL_PASS_H
+
+#include "ir.h"
+
+/* Composites (softmax, log_softmax, layer_norm, rms_norm, gelu, silu,
+** linear, batch_norm) -> primitives.  *log (malloc'd, the caller frees) is
+** set on success.  Returns NULL with e filled on failure. */
+ir_graph *pass_decompose(const ir_graph *g, char **log, fl_err *e);
+
+/* Algebraic simplification (x*1, x+0, x-0, x/1, neg(neg x), double
+** transpose/permute), constant folding (ops over constants only; params
+** are bound by reference and never folded), common-subexpression
+** elimination, conv2d+batch_norm folding (params read now: a later
+** in-place change to the batch-norm statistics is not seen by the folded
+** graph), and dead-code elimination. */
+ir_graph *pass_optimize(const ir_graph *g, char **log, fl_err *e);
+
+#endif
