@@ -33,8 +33,10 @@ int err_prefix(fl_err *e, const char *fmt, ...) {
   if (n + 2 < sizeof e->msg) {
     memcpy(e->msg + n, ": ", 2);
     n += 2;
-    strncpy(e->msg + n, old, sizeof e->msg - n - 1);
-    e->msg[sizeof e->msg - 1] = '\0';
+    size_t k = strlen(old);
+    if (k > sizeof e->msg - n - 1) k = sizeof e->msg - n - 1;
+    memcpy(e->msg + n, old, k);
+    e->msg[n + k] = '\0';
   }
   return e->code;
 }

@@ -1,0 +1,104 @@
+#!/bin/sh
+# fuzz.sh -- build the .npy reader's libFuzzer target with ASan and UBSan
+# and run it briefly over tests/fuzz/corpus.  TAP output: one test, "fuzz
+# npy", which fails on any crash, leak, sanitizer report or timeout.  It is
+# skipped only when clang or its libFuzzer runtime is missing (Debian:
+# clang and libclang-rt-14-dev).
+#
+# Environment: FUSELAB_SRC  source tree (default: two levels above this file)
+#              CLANG        compiler (default: clang)
+#              FUZZ_TIME    seconds of fuzzing (default: 20)
+#              FUZZ_KEEP    keep the work dir (crash inputs, logs) when set
+
+src=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+cc=${CLANG:-clang}
+secs=${FUZZ_TIME:-20}
+
+echo "1..1"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_npy.XXXXXX") || {
+  echo "not ok 1 - fuzz npy # cannot create a temp dir"
+  exit 1
+}
+cleanup() { [ -n "$FUZZ_KEEP" ] || rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! command -v "$cc" >/dev/null 2>&1; then
+  echo "ok 1 # SKIP clang with libFuzzer not available ($cc not found)"
+  exit 0
+fi
+
+# The runtime check is a link of an empty target: only that failing means
+# "not available"; a failure to build the real sources is a failure.
+cat >"$work/probe.c" <<'EOF'
+#include <stddef.h>
+#include <stdint.h>
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }
+EOF
+if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" \
+     >"$work/probe.log" 2>&1; then
+  sed 's/^/# /' "$work/probe.log" | head -5
+  echo "ok 1 # SKIP clang with libFuzzer not available"
+  exit 0
+fi
+
+# Only the reader and what it stands on: no config.h, no Lua.
+if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+     -I"$src" -o "$work/fuzz_npy" \
+     "$src/tests/fuzz/fuzz_npy.c" "$src/graph/npy.c" "$src/graph/tensor.c" \
+     "$src/graph/dtype.c" "$src/graph/err.c" -lm >"$work/build.log" 2>&1; then
+  sed 's/^/# /' "$work/build.log" | tail -20
+  echo "not ok 1 - fuzz npy # the target did not build"
+  exit 1
+fi
+
+# libFuzzer adds what it finds to the first corpus dir: work on a copy so
+# the source tree is never written.
+mkdir "$work/corpus"
+cp "$src"/tests/fuzz/corpus/* "$work/corpus/" 2>/dev/null
+
+# Header tokens, so mutations reach the dict parser's corners quickly.
+cat >"$work/npy.dict" <<'EOF'
+"\x93NUMPY\x01\x00"
+"\x93NUMPY\x02\x00"
+"\x93NUMPY\x03\x00"
+"{'descr': "
+"'fortran_order': "
+"'shape': "
+"True"
+"False"
+"'<f4'"
+"'<f2'"
+"'<i8'"
+"'|b1'"
+"'<f8'"
+"'<i4'"
+"'>f4'"
+"(1, 2, 3)"
+"(0,)"
+"()"
+"-1"
+"4294967296"
+"9223372036854775807"
+EOF
+
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$work/fuzz_npy" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+    -dict="$work/npy.dict" -artifact_prefix="$work/" \
+    "$work/corpus" >"$work/run.log" 2>&1
+rc=$?
+
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/run.log")
+if [ "$rc" -eq 0 ]; then
+  echo "ok 1 - fuzz npy (${runs:-?} inputs in ${secs}s, no crash)"
+  exit 0
+fi
+grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$work/run.log" | head -20 | sed 's/^/# /'
+tail -n 15 "$work/run.log" | sed 's/^/# /'
+echo "not ok 1 - fuzz npy (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+exit 1
