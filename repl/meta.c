@@ -1,0 +1,242 @@
+/*
+** meta.c -- the REPL's `:` commands and their help texts.
+**
+** A line starting with ':' (but not '::', a Lua label) is a command, never
+** Lua.  A command may be shortened to any unique prefix (`:h`, `:q`).
+** Commands report their own mistakes and never end the session, except
+** :quit.
+*/
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "repl/repl.h"
+
+const char *const repl_meta_names[] = {
+  "help", "load", "time", "device", "quit", NULL
+};
+
+const char *const repl_help_topics[] = {
+  "tensors", "ops", "repl", "compile", NULL
+};
+
+static const char overview[] =
+  "Type Lua.  A line that is an expression prints its value (a trailing ;\n"
+  "stops that); unfinished input continues on a ..> line.  Globals: fl\n"
+  "(everything) and nn (modules).  Tab completes names, fields and methods.\n"
+  "\n"
+  "Commands (any unique prefix will do, e.g. :h, :q):\n"
+  "  :help [topic]   this text, or help on a topic\n"
+  "  :load file      run a Lua file in this session\n"
+  "  :time on|off    print the wall time each line takes\n"
+  "  :device         which devices fuselab can run on\n"
+  "  :quit           leave (Ctrl-D on an empty line does too)\n"
+  "\n"
+  "Topics: tensors  ops  repl  compile      (:help tensors)\n";
+
+static const char help_tensors[] =
+  "Tensors\n"
+  "  x = fl.tensor{{1,2},{3,4}}           from nested tables\n"
+  "  fl.zeros(2,3)  fl.ones{2,3}  fl.full({2,3}, 7)  fl.arange(10)  fl.eye(3)\n"
+  "  fl.rand(4,4)  fl.randn(4,4)          fl.manual_seed(0) makes them repeatable\n"
+  "  options last: fl.zeros(2,3, {dtype=\"float16\", device=\"cuda\"})\n"
+  "  dtypes: float32 (default) float16 bfloat16 int64 bool; devices: cpu cuda\n"
+  "\n"
+  "  x.shape  x.dtype  x.device  x:dim()  x:numel()  x:size(d)\n"
+  "  x:item()  x:tolist()  print(x)       values, then [float32 tensor of size 2x3]\n"
+  "  x:to(\"float16\")  x:to(\"cuda\")  x:cuda()  x:cpu()\n"
+  "  dimensions are 1-based; -1 is the last\n"
+  "\n"
+  "  fl.save(x, \"x.npy\")  fl.load(\"x.npy\")    NumPy files, to and from PyTorch\n"
+  "  fl.allclose(a, b, rtol, atol)   fl.now()   fl.synchronize()\n";
+
+static const char help_ops[] =
+  "Operations (methods, x:exp(), and most also as fl.exp(x))\n"
+  "  operators    + - * / ^ and unary -; numbers and tensors broadcast (NumPy rules)\n"
+  "  elementwise  abs neg exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf\n"
+  "               add sub mul div pow maximum minimum clamp  fl.where(c, a, b)\n"
+  "  compare      eq ne lt le gt ge\n"
+  "  reductions   sum mean amax amin var argmax      (dim, keepdim)\n"
+  "  composites   softmax(dim) log_softmax(dim) layer_norm(shape, w, b, eps)\n"
+  "               rms_norm(shape, w, eps)\n"
+  "  linear alg.  matmul (batched, broadcast)  fl.linear(x, w, b)\n"
+  "  views        reshape view transpose permute unsqueeze squeeze expand narrow\n"
+  "               contiguous  fl.cat(list, dim)\n"
+  "  vision       fl.conv2d(x, w, b, {stride=, padding=})  max_pool2d(k)\n"
+  "               avg_pool2d(k)  fl.batch_norm(x, mean, var, w, b, eps)\n"
+  "  in place     copy_(y) fill_(v) zero_() add_(y) mul_(y)\n"
+  "  other        fl.embedding(idx, weight)\n"
+  "\n"
+  "Modules (nn): Linear(i, o) ReLU GELU SiLU Tanh Sigmoid Softmax(dim)\n"
+  "  LayerNorm(d) RMSNorm(d) Dropout(p) Embedding(n, d) Conv2d(ci, co, k)\n"
+  "  BatchNorm2d(c) MaxPool2d AvgPool2d Flatten Sequential(...)\n"
+  "  MultiheadAttention(d, heads) TransformerBlock(d, heads)\n"
+  "  m(x) or m:forward(x); m:parameters()\n"
+  "Semantics follow PyTorch (var is unbiased, gelu is exact): results can be\n"
+  "checked against it.\n";
+
+static const char help_repl_fmt[] =
+  "The REPL\n"
+  "  1 + 1          prints 2; several values print separated by tabs\n"
+  "  x = f(y);      a trailing ; prints nothing\n"
+  "  function f(x)  unfinished input continues on ..> lines\n"
+  "  Tab            completes globals (pri), fields (fl.ze) and methods\n"
+  "                 (x:res); inside a string, file names\n"
+  "  Up, Down, Ctrl-R   history, kept in %s\n"
+  "  Ctrl-C         stops a running computation (Lua code at once, a C\n"
+  "                 kernel when it returns; a third press quits); at the\n"
+  "                 prompt, drops the line\n"
+  "  Ctrl-D         leaves (on an empty line)\n"
+  "Errors print a traceback; the session goes on.\n"
+  "From the shell: fuselab file.lua args | -e code | -i file.lua | - (stdin);\n"
+  "fuselab --help says more.\n";
+
+static const char help_compile[] =
+  "Compiling (torch.compile for Lua)\n"
+  "  cm = fl.compile(fn_or_module, {backend=\"auto\"|\"cpu\"|\"cuda\"|\"eager\",\n"
+  "                  mode=\"default\"|\"reduce-overhead\"|\"max-autotune\",\n"
+  "                  dynamic=nil|true|false, fullgraph=false, fuse=true})\n"
+  "  y = cm(x)         the first call captures, compiles and runs; later calls\n"
+  "                    check the guards and run the cached kernels\n"
+  "  cm:stats()  cm:explain()  cm:code()  cm:kernels()  cm:graphs()\n"
+  "\n"
+  "Step by step:\n"
+  "  g = fl.capture(model, x)    print(g) lists the graph\n"
+  "  g = g:decompose():optimize()\n"
+  "  p = g:fuse{explain=true}    p:decisions() says what fused and why\n"
+  "  k = p:codegen(\"cpu\")        print(k) shows the generated source\n"
+  "  y = k:run(x)\n"
+  "Pictures and numbers: fl.draw(p, \"p.svg\")  fl.report(cm, \"review.html\")\n"
+  "  fl.checklist(fn, {inputs={x}})  fl.explain(fn, x)\n"
+  "FUSELAB_DEBUG=1..5 in the environment traces kernels, fusion, source, IR.\n";
+
+static void help(struct repl *r, const char *topic) {
+  if (topic[0] == '\0') fputs(overview, stdout);
+  else if (strcmp(topic, "tensors") == 0) fputs(help_tensors, stdout);
+  else if (strcmp(topic, "ops") == 0) fputs(help_ops, stdout);
+  else if (strcmp(topic, "repl") == 0) {
+    char *h = r->history ? NULL : repl_history_path();
+    const char *where = r->history ? r->history : h;
+    printf(help_repl_fmt, where ? where : "(nowhere: HOME is unset)");
+    free(h);
+  }
+  else if (strcmp(topic, "compile") == 0) {
+    int top = lua_gettop(r->L);
+    fputs(help_compile, stdout);
+    /* the contract runs ahead of the code while the pipeline is built */
+    lua_getglobal(r->L, "fl");
+    if (lua_type(r->L, -1) == LUA_TTABLE &&
+        lua_getfield(r->L, -1, "compile") == LUA_TNIL)
+      fputs("(fl.compile is not in this build yet.)\n", stdout);
+    lua_settop(r->L, top);
+  }
+  else {
+    int i;
+    printf("no help on '%s'; topics:", topic);
+    for (i = 0; repl_help_topics[i]; i++) printf(" %s", repl_help_topics[i]);
+    putchar('\n');
+  }
+}
+
+/* Runs the file in this state, like dofile but with a traceback and
+** Ctrl-C; what it returns is dropped. */
+static void load(struct repl *r, const char *arg) {
+  lua_State *L = r->L;
+  char path[4096];
+  size_t n = strlen(arg);
+  const char *home = getenv("HOME");
+  int status;
+  if (n == 0) {
+    fputs("usage: :load file\n", stderr);
+    return;
+  }
+  /* a name with spaces may be quoted */
+  if (n >= 2 && (arg[0] == '"' || arg[0] == '\'') && arg[n - 1] == arg[0]) {
+    arg++;
+    n -= 2;
+  }
+  if (arg[0] == '~' && arg[1] == '/' && home)
+    snprintf(path, sizeof path, "%s%.*s", home, (int)n - 1, arg + 1);
+  else
+    snprintf(path, sizeof path, "%.*s", (int)n, arg);
+  status = luaL_loadfile(L, path);
+  if (status == LUA_OK) status = repl_docall(L, 0, 0);
+  repl_report(L, status, r->colour_err);
+}
+
+static void timing(struct repl *r, const char *arg) {
+  if (strcmp(arg, "on") == 0) r->timing = 1;
+  else if (strcmp(arg, "off") == 0) r->timing = 0;
+  else if (arg[0] != '\0') {
+    fprintf(stderr, ":time takes on or off, not '%s'\n", arg);
+    return;
+  }
+  printf("timing is %s\n", r->timing ? "on" : "off");
+}
+
+/* CUDA is known through fl.cuda_available() when the bindings have it:
+** it returns a boolean and, optionally, a reason or a device name. */
+static void device(struct repl *r) {
+  lua_State *L = r->L;
+  int top = lua_gettop(L);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("cpu   yes (%ld core%s)\n", ncpu, ncpu == 1 ? "" : "s");
+  lua_getglobal(L, "fl");
+  if (lua_type(L, -1) != LUA_TTABLE ||
+      lua_getfield(L, -1, "cuda_available") != LUA_TFUNCTION) {
+    puts("cuda  no (this build has no CUDA support: cpu only)");
+  }
+  else if (repl_docall(L, 0, 2) != LUA_OK) {
+    printf("cuda  unknown: %s\n", lua_tostring(L, -1));
+  }
+  else {
+    const char *why = lua_tostring(L, -1);
+    int yes = lua_toboolean(L, -2);
+    printf("cuda  %s%s%s%s\n", yes ? "yes" : "no", why ? " (" : "",
+           why ? why : "", why ? ")" : "");
+  }
+  lua_settop(L, top);
+}
+
+/* The command named by the first word of line, by exact name or unique
+** prefix; NULL after saying what is wrong. */
+static const char *lookup(const char *word, size_t n) {
+  const char *found = NULL;
+  int i;
+  for (i = 0; n > 0 && repl_meta_names[i]; i++) {
+    if (strncmp(repl_meta_names[i], word, n) != 0) continue;
+    if (strlen(repl_meta_names[i]) == n) return repl_meta_names[i];
+    if (found) {
+      fprintf(stderr, "':%.*s' is ambiguous (try :help)\n", (int)n, word);
+      return NULL;
+    }
+    found = repl_meta_names[i];
+  }
+  if (found == NULL)
+    fprintf(stderr, "unknown command ':%.*s' (try :help)\n", (int)n, word);
+  return found;
+}
+
+void repl_meta(struct repl *r, const char *line) {
+  const char *word = line + 1, *arg, *cmd;
+  char buf[1024];
+  size_t n = strcspn(word, " \t"), an;
+  arg = word + n;
+  arg += strspn(arg, " \t");
+  an = strlen(arg);
+  while (an > 0 && (arg[an - 1] == ' ' || arg[an - 1] == '\t')) an--;
+  snprintf(buf, sizeof buf, "%.*s", (int)an, arg);
+  if ((cmd = lookup(word, n)) == NULL) return;
+  if (strcmp(cmd, "help") == 0) help(r, buf);
+  else if (strcmp(cmd, "load") == 0) load(r, buf);
+  else if (strcmp(cmd, "time") == 0) timing(r, buf);
+  else if (strcmp(cmd, "device") == 0) device(r);
+  else if (strcmp(cmd, "quit") == 0) r->quit = 1;
+  fflush(stdout);
+}

@@ -1,0 +1,68 @@
+/*
+** repl.h -- what the parts of the fuselab binary share: the running
+** session (colour, timing, where lines come from) and the protected call
+** every piece of user code goes through.
+**
+** main.c      options, modes (script, -e, -i, stdin), protected calls, Ctrl-C
+** loop.c      the read-eval-print loop: readline, continuation, auto-print
+** show.c      how results are printed
+** complete.c  Tab completion of globals, fields and methods
+** meta.c      the `:` commands and their help texts
+*/
+#ifndef REPL_H
+#define REPL_H
+
+#include <lua.h>
+
+/* One REPL session; lives in pmain's frame for the life of the loop. */
+struct repl {
+  lua_State *L;
+  int tty;            /* lines come through readline (stdin is a terminal) */
+  int colour;         /* stdout is a colour terminal and NO_COLOR is unset */
+  int colour_err;     /* the same for stderr */
+  int timing;         /* `:time on`: print the wall time of each line */
+  int quit;           /* `:quit` was typed: leave after this line */
+  char *history;      /* history file path (malloc'd), NULL when none */
+};
+
+/* ANSI sequences, used only when the colour fields above say so. */
+#define REPL_RED    "\033[31m"
+#define REPL_BOLD   "\033[1m"
+#define REPL_DIM    "\033[2m"
+#define REPL_RESET  "\033[0m"
+
+/* --- main.c ------------------------------------------------------------ */
+/* Call the function below narg arguments on L's stack, with a traceback
+** message handler and Ctrl-C turned into the Lua error "interrupted!".
+** Same contract as lua_pcall(L, narg, nres, <handler>). */
+int repl_docall(lua_State *L, int narg, int nres);
+/* When status is not LUA_OK, print the message on top of the stack to
+** stderr (red on a colour terminal) and pop it.  Returns status. */
+int repl_report(lua_State *L, int status, int colour);
+/* Seconds on a monotonic clock. */
+double repl_now(void);
+
+/* --- loop.c ------------------------------------------------------------ */
+/* Read, evaluate and print until end of input or `:quit`. */
+void repl_loop(struct repl *r);
+/* Where the history file lives: $XDG_STATE_HOME/fuselab/history, else
+** ~/.local/state/fuselab/history.  Malloc'd; NULL when neither is known. */
+char *repl_history_path(void);
+
+/* --- show.c ------------------------------------------------------------ */
+/* lua_CFunction: print its arguments, tab-separated, then a newline.
+** Called through repl_docall, as a __tostring may fail or loop. */
+int repl_print(lua_State *L);
+
+/* --- complete.c -------------------------------------------------------- */
+/* Hook Tab completion for the session's state into readline. */
+void repl_complete_init(lua_State *L);
+
+/* --- meta.c ------------------------------------------------------------ */
+/* Run the `:` command in line (which starts with ':'). */
+void repl_meta(struct repl *r, const char *line);
+/* NULL-terminated names of the commands and of the :help topics. */
+extern const char *const repl_meta_names[];
+extern const char *const repl_help_topics[];
+
+#endif

@@ -1,0 +1,181 @@
+#!/bin/sh
+# repl.sh -- the fuselab binary from the outside: the command-line modes
+# (script, -e, -i, stdin, --help, --version) here, the REPL on a terminal
+# through a pseudo-terminal in drive.py.  Prints TAP, the plan last.
+#
+# Env: FUSELAB  the built binary; FUSELAB_SRC  the source tree.
+# The terminal tests need Python 3 with pexpect (Debian: python3-pexpect).
+
+: "${FUSELAB:?FUSELAB must name the fuselab binary}"
+SRC=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+here=$SRC/tests/repl
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-repl.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
+n=0
+
+# check DESCRIPTION FUNCTION: ok when the function returns 0; what it
+# printed becomes TAP comments when it fails.
+check() {
+  n=$((n + 1))
+  if "$2" >"$tmp/why" 2>&1; then
+    echo "ok $n - $1"
+  else
+    echo "not ok $n - $1"
+    sed 's/^/# /' "$tmp/why"
+  fi
+}
+
+# run ARGS...: fuselab with stdin from $tmp/in (empty unless set), stdout
+# to $tmp/out, stderr to $tmp/err; sets $rc.
+run() {
+  [ -f "$tmp/in" ] || : >"$tmp/in"
+  "$FUSELAB" "$@" <"$tmp/in" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  rm -f "$tmp/in"
+}
+
+# has FILE TEXT: FILE holds TEXT (a fixed string); says what it held if not.
+has() {
+  grep -F -q -e "$2" "$1" && return 0
+  echo "expected '$2' in $(basename "$1"):"
+  cat "$1"
+  return 1
+}
+
+status() {
+  [ "$rc" -eq "$1" ] && return 0
+  echo "exit status $rc, expected $1"
+  echo "stderr:"; cat "$tmp/err"
+  return 1
+}
+
+t_version() {
+  want=$(sed -n 's/^AC_INIT(\[fuselab\], *\[\([^]]*\)\].*/\1/p' "$SRC/configure.ac")
+  run --version && status 0 && has "$tmp/out" "fuselab $want" &&
+    [ "$(wc -l <"$tmp/out")" -eq 1 ]
+}
+
+t_help() {
+  run --help && status 0 && has "$tmp/out" "usage: fuselab" &&
+    has "$tmp/out" "-e code" && has "$tmp/out" "fuselab/history" &&
+    has "$tmp/out" "NO_COLOR"
+}
+
+t_badopt() {
+  run --frobnicate; status 2 && has "$tmp/err" "unknown option '--frobnicate'"
+}
+
+t_e() {
+  run -e 'print(1+1)' -e 'print(fl ~= nil, nn == fl.nn, require("fuselab") == fl)' &&
+    status 0 && has "$tmp/out" "2" && has "$tmp/out" "true	true	true"
+}
+
+t_e_error() {
+  run -e 'local function f() error("boom") end f()'
+  status 1 && has "$tmp/err" "boom" && has "$tmp/err" "stack traceback:" &&
+    has "$tmp/err" "in local 'f'"
+}
+
+t_script_args() {
+  cat >"$tmp/s.lua" <<'EOF'
+print(select("#", ...), ...)
+print(arg[0]:match("s%.lua$") ~= nil, arg[1], arg[2], arg[-1] ~= nil)
+EOF
+  run "$tmp/s.lua" one "two words" && status 0 &&
+    has "$tmp/out" "2	one	two words" && has "$tmp/out" "true	one	two words	true"
+}
+
+t_script_error() {
+  printf 'local x = 1\nlocal function bad() error("script failed") end\nbad()\n' >"$tmp/e.lua"
+  run "$tmp/e.lua"
+  status 1 && has "$tmp/err" "fuselab: $tmp/e.lua:2: script failed" &&
+    has "$tmp/err" "stack traceback:"
+}
+
+t_script_missing() {
+  run "$tmp/no-such-file.lua"
+  status 1 && has "$tmp/err" "cannot open"
+}
+
+t_pipe() {
+  printf 'local a = 20\nprint(a + 22)\n' >"$tmp/in"
+  run && status 0 && has "$tmp/out" "42" || return 1
+  if grep -q -e 'fl> ' -e '\.\.> ' "$tmp/out" "$tmp/err"; then
+    echo "a prompt was printed for piped input"; return 1
+  fi
+}
+
+t_pipe_error() {
+  printf 'print("before")\nerror("piped")\nprint("after")\n' >"$tmp/in"
+  run; status 1 && has "$tmp/out" "before" && has "$tmp/err" "piped" || return 1
+  ! grep -q after "$tmp/out" || { echo "ran past the error"; return 1; }
+}
+
+t_dash() {
+  printf 'print("from stdin", ...)\n' >"$tmp/in"
+  run - x y && status 0 && has "$tmp/out" "from stdin	x	y"
+}
+
+t_dash_syntax() {
+  printf 'print(1\n' >"$tmp/in"
+  run -; status 1 && has "$tmp/err" "stdin:"
+}
+
+t_i_piped() {
+  # -i with a pipe: line by line like the REPL, without prompts
+  printf '1+1\nfunction f(a)\n  return a * 3\nend\nf(14)\nerror("oops")\n"still", "here";\n"still", "here"\n:frob\n{3, 4, n = "x", {5}}\n' >"$tmp/in"
+  run -i && status 0 && has "$tmp/out" "2" && has "$tmp/out" "42" &&
+    has "$tmp/out" '{3, 4, {5}, n = "x"}' &&
+    has "$tmp/out" "still	here" && has "$tmp/err" "oops" &&
+    has "$tmp/err" "unknown command ':frob'" || return 1
+  [ "$(grep -c still "$tmp/out")" -eq 1 ] || { echo "; did not suppress"; return 1; }
+  if grep -q -e 'fl> ' -e '\.\.> ' "$tmp/out"; then echo "prompt printed"; return 1; fi
+}
+
+t_no_colour_pipe() {
+  # not a terminal: never colour, even with an error
+  printf 'error("x")\n' >"$tmp/in"
+  run -i
+  if grep -q "$(printf '\033')" "$tmp/out" "$tmp/err"; then
+    echo "escape codes written to a pipe"; return 1
+  fi
+}
+
+check "--version prints the configured version" t_version
+check "--help describes options, history file and NO_COLOR" t_help
+check "an unknown option exits 2 with a message" t_badopt
+check "-e runs code; fl, nn = fl.nn and require \"fuselab\" are set" t_e
+check "-e error: traceback on stderr, exit 1" t_e_error
+check "script with args: arg table and ..." t_script_args
+check "script error: message, traceback, exit 1" t_script_error
+check "missing script: exit 1" t_script_missing
+check "piped stdin runs as a script, no prompts" t_pipe
+check "piped stdin error: exit 1, nothing after it runs" t_pipe_error
+check "- reads the script from stdin, with args" t_dash
+check "- with a syntax error exits 1" t_dash_syntax
+check "-i with piped input: REPL semantics, tables spelt out, no prompts" t_i_piped
+check "no colour codes written to pipes" t_no_colour_pipe
+
+# the terminal tests, numbered on from here
+py=
+for p in /usr/bin/python3 python3; do
+  if "$p" -c 'import pexpect' >/dev/null 2>&1; then py=$p; break; fi
+done
+[ -n "$py" ] || py=$(command -v python3 || true)
+if [ -n "$py" ]; then
+  "$py" "$here/drive.py" $((n + 1)) >"$tmp/tap" 2>&1
+  sed -n '/^\(not \)\{0,1\}ok /p; /^#/p' "$tmp/tap"
+  # anything else (a crash in the driver itself) fails the run
+  if grep -v -q -e '^ok ' -e '^not ok ' -e '^#' "$tmp/tap"; then
+    n=$((n + $(grep -c -e '^ok ' -e '^not ok ' "$tmp/tap") + 1))
+    echo "not ok $n - drive.py ran cleanly"
+    grep -v -e '^ok ' -e '^not ok ' -e '^#' "$tmp/tap" | sed 's/^/# /'
+  else
+    n=$((n + $(grep -c -e '^ok ' -e '^not ok ' "$tmp/tap")))
+  fi
+else
+  n=$((n + 1))
+  echo "ok $n # SKIP python3 missing: terminal tests not run"
+fi
+echo "1..$n"
