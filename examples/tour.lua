@@ -10,8 +10,8 @@ end
 
 section("1. Tensors")
 fl.manual_seed(0)
-local x = fl.tensor{{1, 2, 3}, {4, 5, 6}}
-print("x = fl.tensor{{1,2,3},{4,5,6}}")
+local x = fl.tensor{{1.0, 2, 3}, {4, 5, 6}}
+print("x = fl.tensor{{1.0,2,3},{4,5,6}}   (a float anywhere makes it float32)")
 print(x)
 print("x.shape = {" .. table.concat(x.shape, ", ") .. "}, dtype " .. x.dtype)
 local r = fl.randn(2, 3)

@@ -1,0 +1,91 @@
+/*
+** lfl.h -- the Lua bindings of fuselab: the `fl` table and the fl.Tensor
+** userdata.  This is the only layer (with repl/) that includes lua.h; it
+** turns the core's status codes and error records into Lua errors, after
+** every C temporary has been released (temporaries here are userdata, so
+** the collector releases them).
+**
+** Conventions at the Lua surface:
+**   - dimension and position arguments are 1-based; negative ones count
+**     from the end (-1 is the last); 0 is never a valid dimension;
+**   - values stored in tensors (argmax results, embedding indices) are
+**     0-based, as in PyTorch, so data moves to and from NumPy unchanged.
+*/
+#ifndef LFL_H
+#define LFL_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "graph/op.h"
+
+#define LFL_TENSOR "fl.Tensor"   /* metatable name (also __name) */
+
+int luaopen_fuselab(lua_State *L);
+
+/* --- the tensor userdata (lfl_tensor.c) ------------------------------- */
+/* The fl_tensor at stack index idx, or a Lua argument error. */
+fl_tensor *lfl_checktensor(lua_State *L, int idx);
+/* The fl_tensor at idx, or NULL when the value is not an fl.Tensor. */
+fl_tensor *lfl_totensor(lua_State *L, int idx);
+#define lfl_istensor(L, idx) (lfl_totensor((L), (idx)) != NULL)
+/* Push a new, empty (no storage) tensor userdata and return its slot; the
+** caller fills it (ten_empty, eager_apply, npy_load...).  The userdata
+** exists before the resource, so a failure in between leaks nothing. */
+fl_tensor *lfl_newtensor(lua_State *L);
+/* Push a new contiguous tensor with metadata m (zero-filled); raises
+** (naming what and the size) when the size is invalid or too large. */
+fl_tensor *lfl_pushempty(lua_State *L, const fl_meta *m, const char *what);
+/* Count n bytes of new storage held outside the Lua heap; collects when
+** enough has been allocated, so loops dropping large tensors stay bounded. */
+void lfl_account(lua_State *L, size_t n);
+/* A full collection after an allocation failure, before one retry. */
+void lfl_collect(lua_State *L);
+/* Push a Lua number as a wrapped 0-dim tensor: an integer becomes int64, a
+** float float32, with meta.wrapped set (weakest in type promotion). */
+fl_tensor *lfl_pushscalar(lua_State *L, int idx);
+/* The tensor at idx, or a wrapped scalar pushed for a number at idx. */
+fl_tensor *lfl_checkoperand(lua_State *L, int idx);
+/* Fill the metatable at meta (__gc, __index...) and the method table at
+** methods with the tensor's own methods (queries, to, in-place ops). */
+void lfl_open_tensor(lua_State *L, int meta, int methods);
+/* Push t's shape as a Lua array (x.shape). */
+void lfl_pushshape(lua_State *L, const fl_tensor *t);
+
+/* --- ops (lfl_ops.c) -------------------------------------------------- */
+/* THE dispatch point: every op invoked from Lua runs here.  Pushes the
+** result as a new userdata (1 returned) or raises the core's message.
+** The inputs must be anchored on the Lua stack for the call. */
+int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
+                 int nin, const op_attrs *a);
+/* Register every op binding: methods into the table at index `methods`,
+** function forms into the table at index `lib`, operators (__add...) into
+** the metatable at index `meta`. */
+void lfl_open_ops(lua_State *L, int meta, int methods, int lib);
+
+/* --- shared argument helpers (lfl_lib.c) ------------------------------ */
+/* The type name for messages: "fl.Tensor" for tensors, else Lua's. */
+const char *lfl_typename(lua_State *L, int idx);
+/* Raise e's message, prefixed with "what: " unless it already names it. */
+int lfl_raise(lua_State *L, const char *what, const fl_err *e);
+/* Convert a 1-based (or negative) Lua dimension for an ndim-d tensor to
+** 0-based; raises "<what>: dim 3 out of range for a 2-d tensor ...". */
+int lfl_dim(lua_State *L, lua_Integer d, int ndim, const char *what);
+/* The dim argument at idx (must be an integer-valued number). */
+int lfl_checkdim(lua_State *L, int idx, int ndim, const char *what);
+/* Sizes given as varargs from idx (numbers) or one table at idx; stops at
+** the first non-number.  Returns the count and sets *next to the first
+** argument not consumed.  Non-integers and too many dims raise. */
+int lfl_sizes(lua_State *L, int idx, int64_t *sizes, int *next,
+              const char *what);
+/* Options {dtype=, device=} from a table at idx (absent: defaults kept). */
+void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
+                 const char *what);
+/* Raise unless device can hold tensors in this build ("no CUDA device"). */
+void lfl_checkdevice(lua_State *L, fl_device dev, const char *what);
+/* Raise "<what>: unknown option 'x' (expected a, b)" when the table at idx
+** has a key not in the NULL-terminated list allowed (catches typos). */
+void lfl_checkkeys(lua_State *L, int idx, const char *const *allowed,
+                   const char *what);
+
+#endif

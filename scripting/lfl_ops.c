@@ -1,0 +1,718 @@
+/*
+** lfl_ops.c -- every op reachable from Lua, and the one point they all go
+** through: lfl_dispatch.  Capture (tracing Lua into a graph) will hook in
+** there and nowhere else, so no binding may run a kernel by another road.
+** Bindings differ only in how Lua arguments become inputs and attributes;
+** which binding an op gets is read from the op table itself (kind and
+** arity), so a new elementwise row in ops.def appears in Lua as x:name()
+** and fl.name(x) with no code here.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/eager.h"
+
+/* ---------------------------------------------------------------------- */
+/* THE dispatch point                                                     */
+/* ---------------------------------------------------------------------- */
+
+int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
+                 int nin, const op_attrs *a) {
+  fl_err e;
+  fl_tensor *out;
+  int rc;
+  while (nin > 1 && in[nin - 1] == NULL) nin--;   /* absent optional inputs */
+  err_clear(&e);
+  out = lfl_newtensor(L);            /* owns the result from the start */
+  rc = eager_apply(op, in, nin, a, out, &e);
+  if (rc == FL_ENOMEM) {
+    lfl_collect(L);                  /* garbage may hold the memory */
+    err_clear(&e);
+    rc = eager_apply(op, in, nin, a, out, &e);
+  }
+  if (rc != FL_OK) return lfl_raise(L, op_name(op), &e);
+  if (out->st && out->st->refs == 1)  /* new storage, not a view */
+    lfl_account(L, out->st->nbytes);
+  return 1;
+}
+
+/* The op a binding closure was registered for. */
+static fl_op upop(lua_State *L) {
+  return (fl_op)lua_tointeger(L, lua_upvalueindex(1));
+}
+
+/* nil -> NULL, else a tensor (optional inputs: bias, weight...). */
+static const fl_tensor *opt_tensor(lua_State *L, int idx) {
+  return lua_isnoneornil(L, idx) ? NULL : lfl_checktensor(L, idx);
+}
+
+/* A number, or nil for dflt; a message naming op and role otherwise. */
+static double opt_number(lua_State *L, int idx, double dflt, const char *what,
+                         const char *role) {
+  if (lua_isnoneornil(L, idx)) return dflt;
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "%s: %s must be a number, got %s", what, role,
+               lfl_typename(L, idx));
+  return (double)lua_tonumber(L, idx);
+}
+
+/* ---------------------------------------------------------------------- */
+/* elementwise                                                            */
+/* ---------------------------------------------------------------------- */
+
+/* x:exp(), fl.exp(x), -x; also contiguous(). */
+static int b_unary(lua_State *L) {
+  fl_op op = upop(L);
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(op, &a);
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+/* x:add(y), fl.add(2, x), x + 1: numbers on either side become wrapped
+** 0-dim tensors, so type promotion follows PyTorch's. */
+static int b_binary(lua_State *L) {
+  fl_op op = upop(L);
+  const fl_tensor *in[2];
+  op_attrs a;
+  lua_settop(L, 2);
+  if (lua_type(L, 1) == LUA_TNUMBER && lua_type(L, 2) == LUA_TNUMBER)
+    return luaL_error(L, "%s: expected at least one fl.Tensor, got two "
+                      "numbers", op_name(op));
+  in[0] = lfl_checkoperand(L, 1);
+  in[1] = lfl_checkoperand(L, 2);
+  op_attrs_init(op, &a);
+  return lfl_dispatch(L, op, in, 2, &a);
+}
+
+/* fl.where(cond, a, b); a and b may be numbers. */
+static int b_where(lua_State *L) {
+  const fl_tensor *in[3];
+  op_attrs a;
+  lua_settop(L, 3);
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checkoperand(L, 2);
+  in[2] = lfl_checkoperand(L, 3);
+  op_attrs_init(OP_WHERE, &a);
+  return lfl_dispatch(L, OP_WHERE, in, 3, &a);
+}
+
+/* x:clamp(lo, hi) with either nil, or x:clamp{min=, max=}. */
+static int b_clamp(lua_State *L) {
+  static const char *const keys[] = {"min", "max", NULL};
+  const fl_tensor *in[1];
+  op_attrs a;
+  int given = 0;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_CLAMP, &a);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lfl_checkkeys(L, 2, keys, "clamp");
+    lua_settop(L, 2);
+    lua_getfield(L, 2, "min");
+    lua_getfield(L, 2, "max");
+    lua_copy(L, 3, 2);                 /* now as clamp(min, max) */
+    lua_copy(L, 4, 3);
+    lua_settop(L, 3);
+  }
+  if (!lua_isnoneornil(L, 2)) { a.f[0] = opt_number(L, 2, 0, "clamp", "min"); given = 1; }
+  if (!lua_isnoneornil(L, 3)) { a.f[1] = opt_number(L, 3, 0, "clamp", "max"); given = 1; }
+  if (!given)
+    return luaL_error(L, "clamp: expected min and/or max (x:clamp(lo, hi) or "
+                      "x:clamp{min=, max=})");
+  return lfl_dispatch(L, OP_CLAMP, in, 1, &a);
+}
+
+/* x:gelu() is the exact erf form; x:gelu{approximate="tanh"} (or
+** x:gelu("tanh")) the tanh approximation, a row of its own. */
+static int b_gelu(lua_State *L) {
+  static const char *const keys[] = {"approximate", NULL};
+  const fl_tensor *in[1];
+  const char *mode = "none";
+  fl_op op = OP_GELU;
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lfl_checkkeys(L, 2, keys, "gelu");
+    lua_getfield(L, 2, "approximate");
+    lua_replace(L, 2);
+  }
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TSTRING)
+      return luaL_error(L, "gelu: approximate must be \"none\" or \"tanh\", "
+                        "got %s", lfl_typename(L, 2));
+    mode = lua_tostring(L, 2);
+  }
+  if (strcmp(mode, "tanh") == 0) op = OP_GELU_TANH;
+  else if (strcmp(mode, "none") != 0)
+    return luaL_error(L, "gelu: approximate must be \"none\" or \"tanh\", "
+                      "not \"%s\"", mode);
+  op_attrs_init(op, &a);
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+/* ---------------------------------------------------------------------- */
+/* reductions and composites                                              */
+/* ---------------------------------------------------------------------- */
+
+static int cmp_i64(const void *p, const void *q) {
+  int64_t a = *(const int64_t *)p, b = *(const int64_t *)q;
+  return (a > b) - (a < b);
+}
+
+/* A dim (number) or dims (table) at idx into a->dims, 0-based, sorted. */
+static void read_dims(lua_State *L, int idx, const fl_tensor *x, op_attrs *a,
+                      const char *what) {
+  int i, n = 0;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    a->dims[n++] = lfl_checkdim(L, idx, x->m.ndim, what);
+  } else if (lua_type(L, idx) == LUA_TTABLE) {
+    lua_Unsigned len = lua_rawlen(L, idx);
+    if (len > FL_MAX_DIMS)
+      luaL_error(L, "%s: at most %d dims, got %d", what, FL_MAX_DIMS,
+                 (int)(len > 1000000 ? 1000000 : len));
+    for (i = 1; i <= (int)len; i++) {
+      lua_rawgeti(L, idx, i);
+      a->dims[n++] = lfl_checkdim(L, lua_gettop(L), x->m.ndim, what);
+      lua_pop(L, 1);
+    }
+  } else {
+    luaL_error(L, "%s: dim must be a number or a table of numbers, got %s",
+               what, lfl_typename(L, idx));
+  }
+  qsort(a->dims, (size_t)n, sizeof a->dims[0], cmp_i64);
+  for (i = 1; i < n; i++)
+    if (a->dims[i] == a->dims[i - 1])
+      luaL_error(L, "%s: dim %d appears more than once", what,
+                 (int)a->dims[i] + 1);
+  /* a 0-d tensor accepts dim 1/-1 (lfl_dim): reducing "it" is all of it */
+  a->ndims = x->m.ndim == 0 ? 0 : n;
+}
+
+/* x:sum(), x:sum(2), x:sum({1,2}, true), x:var(1, {correction=0}),
+** x:mean{dim=-1, keepdim=true}: dim, keepdim and options in that order,
+** each optional. */
+static int b_reduce(lua_State *L) {
+  static const char *const keys[] = {"dim", "keepdim", NULL};
+  static const char *const var_keys[] = {"dim", "keepdim", "correction",
+                                         "unbiased", NULL};
+  fl_op op = upop(L);
+  const char *what = op_name(op);
+  const fl_tensor *in[1];
+  op_attrs a;
+  int i, top = lua_gettop(L), have_dim = 0;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(op, &a);
+  for (i = 2; i <= top; i++) {
+    int ty = lua_type(L, i);
+    if (ty == LUA_TNIL) continue;
+    if (ty == LUA_TNUMBER || (ty == LUA_TTABLE && lua_rawlen(L, i) > 0)) {
+      if (have_dim) return luaL_error(L, "%s: dim given twice", what);
+      read_dims(L, i, in[0], &a, what);
+      have_dim = 1;
+    } else if (ty == LUA_TBOOLEAN) {
+      a.keepdim = lua_toboolean(L, i);
+    } else if (ty == LUA_TTABLE) {
+      lfl_checkkeys(L, i, op == OP_VAR ? var_keys : keys, what);
+      if (lua_getfield(L, i, "dim") != LUA_TNIL) {
+        if (have_dim) return luaL_error(L, "%s: dim given twice", what);
+        read_dims(L, -1, in[0], &a, what);
+        have_dim = 1;
+      }
+      if (lua_getfield(L, i, "keepdim") != LUA_TNIL)
+        a.keepdim = lua_toboolean(L, -1);
+      if (lua_getfield(L, i, "correction") != LUA_TNIL)
+        a.f[0] = opt_number(L, -1, 1, what, "correction");
+      if (lua_getfield(L, i, "unbiased") != LUA_TNIL)
+        a.f[0] = lua_toboolean(L, -1) ? 1 : 0;
+      lua_pop(L, 4);
+    } else {
+      return luaL_typeerror(L, i, "dim, keepdim or options table");
+    }
+  }
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+/* x:softmax(dim), x:log_softmax(dim): dim is required, as in PyTorch. */
+static int b_softmax(lua_State *L) {
+  fl_op op = upop(L);
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(op, &a);
+  if (lua_isnoneornil(L, 2))
+    return luaL_error(L, "%s: expected a dim (-1 for the last)", op_name(op));
+  a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, op_name(op));
+  if (in[0]->m.ndim == 0) a.i[0] = 0;
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+/* The normalized shape of layer_norm/rms_norm (a size or a table of
+** trailing sizes) must be x's last dims; the core only sees the count. */
+static int norm_shape(lua_State *L, int idx, const fl_tensor *x,
+                      const char *what) {
+  int64_t s[FL_MAX_DIMS];
+  int i, n, next;
+  char b1[128], b2[128];
+  fl_meta nm;
+  if (lua_type(L, idx) != LUA_TNUMBER && lua_type(L, idx) != LUA_TTABLE)
+    return luaL_error(L, "%s: normalized shape must be a size or a table of "
+                      "sizes, got %s", what, lfl_typename(L, idx));
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, 1);
+    lua_replace(L, idx);
+  }
+  if (x->m.ndim == 0)
+    return luaL_error(L, "%s: cannot normalize a 0-d input", what);
+  n = lfl_sizes(L, idx, s, &next, what);
+  memset(&nm, 0, sizeof nm);
+  nm.ndim = n;
+  memcpy(nm.shape, s, sizeof s);
+  if (n < 1 || n > x->m.ndim)
+    return luaL_error(L, "%s: normalized shape %s does not fit input %s "
+                      "(expected 1 to %d trailing sizes)", what,
+                      meta_shape_str(&nm, b1, sizeof b1),
+                      meta_shape_str(&x->m, b2, sizeof b2), x->m.ndim);
+  for (i = 0; i < n; i++)
+    if (s[i] != x->m.shape[x->m.ndim - n + i])
+      return luaL_error(L, "%s: normalized shape %s does not match the "
+                        "trailing dims of input %s", what,
+                        meta_shape_str(&nm, b1, sizeof b1),
+                        meta_shape_str(&x->m, b2, sizeof b2));
+  return n;
+}
+
+/* x:layer_norm(shape [, w [, b [, eps]]]) */
+static int b_layer_norm(lua_State *L) {
+  const fl_tensor *in[3];
+  op_attrs a;
+  op_attrs_init(OP_LAYER_NORM, &a);
+  lua_settop(L, 5);
+  in[0] = lfl_checktensor(L, 1);
+  a.i[0] = norm_shape(L, 2, in[0], "layer_norm");
+  in[1] = opt_tensor(L, 3);
+  in[2] = opt_tensor(L, 4);
+  a.f[0] = opt_number(L, 5, a.f[0], "layer_norm", "eps");
+  return lfl_dispatch(L, OP_LAYER_NORM, in, 3, &a);
+}
+
+/* x:rms_norm(shape [, w [, eps]]) */
+static int b_rms_norm(lua_State *L) {
+  const fl_tensor *in[2];
+  op_attrs a;
+  op_attrs_init(OP_RMS_NORM, &a);
+  lua_settop(L, 4);
+  in[0] = lfl_checktensor(L, 1);
+  a.i[0] = norm_shape(L, 2, in[0], "rms_norm");
+  in[1] = opt_tensor(L, 3);
+  a.f[0] = opt_number(L, 4, a.f[0], "rms_norm", "eps");
+  return lfl_dispatch(L, OP_RMS_NORM, in, 2, &a);
+}
+
+/* ---------------------------------------------------------------------- */
+/* linear algebra, vision, lookup                                          */
+/* ---------------------------------------------------------------------- */
+
+static int b_matmul(lua_State *L) {
+  const fl_tensor *in[2];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  op_attrs_init(OP_MATMUL, &a);
+  return lfl_dispatch(L, OP_MATMUL, in, 2, &a);
+}
+
+/* fl.linear(x, w [, b]): x @ w^T + b, w is [out, in] */
+static int b_linear(lua_State *L) {
+  const fl_tensor *in[3];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  in[2] = opt_tensor(L, 3);
+  op_attrs_init(OP_LINEAR, &a);
+  return lfl_dispatch(L, OP_LINEAR, in, 3, &a);
+}
+
+/* fl.embedding(idx, weight): rows of weight at the (0-based) indices */
+static int b_embedding(lua_State *L) {
+  const fl_tensor *in[2];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  op_attrs_init(OP_EMBEDDING, &a);
+  return lfl_dispatch(L, OP_EMBEDDING, in, 2, &a);
+}
+
+/* An (h, w) pair from field `key` of the options table at idx: a number
+** for both or a table {h, w}; dflt when absent.  min is the least value
+** allowed (stride and kernel 1, padding 0). */
+static void pair_field(lua_State *L, int idx, const char *key, int64_t *out,
+                       const int64_t *dflt, int64_t min, const char *what) {
+  int i, ty;
+  if (idx == 0) lua_pushnil(L);
+  else lua_getfield(L, idx, key);
+  ty = lua_type(L, -1);
+  out[0] = dflt[0];
+  out[1] = dflt[1];
+  if (ty == LUA_TNUMBER) {
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, -1);
+  } else if (ty == LUA_TTABLE && lua_rawlen(L, -1) == 2) {
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+  } else if (ty != LUA_TNIL) {
+    luaL_error(L, "%s: %s must be a number or a pair {h, w}, got %s", what,
+               key, ty == LUA_TTABLE ? "a table of another length"
+                                     : lfl_typename(L, -1));
+  }
+  if (ty != LUA_TNIL) {
+    for (i = 0; i < 2; i++) {
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -2 + i, &ok);
+      if (!ok)
+        luaL_error(L, "%s: %s must be integers, got %s", what, key,
+                   lua_type(L, -2 + i) == LUA_TNUMBER ? lua_tostring(L, -2 + i)
+                                                      : lfl_typename(L, -2 + i));
+      if (v < min)
+        luaL_error(L, "%s: %s must be >= %d, got %I", what, key, (int)min, v);
+      out[i] = (int64_t)v;
+    }
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+}
+
+static int opts_index(lua_State *L, int idx, const char *const *keys,
+                      const char *what) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  if (lua_type(L, idx) != LUA_TTABLE || lfl_istensor(L, idx))
+    luaL_typeerror(L, idx, "options table");
+  lfl_checkkeys(L, idx, keys, what);
+  return idx;
+}
+
+/* fl.conv2d(x, w [, b] [, {stride=, padding=}]); the options may stand
+** in the bias slot. */
+static int b_conv2d(lua_State *L) {
+  static const char *const keys[] = {"stride", "padding", NULL};
+  static const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  const fl_tensor *in[3];
+  op_attrs a;
+  int o;
+  lua_settop(L, 4);
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  if (lua_type(L, 3) == LUA_TTABLE) {     /* fl.conv2d(x, w, {stride=2}) */
+    lua_pushvalue(L, 3);
+    lua_replace(L, 4);
+    lua_pushnil(L);
+    lua_replace(L, 3);
+  }
+  in[2] = opt_tensor(L, 3);
+  op_attrs_init(OP_CONV2D, &a);
+  o = opts_index(L, 4, keys, "conv2d");
+  pair_field(L, o, "stride", &a.i[0], one, 1, "conv2d");
+  pair_field(L, o, "padding", &a.i[2], zero, 0, "conv2d");
+  return lfl_dispatch(L, OP_CONV2D, in, 3, &a);
+}
+
+/* x:max_pool2d(k [, {stride=, padding=}]), stride defaulting to k. */
+static int b_pool(lua_State *L) {
+  static const char *const keys[] = {"stride", "padding", NULL};
+  static const int64_t zero[2] = {0, 0};
+  fl_op op = upop(L);
+  const char *what = op_name(op);
+  const fl_tensor *in[1];
+  int64_t k[2];
+  op_attrs a;
+  int o;
+  lua_settop(L, 3);
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(op, &a);
+  if (lua_isnil(L, 2))
+    return luaL_error(L, "%s: expected a kernel size", what);
+  /* the kernel size reads like an option: move it into a table */
+  lua_createtable(L, 0, 1);
+  lua_pushvalue(L, 2);
+  lua_setfield(L, -2, "kernel size");
+  pair_field(L, lua_gettop(L), "kernel size", k, zero, 1, what);
+  lua_pop(L, 1);
+  a.i[0] = k[0];
+  a.i[1] = k[1];
+  o = opts_index(L, 3, keys, what);
+  pair_field(L, o, "stride", &a.i[2], k, 1, what);
+  pair_field(L, o, "padding", &a.i[4], zero, 0, what);
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+/* fl.batch_norm(x, mean, var [, w [, b [, eps]]]), inference form. */
+static int b_batch_norm(lua_State *L) {
+  const fl_tensor *in[5];
+  op_attrs a;
+  op_attrs_init(OP_BATCH_NORM, &a);
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  in[2] = lfl_checktensor(L, 3);
+  lua_settop(L, 6);
+  in[3] = opt_tensor(L, 4);
+  in[4] = opt_tensor(L, 5);
+  a.f[0] = opt_number(L, 6, a.f[0], "batch_norm", "eps");
+  return lfl_dispatch(L, OP_BATCH_NORM, in, 5, &a);
+}
+
+/* ---------------------------------------------------------------------- */
+/* views and data movement                                                */
+/* ---------------------------------------------------------------------- */
+
+/* x:reshape(2, -1), x:view{2, 3}, x:expand(4, -1): the target shape. */
+static int b_shape(lua_State *L) {
+  fl_op op = upop(L);
+  const fl_tensor *in[1];
+  op_attrs a;
+  int next;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(op, &a);
+  a.ndims = lfl_sizes(L, 2, a.dims, &next, op_name(op));
+  if (!lua_isnone(L, next))
+    return luaL_typeerror(L, next, "size");
+  return lfl_dispatch(L, op, in, 1, &a);
+}
+
+static int b_transpose(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_TRANSPOSE, &a);
+  a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "transpose");
+  a.i[1] = lfl_checkdim(L, 3, in[0]->m.ndim, "transpose");
+  return lfl_dispatch(L, OP_TRANSPOSE, in, 1, &a);
+}
+
+/* x:permute(2, 1, 3) or x:permute{2, 1, 3}: 1-based source dims. */
+static int b_permute(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  int i, n, next;
+  int64_t d[FL_MAX_DIMS];
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_PERMUTE, &a);
+  n = lfl_sizes(L, 2, d, &next, "permute");
+  if (!lua_isnone(L, next)) return luaL_typeerror(L, next, "dim");
+  for (i = 0; i < n; i++)
+    a.dims[i] = lfl_dim(L, (lua_Integer)d[i], in[0]->m.ndim, "permute");
+  a.ndims = n;
+  return lfl_dispatch(L, OP_PERMUTE, in, 1, &a);
+}
+
+/* x:unsqueeze(d): the new dim's position in the result, so an n-d tensor
+** takes 1..n+1 (or -(n+1)..-1; -1 appends). */
+static int b_unsqueeze(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  int n;
+  lua_Integer d;
+  in[0] = lfl_checktensor(L, 1);
+  n = in[0]->m.ndim + 1;
+  op_attrs_init(OP_UNSQUEEZE, &a);
+  d = luaL_checkinteger(L, 2);
+  if (d == 0)
+    return luaL_error(L, "unsqueeze: dim 0 is invalid: dims count from 1 "
+                      "(expected 1..%d or -%d..-1)", n, n);
+  if (d > n || d < -n)
+    return luaL_error(L, "unsqueeze: dim %I out of range for a %d-d tensor "
+                      "(expected 1..%d or -%d..-1)", d, n - 1, n, n);
+  a.i[0] = d > 0 ? d - 1 : n + d;
+  return lfl_dispatch(L, OP_UNSQUEEZE, in, 1, &a);
+}
+
+/* x:squeeze() drops every size-1 dim, x:squeeze(d) only d. */
+static int b_squeeze(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_SQUEEZE, &a);
+  if (!lua_isnoneornil(L, 2)) {
+    a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "squeeze");
+    a.i[1] = in[0]->m.ndim > 0;
+  }
+  return lfl_dispatch(L, OP_SQUEEZE, in, 1, &a);
+}
+
+/* x:narrow(dim, start, length): start is 1-based as in Torch7 (negative
+** counts from the end); the core checks start + length against the size. */
+static int b_narrow(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  lua_Integer start, size, len;
+  int d;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_NARROW, &a);
+  d = lfl_checkdim(L, 2, in[0]->m.ndim, "narrow");
+  size = in[0]->m.ndim ? in[0]->m.shape[d] : 1;
+  start = luaL_checkinteger(L, 3);
+  if (start < 0 && start >= -size) start += size + 1;
+  if (start < 1 || start > size + 1)
+    return luaL_error(L, "narrow: start %I out of range for dim %d of size "
+                      "%I (expected 1..%I or -%I..-1)", luaL_checkinteger(L, 3),
+                      d + 1, size, size, size);
+  len = luaL_checkinteger(L, 4);
+  if (len < 0 || len > size - (start - 1))   /* said here: start 1-based */
+    return luaL_error(L, "narrow: length %I from start %I runs past the end "
+                      "of dim %d (size %I)", len, start, d + 1, size);
+  a.i[0] = d;
+  a.i[1] = start - 1;
+  a.i[2] = len;
+  return lfl_dispatch(L, OP_NARROW, in, 1, &a);
+}
+
+/* Sizes must agree off the cat dim; checked here too so the message
+** counts dims from 1 like every other Lua message. */
+static void cat_check(lua_State *L, const fl_tensor *x, const fl_tensor *t,
+                      int dim, lua_Integer k) {
+  char s0[128], s1[128];
+  int d;
+  if (t->m.ndim != x->m.ndim) return;    /* the core says which */
+  for (d = 0; d < x->m.ndim; d++)
+    if (d != dim && t->m.shape[d] != x->m.shape[d])
+      luaL_error(L, "cat: sizes must match except in dim %d: tensor 1 is %s, "
+                 "tensor %I is %s", dim + 1, meta_shape_str(&x->m, s0, sizeof s0),
+                 k, meta_shape_str(&t->m, s1, sizeof s1));
+}
+
+/* fl.cat({a, b, ...} [, dim]): dim defaults to 1.  Longer lists than one
+** op row takes are joined in chunks. */
+static int b_cat(lua_State *L) {
+  enum { MAXIN = 64 };
+  const fl_tensor *in[MAXIN], *first = NULL;
+  op_attrs a;
+  lua_Integer n, i;
+  int k = 0;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  n = (lua_Integer)lua_rawlen(L, 1);
+  if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
+  op_attrs_init(OP_CAT, &a);
+  lua_settop(L, 2);
+  for (i = 1; i <= n; i++) {
+    fl_tensor *t;
+    lua_rawgeti(L, 1, i);
+    if ((t = lfl_totensor(L, -1)) == NULL)
+      return luaL_error(L, "cat: element %I is a %s, expected fl.Tensor", i,
+                        lfl_typename(L, -1));
+    lua_pop(L, 1);                   /* the list keeps it alive */
+    if (i == 1) {
+      first = t;
+      a.i[0] = lua_isnil(L, 2) ? 0 : lfl_checkdim(L, 2, t->m.ndim, "cat");
+    } else {
+      cat_check(L, first, t, (int)a.i[0], i);
+    }
+    if (k == MAXIN) {                /* join what we have, carry it on */
+      lfl_dispatch(L, OP_CAT, in, k, &a);
+      in[0] = lfl_totensor(L, -1);
+      k = 1;
+    }
+    in[k++] = t;
+  }
+  return lfl_dispatch(L, OP_CAT, in, k, &a);
+}
+
+/* ---------------------------------------------------------------------- */
+/* registration: which binding each op row gets                           */
+/* ---------------------------------------------------------------------- */
+
+enum { METHOD = 1, FUNC = 2, BOTH = 3 };
+
+/* Ops whose Lua form is not the generic one for their kind.  fn NULL:
+** reached another way (x:to in lfl_tensor.c, gelu_tanh via gelu). */
+static const struct binding {
+  fl_op op;
+  lua_CFunction fn;
+  int where;
+} special[] = {
+  {OP_TO, NULL, 0},
+  {OP_GELU, b_gelu, BOTH},
+  {OP_GELU_TANH, NULL, 0},
+  {OP_CLAMP, b_clamp, BOTH},
+  {OP_WHERE, b_where, FUNC},
+  {OP_SOFTMAX, b_softmax, BOTH},
+  {OP_LOG_SOFTMAX, b_softmax, BOTH},
+  {OP_LAYER_NORM, b_layer_norm, BOTH},
+  {OP_RMS_NORM, b_rms_norm, BOTH},
+  {OP_MATMUL, b_matmul, BOTH},
+  {OP_LINEAR, b_linear, FUNC},
+  {OP_CONV2D, b_conv2d, FUNC},
+  {OP_RESHAPE, b_shape, BOTH},
+  {OP_VIEW, b_shape, BOTH},
+  {OP_EXPAND, b_shape, BOTH},
+  {OP_TRANSPOSE, b_transpose, BOTH},
+  {OP_PERMUTE, b_permute, BOTH},
+  {OP_UNSQUEEZE, b_unsqueeze, BOTH},
+  {OP_SQUEEZE, b_squeeze, BOTH},
+  {OP_NARROW, b_narrow, BOTH},
+  {OP_CONTIGUOUS, b_unary, BOTH},
+  {OP_CAT, b_cat, FUNC},
+  {OP_EMBEDDING, b_embedding, FUNC},
+  {OP_MAX_POOL2D, b_pool, BOTH},
+  {OP_AVG_POOL2D, b_pool, BOTH},
+  {OP_BATCH_NORM, b_batch_norm, FUNC},
+};
+
+/* Lua operators: numbers broadcast on either side through b_binary. */
+static const struct { const char *event; fl_op op; } operators[] = {
+  {"__add", OP_ADD}, {"__sub", OP_SUB}, {"__mul", OP_MUL},
+  {"__div", OP_DIV}, {"__pow", OP_POW}, {"__unm", OP_NEG},
+};
+
+static const struct binding *find_special(fl_op op) {
+  size_t i;
+  for (i = 0; i < sizeof special / sizeof special[0]; i++)
+    if (special[i].op == op) return &special[i];
+  return NULL;
+}
+
+/* The generic binding an op's kind and arity call for. */
+static struct binding generic(fl_op op) {
+  const op_info *oi = op_info_of(op);
+  struct binding b = {op, NULL, BOTH};
+  if (oi->kind == OPK_ELEMWISE && oi->min_args == 1 && oi->max_args == 1)
+    b.fn = b_unary;
+  else if (oi->kind == OPK_BROADCAST && oi->min_args == 2 && oi->max_args == 2)
+    b.fn = b_binary;
+  else if (oi->kind == OPK_REDUCTION && !(oi->flags & OPF_COMPOSITE))
+    b.fn = b_reduce;
+  return b;
+}
+
+static void push_binding(lua_State *L, lua_CFunction fn, fl_op op) {
+  lua_pushinteger(L, op);
+  lua_pushcclosure(L, fn, 1);
+}
+
+void lfl_open_ops(lua_State *L, int meta, int methods, int lib) {
+  int op;
+  size_t i;
+  meta = lua_absindex(L, meta);
+  methods = lua_absindex(L, methods);
+  lib = lua_absindex(L, lib);
+  for (op = 0; op < OP_COUNT; op++) {
+    const struct binding *s = find_special((fl_op)op);
+    struct binding b = s ? *s : generic((fl_op)op);
+    if (!b.fn) continue;
+    if (b.where & METHOD) {
+      push_binding(L, b.fn, (fl_op)op);
+      lua_setfield(L, methods, op_name((fl_op)op));
+    }
+    if (b.where & FUNC) {
+      push_binding(L, b.fn, (fl_op)op);
+      lua_setfield(L, lib, op_name((fl_op)op));
+    }
+  }
+  for (i = 0; i < sizeof operators / sizeof operators[0]; i++) {
+    push_binding(L, operators[i].op == OP_NEG ? b_unary : b_binary,
+                 operators[i].op);
+    lua_setfield(L, meta, operators[i].event);
+  }
+}
