@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "ir.h"
 #include "strbuf.h"
 
@@ -398,4 +400,49 @@ int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
   free(vals);
   free(uses);
   return rc;
+}
+
+void ir_fingerprint(const ir_graph *g, char hex[33]) {
+  XXH3_state_t *st = XXH3_createState();
+  XXH128_hash_t h;
+  int i;
+  if (!st) { snprintf(hex, 33, "%032x", 0); return; }
+  XXH3_128bits_reset(st);
+  XXH3_128bits_update(st, &g->n, sizeof g->n);
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    XXH3_128bits_update(st, &nd->kind, sizeof nd->kind);
+    XXH3_128bits_update(st, &nd->meta, sizeof nd->meta);
+    XXH3_128bits_update(st, nd->sym, sizeof nd->sym);
+    switch (nd->kind) {
+    case IR_INPUT:
+      XXH3_128bits_update(st, &nd->index, sizeof nd->index);
+      break;
+    case IR_PARAM:
+      /* bound by reference: the storage and view, not the values */
+      XXH3_128bits_update(st, &nd->value.st, sizeof nd->value.st);
+      XXH3_128bits_update(st, &nd->value.offset, sizeof nd->value.offset);
+      XXH3_128bits_update(st, nd->value.stride, sizeof nd->value.stride);
+      break;
+    case IR_CONST: {
+      int64_t k, n = meta_numel(&nd->meta);
+      for (k = 0; k < n; k++) {
+        double v = ten_get(&nd->value, k);
+        XXH3_128bits_update(st, &v, sizeof v);
+      }
+      break;
+    }
+    case IR_OP:
+      XXH3_128bits_update(st, &nd->op, sizeof nd->op);
+      XXH3_128bits_update(st, &nd->attrs, sizeof nd->attrs);
+      XXH3_128bits_update(st, &nd->nin, sizeof nd->nin);
+      XXH3_128bits_update(st, nd->in, (size_t)nd->nin * sizeof(int));
+      break;
+    }
+  }
+  XXH3_128bits_update(st, g->outputs, (size_t)g->nout * sizeof(int));
+  h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
+           (unsigned long long)h.low64);
 }

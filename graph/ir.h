@@ -85,6 +85,12 @@ char *ir_type_str(const ir_graph *g, int id, char *buf, size_t n);
 ** memory. */
 char *ir_listing(const ir_graph *g);
 
+/* A fingerprint of g's structure: ops, attributes, edges, types, constant
+** values, and which storage each param is bound to.  Equal fingerprints
+** mean the same computation on the same weights (cache keys).  hex gets
+** 32 hex digits and a NUL. */
+void ir_fingerprint(const ir_graph *g, char hex[33]);
+
 /* Evaluate g on concrete inputs with apply (ref_apply for the oracle,
 ** eager_apply for speed).  outs must hold g->nout tensors; on success
 ** each is a new reference the caller releases.  Intermediates are freed

@@ -17,13 +17,29 @@
 #include <lua.h>
 #include <lauxlib.h>
 
-#include "graph/op.h"
+#include "graph/ir.h"
 
 #define LFL_TENSOR "fl.Tensor"   /* metatable name (also __name) */
 
 int luaopen_fuselab(lua_State *L);
 
 /* --- the tensor userdata (lfl_tensor.c) ------------------------------- */
+/* The block behind every fl.Tensor userdata.  The tensor comes first, so
+** the fl_tensor* every binding handles is also the lfl_ud*.  A tensor made
+** while a trace records (lfl_trace.c) is LAZY until its graph runs: it has
+** metadata but no storage, and trace/node say where its value will come
+** from. */
+typedef struct lfl_ud {
+  fl_tensor t;
+  unsigned trace;   /* id of the trace that made it, 0 for none */
+  int seg;          /* that trace's segment it belongs to */
+  int node;         /* its node in the segment's graph; -1 once computed */
+} lfl_ud;
+#define lfl_ud_of(t) ((lfl_ud *)(t))
+#define lfl_islazy(t) (lfl_ud_of(t)->node >= 0)
+/* The tensor at idx with its values: a lazy tensor is computed first (a
+** graph break named `what` when a trace is recording). */
+fl_tensor *lfl_checkdata(lua_State *L, int idx, const char *what);
 /* The fl_tensor at stack index idx, or a Lua argument error. */
 fl_tensor *lfl_checktensor(lua_State *L, int idx);
 /* The fl_tensor at idx, or NULL when the value is not an fl.Tensor. */
@@ -51,6 +67,27 @@ fl_tensor *lfl_checkoperand(lua_State *L, int idx);
 void lfl_open_tensor(lua_State *L, int meta, int methods);
 /* Push t's shape as a Lua array (x.shape). */
 void lfl_pushshape(lua_State *L, const fl_tensor *t);
+
+/* --- capture (lfl_trace.c) ------------------------------------------- */
+typedef struct lfl_trace lfl_trace;
+/* The trace recording now, or NULL (the common case: a plain load). */
+lfl_trace *lfl_trace_active(lua_State *L);
+/* Record op into the active trace instead of running it; pushes the lazy
+** result.  Raises shape errors exactly as eager execution would. */
+int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
+                     const fl_tensor *const *in, int nin, const op_attrs *a);
+/* Compute a lazy tensor: runs its segment's graph (a graph break, or an
+** error under fullgraph/capture, named `what`). */
+void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
+/* Lua read t's sizes: symbolic dims behind them become static. */
+void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t);
+void lfl_open_trace(lua_State *L, int lib);
+/* Graph userdata (lfl_graph.c): push a new one owning g. */
+void lfl_pushgraph(lua_State *L, ir_graph *g);
+ir_graph *lfl_checkgraph(lua_State *L, int idx);
+void lfl_open_graph(lua_State *L, int lib);
+/* Compiled callables (lfl_compile.c) and the Lua half (compile.lua). */
+void lfl_open_compile(lua_State *L, int lib);
 
 /* --- ops (lfl_ops.c) -------------------------------------------------- */
 /* THE dispatch point: every op invoked from Lua runs here.  Pushes the
@@ -87,5 +124,10 @@ void lfl_checkdevice(lua_State *L, fl_device dev, const char *what);
 ** has a key not in the NULL-terminated list allowed (catches typos). */
 void lfl_checkkeys(lua_State *L, int idx, const char *const *allowed,
                    const char *what);
+
+/* Fill the fl table at fl_index: fl.nn and fl.models (lfl_nn.c),
+** fl.save_weights and fl.load_weights (lfl_weights.c). */
+int lfl_open_nn(lua_State *L, int fl_index);
+int lfl_open_weights(lua_State *L, int fl_index);
 
 #endif

@@ -440,7 +440,7 @@ static int l_tensor(lua_State *L) {
   }
   if ((src = lfl_totensor(L, 1)) != NULL) {   /* a copy, as torch.tensor(t) */
     fl_err e;
-    fl_meta cm = lfl_checktensor(L, 1)->m;
+    fl_meta cm = lfl_checkdata(L, 1, "tensor")->m;
     fl_tensor *t;
     cm.wrapped = 0;
     if (has_dtype) cm.dtype = m.dtype;
@@ -508,7 +508,7 @@ static int l_synchronize(lua_State *L) {
 }
 
 static int l_save(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "save");
   const char *path = luaL_checkstring(L, 2);
   fl_err e;
   if (t->m.device != FL_DEV_CPU)
@@ -542,7 +542,7 @@ static int64_t bcast_index(const fl_tensor *t, int nd, const int64_t *c) {
 ** |a - b| <= atol + rtol * |b| everywhere, NaN never close, as PyTorch. */
 static int l_allclose(lua_State *L) {
   static const char *const keys[] = {"rtol", "atol", NULL};
-  fl_tensor *a = lfl_checktensor(L, 1), *b = lfl_checktensor(L, 2);
+  fl_tensor *a = lfl_checkdata(L, 1, "allclose"), *b = lfl_checkdata(L, 2, "allclose");
   double rtol = 1e-5, atol = 1e-8;
   fl_meta bm;
   fl_err e;
@@ -625,5 +625,10 @@ int luaopen_fuselab(lua_State *L) {
   lua_setfield(L, lib, "nn");
   lua_pushstring(L, PACKAGE_VERSION);
   lua_setfield(L, lib, "version");
+  lfl_open_trace(L, lib);
+  lfl_open_graph(L, lib);
+  lfl_open_compile(L, lib);
+  lfl_open_weights(L, lib);
+  lfl_open_nn(L, lib);
   return 1;
 }

@@ -21,8 +21,15 @@ int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a) {
   fl_err e;
   fl_tensor *out;
-  int rc;
+  lfl_trace *tr;
+  int rc, k;
   while (nin > 1 && in[nin - 1] == NULL) nin--;   /* absent optional inputs */
+  if ((tr = lfl_trace_active(L)) != NULL)       /* capture: record, don't run */
+    return lfl_trace_record(L, tr, op, in, nin, a);
+  for (k = 0; k < nin; k++)
+    if (in[k] && lfl_islazy(in[k]))
+      return luaL_error(L, "%s: this tensor belongs to a capture that ended "
+                        "with an error and was never computed", op_name(op));
   err_clear(&e);
   out = lfl_newtensor(L);            /* owns the result from the start */
   rc = eager_apply(op, in, nin, a, out, &e);

@@ -17,10 +17,11 @@
 /* ---------------------------------------------------------------------- */
 
 fl_tensor *lfl_newtensor(lua_State *L) {
-  fl_tensor *t = (fl_tensor *)lua_newuserdatauv(L, sizeof *t, 0);
-  memset(t, 0, sizeof *t);
+  lfl_ud *u = (lfl_ud *)lua_newuserdatauv(L, sizeof *u, 0);
+  memset(u, 0, sizeof *u);
+  u->node = -1;
   luaL_setmetatable(L, LFL_TENSOR);
-  return t;
+  return &u->t;
 }
 
 fl_tensor *lfl_totensor(lua_State *L, int idx) {
@@ -29,9 +30,16 @@ fl_tensor *lfl_totensor(lua_State *L, int idx) {
 
 fl_tensor *lfl_checktensor(lua_State *L, int idx) {
   fl_tensor *t = (fl_tensor *)luaL_checkudata(L, idx, LFL_TENSOR);
-  /* only reachable through a finalized (resurrected) object */
-  if (t->st == NULL && meta_numel(&t->m) > 0)
+  /* only reachable through a finalized (resurrected) object; a lazy
+  ** tensor has no storage yet on purpose */
+  if (t->st == NULL && meta_numel(&t->m) > 0 && !lfl_islazy(t))
     luaL_argerror(L, idx, "tensor has been released");
+  return t;
+}
+
+fl_tensor *lfl_checkdata(lua_State *L, int idx, const char *what) {
+  fl_tensor *t = lfl_checktensor(L, idx);
+  if (lfl_islazy(t)) lfl_trace_materialize(L, t, what);
   return t;
 }
 
@@ -170,7 +178,7 @@ static int t_index(lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
   k = lua_tostring(L, 2);
-  if (strcmp(k, "shape") == 0) lfl_pushshape(L, t);
+  if (strcmp(k, "shape") == 0) { lfl_trace_sizes_read(L, t); lfl_pushshape(L, t); }
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dtype_name(t->m.dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, device_name(t->m.device));
   else lua_pushnil(L);
@@ -196,6 +204,7 @@ static int t_numel(lua_State *L) {
 
 static int t_size(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
+  lfl_trace_sizes_read(L, t);
   if (lua_isnoneornil(L, 2)) { lfl_pushshape(L, t); return 1; }
   if (t->m.ndim == 0) {
     luaL_checkinteger(L, 2);
@@ -208,6 +217,7 @@ static int t_size(lua_State *L) {
 
 static int t_len(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
+  lfl_trace_sizes_read(L, t);
   if (t->m.ndim == 0)
     return luaL_error(L, "len: a 0-d tensor has no length");
   lua_pushinteger(L, (lua_Integer)t->m.shape[0]);
@@ -232,7 +242,7 @@ static void push_elem(lua_State *L, const fl_tensor *t, int64_t i) {
 }
 
 static int t_item(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "item");
   int64_t n = meta_numel(&t->m);
   if (n != 1) {
     char s[128];
@@ -258,7 +268,7 @@ static void push_list(lua_State *L, const fl_tensor *t, int d, int64_t lin) {
 }
 
 static int t_tolist(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "tolist");
   check_host(L, t, "tolist");
   push_list(L, t, 0, 0);
   return 1;
@@ -443,7 +453,7 @@ static void push_tostring(lua_State *L, const fl_tensor *t) {
 }
 
 static int t_tostring(lua_State *L) {
-  push_tostring(L, lfl_checktensor(L, 1));
+  push_tostring(L, lfl_checkdata(L, 1, "tostring"));
   return 1;
 }
 
@@ -529,11 +539,11 @@ static void copy_into(lua_State *L, fl_tensor *dst, const fl_tensor *src,
 }
 
 static int t_copy_(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "copy_");
   check_writable(L, t, "copy_");
   if (lua_type(L, 2) == LUA_TNUMBER) ten_fill(t, lua_tonumber(L, 2));
   else {
-    fl_tensor *src = lfl_checktensor(L, 2);
+    fl_tensor *src = lfl_checkdata(L, 2, "copy_");
     check_host(L, src, "copy_");
     copy_into(L, t, src, "copy_");
   }
@@ -542,7 +552,7 @@ static int t_copy_(lua_State *L) {
 }
 
 static int t_fill_(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "fill_");
   double v;
   if (lua_type(L, 2) == LUA_TBOOLEAN) v = lua_toboolean(L, 2);
   else v = (double)luaL_checknumber(L, 2);
@@ -559,7 +569,7 @@ static int t_fill_(lua_State *L) {
 }
 
 static int t_zero_(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 1, "zero_");
   check_writable(L, t, "zero_");
   ten_fill(t, 0.0);
   lua_settop(L, 1);
@@ -576,11 +586,16 @@ static int dtype_rank(fl_dtype t) {
 static int t_inplace(lua_State *L) {
   fl_op op = (fl_op)lua_tointeger(L, lua_upvalueindex(1));
   const char *what = lua_tostring(L, lua_upvalueindex(2));
-  fl_tensor *t = lfl_checktensor(L, 1), *r;
+  fl_tensor *t = lfl_checkdata(L, 1, what), *r;
   const fl_tensor *in[2];
   op_attrs a;
   lua_settop(L, 2);
   check_writable(L, t, what);
+  if (lfl_trace_active(L)) {
+    /* the result is computed now (a graph break was just recorded for
+    ** the target); the operand may still be lazy */
+    lfl_checkdata(L, 2, what);
+  }
   in[0] = t;
   in[1] = lfl_checkoperand(L, 2);
   op_attrs_init(op, &a);

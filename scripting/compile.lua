@@ -1,0 +1,598 @@
+-- compile.lua -- the Lua half of capture: fl.compile, fl.capture,
+-- fl.explain, fl.mark_dynamic.  The hot path (guard checks, running a
+-- cached graph) is C (lfl_compile.c); this file decides what happens on a
+-- miss: trace the function into graphs (lfl_trace.c), record why, choose
+-- static or symbolic sizes, build the guards, or fall back to eager.
+local fl = ...
+
+local pack, unpack = table.pack, table.unpack
+local is_tensor = fl.is_tensor
+
+local DEBUG = tonumber(os.getenv("FUSELAB_DEBUG") or "0") or 0
+
+local function debug_line(fmt, ...)
+  if DEBUG >= 1 then io.stderr:write(("fuselab: " .. fmt .. "\n"):format(...)) end
+end
+
+-- ---- options ----------------------------------------------------------
+
+local OPTION_NAMES = {"backend", "mode", "dynamic", "fullgraph", "fuse", "recompile_limit"}
+local CHOICES = {
+  backend = {"auto", "cpu", "cuda", "eager"},
+  mode = {"default", "reduce-overhead", "max-autotune"},
+}
+
+local function check_choice(name, v)
+  for _, c in ipairs(CHOICES[name]) do if v == c then return end end
+  error(("compile: %s must be one of %s, got %s"):format(
+    name, table.concat(CHOICES[name], ", "), tostring(v)), 3)
+end
+
+local function check_opts(opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error("compile: options must be a table, got " .. type(opts), 3)
+  end
+  for k in pairs(opts) do
+    local known = false
+    for _, n in ipairs(OPTION_NAMES) do if k == n then known = true end end
+    if not known then
+      error(("compile: unknown option '%s' (expected %s)"):format(
+        tostring(k), table.concat(OPTION_NAMES, ", ")), 3)
+    end
+  end
+  if opts.backend ~= nil then check_choice("backend", opts.backend) end
+  if opts.mode ~= nil then check_choice("mode", opts.mode) end
+  if opts.dynamic ~= nil and type(opts.dynamic) ~= "boolean" then
+    error("compile: dynamic must be true, false or nil, got " .. tostring(opts.dynamic), 3)
+  end
+  local lim = opts.recompile_limit
+  if lim ~= nil and (math.type(lim) ~= "integer" or lim < 1) then
+    error("compile: recompile_limit must be a positive integer, got " .. tostring(lim), 3)
+  end
+  if opts.backend == "cuda" then
+    local ok, why = true, nil
+    if fl.cuda_available then ok, why = fl.cuda_available() else ok, why = false, "no CUDA device: this build has no CUDA backend" end
+    if not ok then error("compile: " .. tostring(why), 3) end
+  end
+  return opts
+end
+
+-- ---- what a function is ------------------------------------------------
+
+-- Parameter names of a Lua function (or of a module's forward, without
+-- self), for readable guard reasons: x.shape[2] rather than arg1.shape[2].
+local function arg_names(fn)
+  local names = {}
+  local f, skip = fn, 0
+  if type(fn) == "table" then f, skip = fn.forward, 1 end
+  if type(f) == "function" then
+    local i = 1
+    while true do
+      local n = debug.getlocal(f, i)
+      if not n then break end
+      if i > skip then names[#names + 1] = n end
+      i = i + 1
+    end
+  end
+  return setmetatable(names, {__index = function(_, i) return "arg" .. i end})
+end
+
+-- Scalar upvalues of fn (numbers, booleans, strings): captured values the
+-- graph may depend on, so they are guarded.
+local function scalar_upvalues(fn)
+  local out = {}
+  if type(fn) ~= "function" then return out end
+  local i = 1
+  while true do
+    local name, v = debug.getupvalue(fn, i)
+    if not name then break end
+    local t = type(v)
+    if name ~= "_ENV" and (t == "number" or t == "boolean" or t == "string") then
+      out[#out + 1] = {kind = "upvalue", key = i, name = name, value = v}
+    end
+    i = i + 1
+  end
+  return out
+end
+
+-- Run body() while fn's global reads are recorded into reads (name ->
+-- value, scalars only).  fn's _ENV is swapped for a recording proxy and
+-- restored afterwards, also on error.
+local function with_global_spy(fn, reads, body)
+  local idx, env
+  if type(fn) == "function" then
+    local i = 1
+    while true do
+      local name, v = debug.getupvalue(fn, i)
+      if not name then break end
+      if name == "_ENV" then idx, env = i, v break end
+      i = i + 1
+    end
+  end
+  if not idx or type(env) ~= "table" then return body() end
+  local spy = setmetatable({}, {
+    __index = function(_, k)
+      local v = env[k]
+      local t = type(v)
+      if (t == "number" or t == "boolean" or t == "string") and reads[k] == nil then
+        reads[k] = v
+      end
+      return v
+    end,
+    __newindex = env,
+  })
+  debug.setupvalue(fn, idx, spy)
+  local res = pack(pcall(body))
+  debug.setupvalue(fn, idx, env)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
+-- ---- where parameters came from -------------------------------------------
+
+local SKIP_GLOBALS = {fl = true, nn = true, package = true, _G = true, string = true,
+  table = true, math = true, io = true, os = true, debug = true, coroutine = true,
+  utf8 = true, arg = true}
+
+-- Find, for each param {key=}, a path from the function to it: through the
+-- module (self), an upvalue, or a global, then table fields.  The path is
+-- both its name ("fc1.weight") and its guard (still the same tensor there).
+local function find_params(fn, params)
+  local want, left = {}, 0
+  for _, p in ipairs(params) do want[p.key] = p; left = left + 1 end
+  if left == 0 then return end
+  local seen = {}
+  local path = {}
+  local function visit(v, depth)
+    if left == 0 then return end
+    local tv = type(v)
+    if tv == "userdata" then
+      local k = fl._tensor_key(v)
+      local p = k and want[k]
+      if p and not p.path then
+        p.path = {unpack(path)}
+        left = left - 1
+      end
+      return
+    end
+    if tv ~= "table" or depth > 6 or seen[v] then return end
+    seen[v] = true
+    for k, x in next, v do
+      local tk = type(k)
+      if tk == "string" or math.type(k) == "integer" then
+        path[#path + 1] = k
+        visit(x, depth + 1)
+        path[#path] = nil
+      end
+    end
+  end
+  if type(fn) == "table" then
+    path[1] = {"self"}
+    visit(fn, 0)
+    path[1] = nil
+  elseif type(fn) == "function" then
+    local i = 1
+    while true do
+      local name, v = debug.getupvalue(fn, i)
+      if not name then break end
+      if name ~= "_ENV" then
+        path[1] = {"upvalue", i, name}
+        visit(v, 0)
+        path[1] = nil
+      end
+      i = i + 1
+    end
+  end
+  for k, v in next, _G do
+    if type(k) == "string" and not SKIP_GLOBALS[k] then
+      path[1] = {"global"}
+      path[2] = k
+      visit(v, 1)
+      path[1], path[2] = nil, nil
+    end
+  end
+end
+
+local function path_name(path)
+  local parts = {}
+  local root = path[1]
+  if root[1] == "upvalue" then parts[1] = root[3] end
+  for i = 2, #path do parts[#parts + 1] = tostring(path[i]) end
+  return table.concat(parts, ".")
+end
+
+-- ---- tracing one call ---------------------------------------------------
+
+-- Trace fn(...) into graphs.  Returns the results (computed) and what the
+-- trace saw: {graphs, breaks, nodes of results, params, reads, fast=bool
+-- and why not}.  dyn[i] lists argument i's symbolic dims.
+local function trace_call(fn, opts, names, dyn, exec, capture, ...)
+  local args = pack(...)
+  local tr = fl._trace_begin{capture = capture, fullgraph = opts.fullgraph, exec = exec}
+  local targs = {}
+  local ok, err = pcall(function()
+    for i = 1, args.n do
+      if is_tensor(args[i]) then
+        targs[i] = tr:input(args[i], names[i], dyn[i])
+      else
+        targs[i] = args[i]
+      end
+    end
+  end)
+  if not ok then tr:abort(); error(err, 0) end
+  local ups_before = scalar_upvalues(fn)
+  local reads = {}
+  local res = with_global_spy(fn, reads, function()
+    return pack(xpcall(fn, debug.traceback, unpack(targs, 1, args.n)))
+  end)
+  if not res[1] then
+    tr:abort()
+    error(res[2], 0)
+  end
+  targs = nil                     -- only what the function kept stays live
+  local why_not
+  local rets = {}
+  for i = 2, res.n do
+    local v = res[i]
+    if is_tensor(v) then
+      local node = tr:node_of(v)
+      if node then rets[i - 1] = {kind = "node", node = node}
+      else rets[i - 1] = {kind = "value", value = v} end
+    elseif type(v) == "table" or type(v) == "function" or type(v) == "userdata" then
+      why_not = why_not or ("result " .. (i - 1) .. " is a " .. type(v) .. "; the body re-runs in Lua each call")
+      rets[i - 1] = {kind = "value", value = v}
+    else
+      rets[i - 1] = {kind = "value", value = v}
+    end
+  end
+  local params = tr:params()
+  local info = tr:finish()
+  for i, u in ipairs(scalar_upvalues(fn)) do
+    local b = ups_before[i]
+    if b and b.value ~= u.value then
+      why_not = why_not or ("upvalue '" .. u.name .. "' is assigned inside the function; the body re-runs in Lua each call")
+    end
+  end
+  if #info.breaks > 0 then why_not = why_not or "graph breaks: the Lua between the graphs runs each call" end
+  info.rets, info.params, info.reads, info.ups = rets, params, reads, ups_before
+  info.results = res
+  info.why_not_fast = why_not
+  return info
+end
+
+-- Name each param node of graph g after the path it was found at.
+local function name_params(fn, g, params)
+  find_params(fn, params)
+  for _, p in ipairs(params) do
+    p.name = p.path and path_name(p.path) or ("tensor%" .. p.node)
+    g:_set_name(p.node, p.name)
+  end
+end
+
+-- ---- fl.compile -----------------------------------------------------------
+
+local function new_stats()
+  return {calls = 0, compiles = 0, recompiles = 0, cache_hits = 0, disk_cache_hits = 0,
+          graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
+          kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {}}
+end
+
+-- The backend's compile step for one graph: returns a runner
+-- function(inputs) -> outputs.  Until code generation lands every backend
+-- interprets the graph with the eager kernels.
+local function build_runner(st, g)
+  return function(inputs) return {g:run(unpack(inputs))} end
+end
+
+-- The executor the trace calls for each segment: the segment cache.
+local function make_exec(st)
+  return function(g, inputs)
+    local key = fl._graph_key(g)
+    local runner = st.segcache[key]
+    if runner then
+      st.seg_hits = st.seg_hits + 1
+      debug_line("cache hit: graph %s (%d ops)", key:sub(1, 8), #g:ops())
+    else
+      local t0 = fl.now()
+      runner = build_runner(st, g)
+      st.segcache[key] = runner
+      st.stats.compiles = st.stats.compiles + 1
+      st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
+      st.graphs[#st.graphs + 1] = g
+      st.new_compiles = st.new_compiles + 1
+      debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
+    end
+    return runner(inputs)
+  end
+end
+
+local function shape_str(t)
+  local s = {}
+  for d, n in ipairs(t.shape) do s[d] = tostring(n) end
+  return "[" .. table.concat(s, ",") .. "]"
+end
+
+-- Guards of a new entry, as data for C and as text for cm:stats().
+local function build_entry(st, info, args, dyn)
+  local g = info.graphs[1]
+  local spec = {args = {}, values = {}, params = {}, rets = {}, consts = {}}
+  local text = {}
+  local static = {}
+  for _, sd in ipairs(info.static_dims) do
+    static[sd[1]] = static[sd[1]] or {}
+    static[sd[1]][sd[2]] = true
+  end
+  for i = 1, args.n do
+    local a = args[i]
+    local name = st.names[i]
+    if is_tensor(a) then
+      local d = {}
+      for _, dim in ipairs(dyn[i] or {}) do
+        if not (static[i] and static[i][dim]) and a.shape[dim] >= 2 then d[#d + 1] = dim end
+      end
+      spec.args[i] = {tensor = true, dtype = a.dtype, device = a.device == "cuda" and 1 or 0,
+                      shape = a.shape, dyn = d, name = name}
+      local dims = {}
+      local dset = {}
+      for _, k in ipairs(d) do dset[k] = true end
+      for k, n in ipairs(a.shape) do dims[k] = dset[k] and ("s(>=2)") or tostring(n) end
+      text[#text + 1] = ("%s: %s[%s] on %s"):format(name, a.dtype, table.concat(dims, ","), a.device)
+    else
+      spec.args[i] = {tensor = false, name = name}
+      spec.values[#spec.values + 1] = {kind = "arg", key = i, name = name, value = a}
+      text[#text + 1] = ("%s == %s"):format(name, tostring(a))
+    end
+  end
+  for name, v in pairs(info.reads) do
+    spec.values[#spec.values + 1] = {kind = "global", key = name, name = name, value = v}
+    text[#text + 1] = ("global '%s' == %s"):format(name, tostring(v))
+  end
+  for _, u in ipairs(info.ups) do
+    spec.values[#spec.values + 1] = u
+    text[#text + 1] = ("upvalue '%s' == %s"):format(u.name, tostring(u.value))
+  end
+  for _, p in ipairs(info.params) do
+    if p.path then
+      spec.params[#spec.params + 1] = {path = p.path, key = p.key, name = p.name}
+      text[#text + 1] = ("%s is the same tensor"):format(p.name)
+    end
+  end
+  -- results: graph outputs by node id
+  local outpos = {}
+  for k, id in ipairs(g:outputs()) do outpos[id] = k end
+  for i, r in ipairs(info.rets) do
+    if r.kind == "node" then
+      spec.rets[i] = {kind = "out", k = outpos[r.node]}
+    else
+      spec.consts[#spec.consts + 1] = r.value
+      spec.rets[i] = {kind = "const", k = #spec.consts}
+    end
+  end
+  -- any other output is a value the function stored somewhere
+  local used = {}
+  for _, r in ipairs(info.rets) do if r.node then used[r.node] = true end end
+  for _, n in ipairs(g:nodes()) do
+    if outpos[n.id] and n.kind == "op" and not used[n.id] then
+      return nil, "a traced tensor escapes through a table or global; the body re-runs in Lua each call"
+    end
+  end
+  return fl._entry_new(g, spec), text
+end
+
+local function record_breaks(st, breaks)
+  for _, b in ipairs(breaks) do
+    local key = b.reason .. "@" .. b.where
+    if not st.break_seen[key] then
+      st.break_seen[key] = true
+      st.stats.graph_breaks = st.stats.graph_breaks + 1
+      st.stats.break_reasons[#st.stats.break_reasons + 1] = b
+      debug_line("graph break: %s (%s)", b.reason, b.where)
+    end
+  end
+end
+
+-- The slow path: called by the C callable on a miss.
+local function slow(st, reason, argi, dim, ...)
+  local args = pack(...)
+  local stats = st.stats
+  if st.fallback then
+    stats.fallbacks = stats.fallbacks + 1
+    return st.fn(...)
+  end
+  if st.opts.backend == "eager" then return st.fn(...) end
+  local recompiling = reason ~= nil
+  if recompiling then
+    stats.recompile_reasons[#stats.recompile_reasons + 1] = reason
+    debug_line("recompile: %s", reason)
+    if st.opts.dynamic == nil and argi > 0 then
+      -- automatic dynamic shapes: every size that changed since the last
+      -- trace becomes symbolic (0 and 1 never do: they change broadcasting)
+      st.auto_dyn[argi] = st.auto_dyn[argi] or {}
+      st.auto_dyn[argi][dim] = true
+      for i = 1, args.n do
+        local a, prev = args[i], st.last_shapes[i]
+        if is_tensor(a) and prev and #prev == #a.shape then
+          for d, n in ipairs(a.shape) do
+            if n ~= prev[d] and n >= 2 then
+              st.auto_dyn[i] = st.auto_dyn[i] or {}
+              st.auto_dyn[i][d] = true
+            end
+          end
+        end
+      end
+    end
+  end
+  if st.traces >= (st.opts.recompile_limit or 8) then
+    st.fallback = true
+    stats.fallbacks = stats.fallbacks + 1
+    io.stderr:write(("fuselab: warning: recompile_limit (%d) reached%s; running eagerly from now on\n"):format(
+      st.opts.recompile_limit or 8, reason and (" (last reason: " .. reason .. ")") or ""))
+    return st.fn(...)
+  end
+  -- which dims are symbolic for this trace
+  local dyn = {}
+  for i = 1, args.n do
+    local a = args[i]
+    if is_tensor(a) then
+      local d = {}
+      local set = {}
+      local function add(k) if not set[k] then set[k] = true; d[#d + 1] = k end end
+      if st.opts.dynamic == true then for k = 1, #a.shape do add(k) end end
+      if st.opts.dynamic ~= false then
+        for k in pairs(st.auto_dyn[i] or {}) do add(k) end
+        for k in pairs(fl._dynamic_marks[a] or {}) do add(k) end
+      end
+      table.sort(d)
+      dyn[i] = d
+    end
+  end
+  for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
+  local t0 = fl.now()
+  st.new_compiles = 0
+  local info = trace_call(st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  if st.new_compiles > 0 then
+    st.traces = st.traces + 1
+    if recompiling then stats.recompiles = stats.recompiles + 1 end
+  end
+  if stats.first_call_ms == nil then stats.first_call_ms = (fl.now() - t0) * 1e3 end
+  record_breaks(st, info.breaks)
+  if #info.graphs > 0 then name_params(st.fn, info.graphs[#info.graphs], info.params) end
+  if not info.why_not_fast and #info.graphs == 1 then
+    local e, text = build_entry(st, info, args, dyn)
+    if e then
+      table.insert(st.entries, 1, e)
+      stats.guards = text
+    else
+      info.why_not_fast = text
+    end
+  end
+  if info.why_not_fast and not st.told_lua then
+    st.told_lua = true
+    st.lua_reason = info.why_not_fast
+    debug_line("not cached whole: %s", info.why_not_fast)
+  end
+  return unpack(info.results, 2, info.results.n)
+end
+
+local methods = {}
+
+function methods.stats(cm)
+  local st = cm.state
+  local s = {}
+  for k, v in pairs(st.stats) do s[k] = v end
+  s.calls = cm.calls
+  s.cache_hits = cm.hits + st.seg_hits
+  s.kernels = 0
+  for _, g in ipairs(st.graphs) do s.kernels = s.kernels + #g:ops() end
+  return s
+end
+
+function methods.graphs(cm)
+  local out = {}
+  for i, g in ipairs(cm.state.graphs) do out[i] = g end
+  return out
+end
+
+function methods.explain(cm)
+  local st = cm.state
+  local s = methods.stats(cm)
+  local lines = {("fl.compile: %d call(s), %d compile(s), %d recompile(s), %d cache hit(s), %d graph break(s), %d fallback(s)"):format(
+    s.calls, s.compiles, s.recompiles, s.cache_hits, s.graph_breaks, s.fallbacks)}
+  if st.lua_reason then lines[#lines + 1] = "runs its Lua each call: " .. st.lua_reason end
+  if #s.guards > 0 then
+    lines[#lines + 1] = "guards of the newest cached graph:"
+    for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end
+  end
+  for _, r in ipairs(s.recompile_reasons) do lines[#lines + 1] = "recompiled: " .. r end
+  for _, b in ipairs(s.break_reasons) do
+    lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
+  end
+  local text = table.concat(lines, "\n")
+  print(text)
+  return text
+end
+
+function fl.compile(fn, opts)
+  local tf = type(fn)
+  local callable = tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)
+  if not callable then
+    error("compile: expected a function or an nn module, got " .. tf, 2)
+  end
+  opts = check_opts(opts)
+  local st = {
+    fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
+    entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
+    auto_dyn = {}, last_shapes = {}, break_seen = {}, methods = methods,
+  }
+  st.exec = make_exec(st)
+  return fl._compiled_new(fn, st.entries, slow, st)
+end
+
+-- ---- fl.capture, fl.explain, fl.mark_dynamic --------------------------------
+
+function fl.capture(fn, ...)
+  local tf = type(fn)
+  if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
+    error("capture: expected a function or an nn module, got " .. tf, 2)
+  end
+  local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, ...)
+  local g = info.graphs[#info.graphs]
+  name_params(fn, g, info.params)
+  return g
+end
+
+function fl.explain(fn, ...)
+  local tf = type(fn)
+  if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
+    error("explain: expected a function or an nn module, got " .. tf, 2)
+  end
+  local info = trace_call(fn, {}, arg_names(fn), {}, nil, false, ...)
+  local ops, counts, unsupported = {}, {}, {}
+  local op_count = 0
+  for _, g in ipairs(info.graphs) do
+    for _, name in ipairs(g:ops()) do
+      op_count = op_count + 1
+      if not counts[name] then ops[#ops + 1] = name; counts[name] = 0 end
+      counts[name] = counts[name] + 1
+    end
+  end
+  local reasons = {}
+  for _, b in ipairs(info.breaks) do
+    reasons[#reasons + 1] = b
+    if b.reason:find("in%-place") or b.hint:find("no lowering") then
+      unsupported[#unsupported + 1] = b.reason:match("^(%S+):") or b.reason
+    end
+  end
+  local graphs = {}
+  for _, g in ipairs(info.graphs) do if #g:ops() > 0 then graphs[#graphs + 1] = g end end
+  local r = {graph_count = #graphs, graph_break_count = #info.breaks, break_reasons = reasons,
+             op_count = op_count, ops = ops, op_counts = counts, unsupported = unsupported,
+             graphs = graphs}
+  local lines = {("%d graph(s), %d graph break(s), %d op(s)"):format(r.graph_count, r.graph_break_count, op_count)}
+  local parts = {}
+  for _, name in ipairs(ops) do parts[#parts + 1] = ("%s x%d"):format(name, counts[name]) end
+  if #parts > 0 then lines[#lines + 1] = "ops: " .. table.concat(parts, ", ") end
+  for i, b in ipairs(reasons) do
+    lines[#lines + 1] = ("break %d: %s (%s)\n  hint: %s"):format(i, b.reason, b.where, b.hint)
+  end
+  if #unsupported > 0 then lines[#lines + 1] = "unsupported: " .. table.concat(unsupported, ", ") end
+  print(table.concat(lines, "\n"))
+  return r
+end
+
+fl._dynamic_marks = setmetatable({}, {__mode = "k"})
+
+function fl.mark_dynamic(x, d)
+  if not is_tensor(x) then error("mark_dynamic: expected a tensor, got " .. type(x), 2) end
+  if math.type(d) ~= "integer" then error("mark_dynamic: dim must be an integer", 2) end
+  local n = #x.shape
+  if d < 0 then d = n + 1 + d end
+  if d < 1 or d > n then
+    error(("mark_dynamic: dim %d out of range for a %d-d tensor"):format(d, n), 2)
+  end
+  local m = fl._dynamic_marks[x] or {}
+  m[d] = true
+  fl._dynamic_marks[x] = m
+  return x
+end

@@ -1,0 +1,474 @@
+/*
+** lfl_compile.c -- the hot half of fl.compile: the callable and its cache
+** entries.  A call checks each entry's guards in C and, on the first that
+** holds, runs that entry's graph without running any Lua; only a miss goes
+** to the Lua half (compile.lua), which traces, records the reason and
+** builds a new entry.
+**
+** An entry's guards: each argument's kind (tensor or plain value); for a
+** tensor its dtype, device, rank, and each size (equal, or >= 2 for a
+** symbolic dim); plain values, globals and upvalues read during capture
+** compared with the captured value; each parameter still being the same
+** tensor at the place it was found.  Invariant: an entry whose guards hold
+** computes what running the function's Lua body would.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/eager.h"
+#include "graph/ir.h"
+#include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
+
+#define ENTRY_TYPE "fl.Entry"
+#define COMPILED_TYPE "fl.Compiled"
+#define MAXARGS 64
+
+typedef struct argspec {
+  int is_tensor;                 /* else a plain value, compared in VALUES */
+  fl_dtype dtype;
+  fl_device device;
+  int ndim;
+  int64_t shape[FL_MAX_DIMS];
+  unsigned dyn;                  /* bit d: dim d is symbolic (any size >= 2) */
+  char name[32];                 /* for reasons: "x" */
+} argspec;
+
+/* A return slot: graph output k, the captured value #k, or argument k. */
+typedef struct retspec { int kind, k; } retspec;
+enum { RET_OUT, RET_CONST, RET_ARG };
+
+typedef struct entry {
+  int nargs;
+  argspec arg[MAXARGS];
+  int ninputs;                   /* tensor args, in order: graph inputs */
+  int input_arg[MAXARGS];        /* graph input i <- argument input_arg[i] */
+  int nret;
+  retspec ret[MAXARGS];
+  ir_graph *g;                   /* borrowed from the Graph in UV_GRAPH */
+  long hits;
+} entry;
+
+/* uservalues of an entry */
+enum { EUV_GRAPH = 1,   /* the fl.Graph owning g */
+       EUV_VALUES,      /* array of {kind="arg"|"global"|"upvalue", key=, value=, name=} */
+       EUV_PARAMS,      /* array of {path={root, k1, ...}, key=<lightuserdata>, name=} */
+       EUV_CONSTS,      /* array of captured return values */
+       EUV_COUNT = EUV_CONSTS };
+
+/* uservalues of a compiled callable */
+enum { CUV_FN = 1,      /* the function or module compiled */
+       CUV_ENTRIES,     /* array of entries, most recent first */
+       CUV_SLOW,        /* Lua function(state, reason, argi, dim, ...) */
+       CUV_STATE,       /* the Lua state table (stats...) */
+       CUV_COUNT = CUV_STATE };
+
+typedef struct compiled { long calls, hits; } compiled;
+
+static entry *checkentry(lua_State *L, int idx) {
+  return (entry *)luaL_checkudata(L, idx, ENTRY_TYPE);
+}
+
+/* ---- building an entry (from compile.lua) -------------------------------- */
+
+static int get_int(lua_State *L, int t, const char *k) {
+  int v;
+  lua_getfield(L, t, k);
+  v = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* fl._entry_new(graph, spec) where spec = {args = {{tensor=true, dtype=,
+** shape={...}, dyn={d...}, name=} | {tensor=false, name=}...}, values =
+** {...}, params = {...}, rets = {{kind="out"|"const"|"arg", k=}...},
+** consts = {...}} */
+static int e_new(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  entry *en;
+  int i, n, eidx;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  en = (entry *)lua_newuserdatauv(L, sizeof *en, EUV_COUNT);
+  memset(en, 0, sizeof *en);
+  eidx = lua_gettop(L);
+  luaL_setmetatable(L, ENTRY_TYPE);
+  en->g = g;
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, eidx, EUV_GRAPH);
+  lua_getfield(L, 2, "args");
+  n = (int)luaL_len(L, -1);
+  if (n > MAXARGS) return luaL_error(L, "compile: more than %d arguments", MAXARGS);
+  en->nargs = n;
+  for (i = 0; i < n; i++) {
+    argspec *a = &en->arg[i];
+    int t;
+    lua_rawgeti(L, -1, i + 1);
+    t = lua_gettop(L);
+    lua_getfield(L, t, "name");
+    snprintf(a->name, sizeof a->name, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 1);
+    lua_getfield(L, t, "tensor");
+    a->is_tensor = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (a->is_tensor) {
+      int d;
+      lua_getfield(L, t, "dtype");
+      if (dtype_from_name(luaL_checkstring(L, -1), &a->dtype) != 0)
+        return luaL_error(L, "compile: bad dtype in guard");
+      lua_pop(L, 1);
+      a->device = get_int(L, t, "device") ? FL_DEV_CUDA : FL_DEV_CPU;
+      lua_getfield(L, t, "shape");
+      a->ndim = (int)luaL_len(L, -1);
+      for (d = 0; d < a->ndim && d < FL_MAX_DIMS; d++) {
+        lua_rawgeti(L, -1, d + 1);
+        a->shape[d] = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+      lua_getfield(L, t, "dyn");
+      if (lua_istable(L, -1)) {
+        lua_Integer k, m = luaL_len(L, -1);
+        for (k = 1; k <= m; k++) {
+          lua_rawgeti(L, -1, k);
+          d = (int)lua_tointeger(L, -1) - 1;
+          if (d >= 0 && d < FL_MAX_DIMS) a->dyn |= 1u << d;
+          lua_pop(L, 1);
+        }
+      }
+      lua_pop(L, 1);
+      en->input_arg[en->ninputs++] = i;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (en->ninputs != g->ninputs)
+    return luaL_error(L, "compile: %d tensor arguments but the graph has %d inputs",
+                      en->ninputs, g->ninputs);
+  lua_getfield(L, 2, "rets");
+  n = (int)luaL_len(L, -1);
+  if (n > MAXARGS) return luaL_error(L, "compile: more than %d results", MAXARGS);
+  en->nret = n;
+  for (i = 0; i < n; i++) {
+    const char *kind;
+    lua_rawgeti(L, -1, i + 1);
+    lua_getfield(L, -1, "kind");
+    kind = luaL_checkstring(L, -1);
+    en->ret[i].kind = strcmp(kind, "out") == 0 ? RET_OUT : strcmp(kind, "arg") == 0 ? RET_ARG : RET_CONST;
+    lua_pop(L, 1);
+    en->ret[i].k = get_int(L, lua_gettop(L), "k");
+    if (en->ret[i].kind == RET_OUT && (en->ret[i].k < 1 || en->ret[i].k > g->nout))
+      return luaL_error(L, "compile: result %d names no graph output", i + 1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "values");
+  lua_setiuservalue(L, eidx, EUV_VALUES);
+  lua_getfield(L, 2, "params");
+  lua_setiuservalue(L, eidx, EUV_PARAMS);
+  lua_getfield(L, 2, "consts");
+  lua_setiuservalue(L, eidx, EUV_CONSTS);
+  lua_settop(L, eidx);
+  return 1;
+}
+
+/* ---- checking guards ------------------------------------------------------ */
+
+/* Writes why arguments at base.. (nargs of them) fail e's guards into
+** reason and returns 0; returns 1 when every guard holds.  *argi and *dim
+** name a failed tensor size (for automatic dynamic shapes), else 0. */
+static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
+                 int nargs, char *reason, size_t rn, int *argi, int *dim) {
+  int i, d;
+  *argi = *dim = 0;
+  if (nargs != en->nargs) {
+    snprintf(reason, rn, "called with %d argument(s), captured with %d", nargs, en->nargs);
+    return 0;
+  }
+  for (i = 0; i < en->nargs; i++) {
+    const argspec *a = &en->arg[i];
+    const fl_tensor *t;
+    if (!a->is_tensor) continue;
+    t = lfl_totensor(L, base + i);
+    if (!t || lfl_islazy(t)) {
+      snprintf(reason, rn, "%s: expected a tensor, got %s", a->name, lfl_typename(L, base + i));
+      return 0;
+    }
+    if (t->m.dtype != a->dtype) {
+      snprintf(reason, rn, "%s.dtype: expected %s, got %s", a->name,
+               dtype_name(a->dtype), dtype_name(t->m.dtype));
+      return 0;
+    }
+    if (t->m.device != a->device) {
+      snprintf(reason, rn, "%s.device: expected %s, got %s", a->name,
+               a->device == FL_DEV_CPU ? "cpu" : "cuda", t->m.device == FL_DEV_CPU ? "cpu" : "cuda");
+      return 0;
+    }
+    if (t->m.ndim != a->ndim) {
+      snprintf(reason, rn, "%s.dim(): expected %d, got %d", a->name, a->ndim, t->m.ndim);
+      return 0;
+    }
+    for (d = 0; d < a->ndim; d++) {
+      int64_t s = t->m.shape[d];
+      if ((a->dyn >> d) & 1u) {
+        if (s >= 2) continue;
+        /* 0 and 1 are always specialized: they change broadcasting */
+        snprintf(reason, rn, "%s.shape[%d]: expected a size >= 2 (dynamic), got %lld",
+                 a->name, d + 1, (long long)s);
+      } else {
+        if (s == a->shape[d]) continue;
+        snprintf(reason, rn, "%s.shape[%d]: expected %lld, got %lld", a->name, d + 1,
+                 (long long)a->shape[d], (long long)s);
+      }
+      *argi = i + 1;
+      *dim = d + 1;
+      return 0;
+    }
+  }
+  /* plain values: arguments, globals, upvalues */
+  lua_getiuservalue(L, eidx, EUV_VALUES);
+  if (lua_istable(L, -1)) {
+    lua_Integer k, n = luaL_len(L, -1);
+    for (k = 1; k <= n; k++) {
+      const char *kind, *name;
+      int same;
+      lua_rawgeti(L, -1, k);
+      lua_getfield(L, -1, "kind");
+      kind = lua_tostring(L, -1);
+      lua_getfield(L, -2, "name");
+      name = lua_tostring(L, -1);
+      lua_getfield(L, -3, "value");
+      lua_getfield(L, -4, "key");
+      if (kind && strcmp(kind, "arg") == 0) {
+        lua_pushvalue(L, base + (int)lua_tointeger(L, -1) - 1);
+      } else if (kind && strcmp(kind, "upvalue") == 0) {
+        if (!lua_getupvalue(L, fnidx, (int)lua_tointeger(L, -1))) lua_pushnil(L);
+      } else {
+        lua_pushglobaltable(L);
+        lua_pushvalue(L, -2);
+        lua_rawget(L, -2);
+        lua_remove(L, -2);
+      }
+      same = lua_rawequal(L, -1, -3) && lua_type(L, -1) == lua_type(L, -3);
+      if (!same) {
+        const char *want = luaL_tolstring(L, -3, NULL);
+        const char *got = luaL_tolstring(L, -2, NULL);
+        snprintf(reason, rn, "%s '%s': expected %s, got %s",
+                 kind && strcmp(kind, "arg") == 0 ? "argument" : kind ? kind : "value",
+                 name ? name : "?", want, got);
+        lua_pop(L, 8);
+        return 0;
+      }
+      lua_pop(L, 6);
+    }
+  }
+  lua_pop(L, 1);
+  /* parameters: still the same tensor where they were found */
+  lua_getiuservalue(L, eidx, EUV_PARAMS);
+  if (lua_istable(L, -1)) {
+    lua_Integer k, n = luaL_len(L, -1);
+    for (k = 1; k <= n; k++) {
+      lua_Integer j, m;
+      const void *want;
+      const fl_tensor *t;
+      lua_rawgeti(L, -1, k);
+      lua_getfield(L, -1, "key");
+      want = lua_touserdata(L, -1);
+      lua_pop(L, 1);
+      lua_getfield(L, -1, "path");
+      m = luaL_len(L, -1);
+      /* path[1] = {"upvalue", i} | {"global"} | {"self"}; then keys */
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -1, 1);
+      {
+        const char *root = lua_tostring(L, -1);
+        if (root && strcmp(root, "upvalue") == 0) {
+          lua_rawgeti(L, -2, 2);
+          if (!lua_getupvalue(L, fnidx, (int)lua_tointeger(L, -1))) lua_pushnil(L);
+          lua_remove(L, -2);
+        } else if (root && strcmp(root, "self") == 0) {
+          lua_pushvalue(L, fnidx);
+        } else {
+          lua_pushglobaltable(L);
+        }
+      }
+      lua_remove(L, -2);
+      lua_remove(L, -2);                     /* stack: ..., path, value */
+      for (j = 2; j <= m && lua_istable(L, -1); j++) {
+        lua_rawgeti(L, -2, j);
+        lua_rawget(L, -2);
+        lua_remove(L, -2);
+      }
+      t = lfl_totensor(L, -1);
+      if (t != want) {
+        lua_getfield(L, -3, "name");
+        snprintf(reason, rn, "parameter %s: a different tensor now", lua_tostring(L, -1));
+        lua_pop(L, 5);
+        return 0;
+      }
+      lua_pop(L, 3);
+    }
+  }
+  lua_pop(L, 1);
+  return 1;
+}
+
+/* Push e's results for the arguments at base, running its graph. */
+static int run_entry(lua_State *L, int eidx, entry *en, int base) {
+  const fl_tensor *in[MAXARGS];
+  fl_tensor *outs;
+  fl_err e;
+  int i;
+  for (i = 0; i < en->ninputs; i++) in[i] = lfl_totensor(L, base + en->input_arg[i]);
+  outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
+  err_clear(&e);
+  if (ir_run(en->g, eager_apply, in, en->ninputs, outs, &e) != FL_OK) {
+    for (i = 0; i < en->g->nout; i++) ten_release(&outs[i]);
+    return lfl_raise(L, "compiled", &e);
+  }
+  luaL_checkstack(L, en->nret + 4, "compiled: too many results");
+  for (i = 0; i < en->g->nout; i++) {        /* owners, in output order */
+    fl_tensor *t = lfl_newtensor(L);
+    *t = outs[i];
+    outs[i].st = NULL;
+  }
+  {
+    int outbase = lua_gettop(L) - en->g->nout, consts;
+    lua_getiuservalue(L, eidx, EUV_CONSTS);
+    consts = lua_gettop(L);
+    for (i = 0; i < en->nret; i++) {
+      const retspec *r = &en->ret[i];
+      if (r->kind == RET_OUT) lua_pushvalue(L, outbase + r->k);
+      else if (r->kind == RET_ARG) lua_pushvalue(L, base + r->k - 1);
+      else lua_rawgeti(L, consts, r->k);
+    }
+  }
+  en->hits++;
+  return en->nret;
+}
+
+/* ---- the callable ---------------------------------------------------------- */
+
+/* cm(...): first entry whose guards hold runs; else the Lua slow path
+** slow(state, reason, argi, dim, ...) decides (trace, recompile, fall back). */
+static int c_call(lua_State *L) {
+  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+  int nargs = lua_gettop(L) - 1, fnidx, entries, k, n, argi = 0, dim = 0;
+  char reason[512] = "";
+  c->calls++;
+  lua_getiuservalue(L, 1, CUV_FN);
+  fnidx = lua_gettop(L);
+  lua_getiuservalue(L, 1, CUV_ENTRIES);
+  entries = lua_gettop(L);
+  n = (int)luaL_len(L, entries);
+  for (k = 1; k <= n; k++) {
+    int eidx, ai, dm;
+    char why[512];
+    lua_rawgeti(L, entries, k);
+    eidx = lua_gettop(L);
+    if (check(L, eidx, checkentry(L, eidx), fnidx, 2, nargs, why, sizeof why, &ai, &dm)) {
+      int nr;
+      c->hits++;
+      nr = run_entry(L, eidx, checkentry(L, eidx), 2);
+      return nr;
+    }
+    if (k == 1) {                            /* the newest entry's reason */
+      memcpy(reason, why, sizeof reason);
+      argi = ai;
+      dim = dm;
+    }
+    lua_settop(L, entries);
+  }
+  lua_settop(L, nargs + 1);
+  lua_getiuservalue(L, 1, CUV_SLOW);
+  lua_getiuservalue(L, 1, CUV_STATE);
+  if (n > 0) lua_pushstring(L, reason); else lua_pushnil(L);
+  lua_pushinteger(L, argi);
+  lua_pushinteger(L, dim);
+  for (k = 0; k < nargs; k++) lua_pushvalue(L, 2 + k);
+  lua_call(L, 4 + nargs, LUA_MULTRET);
+  return lua_gettop(L) - (nargs + 1);
+}
+
+/* fl._compiled_new(fn, entries, slow, state, methods) -> callable */
+static int c_new(lua_State *L) {
+  compiled *c;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  c = (compiled *)lua_newuserdatauv(L, sizeof *c, CUV_COUNT);
+  memset(c, 0, sizeof *c);
+  luaL_setmetatable(L, COMPILED_TYPE);
+  lua_pushvalue(L, 1); lua_setiuservalue(L, -2, CUV_FN);
+  lua_pushvalue(L, 2); lua_setiuservalue(L, -2, CUV_ENTRIES);
+  lua_pushvalue(L, 3); lua_setiuservalue(L, -2, CUV_SLOW);
+  lua_pushvalue(L, 4); lua_setiuservalue(L, -2, CUV_STATE);
+  return 1;
+}
+
+/* cm:state() -> the Lua state table; cm:counts() -> calls, hits */
+static int c_index(lua_State *L) {
+  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "calls") == 0) { lua_pushinteger(L, c->calls); return 1; }
+  if (strcmp(k, "hits") == 0) { lua_pushinteger(L, c->hits); return 1; }
+  lua_getiuservalue(L, 1, CUV_STATE);
+  if (strcmp(k, "state") == 0) return 1;
+  lua_getfield(L, -1, "methods");            /* state.methods[k] */
+  if (!lua_istable(L, -1)) return 0;
+  lua_getfield(L, -1, k);
+  return 1;
+}
+
+static int c_tostring(lua_State *L) {
+  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+  lua_getiuservalue(L, 1, CUV_ENTRIES);
+  lua_pushfstring(L, "fl.compile: %d cached graph(s), %d call(s), %d hit(s)",
+                  (int)luaL_len(L, -1), (int)c->calls, (int)c->hits);
+  return 1;
+}
+
+/* fl._tensor_key(x) -> a light userdata naming x (identity for params) */
+static int l_tensor_key(lua_State *L) {
+  fl_tensor *t = lfl_totensor(L, 1);
+  if (!t) lua_pushnil(L); else lua_pushlightuserdata(L, t);
+  return 1;
+}
+
+/* fl._graph_key(g) -> fingerprint string (the segment cache key) */
+static int l_graph_key(lua_State *L) {
+  char hex[33];
+  ir_fingerprint(lfl_checkgraph(L, 1), hex);
+  lua_pushstring(L, hex);
+  return 1;
+}
+
+static const luaL_Reg compile_funcs[] = {
+  {"_entry_new", e_new}, {"_compiled_new", c_new},
+  {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
+  {NULL, NULL}
+};
+
+void lfl_open_compile(lua_State *L, int lib) {
+  lib = lua_absindex(L, lib);
+  luaL_newmetatable(L, ENTRY_TYPE);
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, COMPILED_TYPE)) {
+    lua_pushcfunction(L, c_call);
+    lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, c_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, c_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, compile_funcs, 0);
+  lua_pop(L, 1);
+  /* the Lua half: fl.compile, fl.capture, fl.explain, fl.mark_dynamic */
+  if (luaL_loadbuffer(L, (const char *)compile_lua, sizeof compile_lua,
+                      "=compile.lua") != LUA_OK)
+    lua_error(L);
+  lua_pushvalue(L, lib);
+  lua_call(L, 1, 0);
+}

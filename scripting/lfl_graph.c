@@ -1,0 +1,264 @@
+/*
+** lfl_graph.c -- the fl.Graph userdata: a captured graph as Lua sees it.
+** print(g) is the IR listing; g:decompose() and g:optimize() return new
+** Graphs and print what they changed; g:run(...) interprets it eagerly.
+** Invariant: the userdata owns exactly one ir_graph (or none after __gc).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/eager.h"
+#include "graph/ir.h"
+#include "graph/pass.h"
+#include "graph/ref.h"
+
+#define GRAPH_TYPE "fl.Graph"
+
+typedef struct lgraph { ir_graph *g; } lgraph;
+
+void lfl_pushgraph(lua_State *L, ir_graph *g) {
+  lgraph *lg = (lgraph *)lua_newuserdatauv(L, sizeof *lg, 0);
+  lg->g = g;
+  luaL_setmetatable(L, GRAPH_TYPE);
+}
+
+ir_graph *lfl_checkgraph(lua_State *L, int idx) {
+  lgraph *lg = (lgraph *)luaL_checkudata(L, idx, GRAPH_TYPE);
+  if (!lg->g) luaL_argerror(L, idx, "graph has been released");
+  return lg->g;
+}
+
+static int g_gc(lua_State *L) {
+  lgraph *lg = (lgraph *)luaL_checkudata(L, 1, GRAPH_TYPE);
+  ir_free(lg->g);
+  lg->g = NULL;
+  return 0;
+}
+
+/* Push a malloc'd string and free it; raises on NULL (out of memory). */
+static void push_owned(lua_State *L, char *s, const char *what) {
+  if (!s) luaL_error(L, "%s: out of memory", what);
+  lua_pushstring(L, s);
+  free(s);
+}
+
+static int g_tostring(lua_State *L) {
+  push_owned(L, ir_listing(lfl_checkgraph(L, 1)), "graph");
+  return 1;
+}
+
+/* Print text through Lua's print (the REPL may redirect it). */
+static void lua_print(lua_State *L, const char *text) {
+  if (lua_getglobal(L, "print") == LUA_TFUNCTION) {
+    lua_pushstring(L, text);
+    lua_call(L, 1, 0);
+  } else {
+    lua_pop(L, 1);
+  }
+}
+
+/* g:decompose{quiet=} / g:optimize{quiet=} -> new graph, log */
+static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, fl_err *),
+                    const char *what) {
+  ir_graph *g = lfl_checkgraph(L, 1), *h;
+  char *log = NULL;
+  int quiet = 0;
+  fl_err e;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "quiet");
+    quiet = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  err_clear(&e);
+  lfl_pushgraph(L, NULL);                    /* owner first, then the graph */
+  h = pass(g, &log, &e);
+  if (!h) return lfl_raise(L, what, &e);
+  ((lgraph *)lua_touserdata(L, -1))->g = h;
+  lua_pushstring(L, log);
+  free(log);
+  if (!quiet) {
+    lua_pushfstring(L, "%s: %s", what, lua_tostring(L, -1));
+    /* drop the trailing newline print would double */
+    {
+      size_t n;
+      const char *s = lua_tolstring(L, -1, &n);
+      if (n && s[n - 1] == '\n') {
+        lua_pushlstring(L, s, n - 1);
+        lua_remove(L, -2);
+      }
+    }
+    lua_print(L, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  return 2;
+}
+
+static int g_decompose(lua_State *L) { return run_pass(L, pass_decompose, "decompose"); }
+static int g_optimize(lua_State *L) { return run_pass(L, pass_optimize, "optimize"); }
+
+static int64_t node_bytes(const ir_node *nd) {
+  return meta_numel(&nd->meta) * (int64_t)dtype_size(nd->meta.dtype);
+}
+
+/* g:stats() -> {nodes, ops, inputs, params, consts, outputs, bytes} where
+** bytes is what eager execution writes: every op's result. */
+static int g_stats(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  int i, params = 0, consts = 0;
+  int64_t bytes = 0;
+  for (i = 0; i < g->n; i++) {
+    params += g->nodes[i].kind == IR_PARAM;
+    consts += g->nodes[i].kind == IR_CONST;
+    if (g->nodes[i].kind == IR_OP) bytes += node_bytes(&g->nodes[i]);
+  }
+  lua_createtable(L, 0, 7);
+  lua_pushinteger(L, g->n); lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, ir_op_count(g)); lua_setfield(L, -2, "ops");
+  lua_pushinteger(L, g->ninputs); lua_setfield(L, -2, "inputs");
+  lua_pushinteger(L, params); lua_setfield(L, -2, "params");
+  lua_pushinteger(L, consts); lua_setfield(L, -2, "consts");
+  lua_pushinteger(L, g->nout); lua_setfield(L, -2, "outputs");
+  lua_pushinteger(L, (lua_Integer)bytes); lua_setfield(L, -2, "bytes");
+  return 1;
+}
+
+/* g:ops() -> {"matmul", "add", ...} in program order */
+static int g_ops(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  int i, k = 0;
+  lua_newtable(L);
+  for (i = 0; i < g->n; i++) {
+    if (g->nodes[i].kind != IR_OP) continue;
+    lua_pushstring(L, op_name(g->nodes[i].op));
+    lua_rawseti(L, -2, ++k);
+  }
+  return 1;
+}
+
+/* g:nodes() -> one table per node: {id, kind, op, type, inputs, where,
+** scope, name}; ids are the %N of the listing. */
+static int g_nodes(lua_State *L) {
+  static const char *const kinds[] = {"input", "param", "const", "op"};
+  ir_graph *g = lfl_checkgraph(L, 1);
+  char ty[160];
+  int i, k;
+  lua_createtable(L, g->n, 0);
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, i); lua_setfield(L, -2, "id");
+    lua_pushstring(L, kinds[nd->kind]); lua_setfield(L, -2, "kind");
+    if (nd->kind == IR_OP) {
+      lua_pushstring(L, op_name(nd->op)); lua_setfield(L, -2, "op");
+      lua_pushstring(L, op_kind_name(op_info_of(nd->op)->kind));
+      lua_setfield(L, -2, "op_kind");
+      lua_createtable(L, nd->nin, 0);
+      for (k = 0; k < nd->nin; k++) {
+        lua_pushinteger(L, nd->in[k]);
+        lua_rawseti(L, -2, k + 1);
+      }
+      lua_setfield(L, -2, "inputs");
+    }
+    lua_pushstring(L, ir_type_str(g, i, ty, sizeof ty)); lua_setfield(L, -2, "type");
+    if (nd->where) { lua_pushstring(L, nd->where); lua_setfield(L, -2, "where"); }
+    if (nd->scope) { lua_pushstring(L, nd->scope); lua_setfield(L, -2, "scope"); }
+    if (nd->name) { lua_pushstring(L, nd->name); lua_setfield(L, -2, "name"); }
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* g:run(x, ...) -> outputs: the graph interpreted with the eager kernels
+** (g:run_reference(...) with the reference interpreter, the oracle). */
+static int run_with(lua_State *L, ir_apply_fn apply) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  const fl_tensor *in[256];
+  fl_tensor *outs;
+  fl_err e;
+  int i, n = lua_gettop(L) - 1;
+  if (n != g->ninputs)
+    return luaL_error(L, "graph: expected %d input(s), got %d", g->ninputs, n);
+  if (n > 256) return luaL_error(L, "graph: too many inputs (%d)", n);
+  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "graph");
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    const fl_tensor *t;
+    int d, bad;
+    if (nd->kind != IR_INPUT) continue;
+    t = in[nd->index];
+    bad = t->m.dtype != nd->meta.dtype || t->m.ndim != nd->meta.ndim;
+    for (d = 0; !bad && d < nd->meta.ndim; d++)
+      bad = nd->sym[d] ? t->m.shape[d] < 2 : t->m.shape[d] != nd->meta.shape[d];
+    if (bad) {
+      char a[160], b[128];
+      return luaL_error(L, "graph: input %d: expected %s, got %s%s", nd->index + 1,
+                        ir_type_str(g, i, a, sizeof a), dtype_name(t->m.dtype),
+                        meta_shape_str(&t->m, b, sizeof b));
+    }
+  }
+  /* result userdata first: each gets its value below */
+  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
+  err_clear(&e);
+  if (ir_run(g, apply, in, n, outs, &e) != FL_OK) return lfl_raise(L, "graph", &e);
+  for (i = 0; i < g->nout; i++) {
+    fl_tensor *t = lfl_newtensor(L);
+    *t = outs[i];                            /* moves the reference */
+  }
+  return g->nout;
+}
+
+static int g_run(lua_State *L) { return run_with(L, eager_apply); }
+static int g_run_reference(lua_State *L) { return run_with(L, ref_apply); }
+
+/* g:_set_name(id, name): compile.lua names params by where they were
+** found ("fc1.weight"). */
+static int g_set_name(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  const char *name = luaL_checkstring(L, 3);
+  char *c;
+  if (id < 0 || id >= g->n) return luaL_argerror(L, 2, "no such node");
+  c = malloc(strlen(name) + 1);
+  if (!c) return luaL_error(L, "graph: out of memory");
+  strcpy(c, name);
+  free(g->nodes[id].name);
+  g->nodes[id].name = c;
+  return 0;
+}
+
+/* g:outputs() -> node ids the graph returns, in order */
+static int g_outputs(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  int i;
+  lua_createtable(L, g->nout, 0);
+  for (i = 0; i < g->nout; i++) {
+    lua_pushinteger(L, g->outputs[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static const luaL_Reg graph_methods[] = {
+  {"_set_name", g_set_name}, {"outputs", g_outputs},
+  {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
+  {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},
+  {"run_reference", g_run_reference},
+  {NULL, NULL}
+};
+
+void lfl_open_graph(lua_State *L, int lib) {
+  (void)lib;
+  if (luaL_newmetatable(L, GRAPH_TYPE)) {
+    lua_pushcfunction(L, g_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, g_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luaL_newlib(L, graph_methods);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "methods");
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+}

@@ -1,0 +1,615 @@
+/*
+** lfl_trace.c -- capture: tracing Lua code into graphs (the Dynamo part).
+**
+** While a trace records, lfl_dispatch hands every op here instead of
+** running it: the op becomes a node of the current SEGMENT graph and the
+** Lua code gets a LAZY tensor back (metadata, no storage).  Lua keeps
+** running normally.  When Lua needs a value (x:item(), tostring, an
+** in-place write, fl.graph_break()) the segment is cut there: every lazy
+** tensor of the segment still reachable becomes an output, the graph runs,
+** the lazies receive their values, the break is recorded with its reason
+** and source line, and a new segment starts.  Ending the trace flushes the
+** last segment the same way.
+**
+** Invariants: a lazy tensor belongs to exactly one segment of one trace
+** (lfl_ud.trace/.seg/.node) and is computed when that segment is flushed
+** or never (the trace was aborted; using it then raises).  Tensors used by
+** a segment but made outside it are EXTERNALS: those made earlier in this
+** trace are segment inputs (IR_INPUT); all others (module weights,
+** upvalues, tensors created by fl.zeros...) are parameters bound by
+** reference (IR_PARAM shares their storage, so in-place updates are seen).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/eager.h"
+#include "graph/ir.h"
+
+#define TRACE_TYPE "fl.Trace"
+#define MAXEXT 4096        /* externals per segment */
+#define MAXSYM 64
+#define MAXSCOPE 32
+
+enum { MODE_RUN, MODE_CAPTURE };
+
+/* uservalues of the trace userdata */
+enum { UV_LAZY = 1,        /* node id -> lazy userdata of this segment (weak) */
+       UV_BREAKS,          /* array of {reason=, hint=, where=} */
+       UV_GRAPHS,          /* array of flushed segment Graphs */
+       UV_EXEC,            /* optional Lua function(graph, inputs) -> outputs */
+       UV_PARAMS,          /* array of param userdata of the LAST segment, by node */
+       UV_COUNT = UV_PARAMS };
+
+typedef struct ext {
+  const fl_tensor *key;    /* the userdata's tensor (identity) */
+  fl_tensor val;           /* a shared reference to its value */
+  int node;
+  int input;               /* 1: IR_INPUT of the segment, 0: IR_PARAM */
+} ext;
+
+struct lfl_trace {
+  unsigned id;             /* nonzero; lazies carry it */
+  int mode;                /* MODE_RUN (fl.compile) or MODE_CAPTURE */
+  int fullgraph;           /* a break is an error */
+  int active;              /* recording (between begin and finish/abort) */
+  int seg;                 /* current segment number */
+  ir_graph *g;             /* the current segment's graph */
+  ext *ext;                /* externals of the segment, next[] used */
+  int next, extcap;
+  int nsym;                /* symbols created for dynamic input dims */
+  int sym_arg[MAXSYM], sym_dim[MAXSYM];
+  char sym_static[MAXSYM]; /* Lua read the size: specialize it */
+  int narg;                /* trace inputs declared (function arguments) */
+  char *scope[MAXSCOPE];   /* module path stack (nn modules push theirs) */
+  int nscope;
+  int reads;               /* graph breaks so far */
+  int prev_active_ref;     /* the trace active before this one (nesting) */
+};
+
+static const char active_key = 't';
+static unsigned next_id = 1;
+
+lfl_trace *lfl_trace_active(lua_State *L) {
+  lfl_trace *tr;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &active_key) != LUA_TUSERDATA) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  tr = (lfl_trace *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return tr->active ? tr : NULL;
+}
+
+static lfl_trace *checktrace(lua_State *L, int idx) {
+  return (lfl_trace *)luaL_checkudata(L, idx, TRACE_TYPE);
+}
+
+/* Push the active trace's userdata (for its uservalues). */
+static void push_active(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &active_key);
+}
+
+static void clear_externals(lfl_trace *tr) {
+  int i;
+  for (i = 0; i < tr->next; i++) ten_release(&tr->ext[i].val);
+  tr->next = 0;
+}
+
+/* Start a new, empty segment; the previous graph was handed over. */
+static int new_segment(lua_State *L, lfl_trace *tr, int tidx) {
+  clear_externals(tr);
+  tr->g = ir_new();
+  if (!tr->g) return luaL_error(L, "capture: out of memory");
+  tr->seg++;
+  lua_newtable(L);                           /* weak-valued lazy table */
+  lua_newtable(L);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_setiuservalue(L, tidx, UV_LAZY);
+  lua_newtable(L);
+  lua_setiuservalue(L, tidx, UV_PARAMS);
+  return 0;
+}
+
+/* "file.lua:12" of the innermost user code that called into fuselab:
+** frames of fuselab's own embedded Lua (chunk names "=nn.lua",
+** "=compile.lua") are skipped, so nodes point at the model's source. */
+static void user_where(lua_State *L, char *buf, size_t n) {
+  lua_Debug ar;
+  int level;
+  buf[0] = '\0';
+  for (level = 1; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+    if (ar.source[0] == '=' && (strcmp(ar.source, "=nn.lua") == 0 ||
+                                strcmp(ar.source, "=compile.lua") == 0))
+      continue;
+    snprintf(buf, n, "%s:%d", ar.short_src, ar.currentline);
+    return;
+  }
+}
+
+/* The node of tensor t in the current segment, adding it as an external
+** (input or param) the first time it is seen.  Raises for a lazy tensor of
+** another (aborted or finished) trace. */
+static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *opname) {
+  const lfl_ud *u = (const lfl_ud *)t;
+  fl_err e;
+  int i, id;
+  if (lfl_islazy(t)) {
+    if (u->trace == tr->id && u->seg == tr->seg) return u->node;
+    return luaL_error(L, "%s: this tensor belongs to a capture that ended "
+                      "with an error and was never computed", opname);
+  }
+  if (t->m.wrapped) {                        /* a Lua number: a constant */
+    id = ir_add_const(tr->g, t, &e);
+    if (id < 0) lfl_raise(L, opname, &e);
+    return id;
+  }
+  for (i = 0; i < tr->next; i++)
+    if (tr->ext[i].key == t && tr->ext[i].val.st == t->st &&
+        tr->ext[i].val.offset == t->offset &&
+        memcmp(&tr->ext[i].val.m, &t->m, sizeof t->m) == 0)
+      return tr->ext[i].node;
+  if (tr->next == tr->extcap) {
+    int cap = tr->extcap ? tr->extcap * 2 : 32;
+    ext *ne;
+    if (cap > MAXEXT)
+      return luaL_error(L, "%s: more than %d tensors from outside one "
+                        "captured graph", opname, MAXEXT);
+    ne = realloc(tr->ext, (size_t)cap * sizeof *ne);
+    if (!ne) return luaL_error(L, "capture: out of memory");
+    tr->ext = ne;
+    tr->extcap = cap;
+  }
+  if (u->trace == tr->id) {
+    /* computed earlier in this trace: the value flows in from Lua */
+    id = ir_add_input(tr->g, &t->m, NULL, &e);
+  } else {
+    id = ir_add_param(tr->g, t, NULL, &e);
+  }
+  if (id < 0) lfl_raise(L, opname, &e);
+  tr->ext[tr->next].key = t;
+  tr->ext[tr->next].val.st = NULL;
+  ten_share(&tr->ext[tr->next].val, t);
+  tr->ext[tr->next].node = id;
+  tr->ext[tr->next].input = u->trace == tr->id;
+  tr->next++;
+  return id;
+}
+
+/* Push a new lazy userdata for node id of the current segment and
+** remember it (weakly) so a flush can give it its value. */
+static void push_lazy(lua_State *L, lfl_trace *tr, int id) {
+  fl_tensor *t = lfl_newtensor(L);
+  lfl_ud *u = lfl_ud_of(t);
+  int d;
+  t->m = tr->g->nodes[id].meta;
+  for (d = 0; d < t->m.ndim; d++) t->stride[d] = 0;
+  u->trace = tr->id;
+  u->seg = tr->seg;
+  u->node = id;
+  push_active(L);
+  lua_getiuservalue(L, -1, UV_LAZY);
+  lua_pushvalue(L, -3);
+  lua_rawseti(L, -2, id);
+  lua_pop(L, 2);
+}
+
+int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
+                     const fl_tensor *const *in, int nin, const op_attrs *a) {
+  int ids[64], k, id;
+  char where[256];
+  fl_err e;
+  for (k = 0; k < nin; k++)
+    ids[k] = in[k] ? node_of(L, tr, in[k], op_name(op)) : -1;
+  user_where(L, where, sizeof where);
+  err_clear(&e);
+  id = ir_add_op(tr->g, op, ids, nin, a, where[0] ? where : NULL,
+                 tr->nscope ? tr->scope[tr->nscope - 1] : NULL, &e);
+  if (id < 0) return lfl_raise(L, op_name(op), &e);
+  push_lazy(L, tr, id);
+  return 1;
+}
+
+/* ---- flushing a segment ----------------------------------------------- */
+
+/* Run graph g on its inputs: through the Lua executor when fl.compile
+** installed one (compiled kernels, caches), else the eager interpreter.
+** outs must hold g->nout empty tensors. */
+static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
+                        const fl_tensor *const *inputs, fl_tensor *outs) {
+  fl_err e;
+  int i;
+  if (lua_getiuservalue(L, tidx, UV_EXEC) == LUA_TFUNCTION) {
+    lua_pushvalue(L, gidx);
+    lua_createtable(L, g->ninputs, 0);
+    for (i = 0; i < g->ninputs; i++) {
+      ten_share(lfl_newtensor(L), inputs[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_call(L, 2, 1);
+    for (i = 0; i < g->nout; i++) {
+      fl_tensor *t;
+      lua_rawgeti(L, -1, i + 1);
+      t = lfl_totensor(L, -1);
+      if (!t || lfl_islazy(t))
+        luaL_error(L, "capture: the executor returned no tensor #%d", i + 1);
+      ten_share(&outs[i], t);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pop(L, 1);
+  err_clear(&e);
+  if (ir_run(g, eager_apply, inputs, g->ninputs, outs, &e) != FL_OK)
+    lfl_raise(L, "graph", &e);
+}
+
+/* Cut the current segment: outputs = the lazies still reachable, run,
+** give them their values; hand the graph to the trace's list.  A full
+** collection first, so values nobody can reach are not computed.  The
+** next segment starts before the graph runs, so an error while running
+** leaves the trace consistent (the old lazies just stay uncomputed). */
+static void flush(lua_State *L, lfl_trace *tr) {
+  int tidx, gidx, lazyidx, n = 0, i;
+  int *nodes;
+  fl_tensor *buf;               /* ninputs input shares, then n outputs */
+  const fl_tensor **inputs;
+  ir_graph *g;
+  size_t fresh = 0;
+  fl_err e;
+  push_active(L);
+  tidx = lua_gettop(L);
+  lua_gc(L, LUA_GCCOLLECT);
+  lua_getiuservalue(L, tidx, UV_LAZY);
+  lazyidx = lua_gettop(L);
+  g = tr->g;
+  lfl_pushgraph(L, g);                       /* owns g from here on */
+  gidx = lua_gettop(L);
+  nodes = lua_newuserdatauv(L, (size_t)(g->n + 1) * sizeof *nodes, 0);
+  /* ids in increasing order: the graph's outputs read like the program */
+  for (i = 0; i < g->n; i++) {
+    if (lua_rawgeti(L, lazyidx, i) == LUA_TUSERDATA) nodes[n++] = i;
+    lua_pop(L, 1);
+  }
+  for (i = 0; i < n; i++)
+    if (ir_add_output(g, nodes[i], &e) != FL_OK) lfl_raise(L, "capture", &e);
+  buf = lua_newuserdatauv(L, (size_t)(g->ninputs + n + 1) * sizeof *buf, 0);
+  memset(buf, 0, (size_t)(g->ninputs + n + 1) * sizeof *buf);
+  inputs = lua_newuserdatauv(L, (size_t)(g->ninputs + 1) * sizeof *inputs, 0);
+  for (i = 0; i < tr->next; i++)
+    if (tr->ext[i].input) {
+      int k = g->nodes[tr->ext[i].node].index;
+      ten_share(&buf[k], &tr->ext[i].val);
+      inputs[k] = &buf[k];
+    }
+  tr->g = NULL;
+  new_segment(L, tr, tidx);
+  run_segment(L, tidx, g, gidx, inputs, buf + g->ninputs);
+  for (i = 0; i < n; i++) {
+    fl_tensor *t, *o = &buf[g->ninputs + i];
+    lua_rawgeti(L, lazyidx, nodes[i]);
+    t = lfl_totensor(L, -1);
+    if (t) {
+      int wrapped = t->m.wrapped;
+      ten_share(t, o);
+      t->m.wrapped = wrapped;
+      lfl_ud_of(t)->node = -1;               /* computed now */
+      if (o->st && o->st->refs == 2) fresh += o->st->nbytes;
+    }
+    lua_pop(L, 1);
+  }
+  for (i = 0; i < g->ninputs + n; i++) ten_release(&buf[i]);
+  lua_getiuservalue(L, tidx, UV_GRAPHS);
+  lua_pushvalue(L, gidx);
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  lua_settop(L, tidx - 1);
+  lfl_account(L, fresh);
+}
+
+static const char *hint_for(const char *what) {
+  if (strcmp(what, "item") == 0 || strcmp(what, "tolist") == 0)
+    return "the value is needed in Lua (a data-dependent branch?); keep it in "
+           "tensor ops, e.g. fl.where(c, a, b) instead of an if on x:item()";
+  if (strcmp(what, "tostring") == 0)
+    return "printing a traced tensor needs its values; print outside the "
+           "compiled function";
+  if (strcmp(what, "fl.graph_break()") == 0)
+    return "fl.graph_break() asks for a break here";
+  if (strchr(what, '_') && what[strlen(what) - 1] == '_')
+    return "in-place ops have no lowering; write y = x + z instead of x:add_(z)";
+  return "this operation has no lowering into a graph; it runs in Lua";
+}
+
+/* Record a break named what at the user's line, or raise under fullgraph
+** or fl.capture. */
+static void record_break(lua_State *L, lfl_trace *tr, const char *what) {
+  char where[256], reason[320];
+  const char *hint = hint_for(what);
+  user_where(L, where, sizeof where);
+  if (strcmp(what, "fl.graph_break()") == 0)
+    snprintf(reason, sizeof reason, "fl.graph_break() called");
+  else if (strchr(what, '_') && what[strlen(what) - 1] == '_')
+    snprintf(reason, sizeof reason, "%s: in-place op on a traced tensor", what);
+  else
+    snprintf(reason, sizeof reason, "%s() needs a concrete value", what);
+  if (tr->fullgraph || tr->mode == MODE_CAPTURE)
+    luaL_error(L, "graph break %s: %s (%s); hint: %s",
+               tr->mode == MODE_CAPTURE ? "in fl.capture" : "with fullgraph=true",
+               reason, where[0] ? where : "?", hint);
+  push_active(L);
+  lua_getiuservalue(L, -1, UV_BREAKS);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, reason);
+  lua_setfield(L, -2, "reason");
+  lua_pushstring(L, hint);
+  lua_setfield(L, -2, "hint");
+  lua_pushstring(L, where);
+  lua_setfield(L, -2, "where");
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  lua_pop(L, 2);
+  tr->reads++;
+}
+
+void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what) {
+  lfl_trace *tr = lfl_trace_active(L);
+  lfl_ud *u = lfl_ud_of(t);
+  if (!tr || u->trace != tr->id || u->seg != tr->seg)
+    luaL_error(L, "%s: this tensor belongs to a capture that ended with an "
+               "error and was never computed", what);
+  record_break(L, tr, what);
+  flush(L, tr);
+}
+
+void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t) {
+  lfl_trace *tr;
+  const lfl_ud *u = (const lfl_ud *)t;
+  const ir_node *nd;
+  int d;
+  if (!lfl_islazy(t) || !(tr = lfl_trace_active(L)) || u->trace != tr->id ||
+      u->seg != tr->seg)
+    return;
+  /* a size Lua reads can flow anywhere (a reshape, a loop bound): the
+  ** symbols behind it are specialized, as the guards will say */
+  nd = &tr->g->nodes[u->node];
+  for (d = 0; d < nd->meta.ndim; d++)
+    if (nd->sym[d] > 0 && nd->sym[d] <= tr->nsym) tr->sym_static[nd->sym[d] - 1] = 1;
+}
+
+/* ---- the Lua-facing trace object (used by compile.lua) ----------------- */
+
+/* fl._trace_begin{capture=bool, fullgraph=bool, exec=function} -> trace */
+static int tr_begin(lua_State *L) {
+  lfl_trace *tr;
+  int tidx;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lfl_trace_active(L))
+    return luaL_error(L, "capture: a trace is already recording (nested "
+                      "fl.compile/fl.capture inside a traced function)");
+  tr = (lfl_trace *)lua_newuserdatauv(L, sizeof *tr, UV_COUNT);
+  memset(tr, 0, sizeof *tr);
+  tidx = lua_gettop(L);
+  luaL_setmetatable(L, TRACE_TYPE);
+  tr->id = next_id++;
+  if (next_id == 0) next_id = 1;
+  tr->seg = -1;
+  lua_getfield(L, 1, "capture");
+  tr->mode = lua_toboolean(L, -1) ? MODE_CAPTURE : MODE_RUN;
+  lua_getfield(L, 1, "fullgraph");
+  tr->fullgraph = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  lua_newtable(L);
+  lua_setiuservalue(L, tidx, UV_BREAKS);
+  lua_newtable(L);
+  lua_setiuservalue(L, tidx, UV_GRAPHS);
+  lua_getfield(L, 1, "exec");
+  lua_setiuservalue(L, tidx, UV_EXEC);
+  new_segment(L, tr, tidx);
+  tr->active = 1;
+  lua_pushvalue(L, tidx);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
+  return 1;
+}
+
+/* tr:input(x, name, dynamic_dims) -> lazy proxy for argument x.  Dims
+** listed in dynamic_dims (1-based; sizes 0 and 1 stay static) get a symbol. */
+static int tr_input(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  fl_tensor *x = lfl_checkdata(L, 2, "capture");
+  const char *name = luaL_optstring(L, 3, NULL);
+  fl_err e;
+  int id, d;
+  if (!tr->active) return luaL_error(L, "capture: trace is not recording");
+  if (tr->seg != 0 || tr->g->n != tr->narg)
+    return luaL_error(L, "capture: inputs must be declared first");
+  id = ir_add_input(tr->g, &x->m, name, &e);
+  if (id < 0) return lfl_raise(L, "capture", &e);
+  if (lua_istable(L, 4)) {
+    lua_Integer n = luaL_len(L, 4), k;
+    for (k = 1; k <= n; k++) {
+      lua_rawgeti(L, 4, k);
+      d = (int)lua_tointeger(L, -1) - 1;
+      lua_pop(L, 1);
+      if (d < 0 || d >= x->m.ndim || x->m.shape[d] < 2 || tr->nsym >= MAXSYM) continue;
+      tr->sym_arg[tr->nsym] = tr->narg;
+      tr->sym_dim[tr->nsym] = d;
+      tr->g->nodes[id].sym[d] = ++tr->nsym;
+    }
+    tr->g->nsyms = tr->nsym;
+  }
+  if (tr->next == tr->extcap) {
+    ext *ne = realloc(tr->ext, (size_t)(tr->extcap ? tr->extcap * 2 : 32) * sizeof *ne);
+    if (!ne) return luaL_error(L, "capture: out of memory");
+    tr->ext = ne;
+    tr->extcap = tr->extcap ? tr->extcap * 2 : 32;
+  }
+  tr->ext[tr->next].key = NULL;             /* reached only through the proxy */
+  tr->ext[tr->next].val.st = NULL;
+  ten_share(&tr->ext[tr->next].val, x);
+  tr->ext[tr->next].node = id;
+  tr->ext[tr->next].input = 1;
+  tr->next++;
+  tr->narg++;
+  push_lazy(L, tr, id);
+  return 1;
+}
+
+/* Stop recording; the trace is no longer active.  Restores nothing else:
+** lazies of an unflushed segment stay uncomputed (their use raises). */
+static void stop(lua_State *L, lfl_trace *tr) {
+  tr->active = 0;
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
+}
+
+/* tr:finish() -> info: flushes the last segment (outputs = the lazies the
+** caller still holds: its results, and any it stored elsewhere) and
+** returns {graphs=, breaks=, outputs=<node ids of the last graph>,
+** static_syms={{arg, dim}...}}.  Then the trace is over. */
+static int tr_finish(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  int i, last;
+  if (!tr->active) return luaL_error(L, "capture: trace is not recording");
+  flush(L, tr);
+  stop(L, tr);
+  lua_createtable(L, 0, 4);
+  lua_getiuservalue(L, 1, UV_GRAPHS);
+  last = (int)luaL_len(L, -1);
+  lua_setfield(L, -2, "graphs");
+  lua_getiuservalue(L, 1, UV_BREAKS);
+  lua_setfield(L, -2, "breaks");
+  lua_createtable(L, 0, 0);
+  for (i = 0; i < tr->nsym; i++) {
+    if (!tr->sym_static[i]) continue;
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, tr->sym_arg[i] + 1);
+    lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, tr->sym_dim[i] + 1);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  }
+  lua_setfield(L, -2, "static_dims");
+  lua_pushinteger(L, last);
+  lua_setfield(L, -2, "ngraphs");
+  return 1;
+}
+
+/* tr:abort(): after an error in the traced code; nothing is computed. */
+static int tr_abort(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  if (tr->active) stop(L, tr);
+  return 0;
+}
+
+/* tr:node_of(x) -> the node id (0-based) of lazy tensor x in the current
+** segment, or nil.  Used to map a function's results onto graph outputs
+** (call before finish). */
+static int tr_node_of(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  fl_tensor *t = lfl_totensor(L, 2);
+  const lfl_ud *u = t ? (const lfl_ud *)t : NULL;
+  if (!u || !lfl_islazy(t) || u->trace != tr->id || u->seg != tr->seg) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushinteger(L, u->node);
+  return 1;
+}
+
+/* tr:params() -> array of {node=, tensor=} for the params of the current
+** segment, so the caller can search where they came from. */
+static int tr_params(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  int i, k = 0;
+  lua_newtable(L);
+  for (i = 0; i < tr->next; i++) {
+    if (tr->ext[i].input) continue;
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, tr->ext[i].node);
+    lua_setfield(L, -2, "node");
+    ten_share(lfl_newtensor(L), &tr->ext[i].val);
+    lua_setfield(L, -2, "tensor");
+    lua_pushlightuserdata(L, (void *)tr->ext[i].key);
+    lua_setfield(L, -2, "key");
+    lua_rawseti(L, -2, ++k);
+  }
+  return 1;
+}
+
+static int tr_gc(lua_State *L) {
+  lfl_trace *tr = (lfl_trace *)luaL_checkudata(L, 1, TRACE_TYPE);
+  int i;
+  clear_externals(tr);
+  free(tr->ext);
+  tr->ext = NULL;
+  tr->extcap = 0;
+  ir_free(tr->g);
+  tr->g = NULL;
+  for (i = 0; i < tr->nscope; i++) free(tr->scope[i]);
+  tr->nscope = 0;
+  return 0;
+}
+
+/* fl.graph_break(): cut the graph here (a no-op outside a trace). */
+static int l_graph_break(lua_State *L) {
+  lfl_trace *tr = lfl_trace_active(L);
+  if (!tr) return 0;
+  record_break(L, tr, "fl.graph_break()");
+  flush(L, tr);
+  return 0;
+}
+
+/* fl._scope_push(path) / fl._scope_pop(): module paths for the nodes
+** recorded inside a module's forward (cheap no-ops when not tracing). */
+static int l_scope_push(lua_State *L) {
+  lfl_trace *tr = lfl_trace_active(L);
+  const char *p = luaL_checkstring(L, 1);
+  if (tr && tr->nscope < MAXSCOPE) {
+    size_t n = strlen(p) + 1;
+    char *c = malloc(n);
+    if (c) { memcpy(c, p, n); tr->scope[tr->nscope++] = c; }
+  }
+  return 0;
+}
+
+static int l_scope_pop(lua_State *L) {
+  lfl_trace *tr = lfl_trace_active(L);
+  if (tr && tr->nscope > 0) free(tr->scope[--tr->nscope]);
+  return 0;
+}
+
+/* fl._tracing() -> true while a trace records */
+static int l_tracing(lua_State *L) {
+  lua_pushboolean(L, lfl_trace_active(L) != NULL);
+  return 1;
+}
+
+static const luaL_Reg trace_methods[] = {
+  {"input", tr_input}, {"finish", tr_finish}, {"abort", tr_abort},
+  {"node_of", tr_node_of}, {"params", tr_params},
+  {NULL, NULL}
+};
+
+static const luaL_Reg trace_funcs[] = {
+  {"_trace_begin", tr_begin}, {"graph_break", l_graph_break},
+  {"_scope_push", l_scope_push}, {"_scope_pop", l_scope_pop},
+  {"_tracing", l_tracing},
+  {NULL, NULL}
+};
+
+void lfl_open_trace(lua_State *L, int lib) {
+  lib = lua_absindex(L, lib);
+  if (luaL_newmetatable(L, TRACE_TYPE)) {
+    lua_pushcfunction(L, tr_gc);
+    lua_setfield(L, -2, "__gc");
+    luaL_newlib(L, trace_methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, trace_funcs, 0);
+  lua_pop(L, 1);
+}
