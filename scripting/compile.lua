@@ -450,7 +450,16 @@ local function slow(st, reason, argi, dim, ...)
   for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
   local t0 = fl.now()
   st.new_compiles = 0
-  local info = trace_call(st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  if not okt then
+    -- a body that failed on the wrong number of arguments says so first
+    local want = st.nparams
+    if want and args.n ~= want then
+      info = ("compile: the function takes %d argument(s) (%s), called with %d: %s"):format(
+        want, table.concat(st.names, ", ", 1, want), args.n, tostring(info))
+    end
+    error(info, 0)
+  end
   if st.new_compiles > 0 then
     st.traces = st.traces + 1
     if recompiling then stats.recompiles = stats.recompiles + 1 end
@@ -526,6 +535,11 @@ function fl.compile(fn, opts)
     auto_dyn = {}, last_shapes = {}, break_seen = {}, methods = methods,
   }
   st.exec = make_exec(st)
+  local f = type(fn) == "table" and fn.forward or fn
+  if type(f) == "function" then
+    local di = debug.getinfo(f, "u")
+    if not di.isvararg then st.nparams = di.nparams - (f ~= fn and 1 or 0) end
+  end
   return fl._compiled_new(fn, st.entries, slow, st)
 end
 

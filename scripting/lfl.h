@@ -95,6 +95,10 @@ void lfl_open_compile(lua_State *L, int lib);
 ** The inputs must be anchored on the Lua stack for the call. */
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a);
+/* The same, but never recorded: for in-place ops, which are graph breaks
+** (their inputs were computed first) and so run eagerly even in a trace. */
+int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
+                       int nin, const op_attrs *a);
 /* Register every op binding: methods into the table at index `methods`,
 ** function forms into the table at index `lib`, operators (__add...) into
 ** the metatable at index `meta`. */

@@ -19,13 +19,19 @@
 
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a) {
-  fl_err e;
-  fl_tensor *out;
   lfl_trace *tr;
-  int rc, k;
   while (nin > 1 && in[nin - 1] == NULL) nin--;   /* absent optional inputs */
   if ((tr = lfl_trace_active(L)) != NULL)       /* capture: record, don't run */
     return lfl_trace_record(L, tr, op, in, nin, a);
+  return lfl_dispatch_eager(L, op, in, nin, a);
+}
+
+int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
+                       int nin, const op_attrs *a) {
+  fl_err e;
+  fl_tensor *out;
+  int rc, k;
+  while (nin > 1 && in[nin - 1] == NULL) nin--;
   for (k = 0; k < nin; k++)
     if (in[k] && lfl_islazy(in[k]))
       return luaL_error(L, "%s: this tensor belongs to a capture that ended "

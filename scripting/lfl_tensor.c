@@ -591,15 +591,13 @@ static int t_inplace(lua_State *L) {
   op_attrs a;
   lua_settop(L, 2);
   check_writable(L, t, what);
-  if (lfl_trace_active(L)) {
-    /* the result is computed now (a graph break was just recorded for
-    ** the target); the operand may still be lazy */
-    lfl_checkdata(L, 2, what);
-  }
+  /* the target was computed above (a graph break when tracing), so the
+  ** operand is too; the op runs eagerly */
+  if (lfl_istensor(L, 2)) lfl_checkdata(L, 2, what);
   in[0] = t;
   in[1] = lfl_checkoperand(L, 2);
   op_attrs_init(op, &a);
-  lfl_dispatch(L, op, in, 2, &a);
+  lfl_dispatch_eager(L, op, in, 2, &a);
   r = lfl_totensor(L, -1);           /* the result lfl_dispatch pushed */
   if (!meta_same_shape(&r->m, &t->m)) {
     char s1[128], s2[128];

@@ -1,0 +1,223 @@
+-- capture.lua -- graph capture and fl.compile: listings, passes, guards,
+-- recompiles, automatic dynamic shapes, graph breaks, stats.
+-- Compiled results are compared with eager ones (float32, rtol 1e-5,
+-- atol 1e-6: the same kernels run in a different grouping).
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+local function close(a, b) return fl.allclose(a, b, 1e-5, 1e-6) end
+
+fl.manual_seed(7)
+
+-- ---- capture and the listing -------------------------------------------
+local W = fl.randn(4, 3)
+local counter = {n = 0}
+local function f(x, y)
+  counter.n = counter.n + 1
+  local h = (x:matmul(W) + 1):relu()
+  return h * y, "tag", 3
+end
+
+local x, y = fl.randn(2, 4), fl.randn(2, 3)
+local g = fl.capture(f, x, y)
+local listing = tostring(g)
+t.ok(listing:find("graph(%0: float32[2,4] x, %1: float32[2,3] y)", 1, true), "listing names inputs with types")
+t.ok(listing:find("= param W : float32[4,3]", 1, true), "the upvalue W is a param named W")
+t.ok(listing:find("%%%d+ = matmul%(%%0, %%2%) : float32%[2,3%]    # [^\n]*capture.lua:17"), "matmul line with its source line")
+t.ok(listing:find("%%%d+ = relu%(%%%d+%) : float32%[2,3%]"), "relu line")
+t.is(#g:ops(), 4, "four ops: matmul add relu mul")
+local ref = f(x, y)
+t.ok(close(g:run(x, y), ref), "captured graph computes what the function does")
+t.ok(close(g:run_reference(x, y), ref), "and so does the reference interpreter on it")
+
+-- decompose / optimize keep results
+local function mlp_block(x)
+  local h = x:layer_norm({4}) : gelu()
+  local s = h:softmax(-1)
+  return (s * 1 + 0):log_softmax(-1)
+end
+local g1 = fl.capture(mlp_block, x)
+local g2, log2 = g1:decompose{quiet = true}
+local g3, log3 = g2:optimize{quiet = true}
+t.ok(log2:find("layer_norm"), "decompose log names layer_norm")
+t.ok(log3:find("x %* 1 = x") and log3:find("x %+ 0 = x"), "optimize log shows the simplifications")
+t.ok(close(g2:run(x), mlp_block(x)) and close(g3:run(x), mlp_block(x)), "decomposed and optimized graphs match eager")
+local kinds = {}
+for _, name in ipairs(g2:ops()) do kinds[name] = true end
+t.ok(not kinds.layer_norm and not kinds.softmax and not kinds.gelu and kinds.erf, "composites are gone after decompose")
+
+-- ---- fl.compile: guards, no re-run, automatic dynamic ---------------------
+counter.n = 0
+local cm = fl.compile(f)
+local a, tag, three = cm(x, y)
+t.ok(close(a, ref) and tag == "tag" and three == 3, "first call: tensor and plain results")
+t.is(counter.n, 1, "first call ran the body once")
+a = cm(x, y)
+t.ok(close(a, ref), "second call right")
+t.is(counter.n, 1, "second call did not run the Lua body")
+local x5, y5, x7, y7 = fl.randn(5, 4), fl.randn(5, 3), fl.randn(7, 4), fl.randn(7, 3)
+t.ok(close(cm(x5, y5), f(x5, y5)), "new batch size right")
+t.ok(close(cm(x7, y7), f(x7, y7)), "third batch size right")
+local s = cm:stats()
+t.is(s.compiles, 2, "three shapes under automatic dynamic: exactly two compiles")
+t.is(s.recompiles, 1, "one recompile")
+t.is(s.recompile_reasons[1], "x.shape[1]: expected 2, got 5", "the recompile reason names the dim and sizes")
+t.is(s.calls, 4, "calls counted")
+t.ok(s.cache_hits >= 2, "cache hits counted")
+for _, k in ipairs{"calls", "compiles", "recompiles", "cache_hits", "disk_cache_hits", "graph_breaks",
+                    "fallbacks", "compile_ms", "first_call_ms", "kernels", "guards",
+                    "recompile_reasons", "break_reasons"} do
+  t.ok(s[k] ~= nil, "stats has " .. k)
+end
+local gtext = table.concat(s.guards, "\n")
+t.ok(gtext:find("x: float32[s(>=2),4] on cpu", 1, true), "guards show the symbolic dim")
+t.ok(gtext:find("W is the same tensor", 1, true), "guards include the param")
+
+-- sizes 0 and 1 are always specialized
+local x1, y1 = fl.randn(1, 4), fl.randn(1, 3)
+t.ok(close(cm(x1, y1), f(x1, y1)), "batch of one right")
+t.is(cm:stats().compiles, 3, "size 1 is specialized: a new compile")
+
+-- dynamic=false specializes every size; dynamic=true needs one compile
+local cs = fl.compile(f, {dynamic = false})
+cs(x, y); cs(x5, y5); cs(x7, y7)
+t.is(cs:stats().compiles, 3, "dynamic=false: one compile per shape")
+local cd = fl.compile(f, {dynamic = true})
+cd(x, y); cd(x5, y5); cd(x7, y7)
+t.is(cd:stats().compiles, 1, "dynamic=true: one compile for three shapes")
+
+-- fl.mark_dynamic
+local cmk = fl.compile(f)
+local xm = fl.mark_dynamic(fl.randn(3, 4), 1)
+local ym = fl.mark_dynamic(fl.randn(3, 3), 1)
+cmk(xm, ym)
+cmk(x5, y5)
+t.is(cmk:stats().compiles, 1, "mark_dynamic makes the first compile symbolic")
+
+-- a size read by Lua is specialized even under dynamic=true
+local function reads_shape(x)
+  local n = x.shape[1]
+  return x:reshape(n * 4)
+end
+local cr = fl.compile(reads_shape, {dynamic = true})
+cr(fl.randn(3, 4))
+local r6 = cr(fl.randn(6, 4))
+t.is(r6.shape[1], 24, "specialized size recompiles and stays right")
+t.is(cr:stats().compiles, 2, "reading x.shape made that dim static")
+
+-- ---- params: by reference, rebinding -------------------------------------
+local cp = fl.compile(f)
+local before = cp(x, y)
+W:mul_(2)
+local after = cp(x, y)
+t.ok(close(after, f(x, y)) and not close(after, before), "in-place change of a weight is seen by the next call")
+t.is(cp:stats().compiles, 1, "and needs no recompile")
+W = fl.randn(4, 3)
+local rebound = cp(x, y)
+t.ok(close(rebound, f(x, y)), "rebinding the weight gives the new result")
+t.ok(cp:stats().recompile_reasons[1]:find("parameter W: a different tensor now", 1, true), "rebinding is a recompile with its reason")
+
+-- modules as nested tables
+local Lin = {}
+Lin.__index = Lin
+Lin.__call = function(self, x) return x:matmul(self.w) + self.b end
+local function lin(i, o) return setmetatable({w = fl.randn(i, o), b = fl.randn(o)}, Lin) end
+local model = setmetatable({l1 = lin(4, 8), l2 = lin(8, 2)}, {__call = function(self, x)
+  return self.l2(self.l1(x):tanh())
+end})
+local cmod = fl.compile(model)
+t.ok(close(cmod(x), model(x)), "a callable table (module) compiles")
+local gm = fl.capture(model, x)
+t.ok(tostring(gm):find("param l1.w", 1, true) and tostring(gm):find("param l2.b", 1, true), "module params are named by their path")
+
+-- globals read during capture are guarded
+scale = 2
+local function scaled(x) return x * scale end
+local cg = fl.compile(scaled)
+t.ok(close(cg(x), x * 2), "global scale 2")
+scale = 3
+t.ok(close(cg(x), x * 3), "global scale 3 after a recompile")
+t.is(cg:stats().recompile_reasons[1], "global 'scale': expected 2, got 3", "the reason names the global")
+
+-- several tensors and values out
+local function multi(x) return x + 1, x:sum(), {k = 1}, nil, true end
+local cmu = fl.compile(multi)
+local r1, r2, r3, r4, r5 = cmu(x)
+t.ok(close(r1, x + 1) and close(r2, x:sum()) and r3.k == 1 and r4 == nil and r5 == true, "several results of mixed kinds")
+
+-- recompile limit
+local cl = fl.compile(f, {dynamic = false, recompile_limit = 2})
+local ok_all = true
+for n = 2, 6 do
+  local xa, ya = fl.randn(n, 4), fl.randn(n, 3)
+  ok_all = ok_all and close(cl(xa, ya), f(xa, ya))
+end
+local sl = cl:stats()
+t.ok(ok_all, "results stay right past the recompile limit")
+t.is(sl.compiles, 2, "no compile past the limit")
+t.ok(sl.fallbacks >= 1, "fallbacks counted")
+
+-- ---- graph breaks -----------------------------------------------------------
+local function branchy(x)
+  local y
+  if x:sum():item() > 0 then y = x * 2 else y = x - 1 end
+  for i = 1, 3 do
+    y = y + i
+    if i == 2 then fl.graph_break() end
+  end
+  return y:relu()
+end
+local cb = fl.compile(branchy)
+local pos, neg = fl.ones(2, 3), -fl.ones(2, 3)
+t.ok(close(cb(pos), branchy(pos)) and close(cb(neg), branchy(neg)), "data-dependent branch: both ways right")
+t.ok(close(cb(pos), branchy(pos)), "again from the segment cache")
+local sb = cb:stats()
+t.is(sb.graph_breaks, 2, "two distinct break sites")
+t.ok(sb.break_reasons[1].reason:find("item", 1, true) and sb.break_reasons[1].where:find("capture.lua:%d+"), "break reason and file:line")
+t.ok(sb.break_reasons[1].hint ~= nil, "break hint")
+local ex = fl.explain(branchy, pos)
+t.is(ex.graph_break_count, 2, "explain counts breaks")
+t.ok(ex.graph_count >= 3, "explain counts graphs")
+t.ok(ex.op_count >= 6 and #ex.ops >= 4, "explain lists ops")
+t.ok(ex.unsupported and #ex.unsupported == 0, "nothing unsupported")
+
+local function inplace(x) local y = x * 2; y:add_(1); return y end
+local exi = fl.explain(inplace, pos)
+t.is(exi.unsupported[1], "add_", "an in-place op is reported as unsupported")
+t.ok(close(fl.compile(inplace)(pos), inplace(pos)), "and still computes right")
+
+-- fullgraph
+local okf, errf = pcall(fl.compile(branchy, {fullgraph = true}), pos)
+t.ok(not okf and errf:find("graph break with fullgraph=true: item%(%) needs a concrete value %(.-capture.lua:%d+%)"), "fullgraph names the break and line")
+t.ok(not fl._tracing(), "no trace left recording after the error")
+
+-- ---- bad input ----------------------------------------------------------------
+local function boom(x) return x:matmul(fl.ones(7, 7)) end
+local okb, errb = pcall(fl.compile(boom), x)
+t.ok(not okb and errb:find("matmul: [2,4] @ [7,7]: inner dimensions differ", 1, true), "an error in the body surfaces with its own message")
+t.ok(errb:find("capture.lua:%d+"), "and its own source line")
+t.ok(close(x + 1, x + 1) and not fl._tracing(), "eager works after a failed capture")
+t.raises(function() fl.compile(42) end, "compile: expected a function or an nn module, got number", "compile of a number")
+t.raises(function() fl.compile(f, {backnd = "cpu"}) end, "unknown option 'backnd'", "option typo")
+t.raises(function() fl.compile(f, {mode = "fast"}) end, "mode must be one of", "bad mode")
+t.raises(function() fl.capture(nil) end, "capture: expected a function", "capture of nil")
+local okw, errw = pcall(cm, x)     -- missing y: the body fails, and says why
+t.ok(not okw and errw:find("the function takes 2 argument(s) (x, y), called with 1", 1, true),
+     "wrong arity on a compiled call is named")
+local cnum = fl.compile(function(x, k) return x * k end)
+t.ok(close(cnum(x, 2), x * 2) and close(cnum(x, 3), x * 3), "number arguments are guarded by value")
+t.is(cnum:stats().recompile_reasons[1], "argument 'k': expected 2, got 3", "and named in the reason")
+
+-- FUSELAB_DEBUG=1 prints one line per compile / recompile / cache hit
+local bin = os.getenv("FUSELAB")
+if bin then
+  local code = "local f=fl.compile(function(x) return x+1 end); f(fl.ones(2)); f(fl.ones(3)); f(fl.ones(3))"
+  local p = io.popen("FUSELAB_DEBUG=1 '" .. bin .. "' -e '" .. code .. "' 2>&1")
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("fuselab: compile:") and out:find("fuselab: recompile: x.shape%[1%]: expected 2, got 3"), "FUSELAB_DEBUG=1 shows compiles and recompile reasons")
+else
+  t.skip("FUSELAB not set")
+end
+
+t.done()
