@@ -1,23 +1,27 @@
 #!/bin/sh
-# fuzz.sh -- build the .npy reader's libFuzzer target with ASan and UBSan
-# and run it briefly over tests/fuzz/corpus.  TAP output: one test, "fuzz
-# npy", which fails on any crash, leak, sanitizer report or timeout.  It is
-# skipped only when clang or its libFuzzer runtime is missing (Debian:
-# clang and libclang-rt-14-dev).
+# fuzz.sh -- build the file readers' libFuzzer targets with ASan and UBSan
+# and run each briefly over its seed corpus: the .npy reader over
+# tests/fuzz/corpus, the safetensors reader over tests/fuzz/corpus_st.
+# TAP output: two tests, "fuzz npy" and "fuzz safetensors", each failing on
+# any crash, leak, sanitizer report or timeout.  They are skipped only when
+# clang or its libFuzzer runtime is missing (Debian: clang and
+# libclang-rt-14-dev).
 #
 # Environment: FUSELAB_SRC  source tree (default: two levels above this file)
 #              CLANG        compiler (default: clang)
-#              FUZZ_TIME    seconds of fuzzing (default: 20)
+#              FUZZ_TIME    seconds of fuzzing per target (default: 20)
 #              FUZZ_KEEP    keep the work dir (crash inputs, logs) when set
 
 src=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 cc=${CLANG:-clang}
 secs=${FUZZ_TIME:-20}
+status=0
 
-echo "1..1"
+echo "1..2"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_npy.XXXXXX") || {
   echo "not ok 1 - fuzz npy # cannot create a temp dir"
+  echo "not ok 2 - fuzz safetensors # cannot create a temp dir"
   exit 1
 }
 cleanup() { [ -n "$FUZZ_KEEP" ] || rm -rf "$work"; }
@@ -26,6 +30,7 @@ trap 'exit 130' INT TERM
 
 if ! command -v "$cc" >/dev/null 2>&1; then
   echo "ok 1 # SKIP clang with libFuzzer not available ($cc not found)"
+  echo "ok 2 # SKIP clang with libFuzzer not available ($cc not found)"
   exit 0
 fi
 
@@ -41,6 +46,7 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" 
      >"$work/probe.log" 2>&1; then
   sed 's/^/# /' "$work/probe.log" | head -5
   echo "ok 1 # SKIP clang with libFuzzer not available"
+  echo "ok 2 # SKIP clang with libFuzzer not available"
   exit 0
 fi
 
@@ -52,8 +58,8 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      "$src/graph/dtype.c" "$src/graph/err.c" -lm >"$work/build.log" 2>&1; then
   sed 's/^/# /' "$work/build.log" | tail -20
   echo "not ok 1 - fuzz npy # the target did not build"
-  exit 1
-fi
+  status=1
+else
 
 # libFuzzer adds what it finds to the first corpus dir: work on a copy so
 # the source tree is never written.
@@ -96,9 +102,74 @@ rc=$?
 runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/run.log")
 if [ "$rc" -eq 0 ]; then
   echo "ok 1 - fuzz npy (${runs:-?} inputs in ${secs}s, no crash)"
-  exit 0
+else
+  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$work/run.log" | head -20 | sed 's/^/# /'
+  tail -n 15 "$work/run.log" | sed 's/^/# /'
+  echo "not ok 1 - fuzz npy (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+  status=1
 fi
-grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$work/run.log" | head -20 | sed 's/^/# /'
-tail -n 15 "$work/run.log" | sed 's/^/# /'
-echo "not ok 1 - fuzz npy (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+fi   # the npy target built
+
+# ---- the safetensors reader (cJSON parses its header) -------------------
+st="$work/st"
+mkdir "$st"
+cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
+# $cjson is a list of flags: split on purpose.
+# shellcheck disable=SC2086
+if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+     -I"$src" -o "$st/fuzz_safetensors" \
+     "$src/tests/fuzz/fuzz_safetensors.c" "$src/graph/safetensors.c" \
+     "$src/graph/tensor.c" "$src/graph/dtype.c" "$src/graph/err.c" \
+     $cjson -lm >"$st/build.log" 2>&1; then
+  sed 's/^/# /' "$st/build.log" | tail -20
+  echo "not ok 2 - fuzz safetensors # the target did not build"
+  exit 1
+fi
+
+mkdir "$st/corpus"
+cp "$src"/tests/fuzz/corpus_st/* "$st/corpus/" 2>/dev/null
+
+# Header tokens: length prefixes, the keys, every dtype, offsets, numbers
+# at the edges of what a double holds exactly.
+cat >"$st/st.dict" <<'EOF'
+"\x08\x00\x00\x00\x00\x00\x00\x00"
+"\x40\x00\x00\x00\x00\x00\x00\x00"
+"{\"w\":{"
+"\"dtype\":"
+"\"shape\":"
+"\"data_offsets\":"
+"\"__metadata__\":{\"format\":\"pt\"}"
+"\"F32\""
+"\"F16\""
+"\"BF16\""
+"\"I64\""
+"\"BOOL\""
+"\"F64\""
+"[0,4]"
+"[4,8]"
+"[2,3]"
+"[]"
+"-1"
+"1e308"
+"9007199254740993"
+"\\u0000"
+EOF
+
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$st/fuzz_safetensors" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+    -dict="$st/st.dict" -artifact_prefix="$st/" \
+    "$st/corpus" >"$st/run.log" 2>&1
+rc=$?
+
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$st/run.log")
+if [ "$rc" -eq 0 ]; then
+  echo "ok 2 - fuzz safetensors (${runs:-?} inputs in ${secs}s, no crash)"
+  exit "$status"
+fi
+grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$st/run.log" | head -20 | sed 's/^/# /'
+tail -n 15 "$st/run.log" | sed 's/^/# /'
+echo "not ok 2 - fuzz safetensors (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
 exit 1

@@ -1,0 +1,57 @@
+/*
+** safetensors.h -- the safetensors weight format (Hugging Face), so model
+** weights move to and from PyTorch.  A file is an 8-byte little-endian
+** header length N, N bytes of JSON
+**   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+**    ..., "__metadata__": {"key": "value"}}
+** then the tensors' bytes (little endian, C order), offsets relative to the
+** end of the header.  Supported dtypes: F32, F16, BF16, I64, BOOL.
+*/
+#ifndef FL_SAFETENSORS_H
+#define FL_SAFETENSORS_H
+
+#include "tensor.h"
+
+/* Largest header accepted (the reference implementation's limit too). */
+#define ST_MAX_HEADER 100000000u
+
+/* One named tensor of a file. */
+typedef struct st_tensor {
+  char *name;      /* owned by the list; NUL-terminated */
+  fl_tensor t;     /* one storage reference, owned by the list */
+} st_tensor;
+
+/* What a file holds, in file order of the data (ascending offsets). */
+typedef struct st_list {
+  st_tensor *v;    /* owned */
+  size_t n;
+} st_list;
+
+/* Release every name and tensor of l and clear it; accepts NULL and an
+** empty list. */
+void st_list_free(st_list *l);
+
+/* Parse a whole image of n bytes.  On success *out owns the tensors (free
+** with st_list_free); on failure *out is empty and e says
+** "safetensors: <what was wrong>", naming the tensor when one is at fault.
+** Every offset, length, dtype and shape is checked before anything is
+** allocated, so a hostile image cannot make us read out of bounds or
+** allocate more than it contains. */
+int st_parse(const void *buf, size_t n, st_list *out, fl_err *e);
+
+/* st_parse for a file; messages read "<path>: safetensors: ...".  The
+** header is read first, then each tensor straight into its storage. */
+int st_load(const char *path, st_list *out, fl_err *e);
+
+/* Write n tensors under their names (both only read; any strides, CPU
+** tensors) to path, sorted by name, the header padded with spaces so the
+** data starts 8-byte aligned, "__metadata__" {"format": "pt"}.  Duplicate
+** or empty names are FL_EINVAL.  The file appears complete or not at all
+** (temp file in the same directory, then rename). */
+int st_save(const char *path, const char *const *names,
+            const fl_tensor *const *tensors, size_t n, fl_err *e);
+
+/* st_save of a whole list (e.g. one st_load returned). */
+int st_save_list(const char *path, const st_list *l, fl_err *e);
+
+#endif
