@@ -275,35 +275,84 @@ end
 local function new_stats()
   return {calls = 0, compiles = 0, recompiles = 0, cache_hits = 0, disk_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
-          kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {}}
+          kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
+          autotune = {}}
 end
 
--- The backend's compile step for one graph: returns a runner
--- function(inputs) -> outputs.  Until code generation lands every backend
--- interprets the graph with the eager kernels.
-local function build_runner(st, g)
+local function eager_runner(g)
   return function(inputs) return {g:run(unpack(inputs))} end
+end
+
+local function program_runner(prog)
+  return function(inputs) return {prog:run(unpack(inputs))} end
+end
+
+-- Best of 3 runs of prog on inputs, in seconds.
+local function time_program(prog, inputs)
+  local best = math.huge
+  for _ = 1, 3 do
+    local t0 = fl.now()
+    prog:run(unpack(inputs))
+    best = math.min(best, fl.now() - t0)
+  end
+  return best
+end
+
+-- The backend's compile step for one graph: fuse, generate C, compile
+-- through the cache.  Returns a runner function(inputs) -> outputs and the
+-- program (nil when the graph runs on the eager kernels: the compiler
+-- failed, which is a warning, counted, with its log kept).
+local function build_runner(st, g, inputs)
+  local plan = g:fuse{fuse = st.opts.fuse ~= false}
+  local prog = plan:codegen("cpu")
+  local ok, log = prog:try_compile()
+  if not ok then
+    st.stats.fallbacks = st.stats.fallbacks + 1
+    st.compile_logs[#st.compile_logs + 1] = log
+    if not st.warned_compile then
+      st.warned_compile = true
+      io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
+        .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
+    end
+    return eager_runner(g), nil
+  end
+  if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
+  if st.opts.mode == "max-autotune" and st.opts.fuse ~= false then
+    -- time the fused program against the unfused one on these inputs
+    local alt = g:fuse{fuse = false}:codegen("cpu")
+    if alt:try_compile() then
+      local tf, tu = time_program(prog, inputs), time_program(alt, inputs)
+      st.stats.autotune[#st.stats.autotune + 1] = ("%s: fused %.3f ms, unfused %.3f ms -> %s"):format(
+        fl._graph_key(g):sub(1, 8), tf * 1e3, tu * 1e3, tf <= tu and "fused" or "unfused")
+      if tu < tf then prog, plan = alt, alt:plan() end
+    end
+  end
+  st.programs[#st.programs + 1] = prog
+  st.plans[#st.plans + 1] = plan
+  return program_runner(prog), prog
 end
 
 -- The executor the trace calls for each segment: the segment cache.
 local function make_exec(st)
   return function(g, inputs)
     local key = fl._graph_key(g)
-    local runner = st.segcache[key]
-    if runner then
+    local hit = st.segcache[key]
+    if hit then
       st.seg_hits = st.seg_hits + 1
       debug_line("cache hit: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     else
       local t0 = fl.now()
-      runner = build_runner(st, g)
-      st.segcache[key] = runner
+      local runner, prog = build_runner(st, g, inputs)
+      hit = {run = runner, program = prog}
+      st.segcache[key] = hit
       st.stats.compiles = st.stats.compiles + 1
       st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
       st.graphs[#st.graphs + 1] = g
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
-    return runner(inputs)
+    st.last_program = hit.program
+    return hit.run(inputs)
   end
 end
 
@@ -377,6 +426,7 @@ local function build_entry(st, info, args, dyn)
       return nil, "a traced tensor escapes through a table or global; the body re-runs in Lua each call"
     end
   end
+  spec.program = st.last_program
   return fl._entry_new(g, spec), text
 end
 
@@ -493,8 +543,37 @@ function methods.stats(cm)
   s.calls = cm.calls
   s.cache_hits = cm.hits + st.seg_hits
   s.kernels = 0
-  for _, g in ipairs(st.graphs) do s.kernels = s.kernels + #g:ops() end
+  for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
+  s.compile_log = table.concat(st.compile_logs, "\n")
+  s.backend = st.opts.backend == "eager" and "eager" or "cpu"
   return s
+end
+
+-- cm:code() -> the generated C of every compiled graph
+function methods.code(cm)
+  local parts = {}
+  for i, p in ipairs(cm.state.programs) do
+    parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p:source())
+  end
+  return table.concat(parts, "\n")
+end
+
+-- cm:kernels() -> {{graph=, name=, kind=, nodes=, bytes=}...}
+function methods.kernels(cm)
+  local out = {}
+  for i, p in ipairs(cm.state.plans) do
+    for _, k in ipairs(p:kernels()) do
+      k.graph = i
+      out[#out + 1] = k
+    end
+  end
+  return out
+end
+
+function methods.plans(cm)
+  local out = {}
+  for i, p in ipairs(cm.state.plans) do out[i] = p end
+  return out
 end
 
 function methods.graphs(cm)
@@ -532,6 +611,7 @@ function fl.compile(fn, opts)
   local st = {
     fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
+    programs = {}, plans = {}, compile_logs = {},
     auto_dyn = {}, last_shapes = {}, break_seen = {}, methods = methods,
   }
   st.exec = make_exec(st)

@@ -17,6 +17,7 @@
 
 #include "lfl.h"
 #include "cpu/eager.h"
+#include "cpu/program.h"
 #include "graph/ir.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
@@ -46,6 +47,8 @@ typedef struct entry {
   int nret;
   retspec ret[MAXARGS];
   ir_graph *g;                   /* borrowed from the Graph in UV_GRAPH */
+  cpu_program *pr;               /* borrowed from EUV_PROGRAM, or NULL:
+                                    interpret g with the eager kernels */
   long hits;
 } entry;
 
@@ -54,7 +57,8 @@ enum { EUV_GRAPH = 1,   /* the fl.Graph owning g */
        EUV_VALUES,      /* array of {kind="arg"|"global"|"upvalue", key=, value=, name=} */
        EUV_PARAMS,      /* array of {path={root, k1, ...}, key=<lightuserdata>, name=} */
        EUV_CONSTS,      /* array of captured return values */
-       EUV_COUNT = EUV_CONSTS };
+       EUV_PROGRAM,     /* the fl.Program compiled from g, or nil */
+       EUV_COUNT = EUV_PROGRAM };
 
 /* uservalues of a compiled callable */
 enum { CUV_FN = 1,      /* the function or module compiled */
@@ -167,6 +171,11 @@ static int e_new(lua_State *L) {
   lua_setiuservalue(L, eidx, EUV_PARAMS);
   lua_getfield(L, 2, "consts");
   lua_setiuservalue(L, eidx, EUV_CONSTS);
+  lua_getfield(L, 2, "program");
+  en->pr = lfl_toprogram(L, -1);
+  if (en->pr && en->pr->plan->g->ninputs != g->ninputs)
+    return luaL_error(L, "compile: the program does not match the graph");
+  lua_setiuservalue(L, eidx, EUV_PROGRAM);
   lua_settop(L, eidx);
   return 1;
 }
@@ -322,7 +331,8 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
   memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
   err_clear(&e);
-  if (ir_run(en->g, eager_apply, in, en->ninputs, outs, &e) != FL_OK) {
+  if ((en->pr ? cpu_program_run(en->pr, in, en->ninputs, outs, &e)
+              : ir_run(en->g, eager_apply, in, en->ninputs, outs, &e)) != FL_OK) {
     for (i = 0; i < en->g->nout; i++) ten_release(&outs[i]);
     return lfl_raise(L, "compiled", &e);
   }

@@ -627,6 +627,7 @@ int luaopen_fuselab(lua_State *L) {
   lua_setfield(L, lib, "version");
   lfl_open_trace(L, lib);
   lfl_open_graph(L, lib);
+  lfl_open_plan(L, lib);
   lfl_open_compile(L, lib);
   lfl_open_weights(L, lib);
   lfl_open_nn(L, lib);

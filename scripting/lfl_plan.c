@@ -1,0 +1,393 @@
+/*
+** lfl_plan.c -- fusion plans and compiled programs as Lua sees them:
+**   local p = g:fuse{explain=true}   -- fl.Plan: kernels and decisions
+**   local k = p:codegen("cpu")        -- fl.Program: print(k) is the C
+**   local y = k:run(x)                -- compiled (through the cache), run
+** and fl.cache_info() / fl.cache_clear().
+** Invariant: each userdata holds one reference to its plan or program (or
+** none after __gc); the C objects count their own references.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/program.h"
+#include "fuse/plan.h"
+
+#define PLAN_TYPE "fl.Plan"
+#define PROGRAM_TYPE "fl.Program"
+
+typedef struct lplan { fuse_plan *p; } lplan;
+typedef struct lprog { cpu_program *pr; } lprog;
+
+static fuse_plan *checkplan(lua_State *L, int idx) {
+  lplan *lp = (lplan *)luaL_checkudata(L, idx, PLAN_TYPE);
+  if (!lp->p) luaL_argerror(L, idx, "plan has been released");
+  return lp->p;
+}
+
+fuse_plan *lfl_toplan(lua_State *L, int idx) {
+  lplan *lp = (lplan *)luaL_testudata(L, idx, PLAN_TYPE);
+  return lp ? lp->p : NULL;
+}
+
+cpu_program *lfl_toprogram(lua_State *L, int idx) {
+  lprog *lp = (lprog *)luaL_testudata(L, idx, PROGRAM_TYPE);
+  return lp ? lp->pr : NULL;
+}
+
+static cpu_program *checkprogram(lua_State *L, int idx) {
+  lprog *lp = (lprog *)luaL_checkudata(L, idx, PROGRAM_TYPE);
+  if (!lp->pr) luaL_argerror(L, idx, "program has been released");
+  return lp->pr;
+}
+
+static void push_owned(lua_State *L, char *s, const char *what) {
+  if (!s) luaL_error(L, "%s: out of memory", what);
+  lua_pushstring(L, s);
+  free(s);
+}
+
+/* ---- g:fuse ------------------------------------------------------------- */
+
+/* g:fuse{explain=, fuse=, max_nodes=} -> plan.  explain prints the plan
+** with every decision. */
+static int g_fuse(lua_State *L) {
+  static const char *const keys[] = {"explain", "fuse", "max_nodes", NULL};
+  ir_graph *g = lfl_checkgraph(L, 1);
+  fuse_opts o;
+  lplan *lp;
+  fl_err e;
+  fuse_opts_default(&o);
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lfl_checkkeys(L, 2, keys, "fuse");
+    lua_getfield(L, 2, "explain");
+    o.explain = lua_toboolean(L, -1);
+    lua_getfield(L, 2, "fuse");
+    if (!lua_isnil(L, -1)) o.fuse = lua_toboolean(L, -1);
+    lua_getfield(L, 2, "max_nodes");
+    if (!lua_isnil(L, -1)) {
+      lua_Integer m = luaL_checkinteger(L, -1);
+      if (m < 1) return luaL_error(L, "fuse: max_nodes must be >= 1, got %d", (int)m);
+      o.max_nodes = (int)m;
+    }
+    lua_pop(L, 3);
+  }
+  lp = (lplan *)lua_newuserdatauv(L, sizeof *lp, 0);
+  lp->p = NULL;
+  luaL_setmetatable(L, PLAN_TYPE);
+  err_clear(&e);
+  lp->p = fuse_plan_build(g, &o, &e);
+  if (!lp->p) return lfl_raise(L, "fuse", &e);
+  if (o.explain) {
+    char *s = fuse_plan_listing(lp->p, 1);
+    if (lua_getglobal(L, "print") == LUA_TFUNCTION) {
+      push_owned(L, s, "fuse");
+      lua_call(L, 1, 0);
+    } else {
+      lua_pop(L, 1);
+      free(s);
+    }
+  }
+  return 1;
+}
+
+static int p_gc(lua_State *L) {
+  lplan *lp = (lplan *)luaL_checkudata(L, 1, PLAN_TYPE);
+  fuse_plan_free(lp->p);
+  lp->p = NULL;
+  return 0;
+}
+
+static int p_tostring(lua_State *L) {
+  push_owned(L, fuse_plan_listing(checkplan(L, 1), 0), "plan");
+  return 1;
+}
+
+/* p:decisions() -> {{a=, b=, fused=, reason=, bytes_saved=, horizontal=}...}
+** with a and b node ids as in the listing (%N). */
+static int p_decisions(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  int i;
+  lua_createtable(L, p->ndec, 0);
+  for (i = 0; i < p->ndec; i++) {
+    const fuse_decision *d = &p->dec[i];
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, d->a); lua_setfield(L, -2, "a");
+    lua_pushinteger(L, d->b); lua_setfield(L, -2, "b");
+    lua_pushboolean(L, d->fused); lua_setfield(L, -2, "fused");
+    lua_pushboolean(L, d->horizontal); lua_setfield(L, -2, "horizontal");
+    lua_pushstring(L, d->reason); lua_setfield(L, -2, "reason");
+    lua_pushinteger(L, (lua_Integer)d->bytes_saved); lua_setfield(L, -2, "bytes_saved");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static int p_stats(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  const fuse_stats *s = &p->stats;
+  lua_createtable(L, 0, 8);
+  lua_pushinteger(L, s->kernels); lua_setfield(L, -2, "kernels");
+  lua_pushinteger(L, s->nodes); lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, (lua_Integer)s->bytes_before); lua_setfield(L, -2, "bytes_before");
+  lua_pushinteger(L, (lua_Integer)s->bytes_after); lua_setfield(L, -2, "bytes_after");
+  lua_pushinteger(L, s->buffers_before); lua_setfield(L, -2, "buffers_before");
+  lua_pushinteger(L, s->buffers_after); lua_setfield(L, -2, "buffers_after");
+  lua_pushinteger(L, (lua_Integer)s->peak_bytes_before); lua_setfield(L, -2, "peak_bytes_before");
+  lua_pushinteger(L, (lua_Integer)s->peak_bytes_after); lua_setfield(L, -2, "peak_bytes_after");
+  return 1;
+}
+
+static const char *fk_kind_name(fk_kind k) {
+  return k == FK_POINTWISE ? "pointwise" : k == FK_REDUCE ? "reduce" : "extern";
+}
+
+/* p:kernels() -> {{name=, kind=, nodes={ids}, bytes=}...} in run order */
+static int p_kernels(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  int i, k;
+  lua_createtable(L, p->nkernels, 0);
+  for (i = 0; i < p->nkernels; i++) {
+    const fk_kernel *kr = &p->kernels[i];
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, kr->name); lua_setfield(L, -2, "name");
+    lua_pushstring(L, fk_kind_name(kr->kind)); lua_setfield(L, -2, "kind");
+    lua_pushinteger(L, (lua_Integer)kr->bytes); lua_setfield(L, -2, "bytes");
+    lua_newtable(L);
+    for (k = 0; k < p->g->n; k++)
+      if (p->kernel_of[k] == i) {
+        lua_pushinteger(L, k);
+        lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+      }
+    lua_setfield(L, -2, "nodes");
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* p:graph() -> the planned graph (a copy) */
+static int p_graph(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  ir_graph *c;
+  lfl_pushgraph(L, NULL);
+  c = ir_clone(p->g);
+  if (!c) return luaL_error(L, "plan: out of memory");
+  lua_pop(L, 1);
+  lfl_pushgraph(L, c);
+  return 1;
+}
+
+/* p:codegen("cpu") -> program */
+static int p_codegen(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  const char *target = luaL_optstring(L, 2, "cpu");
+  lprog *lp;
+  fl_err e;
+  if (strcmp(target, "cuda") == 0)
+    return luaL_error(L, "codegen: the cuda code generator is not part of this build yet");
+  if (strcmp(target, "cpu") != 0)
+    return luaL_error(L, "codegen: unknown target '%s' (expected cpu or cuda)", target);
+  lp = (lprog *)lua_newuserdatauv(L, sizeof *lp, 0);
+  lp->pr = NULL;
+  luaL_setmetatable(L, PROGRAM_TYPE);
+  err_clear(&e);
+  lp->pr = cpu_codegen(p, &e);
+  if (!lp->pr) return lfl_raise(L, "codegen", &e);
+  return 1;
+}
+
+/* ---- programs ------------------------------------------------------------ */
+
+static int k_gc(lua_State *L) {
+  lprog *lp = (lprog *)luaL_checkudata(L, 1, PROGRAM_TYPE);
+  cpu_program_free(lp->pr);
+  lp->pr = NULL;
+  return 0;
+}
+
+static int k_tostring(lua_State *L) {
+  lua_pushstring(L, cpu_program_source(checkprogram(L, 1)));
+  return 1;
+}
+
+/* Raise a compile failure with the compiler's log, for k:compile(). */
+static int raise_compile(lua_State *L, cpu_program *pr, const fl_err *e) {
+  const char *log = cpu_program_log(pr);
+  if (log && *log) return luaL_error(L, "%s\n%s", e->msg, log);
+  return lfl_raise(L, "compile", e);
+}
+
+/* k:compile() -> true; raises with the compiler's log on failure */
+static int k_compile(lua_State *L) {
+  cpu_program *pr = checkprogram(L, 1);
+  fl_err e;
+  err_clear(&e);
+  if (cpu_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* k:try_compile() -> true, or false and the message with the log (the
+** form fl.compile uses to fall back to eager) */
+static int k_try_compile(lua_State *L) {
+  cpu_program *pr = checkprogram(L, 1);
+  fl_err e;
+  err_clear(&e);
+  if (cpu_program_compile(pr, &e) == FL_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushfstring(L, "%s\n%s", e.msg, cpu_program_log(pr));
+  return 2;
+}
+
+/* k:run(x, ...) -> outputs */
+static int k_run(lua_State *L) {
+  cpu_program *pr = checkprogram(L, 1);
+  const ir_graph *g = pr->plan->g;
+  const fl_tensor *in[256];
+  fl_tensor *outs;
+  fl_err e;
+  int i, n = lua_gettop(L) - 1;
+  if (n != g->ninputs)
+    return luaL_error(L, "run: expected %d input(s), got %d", g->ninputs, n);
+  if (n > 256) return luaL_error(L, "run: too many inputs (%d)", n);
+  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "run");
+  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
+  err_clear(&e);
+  if (cpu_program_run(pr, in, n, outs, &e) != FL_OK) {
+    if (e.code == FL_ECOMPILE) return raise_compile(L, pr, &e);
+    return lfl_raise(L, "run", &e);
+  }
+  for (i = 0; i < g->nout; i++) {
+    fl_tensor *t = lfl_newtensor(L);
+    *t = outs[i];
+    outs[i].st = NULL;
+  }
+  return g->nout;
+}
+
+static int k_source(lua_State *L) {
+  lua_pushstring(L, cpu_program_source(checkprogram(L, 1)));
+  return 1;
+}
+
+static int k_log(lua_State *L) {
+  lua_pushstring(L, cpu_program_log(checkprogram(L, 1)));
+  return 1;
+}
+
+/* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory",
+** compile_ms, runs} */
+static int k_stats(lua_State *L) {
+  static const char *const hows[] = {"compiled", "disk", "memory"};
+  cpu_program *pr = checkprogram(L, 1);
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
+  lua_pushboolean(L, pr->obj != NULL); lua_setfield(L, -2, "compiled");
+  if (pr->obj) {
+    lua_pushstring(L, hows[pr->how >= 0 && pr->how <= 2 ? pr->how : 0]);
+    lua_setfield(L, -2, "how");
+  }
+  lua_pushnumber(L, pr->compile_ms); lua_setfield(L, -2, "compile_ms");
+  lua_pushinteger(L, (lua_Integer)pr->runs); lua_setfield(L, -2, "runs");
+  return 1;
+}
+
+/* k:plan() -> the plan it was generated from */
+static int k_plan(lua_State *L) {
+  cpu_program *pr = checkprogram(L, 1);
+  lplan *lp = (lplan *)lua_newuserdatauv(L, sizeof *lp, 0);
+  lp->p = fuse_plan_ref(pr->plan);
+  luaL_setmetatable(L, PLAN_TYPE);
+  return 1;
+}
+
+/* ---- the cache ------------------------------------------------------------ */
+
+static int l_cache_info(lua_State *L) {
+  cache_info ci;
+  fl_err e;
+  err_clear(&e);
+  if (cache_get_info(&ci, &e) != FL_OK) return lfl_raise(L, "cache_info", &e);
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, ci.dir); lua_setfield(L, -2, "dir");
+  lua_pushinteger(L, (lua_Integer)ci.entries); lua_setfield(L, -2, "entries");
+  lua_pushinteger(L, (lua_Integer)ci.bytes); lua_setfield(L, -2, "bytes");
+  lua_pushinteger(L, (lua_Integer)ci.hits); lua_setfield(L, -2, "hits");
+  lua_pushinteger(L, (lua_Integer)ci.disk_hits); lua_setfield(L, -2, "disk_hits");
+  lua_pushinteger(L, (lua_Integer)ci.misses); lua_setfield(L, -2, "misses");
+  lua_pushinteger(L, (lua_Integer)ci.failures); lua_setfield(L, -2, "failures");
+  lua_pushstring(L, cache_compiler()); lua_setfield(L, -2, "compiler");
+  lua_pushstring(L, cache_flags()); lua_setfield(L, -2, "flags");
+  if (cache_warning()) { lua_pushstring(L, cache_warning()); lua_setfield(L, -2, "warning"); }
+  return 1;
+}
+
+static int l_cache_clear(lua_State *L) {
+  fl_err e;
+  err_clear(&e);
+  if (cache_clear(&e) != FL_OK) return lfl_raise(L, "cache_clear", &e);
+  return 0;
+}
+
+/* fl._cache_forget_memory(): the next load goes to disk, as in a new
+** process (tests and the warm-start measurement use it) */
+static int l_cache_forget(lua_State *L) {
+  (void)L;
+  cache_forget_memory();
+  return 0;
+}
+
+static const luaL_Reg plan_methods[] = {
+  {"decisions", p_decisions}, {"stats", p_stats}, {"kernels", p_kernels},
+  {"graph", p_graph}, {"codegen", p_codegen},
+  {NULL, NULL}
+};
+
+static const luaL_Reg program_methods[] = {
+  {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
+  {"source", k_source}, {"log", k_log}, {"stats", k_stats}, {"plan", k_plan},
+  {NULL, NULL}
+};
+
+static const luaL_Reg plan_funcs[] = {
+  {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear},
+  {"_cache_forget_memory", l_cache_forget},
+  {NULL, NULL}
+};
+
+static void new_type(lua_State *L, const char *name, lua_CFunction gc,
+                     lua_CFunction tostr, const luaL_Reg *methods) {
+  if (luaL_newmetatable(L, name)) {
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, tostr);
+    lua_setfield(L, -2, "__tostring");
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "methods");
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+}
+
+void lfl_open_plan(lua_State *L, int lib) {
+  lib = lua_absindex(L, lib);
+  new_type(L, PLAN_TYPE, p_gc, p_tostring, plan_methods);
+  new_type(L, PROGRAM_TYPE, k_gc, k_tostring, program_methods);
+  /* g:fuse joins the Graph's methods */
+  luaL_getmetatable(L, "fl.Graph");
+  lua_getfield(L, -1, "__index");
+  lua_pushcfunction(L, g_fuse);
+  lua_setfield(L, -2, "fuse");
+  lua_pop(L, 2);
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, plan_funcs, 0);
+  lua_pop(L, 1);
+}
