@@ -25,7 +25,7 @@ local CHOICES = {
 local function check_choice(name, v)
   for _, c in ipairs(CHOICES[name]) do if v == c then return end end
   error(("compile: %s must be one of %s, got %s"):format(
-    name, table.concat(CHOICES[name], ", "), tostring(v)), 3)
+    name, table.concat(CHOICES[name], ", "), tostring(v)), 4)
 end
 
 local function check_opts(opts)
@@ -135,61 +135,64 @@ local SKIP_GLOBALS = {fl = true, nn = true, package = true, _G = true, string = 
   table = true, math = true, io = true, os = true, debug = true, coroutine = true,
   utf8 = true, arg = true}
 
+-- Keys of table t in a fixed order (strings, then integers) so the name a
+-- param gets does not depend on hash order.  Keys starting with "_" are
+-- fuselab's own bookkeeping (nn's _params, _path) and are not followed.
+local function sorted_keys(t)
+  local ks = {}
+  for k in next, t do
+    local tk = type(k)
+    if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then ks[#ks + 1] = k end
+  end
+  table.sort(ks, function(a, b)
+    local ta, tb = type(a), type(b)
+    if ta ~= tb then return ta == "string" end
+    return a < b
+  end)
+  return ks
+end
+
 -- Find, for each param {key=}, a path from the function to it: through the
--- module (self), an upvalue, or a global, then table fields.  The path is
--- both its name ("fc1.weight") and its guard (still the same tensor there).
+-- module (self), an upvalue, or a global, then table fields; breadth first,
+-- so the shortest path names it ("0.weight", not "modules.1.weight").
+-- The path is both its name and its guard (still the same tensor there).
 local function find_params(fn, params)
   local want, left = {}, 0
   for _, p in ipairs(params) do want[p.key] = p; left = left + 1 end
   if left == 0 then return end
-  local seen = {}
-  local path = {}
-  local function visit(v, depth)
-    if left == 0 then return end
+  local queue, head, seen = {}, 1, {}
+  local function push(v, path) queue[#queue + 1] = {v, path} end
+  if type(fn) == "table" then push(fn, {{"self"}}) end
+  if type(fn) == "function" then
+    local i = 1
+    while true do
+      local name, v = debug.getupvalue(fn, i)
+      if not name then break end
+      if name ~= "_ENV" then push(v, {{"upvalue", i, name}}) end
+      i = i + 1
+    end
+  end
+  for _, k in ipairs(sorted_keys(_G)) do
+    if type(k) == "string" and not SKIP_GLOBALS[k] then push(_G[k], {{"global"}, k}) end
+  end
+  while head <= #queue and left > 0 do
+    local v, path = queue[head][1], queue[head][2]
+    head = head + 1
     local tv = type(v)
     if tv == "userdata" then
       local k = fl._tensor_key(v)
       local p = k and want[k]
       if p and not p.path then
-        p.path = {unpack(path)}
+        p.path = path
         left = left - 1
       end
-      return
-    end
-    if tv ~= "table" or depth > 6 or seen[v] then return end
-    seen[v] = true
-    for k, x in next, v do
-      local tk = type(k)
-      if tk == "string" or math.type(k) == "integer" then
-        path[#path + 1] = k
-        visit(x, depth + 1)
-        path[#path] = nil
+    elseif tv == "table" and not seen[v] and #path <= 7 then
+      seen[v] = true
+      for _, k in ipairs(sorted_keys(v)) do
+        local child = {table.unpack(path)}
+        child[#child + 1] = k
+        push(rawget(v, k), child)
       end
-    end
-  end
-  if type(fn) == "table" then
-    path[1] = {"self"}
-    visit(fn, 0)
-    path[1] = nil
-  elseif type(fn) == "function" then
-    local i = 1
-    while true do
-      local name, v = debug.getupvalue(fn, i)
-      if not name then break end
-      if name ~= "_ENV" then
-        path[1] = {"upvalue", i, name}
-        visit(v, 0)
-        path[1] = nil
-      end
-      i = i + 1
-    end
-  end
-  for k, v in next, _G do
-    if type(k) == "string" and not SKIP_GLOBALS[k] then
-      path[1] = {"global"}
-      path[2] = k
-      visit(v, 1)
-      path[1], path[2] = nil, nil
     end
   end
 end
@@ -303,7 +306,14 @@ end
 -- program (nil when the graph runs on the eager kernels: the compiler
 -- failed, which is a warning, counted, with its log kept).
 local function build_runner(st, g, inputs)
+  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(g), "\n") end
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
+  if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
+  if DEBUG >= 3 then
+    for _, d in ipairs(plan:decisions()) do
+      io.stderr:write(("fuselab:   %s %s\n"):format(d.fused and "fused  " or "refused", d.reason))
+    end
+  end
   local prog = plan:codegen("cpu")
   local ok, log = prog:try_compile()
   if not ok then
@@ -329,6 +339,19 @@ local function build_runner(st, g, inputs)
   end
   st.programs[#st.programs + 1] = prog
   st.plans[#st.plans + 1] = plan
+  if DEBUG >= 4 then io.stderr:write("fuselab: generated source:\n", prog:source(), "\n") end
+  if DEBUG >= 2 then
+    -- time every run of this graph and the bandwidth it reached
+    local bytes, n = plan:stats().bytes_after, #st.plans
+    return function(ins)
+      local t0 = fl.now()
+      local outs = {prog:run(unpack(ins))}
+      local dt = fl.now() - t0
+      io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms, %.2f GB/s\n"):format(
+        n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
+      return outs
+    end, prog
+  end
   return program_runner(prog), prog
 end
 

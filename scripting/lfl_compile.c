@@ -12,8 +12,10 @@
 ** tensor at the place it was found.  Invariant: an entry whose guards hold
 ** computes what running the function's Lua body would.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lfl.h"
 #include "cpu/eager.h"
@@ -67,7 +69,10 @@ enum { CUV_FN = 1,      /* the function or module compiled */
        CUV_STATE,       /* the Lua state table (stats...) */
        CUV_COUNT = CUV_STATE };
 
-typedef struct compiled { long calls, hits; } compiled;
+typedef struct compiled {
+  long calls, hits;
+  int debug;                     /* FUSELAB_DEBUG at creation */
+} compiled;
 
 static entry *checkentry(lua_State *L, int idx) {
   return (entry *)luaL_checkudata(L, idx, ENTRY_TYPE);
@@ -359,6 +364,12 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
 
 /* ---- the callable ---------------------------------------------------------- */
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* cm(...): first entry whose guards hold runs; else the Lua slow path
 ** slow(state, reason, argi, dim, ...) decides (trace, recompile, fall back). */
 static int c_call(lua_State *L) {
@@ -377,9 +388,21 @@ static int c_call(lua_State *L) {
     lua_rawgeti(L, entries, k);
     eidx = lua_gettop(L);
     if (check(L, eidx, checkentry(L, eidx), fnidx, 2, nargs, why, sizeof why, &ai, &dm)) {
+      entry *en = checkentry(L, eidx);
       int nr;
+      double t0 = 0;
       c->hits++;
-      nr = run_entry(L, eidx, checkentry(L, eidx), 2);
+      if (c->debug >= 1)
+        fprintf(stderr, "fuselab: cache hit: cached graph %d of %d (%d ops)\n", k, n,
+                ir_op_count(en->g));
+      if (c->debug >= 2) t0 = now_s();
+      nr = run_entry(L, eidx, en, 2);
+      if (c->debug >= 2 && en->pr) {
+        double dt = now_s() - t0;
+        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms, %.2f GB/s\n",
+                en->pr->plan->stats.kernels, dt * 1e3,
+                (double)en->pr->plan->stats.bytes_after / dt / 1e9);
+      }
       return nr;
     }
     if (k == 1) {                            /* the newest entry's reason */
@@ -408,6 +431,7 @@ static int c_new(lua_State *L) {
   luaL_checktype(L, 4, LUA_TTABLE);
   c = (compiled *)lua_newuserdatauv(L, sizeof *c, CUV_COUNT);
   memset(c, 0, sizeof *c);
+  if (getenv("FUSELAB_DEBUG")) c->debug = atoi(getenv("FUSELAB_DEBUG"));
   luaL_setmetatable(L, COMPILED_TYPE);
   lua_pushvalue(L, 1); lua_setiuservalue(L, -2, CUV_FN);
   lua_pushvalue(L, 2); lua_setiuservalue(L, -2, CUV_ENTRIES);
