@@ -375,6 +375,7 @@ static void run(struct repl *r, int quiet) {
   status = repl_docall(L, 0, LUA_MULTRET);
   dt = repl_now() - t0;
   n = lua_gettop(L) - base;
+  if (status == LUA_OK && n > 0) repl_remember(L, base + 1);
   if (status == LUA_OK && n > 0 && !quiet) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
     lua_pushcfunction(L, repl_print);

@@ -8,9 +8,11 @@
 */
 #include "config.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -19,11 +21,11 @@
 #include "repl/repl.h"
 
 const char *const repl_meta_names[] = {
-  "help", "load", "time", "device", "quit", NULL
+  "help", "load", "time", "device", "draw", "quit", NULL
 };
 
 const char *const repl_help_topics[] = {
-  "tensors", "ops", "repl", "compile", NULL
+  "tensors", "ops", "repl", "compile", "lesson", NULL
 };
 
 static const char overview[] =
@@ -36,9 +38,11 @@ static const char overview[] =
   "  :load file      run a Lua file in this session\n"
   "  :time on|off    print the wall time each line takes\n"
   "  :device         which devices fuselab can run on\n"
+  "  :draw [file]    draw the last result (a Graph, Plan, Program or compiled\n"
+  "                  function) to file (.svg .png .pdf .dot; fuselab-draw.svg)\n"
   "  :quit           leave (Ctrl-D on an empty line does too)\n"
   "\n"
-  "Topics: tensors  ops  repl  compile      (:help tensors)\n";
+  "Topics: tensors  ops  repl  compile  lesson [N]     (:help tensors)\n";
 
 static const char help_tensors[] =
   "Tensors\n"
@@ -116,6 +120,114 @@ static const char help_compile[] =
   "  fl.checklist(fn, {inputs={x}})  fl.explain(fn, x)\n"
   "FUSELAB_DEBUG=1..5 in the environment traces kernels, fusion, source, IR.\n";
 
+/* ---- :help lesson [N] ------------------------------------------------------
+** The lessons are examples/lessons/NN_name.lua, each opening with a comment
+** that states the claim it checks; the help is that comment, read from the
+** file, so it never goes stale. */
+
+/* The source tree this binary was built from (a build directory), else the
+** installed copy: the first that exists, or NULL. */
+static const char *lessons_dir(void) {
+  static const char *const dirs[] = {
+#ifdef FL_LESSONS_SRC_DIR
+    FL_LESSONS_SRC_DIR,
+#endif
+#ifdef FL_LESSONS_DIR
+    FL_LESSONS_DIR,
+#endif
+    NULL
+  };
+  struct stat st;
+  int i;
+  for (i = 0; dirs[i]; i++)
+    if (stat(dirs[i], &st) == 0 && S_ISDIR(st.st_mode)) return dirs[i];
+  return NULL;
+}
+
+/* Fills path with lesson n's file (dir/NN_*.lua); 0 when there is none. */
+static int lesson_path(const char *dir, long n, char *path, size_t size) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char prefix[16];
+  int found = 0;
+  if (!d || n < 1 || n > 99) {
+    if (d) closedir(d);
+    return 0;
+  }
+  snprintf(prefix, sizeof prefix, "%02ld_", n);
+  while (!found && (de = readdir(d)) != NULL) {
+    size_t len = strlen(de->d_name);
+    if (strncmp(de->d_name, prefix, 3) == 0 && len > 7 &&
+        strcmp(de->d_name + len - 4, ".lua") == 0) {
+      snprintf(path, size, "%s/%s", dir, de->d_name);
+      found = 1;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* Prints the leading "--" lines of the file at path without the dashes;
+** with title_only, only the first, after its "Lesson NN: ". */
+static void lesson_header(const char *path, int title_only) {
+  FILE *f = fopen(path, "r");
+  char line[512];
+  if (!f) {
+    fprintf(stderr, "cannot read %s\n", path);
+    return;
+  }
+  while (fgets(line, sizeof line, f) && strncmp(line, "--", 2) == 0) {
+    const char *text = line + 2 + (line[2] == ' ');
+    if (title_only) {
+      const char *colon = strstr(text, ": ");
+      fputs(colon ? colon + 2 : text, stdout);
+      break;
+    }
+    fputs(*text ? text : "\n", stdout);
+  }
+  fclose(f);
+}
+
+/* arg: "" (list the lessons) or the lesson's number. */
+static void lesson(const char *arg) {
+  const char *dir = lessons_dir();
+  char path[4096], *end;
+  long n;
+  if (!dir) {
+    fputs("the lessons are not installed with this build (examples/lessons/ in the "
+          "source tree)\n", stderr);
+    return;
+  }
+  arg += strspn(arg, " \t");
+  if (*arg == '\0') {
+    puts("Lessons (:help lesson N shows one; each runs in under 30 s on a CPU):");
+    for (n = 1; n <= 99; n++)
+      if (lesson_path(dir, n, path, sizeof path)) {
+        printf("  %2ld  ", n);
+        lesson_header(path, 1);
+      }
+    return;
+  }
+  n = strtol(arg, &end, 10);
+  if (end == arg || *end != '\0' || !lesson_path(dir, n, path, sizeof path)) {
+    fprintf(stderr, "no lesson '%s' (:help lesson lists them)\n", arg);
+    return;
+  }
+  lesson_header(path, 0);
+  printf("\nRun it:  fuselab %s\n  or here:  :load %s\n", path, path);
+}
+
+/* "lesson", "lessons", "lesson 3", "lesson3": the text after the word, or
+** NULL when topic is another one. */
+static const char *lesson_topic(const char *topic) {
+  if (strncmp(topic, "lesson", 6) != 0) return NULL;
+  topic += 6;
+  if (*topic == 's') topic++;
+  if (*topic != '\0' && *topic != ' ' && *topic != '\t' && (*topic < '0' || *topic > '9'))
+    return NULL;
+  return topic;
+}
+
 static void help(struct repl *r, const char *topic) {
   if (topic[0] == '\0') fputs(overview, stdout);
   else if (strcmp(topic, "tensors") == 0) fputs(help_tensors, stdout);
@@ -136,6 +248,7 @@ static void help(struct repl *r, const char *topic) {
       fputs("(fl.compile is not in this build yet.)\n", stdout);
     lua_settop(r->L, top);
   }
+  else if (lesson_topic(topic)) lesson(lesson_topic(topic));
   else {
     int i;
     printf("no help on '%s'; topics:", topic);
@@ -204,6 +317,74 @@ static void device(struct repl *r) {
   lua_settop(L, top);
 }
 
+/* The last value a line returned (not nil), kept in the registry for
+** :draw; the REPL calls this for every line that returns something. */
+#define LAST_KEY "fuselab.repl.last"
+
+void repl_remember(lua_State *L, int idx) {
+  if (lua_isnil(L, idx)) return;
+  lua_pushvalue(L, idx);
+  lua_setfield(L, LUA_REGISTRYINDEX, LAST_KEY);
+}
+
+/* :draw [file] -- fl.draw(last result, file); says where the picture went,
+** or why the last result cannot be drawn. */
+static void draw(struct repl *r, const char *arg) {
+  static const char *const drawable[] = {"fl.Graph", "fl.Plan", "fl.Program", "fl.Compiled"};
+  lua_State *L = r->L;
+  int top = lua_gettop(L), i, ok = 0, status;
+  size_t n = strlen(arg);
+  char path[4096], cwd[4096];
+  const char *home = getenv("HOME"), *type;
+  if (n >= 2 && (arg[0] == '"' || arg[0] == '\'') && arg[n - 1] == arg[0]) {
+    arg++;
+    n -= 2;
+  }
+  if (n == 0) snprintf(path, sizeof path, "fuselab-draw.svg");
+  else if (arg[0] == '~' && arg[1] == '/' && home)
+    snprintf(path, sizeof path, "%s%.*s", home, (int)n - 1, arg + 1);
+  else snprintf(path, sizeof path, "%.*s", (int)n, arg);
+  lua_getfield(L, LUA_REGISTRYINDEX, LAST_KEY);
+  if (lua_isnil(L, -1)) {
+    fputs(":draw draws the last result, and no line has returned one yet: type the\n"
+          "name of a Graph, Plan, Program or compiled function (e.g. `p`), then :draw\n",
+          stderr);
+    lua_settop(L, top);
+    return;
+  }
+  for (i = 0; i < 4 && !ok; i++) ok = luaL_testudata(L, -1, drawable[i]) != NULL;
+  if (!ok && lua_istable(L, -1)) {   /* the table fl.explain returns */
+    ok = lua_getfield(L, -1, "graphs") == LUA_TTABLE;
+    lua_pop(L, 1);
+  }
+  if (!ok) {
+    type = luaL_getmetafield(L, -1, "__name") == LUA_TSTRING ? lua_tostring(L, -1)
+                                                               : luaL_typename(L, -1);
+    fprintf(stderr, "cannot draw the last result, a %s: :draw draws a Graph, Plan, Program "
+            "or compiled function (type its name first, then :draw)\n", type);
+    lua_settop(L, top);
+    return;
+  }
+  type = luaL_getmetafield(L, -1, "__name") == LUA_TSTRING ? lua_tostring(L, -1) : "value";
+  lua_getglobal(L, "fl");
+  if (!lua_istable(L, -1) || lua_getfield(L, -1, "draw") != LUA_TFUNCTION) {
+    fputs("fl.draw is not in this build\n", stderr);
+    lua_settop(L, top);
+    return;
+  }
+  lua_pushvalue(L, top + 1);
+  lua_pushstring(L, path);
+  status = repl_docall(L, 2, 0);
+  if (status == LUA_OK) {
+    if (path[0] != '/' && getcwd(cwd, sizeof cwd))
+      printf("drew the last result (%s) to %s/%s\n", type, cwd, path);
+    else
+      printf("drew the last result (%s) to %s\n", type, path);
+  }
+  repl_report(L, status, r->colour_err);
+  lua_settop(L, top);
+}
+
 /* The command named by the first word of line, by exact name or unique
 ** prefix; NULL after saying what is wrong. */
 static const char *lookup(const char *word, size_t n) {
@@ -237,6 +418,7 @@ void repl_meta(struct repl *r, const char *line) {
   else if (strcmp(cmd, "load") == 0) load(r, buf);
   else if (strcmp(cmd, "time") == 0) timing(r, buf);
   else if (strcmp(cmd, "device") == 0) device(r);
+  else if (strcmp(cmd, "draw") == 0) draw(r, buf);
   else if (strcmp(cmd, "quit") == 0) r->quit = 1;
   fflush(stdout);
 }

@@ -61,6 +61,8 @@ void repl_complete_init(lua_State *L);
 /* --- meta.c ------------------------------------------------------------ */
 /* Run the `:` command in line (which starts with ':'). */
 void repl_meta(struct repl *r, const char *line);
+/* Remember the value at idx as the last result (:draw draws it). */
+void repl_remember(lua_State *L, int idx);
 /* NULL-terminated names of the commands and of the :help topics. */
 extern const char *const repl_meta_names[];
 extern const char *const repl_help_topics[];

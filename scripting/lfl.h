@@ -88,10 +88,14 @@ ir_graph *lfl_checkgraph(lua_State *L, int idx);
 void lfl_open_graph(lua_State *L, int lib);
 /* Compiled callables (lfl_compile.c) and the Lua half (compile.lua). */
 void lfl_open_compile(lua_State *L, int lib);
+/* fl.checklist (checklist.lua) and its helpers (lfl_checklist.c). */
+void lfl_open_checklist(lua_State *L, int lib);
 /* fl.Plan and fl.Program (lfl_plan.c): g:fuse, p:codegen, k:run. */
 struct fuse_plan *lfl_toplan(lua_State *L, int idx);
 struct cpu_program *lfl_toprogram(lua_State *L, int idx);
 void lfl_open_plan(lua_State *L, int lib);
+/* fl.draw, fl.draw_compare, fl.report (lfl_viz.c). */
+void lfl_open_viz(lua_State *L, int lib);
 
 /* --- ops (lfl_ops.c) -------------------------------------------------- */
 /* THE dispatch point: every op invoked from Lua runs here.  Pushes the

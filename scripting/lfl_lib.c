@@ -629,7 +629,9 @@ int luaopen_fuselab(lua_State *L) {
   lfl_open_graph(L, lib);
   lfl_open_plan(L, lib);
   lfl_open_compile(L, lib);
+  lfl_open_viz(L, lib);
   lfl_open_weights(L, lib);
   lfl_open_nn(L, lib);
+  lfl_open_checklist(L, lib);
   return 1;
 }

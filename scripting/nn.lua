@@ -116,12 +116,23 @@ nn.class = class
 
 function Module:__init() end
 
--- Calling a module runs its forward.  nn._call_hook, when set (graph
--- capture sets it), is called instead as hook(module, ...) and must call
--- module:forward itself: it brackets each module's nodes with its _path.
+-- Calling a module runs its forward.  nn._call_hook, when set, is called
+-- instead as hook(module, ...) and must call module:forward itself.
+-- While a trace records, the module's _path brackets the nodes its forward
+-- adds (fl.draw's group_modules clusters by it); an error ends the trace,
+-- which drops the bracket with it.
+local function scope_pop(...)
+  fl._scope_pop()
+  return ...
+end
+
 function Module.__call(self, ...)
   local hook = nn._call_hook
   if hook then return hook(self, ...) end
+  if self._path ~= "" and fl._tracing() then
+    fl._scope_push(self._path)
+    return scope_pop(self:forward(...))
+  end
   return self:forward(...)
 end
 

@@ -1,0 +1,592 @@
+/*
+** lfl_report.c -- the review report from Lua:
+**   fl.report(cm_or_plan, "review.html", opts)
+** One self-contained HTML file (viz/report.h) filled from what Lua knows:
+** for a Plan (or a Program, or a Graph planned here) its graphs before and
+** after fusion, kernels, decisions, generated C; for a compiled function
+** all of that for each of its graphs, plus guards, recompile reasons,
+** graph breaks and timings from cm:stats(); with opts.inputs, warm,
+** steady-state and eager times measured here; opts.checklist as
+** fl.checklist returns it.
+** Invariant: as in lfl_viz.c, every C temporary belongs to the call's
+** to-be-closed scratch, every borrowed string to its keep table.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lfl_viz.h"
+#include "cpu/program.h"
+#include "viz/report.h"
+#include "viz/style.h"
+
+#define MAX_CALLS 1000       /* timed calls per measurement */
+
+static const char *const report_keys[] = {
+  "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels",
+  "subtitle", "inputs", "calls", "checklist", NULL
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- timings ------------------------------------------------------------- */
+
+/* Calls the value at f (with the value at self first when self != 0) on
+** the inputs listed at in; returns its wall time in ms.  Results are
+** dropped; an error says which measurement failed. */
+static double time_call(lua_State *L, int f, int self, int in, const char *which) {
+  int top = lua_gettop(L), n, i;
+  double t0, dt;
+  lua_pushvalue(L, f);
+  if (self) lua_pushvalue(L, self);
+  n = (int)luaL_len(L, in);
+  luaL_checkstack(L, n + 4, "report: too many inputs");
+  for (i = 1; i <= n; i++) lua_geti(L, in, i);
+  t0 = now_s();
+  if (lua_pcall(L, n + (self != 0), LUA_MULTRET, 0) != LUA_OK)
+    luaL_error(L, "report: timing %s on opts.inputs failed: %s", which,
+               luaL_tolstring(L, -1, NULL));
+  dt = now_s() - t0;
+  lua_settop(L, top);
+  return dt * 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of `calls` timed calls (see time_call). */
+static double median_calls(lua_State *L, int f, int self, int in, int calls,
+                           const char *which) {
+  double t[MAX_CALLS];
+  int i;
+  for (i = 0; i < calls; i++) t[i] = time_call(L, f, self, in, which);
+  qsort(t, (size_t)calls, sizeof t[0], cmp_double);
+  return calls % 2 ? t[calls / 2] : (t[calls / 2 - 1] + t[calls / 2]) / 2;
+}
+
+/* The method `name` of the value at idx pushed, then idx itself. */
+static void push_method(lua_State *L, int idx, const char *name) {
+  lua_getfield(L, idx, name);
+  lua_pushvalue(L, idx);
+}
+
+/* ---- the report ----------------------------------------------------------- */
+
+typedef struct rep {
+  viz_report r;
+  viz_kv summary[20];
+  int nsum;
+  int keep;
+  lfl_viz_scratch *s;
+  viz_opts o;
+} rep;
+
+static void sum_add(lua_State *L, rep *R, const char *key, const char *fmt, ...) {
+  char buf[160];
+  va_list ap;
+  if (R->nsum >= (int)(sizeof R->summary / sizeof R->summary[0])) return;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  lua_pushstring(L, buf);
+  R->summary[R->nsum].key = key;
+  R->summary[R->nsum].value = lfl_viz_keep(L, R->keep);
+  R->nsum++;
+}
+
+static const char *bytes_str(lua_State *L, rep *R, int64_t b) {
+  char buf[32];
+  lua_pushstring(L, viz_bytes_str(b, buf, sizeof buf));
+  return lfl_viz_keep(L, R->keep);
+}
+
+/* A scene of l as SVG text owned by the scratch. */
+static const char *scene_svg(lua_State *L, rep *R, const lfl_viz_list *l) {
+  viz_scene sc;
+  fl_err e;
+  char *svg = NULL;
+  size_t len;
+  lfl_viz_scene(&sc, l);
+  lfl_viz_reserve(L, R->s, "report");
+  err_clear(&e);
+  if (viz_render_mem(&sc, "svg", &R->o, &svg, &len, &e) != FL_OK) lfl_viz_raise(L, "report", &e);
+  R->s->mem[R->s->nmem++] = svg;
+  return svg;
+}
+
+static const char *kind_name(fk_kind k) {
+  return k == FK_POINTWISE ? "pointwise" : k == FK_REDUCE ? "reduce" : "extern";
+}
+
+/* Graphs, kernels, decisions and summary numbers from the stages in l
+** (what fl.compile made, in order).  One plan: exactly what the C layer
+** reports for a plan.  Several: every kernel and decision, tagged with
+** its graph, and the pictures of all graphs before and after. */
+static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
+  viz_report *r = &R->r;
+  lfl_viz_list before;
+  viz_kernel_row *rows;
+  viz_decision_row *dec;
+  int i, k, nk = 0, nd = 0, kb = 0, bb = 0, ka = 0, ba = 0, nodes = 0, fused = 0;
+  int64_t mb = 0, ma = 0;
+  fl_err e;
+  if (l->n == 1 && l->plan[0]) {
+    err_clear(&e);
+    if (viz_plan_report_fill(r, &R->s->pr, l->plan[0], NULL, &R->o, &e) != FL_OK)
+      lfl_viz_raise(L, "report", &e);
+    R->s->has_pr = 1;
+    for (i = 0; i < r->nsummary && R->nsum < 20; i++) R->summary[R->nsum++] = r->summary[i];
+    return;
+  }
+  lfl_viz_list_init(L, R->s, &before, "report");
+  before.pieces = l->pieces;
+  memcpy(before.br, l->br, LFL_VIZ_MAX_STAGES * sizeof *l->br);
+  for (i = 0; i < l->n; i++) {
+    const fuse_plan *p = l->plan[i];
+    viz_stage st;
+    int kk, bf;
+    int64_t m;
+    if (p) {
+      viz_plan_baseline(&st, p);
+      nk += p->nkernels;
+      nd += p->ndec;
+    } else {
+      st = l->st[i];
+    }
+    lfl_viz_add_stage(L, &before, &st, p, "report");
+    viz_stage_numbers(&st, &kk, &bf, &m);
+    kb += kk; bb += bf; mb += m;
+    viz_stage_numbers(&l->st[i], &kk, &bf, &m);
+    ka += kk; ba += bf; ma += m;
+  }
+  rows = (viz_kernel_row *)lfl_viz_alloc(L, R->s, (size_t)nk * sizeof *rows, "report");
+  dec = (viz_decision_row *)lfl_viz_alloc(L, R->s, (size_t)nd * sizeof *dec, "report");
+  nk = nd = 0;
+  for (i = 0; i < l->n; i++) {
+    const fuse_plan *p = l->plan[i];
+    if (!p) continue;
+    nodes += p->stats.nodes;
+    for (k = 0; k < p->nkernels; k++) {
+      const viz_kernel *vk = &l->st[i].kernels[k];
+      lua_pushfstring(L, "g%d %s", i + 1, vk->name);
+      rows[nk].name = lfl_viz_keep(L, R->keep);
+      rows[nk].kind = kind_name(p->kernels[k].kind);
+      rows[nk].nodes = vk->nnodes;
+      rows[nk].bytes_read = vk->bytes_read;
+      rows[nk].bytes_written = vk->bytes_written;
+      rows[nk].time_ms = vk->time_ms;
+      nk++;
+    }
+    for (k = 0; k < p->ndec; k++) {
+      const fuse_decision *d = &p->dec[k];
+      char da[80], db[80];
+      fk_describe(p->g, d->a, da, sizeof da);
+      fk_describe(p->g, d->b, db, sizeof db);
+      lua_pushfstring(L, "g%d %%%d %s", i + 1, d->a, da);
+      dec[nd].a = lfl_viz_keep(L, R->keep);
+      lua_pushfstring(L, "g%d %%%d %s", i + 1, d->b, db);
+      dec[nd].b = lfl_viz_keep(L, R->keep);
+      dec[nd].fused = d->fused;
+      dec[nd].reason = d->reason;
+      dec[nd].bytes_saved = d->bytes_saved;
+      fused += d->fused != 0;
+      nd++;
+    }
+  }
+  r->kernels = rows;
+  r->nkernels = nk;
+  r->decisions = dec;
+  r->ndecisions = nd;
+  sum_add(L, R, "graphs", "%d", l->n);
+  sum_add(L, R, "kernels", "%d \xe2\x86\x92 %d", kb, ka);
+  sum_add(L, R, "buffers", "%d \xe2\x86\x92 %d", bb, ba);
+  sum_add(L, R, "bytes moved", "%s \xe2\x86\x92 %s", bytes_str(L, R, mb), bytes_str(L, R, ma));
+  sum_add(L, R, "op nodes", "%d", nodes);
+  sum_add(L, R, "pairs fused", "%d of %d", fused, nd);
+  r->before_svg = scene_svg(L, R, &before);
+  r->after_svg = scene_svg(L, R, l);
+  lua_pushfstring(L, "before fusion: %d graphs \xc2\xb7 %d kernels \xc2\xb7 %d buffers \xc2\xb7 %s moved",
+                  l->n, kb, bb, bytes_str(L, R, mb));
+  r->before_label = lfl_viz_keep(L, R->keep);
+  lua_pushfstring(L, "after fusion: %d graphs \xc2\xb7 %d kernels \xc2\xb7 %d buffers \xc2\xb7 %s moved",
+                  l->n, ka, ba, bytes_str(L, R, ma));
+  r->after_label = lfl_viz_keep(L, R->keep);
+}
+
+/* The strings of the array at field `key` of the table at t, anchored;
+** *n gets the count. */
+static const char *const *string_list(lua_State *L, rep *R, int t, const char *key, int *n) {
+  const char **v;
+  lua_Integer i, m;
+  *n = 0;
+  if (lua_getfield(L, t, key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  m = luaL_len(L, -1);
+  v = (const char **)lfl_viz_alloc(L, R->s, (size_t)m * sizeof *v, "report");
+  for (i = 1; i <= m; i++) {
+    lua_rawgeti(L, -1, i);
+    v[*n] = lfl_viz_keep(L, R->keep);   /* numbers come out as text too */
+    if (v[*n]) (*n)++;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static const char *field_str(lua_State *L, rep *R, int t, const char *key) {
+  if (lua_getfield(L, t, key) == LUA_TSTRING) return lfl_viz_keep(L, R->keep);
+  lua_pop(L, 1);
+  return NULL;
+}
+
+static double field_num(lua_State *L, int t, const char *key, double def) {
+  double v = def;
+  if (lua_getfield(L, t, key) == LUA_TNUMBER) v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Now, as a reader of the report wants it: "2024-05-01 14:03". */
+static void stamp(char *buf, size_t n) {
+  time_t t = time(NULL);
+  struct tm tm;
+  if (!localtime_r(&t, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M", &tm)) snprintf(buf, n, "?");
+}
+
+/* What a compiled function compiles, for titles: a module's type or a
+** function's definition site. */
+static const char *fn_name(lua_State *L, rep *R, int fn) {
+  if (lua_type(L, fn) == LUA_TFUNCTION) {
+    lua_Debug ar;
+    lua_pushvalue(L, fn);
+    lua_getinfo(L, ">S", &ar);
+    if (ar.what && strcmp(ar.what, "C") == 0) lua_pushstring(L, "a C function");
+    else lua_pushfstring(L, "function at %s:%d", ar.short_src, ar.linedefined);
+  } else if (lua_type(L, fn) == LUA_TTABLE && lua_getfield(L, fn, "__typename") == LUA_TSTRING) {
+    /* the module's class name ("nn.Sequential"), from its __typename */
+  } else {
+    if (lua_type(L, fn) == LUA_TTABLE) lua_pop(L, 1);
+    lua_pushstring(L, lfl_viz_typeof(L, fn));
+  }
+  return lfl_viz_keep(L, R->keep);
+}
+
+/* A compiled function: timings (when opts.inputs), then its graphs and
+** plans, generated code, guards, recompiles and breaks from cm:stats(). */
+static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls) {
+  viz_report *r = &R->r;
+  lfl_viz_list l;
+  int top = lua_gettop(L), state, stats, fn, nb, i;
+  viz_break_row *br;
+  const char *backend;
+  char when[32];
+  lua_getfield(L, cm, "state");
+  state = lua_gettop(L);
+  luaL_checktype(L, state, LUA_TTABLE);
+  lua_getfield(L, state, "fn");
+  fn = lua_gettop(L);
+  if (inputs) {
+    lua_getfield(L, cm, "calls");
+    if (lua_tointeger(L, -1) == 0) time_call(L, cm, 0, inputs, "the compiled function");
+    lua_pop(L, 1);
+    r->warm_ms = time_call(L, cm, 0, inputs, "the compiled function");
+    r->steady_ms = median_calls(L, cm, 0, inputs, calls, "the compiled function");
+    time_call(L, fn, 0, inputs, "the eager function");   /* its caches warm */
+    r->eager_ms = median_calls(L, fn, 0, inputs, calls, "the eager function");
+  }
+  push_method(L, cm, "stats");
+  lua_call(L, 1, 1);
+  stats = lua_gettop(L);
+  lua_pushvalue(L, stats);
+  lfl_viz_keep(L, R->keep);   /* anchors the table: only its strings matter */
+  lua_getfield(L, cm, "calls");
+  if (lua_tointeger(L, -1) == 0)
+    luaL_error(L, "report: the compiled function has not run yet: call it once, or pass "
+               "{inputs = {...}} to have the report call it");
+  lua_pop(L, 1);
+  lua_getfield(L, state, "graphs");
+  if (luaL_len(L, -1) > 0) {
+    lfl_viz_list_init(L, R->s, &l, "report");
+    lfl_viz_collect(L, R->s, R->keep, cm, &l, "report");
+    fill_stages(L, R, &l);
+  }
+  lua_pop(L, 1);
+  sum_add(L, R, "calls", "%d", (int)field_num(L, stats, "calls", 0));
+  sum_add(L, R, "compiles", "%d (%d recompile%s)", (int)field_num(L, stats, "compiles", 0),
+          (int)field_num(L, stats, "recompiles", 0),
+          field_num(L, stats, "recompiles", 0) == 1 ? "" : "s");
+  sum_add(L, R, "graph breaks", "%d", (int)field_num(L, stats, "graph_breaks", 0));
+  sum_add(L, R, "cache hits", "%d (%d from disk)", (int)field_num(L, stats, "cache_hits", 0),
+          (int)field_num(L, stats, "disk_cache_hits", 0));
+  sum_add(L, R, "fallbacks", "%d", (int)field_num(L, stats, "fallbacks", 0));
+  sum_add(L, R, "compile time", "%.1f ms", field_num(L, stats, "compile_ms", 0));
+  r->cold_ms = field_num(L, stats, "first_call_ms", -1);
+  lua_getfield(L, cm, "code");
+  lua_pushvalue(L, cm);
+  lua_call(L, 1, 1);
+  if (lua_type(L, -1) == LUA_TSTRING && lua_rawlen(L, -1) > 0) r->code = lfl_viz_keep(L, R->keep);
+  else lua_pop(L, 1);
+  r->code_lang = "C";
+  r->guards = string_list(L, R, stats, "guards", &r->nguards);
+  r->recompiles = string_list(L, R, stats, "recompile_reasons", &r->nrecompiles);
+  if (lua_getfield(L, stats, "break_reasons") == LUA_TTABLE) {
+    nb = (int)luaL_len(L, -1);
+    br = (viz_break_row *)lfl_viz_alloc(L, R->s, (size_t)nb * sizeof *br, "report");
+    for (i = 0; i < nb; i++) {
+      lua_rawgeti(L, -1, i + 1);
+      if (lua_istable(L, -1)) {
+        int b = lua_gettop(L);
+        br[i].reason = field_str(L, R, b, "reason");
+        br[i].hint = field_str(L, R, b, "hint");
+        br[i].where = field_str(L, R, b, "where");
+      }
+      if (!br[i].reason) br[i].reason = "graph break";
+      lua_pop(L, 1);
+    }
+    r->breaks = br;
+    r->nbreaks = nb;
+  }
+  lua_pop(L, 1);
+  stamp(when, sizeof when);
+  backend = field_str(L, R, stats, "backend");
+  lua_pushfstring(L, "fl.compile(%s) \xc2\xb7 backend %s \xc2\xb7 %s", fn_name(L, R, fn),
+                  backend ? backend : "cpu", when);
+  r->subtitle = lfl_viz_keep(L, R->keep);
+  if (!r->title) {
+    lua_pushfstring(L, "Review: %s", fn_name(L, R, fn));
+    r->title = lfl_viz_keep(L, R->keep);
+  }
+  lua_settop(L, top);
+}
+
+/* A Plan, a Program or a Graph (planned here with the default options):
+** the plan's sections, its generated C (generated here when needed) and,
+** with opts.inputs, the program's timings against the graph run on the
+** eager kernels. */
+static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int calls) {
+  viz_report *r = &R->r;
+  lfl_viz_list l;
+  const fuse_plan *p;
+  cpu_program *pr = NULL;
+  int top = lua_gettop(L), plan = idx, prog = 0;
+  char when[32];
+  if (kind == LFL_VIZ_GRAPH) {
+    push_method(L, idx, "fuse");
+    lua_call(L, 1, 1);
+    plan = lua_gettop(L);
+  }
+  if (kind == LFL_VIZ_PROGRAM) {
+    prog = idx;
+    pr = lfl_toprogram(L, idx);
+    if (!pr) luaL_error(L, "report: the program has been released");
+    push_method(L, prog, "plan");
+    lua_call(L, 1, 1);
+    plan = lua_gettop(L);
+  } else {
+    push_method(L, plan, "codegen");
+    lua_pushstring(L, "cpu");
+    if (lua_pcall(L, 2, 1, 0) == LUA_OK) {
+      prog = lua_gettop(L);
+      pr = lfl_toprogram(L, prog);
+    } else {
+      lua_pop(L, 1);   /* no code section; the rest of the report stands */
+    }
+  }
+  p = lfl_viz_plan_at(L, plan, "report");
+  lfl_viz_list_init(L, R->s, &l, "report");
+  lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
+  fill_stages(L, R, &l);
+  if (pr) {
+    r->code = cpu_program_source(pr);
+    r->code_lang = "C";
+  }
+  if (inputs && prog) {
+    double t0 = now_s(), compile_ms;
+    int g;
+    if (!pr->obj) {
+      push_method(L, prog, "compile");
+      lua_call(L, 1, 0);
+    }
+    compile_ms = (now_s() - t0) * 1e3;
+    lua_getfield(L, prog, "run");
+    r->cold_ms = compile_ms + time_call(L, lua_gettop(L), prog, inputs, "the program");
+    r->warm_ms = time_call(L, lua_gettop(L), prog, inputs, "the program");
+    r->steady_ms = median_calls(L, lua_gettop(L), prog, inputs, calls, "the program");
+    push_method(L, plan, "graph");
+    lua_call(L, 1, 1);
+    g = lua_gettop(L);
+    lua_getfield(L, g, "run");
+    time_call(L, lua_gettop(L), g, inputs, "the graph on the eager kernels");
+    r->eager_ms = median_calls(L, lua_gettop(L), g, inputs, calls,
+                               "the graph on the eager kernels");
+  }
+  stamp(when, sizeof when);
+  lua_pushfstring(L, "%s of %d op nodes in %d kernel%s \xc2\xb7 %s",
+                  kind == LFL_VIZ_PROGRAM ? "program" : "fusion plan", p->stats.nodes, p->nkernels,
+                  p->nkernels == 1 ? "" : "s", when);
+  r->subtitle = lfl_viz_keep(L, R->keep);
+  if (!r->title) {
+    lua_pushfstring(L, "Review: fusion plan (%d op nodes \xe2\x86\x92 %d kernel%s)",
+                    p->stats.nodes, p->nkernels, p->nkernels == 1 ? "" : "s");
+    r->title = lfl_viz_keep(L, R->keep);
+  }
+  lua_settop(L, top);
+}
+
+/* The checklist rows of a table as fl.checklist returns it; its times
+** fill the timings the report did not measure itself. */
+static void fill_checklist(lua_State *L, rep *R, int c) {
+  viz_report *r = &R->r;
+  viz_check_row *rows = (viz_check_row *)lfl_viz_alloc(L, R->s, 10 * sizeof *rows, "report");
+  int n = 0;
+  double cold = field_num(L, c, "cold_ms", -1), steady = field_num(L, c, "steady_ms", -1);
+  double eager = field_num(L, c, "eager_ms", -1), v;
+  if (lua_getfield(L, c, "coverage") == LUA_TTABLE) {
+    int cov = lua_gettop(L);
+    int sup = (int)field_num(L, cov, "supported", 0), tot = (int)field_num(L, cov, "total", 0);
+    char buf[256];
+    size_t at = (size_t)snprintf(buf, sizeof buf, "%d/%d", sup, tot);
+    if (lua_getfield(L, cov, "unsupported") == LUA_TTABLE && luaL_len(L, -1) > 0) {
+      lua_Integer i, m = luaL_len(L, -1);
+      for (i = 1; i <= m && at < sizeof buf; i++) {
+        lua_rawgeti(L, -1, i);
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%s", i == 1 ? " (not supported: " : ", ",
+                               lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+        lua_pop(L, 1);
+      }
+      if (at < sizeof buf) snprintf(buf + at, sizeof buf - at, ")");
+    }
+    lua_pop(L, 1);
+    lua_pushstring(L, buf);
+    rows[n].item = "operator coverage";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = sup == tot ? 1 : -1;
+  }
+  lua_pop(L, 1);
+  if (cold >= 0) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.1f ms", cold);
+    lua_pushstring(L, buf);
+    rows[n].item = "first call (cold compile)";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = 0;
+  }
+  if (steady >= 0 && eager >= 0) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "%.3f ms compiled vs %.3f ms eager (%.2fx)", steady, eager,
+             steady > 0 ? eager / steady : 0.0);
+    lua_pushstring(L, buf);
+    rows[n].item = "steady state";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = steady < eager ? 1 : -1;
+  }
+  if (lua_getfield(L, c, "break_even_calls") == LUA_TNUMBER) {
+    char buf[64];
+    v = lua_tonumber(L, -1);
+    if (v != v || v > 1e15) snprintf(buf, sizeof buf, "never");
+    else snprintf(buf, sizeof buf, "%.0f call%s", v, v == 1 ? "" : "s");
+    lua_pushstring(L, buf);
+    rows[n].item = "calls to break even";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = v != v || v > 1e15 ? -1 : 0;
+  }
+  lua_pop(L, 1);
+  if ((v = field_num(L, c, "cache_hit_rate", -1)) >= 0) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f%%", v <= 1 ? v * 100 : v);
+    lua_pushstring(L, buf);
+    rows[n].item = "cache hit rate";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = (v <= 1 ? v : v / 100) >= 0.9 ? 1 : (v <= 1 ? v : v / 100) < 0.5 ? -1 : 0;
+  }
+  if ((v = field_num(L, c, "recompiles", -1)) >= 0) {
+    lua_pushfstring(L, "%d", (int)v);
+    rows[n].item = "recompiles";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = v == 0 ? 1 : 0;
+  }
+  if ((v = field_num(L, c, "max_abs_err", -1)) >= 0) {
+    char buf[96];
+    double rel = field_num(L, c, "max_rel_err", -1);
+    if (rel >= 0) snprintf(buf, sizeof buf, "max abs err %.2g, max rel err %.2g", v, rel);
+    else snprintf(buf, sizeof buf, "max abs err %.2g", v);
+    lua_pushstring(L, buf);
+    rows[n].item = "accuracy vs eager";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = (rel >= 0 ? rel : v) <= 1e-3 ? 1 : -1;
+  }
+  if ((v = field_num(L, c, "fallbacks", -1)) >= 0) {
+    lua_pushfstring(L, "%d", (int)v);
+    rows[n].item = "fallbacks to eager";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = v == 0 ? 1 : -1;
+  }
+  r->checklist = rows;
+  r->nchecklist = n;
+  r->recommendation = field_str(L, R, c, "recommendation");
+  if (r->cold_ms < 0 && cold >= 0) r->cold_ms = cold;
+  if (r->steady_ms < 0 && steady >= 0) r->steady_ms = steady;
+  if (r->eager_ms < 0 && eager >= 0) r->eager_ms = eager;
+}
+
+/* fl.report(cm_or_plan, path [, opts]) -> path */
+int lfl_viz_report(lua_State *L) {
+  const char *path = luaL_checkstring(L, 2);
+  rep R;
+  fl_err e;
+  int kind, inputs = 0, checklist = 0, calls = 10;
+  lua_settop(L, 3);
+  memset(&R, 0, sizeof R);
+  lfl_viz_opts(L, 3, &R.o, report_keys, "report");
+  viz_report_init(&R.r);
+  if (lua_istable(L, 3)) {
+    R.r.title = lfl_viz_opt_str(L, 3, "title", "report");
+    R.r.subtitle = lfl_viz_opt_str(L, 3, "subtitle", "report");
+    R.o.title = NULL;   /* the report's title, not the pictures' */
+    switch (lua_getfield(L, 3, "inputs")) {
+    case LUA_TNIL: lua_pop(L, 1); break;
+    case LUA_TTABLE: inputs = lua_gettop(L); break;
+    default: luaL_error(L, "report: option inputs must be a list of the function's arguments, "
+                        "got %s", lfl_viz_typeof(L, -1));
+    }
+    switch (lua_getfield(L, 3, "checklist")) {
+    case LUA_TNIL: lua_pop(L, 1); break;
+    case LUA_TTABLE: checklist = lua_gettop(L); break;
+    default: luaL_error(L, "report: option checklist must be the table fl.checklist returns, "
+                        "got %s", lfl_viz_typeof(L, -1));
+    }
+    if (lua_getfield(L, 3, "calls") != LUA_TNIL) {
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > MAX_CALLS)
+        luaL_error(L, "report: option calls must be an integer from 1 to %d, got %s", MAX_CALLS,
+                   luaL_tolstring(L, -1, NULL));
+      calls = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_newtable(L);
+  R.keep = lua_gettop(L);
+  R.s = lfl_viz_scratch_new(L);
+  kind = lfl_viz_kind(L, 1);
+  if (kind == LFL_VIZ_COMPILED) report_compiled(L, &R, 1, inputs, calls);
+  else if (kind == LFL_VIZ_PLAN || kind == LFL_VIZ_PROGRAM || kind == LFL_VIZ_GRAPH)
+    report_plan(L, &R, 1, kind, inputs, calls);
+  else
+    luaL_error(L, "report: cannot report on a %s (expected a compiled function, a Plan, "
+               "a Program or a Graph)", lfl_viz_typeof(L, 1));
+  if (checklist) fill_checklist(L, &R, checklist);
+  R.r.summary = R.summary;
+  R.r.nsummary = R.nsum;
+  err_clear(&e);
+  if (viz_report_write(&R.r, path, &e) != FL_OK) return lfl_viz_raise(L, "report", &e);
+  lua_pushvalue(L, 2);
+  return 1;
+}
