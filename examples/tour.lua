@@ -1,52 +1,144 @@
--- tour.lua -- the guided tour of fuselab, run by README's first command.
--- It walks the pipeline stage by stage; each section prints what it shows.
--- Run it yourself: fuselab examples/tour.lua
+-- tour.lua -- the guided tour of fuselab, run by README's Quick start.
+--
+-- One small model goes through every stage of the pipeline, the way
+-- torch.compile takes a PyTorch model: eager run -> capture into a graph
+-- -> decompose -> optimize -> fuse (with the planner's reasons) ->
+-- generated C -> compiled run, measured against eager -> pictures and a
+-- review report -> the go-live checklist.  Each section prints what it
+-- shows; files go to the folder named at the start.
+--
+-- Run it yourself:  fuselab examples/tour.lua [folder]     (default ./fuselab-tour)
+-- Then the lessons: examples/lessons/01..07, or :help lesson 1 in the REPL.
 
 local fl = fl or require "fuselab"
+local nn = nn or fl.nn
+
+local out_dir = arg and arg[1] or "fuselab-tour"
 
 local function section(title)
-  print(("\n== %s %s"):format(title, ("="):rep(math.max(0, 66 - #title))))
+  print(("\n== %s %s"):format(title, ("="):rep(math.max(0, 70 - #title))))
 end
 
-section("1. Tensors")
-fl.manual_seed(0)
-local x = fl.tensor{{1.0, 2, 3}, {4, 5, 6}}
-print("x = fl.tensor{{1.0,2,3},{4,5,6}}   (a float anywhere makes it float32)")
-print(x)
-print("x.shape = {" .. table.concat(x.shape, ", ") .. "}, dtype " .. x.dtype)
-local r = fl.randn(2, 3)
-print("fl.randn(2, 3) after fl.manual_seed(0):")
-print(r)
+-- Best of n calls of f(...), in milliseconds.
+local function best_ms(n, f, ...)
+  local best = math.huge
+  for _ = 1, n do
+    local t0 = fl.now()
+    f(...)
+    best = math.min(best, fl.now() - t0)
+  end
+  return best * 1e3
+end
 
-section("2. Eager ops, as in PyTorch")
-print("x * 2 + 1:")
-print(x * 2 + 1)
-print("x:softmax(-1)  (dims are 1-based; -1 is the last):")
-print(x:softmax(-1))
-print("x:sum(1) =", table.concat(x:sum(1):tolist(), ", "))
-print("x:matmul(x:transpose(1, 2)):")
-print(x:matmul(x:transpose(1, 2)))
-print("a view shares storage: y = x * 1; v = y:view(3, 2); v:fill_(7) fills y too")
-local y = x * 1
-local v = y:view(3, 2)
-v:fill_(7)
-print(y)
+local function write_file(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
 
-section("3. Errors name what was wrong")
+local t_start = fl.now()
+
+section("0. Tensors, eager, as in PyTorch")
+local x0 = fl.tensor{{1.0, 2, 3}, {4, 5, 6}}
+print("x = fl.tensor{{1.0,2,3},{4,5,6}};  x:softmax(-1)   (dims are 1-based; -1 is the last)")
+print(x0:softmax(-1))
 local ok, msg = pcall(function() return fl.ones(64, 128):matmul(fl.ones(64, 10)) end)
-print("fl.ones(64,128):matmul(fl.ones(64,10)) ->", ok and "no error?" or msg)
-ok, msg = pcall(function() return fl.zeros(1e15) end)
-print("fl.zeros(1e15) ->", ok and "no error?" or msg)
+print("errors name what was wrong:  " .. (ok and "no error?" or msg))
 
-section("4. How fast is eager?")
-local n = 1 << 22
-local a, b = fl.rand(n), fl.rand(n)
-local reps = 20
+section("1. A model")
+fl.manual_seed(0)
+-- A transformer's feed-forward block: Linear -> GELU -> Linear -> LayerNorm.
+local model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64), nn.LayerNorm(64))
+model:eval()
+local x = fl.randn(32, 64)
+print(model)
+print(("input x: %s %s"):format(x.dtype, "[" .. table.concat(x.shape, ",") .. "]"))
+
+section("2. Eager: each op runs as Lua reaches it")
+local y_eager = model(x)
+local eager_ms = best_ms(50, model, x)
+print(("model(x) -> %s, %.3f ms per call (best of 50)"):format(
+  "[" .. table.concat(y_eager.shape, ",") .. "]", eager_ms))
+
+section("3. Capture: run it once, record a graph")
+print("g = fl.capture(model, x)   -- every op becomes a node; weights become params")
+local g = fl.capture(model, x)
+print(g)
+
+section("4. Decompose: composite ops into primitives")
+print("g2 = g:decompose()   -- linear, gelu, layer_norm become the ops kernels are made of")
+local g2 = g:decompose()
+print(("%d ops -> %d ops (print(g2) lists them)"):format(#g:ops(), #g2:ops()))
+
+section("5. Optimize: CSE, dead code, constant folding, algebra")
+local g3 = g2:optimize()
+print(("%d ops after optimize"):format(#g3:ops()))
+
+section("6. Fuse: which ops share a kernel, and why")
+print("p = g3:fuse{explain=true}   -- every decision with its reason and the bytes it saves")
+local p = g3:fuse{explain = true}
+local ps = p:stats()
+
+section("7. Generate code: one C function per kernel")
+local k = p:codegen("cpu")
+local src = k:source()
+-- an excerpt: the header comment of each kernel (what it fuses)
+print(("k = p:codegen(\"cpu\") -- %d lines of C; print(k) shows all.  The kernels' headers:"):format(
+  select(2, src:gsub("\n", ""))))
+for header in src:gmatch("\n(/%* k%d+: .-%*/)") do print(header) end
 local t0 = fl.now()
-for _ = 1, reps do local _ = a + b end
-local dt = (fl.now() - t0) / reps
-print(("a + b over %d float32: %.2f ms, %.1f GB/s (3 x 4 bytes per element)"):format(
-  n, dt * 1e3, 12 * n / dt / 1e9))
+k:compile()
+print(("compiled with %s in %.0f ms (from %s)"):format(fl.cache_info().compiler,
+  (fl.now() - t0) * 1e3, k:stats().how))
 
-print("\nThe tour ends here for now; capture, fusion, code generation and")
-print("pictures join it as they land.  Start the REPL with ./build/fuselab")
+section("8. Run compiled, and measure")
+local y_prog = k:run(x)
+print(("k:run(x) matches eager: %s"):format(tostring(fl.allclose(y_prog, y_eager, 1e-4, 1e-5))))
+print("cm = fl.compile(model) -- what you use: capture, fuse, compile on the first call; guards after")
+local cm = fl.compile(model)
+t0 = fl.now()
+cm(x)
+local first_ms = (fl.now() - t0) * 1e3
+local compiled_ms = best_ms(50, cm, x)
+print(("first call %.1f ms (capture + compile), then %.3f ms per call against %.3f ms eager:"):format(
+  first_ms, compiled_ms, eager_ms))
+print(("speed-up %.2fx, measured now on this machine"):format(eager_ms / compiled_ms))
+print(("memory traffic per call %.1f KiB -> %.1f KiB, %d buffers -> %d, %d kernels for %d ops"):format(
+  ps.bytes_before / 1024, ps.bytes_after / 1024, ps.buffers_before, ps.buffers_after, ps.kernels, ps.nodes))
+
+section("9. Pictures and a review report")
+os.execute(("mkdir -p '%s'"):format(out_dir:gsub("'", "'\\''")))
+write_file(out_dir .. "/graph.txt", tostring(g) .. "\n")
+write_file(out_dir .. "/graph_decomposed.txt", tostring(g3) .. "\n")
+write_file(out_dir .. "/kernels.c", src)
+local written = {"graph.txt", "graph_decomposed.txt", "kernels.c"}
+if fl.draw then
+  local pics = {
+    {"graph.svg", function(path) fl.draw(g, path) end, "the captured graph"},
+    {"plan.svg", function(path) fl.draw(p, path) end, "the fused plan: one cluster per kernel"},
+    {"compare.svg", function(path) fl.draw_compare(g3, p, path) end, "before and after fusion"},
+    {"review.html", function(path) fl.report(cm, path) end, "the review report: graphs, kernels, code, stats"},
+  }
+  for _, pic in ipairs(pics) do
+    local okp, err = pcall(pic[2], out_dir .. "/" .. pic[1])
+    if okp then
+      written[#written + 1] = pic[1]
+      print(("  %-14s %s"):format(pic[1], pic[3]))
+    else
+      print(("  %-14s not written: %s"):format(pic[1], tostring(err)))
+    end
+  end
+else
+  print("(pictures: not in this build)")
+end
+print(("written to %s/: %s"):format(out_dir, table.concat(written, ", ")))
+
+section("10. Should this model be compiled? The go-live checklist")
+print("fl.checklist(model, {inputs = {x}})   -- measured, not believed; with changing shapes: lesson 06")
+fl.checklist(model, {inputs = {x}, name = "the feed-forward block, batch 32"})
+
+section("Next")
+print(("The tour took %.1f s.  Next:"):format(fl.now() - t_start))
+print("  lessons   fuselab examples/lessons/01_eager_vs_graph.lua ... 07_gpu_kernels.lua")
+print("            (or :help lesson 1 in the REPL: what each one shows)")
+print("  REPL      fuselab     then :help")

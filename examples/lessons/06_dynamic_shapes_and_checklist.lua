@@ -1,0 +1,84 @@
+-- Lesson 06: dynamic shapes, recompiles, and the go-live checklist.
+--
+-- Claim (SEED.txt §4, §5): the decision table --
+--   稳定推理服务 (stable inference)     -> 开启 compile (turn compile on)
+--   频繁实验调试 (frequent changes)     -> 关闭 compile (leave it off)
+--   动态形状输入 (dynamic input shapes) -> 谨慎开启 (only with care)
+-- and the pitfall "忽略动态形状导致的重复编译" -- ignoring dynamic shapes
+-- means compiling again and again.  The checklist asks to verify the cache
+-- hit rate under dynamic shapes ("验证动态输入形状下的缓存命中率").
+--
+-- What it measures: one function served with changing batch sizes,
+-- compiled three ways -- static (dynamic=false: one graph per shape),
+-- automatic (the default: specialize, then make the sizes that changed
+-- symbolic) and dynamic=true -- counting compiles, recompiles, cache hits
+-- and compile time; then fl.checklist on the table's three rows, each
+-- with the recommendation it derives from its own measurements.
+--
+-- Run: fuselab examples/lessons/06_dynamic_shapes_and_checklist.lua   (about 10 s)
+
+local fl = fl or require "fuselab"
+
+fl.manual_seed(6)
+
+-- A scoring head: squash, then a softmax over the features.
+local function head(x)
+  return ((x * 0.5):tanh() + 1):softmax(-1)
+end
+
+local features = 256
+local batches = {8, 16, 24, 32, 48, 64, 8, 16, 24, 32, 48, 64}   -- traffic repeats its shapes
+local inputs = {}
+for i, b in ipairs(batches) do inputs[i] = fl.randn(b, features) end
+
+print(("Serving %d calls with batch sizes %s:\n"):format(#batches, table.concat(batches, " ")))
+print(("%-22s %9s %11s %11s %11s"):format("mode", "compiles", "recompiles", "cache hits", "compile ms"))
+local results = {}
+for _, mode in ipairs{{"static (dynamic=false)", false}, {"automatic (default)", nil}, {"dynamic=true", true}} do
+  local cm = fl.compile(head, {dynamic = mode[2], recompile_limit = 16})
+  for _, x in ipairs(inputs) do cm(x) end
+  local s = cm:stats()
+  results[#results + 1] = {name = mode[1], s = s}
+  print(("%-22s %9d %11d %11d %11.0f"):format(mode[1], s.compiles, s.recompiles, s.cache_hits, s.compile_ms))
+end
+print("\nWhy the static mode recompiled (first three):")
+for i = 1, math.min(3, #results[1].s.recompile_reasons) do
+  print("  " .. results[1].s.recompile_reasons[i])
+end
+print("What automatic mode guards after its one recompile (s = any size >= 2):")
+for _, g in ipairs(results[2].s.guards) do print("  " .. g) end
+
+-- The decision table, one row at a time, measured by the checklist.
+print("\n== Row 1: stable inference (one shape, always the same function)\n")
+local stable = fl.checklist(head, {inputs = {fl.randn(32, features)}, name = "head, batch 32 only"})
+
+-- Frequent changes: an experimenter changes a setting between runs.  A
+-- number the function is called with is a guard; each new value is a new
+-- graph, in any mode.
+print("\n== Row 2: frequent changes (a temperature changed between runs)\n")
+local function tempered(x, temperature) return (x / temperature):softmax(-1) end
+local x = fl.randn(32, features)
+local runs = {}
+for i, t in ipairs{0.7, 0.8, 0.9, 1.1, 1.3} do runs[i] = {x, t} end
+local changing = fl.checklist(tempered, {inputs = {x, 0.5}, shapes = runs, name = "tempered, new temperature each run"})
+
+print("\n== Row 3: dynamic input shapes (the batch sizes above)\n")
+local sweep = {}
+for i = 2, 6 do sweep[#sweep + 1] = batches[i] end
+local dynamic = fl.checklist(head, {inputs = {inputs[1]}, shapes = sweep, name = "head, changing batch"})
+
+print("\nThe decision table, as measured on this machine:")
+print(("%-38s %-8s %s"):format("row", "decision", "measured"))
+local function row(name, r, extra)
+  print(("%-38s %-8s %s"):format(name, r.decision, extra))
+end
+row("stable inference", stable, stable.break_even_calls
+  and ("saves %d%% per call after %d calls"):format(math.floor(stable.saving * 100 + 0.5), stable.break_even_calls)
+  or "compiled is not faster")
+row("frequent changes (new temperature)", changing,
+  ("%d recompiles over %d runs, hit rate %d%%"):format(changing.recompiles, #runs + 1,
+    math.floor(changing.cache_hit_rate * 100 + 0.5)))
+row("dynamic shapes (batch 8..64)", dynamic,
+  ("static %d recompiles, automatic %d; hit rate %d%% -> %d%%"):format(dynamic.recompiles_static,
+    dynamic.recompiles, math.floor(dynamic.cache_hit_rate_static * 100 + 0.5),
+    math.floor(dynamic.cache_hit_rate * 100 + 0.5)))

@@ -1,0 +1,484 @@
+-- checklist.lua -- fl.checklist, the go-live checklist (DESIGN §2): should
+-- this function be compiled?  Answered by numbers measured here, on this
+-- machine, never by belief: operator coverage, the cold first call against
+-- the steady state and the calls needed to break even, the cache hit rate
+-- over a shape sweep (static against automatic dynamic shapes), accuracy
+-- against eager, fallbacks; then a recommendation from the decision table
+--
+--   stable inference      -> compile (with the measured saving)
+--   frequent changes      -> eager   (every change is a new compile)
+--   dynamic shapes        -> dynamic mode, or eager (with the measured recompiles)
+--
+-- The C helpers (_isatty, _mkdtemp, _cache_use_dir) are in lfl_checklist.c.
+local fl = ...
+
+local pack, unpack = table.pack, table.unpack
+local is_tensor = fl.is_tensor
+
+-- Relative error above which compiled results count as different from
+-- eager: float32 kernels that only regroup sums stay far below it.
+local REL_TOL = 1e-3
+-- Each shape of the sweep is called this many times: a service sees its
+-- shapes again, and only a repeat can hit the cache.
+local ROUNDS = 2
+-- The steady-state timing stops early after this many seconds per side.
+local TIME_BUDGET_S = 1.5
+
+local OPTION_NAMES = {"inputs", "shapes", "calls", "quiet", "name"}
+
+-- Raises "checklist: msg" at the line that called fl.checklist: the first
+-- stack level outside this file (error and getinfo count levels alike).
+local function fail(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info or info.source ~= "=checklist.lua" then break end
+    level = level + 1
+  end
+  error("checklist: " .. msg, level)
+end
+
+local function is_callable(fn)
+  local t = type(fn)
+  if t == "function" then return true end
+  local mt = (t == "table" or t == "userdata") and getmetatable(fn)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+local function shape_str(shape)
+  local s = {}
+  for i, n in ipairs(shape) do s[i] = tostring(n) end
+  return "[" .. table.concat(s, ",") .. "]"
+end
+
+local function args_str(args)
+  local s = {}
+  for i = 1, args.n do
+    local a = args[i]
+    s[i] = is_tensor(a) and shape_str(a.shape) or tostring(a)
+  end
+  return "(" .. table.concat(s, ", ") .. ")"
+end
+
+-- ---- arguments -----------------------------------------------------------
+
+local function is_shape(v)
+  if type(v) ~= "table" or #v == 0 or is_tensor(v) then return false end
+  for k, n in pairs(v) do
+    if math.type(k) ~= "integer" or type(n) ~= "number" then return false end
+  end
+  return true
+end
+
+local function check_shape(shape, where)
+  for _, n in ipairs(shape) do
+    if math.tointeger(n) == nil or n < 0 then
+      fail(("%s = %s: sizes must be whole numbers >= 0"):format(where, shape_str(shape)))
+    end
+  end
+end
+
+-- A new tensor like t (dtype, device) but of the given shape: random for
+-- floating types, zeros otherwise (valid indices for embeddings).
+local function tensor_like(t, shape)
+  local o = {dtype = t.dtype, device = t.device}
+  local s = {}
+  for i, n in ipairs(shape) do s[i] = math.tointeger(n) end
+  if t.dtype == "float32" or t.dtype == "float16" or t.dtype == "bfloat16" then
+    return fl.randn(s, o)
+  end
+  return fl.zeros(s, o)
+end
+
+-- One entry of opts.shapes as an argument list (packed).  An entry is
+--   n                 the first tensor argument, with n as its first size
+--                     (a batch size);
+--   {n1, n2, ...}     the first tensor argument with this shape;
+--   {a1, a2, ...}     a whole argument list: tensors as they are, shapes
+--                     ({n1, ...}) made into tensors like that argument of
+--                     inputs, other values as they are; missing ones are
+--                     taken from inputs.
+local function sweep_args(inputs, entry, i)
+  local where = ("shapes[%d]"):format(i)
+  local first
+  for k = 1, inputs.n do
+    if is_tensor(inputs[k]) then first = k break end
+  end
+  local args = pack(unpack(inputs, 1, inputs.n))
+  if type(entry) == "number" then
+    if not first or #inputs[first].shape == 0 then
+      fail(where .. " is a batch size, but no input is a tensor with a first dimension")
+    end
+    local shape = {unpack(inputs[first].shape)}
+    shape[1] = entry
+    check_shape(shape, where)
+    args[first] = tensor_like(inputs[first], shape)
+  elseif is_tensor(entry) then
+    if not first then fail(where .. " is a tensor, but no input is a tensor") end
+    args[first] = entry
+  elseif is_shape(entry) then
+    if not first then fail(where .. " is a shape, but no input is a tensor") end
+    check_shape(entry, where)
+    args[first] = tensor_like(inputs[first], entry)
+  elseif type(entry) == "table" and next(entry) ~= nil then
+    local n = math.max(#entry, inputs.n)
+    for k = 1, n do
+      local v = entry[k]
+      if v == nil then
+        if k > inputs.n then fail(("%s[%d] is missing"):format(where, k)) end
+      elseif is_shape(v) then
+        if not is_tensor(inputs[k]) then
+          fail(("%s[%d] is a shape, but inputs[%d] is not a tensor"):format(where, k, k))
+        end
+        check_shape(v, ("%s[%d]"):format(where, k))
+        args[k] = tensor_like(inputs[k], v)
+      elseif type(v) == "table" and not is_tensor(v) then
+        fail(("%s[%d] must be a tensor, a shape {n, ...} or a plain value, got a table that is none"):format(where, k))
+      else
+        args[k] = v
+      end
+    end
+    args.n = n
+  else
+    fail(("%s must be a batch size, a shape {n, ...}, a tensor or an argument list {x, ...}, got %s"):format(
+      where, type(entry) == "table" and "an empty table" or type(entry)))
+  end
+  return args
+end
+
+local function check_opts(fn, opts)
+  if not is_callable(fn) then fail("expected a function or an nn module to check, got " .. type(fn)) end
+  if type(opts) ~= "table" then
+    fail("expected an options table {inputs={...}} as the second argument, got " .. type(opts))
+  end
+  for k in pairs(opts) do
+    local known = false
+    for _, n in ipairs(OPTION_NAMES) do if k == n then known = true end end
+    if not known then
+      fail(("unknown option '%s' (expected %s)"):format(tostring(k), table.concat(OPTION_NAMES, ", ")))
+    end
+  end
+  if opts.inputs == nil then
+    fail("inputs are missing: give the arguments of one call, e.g. {inputs = {x}}")
+  end
+  if type(opts.inputs) ~= "table" or is_tensor(opts.inputs) then
+    fail("inputs must be a list of arguments, e.g. {inputs = {x}}, got " .. type(opts.inputs))
+  end
+  if opts.shapes ~= nil and (type(opts.shapes) ~= "table" or is_tensor(opts.shapes)) then
+    fail("shapes must be a list (batch sizes, shapes or argument lists), got " .. type(opts.shapes))
+  end
+  local calls = opts.calls
+  if calls ~= nil and (math.type(calls) ~= "integer" or calls < 1) then
+    fail("calls must be a positive integer, got " .. tostring(calls))
+  end
+  if opts.name ~= nil and type(opts.name) ~= "string" then
+    fail("name must be a string, got " .. type(opts.name))
+  end
+end
+
+-- ---- measuring -----------------------------------------------------------
+
+local function ms_since(t0) return (fl.now() - t0) * 1e3 end
+
+-- Best of n calls of f(args) in ms (stops early past the time budget,
+-- after 3 calls at least): the minimum is the least noisy estimate of
+-- what a call costs on a machine shared with other work.
+local function best_of(n, f, args)
+  local best, start = math.huge, fl.now()
+  for i = 1, n do
+    local t0 = fl.now()
+    f(unpack(args, 1, args.n))
+    fl.synchronize()
+    best = math.min(best, ms_since(t0))
+    if i >= 3 and fl.now() - start > TIME_BUDGET_S then break end
+  end
+  return best
+end
+
+-- Compare one compiled output with the eager one: returns max |a - b| and
+-- max |b| (so the caller can form a relative error), or nil for outputs
+-- that are not numbers.  A tensor where eager gave none (or the other way
+-- round) is an infinite error.
+local function diff(a, b)
+  if is_tensor(a) ~= is_tensor(b) then return math.huge, 0 end
+  if is_tensor(a) then
+    if shape_str(a.shape) ~= shape_str(b.shape) then return math.huge, 0 end
+    if b:numel() == 0 then return 0, 0 end
+    local af, bf = a:cpu():to("float32"), b:cpu():to("float32")
+    return (af - bf):abs():amax():item(), bf:abs():amax():item()
+  elseif type(a) == "number" and type(b) == "number" then
+    return math.abs(a - b), math.abs(b)
+  end
+  return nil
+end
+
+-- Accumulates accuracy over every compiled call of the checklist.
+local function new_accuracy() return {abs = 0, ref = 0, nan = false, count = 0} end
+
+local function compare(acc, got, want)
+  for i = 1, math.max(got.n, want.n) do
+    local d, m = diff(got[i], want[i])
+    if d then
+      acc.count = acc.count + 1
+      if d ~= d then acc.nan = true
+      else acc.abs = math.max(acc.abs, d) end
+      if m == m then acc.ref = math.max(acc.ref, m) end
+    end
+  end
+end
+
+-- A progress bar on stderr, only when stderr is a terminal (a log file
+-- or a pipe gets no carriage returns).
+local function progress(enabled, total)
+  local bar = {done = 0}
+  local width = 30
+  function bar.step(label)
+    bar.done = bar.done + 1
+    if not enabled then return end
+    local fill = math.floor(width * bar.done / total + 0.5)
+    io.stderr:write(("\r  %-14s [%s%s] %d/%d "):format(label, ("#"):rep(fill),
+      ("."):rep(width - fill), bar.done, total))
+    io.stderr:flush()
+  end
+  function bar.finish()
+    if enabled then io.stderr:write("\r" .. (" "):rep(width + 32) .. "\r") io.stderr:flush() end
+  end
+  return bar
+end
+
+-- fl.explain prints its summary; the checklist prints its own, so the
+-- call runs with print silenced (restored also when it fails).
+local function explain_quietly(fn, inputs)
+  local saved = print
+  _G.print = function() end
+  local ok, r = pcall(fl.explain, fn, unpack(inputs, 1, inputs.n))
+  _G.print = saved
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- Cold and warm first calls.  Cold: a new, empty cache directory, so the C
+-- compiler really runs (the user's cache may know this function from an
+-- earlier run).  Warm: the same directory with the loaded objects
+-- forgotten, as a new process finds it.  The user's directory is back in
+-- place before this returns or raises.
+local function first_calls(fn, inputs)
+  local dir = fl._mkdtemp()
+  local saved = fl._cache_use_dir(dir)
+  local res = pack(pcall(function()
+    fl._cache_forget_memory()
+    local cold = fl.compile(fn)
+    local t0 = fl.now()
+    cold(unpack(inputs, 1, inputs.n))
+    fl.synchronize()
+    local cold_ms = ms_since(t0)
+    local cold_fallbacks = cold:stats().fallbacks
+    -- drop every holder of the loaded objects, so the next load maps the
+    -- file again as a new process would, rather than finding it mapped
+    cold = nil
+    collectgarbage()
+    collectgarbage()
+    fl._cache_forget_memory()
+    local warm = fl.compile(fn)
+    t0 = fl.now()
+    warm(unpack(inputs, 1, inputs.n))
+    fl.synchronize()
+    local warm_ms = ms_since(t0)
+    return cold_ms, warm_ms, warm, cold_fallbacks
+  end))
+  pcall(fl.cache_clear)             -- only the private directory's entries
+  fl._cache_use_dir(saved)
+  os.remove(dir)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
+-- Calls a fresh fl.compile(fn, copts) on every argument list of the sweep,
+-- ROUNDS times over; a call is a hit when it compiled nothing new.  The
+-- first call of all is the cold start (measured apart), so the hit rate
+-- counts the calls after it.
+local function sweep(fn, copts, list, eager_out, acc, bar, label)
+  local cm = fl.compile(fn, copts)
+  local hits, calls = 0, 0
+  for _ = 1, ROUNDS do
+    for i, args in ipairs(list) do
+      local before = cm:stats().compiles
+      local out = pack(cm(unpack(args, 1, args.n)))
+      calls = calls + 1
+      if calls > 1 and cm:stats().compiles == before then hits = hits + 1 end
+      compare(acc, out, eager_out[i])
+      bar.step(label)
+    end
+  end
+  local s = cm:stats()
+  return {cm = cm, hit_rate = calls > 1 and hits / (calls - 1) or 1, recompiles = s.recompiles,
+          compiles = s.compiles, fallbacks = s.fallbacks, reasons = s.recompile_reasons}
+end
+
+-- ---- the decision table ------------------------------------------------
+
+local function pct(x) return ("%d%%"):format(math.floor(x * 100 + 0.5)) end
+
+local function plural(n, word) return ("%d %s%s"):format(n, word, n == 1 and "" or "s") end
+
+local function saving_text(eager_ms, steady_ms, break_even)
+  return ("saves %s per call (%.3f -> %.3f ms) after %s"):format(
+    pct((eager_ms - steady_ms) / eager_ms), eager_ms, steady_ms, plural(break_even, "call"))
+end
+
+-- Returns decision ("compile", "dynamic" or "eager") and the sentence.
+local function recommend(r, nshapes)
+  if r.accuracy_nan or r.max_rel_err > REL_TOL then
+    return "eager", ("eager: compiled results differ from eager (max rel err %.2g > %.0e); "
+      .. "keep eager and report the function"):format(r.max_rel_err, REL_TOL)
+  end
+  if r.fallbacks > 0 then
+    return "eager", ("eager: compilation fell back to eager %s (cm:stats().compile_log says why); "
+      .. "keep eager until it compiles"):format(plural(r.fallbacks, "time"))
+  end
+  if r.recompiles_static > 0 then
+    -- the shapes vary: does automatic dynamic mode absorb them?
+    local dyn_break = r.break_even_dynamic
+    if r.recompiles < r.recompiles_static and r.cache_hit_rate >= 0.5 and dyn_break then
+      return "dynamic", ("dynamic shapes: compile with dynamic shapes (dynamic=nil, the default, or true): "
+        .. "static mode recompiled %s over %s (hit rate %s), dynamic %s (hit rate %s); %s"):format(
+        plural(r.recompiles_static, "time"), plural(nshapes, "different input"), pct(r.cache_hit_rate_static),
+        plural(r.recompiles, "time"), pct(r.cache_hit_rate),
+        saving_text(r.eager_ms, r.steady_dynamic_ms, dyn_break))
+    end
+    return "eager", ("eager: the inputs change too often to cache: static mode recompiled %s, "
+      .. "dynamic mode %s over %s (hit rate %s); every recompile costs about %.0f ms"):format(
+      plural(r.recompiles_static, "time"), plural(r.recompiles, "time"), plural(nshapes, "different input"),
+      pct(r.cache_hit_rate), r.cold_ms)
+  end
+  if not r.break_even_calls then
+    return "eager", ("eager: compiled is not faster here (%.3f ms per call vs %.3f ms eager)"):format(
+      r.steady_ms, r.eager_ms)
+  end
+  local text = ("compile: stable inference, %s (cold start %.0f ms)"):format(
+    saving_text(r.eager_ms, r.steady_ms, r.break_even_calls), r.cold_ms)
+  if r.graph_breaks > 0 then
+    text = text .. ("; remove the %s for more"):format(plural(r.graph_breaks, "graph break"))
+  end
+  return "compile", text .. "; while the model still changes often, stay eager"
+end
+
+-- ---- the report ----------------------------------------------------------
+
+local function report(r, name, nshapes, calls)
+  local cov = r.coverage
+  local out = {}
+  local function line(fmt, ...) out[#out + 1] = fmt:format(...) end
+  line("go-live checklist: %s", name)
+  line("  1. operator coverage   %d/%d ops supported, %s%s", cov.supported, cov.total,
+    plural(r.graph_breaks, "graph break"),
+    #cov.unsupported > 0 and ("; not supported: " .. table.concat(cov.unsupported, ", ")) or "")
+  line("  2. first call (cold)   %.1f ms: capture, generate, compile, run  (warm from disk: %.1f ms)",
+    r.cold_ms, r.warm_ms)
+  line("     steady state        %.4f ms compiled vs %.4f ms eager (best of %d)", r.steady_ms, r.eager_ms, calls)
+  if r.break_even_calls then
+    line("     break-even          after %s", plural(r.break_even_calls, "call"))
+  else
+    line("     break-even          never: compiled is not faster")
+  end
+  line("  3. cache hit rate      %s x %d rounds: static %s (%s), dynamic %s (%s)",
+    plural(nshapes, "input"), ROUNDS, pct(r.cache_hit_rate_static), plural(r.recompiles_static, "recompile"),
+    pct(r.cache_hit_rate), plural(r.recompiles, "recompile"))
+  line("  4. accuracy vs eager   max abs err %.3g, max rel err %.3g%s", r.max_abs_err, r.max_rel_err,
+    r.accuracy_nan and " (NaN differences!)" or "")
+  line("     fallbacks           %d", r.fallbacks)
+  line("  recommendation: %s", r.recommendation)
+  print(table.concat(out, "\n"))
+end
+
+-- ---- fl.checklist ----------------------------------------------------------
+
+local function default_name(fn)
+  if type(fn) == "function" then
+    local info = debug.getinfo(fn, "S")
+    return ("function at %s:%d"):format(info.short_src, info.linedefined)
+  end
+  -- a module prints over many lines: its first line names it
+  return (tostring(fn):match("^[^\n{]*"):gsub("%s+$", ""))
+end
+
+function fl.checklist(fn, opts)
+  check_opts(fn, opts)
+  local inputs = pack(unpack(opts.inputs))
+  local calls = opts.calls or 20
+  local list = {inputs}
+  local shapes = opts.shapes or {}
+  for k in pairs(shapes) do
+    if math.type(k) ~= "integer" or k < 1 or k > #shapes then
+      fail("shapes must be a list {entry, entry, ...}, not a table with key " .. tostring(k))
+    end
+  end
+  for i, entry in ipairs(shapes) do list[#list + 1] = sweep_args(inputs, entry, i) end
+
+  -- the eager results of every argument list: the oracle for accuracy
+  local eager_out = {}
+  for i, args in ipairs(list) do
+    local res = pack(pcall(fn, unpack(args, 1, args.n)))
+    if not res[1] then
+      fail(("the function fails eagerly on %s %s: %s"):format(
+        i == 1 and "inputs" or ("shapes[" .. (i - 1) .. "]"), args_str(args), tostring(res[2])))
+    end
+    eager_out[i] = pack(unpack(res, 2, res.n))
+  end
+
+  local r = {}
+  -- 1. coverage: ops traced into graphs, and those that broke the graph
+  -- because they have no lowering
+  local ex = explain_quietly(fn, inputs)
+  local unsupported, seen = {}, {}
+  for _, name in ipairs(ex.unsupported) do
+    if not seen[name] then seen[name] = true; unsupported[#unsupported + 1] = name end
+  end
+  r.coverage = {supported = ex.op_count, total = ex.op_count + #ex.unsupported, unsupported = unsupported}
+  r.graph_breaks = ex.graph_break_count
+
+  -- 2. latency: cold, warm, steady, eager
+  local acc = new_accuracy()
+  local cold_fallbacks, steady_cm
+  r.cold_ms, r.warm_ms, steady_cm, cold_fallbacks = first_calls(fn, inputs)
+  r.eager_ms = best_of(calls, fn, inputs)
+  r.steady_ms = best_of(calls, steady_cm, inputs)
+  compare(acc, pack(steady_cm(unpack(inputs, 1, inputs.n))), eager_out[1])
+
+  -- 3. the shape sweep, static then automatic dynamic
+  local bar = progress(not opts.quiet and fl._isatty(2), 2 * ROUNDS * #list)
+  local ok, st, dy = pcall(function()
+    local limit = math.max(8, #list + 1)   -- count every recompile, never give up
+    local st = sweep(fn, {dynamic = false, recompile_limit = limit}, list, eager_out, acc, bar, "sweep static")
+    local dy = sweep(fn, {}, list, eager_out, acc, bar, "sweep dynamic")
+    return st, dy
+  end)
+  bar.finish()
+  if not ok then error(st, 0) end
+  r.cache_hit_rate, r.cache_hit_rate_static = dy.hit_rate, st.hit_rate
+  r.recompiles, r.recompiles_static = dy.recompiles, st.recompiles
+  r.recompile_reasons, r.recompile_reasons_static = dy.reasons, st.reasons
+  r.steady_dynamic_ms = best_of(calls, dy.cm, inputs)
+
+  -- 4. accuracy and fallbacks; the static sweep's are kept apart, as the
+  -- same compiler failure would otherwise count twice
+  r.max_abs_err = acc.nan and 0 / 0 or acc.abs
+  r.max_rel_err = acc.nan and 0 / 0 or (acc.ref > 0 and acc.abs / acc.ref or acc.abs)
+  r.accuracy_nan = acc.nan
+  r.fallbacks = cold_fallbacks + steady_cm:stats().fallbacks + dy.fallbacks
+  r.fallbacks_static = st.fallbacks
+
+  -- break-even: n calls compiled (cold, then n-1 steady) cost what n eager
+  -- calls do when n = (cold - eager) / (eager - steady)
+  local function break_even(steady)
+    if steady >= r.eager_ms then return nil end
+    return math.max(1, math.ceil((r.cold_ms - r.eager_ms) / (r.eager_ms - steady)))
+  end
+  r.break_even_calls = break_even(r.steady_ms)
+  r.break_even_dynamic = break_even(r.steady_dynamic_ms)
+  r.saving = (r.eager_ms - r.steady_ms) / r.eager_ms
+
+  r.decision, r.recommendation = recommend(r, #list)
+  if not opts.quiet then report(r, opts.name or default_name(fn), #list, calls) end
+  return r
+end

@@ -1,0 +1,88 @@
+#!/bin/sh
+# examples.sh -- the guided tour and every lesson run with the built
+# fuselab, each in an empty folder and under its time budget (the tour 60 s,
+# a lesson 30 s); a test fails on a non-zero exit (a Lua error is one), on
+# running past its budget, or on printing nothing.  Then :help lesson N must
+# show each lesson's header.  TAP, one line per run.
+#
+# Env: FUSELAB  the built binary; FUSELAB_SRC  the source tree.
+
+: "${FUSELAB:?FUSELAB must name the fuselab binary}"
+SRC=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-examples.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
+
+lessons=$(ls "$SRC"/examples/lessons/[0-9][0-9]_*.lua 2>/dev/null)
+nlessons=$(printf '%s\n' $lessons | grep -c .)
+n=0
+failed=0
+
+now() { date +%s.%N; }
+
+# run NAME BUDGET FILE [ARGS]: one TAP line for one script.
+run() {
+  name=$1 budget=$2 file=$3
+  shift 3
+  n=$((n + 1))
+  dir=$tmp/run$n
+  mkdir -p "$dir"
+  t0=$(now)
+  (cd "$dir" && exec timeout -k 5 "$budget" "$FUSELAB" "$file" "$@") >"$dir/out" 2>"$dir/err"
+  rc=$?
+  secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  why=
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="over its budget of $budget s"
+  elif [ $rc -ne 0 ]; then why="exit status $rc"
+  elif [ ! -s "$dir/out" ]; then why="printed nothing"
+  fi
+  if [ -z "$why" ]; then
+    echo "ok $n - $name ($secs s of $budget s)"
+  else
+    failed=$((failed + 1))
+    echo "not ok $n - $name: $why ($secs s)"
+    tail -n 20 "$dir/err" | sed 's/^/# /'
+    tail -n 10 "$dir/out" | sed 's/^/# out: /'
+  fi
+}
+
+run "tour" 60 "$SRC/examples/tour.lua" fuselab-tour
+# the tour names its folder and writes the listings there
+n=$((n + 1))
+if [ -s "$tmp/run1/fuselab-tour/graph.txt" ] && [ -s "$tmp/run1/fuselab-tour/kernels.c" ] &&
+   grep -q "written to fuselab-tour/" "$tmp/run1/out"; then
+  echo "ok $n - the tour wrote its folder fuselab-tour/"
+else
+  failed=$((failed + 1))
+  echo "not ok $n - the tour wrote its folder fuselab-tour/"
+fi
+
+for f in $lessons; do
+  base=$(basename "$f" .lua)
+  num=${base%%_*}
+  run "lesson $num ($(echo "${base#*_}" | tr _ ' '))" 30 "$f"
+done
+
+# :help lesson N shows the header of lesson N
+for f in $lessons; do
+  base=$(basename "$f" .lua)
+  num=${base%%_*}
+  n=$((n + 1))
+  out=$(printf ':help lesson %d\n' "$((1$num - 100))" | "$FUSELAB" -i 2>&1)
+  if printf '%s\n' "$out" | grep -q "^Lesson $num: " &&
+     printf '%s\n' "$out" | grep -q "Run it:  fuselab .*$base.lua"; then
+    echo "ok $n - :help lesson $((1$num - 100)) shows lesson $num"
+  else
+    failed=$((failed + 1))
+    echo "not ok $n - :help lesson $((1$num - 100)) shows lesson $num"
+    printf '%s\n' "$out" | head -n 5 | sed 's/^/# /'
+  fi
+done
+
+if [ "$nlessons" -lt 7 ]; then
+  n=$((n + 1))
+  failed=$((failed + 1))
+  echo "not ok $n - seven lessons in examples/lessons (found $nlessons)"
+fi
+echo "1..$n"
+[ $failed -eq 0 ]

@@ -1,0 +1,142 @@
+-- checklist.lua -- fl.checklist: the fields of the table it returns, the
+-- coverage count, the decision table's three answers, the report, and the
+-- errors for bad arguments.  Timings are only checked for sanity
+-- (positive, finite): the machine running the tests may be busy, and a
+-- speed target here would test the machine, not the checklist.
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+fl.manual_seed(3)
+
+local function finite_pos(v) return type(v) == "number" and v > 0 and v < math.huge end
+
+-- Runs f with print captured; returns what it printed and f's results.
+local function printed(f)
+  local lines, saved = {}, print
+  print = function(...)
+    local parts = table.pack(...)
+    for i = 1, parts.n do parts[i] = tostring(parts[i]) end
+    lines[#lines + 1] = table.concat(parts, "\t")
+  end
+  local res = table.pack(pcall(f))
+  print = saved
+  if not res[1] then error(res[2], 0) end
+  return table.concat(lines, "\n"), table.unpack(res, 2, res.n)
+end
+
+local dir_before = fl.cache_info().dir
+
+-- Sizes stay under the generated kernels' threshold for starting threads
+-- (32768 elements): on a loaded machine a parallel region can wait
+-- milliseconds for a core, and the decisions below compare timings.
+
+-- ---- a stable function: eight elementwise ops, one fused kernel compiled
+-- against eight passes over memory eagerly
+local function stable(x)
+  return ((x * 2 + 1):tanh() * x - 3):sigmoid():exp():relu()
+end
+local x = fl.randn(128, 128)
+local text, r = printed(function() return fl.checklist(stable, {inputs = {x}, calls = 10}) end)
+
+t.is(type(r), "table", "returns a table")
+t.is(type(r.coverage), "table", "coverage is a table")
+t.is(math.type(r.coverage.supported), "integer", "coverage.supported is an integer")
+t.is(math.type(r.coverage.total), "integer", "coverage.total is an integer")
+t.is(type(r.coverage.unsupported), "table", "coverage.unsupported is a list")
+t.is(r.coverage.supported, 8, "all eight ops counted")
+t.is(r.coverage.total, 8, "eight ops in all")
+t.is(#r.coverage.unsupported, 0, "nothing unsupported")
+for _, k in ipairs{"cold_ms", "warm_ms", "steady_ms", "eager_ms"} do
+  t.ok(finite_pos(r[k]), k .. " is a positive, finite number (" .. tostring(r[k]) .. ")")
+end
+t.ok(r.break_even_calls == nil or (math.type(r.break_even_calls) == "integer" and r.break_even_calls >= 1),
+  "break_even_calls is nil or a count >= 1")
+for _, k in ipairs{"cache_hit_rate", "cache_hit_rate_static"} do
+  t.ok(type(r[k]) == "number" and r[k] >= 0 and r[k] <= 1, k .. " is a rate in [0, 1]")
+end
+t.is(r.cache_hit_rate, 1, "one shape: every call after the first hits")
+t.is(r.recompiles, 0, "no recompiles without a shape sweep")
+t.is(r.recompiles_static, 0, "no static recompiles either")
+t.ok(type(r.max_abs_err) == "number" and r.max_abs_err < 1e-4, "max_abs_err small (" .. r.max_abs_err .. ")")
+t.ok(type(r.max_rel_err) == "number" and r.max_rel_err < 1e-4, "max_rel_err small (" .. r.max_rel_err .. ")")
+t.is(r.fallbacks, 0, "no fallbacks")
+t.is(type(r.recommendation), "string", "recommendation is a sentence")
+t.is(r.decision, "compile", "stable inference: compile")
+t.ok(r.recommendation:find("^compile"), "the sentence says compile: " .. r.recommendation)
+t.ok(r.recommendation:find("saves %d+%% per call") and r.recommendation:find("after %d+ call"),
+  "with the measured saving and the break-even")
+t.ok(text:find("go-live checklist", 1, true), "prints a report")
+for _, item in ipairs{"operator coverage", "first call (cold)", "steady state", "break-even",
+                      "cache hit rate", "accuracy vs eager", "fallbacks", "recommendation:"} do
+  t.ok(text:find(item, 1, true), "the report has " .. item)
+end
+t.is(fl.cache_info().dir, dir_before, "the user's cache directory is back in place")
+
+-- ---- quiet prints nothing
+local quiet_text = printed(function()
+  return fl.checklist(stable, {inputs = {fl.randn(64, 64)}, quiet = true, calls = 3})
+end)
+t.is(quiet_text, "", "quiet = true prints nothing")
+
+-- ---- coverage: an in-place op has no lowering
+local function inplace(y)
+  local z = y:exp()
+  z:add_(y)
+  return z:relu()
+end
+local ri = fl.checklist(inplace, {inputs = {fl.randn(16, 16)}, quiet = true, calls = 3})
+t.is(ri.coverage.supported, 2, "exp and relu are supported")
+t.is(ri.coverage.total, 3, "three ops in all")
+t.is(ri.coverage.unsupported, {"add_"}, "add_ is listed as not supported")
+t.ok(ri.max_abs_err < 1e-4, "the broken graph still computes the same")
+
+-- ---- dynamic shapes: batch sizes change; static mode recompiles for
+-- each, automatic dynamic shapes once
+local function rows(y) return (y * 2 + 1):tanh():relu():sum(-1) end
+local rd = fl.checklist(rows, {inputs = {fl.randn(64, 256)}, shapes = {32, 96, {16, 256}, {fl.randn(100, 256)}},
+                               quiet = true, calls = 5})
+t.ok(rd.recompiles_static >= 3, "static mode recompiles for new shapes (" .. rd.recompiles_static .. ")")
+t.ok(rd.recompiles < rd.recompiles_static, "automatic dynamic recompiles less (" .. rd.recompiles .. ")")
+t.ok(rd.cache_hit_rate > rd.cache_hit_rate_static, ("dynamic hit rate %.2f > static %.2f"):format(
+  rd.cache_hit_rate, rd.cache_hit_rate_static))
+t.is(rd.decision, "dynamic", "varying shapes: dynamic mode")
+if rd.decision ~= "dynamic" then t.diag(rd.recommendation) end
+t.ok(rd.recommendation:find("dynamic") and rd.recommendation:find("recompiled %d+ time"),
+  "the sentence gives dynamic advice with the recompiles: " .. rd.recommendation)
+t.ok(rd.max_abs_err < 1e-3, "accurate over the sweep")
+
+-- ---- frequent changes: a plain argument that changes every call is a
+-- guard that fails every time, in either mode
+local function scaled(y, s) return (y * s + 1):relu() end
+local y = fl.randn(64, 64)
+local rc = fl.checklist(scaled, {inputs = {y, 0.5}, shapes = {{y, 1.5}, {y, 2.5}, {y, 3.5}},
+                                 quiet = true, calls = 3})
+t.ok(rc.recompiles >= 3, "a changing value recompiles in dynamic mode too (" .. rc.recompiles .. ")")
+t.is(rc.decision, "eager", "frequent changes: eager")
+t.ok(rc.recommendation:find("^eager"), "the sentence says eager: " .. rc.recommendation)
+
+-- ---- errors
+local ok_opts = {inputs = {fl.randn(2, 2)}}
+t.raises(function() fl.checklist(42, ok_opts) end, "checklist: expected a function or an nn module", "not a function")
+t.raises(function() fl.checklist(stable) end, "checklist: expected an options table", "no options")
+t.raises(function() fl.checklist(stable, {}) end, "checklist: inputs are missing", "missing inputs")
+t.raises(function() fl.checklist(stable, {inputs = fl.randn(2, 2)}) end, "inputs must be a list", "inputs not a list")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, shapes = {"big"}}) end,
+  "shapes%[1%] must be a batch size, a shape", "a string in shapes")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, shapes = {{4, -1}}}) end,
+  "shapes%[1%] = %[4,%-1%]: sizes must be whole numbers >= 0", "a negative size")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, shapes = {{2, 2}, {}}}) end,
+  "shapes%[2%] must be .* got an empty table", "an empty entry")
+t.raises(function() fl.checklist(stable, {inputs = {3}, shapes = {8}}) end,
+  "shapes%[1%] is a batch size, but no input is a tensor", "a batch size without a tensor")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, shapes = 4}) end,
+  "shapes must be a list", "shapes not a list")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, calls = 0}) end,
+  "calls must be a positive integer", "calls = 0")
+t.raises(function() fl.checklist(stable, {inputs = {fl.randn(2, 2)}, input = 1}) end,
+  "unknown option 'input'", "a misspelt option")
+t.raises(function() fl.checklist(function(a) return a:matmul(a) end, {inputs = {fl.randn(2, 3)}}) end,
+  "checklist: the function fails eagerly on inputs %(%[2,3%]%)", "a function that fails eagerly")
+t.is(fl.cache_info().dir, dir_before, "the cache directory is unchanged after the errors")
+
+t.done()
