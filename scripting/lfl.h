@@ -79,8 +79,9 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
 /* Compute a lazy tensor: runs its segment's graph (a graph break, or an
 ** error under fullgraph/capture, named `what`). */
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
-/* Lua read t's sizes: symbolic dims behind them become static. */
-void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t);
+/* Lua read t's size in dim (0-based), or all its sizes (dim -1): the
+** symbolic dims behind them become static. */
+void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t, int dim);
 void lfl_open_trace(lua_State *L, int lib);
 /* Graph userdata (lfl_graph.c): push a new one owning g. */
 void lfl_pushgraph(lua_State *L, ir_graph *g);

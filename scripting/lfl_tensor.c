@@ -178,7 +178,7 @@ static int t_index(lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
   k = lua_tostring(L, 2);
-  if (strcmp(k, "shape") == 0) { lfl_trace_sizes_read(L, t); lfl_pushshape(L, t); }
+  if (strcmp(k, "shape") == 0) { lfl_trace_sizes_read(L, t, -1); lfl_pushshape(L, t); }
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dtype_name(t->m.dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, device_name(t->m.device));
   else lua_pushnil(L);
@@ -204,20 +204,26 @@ static int t_numel(lua_State *L) {
 
 static int t_size(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
-  lfl_trace_sizes_read(L, t);
-  if (lua_isnoneornil(L, 2)) { lfl_pushshape(L, t); return 1; }
+  if (lua_isnoneornil(L, 2)) {
+    lfl_trace_sizes_read(L, t, -1);
+    lfl_pushshape(L, t);
+    return 1;
+  }
   if (t->m.ndim == 0) {
     luaL_checkinteger(L, 2);
     return luaL_error(L, "size: a 0-d tensor has no dims");
   }
-  lua_pushinteger(L, (lua_Integer)t->m.shape[lfl_checkdim(L, 2, t->m.ndim,
-                                                           "size")]);
+  {
+    int d = lfl_checkdim(L, 2, t->m.ndim, "size");
+    lfl_trace_sizes_read(L, t, d);     /* only this dim is specialized */
+    lua_pushinteger(L, (lua_Integer)t->m.shape[d]);
+  }
   return 1;
 }
 
 static int t_len(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
-  lfl_trace_sizes_read(L, t);
+  lfl_trace_sizes_read(L, t, 0);
   if (t->m.ndim == 0)
     return luaL_error(L, "len: a 0-d tensor has no length");
   lua_pushinteger(L, (lua_Integer)t->m.shape[0]);

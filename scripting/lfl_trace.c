@@ -364,7 +364,7 @@ void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what) {
   flush(L, tr);
 }
 
-void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t) {
+void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t, int dim) {
   lfl_trace *tr;
   const lfl_ud *u = (const lfl_ud *)t;
   const ir_node *nd;
@@ -376,7 +376,8 @@ void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t) {
   ** symbols behind it are specialized, as the guards will say */
   nd = &tr->g->nodes[u->node];
   for (d = 0; d < nd->meta.ndim; d++)
-    if (nd->sym[d] > 0 && nd->sym[d] <= tr->nsym) tr->sym_static[nd->sym[d] - 1] = 1;
+    if ((dim < 0 || d == dim) && nd->sym[d] > 0 && nd->sym[d] <= tr->nsym)
+      tr->sym_static[nd->sym[d] - 1] = 1;
 }
 
 /* ---- the Lua-facing trace object (used by compile.lua) ----------------- */

@@ -311,9 +311,11 @@ end
 function Linear:forward(x)
   check_tensor(self, x)
   local n = x:dim()
-  if n == 0 or x.shape[n] ~= self.in_features then
+  -- x:size(n), not x.shape: under fl.compile only the dim read is
+  -- specialized, so the batch size can stay symbolic
+  if n == 0 or x:size(n) ~= self.in_features then
     self:error("input %s has %d features in its last dim, expected %d", shape_str(x),
-               n == 0 and 0 or x.shape[n], self.in_features)
+               n == 0 and 0 or x:size(n), self.in_features)
   end
   return fl.linear(x, self.weight, self.bias)
 end
@@ -384,7 +386,7 @@ end
 local function check_trailing(m, x, shape)
   local n, k = x:dim(), #shape
   local ok = n >= k
-  for i = 1, k do ok = ok and x.shape[n - k + i] == shape[i] end
+  for i = 1, k do ok = ok and x:size(n - k + i) == shape[i] end
   if not ok then
     m:error("input %s does not end in the normalized shape [%s]", shape_str(x), table.concat(shape, ","))
   end
@@ -520,7 +522,7 @@ end
 
 function Conv2d:forward(x)
   check_tensor(self, x)
-  if x:dim() ~= 4 or x.shape[2] ~= self.in_channels then
+  if x:dim() ~= 4 or x:size(2) ~= self.in_channels then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.in_channels)
   end
   return fl.conv2d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding})
@@ -551,7 +553,7 @@ end
 
 function BatchNorm2d:forward(x)
   check_tensor(self, x)
-  if x:dim() ~= 4 or x.shape[2] ~= self.num_features then
+  if x:dim() ~= 4 or x:size(2) ~= self.num_features then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.num_features)
   end
   return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
@@ -608,11 +610,14 @@ function Flatten:forward(x)
   if s < 1 or e > n or s > e then
     self:error("dims %d..%d out of range for a %d-d input %s", self.start_dim, self.end_dim, n, shape_str(x))
   end
+  -- sizes through x:size(i), the leading one as -1 when it is left
+  -- alone: under fl.compile a batch size then stays symbolic
   local shape, size = {}, 1
-  for i = 1, s - 1 do shape[#shape + 1] = x.shape[i] end
-  for i = s, e do size = size * x.shape[i] end
+  for i = 1, s - 1 do shape[#shape + 1] = i == 1 and -1 or x:size(i) end
+  for i = s, e do size = size * x:size(i) end
   shape[#shape + 1] = size
-  for i = e + 1, n do shape[#shape + 1] = x.shape[i] end
+  for i = e + 1, n do shape[#shape + 1] = x:size(i) end
+  if s == 1 then shape[1] = size end
   return x:reshape(shape)
 end
 
