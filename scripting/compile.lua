@@ -357,7 +357,7 @@ end
 
 -- The executor the trace calls for each segment: the segment cache.
 local function make_exec(st)
-  return function(g, inputs)
+  return function(g, inputs, params)
     local key = fl._graph_key(g)
     local hit = st.segcache[key]
     if hit then
@@ -365,6 +365,7 @@ local function make_exec(st)
       debug_line("cache hit: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     else
       local t0 = fl.now()
+      name_params(st.fn, g, params)
       local runner, prog = build_runner(st, g, inputs)
       hit = {run = runner, program = prog}
       st.segcache[key] = hit

@@ -219,7 +219,7 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
 ** installed one (compiled kernels, caches), else the eager interpreter.
 ** outs must hold g->nout empty tensors. */
 static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
-                        const fl_tensor *const *inputs, fl_tensor *outs) {
+                        int pidx, const fl_tensor *const *inputs, fl_tensor *outs) {
   fl_err e;
   int i;
   if (lua_getiuservalue(L, tidx, UV_EXEC) == LUA_TFUNCTION) {
@@ -229,7 +229,8 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
       ten_share(lfl_newtensor(L), inputs[i]);
       lua_rawseti(L, -2, i + 1);
     }
-    lua_call(L, 2, 1);
+    lua_pushvalue(L, pidx);
+    lua_call(L, 3, 1);
     for (i = 0; i < g->nout; i++) {
       fl_tensor *t;
       lua_rawgeti(L, -1, i + 1);
@@ -254,7 +255,7 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
 ** next segment starts before the graph runs, so an error while running
 ** leaves the trace consistent (the old lazies just stay uncomputed). */
 static void flush(lua_State *L, lfl_trace *tr) {
-  int tidx, gidx, lazyidx, n = 0, i;
+  int tidx, gidx, lazyidx, pidx, n = 0, n2, i;
   int *nodes;
   fl_tensor *buf;               /* ninputs input shares, then n outputs */
   const fl_tensor **inputs;
@@ -286,9 +287,22 @@ static void flush(lua_State *L, lfl_trace *tr) {
       ten_share(&buf[k], &tr->ext[i].val);
       inputs[k] = &buf[k];
     }
+  /* the params and where they came from (the executor names them before
+  ** it compiles, so plans and code say "fc1.weight") */
+  lua_newtable(L);
+  for (i = 0, n2 = 0; i < tr->next; i++) {
+    if (tr->ext[i].input) continue;
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, tr->ext[i].node);
+    lua_setfield(L, -2, "node");
+    lua_pushlightuserdata(L, (void *)tr->ext[i].key);
+    lua_setfield(L, -2, "key");
+    lua_rawseti(L, -2, ++n2);
+  }
+  pidx = lua_gettop(L);
   tr->g = NULL;
   new_segment(L, tr, tidx);
-  run_segment(L, tidx, g, gidx, inputs, buf + g->ninputs);
+  run_segment(L, tidx, g, gidx, pidx, inputs, buf + g->ninputs);
   for (i = 0; i < n; i++) {
     fl_tensor *t, *o = &buf[g->ninputs + i];
     lua_rawgeti(L, lazyidx, nodes[i]);
