@@ -1,0 +1,727 @@
+/*
+** eager.c -- eager execution: the dispatcher, the elementwise engine and
+** data movement (views, contiguous, cat, embedding).
+** Invariant: eager_apply returns what ref_apply returns for the same
+** inputs (within rounding).  The result is freshly allocated, except for
+** view ops and contiguous of a contiguous tensor, whose result is a counted
+** view of in[0] (so, as in PyTorch, an in-place op on one shows in the
+** other).  The elementwise engine walks the output in chunks; each chunk
+** either reads its inputs in place (contiguous runs or constants) or
+** gathers them into float32/double buffers first.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <float.h>
+#include <math.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#include "eager_impl.h"
+#include "../graph/view.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Elements per chunk: big enough that per-chunk setup is noise, small
+** enough that a chunk's buffers stay in L1/L2. */
+#define BLK 2048
+#define MAX_IN 64          /* cat's max_args in ops.def */
+
+/* --- helpers shared by the eager files ------------------------------- */
+
+/* Scratch gets the huge-page advice every CPU tensor gets (ten_empty). */
+void *eager_alloc(size_t nbytes, const char *opname, fl_err *e) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p)
+    err_set(e, FL_ENOMEM, "%s: cannot allocate %zu bytes of scratch memory",
+            opname, nbytes);
+  ten_advise_huge(p, nbytes);
+  return p;
+}
+
+
+/* n elements of dtype t from src (stride s elements) into dst as `to`.
+** The conversions are those of dtype_load/dtype_store, so eager and the
+** oracle read every value the same way. */
+static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
+                     void *dst, int to) {
+  int64_t i;
+#define RUN(ST, DT, EXPR)                                                    \
+  do {                                                                       \
+    const ST *p = (const ST *)(const void *)src;                             \
+    DT *q = dst;                                                             \
+    for (i = 0; i < n; i++) { ST v = p[i * s]; q[i] = (DT)(EXPR); }          \
+  } while (0)
+  if (to == EAGER_RAW) {
+    size_t es = dtype_size(t);
+    if (s == 1) { memcpy(dst, src, (size_t)n * es); return; }
+    switch (es) {
+    case 1: RUN(uint8_t, uint8_t, v); break;
+    case 2: RUN(uint16_t, uint16_t, v); break;
+    case 4: RUN(uint32_t, uint32_t, v); break;
+    default: RUN(uint64_t, uint64_t, v); break;
+    }
+    return;
+  }
+  if (to == EAGER_F32) {
+    switch (t) {
+    case FL_F32:
+      if (s == 1) memcpy(dst, src, (size_t)n * 4);
+      else RUN(float, float, v);
+      break;
+    case FL_F16: RUN(uint16_t, float, f16_to_f32(v)); break;
+    case FL_BF16: RUN(uint16_t, float, bf16_to_f32(v)); break;
+    case FL_I64: RUN(int64_t, float, (double)v); break;
+    default: RUN(uint8_t, float, v != 0); break;
+    }
+  } else if (to == EAGER_F64) {
+    switch (t) {
+    case FL_F32: RUN(float, double, v); break;
+    case FL_F16: RUN(uint16_t, double, f16_to_f32(v)); break;
+    case FL_BF16: RUN(uint16_t, double, bf16_to_f32(v)); break;
+    case FL_I64: RUN(int64_t, double, v); break;
+    default: RUN(uint8_t, double, v != 0); break;
+    }
+  } else {
+    switch (t) {
+    case FL_F32: RUN(float, uint8_t, v != 0.0f); break;
+    case FL_F16: case FL_BF16: RUN(uint16_t, uint8_t, (v & 0x7fff) != 0); break;
+    case FL_I64: RUN(int64_t, uint8_t, v != 0); break;
+    default: RUN(uint8_t, uint8_t, v != 0); break;
+    }
+  }
+#undef RUN
+}
+
+void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
+                  int to) {
+  int64_t shape[FL_MAX_DIMS], str[FL_MAX_DIMS], idx[FL_MAX_DIMS];
+  int64_t off, rem, done = 0;
+  size_t es = dtype_size(t->m.dtype);
+  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 ? 8 : to == EAGER_U8 ? 1 : es;
+  const char *base = (const char *)t->st->data;
+  int nd = 0, d, last;
+  if (n <= 0) return;
+  /* merge dims that are contiguous with each other and drop size-1 dims:
+  ** the logical order is unchanged and the inner runs get longer */
+  for (d = 0; d < t->m.ndim; d++) {
+    if (t->m.shape[d] == 1) continue;
+    if (nd > 0 && str[nd - 1] == t->stride[d] * t->m.shape[d]) {
+      shape[nd - 1] *= t->m.shape[d];
+      str[nd - 1] = t->stride[d];
+      continue;
+    }
+    shape[nd] = t->m.shape[d];
+    str[nd++] = t->stride[d];
+  }
+  if (nd == 0) { shape[0] = 1; str[0] = 0; nd = 1; }
+  last = nd - 1;
+  off = t->offset;
+  rem = start;
+  for (d = last; d >= 0; d--) {
+    idx[d] = rem % shape[d];
+    rem /= shape[d];
+    off += idx[d] * str[d];
+  }
+  while (done < n) {
+    int64_t cnt = shape[last] - idx[last];
+    if (cnt > n - done) cnt = n - done;
+    copy_run(t->m.dtype, base + off * (int64_t)es, str[last], cnt,
+             (char *)dst + done * (int64_t)ds, to);
+    done += cnt;
+    off += cnt * str[last];
+    idx[last] += cnt;
+    for (d = last; d > 0 && idx[d] == shape[d]; d--) {
+      off += str[d - 1] - idx[d] * str[d];
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+
+void eager_gather_all(const fl_tensor *t, void *dst, int to) {
+  int64_t n = meta_numel(&t->m), nch = (n + 65535) / 65536, c;
+  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 ? 8 : to == EAGER_U8 ? 1
+              : dtype_size(t->m.dtype);
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (c = 0; c < nch; c++) {
+    int64_t s = c * 65536, len = n - s < 65536 ? n - s : 65536;
+    eager_gather(t, s, len, (char *)dst + s * (int64_t)ds, to);
+  }
+}
+
+const float *eager_f32(const fl_tensor *t, float **owned, const char *opname,
+                       fl_err *e) {
+  int64_t n = meta_numel(&t->m);
+  *owned = NULL;
+  if (t->m.dtype == FL_F32 && ten_is_contiguous(t) && n > 0)
+    return (const float *)ten_data(t);
+  *owned = eager_alloc((size_t)n * sizeof(float), opname, e);
+  if (*owned && n > 0) eager_gather_all(t, *owned, EAGER_F32);
+  return *owned;
+}
+
+const double *eager_f64(const fl_tensor *t, double **owned,
+                        const char *opname, fl_err *e) {
+  int64_t n = meta_numel(&t->m);
+  *owned = eager_alloc((size_t)n * sizeof(double), opname, e);
+  if (*owned && n > 0) eager_gather_all(t, *owned, EAGER_F64);
+  return *owned;
+}
+
+float *eager_out_f32(fl_tensor *out, float **owned, const char *opname,
+                     fl_err *e) {
+  *owned = NULL;
+  if (out->m.dtype == FL_F32) return (float *)ten_data(out);
+  *owned = eager_alloc((size_t)meta_numel(&out->m) * sizeof(float), opname, e);
+  return *owned;
+}
+
+void eager_out_done(fl_tensor *out, float *owned) {
+  int64_t n = meta_numel(&out->m), c;
+  if (!owned) return;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (c = 0; c < n; c += 65536)
+    eager_store_f32(out, c, owned + c, n - c < 65536 ? n - c : 65536);
+  free(owned);
+}
+
+void eager_store_f32(fl_tensor *out, int64_t start, const float *src,
+                     int64_t n) {
+  char *p = (char *)ten_data(out) + start * (int64_t)dtype_size(out->m.dtype);
+  int64_t i;
+  switch (out->m.dtype) {
+  case FL_F32: memcpy(p, src, (size_t)n * 4); break;
+  case FL_F16:
+    for (i = 0; i < n; i++) ((uint16_t *)(void *)p)[i] = f32_to_f16(src[i]);
+    break;
+  case FL_BF16:
+    for (i = 0; i < n; i++) ((uint16_t *)(void *)p)[i] = f32_to_bf16(src[i]);
+    break;
+  case FL_BOOL:
+    for (i = 0; i < n; i++) ((uint8_t *)p)[i] = src[i] != 0.0f;
+    break;
+  default:
+    for (i = 0; i < n; i++) dtype_store(out->m.dtype, p + 8 * i, src[i]);
+    break;
+  }
+}
+
+/* dtype_store's conversions; the common in-range cases inline. */
+void eager_store_f64(fl_tensor *out, int64_t start, const double *src,
+                     int64_t n) {
+  size_t es = dtype_size(out->m.dtype);
+  char *p = (char *)ten_data(out) + start * (int64_t)es;
+  int64_t i;
+  if (out->m.dtype == FL_F32) {
+    float *q = (float *)(void *)p;
+    for (i = 0; i < n; i++) {
+      if (fabs(src[i]) <= FLT_MAX) q[i] = (float)src[i];
+      else dtype_store(FL_F32, q + i, src[i]);   /* NaN, overflow */
+    }
+  } else if (out->m.dtype == FL_I64) {
+    int64_t *q = (int64_t *)(void *)p;
+    for (i = 0; i < n; i++) {
+      if (src[i] > -0x1p63 && src[i] < 0x1p63) q[i] = (int64_t)src[i];
+      else dtype_store(FL_I64, q + i, src[i]);   /* NaN, saturation */
+    }
+  } else {
+    for (i = 0; i < n; i++) dtype_store(out->m.dtype, p + (size_t)i * es, src[i]);
+  }
+}
+
+/* --- float32 elementwise kernels ------------------------------------- */
+/* One tight loop per op over contiguous operands; the switch runs once per
+** chunk.  Loops without library calls carry `omp simd` and vectorize;
+** exp-based ops use eager_expf for that reason. */
+
+#define L1(EXPR) EAGER_SIMD for (i = 0; i < n; i++) { float x = p[i]; y[i] = (EXPR); } break
+#define L1C(EXPR) for (i = 0; i < n; i++) { float x = p[i]; y[i] = (EXPR); } break
+
+EAGER_WIDE
+static void unary_f32(fl_op op, const op_attrs *a, float *restrict y,
+                      const float *restrict p, int64_t n) {
+  float lo = (float)a->f[0], hi = (float)a->f[1];
+  int64_t i;
+  switch (op) {
+  case OP_ABS: L1(fabsf(x));
+  case OP_NEG: L1(-x);
+  case OP_EXP: L1(eager_expf(x));
+  case OP_LOG: L1C(logf(x));
+  case OP_SQRT: L1C(sqrtf(x));
+  case OP_RSQRT: L1C(1.0f / sqrtf(x));
+  case OP_SIN: L1C(sinf(x));
+  case OP_COS: L1C(cosf(x));
+  case OP_TANH: L1C(tanhf(x));
+  case OP_SIGMOID: L1(1.0f / (1.0f + eager_expf(-x)));
+  case OP_RELU: L1(x < 0.0f ? 0.0f : x);
+  case OP_GELU: L1C(0.5f * x * (1.0f + erff(x * 0.70710678118654752f)));
+  case OP_GELU_TANH:
+    L1C(0.5f * x * (1.0f + tanhf(0.79788456080286536f *
+                                 (x + 0.044715f * x * x * x))));
+  case OP_SILU: L1(x / (1.0f + eager_expf(-x)));
+  case OP_ERF: L1C(erff(x));
+  /* NaN stays NaN (neither test is true); lo > hi gives hi, as PyTorch */
+  case OP_CLAMP: L1(x < lo ? (lo > hi ? hi : lo) : (x > hi ? hi : x));
+  default: L1(x);   /* to */
+  }
+}
+
+#define L2(EXPR) EAGER_SIMD for (i = 0; i < n; i++) { float u = p[i], v = q[i]; y[i] = (EXPR); } break
+
+static void binary_f32(fl_op op, float *restrict y, const float *restrict p,
+                       const float *restrict q, int64_t n) {
+  int64_t i;
+  switch (op) {
+  case OP_ADD: L2(u + v);
+  case OP_SUB: L2(u - v);
+  case OP_MUL: L2(u * v);
+  case OP_DIV: L2(u / v);
+  case OP_POW: for (i = 0; i < n; i++) y[i] = powf(p[i], q[i]); break;
+  case OP_MAXIMUM: L2((u != u || u > v) ? u : v);
+  case OP_MINIMUM: L2((u != u || u < v) ? u : v);
+  default: break;
+  }
+}
+
+static void compare_f32(fl_op op, uint8_t *restrict y, const float *restrict p,
+                        const float *restrict q, int64_t n) {
+  int64_t i;
+  switch (op) {
+  case OP_EQ: L2(u == v);
+  case OP_NE: L2(u != v);
+  case OP_LT: L2(u < v);
+  case OP_LE: L2(u <= v);
+  case OP_GT: L2(u > v);
+  default: L2(u >= v);
+  }
+}
+
+static void where_f32(float *restrict y, const uint8_t *restrict c,
+                      const float *restrict p, const float *restrict q,
+                      int64_t n) {
+  int64_t i;
+  EAGER_SIMD
+  for (i = 0; i < n; i++) { float u = p[i], v = q[i]; y[i] = c[i] ? u : v; }
+}
+
+static int is_compare(fl_op op) { return op >= OP_EQ && op <= OP_GE; }
+
+/* --- the elementwise engine ------------------------------------------ */
+
+typedef struct ew {
+  fl_op op;
+  const op_attrs *a;
+  int nin;
+  int f64;                    /* compute in double through the op table's
+                                 scalar function (integer operands) */
+  fl_tensor v[3];             /* inputs broadcast to the output shape */
+  fl_tensor *out;
+  int64_t n;                  /* output elements */
+  int split;                  /* dims [split, ndim) form one run ... */
+  int64_t run;                /* ... of this many elements, over which */
+  int konst[3];               /* each input is constant, or else contiguous */
+} ew;
+
+/* A borrowed view of src with out's shape: broadcast dims get stride 0. */
+static int bcast_view(const fl_tensor *src, const fl_meta *om, fl_tensor *v) {
+  int lead = om->ndim - src->m.ndim, d;
+  if (lead < 0) return -1;
+  *v = *src;
+  v->m.ndim = om->ndim;
+  for (d = 0; d < om->ndim; d++) {
+    int sd = d - lead;
+    int64_t have = sd < 0 ? 1 : src->m.shape[sd];
+    if (have != 1 && have != om->shape[d]) return -1;
+    v->m.shape[d] = om->shape[d];
+    v->stride[d] = have == 1 ? 0 : src->stride[sd];
+  }
+  return 0;
+}
+
+/* The longest run of trailing dims over which every input either walks
+** memory in step with the output (contiguous) or stays put (stride 0):
+** same-shape contiguous operands give one run of everything, x + b[row]
+** gives rows, x * scalar a single run with a constant. */
+static void plan_runs(ew *w) {
+  const fl_meta *om = &w->out->m;
+  int kind[3] = {-1, -1, -1}, want[3], d, k;
+  int64_t run = 1;
+  w->split = om->ndim;
+  for (d = om->ndim - 1; d >= 0; d--) {
+    if (om->shape[d] == 1) { w->split = d; continue; }
+    for (k = 0; k < w->nin; k++) {
+      int64_t s = w->v[k].stride[d];
+      want[k] = s == 0 ? 1 : s == run ? 0 : 2;
+      if (want[k] == 2 || (kind[k] >= 0 && kind[k] != want[k])) goto done;
+    }
+    for (k = 0; k < w->nin; k++) kind[k] = want[k];
+    run *= om->shape[d];
+    w->split = d;
+  }
+done:
+  w->run = run;
+  for (k = 0; k < w->nin; k++) w->konst[k] = kind[k] != 0;
+}
+
+/* Element offset of input k at the start of run r. */
+static int64_t run_offset(const ew *w, int k, int64_t r) {
+  const fl_tensor *v = &w->v[k];
+  int64_t off = v->offset;
+  int d;
+  for (d = w->split - 1; d >= 0; d--) {
+    off += (r % v->m.shape[d]) * v->stride[d];
+    r /= v->m.shape[d];
+  }
+  return off;
+}
+
+/* Run len float32 elements of the op: operands p[], result to y (float or,
+** for comparisons, bytes). */
+static void ew_kernel(const ew *w, void *y, const void *const *p, int64_t len) {
+  if (w->op == OP_WHERE)
+    where_f32(y, p[0], p[1], p[2], len);
+  else if (is_compare(w->op))
+    compare_f32(w->op, y, p[0], p[1], len);
+  else if (w->nin == 2)
+    binary_f32(w->op, y, p[0], p[1], len);
+  else
+    unary_f32(w->op, w->a, y, p[0], len);
+}
+
+/* Path 1: runs read in place.  Constants are splatted once into a buffer
+** (refilled only when the value changes), so every kernel has a single
+** vector-vector form. */
+static void ew_runs(const ew *w) {
+  int64_t cpr = (w->run + BLK - 1) / BLK, nch = (w->n / w->run) * cpr;
+  size_t oes = dtype_size(w->out->m.dtype);
+  char *obase = (char *)ten_data(w->out);
+  EAGER_PRAGMA(omp parallel if (w->n > EAGER_PAR_MIN))
+  {
+    float splat[3][BLK];
+    uint8_t *csplat = (uint8_t *)splat[0];
+    double last[3];
+    int filled[3] = {0, 0, 0};
+    int64_t c;
+    EAGER_PRAGMA(omp for schedule(static))
+    for (c = 0; c < nch; c++) {
+      int64_t r = c / cpr, j0 = (c % cpr) * BLK;
+      int64_t len = w->run - j0 < BLK ? w->run - j0 : BLK, i;
+      const void *p[3];
+      int k;
+      for (k = 0; k < w->nin; k++) {
+        const fl_tensor *v = &w->v[k];
+        int64_t off = run_offset(w, k, r);
+        const char *src = (const char *)v->st->data;
+        if (!w->konst[k]) {
+          p[k] = src + (off + j0) * (int64_t)dtype_size(v->m.dtype);
+          continue;
+        }
+        {
+          double x = dtype_load(v->m.dtype,
+                                src + off * (int64_t)dtype_size(v->m.dtype));
+          if (!filled[k] || !(x == last[k])) {
+            if (w->op == OP_WHERE && k == 0)
+              for (i = 0; i < BLK; i++) csplat[i] = x != 0.0;
+            else
+              for (i = 0; i < BLK; i++) splat[k][i] = (float)x;
+            filled[k] = 1;
+            last[k] = x;
+          }
+          p[k] = splat[k];
+        }
+      }
+      ew_kernel(w, obase + (r * w->run + j0) * (int64_t)oes, p, len);
+    }
+  }
+}
+
+/* Path 2: any strides and dtypes: gather each chunk of every input into a
+** buffer (float32, or double when f64), compute, convert into out. */
+static int ew_gather(const ew *w, fl_err *e) {
+  int64_t nch = (w->n + BLK - 1) / BLK;
+  const op_scalar_fn f = op_info_of(w->op)->scalar;
+  int int_pow = w->op == OP_POW && !dtype_is_float(w->out->m.dtype);
+  int bad = 0;
+  double badv = 0;
+  EAGER_PRAGMA(omp parallel if (w->n > EAGER_PAR_MIN))
+  {
+    double buf[4][BLK];
+    int64_t c;
+    EAGER_PRAGMA(omp for schedule(static))
+    for (c = 0; c < nch; c++) {
+      int64_t start = c * BLK, len = w->n - start < BLK ? w->n - start : BLK, i;
+      int k;
+      if (!w->f64) {
+        const void *p[3];
+        float *y = (float *)buf[3];
+        for (k = 0; k < w->nin; k++) {
+          int to = (w->op == OP_WHERE && k == 0) ? EAGER_U8 : EAGER_F32;
+          eager_gather(&w->v[k], start, len, buf[k], to);
+          p[k] = buf[k];
+        }
+        if (is_compare(w->op)) {   /* the output is bool: write in place */
+          ew_kernel(w, (uint8_t *)ten_data(w->out) + start, p, len);
+          continue;
+        }
+        if (w->out->m.dtype == FL_F32) y = (float *)ten_data(w->out) + start;
+        ew_kernel(w, y, p, len);
+        if (w->out->m.dtype != FL_F32) eager_store_f32(w->out, start, y, len);
+        continue;
+      }
+      for (k = 0; k < w->nin; k++)
+        eager_gather(&w->v[k], start, len, buf[k], EAGER_F64);
+      for (i = 0; i < len; i++) {
+        double x[3];
+        x[0] = buf[0][i];
+        x[1] = w->nin > 1 ? buf[1][i] : 0.0;
+        x[2] = w->nin > 2 ? buf[2][i] : 0.0;
+        /* an integer result has no room for 2^-1; PyTorch refuses too */
+        if (int_pow && x[1] < 0) {
+          EAGER_PRAGMA(omp critical(eager_pow))
+          { bad = 1; badv = x[1]; }
+          x[1] = 0;
+        }
+        buf[3][i] = f(x, w->a);
+      }
+      eager_store_f64(w->out, start, buf[3], len);
+    }
+  }
+  if (bad)
+    return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
+                   "are not allowed (exponent %.17g)", badv);
+  return FL_OK;
+}
+
+static int elementwise(fl_op op, const fl_tensor *const *in, int nin,
+                       const op_attrs *a, fl_tensor *out, fl_err *e) {
+  fl_dtype od = out->m.dtype;
+  char sa[160], sb[160];
+  int k, allf = 1, inplace = 1;
+  ew w;
+  memset(&w, 0, sizeof w);
+  w.op = op;
+  w.a = a;
+  w.nin = nin;
+  w.out = out;
+  w.n = meta_numel(&out->m);
+  if (nin > 3 || !op_info_of(op)->scalar)
+    return err_set(e, FL_EINVAL, "%s: not an elementwise op", op_name(op));
+  for (k = 0; k < nin; k++) {
+    if (!in[k] || bcast_view(in[k], &out->m, &w.v[k]) != 0)
+      return err_set(e, FL_EINVAL, "%s: input %d %s does not broadcast to %s",
+                     op_name(op), k + 1,
+                     in[k] ? meta_shape_str(&in[k]->m, sa, sizeof sa) : "(none)",
+                     meta_shape_str(&out->m, sb, sizeof sb));
+    if (op == OP_WHERE && k == 0) continue;
+    /* a Lua number converts to the op's float type, as in PyTorch, so it
+    ** does not force the double path onto a float tensor */
+    if (!dtype_is_float(in[k]->m.dtype) &&
+        !(in[k]->m.wrapped && (dtype_is_float(od) || is_compare(op))))
+      allf = 0;
+  }
+  if (is_compare(op))
+    w.f64 = !(allf && od == FL_BOOL);
+  else if (op == OP_TO)
+    w.f64 = in[0]->m.dtype == FL_I64 || od == FL_I64;
+  else
+    w.f64 = !(allf && dtype_is_float(od));
+  if (w.f64) return ew_gather(&w, e);
+  plan_runs(&w);
+  /* in place needs float32 operands (bool for where's condition) wherever
+  ** they are read as arrays, and a float32 (or comparison) result */
+  if (od != (is_compare(op) ? FL_BOOL : FL_F32) || w.run < 16) inplace = 0;
+  for (k = 0; k < nin && inplace; k++)
+    if (!w.konst[k] &&
+        w.v[k].m.dtype != ((op == OP_WHERE && k == 0) ? FL_BOOL : FL_F32))
+      inplace = 0;
+  if (inplace) {
+    ew_runs(&w);
+    return FL_OK;
+  }
+  return ew_gather(&w, e);
+}
+
+/* --- data movement --------------------------------------------------- */
+
+/* out (allocated, contiguous, src's dtype) gets src's values in row-major
+** order: reshape's fallback, contiguous. */
+static void copy_rowmajor(const fl_tensor *src, fl_tensor *out) {
+  if (meta_numel(&out->m) > 0) eager_gather_all(src, ten_data(out), EAGER_RAW);
+}
+
+/* Each input lands as one block per outer index: a memcpy per block when
+** its dtype matches and it is contiguous, else ten_copy into the matching
+** strided window of out (which converts). */
+static int cat(fl_op op, const fl_tensor *const *in, int nin,
+               const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_meta *om = &out->m;
+  int64_t dim = a->i[0], outer = 1, inner = 1, at = 0, o;
+  size_t es = dtype_size(om->dtype);
+  int k, d, rc;
+  char sa[160], sb[160];
+  (void)op;
+  if (dim < 0 || dim >= om->ndim)
+    return err_set(e, FL_EINVAL, "cat: dim %lld out of range for a %d-d "
+                   "result", (long long)dim, om->ndim);
+  for (d = 0; d < dim; d++) outer *= om->shape[d];
+  for (d = (int)dim + 1; d < om->ndim; d++) inner *= om->shape[d];
+  for (k = 0; k < nin; k++) {
+    const fl_tensor *t = in[k];
+    const fl_meta *m;
+    int64_t sk, chunk;
+    if (!t) continue;
+    m = &t->m;
+    for (d = 0; d < om->ndim; d++)
+      if (m->ndim != om->ndim || (d != dim && m->shape[d] != om->shape[d]) ||
+          (d == dim && at + m->shape[d] > om->shape[d]))
+        return err_set(e, FL_EINVAL, "cat: input %d %s does not fit result %s "
+                       "along dim %lld", k + 1, meta_shape_str(m, sa, sizeof sa),
+                       meta_shape_str(om, sb, sizeof sb), (long long)dim);
+    sk = m->shape[dim];
+    chunk = sk * inner;
+    if (meta_numel(m) == 0) { at += sk; continue; }
+    if (m->dtype == om->dtype && ten_is_contiguous(t)) {
+      const char *src = (const char *)ten_data(t);
+      char *dst = (char *)ten_data(out);
+      EAGER_PRAGMA(omp parallel for schedule(static) if (outer * chunk > EAGER_PAR_MIN && outer > 1))
+      for (o = 0; o < outer; o++)
+        memcpy(dst + ((o * om->shape[dim] + at) * inner) * (int64_t)es,
+               src + o * chunk * (int64_t)es, (size_t)chunk * es);
+    } else {
+      fl_tensor win = *out;          /* borrowed: no reference taken */
+      win.m = *m;
+      win.m.dtype = om->dtype;
+      win.offset = out->offset + at * out->stride[dim];
+      if ((rc = ten_copy(&win, t, e)) != FL_OK) return err_prefix(e, "cat");
+    }
+    at += sk;
+  }
+  return FL_OK;
+}
+
+/* out[..., :] = weight[idx[...], :], one row memcpy per index after every
+** index has been checked (an error leaves nothing half-done to explain). */
+static int embedding(fl_op op, const fl_tensor *const *in, int nin,
+                     const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_tensor *idx = in[0], *w = in[1];
+  int64_t rows = meta_numel(&idx->m), V, D, r;
+  size_t rowb;
+  double *ix;
+  fl_tensor wc;
+  const char *src;
+  char *dst = (char *)ten_data(out);
+  int rc;
+  (void)nin; (void)a;
+  if (w->m.ndim != 2)
+    return err_set(e, FL_EINVAL, "embedding: weight must be 2-d, got %d-d",
+                   w->m.ndim);
+  V = w->m.shape[0];
+  D = w->m.shape[1];
+  if (!eager_f64(idx, &ix, op_name(op), e)) return e ? e->code : FL_ENOMEM;
+  for (r = 0; r < rows; r++)
+    if (!(ix[r] >= 0 && ix[r] < (double)V) || ix[r] != floor(ix[r])) {
+      rc = err_set(e, FL_EINVAL, "embedding: index %.17g out of range for a "
+                   "table of %lld rows (valid 0..%lld)", ix[r], (long long)V,
+                   (long long)V - 1);
+      free(ix);
+      return rc;
+    }
+  if ((rc = ten_contiguous(&wc, w, e)) != FL_OK) {
+    free(ix);
+    return err_prefix(e, "embedding");
+  }
+  src = (const char *)ten_data(&wc);
+  rowb = (size_t)D * dtype_size(w->m.dtype);
+  /* the result has the weight's dtype (shape rule), so rows copy as bytes */
+  EAGER_PRAGMA(omp parallel for schedule(static) if (rows * D > EAGER_PAR_MIN))
+  for (r = 0; r < rows; r++)
+    memcpy(dst + (size_t)r * rowb, src + (size_t)ix[r] * rowb, rowb);
+  ten_release(&wc);
+  free(ix);
+  return rc;
+}
+
+/* --- the dispatcher -------------------------------------------------- */
+
+static eager_kernel kernel_of(fl_op op) {
+  switch (op) {
+  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR:
+  case OP_ARGMAX:
+    return eager_reduce;
+  case OP_SOFTMAX: case OP_LOG_SOFTMAX: return eager_softmax;
+  case OP_LAYER_NORM: case OP_RMS_NORM: return eager_norm;
+  case OP_BATCH_NORM: return eager_batch_norm;
+  case OP_MATMUL: return eager_matmul;
+  case OP_LINEAR: return eager_linear;
+  case OP_CONV2D: return eager_conv2d;
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: return eager_pool2d;
+  case OP_CAT: return cat;
+  case OP_EMBEDDING: return embedding;
+  default:
+    if (op_info_of(op)->scalar) return elementwise;
+    return NULL;
+  }
+}
+
+int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
+                const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_meta *metas[MAX_IN];
+  op_attrs defaults;
+  fl_meta om;
+  eager_kernel kern;
+  int k, rc;
+  memset(out, 0, sizeof *out);
+  if (op < 0 || op >= OP_COUNT)
+    return err_set(e, FL_EINVAL, "unknown op %d", (int)op);
+  if (!in || nin < 1 || nin > MAX_IN)
+    return err_set(e, FL_EINVAL, "%s: expected %d to %d inputs, got %d",
+                   op_name(op), op_table[op].min_args, op_table[op].max_args,
+                   nin);
+  if (!a) { op_attrs_init(op, &defaults); a = &defaults; }
+  for (k = 0; k < nin; k++) {
+    metas[k] = in[k] ? &in[k]->m : NULL;
+    if (!in[k]) continue;
+    if (in[k]->m.device != FL_DEV_CPU)
+      return err_set(e, FL_EUNSUPPORTED, "%s: eager CPU kernels need CPU "
+                     "tensors (input %d is on cuda)", op_name(op), k + 1);
+    if (!in[k]->st && meta_numel(&in[k]->m) > 0)
+      return err_set(e, FL_EINVAL, "%s: input %d has no storage", op_name(op),
+                     k + 1);
+  }
+  if ((rc = op_infer(op, metas, nin, a, &om, e)) != FL_OK) return rc;
+  om.device = FL_DEV_CPU;
+  om.wrapped = 0;
+
+  if (op_table[op].flags & OPF_VIEW) {
+    rc = view_apply(op, in[0], a, &om, out, e);
+    if (rc != FL_EUNSUPPORTED || op != OP_RESHAPE) return rc;
+    /* reshape of strides no view can express: a copy, as PyTorch does */
+    err_clear(e);
+    if ((rc = ten_empty(out, &om, e)) != FL_OK) return err_prefix(e, "reshape");
+    copy_rowmajor(in[0], out);
+    return FL_OK;
+  }
+  if (op == OP_CONTIGUOUS && ten_is_contiguous(in[0]))
+  {
+    /* shares, as PyTorch returns self */
+    if ((rc = ten_contiguous(out, in[0], e)) == FL_OK) out->m.wrapped = 0;
+    return rc;
+  }
+
+  kern = kernel_of(op);
+  if (!kern && op != OP_CONTIGUOUS)
+    return err_set(e, FL_EUNSUPPORTED, "%s: no eager kernel", op_name(op));
+  if ((rc = ten_empty(out, &om, e)) != FL_OK)
+    return err_prefix(e, "%s", op_name(op));
+  if (meta_numel(&om) == 0) return FL_OK;
+  if (op == OP_CONTIGUOUS) {
+    copy_rowmajor(in[0], out);
+    return FL_OK;
+  }
+  rc = kern(op, in, nin, a, out, e);
+  if (rc != FL_OK) ten_release(out);
+  return rc;
+}

@@ -1,0 +1,392 @@
+/*
+** eager_linalg.c -- matmul, linear and conv2d through CBLAS sgemm; pooling.
+** Invariant: BLAS only ever sees float32 matrices whose layout it can
+** express (unit stride along rows or along columns, leading dimension at
+** least the row length, every size within int); any other operand -- a
+** float16 or bfloat16 one, an expanded or oddly strided one -- is first
+** copied to contiguous float32.  Integer products skip BLAS and accumulate
+** in double, as the oracle does, so they stay exact below 2^53.
+*/
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "eager_impl.h"
+
+/* One operand's matrices as sgemm reads them, plus its batch dims. */
+typedef struct mat {
+  const float *base;                 /* element 0 */
+  float *owned;                      /* a converted copy, or NULL */
+  int nb;                            /* batch dims before the matrix */
+  int64_t bshape[FL_MAX_DIMS], bstride[FL_MAX_DIMS];
+  int64_t rows, cols;
+  enum CBLAS_TRANSPOSE tr;
+  int64_t ld;
+} mat;
+
+/* Can sgemm (row major) read rows x cols with strides rs, cs?  A stride of
+** a size-1 dim is irrelevant, so it is replaced by whatever fits. */
+static int blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                       enum CBLAS_TRANSPOSE *tr, int64_t *ld) {
+  int64_t rmin = rows > 1 ? rows : 1, cmin = cols > 1 ? cols : 1;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cmin)) {
+    *tr = CblasNoTrans;
+    *ld = rows == 1 ? cmin : rs;
+    return *ld <= INT_MAX;
+  }
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rmin)) {
+    *tr = CblasTrans;
+    *ld = cols == 1 ? rmin : cs;
+    return *ld <= INT_MAX;
+  }
+  return 0;
+}
+
+/* t as the left (right = 0) or right operand of matmul: a 1-d left operand
+** is a row [1, k], a 1-d right operand a column [k, 1] (PyTorch). */
+static int mat_prepare(const fl_tensor *t, int right, mat *m,
+                       const char *opname, fl_err *e) {
+  const fl_meta *tm = &t->m;
+  int nd = tm->ndim, d;
+  int64_t rs, cs, s;
+  memset(m, 0, sizeof *m);
+  if (nd == 1) {
+    m->rows = right ? tm->shape[0] : 1;
+    m->cols = right ? 1 : tm->shape[0];
+    rs = right ? t->stride[0] : 0;
+    cs = right ? 0 : t->stride[0];
+  } else {
+    m->rows = tm->shape[nd - 2];
+    m->cols = tm->shape[nd - 1];
+    rs = t->stride[nd - 2];
+    cs = t->stride[nd - 1];
+    m->nb = nd - 2;
+  }
+  for (d = 0; d < m->nb; d++) {
+    m->bshape[d] = tm->shape[d];
+    m->bstride[d] = t->stride[d];
+  }
+  if (tm->dtype == FL_F32 && blas_layout(m->rows, m->cols, rs, cs, &m->tr, &m->ld)) {
+    m->base = (const float *)ten_data(t);
+    return FL_OK;
+  }
+  /* a contiguous float32 copy always fits */
+  if (!(m->base = eager_f32(t, &m->owned, opname, e))) return FL_ENOMEM;
+  blas_layout(m->rows, m->cols, m->cols, 1, &m->tr, &m->ld);
+  for (s = m->rows * m->cols, d = m->nb - 1; d >= 0; d--) {
+    m->bstride[d] = s;
+    s *= m->bshape[d];
+  }
+  return FL_OK;
+}
+
+/* Element offset of batch bi (row-major over the broadcast batch shape bs
+** of nb dims) in operand m, whose batch dims align at the right. */
+static int64_t mat_batch_offset(const mat *m, const int64_t *bs, int nb,
+                                int64_t bi) {
+  int64_t off = 0;
+  int d;
+  for (d = nb - 1; d >= 0; d--) {
+    int md = d - (nb - m->nb);
+    int64_t i = bi % bs[d];
+    bi /= bs[d];
+    if (md >= 0 && m->bshape[md] != 1) off += i * m->bstride[md];
+  }
+  return off;
+}
+
+/* Can m's batch dims and rows be read as one matrix of (batch * rows)
+** rows?  True when every batch step is exactly `rows` row steps. */
+static int mat_rows_fold(const mat *m) {
+  int64_t want = m->rows * m->ld;
+  int d;
+  if (m->tr != CblasNoTrans) return 0;
+  for (d = m->nb - 1; d >= 0; d--) {
+    if (m->bshape[d] != 1 && m->bstride[d] != want) return 0;
+    want *= m->bshape[d];
+  }
+  return 1;
+}
+
+static int too_big(const char *opname, int64_t M, int64_t N, int64_t K,
+                   fl_err *e) {
+  if (M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) return 0;
+  err_set(e, FL_EUNSUPPORTED, "%s: a %lldx%lldx%lld product exceeds BLAS's "
+          "int sizes", opname, (long long)M, (long long)N, (long long)K);
+  return 1;
+}
+
+/* Integer matmul and linear: y[b][i][j] = bias[j] + sum_k a[i][k] * w(k, j),
+** with w(k, j) = b[k][j] (matmul) or w[j][k] (linear). */
+static int product_f64(fl_op op, const fl_tensor *const *in, int nin,
+                       fl_tensor *out, fl_err *e) {
+  const fl_tensor *A = in[0], *W = in[1];
+  const fl_tensor *bias = op == OP_LINEAR && nin > 2 ? in[2] : NULL;
+  double *a = NULL, *w = NULL, *bv = NULL, *y = NULL;
+  int64_t M, K, N, nb = 0, Bt = 1, bi, i, j, k;
+  int64_t ab = 0, wb = 0, bs[FL_MAX_DIMS];
+  int rc = FL_ENOMEM, d, anb = A->m.ndim >= 2 ? A->m.ndim - 2 : 0;
+  int wnb = W->m.ndim >= 2 ? W->m.ndim - 2 : 0;
+  mat am, wm;    /* shapes only: batch broadcasting as in mat_batch_offset */
+  if (op == OP_LINEAR) {
+    K = W->m.shape[1];
+    N = W->m.shape[0];
+    M = meta_numel(&out->m) / N;       /* out has elements: N > 0 */
+  } else {
+    K = A->m.shape[A->m.ndim - 1];
+    M = A->m.ndim >= 2 ? A->m.shape[A->m.ndim - 2] : 1;
+    N = W->m.ndim >= 2 ? W->m.shape[W->m.ndim - 1] : 1;
+    nb = anb > wnb ? anb : wnb;
+    for (d = 0; d < nb; d++) { bs[d] = out->m.shape[d]; Bt *= bs[d]; }
+  }
+  memset(&am, 0, sizeof am);
+  memset(&wm, 0, sizeof wm);
+  am.nb = op == OP_LINEAR ? 0 : anb;
+  wm.nb = op == OP_LINEAR ? 0 : wnb;
+  for (d = 0, ab = M * K; d < am.nb; d++) am.bshape[d] = A->m.shape[d];
+  for (d = am.nb - 1; d >= 0; d--) { am.bstride[d] = ab; ab *= am.bshape[d]; }
+  for (d = 0, wb = K * N; d < wm.nb; d++) wm.bshape[d] = W->m.shape[d];
+  for (d = wm.nb - 1; d >= 0; d--) { wm.bstride[d] = wb; wb *= wm.bshape[d]; }
+  if (!eager_f64(A, &a, op_name(op), e) || !eager_f64(W, &w, op_name(op), e) ||
+      (bias && !eager_f64(bias, &bv, op_name(op), e)) ||
+      !(y = eager_alloc((size_t)(Bt * M * N) * sizeof *y, op_name(op), e)))
+    goto done;
+  for (bi = 0; bi < Bt; bi++) {
+    const double *ap = a + mat_batch_offset(&am, bs, (int)nb, bi);
+    const double *wp = w + mat_batch_offset(&wm, bs, (int)nb, bi);
+    for (i = 0; i < M; i++)
+      for (j = 0; j < N; j++) {
+        double acc = bv ? bv[j] : 0.0;
+        for (k = 0; k < K; k++)
+          acc += ap[i * K + k] * (op == OP_LINEAR ? wp[j * K + k] : wp[k * N + j]);
+        y[(bi * M + i) * N + j] = acc;
+      }
+  }
+  eager_store_f64(out, 0, y, Bt * M * N);
+  rc = FL_OK;
+done:
+  free(a); free(w); free(bv); free(y);
+  return rc;
+}
+
+int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  mat A, B;
+  int64_t M, K, N, bs[FL_MAX_DIMS], Bt = 1, bi;
+  float *y, *yo = NULL;
+  int nb, d, rc;
+  (void)a;
+  if (!dtype_is_float(in[0]->m.dtype)) return product_f64(op, in, nin, out, e);
+  if ((rc = mat_prepare(in[0], 0, &A, op_name(op), e)) != FL_OK) return rc;
+  if ((rc = mat_prepare(in[1], 1, &B, op_name(op), e)) != FL_OK) {
+    free(A.owned);
+    return rc;
+  }
+  M = A.rows; K = A.cols; N = B.cols;
+  nb = A.nb > B.nb ? A.nb : B.nb;
+  for (d = 0; d < nb; d++) { bs[d] = out->m.shape[d]; Bt *= bs[d]; }
+  rc = FL_OK;
+  if (K == 0) goto done;                 /* ten_empty left the zeros */
+  if (too_big(op_name(op), M * (B.nb == 0 ? Bt : 1), N, K, e)) {
+    rc = FL_EUNSUPPORTED;
+    goto done;
+  }
+  if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { rc = FL_ENOMEM; goto done; }
+  if (B.nb == 0 && mat_rows_fold(&A)) {
+    /* [batch..., M, K] @ [K, N]: one product of batch * M rows */
+    cblas_sgemm(CblasRowMajor, A.tr, B.tr, (int)(M * Bt), (int)N, (int)K, 1.0f,
+                A.base, (int)A.ld, B.base, (int)B.ld, 0.0f, y, (int)N);
+  } else {
+    for (bi = 0; bi < Bt; bi++)
+      cblas_sgemm(CblasRowMajor, A.tr, B.tr, (int)M, (int)N, (int)K, 1.0f,
+                  A.base + mat_batch_offset(&A, bs, nb, bi), (int)A.ld,
+                  B.base + mat_batch_offset(&B, bs, nb, bi), (int)B.ld, 0.0f,
+                  y + bi * M * N, (int)N);
+  }
+  eager_out_done(out, yo);
+done:
+  free(A.owned);
+  free(B.owned);
+  return rc;
+}
+
+/* y = x @ w^T + b: the bias is copied into every row first and sgemm adds
+** onto it (beta = 1). */
+int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
+  int64_t IN = w->m.shape[1], O = w->m.shape[0], rows, r;
+  const float *xf, *bf = NULL, *wf;
+  float *xo = NULL, *bo = NULL, *wo = NULL, *yo = NULL, *y;
+  enum CBLAS_TRANSPOSE tr;
+  int64_t ld;
+  int rc = FL_ENOMEM;
+  (void)a;
+  if (!dtype_is_float(x->m.dtype)) return product_f64(op, in, nin, out, e);
+  rows = meta_numel(&out->m) / O;
+  if (too_big(op_name(op), rows, O, IN, e)) return FL_EUNSUPPORTED;
+  /* w^T is [IN, O] with strides (w's column stride, w's row stride) */
+  if (w->m.dtype == FL_F32 &&
+      blas_layout(IN, O, w->stride[1], w->stride[0], &tr, &ld)) {
+    wf = (const float *)ten_data(w);
+  } else {
+    if (!(wf = eager_f32(w, &wo, op_name(op), e))) goto done;
+    blas_layout(IN, O, 1, IN, &tr, &ld);
+  }
+  if (!(xf = eager_f32(x, &xo, op_name(op), e))) goto done;
+  if (b && !(bf = eager_f32(b, &bo, op_name(op), e))) goto done;
+  if (!(y = eager_out_f32(out, &yo, op_name(op), e))) goto done;
+  if (bf)
+    for (r = 0; r < rows; r++) memcpy(y + r * O, bf, (size_t)O * sizeof *y);
+  if (IN > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (int)rows, (int)O, (int)IN,
+                1.0f, xf, (int)IN, wf, (int)ld, bf ? 1.0f : 0.0f, y, (int)O);
+  eager_out_done(out, yo);
+  rc = FL_OK;
+done:
+  free(xo); free(bo); free(wo);
+  return rc;
+}
+
+/* --- conv2d: im2col + sgemm ---------------------------------------------- */
+
+/* cols[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh][ow*sw - pw + kw]
+** or 0 in the padding. */
+static void im2col(const float *x, int64_t C, int64_t H, int64_t W,
+                   int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
+                   int64_t pw, int64_t OH, int64_t OW, float *cols) {
+  int64_t row, P = OH * OW;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (C * KH * KW * P > EAGER_PAR_MIN))
+  for (row = 0; row < C * KH * KW; row++) {
+    int64_t c = row / (KH * KW), kh = row / KW % KH, kw = row % KW, oh, ow;
+    float *dst = cols + row * P;
+    for (oh = 0; oh < OH; oh++) {
+      int64_t ih = oh * sh - ph + kh;
+      const float *src = x + (c * H + ih) * W;
+      float *d = dst + oh * OW;
+      if (ih < 0 || ih >= H) {
+        memset(d, 0, (size_t)OW * sizeof *d);
+        continue;
+      }
+      for (ow = 0; ow < OW; ow++) {
+        int64_t iw = ow * sw - pw + kw;
+        d[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
+      }
+    }
+  }
+}
+
+int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
+  int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
+  int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
+  int64_t KW = w->m.shape[3], OH = out->m.shape[2], OW = out->m.shape[3];
+  int64_t sh = a->i[0] > 0 ? a->i[0] : 1, sw = a->i[1] > 0 ? a->i[1] : 1;
+  int64_t ph = a->i[2], pw = a->i[3], CKK = C * KH * KW, P = OH * OW, n, co;
+  int direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  const float *xf, *wf, *bf = NULL;
+  float *xo = NULL, *wo = NULL, *bo = NULL, *yo = NULL, *cols = NULL, *y;
+  int rc = FL_ENOMEM;
+  if (too_big(op_name(op), CO, P, CKK, e)) return FL_EUNSUPPORTED;
+  if (!(xf = eager_f32(x, &xo, op_name(op), e)) ||
+      !(wf = eager_f32(w, &wo, op_name(op), e)) ||
+      (b && !(bf = eager_f32(b, &bo, op_name(op), e))) ||
+      !(y = eager_out_f32(out, &yo, op_name(op), e)))
+    goto done;
+  /* a 1x1 stride-1 unpadded kernel reads the image as it is */
+  if (!direct && CKK > 0 &&
+      !(cols = eager_alloc((size_t)(CKK * P) * sizeof *cols, op_name(op), e)))
+    goto done;
+  for (n = 0; n < N; n++) {
+    float *yn = y + n * CO * P;
+    const float *xn = xf + n * C * H * W;
+    if (bf)
+      for (co = 0; co < CO; co++) {
+        int64_t i;
+        for (i = 0; i < P; i++) yn[co * P + i] = bf[co];
+      }
+    if (CKK == 0) continue;
+    if (!direct) im2col(xn, C, H, W, KH, KW, sh, sw, ph, pw, OH, OW, cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)CO, (int)P,
+                (int)CKK, 1.0f, wf, (int)CKK, direct ? xn : cols, (int)P,
+                bf ? 1.0f : 0.0f, yn, (int)P);
+  }
+  eager_out_done(out, yo);
+  rc = FL_OK;
+done:
+  free(xo); free(wo); free(bo); free(cols);
+  return rc;
+}
+
+/* --- pooling ------------------------------------------------------------- */
+
+/* One plane: max (NaN wins, padding never does) or the average counting
+** padding (PyTorch's count_include_pad, the window clipped to the padded
+** input).  T is float, or double for int64 images. */
+#define POOL_PLANE(T, NAME)                                                  \
+  static void NAME(const T *x, T *y, int64_t H, int64_t W, int64_t OH,       \
+                   int64_t OW, const int64_t *g, int is_max) {               \
+    int64_t kh = g[0], kw = g[1], sh = g[2], sw = g[3], ph = g[4], pw = g[5];\
+    int64_t oh, ow, ih, iw;                                                  \
+    for (oh = 0; oh < OH; oh++)                                              \
+      for (ow = 0; ow < OW; ow++) {                                          \
+        int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;                        \
+        int64_t h1 = h0 + kh < H + ph ? h0 + kh : H + ph;                    \
+        int64_t w1 = w0 + kw < W + pw ? w0 + kw : W + pw;                    \
+        int64_t cnt = (h1 - h0) * (w1 - w0);                                 \
+        double acc = is_max ? -INFINITY : 0.0;                               \
+        int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H;                  \
+        int64_t ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;                  \
+        for (ih = hs; ih < he; ih++)                                         \
+          for (iw = ws; iw < we; iw++) {                                     \
+            double v = x[ih * W + iw];                                       \
+            if (!is_max) acc += v;                                           \
+            else if (v > acc || v != v) acc = v;                             \
+          }                                                                  \
+        y[oh * OW + ow] = (T)(is_max ? acc : acc / (double)cnt);             \
+      }                                                                      \
+  }
+POOL_PLANE(float, pool_plane_f32)
+POOL_PLANE(double, pool_plane_f64)
+
+int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_tensor *x = in[0];
+  int64_t H = x->m.shape[2], W = x->m.shape[3], OH = out->m.shape[2];
+  int64_t OW = out->m.shape[3], planes = x->m.shape[0] * x->m.shape[1], p;
+  int64_t g[6];
+  int is_max = op == OP_MAX_POOL2D;
+  (void)nin;
+  g[0] = a->i[0]; g[1] = a->i[1];
+  g[2] = a->i[2] > 0 ? a->i[2] : g[0];   /* stride 0 means the kernel */
+  g[3] = a->i[3] > 0 ? a->i[3] : g[1];
+  g[4] = a->i[4]; g[5] = a->i[5];
+  if (dtype_is_float(x->m.dtype)) {
+    float *xo, *yo, *y;
+    const float *xf = eager_f32(x, &xo, op_name(op), e);
+    if (!xf) return FL_ENOMEM;
+    if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(xo); return FL_ENOMEM; }
+    EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
+    for (p = 0; p < planes; p++)
+      pool_plane_f32(xf + p * H * W, y + p * OH * OW, H, W, OH, OW, g, is_max);
+    eager_out_done(out, yo);
+    free(xo);
+  } else {
+    double *xd, *yd;
+    if (!eager_f64(x, &xd, op_name(op), e)) return FL_ENOMEM;
+    if (!(yd = eager_alloc((size_t)(planes * OH * OW) * sizeof *yd, op_name(op), e))) {
+      free(xd);
+      return FL_ENOMEM;
+    }
+    for (p = 0; p < planes; p++)
+      pool_plane_f64(xd + p * H * W, yd + p * OH * OW, H, W, OH, OW, g, is_max);
+    eager_store_f64(out, 0, yd, planes * OH * OW);
+    free(xd);
+    free(yd);
+  }
+  return FL_OK;
+}

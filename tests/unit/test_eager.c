@@ -1,0 +1,793 @@
+/*
+** test_eager.c -- every op of ops.def through eager_apply against the
+** oracle (ref_apply) on random inputs: several shapes each, size-1 and odd
+** sizes (7, 1023), broadcasting, transposed (non-contiguous) inputs, empty
+** tensors, NaN/inf/-0 where they matter, every dtype the shape rules take.
+** Big enough cases to reach the parallel and in-place fast paths.  View ops
+** must share storage; reshape of a transposed tensor must copy and view of
+** it must refuse; errors must name the op.
+**
+** Tolerances (|eager - ref| <= atol + rtol * |ref|), by result:
+**   float32 elementwise         atol 1e-5  rtol 1e-5
+**   float32 reductions, pools   atol 1e-6  rtol 1e-6  (rows up to 200000 of
+**                               values near 1000: float accumulation fails)
+**   softmax, norms, batch_norm  atol 1e-5  rtol 1e-5
+**   matmul, linear, conv2d      atol 1e-4  rtol 1e-4  (float32 sgemm)
+**   float16 results             at least 1e-3 / 2e-3  (one half ulp step)
+**   bfloat16 results            at least 1e-2 / 1e-2
+**   int64 and bool results      exact
+** NaN must match NaN, infinities must match exactly.
+*/
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cpu/eager.h"
+#include "graph/ref.h"
+#include "tap.h"
+
+/* T() flags: non-contiguous, NaN/inf/-0 sprinkled in, positive values,
+** a wrapped Lua number, values near 1000 (float sums drift), small
+** integers only (ties for argmax) */
+enum { NC = 1, SPECIAL = 2, POS = 4, WRAP = 8, OFFSET = 16, INTS = 32 };
+
+#define F32 FL_F32
+#define F16 FL_F16
+#define BF16 FL_BF16
+#define I64 FL_I64
+#define BOOL FL_BOOL
+
+static const double EW = 1e-5, RED = 1e-6, NORM = 1e-5, MM = 1e-4;
+
+/* --- inputs ------------------------------------------------------------ */
+
+static uint64_t seed = 0x9E3779B97F4A7C15ull;
+
+static double uniform(void) {   /* [0, 1), xorshift64* */
+  seed ^= seed >> 12; seed ^= seed << 25; seed ^= seed >> 27;
+  return (double)((seed * 2685821657736338717ull) >> 11) * 0x1p-53;
+}
+
+#define MAXP 64
+static fl_tensor pool[MAXP];
+static int tested[OP_COUNT];   /* ops compared against the oracle */
+static int npool;
+
+/* The tensors of one case are released together. */
+static void gc(void) {
+  while (npool > 0) ten_release(&pool[--npool]);
+}
+
+/* A random tensor of shape spec ("3,1,5"; "" is 0-dim).  NC makes it
+** non-contiguous (a transposed view, or every other element in 1-d). */
+static fl_tensor *T(fl_dtype dt, const char *spec, int flags) {
+  fl_meta m = {0};
+  fl_err e = {0};
+  fl_tensor base, *t = &pool[npool++];
+  const char *p = spec;
+  int64_t n, i, tmp;
+  m.dtype = dt;
+  while (*p) {
+    m.shape[m.ndim++] = strtoll(p, (char **)&p, 10);
+    if (*p == ',') p++;
+  }
+  if ((flags & NC) && m.ndim >= 2) {
+    fl_meta b = m;
+    b.shape[m.ndim - 2] = m.shape[m.ndim - 1];
+    b.shape[m.ndim - 1] = m.shape[m.ndim - 2];
+    ten_empty(&base, &b, &e);
+  } else if ((flags & NC) && m.ndim == 1) {
+    fl_meta b = m;
+    b.ndim = 2;
+    b.shape[1] = 2;
+    ten_empty(&base, &b, &e);
+  } else {
+    ten_empty(&base, &m, &e);
+  }
+  n = meta_numel(&base.m);
+  for (i = 0; i < n; i++) {
+    double v;
+    if (dt == I64) v = (double)(int)(uniform() * 11) - ((flags & POS) ? 0 : 5);
+    else if (dt == BOOL) v = uniform() < 0.5;
+    else v = (flags & POS) ? 0.1 + 2 * uniform() : 4 * uniform() - 2;
+    if (flags & OFFSET) v += 1000;
+    if (flags & INTS) v = floor(v * 2);
+    if ((flags & SPECIAL) && dtype_is_float(dt)) {
+      if (i % 17 == 3) v = NAN;
+      else if (i % 17 == 5) v = INFINITY;
+      else if (i % 17 == 7) v = -INFINITY;
+      else if (i % 17 == 11) v = -0.0;
+    }
+    ten_set(&base, i, v);
+  }
+  *t = base;
+  if ((flags & NC) && m.ndim >= 2) {
+    int d = m.ndim - 2;
+    t->m.shape[d] = m.shape[d];
+    t->m.shape[d + 1] = m.shape[d + 1];
+    tmp = t->stride[d]; t->stride[d] = t->stride[d + 1]; t->stride[d + 1] = tmp;
+  } else if ((flags & NC) && m.ndim == 1) {
+    t->m.ndim = 1;
+    t->m.shape[0] = m.shape[0];
+    t->stride[0] = 2;
+  }
+  t->m.wrapped = (flags & WRAP) != 0;
+  return t;
+}
+
+/* --- comparing ---------------------------------------------------------- */
+
+static void describe(char *buf, size_t n, fl_op op, fl_tensor **in, int nin,
+                     const char *extra) {
+  size_t used = (size_t)snprintf(buf, n, "%s", op_name(op));
+  int k;
+  for (k = 0; k < nin && used < n; k++) {
+    char sh[96];
+    if (!in[k]) { used += (size_t)snprintf(buf + used, n - used, " -"); continue; }
+    used += (size_t)snprintf(buf + used, n - used, " %s%s%s%s",
+                             dtype_name(in[k]->m.dtype),
+                             meta_shape_str(&in[k]->m, sh, sizeof sh),
+                             ten_is_contiguous(in[k]) ? "" : "(nc)",
+                             in[k]->m.wrapped ? "(w)" : "");
+  }
+  if (extra && *extra && used < n) snprintf(buf + used, n - used, " %s", extra);
+}
+
+/* ref_apply and eager_apply on the same inputs: both refuse, or the same
+** shape and dtype and values within tolerance. */
+static void check_ex(fl_op op, fl_tensor **in, int nin, const op_attrs *a,
+                     double atol, double rtol, const char *extra) {
+  const fl_tensor *const *cin = (const fl_tensor *const *)in;
+  fl_err e1 = {0}, e2 = {0};
+  fl_tensor r, g;
+  char desc[400], s1[96], s2[96];
+  int rc1 = ref_apply(op, cin, nin, a, &r, &e1);
+  int rc2 = eager_apply(op, cin, nin, a, &g, &e2);
+  int64_t n, i, bad = -1;
+  double gv = 0, rv = 0;
+  tested[op] = 1;
+  describe(desc, sizeof desc, op, in, nin, extra);
+  if (rc1 != FL_OK) {
+    if (!ok(rc2 != FL_OK, "%s: both refuse (%s)", desc, e1.msg))
+      ten_release(&g);
+    return;
+  }
+  if (rc2 != FL_OK) {
+    ok(0, "%s: eager failed: %s", desc, e2.msg);
+    ten_release(&r);
+    return;
+  }
+  if (r.m.dtype == F16) { atol = fmax(atol, 1e-3); rtol = fmax(rtol, 2e-3); }
+  if (r.m.dtype == BF16) { atol = fmax(atol, 1e-2); rtol = fmax(rtol, 1e-2); }
+  if (!dtype_is_float(r.m.dtype)) atol = rtol = 0;
+  if (!meta_same_shape(&r.m, &g.m) || r.m.dtype != g.m.dtype) {
+    ok(0, "%s: eager gives %s %s, ref %s %s", desc, dtype_name(g.m.dtype),
+       meta_shape_str(&g.m, s1, sizeof s1), dtype_name(r.m.dtype),
+       meta_shape_str(&r.m, s2, sizeof s2));
+  } else {
+    n = meta_numel(&r.m);
+    for (i = 0; i < n && bad < 0; i++) {
+      gv = ten_get(&g, i);
+      rv = ten_get(&r, i);
+      if (isnan(rv) || isnan(gv)) { if (!(isnan(rv) && isnan(gv))) bad = i; }
+      else if (isinf(rv) || isinf(gv)) { if (gv != rv) bad = i; }
+      else if (fabs(gv - rv) > atol + rtol * fabs(rv)) bad = i;
+    }
+    if (!ok(bad < 0, "%s", desc))
+      printf("#   element %lld: eager %.9g, ref %.9g (atol %g rtol %g)\n",
+             (long long)bad, gv, rv, atol, rtol);
+  }
+  ten_release(&r);
+  ten_release(&g);
+}
+
+static void check(fl_op op, fl_tensor **in, int nin, const op_attrs *a,
+                  double tol, const char *extra) {
+  check_ex(op, in, nin, a, tol, tol, extra);
+}
+
+static op_attrs attrs(fl_op op) {
+  op_attrs a;
+  op_attrs_init(op, &a);
+  return a;
+}
+
+/* --- elementwise ---------------------------------------------------------- */
+
+static void test_unary(void) {
+  static const char *const shapes[] = {"", "1", "7", "3,1,5", "1023", "0,3",
+                                       "40000"};
+  static const struct { fl_dtype dt; int flags; } kinds[] = {
+    {F32, 0}, {F32, SPECIAL}, {F16, 0}, {BF16, 0}, {I64, 0}};
+  fl_op op;
+  size_t s, k;
+  for (op = OP_ABS; op <= OP_CLAMP; op++) {
+    op_attrs a = attrs(op);
+    if (op == OP_CLAMP) { a.f[0] = -0.5; a.f[1] = 0.7; }
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      fl_tensor *x = T(F32, shapes[s], s == 3 ? SPECIAL : 0);
+      check(op, &x, 1, &a, EW, NULL);
+      gc();
+    }
+    for (k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+      fl_tensor *x = T(kinds[k].dt, "5,7", kinds[k].flags);
+      check(op, &x, 1, &a, EW, kinds[k].flags ? "special" : NULL);
+      x = T(kinds[k].dt, "5,7", kinds[k].flags | NC);
+      check(op, &x, 1, &a, EW, kinds[k].flags ? "special" : NULL);
+      gc();
+    }
+    {
+      fl_tensor *x = T(F32, "4,300", NC);     /* large, strided: gathers */
+      check(op, &x, 1, &a, EW, NULL);
+      x = T(F32, "2,3,4", NC);
+      check(op, &x, 1, &a, EW, NULL);
+      gc();
+    }
+  }
+  {   /* clamp: one-sided, and lo > hi (everything becomes hi) */
+    op_attrs a = attrs(OP_CLAMP);
+    fl_tensor *x = T(F32, "9,9", SPECIAL);
+    a.f[1] = 0.3;
+    check(OP_CLAMP, &x, 1, &a, EW, "hi only");
+    a.f[0] = 1.0; a.f[1] = -1.0;
+    check(OP_CLAMP, &x, 1, &a, EW, "lo > hi");
+    gc();
+  }
+}
+
+static void test_cast(void) {
+  static const fl_dtype dts[] = {F32, F16, BF16, I64, BOOL};
+  size_t i, j;
+  for (i = 0; i < 5; i++)
+    for (j = 0; j < 5; j++) {
+      op_attrs a = attrs(OP_TO);
+      fl_tensor *x = T(dts[i], "3,7", dtype_is_float(dts[i]) ? SPECIAL : 0);
+      char buf[32];
+      a.dtype = dts[j];
+      snprintf(buf, sizeof buf, "-> %s", dtype_name(dts[j]));
+      check(OP_TO, &x, 1, &a, EW, buf);
+      x = T(dts[i], "40,1000", NC);
+      check(OP_TO, &x, 1, &a, EW, buf);
+      gc();
+    }
+}
+
+static void test_binary(void) {
+  static const struct { const char *a, *b; int fa, fb; } shp[] = {
+    {"7", "7", 0, 0}, {"4,7", "7", 0, 0}, {"4,7", "4,1", 0, 0},
+    {"3,1,5", "4,1", 0, 0}, {"", "5,3", WRAP, 0}, {"5,3", "", 0, WRAP},
+    {"1023", "1", 0, 0}, {"0,3", "3", 0, 0}, {"2,3", "2,3", NC, 0},
+    {"6,5", "5", NC, 0}, {"300,200", "200", 0, 0}, {"300,200", "300,1", 0, 0},
+    {"50000", "", 0, WRAP}, {"", "50000", WRAP, 0}, {"7,9", "7,9", SPECIAL, 0},
+    {"7,9", "9", 0, SPECIAL}, {"", "", 0, 0}, {"2,1,3", "1,4,1", 0, 0}};
+  static const struct { fl_dtype a, b; int fa, fb; } dts[] = {
+    {F16, F16, 0, 0}, {BF16, F32, 0, 0}, {I64, I64, 0, 0}, {I64, F32, 0, 0},
+    {F32, I64, 0, WRAP}, {I64, F32, 0, WRAP}, {BOOL, BOOL, 0, 0},
+    {F16, F32, 0, WRAP}, {I64, I64, POS, POS}};
+  fl_op op;
+  size_t s, k;
+  for (op = OP_ADD; op <= OP_GE; op++) {
+    op_attrs a = attrs(op);
+    for (s = 0; s < sizeof shp / sizeof *shp; s++) {
+      fl_tensor *in[2];
+      in[0] = T(F32, shp[s].a, shp[s].fa);
+      in[1] = T(F32, shp[s].b, shp[s].fb);
+      check(op, in, 2, &a, EW, NULL);
+      gc();
+    }
+    for (k = 0; k < sizeof dts / sizeof *dts; k++) {
+      fl_tensor *in[2];
+      in[0] = T(dts[k].a, "4,6", dts[k].fa & ~WRAP);
+      in[1] = T(dts[k].b, (dts[k].fb & WRAP) ? "" : "6", dts[k].fb);
+      check(op, in, 2, &a, EW, NULL);
+      in[0] = T(dts[k].a, "6,4", (dts[k].fa & ~WRAP) | NC);
+      check(op, in, 2, &a, EW, NULL);
+      gc();
+    }
+  }
+}
+
+static void test_where(void) {
+  static const char *const shp[][3] = {
+    {"4,7", "4,7", "4,7"}, {"4,1", "7", ""}, {"1023", "1023", "1"},
+    {"300,200", "300,200", ""}, {"", "3,4", "3,4"}, {"0,2", "2", "2"},
+    {"2,3,1", "3,5", "1,5"}, {"300,1", "300,200", "200"}, {"", "40,50", ""}};
+  static const fl_dtype vt[] = {F16, I64, BOOL};
+  op_attrs a = attrs(OP_WHERE);
+  size_t s, k;
+  for (s = 0; s < sizeof shp / sizeof *shp; s++) {
+    fl_tensor *in[3];
+    in[0] = T(BOOL, shp[s][0], 0);
+    in[1] = T(F32, shp[s][1], SPECIAL);
+    in[2] = T(F32, shp[s][2], *shp[s][2] ? 0 : WRAP);
+    check(OP_WHERE, in, 3, &a, EW, NULL);
+    in[0] = T(BOOL, shp[s][0], NC);
+    check(OP_WHERE, in, 3, &a, EW, NULL);
+    gc();
+  }
+  for (k = 0; k < 3; k++) {
+    fl_tensor *in[3];
+    in[0] = T(BOOL, "5,6", 0);
+    in[1] = T(vt[k], "5,6", NC);
+    in[2] = T(vt[k], "6", 0);
+    check(OP_WHERE, in, 3, &a, EW, NULL);
+    gc();
+  }
+}
+
+/* --- reductions, softmax, norms ------------------------------------------- */
+
+static void test_reduce(void) {
+  static const struct { const char *shape; int flags, nd, d0, d1, keep; } cs[] = {
+    {"7", 0, 0, 0, 0, 0}, {"4,7", 0, 1, 1, 0, 0}, {"4,7", 0, 1, 0, 0, 1},
+    {"4,7", 0, 0, 0, 0, 1}, {"3,5,7", 0, 1, 1, 0, 0}, {"3,5,7", 0, 2, 0, 2, 0},
+    {"3,5,7", 0, 1, 2, 0, 1}, {"3,5,7", 0, 2, 0, 1, 0}, {"1023", 0, 1, 0, 0, 0},
+    {"2,1,3", 0, 1, 1, 0, 0}, {"2,1,3", 0, 2, 0, 2, 0}, {"", 0, 0, 0, 0, 0},
+    {"", 0, 1, 0, 0, 1}, {"64,1000", 0, 1, 1, 0, 0}, {"200000", 0, 0, 0, 0, 0},
+    {"1000,300", 0, 1, 0, 0, 0}, {"5,0", 0, 1, 1, 0, 0}, {"0,4", 0, 1, 1, 0, 0},
+    {"6,5", NC, 1, 0, 0, 0}, {"6,5", NC, 1, 1, 0, 1}, {"6,5", NC, 0, 0, 0, 0},
+    {"9,33", SPECIAL, 1, 1, 0, 0}, {"9,33", SPECIAL, 1, 0, 0, 0},
+    {"200000", SPECIAL, 0, 0, 0, 0}, {"200000", OFFSET, 0, 0, 0, 0},
+    {"200000", INTS, 0, 0, 0, 0}, {"9,33", INTS, 1, 0, 0, 0},
+    {"100,1000", OFFSET, 1, 1, 0, 0}};
+  static const struct { fl_dtype dt; int flags; } kinds[] = {
+    {F16, 0}, {BF16, 0}, {I64, 0}, {BOOL, 0}, {I64, NC}};
+  fl_op op;
+  size_t c, k;
+  for (op = OP_SUM; op <= OP_ARGMAX; op++) {
+    for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+      op_attrs a = attrs(op);
+      fl_tensor *x = T(F32, cs[c].shape, cs[c].flags);
+      char buf[64];
+      if (op == OP_ARGMAX && cs[c].nd > 1) continue;
+      a.ndims = cs[c].nd;
+      a.dims[0] = cs[c].d0;
+      a.dims[1] = cs[c].d1;
+      a.keepdim = cs[c].keep;
+      snprintf(buf, sizeof buf, "dims %d:{%d,%d}%s", cs[c].nd, cs[c].d0,
+               cs[c].d1, cs[c].keep ? " keepdim" : "");
+      check(op, &x, 1, &a, RED, buf);
+      if (op == OP_VAR) {
+        a.f[0] = 0.0;
+        check(op, &x, 1, &a, RED, "correction 0");
+      }
+      gc();
+    }
+    for (k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+      op_attrs a = attrs(op);
+      fl_tensor *x = T(kinds[k].dt, "5,6,4", kinds[k].flags);
+      a.ndims = 1;
+      a.dims[0] = 1;
+      check(op, &x, 1, &a, RED, "dim 1");
+      a.ndims = 0;
+      check(op, &x, 1, &a, RED, "all");
+      gc();
+    }
+  }
+}
+
+static void test_softmax(void) {
+  static const struct { const char *shape; int flags, dim; } cs[] = {
+    {"4,7", 0, 1}, {"4,7", 0, 0}, {"3,5,7", 0, 1}, {"1023", 0, 0},
+    {"64,1000", 0, 1}, {"", 0, 0}, {"5,6", NC, 1}, {"5,6", NC, 0},
+    {"6,17", SPECIAL, 1}, {"6,17", SPECIAL, 0}, {"0,5", 0, 1},
+    {"40,30,50", 0, 1}, {"2,1,9", 0, 1}};
+  fl_op op;
+  size_t c;
+  for (op = OP_SOFTMAX; op <= OP_LOG_SOFTMAX; op++) {
+    for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+      op_attrs a = attrs(op);
+      fl_tensor *x = T(F32, cs[c].shape, cs[c].flags);
+      char buf[32];
+      a.i[0] = cs[c].dim;
+      snprintf(buf, sizeof buf, "dim %d", cs[c].dim);
+      check(op, &x, 1, &a, EW, buf);
+      gc();
+    }
+    {
+      op_attrs a = attrs(op);
+      fl_tensor *x = T(F16, "7,9", 0);
+      a.i[0] = 1;
+      check(op, &x, 1, &a, EW, "dim 1");
+      x = T(BF16, "7,9", NC);
+      a.i[0] = 0;
+      check(op, &x, 1, &a, EW, "dim 0");
+      x = T(I64, "7,9", 0);   /* refused by both */
+      check(op, &x, 1, &a, EW, "dim 0");
+      gc();
+    }
+  }
+}
+
+static void test_norms(void) {
+  static const struct { const char *x, *w; int k, wflags, bias; fl_dtype dt; } cs[] = {
+    {"4,7", "7", 1, 0, 1, F32}, {"3,5,7", "5,7", 2, 0, 0, F32},
+    {"3,5,7", NULL, 1, 0, 0, F32}, {"64,1000", "1000", 1, 0, 1, F32},
+    {"6,5", "5", 1, NC, 1, F32}, {"7", "7", 1, 0, 1, F32},
+    {"4,9", "9", 1, 0, 1, F16}, {"2,3,4", "3,4", 2, NC, 1, BF16},
+    {"1,1", "1", 1, 0, 1, F32}, {"0,4", "4", 1, 0, 1, F32}};
+  size_t c;
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    op_attrs a = attrs(OP_LAYER_NORM);
+    fl_tensor *in[3] = {NULL, NULL, NULL};
+    in[0] = T(cs[c].dt, cs[c].x, 0);
+    if (cs[c].w) in[1] = T(F32, cs[c].w, cs[c].wflags);
+    if (cs[c].w && cs[c].bias) in[2] = T(F32, cs[c].w, 0);
+    a.i[0] = cs[c].k;
+    check(OP_LAYER_NORM, in, 3, &a, NORM, NULL);
+    check(OP_LAYER_NORM, in, 1, &a, NORM, NULL);
+    a = attrs(OP_RMS_NORM);
+    a.i[0] = cs[c].k;
+    check(OP_RMS_NORM, in, 2, &a, NORM, NULL);
+    check(OP_RMS_NORM, in, 1, &a, NORM, NULL);
+    in[0] = T(cs[c].dt, cs[c].x, NC);
+    check(OP_RMS_NORM, in, 2, &a, NORM, NULL);
+    a = attrs(OP_LAYER_NORM);
+    a.i[0] = cs[c].k;
+    a.f[0] = 0.1;
+    check(OP_LAYER_NORM, in, 3, &a, NORM, "eps 0.1");
+    gc();
+  }
+}
+
+static void test_batch_norm(void) {
+  static const char *const shapes[] = {"4,3,5,5", "4,3", "2,3,7", "1,3,1,1",
+                                       "8,16,20,20"};
+  size_t s;
+  for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    op_attrs a = attrs(OP_BATCH_NORM);
+    fl_tensor *in[5];
+    const char *c = shapes[s][0] == '8' ? "16" : "3";
+    in[0] = T(F32, shapes[s], 0);
+    in[1] = T(F32, c, 0);
+    in[2] = T(F32, c, POS);
+    in[3] = T(F32, c, 0);
+    in[4] = T(F32, c, NC);
+    check(OP_BATCH_NORM, in, 5, &a, NORM, NULL);
+    check(OP_BATCH_NORM, in, 3, &a, NORM, NULL);
+    in[0] = T(F16, shapes[s], 0);
+    in[3] = T(F16, c, 0);
+    check(OP_BATCH_NORM, in, 4, &a, NORM, NULL);
+    gc();
+  }
+}
+
+/* --- products ---------------------------------------------------------------- */
+
+static void test_matmul(void) {
+  static const struct { const char *a, *b; int fa, fb; } cs[] = {
+    {"7", "7", 0, 0}, {"3,7", "7", 0, 0}, {"7", "7,4", 0, 0},
+    {"3,7", "7,4", 0, 0}, {"2,3,7", "7,4", 0, 0}, {"2,3,7", "2,7,4", 0, 0},
+    {"2,1,3,7", "5,7,4", 0, 0}, {"7", "2,7,4", 0, 0}, {"2,3,7", "7", 0, 0},
+    {"3,7", "7,4", NC, 0}, {"3,7", "7,4", 0, NC}, {"3,7", "7,4", NC, NC},
+    {"2,3,7", "7,4", NC, 0}, {"64,300", "300,50", 0, 0}, {"3,0", "0,4", 0, 0},
+    {"0,3", "3,4", 0, 0}, {"7", "7", NC, NC}, {"1,7", "7,1", 0, 0},
+    {"3,7", "4,7", 0, 0}, {"2,3,7", "3,7,4", 0, 0}};
+  static const fl_dtype dts[] = {F16, BF16, I64};
+  op_attrs a = attrs(OP_MATMUL);
+  size_t c, k;
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    fl_tensor *in[2];
+    in[0] = T(F32, cs[c].a, cs[c].fa);
+    in[1] = T(F32, cs[c].b, cs[c].fb);
+    check(OP_MATMUL, in, 2, &a, MM, NULL);
+    gc();
+  }
+  for (k = 0; k < 3; k++) {
+    fl_tensor *in[2];
+    in[0] = T(dts[k], "2,3,5", 0);
+    in[1] = T(dts[k], "5,4", NC);
+    check(OP_MATMUL, in, 2, &a, MM, NULL);
+    in[1] = T(dts[k], "2,5,4", 0);
+    check(OP_MATMUL, in, 2, &a, MM, NULL);
+    gc();
+  }
+  {   /* batch strides that do not fold into rows: [3,2,7] permuted */
+    op_attrs pa = attrs(OP_PERMUTE);
+    fl_tensor *in[2], pv;
+    fl_err e = {0};
+    in[0] = T(F32, "3,2,7", 0);
+    pa.ndims = 3; pa.dims[0] = 1; pa.dims[1] = 0; pa.dims[2] = 2;
+    if (eager_apply(OP_PERMUTE, (const fl_tensor *const *)in, 1, &pa, &pv, &e) == FL_OK) {
+      in[0] = &pool[npool++];
+      *in[0] = pv;
+      in[1] = T(F32, "7,4", 0);
+      check(OP_MATMUL, in, 2, &a, MM, "permuted batch");
+    } else {
+      ok(0, "permute for matmul: %s", e.msg);
+    }
+    gc();
+  }
+  {   /* an expanded (stride 0) operand is copied before BLAS */
+    op_attrs ea = attrs(OP_EXPAND);
+    fl_tensor *in[2], ex;
+    fl_err e = {0};
+    in[0] = T(F32, "1,7", 0);
+    ea.ndims = 2; ea.dims[0] = 3; ea.dims[1] = 7;
+    if (eager_apply(OP_EXPAND, (const fl_tensor *const *)in, 1, &ea, &ex, &e) == FL_OK) {
+      in[0] = &pool[npool++];
+      *in[0] = ex;
+      in[1] = T(F32, "7,2", 0);
+      check(OP_MATMUL, in, 2, &a, MM, "expanded");
+    } else {
+      ok(0, "expand for matmul: %s", e.msg);
+    }
+    gc();
+  }
+}
+
+static void test_linear(void) {
+  static const struct { const char *x, *w; int fx, fw, bias; fl_dtype dt; } cs[] = {
+    {"5,7", "4,7", 0, 0, 1, F32}, {"7", "4,7", 0, 0, 1, F32},
+    {"2,3,7", "4,7", 0, 0, 0, F32}, {"5,7", "4,7", 0, NC, 1, F32},
+    {"5,7", "4,7", NC, 0, 0, F32}, {"64,300", "100,300", 0, 0, 1, F32},
+    {"5,0", "4,0", 0, 0, 1, F32}, {"5,7", "4,7", 0, 0, 1, F16},
+    {"5,7", "4,7", 0, NC, 1, I64}, {"3,7", "1,7", 0, 0, 1, F32}};
+  op_attrs a = attrs(OP_LINEAR);
+  size_t c;
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    fl_tensor *in[3];
+    char bs[16];
+    in[0] = T(cs[c].dt, cs[c].x, cs[c].fx);
+    in[1] = T(cs[c].dt, cs[c].w, cs[c].fw);
+    snprintf(bs, sizeof bs, "%lld", (long long)in[1]->m.shape[0]);
+    in[2] = cs[c].bias ? T(cs[c].dt, bs, 0) : NULL;
+    check(OP_LINEAR, in, 3, &a, MM, cs[c].bias ? "bias" : NULL);
+    check(OP_LINEAR, in, 2, &a, MM, NULL);
+    gc();
+  }
+}
+
+static void test_conv(void) {
+  static const struct { const char *x, *w; int sh, sw, ph, pw, bias, fx; fl_dtype dt; } cs[] = {
+    {"2,3,8,8", "4,3,3,3", 1, 1, 0, 0, 1, 0, F32},
+    {"2,3,8,8", "4,3,3,3", 2, 2, 1, 1, 1, 0, F32},
+    {"2,3,8,8", "5,3,1,1", 1, 1, 0, 0, 1, 0, F32},
+    {"1,2,5,7", "3,2,2,3", 2, 1, 0, 1, 0, 0, F32},
+    {"2,3,6,6", "4,3,3,3", 1, 1, 2, 2, 1, NC, F32},
+    {"2,3,6,6", "4,3,3,3", 1, 1, 1, 1, 1, 0, F16},
+    {"1,1,3,3", "1,1,3,3", 1, 1, 0, 0, 0, 0, F32},
+    {"4,16,20,20", "8,16,3,3", 1, 1, 1, 1, 1, 0, F32}};
+  size_t c;
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    op_attrs a = attrs(OP_CONV2D);
+    fl_tensor *in[3];
+    char bs[16];
+    a.i[0] = cs[c].sh; a.i[1] = cs[c].sw; a.i[2] = cs[c].ph; a.i[3] = cs[c].pw;
+    in[0] = T(cs[c].dt, cs[c].x, cs[c].fx);
+    in[1] = T(cs[c].dt, cs[c].w, 0);
+    snprintf(bs, sizeof bs, "%lld", (long long)in[1]->m.shape[0]);
+    in[2] = cs[c].bias ? T(cs[c].dt, bs, 0) : NULL;
+    check(OP_CONV2D, in, cs[c].bias ? 3 : 2, &a, MM, NULL);
+    gc();
+  }
+}
+
+static void test_pool(void) {
+  static const struct { const char *x; int k0, k1, s0, s1, p0, p1, flags; fl_dtype dt; } cs[] = {
+    {"2,3,8,8", 2, 2, 2, 2, 0, 0, 0, F32}, {"2,3,8,8", 3, 3, 1, 1, 1, 1, 0, F32},
+    {"2,3,8,8", 3, 3, 2, 2, 1, 1, SPECIAL, F32}, {"1,1,7,5", 3, 2, 2, 1, 1, 0, 0, F32},
+    {"1,2,5,5", 2, 2, 0, 0, 0, 0, NC, F32}, {"2,2,6,6", 2, 2, 2, 2, 1, 1, 0, F16},
+    {"2,2,6,6", 3, 3, 1, 1, 1, 1, 0, I64}, {"1,1,1,1", 1, 1, 1, 1, 0, 0, 0, F32}};
+  fl_op op;
+  size_t c;
+  for (op = OP_MAX_POOL2D; op <= OP_AVG_POOL2D; op++)
+    for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+      op_attrs a = attrs(op);
+      fl_tensor *x = T(cs[c].dt, cs[c].x, cs[c].flags);
+      char buf[64];
+      a.i[0] = cs[c].k0; a.i[1] = cs[c].k1; a.i[2] = cs[c].s0;
+      a.i[3] = cs[c].s1; a.i[4] = cs[c].p0; a.i[5] = cs[c].p1;
+      snprintf(buf, sizeof buf, "k%dx%d s%d,%d p%d,%d", cs[c].k0, cs[c].k1,
+               cs[c].s0, cs[c].s1, cs[c].p0, cs[c].p1);
+      check(op, &x, 1, &a, RED, buf);
+      gc();
+    }
+}
+
+/* --- data movement ------------------------------------------------------------ */
+
+static void test_cat_embedding(void) {
+  static const struct { const char *a, *b, *c; int dim, fb; fl_dtype db; } cs[] = {
+    {"2,3", "4,3", NULL, 0, 0, F32}, {"2,3", "2,5", NULL, 1, 0, F32},
+    {"2,3", "2,5", "2,1", 1, NC, F32}, {"2,3", "2,5", NULL, 1, 0, F16},
+    {"2,0,3", "2,4,3", "2,1,3", 1, 0, F32}, {"3", "4", NULL, 0, 0, I64},
+    {"500,100", "500,300", NULL, 1, 0, F32}, {"2,3,4", "2,3,4", NULL, 2, NC, F32},
+    {"2,3", "4,3", "1,3", 0, NC, F32}, {"2,3", "4,3", NULL, 0, 0, BF16},
+    {"2,3,4", "2,5,4", NULL, 1, NC, F32}};
+  op_attrs a = attrs(OP_CAT);
+  size_t c;
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    fl_tensor *in[3];
+    in[0] = T(F32, cs[c].a, 0);
+    in[1] = T(cs[c].db, cs[c].b, cs[c].fb);
+    in[2] = cs[c].c ? T(F32, cs[c].c, 0) : NULL;
+    a.i[0] = cs[c].dim;
+    check(OP_CAT, in, cs[c].c ? 3 : 2, &a, EW, NULL);
+    gc();
+  }
+  {
+    op_attrs ea = attrs(OP_EMBEDDING);
+    fl_tensor *in[2];
+    in[0] = T(I64, "5", POS);
+    in[1] = T(F32, "10,4", 0);
+    check(OP_EMBEDDING, in, 2, &ea, EW, NULL);
+    in[0] = T(I64, "2,3", POS);
+    in[1] = T(F32, "11,6", NC);
+    check(OP_EMBEDDING, in, 2, &ea, EW, NULL);
+    in[1] = T(F16, "11,6", 0);
+    check(OP_EMBEDDING, in, 2, &ea, EW, NULL);
+    in[0] = T(I64, "4", NC | POS);
+    check(OP_EMBEDDING, in, 2, &ea, EW, NULL);
+    in[0] = T(I64, "0", 0);
+    check(OP_EMBEDDING, in, 2, &ea, EW, "empty");
+    in[0] = T(I64, "6", 0);      /* negative indices: both refuse */
+    check(OP_EMBEDDING, in, 2, &ea, EW, "negative");
+    gc();
+  }
+}
+
+/* A view op: eager shares x's storage; values as the oracle's copy. */
+static void view_case(fl_op op, fl_tensor *x, const op_attrs *a, int share,
+                      const char *what) {
+  fl_tensor g;
+  fl_err e = {0};
+  int rc = eager_apply(op, (const fl_tensor *const *)&x, 1, a, &g, &e);
+  if (!ok(rc == FL_OK, "%s %s runs", op_name(op), what)) {
+    printf("#   %s\n", e.msg);
+    return;
+  }
+  if (share) ok(g.st == x->st, "%s %s shares storage", op_name(op), what);
+  else ok(g.st != x->st, "%s %s copies", op_name(op), what);
+  ten_release(&g);
+  check(op, &x, 1, a, EW, what);
+}
+
+static void test_views(void) {
+  op_attrs a;
+  fl_tensor *x = T(F32, "2,3,4", 0), *xt = T(F32, "3,4", NC), g;
+  fl_err e = {0};
+  int rc;
+  a = attrs(OP_RESHAPE);
+  a.ndims = 2; a.dims[0] = 4; a.dims[1] = -1;
+  view_case(OP_RESHAPE, x, &a, 1, "contiguous");
+  a.ndims = 1; a.dims[0] = 12;
+  view_case(OP_RESHAPE, xt, &a, 0, "transposed");
+  a.ndims = 3; a.dims[0] = 1; a.dims[1] = 3; a.dims[2] = 4;
+  view_case(OP_RESHAPE, xt, &a, 1, "transposed, splitting no dim");
+  a = attrs(OP_VIEW);
+  a.ndims = 1; a.dims[0] = 24;
+  view_case(OP_VIEW, x, &a, 1, "contiguous");
+  a.ndims = 1; a.dims[0] = 12;
+  rc = eager_apply(OP_VIEW, (const fl_tensor *const *)&xt, 1, &a, &g, &e);
+  ok(rc != FL_OK && g.st == NULL, "view of a transposed tensor refuses");
+  ok(strstr(e.msg, "view") == e.msg && strstr(e.msg, "reshape") != NULL,
+     "... with PyTorch's advice: %s", e.msg);
+  a = attrs(OP_TRANSPOSE);
+  a.i[0] = 0; a.i[1] = 2;
+  view_case(OP_TRANSPOSE, x, &a, 1, "0,2");
+  a = attrs(OP_PERMUTE);
+  a.ndims = 3; a.dims[0] = 2; a.dims[1] = 0; a.dims[2] = 1;
+  view_case(OP_PERMUTE, x, &a, 1, "2,0,1");
+  a = attrs(OP_UNSQUEEZE);
+  a.i[0] = 1;
+  view_case(OP_UNSQUEEZE, xt, &a, 1, "1");
+  a = attrs(OP_SQUEEZE);
+  {
+    fl_tensor *y = T(F32, "2,1,3,1", 0);
+    view_case(OP_SQUEEZE, y, &a, 1, "all");
+    a.i[0] = 1; a.i[1] = 1;
+    view_case(OP_SQUEEZE, y, &a, 1, "dim 1");
+  }
+  a = attrs(OP_EXPAND);
+  {
+    fl_tensor *y = T(F32, "3,1", 0);
+    a.ndims = 3; a.dims[0] = 2; a.dims[1] = -1; a.dims[2] = 5;
+    view_case(OP_EXPAND, y, &a, 1, "2,-1,5");
+  }
+  a = attrs(OP_NARROW);
+  a.i[0] = 2; a.i[1] = 1; a.i[2] = 2;
+  view_case(OP_NARROW, x, &a, 1, "dim 2 1:3");
+  a = attrs(OP_CONTIGUOUS);
+  view_case(OP_CONTIGUOUS, x, &a, 1, "of a contiguous tensor");
+  view_case(OP_CONTIGUOUS, xt, &a, 0, "of a transposed tensor");
+  {
+    fl_tensor *y = T(F16, "5,7", NC);
+    view_case(OP_CONTIGUOUS, y, &a, 0, "float16");
+  }
+  a = attrs(OP_TRANSPOSE);
+  a.i[0] = 0; a.i[1] = 1;
+  view_case(OP_TRANSPOSE, xt, &a, 1, "of a transposed tensor");
+  a = attrs(OP_NARROW);
+  a.i[0] = 0; a.i[1] = 1; a.i[2] = 0;
+  view_case(OP_NARROW, xt, &a, 1, "to nothing");
+  {
+    fl_tensor *y = T(I64, "0,3", 0);
+    a = attrs(OP_RESHAPE);
+    a.ndims = 2; a.dims[0] = 3; a.dims[1] = 0;
+    view_case(OP_RESHAPE, y, &a, 1, "empty");
+  }
+  gc();
+}
+
+/* A row added to ops.def without a case here fails this. */
+static void test_coverage(void) {
+  int op, missing = 0;
+  for (op = 0; op < OP_COUNT; op++)
+    if (!tested[op]) {
+      printf("# no eager test compares %s\n", op_name((fl_op)op));
+      missing++;
+    }
+  ok(missing == 0, "every op of ops.def is compared with the oracle");
+}
+
+/* --- errors ----------------------------------------------------------------------- */
+
+static void refuses(fl_op op, fl_tensor **in, int nin, const op_attrs *a,
+                    const char *want) {
+  fl_tensor g;
+  fl_err e = {0};
+  int rc = eager_apply(op, (const fl_tensor *const *)in, nin, a, &g, &e);
+  ok(rc != FL_OK && g.st == NULL && strstr(e.msg, want) == e.msg,
+     "refuses: %s", e.msg);
+  if (rc == FL_OK) ten_release(&g);
+}
+
+static void test_errors(void) {
+  op_attrs a = attrs(OP_ADD);
+  fl_tensor *in[3], cuda;
+  in[0] = T(F32, "3", 0);
+  in[1] = T(F32, "4", 0);
+  refuses(OP_ADD, in, 2, &a, "add: ");
+  a = attrs(OP_MATMUL);
+  in[0] = T(F32, "2,3", 0);
+  in[1] = T(F32, "4,5", 0);
+  refuses(OP_MATMUL, in, 2, &a, "matmul: [2,3] @ [4,5]: inner dimensions");
+  a = attrs(OP_EMBEDDING);
+  in[0] = T(I64, "2", 0);
+  ten_set(in[0], 0, 10);
+  in[1] = T(F32, "10,4", 0);
+  refuses(OP_EMBEDDING, in, 2, &a, "embedding: index 10 out of range");
+  a = attrs(OP_POW);
+  in[0] = T(I64, "3", 0);
+  in[1] = T(I64, "3", 0);
+  ten_set(in[1], 1, -1);
+  refuses(OP_POW, in, 2, &a, "pow: integers to negative integer powers");
+  a = attrs(OP_SUM);
+  a.ndims = 1; a.dims[0] = 5;
+  refuses(OP_SUM, in, 1, &a, "sum: dim 5 out of range");
+  refuses(OP_SUM, in, 0, &a, "sum: expected");
+  a = attrs(OP_WHERE);
+  refuses(OP_WHERE, in, 2, &a, "where");
+  memset(&cuda, 0, sizeof cuda);
+  cuda.m.ndim = 1; cuda.m.shape[0] = 3; cuda.m.device = FL_DEV_CUDA;
+  in[0] = &cuda;
+  a = attrs(OP_EXP);
+  refuses(OP_EXP, in, 1, &a, "exp: ");
+  a = attrs(OP_SOFTMAX);
+  a.i[0] = 3;
+  in[0] = T(F32, "3,3", 0);
+  refuses(OP_SOFTMAX, in, 1, &a, "softmax: dim 3 out of range");
+  ok(eager_apply(OP_COUNT, (const fl_tensor *const *)in, 1, &a, &cuda, NULL) != FL_OK,
+     "an unknown op is refused even without an error record");
+  gc();
+}
+
+int main(void) {
+  test_unary();
+  test_cast();
+  test_binary();
+  test_where();
+  test_reduce();
+  test_softmax();
+  test_norms();
+  test_batch_norm();
+  test_matmul();
+  test_linear();
+  test_conv();
+  test_pool();
+  test_cat_embedding();
+  test_views();
+  test_errors();
+  test_coverage();
+  return tap_done();
+}
