@@ -1,0 +1,79 @@
+/*
+** cache.h -- compiled kernels on disk and in memory (DESIGN §4).
+** Key: XXH3-128 of the source, the compiler, its flags, the machine and
+** the fuselab version.  Disk entries are <key>.so in the cache directory
+** ($FUSELAB_CACHE_DIR, else $XDG_CACHE_HOME/fuselab, else
+** ~/.cache/fuselab; mode 0700), written to a temp file and renamed, so
+** readers never see half an entry; an entry that is corrupt or was built
+** for another key is ignored and rebuilt.  Loaded objects are kept in
+** memory, so the second request for a source costs a hash.
+*/
+#ifndef FL_CPU_CACHE_H
+#define FL_CPU_CACHE_H
+
+#include <stdint.h>
+
+#include "../graph/err.h"
+
+/* A loaded shared object, counted: every holder releases it. */
+typedef struct cache_obj cache_obj;
+
+enum { CACHE_COMPILED = 0, CACHE_DISK = 1, CACHE_MEMORY = 2 };
+
+typedef struct cache_info {
+  char dir[1024];        /* the directory in use */
+  int64_t entries;       /* compiled objects on disk */
+  int64_t bytes;         /* their size */
+  int64_t hits;          /* requests served from memory */
+  int64_t disk_hits;     /* requests served from disk */
+  int64_t misses;        /* requests that ran the compiler */
+  int64_t failures;      /* compiler runs that failed */
+} cache_info;
+
+/* Compile source (or find it) and load it.  On success *out is a new
+** reference the caller releases with cache_release, *how says where it came
+** from.  On FL_ECOMPILE, *log (when log is not NULL) is the compiler's
+** output, malloc'd and owned by the caller; also on success when it
+** compiled (warnings).  Thread-safe. */
+int cache_load(const char *source, cache_obj **out, char **log, int *how,
+               fl_err *e);
+/* Address of a symbol in the object, NULL when absent. */
+void *cache_sym(cache_obj *o, const char *name);
+cache_obj *cache_retain(cache_obj *o);
+/* Drops one reference; the object is unloaded with the last.  NULL ok. */
+void cache_release(cache_obj *o);
+
+/* The compiler command ($CC, else the configured default) and flags. */
+const char *cache_compiler(void);
+const char *cache_flags(void);
+
+int cache_get_info(cache_info *out, fl_err *e);
+/* Remove every entry from disk and forget the loaded ones (objects still
+** held by programs stay loaded until released). */
+int cache_clear(fl_err *e);
+/* Forget loaded objects only: the next request goes to disk, as a new
+** process would. */
+void cache_forget_memory(void);
+/* Non-NULL when the cache directory could not be used and a private temp
+** directory stands in (the text says which and why); shown once by
+** callers. */
+const char *cache_warning(void);
+/* Re-read the environment for the directory (tests change it). */
+void cache_reset_dir(void);
+
+/* --- blobs: compiled images of other compilers (NVRTC's PTX/CUBIN) ------
+** Same directory, same rules: the caller's key covers what made the blob
+** (source, compiler, flags, architecture, fuselab version); the file
+** <key>.<ext> carries the key and a checksum and is written to a temp file
+** and renamed; a corrupt or foreign one is deleted and counts as absent. */
+/* XXH3-128 over the NUL-terminated parts and the fuselab version. */
+void cache_blob_key(const char *const *parts, int nparts, char hex[33]);
+/* 1 and *data (malloc'd, the caller frees) when present and whole, else 0. */
+int cache_get_blob(const char *key, const char *ext, void **data, size_t *n);
+int cache_put_blob(const char *key, const char *ext, const void *data, size_t n, fl_err *e);
+/* Remove every <key>.<ext> blob; the count removed. */
+int cache_clear_blobs(const char *ext);
+/* Number and bytes of <key>.<ext> blobs on disk. */
+void cache_count_blobs(const char *ext, int64_t *entries, int64_t *bytes);
+
+#endif

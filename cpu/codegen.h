@@ -1,0 +1,29 @@
+/*
+** codegen.h -- C source from kernel descriptions.
+** Each kernel becomes one function
+**     void NAME(void **restrict buf, const int64_t *restrict arg)
+** where buf[i] is the data of the kernel's i-th buffer (fk_kernel.bufs) and
+** arg holds what fk_bind computes (sizes, then per access strides and
+** offset).  Nothing about sizes is baked into the source.
+*/
+#ifndef FL_CPU_CODEGEN_H
+#define FL_CPU_CODEGEN_H
+
+#include "../fuse/plan.h"
+#include "../graph/strbuf.h"
+
+/* The includes and helpers every program starts with (guarded, so several
+** programs may share one translation unit). */
+void cpu_emit_preamble(strbuf *b);
+/* Append kernel k of plan p as a C function named sym (a C identifier the
+** caller made).  Extern kernels without an epilogue emit nothing and
+** return 0; else 1.  *scratch (may be NULL) gets the number of float32
+** values per reduced element and per thread the kernel keeps in a row
+** scratch: when non-zero the caller passes, after the kernel's buffers,
+** one more of max_threads * scratch * (reduced elements) floats. */
+int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int k, const char *sym, int *scratch);
+/* Write into out (n bytes) a C identifier made from s: letters, digits
+** and '_' kept, everything else '_', never starting with a digit. */
+void cpu_c_ident(const char *s, char *out, size_t n);
+
+#endif

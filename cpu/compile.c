@@ -1,0 +1,421 @@
+/*
+** compile.c -- programs: source assembly, compilation through the cache,
+** and running kernels on tensors.
+** Invariant: a kernel is only called with buffers that exist and are
+** contiguous in the shapes the launch metadata says (inputs are made
+** contiguous first, every stored value is allocated from its re-inferred
+** shape), with the arguments fk_bind computed for exactly those shapes.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "program.h"
+#include "codegen.h"
+#include "eager.h"
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+cpu_program *cpu_codegen_prefixed(const fuse_plan *p, const char *prefix, fl_err *e) {
+  cpu_program *pr = calloc(1, sizeof *pr);
+  strbuf b, all;
+  int k;
+  if (!pr) { err_set(e, FL_ENOMEM, "codegen: out of memory"); return NULL; }
+  cpu_c_ident(prefix ? prefix : "fl_", pr->prefix, sizeof pr->prefix);
+  pr->plan = fuse_plan_ref((fuse_plan *)p);   /* counted, not modified */
+  pr->syms = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->syms);
+  pr->fns = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->fns);
+  pr->ktext = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->ktext);
+  pr->scratch = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->scratch);
+  if (!pr->syms || !pr->fns || !pr->ktext || !pr->scratch) goto oom;
+  memset(&b, 0, sizeof b);
+  memset(&all, 0, sizeof all);
+  for (k = 0; k < p->nkernels; k++) {
+    char sym[200];
+    snprintf(sym, sizeof sym, "%sk%d_%s", pr->prefix, k, p->kernels[k].name);
+    cpu_c_ident(sym, sym, sizeof sym);
+    strbuf kb;
+    memset(&kb, 0, sizeof kb);
+    if (cpu_emit_kernel(&kb, p, k, sym, &pr->scratch[k])) {
+      if (!(pr->syms[k] = dupstr(sym)) || !(pr->ktext[k] = strbuf_take(&kb))) goto oom;
+      strbuf_printf(&b, "%s", pr->ktext[k]);
+    }
+    strbuf_free(&kb);
+  }
+  if (!b.p && !b.oom) strbuf_printf(&b, "/* no generated kernels: every step is extern */\n");
+  if (b.oom) { strbuf_free(&b); goto oom; }
+  pr->body = strbuf_take(&b);
+  cpu_emit_preamble(&all);
+  strbuf_printf(&all, "%s", pr->body ? pr->body : "");
+  pr->source = strbuf_take(&all);
+  if (!pr->body || !pr->source) goto oom;
+  return pr;
+oom:
+  cpu_program_free(pr);
+  err_set(e, FL_ENOMEM, "codegen: out of memory");
+  return NULL;
+}
+
+cpu_program *cpu_codegen(const fuse_plan *p, fl_err *e) {
+  return cpu_codegen_prefixed(p, "fl_", e);
+}
+
+const char *cpu_program_source(const cpu_program *pr) { return pr->source; }
+const char *cpu_program_log(const cpu_program *pr) { return pr->log ? pr->log : ""; }
+
+/* Resolve every kernel symbol in the loaded object. */
+static int resolve(cpu_program *pr, fl_err *e) {
+  int k;
+  for (k = 0; k < pr->plan->nkernels; k++) {
+    if (!pr->syms[k]) continue;
+    pr->fns[k] = cache_sym(pr->obj, pr->syms[k]);
+    if (!pr->fns[k])
+      return err_set(e, FL_ECOMPILE, "compile: kernel %s missing from the object", pr->syms[k]);
+  }
+  return FL_OK;
+}
+
+/* A kernel's text without comments and with its own name as "@": two
+** kernels with the same key compile to the same code. */
+static char *kernel_key(const char *text, const char *sym) {
+  size_t n = strlen(text), i, o = 0, sl = strlen(sym);
+  char *k = malloc(n + 1);
+  if (!k) return NULL;
+  for (i = 0; i < n;) {
+    if (text[i] == '/' && text[i + 1] == '*') {
+      const char *end = strstr(text + i + 2, "*/");
+      i = end ? (size_t)(end - text) + 2 : n;
+      continue;
+    }
+    if (strncmp(text + i, sym, sl) == 0) { k[o++] = '@'; i += sl; continue; }
+    k[o++] = text[i++];
+  }
+  k[o] = '\0';
+  return k;
+}
+
+/* The source of several programs in one unit; a kernel identical to an
+** earlier one becomes an alias of it (random graphs, repeated layers). */
+static char *batch_source(cpu_program **prs, int n) {
+  strbuf b;
+  char **keys = NULL, **first = NULL;
+  int nk = 0, cap = 0, i, k, j;
+  memset(&b, 0, sizeof b);
+  cpu_emit_preamble(&b);
+  for (i = 0; i < n; i++)
+    for (k = 0; k < prs[i]->plan->nkernels; k++) {
+      char *key;
+      if (!prs[i]->ktext[k]) continue;
+      if (!(key = kernel_key(prs[i]->ktext[k], prs[i]->syms[k]))) { b.oom = 1; break; }
+      for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
+      if (j < nk) {
+        strbuf_printf(&b, "void %s(void **restrict buf, const int64_t *restrict arg)\n"
+                      "  __attribute__((alias(\"%s\")));   /* same code as %s */\n\n",
+                      prs[i]->syms[k], first[j], first[j]);
+        free(key);
+        continue;
+      }
+      if (nk == cap) {
+        cap = cap ? 2 * cap : 64;
+        keys = realloc(keys, (size_t)cap * sizeof *keys);
+        first = realloc(first, (size_t)cap * sizeof *first);
+        if (!keys || !first) { b.oom = 1; free(key); break; }
+      }
+      keys[nk] = key;
+      first[nk++] = prs[i]->syms[k];
+      strbuf_printf(&b, "%s", prs[i]->ktext[k]);
+    }
+  for (j = 0; j < nk; j++) free(keys[j]);
+  free(keys);
+  free(first);
+  return strbuf_take(&b);
+}
+
+int cpu_compile_batch(cpu_program **prs, int n, fl_err *e) {
+  cache_obj *obj = NULL;
+  char *log = NULL, *src;
+  double t0 = now_ms();
+  int i, rc, how = 0;
+  if (!(src = batch_source(prs, n))) return err_set(e, FL_ENOMEM, "compile: out of memory");
+  rc = cache_load(src, &obj, &log, &how, e);
+  free(src);
+  for (i = 0; i < n; i++) {
+    cpu_program *pr = prs[i];
+    free(pr->log);
+    pr->log = log ? dupstr(log) : NULL;
+    cache_release(pr->obj);
+    pr->obj = NULL;
+    pr->how = how;
+    pr->compile_ms = now_ms() - t0;
+    if (rc == FL_OK) {
+      pr->obj = cache_retain(obj);
+      if ((rc = resolve(pr, e)) != FL_OK) break;
+    }
+  }
+  cache_release(obj);
+  free(log);
+  return rc;
+}
+
+int cpu_program_compile(cpu_program *pr, fl_err *e) {
+  cache_obj *obj = NULL;
+  char *log = NULL;
+  double t0 = now_ms();
+  int rc = cache_load(pr->source, &obj, &log, &pr->how, e);
+  pr->compile_ms = now_ms() - t0;
+  free(pr->log);
+  pr->log = log;
+  cache_release(pr->obj);
+  pr->obj = obj;
+  if (rc != FL_OK) return rc;
+  return resolve(pr, e);
+}
+
+void cpu_program_free(cpu_program *pr) {
+  int k;
+  if (!pr) return;
+  if (pr->syms && pr->plan)
+    for (k = 0; k < pr->plan->nkernels; k++) free(pr->syms[k]);
+  if (pr->ktext && pr->plan)
+    for (k = 0; k < pr->plan->nkernels; k++) free(pr->ktext[k]);
+  free(pr->syms);
+  free(pr->ktext);
+  free(pr->scratch);
+  free(pr->fns);
+  free(pr->body);
+  free(pr->source);
+  free(pr->log);
+  cache_release(pr->obj);
+  if (pr->slots && pr->plan)
+    for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
+  free(pr->slots);
+  fuse_plan_free(pr->plan);
+  free(pr);
+}
+
+/* --- running ------------------------------------------------------------ */
+
+/* Shapes of every node for these inputs: the graph's own rules, re-run. */
+static int infer_all(const ir_graph *g, const fl_tensor *const *in, fl_meta *metas, fl_err *e) {
+  int i, k, d;
+  char want[128], got[96];
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    const fl_meta *args[64];
+    int rc;
+    switch (nd->kind) {
+    case IR_INPUT: {
+      const fl_meta *m = &in[nd->index]->m;
+      int bad = m->dtype != nd->meta.dtype || m->ndim != nd->meta.ndim;
+      for (d = 0; d < m->ndim && !bad; d++)
+        bad = !nd->sym[d] && m->shape[d] != nd->meta.shape[d];
+      if (bad)
+        return err_set(e, FL_EINVAL, "run: input %d: expected %s, got %s %s", nd->index + 1,
+                       ir_type_str(g, i, want, sizeof want), dtype_name(m->dtype),
+                       meta_shape_str(m, got, sizeof got));
+      metas[i] = *m;
+      metas[i].wrapped = 0;
+      break;
+    }
+    case IR_PARAM: case IR_CONST:
+      metas[i] = nd->value.m;
+      break;
+    case IR_OP:
+      for (k = 0; k < nd->nin && k < 64; k++) args[k] = nd->in[k] < 0 ? NULL : &metas[nd->in[k]];
+      if ((rc = op_infer(nd->op, args, nd->nin, &nd->attrs, &metas[i], e)) != FL_OK) return rc;
+      break;
+    }
+    metas[i].device = FL_DEV_CPU;
+  }
+  return FL_OK;
+}
+
+/* The value of node id as a tensor: its buffer, or a view of one built
+** with the eager kernels (for extern inputs). */
+static int value_of(const ir_graph *g, fl_tensor *vals, int id, fl_err *e) {
+  const ir_node *nd = &g->nodes[id];
+  const fl_tensor *arg;
+  int rc;
+  if (vals[id].st) return FL_OK;
+  if (nd->kind != IR_OP || !fk_is_view(g, id) || nd->in[0] < 0)
+    return err_set(e, FL_EINVAL, "run: %%%d has no value (plan out of order)", id);
+  if ((rc = value_of(g, vals, nd->in[0], e)) != FL_OK) return rc;
+  arg = &vals[nd->in[0]];
+  return eager_apply(nd->op, &arg, 1, &nd->attrs, &vals[id], e);
+}
+
+static int run_extern(const ir_graph *g, const fk_kernel *k, fl_tensor *vals, fl_err *e) {
+  const ir_node *nd = &g->nodes[k->anchor];
+  const fl_tensor *args[64];
+  fl_tensor t;
+  int i, rc;
+  memset(&t, 0, sizeof t);
+  for (i = 0; i < nd->nin && i < 64; i++) {
+    args[i] = NULL;
+    if (nd->in[i] < 0) continue;
+    if ((rc = value_of(g, vals, nd->in[i], e)) != FL_OK) return rc;
+    args[i] = &vals[nd->in[i]];
+  }
+  if ((rc = eager_apply(nd->op, args, nd->nin, &nd->attrs, &t, e)) != FL_OK) return rc;
+  rc = ten_contiguous(&vals[k->anchor], &t, e);
+  ten_release(&t);
+  return rc;
+}
+
+/* A buffer for stored node id: a view of its memory-plan slot (grown when
+** these shapes need more), or a fresh tensor for graph outputs. */
+static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  int s = p->slot[id], rc;
+  size_t need = (size_t)meta_numel(m) * dtype_size(m->dtype);
+  fl_tensor *st;
+  if (s < 0 || s >= p->nslots) return ten_empty(out, m, e);
+  if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
+    return err_set(e, FL_ENOMEM, "run: out of memory");
+  st = &pr->slots[s];
+  if (!st->st || st->st->nbytes < need) {
+    fl_meta bm;
+    memset(&bm, 0, sizeof bm);
+    bm.dtype = FL_BOOL;
+    bm.ndim = 1;
+    bm.shape[0] = (int64_t)(need ? need : 1);
+    ten_release(st);
+    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
+  }
+  ten_share(out, st);
+  out->m = *m;
+  out->offset = 0;
+  ten_set_contiguous_strides(out);
+  return FL_OK;
+}
+
+static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *vals,
+                      int64_t *args, fl_err *e) {
+  const ir_graph *g = pr->plan->g;
+  const fk_kernel *k = &pr->plan->kernels[ki];
+  void *bufs[257];
+  void *scratch = NULL;
+  int i, rc;
+  if (k->kind == FK_EXTERN && (rc = run_extern(g, k, vals, e)) != FL_OK) return rc;
+  if (k->nnodes == 0) return FL_OK;
+  if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
+  if (k->nbufs > 256) return err_set(e, FL_EUNSUPPORTED, "%s: too many buffers", k->name);
+  for (i = 0; i < k->nacc; i++) {
+    int id = k->acc[i].node;
+    if (!k->acc[i].store || vals[id].st) continue;
+    if ((rc = buffer_for(pr, id, &metas[id], &vals[id], e)) != FL_OK) return rc;
+  }
+  for (i = 0; i < k->nbufs; i++) {
+    int id = k->bufs[i];
+    if (!vals[id].st && (rc = value_of(g, vals, id, e)) != FL_OK) return rc;
+    bufs[i] = ten_data(&vals[id]);
+  }
+  if ((rc = fk_bind(k, g, metas, args, e)) != FL_OK) return rc;
+  if (pr->scratch[ki]) {
+    /* the reduced elements of one row, per value kept, per thread */
+    int64_t nr = 1;
+    int d, threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    for (d = k->nkept; d < k->nkept + k->nred; d++) nr *= args[d];
+    scratch = malloc((size_t)threads * (size_t)pr->scratch[ki] * (size_t)(nr ? nr : 1) * sizeof(float));
+    if (!scratch)
+      return err_set(e, FL_ENOMEM, "%s: cannot allocate its row scratch (%d x %lld floats)",
+                     k->name, threads * pr->scratch[ki], (long long)nr);
+  }
+  bufs[k->nbufs] = scratch;
+  ((cpu_kernel_fn)pr->fns[ki])(bufs, args);
+  free(scratch);
+  return FL_OK;
+}
+
+static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
+               fl_tensor *outs, int into, fl_err *e);
+
+int cpu_program_run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
+                    fl_tensor *outs, fl_err *e) {
+  return run(pr, inputs, ninputs, outs, 0, e);
+}
+
+int cpu_program_run_out(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
+                        fl_tensor *outs, fl_err *e) {
+  return run(pr, inputs, ninputs, outs, 1, e);
+}
+
+static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
+               fl_tensor *outs, int into, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  fl_meta *metas = NULL;
+  fl_tensor *vals = NULL;
+  int64_t *args = NULL;
+  char *is_out = NULL;
+  int i, k, rc = FL_OK, maxargs = 1;
+  if (ninputs != g->ninputs)
+    return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
+  for (i = 0; i < ninputs; i++)
+    if (!inputs[i] || !inputs[i]->st || inputs[i]->m.device != FL_DEV_CPU)
+      return err_set(e, FL_EINVAL, "run: input %d is not a CPU tensor", i + 1);
+  if (!pr->obj && (rc = cpu_program_compile(pr, e)) != FL_OK) return rc;
+  for (k = 0; k < p->nkernels; k++)
+    if (fk_nargs(&p->kernels[k]) > maxargs) maxargs = fk_nargs(&p->kernels[k]);
+  metas = malloc((size_t)(g->n ? g->n : 1) * sizeof *metas);
+  vals = calloc((size_t)(g->n ? g->n : 1), sizeof *vals);
+  args = malloc((size_t)maxargs * sizeof *args);
+  is_out = calloc((size_t)(g->n ? g->n : 1), 1);
+  if (!metas || !vals || !args || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
+  if ((rc = infer_all(g, inputs, metas, e)) != FL_OK) goto done;
+  for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
+  /* results straight into the caller's tensors where they fit */
+  for (i = 0; i < g->nout && into; i++) {
+    int id = g->outputs[i];
+    const fl_tensor *o = &outs[i];
+    if (o->st && g->nodes[id].kind == IR_OP && p->stored[id] && !vals[id].st &&
+        o->m.dtype == metas[id].dtype && meta_same_shape(&o->m, &metas[id]) &&
+        ten_is_contiguous(o))
+      ten_share(&vals[id], o);
+  }
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_INPUT) rc = ten_contiguous(&vals[i], inputs[nd->index], e);
+    else if (nd->kind != IR_OP) rc = ten_contiguous(&vals[i], &nd->value, e);
+  }
+  for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
+    rc = run_kernel(pr, k, metas, vals, args, e);
+    /* free what no later kernel reads: peak memory as planned */
+    for (i = 0; i < g->n && rc == FL_OK; i++)
+      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&vals[i]);
+  }
+  for (i = 0; i < g->nout && rc == FL_OK; i++) {
+    int id = g->outputs[i];
+    if (!vals[id].st) rc = value_of(g, vals, id, e);
+    if (rc != FL_OK) break;
+    if (into && outs[i].st) {
+      if (outs[i].st != vals[id].st) rc = ten_copy(&outs[i], &vals[id], e);
+    } else {
+      ten_share(&outs[i], &vals[id]);
+    }
+  }
+  if (rc == FL_OK) pr->runs++;
+done:
+  if (vals) for (i = 0; i < g->n; i++) ten_release(&vals[i]);
+  free(metas); free(vals); free(args); free(is_out);
+  return rc;
+}

@@ -1,0 +1,223 @@
+/*
+** fuse_graphs.h -- small graph builders shared by the fusion, codegen and
+** differential tests and the fusion benchmark: softmax, layer_norm and
+** rms_norm in composite and decomposed forms, an MLP, a conv-bn-relu block
+** and a transformer-style block.  Every builder returns a graph the caller
+** frees, or NULL.
+*/
+#ifndef FL_FUSE_GRAPHS_H
+#define FL_FUSE_GRAPHS_H
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/ir.h"
+#include "graph/rng.h"
+
+static inline fl_meta fg_meta(fl_dtype dt, int nd, ...) {
+  fl_meta m;
+  va_list ap;
+  int d;
+  memset(&m, 0, sizeof m);
+  m.dtype = dt;
+  m.ndim = nd;
+  va_start(ap, nd);
+  for (d = 0; d < nd; d++) m.shape[d] = va_arg(ap, int64_t);
+  va_end(ap);
+  return m;
+}
+
+#define FG_SHAPE(...) __VA_ARGS__
+
+static inline int fg_input(ir_graph *g, fl_meta m) {
+  fl_err e;
+  return ir_add_input(g, &m, "x", &e);
+}
+
+/* a parameter filled with values in [-1, 1) from a fixed pattern */
+static inline int fg_param(ir_graph *g, fl_meta m, const char *name, double scale, double shift) {
+  fl_tensor t;
+  fl_err e;
+  int64_t i, n;
+  int id;
+  if (ten_empty(&t, &m, &e)) return -1;
+  n = meta_numel(&m);
+  for (i = 0; i < n; i++) ten_set(&t, i, shift + scale * (double)((i * 7919 + 13) % 2003 - 1001) / 1001.0);
+  id = ir_add_param(g, &t, name, &e);
+  ten_release(&t);
+  return id;
+}
+
+static inline int fg_scalar(ir_graph *g, double v) {
+  fl_meta m = fg_meta(FL_F32, 0);
+  fl_tensor t;
+  fl_err e;
+  int id;
+  if (ten_empty(&t, &m, &e)) return -1;
+  ten_set(&t, 0, v);
+  id = ir_add_const(g, &t, &e);
+  ten_release(&t);
+  return id;
+}
+
+static inline int fg_op(ir_graph *g, fl_op op, int a, int b, int c) {
+  op_attrs at;
+  int in[3] = {a, b, c}, n = c != -2 ? 3 : b != -2 ? 2 : 1;
+  fl_err e;
+  op_attrs_init(op, &at);
+  return ir_add_op(g, op, in, n, &at, NULL, NULL, &e);
+}
+#define fg_un(g, op, a) fg_op(g, op, a, -2, -2)
+#define fg_bin(g, op, a, b) fg_op(g, op, a, b, -2)
+
+static inline int fg_red(ir_graph *g, fl_op op, int x, int dim, int keep) {
+  op_attrs at;
+  fl_err e;
+  op_attrs_init(op, &at);
+  at.ndims = 1;
+  at.dims[0] = dim;
+  at.keepdim = keep;
+  return ir_add_op(g, op, &x, 1, &at, NULL, NULL, &e);
+}
+
+static inline int fg_attr(ir_graph *g, fl_op op, const int *in, int nin, const op_attrs *at) {
+  fl_err e;
+  return ir_add_op(g, op, in, nin, at, NULL, NULL, &e);
+}
+
+static inline int fg_transpose(ir_graph *g, int x, int a, int b) {
+  op_attrs at;
+  op_attrs_init(OP_TRANSPOSE, &at);
+  at.i[0] = a;
+  at.i[1] = b;
+  return fg_attr(g, OP_TRANSPOSE, &x, 1, &at);
+}
+
+/* softmax over the last dim of [rows, cols], composite or decomposed */
+static inline ir_graph *fg_softmax(int64_t rows, int64_t cols, int decomposed, int logform) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 2, rows, cols)), y;
+  if (!decomposed) {
+    op_attrs at;
+    op_attrs_init(OP_SOFTMAX, &at);
+    at.i[0] = 1;
+    y = fg_attr(g, logform ? OP_LOG_SOFTMAX : OP_SOFTMAX, &x, 1, &at);
+  } else {
+    int m = fg_red(g, OP_AMAX, x, 1, 1);
+    int d = fg_bin(g, OP_SUB, x, m);
+    int ex = fg_un(g, OP_EXP, d);
+    int s = fg_red(g, OP_SUM, ex, 1, 1);
+    y = logform ? fg_bin(g, OP_SUB, d, fg_un(g, OP_LOG, s)) : fg_bin(g, OP_DIV, ex, s);
+  }
+  ir_add_output(g, y, NULL);
+  return g;
+}
+
+/* layer_norm (rms=0) or rms_norm (rms=1) over the last dim, with weight
+** (and bias for layer_norm) */
+static inline ir_graph *fg_norm(int64_t rows, int64_t cols, int decomposed, int rms) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 2, rows, cols));
+  int w = fg_param(g, fg_meta(FL_F32, 1, cols), "w", 0.5, 1.0);
+  int b = rms ? -1 : fg_param(g, fg_meta(FL_F32, 1, cols), "b", 0.5, 0.0);
+  int y;
+  if (!decomposed) {
+    op_attrs at;
+    int in[3] = {x, w, b};
+    op_attrs_init(rms ? OP_RMS_NORM : OP_LAYER_NORM, &at);
+    at.i[0] = 1;
+    y = fg_attr(g, rms ? OP_RMS_NORM : OP_LAYER_NORM, in, rms ? 2 : 3, &at);
+  } else if (!rms) {
+    int m = fg_red(g, OP_MEAN, x, 1, 1);
+    int d = fg_bin(g, OP_SUB, x, m);
+    int q = fg_bin(g, OP_MUL, d, d);
+    int v = fg_red(g, OP_MEAN, q, 1, 1);
+    int ve = fg_bin(g, OP_ADD, v, fg_scalar(g, 1e-5));
+    int r = fg_un(g, OP_RSQRT, ve);
+    int n = fg_bin(g, OP_MUL, d, r);
+    y = fg_bin(g, OP_ADD, fg_bin(g, OP_MUL, n, w), b);
+  } else {
+    int q = fg_bin(g, OP_MUL, x, x);
+    int ms = fg_red(g, OP_MEAN, q, 1, 1);
+    int r = fg_un(g, OP_RSQRT, fg_bin(g, OP_ADD, ms, fg_scalar(g, 1.1920928955078125e-07)));
+    y = fg_bin(g, OP_MUL, fg_bin(g, OP_MUL, x, r), w);
+  }
+  ir_add_output(g, y, NULL);
+  return g;
+}
+
+static inline int fg_linear(ir_graph *g, int x, int64_t in, int64_t out, const char *name) {
+  int w = fg_param(g, fg_meta(FL_F32, 2, out, in), name, 0.5 / 8, 0.0);
+  int b = fg_param(g, fg_meta(FL_F32, 1, out), name, 0.1, 0.0);
+  int args[3] = {x, w, b};
+  op_attrs at;
+  op_attrs_init(OP_LINEAR, &at);
+  return fg_attr(g, OP_LINEAR, args, 3, &at);
+}
+
+/* linear -> gelu -> linear */
+static inline ir_graph *fg_mlp(int64_t batch, int64_t d, int64_t hidden) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 2, batch, d));
+  int h = fg_un(g, OP_GELU, fg_linear(g, x, d, hidden, "fc1"));
+  ir_add_output(g, fg_linear(g, h, hidden, d, "fc2"), NULL);
+  return g;
+}
+
+/* conv2d(3x3, padding 1) -> batch_norm -> relu */
+static inline ir_graph *fg_conv_bn_relu(int64_t n, int64_t ci, int64_t co, int64_t hw) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 4, n, ci, hw, hw));
+  int w = fg_param(g, fg_meta(FL_F32, 4, co, ci, (int64_t)3, (int64_t)3), "conv.weight", 0.3, 0.0);
+  int mean = fg_param(g, fg_meta(FL_F32, 1, co), "bn.mean", 0.1, 0.0);
+  int var = fg_param(g, fg_meta(FL_F32, 1, co), "bn.var", 0.2, 1.0);
+  int bw = fg_param(g, fg_meta(FL_F32, 1, co), "bn.weight", 0.3, 1.0);
+  int bb = fg_param(g, fg_meta(FL_F32, 1, co), "bn.bias", 0.1, 0.0);
+  int args[5], c, bn;
+  op_attrs at;
+  op_attrs_init(OP_CONV2D, &at);
+  at.i[0] = at.i[1] = 1;
+  at.i[2] = at.i[3] = 1;
+  args[0] = x; args[1] = w;
+  c = fg_attr(g, OP_CONV2D, args, 2, &at);
+  op_attrs_init(OP_BATCH_NORM, &at);
+  args[0] = c; args[1] = mean; args[2] = var; args[3] = bw; args[4] = bb;
+  bn = fg_attr(g, OP_BATCH_NORM, args, 5, &at);
+  ir_add_output(g, fg_un(g, OP_RELU, bn), NULL);
+  return g;
+}
+
+static inline int fg_ln(ir_graph *g, int x, int64_t d, const char *name) {
+  int w = fg_param(g, fg_meta(FL_F32, 1, d), name, 0.2, 1.0);
+  int b = fg_param(g, fg_meta(FL_F32, 1, d), name, 0.1, 0.0);
+  int in[3] = {x, w, b};
+  op_attrs at;
+  op_attrs_init(OP_LAYER_NORM, &at);
+  at.i[0] = 1;
+  return fg_attr(g, OP_LAYER_NORM, in, 3, &at);
+}
+
+/* GPT-style block, one head per `heads` folded into the batch for
+** brevity: x + attn(ln1(x)), then + mlp(ln2(.)).  [batch, seq, d] */
+static inline ir_graph *fg_block(int64_t batch, int64_t seq, int64_t d) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 3, batch, seq, d));
+  int h = fg_ln(g, x, d, "ln1");
+  int q = fg_linear(g, h, d, d, "q"), k = fg_linear(g, h, d, d, "k"), v = fg_linear(g, h, d, d, "v");
+  int s = fg_bin(g, OP_MATMUL, q, fg_transpose(g, k, 1, 2));
+  int sc = fg_bin(g, OP_MUL, s, fg_scalar(g, 1.0 / 16.0));
+  op_attrs at;
+  int p, a, o, x2, f;
+  op_attrs_init(OP_SOFTMAX, &at);
+  at.i[0] = 2;
+  p = fg_attr(g, OP_SOFTMAX, &sc, 1, &at);
+  a = fg_bin(g, OP_MATMUL, p, v);
+  o = fg_linear(g, a, d, d, "o");
+  x2 = fg_bin(g, OP_ADD, x, o);
+  f = fg_un(g, OP_GELU, fg_linear(g, fg_ln(g, x2, d, "ln2"), d, 4 * d, "fc1"));
+  ir_add_output(g, fg_bin(g, OP_ADD, x2, fg_linear(g, f, 4 * d, d, "fc2")), NULL);
+  return g;
+}
+
+#endif

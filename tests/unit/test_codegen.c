@@ -1,0 +1,355 @@
+/*
+** test_codegen.c -- generated C against the reference interpreter, on many
+** shapes; compiler failures; the kernel cache (warm hit, corrupt entry,
+** unwritable directory, two processes compiling at once).
+** Tolerance: float32 results within 1e-4 absolute + 1e-4 relative of the
+** oracle (which computes in double), 1e-3 for sums over 1000+ elements.
+*/
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "fuse_graphs.h"
+#include "fuse/plan.h"
+#include "cpu/program.h"
+#include "graph/ref.h"
+
+static void fill(fl_tensor *t, double lo, double hi) {
+  int64_t i, n = meta_numel(&t->m);
+  for (i = 0; i < n; i++) {
+    double u = (double)rand() / RAND_MAX;
+    ten_set(t, i, lo + (hi - lo) * u);
+  }
+}
+
+/* max |got - want| / (atol + rtol |want|) over all outputs: <= 1 passes */
+static double compare(const fl_tensor *got, const fl_tensor *want, double tol) {
+  int64_t i, n = meta_numel(&want->m);
+  double worst = 0;
+  if (!meta_same_shape(&got->m, &want->m) || got->m.dtype != want->m.dtype) return 1e30;
+  for (i = 0; i < n; i++) {
+    double a = ten_get(got, i), b = ten_get(want, i), r;
+    if (isnan(a) && isnan(b)) continue;
+    if (a == b) continue;
+    r = fabs(a - b) / (tol + tol * fabs(b));
+    if (!(r <= worst)) worst = r;
+  }
+  return worst;
+}
+
+/* Plan g (fused or not), compile, run on random inputs, compare. */
+static int check(const char *what, ir_graph *g, int fuse, double tol) {
+  fuse_opts o;
+  fuse_plan *p;
+  cpu_program *pr;
+  fl_err e;
+  fl_tensor in[8], got[8], want[8];
+  const fl_tensor *inp[8];
+  int i, rc, good = 1;
+  fuse_opts_default(&o);
+  o.fuse = fuse;
+  memset(in, 0, sizeof in); memset(got, 0, sizeof got); memset(want, 0, sizeof want);
+  if (!(p = fuse_plan_build(g, &o, &e))) { ok(0, "%s: plan: %s", what, e.msg); return 0; }
+  pr = cpu_codegen(p, &e);
+  fuse_plan_free(p);
+  if (!pr) { ok(0, "%s: codegen: %s", what, e.msg); return 0; }
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind != IR_INPUT) continue;
+    ten_empty(&in[nd->index], &nd->meta, &e);
+    fill(&in[nd->index], -2, 2);
+    inp[nd->index] = &in[nd->index];
+  }
+  rc = cpu_program_run(pr, inp, g->ninputs, got, &e);
+  if (rc) {
+    ok(0, "%s (fuse=%d): run: %s", what, fuse, e.msg);
+    printf("# log: %s\n", cpu_program_log(pr));
+    good = 0;
+  } else if ((rc = ir_run(g, ref_apply, inp, g->ninputs, want, &e))) {
+    ok(0, "%s: reference: %s", what, e.msg);
+    good = 0;
+  } else {
+    double worst = 0;
+    for (i = 0; i < g->nout; i++) {
+      double w = compare(&got[i], &want[i], tol);
+      if (w > worst) worst = w;
+    }
+    good = ok(worst <= 1, "%s (fuse=%d) matches the reference (worst %.3g of tolerance)", what, fuse, worst);
+  }
+  if (!good) {
+    char *s = ir_listing(g);
+    printf("# %s\n", s);
+    free(s);
+  }
+  for (i = 0; i < 8; i++) { ten_release(&in[i]); ten_release(&got[i]); ten_release(&want[i]); }
+  cpu_program_free(pr);
+  return good;
+}
+
+static void both(const char *what, ir_graph *g, double tol) {
+  check(what, g, 1, tol);
+  check(what, g, 0, tol);
+  ir_free(g);
+}
+
+/* a chain with broadcasting, a transpose and narrow views */
+static ir_graph *views(int64_t a, int64_t b) {
+  ir_graph *g = ir_new();
+  int x = fg_input(g, fg_meta(FL_F32, 2, a, b));
+  int y = fg_input(g, fg_meta(FL_F32, 2, b, a));
+  int r = fg_input(g, fg_meta(FL_F32, 1, a));
+  op_attrs at;
+  int t, n, z;
+  op_attrs_init(OP_NARROW, &at);
+  at.i[0] = 1; at.i[1] = 1; at.i[2] = a - 1;
+  t = fg_transpose(g, y, 0, 1);                         /* [a, b] */
+  z = fg_bin(g, OP_MUL, fg_un(g, OP_TANH, x), t);
+  z = fg_bin(g, OP_ADD, z, fg_un(g, OP_SIGMOID, fg_transpose(g, fg_bin(g, OP_SUB, y, r), 0, 1)));
+  n = fg_attr(g, OP_NARROW, &y, 1, &at);                /* [b, a-1] */
+  ir_add_output(g, z, NULL);
+  ir_add_output(g, fg_un(g, OP_EXP, n), NULL);
+  return g;
+}
+
+static int count_files(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  int n = 0;
+  if (!d) return 0;
+  while ((de = readdir(d))) {
+    size_t a = strlen(de->d_name), b = strlen(suffix);
+    n += a > b && strcmp(de->d_name + a - b, suffix) == 0 && strncmp(de->d_name, "tmp-", 4);
+  }
+  closedir(d);
+  return n;
+}
+
+static cpu_program *program_for(ir_graph *g) {
+  fl_err e;
+  fuse_plan *p = fuse_plan_build(g, NULL, &e);
+  cpu_program *pr = p ? cpu_codegen(p, &e) : NULL;
+  fuse_plan_free(p);
+  return pr;
+}
+
+int main(void) {
+  static const int64_t shapes[][2] = {{1, 1}, {1, 7}, {7, 1}, {3, 5}, {64, 128}, {33, 1023}, {1024, 9}};
+  char tmpl[] = "/tmp/fl-cache-test-XXXXXX", *cdir;
+  size_t s;
+  fl_err e;
+  srand(1234);
+  cdir = mkdtemp(tmpl);
+  setenv("FUSELAB_CACHE_DIR", cdir, 1);
+  cache_reset_dir();
+
+  for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int64_t r = shapes[s][0], c = shapes[s][1];
+    char w[96];
+    snprintf(w, sizeof w, "softmax %lldx%lld", (long long)r, (long long)c);
+    both(w, fg_softmax(r, c, 0, 0), 1e-4);
+    snprintf(w, sizeof w, "softmax decomposed %lldx%lld", (long long)r, (long long)c);
+    both(w, fg_softmax(r, c, 1, 0), 1e-4);
+    snprintf(w, sizeof w, "log_softmax decomposed %lldx%lld", (long long)r, (long long)c);
+    both(w, fg_softmax(r, c, 1, 1), 1e-4);
+    snprintf(w, sizeof w, "layer_norm %lldx%lld", (long long)r, (long long)c);
+    if (c > 1) both(w, fg_norm(r, c, 0, 0), 1e-3);
+    snprintf(w, sizeof w, "layer_norm decomposed %lldx%lld", (long long)r, (long long)c);
+    if (c > 1) both(w, fg_norm(r, c, 1, 0), 1e-3);
+    snprintf(w, sizeof w, "rms_norm %lldx%lld", (long long)r, (long long)c);
+    both(w, fg_norm(r, c, 0, 1), 1e-3);
+    snprintf(w, sizeof w, "rms_norm decomposed %lldx%lld", (long long)r, (long long)c);
+    both(w, fg_norm(r, c, 1, 1), 1e-3);
+    snprintf(w, sizeof w, "views and broadcasting %lldx%lld", (long long)r, (long long)c);
+    if (c > 1) both(w, views(r, c), 1e-4);
+  }
+  both("MLP 16x32x64", fg_mlp(16, 32, 64), 1e-3);
+  both("conv-bn-relu 2x3x8x8 -> 4", fg_conv_bn_relu(2, 3, 4, 8), 1e-3);
+  both("transformer block 2x8x16", fg_block(2, 8, 16), 2e-3);
+
+  /* the source reads: named kernels, node comments, OpenMP, simd */
+  {
+    ir_graph *g = fg_softmax(4096, 1024, 1, 0);
+    cpu_program *pr = program_for(g);
+    const char *src = pr ? cpu_program_source(pr) : "";
+    ok(strstr(src, "fused_amax_sub_exp_sum_div_4096x1024") != NULL, "kernel named after what it does");
+    ok(strstr(src, "%3 = exp(%2)") != NULL, "header comment names the graph nodes");
+    ok(strstr(src, "#pragma omp parallel for") && strstr(src, "#pragma omp simd reduction(+:"),
+       "rows in parallel, reductions vectorized without atomics");
+    ok(!strstr(src, "4096") || strstr(src, "4096x1024"), "sizes are arguments, not literals");
+    cpu_program_free(pr);
+    ir_free(g);
+  }
+
+  /* one compiled program serves every size of a symbolic dim */
+  {
+    ir_graph *g = ir_new();
+    fl_meta m = fg_meta(FL_F32, 2, (int64_t)64, (int64_t)100);
+    int x, y, r;
+    cpu_program *pr;
+    static const int64_t rows[] = {7, 1000, 2};
+    size_t t;
+    x = ir_add_input(g, &m, "x", &e);
+    g->nodes[x].sym[0] = 1;
+    g->nsyms = 1;
+    y = fg_bin(g, OP_MUL, fg_un(g, OP_EXP, x), fg_red(g, OP_SUM, x, 1, 1));
+    ir_add_output(g, y, NULL);
+    pr = program_for(g);
+    ok(pr && strstr(cpu_program_source(pr), "_s0x100") != NULL, "kernel name shows the symbolic dim");
+    for (t = 0; pr && t < sizeof rows / sizeof rows[0]; t++) {
+      fl_tensor in, got[1], want[1];
+      const fl_tensor *inp[1] = {&in};
+      fl_meta mm = fg_meta(FL_F32, 2, rows[t], (int64_t)100);
+      memset(got, 0, sizeof got); memset(want, 0, sizeof want);
+      ten_empty(&in, &mm, &e);
+      fill(&in, -1, 1);
+      r = cpu_program_run(pr, inp, 1, got, &e);
+      if (r == FL_OK) r = ir_run(g, ref_apply, inp, 1, want, &e);
+      ok(r == FL_OK && compare(&got[0], &want[0], 1e-4) <= 1, "symbolic rows = %lld: same program, right values%s%s",
+         (long long)rows[t], r ? ": " : "", r ? e.msg : "");
+      ten_release(&in); ten_release(&got[0]); ten_release(&want[0]);
+    }
+    is_int(pr ? pr->how : -1, CACHE_COMPILED, "compiled once");
+    cpu_program_free(pr);
+    ir_free(g);
+  }
+
+  /* a graph with no ops (returns its input) and one whose output is a view */
+  {
+    ir_graph *g = ir_new();
+    int x = fg_input(g, fg_meta(FL_F32, 2, (int64_t)3, (int64_t)4));
+    ir_add_output(g, x, NULL);
+    both("no ops: the input returned", g, 1e-6);
+    g = ir_new();
+    x = fg_input(g, fg_meta(FL_F32, 2, (int64_t)3, (int64_t)4));
+    ir_add_output(g, fg_transpose(g, fg_un(g, OP_EXP, x), 0, 1), NULL);
+    ir_add_output(g, fg_transpose(g, x, 0, 1), NULL);
+    both("outputs that are views", g, 1e-6);
+  }
+
+  /* compiler failures: CC=false, a compiler that does not exist */
+  {
+    ir_graph *g = fg_softmax(3, 11, 0, 0);
+    const char *bad[] = {"false", "/nonexistent/bin/cc"};
+    int i;
+    for (i = 0; i < 2; i++) {
+      cpu_program *pr = program_for(g);
+      int rc;
+      setenv("CC", bad[i], 1);
+      rc = cpu_program_compile(pr, &e);
+      is_int(rc, FL_ECOMPILE, "CC=%s gives FL_ECOMPILE", bad[i]);
+      if (i == 1) ok(strstr(cpu_program_log(pr), "nonexistent") != NULL, "the log keeps the shell's complaint: %s", cpu_program_log(pr));
+      else ok(strstr(e.msg, "failed") != NULL, "message: %s", e.msg);
+      unsetenv("CC");
+      cpu_program_free(pr);
+    }
+    ir_free(g);
+  }
+
+  /* cache: cold compile, memory hit, disk hit after forgetting memory,
+  ** corrupt entry rebuilt */
+  {
+    ir_graph *g = fg_softmax(5, 13, 1, 1);
+    cpu_program *a = program_for(g), *b = program_for(g), *c = program_for(g), *d = program_for(g);
+    cache_info ci;
+    char path[1400];
+    FILE *f;
+    fl_err e2;
+    cache_clear(&e);
+    is_int(cpu_program_compile(a, &e), FL_OK, "cold compile");
+    is_int(a->how, CACHE_COMPILED, "cold: the compiler ran");
+    is_int(cpu_program_compile(b, &e), FL_OK, "second compile");
+    is_int(b->how, CACHE_MEMORY, "second: from memory");
+    cache_forget_memory();
+    is_int(cpu_program_compile(c, &e), FL_OK, "after forgetting memory");
+    is_int(c->how, CACHE_DISK, "warm: from disk, as a new process would");
+    ok(c->compile_ms < 200, "warm load took %.1f ms", c->compile_ms);
+    cache_get_info(&ci, &e2);
+    ok(ci.entries >= 1 && ci.bytes > 0 && strcmp(ci.dir, cdir) == 0,
+       "cache_info: %lld entries, %lld bytes in %s", (long long)ci.entries, (long long)ci.bytes, ci.dir);
+    /* truncate every entry: the next load must notice and rebuild (the
+    ** objects are unloaded first: a mapped file must not shrink under us) */
+    cpu_program_free(a); cpu_program_free(b); cpu_program_free(c);
+    a = b = c = NULL;
+    cache_forget_memory();
+    {
+      DIR *dd = opendir(cdir);
+      struct dirent *de;
+      while (dd && (de = readdir(dd))) {
+        size_t l = strlen(de->d_name);
+        if (l > 3 && strcmp(de->d_name + l - 3, ".so") == 0) {
+          snprintf(path, sizeof path, "%s/%s", cdir, de->d_name);
+          truncate(path, 1000);
+        }
+      }
+      if (dd) closedir(dd);
+    }
+    is_int(cpu_program_compile(d, &e), FL_OK, "corrupt entry: compile succeeds");
+    is_int(d->how, CACHE_COMPILED, "corrupt entry: rebuilt, not loaded");
+    /* a foreign object under the right name: also rebuilt */
+    cpu_program_free(d);
+    cache_forget_memory();
+    f = fopen(path, "w");
+    if (f) { fputs("not an ELF file at all", f); fclose(f); }
+    d = program_for(g);
+    is_int(cpu_program_compile(d, &e), FL_OK, "foreign entry: compile succeeds");
+    is_int(d->how, CACHE_COMPILED, "foreign entry: rebuilt");
+    is_int(cache_clear(&e), FL_OK, "cache_clear");
+    is_int(count_files(cdir, ".so"), 0, "cache_clear removed the entries");
+    cpu_program_free(a); cpu_program_free(b); cpu_program_free(c); cpu_program_free(d);
+    ir_free(g);
+  }
+
+  /* two processes compiling the same graph at once both succeed */
+  {
+    ir_graph *g = fg_norm(9, 31, 0, 0);
+    pid_t kids[2];
+    int i, st, good = 1;
+    cache_clear(&e);
+    for (i = 0; i < 2; i++) {
+      kids[i] = fork();
+      if (kids[i] == 0) {
+        cpu_program *pr = program_for(g);
+        fl_err e3;
+        int rc = pr ? cpu_program_compile(pr, &e3) : -1;
+        _exit(rc == FL_OK ? 0 : 1);
+      }
+    }
+    for (i = 0; i < 2; i++) {
+      if (waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) good = 0;
+    }
+    ok(good, "two processes compiling at once both succeed");
+    is_int(count_files(cdir, ".so"), 1, "one entry in the cache after both");
+    ir_free(g);
+  }
+
+  /* an unwritable cache dir falls back to a private temp dir, warning */
+  {
+    ir_graph *g = fg_softmax(2, 3, 0, 0);
+    cpu_program *pr;
+    setenv("FUSELAB_CACHE_DIR", "/dev/null/fuselab", 1);
+    cache_reset_dir();
+    pr = program_for(g);
+    is_int(cpu_program_compile(pr, &e), FL_OK, "compiles with an unusable cache dir");
+    ok(cache_warning() != NULL && strstr(cache_warning(), "/dev/null/fuselab"),
+       "warning: %s", cache_warning() ? cache_warning() : "(none)");
+    cpu_program_free(pr);
+    ir_free(g);
+    {
+      cache_info ci;
+      cache_get_info(&ci, &e);
+      cache_clear(&e);
+      if (strncmp(ci.dir, "/tmp/fuselab-cache-", 19) == 0) rmdir(ci.dir);
+    }
+    setenv("FUSELAB_CACHE_DIR", cdir, 1);
+    cache_reset_dir();
+  }
+  cache_clear(&e);
+  rmdir(cdir);
+  return tap_done();
+}

@@ -1,0 +1,154 @@
+/*
+** style.c -- the palette and the small text formatters every picture and
+** the report share.  Fills are light and borders the same hue darker, so
+** dark text stays readable on a projector and in print; hues are far
+** apart so that the six op kinds can be told apart at a glance.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "viz/style.h"
+
+static const viz_colors palette[VIZ_NCLASSES] = {
+  {"#d8f0d8", "#4f8a4f", "elementwise"},
+  {"#fdf0c2", "#a88a1c", "broadcast"},
+  {"#e4e9ee", "#6b7b8c", "view / data movement"},
+  {"#f8d7da", "#a5474f", "reduction"},
+  {"#d3e3f8", "#3d6aa8", "matmul / conv"},
+  {"#e7dcf3", "#7050a0", "opaque"},
+  {"#ffe2c2", "#c46a1a", "input"},
+  {"#f3ecdc", "#8a7350", "parameter"},
+  {"#f2f2f2", "#8c8c8c", "constant"},
+  {"#ffd3b0", "#b35414", "output"},
+};
+
+const viz_colors *viz_class_colors(viz_class c) {
+  if ((int)c < 0 || c >= VIZ_NCLASSES) c = VIZ_OPAQUE;
+  return &palette[c];
+}
+
+viz_class viz_class_of(const ir_node *nd) {
+  switch (nd->kind) {
+  case IR_INPUT: return VIZ_INPUT;
+  case IR_PARAM: return VIZ_PARAM;
+  case IR_CONST: return VIZ_CONST;
+  case IR_OP: break;
+  }
+  if ((int)nd->op < 0 || nd->op >= OP_COUNT) return VIZ_OPAQUE;
+  switch (op_info_of(nd->op)->kind) {
+  case OPK_ELEMWISE: return VIZ_ELEMWISE;
+  case OPK_BROADCAST: return VIZ_BROADCAST;
+  case OPK_INJECTIVE: return VIZ_INJECTIVE;
+  case OPK_REDUCTION: return VIZ_REDUCTION;
+  case OPK_OUTFUSABLE: return VIZ_OUTFUSABLE;
+  case OPK_OPAQUE: return VIZ_OPAQUE;
+  }
+  return VIZ_OPAQUE;
+}
+
+/* Appends dim d of node nd ("128" or "s0") at buf+*len. */
+static void put_dim(const ir_node *nd, int d, char *buf, size_t n, size_t *len) {
+  int w;
+  if (*len >= n) return;
+  if (nd->sym[d] > 0)
+    w = snprintf(buf + *len, n - *len, "%ss%d", d ? "," : "", nd->sym[d] - 1);
+  else
+    w = snprintf(buf + *len, n - *len, "%s%lld", d ? "," : "",
+                 (long long)nd->meta.shape[d]);
+  if (w > 0) *len += (size_t)w;
+}
+
+/* Netron keeps shapes short enough to fit a node: four dims are shown in
+** full, longer ones keep the two leading dims and the last. */
+char *viz_shape_str(const ir_graph *g, int id, char *buf, size_t n) {
+  const ir_node *nd = &g->nodes[id];
+  size_t len = 0;
+  int d, nd_ = nd->meta.ndim;
+  if (n == 0) return buf;
+  buf[0] = '[';
+  buf[1 < n ? 1 : 0] = '\0';
+  len = n > 1 ? 1 : 0;
+  if (nd_ <= 4) {
+    for (d = 0; d < nd_; d++) put_dim(nd, d, buf, n, &len);
+  } else {
+    put_dim(nd, 0, buf, n, &len);
+    put_dim(nd, 1, buf, n, &len);
+    if (len < n) {
+      int w = snprintf(buf + len, n - len, ",\xe2\x80\xa6");  /* "…" */
+      if (w > 0) len += (size_t)w;
+    }
+    put_dim(nd, nd_ - 1, buf, n, &len);
+  }
+  if (len < n) snprintf(buf + len, n - len, "]");
+  return buf;
+}
+
+char *viz_type_str(const ir_graph *g, int id, char *buf, size_t n) {
+  char sh[96];
+  snprintf(buf, n, "%s%s", dtype_name(g->nodes[id].meta.dtype),
+           viz_shape_str(g, id, sh, sizeof sh));
+  return buf;
+}
+
+int64_t viz_node_bytes(const ir_graph *g, int id) {
+  const fl_meta *m = &g->nodes[id].meta;
+  int64_t numel = meta_numel(m), es = (int64_t)dtype_size(m->dtype);
+  if (es > 0 && numel > INT64_MAX / es) return INT64_MAX;
+  return numel * es;
+}
+
+char *viz_bytes_str(int64_t bytes, char *buf, size_t n) {
+  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  if (bytes < 1024) {
+    snprintf(buf, n, "%lld B", (long long)bytes);
+    return buf;
+  }
+  while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
+  /* three significant digits at most: "4 KiB", "1.5 MiB", "12.3 GiB" */
+  if (v >= 100.0 || v == (double)(int64_t)v) snprintf(buf, n, "%.0f %s", v, unit[u]);
+  else if (v >= 10.0) snprintf(buf, n, "%.1f %s", v, unit[u]);
+  else snprintf(buf, n, "%.2g %s", v, unit[u]);
+  return buf;
+}
+
+static void esc_n(strbuf *b, const char *s, size_t len) {
+  size_t i, start = 0;
+  for (i = 0; i < len; i++) {
+    const char *rep = NULL;
+    switch (s[i]) {
+    case '&': rep = "&amp;"; break;
+    case '<': rep = "&lt;"; break;
+    case '>': rep = "&gt;"; break;
+    case '"': rep = "&quot;"; break;
+    case '\'': rep = "&#39;"; break;
+    default:
+      /* control characters other than tab/newline would make the XML of
+      ** an SVG (and Graphviz's HTML-label parser) reject the document */
+      if ((unsigned char)s[i] < 0x20 && s[i] != '\n' && s[i] != '\t') rep = " ";
+      break;
+    }
+    if (rep) {
+      if (i > start) strbuf_printf(b, "%.*s", (int)(i - start), s + start);
+      strbuf_printf(b, "%s", rep);
+      start = i + 1;
+    }
+  }
+  if (len > start) strbuf_printf(b, "%.*s", (int)(len - start), s + start);
+}
+
+void viz_esc(strbuf *b, const char *s) {
+  if (s) esc_n(b, s, strlen(s));
+}
+
+void viz_esc_max(strbuf *b, const char *s, size_t max) {
+  size_t len;
+  if (!s) return;
+  len = strlen(s);
+  if (len <= max) { esc_n(b, s, len); return; }
+  /* back up to the start of a UTF-8 sequence so no character is split */
+  while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80) max--;
+  esc_n(b, s, max);
+  strbuf_printf(b, "\xe2\x80\xa6");
+}
