@@ -458,7 +458,9 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
       p->nkernels = k;
       goto done;
     }
-    for (i = 0; i < nm; i++) p->kernel_of[mem[i]] = k;
+    /* mem[0..j) now lacks the anchor; an extern kernel computes it too */
+    for (i = 0; i < j; i++) p->kernel_of[mem[i]] = k;
+    if (an >= 0) p->kernel_of[an] = k;
   }
   p->nkernels = nk;
   for (i = 0; i < n; i++) p->stored[i] = 0;
