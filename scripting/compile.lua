@@ -309,12 +309,18 @@ local function build_runner(st, g, inputs)
   if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(g), "\n") end
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
+  -- "auto" is the GPU when one is usable; "cuda" was checked at fl.compile
+  local backend = st.opts.backend or "auto"
+  local use_cuda = backend == "cuda" or (backend == "auto" and fl.cuda_available ~= nil
+                                         and fl.cuda_available() == true)
+  st.backend = use_cuda and "cuda" or "cpu"
   if DEBUG >= 3 then
     for _, d in ipairs(plan:decisions()) do
       io.stderr:write(("fuselab:   %s %s\n"):format(d.fused and "fused  " or "refused", d.reason))
     end
   end
-  local prog = plan:codegen("cpu")
+  local prog = use_cuda and fl._cuda_program(plan) or plan:codegen("cpu")
+  if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
   local ok, log = prog:try_compile()
   if not ok then
     st.stats.fallbacks = st.stats.fallbacks + 1
@@ -327,7 +333,9 @@ local function build_runner(st, g, inputs)
     return eager_runner(g), nil
   end
   if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
-  if st.opts.mode == "max-autotune" and st.opts.fuse ~= false then
+  if use_cuda and st.opts.mode == "max-autotune" then
+    st.stats.autotune[#st.stats.autotune + 1] = prog:autotune(unpack(inputs))
+  elseif st.opts.mode == "max-autotune" and st.opts.fuse ~= false then
     -- time the fused program against the unfused one on these inputs
     local alt = g:fuse{fuse = false}:codegen("cpu")
     if alt:try_compile() then
@@ -569,7 +577,7 @@ function methods.stats(cm)
   s.kernels = 0
   for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
   s.compile_log = table.concat(st.compile_logs, "\n")
-  s.backend = st.opts.backend == "eager" and "eager" or "cpu"
+  s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   return s
 end
 

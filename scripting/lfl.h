@@ -97,6 +97,8 @@ struct cpu_program *lfl_toprogram(lua_State *L, int idx);
 void lfl_open_plan(lua_State *L, int lib);
 /* fl.draw, fl.draw_compare, fl.report (lfl_viz.c). */
 void lfl_open_viz(lua_State *L, int lib);
+/* fl.cuda_available, x:cuda()/x:cpu()/x:to("cuda"), p:codegen("cuda") (lfl_cuda.c). */
+void lfl_open_cuda(lua_State *L, int lib);
 
 /* --- ops (lfl_ops.c) -------------------------------------------------- */
 /* THE dispatch point: every op invoked from Lua runs here.  Pushes the

@@ -51,6 +51,8 @@ typedef struct entry {
   ir_graph *g;                   /* borrowed from the Graph in UV_GRAPH */
   cpu_program *pr;               /* borrowed from EUV_PROGRAM, or NULL:
                                     interpret g with the eager kernels */
+  int lua_prog;                  /* EUV_PROGRAM is another backend's
+                                    program (CUDA): run through its :run */
   long hits;
 } entry;
 
@@ -178,6 +180,7 @@ static int e_new(lua_State *L) {
   lua_setiuservalue(L, eidx, EUV_CONSTS);
   lua_getfield(L, 2, "program");
   en->pr = lfl_toprogram(L, -1);
+  en->lua_prog = !en->pr && !lua_isnil(L, -1);
   if (en->pr && en->pr->plan->g->ninputs != g->ninputs)
     return luaL_error(L, "compile: the program does not match the graph");
   lua_setiuservalue(L, eidx, EUV_PROGRAM);
@@ -326,12 +329,28 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
   return 1;
 }
 
+/* Push the graph outputs of a program from another backend (CUDA): its
+** :run method takes the inputs and returns the outputs. */
+static void run_lua_program(lua_State *L, int eidx, const entry *en, int base) {
+  int i;
+  lua_getiuservalue(L, eidx, EUV_PROGRAM);
+  lua_getfield(L, -1, "run");
+  lua_insert(L, -2);
+  for (i = 0; i < en->ninputs; i++) lua_pushvalue(L, base + en->input_arg[i]);
+  lua_call(L, en->ninputs + 1, en->g->nout);
+}
+
 /* Push e's results for the arguments at base, running its graph. */
 static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   const fl_tensor *in[MAXARGS];
   fl_tensor *outs;
   fl_err e;
   int i;
+  luaL_checkstack(L, en->nret + en->g->nout + 8, "compiled: too many results");
+  if (en->lua_prog) {
+    run_lua_program(L, eidx, en, base);
+    goto results;
+  }
   for (i = 0; i < en->ninputs; i++) in[i] = lfl_totensor(L, base + en->input_arg[i]);
   outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
   memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
@@ -341,12 +360,12 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
     for (i = 0; i < en->g->nout; i++) ten_release(&outs[i]);
     return lfl_raise(L, "compiled", &e);
   }
-  luaL_checkstack(L, en->nret + 4, "compiled: too many results");
   for (i = 0; i < en->g->nout; i++) {        /* owners, in output order */
     fl_tensor *t = lfl_newtensor(L);
     *t = outs[i];
     outs[i].st = NULL;
   }
+results:
   {
     int outbase = lua_gettop(L) - en->g->nout, consts;
     lua_getiuservalue(L, eidx, EUV_CONSTS);

@@ -185,8 +185,13 @@ static int p_codegen(lua_State *L) {
   const char *target = luaL_optstring(L, 2, "cpu");
   lprog *lp;
   fl_err e;
-  if (strcmp(target, "cuda") == 0)
-    return luaL_error(L, "codegen: the cuda code generator is not part of this build yet");
+  if (strcmp(target, "cuda") == 0) {
+    /* the CUDA generator registered by lfl_cuda.c: an fl.CudaProgram */
+    lua_getfield(L, LUA_REGISTRYINDEX, "fuselab.cuda_codegen");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+  }
   if (strcmp(target, "cpu") != 0)
     return luaL_error(L, "codegen: unknown target '%s' (expected cpu or cuda)", target);
   lp = (lprog *)lua_newuserdatauv(L, sizeof *lp, 0);

@@ -35,257 +35,13 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "random_graph.h"
 #include "fuse_graphs.h"
 #include "fuse/plan.h"
 #include "cpu/program.h"
 #include "graph/ref.h"
 
 #define BATCH 100
-#define MAXN 64
-
-static uint64_t rs;
-static unsigned rnd(unsigned n) {
-  rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-  return n ? (unsigned)(rs % n) : 0;
-}
-
-static int64_t pick_dim(void) {
-  static const int64_t dims[] = {1, 1, 2, 3, 4, 5, 7, 8, 16, 33};
-  return dims[rnd(sizeof dims / sizeof dims[0])];
-}
-
-static fl_meta rand_meta(void) {
-  fl_meta m;
-  int d;
-  memset(&m, 0, sizeof m);
-  m.dtype = FL_F32;
-  m.ndim = 1 + (int)rnd(3);
-  if (rnd(12) == 0) { m.ndim = 1; m.shape[0] = 1023; return m; }
-  if (rnd(16) == 0) { m.ndim = 2; m.shape[0] = 3; m.shape[1] = 1023; return m; }
-  for (d = 0; d < m.ndim; d++) m.shape[d] = pick_dim();
-  return m;
-}
-
-typedef struct gen { ir_graph *g; int n; } gen;
-
-static int new_input(ir_graph *g, fl_meta m) {
-  fl_err e;
-  return ir_add_input(g, &m, NULL, &e);
-}
-
-/* a shape that broadcasts against m: some dims 1, maybe fewer dims */
-static fl_meta bcast_of(const fl_meta *m) {
-  fl_meta r = *m;
-  int d, drop = m->ndim > 1 && rnd(3) == 0 ? 1 : 0;
-  r.ndim = m->ndim - drop;
-  for (d = 0; d < r.ndim; d++) {
-    r.shape[d] = m->shape[d + drop];
-    if (rnd(3) == 0) r.shape[d] = 1;
-  }
-  return r;
-}
-
-static int any_node(ir_graph *g) {
-  return (int)rnd((unsigned)g->n);
-}
-
-static int try_op(ir_graph *g, fl_op op, const int *in, int nin, const op_attrs *a) {
-  fl_err e;
-  int id = ir_add_op(g, op, in, nin, a, NULL, NULL, &e);
-  if (id >= 0 && meta_numel(&g->nodes[id].meta) > 20000) return -1;  /* keep the oracle fast */
-  return id;
-}
-
-static int is_float(ir_graph *g, int id) { return dtype_is_float(g->nodes[id].meta.dtype); }
-
-static int add_random_op(ir_graph *g) {
-  static const fl_op un[] = {OP_ABS, OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_SIN, OP_COS,
-                             OP_TANH, OP_SIGMOID, OP_RELU, OP_GELU, OP_GELU_TANH, OP_SILU, OP_ERF, OP_CLAMP};
-  static const fl_op bin[] = {OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAXIMUM, OP_MINIMUM, OP_POW,
-                              OP_ADD, OP_MUL, OP_SUB};
-  static const fl_op cmp[] = {OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE};
-  static const fl_op red[] = {OP_SUM, OP_MEAN, OP_AMAX, OP_AMIN, OP_VAR, OP_SUM};
-  op_attrs a;
-  int x = any_node(g), in[3], k = (int)rnd(100);
-  const fl_meta *m = &g->nodes[x].meta;
-  if (k < 22) {
-    fl_op op = un[rnd(sizeof un / sizeof un[0])];
-    op_attrs_init(op, &a);
-    if (op == OP_CLAMP) { a.f[0] = -0.5; a.f[1] = rnd(2) ? 0.75 : INFINITY; }
-    return try_op(g, op, &x, 1, &a);
-  }
-  if (k < 50) {
-    fl_op op = k < 44 ? bin[rnd(sizeof bin / sizeof bin[0])] : cmp[rnd(sizeof cmp / sizeof cmp[0])];
-    int y, c = (int)rnd(4);
-    if (c == 0) y = fg_scalar(g, (double)(int)rnd(5) - 1.5);
-    else if (c == 1) {
-      int t, tries;
-      for (y = -1, tries = 0; tries < 8 && y < 0; tries++) {
-        t = any_node(g);
-        if (meta_same_shape(&g->nodes[t].meta, m)) y = t;
-      }
-      if (y < 0) y = new_input(g, bcast_of(m));
-    } else {
-      fl_meta bm = bcast_of(m);
-      if (rnd(6) == 0 && is_float(g, x)) bm.dtype = FL_I64;
-      y = new_input(g, bm);
-    }
-    if (op == OP_POW && !is_float(g, x)) op = OP_MUL;
-    in[0] = rnd(2) ? x : y;
-    in[1] = in[0] == x ? y : x;
-    /* pow's exponent fresh from [-2, 2]: a computed exponent of 1e10 makes
-    ** the sign of the result hang on its last bit (exp's 1-ulp freedom) */
-    if (op == OP_POW) {
-      in[0] = x;
-      in[1] = c == 0 ? y : new_input(g, bcast_of(m));
-    }
-    op_attrs_init(op, &a);
-    return try_op(g, op, in, 2, &a);
-  }
-  if (k < 56) {
-    int c = -1, i;
-    for (i = g->n - 1; i >= 0; i--)
-      if (g->nodes[i].meta.dtype == FL_BOOL && rnd(2)) { c = i; break; }
-    if (c < 0) {
-      int y = new_input(g, bcast_of(m));
-      in[0] = x; in[1] = y;
-      op_attrs_init(OP_GT, &a);
-      if ((c = try_op(g, OP_GT, in, 2, &a)) < 0) return -1;
-    }
-    in[0] = c; in[1] = x; in[2] = rnd(2) ? fg_scalar(g, 0.25) : new_input(g, bcast_of(m));
-    op_attrs_init(OP_WHERE, &a);
-    return try_op(g, OP_WHERE, in, 3, &a);
-  }
-  if (k < 70 && m->ndim > 0) {
-    fl_op op = red[rnd(sizeof red / sizeof red[0])];
-    int d0 = (int)rnd((unsigned)m->ndim), d1 = (int)rnd((unsigned)m->ndim);
-    op_attrs_init(op, &a);
-    a.ndims = rnd(5) == 0 ? 0 : (d0 != d1 && rnd(3) == 0) ? 2 : 1;
-    a.dims[0] = d0 < d1 || a.ndims == 1 ? d0 : d1;
-    a.dims[1] = d0 < d1 ? d1 : d0;
-    a.keepdim = (int)rnd(2);
-    if (op == OP_VAR) a.f[0] = rnd(2);
-    if (op == OP_AMAX && rnd(4) == 0 && g->nodes[x].kind == IR_INPUT) {
-      op = OP_ARGMAX;       /* on raw inputs only: ties there are impossible */
-      a.ndims = 1;
-      a.dims[0] = d0;
-    }
-    return try_op(g, op, &x, 1, &a);
-  }
-  if (k < 78 && m->ndim > 0 && is_float(g, x)) {
-    int c = (int)rnd(4), nd = m->ndim >= 2 && rnd(3) == 0 ? 2 : 1;
-    fl_op op = c == 0 ? OP_SOFTMAX : c == 1 ? OP_LOG_SOFTMAX : c == 2 ? OP_LAYER_NORM : OP_RMS_NORM;
-    op_attrs_init(op, &a);
-    in[0] = x;
-    if (op == OP_SOFTMAX || op == OP_LOG_SOFTMAX) {
-      a.i[0] = rnd((unsigned)m->ndim);
-      return try_op(g, op, in, 1, &a);
-    } else {
-      fl_meta wm;
-      int n = 1, d;
-      memset(&wm, 0, sizeof wm);
-      wm.dtype = FL_F32;
-      wm.ndim = nd;
-      for (d = 0; d < nd; d++) wm.shape[d] = m->shape[m->ndim - nd + d];
-      a.i[0] = nd;
-      if (rnd(3)) in[n++] = fg_param(g, wm, "w", 0.5, 1.0);
-      if (op == OP_LAYER_NORM && n == 2 && rnd(2)) in[n++] = fg_param(g, wm, "b", 0.5, 0.0);
-      return try_op(g, op, in, n, &a);
-    }
-  }
-  if (k < 92 && m->ndim > 0) {
-    int c = (int)rnd(6), d = (int)rnd((unsigned)m->ndim), j;
-    fl_op op;
-    op_attrs_init(OP_TRANSPOSE, &a);
-    switch (c) {
-    case 0:
-      if (m->ndim < 2) return -1;
-      op = OP_TRANSPOSE; a.i[0] = d; a.i[1] = (d + 1) % m->ndim;
-      break;
-    case 1:
-      op = OP_PERMUTE; a.ndims = m->ndim;
-      for (j = 0; j < m->ndim; j++) a.dims[j] = (j + 1) % m->ndim;
-      break;
-    case 2:
-      op = OP_UNSQUEEZE; a.i[0] = (int)rnd((unsigned)m->ndim + 1);
-      break;
-    case 3:
-      op = OP_EXPAND; a.ndims = m->ndim;
-      for (j = 0; j < m->ndim; j++) a.dims[j] = m->shape[j] == 1 && rnd(2) ? 3 : m->shape[j];
-      break;
-    case 4:
-      if (m->shape[d] < 2) return -1;
-      op = OP_NARROW; a.i[0] = d; a.i[1] = 1; a.i[2] = m->shape[d] - 1 - (int64_t)rnd(2) * (m->shape[d] > 2);
-      break;
-    default:
-      op = OP_RESHAPE; a.ndims = 1; a.dims[0] = meta_numel(m);
-      if (rnd(2) && m->ndim == 1 && m->shape[0] % 2 == 0) { a.ndims = 2; a.dims[0] = 2; a.dims[1] = m->shape[0] / 2; }
-      break;
-    }
-    return try_op(g, op, &x, 1, &a);
-  }
-  if (k < 96) {
-    static const fl_dtype to[] = {FL_F16, FL_BF16, FL_F32, FL_F32, FL_I64, FL_BOOL};
-    op_attrs_init(OP_TO, &a);
-    a.dtype = to[rnd(sizeof to / sizeof to[0])];
-    /* float -> int64 only from values made integral-safe by a clamp */
-    if (a.dtype == FL_I64 && is_float(g, x)) return -1;
-    return try_op(g, OP_TO, &x, 1, &a);
-  }
-  if (m->ndim == 2 && is_float(g, x) && g->nodes[x].meta.dtype == FL_F32) {
-    fl_meta wm = fg_meta(FL_F32, 2, m->shape[1], pick_dim() + 1);
-    in[0] = x;
-    in[1] = fg_param(g, wm, "w", 0.3, 0.0);
-    op_attrs_init(OP_MATMUL, &a);
-    return try_op(g, OP_MATMUL, in, 2, &a);
-  }
-  return -1;
-}
-
-static ir_graph *random_graph(uint64_t seed) {
-  ir_graph *g = ir_new();
-  int i, nops, made = 0, last = -1, tries;
-  fl_meta m;
-  rs = seed * 0x9E3779B97F4A7C15ull + 12345;
-  rnd(1);
-  m = rand_meta();
-  if (rnd(8) == 0) m.dtype = FL_I64;
-  new_input(g, m);
-  if (rnd(2)) new_input(g, rand_meta());
-  nops = 2 + (int)rnd(7);
-  for (tries = 0; made < nops && tries < 100 && g->n < MAXN - 8; tries++) {
-    int id = add_random_op(g);
-    if (id >= 0 && g->nodes[id].kind == IR_OP) { made++; last = id; }
-  }
-  if (last < 0) { ir_free(g); return NULL; }
-  ir_add_output(g, last, NULL);
-  for (i = 0; i < 2; i++) {
-    int o = any_node(g);
-    if (g->nodes[o].kind == IR_OP && o != last && rnd(2)) { ir_add_output(g, o, NULL); break; }
-  }
-  return g;
-}
-
-static void fill_inputs(ir_graph *g, fl_tensor *in, uint64_t seed) {
-  int i;
-  fl_err e;
-  rs = seed * 31 + 7;
-  rnd(1);
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    int64_t j, n;
-    if (nd->kind != IR_INPUT) continue;
-    ten_empty(&in[nd->index], &nd->meta, &e);
-    n = meta_numel(&nd->meta);
-    for (j = 0; j < n; j++) {
-      double v = nd->meta.dtype == FL_I64 ? (double)((int)rnd(11) - 5) :
-                 ((double)rnd(1u << 20) / (1u << 20)) * 4.0 - 2.0;
-      ten_set(&in[nd->index], j, v);
-    }
-  }
-}
-
-/* 0 when got matches want within the dtype's tolerance */
 static int mismatch(const fl_tensor *got, const fl_tensor *want, char *why, size_t n) {
   int64_t i, cnt = meta_numel(&want->m);
   fl_dtype dt = want->m.dtype;
@@ -342,14 +98,14 @@ static void report(const item *it, const char *what) {
 
 /* run item it's programs and the reference on the same inputs */
 static void check_item(item *it) {
-  fl_tensor in[MAXN], want[8], got[8];
-  const fl_tensor *inp[MAXN];
+  fl_tensor in[RG_MAXN], want[8], got[8];
+  const fl_tensor *inp[RG_MAXN];
   fl_err e;
   char why[1400];
   int i, f, o;
   memset(in, 0, sizeof in);
   memset(want, 0, sizeof want);
-  fill_inputs(it->g, in, it->seed);
+  rg_fill_inputs(it->g, in, it->seed);
   for (i = 0; i < it->g->ninputs; i++) inp[i] = &in[i];
   if (ir_run(it->g, ref_apply, inp, it->g->ninputs, want, &e) != FL_OK) {
     /* the oracle refuses (e.g. pow of negative integers): not a compiler test */
@@ -373,7 +129,7 @@ static void check_item(item *it) {
     for (o = 0; o < 8; o++) ten_release(&got[o]);
   }
 done:
-  for (i = 0; i < MAXN; i++) ten_release(&in[i]);
+  for (i = 0; i < RG_MAXN; i++) ten_release(&in[i]);
   for (o = 0; o < 8; o++) ten_release(&want[o]);
 }
 
@@ -399,7 +155,7 @@ int main(void) {
       fuse_opts o;
       memset(it, 0, sizeof *it);
       it->seed = next++;
-      if (!(it->g = random_graph(it->seed))) { skipped++; continue; }
+      if (!(it->g = rg_random_graph(it->seed))) { skipped++; continue; }
       for (f = 0; f < 2; f++) {
         fuse_plan *p;
         char prefix[32];

@@ -1,0 +1,105 @@
+/*
+** cuda_codegen.h -- CUDA C from kernel descriptions (fuse/kernel.h), the
+** same descriptions cpu/codegen.c renders as C.  Each kernel becomes
+**     extern "C" __global__ void NAME(const fl_params<NB, NA> P)
+** where P.buf[i] is the device address of the kernel's i-th buffer
+** (fk_kernel.bufs) and P.arg holds what fk_bind computes (sizes, then per
+** access strides and offset), followed for extern kernels by the anchor's
+** own sizes and strides (cuda_extern_args).  The parameter block is passed
+** by value, so a launch needs no device copy of its arguments and a CUDA
+** graph captures it whole.
+**
+** Shapes of the generated code:
+**   pointwise  a grid-stride loop over every element; a contiguous fast path
+**              (one flat dim, unit or zero inner strides) with 4-wide
+**              vector loads and stores when the addresses are aligned.
+**   reduce     one block per row (kept dims), grid-stride over rows; per
+**              stage one pass over the reduced elements, thread partials
+**              combined with warp shuffles and shared memory across warps,
+**              so softmax, layer_norm and rms_norm are one kernel.
+**   extern     the anchor (matmul, linear, conv2d, pooling, embedding, cat)
+**              as a generated kernel whose store runs the elementwise
+**              epilogue in place (a lambda given to the preamble's tiled
+**              matmul, WMMA tensor cores for float16/bfloat16), plus a
+**              separate pointwise epilogue kernel NAME_epi the runtime uses
+**              when the epilogue's iteration space is not the anchor's.
+*/
+#ifndef FL_CUDA_CODEGEN_H
+#define FL_CUDA_CODEGEN_H
+
+#include "../fuse/plan.h"
+#include "../graph/strbuf.h"
+
+/* What the runtime needs to know about one generated kernel. */
+typedef struct cuda_kinfo {
+  int emitted;        /* 0: nothing to launch (no members, no anchor) */
+  fk_kind kind;       /* the description's kind */
+  int nbuf, narg;     /* sizes of the parameter block: buffers, int64 args */
+  int nxarg;          /* extern: anchor args after the fk_nargs ones */
+  int epi;            /* extern with members: NAME_epi exists */
+  int vec;            /* pointwise: a vector path exists */
+  int wmma;           /* extern matmul: tensor-core path for 16-bit inputs */
+  int block;          /* default threads per block */
+} cuda_kinfo;
+
+/* Anchor argument layout (after the fk_nargs(k) epilogue args).  Every
+** extern kernel starts with these three. */
+enum {
+  CUX_TOTAL = 0,      /* elements of the anchor's output */
+  CUX_FUSE = 1,       /* 1: run the epilogue in the anchor's store */
+  CUX_KEEP = 2,       /* 1: also store the anchor's own result */
+  CUX_OP = 3          /* first op-specific slot */
+};
+/* Op-specific slots (from CUX_OP): matmul/linear */
+enum {
+  CUM_B = 0, CUM_M, CUM_N, CUM_K, CUM_SAM, CUM_SAK, CUM_SBK, CUM_SBN,
+  CUM_OA, CUM_OB, CUM_HASBIAS, CUM_SBIAS, CUM_OBIAS, CUM_NBD,
+  CUM_BSIZE,                  /* 6 batch sizes */
+  CUM_BSA = CUM_BSIZE + 6,    /* 6 batch strides of A */
+  CUM_BSB = CUM_BSA + 6,      /* 6 batch strides of B */
+  CUM_COUNT = CUM_BSB + 6
+};
+/* conv2d */
+enum {
+  CUC_N = 0, CUC_C, CUC_H, CUC_W, CUC_CO, CUC_KH, CUC_KW, CUC_OH, CUC_OW,
+  CUC_SH, CUC_SW, CUC_PH, CUC_PW,
+  CUC_XS = 13,                /* 4 strides of x (n, c, h, w), then offset */
+  CUC_XO = 17,
+  CUC_WS = 18,                /* 4 strides of w, then offset */
+  CUC_WO = 22,
+  CUC_HASBIAS = 23, CUC_SBIAS, CUC_OBIAS,
+  CUC_COUNT
+};
+/* max_pool2d / avg_pool2d */
+enum {
+  CUP_C = 0, CUP_H, CUP_W, CUP_OH, CUP_OW, CUP_KH, CUP_KW, CUP_SH, CUP_SW,
+  CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15, CUP_COUNT
+};
+/* embedding: index tensor of up to 8 dims, weight [V, D] */
+enum {
+  CUE_V = 0, CUE_D, CUE_SWV, CUE_SWD, CUE_OW, CUE_ND,
+  CUE_ISIZE = 6, CUE_ISTR = 14, CUE_IO = 22, CUE_COUNT
+};
+/* cat: the result's rank, dim, then per input (at most CUDA_CAT_MAX):
+** its extent along dim, its offset, its strides */
+#define CUDA_CAT_MAX 16
+enum { CUT_ND = 0, CUT_DIM, CUT_OSIZE = 2, CUT_IN = CUT_OSIZE + FL_MAX_DIMS };
+#define CUT_PER (2 + FL_MAX_DIMS)
+#define CUT_COUNT (CUT_IN + CUDA_CAT_MAX * CUT_PER)
+
+/* The includes, types and helpers every program starts with; `externs`
+** (cuda_plan_has_extern's flags) adds the extern anchors' templates and
+** the tensor-core matmul (mma.h) only where needed, which keeps small
+** programs quick to compile. */
+enum { CUDA_PRE_EXTERN = 1, CUDA_PRE_WMMA = 2 };
+void cuda_emit_preamble(strbuf *b, int externs);
+/* Append kernel k of plan p as CUDA C named sym (a C identifier the caller
+** made; the epilogue kernel is sym_epi).  Fills *info.  Returns 1 when
+** something was emitted, 0 when the kernel has nothing to run, or
+** FL_EUNSUPPORTED with e naming the op that has no CUDA lowering. */
+int cuda_emit_kernel(strbuf *b, const fuse_plan *p, int k, const char *sym,
+                     cuda_kinfo *info, fl_err *e);
+/* CUDA_PRE_* flags: which preamble parts p's kernels need. */
+int cuda_plan_has_extern(const fuse_plan *p);
+
+#endif

@@ -1,0 +1,357 @@
+/*
+** lfl_cuda.c -- the CUDA backend as Lua sees it:
+**   fl.cuda_available()            -> true | false, "no CUDA device: <reason>"
+**   x:cuda(), x:to("cuda"), x:cpu() -> the tensor moved (a copy), or the
+**                                     no-device error
+**   local k = p:codegen("cuda")    -- fl.CudaProgram: print(k) is CUDA C
+**   k:compile()                    -- NVRTC, works without a GPU
+**   k:ptx(), k:log(), k:stats()
+**   k:run(x, ...)                  -- on the device, or the no-device error
+**   fl._cuda_program(plan)         -- the same as plan:codegen("cuda"), for
+**                                     fl.compile's backend "cuda"/"auto"
+** Built without the toolkit, everything here raises "no CUDA device:
+** fuselab was built without CUDA" and fl.cuda_available() says so.
+** Invariant: each CudaProgram userdata holds one program (or none after
+** __gc); the userdata is created before the program, so an error between
+** the two leaks nothing.
+*/
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "fuse/plan.h"
+#include "gpu/cuda.h"
+#ifdef HAVE_CUDA
+#include "gpu/cuda_program.h"
+#endif
+
+#define CPROG_TYPE "fl.CudaProgram"
+#define CODEGEN_KEY "fuselab.cuda_codegen"
+
+/* fl.cuda_available() -> true | false, reason */
+static int l_cuda_available(lua_State *L) {
+  fl_err e;
+  err_clear(&e);
+  if (cuda_available(&e)) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, e.msg);
+  return 2;
+}
+
+/* the plan userdata's first field is its plan (lfl_plan.c) */
+static fuse_plan *checkplan(lua_State *L, int idx) {
+  fuse_plan *p = lfl_toplan(L, idx);
+  if (!p) luaL_argerror(L, idx, "expected an fl.Plan (from g:fuse())");
+  return p;
+}
+
+#ifdef HAVE_CUDA
+
+typedef struct lcprog { cuda_program *pr; } lcprog;
+
+static cuda_program *checkprog(lua_State *L, int idx) {
+  lcprog *lp = (lcprog *)luaL_checkudata(L, idx, CPROG_TYPE);
+  if (!lp->pr) luaL_argerror(L, idx, "program has been released");
+  return lp->pr;
+}
+
+/* raise e; a compile failure carries NVRTC's log */
+static int raise_compile(lua_State *L, cuda_program *pr, const fl_err *e) {
+  const char *log = cuda_program_log(pr);
+  if (e->code == FL_ECOMPILE && log && *log && !strstr(e->msg, log))
+    return luaL_error(L, "%s\n%s", e->msg, log);
+  return lfl_raise(L, "compile", e);
+}
+
+/* plan:codegen("cuda") and fl._cuda_program(plan) -> CudaProgram */
+static int l_codegen(lua_State *L) {
+  fuse_plan *p = checkplan(L, 1);
+  lcprog *lp = (lcprog *)lua_newuserdatauv(L, sizeof *lp, 0);
+  fl_err e;
+  lp->pr = NULL;
+  luaL_setmetatable(L, CPROG_TYPE);
+  err_clear(&e);
+  if (!(lp->pr = cuda_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
+  return 1;
+}
+
+static int k_gc(lua_State *L) {
+  lcprog *lp = (lcprog *)luaL_checkudata(L, 1, CPROG_TYPE);
+  cuda_program_free(lp->pr);
+  lp->pr = NULL;
+  return 0;
+}
+
+static int k_source(lua_State *L) {
+  lua_pushstring(L, cuda_program_source(checkprog(L, 1)));
+  return 1;
+}
+
+static int k_log(lua_State *L) {
+  lua_pushstring(L, cuda_program_log(checkprog(L, 1)));
+  return 1;
+}
+
+/* k:compile() -> true; raises with NVRTC's log */
+static int k_compile(lua_State *L) {
+  cuda_program *pr = checkprog(L, 1);
+  fl_err e;
+  err_clear(&e);
+  if (cuda_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* k:try_compile() -> true | false, message with the log */
+static int k_try_compile(lua_State *L) {
+  cuda_program *pr = checkprog(L, 1);
+  fl_err e;
+  err_clear(&e);
+  if (cuda_program_compile(pr, &e) == FL_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushfstring(L, "%s\n%s", e.msg, cuda_program_log(pr));
+  return 2;
+}
+
+/* k:ptx() -> the PTX (compiles first) */
+static int k_ptx(lua_State *L) {
+  cuda_program *pr = checkprog(L, 1);
+  fl_err e;
+  err_clear(&e);
+  if (cuda_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
+  lua_pushstring(L, cuda_program_ptx(pr));
+  return 1;
+}
+
+/* k:run(x, ...) -> outputs (CUDA tensors) */
+static int k_run(lua_State *L) {
+  cuda_program *pr = checkprog(L, 1);
+  const ir_graph *g = pr->plan->g;
+  const fl_tensor *in[256];
+  fl_tensor *outs;
+  fl_err e;
+  int i, n = lua_gettop(L) - 1;
+  if (n != g->ninputs) return luaL_error(L, "run: expected %d input(s), got %d", g->ninputs, n);
+  if (n > 256) return luaL_error(L, "run: too many inputs (%d)", n);
+  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "run");
+  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
+  err_clear(&e);
+  if (cuda_program_run(pr, in, n, outs, &e) != FL_OK) {
+    for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
+    if (e.code == FL_ECOMPILE) return raise_compile(L, pr, &e);
+    return lfl_raise(L, "run", &e);
+  }
+  for (i = 0; i < g->nout; i++) {
+    fl_tensor *t = lfl_newtensor(L);
+    *t = outs[i];
+    outs[i].st = NULL;
+  }
+  return g->nout;
+}
+
+/* k:set_mode("default" | "reduce-overhead") */
+static int k_set_mode(lua_State *L) {
+  static const char *const modes[] = {"default", "reduce-overhead", "max-autotune", NULL};
+  cuda_program *pr = checkprog(L, 1);
+  int m = luaL_checkoption(L, 2, NULL, modes);
+  cuda_program_set_mode(pr, m == 1 ? CUDA_MODE_GRAPH : CUDA_MODE_DEFAULT);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* k:autotune(x, ...) -> what was chosen (times block sizes on the inputs) */
+static int k_autotune(lua_State *L) {
+  cuda_program *pr = checkprog(L, 1);
+  const fl_tensor *in[256];
+  fl_err e;
+  int i, n = lua_gettop(L) - 1;
+  if (n > 256) return luaL_error(L, "autotune: too many inputs (%d)", n);
+  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "autotune");
+  err_clear(&e);
+  if (cuda_program_autotune(pr, in, n, &e) != FL_OK) return lfl_raise(L, "autotune", &e);
+  lua_pushstring(L, pr->tune);
+  return 1;
+}
+
+/* k:stats() -> {kernels, compiled, how, compile_ms, runs, replays,
+** fused_epilogues, mode, autotune, arch} */
+static int k_stats(lua_State *L) {
+  static const char *const hows[] = {"compiled", "disk", "memory"};
+  cuda_program *pr = checkprog(L, 1);
+  lua_createtable(L, 0, 10);
+  lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
+  lua_pushboolean(L, pr->compiled); lua_setfield(L, -2, "compiled");
+  if (pr->compiled) {
+    lua_pushstring(L, hows[pr->img.how >= 0 && pr->img.how <= 2 ? pr->img.how : 0]);
+    lua_setfield(L, -2, "how");
+    lua_pushstring(L, pr->img.arch); lua_setfield(L, -2, "arch");
+  }
+  lua_pushnumber(L, pr->compile_ms); lua_setfield(L, -2, "compile_ms");
+  lua_pushinteger(L, (lua_Integer)pr->runs); lua_setfield(L, -2, "runs");
+  lua_pushinteger(L, (lua_Integer)pr->replays); lua_setfield(L, -2, "replays");
+  lua_pushinteger(L, pr->fused_epilogues); lua_setfield(L, -2, "fused_epilogues");
+  lua_pushstring(L, pr->mode == CUDA_MODE_GRAPH ? "reduce-overhead" : "default");
+  lua_setfield(L, -2, "mode");
+  lua_pushstring(L, pr->tune); lua_setfield(L, -2, "autotune");
+  return 1;
+}
+
+static const luaL_Reg prog_methods[] = {
+  {"source", k_source}, {"log", k_log}, {"compile", k_compile}, {"try_compile", k_try_compile},
+  {"ptx", k_ptx}, {"run", k_run}, {"stats", k_stats}, {"set_mode", k_set_mode},
+  {"autotune", k_autotune},
+  {NULL, NULL}
+};
+
+/* --- moving tensors ---------------------------------------------------------- */
+
+/* push a copy of t on dev; raises the no-device error or the size */
+static void push_moved(lua_State *L, fl_tensor *t, fl_device dev, const char *what) {
+  fl_tensor *r;
+  fl_err e;
+  err_clear(&e);
+  if (!cuda_available(&e)) { luaL_error(L, "%s", e.msg); return; }
+  r = lfl_newtensor(L);
+  if (cuda_copy_to(r, t, dev, &e) != FL_OK) {
+    if (e.code == FL_ENOMEM) {        /* maybe garbage is holding memory */
+      lfl_collect(L);
+      err_clear(&e);
+      if (cuda_copy_to(r, t, dev, &e) == FL_OK) return;
+    }
+    lfl_raise(L, what, &e);
+  }
+}
+#endif
+
+/* x:cuda() */
+static int t_cuda(lua_State *L) {
+  fl_tensor *t = lfl_checkdata(L, 1, "cuda");
+  if (t->m.device == FL_DEV_CUDA) { lua_settop(L, 1); return 1; }
+#ifdef HAVE_CUDA
+  push_moved(L, t, FL_DEV_CUDA, "cuda");
+  return 1;
+#else
+  return luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+/* x:cpu() */
+static int t_cpu(lua_State *L) {
+  fl_tensor *t = lfl_checkdata(L, 1, "cpu");
+  if (t->m.device == FL_DEV_CPU) { lua_settop(L, 1); return 1; }
+#ifdef HAVE_CUDA
+  push_moved(L, t, FL_DEV_CPU, "cpu");
+  return 1;
+#else
+  return luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+/* x:to(...) with a device among the arguments moves (the dtype change, if
+** any, runs on the host side); anything else is the tensor's own `to`
+** (upvalue 1). */
+static int t_to(lua_State *L) {
+  fl_tensor *t = lfl_checktensor(L, 1);
+  fl_dtype dt = t->m.dtype;
+  fl_device dev = t->m.device;
+  int i, top = lua_gettop(L);
+  for (i = 2; i <= top; i++) {
+    if (lua_type(L, i) == LUA_TTABLE) lfl_options(L, i, &dt, &dev, "to");
+    else if (lua_type(L, i) == LUA_TSTRING) {
+      const char *s = lua_tostring(L, i);
+      if (strcmp(s, "cuda") == 0) dev = FL_DEV_CUDA;
+      else if (strcmp(s, "cpu") == 0) dev = FL_DEV_CPU;
+      else (void)dtype_from_name(s, &dt);
+    }
+  }
+  if (dev == t->m.device) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, top, 1);
+    return 1;
+  }
+#ifdef HAVE_CUDA
+  {
+    fl_err e;
+    err_clear(&e);
+    if (!cuda_available(&e)) return luaL_error(L, "%s", e.msg);
+    /* the dtype on the host: before going to the device, after coming back */
+    if (dev == FL_DEV_CUDA) {
+      lua_pushvalue(L, lua_upvalueindex(1));
+      lua_pushvalue(L, 1);
+      lua_pushstring(L, dtype_name(dt));
+      lua_call(L, 2, 1);
+      push_moved(L, lfl_checkdata(L, -1, "to"), FL_DEV_CUDA, "to");
+    } else {
+      push_moved(L, lfl_checkdata(L, 1, "to"), FL_DEV_CPU, "to");
+      lua_pushvalue(L, lua_upvalueindex(1));
+      lua_insert(L, -2);
+      lua_pushstring(L, dtype_name(dt));
+      lua_call(L, 2, 1);
+    }
+    return 1;
+  }
+#else
+  (void)dt;
+  return luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+#ifndef HAVE_CUDA
+/* without the toolkit: the same names, each raising why */
+static int l_codegen(lua_State *L) {
+  (void)checkplan(L, 1);
+  return luaL_error(L, "codegen: no CUDA device: fuselab was built without CUDA");
+}
+#endif
+
+static const luaL_Reg cuda_funcs[] = {
+  {"cuda_available", l_cuda_available}, {"_cuda_program", l_codegen},
+  {NULL, NULL}
+};
+
+void lfl_open_cuda(lua_State *L, int lib) {
+  lib = lua_absindex(L, lib);
+#ifdef HAVE_CUDA
+  if (luaL_newmetatable(L, CPROG_TYPE)) {
+    lua_pushcfunction(L, k_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, k_source);
+    lua_setfield(L, -2, "__tostring");
+    lua_newtable(L);
+    luaL_setfuncs(L, prog_methods, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "methods");
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+#endif
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, cuda_funcs, 0);
+  lua_pop(L, 1);
+  /* p:codegen("cuda") finds the generator here (lfl_plan.c) */
+  lua_pushcfunction(L, l_codegen);
+  lua_setfield(L, LUA_REGISTRYINDEX, CODEGEN_KEY);
+  /* the tensor's cuda, cpu and to learn to move data */
+  luaL_getmetatable(L, LFL_TENSOR);
+  lua_getfield(L, -1, "methods");
+  if (lua_istable(L, -1)) {
+    lua_pushcfunction(L, t_cuda);
+    lua_setfield(L, -2, "cuda");
+    lua_pushcfunction(L, t_cpu);
+    lua_setfield(L, -2, "cpu");
+    lua_getfield(L, -1, "to");
+    lua_pushcclosure(L, t_to, 1);
+    lua_setfield(L, -2, "to");
+  }
+  lua_pop(L, 2);
+}
