@@ -73,11 +73,20 @@ do
 end
 
 -- ==== compiled vs PyTorch ==================================================
--- Whoever lands fl.compile adds here, for each of mlp, gpt and cnn:
---   local cm = fl.compile(model)
---   t.ok(fl.allclose(cm(x), want, RTOL, ATOL), name .. ": compiled output matches PyTorch's")
--- (same files, same tolerances; the compiled graph sums in yet another
--- order, which these tolerances already allow for).
--- ===========================================================================
+-- The same files and tolerances, through fl.compile (fused, generated C):
+-- the compiled graph sums in yet another order, which they already allow.
+for _, case in ipairs{{"mlp", mlp}, {"transformer", gpt}, {"cnn", cnn}} do
+  local name, model = case[1], case[2]
+  local x = fl.load(dir .. name .. "_x.npy")
+  local want = fl.load(dir .. name .. "_y.npy")
+  local cm = fl.compile(model)
+  local got = cm(x)
+  local abs, rel = max_err(got, want)
+  t.diag(string.format("%s compiled: max abs err %.3g, max rel err %.3g", name, abs, rel))
+  t.ok(fl.allclose(got, want, RTOL, ATOL), name .. ": compiled output matches PyTorch's")
+  t.ok(fl.allclose(cm(x), want, RTOL, ATOL), name .. ": and again from the cache")
+  local s = cm:stats()
+  t.ok(s.kernels >= 1 and s.fallbacks == 0, name .. ": ran generated kernels, no fallback")
+end
 
 t.done()
