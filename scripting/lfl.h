@@ -106,6 +106,10 @@ void lfl_open_cuda(lua_State *L, int lib);
 ** The inputs must be anchored on the Lua stack for the call. */
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a);
+/* An eager op with a CUDA tensor among its inputs (lfl_cuda.c): a
+** generated per-op kernel, compiled once and launched; pushes the result. */
+int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
+                   int nin, const op_attrs *a);
 /* The same, but never recorded: for in-place ops, which are graph breaks
 ** (their inputs were computed first) and so run eagerly even in a trace. */
 int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,

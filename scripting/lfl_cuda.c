@@ -23,6 +23,7 @@
 #include "lfl.h"
 #include "fuse/plan.h"
 #include "gpu/cuda.h"
+#include "graph/view.h"
 #ifdef HAVE_CUDA
 #include "gpu/cuda_program.h"
 #endif
@@ -303,6 +304,88 @@ static int t_to(lua_State *L) {
 #else
   (void)dt;
   return luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+/* ---- eager ops on CUDA tensors ------------------------------------------
+** Each (op, attributes, input types, scalar values) becomes a one-op graph
+** that is planned, turned into CUDA C and compiled once -- generated
+** per-op kernels, cached by the graph's fingerprint in a registry table --
+** and launched on the real inputs.  Views only change metadata, as on the
+** CPU.  (Not run on a GPU yet: no device was available where this was
+** written; the path is compiled and its no-device errors are tested.) */
+#define EAGER_KEY "fuselab.cuda_eager"
+
+#ifdef HAVE_CUDA
+static int eager_view(lua_State *L, fl_op op, const fl_tensor *x, const op_attrs *a) {
+  const fl_meta *m[1] = {&x->m};
+  fl_meta out;
+  fl_tensor *t;
+  fl_err e;
+  err_clear(&e);
+  if (op_infer(op, m, 1, a, &out, &e) != FL_OK) return lfl_raise(L, op_name(op), &e);
+  t = lfl_newtensor(L);
+  if (view_apply(op, x, a, &out, t, &e) == FL_OK) return 1;
+  lua_pop(L, 1);
+  return -1;                       /* needs a copy: a generated kernel */
+}
+#endif
+
+int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
+                   const op_attrs *a) {
+#ifdef HAVE_CUDA
+  const fl_tensor *inputs[64];
+  ir_graph *g;
+  fl_tensor *outs;
+  char key[33];
+  int ids[64], k, n = 0, id;
+  fl_err e;
+  lcprog *lp;
+  if ((op_info_of(op)->flags & OPF_VIEW) && in[0] && eager_view(L, op, in[0], a) == 1)
+    return 1;
+  err_clear(&e);
+  lfl_pushgraph(L, NULL);                    /* owner of g until planned */
+  if (!(g = ir_new())) return luaL_error(L, "%s: out of memory", op_name(op));
+  *(ir_graph **)lua_touserdata(L, -1) = g;
+  for (k = 0; k < nin; k++) {
+    if (!in[k]) { ids[k] = -1; continue; }
+    if (in[k]->m.wrapped) ids[k] = ir_add_const(g, in[k], &e);
+    else { ids[k] = ir_add_input(g, &in[k]->m, NULL, &e); inputs[n++] = in[k]; }
+    if (ids[k] < 0) return lfl_raise(L, op_name(op), &e);
+  }
+  if ((id = ir_add_op(g, op, ids, nin, a, NULL, NULL, &e)) < 0 ||
+      ir_add_output(g, id, &e) != FL_OK)
+    return lfl_raise(L, op_name(op), &e);
+  ir_fingerprint(g, key);
+  lua_getfield(L, LUA_REGISTRYINDEX, EAGER_KEY);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, EAGER_KEY);
+  }
+  if (lua_getfield(L, -1, key) != LUA_TUSERDATA) {
+    fuse_plan *p;
+    lua_pop(L, 1);
+    lp = (lcprog *)lua_newuserdatauv(L, sizeof *lp, 0);
+    lp->pr = NULL;
+    luaL_setmetatable(L, CPROG_TYPE);
+    if (!(p = fuse_plan_build(g, NULL, &e))) return lfl_raise(L, op_name(op), &e);
+    lp->pr = cuda_codegen(p, &e);
+    fuse_plan_free(p);
+    if (!lp->pr) return lfl_raise(L, op_name(op), &e);
+    if (cuda_program_compile(lp->pr, &e) != FL_OK) return raise_compile(L, lp->pr, &e);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, key);
+  }
+  lp = (lcprog *)lua_touserdata(L, -1);
+  outs = lfl_newtensor(L);
+  if (cuda_program_run(lp->pr, inputs, n, outs, &e) != FL_OK)
+    return lfl_raise(L, op_name(op), &e);
+  return 1;
+#else
+  (void)in; (void)nin; (void)a;
+  return luaL_error(L, "%s: no CUDA device: fuselab was built without CUDA", op_name(op));
 #endif
 }
 

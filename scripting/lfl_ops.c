@@ -36,6 +36,9 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
     if (in[k] && lfl_islazy(in[k]))
       return luaL_error(L, "%s: this tensor belongs to a capture that ended "
                         "with an error and was never computed", op_name(op));
+  for (k = 0; k < nin; k++)          /* device tensors: generated kernels */
+    if (in[k] && in[k]->m.device == FL_DEV_CUDA)
+      return lfl_cuda_eager(L, op, in, nin, a);
   err_clear(&e);
   out = lfl_newtensor(L);            /* owns the result from the start */
   rc = eager_apply(op, in, nin, a, out, &e);
