@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "../fuse/render.h"
 
 #define TILE 4096
 #define BLOCK 4096   /* elements per float partial sum */
@@ -113,58 +114,7 @@ void cpu_emit_preamble(strbuf *b) {
     "#endif\n\n");
 }
 
-/* a float literal the C compiler reads back exactly */
-static void flit(char *buf, size_t n, double v, int dbl) {
-  size_t len;
-  if (v != v) { snprintf(buf, n, "NAN"); return; }
-  if (v == 1.0 / 0.0) { snprintf(buf, n, "INFINITY"); return; }
-  if (v == -1.0 / 0.0) { snprintf(buf, n, "(-INFINITY)"); return; }
-  snprintf(buf, n, dbl ? "%.17g" : "%.9g", v);
-  len = strlen(buf);
-  if (!strpbrk(buf, ".e")) snprintf(buf + len, n - len, ".0");
-  len = strlen(buf);
-  if (!dbl) snprintf(buf + len, n - len, "f");
-  if (buf[0] == '-') {            /* keep "a - -1.0f" readable and valid */
-    char t[64];
-    snprintf(t, sizeof t, "(%s)", buf);
-    snprintf(buf, n, "%s", t);
-  }
-}
 
-/* The op's expr with $0..$2 as step names and $f0 $f1 as literals; in
-** double mode the float math functions become their double forms. */
-static void render(gen *g, const fk_instr *in, int dbl) {
-  static const char *const fnames[][2] = {
-    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"powf(", "pow("},
-    {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
-    {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
-  const char *s = op_info_of(in->op)->expr;
-  char lit[64];
-  size_t f;
-  while (*s) {
-    if (s[0] == '$' && s[1] >= '0' && s[1] <= '2') {
-      strbuf_printf(g->b, "v%d", in->arg[s[1] - '0']);
-      s += 2;
-      continue;
-    }
-    if (s[0] == '$' && s[1] == 'f' && (s[2] == '0' || s[2] == '1')) {
-      flit(lit, sizeof lit, in->attrs.f[s[2] - '0'], dbl);
-      strbuf_printf(g->b, "%s", lit);
-      s += 3;
-      continue;
-    }
-    if (dbl) {
-      for (f = 0; f < sizeof fnames / sizeof fnames[0]; f++)
-        if (strncmp(s, fnames[f][0], strlen(fnames[f][0])) == 0) break;
-      if (f < sizeof fnames / sizeof fnames[0]) {
-        strbuf_printf(g->b, "%s", fnames[f][1]);
-        s += strlen(fnames[f][0]);
-        continue;
-      }
-    }
-    strbuf_printf(g->b, "%c", *s++);
-  }
-}
 
 static void ind(gen *g, int depth) { strbuf_printf(g->b, "%*s", 2 * depth, ""); }
 
@@ -227,7 +177,7 @@ static void emit_step(gen *g, int i, int depth, int fast, int inloop) {
     strbuf_printf(g->b, "]%s;\n", dt == FL_BF16 ? ")" : "");
     return;
   case FKI_CONST:
-    flit(lit, sizeof lit, in->value, dbl);
+    fk_float_literal(lit, sizeof lit, in->value, dbl);
     strbuf_printf(g->b, "const %s v%d = %s;\n", vtype(dt), i, lit);
     return;
   case FKI_NRED:
@@ -242,7 +192,7 @@ static void emit_step(gen *g, int i, int depth, int fast, int inloop) {
     else if (dt == FL_F16 && in->node >= 0) strbuf_printf(g->b, "(float)(_Float16)(");
     else if (dt == FL_BF16 && in->node >= 0) strbuf_printf(g->b, "fl_bf2f(fl_f2bf(");
     if (by_recip(g, in)) strbuf_printf(g->b, "(v%d * r%d)", in->arg[0], in->arg[1]);
-    else render(g, in, dbl);
+    else fk_render_expr(g->b, in, dbl);
     if (dt == FL_BOOL) strbuf_printf(g->b, ") != 0)");
     else if (dt == FL_I64) strbuf_printf(g->b, ")");
     else if (dt == FL_F16 && in->node >= 0) strbuf_printf(g->b, ")");

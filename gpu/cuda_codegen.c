@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_codegen.h"
+#include "../fuse/render.h"
 
 typedef struct gen {
   strbuf *b;
@@ -39,24 +40,6 @@ static const char *ctype(fl_dtype t) {
 /* the type a value is computed in */
 static const char *vtype(fl_dtype t) { return t == FL_I64 ? "double" : "float"; }
 
-/* a literal NVRTC reads back exactly (INFINITY and NAN come from the
-** preamble: NVRTC has no math.h) */
-static void flit(char *buf, size_t n, double v, int dbl) {
-  size_t len;
-  if (v != v) { snprintf(buf, n, "NAN"); return; }
-  if (v > 1.7976931348623157e308) { snprintf(buf, n, "INFINITY"); return; }
-  if (v < -1.7976931348623157e308) { snprintf(buf, n, "(-INFINITY)"); return; }
-  snprintf(buf, n, dbl ? "%.17g" : "%.9g", v);
-  len = strlen(buf);
-  if (!strpbrk(buf, ".e")) snprintf(buf + len, n - len, ".0");
-  len = strlen(buf);
-  if (!dbl) snprintf(buf + len, n - len, "f");
-  if (buf[0] == '-') {
-    char t[64];
-    snprintf(t, sizeof t, "(%s)", buf);
-    snprintf(buf, n, "%s", t);
-  }
-}
 
 static void ind(gen *g, int depth) { strbuf_printf(g->b, "%*s", 2 * depth, ""); }
 
@@ -435,40 +418,6 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "#endif\n\n");
 }
 
-/* The op's expr with $0..$2 as step names and $f0 $f1 as literals; in
-** double mode the float math functions become their double forms. */
-static void render(gen *g, const fk_instr *in, int dbl) {
-  static const char *const fnames[][2] = {
-    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"powf(", "pow("},
-    {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
-    {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
-  const char *s = op_info_of(in->op)->expr;
-  char lit[64];
-  size_t f;
-  while (*s) {
-    if (s[0] == '$' && s[1] >= '0' && s[1] <= '2') {
-      strbuf_printf(g->b, "v%d", in->arg[s[1] - '0']);
-      s += 2;
-      continue;
-    }
-    if (s[0] == '$' && s[1] == 'f' && (s[2] == '0' || s[2] == '1')) {
-      flit(lit, sizeof lit, in->attrs.f[s[2] - '0'], dbl);
-      strbuf_printf(g->b, "%s", lit);
-      s += 3;
-      continue;
-    }
-    if (dbl) {
-      for (f = 0; f < sizeof fnames / sizeof fnames[0]; f++)
-        if (strncmp(s, fnames[f][0], strlen(fnames[f][0])) == 0) break;
-      if (f < sizeof fnames / sizeof fnames[0]) {
-        strbuf_printf(g->b, "%s", fnames[f][1]);
-        s += strlen(fnames[f][0]);
-        continue;
-      }
-    }
-    strbuf_printf(g->b, "%c", *s++);
-  }
-}
 
 /* A FULL division by a row value becomes a multiplication by its
 ** reciprocal, once per row (softmax's 1 / sum), as in the C kernels. */
@@ -526,7 +475,7 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     strbuf_printf(g->b, ");\n");
     return;
   case FKI_CONST:
-    flit(lit, sizeof lit, in->value, dbl);
+    fk_float_literal(lit, sizeof lit, in->value, dbl);
     strbuf_printf(g->b, "const %s v%d = %s;\n", vtype(dt), i, lit);
     return;
   case FKI_NRED:
@@ -540,7 +489,7 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     else if (dt == FL_F16 && in->node >= 0) strbuf_printf(g->b, "fl_rh(");
     else if (dt == FL_BF16 && in->node >= 0) strbuf_printf(g->b, "fl_rb(");
     if (by_recip(g, in)) strbuf_printf(g->b, "(v%d * r%d)", in->arg[0], in->arg[1]);
-    else render(g, in, dbl);
+    else fk_render_expr(g->b, in, dbl);
     if (dt == FL_BOOL) strbuf_printf(g->b, ") != 0)");
     else if (dt == FL_I64 || ((dt == FL_F16 || dt == FL_BF16) && in->node >= 0)) strbuf_printf(g->b, ")");
     strbuf_printf(g->b, ";\n");

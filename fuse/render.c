@@ -1,0 +1,59 @@
+/*
+** render.c -- expressions and literals shared by the code generators.
+** Invariant: the text appended is a C (and CUDA) expression with no
+** trailing context: callers may wrap it in anything.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "render.h"
+
+void fk_float_literal(char *buf, size_t n, double v, int dbl) {
+  size_t len;
+  if (v != v) { snprintf(buf, n, "NAN"); return; }
+  if (v > 1.7976931348623157e308) { snprintf(buf, n, "INFINITY"); return; }
+  if (v < -1.7976931348623157e308) { snprintf(buf, n, "(-INFINITY)"); return; }
+  snprintf(buf, n, dbl ? "%.17g" : "%.9g", v);
+  len = strlen(buf);
+  if (!strpbrk(buf, ".e")) snprintf(buf + len, n - len, ".0");
+  len = strlen(buf);
+  if (!dbl) snprintf(buf + len, n - len, "f");
+  if (buf[0] == '-') {            /* keep "a - -1.0f" readable and valid */
+    char t[64];
+    snprintf(t, sizeof t, "(%s)", buf);
+    snprintf(buf, n, "%s", t);
+  }
+}
+
+void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
+  static const char *const fnames[][2] = {
+    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"powf(", "pow("},
+    {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
+    {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
+  const char *s = op_info_of(in->op)->expr;
+  char lit[64];
+  size_t f;
+  while (*s) {
+    if (s[0] == '$' && s[1] >= '0' && s[1] <= '2') {
+      strbuf_printf(b, "v%d", in->arg[s[1] - '0']);
+      s += 2;
+      continue;
+    }
+    if (s[0] == '$' && s[1] == 'f' && (s[2] == '0' || s[2] == '1')) {
+      fk_float_literal(lit, sizeof lit, in->attrs.f[s[2] - '0'], dbl);
+      strbuf_printf(b, "%s", lit);
+      s += 3;
+      continue;
+    }
+    if (dbl) {
+      for (f = 0; f < sizeof fnames / sizeof fnames[0]; f++)
+        if (strncmp(s, fnames[f][0], strlen(fnames[f][0])) == 0) break;
+      if (f < sizeof fnames / sizeof fnames[0]) {
+        strbuf_printf(b, "%s", fnames[f][1]);
+        s += strlen(fnames[f][0]);
+        continue;
+      }
+    }
+    strbuf_printf(b, "%c", *s++);
+  }
+}
