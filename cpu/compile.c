@@ -16,6 +16,7 @@
 #endif
 
 #include "program.h"
+#include "../fuse/render.h"
 #include "codegen.h"
 #include "eager.h"
 
@@ -91,24 +92,6 @@ static int resolve(cpu_program *pr, fl_err *e) {
   return FL_OK;
 }
 
-/* A kernel's text without comments and with its own name as "@": two
-** kernels with the same key compile to the same code. */
-static char *kernel_key(const char *text, const char *sym) {
-  size_t n = strlen(text), i, o = 0, sl = strlen(sym);
-  char *k = malloc(n + 1);
-  if (!k) return NULL;
-  for (i = 0; i < n;) {
-    if (text[i] == '/' && text[i + 1] == '*') {
-      const char *end = strstr(text + i + 2, "*/");
-      i = end ? (size_t)(end - text) + 2 : n;
-      continue;
-    }
-    if (strncmp(text + i, sym, sl) == 0) { k[o++] = '@'; i += sl; continue; }
-    k[o++] = text[i++];
-  }
-  k[o] = '\0';
-  return k;
-}
 
 /* The source of several programs in one unit; a kernel identical to an
 ** earlier one becomes an alias of it (random graphs, repeated layers). */
@@ -122,7 +105,7 @@ static char *batch_source(cpu_program **prs, int n) {
     for (k = 0; k < prs[i]->plan->nkernels; k++) {
       char *key;
       if (!prs[i]->ktext[k]) continue;
-      if (!(key = kernel_key(prs[i]->ktext[k], prs[i]->syms[k]))) { b.oom = 1; break; }
+      if (!(key = fk_kernel_key(prs[i]->ktext[k], prs[i]->syms[k]))) { b.oom = 1; break; }
       for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
       if (j < nk) {
         strbuf_printf(&b, "void %s(void **restrict buf, const int64_t *restrict arg)\n"

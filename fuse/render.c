@@ -4,6 +4,7 @@
 ** trailing context: callers may wrap it in anything.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "render.h"
@@ -56,4 +57,23 @@ void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
     }
     strbuf_printf(b, "%c", *s++);
   }
+}
+
+/* A kernel's text without comments and with its own name as "@": two
+** kernels with the same key compile to the same code. */
+char *fk_kernel_key(const char *text, const char *sym) {
+  size_t n = strlen(text), i, o = 0, sl = strlen(sym);
+  char *k = malloc(n + 1);
+  if (!k) return NULL;
+  for (i = 0; i < n;) {
+    if (text[i] == '/' && text[i + 1] == '*') {
+      const char *end = strstr(text + i + 2, "*/");
+      i = end ? (size_t)(end - text) + 2 : n;
+      continue;
+    }
+    if (strncmp(text + i, sym, sl) == 0) { k[o++] = '@'; i += sl; continue; }
+    k[o++] = text[i++];
+  }
+  k[o] = '\0';
+  return k;
 }

@@ -19,4 +19,10 @@ void fk_float_literal(char *buf, size_t n, double v, int dbl);
 ** functions become their double forms (expf -> exp). */
 void fk_render_expr(strbuf *b, const fk_instr *in, int dbl);
 
+/* A kernel's text without comments and with its own symbol sym as "@":
+** two kernels with equal keys compile to the same code, so a batch
+** compiles one and aliases the other.  malloc'd (the caller frees), NULL
+** when out of memory. */
+char *fk_kernel_key(const char *text, const char *sym);
+
 #endif

@@ -9,6 +9,7 @@
 ** at every launch), else the epilogue runs as its own kernel afterwards.
 */
 #include "config.h"
+#include "../fuse/render.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,24 +128,6 @@ static int copy_img(nvrtc_image *dst, const nvrtc_image *src) {
   return FL_OK;
 }
 
-/* A kernel's text without comments and with its own name as "@": two
-** kernels with the same key compile to the same code. */
-static char *kernel_key(const char *text, const char *sym) {
-  size_t n = strlen(text), i, o = 0, sl = strlen(sym);
-  char *k = malloc(n + 1);
-  if (!k) return NULL;
-  for (i = 0; i < n;) {
-    if (text[i] == '/' && text[i + 1] == '*') {
-      const char *end = strstr(text + i + 2, "*/");
-      i = end ? (size_t)(end - text) + 2 : n;
-      continue;
-    }
-    if (strncmp(text + i, sym, sl) == 0) { k[o++] = '@'; i += sl; continue; }
-    k[o++] = text[i++];
-  }
-  k[o] = '\0';
-  return k;
-}
 
 /* The source of n programs in one unit.  A kernel identical to an earlier
 ** one is left out and its program loads the earlier one's symbol (random
@@ -161,7 +144,7 @@ static char *batch_source(cuda_program **prs, int n) {
       cuda_program *pr = prs[i];
       char *key;
       if (!pr->ktext[k]) continue;
-      if (!(key = kernel_key(pr->ktext[k], pr->syms[k]))) { b.oom = 1; break; }
+      if (!(key = fk_kernel_key(pr->ktext[k], pr->syms[k]))) { b.oom = 1; break; }
       for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
       if (j < nk) {
         free(key);
