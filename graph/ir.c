@@ -210,7 +210,7 @@ ir_graph *ir_clone(const ir_graph *g) {
   c->ninputs = g->ninputs;
   c->nsyms = g->nsyms;
   c->nout = g->nout;
-  memcpy(c->outputs, g->outputs, (size_t)g->nout * sizeof(int));
+  if (g->nout) memcpy(c->outputs, g->outputs, (size_t)g->nout * sizeof(int));
   for (i = 0; i < g->n; i++) {
     const ir_node *s = &g->nodes[i];
     ir_node *d = &c->nodes[i];

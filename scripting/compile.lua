@@ -366,6 +366,9 @@ end
 -- The executor the trace calls for each segment: the segment cache.
 local function make_exec(st)
   return function(g, inputs, params)
+    -- a segment without ops (values passed through a break) has nothing
+    -- to compile
+    if #g:ops() == 0 then return {g:run(unpack(inputs))} end
     local key = fl._graph_key(g)
     local hit = st.segcache[key]
     if hit then
