@@ -188,6 +188,9 @@ void cpu_program_free(cpu_program *pr) {
   if (pr->slots && pr->plan)
     for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
   free(pr->slots);
+  free(pr->bound_in);
+  free(pr->bound_metas);
+  free(pr->bound_args);
   fuse_plan_free(pr->plan);
   free(pr);
 }
@@ -289,7 +292,7 @@ static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out,
 }
 
 static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *vals,
-                      int64_t *args, fl_err *e) {
+                      const int64_t *args, fl_err *e) {
   const ir_graph *g = pr->plan->g;
   const fk_kernel *k = &pr->plan->kernels[ki];
   void *bufs[257];
@@ -309,7 +312,6 @@ static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *
     if (!vals[id].st && (rc = value_of(g, vals, id, e)) != FL_OK) return rc;
     bufs[i] = ten_data(&vals[id]);
   }
-  if ((rc = fk_bind(k, g, metas, args, e)) != FL_OK) return rc;
   if (pr->scratch[ki]) {
     /* the reduced elements of one row, per value kept, per thread */
     int64_t nr = 1;
@@ -326,6 +328,51 @@ static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *
   bufs[k->nbufs] = scratch;
   ((cpu_kernel_fn)pr->fns[ki])(bufs, args);
   free(scratch);
+  return FL_OK;
+}
+
+/* Shapes and kernel arguments for these inputs, computed once per set of
+** input shapes: the same shapes again (a loop, a steady-state service)
+** reuse the last binding, so a call costs the kernels and little else. */
+static int bind(cpu_program *pr, const fl_tensor *const *inputs, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  int i, k, rc, same = pr->bound_in != NULL && pr->bound_in[0].ndim >= 0;
+  for (i = 0; i < g->ninputs && same; i++) {
+    fl_meta m = inputs[i]->m;
+    m.wrapped = 0;
+    same = memcmp(&m, &pr->bound_in[i], sizeof m) == 0;
+  }
+  if (same) return FL_OK;
+  if (!pr->bound_metas) {
+    pr->maxargs = 1;
+    for (k = 0; k < p->nkernels; k++)
+      if (fk_nargs(&p->kernels[k]) > pr->maxargs) pr->maxargs = fk_nargs(&p->kernels[k]);
+    pr->bound_in = calloc((size_t)(g->ninputs ? g->ninputs : 1), sizeof *pr->bound_in);
+    pr->bound_metas = malloc((size_t)(g->n ? g->n : 1) * sizeof *pr->bound_metas);
+    pr->bound_args = malloc((size_t)(p->nkernels ? p->nkernels : 1) * (size_t)pr->maxargs *
+                            sizeof *pr->bound_args);
+    if (!pr->bound_in || !pr->bound_metas || !pr->bound_args) {
+      free(pr->bound_in); free(pr->bound_metas); free(pr->bound_args);
+      pr->bound_in = NULL; pr->bound_metas = NULL; pr->bound_args = NULL;
+      return err_set(e, FL_ENOMEM, "run: out of memory");
+    }
+  }
+  /* invalid until complete: a failure below leaves no stale binding */
+  pr->bound_in[0].ndim = -1;
+  if ((rc = infer_all(g, inputs, pr->bound_metas, e)) != FL_OK) return rc;
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    if (kr->nnodes == 0 || !pr->fns[k]) continue;   /* nothing generated runs */
+    if ((rc = fk_bind(kr, g, pr->bound_metas, pr->bound_args + (size_t)k * (size_t)pr->maxargs,
+                      e)) != FL_OK)
+      return rc;
+  }
+  pr->bound_in[0].ndim = 0;                   /* valid (no inputs: always) */
+  for (i = 0; i < g->ninputs; i++) {
+    pr->bound_in[i] = inputs[i]->m;
+    pr->bound_in[i].wrapped = 0;
+  }
   return FL_OK;
 }
 
@@ -346,25 +393,21 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
                fl_tensor *outs, int into, fl_err *e) {
   const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
-  fl_meta *metas = NULL;
+  const fl_meta *metas;
   fl_tensor *vals = NULL;
-  int64_t *args = NULL;
   char *is_out = NULL;
-  int i, k, rc = FL_OK, maxargs = 1;
+  int i, k, rc = FL_OK;
   if (ninputs != g->ninputs)
     return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
   for (i = 0; i < ninputs; i++)
     if (!inputs[i] || !inputs[i]->st || inputs[i]->m.device != FL_DEV_CPU)
       return err_set(e, FL_EINVAL, "run: input %d is not a CPU tensor", i + 1);
   if (!pr->obj && (rc = cpu_program_compile(pr, e)) != FL_OK) return rc;
-  for (k = 0; k < p->nkernels; k++)
-    if (fk_nargs(&p->kernels[k]) > maxargs) maxargs = fk_nargs(&p->kernels[k]);
-  metas = malloc((size_t)(g->n ? g->n : 1) * sizeof *metas);
+  if ((rc = bind(pr, inputs, e)) != FL_OK) return rc;
+  metas = pr->bound_metas;
   vals = calloc((size_t)(g->n ? g->n : 1), sizeof *vals);
-  args = malloc((size_t)maxargs * sizeof *args);
   is_out = calloc((size_t)(g->n ? g->n : 1), 1);
-  if (!metas || !vals || !args || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
-  if ((rc = infer_all(g, inputs, metas, e)) != FL_OK) goto done;
+  if (!vals || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
   /* results straight into the caller's tensors where they fit */
   for (i = 0; i < g->nout && into; i++) {
@@ -381,7 +424,7 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
     else if (nd->kind != IR_OP) rc = ten_contiguous(&vals[i], &nd->value, e);
   }
   for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
-    rc = run_kernel(pr, k, metas, vals, args, e);
+    rc = run_kernel(pr, k, metas, vals, pr->bound_args + (size_t)k * (size_t)pr->maxargs, e);
     /* free what no later kernel reads: peak memory as planned */
     for (i = 0; i < g->n && rc == FL_OK; i++)
       if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&vals[i]);
@@ -399,6 +442,6 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
   if (rc == FL_OK) pr->runs++;
 done:
   if (vals) for (i = 0; i < g->n; i++) ten_release(&vals[i]);
-  free(metas); free(vals); free(args); free(is_out);
+  free(vals); free(is_out);
   return rc;
 }

@@ -26,6 +26,12 @@ typedef struct cpu_program {
   int64_t runs;          /* completed runs */
   fl_tensor *slots;      /* the memory plan's slots, kept between runs
                             (plan->nslots of them, grown as shapes need) */
+  /* Sizes bound for the last input shapes seen: a call with the same
+  ** shapes (the steady state) skips shape inference and fk_bind. */
+  fl_meta *bound_in;     /* the inputs' metadata, or NULL before a run */
+  fl_meta *bound_metas;  /* every node's metadata for those inputs */
+  int64_t *bound_args;   /* per kernel: its fk_bind arguments (maxargs each) */
+  int maxargs;
 } cpu_program;
 
 typedef void (*cpu_kernel_fn)(void **buf, const int64_t *arg);
