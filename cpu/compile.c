@@ -197,40 +197,6 @@ void cpu_program_free(cpu_program *pr) {
 
 /* --- running ------------------------------------------------------------ */
 
-/* Shapes of every node for these inputs: the graph's own rules, re-run. */
-static int infer_all(const ir_graph *g, const fl_tensor *const *in, fl_meta *metas, fl_err *e) {
-  int i, k, d;
-  char want[128], got[96];
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    const fl_meta *args[64];
-    int rc;
-    switch (nd->kind) {
-    case IR_INPUT: {
-      const fl_meta *m = &in[nd->index]->m;
-      int bad = m->dtype != nd->meta.dtype || m->ndim != nd->meta.ndim;
-      for (d = 0; d < m->ndim && !bad; d++)
-        bad = !nd->sym[d] && m->shape[d] != nd->meta.shape[d];
-      if (bad)
-        return err_set(e, FL_EINVAL, "run: input %d: expected %s, got %s %s", nd->index + 1,
-                       ir_type_str(g, i, want, sizeof want), dtype_name(m->dtype),
-                       meta_shape_str(m, got, sizeof got));
-      metas[i] = *m;
-      metas[i].wrapped = 0;
-      break;
-    }
-    case IR_PARAM: case IR_CONST:
-      metas[i] = nd->value.m;
-      break;
-    case IR_OP:
-      for (k = 0; k < nd->nin && k < 64; k++) args[k] = nd->in[k] < 0 ? NULL : &metas[nd->in[k]];
-      if ((rc = op_infer(nd->op, args, nd->nin, &nd->attrs, &metas[i], e)) != FL_OK) return rc;
-      break;
-    }
-    metas[i].device = FL_DEV_CPU;
-  }
-  return FL_OK;
-}
 
 /* The value of node id as a tensor: its buffer, or a view of one built
 ** with the eager kernels (for extern inputs). */
@@ -360,7 +326,7 @@ static int bind(cpu_program *pr, const fl_tensor *const *inputs, fl_err *e) {
   }
   /* invalid until complete: a failure below leaves no stale binding */
   pr->bound_in[0].ndim = -1;
-  if ((rc = infer_all(g, inputs, pr->bound_metas, e)) != FL_OK) return rc;
+  if ((rc = ir_infer_metas(g, inputs, FL_DEV_CPU, pr->bound_metas, e)) != FL_OK) return rc;
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kr = &p->kernels[k];
     if (kr->nnodes == 0 || !pr->fns[k]) continue;   /* nothing generated runs */

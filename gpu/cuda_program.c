@@ -227,39 +227,6 @@ typedef struct run_ctx {
   int capture;          /* 1 while capturing a CUDA graph: hold, never free */
 } run_ctx;
 
-/* Shapes of every node for these inputs (the graph's rules, re-run). */
-static int infer_all(const ir_graph *g, const fl_tensor *const *in, fl_meta *metas, fl_err *e) {
-  int i, k, d;
-  char want[128], got[96];
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    const fl_meta *args[64];
-    int rc;
-    switch (nd->kind) {
-    case IR_INPUT: {
-      const fl_meta *m = &in[nd->index]->m;
-      int bad = m->dtype != nd->meta.dtype || m->ndim != nd->meta.ndim;
-      for (d = 0; d < m->ndim && !bad; d++) bad = !nd->sym[d] && m->shape[d] != nd->meta.shape[d];
-      if (bad)
-        return err_set(e, FL_EINVAL, "run: input %d: expected %s, got %s %s", nd->index + 1,
-                       ir_type_str(g, i, want, sizeof want), dtype_name(m->dtype),
-                       meta_shape_str(m, got, sizeof got));
-      metas[i] = *m;
-      metas[i].wrapped = 0;
-      break;
-    }
-    case IR_PARAM: case IR_CONST:
-      metas[i] = nd->value.m;
-      break;
-    case IR_OP:
-      for (k = 0; k < nd->nin && k < 64; k++) args[k] = nd->in[k] < 0 ? NULL : &metas[nd->in[k]];
-      if ((rc = op_infer(nd->op, args, nd->nin, &nd->attrs, &metas[i], e)) != FL_OK) return rc;
-      break;
-    }
-    metas[i].device = FL_DEV_CUDA;
-  }
-  return FL_OK;
-}
 
 /* The value of view node id on the device: a view of its source (metadata
 ** only), made contiguous when `contig` (a kernel buffer must be). */
@@ -646,7 +613,7 @@ static int run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl
     rc = err_set(e, FL_ENOMEM, "run: out of memory");
     goto done;
   }
-  if ((rc = infer_all(g, inputs, c.metas, e)) != FL_OK) goto done;
+  if ((rc = ir_infer_metas(g, inputs, FL_DEV_CUDA, c.metas, e)) != FL_OK) goto done;
   if (!capture && (rc = bind_leaves(&c, e)) != FL_OK) goto done;
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
   for (i = 0; i < g->nout && into; i++) {

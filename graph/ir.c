@@ -446,3 +446,40 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
   snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
            (unsigned long long)h.low64);
 }
+
+/* The graph's own shape rules re-run from real inputs: what a compiled
+** program does before binding sizes, since symbolic dims may differ. */
+int ir_infer_metas(const ir_graph *g, const fl_tensor *const *in, fl_device dev,
+                   fl_meta *metas, fl_err *e) {
+  int i, k, d;
+  char want[128], got[96];
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    const fl_meta *args[64];
+    int rc;
+    switch (nd->kind) {
+    case IR_INPUT: {
+      const fl_meta *m = &in[nd->index]->m;
+      int bad = m->dtype != nd->meta.dtype || m->ndim != nd->meta.ndim;
+      for (d = 0; d < m->ndim && !bad; d++)
+        bad = !nd->sym[d] && m->shape[d] != nd->meta.shape[d];
+      if (bad)
+        return err_set(e, FL_EINVAL, "run: input %d: expected %s, got %s %s", nd->index + 1,
+                       ir_type_str(g, i, want, sizeof want), dtype_name(m->dtype),
+                       meta_shape_str(m, got, sizeof got));
+      metas[i] = *m;
+      metas[i].wrapped = 0;
+      break;
+    }
+    case IR_PARAM: case IR_CONST:
+      metas[i] = nd->value.m;
+      break;
+    case IR_OP:
+      for (k = 0; k < nd->nin && k < 64; k++) args[k] = nd->in[k] < 0 ? NULL : &metas[nd->in[k]];
+      if ((rc = op_infer(nd->op, args, nd->nin, &nd->attrs, &metas[i], e)) != FL_OK) return rc;
+      break;
+    }
+    metas[i].device = dev;
+  }
+  return FL_OK;
+}

@@ -91,6 +91,13 @@ char *ir_listing(const ir_graph *g);
 ** 32 hex digits and a NUL. */
 void ir_fingerprint(const ir_graph *g, char hex[33]);
 
+/* metas[i] = node i's metadata for these inputs (one per graph input):
+** each input is checked against its node (dtype, rank, and the size of
+** every dim that is not symbolic), then every op's shape rule runs; all
+** values are placed on dev.  The message names the input that differs. */
+int ir_infer_metas(const ir_graph *g, const fl_tensor *const *in, fl_device dev,
+                   fl_meta *metas, fl_err *e);
+
 /* Evaluate g on concrete inputs with apply (ref_apply for the oracle,
 ** eager_apply for speed).  outs must hold g->nout tensors; on success
 ** each is a new reference the caller releases.  Intermediates are freed
