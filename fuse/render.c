@@ -77,3 +77,24 @@ char *fk_kernel_key(const char *text, const char *sym) {
   k[o] = '\0';
   return k;
 }
+
+int fk_by_recip(const fk_kernel *k, const fk_instr *in) {
+  const fk_instr *d;
+  if (k->kind != FK_REDUCE || in->opc != FKI_ELEM || in->op != OP_DIV || !in->full) return 0;
+  d = &k->instr[in->arg[1]];
+  return !d->full && d->dtype != FL_I64 && in->dtype != FL_I64 && k->instr[in->arg[0]].dtype != FL_I64;
+}
+
+void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
+                     const fk_instr *in, int dbl) {
+  fl_dtype dt = in->dtype;
+  const char *close = "";
+  /* only graph values are rounded: inner steps of a composite stay float */
+  if (dt == FL_BOOL) { strbuf_printf(b, "(float)(("); close = ") != 0)"; }
+  else if (dt == FL_I64) { strbuf_printf(b, "trunc("); close = ")"; }
+  else if (dt == FL_F16 && in->node >= 0) { strbuf_printf(b, "%s", d->f16_open); close = d->f16_close; }
+  else if (dt == FL_BF16 && in->node >= 0) { strbuf_printf(b, "%s", d->bf16_open); close = d->bf16_close; }
+  if (fk_by_recip(k, in)) strbuf_printf(b, "(v%d * r%d)", in->arg[0], in->arg[1]);
+  else fk_render_expr(b, in, dbl);
+  strbuf_printf(b, "%s", close);
+}

@@ -19,6 +19,23 @@ void fk_float_literal(char *buf, size_t n, double v, int dbl);
 ** functions become their double forms (expf -> exp). */
 void fk_render_expr(strbuf *b, const fk_instr *in, int dbl);
 
+/* How a backend spells rounding a float32 value to a 16-bit float and
+** back (the C one casts through _Float16, CUDA calls its intrinsics). */
+typedef struct fk_dialect {
+  const char *f16_open, *f16_close;
+  const char *bf16_open, *bf16_close;
+} fk_dialect;
+
+/* True when FULL division step in of reduce kernel k divides by a row
+** value: generators multiply by its reciprocal, computed once per row
+** (softmax's 1 / sum). */
+int fk_by_recip(const fk_kernel *k, const fk_instr *in);
+/* Append the value of FKI_ELEM step in, rounded where the graph would
+** store it: bool to 0/1, int64 truncated, float16/bfloat16 losing their
+** low bits (spelled by d).  A division by a row value reads "(vA * rB)". */
+void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
+                     const fk_instr *in, int dbl);
+
 /* A kernel's text without comments and with its own symbol sym as "@":
 ** two kernels with equal keys compile to the same code, so a batch
 ** compiles one and aliases the other.  malloc'd (the caller frees), NULL

@@ -45,20 +45,15 @@ static void ind(gen *g, int depth) { strbuf_printf(g->b, "%*s", 2 * depth, ""); 
 
 
 
-/* A FULL division by a row value becomes a multiplication by its
-** reciprocal, once per row (softmax's 1 / sum), as in the C kernels. */
-static int by_recip(const gen *g, const fk_instr *in) {
-  const fk_instr *d;
-  if (g->k->kind != FK_REDUCE || in->opc != FKI_ELEM || in->op != OP_DIV || !in->full) return 0;
-  d = &g->k->instr[in->arg[1]];
-  return !d->full && d->dtype != FL_I64 && in->dtype != FL_I64 && g->k->instr[in->arg[0]].dtype != FL_I64;
-}
+/* how CUDA rounds to the 16-bit floats (preamble intrinsics) */
+static const fk_dialect dialect = {"fl_rh(", ")", "fl_rb(", ")"};
+
 
 static void emit_recip(gen *g, int i, int depth) {
   const fk_kernel *k = g->k;
   int j;
   for (j = 0; j < k->ninstr; j++)
-    if (by_recip(g, &k->instr[j]) && k->instr[j].arg[1] == i) {
+    if (fk_by_recip(g->k, &k->instr[j]) && k->instr[j].arg[1] == i) {
       ind(g, depth);
       strbuf_printf(g->b, "const float r%d = 1.0f / v%d;\n", i, i);
       return;
@@ -109,15 +104,7 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     return;
   case FKI_ELEM:
     strbuf_printf(g->b, "const %s v%d = ", vtype(dt), i);
-    /* round where the graph would store, as the C kernels do */
-    if (dt == FL_BOOL) strbuf_printf(g->b, "(float)((");
-    else if (dt == FL_I64) strbuf_printf(g->b, "trunc(");
-    else if (dt == FL_F16 && in->node >= 0) strbuf_printf(g->b, "fl_rh(");
-    else if (dt == FL_BF16 && in->node >= 0) strbuf_printf(g->b, "fl_rb(");
-    if (by_recip(g, in)) strbuf_printf(g->b, "(v%d * r%d)", in->arg[0], in->arg[1]);
-    else fk_render_expr(g->b, in, dbl);
-    if (dt == FL_BOOL) strbuf_printf(g->b, ") != 0)");
-    else if (dt == FL_I64 || ((dt == FL_F16 || dt == FL_BF16) && in->node >= 0)) strbuf_printf(g->b, ")");
+    fk_render_value(g->b, &dialect, g->k, in, dbl);
     strbuf_printf(g->b, ";\n");
     return;
   case FKI_REDUCE:
