@@ -19,7 +19,7 @@ esac
 
 # Debian packages the build and the tests need (README lists why each).
 pkgs="build-essential autoconf automake libtool pkg-config lua5.4 liblua5.4-dev
-libreadline-dev libgraphviz-dev graphviz libopenblas-dev libxxhash-dev
+libreadline-dev libgraphviz-dev graphviz libopenblas-openmp-dev libxxhash-dev
 libcjson-dev"
 [ "$mode" = test ] && pkgs="$pkgs python3-numpy python3-pexpect clang
 libclang-rt-14-dev chromium"

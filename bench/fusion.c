@@ -8,7 +8,8 @@
 ** Invariant: every time is the best of `reps` runs after one warm-up run;
 ** bytes count each kernel input read and each output written once.
 **
-**   make bench/fusion && ./bench/fusion [reps]
+**   make bench/fusion && ./bench/fusion [reps [section]]
+** where section (default: all) is one of elementwise, rows, models, latency.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,29 +310,41 @@ static void latency(const char *what, ir_graph *g) {
 }
 
 int main(int argc, char **argv) {
-  double bw;
   char tmpl[] = "/tmp/fl-bench-XXXXXX";
+  const char *only = argc > 2 ? argv[2] : NULL;
+#define SECTION(name) (!only || strcmp(only, name) == 0)
   if (argc > 1) reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
+  if (only && !SECTION("elementwise") && !SECTION("rows") && !SECTION("models") && !SECTION("latency")) {
+    fprintf(stderr, "bench/fusion: unknown section '%s' (elementwise, rows, models, latency)\n", only);
+    return 2;
+  }
   if (mkdtemp(tmpl)) setenv("FUSELAB_CACHE_DIR", tmpl, 1);
-  bw = copy_bw();
   printf("fuselab bench/fusion: best of %d, %ld cores\n", reps, sysconf(_SC_NPROCESSORS_ONLN));
-  printf("copy bandwidth (read + write): %.2f GB/s\n", bw);
-  elementwise();
-  evict = malloc((size_t)64 << 20);
-  printf("\nrow kernels, 4096x1024 float32: read 16 MiB + write 16 MiB.  cold: caches flushed before\n"
-         "each run (input from DRAM), against a 64 MiB copy (GB/s in brackets); warm: repeated runs,\n"
-         "the data partly in the 32 MiB L3, against a 16 MiB copy.  Ceilings measured next to each row.\n");
-  rows_kernel("softmax", fg_softmax(4096, 1024, 0, 0));
-  rows_kernel("softmax (decomposed, 5 ops)", fg_softmax(4096, 1024, 1, 0));
-  rows_kernel("layer_norm", fg_norm(4096, 1024, 0, 0));
-  rows_kernel("layer_norm (decomposed, 9 ops)", fg_norm(4096, 1024, 1, 0));
-  free(evict);
-  printf("\nmodels\n");
-  model("MLP 1024x256 -> 1024 -> 256", fg_mlp(1024, 256, 1024));
-  model("transformer block 8x128x256", fg_block(8, 128, 256));
-  printf("\ncompile latency\n");
-  latency("softmax", fg_softmax(4096, 1024, 1, 0));
-  latency("transformer block", fg_block(8, 128, 256));
+  if (SECTION("elementwise")) {
+    printf("copy bandwidth (read + write): %.2f GB/s\n", copy_bw());
+    elementwise();
+  }
+  if (SECTION("rows")) {
+    evict = malloc((size_t)64 << 20);
+    printf("\nrow kernels, 4096x1024 float32: read 16 MiB + write 16 MiB.  cold: caches flushed before\n"
+           "each run (input from DRAM), against a 64 MiB copy (GB/s in brackets); warm: repeated runs,\n"
+           "the data partly in the 32 MiB L3, against a 16 MiB copy.  Ceilings measured next to each row.\n");
+    rows_kernel("softmax", fg_softmax(4096, 1024, 0, 0));
+    rows_kernel("softmax (decomposed, 5 ops)", fg_softmax(4096, 1024, 1, 0));
+    rows_kernel("layer_norm", fg_norm(4096, 1024, 0, 0));
+    rows_kernel("layer_norm (decomposed, 9 ops)", fg_norm(4096, 1024, 1, 0));
+    free(evict);
+  }
+  if (SECTION("models")) {
+    printf("\nmodels\n");
+    model("MLP 1024x256 -> 1024 -> 256", fg_mlp(1024, 256, 1024));
+    model("transformer block 8x128x256", fg_block(8, 128, 256));
+  }
+  if (SECTION("latency")) {
+    printf("\ncompile latency\n");
+    latency("softmax", fg_softmax(4096, 1024, 1, 0));
+    latency("transformer block", fg_block(8, 128, 256));
+  }
   {
     fl_err e;
     setenv("FUSELAB_CACHE_DIR", tmpl, 1);

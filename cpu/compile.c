@@ -191,6 +191,7 @@ void cpu_program_free(cpu_program *pr) {
   free(pr->bound_in);
   free(pr->bound_metas);
   free(pr->bound_args);
+  free(pr->kernel_ms);
   fuse_plan_free(pr->plan);
   free(pr);
 }
@@ -389,8 +390,15 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
     if (nd->kind == IR_INPUT) rc = ten_contiguous(&vals[i], inputs[nd->index], e);
     else if (nd->kind != IR_OP) rc = ten_contiguous(&vals[i], &nd->value, e);
   }
+  if (pr->profile && !pr->kernel_ms &&
+      !(pr->kernel_ms = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->kernel_ms))) {
+    rc = err_set(e, FL_ENOMEM, "run: out of memory");
+    goto done;
+  }
   for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
+    double t0 = pr->profile ? now_ms() : 0;
     rc = run_kernel(pr, k, metas, vals, pr->bound_args + (size_t)k * (size_t)pr->maxargs, e);
+    if (pr->profile) pr->kernel_ms[k] += now_ms() - t0;
     /* free what no later kernel reads: peak memory as planned */
     for (i = 0; i < g->n && rc == FL_OK; i++)
       if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&vals[i]);
@@ -406,6 +414,7 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
     }
   }
   if (rc == FL_OK) pr->runs++;
+  if (rc == FL_OK && pr->profile) pr->profiled_runs++;
 done:
   if (vals) for (i = 0; i < g->n; i++) ten_release(&vals[i]);
   free(vals); free(is_out);

@@ -32,6 +32,11 @@ typedef struct cpu_program {
   fl_meta *bound_metas;  /* every node's metadata for those inputs */
   int64_t *bound_args;   /* per kernel: its fk_bind arguments (maxargs each) */
   int maxargs;
+  /* Per-kernel wall time, summed over the runs made while `profile` is
+  ** set (two clock reads per kernel, so off by default). */
+  int profile;
+  double *kernel_ms;     /* per kernel, or NULL before a profiled run */
+  int64_t profiled_runs;
 } cpu_program;
 
 typedef void (*cpu_kernel_fn)(void **buf, const int64_t *arg);
