@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,9 @@
 #ifndef FL_CC_DEFAULT
 #define FL_CC_DEFAULT "cc"
 #endif
+
+/* most compiler processes one program starts at once */
+#define MAX_JOBS 8
 
 #define FLAGS "-O3 -march=native -fopenmp -shared -fPIC -fno-math-errno"
 
@@ -163,14 +167,18 @@ static void machine(char *buf, size_t n) {
   snprintf(buf, n, "%s|%s", u.machine, model);
 }
 
-static void make_key(const char *source, char *hex) {
+/* The key of head + units (hashed as one text, as the file holds it). */
+static void make_key(const char *head, const char *const *units, int nunits, char *hex) {
   XXH3_state_t *st = XXH3_createState();
   char mach[512];
   XXH128_hash_t h;
   const char *cc = cache_compiler();
+  int i;
   machine(mach, sizeof mach);
   XXH3_128bits_reset(st);
-  XXH3_128bits_update(st, source, strlen(source) + 1);
+  XXH3_128bits_update(st, head, strlen(head));
+  for (i = 0; i < nunits; i++) XXH3_128bits_update(st, units[i], strlen(units[i]));
+  XXH3_128bits_update(st, "", 1);
   XXH3_128bits_update(st, cc, strlen(cc) + 1);
   XXH3_128bits_update(st, cache_flags(), strlen(cache_flags()) + 1);
   XXH3_128bits_update(st, mach, strlen(mach) + 1);
@@ -235,62 +243,167 @@ static void quote(char *out, size_t n, const char *s) {
   out[i] = '\0';
 }
 
-/* Run the compiler on source into dir/<key>.so through a temp file. */
-static int compile_to(const char *source, const char *key, const char *final,
-                      char **log, fl_err *e) {
-  char base[1100], src[1200], so[1200], lg[1200], qs[2500], qo[2500], ql[2500];
+static int write_file(const char *path, const char *head, const char *const *units,
+                      const int *which, int n, const char *key, fl_err *e) {
+  FILE *f = fopen(path, "w");
+  int i;
+  if (!f) return err_set(e, FL_EIO, "cache: cannot write %s: %s", path, strerror(errno));
+  fputs(head, f);
+  for (i = 0; i < n; i++) fputs(units[which ? which[i] : i], f);
+  if (key)
+    fprintf(f, "\n/* the cache key this object was built for */\n"
+            "const char fl_cache_key[] = \"%s\";\n", key);
+  if (fclose(f) != 0) { unlink(path); return err_set(e, FL_EIO, "cache: cannot write %s", path); }
+  return FL_OK;
+}
+
+/* Start `sh -c cmd`; its pid, or -1. */
+static pid_t spawn(const char *cmd) {
+  extern char **environ;
+  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+  pid_t pid;
+  return posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ) == 0 ? pid : -1;
+}
+
+static int finished_ok(pid_t pid) {
+  int st;
+  if (pid < 0) return 0;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* The compiler on `base`.c into `base`.o (or, link=1, straight into
+** `base`.so), its output appended to `base`.log; the command, malloc'd. */
+static char *cc_command(const char *base, int link, const char *inputs) {
+  char qs[2500], qo[2500], ql[2500], path[1300];
   char *cmd;
-  FILE *f;
-  int st, rc = FL_OK;
   size_t n;
+  snprintf(path, sizeof path, "%s.%s", base, link ? "so" : "o");
+  quote(qo, sizeof qo, path);
+  snprintf(path, sizeof path, "%s.c", base);
+  quote(qs, sizeof qs, path);
+  snprintf(path, sizeof path, "%s.log", base);
+  quote(ql, sizeof ql, path);
+  n = strlen(cache_compiler()) + strlen(cache_flags()) + strlen(qs) + strlen(qo) + strlen(ql) +
+      (inputs ? strlen(inputs) : 0) + 64;
+  if (!(cmd = malloc(n))) return NULL;
+  if (inputs) snprintf(cmd, n, "%s %s -o %s %s %s >>%s 2>&1", cache_compiler(), cache_flags(), qo, inputs, libs(), ql);
+  else if (link) snprintf(cmd, n, "%s %s -o %s %s %s >>%s 2>&1", cache_compiler(), cache_flags(), qo, qs, libs(), ql);
+  else snprintf(cmd, n, "%s %s -c -o %s %s >>%s 2>&1", cache_compiler(), cache_flags(), qo, qs, ql);
+  return cmd;
+}
+
+static int n_jobs(int nunits) {
+  long c = sysconf(_SC_NPROCESSORS_ONLN);
+  int j = c < 1 ? 1 : c > MAX_JOBS ? MAX_JOBS : (int)c;
+  return j < nunits ? j : nunits < 1 ? 1 : nunits;
+}
+
+/* Deal the units into `jobs` parts of about equal text, each unit to the
+** lightest part so far: part[u] for every unit. */
+static void deal(const char *const *units, int nunits, int jobs, int *part) {
+  size_t load[MAX_JOBS] = {0};
+  int u, j, best;
+  for (u = 0; u < nunits; u++) {
+    for (best = 0, j = 1; j < jobs; j++) if (load[j] < load[best]) best = j;
+    load[best] += strlen(units[u]) + 1;
+    part[u] = best;
+  }
+}
+
+static void part_name(char *out, size_t n, const char *base, int j, const char *ext) {
+  if (j < 0) snprintf(out, n, "%s.%s", base, ext);
+  else snprintf(out, n, "%s.%d.%s", base, j, ext);
+}
+
+/* Run the compiler on head + units into dir/<key>.so through temp files.
+** One unit or one CPU: one compiler run.  Otherwise the units are dealt
+** into one translation unit per CPU (each starting with head), compiled
+** at the same time and linked: a program's kernels compile in parallel. */
+static int compile_to(const char *head, const char *const *units, int nunits, const char *key,
+                      const char *final, char **log, fl_err *e) {
+  char base[1100], path[1300], csrc[1100], part[1200];
+  char *cmd = NULL, *inputs = NULL;
+  int *where = NULL, *mine = NULL, jobs = n_jobs(nunits), j, u, n, ok = 1, rc = FL_OK;
+  pid_t pid[MAX_JOBS];
   unsigned c;
   pthread_mutex_lock(&lock);
   c = ++tmp_counter;
   pthread_mutex_unlock(&lock);
   snprintf(base, sizeof base, "%s/tmp-%s-%ld-%u", dir, key, (long)getpid(), c);
-  snprintf(src, sizeof src, "%s.c", base);
-  snprintf(so, sizeof so, "%s.so", base);
-  snprintf(lg, sizeof lg, "%s.log", base);
-  if (!(f = fopen(src, "w")))
-    return err_set(e, FL_EIO, "cache: cannot write %s: %s", src, strerror(errno));
-  fputs(source, f);
-  fprintf(f, "\n/* the cache key this object was built for */\n"
-          "const char fl_cache_key[] = \"%s\";\n", key);
-  if (fclose(f) != 0) {
-    unlink(src);
-    return err_set(e, FL_EIO, "cache: cannot write %s", src);
-  }
-  quote(qs, sizeof qs, src);
-  quote(qo, sizeof qo, so);
-  quote(ql, sizeof ql, lg);
-  n = strlen(cache_compiler()) + strlen(cache_flags()) + strlen(qs) + strlen(qo) + strlen(ql) + 64;
-  if (!(cmd = malloc(n))) { unlink(src); return err_set(e, FL_ENOMEM, "cache: out of memory"); }
-  snprintf(cmd, n, "%s %s -o %s %s %s >%s 2>&1", cache_compiler(), cache_flags(), qo, qs,
-           libs(), ql);
-  st = system(cmd);
-  free(cmd);
-  if (log) *log = slurp(lg);
-  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !looks_complete(so)) {
-    rc = err_set(e, FL_ECOMPILE, "compile: %s failed (%s %d); its output is in the "
-                 "program's compile log", cache_compiler(),
-                 st != -1 && WIFEXITED(st) ? "exit status" : "status",
-                 st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
-    unlink(so);
-  } else if (rename(so, final) != 0) {
-    rc = err_set(e, FL_EIO, "cache: cannot rename %s to %s: %s", so, final, strerror(errno));
-    unlink(so);
+  part_name(path, sizeof path, base, -1, "c");
+  /* the whole source: compiled when one part, kept beside the object */
+  if ((rc = write_file(path, head, units, NULL, nunits, key, e)) != FL_OK) return rc;
+  if (jobs > 1) {
+    where = malloc((size_t)nunits * sizeof *where);
+    mine = malloc((size_t)nunits * sizeof *mine);
+    inputs = malloc((size_t)jobs * (2 * strlen(base) + 32) + 1);
+    if (!where || !mine || !inputs) { rc = err_set(e, FL_ENOMEM, "cache: out of memory"); goto out; }
+    deal(units, nunits, jobs, where);
+    inputs[0] = '\0';
+    for (j = 0; j < jobs; j++) {
+      for (n = 0, u = 0; u < nunits; u++) if (where[u] == j) mine[n++] = u;
+      snprintf(part, sizeof part, "%s.%d", base, j);
+      part_name(path, sizeof path, base, j, "c");
+      if ((rc = write_file(path, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) goto out;
+      pid[j] = (cmd = cc_command(part, 0, NULL)) ? spawn(cmd) : -1;
+      free(cmd);
+      cmd = NULL;
+      part_name(path, sizeof path, base, j, "o");
+      quote(part, sizeof part, path);
+      strcat(strcat(inputs, part), " ");
+    }
+    for (j = 0; j < jobs; j++) ok &= finished_ok(pid[j]);
+    ok = ok && (cmd = cc_command(base, 1, inputs)) && finished_ok(spawn(cmd));
+    for (j = 0; j < jobs; j++) {       /* the parts' output, in order, into the log */
+      char *pl;
+      FILE *f;
+      part_name(path, sizeof path, base, j, "log");
+      if ((pl = slurp(path)) && pl[0]) {
+        part_name(path, sizeof path, base, -1, "log");
+        if ((f = fopen(path, "a"))) { fputs(pl, f); fclose(f); }
+      }
+      free(pl);
+    }
   } else {
-    /* keep the source beside the object, for reading */
-    char csrc[1100];
-    snprintf(csrc, sizeof csrc, "%s/%s.c", dir, key);
-    if (rename(src, csrc) == 0) src[0] = '\0';
+    ok = (cmd = cc_command(base, 1, NULL)) && finished_ok(spawn(cmd));
   }
-  if (src[0]) unlink(src);
-  unlink(lg);
+  part_name(path, sizeof path, base, -1, "log");
+  if (log) *log = slurp(path);
+  part_name(path, sizeof path, base, -1, "so");
+  if (!ok || !looks_complete(path)) {
+    rc = err_set(e, FL_ECOMPILE, "compile: %s failed; its output is in the program's compile log",
+                 cache_compiler());
+  } else if (rename(path, final) != 0) {
+    rc = err_set(e, FL_EIO, "cache: cannot rename %s to %s: %s", path, final, strerror(errno));
+  } else {
+    part_name(path, sizeof path, base, -1, "c");
+    snprintf(csrc, sizeof csrc, "%s/%s.c", dir, key);
+    rename(path, csrc);
+  }
+out:
+  free(cmd);
+  free(inputs);
+  free(where);
+  free(mine);
+  for (j = -1; j < jobs; j++) {
+    static const char *const ext[] = {"c", "o", "log", "so"};
+    int x;
+    for (x = 0; x < 4; x++) {
+      part_name(path, sizeof path, base, j, ext[x]);
+      unlink(path);
+    }
+  }
   return rc;
 }
 
 int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err *e) {
+  return cache_load_units("", &source, 1, out, log, how, e);
+}
+
+int cache_load_units(const char *head, const char *const *units, int nunits, cache_obj **out,
+                     char **log, int *how, fl_err *e) {
   char key[33], path[1100];
   cache_obj *o;
   void *h;
@@ -298,7 +411,7 @@ int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err
   if (!how) how = &dummy;
   if (log) *log = NULL;
   *out = NULL;
-  make_key(source, key);
+  make_key(head, units, nunits, key);
   pthread_mutex_lock(&lock);
   if (!dir_ready) choose_dir();
   for (o = table; o; o = o->next)
@@ -318,7 +431,7 @@ int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err
   *how = CACHE_DISK;
   if (!h) {
     if (access(path, F_OK) == 0) unlink(path);   /* corrupt or foreign */
-    if ((rc = compile_to(source, key, path, log, e)) != FL_OK) {
+    if ((rc = compile_to(head, units, nunits, key, path, log, e)) != FL_OK) {
       pthread_mutex_lock(&lock);
       n_fail++;
       pthread_mutex_unlock(&lock);

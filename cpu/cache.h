@@ -37,6 +37,13 @@ typedef struct cache_info {
 ** compiled (warnings).  Thread-safe. */
 int cache_load(const char *source, cache_obj **out, char **log, int *how,
                fl_err *e);
+/* The same for source = head + units[0] + ... + units[nunits-1] (same
+** key): on a miss the units are compiled as separate translation units,
+** each after head, on as many compiler processes at once as there are CPUs
+** (up to 8), and linked into one object.  A unit must not refer to a
+** static in another unit. */
+int cache_load_units(const char *head, const char *const *units, int nunits, cache_obj **out,
+                     char **log, int *how, fl_err *e);
 /* Address of a symbol in the object, NULL when absent. */
 void *cache_sym(cache_obj *o, const char *name);
 cache_obj *cache_retain(cache_obj *o);

@@ -37,6 +37,9 @@ typedef struct gen {
   int *spill;          /* per step: its slot in the row scratch, or -1 */
   int pass;            /* pass being emitted (stages 1..S, stores S+1) */
   int nspill;
+  int fallback;        /* emitting the any-stride loop beside a unit-stride one:
+                          plain C, not forced to vector gathers (rare, and
+                          half the compile time of a kernel) */
 } gen;
 
 static const char *ctype(fl_dtype t) {
@@ -288,7 +291,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
         strbuf_printf(g->b, "%s part%d = 0;\n", vtype(k->instr[in->arg[0]].dtype), i);
       }
     }
-    if (d == g->D - 1 && simd) {
+    if (d == g->D - 1 && simd && !g->fallback) {
       ind(g, depth);
       strbuf_printf(g->b, "#pragma omp simd");
       for (i = 0; i < k->ninstr && stage; i++) {
@@ -478,7 +481,9 @@ static void emit_reduce(gen *g) {
     if (f) {
       reduce_pass(g, st, 1, 3);
       strbuf_printf(g->b, "    } else {\n");
+      g->fallback = 1;
       reduce_pass(g, st, 0, 3);
+      g->fallback = 0;
       strbuf_printf(g->b, "    }\n");
     } else {
       reduce_pass(g, st, 0, 2);

@@ -93,22 +93,22 @@ static int resolve(cpu_program *pr, fl_err *e) {
 }
 
 
-/* The source of several programs in one unit; a kernel identical to an
-** earlier one becomes an alias of it (random graphs, repeated layers). */
-static char *batch_source(cpu_program **prs, int n) {
-  strbuf b;
-  char **keys = NULL, **first = NULL;
-  int nk = 0, cap = 0, i, k, j;
-  memset(&b, 0, sizeof b);
-  cpu_emit_preamble(&b);
-  for (i = 0; i < n; i++)
-    for (k = 0; k < prs[i]->plan->nkernels; k++) {
+/* The kernels of several programs as compile units, one per distinct
+** kernel: a kernel identical to an earlier one becomes an alias of it, in
+** the earlier one's unit (random graphs, repeated layers). */
+static int batch_units(cpu_program **prs, int n, strbuf **units_out, int *nunits) {
+  strbuf *units = NULL;
+  char **keys = NULL;
+  const char **first = NULL;
+  int nk = 0, cap = 0, i, k, j, oom = 0;
+  for (i = 0; i < n && !oom; i++)
+    for (k = 0; k < prs[i]->plan->nkernels && !oom; k++) {
       char *key;
       if (!prs[i]->ktext[k]) continue;
-      if (!(key = fk_kernel_key(prs[i]->ktext[k], prs[i]->syms[k]))) { b.oom = 1; break; }
+      if (!(key = fk_kernel_key(prs[i]->ktext[k], prs[i]->syms[k]))) { oom = 1; break; }
       for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
       if (j < nk) {
-        strbuf_printf(&b, "void %s(void **restrict buf, const int64_t *restrict arg)\n"
+        strbuf_printf(&units[j], "void %s(void **restrict buf, const int64_t *restrict arg)\n"
                       "  __attribute__((alias(\"%s\")));   /* same code as %s */\n\n",
                       prs[i]->syms[k], first[j], first[j]);
         free(key);
@@ -118,26 +118,36 @@ static char *batch_source(cpu_program **prs, int n) {
         cap = cap ? 2 * cap : 64;
         keys = realloc(keys, (size_t)cap * sizeof *keys);
         first = realloc(first, (size_t)cap * sizeof *first);
-        if (!keys || !first) { b.oom = 1; free(key); break; }
+        units = realloc(units, (size_t)cap * sizeof *units);
+        if (!keys || !first || !units) { oom = 1; free(key); break; }
       }
       keys[nk] = key;
-      first[nk++] = prs[i]->syms[k];
-      strbuf_printf(&b, "%s", prs[i]->ktext[k]);
+      first[nk] = prs[i]->syms[k];
+      memset(&units[nk], 0, sizeof units[nk]);
+      strbuf_printf(&units[nk++], "%s", prs[i]->ktext[k]);
     }
-  for (j = 0; j < nk; j++) free(keys[j]);
+  for (j = 0; j < nk; j++) { free(keys[j]); oom |= units[j].oom; }
   free(keys);
   free(first);
-  return strbuf_take(&b);
+  *units_out = units;
+  *nunits = nk;
+  return oom;
 }
 
-int cpu_compile_batch(cpu_program **prs, int n, fl_err *e) {
+/* Compile head + units through the cache into every program given. */
+static int load_into(cpu_program **prs, int n, const char *const *units, int nunits, fl_err *e) {
   cache_obj *obj = NULL;
-  char *log = NULL, *src;
+  char *log = NULL;
+  strbuf head;
   double t0 = now_ms();
   int i, rc, how = 0;
-  if (!(src = batch_source(prs, n))) return err_set(e, FL_ENOMEM, "compile: out of memory");
-  rc = cache_load(src, &obj, &log, &how, e);
-  free(src);
+  static const char *none = "/* no generated kernels: every step is extern */\n";
+  memset(&head, 0, sizeof head);
+  cpu_emit_preamble(&head);
+  if (head.oom) { strbuf_free(&head); return err_set(e, FL_ENOMEM, "compile: out of memory"); }
+  rc = nunits ? cache_load_units(head.p, units, nunits, &obj, &log, &how, e)
+              : cache_load_units(head.p, &none, 1, &obj, &log, &how, e);
+  strbuf_free(&head);
   for (i = 0; i < n; i++) {
     cpu_program *pr = prs[i];
     free(pr->log);
@@ -156,18 +166,33 @@ int cpu_compile_batch(cpu_program **prs, int n, fl_err *e) {
   return rc;
 }
 
+int cpu_compile_batch(cpu_program **prs, int n, fl_err *e) {
+  strbuf *units = NULL;
+  const char **texts;
+  int i, nunits = 0, rc;
+  if (batch_units(prs, n, &units, &nunits) ||
+      !(texts = malloc((size_t)(nunits > 0 ? nunits : 1) * sizeof *texts))) {
+    for (i = 0; i < nunits; i++) strbuf_free(&units[i]);
+    free(units);
+    return err_set(e, FL_ENOMEM, "compile: out of memory");
+  }
+  for (i = 0; i < nunits; i++) texts[i] = units[i].p;
+  rc = load_into(prs, n, texts, nunits, e);
+  for (i = 0; i < nunits; i++) strbuf_free(&units[i]);
+  free(units);
+  free(texts);
+  return rc;
+}
+
 int cpu_program_compile(cpu_program *pr, fl_err *e) {
-  cache_obj *obj = NULL;
-  char *log = NULL;
-  double t0 = now_ms();
-  int rc = cache_load(pr->source, &obj, &log, &pr->how, e);
-  pr->compile_ms = now_ms() - t0;
-  free(pr->log);
-  pr->log = log;
-  cache_release(pr->obj);
-  pr->obj = obj;
-  if (rc != FL_OK) return rc;
-  return resolve(pr, e);
+  int k, n = 0, rc, nk = pr->plan->nkernels > 0 ? pr->plan->nkernels : 1;
+  const char **texts = malloc((size_t)nk * sizeof *texts);
+  if (!texts) return err_set(e, FL_ENOMEM, "compile: out of memory");
+  for (k = 0; k < pr->plan->nkernels; k++)
+    if (pr->ktext[k]) texts[n++] = pr->ktext[k];
+  rc = load_into(&pr, 1, texts, n, e);
+  free(texts);
+  return rc;
 }
 
 void cpu_program_free(cpu_program *pr) {
