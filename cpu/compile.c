@@ -217,11 +217,38 @@ void cpu_program_free(cpu_program *pr) {
   free(pr->bound_metas);
   free(pr->bound_args);
   free(pr->kernel_ms);
+  free(pr->last_ms);
   fuse_plan_free(pr->plan);
   free(pr);
 }
 
 /* --- running ------------------------------------------------------------ */
+
+int cpu_program_set_profile(cpu_program *pr, int on, fl_err *e) {
+  size_t n = (size_t)(pr->plan->nkernels > 0 ? pr->plan->nkernels : 1);
+  pr->profile = 0;
+  if (!on) return FL_OK;
+  if (!pr->kernel_ms) pr->kernel_ms = calloc(n, sizeof *pr->kernel_ms);
+  if (!pr->last_ms) pr->last_ms = calloc(n, sizeof *pr->last_ms);
+  if (!pr->kernel_ms || !pr->last_ms) return err_set(e, FL_ENOMEM, "profile: out of memory");
+  memset(pr->kernel_ms, 0, n * sizeof *pr->kernel_ms);
+  memset(pr->last_ms, 0, n * sizeof *pr->last_ms);
+  pr->profiled_runs = 0;
+  pr->profile = 1;
+  return FL_OK;
+}
+
+void cpu_program_print_profile(const cpu_program *pr, FILE *f, const char *indent) {
+  int k;
+  if (!pr->last_ms || !pr->profiled_runs) return;
+  for (k = 0; k < pr->plan->nkernels; k++) {
+    const fk_kernel *kr = &pr->plan->kernels[k];
+    double ms = pr->last_ms[k];
+    fprintf(f, "%sk%-3d %-44s %9.3f ms", indent, k, kr->name, ms);
+    if (ms > 0 && kr->bytes > 0) fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
+    fputc('\n', f);
+  }
+}
 
 
 /* The value of node id as a tensor: its buffer, or a view of one built
@@ -415,15 +442,13 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
     if (nd->kind == IR_INPUT) rc = ten_contiguous(&vals[i], inputs[nd->index], e);
     else if (nd->kind != IR_OP) rc = ten_contiguous(&vals[i], &nd->value, e);
   }
-  if (pr->profile && !pr->kernel_ms &&
-      !(pr->kernel_ms = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->kernel_ms))) {
-    rc = err_set(e, FL_ENOMEM, "run: out of memory");
-    goto done;
-  }
   for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
     double t0 = pr->profile ? now_ms() : 0;
     rc = run_kernel(pr, k, metas, vals, pr->bound_args + (size_t)k * (size_t)pr->maxargs, e);
-    if (pr->profile) pr->kernel_ms[k] += now_ms() - t0;
+    if (pr->profile) {
+      pr->last_ms[k] = now_ms() - t0;
+      pr->kernel_ms[k] += pr->last_ms[k];
+    }
     /* free what no later kernel reads: peak memory as planned */
     for (i = 0; i < g->n && rc == FL_OK; i++)
       if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&vals[i]);

@@ -7,6 +7,8 @@
 #ifndef FL_CPU_PROGRAM_H
 #define FL_CPU_PROGRAM_H
 
+#include <stdio.h>
+
 #include "../fuse/plan.h"
 #include "cache.h"
 
@@ -32,10 +34,11 @@ typedef struct cpu_program {
   fl_meta *bound_metas;  /* every node's metadata for those inputs */
   int64_t *bound_args;   /* per kernel: its fk_bind arguments (maxargs each) */
   int maxargs;
-  /* Per-kernel wall time, summed over the runs made while `profile` is
-  ** set (two clock reads per kernel, so off by default). */
+  /* Per-kernel wall time while `profile` is set (two clock reads per
+  ** kernel, so off by default; cpu_program_set_profile). */
   int profile;
-  double *kernel_ms;     /* per kernel, or NULL before a profiled run */
+  double *kernel_ms;     /* per kernel: summed over the profiled runs */
+  double *last_ms;       /* per kernel: the last profiled run */
   int64_t profiled_runs;
 } cpu_program;
 
@@ -77,6 +80,12 @@ int cpu_program_run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs
 ** intermediate buffers are reused from run to run. */
 int cpu_program_run_out(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
                         fl_tensor *outs, fl_err *e);
+
+/* Per-kernel timing on (counters reset) or off. */
+int cpu_program_set_profile(cpu_program *pr, int on, fl_err *e);
+/* One line per kernel of the last profiled run: time, and bandwidth from
+** the plan's bytes (read + written, cost model), each line after indent. */
+void cpu_program_print_profile(const cpu_program *pr, FILE *f, const char *indent);
 
 /* Frees the program and drops its plan and object references; NULL ok. */
 void cpu_program_free(cpu_program *pr);

@@ -421,6 +421,7 @@ static int c_call(lua_State *L) {
         fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms, %.2f GB/s\n",
                 en->pr->plan->stats.kernels, dt * 1e3,
                 (double)en->pr->plan->stats.bytes_after / dt / 1e9);
+        cpu_program_print_profile(en->pr, stderr, "fuselab:   ");
       }
       return nr;
     }

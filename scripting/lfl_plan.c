@@ -303,6 +303,37 @@ static int k_stats(lua_State *L) {
   return 1;
 }
 
+/* k:profile(on) turns per-kernel timing on (counters reset) or off;
+** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =}, ...}: the
+** mean time of each kernel over the profiled runs, the last run's, and the
+** bandwidth of the mean from the plan's bytes (cost model). */
+static int k_profile(lua_State *L) {
+  cpu_program *pr = checkprogram(L, 1);
+  fl_err e;
+  int k;
+  if (!lua_isnone(L, 2)) {
+    if (!lua_isboolean(L, 2))
+      return luaL_error(L, "profile: expected true or false, got %s", luaL_typename(L, 2));
+    err_clear(&e);
+    if (cpu_program_set_profile(pr, lua_toboolean(L, 2), &e) != FL_OK) return lfl_raise(L, "profile", &e);
+    return 0;
+  }
+  lua_createtable(L, pr->plan->nkernels, 1);
+  lua_pushinteger(L, (lua_Integer)pr->profiled_runs);
+  lua_setfield(L, -2, "runs");
+  for (k = 0; k < pr->plan->nkernels && pr->profiled_runs > 0; k++) {
+    double ms = pr->kernel_ms[k] / (double)pr->profiled_runs;
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, pr->plan->kernels[k].name); lua_setfield(L, -2, "name");
+    lua_pushnumber(L, ms); lua_setfield(L, -2, "ms");
+    lua_pushnumber(L, pr->last_ms[k]); lua_setfield(L, -2, "last_ms");
+    lua_pushnumber(L, ms > 0 ? (double)pr->plan->kernels[k].bytes / (ms * 1e6) : 0);
+    lua_setfield(L, -2, "gbps");
+    lua_rawseti(L, -2, k + 1);
+  }
+  return 1;
+}
+
 /* k:plan() -> the plan it was generated from */
 static int k_plan(lua_State *L) {
   cpu_program *pr = checkprogram(L, 1);
@@ -357,6 +388,7 @@ static const luaL_Reg plan_methods[] = {
 static const luaL_Reg program_methods[] = {
   {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
   {"source", k_source}, {"log", k_log}, {"stats", k_stats}, {"plan", k_plan},
+  {"profile", k_profile},
   {NULL, NULL}
 };
 

@@ -87,7 +87,42 @@ typedef struct rep {
   int keep;
   lfl_viz_scratch *s;
   viz_opts o;
+  /* CPU programs timed kernel by kernel while the steady-state calls ran:
+  ** their kernels' mean times fill the kernel table */
+  cpu_program *timed[LFL_VIZ_MAX_STAGES];
+  int ntimed;
 } rep;
+
+/* Per-kernel timing on for the program at idx (a CPU program; others are
+** left alone) during the timed calls that follow. */
+static void profile_program(lua_State *L, rep *R, int idx) {
+  cpu_program *pr = lfl_toprogram(L, idx);
+  fl_err e;
+  if (!pr || R->ntimed >= LFL_VIZ_MAX_STAGES) return;
+  err_clear(&e);
+  if (cpu_program_set_profile(pr, 1, &e) != FL_OK) lfl_viz_raise(L, "report", &e);
+  R->timed[R->ntimed++] = pr;
+}
+
+static void profile_off(rep *R) {
+  int i;
+  for (i = 0; i < R->ntimed; i++) cpu_program_set_profile(R->timed[i], 0, NULL);
+}
+
+/* The mean time of each kernel of plan p, when a timed program ran it;
+** else NULL (the table shows a dash). */
+static const double *kernel_times(lua_State *L, rep *R, const fuse_plan *p) {
+  double *t;
+  int i, k;
+  for (i = 0; i < R->ntimed; i++) {
+    const cpu_program *pr = R->timed[i];
+    if (pr->plan != p || pr->profiled_runs == 0) continue;
+    t = (double *)lfl_viz_alloc(L, R->s, (size_t)(p->nkernels > 0 ? p->nkernels : 1) * sizeof *t, "report");
+    for (k = 0; k < p->nkernels; k++) t[k] = pr->kernel_ms[k] / (double)pr->profiled_runs;
+    return t;
+  }
+  return NULL;
+}
 
 static void sum_add(lua_State *L, rep *R, const char *key, const char *fmt, ...) {
   char buf[160];
@@ -140,7 +175,8 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   fl_err e;
   if (l->n == 1 && l->plan[0]) {
     err_clear(&e);
-    if (viz_plan_report_fill(r, &R->s->pr, l->plan[0], NULL, &R->o, &e) != FL_OK)
+    if (viz_plan_report_fill(r, &R->s->pr, l->plan[0], kernel_times(L, R, l->plan[0]), &R->o,
+                             &e) != FL_OK)
       lfl_viz_raise(L, "report", &e);
     R->s->has_pr = 1;
     for (i = 0; i < r->nsummary && R->nsum < 20; i++) R->summary[R->nsum++] = r->summary[i];
@@ -172,8 +208,10 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   nk = nd = 0;
   for (i = 0; i < l->n; i++) {
     const fuse_plan *p = l->plan[i];
+    const double *times;
     if (!p) continue;
     nodes += p->stats.nodes;
+    times = kernel_times(L, R, p);
     for (k = 0; k < p->nkernels; k++) {
       const viz_kernel *vk = &l->st[i].kernels[k];
       lua_pushfstring(L, "g%d %s", i + 1, vk->name);
@@ -182,7 +220,7 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
       rows[nk].nodes = vk->nnodes;
       rows[nk].bytes_read = vk->bytes_read;
       rows[nk].bytes_written = vk->bytes_written;
-      rows[nk].time_ms = vk->time_ms;
+      rows[nk].time_ms = times ? times[k] : vk->time_ms;
       nk++;
     }
     for (k = 0; k < p->ndec; k++) {
@@ -299,7 +337,18 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
     if (lua_tointeger(L, -1) == 0) time_call(L, cm, 0, inputs, "the compiled function");
     lua_pop(L, 1);
     r->warm_ms = time_call(L, cm, 0, inputs, "the compiled function");
+    lua_getfield(L, state, "programs");
+    if (lua_istable(L, -1)) {
+      lua_Integer j, np = luaL_len(L, -1);
+      for (j = 1; j <= np; j++) {
+        lua_rawgeti(L, -1, j);
+        profile_program(L, R, lua_gettop(L));
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
     r->steady_ms = median_calls(L, cm, 0, inputs, calls, "the compiled function");
+    profile_off(R);
     time_call(L, fn, 0, inputs, "the eager function");   /* its caches warm */
     r->eager_ms = median_calls(L, fn, 0, inputs, calls, "the eager function");
   }
@@ -402,13 +451,6 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     }
   }
   p = lfl_viz_plan_at(L, plan, "report");
-  lfl_viz_list_init(L, R->s, &l, "report");
-  lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
-  fill_stages(L, R, &l);
-  if (pr) {
-    r->code = cpu_program_source(pr);
-    r->code_lang = "C";
-  }
   if (inputs && prog) {
     double t0 = now_s(), compile_ms;
     int g;
@@ -420,7 +462,9 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     lua_getfield(L, prog, "run");
     r->cold_ms = compile_ms + time_call(L, lua_gettop(L), prog, inputs, "the program");
     r->warm_ms = time_call(L, lua_gettop(L), prog, inputs, "the program");
+    profile_program(L, R, prog);
     r->steady_ms = median_calls(L, lua_gettop(L), prog, inputs, calls, "the program");
+    profile_off(R);
     push_method(L, plan, "graph");
     lua_call(L, 1, 1);
     g = lua_gettop(L);
@@ -428,6 +472,13 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     time_call(L, lua_gettop(L), g, inputs, "the graph on the eager kernels");
     r->eager_ms = median_calls(L, lua_gettop(L), g, inputs, calls,
                                "the graph on the eager kernels");
+  }
+  lfl_viz_list_init(L, R->s, &l, "report");
+  lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
+  fill_stages(L, R, &l);
+  if (pr) {
+    r->code = cpu_program_source(pr);
+    r->code_lang = "C";
   }
   stamp(when, sizeof when);
   lua_pushfstring(L, "%s of %d op nodes in %d kernel%s \xc2\xb7 %s",

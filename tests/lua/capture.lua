@@ -216,8 +216,45 @@ if bin then
   local out = p:read("a")
   p:close()
   t.ok(out:find("fuselab: compile:") and out:find("fuselab: recompile: x.shape%[1%]: expected 2, got 3"), "FUSELAB_DEBUG=1 shows compiles and recompile reasons")
+  -- FUSELAB_DEBUG=2 adds every kernel's time and bandwidth, on the first
+  -- run and on cache hits alike
+  code = "local w=fl.randn(8,16); local f=fl.compile(function(x) return (x:matmul(w)+1):relu():softmax(2) end); "
+    .. "local x=fl.randn(4,8); f(x); f(x)"
+  p = io.popen("FUSELAB_DEBUG=2 '" .. bin .. "' -e '" .. code .. "' 2>&1")
+  out = p:read("a")
+  p:close()
+  local _, klines = out:gsub("\nfuselab:   k%d+%s+[%w_]+%s+[%d.]+ ms%s+[%d.]+ GB/s", "")
+  t.ok(klines >= 4 and out:find("ran %d+ kernel%(s%) in"), "FUSELAB_DEBUG=2 times each kernel of each run (" .. klines .. " lines)")
 else
   t.skip("FUSELAB not set")
+  t.skip("FUSELAB not set")
+end
+
+-- k:profile(): per-kernel times of a program, off until asked for
+do
+  local x = fl.randn(64, 32)
+  local g = fl.capture(function(x) return (x * 2):exp():sum(2) + x:amax(2) end, x)
+  local k = g:fuse{fuse = false}:codegen("cpu")
+  local want = k:run(x)
+  t.is(k:profile().runs, 0, "profile: nothing recorded before it is turned on")
+  k:profile(true)
+  local got
+  for _ = 1, 3 do got = k:run(x) end
+  local prof = k:profile()
+  t.is(prof.runs, 3, "profile: counts the runs made while on")
+  t.is(#prof, k:stats().kernels, "profile: one row per kernel")
+  local names_ok, times_ok = true, true
+  for i, r in ipairs(prof) do
+    names_ok = names_ok and r.name == g:fuse{fuse = false}:kernels()[i].name
+    times_ok = times_ok and r.ms >= 0 and r.last_ms >= 0 and r.gbps >= 0
+  end
+  t.ok(names_ok and times_ok, "profile: rows name their kernels, in run order, with times")
+  t.ok(close(got, want), "profile: results unchanged")
+  k:profile(false)
+  k:run(x)
+  t.is(k:profile().runs, 3, "profile(false): stops counting")
+  t.raises(function() k:profile("yes") end, "profile: expected true or false, got string",
+           "profile: a bad argument is named")
 end
 
 t.done()

@@ -333,11 +333,17 @@ t.ok(html:find("120.5 ms", 1, true), "report: the checklist's cold compile")
 t.ok(html:find("steady state", 1, true) and not html:find("steady state (median call)</th><td>\226\128\148", 1, true),
      "report: steady state measured")
 t.ok(html:find("same tensor", 1, true), "report: guards listed")
+local ktable = html:match('id="kernels".-</table>') or ""
+local _, timed = ktable:gsub('<td class="n">[%d.]+ ms</td></tr>', "")
+local _, krows = ktable:gsub("<tr><td class=\"n\">%d+</td>", "")
+t.ok(krows >= 2 and timed == krows + 1, ("report: every kernel timed while the inputs ran (%d kernels; %d times with the total)"):format(krows, timed))
 
 fl.report(cb, path("review-break.html"))
 local hb = slurp(path("review-break.html")) or ""
 t.ok(hb:find("item() needs a concrete value", 1, true), "report: the graph break's reason listed")
 t.ok(hb:find("g2 ", 1, true), "report: kernels of both graphs, tagged with their graph")
+t.ok((hb:match('id="kernels".-</table>') or ""):find("\226\128\148</td></tr>", 1, true),
+     "report: without inputs, kernel times show a dash")
 
 fl.report(p, path("plan.html"), {inputs = {x}, calls = 3, title = "plan <review>"})
 local hp = slurp(path("plan.html")) or ""

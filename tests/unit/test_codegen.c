@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tap.h"
@@ -325,6 +326,80 @@ int main(void) {
     }
     ok(good, "two processes compiling at once both succeed");
     is_int(count_files(cdir, ".so"), 1, "one entry in the cache after both");
+    ir_free(g);
+  }
+
+  /* several compile units: compiled at once as separate translation units
+  ** and linked; same key as the whole text; a unit may call another's
+  ** function; a broken unit fails the whole with its message in the log;
+  ** no temp file is left behind either way */
+  {
+    const char *head = "#include <stdint.h>\nstatic inline int twice(int x) { return 2 * x; }\n";
+    const char *units[3] = {"int u_a(int x) { return twice(x) + 1; }\n",
+                            "int u_a(int);\nint u_b(int x) { return u_a(x) * 10; }\n",
+                            "int u_c(void) { return 7; }\n"};
+    const char *broken[2] = {"int u_d(void) { return 1; }\n", "int u_e(void) { return nope; }\n"};
+    char whole[512];
+    cache_obj *o = NULL, *o2 = NULL;
+    char *log = NULL;
+    int how = -1;
+    int (*ub)(int);
+    cache_clear(&e);
+    is_int(cache_load_units(head, units, 3, &o, &log, &how, &e), FL_OK, "units: compiled and linked");
+    is_int(how, CACHE_COMPILED, "units: the compiler ran");
+    ub = (int (*)(int))cache_sym(o, "u_b");
+    ok(ub && ub(4) == 90 && cache_sym(o, "u_c"), "units: one unit calls another's function");
+    free(log);
+    log = NULL;
+    snprintf(whole, sizeof whole, "%s%s%s%s", head, units[0], units[1], units[2]);
+    is_int(cache_load(whole, &o2, NULL, &how, &e), FL_OK, "the whole text as one source");
+    is_int(how, CACHE_MEMORY, "the same key as its units");
+    cache_release(o);
+    cache_release(o2);
+    is_int(cache_load_units(head, broken, 2, &o, &log, &how, &e), FL_ECOMPILE, "a broken unit fails");
+    ok(log && strstr(log, "nope"), "its error is in the log: %.60s", log ? log : "(none)");
+    free(log);
+    is_int(count_files(cdir, ".o") + count_files(cdir, ".log"), 0, "no object or log files left");
+    {
+      DIR *dd = opendir(cdir);
+      struct dirent *de;
+      int tmp = 0;
+      while (dd && (de = readdir(dd))) tmp += strncmp(de->d_name, "tmp-", 4) == 0;
+      if (dd) closedir(dd);
+      is_int(tmp, 0, "no temp files left");
+    }
+  }
+
+  /* per-kernel timing: off by default, counts while on, each kernel's
+  ** time within the run's wall time, results unchanged */
+  {
+    ir_graph *g = fg_block(2, 8, 16);
+    cpu_program *pr = program_for(g);
+    fl_tensor in, a[1], b[1];
+    const fl_tensor *inp[1] = {&in};
+    double sum = 0, wall;
+    struct timespec t0, t1;
+    int k, r = 0;
+    memset(a, 0, sizeof a); memset(b, 0, sizeof b);
+    ten_empty(&in, &g->nodes[0].meta, &e);
+    fill(&in, -1, 1);
+    r |= cpu_program_run(pr, inp, 1, a, &e);
+    ok(r == FL_OK && pr->kernel_ms == NULL && pr->profiled_runs == 0, "profile: off by default");
+    r |= cpu_program_set_profile(pr, 1, &e);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r |= cpu_program_run(pr, inp, 1, b, &e);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    wall = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    for (k = 0; r == FL_OK && k < pr->plan->nkernels; k++) sum += pr->last_ms[k];
+    ok(r == FL_OK && pr->profiled_runs == 1 && sum > 0 && sum <= wall,
+       "profile: %d kernels timed, %.3f ms of a %.3f ms run", pr->plan->nkernels, sum, wall);
+    ok(r == FL_OK && compare(&a[0], &b[0], 0) == 0, "profile: same results");
+    cpu_program_set_profile(pr, 0, &e);
+    ten_release(&b[0]);
+    r |= cpu_program_run(pr, inp, 1, b, &e);
+    is_int((int)pr->profiled_runs, 1, "profile: off again, nothing counted");
+    ten_release(&in); ten_release(&a[0]); ten_release(&b[0]);
+    cpu_program_free(pr);
     ir_free(g);
   }
 
