@@ -265,7 +265,13 @@ static int value_of(const ir_graph *g, fl_tensor *vals, int id, fl_err *e) {
   return eager_apply(nd->op, &arg, 1, &nd->attrs, &vals[id], e);
 }
 
-static int run_extern(const ir_graph *g, const fk_kernel *k, fl_tensor *vals, fl_err *e) {
+static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e);
+
+/* The extern op of kernel k (a product), written into its planned buffer:
+** the same memory every call, no fresh pages. */
+static int run_extern(cpu_program *pr, const fk_kernel *k, const fl_meta *metas,
+                      fl_tensor *vals, fl_err *e) {
+  const ir_graph *g = pr->plan->g;
   const ir_node *nd = &g->nodes[k->anchor];
   const fl_tensor *args[64];
   fl_tensor t;
@@ -277,8 +283,17 @@ static int run_extern(const ir_graph *g, const fk_kernel *k, fl_tensor *vals, fl
     if ((rc = value_of(g, vals, nd->in[i], e)) != FL_OK) return rc;
     args[i] = &vals[nd->in[i]];
   }
-  if ((rc = eager_apply(nd->op, args, nd->nin, &nd->attrs, &t, e)) != FL_OK) return rc;
-  rc = ten_contiguous(&vals[k->anchor], &t, e);
+  /* the target: the caller's output tensor when it was given one, else
+  ** the planned slot (fresh memory for graph outputs) */
+  if (vals[k->anchor].st) ten_share(&t, &vals[k->anchor]);
+  else if (pr->plan->slot[k->anchor] >= 0 &&
+           (rc = buffer_for(pr, k->anchor, &metas[k->anchor], &t, e)) != FL_OK)
+    return rc;
+  if ((rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e)) != FL_OK) return rc;
+  if (t.st != vals[k->anchor].st) {
+    ten_release(&vals[k->anchor]);
+    rc = ten_contiguous(&vals[k->anchor], &t, e);
+  }
   ten_release(&t);
   return rc;
 }
@@ -317,7 +332,7 @@ static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *
   void *bufs[257];
   void *scratch = NULL;
   int i, rc;
-  if (k->kind == FK_EXTERN && (rc = run_extern(g, k, vals, e)) != FL_OK) return rc;
+  if (k->kind == FK_EXTERN && (rc = run_extern(pr, k, metas, vals, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
   if (k->nbufs > 256) return err_set(e, FL_EUNSUPPORTED, "%s: too many buffers", k->name);

@@ -725,3 +725,31 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
   if (rc != FL_OK) ten_release(out);
   return rc;
 }
+
+int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
+                     const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_meta *metas[MAX_IN];
+  op_attrs defaults;
+  fl_meta om;
+  int k, rc;
+  if ((op != OP_MATMUL && op != OP_LINEAR) || !out->st || !ten_is_contiguous(out) ||
+      !in || nin < 1 || nin > MAX_IN) {
+    ten_release(out);
+    return eager_apply(op, in, nin, a, out, e);
+  }
+  if (!a) { op_attrs_init(op, &defaults); a = &defaults; }
+  for (k = 0; k < nin; k++) {
+    metas[k] = in[k] ? &in[k]->m : NULL;
+    if (in[k] && (in[k]->m.device != FL_DEV_CPU || !in[k]->st)) {
+      ten_release(out);
+      return eager_apply(op, in, nin, a, out, e);   /* it names the problem */
+    }
+  }
+  if ((rc = op_infer(op, metas, nin, a, &om, e)) != FL_OK) { ten_release(out); return rc; }
+  if (om.dtype != out->m.dtype || !meta_same_shape(&om, &out->m) || meta_numel(&om) == 0) {
+    ten_release(out);
+    return eager_apply(op, in, nin, a, out, e);
+  }
+  if ((rc = kernel_of(op)(op, in, nin, a, out, e)) != FL_OK) ten_release(out);
+  return rc;
+}

@@ -189,7 +189,10 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   nb = A.nb > B.nb ? A.nb : B.nb;
   for (d = 0; d < nb; d++) { bs[d] = out->m.shape[d]; Bt *= bs[d]; }
   rc = FL_OK;
-  if (K == 0) goto done;                 /* ten_empty left the zeros */
+  if (K == 0) {                          /* an empty sum: zeros (the buffer may be reused) */
+    memset(ten_data(out), 0, (size_t)meta_numel(&out->m) * dtype_size(out->m.dtype));
+    goto done;
+  }
   if (too_big(op_name(op), M * (B.nb == 0 ? Bt : 1), N, K, e)) {
     rc = FL_EUNSUPPORTED;
     goto done;
@@ -241,6 +244,7 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) goto done;
   if (bf)
     for (r = 0; r < rows; r++) memcpy(y + r * O, bf, (size_t)O * sizeof *y);
+  if (!bf && IN == 0) memset(y, 0, (size_t)(rows * O) * sizeof *y);   /* may be a reused buffer */
   if (IN > 0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, (int)rows, (int)O, (int)IN,
                 1.0f, xf, (int)IN, wf, (int)ld, bf ? 1.0f : 0.0f, y, (int)O);
