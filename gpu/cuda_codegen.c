@@ -25,6 +25,8 @@ typedef struct gen {
   char *need;          /* scratch: steps needed inside the current loop */
   int anchor_val;      /* extern epilogue: the anchor's value replaces its
                           loads (a variable name "va"), else 0 */
+  int any_stride_only; /* pointwise: only the any-stride loop (a rare
+                          fallback kernel: half the compile time) */
 } gen;
 
 static const char *ctype(fl_dtype t) {
@@ -165,9 +167,8 @@ static void pw_coords(gen *g, const char *flat, int depth) {
   strbuf_printf(g->b, "fl_i64 r = %s;\n", flat);
   for (d = D - 1; d >= 0; d--) {
     ind(g, depth);
-    if (d > 0) strbuf_printf(g->b, "const fl_i64 c%d = r %% n%d;\n", d, d);
+    if (d > 0) strbuf_printf(g->b, "const fl_i64 c%d = fl_divmod(r, n%d);\n", d, d);
     else strbuf_printf(g->b, "const fl_i64 c0 = r;\n");
-    if (d > 0) { ind(g, depth); strbuf_printf(g->b, "r /= n%d;\n", d); }
   }
   if (D == 0) { ind(g, depth); strbuf_printf(g->b, "(void)r;\n"); }
   for (a = 0; a < k->nacc; a++) {
@@ -194,6 +195,7 @@ static void emit_pointwise(gen *g, int *vec) {
   strbuf_printf(g->b, ";\n");
   strbuf_printf(g->b, "  const fl_i64 start = (fl_i64)blockIdx.x * blockDim.x + threadIdx.x;\n");
   strbuf_printf(g->b, "  const fl_i64 step = (fl_i64)gridDim.x * blockDim.x;\n");
+  if (g->any_stride_only) goto any_stride;
   /* the contiguous fast path: one flat dim, strides as the plan saw them */
   strbuf_printf(g->b, "  if (outer == 1");
   for (a = 0; a < k->nacc; a++) {
@@ -243,6 +245,7 @@ static void emit_pointwise(gen *g, int *vec) {
   pw_steps(g, 3, 0);
   strbuf_printf(g->b, "    }\n");
   strbuf_printf(g->b, "    return;\n  }\n");
+any_stride:
   strbuf_printf(g->b, "  /* any strides: the flat index decomposed over the dims */\n");
   strbuf_printf(g->b, "  const fl_i64 total = outer * n%d;\n", D - 1);
   strbuf_printf(g->b, "  for (fl_i64 i = start; i < total; i += step) {\n");
@@ -300,7 +303,7 @@ static void reduce_pass(gen *g, int stage) {
     strbuf_printf(g->b, ";\n      if (nr == n%d) {\n", D - 1);
     for (d = nk; d < D - 1; d++) strbuf_printf(g->b, "        j%d = 0;\n", d);
     strbuf_printf(g->b, "        j%d = f;\n      } else {\n        fl_i64 t = f;\n", D - 1);
-    for (d = D - 1; d > nk; d--) strbuf_printf(g->b, "        j%d = t %% n%d;\n        t /= n%d;\n", d, d, d);
+    for (d = D - 1; d > nk; d--) strbuf_printf(g->b, "        j%d = fl_divmod(t, n%d);\n", d, d);
     strbuf_printf(g->b, "        j%d = t;\n      }\n", nk);
   }
   for (i = 0; i < k->ninstr; i++)
@@ -364,7 +367,7 @@ static void emit_reduce(gen *g) {
   strbuf_printf(g->b, "  for (fl_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n");
   strbuf_printf(g->b, "    fl_i64 rest = row;\n");
   for (d = k->nkept - 1; d >= 0; d--) {
-    if (d > 0) strbuf_printf(g->b, "    const fl_i64 i%d = rest %% n%d;\n    rest /= n%d;\n", d, d, d);
+    if (d > 0) strbuf_printf(g->b, "    const fl_i64 i%d = fl_divmod(rest, n%d);\n", d, d);
     else strbuf_printf(g->b, "    const fl_i64 i0 = rest;\n");
   }
   if (k->nkept == 0) strbuf_printf(g->b, "    (void)rest;\n");
@@ -577,8 +580,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     strbuf_printf(g->b, "  for (fl_i64 f = (fl_i64)blockIdx.x * blockDim.x + threadIdx.x; f < X[%d];\n"
                   "       f += (fl_i64)gridDim.x * blockDim.x) {\n", CUX_TOTAL);
     strbuf_printf(g->b, "    fl_i64 c[%d], r = f;\n", FL_MAX_DIMS);
-    strbuf_printf(g->b, "    for (int d = nd - 1; d >= 0; d--) {\n      c[d] = r %% T[%d + d];\n"
-                  "      r /= T[%d + d];\n    }\n", CUT_OSIZE, CUT_OSIZE);
+    strbuf_printf(g->b, "    for (int d = nd - 1; d >= 0; d--) c[d] = fl_divmod(r, T[%d + d]);\n", CUT_OSIZE);
     strbuf_printf(g->b, "    int q = 0;\n");
     strbuf_printf(g->b, "    while (q < %d - 1 && c[dim] >= T[%d + q * %d]) {\n      c[dim] -= T[%d + q * %d];\n"
                   "      q++;\n    }\n", an->nin, CUT_IN, CUT_PER, CUT_IN, CUT_PER);
@@ -637,8 +639,10 @@ int cuda_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym,
     if ((rc = emit_extern(&g, sym, kidx, info, e)) < 0) return rc;
     if (k->nnodes == 0) return 1;
     /* the same epilogue as a kernel of its own, for when its space is not
-    ** the anchor's (the runtime checks at each launch) */
+    ** the anchor's (the runtime checks at each launch): a fallback, so
+    ** only the any-stride loop, which is quicker to compile */
     info->epi = 1;
+    g.any_stride_only = 1;
     snprintf(esym, sizeof esym, "%s_epi", sym);
     strbuf_printf(b, "/* k%d: %s (the epilogue alone, after the extern step) */\n", kidx, k->name);
     strbuf_printf(b, "extern \"C\" __global__ void __launch_bounds__(512) %s(const fl_params<%d, %d> P)\n{\n",
