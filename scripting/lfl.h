@@ -94,6 +94,28 @@ void lfl_open_checklist(lua_State *L, int lib);
 /* fl.Plan and fl.Program (lfl_plan.c): g:fuse, p:codegen, k:run. */
 struct fuse_plan *lfl_toplan(lua_State *L, int idx);
 struct cpu_program *lfl_toprogram(lua_State *L, int idx);
+/* A backend's compiled program as Lua sees it: a userdata whose only field
+** is the program (NULL once collected).  What every backend's Program
+** shares -- __gc, __tostring (its source), compile, try_compile, run,
+** source, log -- comes from lfl_program_type; a backend adds its own
+** methods in `extra`. */
+typedef struct lfl_backend {
+  const char *type;        /* the metatable's name: "fl.Program" */
+  int (*compile)(void *pr, fl_err *e);
+  int (*run)(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e);
+  const char *(*source)(const void *pr);
+  const char *(*log)(const void *pr);
+  const ir_graph *(*graph)(const void *pr);
+  void (*destroy)(void *pr);
+} lfl_backend;
+void lfl_program_type(lua_State *L, const lfl_backend *be, const luaL_Reg *extra);
+/* The program in the userdata at idx, which must be of be's type. */
+void *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be);
+/* Push a new, empty Program userdata of be's type; returns its slot, which
+** the caller fills (an error before that leaks nothing). */
+void **lfl_newprogram(lua_State *L, const lfl_backend *be);
+/* Raise e from compiling pr, with the compiler's log when it has one. */
+int lfl_program_raise(lua_State *L, const lfl_backend *be, void *pr, const fl_err *e);
 void lfl_open_plan(lua_State *L, int lib);
 /* fl.draw, fl.draw_compare, fl.report (lfl_viz.c). */
 void lfl_open_viz(lua_State *L, int lib);

@@ -11,9 +11,8 @@
 **                                     fl.compile's backend "cuda"/"auto"
 ** Built without the toolkit, everything here raises "no CUDA device:
 ** fuselab was built without CUDA" and fl.cuda_available() says so.
-** Invariant: each CudaProgram userdata holds one program (or none after
-** __gc); the userdata is created before the program, so an error between
-** the two leaks nothing.
+** compile, try_compile, run, source and log are the methods every
+** backend's Program shares (lfl_program.c); the rest are CUDA's own.
 */
 #include "config.h"
 
@@ -53,73 +52,32 @@ static fuse_plan *checkplan(lua_State *L, int idx) {
 
 #ifdef HAVE_CUDA
 
-typedef struct lcprog { cuda_program *pr; } lcprog;
+/* The CUDA backend for the Program methods every backend shares
+** (lfl_program.c). */
+static int cu_compile(void *pr, fl_err *e) { return cuda_program_compile(pr, e); }
+static int cu_run(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e) {
+  return cuda_program_run(pr, in, n, outs, e);
+}
+static const char *cu_source(const void *pr) { return cuda_program_source(pr); }
+static const char *cu_log(const void *pr) { return cuda_program_log(pr); }
+static const ir_graph *cu_graph(const void *pr) { return ((const cuda_program *)pr)->plan->g; }
+static void cu_destroy(void *pr) { cuda_program_free(pr); }
+static const lfl_backend cuda_backend = {
+  CPROG_TYPE, cu_compile, cu_run, cu_source, cu_log, cu_graph, cu_destroy
+};
 
 static cuda_program *checkprog(lua_State *L, int idx) {
-  lcprog *lp = (lcprog *)luaL_checkudata(L, idx, CPROG_TYPE);
-  if (!lp->pr) luaL_argerror(L, idx, "program has been released");
-  return lp->pr;
-}
-
-/* raise e; a compile failure carries NVRTC's log */
-static int raise_compile(lua_State *L, cuda_program *pr, const fl_err *e) {
-  const char *log = cuda_program_log(pr);
-  if (e->code == FL_ECOMPILE && log && *log && !strstr(e->msg, log))
-    return luaL_error(L, "%s\n%s", e->msg, log);
-  return lfl_raise(L, "compile", e);
+  return (cuda_program *)lfl_checkprogram(L, idx, &cuda_backend);
 }
 
 /* plan:codegen("cuda") and fl._cuda_program(plan) -> CudaProgram */
 static int l_codegen(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
-  lcprog *lp = (lcprog *)lua_newuserdatauv(L, sizeof *lp, 0);
-  fl_err e;
-  lp->pr = NULL;
-  luaL_setmetatable(L, CPROG_TYPE);
-  err_clear(&e);
-  if (!(lp->pr = cuda_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
-  return 1;
-}
-
-static int k_gc(lua_State *L) {
-  lcprog *lp = (lcprog *)luaL_checkudata(L, 1, CPROG_TYPE);
-  cuda_program_free(lp->pr);
-  lp->pr = NULL;
-  return 0;
-}
-
-static int k_source(lua_State *L) {
-  lua_pushstring(L, cuda_program_source(checkprog(L, 1)));
-  return 1;
-}
-
-static int k_log(lua_State *L) {
-  lua_pushstring(L, cuda_program_log(checkprog(L, 1)));
-  return 1;
-}
-
-/* k:compile() -> true; raises with NVRTC's log */
-static int k_compile(lua_State *L) {
-  cuda_program *pr = checkprog(L, 1);
+  void **slot = lfl_newprogram(L, &cuda_backend);
   fl_err e;
   err_clear(&e);
-  if (cuda_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
-  lua_pushboolean(L, 1);
+  if (!(*slot = cuda_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
   return 1;
-}
-
-/* k:try_compile() -> true | false, message with the log */
-static int k_try_compile(lua_State *L) {
-  cuda_program *pr = checkprog(L, 1);
-  fl_err e;
-  err_clear(&e);
-  if (cuda_program_compile(pr, &e) == FL_OK) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  lua_pushboolean(L, 0);
-  lua_pushfstring(L, "%s\n%s", e.msg, cuda_program_log(pr));
-  return 2;
 }
 
 /* k:ptx() -> the PTX (compiles first) */
@@ -127,36 +85,9 @@ static int k_ptx(lua_State *L) {
   cuda_program *pr = checkprog(L, 1);
   fl_err e;
   err_clear(&e);
-  if (cuda_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
+  if (cuda_program_compile(pr, &e) != FL_OK) return lfl_program_raise(L, &cuda_backend, pr, &e);
   lua_pushstring(L, cuda_program_ptx(pr));
   return 1;
-}
-
-/* k:run(x, ...) -> outputs (CUDA tensors) */
-static int k_run(lua_State *L) {
-  cuda_program *pr = checkprog(L, 1);
-  const ir_graph *g = pr->plan->g;
-  const fl_tensor *in[256];
-  fl_tensor *outs;
-  fl_err e;
-  int i, n = lua_gettop(L) - 1;
-  if (n != g->ninputs) return luaL_error(L, "run: expected %d input(s), got %d", g->ninputs, n);
-  if (n > 256) return luaL_error(L, "run: too many inputs (%d)", n);
-  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "run");
-  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
-  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
-  err_clear(&e);
-  if (cuda_program_run(pr, in, n, outs, &e) != FL_OK) {
-    for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
-    if (e.code == FL_ECOMPILE) return raise_compile(L, pr, &e);
-    return lfl_raise(L, "run", &e);
-  }
-  for (i = 0; i < g->nout; i++) {
-    fl_tensor *t = lfl_newtensor(L);
-    *t = outs[i];
-    outs[i].st = NULL;
-  }
-  return g->nout;
 }
 
 /* k:set_mode("default" | "reduce-overhead") */
@@ -206,10 +137,9 @@ static int k_stats(lua_State *L) {
   return 1;
 }
 
+/* the CUDA backend's own methods, beside the shared ones */
 static const luaL_Reg prog_methods[] = {
-  {"source", k_source}, {"log", k_log}, {"compile", k_compile}, {"try_compile", k_try_compile},
-  {"ptx", k_ptx}, {"run", k_run}, {"stats", k_stats}, {"set_mode", k_set_mode},
-  {"autotune", k_autotune},
+  {"ptx", k_ptx}, {"stats", k_stats}, {"set_mode", k_set_mode}, {"autotune", k_autotune},
   {NULL, NULL}
 };
 
@@ -340,7 +270,7 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
   char key[33];
   int ids[64], k, n = 0, id;
   fl_err e;
-  lcprog *lp;
+  void **slot;
   if ((op_info_of(op)->flags & OPF_VIEW) && in[0] && eager_view(L, op, in[0], a) == 1)
     return 1;
   err_clear(&e);
@@ -367,20 +297,18 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
   if (lua_getfield(L, -1, key) != LUA_TUSERDATA) {
     fuse_plan *p;
     lua_pop(L, 1);
-    lp = (lcprog *)lua_newuserdatauv(L, sizeof *lp, 0);
-    lp->pr = NULL;
-    luaL_setmetatable(L, CPROG_TYPE);
+    slot = lfl_newprogram(L, &cuda_backend);
     if (!(p = fuse_plan_build(g, NULL, &e))) return lfl_raise(L, op_name(op), &e);
-    lp->pr = cuda_codegen(p, &e);
+    *slot = cuda_codegen(p, &e);
     fuse_plan_free(p);
-    if (!lp->pr) return lfl_raise(L, op_name(op), &e);
-    if (cuda_program_compile(lp->pr, &e) != FL_OK) return raise_compile(L, lp->pr, &e);
+    if (!*slot) return lfl_raise(L, op_name(op), &e);
+    if (cuda_program_compile(*slot, &e) != FL_OK) return lfl_program_raise(L, &cuda_backend, *slot, &e);
     lua_pushvalue(L, -1);
     lua_setfield(L, -3, key);
   }
-  lp = (lcprog *)lua_touserdata(L, -1);
+  slot = (void **)lua_touserdata(L, -1);
   outs = lfl_newtensor(L);
-  if (cuda_program_run(lp->pr, inputs, n, outs, &e) != FL_OK)
+  if (cuda_program_run(*slot, inputs, n, outs, &e) != FL_OK)
     return lfl_raise(L, op_name(op), &e);
   return 1;
 #else
@@ -405,18 +333,7 @@ static const luaL_Reg cuda_funcs[] = {
 void lfl_open_cuda(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
 #ifdef HAVE_CUDA
-  if (luaL_newmetatable(L, CPROG_TYPE)) {
-    lua_pushcfunction(L, k_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, k_source);
-    lua_setfield(L, -2, "__tostring");
-    lua_newtable(L);
-    luaL_setfuncs(L, prog_methods, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "methods");
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  lfl_program_type(L, &cuda_backend, prog_methods);
 #endif
   lua_pushvalue(L, lib);
   luaL_setfuncs(L, cuda_funcs, 0);

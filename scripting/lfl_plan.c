@@ -3,7 +3,8 @@
 **   local p = g:fuse{explain=true}   -- fl.Plan: kernels and decisions
 **   local k = p:codegen("cpu")        -- fl.Program: print(k) is the C
 **   local y = k:run(x)                -- compiled (through the cache), run
-** and fl.cache_info() / fl.cache_clear().
+** and fl.cache_info() / fl.cache_clear().  The Program methods every
+** backend shares (compile, run, source, ...) are in lfl_program.c.
 ** Invariant: each userdata holds one reference to its plan or program (or
 ** none after __gc); the C objects count their own references.
 */
@@ -18,7 +19,20 @@
 #define PROGRAM_TYPE "fl.Program"
 
 typedef struct lplan { fuse_plan *p; } lplan;
-typedef struct lprog { cpu_program *pr; } lprog;
+
+/* The C backend for the Program methods every backend shares
+** (lfl_program.c). */
+static int cpu_compile(void *pr, fl_err *e) { return cpu_program_compile(pr, e); }
+static int cpu_run(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e) {
+  return cpu_program_run(pr, in, n, outs, e);
+}
+static const char *cpu_source(const void *pr) { return cpu_program_source(pr); }
+static const char *cpu_log(const void *pr) { return cpu_program_log(pr); }
+static const ir_graph *cpu_graph(const void *pr) { return ((const cpu_program *)pr)->plan->g; }
+static void cpu_destroy(void *pr) { cpu_program_free(pr); }
+static const lfl_backend cpu_backend = {
+  PROGRAM_TYPE, cpu_compile, cpu_run, cpu_source, cpu_log, cpu_graph, cpu_destroy
+};
 
 static fuse_plan *checkplan(lua_State *L, int idx) {
   lplan *lp = (lplan *)luaL_checkudata(L, idx, PLAN_TYPE);
@@ -32,14 +46,12 @@ fuse_plan *lfl_toplan(lua_State *L, int idx) {
 }
 
 cpu_program *lfl_toprogram(lua_State *L, int idx) {
-  lprog *lp = (lprog *)luaL_testudata(L, idx, PROGRAM_TYPE);
-  return lp ? lp->pr : NULL;
+  cpu_program **slot = (cpu_program **)luaL_testudata(L, idx, PROGRAM_TYPE);
+  return slot ? *slot : NULL;
 }
 
 static cpu_program *checkprogram(lua_State *L, int idx) {
-  lprog *lp = (lprog *)luaL_checkudata(L, idx, PROGRAM_TYPE);
-  if (!lp->pr) luaL_argerror(L, idx, "program has been released");
-  return lp->pr;
+  return (cpu_program *)lfl_checkprogram(L, idx, &cpu_backend);
 }
 
 static void push_owned(lua_State *L, char *s, const char *what) {
@@ -183,7 +195,7 @@ static int p_graph(lua_State *L) {
 static int p_codegen(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
   const char *target = luaL_optstring(L, 2, "cpu");
-  lprog *lp;
+  void **slot;
   fl_err e;
   if (strcmp(target, "cuda") == 0) {
     /* the CUDA generator registered by lfl_cuda.c: an fl.CudaProgram */
@@ -194,97 +206,13 @@ static int p_codegen(lua_State *L) {
   }
   if (strcmp(target, "cpu") != 0)
     return luaL_error(L, "codegen: unknown target '%s' (expected cpu or cuda)", target);
-  lp = (lprog *)lua_newuserdatauv(L, sizeof *lp, 0);
-  lp->pr = NULL;
-  luaL_setmetatable(L, PROGRAM_TYPE);
+  slot = lfl_newprogram(L, &cpu_backend);
   err_clear(&e);
-  lp->pr = cpu_codegen(p, &e);
-  if (!lp->pr) return lfl_raise(L, "codegen", &e);
+  if (!(*slot = cpu_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
   return 1;
 }
 
 /* ---- programs ------------------------------------------------------------ */
-
-static int k_gc(lua_State *L) {
-  lprog *lp = (lprog *)luaL_checkudata(L, 1, PROGRAM_TYPE);
-  cpu_program_free(lp->pr);
-  lp->pr = NULL;
-  return 0;
-}
-
-static int k_tostring(lua_State *L) {
-  lua_pushstring(L, cpu_program_source(checkprogram(L, 1)));
-  return 1;
-}
-
-/* Raise a compile failure with the compiler's log, for k:compile(). */
-static int raise_compile(lua_State *L, cpu_program *pr, const fl_err *e) {
-  const char *log = cpu_program_log(pr);
-  if (log && *log) return luaL_error(L, "%s\n%s", e->msg, log);
-  return lfl_raise(L, "compile", e);
-}
-
-/* k:compile() -> true; raises with the compiler's log on failure */
-static int k_compile(lua_State *L) {
-  cpu_program *pr = checkprogram(L, 1);
-  fl_err e;
-  err_clear(&e);
-  if (cpu_program_compile(pr, &e) != FL_OK) return raise_compile(L, pr, &e);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* k:try_compile() -> true, or false and the message with the log (the
-** form fl.compile uses to fall back to eager) */
-static int k_try_compile(lua_State *L) {
-  cpu_program *pr = checkprogram(L, 1);
-  fl_err e;
-  err_clear(&e);
-  if (cpu_program_compile(pr, &e) == FL_OK) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  lua_pushboolean(L, 0);
-  lua_pushfstring(L, "%s\n%s", e.msg, cpu_program_log(pr));
-  return 2;
-}
-
-/* k:run(x, ...) -> outputs */
-static int k_run(lua_State *L) {
-  cpu_program *pr = checkprogram(L, 1);
-  const ir_graph *g = pr->plan->g;
-  const fl_tensor *in[256];
-  fl_tensor *outs;
-  fl_err e;
-  int i, n = lua_gettop(L) - 1;
-  if (n != g->ninputs)
-    return luaL_error(L, "run: expected %d input(s), got %d", g->ninputs, n);
-  if (n > 256) return luaL_error(L, "run: too many inputs (%d)", n);
-  for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "run");
-  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
-  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
-  err_clear(&e);
-  if (cpu_program_run(pr, in, n, outs, &e) != FL_OK) {
-    if (e.code == FL_ECOMPILE) return raise_compile(L, pr, &e);
-    return lfl_raise(L, "run", &e);
-  }
-  for (i = 0; i < g->nout; i++) {
-    fl_tensor *t = lfl_newtensor(L);
-    *t = outs[i];
-    outs[i].st = NULL;
-  }
-  return g->nout;
-}
-
-static int k_source(lua_State *L) {
-  lua_pushstring(L, cpu_program_source(checkprogram(L, 1)));
-  return 1;
-}
-
-static int k_log(lua_State *L) {
-  lua_pushstring(L, cpu_program_log(checkprogram(L, 1)));
-  return 1;
-}
 
 /* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory",
 ** compile_ms, runs} */
@@ -385,10 +313,9 @@ static const luaL_Reg plan_methods[] = {
   {NULL, NULL}
 };
 
+/* the C backend's own methods, beside the shared ones */
 static const luaL_Reg program_methods[] = {
-  {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
-  {"source", k_source}, {"log", k_log}, {"stats", k_stats}, {"plan", k_plan},
-  {"profile", k_profile},
+  {"stats", k_stats}, {"plan", k_plan}, {"profile", k_profile},
   {NULL, NULL}
 };
 
@@ -417,7 +344,7 @@ static void new_type(lua_State *L, const char *name, lua_CFunction gc,
 void lfl_open_plan(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
   new_type(L, PLAN_TYPE, p_gc, p_tostring, plan_methods);
-  new_type(L, PROGRAM_TYPE, k_gc, k_tostring, program_methods);
+  lfl_program_type(L, &cpu_backend, program_methods);
   /* g:fuse joins the Graph's methods */
   luaL_getmetatable(L, "fl.Graph");
   lua_getfield(L, -1, "__index");
