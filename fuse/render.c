@@ -98,3 +98,19 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
   else fk_render_expr(b, in, dbl);
   strbuf_printf(b, "%s", close);
 }
+
+void fk_render_node_line(strbuf *b, const ir_graph *g, int id) {
+  const ir_node *nd = &g->nodes[id];
+  char ty[128], desc[96];
+  int i;
+  ir_type_str(g, id, ty, sizeof ty);
+  fk_describe(g, id, desc, sizeof desc);
+  strbuf_printf(b, "**   %%%d = %s(", id, op_name(nd->op));
+  for (i = 0; i < nd->nin; i++) {
+    if (nd->in[i] < 0) strbuf_printf(b, "%sNone", i ? ", " : "");
+    else strbuf_printf(b, "%s%%%d", i ? ", " : "", nd->in[i]);
+  }
+  strbuf_printf(b, ") : %s", ty);
+  if (strcmp(desc, op_name(nd->op))) strbuf_printf(b, "    (%s)", desc);
+  strbuf_printf(b, "\n");
+}

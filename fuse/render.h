@@ -36,6 +36,10 @@ int fk_by_recip(const fk_kernel *k, const fk_instr *in);
 void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
                      const fk_instr *in, int dbl);
 
+/* "**   %5 = add(%3, %4) : float32[8,128]" and the node's description when
+** it says more than the op's name: one line of a kernel's header comment. */
+void fk_render_node_line(strbuf *b, const ir_graph *g, int id);
+
 /* A kernel's text without comments and with its own symbol sym as "@":
 ** two kernels with equal keys compile to the same code, so a batch
 ** compiles one and aliases the other.  malloc'd (the caller frees), NULL

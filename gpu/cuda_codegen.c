@@ -399,23 +399,7 @@ static void emit_reduce(gen *g) {
 
 /* --- kernels --------------------------------------------------------------- */
 
-/* "%5 = add(%3, %4) : float32[8,128]" for the header comment */
-static void node_line(gen *g, int id) {
-  const ir_graph *gr = g->p->g;
-  const ir_node *nd = &gr->nodes[id];
-  char ty[128], desc[96];
-  int i;
-  ir_type_str(gr, id, ty, sizeof ty);
-  fk_describe(gr, id, desc, sizeof desc);
-  strbuf_printf(g->b, "**   %%%d = %s(", id, op_name(nd->op));
-  for (i = 0; i < nd->nin; i++) {
-    if (nd->in[i] < 0) strbuf_printf(g->b, "%sNone", i ? ", " : "");
-    else strbuf_printf(g->b, "%s%%%d", i ? ", " : "", nd->in[i]);
-  }
-  strbuf_printf(g->b, ") : %s", ty);
-  if (strcmp(desc, op_name(nd->op))) strbuf_printf(g->b, "    (%s)", desc);
-  strbuf_printf(g->b, "\n");
-}
+static void node_line(gen *g, int id) { fk_render_node_line(g->b, g->p->g, id); }
 
 /* typed buffer pointers, sizes and the accesses' strides and offsets */
 static void emit_args(gen *g, int nbuf) {
