@@ -112,8 +112,10 @@ static void none(strbuf *b, const char *what) {
   strbuf_printf(b, "<p class=\"none\">%s</p>\n", what);
 }
 
+/* a time to read at a glance: small kernels in microseconds */
 static void ms_str(double ms, char *buf, size_t n) {
   if (ms < 0) snprintf(buf, n, "\xe2\x80\x94");
+  else if (ms < 0.1) snprintf(buf, n, "%.1f \xc2\xb5s", ms * 1e3);
   else if (ms < 1) snprintf(buf, n, "%.3f ms", ms);
   else if (ms < 100) snprintf(buf, n, "%.2f ms", ms);
   else snprintf(buf, n, "%.0f ms", ms);
