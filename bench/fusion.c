@@ -3,14 +3,16 @@
 ** measured in one run against this machine's own ceilings: copy bandwidth
 ** (the best of memcpy and a two-thread copy loop) for memory-bound
 ** kernels, eager execution (cpu/eager.c, one kernel per op) as the
-** baseline, and compile latency cold (empty cache) and warm (disk cache,
-** memory forgotten as in a new process).
+** baseline (and PyTorch eager for the models, when python3-torch loads),
+** and compile latency cold (empty cache) and warm (disk cache, memory
+** forgotten as in a new process).
 ** Invariant: every time is the best of `reps` runs after one warm-up run;
 ** bytes count each kernel input read and each output written once.
 **
 **   make bench/fusion && ./bench/fusion [reps [section]]
 ** where section (default: all) is one of elementwise, rows, models, latency.
 */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,16 +275,54 @@ static void rows_kernel(const char *what, ir_graph *g) {
   ir_free(g);
 }
 
-static void model(const char *what, ir_graph *g) {
-  fl_tensor in[2];
+/* PyTorch eager on the same models (bench/torch_models.py, when Debian's
+** python3-torch loads): per model its best time and the sum of its output */
+typedef struct torch_row { char name[16]; double ms, sum; } torch_row;
+static torch_row torch_rows[8];
+static int ntorch;
+
+static void torch_times(void) {
+  char cmd[1400], line[256];
+  FILE *f;
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/bench/torch_models.py' %d 2>/dev/null", FL_SRCDIR, reps);
+  if (!(f = popen(cmd, "r"))) return;
+  while (ntorch < 8 && fgets(line, sizeof line, f)) {
+    torch_row *r = &torch_rows[ntorch];
+    if (sscanf(line, "%15s %lf %lf", r->name, &r->ms, &r->sum) == 3) ntorch++;
+  }
+  pclose(f);
+}
+
+static double out_sum(const fl_tensor *t) {
+  int64_t i, n = meta_numel(&t->m);
+  double s = 0;
+  for (i = 0; i < n; i++) s += ten_get(t, i);
+  return s;
+}
+
+static void model(const char *what, const char *torch_name, ir_graph *g) {
+  fl_tensor in[2], o[1];
   const fl_tensor *inp[2];
   cpu_program *f = compiled(g, 1);
-  double t, te;
+  fl_err e;
+  double t, te, sum;
+  int i;
   inputs_for(g, in, inp);
   te = time_eager(g, inp, 1);
   t = time_prog(f, inp, 1, 0);
+  memset(o, 0, sizeof o);
+  if (cpu_program_run(f, inp, 1, o, &e)) die("run", &e);
+  sum = out_sum(&o[0]);
+  ten_release(&o[0]);
   printf("%-34s %8.2f ms compiled, %8.2f ms eager: %5.2fx  (%d kernels for %d ops)\n",
          what, t * 1e3, te * 1e3, te / t, f->plan->nkernels, ir_op_count(g));
+  for (i = 0; i < ntorch; i++) {
+    const torch_row *r = &torch_rows[i];
+    if (strcmp(r->name, torch_name) != 0) continue;
+    printf("%-34s %8.2f ms PyTorch eager: compiled %5.2fx its speed; output sums %.6g vs %.6g (%s)\n",
+           "", r->ms, r->ms / (t * 1e3), sum, r->sum,
+           fabs(sum - r->sum) <= 1e-4 * (1 + fabs(r->sum)) ? "same model" : "DIFFERENT: not comparable");
+  }
   cpu_program_free(f);
   ten_release(&in[0]);
   ir_free(g);
@@ -347,9 +387,12 @@ int main(int argc, char **argv) {
     free(evict);
   }
   if (SECTION("models")) {
-    printf("\nmodels\n");
-    model("MLP 1024x256 -> 1024 -> 256", fg_mlp(1024, 256, 1024));
-    model("transformer block 8x128x256", fg_block(8, 128, 256));
+    torch_times();
+    printf("\nmodels%s\n", ntorch ? " (and PyTorch eager, 2 threads, same weights and inputs)"
+                                  : " (PyTorch not compared: python3-torch does not load)");
+    model("MLP 1024x256 -> 1024 -> 256", "mlp", fg_mlp(1024, 256, 1024));
+    model("transformer block 8x128x256", "block", fg_block(8, 128, 256));
+    model("the same with 4 heads", "block4", fg_block_heads(8, 128, 256, 4));
   }
   if (SECTION("latency")) {
     printf("\ncompile latency\n");

@@ -8,6 +8,7 @@
 #ifndef FL_FUSE_GRAPHS_H
 #define FL_FUSE_GRAPHS_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,26 +199,56 @@ static inline int fg_ln(ir_graph *g, int x, int64_t d, const char *name) {
   return fg_attr(g, OP_LAYER_NORM, in, 3, &at);
 }
 
-/* GPT-style block, one head per `heads` folded into the batch for
-** brevity: x + attn(ln1(x)), then + mlp(ln2(.)).  [batch, seq, d] */
-static inline ir_graph *fg_block(int64_t batch, int64_t seq, int64_t d) {
+static inline int fg_reshape(ir_graph *g, int x, int nd, const int64_t *shape) {
+  op_attrs at;
+  int d;
+  op_attrs_init(OP_RESHAPE, &at);
+  at.ndims = nd;
+  for (d = 0; d < nd; d++) at.dims[d] = shape[d];
+  return fg_attr(g, OP_RESHAPE, &x, 1, &at);
+}
+
+/* [batch, seq, d] -> [batch, heads, seq, d / heads] */
+static inline int fg_split_heads(ir_graph *g, int x, int64_t batch, int64_t seq, int64_t d, int64_t heads) {
+  const int64_t sh[4] = {batch, seq, heads, d / heads};
+  return fg_transpose(g, fg_reshape(g, x, 4, sh), 1, 2);
+}
+
+/* GPT-style block: x + attn(ln1(x)), then + mlp(ln2(.)), on [batch, seq,
+** d] with `heads` attention heads (1: no head split, the graph the kernel
+** counts in the tests are for). */
+static inline ir_graph *fg_block_heads(int64_t batch, int64_t seq, int64_t d, int64_t heads) {
   ir_graph *g = ir_new();
   int x = fg_input(g, fg_meta(FL_F32, 3, batch, seq, d));
   int h = fg_ln(g, x, d, "ln1");
   int q = fg_linear(g, h, d, d, "q"), k = fg_linear(g, h, d, d, "k"), v = fg_linear(g, h, d, d, "v");
-  int s = fg_bin(g, OP_MATMUL, q, fg_transpose(g, k, 1, 2));
-  int sc = fg_bin(g, OP_MUL, s, fg_scalar(g, 1.0 / 16.0));
+  int last = heads > 1 ? 3 : 2;
   op_attrs at;
-  int p, a, o, x2, f;
+  int s, sc, p, a, o, x2, f;
+  if (heads > 1) {
+    q = fg_split_heads(g, q, batch, seq, d, heads);
+    k = fg_split_heads(g, k, batch, seq, d, heads);
+    v = fg_split_heads(g, v, batch, seq, d, heads);
+  }
+  s = fg_bin(g, OP_MATMUL, q, fg_transpose(g, k, last - 1, last));
+  sc = fg_bin(g, OP_MUL, s, fg_scalar(g, 1.0 / sqrt((double)(d / heads))));
   op_attrs_init(OP_SOFTMAX, &at);
-  at.i[0] = 2;
+  at.i[0] = last;
   p = fg_attr(g, OP_SOFTMAX, &sc, 1, &at);
   a = fg_bin(g, OP_MATMUL, p, v);
+  if (heads > 1) {
+    const int64_t sh[3] = {batch, seq, d};
+    a = fg_reshape(g, fg_transpose(g, a, 1, 2), 3, sh);
+  }
   o = fg_linear(g, a, d, d, "o");
   x2 = fg_bin(g, OP_ADD, x, o);
   f = fg_un(g, OP_GELU, fg_linear(g, fg_ln(g, x2, d, "ln2"), d, 4 * d, "fc1"));
   ir_add_output(g, fg_bin(g, OP_ADD, x2, fg_linear(g, f, 4 * d, d, "fc2")), NULL);
   return g;
+}
+
+static inline ir_graph *fg_block(int64_t batch, int64_t seq, int64_t d) {
+  return fg_block_heads(batch, seq, d, 1);
 }
 
 #endif

@@ -172,6 +172,7 @@ int main(void) {
   both("MLP 16x32x64", fg_mlp(16, 32, 64), 1e-3);
   both("conv-bn-relu 2x3x8x8 -> 4", fg_conv_bn_relu(2, 3, 4, 8), 1e-3);
   both("transformer block 2x8x16", fg_block(2, 8, 16), 2e-3);
+  both("transformer block 2x8x16, 4 heads", fg_block_heads(2, 8, 16, 4), 2e-3);
 
   /* the source reads: named kernels, node comments, OpenMP, simd */
   {
