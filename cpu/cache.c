@@ -338,21 +338,25 @@ static int compile_to(const char *head, const char *const *units, int nunits, co
   if (jobs > 1) {
     where = malloc((size_t)nunits * sizeof *where);
     mine = malloc((size_t)nunits * sizeof *mine);
-    inputs = malloc((size_t)jobs * (2 * strlen(base) + 32) + 1);
+    inputs = malloc((size_t)jobs * (sizeof path * 2 + 8) + 1);
     if (!where || !mine || !inputs) { rc = err_set(e, FL_ENOMEM, "cache: out of memory"); goto out; }
     deal(units, nunits, jobs, where);
     inputs[0] = '\0';
     for (j = 0; j < jobs; j++) {
+      char q[2700];
       for (n = 0, u = 0; u < nunits; u++) if (where[u] == j) mine[n++] = u;
-      snprintf(part, sizeof part, "%s.%d", base, j);
       part_name(path, sizeof path, base, j, "c");
-      if ((rc = write_file(path, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) goto out;
+      if ((rc = write_file(path, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) {
+        while (--j >= 0) finished_ok(pid[j]);     /* the parts started: done before cleaning */
+        goto out;
+      }
+      snprintf(part, sizeof part, "%s.%d", base, j);
       pid[j] = (cmd = cc_command(part, 0, NULL)) ? spawn(cmd) : -1;
       free(cmd);
       cmd = NULL;
       part_name(path, sizeof path, base, j, "o");
-      quote(part, sizeof part, path);
-      strcat(strcat(inputs, part), " ");
+      quote(q, sizeof q, path);
+      strcat(strcat(inputs, q), " ");
     }
     for (j = 0; j < jobs; j++) ok &= finished_ok(pid[j]);
     ok = ok && (cmd = cc_command(base, 1, inputs)) && finished_ok(spawn(cmd));

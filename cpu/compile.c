@@ -33,6 +33,9 @@ static char *dupstr(const char *s) {
   return d;
 }
 
+/* the body of a program whose every step is extern */
+static const char no_kernels[] = "/* no generated kernels: every step is extern */\n";
+
 cpu_program *cpu_codegen_prefixed(const fuse_plan *p, const char *prefix, fl_err *e) {
   cpu_program *pr = calloc(1, sizeof *pr);
   strbuf b, all;
@@ -59,7 +62,7 @@ cpu_program *cpu_codegen_prefixed(const fuse_plan *p, const char *prefix, fl_err
     }
     strbuf_free(&kb);
   }
-  if (!b.p && !b.oom) strbuf_printf(&b, "/* no generated kernels: every step is extern */\n");
+  if (!b.p && !b.oom) strbuf_printf(&b, "%s", no_kernels);
   if (b.oom) { strbuf_free(&b); goto oom; }
   pr->body = strbuf_take(&b);
   cpu_emit_preamble(&all);
@@ -141,7 +144,7 @@ static int load_into(cpu_program **prs, int n, const char *const *units, int nun
   strbuf head;
   double t0 = now_ms();
   int i, rc, how = 0;
-  static const char *none = "/* no generated kernels: every step is extern */\n";
+  const char *none = no_kernels;
   memset(&head, 0, sizeof head);
   cpu_emit_preamble(&head);
   if (head.oom) { strbuf_free(&head); return err_set(e, FL_ENOMEM, "compile: out of memory"); }
@@ -265,7 +268,32 @@ static int value_of(const ir_graph *g, fl_tensor *vals, int id, fl_err *e) {
   return eager_apply(nd->op, &arg, 1, &nd->attrs, &vals[id], e);
 }
 
-static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e);
+/* A buffer for stored node id: a view of its memory-plan slot (grown when
+** these shapes need more), or a fresh tensor for graph outputs. */
+static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  int s = p->slot[id], rc;
+  size_t need = (size_t)meta_numel(m) * dtype_size(m->dtype);
+  fl_tensor *st;
+  if (s < 0 || s >= p->nslots) return ten_empty(out, m, e);
+  if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
+    return err_set(e, FL_ENOMEM, "run: out of memory");
+  st = &pr->slots[s];
+  if (!st->st || st->st->nbytes < need) {
+    fl_meta bm;
+    memset(&bm, 0, sizeof bm);
+    bm.dtype = FL_BOOL;
+    bm.ndim = 1;
+    bm.shape[0] = (int64_t)(need ? need : 1);
+    ten_release(st);
+    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
+  }
+  ten_share(out, st);
+  out->m = *m;
+  out->offset = 0;
+  ten_set_contiguous_strides(out);
+  return FL_OK;
+}
 
 /* The extern op of kernel k (a product), written into its planned buffer:
 ** the same memory every call, no fresh pages. */
@@ -296,33 +324,6 @@ static int run_extern(cpu_program *pr, const fk_kernel *k, const fl_meta *metas,
   }
   ten_release(&t);
   return rc;
-}
-
-/* A buffer for stored node id: a view of its memory-plan slot (grown when
-** these shapes need more), or a fresh tensor for graph outputs. */
-static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e) {
-  const fuse_plan *p = pr->plan;
-  int s = p->slot[id], rc;
-  size_t need = (size_t)meta_numel(m) * dtype_size(m->dtype);
-  fl_tensor *st;
-  if (s < 0 || s >= p->nslots) return ten_empty(out, m, e);
-  if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
-    return err_set(e, FL_ENOMEM, "run: out of memory");
-  st = &pr->slots[s];
-  if (!st->st || st->st->nbytes < need) {
-    fl_meta bm;
-    memset(&bm, 0, sizeof bm);
-    bm.dtype = FL_BOOL;
-    bm.ndim = 1;
-    bm.shape[0] = (int64_t)(need ? need : 1);
-    ten_release(st);
-    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
-  }
-  ten_share(out, st);
-  out->m = *m;
-  out->offset = 0;
-  ten_set_contiguous_strides(out);
-  return FL_OK;
 }
 
 static int run_kernel(cpu_program *pr, int ki, const fl_meta *metas, fl_tensor *vals,
