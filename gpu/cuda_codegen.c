@@ -448,7 +448,7 @@ static int slot_of(const fk_kernel *k, int node) {
 }
 
 /* the buffer an anchor input reads: its views are folded into strides */
-static int input_slot(const fuse_plan *p, const fk_kernel *k, int in) {
+int cuda_operand_slot(const fuse_plan *p, const fk_kernel *k, int in) {
   const ir_graph *g = p->g;
   int s = g->nodes[k->anchor].in[in];
   if (s < 0) return -1;
@@ -511,7 +511,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s has no CUDA lowering yet", op_name(an->op));
   }
   for (i = 0; i < an->nin; i++)
-    if (an->in[i] >= 0 && input_slot(p, k, i) < 0)
+    if (an->in[i] >= 0 && cuda_operand_slot(p, k, i) < 0)
       return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s: input %d is not a buffer of the kernel",
                      k->name, i + 1);
   info->nxarg = nx;
@@ -523,9 +523,9 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
                 sym, info->nbuf, info->narg);
   emit_args(g, info->nbuf);
   emit_out_lambda(g, ea);
-  s0 = input_slot(p, k, 0);
-  s1 = an->nin > 1 ? input_slot(p, k, 1) : -1;
-  s2 = an->nin > 2 ? input_slot(p, k, 2) : -1;
+  s0 = cuda_operand_slot(p, k, 0);
+  s1 = an->nin > 1 ? cuda_operand_slot(p, k, 1) : -1;
+  s2 = an->nin > 2 ? cuda_operand_slot(p, k, 2) : -1;
   switch (an->op) {
   case OP_MATMUL: case OP_LINEAR: {
     fl_dtype dt = p->g->nodes[k->bufs[s0]].meta.dtype;
@@ -572,7 +572,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     strbuf_printf(g->b, "    fl_i64 at = I[1];\n    for (int d = 0; d < nd; d++) at += c[d] * I[2 + d];\n");
     strbuf_printf(g->b, "    %s v = 0;\n    switch (q) {\n", acc);
     for (i = 0; i < an->nin; i++) {
-      int s = input_slot(p, k, i);
+      int s = cuda_operand_slot(p, k, i);
       if (s < 0) continue;
       strbuf_printf(g->b, "    case %d: v = fl_ld(p%d + at); break;\n", i, s);
     }

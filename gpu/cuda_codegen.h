@@ -101,5 +101,8 @@ int cuda_emit_kernel(strbuf *b, const fuse_plan *p, int k, const char *sym,
                      cuda_kinfo *info, fl_err *e);
 /* CUDA_PRE_* flags: which preamble parts p's kernels need. */
 int cuda_plan_has_extern(const fuse_plan *p);
+/* Which of extern kernel k's buffers holds its anchor's input `in` (views
+** between them folded into the strides), or -1. */
+int cuda_operand_slot(const fuse_plan *p, const fk_kernel *k, int in);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda_program.h"
+#include "cublas.h"
 #include "../cpu/cache.h"
 #include "../cpu/codegen.h"
 #include "../graph/view.h"
@@ -479,6 +480,31 @@ static int launch(run_ctx *c, void *fn, const cuda_kinfo *in, const unsigned gri
   return cuda_launch(fn, grid, block, c->block, (size_t)(in->nbuf + in->narg) * 8, e);
 }
 
+/* Extern kernel k's product (matmul, linear without bias; float32, at
+** most one batch dim) on cuBLAS, into the anchor's buffer.  X holds the
+** slots extern_args filled.  FL_EUNSUPPORTED: not a product cuBLAS can do
+** here, the caller launches the generated kernel. */
+static int cublas_step(run_ctx *c, const fk_kernel *k, const int64_t *X, fl_err *e) {
+  const ir_graph *g = c->g;
+  const ir_node *an = &g->nodes[k->anchor];
+  const int64_t *Y = X + CUX_OP;
+  int sa, sb;
+  cublas_operand A, B;
+  if ((an->op != OP_MATMUL && an->op != OP_LINEAR) || Y[CUM_HASBIAS] || Y[CUM_NBD] > 1 ||
+      c->metas[k->anchor].dtype != FL_F32 || g->nodes[an->in[0]].meta.dtype != FL_F32 ||
+      g->nodes[an->in[1]].meta.dtype != FL_F32)
+    return err_set(e, FL_EUNSUPPORTED, "%s: not a product cuBLAS runs here", k->name);
+  sa = cuda_operand_slot(c->pr->plan, k, 0);
+  sb = cuda_operand_slot(c->pr->plan, k, 1);
+  if (sa < 0 || sb < 0) return err_set(e, FL_EUNSUPPORTED, "%s: operand without a buffer", k->name);
+  A.p = (const float *)(uintptr_t)c->block[sa] + Y[CUM_OA];
+  A.srow = Y[CUM_SAM]; A.scol = Y[CUM_SAK]; A.sbatch = Y[CUM_NBD] ? Y[CUM_BSA] : 0;
+  B.p = (const float *)(uintptr_t)c->block[sb] + Y[CUM_OB];
+  B.srow = Y[CUM_SBK]; B.scol = Y[CUM_SBN]; B.sbatch = Y[CUM_NBD] ? Y[CUM_BSB] : 0;
+  return cublas_matmul(Y[CUM_B], Y[CUM_M], Y[CUM_N], Y[CUM_K], A, B,
+                       (float *)ten_data(&c->vals[k->anchor]), e);
+}
+
 static int run_kernel(run_ctx *c, int ki, fl_err *e) {
   cuda_program *pr = c->pr;
   const ir_graph *g = c->g;
@@ -513,8 +539,17 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
     total = X[CUX_TOTAL];
     X[CUX_FUSE] = k->nnodes > 0 && epilogue_fits(k, c->args, total);
     X[CUX_KEEP] = k->nnodes == 0 || pr->plan->last_use[k->anchor] != ki || !X[CUX_FUSE];
-    if (X[CUX_FUSE]) pr->fused_epilogues++;
     if (total == 0) return FL_OK;
+    /* max-autotune's pick: the product on cuBLAS into the anchor's buffer,
+    ** then the epilogue kernel; a layout cuBLAS cannot take keeps ours */
+    if (pr->cublas && pr->cublas[ki]) {
+      rc = cublas_step(c, k, X, e);
+      if (rc != FL_OK && rc != FL_EUNSUPPORTED) return rc;
+      if (rc == FL_OK) X[CUX_FUSE] = 0;
+      else err_clear(e);
+      if (rc == FL_OK) goto epilogue;
+    }
+    if (X[CUX_FUSE]) pr->fused_epilogues++;
     if (an->op == OP_MATMUL || an->op == OP_LINEAR) {
       const int64_t *Y = X + CUX_OP;
       int64_t tn = (Y[CUM_N] + 63) / 64, tm = (Y[CUM_M] + 63) / 64, nb = Y[CUM_B];
@@ -527,6 +562,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
       bs = 256;
     }
     if ((rc = launch(c, pr->fns[ki], in, grid, bs, e)) != FL_OK) return rc;
+  epilogue:
     if (k->nnodes == 0 || X[CUX_FUSE]) return FL_OK;
     /* the epilogue on its own, reading the anchor's buffer */
     for (i = 0; i < D - 1; i++) work *= c->args[i];
@@ -763,35 +799,81 @@ void cuda_program_set_mode(cuda_program *pr, int mode) {
   pr->mode = mode;
 }
 
+/* Best of 3 timed runs after a warm-up, in ms. */
+static int time_runs(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+                     fl_tensor *outs, double *best, fl_err *e) {
+  const ir_graph *g = pr->plan->g;
+  int r, i, rc;
+  *best = 1e30;
+  for (r = 0; r < 4; r++) {
+    double ms;
+    if ((rc = cuda_timer_start(e)) != FL_OK) return rc;
+    rc = run(pr, inputs, ninputs, outs, 0, 0, e);
+    for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
+    if (rc != FL_OK) return rc;
+    if ((rc = cuda_timer_stop(&ms, e)) != FL_OK) return rc;
+    if (r > 0 && ms < *best) *best = ms;
+  }
+  return FL_OK;
+}
+
+/* The products on cuBLAS (then their epilogue kernels) against ours,
+** timed on the inputs: the faster is kept, and said in note. */
+static int tune_cublas(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+                       fl_tensor *outs, double ours, char *note, size_t n, fl_err *e) {
+  double theirs;
+  int k, any = 0, rc;
+  fl_err why;
+  for (k = 0; k < pr->plan->nkernels; k++) {
+    const ir_node *an = &pr->plan->g->nodes[pr->plan->kernels[k].anchor];
+    any |= pr->plan->kernels[k].kind == FK_EXTERN && (an->op == OP_MATMUL || an->op == OP_LINEAR);
+  }
+  if (!any) return FL_OK;
+  err_clear(&why);
+  if (!cublas_ready(&why)) {
+    snprintf(note, n, "; products: ours (%s)", why.msg);
+    return FL_OK;
+  }
+  free(pr->cublas);
+  if (!(pr->cublas = malloc((size_t)pr->plan->nkernels))) return err_set(e, FL_ENOMEM, "autotune: out of memory");
+  memset(pr->cublas, 1, (size_t)pr->plan->nkernels);
+  if ((rc = time_runs(pr, inputs, ninputs, outs, &theirs, e)) != FL_OK) {
+    free(pr->cublas);
+    pr->cublas = NULL;
+    return rc;
+  }
+  snprintf(note, n, "; products: ours %.4f ms, cuBLAS %.4f ms -> %s", ours, theirs,
+           theirs < ours ? "cuBLAS" : "ours");
+  if (theirs >= ours) {
+    free(pr->cublas);
+    pr->cublas = NULL;
+  }
+  return FL_OK;
+}
+
 int cuda_program_autotune(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl_err *e) {
   static const int choices[] = {128, 256, 512};
   const ir_graph *g = pr->plan->g;
   double best = 1e30, t[3];
-  int c, k, r, rc, pick = 1, mode = pr->mode;
+  int c, k, rc, n, pick = 1, mode = pr->mode;
   fl_tensor *outs = calloc((size_t)(g->nout ? g->nout : 1), sizeof *outs);
   if (!outs) return err_set(e, FL_ENOMEM, "autotune: out of memory");
   pr->mode = CUDA_MODE_DEFAULT;
+  drop_graph(pr);              /* a captured graph has the old choices baked in */
+  free(pr->cublas);            /* and an earlier pick must not skew the timings */
+  pr->cublas = NULL;
   for (c = 0; c < 3; c++) {
     for (k = 0; k < pr->plan->nkernels; k++)
       if (pr->plan->kernels[k].kind != FK_EXTERN) pr->block[k] = choices[c];
-    t[c] = 1e30;
-    for (r = 0; r < 4; r++) {      /* the first run warms up */
-      double ms;
-      int i;
-      if ((rc = cuda_timer_start(e)) != FL_OK) goto fail;
-      rc = run(pr, inputs, ninputs, outs, 0, 0, e);
-      for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
-      if (rc != FL_OK) goto fail;
-      if ((rc = cuda_timer_stop(&ms, e)) != FL_OK) goto fail;
-      if (r > 0 && ms < t[c]) t[c] = ms;
-    }
+    if ((rc = time_runs(pr, inputs, ninputs, outs, &t[c], e)) != FL_OK) goto fail;
     if (t[c] < best) { best = t[c]; pick = c; }
   }
   for (k = 0; k < pr->plan->nkernels; k++)
     if (pr->plan->kernels[k].kind != FK_EXTERN) pr->block[k] = choices[pick];
-  snprintf(pr->tune, sizeof pr->tune, "threads per block: 128 %.4f ms, 256 %.4f ms, 512 %.4f ms -> %d",
-           t[0], t[1], t[2], choices[pick]);
-  rc = FL_OK;
+  n = snprintf(pr->tune, sizeof pr->tune, "threads per block: 128 %.4f ms, 256 %.4f ms, 512 %.4f ms -> %d",
+               t[0], t[1], t[2], choices[pick]);
+  if ((rc = tune_cublas(pr, inputs, ninputs, outs, best, pr->tune + n, sizeof pr->tune - (size_t)n, e)) != FL_OK)
+    goto fail;
 fail:
   pr->mode = mode;
   free(outs);
@@ -810,6 +892,7 @@ void cuda_program_free(cuda_program *pr) {
     if (pr->consts) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->consts[k]);
   }
   free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->info); free(pr->fns); free(pr->epis); free(pr->block);
+  free(pr->cublas);
   free(pr->body); free(pr->source); free(pr->log);
   free(pr->slots); free(pr->consts);
   nvrtc_image_free(&pr->img);

@@ -35,6 +35,8 @@ typedef struct cuda_program {
   cuda_module *mod;      /* loaded image, or NULL */
   void **fns, **epis;    /* per kernel: kernel handles (epilogue kernels) */
   int *block;            /* per kernel: threads per block (autotune) */
+  char *cublas;          /* per kernel: 1 runs its product on cuBLAS, then the
+                            epilogue kernel (max-autotune's pick); NULL: none */
   int mode;              /* CUDA_MODE_*: graphs for "reduce-overhead" */
   int64_t runs, replays; /* completed runs; of them, CUDA graph replays */
   int fused_epilogues;   /* extern launches that ran their epilogue fused */

@@ -353,6 +353,8 @@ int cuda_launch(void *fn, const unsigned grid[3], unsigned block, const void *pa
   return CUDA_CHECK(e, "launch", cudaLaunchKernel(fn, g, b, args, 0, stream));
 }
 
+void *cuda_stream(void) { return (void *)stream; }
+
 int cuda_sync(fl_err *e) {
   return CUDA_CHECK(e, "synchronize", cudaStreamSynchronize(stream));
 }

@@ -71,6 +71,9 @@ int cuda_launch(void *fn, const unsigned grid[3], unsigned block, const void *pa
                 size_t nbytes, fl_err *e);
 /* Wait for the stream. */
 int cuda_sync(fl_err *e);
+/* The stream all work is ordered on (a cudaStream_t), for libraries such
+** as cuBLAS that take one; NULL before cuda_rt_init. */
+void *cuda_stream(void);
 
 /* --- CUDA graphs (mode "reduce-overhead") ---------------------------------- */
 typedef struct cuda_graph cuda_graph;

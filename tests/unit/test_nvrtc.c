@@ -27,6 +27,7 @@
 #include "fuse/plan.h"
 #include "gpu/cuda.h"
 #include "gpu/cuda_program.h"
+#include "gpu/cublas.h"
 #include "graph/pass.h"
 #include "cpu/cache.h"
 
@@ -358,6 +359,12 @@ static void test_cache_and_errors(void) {
         ok(rc == FL_ENODEV && strncmp(e.msg, "no CUDA device: ", 16) == 0,
            "run without a device: %s", e.msg);
         ok(pr->compiled || cuda_program_compile(pr, &e) == FL_OK, "the program still compiles");
+        err_clear(&e);
+        ok(!cublas_ready(&e) && strncmp(e.msg, "no CUDA device: ", 16) == 0,
+           "cuBLAS without a device: not offered, and why (%s)", e.msg);
+        err_clear(&e);
+        ok(cuda_program_autotune(pr, inp, g->ninputs, &e) == FL_ENODEV,
+           "max-autotune without a device: the no-device error (%s)", e.msg);
       } else {
         rc = cuda_program_run(pr, inp, g->ninputs, out, &e);
         ok(rc == FL_OK, "a device is present: the program runs (%s)", rc ? e.msg : "ok");
