@@ -543,11 +543,12 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
     /* max-autotune's pick: the product on cuBLAS into the anchor's buffer,
     ** then the epilogue kernel; a layout cuBLAS cannot take keeps ours */
     if (pr->cublas && pr->cublas[ki]) {
-      rc = cublas_step(c, k, X, e);
-      if (rc != FL_OK && rc != FL_EUNSUPPORTED) return rc;
-      if (rc == FL_OK) X[CUX_FUSE] = 0;
-      else err_clear(e);
-      if (rc == FL_OK) goto epilogue;
+      if ((rc = cublas_step(c, k, X, e)) == FL_OK) {
+        X[CUX_FUSE] = 0;
+        goto epilogue;
+      }
+      if (rc != FL_EUNSUPPORTED) return rc;
+      err_clear(e);
     }
     if (X[CUX_FUSE]) pr->fused_epilogues++;
     if (an->op == OP_MATMUL || an->op == OP_LINEAR) {
