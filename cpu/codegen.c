@@ -53,7 +53,6 @@ static const char *ctype(fl_dtype t) {
 }
 
 /* the type a value is computed in */
-static const char *vtype(fl_dtype t) { return t == FL_I64 ? "double" : "float"; }
 
 void cpu_c_ident(const char *s, char *out, size_t n) {
   size_t i = 0;
@@ -161,33 +160,20 @@ static void emit_step(gen *g, int i, int depth, int fast, int inloop) {
   const fk_instr *in = &g->k->instr[i];
   const fk_access *ac;
   fl_dtype dt = in->dtype;
-  char lit[64];
-  int dbl = dt == FL_I64;
   ind(g, depth);
   switch (in->opc) {
   case FKI_LOAD:
     ac = &g->k->acc[in->access];
-    strbuf_printf(g->b, "const %s v%d = ", vtype(dt), i);
+    strbuf_printf(g->b, "const %s v%d = ", fk_value_type(dt), i);
     if (dt == FL_BF16) strbuf_printf(g->b, "fl_bf2f(");
-    else if (dt != FL_F32) strbuf_printf(g->b, "(%s)", vtype(dt));
+    else if (dt != FL_F32) strbuf_printf(g->b, "(%s)", fk_value_type(dt));
     strbuf_printf(g->b, "p%d[", ac->buf);
     index_expr(g, in->access, fast, inloop && (ac->full || g->k->kind != FK_REDUCE));
     strbuf_printf(g->b, "]%s;\n", dt == FL_BF16 ? ")" : "");
     return;
-  case FKI_CONST:
-    fk_float_literal(lit, sizeof lit, in->value, dbl);
-    strbuf_printf(g->b, "const %s v%d = %s;\n", vtype(dt), i, lit);
+  default:   /* reductions are accumulated by the stage loop */
+    fk_render_step(g->b, &dialect, g->k, i);
     return;
-  case FKI_NRED:
-    strbuf_printf(g->b, "const float v%d = (float)nr;\n", i);
-    return;
-  case FKI_ELEM:
-    strbuf_printf(g->b, "const %s v%d = ", vtype(dt), i);
-    fk_render_value(g->b, &dialect, g->k, in, dbl);
-    strbuf_printf(g->b, ";\n");
-    return;
-  case FKI_REDUCE:
-    return;   /* accumulated by the stage loop */
   }
 }
 
@@ -288,7 +274,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
         const fk_instr *in = &k->instr[i];
         if (in->opc != FKI_REDUCE || in->stage != stage || in->red != FKR_SUM) continue;
         ind(g, depth);
-        strbuf_printf(g->b, "%s part%d = 0;\n", vtype(k->instr[in->arg[0]].dtype), i);
+        strbuf_printf(g->b, "%s part%d = 0;\n", fk_value_type(k->instr[in->arg[0]].dtype), i);
       }
     }
     if (d == g->D - 1 && simd && !g->fallback) {
@@ -459,11 +445,11 @@ static void emit_reduce(gen *g) {
       case FKR_SUM: strbuf_printf(g->b, "    double acc%d = 0.0;\n", i); break;
       case FKR_MAX: case FKR_MIN:
         strbuf_printf(g->b, "    %s acc%d = %sINFINITY;\n    int nan%d = 0;\n",
-                      vtype(in->dtype), i, in->red == FKR_MAX ? "-" : "", i);
+                      fk_value_type(in->dtype), i, in->red == FKR_MAX ? "-" : "", i);
         break;
       case FKR_ARGMAX:
         strbuf_printf(g->b, "    %s acc%d = 0;\n    int64_t arg%d = 0, t%d = 0;\n",
-                      vtype(k->instr[in->arg[0]].dtype), i, i, i);
+                      fk_value_type(k->instr[in->arg[0]].dtype), i, i, i);
         break;
       }
     }
@@ -490,10 +476,11 @@ static void emit_reduce(gen *g) {
     }
     for (i = 0; i < k->ninstr && st; i++) {
       const fk_instr *in = &k->instr[i];
+      const char *vt = fk_value_type(in->dtype);
       if (in->opc != FKI_REDUCE || in->stage != st) continue;
-      if (in->red == FKR_SUM) strbuf_printf(g->b, "    const %s v%d = (%s)acc%d;\n", vtype(in->dtype), i, vtype(in->dtype), i);
+      if (in->red == FKR_SUM) strbuf_printf(g->b, "    const %s v%d = (%s)acc%d;\n", vt, i, vt, i);
       else if (in->red == FKR_ARGMAX) strbuf_printf(g->b, "    const double v%d = (double)arg%d;\n", i, i);
-      else strbuf_printf(g->b, "    const %s v%d = nan%d ? NAN : acc%d;\n", vtype(in->dtype), i, i, i);
+      else strbuf_printf(g->b, "    const %s v%d = nan%d ? NAN : acc%d;\n", vt, i, i, i);
       emit_recip(g, i, 2);
     }
     if (st) emit_row_steps(g, st, 2);

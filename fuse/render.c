@@ -114,3 +114,27 @@ void fk_render_node_line(strbuf *b, const ir_graph *g, int id) {
   if (strcmp(desc, op_name(nd->op))) strbuf_printf(b, "    (%s)", desc);
   strbuf_printf(b, "\n");
 }
+
+const char *fk_value_type(fl_dtype t) { return t == FL_I64 ? "double" : "float"; }
+
+int fk_render_step(strbuf *b, const fk_dialect *d, const fk_kernel *k, int i) {
+  const fk_instr *in = &k->instr[i];
+  int dbl = in->dtype == FL_I64;
+  char lit[64];
+  switch (in->opc) {
+  case FKI_CONST:
+    fk_float_literal(lit, sizeof lit, in->value, dbl);
+    strbuf_printf(b, "const %s v%d = %s;\n", fk_value_type(in->dtype), i, lit);
+    return 1;
+  case FKI_NRED:
+    strbuf_printf(b, "const float v%d = (float)nr;\n", i);
+    return 1;
+  case FKI_ELEM:
+    strbuf_printf(b, "const %s v%d = ", fk_value_type(in->dtype), i);
+    fk_render_value(b, d, k, in, dbl);
+    strbuf_printf(b, ";\n");
+    return 1;
+  default:
+    return 0;
+  }
+}

@@ -36,6 +36,14 @@ int fk_by_recip(const fk_kernel *k, const fk_instr *in);
 void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
                      const fk_instr *in, int dbl);
 
+/* The value type generated code computes in: double for int64 values,
+** float for every other dtype. */
+const char *fk_value_type(fl_dtype t);
+/* "const float v7 = ...;" for a step whose text both generators share (a
+** constant, the reduced count, an elementwise value): 1 when step i of k
+** was one and is rendered, 0 for loads and reductions (the generator's). */
+int fk_render_step(strbuf *b, const fk_dialect *d, const fk_kernel *k, int i);
+
 /* "**   %5 = add(%3, %4) : float32[8,128]" and the node's description when
 ** it says more than the op's name: one line of a kernel's header comment. */
 void fk_render_node_line(strbuf *b, const ir_graph *g, int id);

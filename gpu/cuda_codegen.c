@@ -40,7 +40,6 @@ static const char *ctype(fl_dtype t) {
 }
 
 /* the type a value is computed in */
-static const char *vtype(fl_dtype t) { return t == FL_I64 ? "double" : "float"; }
 
 
 static void ind(gen *g, int depth) { strbuf_printf(g->b, "%*s", 2 * depth, ""); }
@@ -83,13 +82,11 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
   const fk_instr *in = &g->k->instr[i];
   const fk_access *ac;
   fl_dtype dt = in->dtype;
-  char lit[64];
-  int dbl = dt == FL_I64;
   ind(g, depth);
   switch (in->opc) {
   case FKI_LOAD:
     ac = &g->k->acc[in->access];
-    strbuf_printf(g->b, "const %s v%d = ", vtype(dt), i);
+    strbuf_printf(g->b, "const %s v%d = ", fk_value_type(dt), i);
     if (is_anchor_load(g, in)) { strbuf_printf(g->b, "va;\n"); return; }
     if (lane && ac->inner == 1) { strbuf_printf(g->b, "L%d[l];\n", i); return; }
     if (lane) { strbuf_printf(g->b, "fl_ld(p%d + o%d);\n", ac->buf, in->access); return; }
@@ -97,20 +94,9 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     index_expr(g, in->access, inloop && (ac->full || g->k->kind != FK_REDUCE));
     strbuf_printf(g->b, ");\n");
     return;
-  case FKI_CONST:
-    fk_float_literal(lit, sizeof lit, in->value, dbl);
-    strbuf_printf(g->b, "const %s v%d = %s;\n", vtype(dt), i, lit);
+  default:   /* reductions are combined by the stage's block reduction */
+    fk_render_step(g->b, &dialect, g->k, i);
     return;
-  case FKI_NRED:
-    strbuf_printf(g->b, "const float v%d = (float)nr;\n", i);
-    return;
-  case FKI_ELEM:
-    strbuf_printf(g->b, "const %s v%d = ", vtype(dt), i);
-    fk_render_value(g->b, &dialect, g->k, in, dbl);
-    strbuf_printf(g->b, ";\n");
-    return;
-  case FKI_REDUCE:
-    return;   /* combined by the stage's block reduction */
   }
 }
 
@@ -263,7 +249,7 @@ static const char *red_op(fk_red r) {
 
 /* the value type of a reduction's accumulator */
 static const char *acc_type(gen *g, const fk_instr *in) {
-  return vtype(g->k->instr[in->arg[0]].dtype);
+  return fk_value_type(g->k->instr[in->arg[0]].dtype);
 }
 
 /* the shared slots for a type */
@@ -329,7 +315,7 @@ static void reduce_pass(gen *g, int stage) {
                     i, i, i, shared_of(t));
     } else {
       strbuf_printf(g->b, "    const %s v%d = (%s)fl_block_reduce(acc%d, %s, %s, (%s)%s);\n",
-                    vtype(in->dtype), i, vtype(in->dtype), i, shared_of(t), red_op(in->red), t,
+                    fk_value_type(in->dtype), i, fk_value_type(in->dtype), i, shared_of(t), red_op(in->red), t,
                     in->red == FKR_SUM ? "0" : in->red == FKR_MAX ? "-INFINITY" : "INFINITY");
     }
     emit_recip(g, i, 2);
@@ -479,7 +465,7 @@ static void emit_out_lambda(gen *g, int ea) {
   strbuf_printf(g->b, "    if (!fuse) return;\n");
   strbuf_printf(g->b, "    /* the epilogue at the same element: the anchor's value as its\n"
                 "    ** buffer would hold it, then the fused steps */\n");
-  strbuf_printf(g->b, "    const %s va = %s(acc)%s;\n", vtype(adt),
+  strbuf_printf(g->b, "    const %s va = %s(acc)%s;\n", fk_value_type(adt),
                 adt == FL_F16 ? "fl_rh(" : adt == FL_BF16 ? "fl_rb(" : adt == FL_BOOL ? "(float)((" : "",
                 adt == FL_F16 || adt == FL_BF16 ? ")" : adt == FL_BOOL ? " != 0))" : "");
   g->anchor_val = 1;
