@@ -351,8 +351,7 @@ local function build_runner(st, g, inputs)
   if DEBUG >= 2 then
     -- time every run of this graph, and of each of its kernels, with the
     -- bandwidth they reached
-    local bytes, n, kbytes = plan:stats().bytes_after, #st.plans, {}
-    for k, kr in ipairs(plan:kernels()) do kbytes[k] = kr.bytes end
+    local bytes, n = plan:stats().bytes_after, #st.plans
     if prog.profile then prog:profile(true) end
     return function(ins)
       local t0 = fl.now()
@@ -360,12 +359,7 @@ local function build_runner(st, g, inputs)
       local dt = fl.now() - t0
       io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms, %.2f GB/s\n"):format(
         n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
-      if prog.profile then
-        for k, r in ipairs(prog:profile()) do
-          io.stderr:write(("fuselab:   k%-3d %-44s %9.3f ms  %7.2f GB/s\n"):format(
-            k - 1, r.name, r.last_ms, r.last_ms > 0 and kbytes[k] / (r.last_ms * 1e6) or 0))
-        end
-      end
+      fl._print_kernel_times(prog)
       return outs
     end, prog
   end

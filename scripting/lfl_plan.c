@@ -319,7 +319,16 @@ static const luaL_Reg program_methods[] = {
   {NULL, NULL}
 };
 
+/* fl._print_kernel_times(k): the last profiled run's kernels on stderr,
+** as FUSELAB_DEBUG=2 shows them (other backends' programs: nothing) */
+static int l_print_kernel_times(lua_State *L) {
+  cpu_program *pr = lfl_toprogram(L, 1);
+  if (pr) cpu_program_print_profile(pr, stderr, "fuselab:   ");
+  return 0;
+}
+
 static const luaL_Reg plan_funcs[] = {
+  {"_print_kernel_times", l_print_kernel_times},
   {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear},
   {"_cache_forget_memory", l_cache_forget},
   {NULL, NULL}
