@@ -84,7 +84,21 @@ static int msghandler(lua_State *L) {
   return 1;
 }
 
+/* After an error reaches the top level no capture can still be running:
+** end any trace left recording (the capture code ends its own on every
+** path; this is the backstop that keeps the session usable). */
+static void end_stale_trace(lua_State *L) {
+  if (lua_getglobal(L, "fl") == LUA_TTABLE &&
+      lua_getfield(L, -1, "_trace_reset") == LUA_TFUNCTION) {
+    if (lua_pcall(L, 0, 0, 0) != LUA_OK) lua_pop(L, 1);
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
 int repl_docall(lua_State *L, int narg, int nres) {
+  static int depth;
   struct sigaction sa, old;
   int status;
   int base = lua_gettop(L) - narg;
@@ -97,13 +111,16 @@ int repl_docall(lua_State *L, int narg, int nres) {
   sa.sa_handler = laction;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old);
+  depth++;
   status = lua_pcall(L, narg, nres, base);
+  depth--;
   sigaction(SIGINT, &old, NULL);
   if (pending) {  /* a press that came too late to fire: drop its hook */
     lua_sethook(L, NULL, 0, 0);
     pending = 0;
   }
   lua_remove(L, base);
+  if (status != LUA_OK && depth == 0) end_stale_trace(L);
   return status;
 }
 

@@ -210,29 +210,21 @@ end
 -- Trace fn(...) into graphs.  Returns the results (computed) and what the
 -- trace saw: {graphs, breaks, nodes of results, params, reads, fast=bool
 -- and why not}.  dyn[i] lists argument i's symbolic dims.
-local function trace_call(fn, opts, names, dyn, exec, capture, ...)
-  local args = pack(...)
-  local tr = fl._trace_begin{capture = capture, fullgraph = opts.fullgraph, exec = exec}
+local function trace_body(tr, fn, names, dyn, args)
   local targs = {}
-  local ok, err = pcall(function()
-    for i = 1, args.n do
-      if is_tensor(args[i]) then
-        targs[i] = tr:input(args[i], names[i], dyn[i])
-      else
-        targs[i] = args[i]
-      end
+  for i = 1, args.n do
+    if is_tensor(args[i]) then
+      targs[i] = tr:input(args[i], names[i], dyn[i])
+    else
+      targs[i] = args[i]
     end
-  end)
-  if not ok then tr:abort(); error(err, 0) end
+  end
   local ups_before = scalar_upvalues(fn)
   local reads = {}
   local res = with_global_spy(fn, reads, function()
     return pack(xpcall(fn, debug.traceback, unpack(targs, 1, args.n)))
   end)
-  if not res[1] then
-    tr:abort()
-    error(res[2], 0)
-  end
+  if not res[1] then error(res[2], 0) end
   targs = nil                     -- only what the function kept stays live
   local why_not
   local rets = {}
@@ -261,6 +253,20 @@ local function trace_call(fn, opts, names, dyn, exec, capture, ...)
   info.rets, info.params, info.reads, info.ups = rets, params, reads, ups_before
   info.results = res
   info.why_not_fast = why_not
+  return info
+end
+
+-- Every way out of a trace ends it: an error in the function, in running
+-- its last segment, an interrupt or running out of memory anywhere between
+-- begin and finish.  A trace left recording would refuse every later one.
+local function trace_call(fn, opts, names, dyn, exec, capture, ...)
+  local args = pack(...)
+  local tr = fl._trace_begin{capture = capture, fullgraph = opts.fullgraph, exec = exec}
+  local ok, info = pcall(trace_body, tr, fn, names, dyn, args)
+  if not ok then
+    tr:abort()
+    error(info, 0)
+  end
   return info
 end
 

@@ -484,11 +484,23 @@ static void stop(lua_State *L, lfl_trace *tr) {
 ** caller still holds: its results, and any it stored elsewhere) and
 ** returns {graphs=, breaks=, outputs=<node ids of the last graph>,
 ** static_syms={{arg, dim}...}}.  Then the trace is over. */
+static int flush_k(lua_State *L) {
+  flush(L, (lfl_trace *)lua_touserdata(L, 1));
+  return 0;
+}
+
 static int tr_finish(lua_State *L) {
   lfl_trace *tr = checktrace(L, 1);
   int i, last;
   if (!tr->active) return luaL_error(L, "capture: trace is not recording");
-  flush(L, tr);
+  /* running the last segment can fail (a bad index, no memory, Ctrl-C):
+  ** the trace ends all the same, or every later capture would refuse */
+  lua_pushcfunction(L, flush_k);
+  lua_pushlightuserdata(L, tr);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    stop(L, tr);
+    return lua_error(L);
+  }
   stop(L, tr);
   lua_createtable(L, 0, 4);
   lua_getiuservalue(L, 1, UV_GRAPHS);
@@ -557,6 +569,7 @@ static int tr_params(lua_State *L) {
 static int tr_gc(lua_State *L) {
   lfl_trace *tr = (lfl_trace *)luaL_checkudata(L, 1, TRACE_TYPE);
   int i;
+  tr->active = 0;
   clear_externals(tr);
   free(tr->ext);
   tr->ext = NULL;
@@ -602,6 +615,15 @@ static int l_tracing(lua_State *L) {
   return 1;
 }
 
+/* fl._trace_reset() -> true when a trace was still recording and is now
+** ended (the REPL calls it after an error reached the top level). */
+static int l_trace_reset(lua_State *L) {
+  lfl_trace *tr = lfl_trace_active(L);
+  if (tr) stop(L, tr);
+  lua_pushboolean(L, tr != NULL);
+  return 1;
+}
+
 static const luaL_Reg trace_methods[] = {
   {"input", tr_input}, {"finish", tr_finish}, {"abort", tr_abort},
   {"node_of", tr_node_of}, {"params", tr_params},
@@ -611,7 +633,7 @@ static const luaL_Reg trace_methods[] = {
 static const luaL_Reg trace_funcs[] = {
   {"_trace_begin", tr_begin}, {"graph_break", l_graph_break},
   {"_scope_push", l_scope_push}, {"_scope_pop", l_scope_pop},
-  {"_tracing", l_tracing},
+  {"_tracing", l_tracing}, {"_trace_reset", l_trace_reset},
   {NULL, NULL}
 };
 

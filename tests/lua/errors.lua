@@ -272,6 +272,44 @@ do
 end
 
 ---------------------------------------------------------------------------
+-- a failed first compiled call never leaves a trace recording: every
+-- later fl.compile / fl.capture / fl.explain / fl.checklist works
+---------------------------------------------------------------------------
+do
+  local function captures(name)
+    local ok, g = pcall(fl.capture, function(x) return x * 2 end, fl.ones(2))
+    t.ok(ok and g ~= nil, name .. ": fl.capture works after it" .. (ok and "" or (": " .. tostring(g))))
+    local okc, y = pcall(function() return fl.compile(function(x) return x + 1 end)(fl.ones(2)) end)
+    t.ok(okc and y:sum():item() == 4, name .. ": fl.compile works after it")
+    local oke = pcall(fl.explain, function(x) return x - 1 end, fl.ones(2))
+    t.ok(oke, name .. ": fl.explain works after it")
+  end
+  local idx, w = fl.tensor{5}, fl.ones(3, 2)
+  -- the error comes from running the last segment, inside the trace's end
+  bad(function() return fl.compile(function(i, m) return fl.embedding(i, m) end)(idx, w) end,
+      "embedding: index 5 out of range", "compiled: bad embedding index")
+  captures("bad embedding index")
+  -- the same after a graph break: the error is in a later segment
+  bad(function()
+        return fl.compile(function(x) return x:item() + fl.embedding(fl.tensor{7}, x) end)(fl.ones(1, 1))
+      end, "embedding: index 7 out of range", "compiled: bad index after a break")
+  captures("bad index after a graph break")
+  bad(function() return fl.compile(function(x) return x + fl.zeros(2^20, 2^20) end)(fl.ones(1)) end,
+      "zeros: cannot allocate", "compiled: out of memory while tracing")
+  captures("out of memory while tracing")
+  bad(function() return fl.compile(function() error({code = 1}) end)(fl.ones(1)) end,
+      "", "compiled: an error value that is not a string")
+  captures("a table error value")
+  bad(function() return fl.explain(function(i, m) return fl.embedding(i, m) end, idx, w) end,
+      "embedding: index 5 out of range", "explain: bad embedding index")
+  captures("explain of a failing function")
+  bad(function() return fl.checklist(function(i, m) return fl.embedding(i, m) end, {inputs = {idx, w}}) end,
+      "embedding: index 5 out of range", "checklist: bad embedding index")
+  captures("checklist of a failing function")
+  t.is(fl._trace_reset(), false, "no trace left recording")
+end
+
+---------------------------------------------------------------------------
 -- and the state survived all of it
 ---------------------------------------------------------------------------
 t.is(broken, {}, "state usable after every error")

@@ -199,6 +199,37 @@ def _():
     finish(c)
 
 
+@test("Ctrl-C inside a first compiled call ends its trace: capture works after")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, 'f = fl.compile(function(x) print("tracing") while true do end return x end)')
+    c.send('f(fl.ones(2))\r')
+    c.expect_exact("tracing\r\n")
+    time.sleep(0.2)
+    c.send("\x03")
+    out = prompt(c)
+    if "interrupted!" not in out:
+        raise Fail("after Ctrl-C: %r" % out)
+    out = enter(c, 'print(fl.capture(function(x) return x + 1 end, fl.ones(1)) ~= nil)')
+    expect_in("true", out)
+    out = enter(c, 'print(fl.compile(function(x) return x * 3 end)(fl.ones(2)):sum():item())')
+    expect_in("6.0", out)
+    finish(c)
+
+
+@test("an error in a first compiled call leaves capture working")
+def _():
+    c = spawn()
+    prompt(c)
+    out = enter(c, 'fl.compile(function(i, w) return fl.embedding(i, w) end)(fl.tensor{5}, fl.ones(3, 2))')
+    if not any("out of range" in l for l in out):
+        raise Fail("error output: %r" % out)
+    out = enter(c, 'print(fl.capture(function(x) return x + 1 end, fl.ones(1)) ~= nil)')
+    expect_in("true", out)
+    finish(c)
+
+
 @test("Ctrl-C at the prompt drops the typed line")
 def _():
     c = spawn()
