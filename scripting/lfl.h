@@ -52,6 +52,11 @@ fl_tensor *lfl_newtensor(lua_State *L);
 /* Push a new contiguous tensor with metadata m (zero-filled); raises
 ** (naming what and the size) when the size is invalid or too large. */
 fl_tensor *lfl_pushempty(lua_State *L, const fl_meta *m, const char *what);
+/* Push a new userdata that takes over src's storage reference (src is
+** left without one).  Storage no one else holds is new memory: it is
+** counted for the collector like lfl_pushempty's (compiled programs' and
+** graphs' outputs come this way). */
+fl_tensor *lfl_pushmoved(lua_State *L, fl_tensor *src);
 /* Count n bytes of new storage held outside the Lua heap; collects when
 ** enough has been allocated, so loops dropping large tensors stay bounded. */
 void lfl_account(lua_State *L, size_t n);

@@ -361,9 +361,7 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
     return lfl_raise(L, "compiled", &e);
   }
   for (i = 0; i < en->g->nout; i++) {        /* owners, in output order */
-    fl_tensor *t = lfl_newtensor(L);
-    *t = outs[i];
-    outs[i].st = NULL;
+    lfl_pushmoved(L, &outs[i]);
   }
 results:
   {

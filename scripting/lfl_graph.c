@@ -203,8 +203,7 @@ static int run_with(lua_State *L, ir_apply_fn apply) {
   err_clear(&e);
   if (ir_run(g, apply, in, n, outs, &e) != FL_OK) return lfl_raise(L, "graph", &e);
   for (i = 0; i < g->nout; i++) {
-    fl_tensor *t = lfl_newtensor(L);
-    *t = outs[i];                            /* moves the reference */
+    lfl_pushmoved(L, &outs[i]);
   }
   return g->nout;
 }

@@ -107,9 +107,7 @@ static int k_run(lua_State *L) {
     return lfl_raise(L, "run", &e);
   }
   for (i = 0; i < g->nout; i++) {
-    fl_tensor *t = lfl_newtensor(L);
-    *t = outs[i];
-    outs[i].st = NULL;
+    lfl_pushmoved(L, &outs[i]);
   }
   return g->nout;
 }

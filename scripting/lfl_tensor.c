@@ -121,6 +121,14 @@ fl_tensor *lfl_pushempty(lua_State *L, const fl_meta *m, const char *what) {
   return t;
 }
 
+fl_tensor *lfl_pushmoved(lua_State *L, fl_tensor *src) {
+  fl_tensor *t = lfl_newtensor(L);
+  *t = *src;
+  src->st = NULL;
+  if (t->st && t->st->refs == 1) lfl_account(L, t->st->nbytes);
+  return t;
+}
+
 fl_tensor *lfl_pushscalar(lua_State *L, int idx) {
   fl_meta m;
   fl_tensor *t;
