@@ -44,22 +44,27 @@ static double compare(const fl_tensor *got, const fl_tensor *want, double tol) {
   return worst;
 }
 
-/* Plan g (fused or not), compile, run on random inputs, compare. */
-static int check(const char *what, ir_graph *g, int fuse, double tol) {
-  fuse_opts o;
-  fuse_plan *p;
-  cpu_program *pr;
+/* The shape checks are queued and compiled as one batch (one compiler run
+** per CPU, as the differential test does): a separate `cc -O3` for each of
+** the ~100 programs was most of this test's time. */
+typedef struct pending {
+  char what[96];
+  ir_graph *g;
+  double tol;
+  cpu_program *pr[2];   /* [0] fused, [1] unfused */
+} pending;
+
+#define MAXPEND 128
+static pending pend[MAXPEND];
+static int npend;
+
+/* Run g's program pr on random inputs and compare with the reference. */
+static int check(const char *what, ir_graph *g, cpu_program *pr, int fuse, double tol) {
   fl_err e;
   fl_tensor in[8], got[8], want[8];
   const fl_tensor *inp[8];
   int i, rc, good = 1;
-  fuse_opts_default(&o);
-  o.fuse = fuse;
   memset(in, 0, sizeof in); memset(got, 0, sizeof got); memset(want, 0, sizeof want);
-  if (!(p = fuse_plan_build(g, &o, &e))) { ok(0, "%s: plan: %s", what, e.msg); return 0; }
-  pr = cpu_codegen(p, &e);
-  fuse_plan_free(p);
-  if (!pr) { ok(0, "%s: codegen: %s", what, e.msg); return 0; }
   for (i = 0; i < g->n; i++) {
     const ir_node *nd = &g->nodes[i];
     if (nd->kind != IR_INPUT) continue;
@@ -67,7 +72,7 @@ static int check(const char *what, ir_graph *g, int fuse, double tol) {
     fill(&in[nd->index], -2, 2);
     inp[nd->index] = &in[nd->index];
   }
-  rc = cpu_program_run(pr, inp, g->ninputs, got, &e);
+  rc = cpu_program_run(pr, inp, g->ninputs, got, &e);   /* compiles if the batch did not */
   if (rc) {
     ok(0, "%s (fuse=%d): run: %s", what, fuse, e.msg);
     printf("# log: %s\n", cpu_program_log(pr));
@@ -89,14 +94,49 @@ static int check(const char *what, ir_graph *g, int fuse, double tol) {
     free(s);
   }
   for (i = 0; i < 8; i++) { ten_release(&in[i]); ten_release(&got[i]); ten_release(&want[i]); }
-  cpu_program_free(pr);
   return good;
 }
 
+/* Queue g (owned from here on), fused and unfused. */
 static void both(const char *what, ir_graph *g, double tol) {
-  check(what, g, 1, tol);
-  check(what, g, 0, tol);
-  ir_free(g);
+  pending *q;
+  if (npend == MAXPEND) { ok(0, "%s: too many queued checks", what); ir_free(g); return; }
+  q = &pend[npend++];
+  snprintf(q->what, sizeof q->what, "%s", what);
+  q->g = g;
+  q->tol = tol;
+}
+
+/* Plan, generate and batch-compile every queued graph, then check each. */
+static void run_pending(void) {
+  cpu_program *prs[2 * MAXPEND];
+  int i, f, np = 0;
+  fl_err e;
+  for (i = 0; i < npend; i++)
+    for (f = 0; f < 2; f++) {
+      fuse_opts o;
+      fuse_plan *p;
+      char prefix[32];
+      fuse_opts_default(&o);
+      o.fuse = !f;
+      if (!(p = fuse_plan_build(pend[i].g, &o, &e))) { ok(0, "%s: plan: %s", pend[i].what, e.msg); continue; }
+      snprintf(prefix, sizeof prefix, "t%d%c_", i, f ? 'u' : 'f');
+      pend[i].pr[f] = cpu_codegen_prefixed(p, prefix, &e);
+      fuse_plan_free(p);
+      if (!pend[i].pr[f]) ok(0, "%s: codegen: %s", pend[i].what, e.msg);
+      else prs[np++] = pend[i].pr[f];
+    }
+  /* a batch that does not compile leaves each program to compile (and
+  ** report) on its own when it first runs */
+  if (np && cpu_compile_batch(prs, np, &e) != FL_OK) printf("# batch compile failed: %s\n", e.msg);
+  for (i = 0; i < npend; i++) {
+    for (f = 0; f < 2; f++)
+      if (pend[i].pr[f]) check(pend[i].what, pend[i].g, pend[i].pr[f], !f, pend[i].tol);
+    cpu_program_free(pend[i].pr[0]);
+    cpu_program_free(pend[i].pr[1]);
+    ir_free(pend[i].g);
+  }
+  npend = 0;
 }
 
 /* a chain with broadcasting, a transpose and narrow views */
@@ -233,6 +273,7 @@ int main(void) {
     ir_add_output(g, fg_transpose(g, x, 0, 1), NULL);
     both("outputs that are views", g, 1e-6);
   }
+  run_pending();
 
   /* compiler failures: CC=false, a compiler that does not exist */
   {
