@@ -12,14 +12,32 @@
 #include "ir.h"
 #include "strbuf.h"
 
+/* A copy of s with control characters spelled \xNN.  Names, source
+** places and scopes come from users (Lua keys, file names) and reach
+** terminals, pictures and generated comments: an escape sequence in a
+** weight's name must print as text, not recolour the screen. */
 static char *dupstr(const char *s) {
-  char *d;
-  size_t n;
+  const unsigned char *p;
+  char *d, *q;
+  size_t n = 1;
   if (!s) return NULL;
-  n = strlen(s) + 1;
-  d = malloc(n);
-  if (d) memcpy(d, s, n);
+  for (p = (const unsigned char *)s; *p; p++) n += *p < 0x20 || *p == 0x7f ? 4 : 1;
+  if (!(d = malloc(n))) return NULL;
+  for (p = (const unsigned char *)s, q = d; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) q += sprintf(q, "\\x%02x", *p);
+    else *q++ = (char)*p;
+  }
+  *q = '\0';
   return d;
+}
+
+int ir_set_name(ir_graph *g, int id, const char *name, fl_err *e) {
+  char *c;
+  if (id < 0 || id >= g->n) return err_set(e, FL_EINVAL, "graph: no node %d", id);
+  if (!(c = dupstr(name))) return err_set(e, FL_ENOMEM, "graph: out of memory");
+  free(g->nodes[id].name);
+  g->nodes[id].name = c;
+  return FL_OK;
 }
 
 ir_graph *ir_new(void) {

@@ -63,6 +63,8 @@ ir_graph *ir_clone(const ir_graph *g);
 ** reference to t's storage. */
 int ir_add_input(ir_graph *g, const fl_meta *m, const char *name, fl_err *e);
 int ir_add_param(ir_graph *g, const fl_tensor *t, const char *name, fl_err *e);
+/* Rename node id (a copy is kept, control characters escaped as \xNN). */
+int ir_set_name(ir_graph *g, int id, const char *name, fl_err *e);
 int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e);
 /* Infers the node's metadata with op_infer; `where` and `scope` may be
 ** NULL. */

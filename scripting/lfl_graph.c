@@ -217,13 +217,9 @@ static int g_set_name(lua_State *L) {
   ir_graph *g = lfl_checkgraph(L, 1);
   lua_Integer id = luaL_checkinteger(L, 2);
   const char *name = luaL_checkstring(L, 3);
-  char *c;
+  fl_err e;
   if (id < 0 || id >= g->n) return luaL_argerror(L, 2, "no such node");
-  c = malloc(strlen(name) + 1);
-  if (!c) return luaL_error(L, "graph: out of memory");
-  strcpy(c, name);
-  free(g->nodes[id].name);
-  g->nodes[id].name = c;
+  if (ir_set_name(g, (int)id, name, &e) != FL_OK) return lfl_raise(L, "graph", &e);
   return 0;
 }
 

@@ -257,4 +257,16 @@ do
            "profile: a bad argument is named")
 end
 
+-- a name from the user (a Lua key) with terminal control characters is
+-- kept as visible text in the graph, the plan and the generated source
+do
+  local m = {["w\27[31mred"] = fl.ones(2)}
+  local g = fl.capture(function(x) return (x + m["w\27[31mred"]):exp() end, fl.ones(2))
+  local text = tostring(g)
+  t.ok(text:find("\27", 1, true) == nil and text:find("w\\x1b[31mred", 1, true) ~= nil,
+       "control characters in a param name print escaped")
+  local k = g:decompose():fuse():codegen("cpu")
+  t.ok(k:source():find("\27", 1, true) == nil, "and never reach the generated source raw")
+end
+
 t.done()
