@@ -7,6 +7,8 @@
 
 #include "err.h"
 
+volatile sig_atomic_t fl_interrupt;
+
 int err_set(fl_err *e, int code, const char *fmt, ...) {
   if (e) {
     va_list ap;

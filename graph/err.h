@@ -7,6 +7,7 @@
 #ifndef FL_ERR_H
 #define FL_ERR_H
 
+#include <signal.h>
 #include <stddef.h>
 
 /* status codes returned by core functions (0 is success) */
@@ -45,5 +46,11 @@ int err_prefix(fl_err *e, const char *fmt, ...)
   ;
 
 void err_clear(fl_err *e);
+
+/* Nonzero once the user pressed Ctrl-C: the program's SIGINT handler sets
+** it and clears it as a new top-level call starts.  Core code that waits on
+** something outside the process (a compiler run) polls it, stops what it
+** started and returns FL_EINTR. */
+extern volatile sig_atomic_t fl_interrupt;
 
 #endif

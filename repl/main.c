@@ -52,6 +52,7 @@ static void laction(int sig) {
   static const char msg[] = "\n(interrupt pending: the running C code has not "
                             "returned yet; Ctrl-C again quits)\n";
   int mask = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  fl_interrupt = 1;                  /* a compiler run in progress stops */
   if (++pending >= 3) {
     signal(sig, SIG_DFL);
     raise(sig);
@@ -111,6 +112,7 @@ int repl_docall(lua_State *L, int narg, int nres) {
   sa.sa_handler = laction;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old);
+  if (depth == 0) fl_interrupt = 0;
   depth++;
   status = lua_pcall(L, narg, nres, base);
   depth--;
