@@ -52,21 +52,21 @@ fl_tensor *lfl_checkdata(lua_State *L, int idx, const char *what) {
 ** below max(live, LFL_GC_MIN). */
 #define LFL_GC_MIN ((size_t)64 << 20)
 
-typedef struct acct {
+typedef struct mem_acct {
   size_t live;                 /* storage bytes held by live userdata */
   size_t since;                /* bytes allocated since the last collection */
   size_t limit;                /* collect when since passes this */
-} acct;
+} mem_acct;
 
 static const char acct_key = 'a';
 
-static acct *get_acct(lua_State *L) {
-  acct *a;
+static mem_acct *get_acct(lua_State *L) {
+  mem_acct *a;
   if (lua_rawgetp(L, LUA_REGISTRYINDEX, &acct_key) == LUA_TUSERDATA) {
-    a = (acct *)lua_touserdata(L, -1);
+    a = (mem_acct *)lua_touserdata(L, -1);
   } else {
     lua_pop(L, 1);
-    a = (acct *)lua_newuserdatauv(L, sizeof *a, 0);
+    a = (mem_acct *)lua_newuserdatauv(L, sizeof *a, 0);
     a->live = a->since = 0;
     a->limit = LFL_GC_MIN;
     lua_pushvalue(L, -1);
@@ -77,7 +77,7 @@ static acct *get_acct(lua_State *L) {
 }
 
 void lfl_account(lua_State *L, size_t n) {
-  acct *a = get_acct(L);
+  mem_acct *a = get_acct(L);
   a->live += n;
   a->since += n;
   if (a->since > a->limit) {
@@ -89,7 +89,7 @@ void lfl_account(lua_State *L, size_t n) {
 
 /* Called as a userdata lets go of storage it may be the last to hold. */
 static void unaccount(lua_State *L, const fl_tensor *t) {
-  acct *a;
+  mem_acct *a;
   if (!t->st || t->st->refs != 1) return;
   a = get_acct(L);
   a->live = a->live > t->st->nbytes ? a->live - t->st->nbytes : 0;
@@ -98,7 +98,7 @@ static void unaccount(lua_State *L, const fl_tensor *t) {
 /* After an allocation failure: collect everything collectable once, so
 ** the caller can retry before reporting the size it could not get. */
 void lfl_collect(lua_State *L) {
-  acct *a = get_acct(L);
+  mem_acct *a = get_acct(L);
   lua_gc(L, LUA_GCCOLLECT);
   a->since = 0;
 }
