@@ -218,6 +218,34 @@ def _():
     finish(c)
 
 
+@test("Ctrl-C during a slow compiler run stops it and the session goes on")
+def _():
+    cc = os.path.join(TMP, "slow-cc")
+    with open(cc, "w") as f:
+        f.write("#!/bin/sh\nsleep 60\nexec cc \"$@\"\n")
+    os.chmod(cc, 0o755)
+    cache = tempfile.mkdtemp(prefix="cache.", dir=TMP)
+    env = dict(os.environ, TERM="xterm", NO_COLOR="1", XDG_STATE_HOME=TMP,
+               CC=cc, FUSELAB_CACHE_DIR=cache)
+    c = pexpect.spawn(FUSELAB, [], env=env, encoding="utf-8", timeout=5,
+                      dimensions=(24, 200))
+    c.transcript = []
+    prompt(c)
+    enter(c, 'f = fl.compile(function(x) return (x * 3 + 1):exp() end)')
+    c.send('print("compiling") y = f(fl.ones(4))\r')
+    c.expect_exact("compiling\r\n")
+    time.sleep(1.0)
+    t0 = time.time()
+    c.send("\x03")
+    out = prompt(c)   # within the prompt's 5 s, not the compiler's 60
+    if "interrupted!" not in out:
+        raise Fail("after Ctrl-C: %r" % out)
+    if time.time() - t0 > 5:
+        raise Fail("the prompt came back after %.1f s" % (time.time() - t0))
+    expect_in("true", enter(c, 'print(fl.capture(function(x) return x + 1 end, fl.ones(1)) ~= nil)'))
+    finish(c)
+
+
 @test("an error in a first compiled call leaves capture working")
 def _():
     c = spawn()
