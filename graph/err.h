@@ -46,4 +46,13 @@ int err_prefix(fl_err *e, const char *fmt, ...)
 
 void err_clear(fl_err *e);
 
+/* Copy s into buf (n bytes, NUL-terminated; "..." ends it when cut) with
+** control characters, DEL, the C1 controls, bytes that are not UTF-8 and
+** the backslash escaped (\x1b, \\): names and paths from files and users
+** reach terminals and messages as text, never as terminal commands.
+** Printable ASCII and other UTF-8 text pass unchanged.  Returns buf. */
+const char *err_quote(const char *s, char *buf, size_t n);
+/* The same for the len bytes at s (NULs included, escaped). */
+const char *err_quote_n(const char *s, size_t len, char *buf, size_t n);
+
 #endif
