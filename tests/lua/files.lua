@@ -184,6 +184,12 @@ do -- names from a file reach messages escaped
   ok, err = pcall(fl.load_weights, m, p)
   t.ok(not ok and err:find("load_weights: \\x1b[31mred: shape [1] in file, [2] in model", 1, true),
        "... and in a shape mismatch: " .. tostring(err))
+  -- other UTF-8 text passes; a C1 control (U+009B, a one-char CSI) and
+  -- a byte that is not UTF-8 do not
+  fl.save_weights({["poids_é\xc2\x9b\xff"] = fl.ones(1)}, p)
+  ok, err = pcall(fl.load_weights, {w = fl.ones(1)}, p)
+  t.ok(not ok and err:find("(poids_é\\xc2\\x9b\\xff)", 1, true),
+       "UTF-8 names pass, C1 controls and stray bytes are escaped: " .. tostring(err))
   local evil = path("\27]0;title\7.npy")
   ok, err = pcall(fl.load, evil)
   t.ok(not ok and not err:find("\27", 1, true) and err:find("\\x1b]0;title\\x07.npy", 1, true),
