@@ -53,4 +53,13 @@ void err_clear(fl_err *e);
 ** started and returns FL_EINTR. */
 extern volatile sig_atomic_t fl_interrupt;
 
+/* Copy s into buf (n bytes, NUL-terminated; "..." ends it when cut) with
+** control characters, DEL, the C1 controls, bytes that are not UTF-8 and
+** the backslash escaped (\x1b, \\): names and paths from files and users
+** reach terminals and messages as text, never as terminal commands.
+** Printable ASCII and other UTF-8 text pass unchanged.  Returns buf. */
+const char *err_quote(const char *s, char *buf, size_t n);
+/* The same for the len bytes at s (NULs included, escaped). */
+const char *err_quote_n(const char *s, size_t len, char *buf, size_t n);
+
 #endif

@@ -12,29 +12,34 @@
 #include "ir.h"
 #include "strbuf.h"
 
-/* A copy of s with control characters spelled \xNN.  Names, source
-** places and scopes come from users (Lua keys, file names) and reach
-** terminals, pictures and generated comments: an escape sequence in a
-** weight's name must print as text, not recolour the screen. */
 static char *dupstr(const char *s) {
-  const unsigned char *p;
-  char *d, *q;
-  size_t n = 1;
+  char *d;
+  size_t n;
   if (!s) return NULL;
-  for (p = (const unsigned char *)s; *p; p++) n += *p < 0x20 || *p == 0x7f ? 4 : 1;
-  if (!(d = malloc(n))) return NULL;
-  for (p = (const unsigned char *)s, q = d; *p; p++) {
-    if (*p < 0x20 || *p == 0x7f) q += sprintf(q, "\\x%02x", *p);
-    else *q++ = (char)*p;
-  }
-  *q = '\0';
+  n = strlen(s) + 1;
+  d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* A copy of s quoted by err_quote (control characters as \xNN).  Names,
+** source places and scopes come from users (Lua keys, file names) and
+** reach terminals, pictures and generated comments: an escape sequence in
+** a weight's name must print as text, not recolour the screen.  Stored
+** quoted, so a clone copies them as they are. */
+static char *dupsafe(const char *s) {
+  size_t n;
+  char *d;
+  if (!s) return NULL;
+  n = 4 * strlen(s) + 4;           /* \xNN is the longest spelling of a byte */
+  if ((d = malloc(n))) err_quote(s, d, n);
   return d;
 }
 
 int ir_set_name(ir_graph *g, int id, const char *name, fl_err *e) {
   char *c;
   if (id < 0 || id >= g->n) return err_set(e, FL_EINVAL, "graph: no node %d", id);
-  if (!(c = dupstr(name))) return err_set(e, FL_ENOMEM, "graph: out of memory");
+  if (!(c = dupsafe(name))) return err_set(e, FL_ENOMEM, "graph: out of memory");
   free(g->nodes[id].name);
   g->nodes[id].name = c;
   return FL_OK;
@@ -81,7 +86,7 @@ int ir_add_input(ir_graph *g, const fl_meta *m, const char *name, fl_err *e) {
   g->nodes[id].meta = *m;
   g->nodes[id].meta.wrapped = 0;
   g->nodes[id].index = g->ninputs++;
-  g->nodes[id].name = dupstr(name);
+  g->nodes[id].name = dupsafe(name);
   return id;
 }
 
@@ -91,7 +96,7 @@ static int add_value(ir_graph *g, ir_kind kind, const fl_tensor *t,
   if (id < 0) return id;
   ten_share(&g->nodes[id].value, t);
   g->nodes[id].meta = t->m;
-  g->nodes[id].name = dupstr(name);
+  g->nodes[id].name = dupsafe(name);
   return id;
 }
 
@@ -190,8 +195,8 @@ int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
   g->nodes[id].meta = out;
   g->nodes[id].nin = nin;
   g->nodes[id].in = malloc((size_t)(nin ? nin : 1) * sizeof(int));
-  g->nodes[id].where = dupstr(where);
-  g->nodes[id].scope = dupstr(scope);
+  g->nodes[id].where = dupsafe(where);
+  g->nodes[id].scope = dupsafe(scope);
   if (!g->nodes[id].in) {
     g->n--;
     node_clear(&g->nodes[id]);

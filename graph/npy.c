@@ -19,14 +19,13 @@
 ** "load: <path>: <what was wrong>"; npy_save says "save: <path>: <why>".
 */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "npy.h"
 
 /* Element encodings a file may hold.  The first four map one to one onto
@@ -461,38 +460,6 @@ int npy_parse(const void *buf, size_t n, fl_tensor *out, fl_err *e) {
 
 /* ---- files --------------------------------------------------------------- */
 
-/* Read everything from fd (a pipe, a FIFO, /dev/stdin) into a malloc'd
-** buffer the caller frees.  Stops with an error past FL_MAX_ALLOC. */
-static int slurp(int fd, unsigned char **out, size_t *n, fl_err *e) {
-  size_t cap = 1 << 16, len = 0;
-  unsigned char *b = malloc(cap);
-  if (!b) return err_set(e, FL_ENOMEM, "out of memory reading (%zu bytes)", cap);
-  for (;;) {
-    ssize_t r;
-    if (len == cap) {
-      unsigned char *nb;
-      if ((int64_t)cap >= FL_MAX_ALLOC) {
-        free(b);
-        return err_set(e, FL_EFORMAT, "file is larger than %lld bytes", (long long)FL_MAX_ALLOC);
-      }
-      nb = realloc(b, cap * 2);
-      if (!nb) { free(b); return err_set(e, FL_ENOMEM, "out of memory reading (%zu bytes)", cap * 2); }
-      b = nb; cap *= 2;
-    }
-    r = read(fd, b + len, cap - len);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      free(b);
-      return err_set(e, FL_EIO, "%s", strerror(err));
-    }
-    len += (size_t)r;
-  }
-  *out = b; *n = len;
-  return FL_OK;
-}
-
 /* Read n bytes at offset off; *got tells how many came before the end. */
 static int read_at(int fd, void *buf, size_t n, uint64_t off, size_t *got, fl_err *e) {
   size_t done = 0;
@@ -559,31 +526,21 @@ done:
 }
 
 /* On success *out holds a new reference the caller releases; on failure
-** *out is empty and e says "load: <path>: <why>". */
+** *out is empty and e says "load: <path>: <why>".  Only a regular file is
+** read (a FIFO or /dev/zero would block or never end), and its size
+** bounds what the header may ask for. */
 int npy_load(const char *path, fl_tensor *out, fl_err *e) {
-  struct stat st;
+  char q[512];
+  uint64_t size;
   int fd, rc;
   memset(out, 0, sizeof *out);
   if (!path) return err_set(e, FL_EINVAL, "load: no path");
-  fd = open(path, O_RDONLY);
-  if (fd < 0) return err_set(e, FL_EIO, "load: %s: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0) {
-    rc = err_set(e, FL_EIO, "%s", strerror(errno));
-  } else if (S_ISDIR(st.st_mode)) {
-    rc = err_set(e, FL_EIO, "%s", strerror(EISDIR));
-  } else if (S_ISREG(st.st_mode)) {
-    rc = load_regular(fd, (uint64_t)st.st_size, out, e);
-  } else {
-    unsigned char *buf = NULL;
-    size_t n = 0;
-    rc = slurp(fd, &buf, &n, e);
-    if (rc == FL_OK) rc = parse_image(buf, n, out, e);
-    free(buf);
-  }
+  if ((rc = file_open_read(path, &fd, &size, e)) != FL_OK) return err_prefix(e, "load");
+  rc = load_regular(fd, size, out, e);
   close(fd);
   if (rc != FL_OK) {
     ten_release(out);
-    err_prefix(e, "load: %s", path);
+    err_prefix(e, "load: %s", err_quote(path, q, sizeof q));
   }
   return rc;
 }
@@ -660,67 +617,46 @@ static int write_data(int fd, const fl_tensor *c, int64_t numel) {
 }
 
 /* t is only read (any strides; a non-contiguous t is copied first).  The
-** file appears under path complete or not at all: it is written to a
-** temp file in the same directory and renamed over path. */
+** file appears under path complete or not at all (file_create: a temp
+** file beside it, renamed over it; a FIFO, device or directory there is
+** refused). */
 int npy_save(const char *path, const fl_tensor *t, fl_err *e) {
-  static unsigned counter;
   static const char *const descr[FL_NDTYPES] = {"<f4", "<f2", "<f4", "<i8", "|b1"};
-  char hdr[512], *tmp = NULL;
+  char hdr[512], q[512];
   fl_tensor c = {0};
+  file_out w;
   int64_t numel;
-  size_t hlen, plen;
-  int fd = -1, rc, err;
+  size_t hlen;
+  int rc;
 
   if (!path) return err_set(e, FL_EINVAL, "save: no path");
+  err_quote(path, q, sizeof q);
   if (!t || (int)t->m.dtype < 0 || t->m.dtype >= FL_NDTYPES || t->m.ndim < 0 ||
       t->m.ndim > FL_MAX_DIMS)
-    return err_set(e, FL_EINVAL, "save: %s: not a valid tensor", path);
+    return err_set(e, FL_EINVAL, "save: %s: not a valid tensor", q);
   if (t->m.device != FL_DEV_CPU)
     return err_set(e, FL_EUNSUPPORTED, "save: %s: tensor is on %s (move it to the cpu first)",
-                   path, t->m.device == FL_DEV_CUDA ? "cuda" : "another device");
+                   q, t->m.device == FL_DEV_CUDA ? "cuda" : "another device");
   numel = meta_numel(&t->m);
-  if (numel > 0 && !t->st) return err_set(e, FL_EINVAL, "save: %s: tensor has no storage", path);
+  if (numel > 0 && !t->st) return err_set(e, FL_EINVAL, "save: %s: tensor has no storage", q);
   if (numel > 0 && (rc = ten_contiguous(&c, t, e)) != FL_OK)
-    return err_prefix(e, "save: %s", path);
+    return err_prefix(e, "save: %s", q);
 
   hlen = make_header(t, descr[t->m.dtype], hdr, sizeof hdr);
-  plen = strlen(path);
-  if (!(tmp = malloc(plen + 48))) {
-    rc = err_set(e, FL_ENOMEM, "save: %s: out of memory (%zu bytes)", path, plen + 48);
-    goto done;
+  if ((rc = file_create(&w, path, e)) != FL_OK) {
+    ten_release(&c);
+    return err_prefix(e, "save");
   }
-  /* O_EXCL with a fresh name each try: never clobber someone else's temp */
-  for (int tries = 0; tries < 100; tries++) {
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) break;
+  if ((rc = file_write(&w, hdr, hlen, e)) != FL_OK) goto fail;
+  if (write_data(w.fd, &c, numel) != 0) {
+    rc = err_set(e, FL_EIO, "%s: write failed: %s", q, strerror(errno));
+    goto fail;
   }
-  if (fd < 0) {
-    rc = err_set(e, FL_EIO, "save: %s: %s", path, strerror(errno));
-    goto done;
-  }
-  if (write_full(fd, hdr, hlen) != 0 || write_data(fd, &c, numel) != 0) {
-    err = errno;
-    close(fd);
-    unlink(tmp);
-    rc = err_set(e, FL_EIO, "save: %s: write failed: %s", path, strerror(err));
-    goto done;
-  }
-  if (close(fd) != 0) {
-    err = errno;
-    unlink(tmp);
-    rc = err_set(e, FL_EIO, "save: %s: write failed: %s", path, strerror(err));
-    goto done;
-  }
-  if (rename(tmp, path) != 0) {
-    err = errno;
-    unlink(tmp);
-    rc = err_set(e, FL_EIO, "save: %s: %s", path, strerror(err));
-    goto done;
-  }
-  rc = FL_OK;
-done:
-  free(tmp);
+  rc = file_commit(&w, e);
   ten_release(&c);
-  return rc;
+  return rc == FL_OK ? FL_OK : err_prefix(e, "save");
+fail:
+  file_abort(&w);
+  ten_release(&c);
+  return err_prefix(e, "save");
 }

@@ -13,8 +13,13 @@
 ** Every header field and the data length are checked; a malformed or
 ** truncated image is FL_EFORMAT with a message saying what was wrong. */
 int npy_parse(const void *buf, size_t n, fl_tensor *out, fl_err *e);
+/* npy_parse for a file: a regular file only (a FIFO or device is
+** FL_EIO at once), the header read and checked against the file's size
+** before any data.  Messages read "load: <path>: <why>". */
 int npy_load(const char *path, fl_tensor *out, fl_err *e);
-/* Write t (any strides) to path through a temp file and rename. */
+/* Write t (any strides) to path, replacing a regular file atomically and
+** keeping its mode; a symlink is written through; a FIFO, device or
+** directory at path is refused (file_create).  "save: <path>: <why>". */
 int npy_save(const char *path, const fl_tensor *t, fl_err *e);
 
 #endif

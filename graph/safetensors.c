@@ -20,18 +20,17 @@
 ** st_load and st_save put "<path>: " in front.
 */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "file.h"
 #include "safetensors.h"
 
 /* The dtypes fuselab holds, by their safetensors names; indexed by
@@ -458,26 +457,15 @@ int st_parse(const void *buf, size_t n, st_list *out, fl_err *e) {
 }
 
 int st_load(const char *path, st_list *out, fl_err *e) {
-  struct stat sb;
   unsigned char pre[8];
   uint64_t hlen = 0, total;
-  char *text = NULL;
+  char *text = NULL, q[512];
   source src = {0};
   int fd, rc;
   memset(out, 0, sizeof *out);
   if (!path) return err_set(e, FL_EINVAL, "no path");
-  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-    return err_set(e, FL_EIO, "%s: %s", path, strerror(errno));
-  if (fstat(fd, &sb) != 0) {
-    rc = err_set(e, FL_EIO, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    rc = err_set(e, FL_EIO, "%s: %s", path, S_ISDIR(sb.st_mode) ? strerror(EISDIR)
-                 : "not a regular file");
-    goto done;
-  }
-  total = (uint64_t)sb.st_size;
+  /* a regular file only: its size bounds the header and every tensor */
+  if ((rc = file_open_read(path, &fd, &total, e)) != FL_OK) return rc;
   if (total >= 8 && (rc = read_at(fd, pre, 8, 0, e)) != FL_OK) goto fail;
   if ((rc = check_prefix(pre, total < 8 ? (size_t)total : 8, total, &hlen, e)) != FL_OK)
     goto fail;
@@ -491,8 +479,7 @@ int st_load(const char *path, st_list *out, fl_err *e) {
   src.data_start = 8 + hlen;
   rc = load_body(text, hlen, total, &src, out, e);
 fail:
-  if (rc != FL_OK) err_prefix(e, "%s: safetensors", path);
-done:
+  if (rc != FL_OK) err_prefix(e, "%s: safetensors", err_quote(path, q, sizeof q));
   free(text);
   close(fd);
   return rc;
@@ -632,11 +619,11 @@ static int write_file(int fd, const fl_tensor *const *ts, const slot *sl, size_t
 
 int st_save(const char *path, const char *const *names, const fl_tensor *const *ts,
             size_t n, fl_err *e) {
-  static unsigned counter;
   slot *sl = NULL;
-  size_t hlen = 0, plen;
-  char *json = NULL, *tmp = NULL;
-  int fd = -1, rc;
+  size_t hlen = 0;
+  char *json = NULL, q[512];
+  file_out w;
+  int rc;
 
   if (!path) return err_set(e, FL_EINVAL, "no path");
   if (!(sl = malloc((n ? n : 1) * sizeof *sl))) {
@@ -645,32 +632,18 @@ int st_save(const char *path, const char *const *names, const fl_tensor *const *
   }
   if ((rc = check_save(names, ts, n, sl, e)) != FL_OK) goto done;
   if ((rc = make_header(ts, sl, n, &json, &hlen, e)) != FL_OK) goto done;
-  plen = strlen(path);
-  if (!(tmp = malloc(plen + 48))) {
-    rc = err_set(e, FL_ENOMEM, "out of memory (%zu bytes)", plen + 48);
+  /* file_create's messages name the path themselves */
+  if ((rc = file_create(&w, path, e)) != FL_OK) goto out;
+  if ((rc = write_file(w.fd, ts, sl, n, json, hlen, e)) != FL_OK) {
+    file_abort(&w);
     goto done;
   }
-  /* O_EXCL with a fresh name each try: never clobber someone else's temp */
-  for (int tries = 0; tries < 100; tries++) {
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    rc = err_set(e, FL_EIO, "%s", strerror(errno));
-    goto done;
-  }
-  rc = write_file(fd, ts, sl, n, json, hlen, e);
-  if (close(fd) != 0 && rc == FL_OK)
-    rc = err_set(e, FL_EIO, "write failed: %s", strerror(errno));
-  if (rc == FL_OK && rename(tmp, path) != 0)
-    rc = err_set(e, FL_EIO, "%s", strerror(errno));
-  if (rc != FL_OK) unlink(tmp);
+  if ((rc = file_commit(&w, e)) != FL_OK) goto out;
 done:
-  if (rc != FL_OK) err_prefix(e, "%s", path);
+  if (rc != FL_OK) err_prefix(e, "%s", err_quote(path, q, sizeof q));
+out:
   free(sl);
   free(json);
-  free(tmp);
   return rc;
 }
 

@@ -39,15 +39,19 @@ void st_list_free(st_list *l);
 ** allocate more than it contains. */
 int st_parse(const void *buf, size_t n, st_list *out, fl_err *e);
 
-/* st_parse for a file; messages read "<path>: safetensors: ...".  The
-** header is read first, then each tensor straight into its storage. */
+/* st_parse for a file; messages read "<path>: safetensors: ...".  A
+** regular file only (a FIFO or device fails at once); the header is read
+** first, checked against the file's size, then each tensor straight into
+** its storage. */
 int st_load(const char *path, st_list *out, fl_err *e);
 
 /* Write n tensors under their names (both only read; any strides, CPU
 ** tensors) to path, sorted by name, the header padded with spaces so the
 ** data starts 8-byte aligned, "__metadata__" {"format": "pt"}.  Duplicate
 ** or empty names are FL_EINVAL.  The file appears complete or not at all
-** (temp file in the same directory, then rename). */
+** (temp file in the same directory, then rename: file_create, which keeps
+** a replaced file's mode, writes through a symlink and refuses a FIFO,
+** device or directory at path). */
 int st_save(const char *path, const char *const *names,
             const fl_tensor *const *tensors, size_t n, fl_err *e);
 

@@ -16,6 +16,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
+#include "graph/err.h"
 #include "repl/repl.h"
 
 /* How much of a plain table is shown: nesting levels, entries per level. */
@@ -45,22 +46,36 @@ static int is_name(const char *s) {
 
 static void show(lua_State *L, int idx, int depth, FILE *f);
 
+/* A string as a Lua literal, "a\"b\n": control characters and bytes
+** that are not UTF-8 text escaped (\x1b), since a name read from a file
+** can hold a terminal command.  Runs go through err_quote_n in pieces cut
+** between UTF-8 sequences. */
+static void show_string(const char *s, size_t len, FILE *f) {
+  char buf[4 * 72 + 8];
+  size_t i = 0;
+  fputc('"', f);
+  while (i < len) {
+    size_t j = i;
+    if (s[i] == '"') { fputs("\\\"", f); i++; continue; }
+    if (s[i] == '\n') { fputs("\\n", f); i++; continue; }
+    while (j < len && j - i < 64 && s[j] != '"' && s[j] != '\n') j++;
+    while (j < len && j - i < 72 && ((unsigned char)s[j] & 0xc0) == 0x80) j++;
+    fputs(err_quote_n(s + i, j - i, buf, sizeof buf), f);
+    i = j;
+  }
+  fputc('"', f);
+}
+
 /* A value inside a table: strings quoted, a many-line __tostring (a
 ** tensor) replaced by its type name. */
 static void show_item(lua_State *L, int idx, int depth, FILE *f) {
-  size_t len, i;
+  size_t len;
   const char *s;
   idx = lua_absindex(L, idx);
   if (plain_table(L, idx)) { show(L, idx, depth, f); return; }
   if (lua_type(L, idx) == LUA_TSTRING) {
     s = lua_tolstring(L, idx, &len);
-    fputc('"', f);
-    for (i = 0; i < len; i++) {
-      if (s[i] == '"' || s[i] == '\\') fputc('\\', f);
-      if (s[i] == '\n') fputs("\\n", f);
-      else fputc(s[i], f);
-    }
-    fputc('"', f);
+    show_string(s, len, f);
     return;
   }
   s = luaL_tolstring(L, idx, &len);

@@ -94,9 +94,11 @@ static void push_state(lua_State *L, int model, const char *what) {
 ** the entry is not a tensor. */
 static fl_tensor *push_model_tensor(lua_State *L, int map, const char *name, const char *what) {
   fl_tensor *t;
+  char q[256];
   lua_getfield(L, map, name);
   if ((t = lfl_totensor(L, -1)) == NULL)
-    luaL_error(L, "%s: %s: the model holds a %s, not a tensor", what, name, luaL_typename(L, -1));
+    luaL_error(L, "%s: %s: the model holds a %s, not a tensor", what, err_quote(name, q, sizeof q),
+               luaL_typename(L, -1));
   return t;
 }
 
@@ -153,10 +155,12 @@ static int list_absent(lua_State *L, luaL_Buffer *b, int list, int other) {
     lua_pop(L, 1);
     if (absent) {
       if (count < MAX_LISTED) {
+        char q[256];
         const char *s = lua_tostring(L, -1);
         lua_pop(L, 1);
         if (count) luaL_addstring(b, ", ");
-        luaL_addstring(b, s);                 /* still anchored by the list */
+        /* names from a file reach the terminal escaped */
+        luaL_addstring(b, err_quote(s, q, sizeof q));   /* s anchored by the list */
       } else {
         lua_pop(L, 1);
       }
@@ -189,9 +193,10 @@ static void check_names(lua_State *L, const char *path, int map, int names, int 
                         int fnames) {
   int missing = count_absent(L, names, fmap), unexpected = count_absent(L, fnames, map);
   luaL_Buffer b;
+  char q[512];
   if (!missing && !unexpected) return;
   luaL_buffinit(L, &b);
-  lua_pushfstring(L, "load_weights: %s does not match the model: ", path);
+  lua_pushfstring(L, "load_weights: %s does not match the model: ", err_quote(path, q, sizeof q));
   luaL_addvalue(&b);
   if (missing) {
     lua_pushfstring(L, "%d missing in the file (", missing);
@@ -246,7 +251,7 @@ static int l_load_weights(lua_State *L) {
   /* every dtype and shape before any value moves */
   n = (lua_Integer)lua_rawlen(L, names);
   for (i = 1; i <= n; i++) {
-    char s1[160], s2[160];
+    char s1[160], s2[160], q[256];
     const char *name;
     fl_tensor *t, *f;
     lua_rawgeti(L, names, i);
@@ -255,10 +260,12 @@ static int l_load_weights(lua_State *L) {
     lua_getfield(L, fmap, name);
     f = lfl_checktensor(L, -1);
     if (!meta_same_shape(&f->m, &t->m))
-      return luaL_error(L, "load_weights: %s: shape %s in file, %s in model", name,
-                        meta_shape_str(&f->m, s1, sizeof s1), meta_shape_str(&t->m, s2, sizeof s2));
+      return luaL_error(L, "load_weights: %s: shape %s in file, %s in model",
+                        err_quote(name, q, sizeof q), meta_shape_str(&f->m, s1, sizeof s1),
+                        meta_shape_str(&t->m, s2, sizeof s2));
     if (f->m.dtype != t->m.dtype)
-      return luaL_error(L, "load_weights: %s: dtype %s in file, %s in model", name,
+      return luaL_error(L, "load_weights: %s: dtype %s in file, %s in model",
+                        err_quote(name, q, sizeof q),
                         dtype_name(f->m.dtype), dtype_name(t->m.dtype));
     lua_pop(L, 3);
   }

@@ -14,6 +14,7 @@
 
 #include <graphviz/gvc.h>
 
+#include "graph/file.h"
 #include "viz/draw_impl.h"
 
 #define FORMATS ".dot .svg .png .pdf"
@@ -379,7 +380,7 @@ int viz_render_file(const viz_scene *s, const char *path, const viz_opts *o,
   const char *ext;
   char *data = NULL;
   size_t len = 0;
-  FILE *f;
+  file_out w;
   int rc;
   if (!path || !path[0]) return err_set(e, FL_EINVAL, "draw: no file name given");
   if (!fmt) {
@@ -388,17 +389,18 @@ int viz_render_file(const viz_scene *s, const char *path, const viz_opts *o,
     return err_set(e, FL_EINVAL, "draw: \"%s\": unknown picture format %s%s%s (formats: %s)",
                    path, ext ? "\"" : "", ext ? ext : "(no extension)", ext ? "\"" : "", FORMATS);
   }
-  /* open first: a bad path fails at once, before a long layout */
-  f = fopen(path, "wb");
-  if (!f) return err_set(e, FL_EIO, "draw: cannot write \"%s\": %s", path, strerror(errno));
-  rc = viz_render_mem(s, fmt, o, &data, &len, e);
-  if (rc == FL_OK && fwrite(data, 1, len, f) != len)
-    rc = err_set(e, FL_EIO, "draw: writing \"%s\": %s", path, strerror(errno));
-  if (fclose(f) != 0 && rc == FL_OK)
-    rc = err_set(e, FL_EIO, "draw: writing \"%s\": %s", path, strerror(errno));
-  if (rc != FL_OK) remove(path);
+  /* create first: a bad path fails at once, before a long layout */
+  if (file_create(&w, path, e) != FL_OK) return err_prefix(e, "draw");
+  if ((rc = viz_render_mem(s, fmt, o, &data, &len, e)) != FL_OK) {
+    file_abort(&w);
+    free(data);
+    return rc;
+  }
+  /* the picture replaces path atomically: a viewer never shows half */
+  if ((rc = file_write(&w, data, len, e)) == FL_OK) rc = file_commit(&w, e);
+  else file_abort(&w);
   free(data);
-  return rc;
+  return rc == FL_OK ? FL_OK : err_prefix(e, "draw");
 }
 
 int viz_draw_stage(const viz_stage *st, const char *path, const viz_opts *o,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/file.h"
 #include "viz/report.h"
 #include "viz/style.h"
 
@@ -456,27 +457,21 @@ char *viz_report_html(const viz_report *r, fl_err *e) {
   return out;
 }
 
+/* The page replaces path atomically (file_create): a reader of the old
+** report never sees half of the new one. */
 int viz_report_write(const viz_report *r, const char *path, fl_err *e) {
   char *html;
-  FILE *f;
-  size_t len;
-  int rc = FL_OK;
+  file_out w;
+  int rc;
   if (!path || !path[0]) return err_set(e, FL_EINVAL, "report: no file name given");
   html = viz_report_html(r, e);
   if (!html) return e ? e->code : FL_ENOMEM;
-  f = fopen(path, "wb");
-  if (!f) {
-    rc = err_set(e, FL_EIO, "report: cannot write \"%s\": %s", path, strerror(errno));
-    free(html);
-    return rc;
+  if ((rc = file_create(&w, path, e)) == FL_OK) {
+    if ((rc = file_write(&w, html, strlen(html), e)) == FL_OK) rc = file_commit(&w, e);
+    else file_abort(&w);
   }
-  len = strlen(html);
-  if (fwrite(html, 1, len, f) != len)
-    rc = err_set(e, FL_EIO, "report: writing \"%s\": %s", path, strerror(errno));
-  if (fclose(f) != 0 && rc == FL_OK)
-    rc = err_set(e, FL_EIO, "report: writing \"%s\": %s", path, strerror(errno));
   free(html);
-  return rc;
+  return rc == FL_OK ? FL_OK : err_prefix(e, "report");
 }
 
 int viz_stage_svg(const viz_stage *st, const viz_opts *o, char **svg, fl_err *e) {

@@ -55,7 +55,7 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -o "$work/fuzz_npy" \
      "$src/tests/fuzz/fuzz_npy.c" "$src/graph/npy.c" "$src/graph/tensor.c" \
-     "$src/graph/dtype.c" "$src/graph/err.c" -lm >"$work/build.log" 2>&1; then
+     "$src/graph/dtype.c" "$src/graph/err.c" "$src/graph/file.c" -lm >"$work/build.log" 2>&1; then
   sed 's/^/# /' "$work/build.log" | tail -20
   echo "not ok 1 - fuzz npy # the target did not build"
   status=1
@@ -121,7 +121,7 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -I"$src" -o "$st/fuzz_safetensors" \
      "$src/tests/fuzz/fuzz_safetensors.c" "$src/graph/safetensors.c" \
      "$src/graph/tensor.c" "$src/graph/dtype.c" "$src/graph/err.c" \
-     $cjson -lm >"$st/build.log" 2>&1; then
+     "$src/graph/file.c" $cjson -lm >"$st/build.log" 2>&1; then
   sed 's/^/# /' "$st/build.log" | tail -20
   echo "not ok 2 - fuzz safetensors # the target did not build"
   exit 1

@@ -133,6 +133,14 @@ t_i_piped() {
   if grep -q -e 'fl> ' -e '\.\.> ' "$tmp/out"; then echo "prompt printed"; return 1; fi
 }
 
+t_i_escape() {
+  # strings in a listed table (names read from files, say) show escaped:
+  # a terminal never receives their control characters
+  printf '{["\\27[31m"] = "a\\27]0;t\\7", "x\\ty"}\n' >"$tmp/in"
+  run -i && status 0 && has "$tmp/out" '{"x\x09y", ["\x1b[31m"] = "a\x1b]0;t\x07"}' || return 1
+  if grep -q "$(printf '\033')" "$tmp/out"; then echo "raw ESC printed"; return 1; fi
+}
+
 t_no_colour_pipe() {
   # not a terminal: never colour, even with an error
   printf 'error("x")\n' >"$tmp/in"
@@ -156,6 +164,7 @@ check "- reads the script from stdin, with args" t_dash
 check "- with a syntax error exits 1" t_dash_syntax
 check "-i with piped input: REPL semantics, tables spelt out, no prompts" t_i_piped
 check "no colour codes written to pipes" t_no_colour_pipe
+check "-i: control characters in listed strings are escaped" t_i_escape
 
 # the terminal tests, numbered on from here
 py=

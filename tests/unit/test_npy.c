@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "graph/npy.h"
@@ -412,9 +413,10 @@ static void test_file_errors(void) {
   is_str(e.msg, want, "... naming the path and strerror");
 
   rc = npy_load(dir, &u, &e);
-  snprintf(want, sizeof want, "load: %s: Is a directory", dir);
+  snprintf(want, sizeof want, "load: %s: is a directory, not a regular file "
+           "(only files are read)", dir);
   ok(rc == FL_EIO, "load of a directory fails");
-  is_str(e.msg, want, "... with 'Is a directory'");
+  is_str(e.msg, want, "... saying what is there");
 
   rc = npy_save("/nonexistent-fuselab-dir/x.npy", &t, &e);
   ok(rc == FL_EIO, "save into a missing directory fails");
@@ -426,9 +428,10 @@ static void test_file_errors(void) {
     char sub[512];
     snprintf(sub, sizeof sub, "%s", tmp_path("sub"));
     rc = npy_save(sub, &t, &e);
-    snprintf(want, sizeof want, "save: %s: Is a directory", sub);
+    snprintf(want, sizeof want, "save: %s: is a directory, not a regular file "
+             "(refusing to replace it)", sub);
     ok(rc == FL_EIO, "save over a directory fails");
-    is_str(e.msg, want, "... with 'Is a directory'");
+    is_str(e.msg, want, "... saying what is there");
     is_int(count_entries(sub), 0, "... and leaves the directory empty");
   }
   {
@@ -439,24 +442,177 @@ static void test_file_errors(void) {
     ok(rc == FL_OK && count_entries(dir) == before + 1, "saving over an existing file replaces it");
   }
 
-  /* the path of a pipe is read through the streaming reader */
+  /* a pipe is not a file: refused at once, nothing read from it (the
+  ** write end stays open, so reading it would block: alarm ends that) */
   {
     int fds[2];
-    float f6[6] = {0, 1, 2, 3, 4, 5};
-    unsigned char img[256];
-    size_t n = image(img, 1, F4_23, f6, sizeof f6);
     char path[64];
+    alarm(60);
     if (pipe(fds) == 0) {
-      ssize_t w = write(fds[1], img, n);
-      close(fds[1]);
+      ssize_t w = write(fds[1], "\x93NUMPY", 6);
       snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
       rc = npy_load(path, &u, &e);
-      ok(w == (ssize_t)n && rc == FL_OK && ten_get(&u, 5) == 5, "load from a pipe");
-      if (rc == FL_OK) ten_release(&u); else printf("#   %s\n", e.msg);
+      ok(w == 6 && rc == FL_EIO && strstr(e.msg, "is a FIFO (named pipe), not a regular file"),
+         "load from a pipe is refused (%s)", e.msg);
       close(fds[0]);
+      close(fds[1]);
     } else {
       ok(0, "pipe()");
     }
+    alarm(0);
+  }
+  ten_release(&t);
+}
+
+/* What is at a path decides how a save treats it: a regular file is
+** replaced atomically with its mode kept, a symlink is followed to the
+** file it names, anything else is refused and left alone; a load reads
+** regular files only, so a FIFO or device never blocks it or fills memory.
+** (alarm: before the fix a FIFO blocked the load forever.) */
+static void test_file_kinds(void) {
+  int64_t s2[] = {2};
+  fl_tensor t = make(FL_F32, 1, s2), u;
+  fl_err e = {0};
+  struct stat st;
+  char p[512], q[512], want[1024];
+  int rc;
+
+  ten_set(&t, 0, 7);
+  ten_set(&t, 1, 1);
+  alarm(60);
+  /* a FIFO: no save over it, no load from it, and neither blocks */
+  snprintf(p, sizeof p, "%s", tmp_path("fifo"));
+  if (mkfifo(p, 0600) == 0) {
+    rc = npy_save(p, &t, &e);
+    snprintf(want, sizeof want, "save: %s: is a FIFO (named pipe), not a regular file "
+             "(refusing to replace it)", p);
+    ok(rc == FL_EIO, "save over a FIFO fails");
+    is_str(e.msg, want, "... saying what is there");
+    ok(lstat(p, &st) == 0 && S_ISFIFO(st.st_mode), "... and the FIFO is still a FIFO");
+    rc = npy_load(p, &u, &e);
+    snprintf(want, sizeof want, "load: %s: is a FIFO (named pipe), not a regular file "
+             "(only files are read)", p);
+    ok(rc == FL_EIO && u.st == NULL, "load of a FIFO fails without blocking");
+    is_str(e.msg, want, "... saying what is there");
+  } else {
+    ok(0, "mkfifo %s", p);
+  }
+
+  /* devices: a null device is never replaced, /dev/zero never read.  As
+  ** root (CI) the null device is a node of our own, so a regression
+  ** replaces that, not the system's /dev/null; others cannot replace
+  ** /dev/null anyway (/dev is not theirs). */
+  snprintf(p, sizeof p, "%s", tmp_path("null"));
+  if (mknod(p, S_IFCHR | 0666, makedev(1, 3)) != 0) snprintf(p, sizeof p, "/dev/null");
+  if (stat(p, &st) == 0 && S_ISCHR(st.st_mode)) {
+    rc = npy_save(p, &t, &e);
+    snprintf(want, sizeof want, "save: %s: is a character device, not a regular file "
+             "(refusing to replace it)", p);
+    is_str(e.msg, want, "save over a null device is refused");
+    ok(rc == FL_EIO && lstat(p, &st) == 0 && S_ISCHR(st.st_mode),
+       "... and it is still a device");
+  }
+  if (strcmp(p, "/dev/null") != 0) unlink(p);
+  if (stat("/dev/zero", &st) == 0 && S_ISCHR(st.st_mode)) {
+    rc = npy_load("/dev/zero", &u, &e);
+    ok(rc == FL_EIO && u.st == NULL, "load of /dev/zero fails at once");
+    is_str(e.msg, "load: /dev/zero: is a character device, not a regular file "
+           "(only files are read)", "... saying what it is");
+  }
+  alarm(0);
+
+  /* a 0600 file stays 0600 (the rename used to leave 0666 & ~umask) */
+  snprintf(p, sizeof p, "%s", tmp_path("private.npy"));
+  ok(write_file(p, "old", 3) == 0 && chmod(p, 0600) == 0, "a 0600 file");
+  ok(npy_save(p, &t, &e) == FL_OK, "... is saved over (%s)", e.msg);
+  ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "... and keeps mode 0600 (%o)",
+     (unsigned)(st.st_mode & 07777));
+  rc = chmod(p, 0640) == 0 && npy_save(p, &t, &e) == FL_OK && stat(p, &st) == 0;
+  ok(rc && (st.st_mode & 07777) == 0640, "a 0640 file keeps 0640 (%o)",
+     (unsigned)(st.st_mode & 07777));
+  ok(npy_load(p, &u, &e) == FL_OK && ten_get(&u, 1) == 1, "... and holds the new data");
+  ten_release(&u);
+
+  /* a new file gets 0666 & ~umask, as open() would give it */
+  {
+    mode_t old = umask(027);
+    snprintf(p, sizeof p, "%s", tmp_path("fresh.npy"));
+    rc = npy_save(p, &t, &e);
+    umask(old);
+    ok(rc == FL_OK && stat(p, &st) == 0 && (st.st_mode & 07777) == 0640,
+       "a new file under umask 027 is 0640 (%o)", (unsigned)(st.st_mode & 07777));
+  }
+
+  /* through a symlink: the target is replaced, the link stays a link */
+  snprintf(p, sizeof p, "%s", tmp_path("target.npy"));
+  snprintf(q, sizeof q, "%s", tmp_path("link.npy"));
+  ok(write_file(p, "old", 3) == 0 && chmod(p, 0600) == 0 && symlink("target.npy", q) == 0,
+     "a symlink to a 0600 file");
+  ok(npy_save(q, &t, &e) == FL_OK, "... is saved through (%s)", e.msg);
+  ok(lstat(q, &st) == 0 && S_ISLNK(st.st_mode), "... the link is still a link");
+  ok(stat(p, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == 0600 &&
+     st.st_size > 3, "... the target holds the data and keeps 0600");
+  ok(npy_load(q, &u, &e) == FL_OK && ten_get(&u, 0) == 7, "... and loads back through the link");
+  ten_release(&u);
+  /* a dangling link creates what it names, as open(O_CREAT) would */
+  snprintf(p, sizeof p, "%s", tmp_path("made.npy"));
+  snprintf(q, sizeof q, "%s", tmp_path("dangling.npy"));
+  ok(symlink("made.npy", q) == 0 && npy_save(q, &t, &e) == FL_OK && lstat(q, &st) == 0 &&
+     S_ISLNK(st.st_mode) && stat(p, &st) == 0 && S_ISREG(st.st_mode),
+     "saving through a dangling link creates its target");
+  /* a link to a FIFO is refused like the FIFO */
+  snprintf(q, sizeof q, "%s", tmp_path("to_fifo"));
+  ok(symlink("fifo", q) == 0 && npy_save(q, &t, &e) == FL_EIO &&
+     strstr(e.msg, "is a FIFO (named pipe)"), "a link to a FIFO is refused (%s)", e.msg);
+
+  /* someone else's link in a sticky shared dir (/tmp) is not followed:
+  ** the kernel refuses it to open() too (fs.protected_symlinks).  Needs
+  ** root to make a link owned by another user. */
+  if (geteuid() == 0) {
+    char sticky[256];
+    snprintf(sticky, sizeof sticky, "%s", tmp_path("sticky"));
+    snprintf(p, sizeof p, "%s/victim.npy", sticky);
+    snprintf(q, sizeof q, "%s/planted.npy", sticky);
+    ok(mkdir(sticky, 0700) == 0 && chmod(sticky, 01777) == 0 && write_file(p, "old", 3) == 0 &&
+       symlink("victim.npy", q) == 0 && lchown(q, 65534, 65534) == 0, "a link owned by nobody in a "
+       "sticky dir");
+    rc = npy_save(q, &t, &e);
+    ok(rc == FL_EIO && strstr(e.msg, "is a symbolic link another user owns"),
+       "... is not followed (%s)", e.msg);
+    ok(stat(p, &st) == 0 && st.st_size == 3, "... and its target is untouched");
+    unlink(p);
+    unlink(q);
+    rmdir(sticky);
+  } else {
+    ok(1, "# SKIP a link owned by another user needs root");
+  }
+
+  /* a header asking for more data than the file has: refused before
+  ** anything that size is allocated */
+  {
+    unsigned char img[256];
+    size_t n = image(img, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000,), }",
+                     "abcd", 4);
+    snprintf(p, sizeof p, "%s", tmp_path("liar.npy"));
+    ok(write_file(p, img, n) == 0, "a header for 4e11 bytes over 4 bytes of data");
+    rc = npy_load(p, &u, &e);
+    ok(rc == FL_EFORMAT && u.st == NULL && strstr(e.msg, "truncated data (expected 400000000000 "
+       "bytes, found 4)"), "... is a truncated-data error (%s)", e.msg);
+    n = image(img, 1, F4_23, "abcd", 4);
+    img[8] = 0xff; img[9] = 0xff;   /* header length 65535 */
+    ok(write_file(p, img, n) == 0 && npy_load(p, &u, &e) == FL_EFORMAT &&
+       strstr(e.msg, "header length 65535 runs past the end of the file"),
+       "a header length past the end is refused (%s)", e.msg);
+  }
+
+  /* no temp file left behind by any of it */
+  {
+    DIR *dp = opendir(dir);
+    struct dirent *de;
+    int temps = 0;
+    while (dp && (de = readdir(dp))) temps += strstr(de->d_name, ".tmp.") != NULL;
+    if (dp) closedir(dp);
+    is_int(temps, 0, "no temp files left behind");
   }
   ten_release(&t);
 }
@@ -485,6 +641,7 @@ int main(void) {
   test_parse_variants();
   test_malformed();
   test_file_errors();
+  test_file_kinds();
   cleanup();
   return tap_done();
 }

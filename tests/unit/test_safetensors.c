@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "graph/safetensors.h"
@@ -333,7 +334,44 @@ static void test_files(void) {
 
   ok(st_load(tmp_path("nope.safetensors"), &l, &e) == FL_EIO && strstr(e.msg, "nope.safetensors: "
      "No such file or directory"), "missing file names the path (%s)", e.msg);
-  ok(st_load(dir, &l, &e) == FL_EIO && strstr(e.msg, "Is a directory"), "a directory (%s)", e.msg);
+  ok(st_load(dir, &l, &e) == FL_EIO && strstr(e.msg, "is a directory, not a regular file"),
+     "a directory (%s)", e.msg);
+  /* only regular files are read: a FIFO would block, /dev/zero never end
+  ** (the alarm turns a regression into a failure, not a hang) */
+  alarm(60);
+  ok(mkfifo(tmp_path("fifo"), 0600) == 0 && st_load(tmp_path("fifo"), &l, &e) == FL_EIO &&
+     strstr(e.msg, "fifo: is a FIFO (named pipe), not a regular file"), "a FIFO (%s)", e.msg);
+  ok(st_save(tmp_path("fifo"), names, tp, 1, &e) == FL_EIO &&
+     strstr(e.msg, "fifo: is a FIFO (named pipe), not a regular file (refusing to replace it)"),
+     "no save over a FIFO (%s)", e.msg);
+  ok(st_load("/dev/zero", &l, &e) == FL_EIO &&
+     strstr(e.msg, "/dev/zero: is a character device, not a regular file"), "/dev/zero (%s)", e.msg);
+  {
+    /* as root a null device of our own: a regression must not replace
+    ** the system's /dev/null (others cannot replace it anyway) */
+    char null[512];
+    struct stat sb;
+    snprintf(null, sizeof null, "%s", tmp_path("null"));
+    if (mknod(null, S_IFCHR | 0666, makedev(1, 3)) != 0) snprintf(null, sizeof null, "/dev/null");
+    ok(st_save(null, names, tp, 1, &e) == FL_EIO && strstr(e.msg, "null: is a character device") &&
+       lstat(null, &sb) == 0 && S_ISCHR(sb.st_mode), "no save over a null device (%s)", e.msg);
+    if (strcmp(null, "/dev/null") != 0) unlink(null);
+  }
+  alarm(0);
+  unlink(tmp_path("fifo"));
+  /* a key holding a terminal command is escaped in messages */
+  f = fopen(tmp_path("esc.safetensors"), "wb");
+  if (f) {
+    static const char j[] = "{\"\\u001b[31m\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]}}";
+    unsigned char len[8] = {(unsigned char)(sizeof j - 1)};
+    fwrite(len, 1, 8, f);
+    fwrite(j, 1, sizeof j - 1, f);
+    fwrite("\0\0\0\0\0\0\0\0", 1, 8, f);
+    fclose(f);
+  }
+  ok(st_load(tmp_path("esc.safetensors"), &l, &e) == FL_EUNSUPPORTED &&
+     strstr(e.msg, "tensor '\\x1b[31m': dtype F64") && !strchr(e.msg, 0x1b),
+     "an ESC in a key is escaped (%s)", e.msg);
   f = fopen(tmp_path("bad.safetensors"), "wb");
   if (f) { fwrite("\x10\0\0\0\0\0\0\0{\"w\":{}}", 1, 16, f); fclose(f); }
   ok(st_load(tmp_path("bad.safetensors"), &l, &e) == FL_EFORMAT &&
