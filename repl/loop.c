@@ -28,6 +28,7 @@
 #include <lauxlib.h>
 
 #include "repl/repl.h"
+#include "graph/err.h"
 
 #define CHUNKNAME   "=stdin"
 #define EOFMARK     "<eof>"
@@ -77,6 +78,7 @@ static void make_parents(const char *path) {
 ** append_history does not create it.  A history that cannot be written
 ** costs a note, never the session. */
 static int history_open(struct repl *r) {
+  struct stat st;
   int fd;
   using_history();
   stifle_history(HISTORY_MAX);
@@ -87,14 +89,19 @@ static int history_open(struct repl *r) {
   history_multiline_entries = 1;
   if ((r->history = repl_history_path()) == NULL) return 0;
   make_parents(r->history);
-  read_history(r->history);
-  fd = open(r->history, O_WRONLY | O_APPEND | O_CREAT, 0600);
-  if (fd < 0) {
-    fprintf(stderr, "(history will not be saved: %s: %s)\n", r->history,
-            strerror(errno));
+  /* opened without following a link or blocking on a FIFO, and used only
+  ** when it is a regular file: readline's own open would wait forever on a
+  ** FIFO planted there */
+  fd = open(r->history, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    char q[600];
+    fprintf(stderr, "(history will not be saved: %s: %s)\n", err_quote(r->history, q, sizeof q),
+            fd < 0 ? strerror(errno) : "not a regular file");
+    if (fd >= 0) close(fd);
     return 0;
   }
   close(fd);
+  read_history(r->history);
   return 1;
 }
 

@@ -404,6 +404,19 @@ def _():
     finish(c)
 
 
+@test("a FIFO where the history file goes never blocks the REPL")
+def _():
+    state = tempfile.mkdtemp(prefix="fifo-state.", dir=TMP)
+    os.makedirs(os.path.join(state, "fuselab"))
+    os.mkfifo(os.path.join(state, "fuselab", "history"))
+    c = spawn(state=state)
+    out = prompt(c)
+    if "history will not be saved" not in out:
+        raise Fail("no note about the FIFO: %r" % out)
+    expect_in("2", enter(c, "1+1"))
+    finish(c)
+
+
 @test("Tab inside a string completes a file name")
 def _():
     open(os.path.join(TMP, "weights_for_tab.npy"), "w").close()
