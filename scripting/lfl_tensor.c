@@ -275,7 +275,17 @@ static void push_list(lua_State *L, const fl_tensor *t, int d, int64_t lin) {
 
 static int t_tolist(lua_State *L) {
   fl_tensor *t = lfl_checkdata(L, 1, "tolist");
+  int64_t n = meta_numel(&t->m);
   check_host(L, t, "tolist");
+  /* a Lua table holds at most 2^31 items, and an expanded view may name
+  ** 2^62 elements: refuse before building anything */
+  if (n > INT_MAX) {
+    char s[160];
+    return luaL_error(L, "tolist: tensor %s has %I elements, too many for "
+                      "Lua tables (at most %d)",
+                      meta_shape_str(&t->m, s, sizeof s), (lua_Integer)n,
+                      INT_MAX);
+  }
   push_list(L, t, 0, 0);
   return 1;
 }
