@@ -273,18 +273,25 @@ static void push_list(lua_State *L, const fl_tensor *t, int d, int64_t lin) {
   }
 }
 
+/* Lua values tolist makes: the outer table, then at each depth one table
+** (or, at the last, one element) per index of the dims above it; a
+** [2^62, 0] tensor has no elements but would make 2^62 empty tables. */
+#define TOLIST_MAX ((int64_t)1 << 26)
+
 static int t_tolist(lua_State *L) {
   fl_tensor *t = lfl_checkdata(L, 1, "tolist");
-  int64_t n = meta_numel(&t->m);
+  int64_t values = 1, level = 1;
+  int d;
   check_host(L, t, "tolist");
-  /* a Lua table holds at most 2^31 items, and an expanded view may name
-  ** 2^62 elements: refuse before building anything */
-  if (n > INT_MAX) {
+  for (d = 0; d < t->m.ndim && values <= TOLIST_MAX; d++) {
+    if (!sz_mul(level, t->m.shape[d], &level) || !sz_add(values, level, &values))
+      values = INT64_MAX;
+  }
+  if (values > TOLIST_MAX) {
     char s[160];
-    return luaL_error(L, "tolist: tensor %s has %I elements, too many for "
-                      "Lua tables (at most %d)",
-                      meta_shape_str(&t->m, s, sizeof s), (lua_Integer)n,
-                      INT_MAX);
+    return luaL_error(L, "tolist: tensor %s is too large for Lua tables "
+                      "(it would make more than 2^26 = %I values)",
+                      meta_shape_str(&t->m, s, sizeof s), (lua_Integer)TOLIST_MAX);
   }
   push_list(L, t, 0, 0);
   return 1;

@@ -195,8 +195,11 @@ do
   bad(function() return fl.ones(1):expand(2^40):sum() end,
       "sum: cannot allocate 4398046511104 bytes", "sum of a 2^40 view: scratch past the cap")
   bad(function() return huge:tolist() end,
-      "tolist: tensor %[4611686018427387904%] has 4611686018427387904 elements, too many",
-      "tolist of a 2^62 view")
+      "tolist: tensor %[4611686018427387904%] is too large for Lua tables %(it would make "
+      .. "more than 2%^26 = 67108864 values%)", "tolist of a 2^62 view")
+  bad(function() return fl.zeros(1 << 62, 0):tolist() end,
+      "tolist: tensor %[4611686018427387904,0%] is too large", "tolist of 2^62 empty rows")
+  t.is(fl.zeros(3, 0):tolist(), {{}, {}, {}}, "tolist of small empty rows")
   bad(function() return fl.allclose(huge, fl.ones(1)) end,
       "allclose: broadcast shape %[4611686018427387904%] is too large", "allclose of a 2^62 view")
   bad(function() return fl.compile(function(x) return x:expand(2^62):sum() end)(fl.ones(1)) end,
