@@ -273,9 +273,11 @@ static int value_of(const ir_graph *g, fl_tensor *vals, int id, fl_err *e) {
 static int buffer_for(cpu_program *pr, int id, const fl_meta *m, fl_tensor *out, fl_err *e) {
   const fuse_plan *p = pr->plan;
   int s = p->slot[id], rc;
-  size_t need = (size_t)meta_numel(m) * dtype_size(m->dtype);
+  size_t need;
   fl_tensor *st;
-  if (s < 0 || s >= p->nslots) return ten_empty(out, m, e);
+  /* ten_empty names a size no buffer can hold */
+  if (s < 0 || s >= p->nslots || !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
+    return ten_empty(out, m, e);
   if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
     return err_set(e, FL_ENOMEM, "run: out of memory");
   st = &pr->slots[s];

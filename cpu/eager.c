@@ -31,9 +31,10 @@
 
 /* --- helpers shared by the eager files ------------------------------- */
 
-/* Scratch gets the huge-page advice every CPU tensor gets (ten_empty). */
+/* Scratch gets the huge-page advice every CPU tensor gets (ten_empty),
+** and the cap every tensor gets (a size that wrapped is huge, not 0). */
 void *eager_alloc(size_t nbytes, const char *opname, fl_err *e) {
-  void *p = malloc(nbytes ? nbytes : 1);
+  void *p = nbytes <= (size_t)FL_MAX_ALLOC ? malloc(nbytes ? nbytes : 1) : NULL;
   if (!p)
     err_set(e, FL_ENOMEM, "%s: cannot allocate %zu bytes of scratch memory",
             opname, nbytes);

@@ -303,7 +303,8 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
     goto done;
   /* a 1x1 stride-1 unpadded kernel reads the image as it is */
   if (!direct && CKK > 0 &&
-      !(cols = eager_alloc((size_t)(CKK * P) * sizeof *cols, op_name(op), e)))
+      !(cols = eager_alloc(sz_mul(CKK, P * (int64_t)sizeof *cols, &n) ?
+                           (size_t)n : SIZE_MAX, op_name(op), e)))
     goto done;
   for (n = 0; n < N; n++) {
     float *yn = y + n * CO * P;

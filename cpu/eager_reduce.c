@@ -223,7 +223,9 @@ int eager_reduce(fl_op op, const fl_tensor *const *in, int nin,
     for (d = 0; d < m->ndim; d++)
       if (red[d]) { perm.m.shape[np] = m->shape[d]; perm.stride[np++] = x->stride[d]; }
     O = K; I = 1;
-    buf = eager_alloc((size_t)(K * R) * (f64 ? 8 : 4), op_name(op), e);
+    /* a wrapped count would be a small buffer the gather overruns */
+    buf = eager_alloc(sz_mul(K, R, &t) && sz_mul(t, f64 ? 8 : 4, &t) ?
+                      (size_t)t : SIZE_MAX, op_name(op), e);
     if (!buf) { free(res); return FL_ENOMEM; }
     if (K * R > 0) eager_gather_all(&perm, buf, f64 ? EAGER_F64 : EAGER_F32);
     xf = buf;

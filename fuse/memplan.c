@@ -10,8 +10,16 @@
 
 #include "plan.h"
 
+/* A view may name 2^62 elements: such a count saturates just above what
+** can be allocated (running it fails there, naming the size), so sums of
+** many stay far from wrapping. */
 static int64_t nbytes(const ir_graph *g, int id) {
-  return meta_numel(&g->nodes[id].meta) * (int64_t)dtype_size(g->nodes[id].meta.dtype);
+  int64_t b;
+  if (!sz_mul(meta_numel(&g->nodes[id].meta),
+              (int64_t)dtype_size(g->nodes[id].meta.dtype), &b) ||
+      b > FL_MAX_ALLOC)
+    b = FL_MAX_ALLOC + 1;
+  return b;
 }
 
 /* Bytes a kernel moves: each buffer read once, each written once; an

@@ -1,6 +1,6 @@
 /*
 ** op.c -- the op table built from ops.def, and the checks common to every
-** op (argument count) before its own shape rule runs.
+** op (argument count, sizes) around its own shape rule.
 */
 #include <float.h>
 #include <math.h>
@@ -48,6 +48,7 @@ void op_attrs_init(fl_op op, op_attrs *a) {
 int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
              fl_meta *out, fl_err *e) {
   const op_info *oi;
+  int k, rc;
   if (op < 0 || op >= OP_COUNT)
     return err_set(e, FL_EINVAL, "unknown op %d", (int)op);
   oi = &op_table[op];
@@ -58,6 +59,21 @@ int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
     return err_set(e, FL_EINVAL, "%s: expected %d to %d inputs, got %d",
                    oi->name, oi->min_args, oi->max_args, nin);
   }
+  /* views only rewrite metadata; anything else visits every element of
+  ** its inputs, which an expanded view may name far too many of */
+  for (k = 0; k < nin; k++) {
+    const fl_meta *m = in[k];
+    char sh[160];
+    int64_t n;
+    if (!m || m->ndim < 0 || m->ndim > FL_MAX_DIMS) continue;  /* the rule says */
+    if ((rc = meta_check_extent(m, oi->name, e)) != FL_OK) return rc;
+    if (oi->flags & OPF_VIEW || (n = meta_numel(m)) <= FL_MAX_NUMEL) continue;
+    return err_set(e, FL_EINVAL, "%s: input %d %s is too large to compute on: "
+                   "%lld elements, at most 2^40 = %lld", oi->name, k + 1,
+                   meta_shape_str(m, sh, sizeof sh), (long long)n,
+                   (long long)FL_MAX_NUMEL);
+  }
   memset(out, 0, sizeof *out);
-  return oi->infer(op, in, nin, a, out, e);
+  if ((rc = oi->infer(op, in, nin, a, out, e)) != FL_OK) return rc;
+  return meta_check_extent(out, oi->name, e);
 }

@@ -454,7 +454,10 @@ int infer_linear(fl_op op, const fl_meta *const *in, int nin,
 ** fit even once */
 static int64_t window_count(int64_t size, int64_t k, int64_t stride,
                             int64_t pad) {
-  int64_t span = size + 2 * pad - k;
+  int64_t span;
+  /* a padding past int64 leaves a result no allocation can hold */
+  if (!sz_mul(pad, 2, &span) || !sz_add(span, size, &span)) return INT64_MAX;
+  span -= k;
   return span < 0 ? 0 : span / stride + 1;
 }
 
@@ -735,7 +738,10 @@ int infer_cat(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
         return err_set(e, FL_EINVAL, "cat: sizes must match except in dim "
                        "%lld: tensor 1 is %s, tensor %d is %s", (long long)dim,
                        SH(x, s0), k + 1, SH(t, s1));
-    total += t->shape[dim];
+    if (!sz_add(total, t->shape[dim], &total))
+      return err_set(e, FL_EINVAL, "cat: the result is too large along the "
+                     "joined dim (tensor %d %s takes its size past 2^63)",
+                     k + 1, SH(t, s1));
     if (k > 0) dt = dtype_promote(dt, 0, 0, t->dtype, 0, 0);
   }
   init_out(out, in, nin, dt);

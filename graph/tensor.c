@@ -24,8 +24,7 @@ int64_t meta_numel(const fl_meta *m) {
   for (d = 0; d < m->ndim; d++) {
     int64_t s = m->shape[d];
     if (s <= 0) return 0;
-    if (n > INT64_MAX / s) n = INT64_MAX;
-    else n *= s;
+    if (!sz_mul(n, s, &n)) n = INT64_MAX;
   }
   return n;
 }
@@ -55,38 +54,54 @@ int meta_same_shape(const fl_meta *a, const fl_meta *b) {
 ** err_prefix */
 static const char *sep(const char *what) { return (what && *what) ? ": " : ""; }
 
-int meta_check_size(const fl_meta *m, const char *what, fl_err *e) {
+int meta_check_extent(const fl_meta *m, const char *what, fl_err *e) {
   char sh[160];
-  double elems = 1.0, bytes;
-  int64_t n = 1, esize;
-  int d, overflow = 0;
+  double prod = 1.0;
+  int64_t n = 1;
+  int d, over = 0;
   if (!what) what = "";
   if (m->ndim < 0 || m->ndim > FL_MAX_DIMS)
     return err_set(e, FL_EINVAL, "%s%s%d dimensions, at most %d are supported",
                    what, sep(what), m->ndim, FL_MAX_DIMS);
-  if (m->dtype < 0 || m->dtype >= FL_NDTYPES)
-    return err_set(e, FL_EINVAL, "%s%sunknown dtype %d", what, sep(what),
-                   (int)m->dtype);
   for (d = 0; d < m->ndim; d++)
     if (m->shape[d] < 0)
       return err_set(e, FL_EINVAL, "%s%snegative dimension %lld in shape %s",
                      what, sep(what), (long long)m->shape[d],
                      meta_shape_str(m, sh, sizeof sh));
   for (d = 0; d < m->ndim; d++) {
-    elems *= (double)m->shape[d];
-    if (m->shape[d] == 0) { n = 0; overflow = 0; break; }
-    if (n > INT64_MAX / m->shape[d]) overflow = 1;
-    else n *= m->shape[d];
+    int64_t s = m->shape[d] > 0 ? m->shape[d] : 1;
+    prod *= (double)s;
+    if (!sz_mul(n, s, &n) || n > FL_MAX_EXTENT) over = 1;
   }
-  esize = (int64_t)dtype_size(m->dtype);
-  if (!overflow && n > FL_MAX_ALLOC / esize) overflow = 1;
-  if (overflow) {
-    bytes = elems * (double)esize;
+  if (over)
+    return err_set(e, FL_EINVAL, "%s%sshape %s is too large: its sizes "
+                   "multiply to %.4g, at most 2^62 = %lld is supported",
+                   what, sep(what), meta_shape_str(m, sh, sizeof sh), prod,
+                   (long long)FL_MAX_EXTENT);
+  return FL_OK;
+}
+
+int meta_check_size(const fl_meta *m, const char *what, fl_err *e) {
+  double elems = 1.0;
+  int64_t n;
+  size_t bytes;
+  int d;
+  if (!what) what = "";
+  if (m->dtype < 0 || m->dtype >= FL_NDTYPES)
+    return err_set(e, FL_EINVAL, "%s%sunknown dtype %d", what, sep(what),
+                   (int)m->dtype);
+  if (m->ndim < 0 || m->ndim > FL_MAX_DIMS)
+    return meta_check_extent(m, what, e);
+  for (d = 0; d < m->ndim; d++) elems *= (double)m->shape[d];
+  n = meta_numel(m);     /* saturates: INT64_MAX never fits below */
+  for (d = 0; d < m->ndim; d++)
+    if (m->shape[d] < 0) return meta_check_extent(m, what, e);
+  if (!sz_bytes(n, dtype_size(m->dtype), &bytes))
     return err_set(e, FL_ENOMEM,
                    "%s%scannot allocate %.0f bytes (%g elements of %s)",
-                   what, sep(what), bytes, elems, dtype_name(m->dtype));
-  }
-  return FL_OK;
+                   what, sep(what), elems * (double)dtype_size(m->dtype),
+                   elems, dtype_name(m->dtype));
+  return meta_check_extent(m, what, e);
 }
 
 /* --- lifetime ---------------------------------------------------------------- */
@@ -138,7 +153,9 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) {
   int rc;
   memset(t, 0, sizeof *t);
   if ((rc = meta_check_size(m, NULL, e)) != FL_OK) return rc;
-  nbytes = (size_t)meta_numel(m) * dtype_size(m->dtype);
+  if (!sz_bytes(meta_numel(m), dtype_size(m->dtype), &nbytes))
+    return err_set(e, FL_ENOMEM, "cannot allocate %lld elements of %s",
+                   (long long)meta_numel(m), dtype_name(m->dtype));
   if (m->device != FL_DEV_CPU && m->device != FL_DEV_CUDA)
     return err_set(e, FL_EINVAL, "unknown device %d", (int)m->device);
   if (allocators[m->device].alloc) alloc = allocators[m->device].alloc;
@@ -186,12 +203,15 @@ void ten_share(fl_tensor *dst, const fl_tensor *src) {
   if (dst->st) dst->st->refs++;
 }
 
+/* Within FL_MAX_EXTENT the products are exact; metadata no check has
+** seen saturates rather than overflowing (its strides are never used to
+** address memory: nothing of that size was allocated). */
 void ten_set_contiguous_strides(fl_tensor *t) {
   int64_t s = 1;
   int d;
   for (d = t->m.ndim - 1; d >= 0; d--) {
     t->stride[d] = s;
-    s *= t->m.shape[d] > 0 ? t->m.shape[d] : 1;
+    if (!sz_mul(s, t->m.shape[d] > 0 ? t->m.shape[d] : 1, &s)) s = INT64_MAX;
   }
 }
 

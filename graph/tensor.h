@@ -12,13 +12,9 @@
 
 #include "dtype.h"
 #include "err.h"
+#include "size.h"
 
 #define FL_MAX_DIMS 8
-
-/* Refuse single allocations above this many bytes (the machine has 24 GiB;
-** anything larger is a typo, and overflowing size arithmetic must not
-** reach malloc). */
-#define FL_MAX_ALLOC ((int64_t)1 << 40)
 
 typedef enum fl_device { FL_DEV_CPU, FL_DEV_CUDA } fl_device;
 
@@ -51,7 +47,11 @@ int64_t meta_numel(const fl_meta *m);
 /* "[2,3]" (or "[]" for a scalar) into buf; returns buf */
 char *meta_shape_str(const fl_meta *m, char *buf, size_t n);
 int meta_same_shape(const fl_meta *a, const fl_meta *b);
-/* Checks every dim is >= 0 and the element count and byte size fit in
+/* Checks every dim is >= 0 and the sizes multiply (a 0 counting as 1) to
+** at most FL_MAX_EXTENT: what every tensor, view or not, must satisfy.
+** The message names what (e.g. "expand") and the shape. */
+int meta_check_extent(const fl_meta *m, const char *what, fl_err *e);
+/* meta_check_extent, and the element count and byte size fit in
 ** FL_MAX_ALLOC; the message names what (e.g. "zeros") and the size. */
 int meta_check_size(const fl_meta *m, const char *what, fl_err *e);
 

@@ -115,11 +115,12 @@ int view_apply(fl_op op, const fl_tensor *in, const op_attrs *a,
     int64_t u = a->i[0];
     if (u < 0 || u > nd || nd + 1 > FL_MAX_DIMS) break;
     for (d = 0, k = 0; d <= nd; d++) {
-      if (d == u)
+      if (d == u) {
         /* the stride a size-1 dim would have in place: irrelevant to
         ** addressing, but it keeps contiguous inputs contiguous-looking */
-        r.stride[d] = u < nd ? in->m.shape[u] * in->stride[u] : 1;
-      else
+        if (u == nd || !sz_mul(in->m.shape[u], in->stride[u], &r.stride[d]))
+          r.stride[d] = 1;
+      } else
         r.stride[d] = in->stride[k++];
     }
     ten_share(out, &r);
@@ -151,10 +152,11 @@ int view_apply(fl_op op, const fl_tensor *in, const op_attrs *a,
   case OP_NARROW: {
     int64_t dim = a->i[0], start = a->i[1], len = a->i[2];
     if (dim < 0 || dim >= nd || start < 0 || len < 0 ||
-        start + len > in->m.shape[dim])
+        start > in->m.shape[dim] || len > in->m.shape[dim] - start)
       break;
-    /* an empty narrow keeps the offset in range of the storage */
-    if (len > 0) r.offset = in->offset + start * in->stride[dim];
+    /* an empty result keeps the offset in range of the storage; one with
+    ** elements addresses them inside it, so the sum cannot overflow */
+    if (meta_numel(outm) > 0) r.offset = in->offset + start * in->stride[dim];
     ten_share(out, &r);
     return FL_OK;
   }

@@ -564,6 +564,13 @@ static int l_allclose(lua_State *L) {
   if (op_broadcast_shapes("allclose", &a->m, &b->m, &bm, &e) != FL_OK)
     return lfl_raise(L, "allclose", &e);
   n = meta_numel(&bm);
+  if (n > FL_MAX_NUMEL) {          /* expanded views: minutes per 2^40 */
+    char s[160];
+    return luaL_error(L, "allclose: broadcast shape %s is too large to "
+                      "compare: %I elements, at most 2^40 = %I",
+                      meta_shape_str(&bm, s, sizeof s), (lua_Integer)n,
+                      (lua_Integer)FL_MAX_NUMEL);
+  }
   memset(c, 0, sizeof c);
   for (i = 0; i < n && close; i++) {
     double x = ten_get(a, bcast_index(a, bm.ndim, c));

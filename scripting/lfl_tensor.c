@@ -281,9 +281,26 @@ static void push_list(lua_State *L, const fl_tensor *t, int d, int64_t lin) {
   }
 }
 
+/* Lua values tolist makes: the outer table, then at each depth one table
+** (or, at the last, one element) per index of the dims above it; a
+** [2^62, 0] tensor has no elements but would make 2^62 empty tables. */
+#define TOLIST_MAX ((int64_t)1 << 26)
+
 static int t_tolist(lua_State *L) {
   fl_tensor *t = lfl_checkdata(L, 1, "tolist");
+  int64_t values = 1, level = 1;
+  int d;
   check_host(L, t, "tolist");
+  for (d = 0; d < t->m.ndim && values <= TOLIST_MAX; d++) {
+    if (!sz_mul(level, t->m.shape[d], &level) || !sz_add(values, level, &values))
+      values = INT64_MAX;
+  }
+  if (values > TOLIST_MAX) {
+    char s[160];
+    return luaL_error(L, "tolist: tensor %s is too large for Lua tables "
+                      "(it would make more than 2^26 = %I values)",
+                      meta_shape_str(&t->m, s, sizeof s), (lua_Integer)TOLIST_MAX);
+  }
   push_list(L, t, 0, 0);
   return 1;
 }

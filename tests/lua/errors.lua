@@ -161,6 +161,75 @@ bad(function() return fl.eye(2, 3, 4) end, "eye: expected n or n, m; got 3 sizes
 bad(function() return fl.full({2}, "x") end, "fill value %(number or boolean%) expected",
     "full with a string")
 
+bad(function() return fl.zeros(0 / 0) end, "zeros: size %-?nan is not an integer", "NaN size")
+bad(function() return fl.zeros(2, 1 / 0) end, "zeros: size inf is not an integer", "inf size")
+bad(function() return fl.ones(2^63) end, "ones: size 9%.2233720368548e%+18 is out of range", "size 2^63")
+bad(function() return fl.zeros(2^40, 2^40) end,
+    "zeros: cannot allocate 4835703278458516698824704 bytes", "2^80 elements")
+-- an empty shape whose other sizes overflow int64 (its strides would)
+bad(function() return fl.zeros(0, 2^62, 2^62) end,
+    "zeros: shape %[0,4611686018427387904,4611686018427387904%] is too large", "empty but 2^124")
+
+---------------------------------------------------------------------------
+-- huge views: an expand may name up to 2^62 elements (as in PyTorch), but
+-- no op computes on more than 2^40 and no size wraps (each of these
+-- crashed, hung or overflowed before)
+---------------------------------------------------------------------------
+do
+  local huge = fl.ones(1):expand(2^62)
+  t.is(huge:numel(), 1 << 62, "a 2^62-element view exists")
+  for _, op in ipairs{"sum", "mean", "amax", "amin", "argmax", "var", "softmax",
+                      "contiguous", "exp"} do
+    bad(function() return huge[op](huge, op == "softmax" and 1 or nil) end,
+        op .. ": input 1 %[4611686018427387904%] is too large to compute on: "
+        .. "4611686018427387904 elements, at most 2%^40", op .. " of a 2^62 view")
+  end
+  bad(function() return huge:matmul(huge) end, "matmul: input 1 %[4611686018427387904%] is too large",
+      "dot product of 2^62 views")
+  bad(function() return huge + 1 end, "add: input 1 .* too large", "add on a 2^62 view")
+  bad(function() return fl.ones(3):unsqueeze(1):expand(2^50, 3):sum(1) end,
+      "sum: input 1 %[1125899906842624,3%] is too large", "sum over a dim of a 2^50 view")
+  t.is(huge:reshape(2, 2^61).shape, {2, 1 << 61}, "reshape of a 2^62 view is a view")
+  bad(function() return fl.ones(2, 1):expand(2, 2^61):transpose(1, 2):reshape(2^62) end,
+      "reshape: cannot allocate 18446744073709551616 bytes", "reshape of a 2^62 view needs a copy")
+  bad(function() return fl.ones(1):expand(2^40):sum() end,
+      "sum: cannot allocate 4398046511104 bytes", "sum of a 2^40 view: scratch past the cap")
+  bad(function() return huge:tolist() end,
+      "tolist: tensor %[4611686018427387904%] is too large for Lua tables %(it would make "
+      .. "more than 2%^26 = 67108864 values%)", "tolist of a 2^62 view")
+  bad(function() return fl.zeros(1 << 62, 0):tolist() end,
+      "tolist: tensor %[4611686018427387904,0%] is too large", "tolist of 2^62 empty rows")
+  t.is(fl.zeros(3, 0):tolist(), {{}, {}, {}}, "tolist of small empty rows")
+  bad(function() return fl.allclose(huge, fl.ones(1)) end,
+      "allclose: broadcast shape %[4611686018427387904%] is too large", "allclose of a 2^62 view")
+  bad(function() return fl.compile(function(x) return x:expand(2^62):sum() end)(fl.ones(1)) end,
+      "sum: input 1 %[4611686018427387904%] is too large", "compiled sum of a 2^62 view")
+  bad(function() return fl.ones(1):expand(math.maxinteger) end,
+      "expand: shape %[9223372036854775807%] is too large: its sizes multiply to 9%.223e%+18, "
+      .. "at most 2%^62", "expand past 2^62")
+  -- sizes multiplying past int64: the printer read out of bounds
+  bad(function()
+        return tostring(fl.randn(1000000, 3):transpose(1, 2):unsqueeze(1):expand(2^42, 3, 1000000))
+      end, "expand: shape %[4398046511104,3,1000000%] is too large: its sizes multiply to 1%.319e%+19",
+      "expand past int64")
+  bad(function() local z = fl.zeros(0, 2^61) return fl.cat({z, z, z, z, z}, 2) end,
+      "cat: the result is too large along the joined dim %(tensor 4 %[0,2305843009213693952%]",
+      "cat past int64")
+  bad(function() return fl.conv2d(fl.ones(1, 1, 3, 3), fl.ones(1, 1, 2, 2), nil, {padding = math.maxinteger}) end,
+      "conv2d: shape %[1,1,9223372036854775807,9223372036854775807%] is too large", "conv2d padding past int64")
+  -- what can be done with a huge view is done right
+  t.is(huge:narrow(1, -1, 1):sum():item(), 1.0, "narrow at the end of a 2^62 view")
+  local x = fl.arange(3000):reshape(1000, 3):to("float32")
+  local s = tostring(x:transpose(1, 2):unsqueeze(1):expand(2^42, 3, 1000))
+  local tail = "(4398046511104,.,.) =\n    0    3    6 ... 2991 2994 2997\n"
+  local last = "\n[float32 tensor of size 4398046511104x3x1000]"
+  t.ok(s:find(tail, 1, true) and s:sub(-#last) == last,
+       "a 2^52-element view prints summarized")
+  local e = fl.zeros(0, 2^62)
+  t.is(e:transpose(1, 2):unsqueeze(2):narrow(1, 2^62, 0).shape, {0, 1, 0}, "views of a huge empty tensor")
+  sane("huge views")
+end
+
 ---------------------------------------------------------------------------
 -- dims out of range (1-based, negative from the end, 0 invalid)
 ---------------------------------------------------------------------------

@@ -519,6 +519,39 @@ static void test_arity(void) {
   is_str(e.msg, "linear: expected 2 to 3 inputs, got 4", "range arity message");
 }
 
+/* Views may name up to 2^62 elements; nothing else may read more than
+** 2^40 of them, and no shape may multiply past 2^62. */
+static void test_size_limits(void) {
+  fl_meta huge = F32(I(1) << 62), big = F32(I(1) << 40), over = F32((I(1) << 40) + 1);
+  fl_meta one = F32(I(1)), empty = F32(I(0), I(1) << 62);
+  op_attrs a;
+  op_attrs_init(OP_EXPAND, &a);
+  a.ndims = 3;
+  a.dims[0] = I(1) << 42; a.dims[1] = 3; a.dims[2] = 1000000;
+  EXPECT_ERR(OP_EXPAND, &a, "expand: shape [4398046511104,3,1000000] is too "
+             "large: its sizes multiply to 1.319e+19, at most 2^62 = "
+             "4611686018427387904 is supported", &one);
+  a.ndims = 1;
+  a.dims[0] = I(1) << 62;
+  EXPECT(OP_EXPAND, &a, "[4611686018427387904]", FL_F32, "to 2^62", &one);
+  EXPECT_ERR(OP_SUM, NULL, "sum: input 1 [4611686018427387904] is too large to "
+             "compute on: 4611686018427387904 elements, at most 2^40 = "
+             "1099511627776", &huge);
+  EXPECT_ERR(OP_ADD, NULL, "add: input 2 [1099511627777] is too large to "
+             "compute on: 1099511627777 elements, at most 2^40 = 1099511627776",
+             &big, &over);
+  EXPECT(OP_SUM, NULL, "[]", FL_F32, "of 2^40 elements", &big);
+  op_attrs_init(OP_TRANSPOSE, &a);
+  a.i[1] = 1;
+  EXPECT(OP_TRANSPOSE, &a, "[4611686018427387904,0]", FL_F32, "of a huge empty", &empty);
+  EXPECT(OP_SUM, NULL, "[]", FL_F32, "of a huge empty", &empty);
+  op_attrs_init(OP_CAT, &a);
+  a.i[0] = 1;
+  EXPECT_ERR(OP_CAT, &a, "cat: the result is too large along the joined dim "
+             "(tensor 2 [0,4611686018427387904] takes its size past 2^63)",
+             &empty, &empty, &empty);
+}
+
 int main(void) {
   int k, missing = 0;
   test_broadcast();
@@ -530,6 +563,7 @@ int main(void) {
   test_views();
   test_cat_embedding();
   test_arity();
+  test_size_limits();
   for (k = 0; k < OP_COUNT; k++)
     if (!tested[k]) {
       printf("# no shape test for %s\n", op_name((fl_op)k));

@@ -215,6 +215,15 @@ static void test_sizes(void) {
   is_int(meta_check_size(&m, "zeros", &e), FL_OK, "a zero dim makes anything fit");
   m = META(FL_BOOL, (I(1) << 40) + 1);
   is_int(meta_check_size(&m, "zeros", &e), FL_ENOMEM, "one byte past the limit");
+  m = META(FL_F32, I(0), I(1) << 62, I(1) << 62);
+  is_int(meta_check_size(&m, "zeros", &e), FL_EINVAL, "empty, but past 2^62");
+  is_str(e.msg, "zeros: shape [0,4611686018427387904,4611686018427387904] is too "
+         "large: its sizes multiply to 2.127e+37, at most 2^62 = "
+         "4611686018427387904 is supported", "its strides would overflow");
+  m = META(FL_F32, I(0), I(1) << 61, I(2));
+  is_int(meta_check_extent(&m, "expand", &e), FL_OK, "2^62 is the limit");
+  m = META(FL_F32, I(3), I(1) << 61);
+  is_int(meta_check_extent(&m, "expand", &e), FL_EINVAL, "3 * 2^61 is past it");
   m = META(FL_F32, I(2), I(3));
   is_str(meta_shape_str(&m, buf, sizeof buf), "[2,3]", "shape string");
   m.ndim = 0;
