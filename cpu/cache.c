@@ -239,7 +239,8 @@ static void get_target(char *out, size_t n) {
     if (!target[0]) cpu_flags(target, sizeof target);
     free(cmd);
     free(buf);
-    snprintf(target_cc, sizeof target_cc, "%s", cc);
+    /* an interrupted answer is not kept: the next compile asks again */
+    snprintf(target_cc, sizeof target_cc, "%s", cdisk_interrupted() ? "" : cc);
   }
   snprintf(out, n, "%s", target);
   pthread_mutex_unlock(&target_lock);

@@ -47,12 +47,13 @@ static int dir_ok(const struct stat *st, const char *what, char *why, size_t n) 
 int cdisk_trusted_dir(const char *path, char *why, size_t n) {
   struct stat st;
   char real[4096], *slash;
+  int link;
   if (lstat(path, &st) != 0) { snprintf(why, n, "%s", strerror(errno)); return 0; }
-  if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+  if ((link = S_ISLNK(st.st_mode)) && stat(path, &st) != 0) {
     snprintf(why, n, "a symlink to nowhere: %s", strerror(errno));
     return 0;
   }
-  if (!dir_ok(&st, S_ISLNK(st.st_mode) ? "its target" : "it", why, n)) return 0;
+  if (!dir_ok(&st, link ? "its target" : "it", why, n)) return 0;
   /* a parent anyone may write (without the sticky bit) lets them swap the
   ** directory for their own */
   if (!realpath(path, real)) { snprintf(why, n, "%s", strerror(errno)); return 0; }
@@ -286,6 +287,7 @@ static volatile sig_atomic_t interrupted;
 
 void cdisk_interrupt(void) { interrupted = 1; }
 void cdisk_clear_interrupt(void) { interrupted = 0; }
+int cdisk_interrupted(void) { return interrupted != 0; }
 
 double cdisk_timeout(void) {
   const char *s = getenv("FUSELAB_COMPILE_TIMEOUT");
@@ -385,7 +387,7 @@ int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
     int ms = (int)((deadline - cdisk_now()) * 1e3);
     ssize_t r;
     char sink[512];
-    if (ms <= 0) break;
+    if (ms <= 0 || interrupted) break;
     if (poll(&pf, 1, ms < 100 ? ms : 100) < 0 && errno != EINTR) break;
     if (!(pf.revents & (POLLIN | POLLHUP))) continue;
     if (got + 1 < n) r = read(p[0], buf + got, n - 1 - got);

@@ -61,6 +61,7 @@ double cdisk_timeout(void);
 /* Ask compilers being waited on to be killed (async-signal-safe). */
 void cdisk_interrupt(void);
 void cdisk_clear_interrupt(void);
+int cdisk_interrupted(void);
 /* `sh -c cmd` in its own process group, stdin /dev/null, stdout and
 ** stderr to out_fd when out_fd >= 0; its pid or -1. */
 pid_t cdisk_spawn(const char *cmd, int out_fd);
