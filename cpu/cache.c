@@ -411,10 +411,7 @@ static int compile_to(const char *cd, const char *head, const char *const *units
       for (n = 0, u = 0; u < nunits; u++) if (where[u] == j) mine[n++] = u;
       snprintf(part, sizeof part, "%s/p%d.c", tmp, j);
       if ((rc = write_file(part, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) {
-        cdisk_clear_interrupt();
-        cdisk_interrupt();                   /* the parts started: stopped before cleaning */
-        cdisk_wait(pid, j, ok, deadline);
-        cdisk_clear_interrupt();
+        cdisk_wait(pid, j, ok, 0);   /* a past deadline: the parts started are killed */
         goto out;
       }
       snprintf(path, sizeof path, "%s/p%d.o", tmp, j);

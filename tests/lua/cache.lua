@@ -42,11 +42,11 @@ local f = fl.compile(function(x) return (x * 3 + 1):sum() end)
 local r = f(fl.ones(5)):item()
 local ci = fl.cache_info()
 print("RESULT " .. r)
-print("DIR " .. ci.dir)
-print("MISSES " .. ci.misses)
-print("DISK " .. ci.disk_hits)
-print("TIMEOUTS " .. ci.timeouts)
-print("FALLBACKS " .. f:stats().fallbacks)
+print("DIR " .. tostring(ci.dir))
+print("MISSES " .. tostring(ci.misses))
+print("DISK " .. tostring(ci.disk_hits))
+print("TIMEOUTS " .. tostring(ci.timeouts))
+print("FALLBACKS " .. tostring(f:stats().fallbacks))
 print("LOG " .. (f:stats().compile_log or ""):gsub("\n", " "))
 print("WARNING " .. tostring(ci.warning))
 ]])
@@ -103,7 +103,7 @@ if root then
   os.execute(("mkdir -p %s && chmod 0700 %s && ln -s %s %s && ln -s %s %s"):format(
     q(good), q(good), q(good), q(link1), q(d), q(link2)))
   t.is(run("FUSELAB_CACHE_DIR=" .. q(link1)).DIR, good, "a symlink to a trusted dir: its target is used")
-  t.ok(run("FUSELAB_CACHE_DIR=" .. q(link2)).WARNING:find("target", 1, true), "a symlink to nobody's dir: refused")
+  t.ok((run("FUSELAB_CACHE_DIR=" .. q(link2)).WARNING or ""):find("target", 1, true), "a symlink to nobody's dir: refused")
 else
   t.ok(true, "# SKIP chown to nobody needs root")
 end
@@ -190,7 +190,8 @@ end
 -- ---- the key follows the target's instruction set ----------------------
 do
   local ci = fl.cache_info()
-  t.ok(type(ci.target) == "string" and #ci.target > 0 and not ci.target:find("native"),
+  ci.target = ci.target or ""
+  t.ok(#ci.target > 0 and not ci.target:find("native"),
        "cache_info().target is expanded: " .. tostring(ci.target):sub(1, 80))
   -- the same $CC and flags, but a compiler that targets less than the CPU
   local wrap = base .. "/cc-wrap"
@@ -272,6 +273,8 @@ do
   local old = fl._cache_use_dir(d)
   collectgarbage()
   local before = fl.cache_info().loaded
+  t.is(math.type(before), "integer", "cache_info().loaded counts the objects in memory")
+  before = before or 0
   do
     local f = fl.compile(function(x) return x * 7 - 2 end)
     t.near(f(fl.ones(3)):sum():item(), 15, 1e-6, "in-process compile")
