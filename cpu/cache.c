@@ -1,33 +1,35 @@
 /*
 ** cache.c -- the compiled-kernel cache.
-** Invariant: a file named <key>.so in the cache directory is either absent
-** or a complete object compiled from the source with that key (it is
-** renamed into place only after the compiler succeeded), and it is only
-** used after it proves it: an ELF file as long as its header says, that
-** loads, and whose embedded fl_cache_key equals the key.  Anything else is
-** deleted and rebuilt.
+** Invariant: an object is loaded only from a file that proved itself
+** without running anything: a regular file in a directory the user owns
+** and nobody else can write (else a private temp directory stands in),
+** owned by the user, not writable by others, whose appended seal names
+** this key and whose checksum covers every byte; and what is loaded is
+** that very file (through its verified fd).  A file named <key>.so is
+** absent or such an object, renamed into place only after the compiler
+** succeeded within its time; anything else under that name is removed and
+** rebuilt.  The in-memory table holds only objects some program holds.
 */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <spawn.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <elf.h>
 
 #include <xxhash.h>
 
 #include "config.h"
 #include "cache.h"
+#include "cache_disk.h"
 
 #ifndef FL_CC_DEFAULT
 #define FL_CC_DEFAULT "cc"
@@ -41,18 +43,19 @@
 struct cache_obj {
   char key[33];
   void *handle;
-  int refs;              /* holders, the memory table counting as one */
-  int in_table;
+  int fd;                /* the verified file it was loaded through */
+  int refs;              /* holders; at 0 the object is unloaded */
+  int in_table;          /* found by later requests for its key */
   cache_obj *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_obj *table;
-static char dir[1024];
+static char dir[1024];   /* "" when no directory could be had at all */
 static int dir_ready;
 static char warning[2400];
-static int64_t n_hits, n_disk, n_miss, n_fail;
-static unsigned tmp_counter;
+static int64_t n_hits, n_disk, n_miss, n_fail, n_timeout, n_evict;
+
 
 const char *cache_compiler(void) {
   const char *cc = getenv("CC");
@@ -91,54 +94,48 @@ static const char *libs(void) { return mvec_level() ? "-lmvec -lm" : "-lm"; }
 
 const char *cache_warning(void) { return warning[0] ? warning : NULL; }
 
-/* mkdir -p with mode 0700 for what it creates */
-static int mkdirs(const char *path) {
-  char tmp[1024];
-  size_t i, n = strlen(path);
-  if (n >= sizeof tmp) return -1;
-  memcpy(tmp, path, n + 1);
-  for (i = 1; i <= n; i++) {
-    if (tmp[i] != '/' && tmp[i] != '\0') continue;
-    tmp[i] = '\0';
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
-    tmp[i] = path[i];
-  }
-  return 0;
-}
+void cache_interrupt(void) { cdisk_interrupt(); }
 
-/* Can we create files there?  Tries one. */
-static int writable(const char *d) {
-  char probe[1100];
-  int fd;
-  struct stat st;
-  if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-  snprintf(probe, sizeof probe, "%s/.probe-XXXXXX", d);
-  fd = mkstemp(probe);
-  if (fd < 0) return 0;
-  close(fd);
-  unlink(probe);
-  return 1;
-}
-
+/* Where the cache lives, trusted the way ssh trusts ~/.ssh: a directory
+** someone else owns or can write is not used (they could plant objects
+** that we would load); with no home at all there is no shared guess (a
+** /tmp path anyone could create first) but a private directory. */
 static void choose_dir(void) {
   const char *env = getenv("FUSELAB_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
   const char *home = getenv("HOME");
-  char want[1024];
+  char want[1024] = "", why[600] = "";
+  static int shown;
+  if (!(home && *home)) {
+    struct passwd *pw = getpwuid(geteuid());
+    home = pw && pw->pw_dir && pw->pw_dir[0] == '/' ? pw->pw_dir : NULL;
+  }
   if (env && *env) snprintf(want, sizeof want, "%s", env);
   else if (xdg && *xdg) snprintf(want, sizeof want, "%s/fuselab", xdg);
-  else snprintf(want, sizeof want, "%s/.cache/fuselab", home && *home ? home : "/tmp");
-  warning[0] = '\0';
-  errno = 0;
-  if (mkdirs(want) == 0 && writable(want)) {
-    snprintf(dir, sizeof dir, "%s", want);
-  } else {
-    char why[128];
-    snprintf(why, sizeof why, "%s", strerror(errno ? errno : EACCES));
-    char tmpl[] = "/tmp/fuselab-cache-XXXXXX";
-    char *t = mkdtemp(tmpl);
-    snprintf(dir, sizeof dir, "%s", t ? t : "/tmp");
-    snprintf(warning, sizeof warning, "cache: cannot use %s (%s); using the "
-             "private directory %s for this process", want, why, dir);
+  else if (home) snprintf(want, sizeof want, "%s/.cache/fuselab", home);
+  warning[0] = dir[0] = '\0';
+  if (!want[0]) {
+    snprintf(why, sizeof why, "no home directory ($HOME unset, none in the password database)");
+  } else if (cdisk_mkdirs(want) != 0) {
+    snprintf(why, sizeof why, "%s", strerror(errno));
+  } else if (cdisk_trusted_dir(want, why, sizeof why)) {
+    char probe[1200];
+    int fd;
+    if (!realpath(want, dir)) snprintf(dir, sizeof dir, "%s", want);
+    snprintf(probe, sizeof probe, "%s/.probe-XXXXXX", dir);
+    if ((fd = mkstemp(probe)) >= 0) {
+      close(fd);
+      unlink(probe);
+    } else {
+      snprintf(why, sizeof why, "%s", strerror(errno));
+      dir[0] = '\0';
+    }
+  }
+  if (!dir[0]) {
+    if (cdisk_private_dir(dir, sizeof dir) != 0) dir[0] = '\0';
+    snprintf(warning, sizeof warning, "cache: cannot use %s (%s); using the private directory %s "
+             "for this process", want[0] ? want : "a cache directory", why,
+             dir[0] ? dir : "(none: every kernel is compiled afresh)");
+    if (!shown++) fprintf(stderr, "fuselab: warning: %s\n", warning);
   }
   dir_ready = 1;
 }
@@ -149,39 +146,130 @@ void cache_reset_dir(void) {
   pthread_mutex_unlock(&lock);
 }
 
-/* What the key covers besides the source. */
-static void machine(char *buf, size_t n) {
-  struct utsname u;
+/* The directory in use, chosen on first need; 0 or an error. */
+static int get_dir(char *out, size_t n, fl_err *e) {
+  pthread_mutex_lock(&lock);
+  if (!dir_ready) choose_dir();
+  snprintf(out, n, "%s", dir);
+  pthread_mutex_unlock(&lock);
+  if (!out[0]) return err_set(e, FL_EIO, "cache: no directory to compile in (%s)", warning);
+  return FL_OK;
+}
+
+/* ---- the target --------------------------------------------------------
+** What -march=native means is decided by the compiler on this host: two
+** hosts with the same CPU model name may have other instruction sets (a
+** VM hides AVX-512, microcode turns TSX off), and an object built for one
+** dies with SIGILL on the other.  So the key holds what the compiler
+** reports it will target (`-###`): GCC's -march=<cpu> and every -m<feature>
+** flag, Clang's -target-cpu and -target-feature.  Asked once per compiler
+** and process, under the compile timeout. */
+
+static pthread_mutex_t target_lock = PTHREAD_MUTEX_INITIALIZER;
+static char target_cc[512], target[8192];
+
+/* the flags naming the target in `cc -###` output, space-separated */
+static void target_flags(const char *out, char *buf, size_t n) {
+  const char *line = out;
+  size_t used = 0;
+  buf[0] = '\0';
+  while (line && *line) {
+    const char *eol = strchr(line, '\n');
+    size_t len = eol ? (size_t)(eol - line) : strlen(line);
+    /* GCC echoes the options as given (-march=native) in this line */
+    if (strncmp(line, "COLLECT_GCC_OPTIONS", 19) != 0) {
+      char tok[256], prev[256] = "";
+      size_t i = 0;
+      while (i < len) {
+        size_t k = 0;
+        while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
+        while (i < len && line[i] != ' ' && line[i] != '\t') {
+          if (line[i] != '"' && k + 1 < sizeof tok) tok[k++] = line[i];
+          i++;
+        }
+        tok[k] = '\0';
+        if (!k) continue;
+        int keep = (strncmp(tok, "-m", 2) == 0 && ((tok[2] >= 'a' && tok[2] <= 'z') || tok[2] == '6' || tok[2] == '3')
+                    && strcmp(tok, "-march=native") != 0 && strcmp(tok, "-mtune=native") != 0) ||
+                   strcmp(prev, "-target-cpu") == 0 || strcmp(prev, "-target-feature") == 0 ||
+                   strcmp(prev, "-tune-cpu") == 0;
+        if (keep && used + k + 2 < n) {
+          if (strcmp(prev, "-target-cpu") == 0) used += (size_t)snprintf(buf + used, n - used, "%starget-cpu=", used ? " " : "");
+          else if (used) buf[used++] = ' ';
+          memcpy(buf + used, tok, k + 1);
+          used += k;
+        }
+        snprintf(prev, sizeof prev, "%s", tok);
+      }
+    }
+    line = eol ? eol + 1 : NULL;
+  }
+}
+
+/* When the compiler cannot say (not GCC or Clang): the CPU's own feature
+** list, which is what -march=native reads anyway. */
+static void cpu_flags(char *buf, size_t n) {
   FILE *f = fopen("/proc/cpuinfo", "r");
-  char line[256], model[200] = "";
+  char line[8192];
+  XXH64_hash_t h = 0;
   if (f) {
     while (fgets(line, sizeof line, f))
-      if (strncmp(line, "model name", 10) == 0) {
-        char *c = strchr(line, ':');
-        if (c) snprintf(model, sizeof model, "%s", c + 1);
+      if (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0) {
+        h = XXH64(line, strlen(line), 0);
         break;
       }
     fclose(f);
   }
-  if (uname(&u) != 0) snprintf(u.machine, sizeof u.machine, "?");
-  snprintf(buf, n, "%s|%s", u.machine, model);
+  snprintf(buf, n, "cpu-features=%016llx", (unsigned long long)h);
+}
+
+static void get_target(char *out, size_t n) {
+  const char *cc = cache_compiler();
+  pthread_mutex_lock(&target_lock);
+  if (strcmp(target_cc, cc) != 0 || !target[0]) {
+    size_t cap = 1 << 16;
+    char *cmd = malloc(strlen(cc) + strlen(cache_flags()) + 64), *buf = malloc(cap);
+    target[0] = '\0';
+    if (cmd && buf) {
+      sprintf(cmd, "%s %s -### -x c -c /dev/null -o /dev/null", cc, cache_flags());
+      /* the exit status does not matter: -### only prints */
+      cdisk_capture(cmd, buf, cap, cdisk_timeout());
+      target_flags(buf, target, sizeof target);
+    }
+    if (!target[0]) cpu_flags(target, sizeof target);
+    free(cmd);
+    free(buf);
+    /* an interrupted answer is not kept: the next compile asks again */
+    snprintf(target_cc, sizeof target_cc, "%s", cdisk_interrupted() ? "" : cc);
+  }
+  snprintf(out, n, "%s", target);
+  pthread_mutex_unlock(&target_lock);
+}
+
+const char *cache_target(void) {
+  static char copy[sizeof target];
+  get_target(copy, sizeof copy);
+  return copy;
 }
 
 /* The key of head + units (hashed as one text, as the file holds it). */
 static void make_key(const char *head, const char *const *units, int nunits, char *hex) {
   XXH3_state_t *st = XXH3_createState();
-  char mach[512];
+  char tg[sizeof target];
+  struct utsname u;
   XXH128_hash_t h;
   const char *cc = cache_compiler();
   int i;
-  machine(mach, sizeof mach);
+  get_target(tg, sizeof tg);
+  if (uname(&u) != 0) snprintf(u.machine, sizeof u.machine, "?");
   XXH3_128bits_reset(st);
   XXH3_128bits_update(st, head, strlen(head));
   for (i = 0; i < nunits; i++) XXH3_128bits_update(st, units[i], strlen(units[i]));
   XXH3_128bits_update(st, "", 1);
   XXH3_128bits_update(st, cc, strlen(cc) + 1);
   XXH3_128bits_update(st, cache_flags(), strlen(cache_flags()) + 1);
-  XXH3_128bits_update(st, mach, strlen(mach) + 1);
+  XXH3_128bits_update(st, u.machine, strlen(u.machine) + 1);
+  XXH3_128bits_update(st, tg, strlen(tg) + 1);
   XXH3_128bits_update(st, PACKAGE_VERSION, sizeof PACKAGE_VERSION);
   h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
@@ -189,46 +277,32 @@ static void make_key(const char *head, const char *const *units, int nunits, cha
            (unsigned long long)h.low64);
 }
 
-/* An ELF shared object at least as long as its section table says. */
-static int looks_complete(const char *path) {
-  Elf64_Ehdr h;
-  struct stat st;
-  FILE *f = fopen(path, "rb");
-  int ok;
-  if (!f) return 0;
-  ok = fread(&h, sizeof h, 1, f) == 1;
-  fclose(f);
-  if (!ok || memcmp(h.e_ident, ELFMAG, SELFMAG) != 0 || stat(path, &st) != 0) return 0;
-  return (uint64_t)st.st_size >= h.e_shoff + (uint64_t)h.e_shnum * h.e_shentsize;
-}
-
-/* Load path and check its embedded key; NULL when it is not ours. */
-static void *open_checked(const char *path, const char *key) {
-  void *h;
-  const char *k;
-  if (!looks_complete(path)) return NULL;
-  h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) return NULL;
-  k = dlsym(h, "fl_cache_key");
-  if (!k || strcmp(k, key) != 0) { dlclose(h); return NULL; }
-  return h;
-}
-
+/* The whole file at path (in a private directory), malloc'd; NULL if none. */
 static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char *buf;
-  long n;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  buf = malloc((size_t)(n > 0 ? n : 0) + 1);
-  if (buf) {
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  char *buf = NULL;
+  size_t got = 0;
+  if (fd < 0) return NULL;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (buf = malloc((size_t)st.st_size + 1))) {
+    ssize_t r;
+    while (got < (size_t)st.st_size && (r = read(fd, buf + got, (size_t)st.st_size - got)) > 0)
+      got += (size_t)r;
     buf[got] = '\0';
   }
-  fclose(f);
+  close(fd);
   return buf;
+}
+
+/* Append text to *log (malloc'd; NULL log: nothing). */
+static void log_add(char **log, const char *text) {
+  size_t a, b = strlen(text);
+  char *n;
+  if (!log) return;
+  a = *log ? strlen(*log) : 0;
+  if (!(n = realloc(*log, a + b + 1))) return;
+  memcpy(n + a, text, b + 1);
+  *log = n;
 }
 
 /* 'text' for the shell */
@@ -243,11 +317,15 @@ static void quote(char *out, size_t n, const char *s) {
   out[i] = '\0';
 }
 
+/* Write head + the chosen units (+ the key) to a file created here. */
 static int write_file(const char *path, const char *head, const char *const *units,
                       const int *which, int n, const char *key, fl_err *e) {
-  FILE *f = fopen(path, "w");
-  int i;
-  if (!f) return err_set(e, FL_EIO, "cache: cannot write %s: %s", path, strerror(errno));
+  int fd = cdisk_create(path), i;
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return err_set(e, FL_EIO, "cache: cannot create %s: %s", path, strerror(errno));
+  }
   fputs(head, f);
   for (i = 0; i < n; i++) fputs(units[which ? which[i] : i], f);
   if (key)
@@ -257,34 +335,16 @@ static int write_file(const char *path, const char *head, const char *const *uni
   return FL_OK;
 }
 
-/* Start `sh -c cmd`; its pid, or -1. */
-static pid_t spawn(const char *cmd) {
-  extern char **environ;
-  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
-  pid_t pid;
-  return posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ) == 0 ? pid : -1;
-}
-
-static int finished_ok(pid_t pid) {
-  int st;
-  if (pid < 0) return 0;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR) return 0;
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
-/* The compiler on `base`.c into `base`.o (or, link=1, straight into
-** `base`.so), its output appended to `base`.log; the command, malloc'd. */
-static char *cc_command(const char *base, int link, const char *inputs) {
-  char qs[2500], qo[2500], ql[2500], path[1300];
+/* The compiler on src into out (object when link is 0), output appended
+** to logp; inputs (quoted .o files) replace src when given.  Malloc'd. */
+static char *cc_command(const char *out, const char *src, int link, const char *inputs,
+                        const char *logp) {
+  char qs[2500], qo[2500], ql[2500];
   char *cmd;
   size_t n;
-  snprintf(path, sizeof path, "%s.%s", base, link ? "so" : "o");
-  quote(qo, sizeof qo, path);
-  snprintf(path, sizeof path, "%s.c", base);
-  quote(qs, sizeof qs, path);
-  snprintf(path, sizeof path, "%s.log", base);
-  quote(ql, sizeof ql, path);
+  quote(qo, sizeof qo, out);
+  quote(qs, sizeof qs, src ? src : "");
+  quote(ql, sizeof ql, logp);
   n = strlen(cache_compiler()) + strlen(cache_flags()) + strlen(qs) + strlen(qo) + strlen(ql) +
       (inputs ? strlen(inputs) : 0) + 64;
   if (!(cmd = malloc(n))) return NULL;
@@ -312,29 +372,32 @@ static void deal(const char *const *units, int nunits, int jobs, int *part) {
   }
 }
 
-static void part_name(char *out, size_t n, const char *base, int j, const char *ext) {
-  if (j < 0) snprintf(out, n, "%s.%s", base, ext);
-  else snprintf(out, n, "%s.%d.%s", base, j, ext);
-}
 
-/* Run the compiler on head + units into dir/<key>.so through temp files.
-** One unit or one CPU: one compiler run.  Otherwise the units are dealt
-** into one translation unit per CPU (each starting with head), compiled
-** at the same time and linked: a program's kernels compile in parallel. */
-static int compile_to(const char *head, const char *const *units, int nunits, const char *key,
-                      const char *final, char **log, fl_err *e) {
-  char base[1100], path[1300], csrc[1100], part[1200];
+/* Run the compiler on head + units in a private temp directory of the
+** cache dir cd, seal the object and rename it to final (the source beside
+** it as <key>.c).  On success *fd is the sealed object, opened and
+** verified (it stays valid even when the rename failed).  One unit or one
+** CPU: one compiler run.  Otherwise the units are dealt into one
+** translation unit per CPU (each starting with head), compiled at the same
+** time and linked.  The whole compile runs under the compile timeout: past
+** it every compiler process is killed. */
+static int compile_to(const char *cd, const char *head, const char *const *units, int nunits,
+                      const char *key, const char *final, char **log, int *fd, fl_err *e) {
+  char tmp[1100], src[1200], so[1200], logp[1200], path[1300], part[1300];
   char *cmd = NULL, *inputs = NULL;
-  int *where = NULL, *mine = NULL, jobs = n_jobs(nunits), j, u, n, ok = 1, rc = FL_OK;
+  int *where = NULL, *mine = NULL, jobs = n_jobs(nunits), j, u, n, rc = FL_OK, why = CDISK_DONE;
+  int ok[MAX_JOBS + 1];
   pid_t pid[MAX_JOBS];
-  unsigned c;
-  pthread_mutex_lock(&lock);
-  c = ++tmp_counter;
-  pthread_mutex_unlock(&lock);
-  snprintf(base, sizeof base, "%s/tmp-%s-%ld-%u", dir, key, (long)getpid(), c);
-  part_name(path, sizeof path, base, -1, "c");
+  double limit = cdisk_timeout(), deadline = cdisk_now() + limit;
+  struct stat st;
+  *fd = -1;
+  if (cdisk_tmpdir(cd, tmp, sizeof tmp) != 0)
+    return err_set(e, FL_EIO, "cache: cannot make a temp directory in %s: %s", cd, strerror(errno));
+  snprintf(src, sizeof src, "%s/all.c", tmp);
+  snprintf(so, sizeof so, "%s/all.so", tmp);
+  snprintf(logp, sizeof logp, "%s/all.log", tmp);
   /* the whole source: compiled when one part, kept beside the object */
-  if ((rc = write_file(path, head, units, NULL, nunits, key, e)) != FL_OK) return rc;
+  if ((rc = write_file(src, head, units, NULL, nunits, key, e)) != FL_OK) goto out;
   if (jobs > 1) {
     where = malloc((size_t)nunits * sizeof *where);
     mine = malloc((size_t)nunits * sizeof *mine);
@@ -342,82 +405,151 @@ static int compile_to(const char *head, const char *const *units, int nunits, co
     if (!where || !mine || !inputs) { rc = err_set(e, FL_ENOMEM, "cache: out of memory"); goto out; }
     deal(units, nunits, jobs, where);
     inputs[0] = '\0';
+    for (j = 0; j < jobs; j++) pid[j] = -1;
     for (j = 0; j < jobs; j++) {
-      char q[2700];
+      char q[2700], plog[1300];
       for (n = 0, u = 0; u < nunits; u++) if (where[u] == j) mine[n++] = u;
-      part_name(path, sizeof path, base, j, "c");
-      if ((rc = write_file(path, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) {
-        while (--j >= 0) finished_ok(pid[j]);     /* the parts started: done before cleaning */
+      snprintf(part, sizeof part, "%s/p%d.c", tmp, j);
+      if ((rc = write_file(part, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) {
+        cdisk_wait(pid, j, ok, 0);   /* a past deadline: the parts started are killed */
         goto out;
       }
-      snprintf(part, sizeof part, "%s.%d", base, j);
-      pid[j] = (cmd = cc_command(part, 0, NULL)) ? spawn(cmd) : -1;
+      snprintf(path, sizeof path, "%s/p%d.o", tmp, j);
+      snprintf(plog, sizeof plog, "%s/p%d.log", tmp, j);
+      pid[j] = (cmd = cc_command(path, part, 0, NULL, plog)) ? cdisk_spawn(cmd, -1) : -1;
       free(cmd);
       cmd = NULL;
-      part_name(path, sizeof path, base, j, "o");
       quote(q, sizeof q, path);
       strcat(strcat(inputs, q), " ");
     }
-    for (j = 0; j < jobs; j++) ok &= finished_ok(pid[j]);
-    ok = ok && (cmd = cc_command(base, 1, inputs)) && finished_ok(spawn(cmd));
+    why = cdisk_wait(pid, jobs, ok, deadline);
+    for (j = 0; j < jobs; j++) ok[MAX_JOBS] = j == 0 ? ok[0] : ok[MAX_JOBS] && ok[j];
+    if (why == CDISK_DONE && ok[MAX_JOBS] && (cmd = cc_command(so, NULL, 1, inputs, logp))) {
+      pid[0] = cdisk_spawn(cmd, -1);
+      why = cdisk_wait(pid, 1, ok, deadline);
+    } else {
+      ok[0] = 0;
+    }
     for (j = 0; j < jobs; j++) {       /* the parts' output, in order, into the log */
       char *pl;
-      FILE *f;
-      part_name(path, sizeof path, base, j, "log");
-      if ((pl = slurp(path)) && pl[0]) {
-        part_name(path, sizeof path, base, -1, "log");
-        if ((f = fopen(path, "a"))) { fputs(pl, f); fclose(f); }
-      }
+      snprintf(path, sizeof path, "%s/p%d.log", tmp, j);
+      if ((pl = slurp(path)) && pl[0]) log_add(log, pl);
       free(pl);
     }
   } else {
-    ok = (cmd = cc_command(base, 1, NULL)) && finished_ok(spawn(cmd));
+    pid[0] = (cmd = cc_command(so, src, 1, NULL, logp)) ? cdisk_spawn(cmd, -1) : -1;
+    why = cdisk_wait(pid, 1, ok, deadline);
   }
-  part_name(path, sizeof path, base, -1, "log");
-  if (log) *log = slurp(path);
-  part_name(path, sizeof path, base, -1, "so");
-  if (!ok || !looks_complete(path)) {
+  if (log) {
+    char *l = slurp(logp);
+    if (l) log_add(log, l);
+    free(l);
+  }
+  if (why == CDISK_TIMEOUT) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "compile: %s did not finish within %g s (FUSELAB_COMPILE_TIMEOUT); "
+             "it was killed", cache_compiler(), limit);
+    log_add(log, msg);
+    log_add(log, "\n");
+    pthread_mutex_lock(&lock);
+    n_timeout++;
+    pthread_mutex_unlock(&lock);
+    rc = err_set(e, FL_ECOMPILE, "%s", msg);
+  } else if (why == CDISK_INTR) {
+    rc = err_set(e, FL_EINTR, "compile: interrupted; %s was stopped", cache_compiler());
+  } else if (!ok[0] || cdisk_seal_so(so, key) != 0 || (*fd = cdisk_open_entry(so, &st)) < 0 ||
+             !cdisk_verify_so(*fd, &st, key)) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
     rc = err_set(e, FL_ECOMPILE, "compile: %s failed; its output is in the program's compile log",
                  cache_compiler());
-  } else if (rename(path, final) != 0) {
-    rc = err_set(e, FL_EIO, "cache: cannot rename %s to %s: %s", path, final, strerror(errno));
   } else {
-    part_name(path, sizeof path, base, -1, "c");
-    snprintf(csrc, sizeof csrc, "%s/%s.c", dir, key);
-    rename(path, csrc);
+    /* a failed rename (a directory in the way) keeps the object uncached */
+    if (rename(so, final) == 0) {
+      snprintf(path, sizeof path, "%s/%s.c", cd, key);
+      rename(src, path);
+    }
   }
 out:
   free(cmd);
   free(inputs);
   free(where);
   free(mine);
-  for (j = -1; j < jobs; j++) {
-    static const char *const ext[] = {"c", "o", "log", "so"};
-    int x;
-    for (x = 0; x < 4; x++) {
-      part_name(path, sizeof path, base, j, ext[x]);
-      unlink(path);
-    }
-  }
+  cdisk_rmtmp(tmp);
   return rc;
+}
+
+/* Objects are loaded by the name /proc/self/fd/N of their verified fd, and
+** the loader hands an object already known by a name to whoever asks for
+** that name: so an fd stays open while its object may be loaded, also
+** after our dlclose when another handle keeps the object (kept here and
+** closed once the loader no longer knows it). */
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *held_fds, nheld, capheld;
+
+static void unload(void *h, int fd) {
+  int i;
+  if (h) dlclose(h);
+  pthread_mutex_lock(&fd_lock);
+  if (fd >= 0 && nheld == capheld) {
+    int *g = realloc(held_fds, (size_t)(capheld = capheld ? 2 * capheld : 16) * sizeof *g);
+    if (g) held_fds = g;
+    else capheld = nheld;
+  }
+  /* no room to track it: left open, so never reused */
+  if (fd >= 0 && nheld < capheld) held_fds[nheld++] = fd;
+  for (i = 0; i < nheld; i++) {
+    char name[64];
+    void *still;
+    snprintf(name, sizeof name, "/proc/self/fd/%d", held_fds[i]);
+    if ((still = dlopen(name, RTLD_LAZY | RTLD_NOLOAD))) { dlclose(still); continue; }
+    close(held_fds[i]);
+    held_fds[i--] = held_fds[--nheld];
+  }
+  pthread_mutex_unlock(&fd_lock);
+}
+
+/* The verified object at path, loaded (*fd its file): NULL when absent or
+** not ours (removed then, to be rebuilt).  A hit makes the entry recently
+** used. */
+static void *load_entry(const char *path, const char *key, int *fd) {
+  struct stat st;
+  void *h = NULL;
+  *fd = cdisk_open_entry(path, &st);
+  if (*fd == -1) return NULL;
+  if (*fd >= 0 && cdisk_verify_so(*fd, &st, key) && (h = cdisk_dlopen_fd(*fd))) {
+    futimens(*fd, NULL);
+    return h;
+  }
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+  cdisk_discard(path);   /* corrupt, foreign, or not a file at all */
+  return NULL;
 }
 
 int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err *e) {
   return cache_load_units("", &source, 1, out, log, how, e);
 }
 
+static int debug_level(void) {
+  const char *d = getenv("FUSELAB_DEBUG");
+  return d ? atoi(d) : 0;
+}
+
 int cache_load_units(const char *head, const char *const *units, int nunits, cache_obj **out,
                      char **log, int *how, fl_err *e) {
-  char key[33], path[1100];
+  char key[33], path[1100], cd[1024];
+  const char *k;
   cache_obj *o;
   void *h;
-  int rc, dummy;
+  int rc, dummy, fd;
   if (!how) how = &dummy;
   if (log) *log = NULL;
   *out = NULL;
+  cdisk_clear_interrupt();
+  if ((rc = get_dir(cd, sizeof cd, e)) != FL_OK) return rc;
   make_key(head, units, nunits, key);
   pthread_mutex_lock(&lock);
-  if (!dir_ready) choose_dir();
   for (o = table; o; o = o->next)
     if (strcmp(o->key, key) == 0) {
       o->refs++;
@@ -425,42 +557,52 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
       pthread_mutex_unlock(&lock);
       *out = o;
       *how = CACHE_MEMORY;
-      if (getenv("FUSELAB_DEBUG") && atoi(getenv("FUSELAB_DEBUG")) >= 1)
-        fprintf(stderr, "fuselab: kernel cache hit (memory) %s\n", key);
+      if (debug_level() >= 1) fprintf(stderr, "fuselab: kernel cache hit (memory) %s\n", key);
       return FL_OK;
     }
-  snprintf(path, sizeof path, "%s/%s.so", dir, key);
   pthread_mutex_unlock(&lock);
-  h = open_checked(path, key);
+  snprintf(path, sizeof path, "%s/%s.so", cd, key);
   *how = CACHE_DISK;
-  if (!h) {
-    if (access(path, F_OK) == 0) unlink(path);   /* corrupt or foreign */
-    if ((rc = compile_to(head, units, nunits, key, path, log, e)) != FL_OK) {
+  if (!(h = load_entry(path, key, &fd))) {
+    if ((rc = compile_to(cd, head, units, nunits, key, path, log, &fd, e)) != FL_OK) {
       pthread_mutex_lock(&lock);
       n_fail++;
       pthread_mutex_unlock(&lock);
       return rc;
     }
-    if (!(h = open_checked(path, key))) {
+    if (!(h = cdisk_dlopen_fd(fd))) {
       const char *de = dlerror();
+      close(fd);
       return err_set(e, FL_ECOMPILE, "compile: cannot load %s: %s", path, de ? de : "bad object");
     }
     *how = CACHE_COMPILED;
+    rc = cdisk_evict(cd, cdisk_cap(), key);
+    pthread_mutex_lock(&lock);
+    n_evict += rc;
+    pthread_mutex_unlock(&lock);
+  }
+  /* the seal said so; the object agrees (else the seal was forged) */
+  k = dlsym(h, "fl_cache_key");
+  if (!k || strcmp(k, key) != 0) {
+    unload(h, fd);
+    cdisk_discard(path);
+    return err_set(e, FL_ECOMPILE, "compile: %s was built for another key", path);
   }
   if (!(o = calloc(1, sizeof *o))) {
-    dlclose(h);
+    unload(h, fd);
     return err_set(e, FL_ENOMEM, "cache: out of memory");
   }
   memcpy(o->key, key, sizeof key);
   o->handle = h;
-  o->refs = 2;
+  o->fd = fd;
+  o->refs = 1;
   o->in_table = 1;
   pthread_mutex_lock(&lock);
   o->next = table;
   table = o;
   if (*how == CACHE_DISK) n_disk++; else n_miss++;
   pthread_mutex_unlock(&lock);
-  if (getenv("FUSELAB_DEBUG") && atoi(getenv("FUSELAB_DEBUG")) >= 1)
+  if (debug_level() >= 1)
     fprintf(stderr, "fuselab: kernel cache %s %s\n",
             *how == CACHE_DISK ? "hit (disk)" : "miss (compiled)", key);
   *out = o;
@@ -479,77 +621,95 @@ cache_obj *cache_retain(cache_obj *o) {
   return o;
 }
 
+/* unlinks o from the table; under the lock */
+static void untable(cache_obj *o) {
+  cache_obj **p;
+  if (!o->in_table) return;
+  for (p = &table; *p; p = &(*p)->next)
+    if (*p == o) { *p = o->next; break; }
+  o->in_table = 0;
+}
+
 void cache_release(cache_obj *o) {
   int last;
   if (!o) return;
   pthread_mutex_lock(&lock);
-  last = --o->refs == 0;
+  if ((last = --o->refs == 0)) untable(o);
   pthread_mutex_unlock(&lock);
   if (last) {
-    dlclose(o->handle);
+    unload(o->handle, o->fd);
     free(o);
   }
 }
 
 void cache_forget_memory(void) {
-  cache_obj *o, *next, *dead = NULL;
+  cache_obj *o, *next;
   pthread_mutex_lock(&lock);
   for (o = table; o; o = next) {
     next = o->next;
     o->in_table = 0;
-    if (--o->refs == 0) { o->next = dead; dead = o; }
   }
   table = NULL;
   pthread_mutex_unlock(&lock);
-  for (o = dead; o; o = next) {
-    next = o->next;
-    dlclose(o->handle);
-    free(o);
-  }
-}
-
-static int ends_with(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
 int cache_get_info(cache_info *out, fl_err *e) {
   DIR *d;
   struct dirent *de;
+  cache_obj *o;
   (void)e;
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&lock);
   if (!dir_ready) choose_dir();
   snprintf(out->dir, sizeof out->dir, "%s", dir);
   out->hits = n_hits; out->disk_hits = n_disk; out->misses = n_miss; out->failures = n_fail;
+  out->timeouts = n_timeout; out->evictions = n_evict;
+  for (o = table; o; o = o->next) out->loaded++;
   pthread_mutex_unlock(&lock);
-  if (!(d = opendir(out->dir))) return FL_OK;
+  out->max_bytes = cdisk_cap();
+  if (!out->dir[0] || !(d = opendir(out->dir))) return FL_OK;
   while ((de = readdir(d))) {
     char p[1400];
     struct stat st;
-    if (!ends_with(de->d_name, ".so") || strncmp(de->d_name, "tmp-", 4) == 0) continue;
+    if (!cdisk_entry_name(de->d_name, "so")) continue;
     snprintf(p, sizeof p, "%s/%s", out->dir, de->d_name);
-    if (stat(p, &st) == 0) { out->entries++; out->bytes += st.st_size; }
+    if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) { out->entries++; out->bytes += st.st_size; }
   }
   closedir(d);
   return FL_OK;
+}
+
+#define BLOB_MAGIC "FLBLOB1\n"
+
+/* fuselab's own: <key>.so, <key>.c, a blob that names its key inside */
+static int ours(const char *cd, const char *name) {
+  char p[1400], head[40];
+  struct stat st;
+  int fd, yes;
+  if (cdisk_entry_name(name, "so") || cdisk_entry_name(name, "c")) return 1;
+  if (!cdisk_entry_name(name, NULL)) return 0;
+  snprintf(p, sizeof p, "%s/%s", cd, name);
+  if ((fd = cdisk_open_entry(p, &st)) < 0) return 0;
+  yes = read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, BLOB_MAGIC, 8) == 0 &&
+        memcmp(head + 8, name, 32) == 0;
+  close(fd);
+  return yes;
 }
 
 int cache_clear(fl_err *e) {
   DIR *d;
   struct dirent *de;
   char cd[1024];
-  pthread_mutex_lock(&lock);
-  if (!dir_ready) choose_dir();
-  snprintf(cd, sizeof cd, "%s", dir);
-  pthread_mutex_unlock(&lock);
+  double limit = cdisk_timeout();
+  int rc;
+  if ((rc = get_dir(cd, sizeof cd, e)) != FL_OK) return rc;
   cache_forget_memory();
   if (!(d = opendir(cd))) return err_set(e, FL_EIO, "cache: cannot open %s: %s", cd, strerror(errno));
   while ((de = readdir(d))) {
     char p[1400];
-    if (!ends_with(de->d_name, ".so") && !ends_with(de->d_name, ".c")) continue;
     snprintf(p, sizeof p, "%s/%s", cd, de->d_name);
-    unlink(p);
+    if (ours(cd, de->d_name)) cdisk_discard(p);
+    else if (cdisk_stale_tmp(cd, de->d_name, limit)) cdisk_rmtmp(p);
   }
   closedir(d);
   return FL_OK;
@@ -558,8 +718,6 @@ int cache_clear(fl_err *e) {
 /* --- blobs ----------------------------------------------------------------
 ** File layout: "FLBLOB1\n", the 32-digit key, the payload size (8 bytes,
 ** little endian), the payload, then its XXH64.  Anything else is not ours. */
-
-#define BLOB_MAGIC "FLBLOB1\n"
 
 void cache_blob_key(const char *const *parts, int nparts, char hex[33]) {
   XXH3_state_t *st = XXH3_createState();
@@ -574,38 +732,44 @@ void cache_blob_key(const char *const *parts, int nparts, char hex[33]) {
            (unsigned long long)h.low64);
 }
 
-static void blob_path(char *out, size_t n, const char *key, const char *ext) {
-  pthread_mutex_lock(&lock);
-  if (!dir_ready) choose_dir();
-  snprintf(out, n, "%s/%s.%s", dir, key, ext);
-  pthread_mutex_unlock(&lock);
+static int full_read(int fd, void *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, (char *)buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    got += (size_t)r;
+  }
+  return 1;
 }
 
 int cache_get_blob(const char *key, const char *ext, void **data, size_t *n) {
-  char path[1200], head[8 + 32];
+  char path[1200], head[8 + 32], cd[1024];
   unsigned char sz[8], sum[8];
   uint64_t len = 0, want;
   void *buf = NULL;
-  FILE *f;
-  int i, ok = 0;
+  struct stat st;
+  int i, ok = 0, fd;
   *data = NULL;
   *n = 0;
-  blob_path(path, sizeof path, key, ext);
-  if (!(f = fopen(path, "rb"))) return 0;
-  if (fread(head, 1, sizeof head, f) == sizeof head && memcmp(head, BLOB_MAGIC, 8) == 0 &&
-      memcmp(head + 8, key, 32) == 0 && fread(sz, 1, 8, f) == 8) {
+  if (get_dir(cd, sizeof cd, NULL) != FL_OK) return 0;
+  snprintf(path, sizeof path, "%s/%s.%s", cd, key, ext);
+  if ((fd = cdisk_open_entry(path, &st)) == -1) return 0;
+  if (fd >= 0 && full_read(fd, head, sizeof head) && memcmp(head, BLOB_MAGIC, 8) == 0 &&
+      memcmp(head + 8, key, 32) == 0 && full_read(fd, sz, 8)) {
     for (i = 7; i >= 0; i--) len = len << 8 | sz[i];
-    if (len < ((uint64_t)1 << 32) && (buf = malloc((size_t)len + 1)) &&
-        fread(buf, 1, (size_t)len, f) == len && fread(sum, 1, 8, f) == 8) {
+    if (len + 56 == (uint64_t)st.st_size && (buf = malloc((size_t)len + 1)) &&
+        full_read(fd, buf, (size_t)len) && full_read(fd, sum, 8)) {
       want = XXH64(buf, (size_t)len, 0);
       ok = 1;
       for (i = 0; i < 8; i++) ok &= sum[i] == (unsigned char)(want >> (8 * i));
     }
   }
-  fclose(f);
+  if (ok) futimens(fd, NULL);
+  if (fd >= 0) close(fd);
   if (!ok) {
     free(buf);
-    unlink(path);       /* corrupt or foreign: rebuilt by the caller */
+    cdisk_discard(path);       /* corrupt or foreign: rebuilt by the caller */
     return 0;
   }
   ((char *)buf)[len] = '\0';
@@ -617,48 +781,54 @@ int cache_get_blob(const char *key, const char *ext, void **data, size_t *n) {
   return 1;
 }
 
+static int full_write(int fd, const void *buf, size_t n) {
+  size_t put = 0;
+  while (put < n) {
+    ssize_t r = write(fd, (const char *)buf + put, n - put);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    put += (size_t)r;
+  }
+  return 1;
+}
+
 int cache_put_blob(const char *key, const char *ext, const void *data, size_t n, fl_err *e) {
-  char path[1200], tmp[1300];
+  char path[1200], tmp[1300], cd[1024];
   unsigned char sz[8], sum[8];
   uint64_t h = XXH64(data, n, 0);
-  unsigned c;
-  FILE *f;
-  int i, bad;
-  blob_path(path, sizeof path, key, ext);
-  pthread_mutex_lock(&lock);
-  c = ++tmp_counter;
-  pthread_mutex_unlock(&lock);
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), c);
+  int i, bad, fd, rc;
+  if ((rc = get_dir(cd, sizeof cd, e)) != FL_OK) return rc;
+  snprintf(path, sizeof path, "%s/%s.%s", cd, key, ext);
+  snprintf(tmp, sizeof tmp, "%s/tmp-%ld-XXXXXX", cd, (long)getpid());
   for (i = 0; i < 8; i++) {
     sz[i] = (unsigned char)((uint64_t)n >> (8 * i));
     sum[i] = (unsigned char)(h >> (8 * i));
   }
-  if (!(f = fopen(tmp, "wb")))
-    return err_set(e, FL_EIO, "cache: cannot write %s: %s", tmp, strerror(errno));
-  bad = fwrite(BLOB_MAGIC, 1, 8, f) != 8 || fwrite(key, 1, 32, f) != 32 ||
-        fwrite(sz, 1, 8, f) != 8 || fwrite(data, 1, n, f) != n || fwrite(sum, 1, 8, f) != 8;
-  bad |= fclose(f) != 0;
+  if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)     /* O_CREAT|O_EXCL: never through a link */
+    return err_set(e, FL_EIO, "cache: cannot create a temp file in %s: %s", cd, strerror(errno));
+  bad = !full_write(fd, BLOB_MAGIC, 8) || !full_write(fd, key, 32) || !full_write(fd, sz, 8) ||
+        !full_write(fd, data, n) || !full_write(fd, sum, 8) || fchmod(fd, 0600) != 0;
+  bad |= close(fd) != 0;
   if (bad || rename(tmp, path) != 0) {
     unlink(tmp);
     return err_set(e, FL_EIO, "cache: cannot write %s", path);
   }
+  rc = cdisk_evict(cd, cdisk_cap(), key);
+  pthread_mutex_lock(&lock);
+  n_evict += rc;
+  pthread_mutex_unlock(&lock);
   return FL_OK;
 }
 
 int cache_clear_blobs(const char *ext) {
   DIR *d;
   struct dirent *de;
-  char cd[1024], suf[64];
+  char cd[1024];
   int count = 0;
-  pthread_mutex_lock(&lock);
-  if (!dir_ready) choose_dir();
-  snprintf(cd, sizeof cd, "%s", dir);
-  pthread_mutex_unlock(&lock);
-  snprintf(suf, sizeof suf, ".%s", ext);
-  if (!(d = opendir(cd))) return 0;
+  if (get_dir(cd, sizeof cd, NULL) != FL_OK || !(d = opendir(cd))) return 0;
   while ((de = readdir(d))) {
     char p[1400];
-    if (!ends_with(de->d_name, suf)) continue;
+    if (!cdisk_entry_name(de->d_name, ext)) continue;
     snprintf(p, sizeof p, "%s/%s", cd, de->d_name);
     if (unlink(p) == 0) count++;
   }
@@ -669,20 +839,15 @@ int cache_clear_blobs(const char *ext) {
 void cache_count_blobs(const char *ext, int64_t *entries, int64_t *bytes) {
   DIR *d;
   struct dirent *de;
-  char cd[1024], suf[64];
+  char cd[1024];
   *entries = *bytes = 0;
-  pthread_mutex_lock(&lock);
-  if (!dir_ready) choose_dir();
-  snprintf(cd, sizeof cd, "%s", dir);
-  pthread_mutex_unlock(&lock);
-  snprintf(suf, sizeof suf, ".%s", ext);
-  if (!(d = opendir(cd))) return;
+  if (get_dir(cd, sizeof cd, NULL) != FL_OK || !(d = opendir(cd))) return;
   while ((de = readdir(d))) {
     char p[1400];
     struct stat st;
-    if (!ends_with(de->d_name, suf)) continue;
+    if (!cdisk_entry_name(de->d_name, ext)) continue;
     snprintf(p, sizeof p, "%s/%s", cd, de->d_name);
-    if (stat(p, &st) == 0) { (*entries)++; *bytes += st.st_size; }
+    if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) { (*entries)++; *bytes += st.st_size; }
   }
   closedir(d);
 }

@@ -1,12 +1,21 @@
 /*
 ** cache.h -- compiled kernels on disk and in memory (DESIGN §4).
-** Key: XXH3-128 of the source, the compiler, its flags, the machine and
-** the fuselab version.  Disk entries are <key>.so in the cache directory
-** ($FUSELAB_CACHE_DIR, else $XDG_CACHE_HOME/fuselab, else
-** ~/.cache/fuselab; mode 0700), written to a temp file and renamed, so
-** readers never see half an entry; an entry that is corrupt or was built
-** for another key is ignored and rebuilt.  Loaded objects are kept in
-** memory, so the second request for a source costs a hash.
+** Key: XXH3-128 of the source, the compiler, its flags, the target it
+** really builds for (what -march=native expands to, cache_target), the
+** machine and the fuselab version.  Disk entries are <key>.so in the cache
+** directory ($FUSELAB_CACHE_DIR, else $XDG_CACHE_HOME/fuselab, else
+** ~/.cache/fuselab, else the password database's home; what it creates is
+** mode 0700).  Trusted like ssh's ~/.ssh: a directory not owned by the user
+** or writable by group/others is refused and a private temp directory
+** stands in (cache_warning).  An entry is used only when it is a regular
+** file owned by the user, not writable by others, whose appended seal
+** names its key and checksums every byte, all checked before it is
+** loaded, and what loads is the file that was checked.  Compiles run in a
+** private temp directory under $FUSELAB_COMPILE_TIMEOUT seconds (default
+** 120) and are renamed into place whole; the directory is kept under
+** $FUSELAB_CACHE_MAX_MB (default 2048), least recently used first.  Loaded
+** objects are shared while some program holds them, so asking again for a
+** held source costs a hash; the last release unloads.
 */
 #ifndef FL_CPU_CACHE_H
 #define FL_CPU_CACHE_H
@@ -27,10 +36,16 @@ typedef struct cache_info {
   int64_t hits;          /* requests served from memory */
   int64_t disk_hits;     /* requests served from disk */
   int64_t misses;        /* requests that ran the compiler */
-  int64_t failures;      /* compiler runs that failed */
+  int64_t failures;      /* compiler runs that failed (timeouts included) */
+  int64_t timeouts;      /* compiler runs killed at FUSELAB_COMPILE_TIMEOUT */
+  int64_t evictions;     /* keys removed to stay under the size cap */
+  int64_t loaded;        /* objects in memory that requests can find */
+  int64_t max_bytes;     /* the size cap */
 } cache_info;
 
-/* Compile source (or find it) and load it.  On success *out is a new
+/* Compile source (or find it) and load it.  A compiler that runs past the
+** timeout is killed: FL_ECOMPILE naming the timeout (the log says so too);
+** cache_interrupt stops it as well: FL_EINTR.  On success *out is a new
 ** reference the caller releases with cache_release, *how says where it came
 ** from.  On FL_ECOMPILE, *log (when log is not NULL) is the compiler's
 ** output, malloc'd and owned by the caller; also on success when it
@@ -53,10 +68,19 @@ void cache_release(cache_obj *o);
 /* The compiler command ($CC, else the configured default) and flags. */
 const char *cache_compiler(void);
 const char *cache_flags(void);
+/* The target flags the compiler reports for cache_flags on this host
+** (GCC: -march=<cpu> -m<feature>...; Clang: target-cpu=, +<feature>...;
+** else a hash of the CPU's feature list); never "native". */
+const char *cache_target(void);
+/* Async-signal-safe: a compile being waited on is stopped (its compiler
+** killed) and fails with FL_EINTR. */
+void cache_interrupt(void);
 
 int cache_get_info(cache_info *out, fl_err *e);
-/* Remove every entry from disk and forget the loaded ones (objects still
-** held by programs stay loaded until released). */
+/* Remove fuselab's entries from disk (<key>.so, <key>.c, blobs that carry
+** their key; other files stay) and temp directories of processes that are
+** gone and older than the compile timeout, and forget the loaded objects
+** (those still held by programs stay loaded until released). */
 int cache_clear(fl_err *e);
 /* Forget loaded objects only: the next request goes to disk, as a new
 ** process would. */
@@ -72,7 +96,9 @@ void cache_reset_dir(void);
 ** Same directory, same rules: the caller's key covers what made the blob
 ** (source, compiler, flags, architecture, fuselab version); the file
 ** <key>.<ext> carries the key and a checksum and is written to a temp file
-** and renamed; a corrupt or foreign one is deleted and counts as absent. */
+** created exclusively and renamed; it is read only when a regular file
+** owned by the user, not writable by others; a corrupt or foreign one is
+** deleted and counts as absent. */
 /* XXH3-128 over the NUL-terminated parts and the fuselab version. */
 void cache_blob_key(const char *const *parts, int nparts, char hex[33]);
 /* 1 and *data (malloc'd, the caller frees) when present and whole, else 0. */

@@ -21,6 +21,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "cpu/cache.h"
 #include "scripting/lfl.h"
 #include "repl/repl.h"
 
@@ -62,6 +63,9 @@ static void laction(int sig) {
     ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)n;
   }
+  /* the compiler runs in its own process group, out of the terminal's
+  ** reach: a compile being waited on is stopped here */
+  cache_interrupt();
   lua_sethook(globalL, lstop, mask, 1);
 }
 

@@ -278,7 +278,7 @@ static int l_cache_info(lua_State *L) {
   fl_err e;
   err_clear(&e);
   if (cache_get_info(&ci, &e) != FL_OK) return lfl_raise(L, "cache_info", &e);
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 14);
   lua_pushstring(L, ci.dir); lua_setfield(L, -2, "dir");
   lua_pushinteger(L, (lua_Integer)ci.entries); lua_setfield(L, -2, "entries");
   lua_pushinteger(L, (lua_Integer)ci.bytes); lua_setfield(L, -2, "bytes");
@@ -286,8 +286,13 @@ static int l_cache_info(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)ci.disk_hits); lua_setfield(L, -2, "disk_hits");
   lua_pushinteger(L, (lua_Integer)ci.misses); lua_setfield(L, -2, "misses");
   lua_pushinteger(L, (lua_Integer)ci.failures); lua_setfield(L, -2, "failures");
+  lua_pushinteger(L, (lua_Integer)ci.timeouts); lua_setfield(L, -2, "timeouts");
+  lua_pushinteger(L, (lua_Integer)ci.evictions); lua_setfield(L, -2, "evictions");
+  lua_pushinteger(L, (lua_Integer)ci.loaded); lua_setfield(L, -2, "loaded");
+  lua_pushinteger(L, (lua_Integer)ci.max_bytes); lua_setfield(L, -2, "max_bytes");
   lua_pushstring(L, cache_compiler()); lua_setfield(L, -2, "compiler");
   lua_pushstring(L, cache_flags()); lua_setfield(L, -2, "flags");
+  lua_pushstring(L, cache_target()); lua_setfield(L, -2, "target");
   if (cache_warning()) { lua_pushstring(L, cache_warning()); lua_setfield(L, -2, "warning"); }
   return 1;
 }

@@ -412,6 +412,40 @@ int main(void) {
     }
   }
 
+  /* blobs: read only from a regular file owned by the user; a FIFO at the
+  ** path does not block, a symlink is not followed (its target is kept) */
+  {
+    const char *parts[1] = {"blob test"};
+    char key[33], path[1400], victim[1400];
+    void *data = NULL;
+    size_t n = 0;
+    FILE *f;
+    cache_blob_key(parts, 1, key);
+    is_int(cache_put_blob(key, "bin", "payload", 7, &e), FL_OK, "blob: written");
+    ok(cache_get_blob(key, "bin", &data, &n) && n == 7 && memcmp(data, "payload", 7) == 0,
+       "blob: read back");
+    free(data);
+    snprintf(path, sizeof path, "%s/%s.bin", cdir, key);
+    unlink(path);
+    ok(mkfifo(path, 0600) == 0, "blob: a FIFO at its path");
+    ok(!cache_get_blob(key, "bin", &data, &n), "blob: a FIFO is not a blob, and did not block");
+    snprintf(victim, sizeof victim, "%s/../fl-blob-victim-%ld", cdir, (long)getpid());
+    if ((f = fopen(victim, "w"))) { fputs("precious", f); fclose(f); }
+    unlink(path);
+    ok(symlink(victim, path) == 0, "blob: a symlink at its path");
+    ok(!cache_get_blob(key, "bin", &data, &n), "blob: a symlink is not followed");
+    is_int(cache_put_blob(key, "bin", "payload", 7, &e), FL_OK, "blob: written again");
+    {
+      char buf[32] = "";
+      struct stat lst;
+      if ((f = fopen(victim, "r"))) { if (!fgets(buf, sizeof buf, f)) buf[0] = '\0'; fclose(f); }
+      ok(strcmp(buf, "precious") == 0 && lstat(path, &lst) == 0 && S_ISREG(lst.st_mode),
+         "blob: the link's target is untouched, the blob a file of its own");
+    }
+    unlink(victim);
+    is_int(cache_clear_blobs("bin"), 1, "blob: cleared");
+  }
+
   /* per-kernel timing: off by default, counts while on, each kernel's
   ** time within the run's wall time, results unchanged */
   {

@@ -1,0 +1,86 @@
+/*
+** cache_disk.h -- the file-system half of the kernel cache (cache.c):
+** which directory may be trusted, how an entry is opened and proved before
+** anything in it runs, private temp directories, the compiler's processes
+** under a deadline, the target the compiler really builds for, and the
+** size cap.  Internal to cpu/; callers use cache.h.
+*/
+#ifndef FL_CPU_CACHE_DISK_H
+#define FL_CPU_CACHE_DISK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+/* 1 when path (after one symlink, whose target must pass too) is a
+** directory owned by the user, writable by nobody else, in a parent that
+** others cannot rename it out of; else 0 and why[] says what failed. */
+int cdisk_trusted_dir(const char *path, char *why, size_t n);
+/* mkdir -p, every directory it creates mode 0700; 0 or -1 (errno). */
+int cdisk_mkdirs(const char *path);
+/* A fresh private directory (mkdtemp, mode 0700) under $TMPDIR or /tmp;
+** 0 or -1.  Removed with its entries when the process exits. */
+int cdisk_private_dir(char *out, size_t n);
+
+/* The regular file at path, owned by the user and writable by nobody
+** else, opened O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC (a FIFO or
+** device is never opened, so nothing blocks): its fd, *st filled; -1 when
+** nothing is there; -2 when something else is (see cdisk_discard). */
+int cdisk_open_entry(const char *path, struct stat *st);
+/* Remove what is at path unless it is a directory (unlink never follows a
+** symlink, so a planted link's target is untouched). */
+void cdisk_discard(const char *path);
+/* 1 when the open object file carries the seal for key: the trailer
+** cdisk_seal_so appended, its length, and the checksum of every byte
+** before it; the file is only read. */
+int cdisk_verify_so(int fd, const struct stat *st, const char *key);
+/* Append the seal for key to the object at path (the compiler's output in
+** a private directory) and make it mode 0700; 0 or -1. */
+int cdisk_seal_so(const char *path, const char *key);
+/* dlopen the file behind fd (through /proc/self/fd, so what loads is what
+** was verified); NULL on failure.  The loader knows the object by that
+** name from then on and returns it for the same name, so fd must stay
+** open while the object may be loaded (cache.c keeps it). */
+void *cdisk_dlopen_fd(int fd);
+
+/* Exclusive creation: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; fd or -1. */
+int cdisk_create(const char *path);
+/* A private temp directory dir/tmp-<pid>-XXXXXX (mode 0700); 0 or -1. */
+int cdisk_tmpdir(const char *dir, char *out, size_t n);
+/* Remove a temp directory made by cdisk_tmpdir and the files in it. */
+void cdisk_rmtmp(const char *tmp);
+/* 1 when dir/name is fuselab's temp file or directory, left by a process
+** that is gone, and older than timeout seconds. */
+int cdisk_stale_tmp(const char *dir, const char *name, double timeout);
+/* 1 when name is <32 hex digits>.<ext> (ext NULL: any extension). */
+int cdisk_entry_name(const char *name, const char *ext);
+
+/* $FUSELAB_COMPILE_TIMEOUT in seconds (default 120). */
+double cdisk_timeout(void);
+/* Ask compilers being waited on to be killed (async-signal-safe). */
+void cdisk_interrupt(void);
+void cdisk_clear_interrupt(void);
+int cdisk_interrupted(void);
+/* `sh -c cmd` in its own process group, stdin /dev/null, stdout and
+** stderr to out_fd when out_fd >= 0; its pid or -1. */
+pid_t cdisk_spawn(const char *cmd, int out_fd);
+enum { CDISK_DONE = 0, CDISK_TIMEOUT = 1, CDISK_INTR = 2 };
+/* Wait for pids[0..n) (-1 entries count as failed) until deadline (a
+** CLOCK_MONOTONIC time in seconds).  ok[i] = exited with status 0.  Past
+** the deadline, or when interrupted, every process group still running is
+** killed with SIGKILL and reaped.  A CDISK_ code. */
+int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline);
+double cdisk_now(void);
+/* Run cmd (as cdisk_spawn) and collect its output, at most n-1 bytes,
+** NUL-terminated; 1 when it exited 0 within timeout seconds. */
+int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout);
+
+/* $FUSELAB_CACHE_MAX_MB in bytes (default 2048 MB). */
+int64_t cdisk_cap(void);
+/* While the entries in dir (files <key>.<ext> owned by the user) take more
+** than cap bytes, remove the least recently used key's files, never those
+** of keep; the number of keys removed. */
+int cdisk_evict(const char *dir, int64_t cap, const char *keep);
+
+#endif

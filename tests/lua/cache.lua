@@ -1,0 +1,289 @@
+-- cache.lua -- the compile cache trusts nothing another user could have
+-- written: untrusted directories are refused, planted entries (objects,
+-- FIFOs, symlinks) are never run, followed or blocked on, cache_clear
+-- removes only its own files, the size cap holds, a hanging compiler is
+-- killed, and the key follows the instruction set the compiler targets.
+-- Most checks run a child fuselab with its own environment.
+local t = require "tap"
+
+local FUSELAB = os.getenv("FUSELAB") or "fuselab"
+local base = fl._mkdtemp()
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local ok = p:close()
+  return out, ok
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+local function read(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function exists(path) return os.execute("test -e " .. q(path)) == true end
+local function is_file(path) return os.execute("test -f " .. q(path) .. " -a ! -L " .. q(path)) == true end
+
+-- the child: one compiled function, its result and what the cache saw
+local child = base .. "/child.lua"
+write(child, [[
+local f = fl.compile(function(x) return (x * 3 + 1):sum() end)
+local r = f(fl.ones(5)):item()
+local ci = fl.cache_info()
+print("RESULT " .. r)
+print("DIR " .. tostring(ci.dir))
+print("MISSES " .. tostring(ci.misses))
+print("DISK " .. tostring(ci.disk_hits))
+print("TIMEOUTS " .. tostring(ci.timeouts))
+print("FALLBACKS " .. tostring(f:stats().fallbacks))
+print("LOG " .. (f:stats().compile_log or ""):gsub("\n", " "))
+print("WARNING " .. tostring(ci.warning))
+]])
+
+-- run the child with env (a string of VAR=value words); its output and fields
+local function run(env, timeout)
+  local out = sh(("cd %s && timeout %d env %s %s %s"):format(q(base), timeout or 120, env, q(FUSELAB), q(child)))
+  local r = {out = out}
+  for k, v in out:gmatch("\n?(%u+) ([^\n]*)") do r[k] = v end
+  r.result = tonumber(r.RESULT)
+  return r
+end
+
+local function count(s, pat)
+  local n = 0
+  for _ in s:gmatch(pat) do n = n + 1 end
+  return n
+end
+
+-- the <key>.so files in d
+local function entries(d)
+  local out = sh("ls " .. q(d))
+  local keys = {}
+  for k in out:gmatch("(%x+)%.so\n") do if #k == 32 then keys[#keys + 1] = k end end
+  return keys
+end
+
+local root = sh("id -u"):match("^0") ~= nil
+
+-- ---- untrusted directories ------------------------------------------------
+for _, case in ipairs{{"0770", "its group"}, {"0703", "others"}} do
+  local d = base .. "/open" .. case[1]
+  os.execute(("mkdir -p %s && chmod %s %s"):format(q(d), case[1], q(d)))
+  local r = run("FUSELAB_CACHE_DIR=" .. q(d))
+  t.is(r.result, 20, "mode " .. case[1] .. ": the right answer")
+  t.ok(r.DIR and r.DIR ~= d and r.DIR:find("fuselab%-cache%-"), "mode " .. case[1] .. ": a private dir is used: " .. tostring(r.DIR))
+  t.ok(r.WARNING and r.WARNING:find(d, 1, true) and r.WARNING:find(case[2], 1, true),
+       "mode " .. case[1] .. ": cache_info().warning says why: " .. tostring(r.WARNING))
+  t.is(count(r.out, "fuselab: warning: cache:"), 1, "mode " .. case[1] .. ": warned once on stderr")
+  t.is(#entries(d), 0, "mode " .. case[1] .. ": nothing written there")
+end
+
+-- (root passes every permission check, so only ownership refuses here)
+if root then
+  local d = base .. "/nobodys"
+  os.execute(("mkdir -p %s && chmod 0700 %s && chown nobody %s"):format(q(d), q(d), q(d)))
+  local r = run("FUSELAB_CACHE_DIR=" .. q(d))
+  t.is(r.result, 20, "owned by nobody: the right answer")
+  t.ok(r.DIR and r.DIR ~= d, "owned by nobody: refused, " .. tostring(r.DIR) .. " used")
+  t.ok(r.WARNING and r.WARNING:find("not by you", 1, true), "owned by nobody: " .. tostring(r.WARNING))
+  t.is(#entries(d), 0, "owned by nobody: nothing written there")
+  -- a symlink to a trusted dir is fine; one to nobody's dir is not
+  local good, link1, link2 = base .. "/good", base .. "/link-good", base .. "/link-bad"
+  os.execute(("mkdir -p %s && chmod 0700 %s && ln -s %s %s && ln -s %s %s"):format(
+    q(good), q(good), q(good), q(link1), q(d), q(link2)))
+  t.is(run("FUSELAB_CACHE_DIR=" .. q(link1)).DIR, good, "a symlink to a trusted dir: its target is used")
+  t.ok((run("FUSELAB_CACHE_DIR=" .. q(link2)).WARNING or ""):find("target", 1, true), "a symlink to nobody's dir: refused")
+else
+  t.ok(true, "# SKIP chown to nobody needs root")
+end
+
+-- no HOME (cron, systemd, docker exec): never the guessable /tmp/.cache/fuselab
+do
+  local out = sh(("env -u HOME -u XDG_CACHE_HOME -u FUSELAB_CACHE_DIR %s -e %s"):format(
+    q(FUSELAB), q("print('DIR ' .. fl.cache_info().dir)")))
+  local d = out:match("DIR ([^\n]*)")
+  t.ok(d and d ~= "/tmp/.cache/fuselab" and not d:find("^/tmp/%.cache"),
+       "HOME unset: the password database's home or a private dir: " .. tostring(d))
+end
+
+-- ---- planted entries --------------------------------------------------------
+local d = base .. "/cache"
+os.execute("mkdir -m 0700 " .. q(d))
+local env = "FUSELAB_CACHE_DIR=" .. q(d)
+local first = run(env)
+t.is(first.result, 20, "a fresh cache: the right answer")
+local key = entries(d)[1]
+t.ok(key, "the entry is named by its key: " .. tostring(key))
+key = key or ("0"):rep(32)
+local so = d .. "/" .. key .. ".so"
+
+-- an object whose constructor writes a marker, with the right key inside
+do
+  local marker, src = base .. "/marker", base .. "/evil.c"
+  write(src, ([[
+#include <stdio.h>
+const char fl_cache_key[] = "%s";
+__attribute__((constructor)) static void planted(void) {
+  FILE *f = fopen("%s", "w");
+  if (f) { fputs("ran", f); fclose(f); }
+}
+]]):format(key, marker))
+  local out, ok = sh(("cc -shared -fPIC -o %s %s"):format(q(so), q(src)))
+  t.ok(ok, "a planted object is built " .. out)
+  local r = run(env)
+  t.is(r.result, 20, "planted object: the right answer")
+  t.ok(not exists(marker), "planted object: its constructor never ran")
+  t.is(r.MISSES, "1", "planted object: rebuilt")
+end
+
+-- a FIFO at the entry's path: no reader blocks on it
+do
+  os.execute(("rm -f %s && mkfifo %s"):format(q(so), q(so)))
+  local t0 = fl.now()
+  local r = run(env, 60)
+  t.is(r.result, 20, "FIFO at the entry: the right answer, no hang")
+  t.ok(is_file(so), "FIFO at the entry: replaced by the object")
+  t.ok(fl.now() - t0 < 60, "FIFO at the entry: did not wait for a writer")
+end
+
+-- symlinks at the entry and at the temp names the old code used
+do
+  local victim = base .. "/precious"
+  write(victim, "precious")
+  os.execute(("rm -f %s && ln -s %s %s"):format(q(so), q(victim), q(so)))
+  local r = run(env)
+  t.is(r.result, 20, "symlink at the entry: the right answer")
+  t.is(read(victim), "precious", "symlink at the entry: its target untouched")
+  t.ok(is_file(so), "symlink at the entry: replaced by the object, not followed")
+  -- the pid is the shell's, which exec hands to fuselab
+  os.execute("rm -f " .. q(so))
+  local plant = ""
+  for _, ext in ipairs{"c", "so", "log", "o"} do
+    plant = plant .. ("ln -s %s %s/tmp-%s-$$-1.%s; "):format(q(victim), q(d), key, ext)
+  end
+  sh(("cd %s && %s sh -c %s"):format(q(base), env,
+     q(plant .. "exec " .. q(FUSELAB) .. " " .. q(child) .. " >/dev/null")))
+  t.is(read(victim), "precious", "symlinks at temp names: never written through")
+  os.execute(("rm -f %s/tmp-*"):format(q(d)))
+end
+
+-- a disk hit makes the entry recently used
+do
+  os.execute(("touch -d '2 days ago' %s"):format(q(so)))
+  local r = run(env)
+  t.is(r.DISK, "1", "a second process loads from disk")
+  local age = tonumber((sh(("echo $(( $(date +%%s) - $(stat -c %%Y %s) ))"):format(q(so))))) or 1e9
+  t.ok(age < 3600, "a disk hit touches the entry (age " .. age .. " s)")
+end
+
+-- ---- the key follows the target's instruction set ----------------------
+do
+  local ci = fl.cache_info()
+  ci.target = ci.target or ""
+  t.ok(#ci.target > 0 and not ci.target:find("native"),
+       "cache_info().target is expanded: " .. tostring(ci.target):sub(1, 80))
+  -- the same $CC and flags, but a compiler that targets less than the CPU
+  local wrap = base .. "/cc-wrap"
+  write(wrap, '#!/bin/sh\nif [ -n "$FAKE_ISA" ]; then exec cc "$@" -mno-avx; else exec cc "$@"; fi\n')
+  os.execute("chmod +x " .. q(wrap))
+  local d2 = base .. "/isa"
+  os.execute("mkdir -m 0700 " .. q(d2))
+  local e2 = "FUSELAB_CACHE_DIR=" .. q(d2) .. " CC=" .. q(wrap)
+  local a = run(e2)
+  local b = run(e2 .. " FAKE_ISA=1")
+  if ci.target:find("^cpu%-features") then
+    t.ok(true, "# SKIP the compiler does not report its target")
+  else
+    t.ok(a.result == 20 and b.result == 20 and b.MISSES == "1" and b.DISK == "0",
+         "another instruction set: a new key, not the other host's object")
+  end
+end
+
+-- ---- cache_clear: only fuselab's files ------------------------------------
+do
+  for _, name in ipairs{"notes.c", "other.so", "README"} do write(d .. "/" .. name, "mine") end
+  os.execute(("mkdir -m 0700 %s/tmp-1-abcdef %s/tmp-999999999-abcdef && touch -d '3 hours ago' %s/tmp-999999999-abcdef"):format(q(d), q(d), q(d)))
+  local out = sh(("%s %s -e %s"):format(env, q(FUSELAB), q("fl.cache_clear()")))
+  t.is(out, "", "cache_clear runs")
+  t.ok(exists(d .. "/notes.c") and exists(d .. "/other.so") and exists(d .. "/README"),
+       "cache_clear leaves other files alone")
+  t.ok(not exists(so) and not exists(d .. "/" .. key .. ".c"), "cache_clear removes the entries")
+  t.ok(exists(d .. "/tmp-1-abcdef"), "cache_clear leaves a live process's temp dir")
+  t.ok(not exists(d .. "/tmp-999999999-abcdef"), "cache_clear removes a dead process's old temp dir")
+end
+
+-- ---- the size cap ---------------------------------------------------------
+do
+  local d3 = base .. "/capped"
+  os.execute("mkdir -m 0700 " .. q(d3))
+  -- four old entries of 300 KB (1.2 MB), the oldest first to go
+  for i, age in ipairs{4, 3, 2, 1} do
+    local f = ("%s/%s.so"):format(d3, (tostring(i)):rep(32))
+    os.execute(("head -c 307200 /dev/zero > %s && touch -d '%d hours ago' %s"):format(q(f), age, q(f)))
+  end
+  write(d3 .. "/zz-foreign.bin", ("x"):rep(600000))
+  local r = run("FUSELAB_CACHE_DIR=" .. q(d3) .. " FUSELAB_CACHE_MAX_MB=1")
+  t.is(r.result, 20, "capped: the right answer")
+  local total = tonumber((sh(("cd %s && cat [0-9a-f]*.* | wc -c"):format(q(d3))):match("%d+"))) or 1e9
+  t.ok(total <= 1048576, "FUSELAB_CACHE_MAX_MB=1 keeps the entries under 1 MB: " .. total)
+  t.ok(not exists(d3 .. "/" .. ("1"):rep(32) .. ".so"), "the least recently used went first")
+  t.ok(exists(d3 .. "/" .. ("4"):rep(32) .. ".so"), "the most recent old entry stays")
+  t.is(#entries(d3) >= 2, true, "the new entry stays")
+  t.ok(exists(d3 .. "/zz-foreign.bin"), "a foreign file is neither counted nor removed")
+end
+
+-- ---- a compiler that hangs ------------------------------------------------
+do
+  local slow, pids = base .. "/cc-slow", base .. "/slow-pids"
+  write(slow, "#!/bin/sh\necho $$ >> " .. q(pids) .. "\nexec sleep 200\n")
+  os.execute("chmod +x " .. q(slow))
+  local d4 = base .. "/slow"
+  os.execute("mkdir -m 0700 " .. q(d4))
+  local t0 = fl.now()
+  local r = run("FUSELAB_CACHE_DIR=" .. q(d4) .. " CC=" .. q(slow) .. " FUSELAB_COMPILE_TIMEOUT=1", 190)
+  local took = fl.now() - t0
+  t.is(r.result, 20, "hanging compiler: eager fallback, the right answer")
+  t.ok(took < 100, ("hanging compiler: killed at the timeout (%.1f s)"):format(took))
+  t.is(count(r.out, "fuselab: warning: compiling"), 1, "hanging compiler: one warning")
+  t.is(r.FALLBACKS, "1", "hanging compiler: counted as a fallback")
+  t.ok(tonumber(r.TIMEOUTS) and tonumber(r.TIMEOUTS) >= 1, "hanging compiler: cache_info().timeouts " .. tostring(r.TIMEOUTS))
+  t.ok(r.LOG and r.LOG:find("FUSELAB_COMPILE_TIMEOUT", 1, true), "hanging compiler: the log names the timeout")
+  local alive = 0
+  for pid in (read(pids) or ""):gmatch("%d+") do
+    -- (a zombie is dead: only its new parent has not reaped it yet)
+    local st = sh("ps -o stat= -p " .. pid)
+    if st:find("%u") and not st:find("^%s*Z") then alive = alive + 1 end
+  end
+  t.is(alive, 0, "hanging compiler: no process of it is left")
+end
+
+-- ---- objects no program holds are unloaded ----------------------------------
+do
+  local old = fl._cache_use_dir(d)
+  collectgarbage()
+  local before = fl.cache_info().loaded
+  t.is(math.type(before), "integer", "cache_info().loaded counts the objects in memory")
+  before = before or 0
+  do
+    local f = fl.compile(function(x) return x * 7 - 2 end)
+    t.near(f(fl.ones(3)):sum():item(), 15, 1e-6, "in-process compile")
+    t.is(fl.cache_info().loaded, before + 1, "while held: in memory")
+  end
+  collectgarbage(); collectgarbage()
+  t.is(fl.cache_info().loaded, before, "once no program holds it: unloaded")
+  fl._cache_use_dir(old)
+end
+
+os.execute("chmod -R u+rwX " .. q(base) .. "; rm -rf " .. q(base))
+t.done()
