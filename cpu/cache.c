@@ -94,7 +94,6 @@ static const char *libs(void) { return mvec_level() ? "-lmvec -lm" : "-lm"; }
 
 const char *cache_warning(void) { return warning[0] ? warning : NULL; }
 
-void cache_interrupt(void) { cdisk_interrupt(); }
 
 /* Where the cache lives, trusted the way ssh trusts ~/.ssh: a directory
 ** someone else owns or can write is not used (they could plant objects
@@ -240,7 +239,7 @@ static void get_target(char *out, size_t n) {
     free(cmd);
     free(buf);
     /* an interrupted answer is not kept: the next compile asks again */
-    snprintf(target_cc, sizeof target_cc, "%s", cdisk_interrupted() ? "" : cc);
+    snprintf(target_cc, sizeof target_cc, "%s", fl_interrupt ? "" : cc);
   }
   snprintf(out, n, "%s", target);
   pthread_mutex_unlock(&target_lock);
@@ -546,7 +545,7 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   if (!how) how = &dummy;
   if (log) *log = NULL;
   *out = NULL;
-  cdisk_clear_interrupt();
+  fl_interrupt = 0;                /* a press before this compile was for the Lua code */
   if ((rc = get_dir(cd, sizeof cd, e)) != FL_OK) return rc;
   make_key(head, units, nunits, key);
   pthread_mutex_lock(&lock);

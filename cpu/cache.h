@@ -45,7 +45,7 @@ typedef struct cache_info {
 
 /* Compile source (or find it) and load it.  A compiler that runs past the
 ** timeout is killed: FL_ECOMPILE naming the timeout (the log says so too);
-** cache_interrupt stops it as well: FL_EINTR.  On success *out is a new
+** Ctrl-C (fl_interrupt, graph/err.h) stops it as well: FL_EINTR.  On success *out is a new
 ** reference the caller releases with cache_release, *how says where it came
 ** from.  On FL_ECOMPILE, *log (when log is not NULL) is the compiler's
 ** output, malloc'd and owned by the caller; also on success when it
@@ -72,9 +72,6 @@ const char *cache_flags(void);
 ** (GCC: -march=<cpu> -m<feature>...; Clang: target-cpu=, +<feature>...;
 ** else a hash of the CPU's feature list); never "native". */
 const char *cache_target(void);
-/* Async-signal-safe: a compile being waited on is stopped (its compiler
-** killed) and fails with FL_EINTR. */
-void cache_interrupt(void);
 
 int cache_get_info(cache_info *out, fl_err *e);
 /* Remove fuselab's entries from disk (<key>.so, <key>.c, blobs that carry

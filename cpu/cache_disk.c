@@ -26,6 +26,7 @@
 
 #include <xxhash.h>
 
+#include "../graph/err.h"
 #include "cache_disk.h"
 
 /* ---- trusting a directory ----------------------------------------------- */
@@ -283,12 +284,6 @@ int cdisk_entry_name(const char *name, const char *ext) {
 
 /* ---- processes under a deadline ------------------------------------------ */
 
-static volatile sig_atomic_t interrupted;
-
-void cdisk_interrupt(void) { interrupted = 1; }
-void cdisk_clear_interrupt(void) { interrupted = 0; }
-int cdisk_interrupted(void) { return interrupted != 0; }
-
 double cdisk_timeout(void) {
   const char *s = getenv("FUSELAB_COMPILE_TIMEOUT");
   char *end;
@@ -352,7 +347,7 @@ int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline) {
       }
     }
     if (left == 0) break;
-    if (interrupted) why = CDISK_INTR;
+    if (fl_interrupt) why = CDISK_INTR;
     else if (cdisk_now() >= deadline) why = CDISK_TIMEOUT;
     if (why != CDISK_DONE) {
       for (i = 0; i < n; i++)
@@ -387,7 +382,7 @@ int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
     int ms = (int)((deadline - cdisk_now()) * 1e3);
     ssize_t r;
     char sink[512];
-    if (ms <= 0 || interrupted) break;
+    if (ms <= 0 || fl_interrupt) break;
     if (poll(&pf, 1, ms < 100 ? ms : 100) < 0 && errno != EINTR) break;
     if (!(pf.revents & (POLLIN | POLLHUP))) continue;
     if (got + 1 < n) r = read(p[0], buf + got, n - 1 - got);

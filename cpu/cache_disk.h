@@ -58,10 +58,9 @@ int cdisk_entry_name(const char *name, const char *ext);
 
 /* $FUSELAB_COMPILE_TIMEOUT in seconds (default 120). */
 double cdisk_timeout(void);
-/* Ask compilers being waited on to be killed (async-signal-safe). */
-void cdisk_interrupt(void);
-void cdisk_clear_interrupt(void);
-int cdisk_interrupted(void);
+/* Compilers being waited on are killed once fl_interrupt is set (the
+** REPL's Ctrl-C: the compiler's own process group is out of the
+** terminal's reach). */
 /* `sh -c cmd` in its own process group, stdin /dev/null, stdout and
 ** stderr to out_fd when out_fd >= 0; its pid or -1. */
 pid_t cdisk_spawn(const char *cmd, int out_fd);

@@ -21,7 +21,6 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "cpu/cache.h"
 #include "scripting/lfl.h"
 #include "repl/repl.h"
 
@@ -53,7 +52,7 @@ static void laction(int sig) {
   static const char msg[] = "\n(interrupt pending: the running C code has not "
                             "returned yet; Ctrl-C again quits)\n";
   int mask = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  fl_interrupt = 1;                  /* a compiler run in progress stops */
+  fl_interrupt = 1;   /* a compiler run being waited on stops (cpu/cache_disk.c) */
   if (++pending >= 3) {
     signal(sig, SIG_DFL);
     raise(sig);
@@ -63,9 +62,6 @@ static void laction(int sig) {
     ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)n;
   }
-  /* the compiler runs in its own process group, out of the terminal's
-  ** reach: a compile being waited on is stopped here */
-  cache_interrupt();
   lua_sethook(globalL, lstop, mask, 1);
 }
 
