@@ -84,7 +84,7 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
       break;
     case FL_F16: RUN(uint16_t, float, f16_to_f32(v)); break;
     case FL_BF16: RUN(uint16_t, float, bf16_to_f32(v)); break;
-    case FL_I64: RUN(int64_t, float, (double)v); break;
+    case FL_I64: RUN(int64_t, float, v); break;   /* rounded once */
     default: RUN(uint8_t, float, v != 0); break;
     }
   } else if (to == EAGER_F64) {
@@ -479,8 +479,20 @@ static int ew_gather(const ew *w, fl_err *e) {
         if (w->out->m.dtype != FL_F32) eager_store_f32(w->out, start, y, len);
         continue;
       }
-      for (k = 0; k < w->nin; k++)
-        eager_gather(&w->v[k], start, len, buf[k], EAGER_F64);
+      for (k = 0; k < w->nin; k++) {
+        /* an int64 operand of a floating-point op is first converted to
+        ** float32 (PyTorch's promotion), rounding once, as the oracle */
+        if (w->v[k].m.dtype == FL_I64 && !(w->op == OP_WHERE && k == 0)) {
+          eager_gather(&w->v[k], start, len, buf[k], EAGER_I64);
+          for (i = 0; i < len; i++) {
+            int64_t q;
+            memcpy(&q, &buf[k][i], 8);
+            buf[k][i] = (float)q;
+          }
+        } else {
+          eager_gather(&w->v[k], start, len, buf[k], EAGER_F64);
+        }
+      }
       for (i = 0; i < len; i++) {
         double x[3];
         x[0] = buf[0][i];

@@ -35,11 +35,13 @@ static void int_literal(char *buf, size_t n, int64_t v) {
 
 /* Render text (an op table expression): $k becomes v<arg k>; with ints
 ** (the int64 form), an operand that is not int64 (a bool's 0/1 float) is
-** converted, so the expression computes in fl_i64 throughout. */
+** converted, so the expression computes in fl_i64 throughout; without, an
+** int64 operand is converted to float (double with dbl).  k NULL: no
+** conversions. */
 static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
                         const char *s, int dbl, int ints) {
   static const char *const fnames[][2] = {
-    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"powf(", "pow("},
+    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"fl_powf(", "pow("},
     {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
     {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
   char lit[64];
@@ -48,6 +50,8 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
     if (s[0] == '$' && s[1] >= '0' && s[1] <= '2') {
       int a = in->arg[s[1] - '0'];
       if (ints && k && k->instr[a].dtype != FL_I64) strbuf_printf(b, "((fl_i64)v%d)", a);
+      /* an int64 value in a float expression: C would divide integers */
+      else if (!ints && k && k->instr[a].dtype == FL_I64) strbuf_printf(b, "((%s)v%d)", dbl ? "double" : "float", a);
       else strbuf_printf(b, "v%d", a);
       s += 2;
       continue;
@@ -163,7 +167,7 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
     render_text(b, k, in, op_info_of(in->op)->iexpr, 1, 1);
     strbuf_printf(b, ")");
   } else {
-    fk_render_expr(b, in, dbl);
+    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0);
   }
   strbuf_printf(b, "%s", close);
 }

@@ -320,8 +320,12 @@ int ref_elementwise(fl_op op, const fl_tensor *const *in, int nin,
       set_i64(out, i, op_table[op].iscalar(ix, a));
       continue;
     }
+    /* an int64 operand of a floating-point op is first converted to
+    ** float32, the type PyTorch's promotion gives it, rounding once */
     for (k = 0; k < nin; k++)
-      x[k] = ten_get(in[k], bcast_index(&in[k]->m, &out->m, oc));
+      x[k] = in[k]->m.dtype == FL_I64
+             ? (double)(float)get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc))
+             : ten_get(in[k], bcast_index(&in[k]->m, &out->m, oc));
     ten_set(out, i, f(x, a));
   }
   return FL_OK;
@@ -587,6 +591,14 @@ int ref_rms_norm(fl_op op, const fl_tensor *const *in, int nin,
 
 /* --- views and data movement (copies: the oracle has value semantics) ----- */
 
+/* out[i] = src[j]: int64 values travel as int64, every bit kept. */
+static void copy_elem(fl_tensor *out, int64_t i, const fl_tensor *src, int64_t j) {
+  if (out->m.dtype == FL_I64 || src->m.dtype == FL_I64)
+    set_i64(out, i, get_i64(src, j));
+  else
+    ten_set(out, i, ten_get(src, j));
+}
+
 /* reshape, view, unsqueeze, squeeze, contiguous: the row-major sequence of
 ** values is unchanged, only the shape around it. */
 int ref_rowmajor(fl_op op, const fl_tensor *const *in, int nin,
@@ -596,7 +608,7 @@ int ref_rowmajor(fl_op op, const fl_tensor *const *in, int nin,
   (void)nin; (void)a;
   if ((rc = ref_check_numel(op_name(op), in[0], n, "input", e)) != FL_OK)
     return rc;
-  for (i = 0; i < n; i++) ten_set(out, i, ten_get(in[0], i));
+  for (i = 0; i < n; i++) copy_elem(out, i, in[0], i);
   return FL_OK;
 }
 
@@ -657,14 +669,14 @@ int ref_gather_view(fl_op op, const fl_tensor *const *in, int nin,
       for (d = 0; d < im->ndim; d++) ic[a->dims[d]] = oc[d];
       break;
     case OP_EXPAND:
-      ten_set(out, i, ten_get(in[0], bcast_index(im, om, oc)));
+      copy_elem(out, i, in[0], bcast_index(im, om, oc));
       continue;
     default:           /* OP_NARROW */
       memcpy(ic, oc, sizeof ic);
       ic[a->i[0]] += a->i[1];
       break;
     }
-    ten_set(out, i, ten_get(in[0], ref_ravel(im, ic)));
+    copy_elem(out, i, in[0], ref_ravel(im, ic));
   }
   return FL_OK;
 }
@@ -697,7 +709,7 @@ int ref_cat(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
     for (i = 0; i < n; i++) {
       ref_unravel(m, i, c);
       c[dim] += at;
-      ten_set(out, ref_ravel(om, c), ten_get(in[k], i));
+      copy_elem(out, ref_ravel(om, c), in[k], i);
     }
     at += m->shape[dim];
   }
@@ -726,7 +738,7 @@ int ref_embedding(fl_op op, const fl_tensor *const *in, int nin,
                      "a table of %lld rows (valid 0..%lld)", v, (long long)V,
                      (long long)V - 1);
     for (j = 0; j < D; j++)
-      ten_set(out, r * D + j, ten_get(w, (int64_t)v * D + j));
+      copy_elem(out, r * D + j, w, (int64_t)v * D + j);
   }
   return FL_OK;
 }
