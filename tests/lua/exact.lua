@@ -40,6 +40,9 @@ t.is(ts:tolist()[1], TS, "fl.tensor keeps a timestamp exactly")
 t.is(math.type(ts:tolist()[1]), "integer", "tolist gives Lua integers for int64")
 t.is(i64{TS}:item(), TS, "item is exact")
 t.ok(tostring(i64{TS}):find("1733000000123456789", 1, true), "printing is exact")
+local g = fl.capture(function(x) return x + TS end, i64{0})
+t.ok(tostring(g):find("const 1733000000123456789 : int64", 1, true),
+     "a graph listing shows an int64 constant exactly")
 
 -- ---- arithmetic beyond 2^53
 local d = agree("(t + 1) - t", function(x) return (x + 1) - x end, ts)
