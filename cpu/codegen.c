@@ -1,7 +1,8 @@
 /*
 ** codegen.c -- readable C from kernel descriptions.
-** Invariant: every value a kernel computes is computed in float32 (double
-** for int64 values) with the op table's `expr` text, and rounded to its
+** Invariant: every value a kernel computes is computed in float32 with the
+** op table's `expr` text (int64 values exactly, in fl_i64 with its `iexpr`
+** text, sums wrapping in fl_u64), and rounded to its
 ** node's dtype exactly where the graph would have stored it, so a fused
 ** kernel gives the values the unfused graph would.  Only identifiers this
 ** file makes (v3, p0, n1, ...) and op-table text reach the source: no
@@ -92,6 +93,18 @@ void cpu_emit_preamble(strbuf *b) {
     "#endif\n"
     "#endif\n"
     "\n"
+    "/* powf with C99's answers (those of scalar powf, eager and the oracle)\n"
+    "** for a negative zero or infinite base, where glibc's vector powf gives\n"
+    "** NaN: (-inf)^0.5 is +inf whichever lane computes it.  pow(-a, b) with\n"
+    "** the sign of an odd integer b is C99's rule for those bases. */\n"
+    "static inline float fl_powf(float a, float b)\n"
+    "{\n"
+    "  const int odd = fabsf(b) < 16777216.0f && b == (float)(int)b && ((int)b & 1);\n"
+    "  const int neg = (a == 0.0f || fabsf(a) == INFINITY) && signbit(a);\n"
+    "  const float r = powf(neg ? -a : a, b);\n"
+    "  return neg && odd ? -r : r;\n"
+    "}\n"
+    "\n"
     "/* smallest amount of work worth starting threads for */\n"
     "#define FL_PAR_MIN 32768\n"
     "\n"
@@ -113,7 +126,11 @@ void cpu_emit_preamble(strbuf *b) {
     "  u += 0x7fffu + ((u >> 16) & 1u);\n"
     "  return (uint16_t)(u >> 16);\n"
     "}\n"
-    "#endif\n\n");
+    "\n"
+    "typedef int64_t fl_i64;\n"
+    "typedef uint64_t fl_u64;\n");
+  fk_render_int_helpers(b, "static inline");
+  strbuf_printf(b, "#endif\n\n");
 }
 
 
@@ -241,6 +258,15 @@ static int fast_cond(gen *g, int depth, const char *used) {
   return n;
 }
 
+/* A sum of int64 values accumulates in fl_u64: exact, wrapping around. */
+static int int_sum(const fk_kernel *k, const fk_instr *in) {
+  return in->red == FKR_SUM && k->instr[in->arg[0]].dtype == FL_I64;
+}
+
+static const char *sum_type(const fk_kernel *k, const fk_instr *in) {
+  return int_sum(k, in) ? "fl_u64" : fk_value_type(k->instr[in->arg[0]].dtype);
+}
+
 /* A pass over the reduced dims: accumulate the reductions of `stage` (or,
 ** stage 0, compute and store the FULL outputs). */
 static void reduce_pass(gen *g, int stage, int fast, int depth) {
@@ -274,7 +300,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
         const fk_instr *in = &k->instr[i];
         if (in->opc != FKI_REDUCE || in->stage != stage || in->red != FKR_SUM) continue;
         ind(g, depth);
-        strbuf_printf(g->b, "%s part%d = 0;\n", fk_value_type(k->instr[in->arg[0]].dtype), i);
+        strbuf_printf(g->b, "%s part%d = 0;\n", sum_type(k, in), i);
       }
     }
     if (d == g->D - 1 && simd && !g->fallback) {
@@ -442,10 +468,17 @@ static void emit_reduce(gen *g) {
       const fk_instr *in = &k->instr[i];
       if (in->opc != FKI_REDUCE || in->stage != st) continue;
       switch (in->red) {
-      case FKR_SUM: strbuf_printf(g->b, "    double acc%d = 0.0;\n", i); break;
+      case FKR_SUM:
+        if (int_sum(k, in)) strbuf_printf(g->b, "    fl_u64 acc%d = 0;\n", i);
+        else strbuf_printf(g->b, "    double acc%d = 0.0;\n", i);
+        break;
       case FKR_MAX: case FKR_MIN:
-        strbuf_printf(g->b, "    %s acc%d = %sINFINITY;\n    int nan%d = 0;\n",
-                      fk_value_type(in->dtype), i, in->red == FKR_MAX ? "-" : "", i);
+        if (in->dtype == FL_I64)
+          strbuf_printf(g->b, "    fl_i64 acc%d = FL_I64_%s;\n    int nan%d = 0;\n",
+                        i, in->red == FKR_MAX ? "MIN" : "MAX", i);
+        else
+          strbuf_printf(g->b, "    %s acc%d = %sINFINITY;\n    int nan%d = 0;\n",
+                        fk_value_type(in->dtype), i, in->red == FKR_MAX ? "-" : "", i);
         break;
       case FKR_ARGMAX:
         strbuf_printf(g->b, "    %s acc%d = 0;\n    int64_t arg%d = 0, t%d = 0;\n",
@@ -479,7 +512,9 @@ static void emit_reduce(gen *g) {
       const char *vt = fk_value_type(in->dtype);
       if (in->opc != FKI_REDUCE || in->stage != st) continue;
       if (in->red == FKR_SUM) strbuf_printf(g->b, "    const %s v%d = (%s)acc%d;\n", vt, i, vt, i);
-      else if (in->red == FKR_ARGMAX) strbuf_printf(g->b, "    const double v%d = (double)arg%d;\n", i, i);
+      else if (in->red == FKR_ARGMAX) strbuf_printf(g->b, "    const %s v%d = (%s)arg%d;\n", vt, i, vt, i);
+      /* an integer has no NaN (and NAN : acc would convert it to double) */
+      else if (in->dtype == FL_I64) strbuf_printf(g->b, "    const fl_i64 v%d = acc%d;\n    (void)nan%d;\n", i, i, i);
       else strbuf_printf(g->b, "    const %s v%d = nan%d ? NAN : acc%d;\n", vt, i, i, i);
       emit_recip(g, i, 2);
     }

@@ -66,7 +66,18 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
     }
     return;
   }
-  if (to == EAGER_F32) {
+  if (to == EAGER_I64) {
+    switch (t) {
+    case FL_I64:
+      if (s == 1) memcpy(dst, src, (size_t)n * 8);
+      else RUN(int64_t, int64_t, v);
+      break;
+    case FL_F32: RUN(float, int64_t, dtype_f2i(v)); break;
+    case FL_F16: RUN(uint16_t, int64_t, dtype_f2i(f16_to_f32(v))); break;
+    case FL_BF16: RUN(uint16_t, int64_t, dtype_f2i(bf16_to_f32(v))); break;
+    default: RUN(uint8_t, int64_t, v != 0); break;
+    }
+  } else if (to == EAGER_F32) {
     switch (t) {
     case FL_F32:
       if (s == 1) memcpy(dst, src, (size_t)n * 4);
@@ -74,7 +85,7 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
       break;
     case FL_F16: RUN(uint16_t, float, f16_to_f32(v)); break;
     case FL_BF16: RUN(uint16_t, float, bf16_to_f32(v)); break;
-    case FL_I64: RUN(int64_t, float, (double)v); break;
+    case FL_I64: RUN(int64_t, float, v); break;   /* rounded once */
     default: RUN(uint8_t, float, v != 0); break;
     }
   } else if (to == EAGER_F64) {
@@ -101,7 +112,7 @@ void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
   int64_t shape[FL_MAX_DIMS], str[FL_MAX_DIMS], idx[FL_MAX_DIMS];
   int64_t off, rem, done = 0;
   size_t es = dtype_size(t->m.dtype);
-  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 ? 8 : to == EAGER_U8 ? 1 : es;
+  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 || to == EAGER_I64 ? 8 : to == EAGER_U8 ? 1 : es;
   const char *base = (const char *)t->st->data;
   int nd = 0, d, last;
   if (n <= 0) return;
@@ -144,7 +155,7 @@ void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
 
 void eager_gather_all(const fl_tensor *t, void *dst, int to) {
   int64_t n = meta_numel(&t->m), nch = (n + 65535) / 65536, c;
-  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 ? 8 : to == EAGER_U8 ? 1
+  size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 || to == EAGER_I64 ? 8 : to == EAGER_U8 ? 1
               : dtype_size(t->m.dtype);
   EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
   for (c = 0; c < nch; c++) {
@@ -444,9 +455,6 @@ static void ew_runs(const ew *w) {
 static int ew_gather(const ew *w, fl_err *e) {
   int64_t nch = (w->n + BLK - 1) / BLK;
   const op_scalar_fn f = op_info_of(w->op)->scalar;
-  int int_pow = w->op == OP_POW && !dtype_is_float(w->out->m.dtype);
-  int bad = 0;
-  double badv = 0;
   EAGER_PRAGMA(omp parallel if (w->n > EAGER_PAR_MIN))
   {
     double buf[4][BLK];
@@ -472,27 +480,67 @@ static int ew_gather(const ew *w, fl_err *e) {
         if (w->out->m.dtype != FL_F32) eager_store_f32(w->out, start, y, len);
         continue;
       }
-      for (k = 0; k < w->nin; k++)
-        eager_gather(&w->v[k], start, len, buf[k], EAGER_F64);
+      for (k = 0; k < w->nin; k++) {
+        /* an int64 operand of a floating-point op is first converted to
+        ** float32 (PyTorch's promotion), rounding once, as the oracle */
+        if (w->v[k].m.dtype == FL_I64 && !(w->op == OP_WHERE && k == 0)) {
+          eager_gather(&w->v[k], start, len, buf[k], EAGER_I64);
+          for (i = 0; i < len; i++) {
+            int64_t q;
+            memcpy(&q, &buf[k][i], 8);
+            buf[k][i] = (float)q;
+          }
+        } else {
+          eager_gather(&w->v[k], start, len, buf[k], EAGER_F64);
+        }
+      }
       for (i = 0; i < len; i++) {
         double x[3];
         x[0] = buf[0][i];
         x[1] = w->nin > 1 ? buf[1][i] : 0.0;
         x[2] = w->nin > 2 ? buf[2][i] : 0.0;
-        /* an integer result has no room for 2^-1; PyTorch refuses too */
-        if (int_pow && x[1] < 0) {
-          EAGER_PRAGMA(omp critical(eager_pow))
-          { bad = 1; badv = x[1]; }
-          x[1] = 0;
-        }
         buf[3][i] = f(x, w->a);
       }
       eager_store_f64(w->out, start, buf[3], len);
     }
   }
-  if (bad)
-    return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
-                   "are not allowed (exponent %.17g)", badv);
+  (void)e;
+  return FL_OK;
+}
+
+/* Path 3: integer operands (op_int_compute): gather each chunk as int64,
+** compute with the op table's exact int64 form, convert into out. */
+static int ew_int(const ew *w, fl_err *e) {
+  int64_t nch = (w->n + BLK - 1) / BLK;
+  const op_iscalar_fn f = op_info_of(w->op)->iscalar;
+  size_t oes = dtype_size(w->out->m.dtype);
+  /* a negative Lua number as the exponent is refused, as PyTorch refuses
+  ** a negative scalar exponent; tensor exponents compute (ops.def) */
+  if (w->op == OP_POW && w->v[1].m.wrapped && meta_numel(&w->v[1].m) >= 1) {
+    int64_t x;
+    eager_gather(&w->v[1], 0, 1, &x, EAGER_I64);
+    if (x < 0)
+      return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
+                     "are not allowed (exponent %lld)", (long long)x);
+  }
+  EAGER_PRAGMA(omp parallel if (w->n > EAGER_PAR_MIN))
+  {
+    int64_t buf[3][BLK];
+    int64_t c;
+    EAGER_PRAGMA(omp for schedule(static))
+    for (c = 0; c < nch; c++) {
+      int64_t start = c * BLK, len = w->n - start < BLK ? w->n - start : BLK, i;
+      char *o = (char *)ten_data(w->out) + start * (int64_t)oes;
+      int k;
+      for (k = 0; k < w->nin; k++)
+        eager_gather(&w->v[k], start, len, buf[k], EAGER_I64);
+      for (i = 0; i < len; i++) {
+        int64_t x[3];
+        for (k = 0; k < w->nin; k++) x[k] = buf[k][i];
+        dtype_store_i64(w->out->m.dtype, o + (size_t)i * oes, f(x, w->a));
+      }
+    }
+  }
   return FL_OK;
 }
 
@@ -501,6 +549,7 @@ static int elementwise(fl_op op, const fl_tensor *const *in, int nin,
   fl_dtype od = out->m.dtype;
   char sa[160], sb[160];
   int k, allf = 1, inplace = 1;
+  fl_dtype dt[3];
   ew w;
   memset(&w, 0, sizeof w);
   w.op = op;
@@ -523,6 +572,8 @@ static int elementwise(fl_op op, const fl_tensor *const *in, int nin,
         !(in[k]->m.wrapped && (dtype_is_float(od) || is_compare(op))))
       allf = 0;
   }
+  for (k = 0; k < nin; k++) dt[k] = in[k]->m.dtype;
+  if (op_int_compute(op, dt, nin)) return ew_int(&w, e);
   if (is_compare(op))
     w.f64 = !(allf && od == FL_BOOL);
   else if (op == OP_TO)

@@ -43,7 +43,8 @@ enum {
   EAGER_F32,   /* float, converted from any dtype */
   EAGER_F64,   /* double, converted from any dtype (exact for int64 < 2^53) */
   EAGER_U8,    /* 0/1 bytes: value != 0 (conditions) */
-  EAGER_RAW    /* the source dtype, bytes copied unchanged */
+  EAGER_RAW,   /* the source dtype, bytes copied unchanged */
+  EAGER_I64    /* int64, exact from int64 and bool, floats as dtype_f2i */
 };
 
 /* The signature every per-op kernel has (the dispatcher's). */

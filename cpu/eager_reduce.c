@@ -160,18 +160,19 @@ static void reduce_cols(fl_op op, const float *x, int64_t R, int64_t I,
   }
 }
 
-/* Integer (and bool) inputs: rows of doubles, exact for |v| < 2^53. */
-static double reduce_row_f64(fl_op op, const double *x, int64_t n) {
-  double acc = 0.0;
-  int64_t i, best = 0;
+/* Integer (and bool) inputs: rows of int64, exact; the sum wraps around
+** (through uint64), as in PyTorch. */
+static int64_t reduce_row_i64(fl_op op, const int64_t *x, int64_t n) {
+  uint64_t sum = 0;
+  int64_t i, best = 0, acc;
   if (op == OP_SUM) {
-    for (i = 0; i < n; i++) acc += x[i];
-    return acc;
+    for (i = 0; i < n; i++) sum += (uint64_t)x[i];
+    return (int64_t)sum;
   }
   acc = x[0];
   for (i = 1; i < n; i++)
     if (op == OP_AMIN ? x[i] < acc : x[i] > acc) { acc = x[i]; best = i; }
-  return op == OP_ARGMAX ? (double)best : acc;
+  return op == OP_ARGMAX ? best : acc;
 }
 
 /* Split x's dims into kept and reduced.  When x is float32 and contiguous
@@ -227,13 +228,20 @@ int eager_reduce(fl_op op, const fl_tensor *const *in, int nin,
     buf = eager_alloc(sz_mul(K, R, &t) && sz_mul(t, f64 ? 8 : 4, &t) ?
                       (size_t)t : SIZE_MAX, op_name(op), e);
     if (!buf) { free(res); return FL_ENOMEM; }
-    if (K * R > 0) eager_gather_all(&perm, buf, f64 ? EAGER_F64 : EAGER_F32);
+    if (K * R > 0) eager_gather_all(&perm, buf, f64 ? EAGER_I64 : EAGER_F32);
     xf = buf;
   }
   if (f64) {
+    int64_t *ires = (int64_t *)(void *)res;   /* same size as double */
     EAGER_PRAGMA(omp parallel for schedule(static) if (K * R > EAGER_PAR_MIN))
     for (t = 0; t < K; t++)
-      res[t] = reduce_row_f64(op, (const double *)buf + t * R, R);
+      ires[t] = reduce_row_i64(op, (const int64_t *)buf + t * R, R);
+    for (t = 0; t < K; t++)
+      dtype_store_i64(out->m.dtype, (char *)ten_data(out) +
+                      t * (int64_t)dtype_size(out->m.dtype), ires[t]);
+    free(res);
+    free(buf);
+    return rc;
   } else if (I == 1) {
     if (O == 1) {
       res[0] = reduce_row(op, xf, R, corr, R > 2 * EAGER_PAR_MIN);

@@ -50,6 +50,7 @@ typedef struct fk_instr {
                           other steps: last stage they depend on (0 = none) */
   int access;          /* FKI_LOAD: index into fk_kernel.acc */
   double value;        /* FKI_CONST */
+  int64_t ivalue;      /* FKI_CONST of dtype int64: its exact value */
   int node;            /* graph node this step computes, -1 for the inner
                           steps of a composite (softmax's max, ...) */
 } fk_instr;

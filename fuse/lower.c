@@ -68,6 +68,14 @@ static int constant(builder *b, double v, fl_dtype dt) {
   return push(b, &in);
 }
 
+/* A one-element constant tensor as a step; int64 keeps its exact value. */
+static int constant_of(builder *b, const fl_tensor *t) {
+  int s = constant(b, ten_get(t, 0), t->m.dtype);
+  if (!b->oom && t->m.dtype == FL_I64)
+    b->k->instr[s].ivalue = dtype_load_i64(FL_I64, ten_elem_ptr(t, 0));
+  return s;
+}
+
 static int nred(builder *b) {
   fk_instr in;
   memset(&in, 0, sizeof in);
@@ -124,7 +132,7 @@ static int operand(builder *b, int node, int in, int64_t (*accst)[FL_MAX_DIMS + 
   if (b->sp.member[src]) return b->val[src];
   if (g->nodes[src].kind == IR_CONST && src != b->sp.anchor &&
       meta_numel(&g->nodes[src].meta) == 1 && g->nodes[src].value.st)
-    return constant(b, ten_get(&g->nodes[src].value, 0), g->nodes[src].meta.dtype);
+    return constant_of(b, &g->nodes[src].value);
   fk_map_strides(&b->sp, &m, &b->sp.metas[src], st, &st[D]);
   for (a = 0; a < k->nacc; a++)
     if (!k->acc[a].store && same_access(&k->acc[a], src, accst[a], st, D)) break;

@@ -26,17 +26,33 @@ void fk_float_literal(char *buf, size_t n, double v, int dbl) {
   }
 }
 
-void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
+/* An int64 literal of generated code; INT64_MIN has no literal form. */
+static void int_literal(char *buf, size_t n, int64_t v) {
+  if (v == INT64_MIN) snprintf(buf, n, "FL_I64_MIN");
+  else if (v < 0) snprintf(buf, n, "(%lldLL)", (long long)v);
+  else snprintf(buf, n, "%lldLL", (long long)v);
+}
+
+/* Render text (an op table expression): $k becomes v<arg k>; with ints
+** (the int64 form), an operand that is not int64 (a bool's 0/1 float) is
+** converted, so the expression computes in fl_i64 throughout; without, an
+** int64 operand is converted to float (double with dbl).  k NULL: no
+** conversions. */
+static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
+                        const char *s, int dbl, int ints) {
   static const char *const fnames[][2] = {
-    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"powf(", "pow("},
+    {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"fl_powf(", "pow("},
     {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
     {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
-  const char *s = op_info_of(in->op)->expr;
   char lit[64];
   size_t f;
   while (*s) {
     if (s[0] == '$' && s[1] >= '0' && s[1] <= '2') {
-      strbuf_printf(b, "v%d", in->arg[s[1] - '0']);
+      int a = in->arg[s[1] - '0'];
+      if (ints && k && k->instr[a].dtype != FL_I64) strbuf_printf(b, "((fl_i64)v%d)", a);
+      /* an int64 value in a float expression: C would divide integers */
+      else if (!ints && k && k->instr[a].dtype == FL_I64) strbuf_printf(b, "((%s)v%d)", dbl ? "double" : "float", a);
+      else strbuf_printf(b, "v%d", a);
       s += 2;
       continue;
     }
@@ -57,6 +73,53 @@ void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
     }
     strbuf_printf(b, "%c", *s++);
   }
+}
+
+void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
+  render_text(b, NULL, in, op_info_of(in->op)->expr, dbl, 0);
+}
+
+int fk_step_int(const fk_kernel *k, const fk_instr *in) {
+  fl_dtype dt[3];
+  int a;
+  if (in->opc != FKI_ELEM) return 0;
+  for (a = 0; a < in->narg && a < 3; a++) dt[a] = k->instr[in->arg[a]].dtype;
+  return op_int_compute(in->op, dt, in->narg);
+}
+
+void fk_render_int_helpers(strbuf *b, const char *fn) {
+  strbuf_printf(b,
+    "/* int64 is exact: fl_i64 arithmetic, wrapping through fl_u64 where signed\n"
+    "** overflow would be undefined (ops.def's iexpr) */\n"
+    "#define FL_I64_MIN (-9223372036854775807LL - 1)\n"
+    "#define FL_I64_MAX 9223372036854775807LL\n"
+    "/* float -> int64: truncation; NaN, infinities and values out of range\n"
+    "** give INT64_MIN, as x86 (and so PyTorch there) and eager do */\n"
+    "%s fl_i64 fl_f2i(double v)\n"
+    "{\n"
+    "  return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (fl_i64)v : FL_I64_MIN;\n"
+    "}\n"
+    "/* a negative exponent: 1 for base 1, +-1 for base -1, else 0 (PyTorch) */\n"
+    "%s fl_i64 fl_ipow(fl_i64 b, fl_i64 e)\n"
+    "{\n"
+    "  fl_u64 r = 1, m = (fl_u64)b;\n"
+    "  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+    "  for (; e > 0; e >>= 1) {\n"
+    "    if (e & 1) r *= m;\n"
+    "    m *= m;\n"
+    "  }\n"
+    "  return (fl_i64)r;\n"
+    "}\n"
+    "/* real bounds saturate to int64 and truncate; NaN or infinite: none */\n"
+    "%s fl_i64 fl_iclamp(fl_i64 x, double lo, double hi)\n"
+    "{\n"
+    "  const fl_i64 l = !(lo > -9223372036854775808.0) ? FL_I64_MIN\n"
+    "                   : lo >= 9223372036854775808.0 ? FL_I64_MAX : (fl_i64)lo;\n"
+    "  const fl_i64 h = !(hi < 9223372036854775808.0) ? FL_I64_MAX\n"
+    "                   : hi <= -9223372036854775808.0 ? FL_I64_MIN : (fl_i64)hi;\n"
+    "  if (x < l) x = l;\n"
+    "  return x > h ? h : x;\n"
+    "}\n", fn, fn, fn);
 }
 
 /* A kernel's text without comments and with its own name as "@": two
@@ -89,13 +152,23 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
                      const fk_instr *in, int dbl) {
   fl_dtype dt = in->dtype;
   const char *close = "";
+  int ints = fk_step_int(k, in);
   /* only graph values are rounded: inner steps of a composite stay float */
   if (dt == FL_BOOL) { strbuf_printf(b, "(float)(("); close = ") != 0)"; }
-  else if (dt == FL_I64) { strbuf_printf(b, "trunc("); close = ")"; }
+  else if (dt == FL_I64) { if (!ints) { strbuf_printf(b, "fl_f2i("); close = ")"; } }
   else if (dt == FL_F16 && in->node >= 0) { strbuf_printf(b, "%s", d->f16_open); close = d->f16_close; }
   else if (dt == FL_BF16 && in->node >= 0) { strbuf_printf(b, "%s", d->bf16_open); close = d->bf16_close; }
-  if (fk_by_recip(k, in)) strbuf_printf(b, "(v%d * r%d)", in->arg[0], in->arg[1]);
-  else fk_render_expr(b, in, dbl);
+  if (fk_by_recip(k, in)) {
+    strbuf_printf(b, "(v%d * r%d)", in->arg[0], in->arg[1]);
+  } else if (ints) {
+    /* an integer to a float type rounds once, to float32, as eager does */
+    if (dt != FL_I64 && dt != FL_BOOL) strbuf_printf(b, "(float)");
+    strbuf_printf(b, "(");
+    render_text(b, k, in, op_info_of(in->op)->iexpr, 1, 1);
+    strbuf_printf(b, ")");
+  } else {
+    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0);
+  }
   strbuf_printf(b, "%s", close);
 }
 
@@ -115,7 +188,7 @@ void fk_render_node_line(strbuf *b, const ir_graph *g, int id) {
   strbuf_printf(b, "\n");
 }
 
-const char *fk_value_type(fl_dtype t) { return t == FL_I64 ? "double" : "float"; }
+const char *fk_value_type(fl_dtype t) { return t == FL_I64 ? "fl_i64" : "float"; }
 
 int fk_render_step(strbuf *b, const fk_dialect *d, const fk_kernel *k, int i) {
   const fk_instr *in = &k->instr[i];
@@ -123,7 +196,8 @@ int fk_render_step(strbuf *b, const fk_dialect *d, const fk_kernel *k, int i) {
   char lit[64];
   switch (in->opc) {
   case FKI_CONST:
-    fk_float_literal(lit, sizeof lit, in->value, dbl);
+    if (in->dtype == FL_I64) int_literal(lit, sizeof lit, in->ivalue);
+    else fk_float_literal(lit, sizeof lit, in->value, dbl);
     strbuf_printf(b, "const %s v%d = %s;\n", fk_value_type(in->dtype), i, lit);
     return 1;
   case FKI_NRED:

@@ -31,13 +31,23 @@ typedef struct fk_dialect {
 ** (softmax's 1 / sum). */
 int fk_by_recip(const fk_kernel *k, const fk_instr *in);
 /* Append the value of FKI_ELEM step in, rounded where the graph would
-** store it: bool to 0/1, int64 truncated, float16/bfloat16 losing their
+** store it: bool to 0/1, a float to int64 by fl_f2i (an integer step is
+** exact and needs nothing), float16/bfloat16 losing their
 ** low bits (spelled by d).  A division by a row value reads "(vA * rB)". */
 void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
                      const fk_instr *in, int dbl);
 
-/* The value type generated code computes in: double for int64 values,
-** float for every other dtype. */
+/* 1 when FKI_ELEM step in of k computes in int64 (op_int_compute over
+** its operands' dtypes): rendered with the op's iexpr. */
+int fk_step_int(const fk_kernel *k, const fk_instr *in);
+/* The int64 helpers iexpr text calls (fl_f2i, fl_ipow, fl_iclamp) and the
+** FL_I64_MIN / FL_I64_MAX literals, each function declared with fn
+** ("static inline", "__device__ __forceinline__"); the preamble defines
+** fl_i64 and fl_u64 before. */
+void fk_render_int_helpers(strbuf *b, const char *fn);
+
+/* The value type generated code computes in: fl_i64 (exact) for int64
+** values, float for every other dtype. */
 const char *fk_value_type(fl_dtype t);
 /* "const float v7 = ...;" for a step whose text both generators share (a
 ** constant, the reduced count, an elementwise value): 1 when step i of k

@@ -1,7 +1,8 @@
 /*
 ** cuda_codegen.c -- readable CUDA C from kernel descriptions.
-** Invariant: as in cpu/codegen.c, every value is computed in float32
-** (double for int64 values) with the op table's `expr` text, and rounded
+** Invariant: as in cpu/codegen.c, every value is computed in float32 with
+** the op table's `expr` text (int64 values exactly, in fl_i64 with its
+** `iexpr` text, sums wrapping in fl_u64), and rounded
 ** to its node's dtype exactly where the graph would have stored it, so a
 ** kernel gives the values the C one gives.  The expressions are the same
 ** text: CUDA spells expf, erff, tanhf, fminf... as C does; what differs is
@@ -247,13 +248,29 @@ static const char *red_op(fk_red r) {
   return r == FKR_SUM ? "fl_sum()" : r == FKR_MAX ? "fl_max()" : "fl_min()";
 }
 
-/* the value type of a reduction's accumulator */
+/* the value type of a reduction's accumulator: a sum of int64 values wraps
+** around in fl_u64 (signed overflow would be undefined) */
 static const char *acc_type(gen *g, const fk_instr *in) {
-  return fk_value_type(g->k->instr[in->arg[0]].dtype);
+  fl_dtype dt = g->k->instr[in->arg[0]].dtype;
+  if (in->red == FKR_SUM && dt == FL_I64) return "fl_u64";
+  return fk_value_type(dt);
 }
 
-/* the shared slots for a type */
-static const char *shared_of(const char *t) { return strcmp(t, "double") == 0 ? "fl_shd" : "fl_shf"; }
+/* the shared slots for a type (fl_shl holds argmax's indices) */
+static const char *shared_of(const char *t) {
+  if (strcmp(t, "double") == 0) return "fl_shd";
+  if (strcmp(t, "fl_i64") == 0) return "fl_shi";
+  if (strcmp(t, "fl_u64") == 0) return "fl_shu";
+  return "fl_shf";
+}
+
+/* a max/min accumulator's identity: integers have no infinity */
+static const char *red_identity(const char *t, fk_red r) {
+  int ints = strcmp(t, "fl_i64") == 0 || strcmp(t, "fl_u64") == 0;
+  if (r == FKR_SUM) return "0";
+  if (r == FKR_MAX) return ints ? "FL_I64_MIN" : "-INFINITY";
+  return ints ? "FL_I64_MAX" : "INFINITY";
+}
 
 /* a pass over the reduced elements of the row: stage > 0 accumulates that
 ** stage's reductions, stage 0 computes and stores the FULL outputs */
@@ -274,8 +291,9 @@ static void reduce_pass(gen *g, int stage) {
     if (in->opc != FKI_REDUCE || in->stage != stage) continue;
     switch (in->red) {
     case FKR_SUM: strbuf_printf(g->b, "    %s acc%d = 0;\n", t, i); break;
-    case FKR_MAX: strbuf_printf(g->b, "    %s acc%d = -INFINITY;\n", t, i); break;
-    case FKR_MIN: strbuf_printf(g->b, "    %s acc%d = INFINITY;\n", t, i); break;
+    case FKR_MAX: case FKR_MIN:
+      strbuf_printf(g->b, "    %s acc%d = %s;\n", t, i, red_identity(t, in->red));
+      break;
     case FKR_ARGMAX: strbuf_printf(g->b, "    %s acc%d = 0;\n    fl_i64 arg%d = -1;\n", t, i, i); break;
     }
   }
@@ -311,12 +329,12 @@ static void reduce_pass(gen *g, int stage) {
     const char *t = acc_type(g, in);
     if (in->opc != FKI_REDUCE || in->stage != stage) continue;
     if (in->red == FKR_ARGMAX) {
-      strbuf_printf(g->b, "    const double v%d = (double)fl_block_argmax(acc%d, arg%d, %s, fl_shl);\n",
-                    i, i, i, shared_of(t));
+      strbuf_printf(g->b, "    const %s v%d = (%s)fl_block_argmax(acc%d, arg%d, %s, fl_shl);\n",
+                    fk_value_type(in->dtype), i, fk_value_type(in->dtype), i, i, shared_of(t));
     } else {
       strbuf_printf(g->b, "    const %s v%d = (%s)fl_block_reduce(acc%d, %s, %s, (%s)%s);\n",
                     fk_value_type(in->dtype), i, fk_value_type(in->dtype), i, shared_of(t), red_op(in->red), t,
-                    in->red == FKR_SUM ? "0" : in->red == FKR_MAX ? "-INFINITY" : "INFINITY");
+                    red_identity(t, in->red));
     }
     emit_recip(g, i, 2);
   }
@@ -333,6 +351,16 @@ static void emit_row_steps(gen *g, int stage) {
   }
 }
 
+/* some reduction of k accumulates int64 values (its shared slots) */
+static int int_reduce(const fk_kernel *k) {
+  int i;
+  for (i = 0; i < k->ninstr; i++)
+    if (k->instr[i].opc == FKI_REDUCE && k->instr[i].dtype == FL_I64 &&
+        k->instr[k->instr[i].arg[0]].dtype == FL_I64)
+      return 1;
+  return 0;
+}
+
 static void emit_reduce(gen *g) {
   const fk_kernel *k = g->k;
   int i, d, a, s, nstages = 0, fullstores = 0, rowstores = 0;
@@ -344,6 +372,8 @@ static void emit_reduce(gen *g) {
   }
   strbuf_printf(g->b, "  __shared__ float fl_shf[32];\n  __shared__ double fl_shd[32];\n"
                 "  __shared__ fl_i64 fl_shl[32];\n");
+  if (int_reduce(k))
+    strbuf_printf(g->b, "  __shared__ fl_i64 fl_shi[32];\n  __shared__ fl_u64 fl_shu[32];\n");
   strbuf_printf(g->b, "  const fl_i64 rows = 1");
   for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " * n%d", d);
   strbuf_printf(g->b, ";\n  const fl_i64 nr = 1");

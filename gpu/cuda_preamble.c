@@ -8,6 +8,7 @@
 ** share one NVRTC translation unit.
 */
 #include "cuda_codegen.h"
+#include "../fuse/render.h"
 
 void cuda_emit_preamble(strbuf *b, int externs) {
   strbuf_printf(b, "%s",
@@ -22,6 +23,7 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "#pragma nv_diag_suppress 550\n"
     "\n"
     "typedef long long fl_i64;\n"
+    "typedef unsigned long long fl_u64;\n"
     "typedef unsigned char fl_u8;\n"
     "#ifndef INFINITY\n"
     "#define INFINITY __int_as_float(0x7f800000)\n"
@@ -29,6 +31,10 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "#ifndef NAN\n"
     "#define NAN __int_as_float(0x7fffffff)\n"
     "#endif\n"
+    "\n");
+  /* still inside the FL_PREAMBLE guard */
+  fk_render_int_helpers(b, "__device__ __forceinline__");
+  strbuf_printf(b, "%s",
     "\n"
     "/* the parameter block, passed by value: buffer addresses, then the\n"
     "** int64 arguments fk_bind computed (sizes, strides, offsets) */\n"
@@ -42,12 +48,16 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "__device__ __forceinline__ float fl_ld(const __half *p) { return __half2float(*p); }\n"
     "__device__ __forceinline__ float fl_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }\n"
     "__device__ __forceinline__ float fl_ld(const fl_u8 *p) { return (float)*p; }\n"
-    "__device__ __forceinline__ double fl_ld(const fl_i64 *p) { return (double)*p; }\n"
+    "__device__ __forceinline__ fl_i64 fl_ld(const fl_i64 *p) { return *p; }\n"
     "__device__ __forceinline__ void fl_st(float *p, float v) { *p = v; }\n"
     "__device__ __forceinline__ void fl_st(__half *p, float v) { *p = __float2half_rn(v); }\n"
     "__device__ __forceinline__ void fl_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }\n"
     "__device__ __forceinline__ void fl_st(fl_u8 *p, double v) { *p = (fl_u8)(v != 0); }\n"
-    "__device__ __forceinline__ void fl_st(fl_i64 *p, double v) { *p = (fl_i64)v; }\n"
+    "__device__ __forceinline__ void fl_st(fl_i64 *p, fl_i64 v) { *p = v; }\n"
+    "__device__ __forceinline__ void fl_st(fl_i64 *p, double v) { *p = fl_f2i(v); }\n"
+    "/* CUDA's powf follows C99 for every base (the C preamble's fl_powf\n"
+    "** works around a vector powf that does not) */\n"
+    "__device__ __forceinline__ float fl_powf(float a, float b) { return powf(a, b); }\n"
     "/* a float32 value as float16 / bfloat16 would hold it */\n"
     "__device__ __forceinline__ float fl_rh(float v) { return __half2float(__float2half_rn(v)); }\n"
     "__device__ __forceinline__ float fl_rb(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }\n"

@@ -135,18 +135,34 @@ void dtype_store(fl_dtype t, void *p, double v) {
   case FL_F32: { float f = to_float(v); memcpy(p, &f, 4); break; }
   case FL_F16: { uint16_t h = f32_to_f16(to_float(v)); memcpy(p, &h, 2); break; }
   case FL_BF16: { uint16_t h = f32_to_bf16(to_float(v)); memcpy(p, &h, 2); break; }
-  case FL_I64: {
-    /* truncate toward zero; NaN becomes 0 and out-of-range values
-    ** saturate, where a plain C cast would be undefined */
-    int64_t i;
-    if (isnan(v)) i = 0;
-    else if (v >= 0x1p63) i = INT64_MAX;
-    else if (v < -0x1p63) i = INT64_MIN;
-    else i = (int64_t)v;
-    memcpy(p, &i, 8);
-    break;
-  }
+  case FL_I64: { int64_t i = dtype_f2i(v); memcpy(p, &i, 8); break; }
   case FL_BOOL: *(unsigned char *)p = (v != 0.0); break;  /* NaN != 0: true */
+  default: break;
+  }
+}
+
+int64_t dtype_f2i(double v) {
+  /* the range test is false for NaN too */
+  if (!(v >= -0x1p63 && v < 0x1p63)) return INT64_MIN;
+  return (int64_t)v;
+}
+
+int64_t dtype_load_i64(fl_dtype t, const void *p) {
+  switch (t) {
+  case FL_I64: { int64_t i; memcpy(&i, p, 8); return i; }
+  case FL_BOOL: return *(const unsigned char *)p != 0;
+  default: return dtype_f2i(dtype_load(t, p));
+  }
+}
+
+void dtype_store_i64(fl_dtype t, void *p, int64_t v) {
+  switch (t) {
+  case FL_I64: memcpy(p, &v, 8); break;
+  case FL_BOOL: *(unsigned char *)p = v != 0; break;
+  case FL_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+  /* through float32, as the generated code and eager round */
+  case FL_F16: { uint16_t h = f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+  case FL_BF16: { uint16_t h = f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
   default: break;
   }
 }

@@ -30,10 +30,22 @@ float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
 /* Read / write one element of type t at p through double (the reference
-** interpreter's currency).  Storing to int64 truncates toward zero, to bool
-** tests != 0, as a PyTorch cast does. */
+** interpreter's currency for floats).  Storing to int64 converts as
+** dtype_f2i does, to bool tests != 0, as a PyTorch cast does. */
 double dtype_load(fl_dtype t, const void *p);
 void dtype_store(fl_dtype t, void *p, double v);
+
+/* The same through int64, exact for int64 and bool (integer arithmetic
+** never goes through double).  Loading a float converts as dtype_f2i;
+** storing to a float rounds the integer once, to nearest. */
+int64_t dtype_load_i64(fl_dtype t, const void *p);
+void dtype_store_i64(fl_dtype t, void *p, int64_t v);
+
+/* float -> int64 as every backend does it: truncate toward zero; NaN,
+** infinities and values outside int64 give INT64_MIN (what x86's
+** conversion instruction, and so PyTorch on x86, returns), never
+** undefined behaviour. */
+int64_t dtype_f2i(double v);
 
 /* PyTorch's type promotion for an op over two operands.  dimless marks a
 ** 0-dim operand, wrapped a Lua number (weakest of all). */

@@ -360,7 +360,10 @@ char *ir_listing(const ir_graph *g) {
       strbuf_printf(&b, "  %%%d = param %s : %s\n", i, nd->name ? nd->name : "?", ty);
       break;
     case IR_CONST:
-      if (meta_numel(&nd->meta) == 1 && nd->value.st)
+      if (meta_numel(&nd->meta) == 1 && nd->value.st && nd->value.m.dtype == FL_I64)
+        strbuf_printf(&b, "  %%%d = const %lld : %s\n", i,
+                      (long long)dtype_load_i64(FL_I64, ten_elem_ptr(&nd->value, 0)), ty);
+      else if (meta_numel(&nd->meta) == 1 && nd->value.st)
         strbuf_printf(&b, "  %%%d = const %.9g : %s\n", i, ten_get(&nd->value, 0), ty);
       else
         strbuf_printf(&b, "  %%%d = const : %s\n", i, ty);
@@ -450,8 +453,14 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
     case IR_CONST: {
       int64_t k, n = meta_numel(&nd->meta);
       for (k = 0; k < n; k++) {
-        double v = ten_get(&nd->value, k);
-        XXH3_128bits_update(st, &v, sizeof v);
+        /* int64 by its bits: through double TS and TS + 1 would collide */
+        if (nd->value.m.dtype == FL_I64) {
+          int64_t v = dtype_load_i64(FL_I64, ten_elem_ptr(&nd->value, k));
+          XXH3_128bits_update(st, &v, sizeof v);
+        } else {
+          double v = ten_get(&nd->value, k);
+          XXH3_128bits_update(st, &v, sizeof v);
+        }
       }
       break;
     }

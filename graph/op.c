@@ -10,11 +10,21 @@
 #include "ref.h"
 
 const op_info op_table[OP_COUNT] = {
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) \
-  {name, mn, mx, kind, flags, infer, ref, sc, expr},
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) \
+  {name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr},
 #include "ops.def"
 #undef OP
 };
+
+int op_int_compute(fl_op op, const fl_dtype *dt, int nin) {
+  int k, any = 0;
+  if (op < 0 || op >= OP_COUNT || !op_table[op].iscalar) return 0;
+  for (k = op == OP_WHERE ? 1 : 0; k < nin; k++) {
+    if (dt[k] == FL_I64) any = 1;
+    else if (dt[k] != FL_BOOL) return 0;
+  }
+  return any;
+}
 
 const char *op_name(fl_op op) {
   return (op >= 0 && op < OP_COUNT) ? op_table[op].name : "?";

@@ -9,7 +9,7 @@
 #include "tensor.h"
 
 typedef enum fl_op {
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) OP_##id,
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) OP_##id,
 #include "ops.def"
 #undef OP
   OP_COUNT
@@ -51,6 +51,8 @@ typedef int (*op_ref_fn)(fl_op op, const fl_tensor *const *in, int nin,
                          const op_attrs *a, fl_tensor *out, fl_err *e);
 /* Scalar reference of an elementwise op. */
 typedef double (*op_scalar_fn)(const double *x, const op_attrs *a);
+/* The same in int64 arithmetic (wrapping on overflow). */
+typedef int64_t (*op_iscalar_fn)(const int64_t *x, const op_attrs *a);
 
 typedef struct op_info {
   const char *name;
@@ -61,6 +63,8 @@ typedef struct op_info {
   op_ref_fn ref;
   op_scalar_fn scalar;          /* elementwise ops only, else NULL */
   const char *expr;             /* elementwise ops only, else NULL */
+  op_iscalar_fn iscalar;        /* elementwise ops with an int64 form */
+  const char *iexpr;            /* its expression, else NULL */
 } op_info;
 
 extern const op_info op_table[OP_COUNT];
@@ -75,6 +79,12 @@ fl_op op_by_name(const char *name);
 ** finfo(float32).eps), var correction 1. */
 void op_attrs_init(fl_op op, op_attrs *a);
 
+/* 1 when elementwise op over operands of dtypes dt[0..nin) computes in
+** exact int64 arithmetic (its iscalar / iexpr): it has an int64 form, an
+** operand is int64 and the others int64 or bool (where's condition
+** aside).  Eager, the oracle and both generators decide by this alone. */
+int op_int_compute(fl_op op, const fl_dtype *dt, int nin);
+
 /* Checks the input count and runs the op's shape rule. */
 int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
              fl_meta *out, fl_err *e);
@@ -85,7 +95,7 @@ int op_broadcast_shapes(const char *opname, const fl_meta *a,
                         const fl_meta *b, fl_meta *out, fl_err *e);
 
 /* The shape rules and reference kernels named in ops.def. */
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr) \
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) \
   int infer(fl_op, const fl_meta *const *, int, const op_attrs *, fl_meta *, fl_err *); \
   int ref(fl_op, const fl_tensor *const *, int, const op_attrs *, fl_tensor *, fl_err *);
 #include "ops.def"

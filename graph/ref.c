@@ -8,10 +8,11 @@
 ** speed in every line.  The products (matmul, linear, conv2d), pooling and
 ** batch_norm live in ref_nn.c.
 **
-** Integers: int64 values travel as double, which is exact for magnitudes up
-** to 2^53.  add/sub/mul/pow/abs/neg/maximum/... on int64 are therefore exact
-** while operands and results stay within +-2^53 (every value the tests use);
-** beyond that the oracle rounds where PyTorch would wrap around.
+** Integers: an elementwise op over int64 operands (op_int_compute) reads
+** them as int64 and computes in int64 arithmetic (the isc_* forms), and
+** sum/amax/amin/argmax over int64 or bool do too, so every int64 result
+** is exact; overflow wraps around (two's complement, computed in uint64
+** where signed overflow would be undefined), as in PyTorch.
 */
 #include <math.h>
 #include <string.h>
@@ -196,13 +197,100 @@ double sc_where(const double *x, const op_attrs *a) {
   return x[0] != 0.0 ? x[1] : x[2];
 }
 
+/* --- int64 forms: exact; +, -, * wrap through uint64 ------------------- */
+
+int64_t isc_copy(const int64_t *x, const op_attrs *a) { (void)a; return x[0]; }
+int64_t isc_abs(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return x[0] < 0 ? (int64_t)(0 - (uint64_t)x[0]) : x[0];   /* |INT64_MIN| wraps */
+}
+int64_t isc_neg(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return (int64_t)(0 - (uint64_t)x[0]);
+}
+int64_t isc_relu(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return x[0] < 0 ? 0 : x[0];
+}
+
+/* Real bounds become int64 ones: truncated, saturated, NaN or an infinite
+** bound meaning none; lo > hi gives hi, as for floats. */
+int64_t isc_clamp(const int64_t *x, const op_attrs *a) {
+  double lo = a->f[0], hi = a->f[1];
+  int64_t l, h, v = x[0];
+  if (!(lo > -0x1p63)) l = INT64_MIN;
+  else if (lo >= 0x1p63) l = INT64_MAX;
+  else l = (int64_t)lo;
+  if (!(hi < 0x1p63)) h = INT64_MAX;
+  else if (hi <= -0x1p63) h = INT64_MIN;
+  else h = (int64_t)hi;
+  if (v < l) v = l;
+  return v > h ? h : v;
+}
+
+int64_t isc_add(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return (int64_t)((uint64_t)x[0] + (uint64_t)x[1]);
+}
+int64_t isc_sub(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return (int64_t)((uint64_t)x[0] - (uint64_t)x[1]);
+}
+int64_t isc_mul(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return (int64_t)((uint64_t)x[0] * (uint64_t)x[1]);
+}
+
+/* Square and multiply, wrapping.  A negative exponent gives what PyTorch
+** gives for an integer tensor exponent: 1 for base 1, +-1 for base -1,
+** else 0 (a negative Lua number exponent is refused before this). */
+int64_t isc_pow(const int64_t *x, const op_attrs *a) {
+  int64_t b = x[0], e = x[1];
+  uint64_t r = 1, m = (uint64_t)b;
+  (void)a;
+  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
+  for (; e > 0; e >>= 1) {
+    if (e & 1) r *= m;
+    m *= m;
+  }
+  return (int64_t)r;
+}
+
+int64_t isc_maximum(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return x[0] > x[1] ? x[0] : x[1];
+}
+int64_t isc_minimum(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return x[0] < x[1] ? x[0] : x[1];
+}
+int64_t isc_eq(const int64_t *x, const op_attrs *a) { (void)a; return x[0] == x[1]; }
+int64_t isc_ne(const int64_t *x, const op_attrs *a) { (void)a; return x[0] != x[1]; }
+int64_t isc_lt(const int64_t *x, const op_attrs *a) { (void)a; return x[0] < x[1]; }
+int64_t isc_le(const int64_t *x, const op_attrs *a) { (void)a; return x[0] <= x[1]; }
+int64_t isc_gt(const int64_t *x, const op_attrs *a) { (void)a; return x[0] > x[1]; }
+int64_t isc_ge(const int64_t *x, const op_attrs *a) { (void)a; return x[0] >= x[1]; }
+int64_t isc_where(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return x[0] != 0 ? x[1] : x[2];
+}
+
+static int64_t get_i64(const fl_tensor *t, int64_t i) {
+  return dtype_load_i64(t->m.dtype, ten_elem_ptr(t, i));
+}
+
+static void set_i64(fl_tensor *t, int64_t i, int64_t v) {
+  dtype_store_i64(t->m.dtype, ten_elem_ptr(t, i), v);
+}
+
 /* --- elementwise, any arity, NumPy broadcasting ------------------------- */
 
 int ref_elementwise(fl_op op, const fl_tensor *const *in, int nin,
                     const op_attrs *a, fl_tensor *out, fl_err *e) {
   op_scalar_fn f = op_table[op].scalar;
-  int64_t n = meta_numel(&out->m), i, oc[FL_MAX_DIMS];
-  int int_pow = op == OP_POW && !dtype_is_float(out->m.dtype);
+  int64_t n = meta_numel(&out->m), i, oc[FL_MAX_DIMS], ix[3];
+  fl_dtype dt[3];
+  int exact;
   double x[3];
   int k;
   char sa[96], sb[96];
@@ -215,14 +303,29 @@ int ref_elementwise(fl_op op, const fl_tensor *const *in, int nin,
                      op_name(op), k + 1,
                      in[k] ? meta_shape_str(&in[k]->m, sa, sizeof sa) : "(none)",
                      meta_shape_str(&out->m, sb, sizeof sb));
+  for (k = 0; k < nin; k++) dt[k] = in[k]->m.dtype;
+  exact = op_int_compute(op, dt, nin);
+  /* a negative Lua number as an integer exponent is refused, as PyTorch
+  ** refuses a negative scalar exponent; tensor exponents compute */
+  if (exact && op == OP_POW && in[1]->m.wrapped && meta_numel(&in[1]->m) == 1 &&
+      get_i64(in[1], 0) < 0)
+    return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
+                   "are not allowed (exponent %lld)",
+                   (long long)get_i64(in[1], 0));
   for (i = 0; i < n; i++) {
     ref_unravel(&out->m, i, oc);
+    if (exact) {
+      for (k = 0; k < nin; k++)
+        ix[k] = get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc));
+      set_i64(out, i, op_table[op].iscalar(ix, a));
+      continue;
+    }
+    /* an int64 operand of a floating-point op is first converted to
+    ** float32, the type PyTorch's promotion gives it, rounding once */
     for (k = 0; k < nin; k++)
-      x[k] = ten_get(in[k], bcast_index(&in[k]->m, &out->m, oc));
-    /* An integer result has no room for 2^-1; PyTorch refuses too. */
-    if (int_pow && x[1] < 0)
-      return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
-                     "are not allowed (exponent %.17g)", x[1]);
+      x[k] = in[k]->m.dtype == FL_I64
+             ? (double)(float)get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc))
+             : ten_get(in[k], bcast_index(&in[k]->m, &out->m, oc));
     ten_set(out, i, f(x, a));
   }
   return FL_OK;
@@ -265,11 +368,30 @@ static int64_t reduce_at(const fl_meta *m, int64_t *c, const int *red, int nr,
   return ref_ravel(m, c);
 }
 
+/* sum/amax/amin/argmax of one output element over integer input x, in
+** int64: the sum wraps around, argmax reports the first maximum. */
+static int64_t reduce_i64(fl_op op, const fl_tensor *x, int64_t *c,
+                          const int *red, int nr, int64_t R) {
+  uint64_t sum = 0;
+  int64_t r, best = 0, acc, v;
+  if (op == OP_SUM) {
+    for (r = 0; r < R; r++)
+      sum += (uint64_t)get_i64(x, reduce_at(&x->m, c, red, nr, r));
+    return (int64_t)sum;
+  }
+  acc = get_i64(x, reduce_at(&x->m, c, red, nr, 0));
+  for (r = 1; r < R; r++) {
+    v = get_i64(x, reduce_at(&x->m, c, red, nr, r));
+    if (op == OP_AMIN ? v < acc : v > acc) { acc = v; best = r; }
+  }
+  return op == OP_ARGMAX ? best : acc;
+}
+
 int ref_reduce(fl_op op, const fl_tensor *const *in, int nin,
                const op_attrs *a, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0];
   const fl_meta *m = &x->m;
-  int kept[FL_MAX_DIMS], red[FL_MAX_DIMS], nk = 0, nr = 0, j, rc;
+  int kept[FL_MAX_DIMS], red[FL_MAX_DIMS], nk = 0, nr = 0, j, rc, exact;
   int64_t K, R, o, r, c[FL_MAX_DIMS] = {0};
   char buf[96];
   (void)nin;
@@ -282,6 +404,8 @@ int ref_reduce(fl_op op, const fl_tensor *const *in, int nin,
     return err_set(e, FL_EINVAL, "%s: cannot reduce %s over a zero-size "
                    "dimension (no identity)", op_name(op),
                    meta_shape_str(m, buf, sizeof buf));
+  exact = !dtype_is_float(m->dtype) &&
+          (op == OP_SUM || op == OP_AMAX || op == OP_AMIN || op == OP_ARGMAX);
   for (o = 0; o < K; o++) {
     double acc = 0.0, v;
     int64_t t = o, best = 0;
@@ -289,6 +413,10 @@ int ref_reduce(fl_op op, const fl_tensor *const *in, int nin,
     for (j = nk - 1; j >= 0; j--) {
       c[kept[j]] = t % m->shape[kept[j]];
       t /= m->shape[kept[j]];
+    }
+    if (exact) {
+      set_i64(out, o, reduce_i64(op, x, c, red, nr, R));
+      continue;
     }
     switch (op) {
     case OP_SUM:
@@ -463,6 +591,14 @@ int ref_rms_norm(fl_op op, const fl_tensor *const *in, int nin,
 
 /* --- views and data movement (copies: the oracle has value semantics) ----- */
 
+/* out[i] = src[j]: int64 values travel as int64, every bit kept. */
+static void copy_elem(fl_tensor *out, int64_t i, const fl_tensor *src, int64_t j) {
+  if (out->m.dtype == FL_I64 || src->m.dtype == FL_I64)
+    set_i64(out, i, get_i64(src, j));
+  else
+    ten_set(out, i, ten_get(src, j));
+}
+
 /* reshape, view, unsqueeze, squeeze, contiguous: the row-major sequence of
 ** values is unchanged, only the shape around it. */
 int ref_rowmajor(fl_op op, const fl_tensor *const *in, int nin,
@@ -472,7 +608,7 @@ int ref_rowmajor(fl_op op, const fl_tensor *const *in, int nin,
   (void)nin; (void)a;
   if ((rc = ref_check_numel(op_name(op), in[0], n, "input", e)) != FL_OK)
     return rc;
-  for (i = 0; i < n; i++) ten_set(out, i, ten_get(in[0], i));
+  for (i = 0; i < n; i++) copy_elem(out, i, in[0], i);
   return FL_OK;
 }
 
@@ -533,14 +669,14 @@ int ref_gather_view(fl_op op, const fl_tensor *const *in, int nin,
       for (d = 0; d < im->ndim; d++) ic[a->dims[d]] = oc[d];
       break;
     case OP_EXPAND:
-      ten_set(out, i, ten_get(in[0], bcast_index(im, om, oc)));
+      copy_elem(out, i, in[0], bcast_index(im, om, oc));
       continue;
     default:           /* OP_NARROW */
       memcpy(ic, oc, sizeof ic);
       ic[a->i[0]] += a->i[1];
       break;
     }
-    ten_set(out, i, ten_get(in[0], ref_ravel(im, ic)));
+    copy_elem(out, i, in[0], ref_ravel(im, ic));
   }
   return FL_OK;
 }
@@ -573,7 +709,7 @@ int ref_cat(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
     for (i = 0; i < n; i++) {
       ref_unravel(m, i, c);
       c[dim] += at;
-      ten_set(out, ref_ravel(om, c), ten_get(in[k], i));
+      copy_elem(out, ref_ravel(om, c), in[k], i);
     }
     at += m->shape[dim];
   }
@@ -602,7 +738,7 @@ int ref_embedding(fl_op op, const fl_tensor *const *in, int nin,
                      "a table of %lld rows (valid 0..%lld)", v, (long long)V,
                      (long long)V - 1);
     for (j = 0; j < D; j++)
-      ten_set(out, r * D + j, ten_get(w, (int64_t)v * D + j));
+      copy_elem(out, r * D + j, w, (int64_t)v * D + j);
   }
   return FL_OK;
 }

@@ -1,7 +1,8 @@
 /*
 ** ref.h -- the reference interpreter: the oracle every compiled and eager
 ** result is compared against.  Naive loops over logical indices, every
-** value read and accumulated as double; clarity over speed, always.
+** value read and accumulated as double -- int64 values as int64, exactly;
+** clarity over speed, always.
 */
 #ifndef FL_REF_H
 #define FL_REF_H
@@ -46,5 +47,25 @@ double sc_le(const double *x, const op_attrs *a);
 double sc_gt(const double *x, const op_attrs *a);
 double sc_ge(const double *x, const op_attrs *a);
 double sc_where(const double *x, const op_attrs *a);
+
+/* The int64 forms (ops.def's iscalar): exact, wrapping on overflow. */
+int64_t isc_copy(const int64_t *x, const op_attrs *a);
+int64_t isc_abs(const int64_t *x, const op_attrs *a);
+int64_t isc_neg(const int64_t *x, const op_attrs *a);
+int64_t isc_relu(const int64_t *x, const op_attrs *a);
+int64_t isc_clamp(const int64_t *x, const op_attrs *a);
+int64_t isc_add(const int64_t *x, const op_attrs *a);
+int64_t isc_sub(const int64_t *x, const op_attrs *a);
+int64_t isc_mul(const int64_t *x, const op_attrs *a);
+int64_t isc_pow(const int64_t *x, const op_attrs *a);
+int64_t isc_maximum(const int64_t *x, const op_attrs *a);
+int64_t isc_minimum(const int64_t *x, const op_attrs *a);
+int64_t isc_eq(const int64_t *x, const op_attrs *a);
+int64_t isc_ne(const int64_t *x, const op_attrs *a);
+int64_t isc_lt(const int64_t *x, const op_attrs *a);
+int64_t isc_le(const int64_t *x, const op_attrs *a);
+int64_t isc_gt(const int64_t *x, const op_attrs *a);
+int64_t isc_ge(const int64_t *x, const op_attrs *a);
+int64_t isc_where(const int64_t *x, const op_attrs *a);
 
 #endif

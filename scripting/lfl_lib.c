@@ -538,22 +538,26 @@ static int64_t bcast_index(const fl_tensor *t, int nd, const int64_t *c) {
   return lin;
 }
 
-/* fl.allclose(a, b [, rtol [, atol]]) or (a, b, {rtol=, atol=}):
-** |a - b| <= atol + rtol * |b| everywhere, NaN never close, as PyTorch. */
+/* fl.allclose(a, b [, rtol [, atol]]) or (a, b, {rtol=, atol=, equal_nan=}):
+** |a - b| <= atol + rtol * |b| everywhere; equal values (infinities too)
+** are close; NaN is close only to NaN and only with equal_nan, as
+** PyTorch.  Two integer values compare exactly (no rounding to double). */
 static int l_allclose(lua_State *L) {
-  static const char *const keys[] = {"rtol", "atol", NULL};
+  static const char *const keys[] = {"rtol", "atol", "equal_nan", NULL};
   fl_tensor *a = lfl_checkdata(L, 1, "allclose"), *b = lfl_checkdata(L, 2, "allclose");
   double rtol = 1e-5, atol = 1e-8;
   fl_meta bm;
   fl_err e;
   int64_t c[FL_MAX_DIMS], i, n;
-  int d, close = 1;
+  int d, close = 1, equal_nan = 0, ints;
   if (lua_type(L, 3) == LUA_TTABLE) {
     lfl_checkkeys(L, 3, keys, "allclose");
     lua_getfield(L, 3, "rtol");
     rtol = luaL_optnumber(L, -1, rtol);
     lua_getfield(L, 3, "atol");
     atol = luaL_optnumber(L, -1, atol);
+    lua_getfield(L, 3, "equal_nan");
+    equal_nan = lua_toboolean(L, -1);
   } else {
     rtol = luaL_optnumber(L, 3, rtol);
     atol = luaL_optnumber(L, 4, atol);
@@ -571,11 +575,22 @@ static int l_allclose(lua_State *L) {
                       meta_shape_str(&bm, s, sizeof s), (lua_Integer)n,
                       (lua_Integer)FL_MAX_NUMEL);
   }
+  ints = !dtype_is_float(a->m.dtype) && !dtype_is_float(b->m.dtype);
   memset(c, 0, sizeof c);
   for (i = 0; i < n && close; i++) {
-    double x = ten_get(a, bcast_index(a, bm.ndim, c));
-    double y = ten_get(b, bcast_index(b, bm.ndim, c));
-    if (!(x == y || fabs(x - y) <= atol + rtol * fabs(y))) close = 0;
+    int64_t ia = bcast_index(a, bm.ndim, c), ib = bcast_index(b, bm.ndim, c);
+    double x = ten_get(a, ia), y = ten_get(b, ib);
+    if (ints) {
+      /* unequal integers differ by at least 1, whatever double says */
+      int64_t p = dtype_load_i64(a->m.dtype, ten_elem_ptr(a, ia));
+      int64_t q = dtype_load_i64(b->m.dtype, ten_elem_ptr(b, ib));
+      if (p != q && !(fmax(fabs(x - y), 1.0) <= atol + rtol * fabs(y))) close = 0;
+    } else if (x != x || y != y) {
+      if (!(equal_nan && x != x && y != y)) close = 0;
+    } else if (x != y && (isinf(x) || isinf(y) ||
+                          !(fabs(x - y) <= atol + rtol * fabs(y)))) {
+      close = 0;   /* an infinity is close only to itself */
+    }
     for (d = bm.ndim - 1; d >= 0; d--) {     /* next coordinate */
       if (++c[d] < bm.shape[d]) break;
       c[d] = 0;

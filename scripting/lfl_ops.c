@@ -99,6 +99,13 @@ static int b_binary(lua_State *L) {
                       "numbers", op_name(op));
   in[0] = lfl_checkoperand(L, 1);
   in[1] = lfl_checkoperand(L, 2);
+  /* PyTorch refuses a negative scalar exponent for integers (a tensor
+  ** exponent computes, ops.def): here, before capture or eager, so a
+  ** compiled function refuses it as eager does */
+  if (op == OP_POW && lua_isinteger(L, 2) && lua_tointeger(L, 2) < 0 &&
+      !dtype_is_float(in[0]->m.dtype))
+    return luaL_error(L, "pow: integers to negative integer powers are not "
+                      "allowed (exponent %I)", (LUAI_UACINT)lua_tointeger(L, 2));
   op_attrs_init(op, &a);
   return lfl_dispatch(L, op, in, 2, &a);
 }

@@ -399,6 +399,13 @@ do
   t.ok(fl.allclose(fl.ones(2, 2), fl.tensor{1.0}), "allclose broadcasts")
   t.ok(not fl.allclose(fl.tensor{0/0}, fl.tensor{0/0}), "NaN is never close")
   t.ok(fl.allclose(fl.tensor{1/0}, fl.tensor{1/0}), "inf is close to inf")
+  t.ok(not fl.allclose(fl.tensor{1/0}, fl.tensor{-1/0}), "inf is not close to -inf")
+  t.ok(not fl.allclose(fl.tensor{1}, fl.tensor{1/0}), "a number is not close to inf")
+  t.ok(fl.allclose(fl.tensor{0/0, 1}, fl.tensor{0/0, 1}, {equal_nan = true}), "equal_nan: NaN is close to NaN")
+  t.ok(not fl.allclose(fl.tensor{0/0}, fl.tensor{1}, {equal_nan = true}), "equal_nan: NaN is not close to 1")
+  local ts = fl.tensor({1733000000123456789}, {dtype = "int64"})
+  t.ok(not fl.allclose(ts, ts + 1, 0, 0), "int64 allclose sees 1 ns at a timestamp")
+  t.ok(fl.allclose(ts, ts + 1, 0, 1), "int64 allclose within atol 1")
 end
 
 do

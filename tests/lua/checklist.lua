@@ -115,6 +115,16 @@ t.ok(rc.recompiles >= 3, "a changing value recompiles in dynamic mode too (" .. 
 t.is(rc.decision, "eager", "frequent changes: eager")
 t.ok(rc.recommendation:find("^eager"), "the sentence says eager: " .. rc.recommendation)
 
+-- ---- outputs holding infinities and NaN: compiled and eager agree exactly
+-- (log(0) = -inf, log(-1) = NaN, an int64 timestamp), so nothing differs
+local function nonfinite(x, i) return x:log(), x * 2, i + 1 end
+local rn = fl.checklist(nonfinite, {inputs = {fl.tensor{0, -1, 1, 2, 1 / 0},
+                                              fl.tensor({1733000000123456789}, {dtype = "int64"})},
+                                    calls = 3, quiet = true})
+t.is(rn.accuracy_nan, false, "inf and NaN outputs that agree are no NaN difference")
+t.is(rn.max_rel_err, 0.0, "inf and NaN outputs that agree have no error")
+t.ok(not rn.recommendation:find("differ"), "no 'results differ': " .. rn.recommendation)
+
 -- ---- errors
 local ok_opts = {inputs = {fl.randn(2, 2)}}
 t.raises(function() fl.checklist(42, ok_opts) end, "checklist: expected a function or an nn module", "not a function")

@@ -103,14 +103,16 @@ static inline int rg_add_random_op(ir_graph *g) {
       if (rg_rnd(6) == 0 && rg_is_float(g, x)) bm.dtype = FL_I64;
       y = rg_new_input(g, bm);
     }
-    if (op == OP_POW && !rg_is_float(g, x)) op = OP_MUL;
+    /* integer pow: exact, wrapping, negative exponents as PyTorch */
+    if (op == OP_POW && !rg_is_float(g, x) && (c == 0 || g->nodes[x].meta.dtype != FL_I64)) op = OP_MUL;
     in[0] = rg_rnd(2) ? x : y;
     in[1] = in[0] == x ? y : x;
     /* pow's exponent fresh from [-2, 2]: a computed exponent of 1e10 makes
     ** the sign of the result hang on its last bit (exp's 1-ulp freedom) */
     if (op == OP_POW) {
+      fl_meta em = rg_bcast_of(m);
       in[0] = x;
-      in[1] = c == 0 ? y : rg_new_input(g, rg_bcast_of(m));
+      in[1] = c == 0 ? y : rg_new_input(g, em);
     }
     op_attrs_init(op, &a);
     return rg_try_op(g, op, in, 2, &a);
@@ -254,6 +256,14 @@ static inline void rg_fill_inputs(ir_graph *g, fl_tensor *in, uint64_t seed) {
       double v = nd->meta.dtype == FL_I64 ? (double)((int)rg_rnd(11) - 5) :
                  ((double)rg_rnd(1u << 20) / (1u << 20)) * 4.0 - 2.0;
       ten_set(&in[nd->index], j, v);
+      /* int64 beyond 2^53 in some inputs (near a nanosecond timestamp, the
+      ** ends of the range): exact everywhere, wrapping on overflow */
+      if (nd->meta.dtype == FL_I64 && i % 4 == 1 && rg_rnd(3) == 0) {
+        static const int64_t big[] = {1733000000123456789LL, INT64_MAX, INT64_MIN,
+                                      (int64_t)1 << 62, -1733000000123456789LL};
+        int64_t w = (int64_t)((uint64_t)big[rg_rnd(5)] + (uint64_t)((int64_t)rg_rnd(5) - 2));
+        *(int64_t *)ten_elem_ptr(&in[nd->index], j) = w;
+      }
     }
   }
 }

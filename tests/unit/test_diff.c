@@ -19,8 +19,9 @@
 ** code is identical across graphs are compiled once (aliases).
 **
 ** Tolerances against the double-precision oracle: float32 |got - want| <=
-** 2e-3 (1 + |want|); float16 1e-2, bfloat16 3e-2 relative; int64 and bool
-** exact; NaN matches NaN.
+** 2e-3 (1 + |want|); float16 1e-2, bfloat16 3e-2 relative; int64 (some
+** inputs beyond 2^53, to the ends of the range: overflow wraps) and bool
+** exact, every bit; NaN matches NaN.
 **
 ** Environment: FUSELAB_DIFF_GRAPHS (default 2000), FUSELAB_DIFF_SEED
 ** (default 1), FUSELAB_DIFF_SECONDS (time bound, default 1200).  A long run:
@@ -55,6 +56,12 @@ static int mismatch(const fl_tensor *got, const fl_tensor *want, char *why, size
   for (i = 0; i < cnt; i++) {
     double a = ten_get(got, i), b = ten_get(want, i);
     int bad;
+    if (dt == FL_I64) {   /* every bit: through double 2^60 + 1 == 2^60 */
+      int64_t p = dtype_load_i64(dt, ten_elem_ptr(got, i)), q = dtype_load_i64(dt, ten_elem_ptr(want, i));
+      if (p == q) continue;
+      snprintf(why, n, "element %lld: got %lld, want %lld", (long long)i, (long long)p, (long long)q);
+      return 1;
+    }
     if (isnan(a) && isnan(b)) continue;
     if (dt == FL_I64 || dt == FL_BOOL) bad = a != b;
     else if (isinf(b) || isinf(a)) bad = a != b;

@@ -749,8 +749,9 @@ static void test_errors(void) {
   refuses(OP_EMBEDDING, in, 2, &a, "embedding: index 10 out of range");
   a = attrs(OP_POW);
   in[0] = T(I64, "3", 0);
-  in[1] = T(I64, "3", 0);
-  ten_set(in[1], 1, -1);
+  in[1] = T(I64, "", 0);          /* a Lua number; tensor exponents compute */
+  ten_set(in[1], 0, -1);
+  in[1]->m.wrapped = 1;
   refuses(OP_POW, in, 2, &a, "pow: integers to negative integer powers");
   a = attrs(OP_SUM);
   a.ndims = 1; a.dims[0] = 5;
@@ -772,6 +773,112 @@ static void test_errors(void) {
   gc();
 }
 
+/* --- int64 beyond 2^53 ----------------------------------------------------------- */
+
+/* [rows, cols] int64 near a nanosecond timestamp, with INT64_MIN / MAX and
+** small values mixed in; transposed (a strided view) when nc. */
+static fl_tensor *big_i64(int64_t rows, int64_t cols, int nc, uint64_t seed) {
+  fl_tensor *t = T(I64, nc ? "9,5" : "5,9", 0);
+  int64_t i, n = rows * cols, *p = (int64_t *)t->st->data;
+  for (i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    switch ((seed >> 33) % 6) {
+    case 0: p[i] = INT64_MAX - (int64_t)((seed >> 40) % 3); break;
+    case 1: p[i] = INT64_MIN + (int64_t)((seed >> 40) % 3); break;
+    case 2: p[i] = (int64_t)((seed >> 40) % 9) - 4; break;
+    default: p[i] = 1733000000123456789LL + (int64_t)((seed >> 40) % 1000) - 500; break;
+    }
+  }
+  if (nc) {
+    t->m.shape[0] = 5; t->m.shape[1] = 9;
+    t->stride[0] = 1; t->stride[1] = 5;
+  }
+  return t;
+}
+
+/* eager and the oracle agree on every bit of an int64 result */
+static void same_bits(const char *what, fl_op op, fl_tensor **in, int nin,
+                      const op_attrs *a) {
+  fl_tensor g, r;
+  fl_err e = {0};
+  int64_t i, n;
+  int good = eager_apply(op, (const fl_tensor *const *)in, nin, a, &g, &e) == FL_OK;
+  if (!good) printf("# eager: %s\n", e.msg);
+  if (ref_apply(op, (const fl_tensor *const *)in, nin, a, &r, &e) != FL_OK) {
+    printf("# ref: %s\n", e.msg);
+    if (good) ten_release(&g);
+    ok(0, "int64 %s %s", op_name(op), what);
+    return;
+  }
+  n = meta_numel(&r.m);
+  if (good) {
+    good = g.m.dtype == r.m.dtype && meta_numel(&g.m) == n;
+    for (i = 0; good && i < n; i++)
+      good = memcmp(ten_elem_ptr(&g, i), ten_elem_ptr(&r, i), dtype_size(r.m.dtype)) == 0;
+    if (!good) printf("# first difference at %lld\n", (long long)i - 1);
+    ten_release(&g);
+  }
+  ten_release(&r);
+  ok(good, "int64 %s %s: eager gives the oracle's exact result", op_name(op), what);
+}
+
+static void test_int64_exact(void) {
+  static const fl_op bin[] = {OP_ADD, OP_SUB, OP_MUL, OP_POW, OP_MAXIMUM,
+                              OP_MINIMUM, OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE};
+  static const fl_op un[] = {OP_ABS, OP_NEG, OP_RELU, OP_CLAMP, OP_SUM,
+                             OP_AMAX, OP_AMIN, OP_ARGMAX};
+  fl_tensor *in[3], g;
+  fl_err e = {0};
+  op_attrs a;
+  size_t k;
+  int nc;
+  for (nc = 0; nc < 2; nc++) {
+    const char *what = nc ? "[5,9](nc) near 2^60" : "[5,9] near 2^60";
+    for (k = 0; k < sizeof bin / sizeof bin[0]; k++) {
+      a = attrs(bin[k]);
+      in[0] = big_i64(5, 9, nc, 1 + k);
+      in[1] = big_i64(5, 9, 0, 100 + k);
+      if (bin[k] == OP_POW) in[1] = T(I64, "5,9", 0);   /* -5..5 */
+      same_bits(what, bin[k], in, 2, &a);
+      gc();
+    }
+    for (k = 0; k < sizeof un / sizeof un[0]; k++) {
+      a = attrs(un[k]);
+      if (un[k] == OP_CLAMP) { a.f[0] = -1e18; a.f[1] = 1.7330000001234567e18; }
+      if (un[k] != OP_CLAMP && un[k] != OP_ABS && un[k] != OP_NEG && un[k] != OP_RELU) {
+        a.ndims = 1; a.dims[0] = 1;
+      }
+      in[0] = big_i64(5, 9, nc, 200 + k);
+      same_bits(what, un[k], in, 1, &a);
+      gc();
+    }
+    a = attrs(OP_WHERE);
+    in[0] = T(BOOL, "5,9", 0);
+    in[1] = big_i64(5, 9, nc, 300);
+    in[2] = big_i64(5, 9, 0, 301);
+    same_bits(what, OP_WHERE, in, 3, &a);
+    gc();
+  }
+  /* (t + 1) - t == 1 for a nanosecond timestamp */
+  in[0] = T(I64, "", 0);
+  in[1] = T(I64, "", 0);
+  *(int64_t *)in[0]->st->data = 1733000000123456789LL;
+  *(int64_t *)in[1]->st->data = 1;
+  a = attrs(OP_ADD);
+  if (eager_apply(OP_ADD, (const fl_tensor *const *)in, 2, &a, &g, &e) == FL_OK) {
+    fl_tensor d;
+    const fl_tensor *sub[2] = {&g, in[0]};
+    a = attrs(OP_SUB);
+    ok(eager_apply(OP_SUB, sub, 2, &a, &d, &e) == FL_OK &&
+       *(const int64_t *)ten_data(&d) == 1, "int64 (t + 1) - t is 1 eagerly");
+    if (d.st) ten_release(&d);
+    ten_release(&g);
+  } else {
+    ok(0, "int64 (t + 1) - t is 1 eagerly");
+  }
+  gc();
+}
+
 int main(void) {
   test_unary();
   test_cast();
@@ -788,6 +895,7 @@ int main(void) {
   test_cat_embedding();
   test_views();
   test_errors();
+  test_int64_exact();
   test_coverage();
   return tap_done();
 }

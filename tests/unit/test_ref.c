@@ -292,6 +292,122 @@ static void test_int64(void) {
   }
 }
 
+/* Beyond 2^53 (nanosecond timestamps): int64 computes in int64, exactly,
+** and wraps around on overflow as PyTorch does. */
+#define IV(...) (const int64_t[]){__VA_ARGS__}
+
+static fl_tensor mki(const int64_t *shape, int ndim, const int64_t *vals) {
+  fl_tensor t = mk(FL_I64, shape, ndim, NULL);
+  int64_t i, n = meta_numel(&t.m);
+  for (i = 0; i < n; i++) ((int64_t *)ten_data(&t))[i] = vals[i];
+  return t;
+}
+
+/* op over the inputs gives exactly want (n int64 values). */
+static void check_i64(const char *name, fl_op op, const fl_tensor *x,
+                      const fl_tensor *y, const op_attrs *a,
+                      const int64_t *want, int n) {
+  const fl_tensor *in[2] = {x, y};
+  fl_tensor out;
+  int i, good;
+  good = run(op, in, y ? 2 : 1, a, &out) == FL_OK &&
+         meta_numel(&out.m) == n && out.m.dtype == FL_I64;
+  for (i = 0; good && i < n; i++)
+    if (((const int64_t *)ten_data(&out))[i] != want[i]) {
+      printf("# %s: element %d is %lld, expected %lld\n", name, i,
+             (long long)((const int64_t *)ten_data(&out))[i],
+             (long long)want[i]);
+      good = 0;
+    }
+  ok(good, "%s", name);
+  if (out.st) ten_release(&out);
+}
+
+static void test_int64_exact(void) {
+  const int64_t ts = 1733000000123456789LL;
+  fl_tensor t = mki(SH(3), IV(ts, INT64_MAX, INT64_MIN));
+  fl_tensor one = mki(S0, IV(1));
+  fl_tensor two = mki(SH(3), IV(2, 2, 2));
+  fl_tensor e = mki(SH(4), IV(-1, -3, -2, 63));
+  fl_tensor b = mki(SH(4), IV(1, -1, -1, 2));
+  fl_tensor f = mk(FL_F32, SH(5), V(NAN, INFINITY, -INFINITY, 1e30, -7.9));
+  fl_tensor c = mk(FL_BOOL, SH(3), V(1, 0, 1));
+  const fl_tensor *in[3];
+  fl_tensor out, sum1;
+  op_attrs a = attrs(OP_ADD);
+  check_i64("int64 add: timestamp + 1 exact, INT64_MAX + 1 wraps", OP_ADD,
+            &t, &one, &a, IV(ts + 1, INT64_MIN, INT64_MIN + 1), 3);
+  in[0] = &t; in[1] = &one;
+  if (run(OP_ADD, in, 2, &a, &sum1) == FL_OK) {
+    a = attrs(OP_SUB);
+    check_i64("int64 (t + 1) - t is 1 for a nanosecond timestamp", OP_SUB,
+              &sum1, &t, &a, IV(1, 1, 1), 3);
+    ten_release(&sum1);
+  }
+  a = attrs(OP_MUL);
+  check_i64("int64 mul wraps", OP_MUL, &t, &two, &a,
+            IV((int64_t)((uint64_t)ts * 2), -2, 0), 3);
+  a = attrs(OP_NEG);
+  check_i64("int64 neg: -INT64_MIN wraps to itself", OP_NEG, &t, NULL, &a,
+            IV(-ts, -INT64_MAX, INT64_MIN), 3);
+  a = attrs(OP_ABS);
+  check_i64("int64 abs exact", OP_ABS, &t, NULL, &a,
+            IV(ts, INT64_MAX, INT64_MIN), 3);
+  a = attrs(OP_MAXIMUM);
+  check_i64("int64 maximum exact", OP_MAXIMUM, &t, &one, &a,
+            IV(ts, INT64_MAX, 1), 3);
+  a = attrs(OP_CLAMP);
+  a.f[0] = 0; a.f[1] = 1e300;
+  check_i64("int64 clamp: bounds saturate to int64", OP_CLAMP, &t, NULL, &a,
+            IV(ts, INT64_MAX, 0), 3);
+  a = attrs(OP_POW);
+  check_i64("int64 pow: negative tensor exponents as PyTorch, 2^63 wraps",
+            OP_POW, &b, &e, &a, IV(1, -1, 1, INT64_MIN), 4);
+  a = attrs(OP_SUM);
+  check_i64("int64 sum exact and wrapping", OP_SUM, &t, NULL, &a,
+            IV(ts - 1), 1);
+  a = attrs(OP_AMIN);
+  check_i64("int64 amin exact", OP_AMIN, &t, NULL, &a, IV(INT64_MIN), 1);
+  a = attrs(OP_ARGMAX);
+  check_i64("int64 argmax exact", OP_ARGMAX, &t, NULL, &a, IV(1), 1);
+  a = attrs(OP_TO);
+  a.dtype = FL_I64;
+  check_i64("float -> int64: NaN, inf, out of range give INT64_MIN", OP_TO,
+            &f, NULL, &a, IV(INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN, -7), 5);
+  /* comparisons and where see the last bit */
+  in[0] = &t; in[1] = &t;
+  a = attrs(OP_LT);
+  {
+    fl_tensor t1 = mki(SH(3), IV(ts + 1, INT64_MAX - 1, INT64_MIN + 1));
+    in[1] = &t1;
+    ok(run(OP_LT, in, 2, &a, &out) == FL_OK &&
+       ((const uint8_t *)ten_data(&out))[0] == 1 &&
+       ((const uint8_t *)ten_data(&out))[1] == 0 &&
+       ((const uint8_t *)ten_data(&out))[2] == 1,
+       "int64 lt sees a difference of 1 beyond 2^53");
+    if (out.st) ten_release(&out);
+    in[0] = &c; in[1] = &t; in[2] = &t1;
+    a = attrs(OP_WHERE);
+    ok(run(OP_WHERE, in, 3, &a, &out) == FL_OK &&
+       ((const int64_t *)ten_data(&out))[0] == ts &&
+       ((const int64_t *)ten_data(&out))[1] == INT64_MAX - 1,
+       "int64 where keeps every bit");
+    if (out.st) ten_release(&out);
+    ten_release(&t1);
+  }
+  /* a negative Lua number as the exponent is refused, as in PyTorch */
+  one.m.wrapped = 1;
+  ((int64_t *)ten_data(&one))[0] = -1;
+  in[0] = &t; in[1] = &one;
+  a = attrs(OP_POW);
+  err_clear(&err);
+  ok(ref_apply(OP_POW, in, 2, &a, &out, &err) == FL_EINVAL && !out.st &&
+     strstr(err.msg, "negative integer powers"),
+     "int64 pow refuses a negative scalar exponent");
+  ten_release(&t); ten_release(&one); ten_release(&two); ten_release(&e);
+  ten_release(&b); ten_release(&f); ten_release(&c);
+}
+
 /* --- reductions ----------------------------------------------------------- */
 
 static void test_reduce(void) {
@@ -739,10 +855,12 @@ static void test_errors(void) {
     release_all(ins, 2);
   }
   {
-    fl_tensor ins[] = {mk(FL_I64, SH(2), V(2, 2)), mk(FL_I64, SH(2), V(1, -1))};
+    /* a wrapped (Lua number) exponent; a tensor exponent computes */
+    fl_tensor ins[] = {mk(FL_I64, SH(2), V(2, 2)), mk0(FL_I64, -1)};
+    ins[1].m.wrapped = 1;
     a = attrs(OP_POW);
-    FAILS("int64 pow with a negative exponent", OP_POW, &a, FL_EINVAL, "pow",
-          "negative");
+    FAILS("int64 pow with a negative scalar exponent", OP_POW, &a, FL_EINVAL,
+          "pow", "negative");
     release_all(ins, 2);
   }
 }
@@ -810,6 +928,7 @@ int main(void) {
   test_unary();
   test_binary();
   test_int64();
+  test_int64_exact();
   test_reduce();
   test_softmax_norms();
   test_products();

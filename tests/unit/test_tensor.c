@@ -148,10 +148,18 @@ static void test_load_store(void) {
   int64_t i;
   dtype_store(FL_I64, buf, 2.7);  memcpy(&i, buf, 8); is_int(i, 2, "2.7 -> 2");
   dtype_store(FL_I64, buf, -2.7); memcpy(&i, buf, 8); is_int(i, -2, "-2.7 -> -2 (toward zero)");
-  dtype_store(FL_I64, buf, NAN);  memcpy(&i, buf, 8); is_int(i, 0, "NaN -> 0");
-  dtype_store(FL_I64, buf, 1e30); memcpy(&i, buf, 8); ok(i == INT64_MAX, "1e30 saturates");
-  dtype_store(FL_I64, buf, -1e30); memcpy(&i, buf, 8); ok(i == INT64_MIN, "-1e30 saturates");
-  dtype_store(FL_I64, buf, -INFINITY); memcpy(&i, buf, 8); ok(i == INT64_MIN, "-inf saturates");
+  /* what does not fit gives INT64_MIN, as x86 and PyTorch there do */
+  dtype_store(FL_I64, buf, NAN);  memcpy(&i, buf, 8); ok(i == INT64_MIN, "NaN -> INT64_MIN");
+  dtype_store(FL_I64, buf, 1e30); memcpy(&i, buf, 8); ok(i == INT64_MIN, "1e30 -> INT64_MIN");
+  dtype_store(FL_I64, buf, INFINITY); memcpy(&i, buf, 8); ok(i == INT64_MIN, "inf -> INT64_MIN");
+  dtype_store(FL_I64, buf, -1e30); memcpy(&i, buf, 8); ok(i == INT64_MIN, "-1e30 -> INT64_MIN");
+  dtype_store(FL_I64, buf, -INFINITY); memcpy(&i, buf, 8); ok(i == INT64_MIN, "-inf -> INT64_MIN");
+  dtype_store(FL_I64, buf, -0x1p63); memcpy(&i, buf, 8); ok(i == INT64_MIN, "-2^63 fits");
+  dtype_store(FL_I64, buf, 0x1.fffffffffffffp62); memcpy(&i, buf, 8);
+  ok(i == (int64_t)0x1.fffffffffffffp62, "the largest double below 2^63 fits");
+  ok(dtype_load_i64(FL_F32, &(float){-7.9f}) == -7, "load_i64 of a float truncates");
+  i = INT64_MAX;
+  dtype_store_i64(FL_I64, buf, i); memcpy(&i, buf, 8); ok(i == INT64_MAX, "store_i64 keeps every bit");
   dtype_store(FL_BOOL, buf, 0.5); is_int(buf[0], 1, "bool(0.5) is true");
   dtype_store(FL_BOOL, buf, -0.0); is_int(buf[0], 0, "bool(-0) is false");
   dtype_store(FL_BOOL, buf, NAN); is_int(buf[0], 1, "bool(NaN) is true");

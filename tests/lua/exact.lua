@@ -1,0 +1,107 @@
+-- exact.lua -- int64 is exact, and eager and compiled code agree on the
+-- edge values: overflow wraps (as PyTorch), integer powers with negative
+-- exponents, float -> int64 of NaN and infinities, (-inf)^0.5 and the other
+-- C99 special cases of pow whatever the element's position, Lua integers
+-- in and out of int64 tensors.  Each compiled result must equal the eager
+-- one bit for bit (NaN matching NaN).
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+local TS = 1733000000123456789           -- a nanosecond timestamp, > 2^53
+
+local function i64(v) return fl.tensor(v, {dtype = "int64"}) end
+
+-- same dtype, same shape, every element equal (NaN equal to NaN, -0 to -0)
+local function same(a, b)
+  if a.dtype ~= b.dtype or a:numel() ~= b:numel() then return false end
+  local x, y = a:reshape(-1):tolist(), b:reshape(-1):tolist()
+  for k = 1, #x do
+    local p, q = x[k], y[k]
+    if not (p == q or (p ~= p and q ~= q)) then return false end
+    if math.type(p) ~= math.type(q) then return false end
+    if p == 0 and type(p) == "number" and math.type(p) == "float" and 1 / p ~= 1 / q then return false end
+  end
+  return true
+end
+
+-- f run eagerly and compiled gives the same results, which are returned
+local function agree(name, f, ...)
+  local e = table.pack(f(...))
+  local c = table.pack(fl.compile(f)(...))
+  local good = e.n == c.n
+  for k = 1, e.n do good = good and same(e[k], c[k]) end
+  t.ok(good, name .. ": compiled equals eager")
+  return table.unpack(e, 1, e.n)
+end
+
+-- ---- Lua integers in and out
+local ts = i64{TS, -TS, math.maxinteger, math.mininteger}
+t.is(ts:tolist()[1], TS, "fl.tensor keeps a timestamp exactly")
+t.is(math.type(ts:tolist()[1]), "integer", "tolist gives Lua integers for int64")
+t.is(i64{TS}:item(), TS, "item is exact")
+t.ok(tostring(i64{TS}):find("1733000000123456789", 1, true), "printing is exact")
+local g = fl.capture(function(x) return x + TS end, i64{0})
+t.ok(tostring(g):find("const 1733000000123456789 : int64", 1, true),
+     "a graph listing shows an int64 constant exactly")
+
+-- ---- arithmetic beyond 2^53
+local d = agree("(t + 1) - t", function(x) return (x + 1) - x end, ts)
+t.is(d:tolist()[1], 1, "(t + 1) - t is 1 for a nanosecond timestamp")
+local add, mul, neg, ab = agree("overflow", function(x)
+  return x + 1, x * 2, -x, x:abs()
+end, ts)
+t.is(add:tolist()[3], math.mininteger, "INT64_MAX + 1 wraps to INT64_MIN, as PyTorch")
+t.is(mul:tolist()[3], -2, "INT64_MAX * 2 wraps")
+t.is(neg:tolist()[4], math.mininteger, "-INT64_MIN wraps to itself")
+t.is(ab:tolist()[4], math.mininteger, "abs(INT64_MIN) wraps to itself")
+local s, mx, am = agree("reductions", function(x) return x:sum(), x:amax(), x:argmax() end,
+                       i64{TS, TS + 1, 5})
+t.is(s:item(), 2 * TS + 6, "sum is exact")
+t.is(mx:item(), TS + 1, "amax sees the last bit")
+t.is(am:item(), 1, "argmax sees the last bit")   -- 0-based, as PyTorch
+local lt, w = agree("compare and where", function(x, y)
+  return x:lt(y), fl.where(x:lt(y), y, x)
+end, i64{TS, TS}, i64{TS + 1, TS - 1})
+t.is(lt:tolist()[1], true, "lt sees 1 ns at a timestamp")
+t.is(w:tolist()[1], TS + 1, "where keeps every bit")
+agree("maximum, minimum, clamp", function(x, y)
+  return fl.maximum(x, y), fl.minimum(x, y), x:clamp(0, 1e30)
+end, ts, i64{TS + 1, 0, 0, 0})
+
+-- ---- integer powers
+local p = agree("integer pow with negative tensor exponents", function(b, e) return b ^ e end,
+                i64{1, -1, -1, 2, 0, 3}, i64{-1, -3, -2, -1, -2, 41})
+t.is(p:tolist()[1], 1, "1 ^ -1 = 1")
+t.is(p:tolist()[2], -1, "(-1) ^ -3 = -1")
+t.is(p:tolist()[3], 1, "(-1) ^ -2 = 1")
+t.is(p:tolist()[4], 0, "2 ^ -1 = 0 (PyTorch's integer result)")
+local r = 1
+for _ = 1, 41 do r = r * 3 end   -- Lua integers wrap around too
+t.is(p:tolist()[6], r, "3 ^ 41 wraps as int64")
+t.raises(function() return ts ^ -1 end, "pow: integers to negative integer powers are not allowed",
+         "a negative Lua integer exponent is refused eagerly")
+t.raises(function() return fl.compile(function(x) return x ^ -2 end)(ts) end,
+         "pow: integers to negative integer powers are not allowed",
+         "and compiled")
+
+-- ---- float -> int64
+local f2i = agree("float -> int64", function(x) return x:to("int64") end,
+                  fl.tensor{0 / 0, 1 / 0, -1 / 0, 1e30, -7.9, 7.9})
+t.is(table.concat(f2i:tolist(), " "),
+     ("%d %d %d %d -7 7"):format(math.mininteger, math.mininteger, math.mininteger, math.mininteger),
+     "NaN, infinities and out of range give INT64_MIN (x86's and PyTorch's answer there)")
+
+-- ---- pow's special cases, in every lane: 19 elements put some in vector
+-- lanes and some in the scalar remainder of a loop
+local base = {}
+for k = 1, 19 do base[k] = ({-1 / 0, -0.0, -2, 1 / 0, 0.0})[k % 5 + 1] end
+local bx = fl.tensor(base)
+local half = agree("pow special cases", function(x)
+  return x ^ 0.5, x ^ 3.0, x ^ -0.5, x ^ -1.0, x ^ 2.0, x ^ 0.0, x ^ fl.full({19}, 0.5)
+end, bx)
+local hl = half:tolist()
+local ok_inf = true
+for k = 1, 19 do if base[k] == -1 / 0 and hl[k] ~= 1 / 0 then ok_inf = false end end
+t.ok(ok_inf, "(-inf) ^ 0.5 is +inf (C99) at every position")
+
+t.done()
