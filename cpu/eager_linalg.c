@@ -5,7 +5,7 @@
 ** least the row length, every size within int); any other operand -- a
 ** float16 or bfloat16 one, an expanded or oddly strided one -- is first
 ** copied to contiguous float32.  Integer products skip BLAS and accumulate
-** in double, as the oracle does, so they stay exact below 2^53.
+** in int64, wrapping, as the oracle does: exact at any size.
 */
 #include <limits.h>
 #include <math.h>
@@ -119,13 +119,23 @@ static int too_big(const char *opname, int64_t M, int64_t N, int64_t K,
   return 1;
 }
 
+/* Gather t into a new row-major int64 array (*out, the caller frees). */
+static int gather_i64(const fl_tensor *t, int64_t **out, const char *opname, fl_err *e) {
+  int64_t n = meta_numel(&t->m);
+  if (!(*out = eager_alloc((size_t)(n > 0 ? n : 1) * sizeof **out, opname, e))) return 0;
+  if (n > 0) eager_gather_all(t, *out, EAGER_I64);
+  return 1;
+}
+
 /* Integer matmul and linear: y[b][i][j] = bias[j] + sum_k a[i][k] * w(k, j),
-** with w(k, j) = b[k][j] (matmul) or w[j][k] (linear). */
-static int product_f64(fl_op op, const fl_tensor *const *in, int nin,
+** with w(k, j) = b[k][j] (matmul) or w[j][k] (linear).  Exact, wrapping
+** like int64 addition (through uint64: no undefined overflow), as the
+** oracle computes it. */
+static int product_i64(fl_op op, const fl_tensor *const *in, int nin,
                        fl_tensor *out, fl_err *e) {
   const fl_tensor *A = in[0], *W = in[1];
   const fl_tensor *bias = op == OP_LINEAR && nin > 2 ? in[2] : NULL;
-  double *a = NULL, *w = NULL, *bv = NULL, *y = NULL;
+  int64_t *a = NULL, *w = NULL, *bv = NULL, *y = NULL;
   int64_t M, K, N, nb = 0, Bt = 1, bi, i, j, k;
   int64_t ab = 0, wb = 0, bs[FL_MAX_DIMS];
   int rc = FL_ENOMEM, d, anb = A->m.ndim >= 2 ? A->m.ndim - 2 : 0;
@@ -150,22 +160,23 @@ static int product_f64(fl_op op, const fl_tensor *const *in, int nin,
   for (d = am.nb - 1; d >= 0; d--) { am.bstride[d] = ab; ab *= am.bshape[d]; }
   for (d = 0, wb = K * N; d < wm.nb; d++) wm.bshape[d] = W->m.shape[d];
   for (d = wm.nb - 1; d >= 0; d--) { wm.bstride[d] = wb; wb *= wm.bshape[d]; }
-  if (!eager_f64(A, &a, op_name(op), e) || !eager_f64(W, &w, op_name(op), e) ||
-      (bias && !eager_f64(bias, &bv, op_name(op), e)) ||
+  if (!gather_i64(A, &a, op_name(op), e) || !gather_i64(W, &w, op_name(op), e) ||
+      (bias && !gather_i64(bias, &bv, op_name(op), e)) ||
       !(y = eager_alloc((size_t)(Bt * M * N) * sizeof *y, op_name(op), e)))
     goto done;
   for (bi = 0; bi < Bt; bi++) {
-    const double *ap = a + mat_batch_offset(&am, bs, (int)nb, bi);
-    const double *wp = w + mat_batch_offset(&wm, bs, (int)nb, bi);
+    const int64_t *ap = a + mat_batch_offset(&am, bs, (int)nb, bi);
+    const int64_t *wp = w + mat_batch_offset(&wm, bs, (int)nb, bi);
     for (i = 0; i < M; i++)
       for (j = 0; j < N; j++) {
-        double acc = bv ? bv[j] : 0.0;
+        uint64_t acc = bv ? (uint64_t)bv[j] : 0;
         for (k = 0; k < K; k++)
-          acc += ap[i * K + k] * (op == OP_LINEAR ? wp[j * K + k] : wp[k * N + j]);
-        y[(bi * M + i) * N + j] = acc;
+          acc += (uint64_t)ap[i * K + k] *
+                 (uint64_t)(op == OP_LINEAR ? wp[j * K + k] : wp[k * N + j]);
+        y[(bi * M + i) * N + j] = (int64_t)acc;
       }
   }
-  eager_store_f64(out, 0, y, Bt * M * N);
+  for (i = 0; i < Bt * M * N; i++) ten_set_i64(out, i, y[i]);
   rc = FL_OK;
 done:
   free(a); free(w); free(bv); free(y);
@@ -179,7 +190,7 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   float *y, *yo = NULL;
   int nb, d, rc;
   (void)a;
-  if (!dtype_is_float(in[0]->m.dtype)) return product_f64(op, in, nin, out, e);
+  if (!dtype_is_float(in[0]->m.dtype)) return product_i64(op, in, nin, out, e);
   if ((rc = mat_prepare(in[0], 0, &A, op_name(op), e)) != FL_OK) return rc;
   if ((rc = mat_prepare(in[1], 1, &B, op_name(op), e)) != FL_OK) {
     free(A.owned);
@@ -228,7 +239,7 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   int64_t ld;
   int rc = FL_ENOMEM;
   (void)a;
-  if (!dtype_is_float(x->m.dtype)) return product_f64(op, in, nin, out, e);
+  if (!dtype_is_float(x->m.dtype)) return product_i64(op, in, nin, out, e);
   rows = meta_numel(&out->m) / O;
   if (too_big(op_name(op), rows, O, IN, e)) return FL_EUNSUPPORTED;
   /* w^T is [IN, O] with strides (w's column stride, w's row stride) */

@@ -275,14 +275,6 @@ int64_t isc_where(const int64_t *x, const op_attrs *a) {
   return x[0] != 0 ? x[1] : x[2];
 }
 
-static int64_t get_i64(const fl_tensor *t, int64_t i) {
-  return dtype_load_i64(t->m.dtype, ten_elem_ptr(t, i));
-}
-
-static void set_i64(fl_tensor *t, int64_t i, int64_t v) {
-  dtype_store_i64(t->m.dtype, ten_elem_ptr(t, i), v);
-}
-
 /* --- elementwise, any arity, NumPy broadcasting ------------------------- */
 
 int ref_elementwise(fl_op op, const fl_tensor *const *in, int nin,
@@ -308,23 +300,23 @@ int ref_elementwise(fl_op op, const fl_tensor *const *in, int nin,
   /* a negative Lua number as an integer exponent is refused, as PyTorch
   ** refuses a negative scalar exponent; tensor exponents compute */
   if (exact && op == OP_POW && in[1]->m.wrapped && meta_numel(&in[1]->m) == 1 &&
-      get_i64(in[1], 0) < 0)
+      ten_get_i64(in[1], 0) < 0)
     return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
                    "are not allowed (exponent %lld)",
-                   (long long)get_i64(in[1], 0));
+                   (long long)ten_get_i64(in[1], 0));
   for (i = 0; i < n; i++) {
     ref_unravel(&out->m, i, oc);
     if (exact) {
       for (k = 0; k < nin; k++)
-        ix[k] = get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc));
-      set_i64(out, i, op_table[op].iscalar(ix, a));
+        ix[k] = ten_get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc));
+      ten_set_i64(out, i, op_table[op].iscalar(ix, a));
       continue;
     }
     /* an int64 operand of a floating-point op is first converted to
     ** float32, the type PyTorch's promotion gives it, rounding once */
     for (k = 0; k < nin; k++)
       x[k] = in[k]->m.dtype == FL_I64
-             ? (double)(float)get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc))
+             ? (double)(float)ten_get_i64(in[k], bcast_index(&in[k]->m, &out->m, oc))
              : ten_get(in[k], bcast_index(&in[k]->m, &out->m, oc));
     ten_set(out, i, f(x, a));
   }
@@ -376,12 +368,12 @@ static int64_t reduce_i64(fl_op op, const fl_tensor *x, int64_t *c,
   int64_t r, best = 0, acc, v;
   if (op == OP_SUM) {
     for (r = 0; r < R; r++)
-      sum += (uint64_t)get_i64(x, reduce_at(&x->m, c, red, nr, r));
+      sum += (uint64_t)ten_get_i64(x, reduce_at(&x->m, c, red, nr, r));
     return (int64_t)sum;
   }
-  acc = get_i64(x, reduce_at(&x->m, c, red, nr, 0));
+  acc = ten_get_i64(x, reduce_at(&x->m, c, red, nr, 0));
   for (r = 1; r < R; r++) {
-    v = get_i64(x, reduce_at(&x->m, c, red, nr, r));
+    v = ten_get_i64(x, reduce_at(&x->m, c, red, nr, r));
     if (op == OP_AMIN ? v < acc : v > acc) { acc = v; best = r; }
   }
   return op == OP_ARGMAX ? best : acc;
@@ -415,7 +407,7 @@ int ref_reduce(fl_op op, const fl_tensor *const *in, int nin,
       t /= m->shape[kept[j]];
     }
     if (exact) {
-      set_i64(out, o, reduce_i64(op, x, c, red, nr, R));
+      ten_set_i64(out, o, reduce_i64(op, x, c, red, nr, R));
       continue;
     }
     switch (op) {
@@ -594,7 +586,7 @@ int ref_rms_norm(fl_op op, const fl_tensor *const *in, int nin,
 /* out[i] = src[j]: int64 values travel as int64, every bit kept. */
 static void copy_elem(fl_tensor *out, int64_t i, const fl_tensor *src, int64_t j) {
   if (out->m.dtype == FL_I64 || src->m.dtype == FL_I64)
-    set_i64(out, i, get_i64(src, j));
+    ten_set_i64(out, i, ten_get_i64(src, j));
   else
     ten_set(out, i, ten_get(src, j));
 }

@@ -53,7 +53,7 @@ int ref_matmul(fl_op op, const fl_tensor *const *in, int nin,
   mat_view av, bv;
   fl_meta bshape;                   /* the broadcast batch shape */
   int64_t B, M, K, N, bi, i, j, k, bc[FL_MAX_DIMS];
-  int d, rc;
+  int d, rc, ints = !dtype_is_float(out->m.dtype);
   char sa[96], sb[96];
   (void)op; (void)nin; (void)a;
   if (am->ndim < 1 || bm->ndim < 1)
@@ -92,6 +92,14 @@ int ref_matmul(fl_op op, const fl_tensor *const *in, int nin,
     for (i = 0; i < M; i++)
       for (j = 0; j < N; j++) {
         double acc = 0.0;
+        uint64_t iacc = 0;       /* integer products: exact, wrapping */
+        if (ints) {
+          for (k = 0; k < K; k++)
+            iacc += (uint64_t)ten_get_i64(in[0], abase + i * K + k) *
+                    (uint64_t)ten_get_i64(in[1], bbase + k * N + j);
+          ten_set_i64(out, (bi * M + i) * N + j, (int64_t)iacc);
+          continue;
+        }
         for (k = 0; k < K; k++)
           acc += ten_get(in[0], abase + i * K + k) *
                  ten_get(in[1], bbase + k * N + j);
@@ -106,7 +114,7 @@ int ref_linear(fl_op op, const fl_tensor *const *in, int nin,
                const op_attrs *a, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = ref_opt(in, nin, 2);
   int64_t IN, O, rows, r, o, k;
-  int rc;
+  int rc, ints = !dtype_is_float(out->m.dtype);
   char sa[96], sb[96];
   (void)a;
   if (x->m.ndim < 1 || w->m.ndim < 1 || w->m.ndim > 2)
@@ -129,6 +137,13 @@ int ref_linear(fl_op op, const fl_tensor *const *in, int nin,
   for (r = 0; r < rows; r++)
     for (o = 0; o < O; o++) {
       double acc = b ? ten_get(b, o) : 0.0;
+      if (ints) {                /* exact, wrapping */
+        uint64_t iacc = b ? (uint64_t)ten_get_i64(b, o) : 0;
+        for (k = 0; k < IN; k++)
+          iacc += (uint64_t)ten_get_i64(x, r * IN + k) * (uint64_t)ten_get_i64(w, o * IN + k);
+        ten_set_i64(out, r * O + o, (int64_t)iacc);
+        continue;
+      }
       for (k = 0; k < IN; k++)
         acc += ten_get(x, r * IN + k) * ten_get(w, o * IN + k);
       ten_set(out, r * O + o, acc);

@@ -256,6 +256,14 @@ void ten_set(fl_tensor *t, int64_t i, double v) {
   dtype_store(t->m.dtype, ten_elem_ptr(t, i), v);
 }
 
+int64_t ten_get_i64(const fl_tensor *t, int64_t i) {
+  return dtype_load_i64(t->m.dtype, ten_elem_ptr(t, i));
+}
+
+void ten_set_i64(fl_tensor *t, int64_t i, int64_t v) {
+  dtype_store_i64(t->m.dtype, ten_elem_ptr(t, i), v);
+}
+
 /* --- strided loops ------------------------------------------------------------ */
 
 /* Two tensors' worth of strides over one shape, with adjacent dims merged

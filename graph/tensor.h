@@ -84,6 +84,9 @@ void *ten_elem_ptr(const fl_tensor *t, int64_t i);
 /* Element at logical row-major index i, through double (slow; oracle). */
 double ten_get(const fl_tensor *t, int64_t i);
 void ten_set(fl_tensor *t, int64_t i, double v);
+/* The same as an exact integer (int64 values beyond 2^53 stay whole). */
+int64_t ten_get_i64(const fl_tensor *t, int64_t i);
+void ten_set_i64(fl_tensor *t, int64_t i, int64_t v);
 
 /* --- data movement ---------------------------------------------------- */
 /* Copy src into dst elementwise, converting dtype; src must broadcast to

@@ -104,4 +104,21 @@ local ok_inf = true
 for k = 1, 19 do if base[k] == -1 / 0 and hl[k] ~= 1 / 0 then ok_inf = false end end
 t.ok(ok_inf, "(-inf) ^ 0.5 is +inf (C99) at every position")
 
+-- ---- integer products: exact and wrapping in eager, the oracle and compiled code
+do
+  local a = i64{{TS, 3037000500, 1}, {-TS, 2, math.maxinteger}}
+  local b = i64{{1, 2}, {3037000500, 1}, {2, math.mininteger}}
+  local want11 = TS + 3037000500 * 3037000500 + 2          -- Lua integers wrap too
+  local mm = agree("int64 matmul", function(x, y) return x:matmul(y) end, a, b)
+  t.is(mm:tolist()[1][1], want11, "int64 matmul is exact and wraps like Lua integers")
+  t.is(mm:tolist()[2][2], -2 * TS + 2 + math.maxinteger * math.mininteger, "every element")
+  local g = fl.capture(function(x, y) return x:matmul(y) end, a, b)
+  t.ok(same(g:run_reference(a, b), mm), "the reference interpreter agrees")
+  local w, bias = i64{{1, TS, 0}, {0, 1, 1}}, i64{TS, -1}
+  local lin = agree("int64 linear", function(x) return fl.linear(x, w, bias) end, a)
+  t.is(lin:tolist()[1][1], TS + TS * 3037000500 + TS, "int64 linear is exact, bias included")
+  local gl = fl.capture(function(x) return fl.linear(x, w, bias) end, a)
+  t.ok(same(gl:run_reference(a), lin), "the reference interpreter agrees on linear")
+end
+
 t.done()
