@@ -342,7 +342,7 @@ done:
 
 /* One plane: max (NaN wins, padding never does) or the average counting
 ** padding (PyTorch's count_include_pad, the window clipped to the padded
-** input).  T is float, or double for int64 images. */
+** input).  T is float. */
 #define POOL_PLANE(T, NAME)                                                  \
   static void NAME(const T *x, T *y, int64_t H, int64_t W, int64_t OH,       \
                    int64_t OW, const int64_t *g, int is_max) {               \
@@ -367,7 +367,23 @@ done:
       }                                                                      \
   }
 POOL_PLANE(float, pool_plane_f32)
-POOL_PLANE(double, pool_plane_f64)
+
+/* Integer images have only the max (avg_pool2d refuses them): compared as
+** int64, so values beyond 2^53 keep every bit. */
+static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, int64_t OH,
+                          int64_t OW, const int64_t *g) {
+  int64_t oh, ow, ih, iw;
+  for (oh = 0; oh < OH; oh++)
+    for (ow = 0; ow < OW; ow++) {
+      int64_t h0 = oh * g[2] - g[4], w0 = ow * g[3] - g[5], acc = INT64_MIN;
+      int64_t hs = h0 < 0 ? 0 : h0, he = h0 + g[0] < H ? h0 + g[0] : H;
+      int64_t ws = w0 < 0 ? 0 : w0, we = w0 + g[1] < W ? w0 + g[1] : W;
+      for (ih = hs; ih < he; ih++)
+        for (iw = ws; iw < we; iw++)
+          if (x[ih * W + iw] > acc) acc = x[ih * W + iw];
+      y[oh * OW + ow] = acc;
+    }
+}
 
 int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
@@ -392,15 +408,15 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     eager_out_done(out, yo);
     free(xo);
   } else {
-    double *xd, *yd;
-    if (!eager_f64(x, &xd, op_name(op), e)) return FL_ENOMEM;
+    int64_t *xd, *yd;
+    if (!gather_i64(x, &xd, op_name(op), e)) return FL_ENOMEM;
     if (!(yd = eager_alloc((size_t)(planes * OH * OW) * sizeof *yd, op_name(op), e))) {
       free(xd);
       return FL_ENOMEM;
     }
     for (p = 0; p < planes; p++)
-      pool_plane_f64(xd + p * H * W, yd + p * OH * OW, H, W, OH, OW, g, is_max);
-    eager_store_f64(out, 0, yd, planes * OH * OW);
+      max_plane_i64(xd + p * H * W, yd + p * OH * OW, H, W, OH, OW, g);
+    for (p = 0; p < planes * OH * OW; p++) ten_set_i64(out, p, yd[p]);
     free(xd);
     free(yd);
   }

@@ -263,22 +263,29 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a, fl_tensor *out, fl_err *e) {
   pool_geom g;
   int64_t p, oh, ow, kh, kw;
-  int rc;
+  int rc, ints = !dtype_is_float(in[0]->m.dtype);
   (void)nin;
   if ((rc = pool_geometry(op, in[0], a, out, &g, e)) != FL_OK) return rc;
   for (p = 0; p < g.planes; p++)
     for (oh = 0; oh < g.OH; oh++)
       for (ow = 0; ow < g.OW; ow++) {
         double mx = -INFINITY;
+        int64_t imx = INT64_MIN;  /* integer images: compared exactly */
         for (kh = 0; kh < g.kh; kh++)
           for (kw = 0; kw < g.kw; kw++) {
-            int64_t ih = oh * g.sh - g.ph + kh, iw = ow * g.sw - g.pw + kw;
+            int64_t ih = oh * g.sh - g.ph + kh, iw = ow * g.sw - g.pw + kw, at;
             double v;
             if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-            v = ten_get(in[0], (p * g.H + ih) * g.W + iw);
+            at = (p * g.H + ih) * g.W + iw;
+            if (ints) {
+              if (ten_get_i64(in[0], at) > imx) imx = ten_get_i64(in[0], at);
+              continue;
+            }
+            v = ten_get(in[0], at);
             if (v > mx || isnan(v)) mx = v;
           }
-        ten_set(out, (p * g.OH + oh) * g.OW + ow, mx);
+        if (ints) ten_set_i64(out, (p * g.OH + oh) * g.OW + ow, imx);
+        else ten_set(out, (p * g.OH + oh) * g.OW + ow, mx);
       }
   return FL_OK;
 }

@@ -121,4 +121,13 @@ do
   t.ok(same(gl:run_reference(a), lin), "the reference interpreter agrees on linear")
 end
 
+-- ---- max_pool2d of an int64 image compares every bit
+do
+  local img = i64{{{{TS, TS + 1}, {TS - 1, -TS}}}}
+  local mp = agree("int64 max_pool2d", function(x) return fl.max_pool2d(x, 2) end, img)
+  t.is(mp:reshape(-1):tolist()[1], TS + 1, "int64 max_pool2d sees the last bit")
+  local g = fl.capture(function(x) return fl.max_pool2d(x, 2) end, img)
+  t.ok(same(g:run_reference(img), mp), "the reference interpreter agrees on max_pool2d")
+end
+
 t.done()
