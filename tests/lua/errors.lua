@@ -363,6 +363,9 @@ do
         return fl.compile(function(x) return x:item() + fl.embedding(fl.tensor{7}, x) end)(fl.ones(1, 1))
       end, "embedding: index 7 out of range", "compiled: bad index after a break")
   captures("bad index after a graph break")
+  bad(function() return fl.compile(function(x) return x ^ -1 end)(fl.tensor({2}, {dtype = "int64"})) end,
+      "pow: integers to negative integer powers", "compiled: int64 negative power")
+  captures("int64 negative power")
   bad(function() return fl.compile(function(x) return x + fl.zeros(2^20, 2^20) end)(fl.ones(1)) end,
       "zeros: cannot allocate", "compiled: out of memory while tracing")
   captures("out of memory while tracing")
