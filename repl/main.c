@@ -201,7 +201,10 @@ static void print_usage(FILE *f) {
     "  XDG_STATE_HOME     where the history file goes\n"
     "  FUSELAB_DEBUG      1..5: kernel counts and cache hits, kernel times,\n"
     "                     fusion decisions, generated source, IR\n"
-    "  FUSELAB_CACHE_DIR  the compiled-kernel cache\n",
+    "  FUSELAB_CACHE_DIR  the compiled-kernel cache (used only when it is\n"
+    "                     yours and nobody else can write it)\n"
+    "  FUSELAB_CACHE_MAX_MB     its size cap (default 2048)\n"
+    "  FUSELAB_COMPILE_TIMEOUT  seconds a compiler run may take (default 120)\n",
     progname, hist ? hist : "(none: HOME is unset)");
   free(hist);
 }
