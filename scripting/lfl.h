@@ -57,6 +57,10 @@ fl_tensor *lfl_pushempty(lua_State *L, const fl_meta *m, const char *what);
 ** counted for the collector like lfl_pushempty's (compiled programs' and
 ** graphs' outputs come this way). */
 fl_tensor *lfl_pushmoved(lua_State *L, fl_tensor *src);
+/* Push a userdata of n empty tensor slots (and one spare) and return them;
+** slots still holding storage when it is collected are released, so a
+** raise between filling and handing them on leaks nothing. */
+fl_tensor *lfl_newslots(lua_State *L, int n);
 /* Count n bytes of new storage held outside the Lua heap; collects when
 ** enough has been allocated, so loops dropping large tensors stay bounded. */
 void lfl_account(lua_State *L, size_t n);

@@ -121,6 +121,35 @@ fl_tensor *lfl_pushempty(lua_State *L, const fl_meta *m, const char *what) {
   return t;
 }
 
+/* Slots for tensors a binding fills and hands on: whatever is still in
+** them when the userdata is collected (a raise between filling and
+** handing on) is released then. */
+#define LFL_SLOTS "fl.TensorSlots"
+
+typedef struct slots {
+  int n;
+  fl_tensor t[];
+} slots;
+
+static int slots_gc(lua_State *L) {
+  slots *s = (slots *)luaL_checkudata(L, 1, LFL_SLOTS);
+  int i;
+  for (i = 0; i < s->n; i++) ten_release(&s->t[i]);
+  return 0;
+}
+
+fl_tensor *lfl_newslots(lua_State *L, int n) {
+  slots *s = (slots *)lua_newuserdatauv(L, sizeof *s + (size_t)(n + 1) * sizeof(fl_tensor), 0);
+  s->n = n;
+  memset(s->t, 0, (size_t)(n + 1) * sizeof(fl_tensor));
+  if (luaL_newmetatable(L, LFL_SLOTS)) {
+    lua_pushcfunction(L, slots_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return s->t;
+}
+
 fl_tensor *lfl_pushmoved(lua_State *L, fl_tensor *src) {
   fl_tensor *t = lfl_newtensor(L);
   *t = *src;

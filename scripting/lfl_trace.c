@@ -278,8 +278,7 @@ static void flush(lua_State *L, lfl_trace *tr) {
   }
   for (i = 0; i < n; i++)
     if (ir_add_output(g, nodes[i], &e) != FL_OK) lfl_raise(L, "capture", &e);
-  buf = lua_newuserdatauv(L, (size_t)(g->ninputs + n + 1) * sizeof *buf, 0);
-  memset(buf, 0, (size_t)(g->ninputs + n + 1) * sizeof *buf);
+  buf = lfl_newslots(L, g->ninputs + n);       /* released even if the run raises */
   inputs = lua_newuserdatauv(L, (size_t)(g->ninputs + 1) * sizeof *inputs, 0);
   for (i = 0; i < tr->next; i++)
     if (tr->ext[i].input) {
