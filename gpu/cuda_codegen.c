@@ -472,9 +472,18 @@ int cuda_operand_slot(const fuse_plan *p, const fk_kernel *k, int in) {
   return slot_of(k, s);
 }
 
-/* The anchor's value type: float, double for int64 results. */
+/* The anchor's value type: float; for int64 results the exact one where
+** the op is integer arithmetic (products and sums wrap through fl_u64,
+** the max pool compares fl_i64), double elsewhere (an embedding's
+** out-of-range NaN becomes FL_I64_MIN through fl_f2i). */
 static const char *anchor_acc(const fuse_plan *p, const fk_kernel *k) {
-  return p->g->nodes[k->anchor].meta.dtype == FL_I64 ? "double" : "float";
+  const ir_node *an = &p->g->nodes[k->anchor];
+  if (an->meta.dtype != FL_I64) return "float";
+  switch (an->op) {
+  case OP_MATMUL: case OP_LINEAR: case OP_CONV2D: return "fl_u64";
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: return "fl_i64";
+  default: return "double";
+  }
 }
 
 /* The `out` lambda: store the anchor's result (when kept or unfused) and

@@ -185,7 +185,7 @@ static void *run_job(void *arg) {
 }
 
 static void test_every_op(void) {
-  static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16};
+  static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16, FL_I64};
   cuda_program *prs[512];
   char *names[512];
   int bad[512];
@@ -193,7 +193,7 @@ static void test_every_op(void) {
   char why[1200];
   for (op = 0; op < OP_COUNT; op++) {
     int any = 0;
-    for (d = 0; d < 3; d++)
+    for (d = 0; d < 4; d++)
       for (epi = 0; epi < 2; epi++) {
         opcase *c = &cases[ncases];
         ir_graph *g = op_graph((fl_op)op, dts[d], epi);
