@@ -36,9 +36,10 @@ class Fail(Exception):
     pass
 
 
-def spawn(*args, colour=False, state=None):
-    """A fresh fuselab on a terminal; NO_COLOR unless colour is wanted."""
-    env = dict(os.environ, TERM="xterm", XDG_STATE_HOME=state or TMP)
+def spawn(*args, colour=False, state=None, extra=None):
+    """A fresh fuselab on a terminal; NO_COLOR unless colour is wanted;
+    extra: more environment variables."""
+    env = dict(os.environ, TERM="xterm", XDG_STATE_HOME=state or TMP, **(extra or {}))
     env.pop("NO_COLOR", None)
     if not colour:
         env["NO_COLOR"] = "1"
@@ -225,11 +226,7 @@ def _():
         f.write("#!/bin/sh\nsleep 60\nexec cc \"$@\"\n")
     os.chmod(cc, 0o755)
     cache = tempfile.mkdtemp(prefix="cache.", dir=TMP)
-    env = dict(os.environ, TERM="xterm", NO_COLOR="1", XDG_STATE_HOME=TMP,
-               CC=cc, FUSELAB_CACHE_DIR=cache)
-    c = pexpect.spawn(FUSELAB, [], env=env, encoding="utf-8", timeout=5,
-                      dimensions=(24, 200))
-    c.transcript = []
+    c = spawn(extra={"CC": cc, "FUSELAB_CACHE_DIR": cache})
     prompt(c)
     enter(c, 'f = fl.compile(function(x) return (x * 3 + 1):exp() end)')
     c.send('print("compiling") y = f(fl.ones(4))\r')
