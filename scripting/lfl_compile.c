@@ -352,7 +352,8 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
     goto results;
   }
   for (i = 0; i < en->ninputs; i++) in[i] = lfl_totensor(L, base + en->input_arg[i]);
-  outs = lfl_newslots(L, en->g->nout);
+  outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
   err_clear(&e);
   if ((en->pr ? cpu_program_run(en->pr, in, en->ninputs, outs, &e)
               : ir_run(en->g, eager_apply, in, en->ninputs, outs, &e)) != FL_OK) {

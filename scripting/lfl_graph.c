@@ -198,7 +198,8 @@ static int run_with(lua_State *L, ir_apply_fn apply) {
     }
   }
   /* result userdata first: each gets its value below */
-  outs = lfl_newslots(L, g->nout);
+  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
   err_clear(&e);
   if (ir_run(g, apply, in, n, outs, &e) != FL_OK) return lfl_raise(L, "graph", &e);
   for (i = 0; i < g->nout; i++) {

@@ -98,7 +98,8 @@ static int k_run(lua_State *L) {
   if (n > 256) return luaL_error(L, "run: too many inputs (%d)", n);
   for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "run");
   /* the results' slots live in a userdata: a raise below frees them */
-  outs = lfl_newslots(L, g->nout);
+  outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
+  memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
   err_clear(&e);
   if (be->run(pr, in, n, outs, &e) != FL_OK) {
     for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
