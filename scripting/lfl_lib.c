@@ -582,8 +582,7 @@ static int l_allclose(lua_State *L) {
     double x = ten_get(a, ia), y = ten_get(b, ib);
     if (ints) {
       /* unequal integers differ by at least 1, whatever double says */
-      int64_t p = dtype_load_i64(a->m.dtype, ten_elem_ptr(a, ia));
-      int64_t q = dtype_load_i64(b->m.dtype, ten_elem_ptr(b, ib));
+      int64_t p = ten_get_i64(a, ia), q = ten_get_i64(b, ib);
       if (p != q && !(fmax(fabs(x - y), 1.0) <= atol + rtol * fabs(y))) close = 0;
     } else if (x != x || y != y) {
       if (!(equal_nan && x != x && y != y)) close = 0;
