@@ -652,9 +652,23 @@ void cache_forget_memory(void) {
   pthread_mutex_unlock(&lock);
 }
 
-int cache_get_info(cache_info *out, fl_err *e) {
+/* Number and bytes of the regular <key>.<ext> files in cd, added to *n
+** and *bytes. */
+static void count_entries(const char *cd, const char *ext, int64_t *n, int64_t *bytes) {
   DIR *d;
   struct dirent *de;
+  if (!(d = opendir(cd))) return;
+  while ((de = readdir(d))) {
+    char p[1400];
+    struct stat st;
+    if (!cdisk_entry_name(de->d_name, ext)) continue;
+    snprintf(p, sizeof p, "%s/%s", cd, de->d_name);
+    if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) { (*n)++; *bytes += st.st_size; }
+  }
+  closedir(d);
+}
+
+int cache_get_info(cache_info *out, fl_err *e) {
   cache_obj *o;
   (void)e;
   memset(out, 0, sizeof *out);
@@ -666,15 +680,7 @@ int cache_get_info(cache_info *out, fl_err *e) {
   for (o = table; o; o = o->next) out->loaded++;
   pthread_mutex_unlock(&lock);
   out->max_bytes = cdisk_cap();
-  if (!out->dir[0] || !(d = opendir(out->dir))) return FL_OK;
-  while ((de = readdir(d))) {
-    char p[1400];
-    struct stat st;
-    if (!cdisk_entry_name(de->d_name, "so")) continue;
-    snprintf(p, sizeof p, "%s/%s", out->dir, de->d_name);
-    if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) { out->entries++; out->bytes += st.st_size; }
-  }
-  closedir(d);
+  if (out->dir[0]) count_entries(out->dir, "so", &out->entries, &out->bytes);
   return FL_OK;
 }
 
@@ -836,17 +842,7 @@ int cache_clear_blobs(const char *ext) {
 }
 
 void cache_count_blobs(const char *ext, int64_t *entries, int64_t *bytes) {
-  DIR *d;
-  struct dirent *de;
   char cd[1024];
   *entries = *bytes = 0;
-  if (get_dir(cd, sizeof cd, NULL) != FL_OK || !(d = opendir(cd))) return;
-  while ((de = readdir(d))) {
-    char p[1400];
-    struct stat st;
-    if (!cdisk_entry_name(de->d_name, ext)) continue;
-    snprintf(p, sizeof p, "%s/%s", cd, de->d_name);
-    if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) { (*entries)++; *bytes += st.st_size; }
-  }
-  closedir(d);
+  if (get_dir(cd, sizeof cd, NULL) == FL_OK) count_entries(cd, ext, entries, bytes);
 }
