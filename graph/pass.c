@@ -26,13 +26,27 @@ typedef struct rw {
 
 /* Emit op over new-graph ids (-1 = absent), copying the current node's
 ** source position and module scope.  Returns the new id or -1. */
-static int emit(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
+static int emit_sym(rw *r, fl_op op, const op_attrs *a, int nin, const int *in,
+                    const int *asym) {
   int id;
   if (r->rc) return -1;
-  id = ir_add_op(r->g, op, in, nin, a, r->cur ? r->cur->where : NULL,
-                 r->cur ? r->cur->scope : NULL, r->e);
+  id = ir_add_op_sym(r->g, op, in, nin, a, asym, r->cur ? r->cur->where : NULL,
+                     r->cur ? r->cur->scope : NULL, r->e);
   if (id < 0) { r->rc = id; return -1; }
   return id;
+}
+
+static int emit(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
+  return emit_sym(r, op, a, nin, in, NULL);
+}
+
+/* A node whose attributes hold size expressions (reshape(B, T*h)): its
+** attrs are only the sizes seen at capture, so it is never folded or
+** compared by attrs alone. */
+static int sym_attrs(const ir_node *nd) {
+  int j;
+  for (j = 0; j < IR_NASYM; j++) if (nd->asym[j]) return 1;
+  return 0;
 }
 
 static int emit1(rw *r, fl_op op, int x) {
@@ -100,7 +114,7 @@ static int copy_node(rw *r, const ir_node *nd) {
   case IR_CONST: return ir_add_const(r->g, &nd->value, r->e);
   case IR_OP:
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
-    return emit(r, nd->op, &nd->attrs, nd->nin, in);
+    return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
   }
   return -1;
 }
@@ -111,7 +125,6 @@ static int finish_outputs(rw *r) {
     int rc = ir_add_output(r->g, r->map[r->old->outputs[i]], r->e);
     if (rc) r->rc = rc;
   }
-  r->g->nsyms = r->old->nsyms;
   return r->rc;
 }
 
@@ -121,7 +134,13 @@ static int rw_begin(rw *r, const ir_graph *old, fl_err *e) {
   r->e = e;
   r->g = ir_new();
   r->map = malloc((size_t)(old->n ? old->n : 1) * sizeof(int));
-  if (!r->g || !r->map) {
+  if (r->g && old->nsx && (r->g->sx = malloc((size_t)old->nsx * sizeof *old->sx))) {
+    /* the same size expressions, so node sym[] and asym[] keep meaning */
+    memcpy(r->g->sx, old->sx, (size_t)old->nsx * sizeof *old->sx);
+    r->g->nsx = r->g->capsx = old->nsx;
+  }
+  if (r->g) r->g->nsyms = old->nsyms;
+  if (!r->g || !r->map || (old->nsx && !r->g->sx)) {
     ir_free(r->g);
     free(r->map);
     return err_set(e, FL_ENOMEM, "pass: out of memory");
@@ -318,7 +337,11 @@ static int simplify(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
   }
   case OP_CONTIGUOUS: case OP_RESHAPE: case OP_VIEW:
     if (same_type(g, in[0], out) && nd->op == OP_CONTIGUOUS) { *why = "contiguous is a no-op on values"; return in[0]; }
-    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out)) { *why = "reshape to the same shape"; return in[0]; }
+    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out) &&
+        memcmp(nd->sym, r->old->nodes[nd->in[0]].sym, sizeof nd->sym) == 0) {
+      *why = "reshape to the same shape";
+      return in[0];
+    }
     break;
   default:
     break;
@@ -465,7 +488,7 @@ static int optimize_forward(rw *r) {
       continue;
     }
     /* constant folding: evaluate with the reference interpreter now */
-    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16)) {
+    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd)) {
       const fl_tensor *args[64];
       fl_tensor v = {0};
       for (k = 0; k < nd->nin; k++) args[k] = in[k] < 0 ? NULL : &r->g->nodes[in[k]].value;
@@ -478,16 +501,16 @@ static int optimize_forward(rw *r) {
       strbuf_printf(&r->log, "%%%d %s of constants folded\n", i, op_name(nd->op));
       continue;
     }
-    if ((id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
+    if (!sym_attrs(nd) && (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: same as an earlier %s (cse)\n", i,
                     op_name(nd->op), op_name(nd->op));
       continue;
     }
-    id = emit(r, nd->op, &nd->attrs, nd->nin, in);
+    id = emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
     if (id < 0) break;
     r->map[i] = id;
-    cse_add(&t, r->g, id);
+    if (!sym_attrs(nd)) cse_add(&t, r->g, id);
   }
   free(olduses);
   free(t.head);

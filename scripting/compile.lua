@@ -285,7 +285,7 @@ local function new_stats()
   return {calls = 0, compiles = 0, recompiles = 0, cache_hits = 0, disk_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
           kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
-          autotune = {}}
+          specializations = {}, autotune = {}}
 end
 
 local function eager_runner(g)
@@ -445,6 +445,8 @@ local function build_entry(st, info, args, dyn)
     spec.values[#spec.values + 1] = u
     text[#text + 1] = ("upvalue '%s' == %s"):format(u.name, tostring(u.value))
   end
+  spec.sym_guards = info.sym_guards
+  for _, sg in ipairs(info.sym_guards or {}) do text[#text + 1] = "size guard: " .. sg.text end
   for _, p in ipairs(info.params) do
     if p.path then
       spec.params[#spec.params + 1] = {path = p.path, key = p.key, name = p.name}
@@ -528,7 +530,9 @@ local function slow(st, reason, argi, dim, ...)
   local dyn = {}
   for i = 1, args.n do
     local a = args[i]
-    if is_tensor(a) then
+    if is_tensor(a) and st.sym_failed then
+      dyn[i] = {}
+    elseif is_tensor(a) then
       local d = {}
       local set = {}
       local function add(k) if not set[k] then set[k] = true; d[#d + 1] = k end end
@@ -545,6 +549,24 @@ local function slow(st, reason, argi, dim, ...)
   local t0 = fl.now()
   st.new_compiles = 0
   local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  local any_dyn = false
+  for _, d in pairs(dyn) do any_dyn = any_dyn or #d > 0 end
+  if not okt and any_dyn then
+    -- most likely the Lua code needed a plain number where a symbolic size
+    -- went (a loop bound, string.format's %d, math.floor): trace again
+    -- with every size static, and say so (a real error comes back again)
+    local r = "a symbolic size reached Lua code that needs a plain number ("
+      .. tostring(info):match("^[^\n]*") .. "); these sizes are static"
+    if not st.spec_seen[r] then
+      st.spec_seen[r] = true
+      stats.specializations[#stats.specializations + 1] = r
+      debug_line("specialized: %s", r)
+    end
+    dyn = {}
+    for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
+    st.sym_failed = true
+    okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  end
   if not okt then
     -- a body that failed on the wrong number of arguments says so first
     local want = st.nparams
@@ -560,6 +582,14 @@ local function slow(st, reason, argi, dim, ...)
   end
   if stats.first_call_ms == nil then stats.first_call_ms = (fl.now() - t0) * 1e3 end
   record_breaks(st, info.breaks)
+  for _, r in ipairs(info.specialized or {}) do
+    if not st.spec_seen[r] then
+      st.spec_seen[r] = true
+      stats.specializations[#stats.specializations + 1] = r
+      debug_line("specialized %s", r)
+    end
+  end
+  for _, sg in ipairs(info.sym_guards or {}) do debug_line("size guard: %s", sg.text) end
   if #info.graphs > 0 then name_params(st.fn, info.graphs[#info.graphs], info.params) end
   if not info.why_not_fast and #info.graphs == 1 then
     local e, text = build_entry(st, info, args, dyn)
@@ -637,6 +667,7 @@ function methods.explain(cm)
     for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end
   end
   for _, r in ipairs(s.recompile_reasons) do lines[#lines + 1] = "recompiled: " .. r end
+  for _, r in ipairs(s.specializations) do lines[#lines + 1] = "specialized: " .. r end
   for _, b in ipairs(s.break_reasons) do
     lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
   end
@@ -656,7 +687,7 @@ function fl.compile(fn, opts)
     fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
-    auto_dyn = {}, last_shapes = {}, break_seen = {}, methods = methods,
+    auto_dyn = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
   }
   st.exec = make_exec(st)
   local f = type(fn) == "table" and fn.forward or fn
