@@ -120,7 +120,7 @@ int lfl_issym(lua_State *L, int idx);
 int64_t lfl_symsize(lua_State *L, int idx, int *x, const char *what);
 /* fl.arange(n) for a symbolic n under capture. */
 int lfl_sym_arange(lua_State *L, fl_dtype dt);
-void lfl_open_sym(lua_State *L);
+void lfl_open_sym(lua_State *L, int lib);
 void lfl_open_trace(lua_State *L, int lib);
 /* Graph userdata (lfl_graph.c): push a new one owning g. */
 void lfl_pushgraph(lua_State *L, ir_graph *g);

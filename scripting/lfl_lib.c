@@ -714,7 +714,7 @@ int luaopen_fuselab(lua_State *L) {
   lua_pushstring(L, PACKAGE_VERSION);
   lua_setfield(L, lib, "version");
   lfl_open_trace(L, lib);
-  lfl_open_sym(L);
+  lfl_open_sym(L, lib);
   lfl_open_graph(L, lib);
   lfl_open_plan(L, lib);
   lfl_open_compile(L, lib);

@@ -225,13 +225,30 @@ static int compare(lua_State *L, int cmp) {
     return 1;
   }
   res = cmp == LFL_SYM_LT ? va < vb : cmp == LFL_SYM_LE ? va <= vb : va == vb;
+  if (xa >= 0 && xa == xb) {               /* the same expression: no guard needed */
+    lua_pushboolean(L, cmp != LFL_SYM_LT);
+    return 1;
+  }
+  if (cmp == LFL_SYM_EQ && res && (xa < 0 || xb < 0)) {
+    /* s2 == 32 holding: the size is 32, as PyTorch would specialize it */
+    specialize(L, tosym(L, 1) ? tosym(L, 1) : tosym(L, 2), "an equality with a number");
+    lua_pushboolean(L, 1);
+    return 1;
+  }
   err_clear(&e);
   if (xa < 0 && (xa = ir_sym_const(g, va, &e)) < 0) return lfl_raise(L, "comparison", &e);
   if (xb < 0 && (xb = ir_sym_const(g, vb, &e)) < 0) return lfl_raise(L, "comparison", &e);
   lfl_trace_where(L, where, sizeof where);
-  snprintf(text, sizeof text, "%s %s %s%s%s", ir_sym_str(g, xa, ta, sizeof ta),
-           res ? sign[cmp] : neg[cmp], ir_sym_str(g, xb, tb, sizeof tb),
-           where[0] ? " (a comparison at " : "", where[0] ? where : "");
+  {
+    /* said with the symbol first: 64 < s0 false reads "s0 <= 64" */
+    static const char *flip[] = {">", ">=", "==", "<=", "<", "~="};
+    const char *op = res ? sign[cmp] : neg[cmp];
+    int swap = ir_sym_is_const(g, xa, NULL);
+    if (swap) op = flip[(res ? 0 : 3) + cmp];
+    snprintf(text, sizeof text, "%s %s %s%s%s", ir_sym_str(g, swap ? xb : xa, ta, sizeof ta), op,
+             ir_sym_str(g, swap ? xa : xb, tb, sizeof tb),
+             where[0] ? " (a comparison at " : "", where[0] ? where : "");
+  }
   if (where[0]) strncat(text, ")", sizeof text - strlen(text) - 1);
   lfl_trace_guard(L, tr, xa, cmp, xb, res, text);
   lua_pushboolean(L, res);
@@ -310,7 +327,21 @@ int lfl_sym_arange(lua_State *L, fl_dtype dt) {
   return lfl_dispatch_sym(L, OP_NARROW, in, 1, &a, asym);
 }
 
-void lfl_open_sym(lua_State *L) {
+/* fl.size_eq(a, b): a == b for sizes.  Lua compares a userdata with a
+** number as different without asking it, so `x.shape[3] == 32` is false
+** for a symbolic dim; this asks, and guards the answer. */
+static int l_size_eq(lua_State *L) {
+  lua_settop(L, 2);
+  if (!tosym(L, 1) && !tosym(L, 2)) {
+    lua_pushboolean(L, lua_compare(L, 1, 2, LUA_OPEQ));
+    return 1;
+  }
+  return compare(L, LFL_SYM_EQ);
+}
+
+void lfl_open_sym(lua_State *L, int lib) {
+  lua_pushcfunction(L, l_size_eq);
+  lua_setfield(L, lib, "size_eq");
   static const luaL_Reg mm[] = {
     {"__add", s_add}, {"__sub", s_sub}, {"__mul", s_mul}, {"__idiv", s_idiv},
     {"__mod", s_mod}, {"__unm", s_unm}, {"__div", s_div}, {"__pow", s_pow},

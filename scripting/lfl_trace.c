@@ -450,8 +450,22 @@ void lfl_trace_specialize(lua_State *L, lfl_trace *tr, int x, const char *why) {
 
 void lfl_trace_guard(lua_State *L, lfl_trace *tr, int a, int cmp, int b, int expect,
                      const char *text) {
+  lua_Integer k, n;
   (void)tr;
   push_symfield(L, "guards");
+  n = (lua_Integer)luaL_len(L, -1);
+  for (k = 1; k <= n; k++) {                /* each guard once */
+    int same;
+    lua_rawgeti(L, -1, k);
+    lua_getfield(L, -1, "a");
+    lua_getfield(L, -2, "b");
+    lua_getfield(L, -3, "cmp");
+    lua_getfield(L, -4, "expect");
+    same = lua_tointeger(L, -4) == a && lua_tointeger(L, -3) == b &&
+           lua_tointeger(L, -2) == cmp && lua_toboolean(L, -1) == expect;
+    lua_pop(L, 5);
+    if (same) { lua_pop(L, 1); return; }
+  }
   lua_createtable(L, 0, 5);
   lua_pushinteger(L, a);
   lua_setfield(L, -2, "a");
