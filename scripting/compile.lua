@@ -307,12 +307,25 @@ local function time_program(prog, inputs)
   return best
 end
 
--- The backend's compile step for one graph: fuse, generate C, compile
--- through the cache.  Returns a runner function(inputs) -> outputs and the
--- program (nil when the graph runs on the eager kernels: the compiler
--- failed, which is a warning, counted, with its log kept).
-local function build_runner(st, g, inputs)
-  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(g), "\n") end
+-- The graph passes fl.compile runs before fusion: the step-by-step route
+-- g:decompose():optimize(), so both give the same plan, kernel names and
+-- traffic.  Cheap (two linear walks and a dce); they keep params by
+-- reference (conv+bn folding computes the folded weights in the graph).
+local function lower_graph(g)
+  local d = g:decompose{quiet = true}
+  local o, log = d:optimize{quiet = true}
+  if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
+  return o
+end
+
+-- The backend's compile step for one graph: decompose and optimize, fuse,
+-- generate C, compile through the cache.  Returns a runner
+-- function(inputs) -> outputs, the program (nil when the graph runs on the
+-- eager kernels: the compiler failed, which is a warning, counted, with
+-- its log kept) and the graph compiled (the plan's graph).
+local function build_runner(st, captured, inputs)
+  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
+  local g = lower_graph(captured)
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   -- "auto" is the GPU when one is usable; "cuda" was checked at fl.compile
@@ -336,7 +349,7 @@ local function build_runner(st, g, inputs)
       io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
         .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
     end
-    return eager_runner(g), nil
+    return eager_runner(g), nil, g
   end
   if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
@@ -367,9 +380,9 @@ local function build_runner(st, g, inputs)
         n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
       fl._print_kernel_times(prog)
       return outs
-    end, prog
+    end, prog, g
   end
-  return program_runner(prog), prog
+  return program_runner(prog), prog, g
 end
 
 -- The executor the trace calls for each segment: the segment cache.
@@ -386,12 +399,12 @@ local function make_exec(st)
     else
       local t0 = fl.now()
       name_params(st.fn, g, params)
-      local runner, prog = build_runner(st, g, inputs)
+      local runner, prog, compiled = build_runner(st, g, inputs)
       hit = {run = runner, program = prog}
       st.segcache[key] = hit
       st.stats.compiles = st.stats.compiles + 1
       st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
-      st.graphs[#st.graphs + 1] = g
+      st.graphs[#st.graphs + 1] = compiled
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
