@@ -682,6 +682,33 @@ end
 
 -- ---- fl.capture, fl.explain, fl.mark_dynamic --------------------------------
 
+-- The captured graph returns what fn returned, in order: a result computed
+-- in the trace by its node, any other tensor (a returned upvalue or module
+-- weight, an fl.full made inside) as a param bound by reference, the node
+-- it already has when the graph uses it.  A value the function stored
+-- elsewhere is not returned.  Non-tensor results are not graph values and
+-- are left out.
+local function capture_outputs(g, info)
+  local bykey, outs = {}, {}
+  for _, p in ipairs(info.params) do bykey[p.key] = p.node end
+  for i = 1, info.results.n - 1 do
+    local r = info.rets[i]
+    if r.kind == "node" then
+      outs[#outs + 1] = r.node
+    elseif is_tensor(r.value) then
+      local key = fl._tensor_key(r.value)
+      local id = bykey[key]
+      if not id then
+        id = g:_add_param(r.value)
+        bykey[key] = id
+        info.params[#info.params + 1] = {node = id, key = key}
+      end
+      outs[#outs + 1] = id
+    end
+  end
+  g:_set_outputs(outs)
+end
+
 function fl.capture(fn, ...)
   local tf = type(fn)
   if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
@@ -689,6 +716,7 @@ function fl.capture(fn, ...)
   end
   local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, ...)
   local g = info.graphs[#info.graphs]
+  capture_outputs(g, info)
   name_params(fn, g, info.params)
   return g
 end

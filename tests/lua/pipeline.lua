@@ -181,4 +181,39 @@ do
   t.is(cd:stats().compiles, 1, "mlp, dynamic: one compile")
 end
 
+-- ---- fl.capture returns every result -------------------------------------
+do
+  local u = fl.randn(3)
+  local w = fl.randn(3)
+  local function f(x) return x + w, u, fl.full({2}, 4.5), x, w end
+  local x = fl.randn(3)
+  local g = fl.capture(f, x)
+  local r = table.pack(g:run(x))
+  local e = table.pack(f(x))
+  t.is(r.n, 5, "capture: the graph returns all five results")
+  t.is(#g:outputs(), 5, "capture: five outputs")
+  local ok = true
+  for i = 1, 5 do ok = ok and close(r[i], e[i]) end
+  t.ok(ok, "capture: in order, with their values")
+  t.ok(not tostring(g):find("return\n", 1, true) and tostring(g):find("return %%%d+, %%%d+, %%%d+, %%0, %%%d+"),
+       "capture: the listing returns them")
+  t.is(g:stats().params, 3, "capture: w (used and returned) is one param; u and the full are params")
+  local p = fl.capture(function() return u end)
+  t.is(#p:outputs(), 1, "capture: a function returning only an upvalue has one output")
+  t.ok(close(p:run(), u), "capture: g:run returns it")
+  u:add_(1)
+  t.ok(close(p:run(), u), "capture: bound by reference")
+  local cf = fl.compile(f, {backend = "cpu"})
+  local c = table.pack(cf(x))
+  ok = c.n == 5
+  for i = 1, 5 do ok = ok and close(c[i], e[i]) end
+  t.ok(ok, "compile: the same five results")
+  local pr = table.pack(g:optimize{quiet = true}:fuse():codegen("cpu"):run(x))
+  ok = pr.n == 5
+  for i = 1, 5 do ok = ok and close(pr[i], e[i]) end
+  t.ok(ok, "capture: the compiled graph returns them too")
+  local n = fl.capture(function(x) return x * 2, 7, "s" end, x)
+  t.is(#n:outputs(), 1, "capture: non-tensor results are not graph outputs")
+end
+
 t.done()
