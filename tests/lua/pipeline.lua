@@ -181,6 +181,22 @@ do
   t.is(cd:stats().compiles, 1, "mlp, dynamic: one compile")
 end
 
+-- ---- the CUDA code path: the lowered plans compile (NVRTC; running them
+-- needs a device, which tests/lua/cuda.lua covers) --------------------------
+do
+  local _, why = fl.cuda_available()
+  local built = why == nil or not why:find("built without CUDA", 1, true)
+  local cases = {{"mlp", mlp, xm}, {"cnn", cnn, xc}, {"transformer", gpt, ids}}
+  if not built then
+    t.skip("built without CUDA", #cases)
+  else
+    for _, c in ipairs(cases) do
+      local prog = fl._cuda_program(stepwise(c[2], c[3]))
+      t.ok(prog:compile(), c[1] .. ": the lowered plan compiles for CUDA")
+    end
+  end
+end
+
 -- ---- fl.capture returns every result -------------------------------------
 do
   local u = fl.randn(3)
