@@ -323,7 +323,13 @@ static int simplify(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
   }
   case OP_CONTIGUOUS: case OP_RESHAPE: case OP_VIEW:
     if (same_type(g, in[0], out) && nd->op == OP_CONTIGUOUS) { *why = "contiguous is a no-op on values"; return in[0]; }
-    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out)) { *why = "reshape to the same shape"; return in[0]; }
+    /* the same shape for every size the graph serves: a symbolic dim
+    ** reshaped to a concrete one is not an identity at other sizes */
+    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out) &&
+        memcmp(g->nodes[in[0]].sym, nd->sym, sizeof nd->sym) == 0) {
+      *why = "reshape to the same shape";
+      return in[0];
+    }
     break;
   default:
     break;

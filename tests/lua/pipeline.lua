@@ -179,6 +179,11 @@ do
   end
   t.ok(ok, "mlp, dynamic: compiled matches eager for batch 2, 3, 5")
   t.is(cd:stats().compiles, 1, "mlp, dynamic: one compile")
+  -- a reshape that is the identity only at the captured size stays
+  local cr = fl.compile(function(x) return x:reshape(2, 4) * 2 end, {backend = "cpu", dynamic = true})
+  t.is(table.concat(cr(fl.randn(2, 4)).shape, "x"), "2x4", "dynamic reshape: the captured size runs")
+  t.raises(function() return cr(fl.randn(3, 4)) end, "reshape: shape %[2,4%] is invalid for input of size 12",
+           "dynamic reshape: another size fails as in eager, not reshaped away")
 end
 
 -- ---- the CUDA code path: the lowered plans compile (NVRTC; running them
