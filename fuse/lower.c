@@ -297,7 +297,7 @@ int fk_build(fk_kernel *k, const ir_graph *g, const int *members, int nm,
   builder b;
   fl_meta *metas = malloc((size_t)g->n * sizeof *metas);
   char *member = calloc((size_t)g->n, 1);
-  fk_map *maps = calloc((size_t)g->n, sizeof *maps);
+  fk_map *maps = malloc((size_t)(g->n ? g->n : 1) * sizeof *maps);   /* fk_assign resets it */
   int *val = malloc((size_t)g->n * sizeof *val);
   int64_t (*accst)[FL_MAX_DIMS + 1] = malloc(64 * sizeof *accst);
   int cands[64], nc = 0, i, j, c, rc = -1, bufcap = 0, firstred = -1;

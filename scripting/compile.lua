@@ -307,12 +307,25 @@ local function time_program(prog, inputs)
   return best
 end
 
--- The backend's compile step for one graph: fuse, generate C, compile
--- through the cache.  Returns a runner function(inputs) -> outputs and the
--- program (nil when the graph runs on the eager kernels: the compiler
--- failed, which is a warning, counted, with its log kept).
-local function build_runner(st, g, inputs)
-  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(g), "\n") end
+-- The graph passes fl.compile runs before fusion: the step-by-step route
+-- g:decompose():optimize(), so both give the same plan, kernel names and
+-- traffic.  Cheap (two linear walks and a dce); they keep params by
+-- reference (conv+bn folding computes the folded weights in the graph).
+local function lower_graph(g)
+  local d = g:decompose{quiet = true}
+  local o, log = d:optimize{quiet = true}
+  if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
+  return o
+end
+
+-- The backend's compile step for one graph: decompose and optimize, fuse,
+-- generate C, compile through the cache.  Returns a runner
+-- function(inputs) -> outputs, the program (nil when the graph runs on the
+-- eager kernels: the compiler failed, which is a warning, counted, with
+-- its log kept) and the graph compiled (the plan's graph).
+local function build_runner(st, captured, inputs)
+  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
+  local g = lower_graph(captured)
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   -- "auto" is the GPU when one is usable; "cuda" was checked at fl.compile
@@ -336,7 +349,7 @@ local function build_runner(st, g, inputs)
       io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
         .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
     end
-    return eager_runner(g), nil
+    return eager_runner(g), nil, g
   end
   if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
@@ -367,9 +380,9 @@ local function build_runner(st, g, inputs)
         n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
       fl._print_kernel_times(prog)
       return outs
-    end, prog
+    end, prog, g
   end
-  return program_runner(prog), prog
+  return program_runner(prog), prog, g
 end
 
 -- The executor the trace calls for each segment: the segment cache.
@@ -386,12 +399,12 @@ local function make_exec(st)
     else
       local t0 = fl.now()
       name_params(st.fn, g, params)
-      local runner, prog = build_runner(st, g, inputs)
+      local runner, prog, compiled = build_runner(st, g, inputs)
       hit = {run = runner, program = prog}
       st.segcache[key] = hit
       st.stats.compiles = st.stats.compiles + 1
       st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
-      st.graphs[#st.graphs + 1] = g
+      st.graphs[#st.graphs + 1] = compiled
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
@@ -700,6 +713,33 @@ end
 
 -- ---- fl.capture, fl.explain, fl.mark_dynamic --------------------------------
 
+-- The captured graph returns what fn returned, in order: a result computed
+-- in the trace by its node, any other tensor (a returned upvalue or module
+-- weight, an fl.full made inside) as a param bound by reference, the node
+-- it already has when the graph uses it.  A value the function stored
+-- elsewhere is not returned.  Non-tensor results are not graph values and
+-- are left out.
+local function capture_outputs(g, info)
+  local bykey, outs = {}, {}
+  for _, p in ipairs(info.params) do bykey[p.key] = p.node end
+  for i = 1, info.results.n - 1 do
+    local r = info.rets[i]
+    if r.kind == "node" then
+      outs[#outs + 1] = r.node
+    elseif is_tensor(r.value) then
+      local key = fl._tensor_key(r.value)
+      local id = bykey[key]
+      if not id then
+        id = g:_add_param(r.value)
+        bykey[key] = id
+        info.params[#info.params + 1] = {node = id, key = key}
+      end
+      outs[#outs + 1] = id
+    end
+  end
+  g:_set_outputs(outs)
+end
+
 function fl.capture(fn, ...)
   local tf = type(fn)
   if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
@@ -707,6 +747,7 @@ function fl.capture(fn, ...)
   end
   local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, ...)
   local g = info.graphs[#info.graphs]
+  capture_outputs(g, info)
   name_params(fn, g, info.params)
   return g
 end
