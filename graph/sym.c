@@ -126,7 +126,8 @@ int ir_sym_op(ir_graph *g, ir_symop op, int a, int b, fl_err *e) {
   if (a == b && op == SYM_SUB) return ir_sym_const(g, 0, e);
   if (a == b && (op == SYM_MAX || op == SYM_MIN)) return a;
   /* commutative ops in one order, so s0*s1 and s1*s0 are one entry */
-  if ((op == SYM_ADD || op == SYM_MUL || op == SYM_MAX || op == SYM_MIN) && a > b) {
+  if ((op == SYM_ADD || op == SYM_MUL || op == SYM_MAX || op == SYM_MIN) &&
+      (cb ? !ca || a > b : !ca && a > b)) {   /* constants first: 2*s0 */
     int t = a; a = b; b = t;
   }
   memset(&s, 0, sizeof s);
@@ -171,6 +172,12 @@ static void str_at(const ir_graph *g, int x, char *buf, size_t n, size_t *len, i
     w = *len < n ? snprintf(buf + *len, n - *len, ")") : 0;
     break;
   default:
+    if (s.op == SYM_SUB && sym_at(g, s.a).op == SYM_CONST && sym_at(g, s.a).c == 0) {
+      w = snprintf(buf + *len, n - *len, "-");          /* -s0, not 0-s0 */
+      *len += w > 0 ? (size_t)w : 0;
+      str_at(g, s.b, buf, n, len, 1);
+      return;
+    }
     w = paren ? snprintf(buf + *len, n - *len, "(") : 0;
     *len += w > 0 ? (size_t)w : 0;
     str_at(g, s.a, buf, n, len, 1);
