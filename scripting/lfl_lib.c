@@ -271,20 +271,52 @@ static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
                "float16 or bfloat16)", what, dtype_name(t));
 }
 
-static int l_rand(lua_State *L) {
+/* fl.rand / fl.randn: an op with no inputs, so that while a trace records
+** the draw is a graph node (a compiled function draws anew at every call)
+** rather than a tensor frozen into the graph.  Device tensors are filled on
+** the host as before. */
+static int random_tensor(lua_State *L, fl_op op, const char *what) {
   fl_meta m;
-  creation_args(L, 1, &m, "rand");
-  check_float_dtype(L, m.dtype, "rand");
-  rng_uniform(lfl_pushempty(L, &m, "rand"));
-  return 1;
+  op_attrs a;
+  int d;
+  creation_args(L, 1, &m, what);
+  check_float_dtype(L, m.dtype, what);
+  if (m.device != FL_DEV_CPU) {
+    fl_tensor *t = lfl_pushempty(L, &m, what);
+    if (op == OP_RAND) rng_uniform(t);
+    else rng_normal(t);
+    return 1;
+  }
+  op_attrs_init(op, &a);
+  a.ndims = m.ndim;
+  for (d = 0; d < m.ndim; d++) a.dims[d] = m.shape[d];
+  a.dtype = m.dtype;
+  return lfl_dispatch(L, op, NULL, 0, &a);
 }
 
-static int l_randn(lua_State *L) {
-  fl_meta m;
-  creation_args(L, 1, &m, "randn");
-  check_float_dtype(L, m.dtype, "randn");
-  rng_normal(lfl_pushempty(L, &m, "randn"));
-  return 1;
+static int l_rand(lua_State *L) { return random_tensor(L, OP_RAND, "rand"); }
+static int l_randn(lua_State *L) { return random_tensor(L, OP_RANDN, "randn"); }
+
+/* fl.dropout(x [, p [, training]]): PyTorch's F.dropout: zeroes each
+** element with probability p (default 0.5) and scales the rest by
+** 1/(1-p); training=false returns x itself. */
+static int l_dropout(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_DROPOUT, &a);
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER)
+      return luaL_error(L, "dropout: p must be a number, got %s", lfl_typename(L, 2));
+    a.f[0] = (double)lua_tonumber(L, 2);
+  }
+  if (!lua_isnoneornil(L, 3) && !lua_toboolean(L, 3)) {
+    if (!(a.f[0] >= 0.0 && a.f[0] <= 1.0))
+      return luaL_error(L, "dropout: p must be a probability in [0, 1], got %g", a.f[0]);
+    lua_settop(L, 1);
+    return 1;
+  }
+  return lfl_dispatch(L, OP_DROPOUT, in, 1, &a);
 }
 
 /* fl.eye(n [, m] [, opts]) */
@@ -607,7 +639,7 @@ static int l_is_tensor(lua_State *L) {
 static const luaL_Reg fl_funcs[] = {
   {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
   {"full", l_full}, {"arange", l_arange}, {"rand", l_rand},
-  {"randn", l_randn}, {"eye", l_eye},
+  {"randn", l_randn}, {"dropout", l_dropout}, {"eye", l_eye},
   {"manual_seed", l_manual_seed}, {"now", l_now},
   {"synchronize", l_synchronize},
   {"save", l_save}, {"load", l_load},
