@@ -273,24 +273,20 @@ static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
 
 /* fl.rand / fl.randn: an op with no inputs, so that while a trace records
 ** the draw is a graph node (a compiled function draws anew at every call)
-** rather than a tensor frozen into the graph.  Device tensors are filled on
-** the host as before. */
+** rather than a tensor frozen into the graph.  On a CUDA device the op's
+** generated kernel draws there: the same stream, the same numbers. */
 static int random_tensor(lua_State *L, fl_op op, const char *what) {
   fl_meta m;
   op_attrs a;
   int d;
   creation_args(L, 1, &m, what);
   check_float_dtype(L, m.dtype, what);
-  if (m.device != FL_DEV_CPU) {
-    fl_tensor *t = lfl_pushempty(L, &m, what);
-    if (op == OP_RAND) rng_uniform(t);
-    else rng_normal(t);
-    return 1;
-  }
+  if (meta_check_size(&m, what, NULL) != FL_OK) lfl_pushempty(L, &m, what);  /* raises */
   op_attrs_init(op, &a);
   a.ndims = m.ndim;
   for (d = 0; d < m.ndim; d++) a.dims[d] = m.shape[d];
   a.dtype = m.dtype;
+  if (m.device != FL_DEV_CPU && !lfl_trace_active(L)) return lfl_cuda_eager(L, op, NULL, 0, &a);
   return lfl_dispatch(L, op, NULL, 0, &a);
 }
 
