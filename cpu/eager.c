@@ -699,8 +699,8 @@ static int embedding(fl_op op, const fl_tensor *const *in, int nin,
 
 /* rand, randn: a block-at-a-time fill from the draw reserved now.
 ** dropout: the oracle's rule (graph/rng.c) over a contiguous copy of x,
-** four elements per Philox block; the same float32 arithmetic, so the
-** same bits. */
+** four elements per Philox block (U keeps 24 bits, as the oracle's
+** rng_uniform_at); the same float32 arithmetic, so the same bits. */
 static int eager_random(fl_op op, const fl_tensor *const *in, int nin,
                         const op_attrs *a, fl_tensor *out, fl_err *e) {
   int64_t n = meta_numel(&out->m), i;
@@ -723,10 +723,21 @@ static int eager_random(fl_op op, const fl_tensor *const *in, int nin,
   src = (const char *)ten_data(&xc);
   dst = (char *)ten_data(out);
   EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
-  for (i = 0; i < n; i++) {
-    float u = (float)rng_uniform_at(key, start, i, 24);
-    float x = (float)dtype_load(xc.m.dtype, src + (size_t)i * es);
-    dtype_store(out->m.dtype, dst + (size_t)i * es, u < p ? 0.0f : x * scale);
+  for (i = 0; i < (n + 3) / 4; i++) {
+    uint32_t w[4];
+    int64_t j;
+    rng_block(key, start + (uint64_t)i, w);
+    for (j = 0; j < 4 && 4 * i + j < n; j++) {
+      int64_t k = 4 * i + j;
+      float u = (float)(w[j] >> 8) * 0x1p-24f;
+      if (out->m.dtype == FL_F32) {
+        float x = ((const float *)src)[k];
+        ((float *)dst)[k] = u < p ? 0.0f : x * scale;
+      } else {
+        float x = (float)dtype_load(xc.m.dtype, src + (size_t)k * es);
+        dtype_store(out->m.dtype, dst + (size_t)k * es, u < p ? 0.0f : x * scale);
+      }
+    }
   }
   ten_release(&xc);
   return FL_OK;

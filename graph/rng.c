@@ -68,6 +68,10 @@ int rng_mantissa_bits(fl_dtype t) {
   }
 }
 
+void rng_block(uint64_t key, uint64_t block, uint32_t w[4]) {
+  philox_block(block, key, w);
+}
+
 uint32_t rng_word(uint64_t key, uint64_t start, int64_t i) {
   uint32_t w[4];
   philox_block(start + (uint64_t)(i / 4), key, w);

@@ -26,6 +26,8 @@ uint64_t rng_reserve(int64_t n);
 /* Significand bits a uniform value of dtype t keeps (24, 11, 8): k/2^bits
 ** is exact in t and never rounds up to 1. */
 int rng_mantissa_bits(fl_dtype t);
+/* The four words of block `block` under key. */
+void rng_block(uint64_t key, uint64_t block, uint32_t w[4]);
 /* Element i of the draw at (key, start): word i%4 of block start + i/4. */
 uint32_t rng_word(uint64_t key, uint64_t start, int64_t i);
 /* U[0,1) with `bits` significand bits: (word >> (32 - bits)) / 2^bits. */

@@ -102,6 +102,27 @@ do
        "g:fuse():codegen('cpu') gives what fl.compile gives")
 end
 
+-- ---- graph breaks and products ------------------------------------------
+do
+  -- the segments and the Lua between them draw in program order
+  local f = function(x)
+    local a = x + fl.rand(3)
+    local s = a:sum():item()
+    local b = fl.randn(3)
+    return a * s + b + fl.rand(3), fl.rand(4, 3):matmul(x:reshape(3, 1))
+  end
+  local x = fl.ones(3)
+  local cf = fl.compile(f)
+  local e = seeded_all(9, f, x)
+  local c1 = seeded_all(9, cf, x)
+  local c2 = seeded_all(9, cf, x)
+  t.ok(cf:stats().graph_breaks >= 1, "the function has a graph break")
+  t.ok(fl.allclose(e[1], c1[1], 1e-6, 0) and fl.allclose(e[2], c1[2], 1e-6, 0) and same(e[3], c1[3]),
+       "with a graph break, compiled draws what eager draws (first call)")
+  t.ok(fl.allclose(e[1], c2[1], 1e-6, 0) and fl.allclose(e[2], c2[2], 1e-6, 0) and same(e[3], c2[3]),
+       "... and on later calls")
+end
+
 -- ---- random ops inside fused elementwise chains -------------------------
 do
   -- exact arithmetic around the draws (no product feeding a sum, which a
