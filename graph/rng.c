@@ -29,6 +29,16 @@ void rng_seed(uint64_t seed) {
 
 uint64_t rng_key(void) { return seed_key; }
 
+void rng_get_state(uint64_t *key, uint64_t *block) {
+  *key = seed_key;
+  *block = next_block;
+}
+
+void rng_set_state(uint64_t key, uint64_t block) {
+  seed_key = key;
+  next_block = block;
+}
+
 uint64_t rng_reserve(int64_t n) {
   uint64_t start = next_block;
   if (n > 0) next_block += (uint64_t)(n + 3) / 4;

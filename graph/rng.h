@@ -15,6 +15,9 @@
 #include "tensor.h"
 
 void rng_seed(uint64_t seed);
+/* The whole state of the global stream: its key and the next block. */
+void rng_get_state(uint64_t *key, uint64_t *block);
+void rng_set_state(uint64_t key, uint64_t block);
 /* The Philox key of the global stream (the last seed). */
 uint64_t rng_key(void);
 /* Reserve the blocks for n values: returns the first block of the draw

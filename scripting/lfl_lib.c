@@ -523,6 +523,34 @@ static int l_manual_seed(lua_State *L) {
   return 0;
 }
 
+/* fl.get_rng_state() -> {seed=, offset=} (offset in Philox blocks of 4
+** values); fl.set_rng_state(s) puts the stream back there, so a piece of
+** code can be run twice on the same draws (torch.get_rng_state). */
+static int l_get_rng_state(lua_State *L) {
+  uint64_t key, block;
+  rng_get_state(&key, &block);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)key);
+  lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, (lua_Integer)block);
+  lua_setfield(L, -2, "offset");
+  return 1;
+}
+
+static int l_set_rng_state(lua_State *L) {
+  lua_Integer key, block;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "seed");
+  lua_getfield(L, 1, "offset");
+  if (!lua_isinteger(L, -2) || !lua_isinteger(L, -1))
+    return luaL_error(L, "set_rng_state: expected a table from fl.get_rng_state() "
+                      "({seed=integer, offset=integer})");
+  key = lua_tointeger(L, -2);
+  block = lua_tointeger(L, -1);
+  rng_set_state((uint64_t)key, (uint64_t)block);
+  return 0;
+}
+
 static int l_now(lua_State *L) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -636,7 +664,8 @@ static const luaL_Reg fl_funcs[] = {
   {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
   {"full", l_full}, {"arange", l_arange}, {"rand", l_rand},
   {"randn", l_randn}, {"dropout", l_dropout}, {"eye", l_eye},
-  {"manual_seed", l_manual_seed}, {"now", l_now},
+  {"manual_seed", l_manual_seed}, {"get_rng_state", l_get_rng_state},
+  {"set_rng_state", l_set_rng_state}, {"now", l_now},
   {"synchronize", l_synchronize},
   {"save", l_save}, {"load", l_load},
   {"allclose", l_allclose}, {"is_tensor", l_is_tensor},
