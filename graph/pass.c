@@ -707,8 +707,10 @@ static int optimize_forward(rw *r) {
       continue;
     }
     if (r->rc) break;
-    /* constant folding: evaluate with the reference interpreter now */
-    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd)) {
+    /* constant folding: evaluate with the reference interpreter now (not
+    ** a random op: it draws anew at every run) */
+    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
+        !(op_info_of(nd->op)->flags & OPF_RANDOM)) {
       const fl_tensor *args[64];
       fl_tensor v = {0};
       for (k = 0; k < nd->nin; k++) args[k] = in[k] < 0 ? NULL : &r->g->nodes[in[k]].value;
@@ -721,7 +723,9 @@ static int optimize_forward(rw *r) {
       strbuf_printf(&r->log, "%%%d %s of constants folded\n", i, op_name(nd->op));
       continue;
     }
-    if (!sym_attrs(nd) && (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
+    /* two rand(4) are two draws, never one */
+    if (!sym_attrs(nd) && !(op_info_of(nd->op)->flags & OPF_RANDOM) &&
+        (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: same as an earlier %s (cse)\n", i,
                     op_name(nd->op), op_name(nd->op));
@@ -754,7 +758,10 @@ static ir_graph *dce(const ir_graph *g, strbuf *log, fl_err *e) {
   for (i = 0; i < g->nout; i++) live[g->outputs[i]] = 1;
   for (i = g->n - 1; i >= 0; i--) {
     const ir_node *nd = &g->nodes[i];
-    if (nd->kind == IR_INPUT) live[i] = 1;
+    /* a random op unused still advances the stream, as in eager code, so
+    ** the draws after it stay the same numbers */
+    if (nd->kind == IR_INPUT || (nd->kind == IR_OP && (op_info_of(nd->op)->flags & OPF_RANDOM)))
+      live[i] = 1;
     if (!live[i] || nd->kind != IR_OP) continue;
     for (k = 0; k < nd->nin; k++)
       if (nd->in[k] >= 0) live[nd->in[k]] = 1;

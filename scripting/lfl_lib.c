@@ -324,20 +324,48 @@ static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
                "float16 or bfloat16)", what, dtype_name(t));
 }
 
-static int l_rand(lua_State *L) {
+/* fl.rand / fl.randn: an op with no inputs, so that while a trace records
+** the draw is a graph node (a compiled function draws anew at every call)
+** rather than a tensor frozen into the graph.  On a CUDA device the op's
+** generated kernel draws there: the same stream, the same numbers. */
+static int random_tensor(lua_State *L, fl_op op, const char *what) {
   fl_meta m;
-  creation_args(L, 1, &m, "rand");
-  check_float_dtype(L, m.dtype, "rand");
-  rng_uniform(lfl_pushempty(L, &m, "rand"));
-  return 1;
+  op_attrs a;
+  int d;
+  creation_args(L, 1, &m, what);
+  check_float_dtype(L, m.dtype, what);
+  if (meta_check_size(&m, what, NULL) != FL_OK) lfl_pushempty(L, &m, what);  /* raises */
+  op_attrs_init(op, &a);
+  a.ndims = m.ndim;
+  for (d = 0; d < m.ndim; d++) a.dims[d] = m.shape[d];
+  a.dtype = m.dtype;
+  if (m.device != FL_DEV_CPU && !lfl_trace_active(L)) return lfl_cuda_eager(L, op, NULL, 0, &a);
+  return lfl_dispatch(L, op, NULL, 0, &a);
 }
 
-static int l_randn(lua_State *L) {
-  fl_meta m;
-  creation_args(L, 1, &m, "randn");
-  check_float_dtype(L, m.dtype, "randn");
-  rng_normal(lfl_pushempty(L, &m, "randn"));
-  return 1;
+static int l_rand(lua_State *L) { return random_tensor(L, OP_RAND, "rand"); }
+static int l_randn(lua_State *L) { return random_tensor(L, OP_RANDN, "randn"); }
+
+/* fl.dropout(x [, p [, training]]): PyTorch's F.dropout: zeroes each
+** element with probability p (default 0.5) and scales the rest by
+** 1/(1-p); training=false returns x itself. */
+static int l_dropout(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_DROPOUT, &a);
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER)
+      return luaL_error(L, "dropout: p must be a number, got %s", lfl_typename(L, 2));
+    a.f[0] = (double)lua_tonumber(L, 2);
+  }
+  if (!lua_isnoneornil(L, 3) && !lua_toboolean(L, 3)) {
+    if (!(a.f[0] >= 0.0 && a.f[0] <= 1.0))
+      return luaL_error(L, "dropout: p must be a probability in [0, 1], got %g", a.f[0]);
+    lua_settop(L, 1);
+    return 1;
+  }
+  return lfl_dispatch(L, OP_DROPOUT, in, 1, &a);
 }
 
 /* fl.eye(n [, m] [, opts]) */
@@ -562,6 +590,34 @@ static int l_manual_seed(lua_State *L) {
   return 0;
 }
 
+/* fl.get_rng_state() -> {seed=, offset=} (offset in Philox blocks of 4
+** values); fl.set_rng_state(s) puts the stream back there, so a piece of
+** code can be run twice on the same draws (torch.get_rng_state). */
+static int l_get_rng_state(lua_State *L) {
+  uint64_t key, block;
+  rng_get_state(&key, &block);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)key);
+  lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, (lua_Integer)block);
+  lua_setfield(L, -2, "offset");
+  return 1;
+}
+
+static int l_set_rng_state(lua_State *L) {
+  lua_Integer key, block;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "seed");
+  lua_getfield(L, 1, "offset");
+  if (!lua_isinteger(L, -2) || !lua_isinteger(L, -1))
+    return luaL_error(L, "set_rng_state: expected a table from fl.get_rng_state() "
+                      "({seed=integer, offset=integer})");
+  key = lua_tointeger(L, -2);
+  block = lua_tointeger(L, -1);
+  rng_set_state((uint64_t)key, (uint64_t)block);
+  return 0;
+}
+
 static int l_now(lua_State *L) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -674,8 +730,9 @@ static int l_is_tensor(lua_State *L) {
 static const luaL_Reg fl_funcs[] = {
   {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
   {"full", l_full}, {"arange", l_arange}, {"rand", l_rand},
-  {"randn", l_randn}, {"eye", l_eye},
-  {"manual_seed", l_manual_seed}, {"now", l_now},
+  {"randn", l_randn}, {"dropout", l_dropout}, {"eye", l_eye},
+  {"manual_seed", l_manual_seed}, {"get_rng_state", l_get_rng_state},
+  {"set_rng_state", l_set_rng_state}, {"now", l_now},
   {"synchronize", l_synchronize},
   {"save", l_save}, {"load", l_load},
   {"allclose", l_allclose}, {"is_tensor", l_is_tensor},

@@ -700,6 +700,10 @@ static const struct binding {
   {OP_MAX_POOL2D, b_pool, BOTH},
   {OP_AVG_POOL2D, b_pool, BOTH},
   {OP_BATCH_NORM, b_batch_norm, FUNC},
+  /* fl.rand, fl.randn, fl.dropout: lfl_lib.c (sizes, p, training) */
+  {OP_RAND, NULL, 0},
+  {OP_RANDN, NULL, 0},
+  {OP_DROPOUT, NULL, 0},
 };
 
 /* Lua operators: numbers broadcast on either side through b_binary. */

@@ -15,7 +15,7 @@
 -- attribute nodes to modules.
 --
 -- Modules start in training mode, as PyTorch's do.  Training mode changes
--- only nn.Dropout (inverted dropout, drawn with fl.rand); BatchNorm2d
+-- only nn.Dropout (inverted dropout, the fl.dropout op); BatchNorm2d
 -- always uses its running statistics (fuselab runs inference).
 
 local fl = ...
@@ -461,12 +461,13 @@ end
 
 function Dropout:_head() return fmt("nn.Dropout(%g)", self.p) end
 
+-- One dropout op: under capture it is a graph node drawing from the stream
+-- at every call (a compiled model in training mode gets a new mask each
+-- time), and eager and compiled draw the same mask after fl.manual_seed.
 function Dropout:forward(x)
   check_tensor(self, x)
   if not self.training or self.p == 0 then return x end
-  if self.p == 1 then return x * 0 end
-  local keep = fl.rand(x.shape):ge(self.p):to(x.dtype)
-  return x * keep * (1 / (1 - self.p))
+  return fl.dropout(x, self.p)
 end
 
 -- nn.Embedding(n, d): weight [n, d] drawn from N(0, 1); the input holds
