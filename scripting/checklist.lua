@@ -317,6 +317,7 @@ local function sweep(fn, copts, list, eager_out, acc, bar, label)
   for _ = 1, ROUNDS do
     for i, args in ipairs(list) do
       local before = cm:stats().compiles
+      fl.set_rng_state(eager_out[i].rng)   -- the draws eager made: comparable
       local out = pack(cm(unpack(args, 1, args.n)))
       calls = calls + 1
       if calls > 1 and cm:stats().compiles == before then hits = hits + 1 end
@@ -430,15 +431,20 @@ function fl.checklist(fn, opts)
   for i, entry in ipairs(shapes) do list[#list + 1] = sweep_args(inputs, entry, i) end
 
   -- the eager results of every argument list: the oracle for accuracy
+  -- (with the random stream where each began, so a function that draws
+  -- is compared with the same draws)
   local eager_out = {}
   for i, args in ipairs(list) do
+    local rng = fl.get_rng_state()
     local res = pack(pcall(fn, unpack(args, 1, args.n)))
     if not res[1] then
       fail(("the function fails eagerly on %s %s: %s"):format(
         i == 1 and "inputs" or ("shapes[" .. (i - 1) .. "]"), args_str(args), tostring(res[2])))
     end
     eager_out[i] = pack(unpack(res, 2, res.n))
+    eager_out[i].rng = rng
   end
+  local rng_after = fl.get_rng_state()
 
   local r = {}
   -- 1. coverage: ops traced into graphs, and those that broke the graph
@@ -457,6 +463,7 @@ function fl.checklist(fn, opts)
   r.cold_ms, r.warm_ms, steady_cm, cold_fallbacks = first_calls(fn, inputs)
   r.eager_ms = best_of(calls, fn, inputs)
   r.steady_ms = best_of(calls, steady_cm, inputs)
+  fl.set_rng_state(eager_out[1].rng)
   compare(acc, pack(steady_cm(unpack(inputs, 1, inputs.n))), eager_out[1])
 
   -- 3. the shape sweep, static then automatic dynamic
@@ -468,6 +475,7 @@ function fl.checklist(fn, opts)
     return st, dy
   end)
   bar.finish()
+  fl.set_rng_state(rng_after)
   if not ok then error(st, 0) end
   r.cache_hit_rate, r.cache_hit_rate_static = dy.hit_rate, st.hit_rate
   r.recompiles, r.recompiles_static = dy.recompiles, st.recompiles

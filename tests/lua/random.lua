@@ -272,4 +272,13 @@ do
   t.ok(after.offset == want.offset and after.seed == want.seed, "and leaves the stream where eager does")
 end
 
+-- the checklist compares compiled with eager on the same draws
+do
+  local r = fl.checklist(function(x) return x + fl.rand(32, 32) end,
+                         {inputs = {fl.randn(32, 32)}, quiet = true})
+  t.ok(r.max_abs_err <= 1e-6, "checklist: a function that draws matches eager (max abs err "
+       .. tostring(r.max_abs_err) .. ")")
+  t.ok(not tostring(r.recommendation):find("differ"), "and is not called inaccurate")
+end
+
 t.done()
