@@ -37,7 +37,8 @@
 ** op dispatched is compared with the record's next node (same op, same
 ** attributes, same input node ids; a tensor from outside the segment
 ** must be the same param storage, an equal constant, or the value of the
-** same output of the same earlier segment with the same dtype and shape)
+** same output of the same earlier segment with the same dtype and shape;
+** after the first break a Lua number is an input of its dtype)
 ** and gets a lazy tensor carrying the recorded metadata: no IR is built,
 ** no shape is inferred, nothing is hashed.  These comparisons are the
 ** segment's guards.  At a break (or the end) the record's program runs on
@@ -308,7 +309,7 @@ typedef struct step {
   const op_attrs *a;
   const char *what;            /* STEP_END: the break, "" for the call's end */
 } step;
-enum { STEP_CONST, STEP_PARAM, STEP_INPUT, STEP_OP, STEP_END };
+enum { STEP_CONST, STEP_PARAM, STEP_INPUT, STEP_SCALAR, STEP_OP, STEP_END };
 
 static int step_ok(const lfl_trace *tr, const segrec *r, const step *s) {
   const ir_node *nd;
@@ -325,6 +326,8 @@ static int step_ok(const lfl_trace *tr, const segrec *r, const step *s) {
     return nd->kind == IR_INPUT && meta_eq(&nd->meta, &s->t->m) &&
            r->src[2 * nd->index] == u->seg && r->src[2 * nd->index + 1] == u->out;
   }
+  case STEP_SCALAR:
+    return nd->kind == IR_INPUT && meta_eq(&nd->meta, &s->t->m) && r->src[2 * nd->index] == -2;
   case STEP_OP:
     if (nd->kind != IR_OP || nd->op != s->op || nd->nin != s->nin || !attrs_eq(&nd->attrs, s->a))
       return 0;
@@ -370,6 +373,7 @@ static void describe_step(const step *s, char *buf, size_t n) {
   case STEP_CONST: snprintf(buf, n, "the constant %.17g", ten_get(s->t, 0)); break;
   case STEP_PARAM: snprintf(buf, n, "another tensor from outside (%s)", dtype_name(s->t->m.dtype)); break;
   case STEP_INPUT: snprintf(buf, n, "a value from an earlier segment"); break;
+  case STEP_SCALAR: snprintf(buf, n, "a number (%s)", dtype_name(s->t->m.dtype)); break;
   case STEP_OP: snprintf(buf, n, "%s", op_name(s->op)); break;
   case STEP_END:
     if (s->what[0]) snprintf(buf, n, "a break at %s()", s->what);
@@ -403,7 +407,10 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
     switch (nd->kind) {
     case IR_INPUT:
       id = ir_add_input(g, &nd->meta, nd->name, &e);
-      if (id >= 0) memcpy(g->nodes[id].sym, nd->sym, sizeof nd->sym);
+      if (id >= 0) {
+        memcpy(g->nodes[id].sym, nd->sym, sizeof nd->sym);
+        g->nodes[id].meta.wrapped = nd->meta.wrapped;
+      }
       break;
     case IR_PARAM: id = ir_add_param(g, &nd->value, nd->name, &e); break;
     case IR_CONST: id = ir_add_const(g, &nd->value, &e); break;
@@ -450,14 +457,19 @@ static int replay_leaf(lua_State *L, lfl_trace *tr, const fl_tensor *t, int kind
 static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *opname) {
   const lfl_ud *u = (const lfl_ud *)t;
   fl_err e;
-  int i, id;
+  int i, id, input, scalar_in;
   if (lfl_islazy(t)) {
     if (u->trace == tr->id && u->seg == tr->seg) return u->node;
     if (!lfl_trace_resolve(L, (fl_tensor *)t))
       return luaL_error(L, "%s: this tensor belongs to a capture that ended "
                         "with an error and was never computed", opname);
   }
-  if (t->m.wrapped) {                        /* a Lua number: a constant */
+  /* a Lua number: a constant of the graph, except after a break in
+  ** fl.compile, where numbers are often values the Lua computed from the
+  ** previous segment (x:item()): there they are inputs (Dynamo does not
+  ** specialize floats either), so a new value needs no new graph */
+  scalar_in = t->m.wrapped && tr->plan && tr->seg > 0;
+  if (t->m.wrapped && !scalar_in) {
     if (tr->rec >= 0 && (id = replay_leaf(L, tr, t, STEP_CONST)) >= 0) return id;
     id = ir_add_const(tr->g, t, &e);
     if (id < 0) lfl_raise(L, opname, &e);
@@ -479,14 +491,17 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
     tr->ext = ne;
     tr->extcap = cap;
   }
+  input = u->trace == tr->id || scalar_in;
   id = -1;
   if (tr->rec >= 0)
-    id = replay_leaf(L, tr, t, u->trace == tr->id ? STEP_INPUT : STEP_PARAM);
+    id = replay_leaf(L, tr, t, scalar_in ? STEP_SCALAR : input ? STEP_INPUT : STEP_PARAM);
   if (id >= 0) {
     /* matched the record */
-  } else if (u->trace == tr->id) {
-    /* computed earlier in this trace: the value flows in from Lua */
+  } else if (input) {
+    /* computed earlier in this trace: the value flows in from Lua; a
+    ** number stays wrapped (weakest in type promotion, as in eager) */
     id = ir_add_input(tr->g, &t->m, NULL, &e);
+    if (id >= 0) tr->g->nodes[id].meta.wrapped = t->m.wrapped;
   } else {
     id = ir_add_param(tr->g, t, NULL, &e);
   }
@@ -495,9 +510,9 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
   tr->ext[tr->next].val.st = NULL;
   ten_share(&tr->ext[tr->next].val, t);
   tr->ext[tr->next].node = id;
-  tr->ext[tr->next].input = u->trace == tr->id;
-  tr->ext[tr->next].sseg = u->seg;
-  tr->ext[tr->next].sout = u->out;
+  tr->ext[tr->next].input = input;
+  tr->ext[tr->next].sseg = scalar_in ? -2 : u->seg;
+  tr->ext[tr->next].sout = scalar_in ? 0 : u->out;
   tr->next++;
   return id;
 }
