@@ -80,7 +80,6 @@ enum { UV_LAZY = 1,        /* node id -> lazy userdata of this segment (weak) */
        UV_BREAKS,          /* array of {reason=, hint=, where=} */
        UV_GRAPHS,          /* array of flushed segment Graphs */
        UV_EXEC,            /* optional Lua function(graph, inputs) -> outputs */
-       UV_PARAMS,          /* array of param userdata of the LAST segment, by node */
        UV_PLAN,            /* the fl.Resume plan recorded into / replayed, or nil */
        UV_COUNT = UV_PLAN };
 
@@ -109,6 +108,8 @@ typedef struct resume_plan {
   int enabled;             /* calls replay (the Lua body runs each call) */
   int fullgraph, debug;
   long segs, calls;        /* segments run from records; calls replayed */
+  struct ext *ext_cache;   /* a finished trace's buffers, for the next one */
+  int ext_cap, *maybe_cache, maybe_cap;   /* (one malloc less per call) */
 } resume_plan;
 
 enum { PUV_ANCHORS = 1,    /* array: graphs, programs, runners of records */
@@ -153,6 +154,7 @@ struct lfl_trace {
 };
 
 static const char active_key = 't';
+static const char weak_key = 'w';
 static unsigned next_id = 1;
 
 lfl_trace *lfl_trace_active(lua_State *L) {
@@ -199,14 +201,27 @@ static int new_segment(lua_State *L, lfl_trace *tr, int tidx) {
   }
   tr->seg++;
   lua_newtable(L);                           /* weak-valued lazy table */
-  lua_newtable(L);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &weak_key) != LUA_TTABLE) {
+    lua_pop(L, 1);                           /* one metatable for all of them */
+    lua_newtable(L);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &weak_key);
+  }
   lua_setmetatable(L, -2);
   lua_setiuservalue(L, tidx, UV_LAZY);
-  lua_newtable(L);
-  lua_setiuservalue(L, tidx, UV_PARAMS);
   return 0;
+}
+
+/* The trace's list at uservalue uv (UV_BREAKS, UV_GRAPHS), made when first
+** needed (a replayed call mostly needs neither). */
+static void push_list(lua_State *L, int tidx, int uv) {
+  if (lua_getiuservalue(L, tidx, uv) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushvalue(L, -1);
+  lua_setiuservalue(L, tidx, uv);
 }
 
 /* "file.lua:12" of the innermost user code that called into fuselab:
@@ -756,7 +771,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_pop(L, 1);
   }
   for (i = 0; i < g->ninputs + n; i++) ten_release(&buf[i]);
-  lua_getiuservalue(L, tidx, UV_GRAPHS);
+  push_list(L, tidx, UV_GRAPHS);
   lua_pushvalue(L, gidx);
   lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
   lua_settop(L, tidx - 1);
@@ -889,7 +904,12 @@ static void replay_flush(lua_State *L, lfl_trace *tr, const char *what) {
   p->segs++;
   tr->parent = ri;
   tr->rec = what ? r->child : -1;
-  new_segment(L, tr, tidx);
+  if (what) {
+    new_segment(L, tr, tidx);
+  } else {                                   /* the call is over */
+    clear_externals(tr);
+    tr->seg++;
+  }
   lua_settop(L, tidx - 1);
   lfl_account(L, fresh);
   if (what && tr->rec < 0) {
@@ -961,7 +981,7 @@ static void push_break(lua_State *L, lfl_trace *tr, const char *what) {
   user_where(L, where, sizeof where);
   break_reason(what, reason, sizeof reason);
   push_active(L);
-  lua_getiuservalue(L, -1, UV_BREAKS);
+  push_list(L, lua_gettop(L), UV_BREAKS);
   lua_createtable(L, 0, 3);
   lua_pushstring(L, reason);
   lua_setfield(L, -2, "reason");
@@ -1091,14 +1111,18 @@ static lfl_trace *begin(lua_State *L, int mode, int fullgraph, int execidx,
   tr->fullgraph = fullgraph;
   tr->rec = rec;
   tr->parent = -1;
-  lua_newtable(L);
-  lua_setiuservalue(L, tidx, UV_BREAKS);
-  lua_newtable(L);
-  lua_setiuservalue(L, tidx, UV_GRAPHS);
   if (execidx) lua_pushvalue(L, execidx); else lua_pushnil(L);
   lua_setiuservalue(L, tidx, UV_EXEC);
   if (planidx) {
-    tr->plan = (resume_plan *)luaL_checkudata(L, planidx, RESUME_TYPE);
+    resume_plan *p = (resume_plan *)luaL_checkudata(L, planidx, RESUME_TYPE);
+    tr->plan = p;
+    tr->ext = p->ext_cache;
+    tr->extcap = p->ext_cap;
+    tr->maybe = p->maybe_cache;
+    tr->maybecap = p->maybe_cap;
+    p->ext_cache = NULL;
+    p->maybe_cache = NULL;
+    p->ext_cap = p->maybe_cap = 0;
     lua_pushvalue(L, planidx);
     lua_setiuservalue(L, tidx, UV_PLAN);
   }
@@ -1186,9 +1210,25 @@ static int tr_input(lua_State *L) {
 /* Stop recording; the trace is no longer active.  Restores nothing else:
 ** lazies of an unflushed segment stay uncomputed (their use raises). */
 static void stop(lua_State *L, lfl_trace *tr) {
+  resume_plan *p = tr->plan;
   tr->active = 0;
   lua_pushnil(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
+  if (p) {                                   /* the buffers go to the next call */
+    clear_externals(tr);
+    if (!p->ext_cache && tr->ext) {
+      p->ext_cache = tr->ext;
+      p->ext_cap = tr->extcap;
+      tr->ext = NULL;
+      tr->extcap = 0;
+    }
+    if (!p->maybe_cache && tr->maybe) {
+      p->maybe_cache = tr->maybe;
+      p->maybe_cap = tr->maybecap;
+      tr->maybe = NULL;
+      tr->maybecap = tr->nmaybe = 0;
+    }
+  }
 }
 
 /* tr:finish() -> info: flushes the last segment (outputs = the lazies the
@@ -1214,10 +1254,10 @@ static int tr_finish(lua_State *L) {
   }
   stop(L, tr);
   lua_createtable(L, 0, 4);
-  lua_getiuservalue(L, 1, UV_GRAPHS);
+  push_list(L, 1, UV_GRAPHS);
   last = (int)luaL_len(L, -1);
   lua_setfield(L, -2, "graphs");
-  lua_getiuservalue(L, 1, UV_BREAKS);
+  push_list(L, 1, UV_BREAKS);
   lua_setfield(L, -2, "breaks");
   lua_createtable(L, 0, 0);
   for (i = 0; i < tr->nsym; i++) {
@@ -1369,6 +1409,10 @@ static int rp_gc(lua_State *L) {
     free(p->r[i].isout);
   }
   free(p->r);
+  free(p->ext_cache);
+  free(p->maybe_cache);
+  p->ext_cache = NULL;
+  p->maybe_cache = NULL;
   p->r = NULL;
   p->n = p->cap = 0;
   p->root = -1;
@@ -1539,7 +1583,7 @@ int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
   }
   stop(L, tr);
   if (tr->diverged) {
-    lua_getiuservalue(L, tidx, UV_BREAKS);
+    push_list(L, tidx, UV_BREAKS);
     if (luaL_len(L, -1) > 0) {
       lua_getiuservalue(L, pidx, PUV_HOOKS);
       if (lua_getfield(L, -1, "breaks") == LUA_TFUNCTION) {
