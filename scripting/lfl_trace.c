@@ -36,7 +36,8 @@
 ** guards of the first segment) and runs the Lua body in REPLAY mode: each
 ** op dispatched is compared with the record's next node (same op, same
 ** attributes, same input node ids; a tensor from outside the segment
-** must be the same param storage, an equal constant, or the value of the
+** must be the same param storage (or a tensor of equal values: one the
+** function makes each call), an equal constant, or the value of the
 ** same output of the same earlier segment with the same dtype and shape;
 ** after the first break a Lua number is an input of its dtype)
 ** and gets a lazy tensor carrying the recorded metadata: no IR is built,
@@ -283,6 +284,26 @@ static int same_view(const fl_tensor *a, const fl_tensor *b) {
   return 1;
 }
 
+/* Same dtype, shape and values (CPU tensors: a tensor the function makes
+** on each call, fl.arange(T) or a mask, matches the one recorded when
+** its values do; the recorded one, equal, is what the program reads). */
+static int same_values(const fl_tensor *a, const fl_tensor *b) {
+  int64_t k, n = meta_numel(&a->m);
+  if (!meta_eq(&a->m, &b->m) || a->m.device != FL_DEV_CPU || !a->st || !b->st) return 0;
+  if (ten_is_contiguous(a) && ten_is_contiguous(b))
+    return memcmp(ten_data(a), ten_data(b), (size_t)n * dtype_size(a->m.dtype)) == 0;
+  for (k = 0; k < n; k++) {
+    if (a->m.dtype == FL_I64) {
+      if (dtype_load_i64(FL_I64, ten_elem_ptr(a, k)) != dtype_load_i64(FL_I64, ten_elem_ptr(b, k)))
+        return 0;
+    } else {
+      double x = ten_get(a, k), y = ten_get(b, k);
+      if (memcmp(&x, &y, sizeof x) != 0) return 0;
+    }
+  }
+  return 1;
+}
+
 /* Node i of record a's graph equals node i of b's. */
 static int node_eq(const segrec *a, const segrec *b, int i) {
   const ir_node *x = &a->g->nodes[i], *y = &b->g->nodes[i];
@@ -335,7 +356,8 @@ static int step_ok(const lfl_trace *tr, const segrec *r, const step *s) {
   nd = &r->g->nodes[tr->cur];
   switch (s->kind) {
   case STEP_CONST: return nd->kind == IR_CONST && values_eq(&nd->value, s->t);
-  case STEP_PARAM: return nd->kind == IR_PARAM && same_view(&nd->value, s->t);
+  case STEP_PARAM:
+    return nd->kind == IR_PARAM && (same_view(&nd->value, s->t) || same_values(&nd->value, s->t));
   case STEP_INPUT: {
     const lfl_ud *u = (const lfl_ud *)s->t;
     return nd->kind == IR_INPUT && meta_eq(&nd->meta, &s->t->m) &&
@@ -386,7 +408,7 @@ static void describe_node(const ir_graph *g, int i, char *buf, size_t n) {
 static void describe_step(const step *s, char *buf, size_t n) {
   switch (s->kind) {
   case STEP_CONST: snprintf(buf, n, "the constant %.17g", ten_get(s->t, 0)); break;
-  case STEP_PARAM: snprintf(buf, n, "another tensor from outside (%s)", dtype_name(s->t->m.dtype)); break;
+  case STEP_PARAM: snprintf(buf, n, "another tensor from outside, with other values"); break;
   case STEP_INPUT: snprintf(buf, n, "a value from an earlier segment"); break;
   case STEP_SCALAR: snprintf(buf, n, "a number (%s)", dtype_name(s->t->m.dtype)); break;
   case STEP_OP: snprintf(buf, n, "%s", op_name(s->op)); break;
