@@ -426,7 +426,7 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
   const segrec *r = &tr->plan->r[tr->rec];
   const ir_graph *src = r->g;
   ir_graph *g;
-  char want[160], got[160], where[256], reason[640];
+  char want[160], got[160], where[256], reason[768];
   fl_err e;
   int i, id = 0;
   if (tr->cur == src->n && r->what[0]) snprintf(want, sizeof want, "a break at %s()", r->what);
@@ -434,7 +434,7 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
   else describe_node(src, tr->cur, want, sizeof want);
   describe_step(s, got, sizeof got);
   user_where(L, where, sizeof where);
-  snprintf(reason, sizeof reason, "segment %d, step %d: recorded %s, got %s (%s)",
+  snprintf(reason, sizeof reason, "segment %d differs at step %d: the recording has %s, this call %s (%s)",
            tr->seg + 1, tr->cur + 1, want, got, where[0] ? where : "?");
   g = ir_new();
   if (!g) luaL_error(L, "capture: out of memory");
