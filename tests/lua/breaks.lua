@@ -186,6 +186,41 @@ t.ok(sl.recompile_reasons[1]:find("lin.weight", 1, true), "the reason names the 
 local okg, errg = pcall(fl.compile(branch, {fullgraph = true}), x)
 t.ok(not okg and tostring(errg):find("graph break with fullgraph=true: item%(%)"), "fullgraph=true still errors at the break")
 
+-- attention makes fl.arange(T) on every call: matched by its values
+local blk = nn.TransformerBlock(16, 2)
+local function gated(v)
+  local h = blk(v)
+  local m = h:abs():mean():item()
+  if m > 0.8 then h = h * (0.8 / m) end
+  return h:relu()
+end
+local cg = fl.compile(gated)
+local ok_blk = true
+for i = 1, 6 do
+  local v = fl.randn(2, 5, 16) * (i % 2 == 0 and 3 or 1)
+  ok_blk = ok_blk and fl.allclose(cg(v), gated(v), 1e-4, 1e-5)
+end
+t.ok(ok_blk, "a TransformerBlock then a break equals eager")
+t.ok(cg:stats().traces <= 2, "traced once per side of the if, not per call (" .. cg:stats().traces .. ")")
+
+-- a tensor made in the function with other values each call is seen
+local k = 0
+local function fresh_values(v)
+  k = k + 1
+  local c = fl.tensor({k, 2 * k, 3 * k, 4 * k, 5 * k})
+  local s = (v * c):sum():item()
+  return v * c + s
+end
+local cfv = fl.compile(fresh_values, {recompile_limit = 20})
+local ok_fv = true
+for _ = 1, 4 do
+  local saved = k
+  local a = cfv(xs)
+  k = saved
+  ok_fv = ok_fv and close(a, fresh_values(xs))
+end
+t.ok(ok_fv, "a made tensor with new values each call: right results")
+
 -- a function returning a table runs its Lua each call too: replayed
 local ct = fl.compile(function(v) return {v + 1, (v * 2):exp()} end)
 local ok_tab = true
