@@ -130,6 +130,7 @@ void cpu_emit_preamble(strbuf *b) {
     "typedef int64_t fl_i64;\n"
     "typedef uint64_t fl_u64;\n");
   fk_render_int_helpers(b, "static inline");
+  fk_render_rng_helpers(b, "static inline");
   strbuf_printf(b, "#endif\n\n");
 }
 
@@ -187,6 +188,12 @@ static void emit_step(gen *g, int i, int depth, int fast, int inloop) {
     strbuf_printf(g->b, "p%d[", ac->buf);
     index_expr(g, in->access, fast, inloop && (ac->full || g->k->kind != FK_REDUCE));
     strbuf_printf(g->b, "]%s;\n", dt == FL_BF16 ? ")" : "");
+    return;
+  case FKI_CTR:
+    ac = &g->k->acc[in->access];
+    strbuf_printf(g->b, "const fl_i64 v%d = ", i);
+    index_expr(g, in->access, fast, inloop && (ac->full || g->k->kind != FK_REDUCE));
+    strbuf_printf(g->b, ";\n");
     return;
   default:   /* reductions are accumulated by the stage loop */
     fk_render_step(g->b, &dialect, g->k, i);
@@ -618,11 +625,21 @@ int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym, in
   for (d = 0; d < g.D; d++) strbuf_printf(b, "  const int64_t n%d = arg[%d];\n", d, d);
   for (a = 0; a < k->nacc; a++) {
     const int64_t base = g.D + a * (g.D + 1);
-    strbuf_printf(b, "  /* %s %%%d */\n", k->acc[a].store ? "store" : "load", k->acc[a].node);
+    strbuf_printf(b, "  /* %s %%%d */\n", k->acc[a].store ? "store" : k->acc[a].rng ?
+                  "stream position of" : "load", k->acc[a].node);
     for (d = 0; d < g.D; d++)
       strbuf_printf(b, "  const int64_t s%d_%d = arg[%lld];\n", a, d, (long long)(base + d));
     strbuf_printf(b, "  const int64_t o%d = arg[%lld];\n", a, (long long)(base + g.D));
     for (d = 0; d < g.D; d++) strbuf_printf(b, "  (void)s%d_%d;\n", a, d);
+  }
+  if (k->nrng) {
+    int r = 0;
+    strbuf_printf(b, "  /* the Philox key and each random node's start block, this run's */\n");
+    strbuf_printf(b, "  const fl_u64 rk = (fl_u64)arg[%d];\n", fk_rng_arg(k));
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].rng)
+        strbuf_printf(b, "  const fl_u64 rs%d = (fl_u64)arg[%d];   /* %%%d */\n", a,
+                      fk_rng_arg(k) + 1 + r++, k->acc[a].node);
   }
   if (k->kind == FK_REDUCE) emit_reduce(&g);
   else emit_pointwise(&g);

@@ -19,6 +19,7 @@
 #include "../fuse/render.h"
 #include "codegen.h"
 #include "eager.h"
+#include "../graph/rng.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -433,6 +434,8 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
   const fl_meta *metas;
   fl_tensor *vals = NULL;
   char *is_out = NULL;
+  uint64_t *start = NULL, key = 0;
+  int64_t *rargs = NULL;
   int i, k, rc = FL_OK;
   if (ninputs != g->ninputs)
     return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
@@ -446,6 +449,18 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
   is_out = calloc((size_t)(g->n ? g->n : 1), 1);
   if (!vals || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
+  /* every run draws anew: each random node reserves its draw in node order
+  ** (the order eager code draws in), whichever kernel computes it */
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    if (g->nodes[i].kind != IR_OP || !rng_op(g->nodes[i].op)) continue;
+    if (!start) {
+      start = calloc((size_t)g->n, sizeof *start);
+      rargs = malloc((size_t)pr->maxargs * sizeof *rargs);
+      if (!start || !rargs) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
+      key = rng_key();
+    }
+    start[i] = rng_reserve(rng_draws(&metas[i]));
+  }
   /* results straight into the caller's tensors where they fit */
   for (i = 0; i < g->nout && into; i++) {
     int id = g->outputs[i];
@@ -462,7 +477,13 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
   }
   for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
     double t0 = pr->profile ? now_ms() : 0;
-    rc = run_kernel(pr, k, metas, vals, pr->bound_args + (size_t)k * (size_t)pr->maxargs, e);
+    const int64_t *args = pr->bound_args + (size_t)k * (size_t)pr->maxargs;
+    if (p->kernels[k].nrng && rargs) {
+      memcpy(rargs, args, (size_t)fk_nargs(&p->kernels[k]) * sizeof *rargs);
+      fk_rng_args(&p->kernels[k], key, start, rargs);
+      args = rargs;
+    }
+    rc = run_kernel(pr, k, metas, vals, args, e);
     if (pr->profile) {
       pr->last_ms[k] = now_ms() - t0;
       pr->kernel_ms[k] += pr->last_ms[k];
@@ -485,6 +506,6 @@ static int run(cpu_program *pr, const fl_tensor *const *inputs, int ninputs,
   if (rc == FL_OK && pr->profile) pr->profiled_runs++;
 done:
   if (vals) for (i = 0; i < g->n; i++) ten_release(&vals[i]);
-  free(vals); free(is_out);
+  free(vals); free(is_out); free(start); free(rargs);
   return rc;
 }

@@ -19,6 +19,7 @@
 
 #include "eager_impl.h"
 #include "../graph/view.h"
+#include "../graph/rng.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -696,6 +697,52 @@ static int embedding(fl_op op, const fl_tensor *const *in, int nin,
   return rc;
 }
 
+/* rand, randn: a block-at-a-time fill from the draw reserved now.
+** dropout: the oracle's rule (graph/rng.c) over a contiguous copy of x,
+** four elements per Philox block (U keeps 24 bits, as the oracle's
+** rng_uniform_at); the same float32 arithmetic, so the same bits. */
+static int eager_random(fl_op op, const fl_tensor *const *in, int nin,
+                        const op_attrs *a, fl_tensor *out, fl_err *e) {
+  int64_t n = meta_numel(&out->m), i;
+  uint64_t key = rng_key(), start = rng_reserve(n);
+  float p, scale;
+  fl_tensor xc;
+  size_t es;
+  const char *src;
+  char *dst;
+  int rc;
+  (void)nin;
+  if (op != OP_DROPOUT) {
+    rng_fill(out, op == OP_RANDN, key, start);
+    return FL_OK;
+  }
+  if ((rc = ten_contiguous(&xc, in[0], e)) != FL_OK) return err_prefix(e, "dropout");
+  p = (float)a->f[0];
+  scale = rng_dropout_scale(a->f[0]);
+  es = dtype_size(out->m.dtype);
+  src = (const char *)ten_data(&xc);
+  dst = (char *)ten_data(out);
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (i = 0; i < (n + 3) / 4; i++) {
+    uint32_t w[4];
+    int64_t j;
+    rng_block(key, start + (uint64_t)i, w);
+    for (j = 0; j < 4 && 4 * i + j < n; j++) {
+      int64_t k = 4 * i + j;
+      float u = (float)(w[j] >> 8) * 0x1p-24f;
+      if (out->m.dtype == FL_F32) {
+        float x = ((const float *)src)[k];
+        ((float *)dst)[k] = u < p ? 0.0f : x * scale;
+      } else {
+        float x = (float)dtype_load(xc.m.dtype, src + (size_t)k * es);
+        dtype_store(out->m.dtype, dst + (size_t)k * es, u < p ? 0.0f : x * scale);
+      }
+    }
+  }
+  ten_release(&xc);
+  return FL_OK;
+}
+
 /* --- the dispatcher -------------------------------------------------- */
 
 static eager_kernel kernel_of(fl_op op) {
@@ -712,6 +759,7 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: return eager_pool2d;
   case OP_CAT: return cat;
   case OP_EMBEDDING: return embedding;
+  case OP_RAND: case OP_RANDN: case OP_DROPOUT: return eager_random;
   default:
     if (op_info_of(op)->scalar) return elementwise;
     return NULL;
@@ -728,7 +776,8 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
   memset(out, 0, sizeof *out);
   if (op < 0 || op >= OP_COUNT)
     return err_set(e, FL_EINVAL, "unknown op %d", (int)op);
-  if (!in || nin < 1 || nin > MAX_IN)
+  /* rand and randn take no inputs */
+  if ((!in && nin > 0) || nin < op_table[op].min_args || nin > MAX_IN)
     return err_set(e, FL_EINVAL, "%s: expected %d to %d inputs, got %d",
                    op_name(op), op_table[op].min_args, op_table[op].max_args,
                    nin);

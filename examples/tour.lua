@@ -70,7 +70,7 @@ print("g2 = g:decompose()   -- linear, gelu, layer_norm become the ops kernels a
 local g2 = g:decompose()
 print(("%d ops -> %d ops (print(g2) lists them)"):format(#g:ops(), #g2:ops()))
 
-section("5. Optimize: CSE, dead code, constant folding, algebra")
+section("5. Optimize: CSE, dead code, folding, algebra, linear")
 local g3 = g2:optimize()
 print(("%d ops after optimize"):format(#g3:ops()))
 

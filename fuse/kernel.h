@@ -32,7 +32,10 @@ typedef enum fk_opc {
   FKI_CONST,      /* a literal (scalar graph constants, eps, 0) */
   FKI_NRED,       /* number of elements in the reduced space (a runtime size) */
   FKI_ELEM,       /* the op table's `expr` over 1..3 earlier steps */
-  FKI_REDUCE      /* accumulate a step over the reduced dims: a row value */
+  FKI_REDUCE,     /* accumulate a step over the reduced dims: a row value */
+  FKI_CTR         /* a random node's element index at one access (fl_i64):
+                     with the kernel's key and that access's start block,
+                     its position in the Philox stream (graph/rng.h) */
 } fk_opc;
 
 typedef enum fk_red { FKR_SUM, FKR_MAX, FKR_MIN, FKR_ARGMAX } fk_red;
@@ -48,7 +51,7 @@ typedef struct fk_instr {
   fk_red red;          /* FKI_REDUCE: which accumulator */
   int stage;           /* FKI_REDUCE: 1-based pass over the reduced dims;
                           other steps: last stage they depend on (0 = none) */
-  int access;          /* FKI_LOAD: index into fk_kernel.acc */
+  int access;          /* FKI_LOAD, FKI_CTR: index into fk_kernel.acc */
   double value;        /* FKI_CONST */
   int64_t ivalue;      /* FKI_CONST of dtype int64: its exact value */
   int node;            /* graph node this step computes, -1 for the inner
@@ -67,6 +70,9 @@ typedef struct fk_access {
   int inner;           /* innermost stride seen by the plan: 1, 0, or -1 */
   int via_node, via_in;/* load: the edge (consumer node, input index) it was
                           derived from, replayed by fk_bind */
+  int rng;             /* 1: no buffer (buf -1): the element index of random
+                          node `node`, strides as if it were stored
+                          contiguously; its start block is a launch argument */
 } fk_access;
 
 typedef struct fk_kernel {
@@ -86,6 +92,7 @@ typedef struct fk_kernel {
   fk_instr *instr;
   int nacc;
   fk_access *acc;
+  int nrng;            /* accesses with rng set (random nodes computed here) */
   int64_t bytes;       /* cost model: bytes read + written (plan's sizes) */
 } fk_kernel;
 
@@ -136,11 +143,23 @@ void fk_map_strides(const fk_space *sp, const fk_map *m, const fl_meta *meta,
 /* --- launch ------------------------------------------------------------ */
 
 /* Number of int64 arguments a kernel takes: sizes, then per access its
-** strides and offset. */
+** strides and offset, then (a kernel computing random nodes) the Philox
+** key and, per rng access in access order, its start block.  fk_bind
+** leaves those last ones 0: a program fills them at every run
+** (fk_rng_args), since every run draws anew. */
 static inline int fk_nargs(const fk_kernel *k) {
+  int d = k->nkept + k->nred;
+  return d + k->nacc * (d + 1) + (k->nrng ? 1 + k->nrng : 0);
+}
+/* Index of the key argument (the start blocks follow). */
+static inline int fk_rng_arg(const fk_kernel *k) {
   int d = k->nkept + k->nred;
   return d + k->nacc * (d + 1);
 }
+/* Write the key and start blocks into args (fk_nargs entries, bound):
+** start[id] is the block node id's draw begins at in this run. */
+void fk_rng_args(const fk_kernel *k, uint64_t key, const uint64_t *start,
+                 int64_t *args);
 /* Fill args (fk_nargs entries) for the shapes in metas: re-derive the maps,
 ** compute strides, merge adjacent dims wherever every access allows (so a
 ** contiguous elementwise kernel runs as one flat loop).  FL_EUNSUPPORTED

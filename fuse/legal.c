@@ -560,7 +560,7 @@ int fk_bind(const fk_kernel *k, const ir_graph *g, const fl_meta *metas,
   for (a = 0; a < k->nacc; a++) {
     const fk_access *ac = &k->acc[a];
     int64_t *st = args + D + a * (D + 1);
-    if (ac->store) {
+    if (ac->store || ac->rng) {
       m = maps[ac->node];
     } else {
       int src;

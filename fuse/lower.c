@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernel.h"
+#include "../graph/rng.h"
 
 /* growing step/access arrays while building */
 typedef struct builder {
@@ -100,7 +101,7 @@ static int reduce(builder *b, fk_red red, int x, fl_dtype dt, int node) {
 
 static int same_access(const fk_access *a, int node, const int64_t *st,
                        const int64_t *st2, int D) {
-  return a->node == node && memcmp(st, st2, (size_t)(D + 1) * sizeof *st) == 0;
+  return !a->rng && a->node == node && memcmp(st, st2, (size_t)(D + 1) * sizeof *st) == 0;
 }
 
 static int buf_slot(fk_kernel *k, int node, int *cap) {
@@ -161,14 +162,62 @@ static int operand(builder *b, int node, int in, int64_t (*accst)[FL_MAX_DIMS + 
   return push(b, &li);
 }
 
+/* A random member's stream position: an access with no buffer whose
+** strides walk the node's elements as a contiguous buffer would (its
+** linear index, whatever view or broadcast the kernel reads it through),
+** and the FKI_CTR step holding that index. */
+static int rng_counter(builder *b, int id, int64_t (*accst)[FL_MAX_DIMS + 1]) {
+  fk_kernel *k = b->k;
+  int D = k->nkept + k->nred, a = k->nacc, d;
+  fk_access *ac;
+  fk_instr ci;
+  if (k->nacc >= 64) return -3;
+  fk_map_strides(&b->sp, &b->sp.maps[id], &b->sp.metas[id], accst[a], &accst[a][D]);
+  ac = &k->acc[k->nacc++];
+  memset(ac, 0, sizeof *ac);
+  ac->node = id;
+  ac->buf = -1;
+  ac->rng = 1;
+  ac->via_node = ac->via_in = -1;
+  for (d = k->nkept; d < D; d++) ac->full |= accst[a][d] != 0;
+  k->nrng++;
+  memset(&ci, 0, sizeof ci);
+  ci.opc = FKI_CTR;
+  ci.access = a;
+  ci.full = ac->full;
+  ci.dtype = FL_I64;
+  ci.node = -1;
+  return push(b, &ci);
+}
+
+/* rand, randn, dropout: the op-table expression over the counter (and x);
+** the attributes it reads are float32 values, as eager computes them
+** (ops.def). */
+static int lower_random(builder *b, int id, const int *v,
+                        int64_t (*accst)[FL_MAX_DIMS + 1]) {
+  const ir_node *nd = &b->sp.g->nodes[id];
+  op_attrs a = nd->attrs;
+  int c = rng_counter(b, id, accst);
+  if (c < 0 || b->oom) return c < 0 ? c : -1;
+  if (nd->op == OP_RAND) a.i[0] = rng_mantissa_bits(nd->meta.dtype);
+  if (nd->op == OP_DROPOUT) {
+    a.f[0] = (double)(float)nd->attrs.f[0];
+    a.f[1] = (double)rng_dropout_scale(nd->attrs.f[0]);
+    return elem(b, nd->op, &a, nd->meta.dtype, id, v[0], c, -1);
+  }
+  return elem(b, nd->op, &a, nd->meta.dtype, id, c, -1, -1);
+}
+
 /* Lower one member into steps; its value ends in b->val[id]. */
-static int lower_node(builder *b, int id, const int *v) {
+static int lower_node(builder *b, int id, const int *v,
+                      int64_t (*accst)[FL_MAX_DIMS + 1]) {
   const ir_node *nd = &b->sp.g->nodes[id];
   const op_attrs *a = &nd->attrs;
   fl_dtype dt = nd->meta.dtype, f = FL_F32;
   op_kind kind = op_info_of(nd->op)->kind;
   int r, s, t, q, n;
   if (fk_is_view(b->sp.g, id)) return v[0];
+  if (rng_op(nd->op)) return lower_random(b, id, v, accst);
   switch (nd->op) {
   case OP_SUM: return reduce(b, FKR_SUM, v[0], dt, id);
   case OP_AMAX: return reduce(b, FKR_MAX, v[0], dt, id);
@@ -297,7 +346,7 @@ int fk_build(fk_kernel *k, const ir_graph *g, const int *members, int nm,
   builder b;
   fl_meta *metas = malloc((size_t)g->n * sizeof *metas);
   char *member = calloc((size_t)g->n, 1);
-  fk_map *maps = calloc((size_t)g->n, sizeof *maps);
+  fk_map *maps = malloc((size_t)(g->n ? g->n : 1) * sizeof *maps);   /* fk_assign resets it */
   int *val = malloc((size_t)g->n * sizeof *val);
   int64_t (*accst)[FL_MAX_DIMS + 1] = malloc(64 * sizeof *accst);
   int cands[64], nc = 0, i, j, c, rc = -1, bufcap = 0, firstred = -1;
@@ -393,8 +442,9 @@ int fk_build(fk_kernel *k, const ir_graph *g, const int *members, int nm,
         goto done;
       }
     }
-    r = lower_node(&b, k->nodes[i], v);
+    r = lower_node(&b, k->nodes[i], v, accst);
     if (b.oom) goto oom;
+    if (r == -3) { snprintf(why, nwhy, "too many distinct loads"); goto done; }
     if (r < 0) {
       snprintf(why, nwhy, "%%%d (%s) has no lowering inside a generated kernel",
                k->nodes[i], op_name(nd->op));
@@ -542,4 +592,13 @@ void fk_name(fk_kernel *k, const ir_graph *g) {
     len = strlen(k->name);
     snprintf(k->name + len, sizeof k->name - len, "_scalar");
   }
+}
+
+void fk_rng_args(const fk_kernel *k, uint64_t key, const uint64_t *start,
+                 int64_t *args) {
+  int a, r = 0, base = fk_rng_arg(k);
+  if (!k->nrng) return;
+  args[base] = (int64_t)key;
+  for (a = 0; a < k->nacc; a++)
+    if (k->acc[a].rng) args[base + 1 + r++] = (int64_t)start[k->acc[a].node];
 }

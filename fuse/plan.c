@@ -78,12 +78,27 @@ static int members(planner *pl, int ga, int gb, int *out) {
 }
 
 /* Would merging groups ga and gb make a cycle?  True when a path leaves the
-** union and comes back into it (through another group). */
+** union and comes back into it (through another group).  Each group's
+** members are listed once up front and walked once, so a call is linear in
+** the graph (it runs for every candidate merge). */
 static int makes_cycle(planner *pl, int ga, int gb) {
   const ir_graph *g = pl->g;
-  char *seen = calloc((size_t)g->n, 1);
-  int *stack = malloc((size_t)g->n * sizeof *stack), sp = 0, i, k, cyc = 0;
-  if (!seen || !stack) { free(seen); free(stack); return 1; }
+  size_t n = (size_t)(g->n ? g->n : 1);
+  char *seen = calloc(n, 1), *walked = calloc(n, 1);
+  int *stack = malloc(n * sizeof *stack), *head = malloc(n * sizeof *head);
+  int *next = malloc(n * sizeof *next), sp = 0, i, k, cyc = 0;
+  if (!seen || !walked || !stack || !head || !next) {
+    free(seen); free(walked); free(stack); free(head); free(next);
+    return 1;
+  }
+  for (i = 0; i < g->n; i++) head[i] = -1;
+  for (i = g->n - 1; i >= 0; i--) {
+    int r;
+    if (!pl->compute[i]) continue;
+    r = find(pl, i);
+    next[i] = head[r];
+    head[r] = i;
+  }
   /* start from every outside reader of a union member */
   for (i = 0; i < g->n; i++) {
     int r;
@@ -96,10 +111,11 @@ static int makes_cycle(planner *pl, int ga, int gb) {
     }
   }
   while (sp > 0 && !cyc) {
-    int n = stack[--sp], rn = find(pl, n);
+    int rn = find(pl, stack[--sp]);
     /* a whole group runs at once: its members' readers are reachable too */
-    for (i = 0; i < g->n && !cyc; i++) {
-      if (!pl->compute[i] || find(pl, i) != rn) continue;
+    if (walked[rn]) continue;
+    walked[rn] = 1;
+    for (i = head[rn]; i >= 0 && !cyc; i = next[i]) {
       for (k = 0; k < pl->nreaders[i]; k++) {
         int c = pl->readers[i][k], rc = find(pl, c);
         if (rc == ga || rc == gb) { cyc = 1; break; }
@@ -108,7 +124,10 @@ static int makes_cycle(planner *pl, int ga, int gb) {
     }
   }
   free(seen);
+  free(walked);
   free(stack);
+  free(head);
+  free(next);
   return cyc;
 }
 

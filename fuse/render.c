@@ -56,6 +56,21 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
       s += 2;
       continue;
     }
+    /* a random op's stream position: the kernel's key, the start block of
+    ** the step's rng access, and its counter step (the last argument) */
+    if (s[0] == '$' && s[1] == 'r') {
+      int c = in->arg[in->narg - 1];
+      if (k) strbuf_printf(b, "rk, rs%d, v%d", k->instr[c].access, c);
+      else strbuf_printf(b, "rk, rs, v%d", c);
+      s += 2;
+      continue;
+    }
+    if (s[0] == '$' && s[1] == 'i' && s[2] == '0') {
+      int_literal(lit, sizeof lit, in->attrs.i[0]);
+      strbuf_printf(b, "%s", lit);
+      s += 3;
+      continue;
+    }
     if (s[0] == '$' && s[1] == 'f' && (s[2] == '0' || s[2] == '1')) {
       fk_float_literal(lit, sizeof lit, in->attrs.f[s[2] - '0'], dbl);
       strbuf_printf(b, "%s", lit);
@@ -119,6 +134,54 @@ void fk_render_int_helpers(strbuf *b, const char *fn) {
     "                   : hi <= -9223372036854775808.0 ? FL_I64_MIN : (fl_i64)hi;\n"
     "  if (x < l) x = l;\n"
     "  return x > h ? h : x;\n"
+    "}\n", fn, fn, fn);
+}
+
+void fk_render_rng_helpers(strbuf *b, const char *fn) {
+  strbuf_printf(b,
+    "/* Philox4x32-10 as graph/rng.c: element i of a draw starting at block s\n"
+    "** is word i%%4 of block s + i/4 under key k, so a kernel computes any\n"
+    "** element alone and every backend draws the same numbers.  Words are\n"
+    "** picked by selects, not an array index, so loops over them vectorize. */\n"
+    "%s void fl_philox(fl_u64 block, fl_u64 key, unsigned *w0, unsigned *w1,\n"
+    "                  unsigned *w2, unsigned *w3)\n"
+    "{\n"
+    "  unsigned c0 = (unsigned)block, c1 = (unsigned)(block >> 32), c2 = 0, c3 = 0;\n"
+    "  unsigned k0 = (unsigned)key, k1 = (unsigned)(key >> 32);\n"
+    "  for (int r = 0; r < 10; r++) {\n"
+    "    const fl_u64 p0 = (fl_u64)0xD2511F53u * c0, p1 = (fl_u64)0xCD9E8D57u * c2;\n"
+    "    const unsigned hi0 = (unsigned)(p0 >> 32), lo0 = (unsigned)p0;\n"
+    "    const unsigned hi1 = (unsigned)(p1 >> 32), lo1 = (unsigned)p1;\n"
+    "    c0 = hi1 ^ c1 ^ k0;\n"
+    "    c1 = lo1;\n"
+    "    c2 = hi0 ^ c3 ^ k1;\n"
+    "    c3 = lo0;\n"
+    "    k0 += 0x9E3779B9u;\n"
+    "    k1 += 0xBB67AE85u;\n"
+    "  }\n"
+    "  *w0 = c0; *w1 = c1; *w2 = c2; *w3 = c3;\n"
+    "}\n"
+    "/* U[0,1) keeping `bits` significand bits: exact in the dtype, never 1 */\n"
+    "%s float fl_rand_uniform(fl_u64 key, fl_u64 start, fl_i64 i, int bits)\n"
+    "{\n"
+    "  unsigned w0, w1, w2, w3;\n"
+    "  fl_philox(start + (fl_u64)(i >> 2), key, &w0, &w1, &w2, &w3);\n"
+    "  const int j = (int)(i & 3);\n"
+    "  const unsigned w = j == 0 ? w0 : j == 1 ? w1 : j == 2 ? w2 : w3;\n"
+    "  return (float)(w >> (32 - bits)) * (1.0f / (float)(1u << bits));\n"
+    "}\n"
+    "/* N(0,1): Box-Muller on the word pair of element i (words 0, 1 or 2, 3;\n"
+    "** cos for the even element, sin for the odd), in double, rounded to\n"
+    "** float32 */\n"
+    "%s float fl_rand_normal(fl_u64 key, fl_u64 start, fl_i64 i)\n"
+    "{\n"
+    "  unsigned w0, w1, w2, w3;\n"
+    "  fl_philox(start + (fl_u64)(i >> 2), key, &w0, &w1, &w2, &w3);\n"
+    "  const int hi = (int)(i & 2);\n"
+    "  const double u1 = ((double)(hi ? w2 : w0) + 1.0) * 0x1p-32;\n"
+    "  const double u2 = (double)(hi ? w3 : w1) * 0x1p-32;\n"
+    "  const double rad = sqrt(-2.0 * log(u1)), th = 0x1.921fb54442d18p+2 * u2;\n"
+    "  return (float)((i & 1) ? rad * sin(th) : rad * cos(th));\n"
     "}\n", fn, fn, fn);
 }
 

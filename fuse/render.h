@@ -46,6 +46,11 @@ int fk_step_int(const fk_kernel *k, const fk_instr *in);
 ** fl_i64 and fl_u64 before. */
 void fk_render_int_helpers(strbuf *b, const char *fn);
 
+/* The Philox4x32-10 helpers the random ops' expressions call
+** (fl_rand_uniform, fl_rand_normal: graph/rng.c's arithmetic, element i
+** computed alone), each function declared with fn. */
+void fk_render_rng_helpers(strbuf *b, const char *fn);
+
 /* The value type generated code computes in: fl_i64 (exact) for int64
 ** values, float for every other dtype. */
 const char *fk_value_type(fl_dtype t);

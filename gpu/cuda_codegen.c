@@ -95,6 +95,16 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     index_expr(g, in->access, inloop && (ac->full || g->k->kind != FK_REDUCE));
     strbuf_printf(g->b, ");\n");
     return;
+  case FKI_CTR:
+    /* the element's index in its random node, as if that were stored */
+    ac = &g->k->acc[in->access];
+    strbuf_printf(g->b, "const fl_i64 v%d = ", i);
+    if (lane) strbuf_printf(g->b, "o%d%s;\n", in->access, ac->inner == 1 ? " + j + l" : "");
+    else {
+      index_expr(g, in->access, inloop && (ac->full || g->k->kind != FK_REDUCE));
+      strbuf_printf(g->b, ";\n");
+    }
+    return;
   default:   /* reductions are combined by the stage's block reduction */
     fk_render_step(g->b, &dialect, g->k, i);
     return;
@@ -197,7 +207,8 @@ static void emit_pointwise(gen *g, int *vec) {
     strbuf_printf(g->b, "    /* 4-wide loads and stores where every address allows */\n");
     strbuf_printf(g->b, "    const bool vec = true");
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].inner == 1) strbuf_printf(g->b, " && fl_al4(p%d + o%d)", k->acc[a].buf, a);
+      if (k->acc[a].inner == 1 && !k->acc[a].rng)
+        strbuf_printf(g->b, " && fl_al4(p%d + o%d)", k->acc[a].buf, a);
     strbuf_printf(g->b, ";\n");
     strbuf_printf(g->b, "    const fl_i64 nq = vec ? n%d / 4 : 0;\n", D - 1);
     strbuf_printf(g->b, "    for (fl_i64 q = start; q < nq; q += step) {\n");
@@ -435,10 +446,20 @@ static void emit_args(gen *g, int nbuf) {
   for (d = 0; d < g->D; d++) strbuf_printf(g->b, "  const fl_i64 n%d = P.arg[%d];\n", d, d);
   for (a = 0; a < k->nacc; a++) {
     const int base = g->D + a * (g->D + 1);
-    strbuf_printf(g->b, "  /* %s %%%d */\n", k->acc[a].store ? "store" : "load", k->acc[a].node);
+    strbuf_printf(g->b, "  /* %s %%%d */\n", k->acc[a].store ? "store" : k->acc[a].rng ?
+                  "stream position of" : "load", k->acc[a].node);
     for (d = 0; d < g->D; d++)
       strbuf_printf(g->b, "  const fl_i64 s%d_%d = P.arg[%d];\n", a, d, base + d);
     strbuf_printf(g->b, "  const fl_i64 o%d = P.arg[%d];\n", a, base + g->D);
+  }
+  if (k->nrng) {
+    int r = 0;
+    strbuf_printf(g->b, "  /* the Philox key and each random node's start block, this run's */\n");
+    strbuf_printf(g->b, "  const fl_u64 rk = (fl_u64)P.arg[%d];\n", fk_rng_arg(k));
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].rng)
+        strbuf_printf(g->b, "  const fl_u64 rs%d = (fl_u64)P.arg[%d];   /* %%%d */\n", a,
+                      fk_rng_arg(k) + 1 + r++, k->acc[a].node);
   }
 }
 

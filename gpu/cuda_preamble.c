@@ -34,6 +34,7 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "\n");
   /* still inside the FL_PREAMBLE guard */
   fk_render_int_helpers(b, "__device__ __forceinline__");
+  fk_render_rng_helpers(b, "__device__ __forceinline__");
   strbuf_printf(b, "%s",
     "\n"
     "/* the parameter block, passed by value: buffer addresses, then the\n"

@@ -20,6 +20,7 @@
 #include "../cpu/cache.h"
 #include "../cpu/codegen.h"
 #include "../graph/view.h"
+#include "../graph/rng.h"
 
 static char *dupstr(const char *s) {
   size_t n = strlen(s) + 1;
@@ -226,6 +227,8 @@ typedef struct run_ctx {
   int64_t *args;        /* fk_nargs + extern slots */
   uint64_t *block;      /* the parameter block being built */
   int capture;          /* 1 while capturing a CUDA graph: hold, never free */
+  uint64_t key;         /* this run's Philox key */
+  uint64_t *start;      /* per node: start block of a random node's draw */
 } run_ctx;
 
 
@@ -532,6 +535,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
   }
   memset(c->args, 0, (size_t)in->narg * sizeof(int64_t));
   if (k->nnodes > 0 && (rc = fk_bind(k, g, c->metas, c->args, e)) != FL_OK) return rc;
+  if (k->nrng && c->start) fk_rng_args(k, c->key, c->start, c->args);
   if (k->kind == FK_EXTERN) {
     int64_t *X = c->args + ea, total;
     const ir_node *an = &g->nodes[k->anchor];
@@ -653,6 +657,18 @@ static int run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl
   if ((rc = ir_infer_metas(g, inputs, FL_DEV_CUDA, c.metas, e)) != FL_OK) goto done;
   if (!capture && (rc = bind_leaves(&c, e)) != FL_OK) goto done;
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
+  /* every run draws anew, each random node in node order (cpu/compile.c) */
+  for (i = 0; i < g->n; i++) {
+    if (g->nodes[i].kind != IR_OP || !rng_op(g->nodes[i].op)) continue;
+    if (!c.start) {
+      if (!(c.start = calloc((size_t)g->n, sizeof *c.start))) {
+        rc = err_set(e, FL_ENOMEM, "run: out of memory");
+        goto done;
+      }
+      c.key = rng_key();
+    }
+    c.start[i] = rng_reserve(rng_draws(&c.metas[i]));
+  }
   for (i = 0; i < g->nout && into; i++) {
     int id = g->outputs[i];
     const fl_tensor *o = &outs[i];
@@ -700,7 +716,7 @@ static int run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl
   if (rc == FL_OK) pr->runs++;
 done:
   if (c.vals) for (i = 0; i < g->n; i++) ten_release(&c.vals[i]);
-  free(c.metas); free(c.vals); free(c.args); free(c.block); free(is_out);
+  free(c.metas); free(c.vals); free(c.args); free(c.block); free(is_out); free(c.start);
   return rc;
 }
 
@@ -787,11 +803,21 @@ static int run_graph(cuda_program *pr, const fl_tensor *const *inputs, int n, fl
   return rc;
 }
 
+static int has_random(const ir_graph *g) {
+  int i;
+  for (i = 0; i < g->n; i++)
+    if (g->nodes[i].kind == IR_OP && rng_op(g->nodes[i].op)) return 1;
+  return 0;
+}
+
 int cuda_program_run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, fl_err *e) {
   int rc;
   if ((rc = cuda_rt_init(e)) != FL_OK) return rc;
-  if (pr->mode == CUDA_MODE_GRAPH) return run_graph(pr, inputs, ninputs, outs, e);
+  /* a replayed CUDA graph would repeat its captured draws: a program with
+  ** random nodes launches its kernels one by one, each run drawing anew */
+  if (pr->mode == CUDA_MODE_GRAPH && !has_random(pr->plan->g))
+    return run_graph(pr, inputs, ninputs, outs, e);
   return run(pr, inputs, ninputs, outs, 0, 0, e);
 }
 

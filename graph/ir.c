@@ -63,6 +63,7 @@ void ir_free(ir_graph *g) {
   for (i = 0; i < g->n; i++) node_clear(&g->nodes[i]);
   free(g->nodes);
   free(g->outputs);
+  free(g->sx);
   free(g);
 }
 
@@ -108,17 +109,64 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e) {
   return add_value(g, IR_CONST, t, NULL, e);
 }
 
-/* Symbolic dims follow the values through ops that keep them (for the
-** listing and the pictures; guards work on inputs alone, and compiled
-** code re-infers real sizes from real inputs).  Right-aligned for
-** broadcasting ops; permuted for transpose/permute; inserted/removed for
-** unsqueeze/squeeze; a narrowed or concatenated dim becomes concrete. */
-static void infer_syms(ir_graph *g, int id) {
+/* Symbolic dims follow the values through every op, so a size Lua reads
+** from any tensor of a capture is the expression it really is (the
+** scores of attention are [B, h, T, T], not [2, 4, 7, 7]).  Right-aligned
+** for broadcasting ops; permuted for transpose/permute; inserted/removed
+** for unsqueeze/squeeze; taken from the attribute's expression where the
+** caller gave one (reshape(B, T*h), narrow(d, 1, T)); summed along cat's
+** dim.  An op whose sizes are computed in ways not followed here (conv's
+** spatial dims) sets symlost when a symbolic size reaches them: capture
+** then specializes the inputs' symbols rather than guess. */
+static int prod_expr(ir_graph *g, const ir_node *x, int from, int to, int *out, fl_err *e) {
+  int d, p = -1;
+  for (d = from; d < to; d++) {
+    int f = x->sym[d] ? x->sym[d] - 1 : ir_sym_const(g, x->meta.shape[d], e);
+    if (f < 0) return f;
+    if ((p = p < 0 ? f : ir_sym_op(g, SYM_MUL, p, f, e)) < 0) return p;
+  }
+  *out = p < 0 ? ir_sym_const(g, 1, e) : p;
+  return *out < 0 ? *out : 0;
+}
+
+static int has_sym(const ir_node *x) {
+  int d;
+  for (d = 0; d < x->meta.ndim; d++) if (x->sym[d]) return 1;
+  return 0;
+}
+
+static int reshape_syms(ir_graph *g, ir_node *nd, const ir_node *x, fl_err *e) {
+  const op_attrs *a = &nd->attrs;
+  int d, hole = -1, any = 0, rc;
+  for (d = 0; d < nd->meta.ndim; d++) {
+    if (d < a->ndims && nd->asym[d]) { nd->sym[d] = nd->asym[d]; any = 1; }
+    else if (d < a->ndims && a->dims[d] == -1) hole = d;
+  }
+  if (hole >= 0 && (any || has_sym(x))) {
+    /* the inferred dim: numel(x) / the product of the others */
+    int n, k = -1, q;
+    if ((rc = prod_expr(g, x, 0, x->meta.ndim, &n, e)) < 0) return rc;
+    for (d = 0; d < nd->meta.ndim; d++) {
+      int f;
+      if (d == hole) continue;
+      f = nd->sym[d] ? nd->sym[d] - 1 : ir_sym_const(g, nd->meta.shape[d], e);
+      if (f < 0 || (k = k < 0 ? f : ir_sym_op(g, SYM_MUL, k, f, e)) < 0) return f < 0 ? f : k;
+    }
+    q = k < 0 ? n : ir_sym_op(g, SYM_DIV, n, k, e);
+    if (q < 0) return q;
+    if (!ir_sym_is_const(g, q, NULL)) nd->sym[hole] = q + 1;
+    any = 1;
+  }
+  if (!any && has_sym(x)) nd->symlost = 1;     /* sizes Lua computed itself */
+  return 0;
+}
+
+static int infer_syms(ir_graph *g, int id, fl_err *e) {
   ir_node *nd = &g->nodes[id];
   const op_attrs *a = &nd->attrs;
   const ir_node *x = nd->in[0] >= 0 ? &g->nodes[nd->in[0]] : NULL;
   int d, k, on = nd->meta.ndim;
-  if (!x) return;
+  if (!x) return 0;
   switch (op_info_of(nd->op)->kind) {
   case OPK_ELEMWISE: case OPK_BROADCAST:
     for (k = 0; k < nd->nin; k++) {
@@ -127,7 +175,7 @@ static void infer_syms(ir_graph *g, int id) {
       for (d = 0; d < p->meta.ndim && d < on; d++)
         if (p->sym[p->meta.ndim - 1 - d]) nd->sym[on - 1 - d] = p->sym[p->meta.ndim - 1 - d];
     }
-    return;
+    return 0;
   case OPK_REDUCTION:
     if (op_info_of(nd->op)->flags & OPF_COMPOSITE) {
       memcpy(nd->sym, x->sym, sizeof nd->sym);
@@ -140,7 +188,7 @@ static void infer_syms(ir_graph *g, int id) {
         else if (a->keepdim) nd->sym[o++] = 0;
       }
     }
-    return;
+    return 0;
   default:
     break;
   }
@@ -156,26 +204,85 @@ static void infer_syms(ir_graph *g, int id) {
   case OP_UNSQUEEZE:
     for (d = 0, k = 0; d < on; d++) nd->sym[d] = d == a->i[0] ? 0 : x->sym[k++];
     break;
-  case OP_NARROW: case OP_CONTIGUOUS: case OP_EXPAND: case OP_CAT:
-    for (d = 0; d < on && d < x->meta.ndim; d++)
-      nd->sym[on - 1 - d] = x->meta.shape[x->meta.ndim - 1 - d] == nd->meta.shape[on - 1 - d]
-                                ? x->sym[x->meta.ndim - 1 - d] : 0;
-    if (nd->op != OP_EXPAND && nd->op != OP_CONTIGUOUS) nd->sym[a->i[0]] = 0;
+  case OP_SQUEEZE:
+    /* symbolic dims are never 1, so they are never the ones removed */
+    for (d = 0, k = 0; d < x->meta.ndim && k < on; d++)
+      if (!(x->meta.shape[d] == 1 && !x->sym[d] && (!a->i[1] || a->i[0] == d))) nd->sym[k++] = x->sym[d];
+    break;
+  case OP_RESHAPE: case OP_VIEW:
+    return reshape_syms(g, nd, x, e);
+  case OP_EXPAND:
+    for (d = 0; d < on; d++) {
+      int xd = d - (on - x->meta.ndim);
+      if (d < a->ndims && nd->asym[d]) nd->sym[d] = nd->asym[d];
+      else if (xd >= 0 && x->meta.shape[xd] == nd->meta.shape[d]) nd->sym[d] = x->sym[xd];
+    }
+    break;
+  case OP_NARROW:
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    nd->sym[a->i[0]] = nd->asym[FL_MAX_DIMS + 2];
+    break;
+  case OP_CONTIGUOUS:
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    break;
+  case OP_CAT: {
+    int sum = -1;
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    for (k = 0; k < nd->nin; k++) {
+      const ir_node *p = &g->nodes[nd->in[k]];
+      int f = p->sym[a->i[0]] ? p->sym[a->i[0]] - 1 : ir_sym_const(g, p->meta.shape[a->i[0]], e);
+      if (f < 0 || (sum = sum < 0 ? f : ir_sym_op(g, SYM_ADD, sum, f, e)) < 0) return f < 0 ? f : sum;
+    }
+    nd->sym[a->i[0]] = ir_sym_is_const(g, sum, NULL) ? 0 : sum + 1;
+    break;
+  }
+  case OP_EMBEDDING:
+    /* idx dims, then the weight's row */
+    for (d = 0; d < x->meta.ndim; d++) nd->sym[d] = x->sym[d];
     break;
   case OP_MATMUL: case OP_LINEAR: {
-    /* batch and row dims from x, the last (columns) from w */
+    const ir_node *w = nd->nin > 1 && nd->in[1] >= 0 ? &g->nodes[nd->in[1]] : NULL;
+    /* batch and row dims from x (batch dims of w where x has none), the
+    ** columns from w: its last dim for matmul, its rows for linear */
     for (d = 0; d < on - 1 && d < x->meta.ndim; d++)
       nd->sym[on - 2 - d] = x->meta.ndim >= 2 + d ? x->sym[x->meta.ndim - 2 - d] : 0;
+    if (w && nd->op == OP_MATMUL && w->meta.ndim >= 2) {
+      nd->sym[on - 1] = w->sym[w->meta.ndim - 1];
+      for (d = 2; d < w->meta.ndim && d < on; d++)
+        if (!nd->sym[on - 1 - d]) nd->sym[on - 1 - d] = w->sym[w->meta.ndim - 1 - d];
+    } else if (w && nd->op == OP_MATMUL && w->meta.ndim == 1 && x->meta.ndim >= 2) {
+      nd->sym[on - 1] = x->sym[x->meta.ndim - 2];
+    } else if (w && nd->op == OP_LINEAR) {
+      nd->sym[on - 1] = w->sym[0];
+    }
     break;
   }
-  default: /* reshape, squeeze, conv, pool...: sizes computed, concrete here */
+  case OP_CONV2D: case OP_MAX_POOL2D: case OP_AVG_POOL2D:
+    nd->sym[0] = x->sym[0];                  /* the batch */
+    for (d = 1; d < x->meta.ndim; d++) nd->symlost |= x->sym[d] != 0 && d >= 2;
+    if (nd->op == OP_CONV2D && nd->nin > 1 && nd->in[1] >= 0) {
+      const ir_node *w = &g->nodes[nd->in[1]];
+      nd->sym[1] = w->sym[0];
+      nd->symlost |= w->sym[2] || w->sym[3];
+    }
+    break;
+  default:
+    for (k = 0; k < nd->nin; k++)
+      if (nd->in[k] >= 0 && has_sym(&g->nodes[nd->in[k]])) nd->symlost = 1;
     break;
   }
+  return 0;
 }
 
 int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
               const op_attrs *a, const char *where, const char *scope,
               fl_err *e) {
+  return ir_add_op_sym(g, op, in, nin, a, NULL, where, scope, e);
+}
+
+int ir_add_op_sym(ir_graph *g, fl_op op, const int *in, int nin,
+                  const op_attrs *a, const int *asym, const char *where,
+                  const char *scope, fl_err *e) {
   const fl_meta *metas[64];
   fl_meta out;
   int k, id, rc;
@@ -203,7 +310,12 @@ int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
     return err_set(e, FL_ENOMEM, "graph: out of memory");
   }
   memcpy(g->nodes[id].in, in, (size_t)nin * sizeof(int));
-  if (nin > 0) infer_syms(g, id);
+  if (asym) ir_sym_set_attrs(g, id, asym);
+  if (nin > 0 && (g->nsyms > 0 || g->has_asym) && (rc = infer_syms(g, id, e)) < 0) {
+    g->n--;
+    node_clear(&g->nodes[id]);
+    return rc;
+  }
   return id;
 }
 
@@ -232,6 +344,12 @@ ir_graph *ir_clone(const ir_graph *g) {
   c->outcap = g->outcap;
   c->ninputs = g->ninputs;
   c->nsyms = g->nsyms;
+  c->has_asym = g->has_asym;
+  if (g->nsx) {
+    if (!(c->sx = malloc((size_t)g->nsx * sizeof *c->sx))) { ir_free(c); return NULL; }
+    memcpy(c->sx, g->sx, (size_t)g->nsx * sizeof *c->sx);
+    c->nsx = c->capsx = g->nsx;
+  }
   c->nout = g->nout;
   if (g->nout) memcpy(c->outputs, g->outputs, (size_t)g->nout * sizeof(int));
   for (i = 0; i < g->n; i++) {
@@ -279,9 +397,10 @@ char *ir_type_str(const ir_graph *g, int id, char *buf, size_t n) {
   snprintf(buf, n, "%s[", dtype_name(nd->meta.dtype));
   for (d = 0; d < nd->meta.ndim; d++) {
     len = strlen(buf);
-    if (nd->sym[d])
-      snprintf(buf + len, n - len, "%ss%d", d ? "," : "", nd->sym[d] - 1);
-    else
+    if (nd->sym[d]) {
+      char ex[64];
+      snprintf(buf + len, n - len, "%s%s", d ? "," : "", ir_sym_str(g, nd->sym[d] - 1, ex, sizeof ex));
+    } else
       snprintf(buf + len, n - len, "%s%lld", d ? "," : "", (long long)nd->meta.shape[d]);
   }
   len = strlen(buf);
@@ -394,6 +513,11 @@ int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
   int i, k, rc = FL_OK;
   if (ninputs != g->ninputs)
     return err_set(e, FL_EINVAL, "graph: expected %d input(s), got %d", g->ninputs, ninputs);
+  if (g->has_asym) {
+    const fl_meta *im[64];
+    for (i = 0; i < ninputs && i < 64; i++) im[i] = &inputs[i]->m;
+    if ((rc = ir_sym_bind(g, im, e)) != FL_OK) return rc;
+  }
   vals = calloc((size_t)(g->n ? g->n : 1), sizeof *vals);
   uses = malloc((size_t)(g->n ? g->n : 1) * sizeof *uses);
   if (!vals || !uses) {
@@ -440,6 +564,7 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
     XXH3_128bits_update(st, &nd->kind, sizeof nd->kind);
     XXH3_128bits_update(st, &nd->meta, sizeof nd->meta);
     XXH3_128bits_update(st, nd->sym, sizeof nd->sym);
+    XXH3_128bits_update(st, nd->asym, sizeof nd->asym);
     switch (nd->kind) {
     case IR_INPUT:
       XXH3_128bits_update(st, &nd->index, sizeof nd->index);
@@ -473,6 +598,14 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
     }
   }
   XXH3_128bits_update(st, g->outputs, (size_t)g->nout * sizeof(int));
+  for (i = 0; i < g->nsx; i++) {
+    /* the expressions, not their hints: one graph serves every size */
+    const ir_sym *x = &g->sx[i];
+    XXH3_128bits_update(st, &x->op, sizeof x->op);
+    XXH3_128bits_update(st, &x->a, sizeof x->a);
+    XXH3_128bits_update(st, &x->b, sizeof x->b);
+    XXH3_128bits_update(st, &x->c, sizeof x->c);
+  }
   h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
   snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
@@ -483,8 +616,13 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
 ** program does before binding sizes, since symbolic dims may differ. */
 int ir_infer_metas(const ir_graph *g, const fl_tensor *const *in, fl_device dev,
                    fl_meta *metas, fl_err *e) {
-  int i, k, d;
+  int i, k, d, rc0;
   char want[128], got[96];
+  if (g->has_asym) {
+    const fl_meta *im[64];
+    for (i = 0; i < g->ninputs && i < 64; i++) im[i] = &in[i]->m;
+    if ((rc0 = ir_sym_bind(g, im, e)) != FL_OK) return rc0;
+  }
   for (i = 0; i < g->n; i++) {
     const ir_node *nd = &g->nodes[i];
     const fl_meta *args[64];

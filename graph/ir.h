@@ -19,6 +19,20 @@ typedef enum ir_kind {
   IR_OP       /* one row of the op table applied to earlier nodes */
 } ir_kind;
 
+/* A size expression (graph/sym.c): a variable (c = its number), a
+** constant (c), or op applied to earlier entries a and b.  hint: its value
+** at the sizes seen when captured. */
+typedef enum ir_symop { SYM_VAR, SYM_CONST, SYM_ADD, SYM_SUB, SYM_MUL, SYM_DIV, SYM_MOD,
+                        SYM_MAX, SYM_MIN } ir_symop;
+typedef struct ir_sym {
+  ir_symop op;
+  int a, b;
+  int64_t c, hint;
+} ir_sym;
+
+#define IR_MAX_SYMX 256                /* size expressions per graph */
+#define IR_NASYM (FL_MAX_DIMS + 6)     /* attribute slots: dims[], then i[] */
+
 typedef struct ir_node {
   ir_kind kind;
   fl_op op;                 /* IR_OP: which op */
@@ -27,8 +41,14 @@ typedef struct ir_node {
   int *in;                  /* IR_OP: input node ids, -1 = absent optional */
   fl_meta meta;             /* dtype and shape; symbolic dims hold the
                                example size seen at capture */
-  int sym[FL_MAX_DIMS];     /* 0: dim is concrete; k > 0: dim is symbol
-                               s(k-1), any size >= 2 */
+  int sym[FL_MAX_DIMS];     /* 0: dim is concrete; k > 0: its size is
+                               size expression k-1 (a variable: any size >= 2) */
+  int asym[IR_NASYM];       /* IR_OP: attribute slot j (attrs.dims[j], then
+                               attrs.i[j - FL_MAX_DIMS]) is expression k-1
+                               when k > 0 (a reshape to B*T) */
+  int symlost;              /* a symbolic input size reached a size this
+                               op computes in a way not followed (capture
+                               specializes those symbols) */
   fl_tensor value;          /* IR_PARAM, IR_CONST: a shared reference */
   int index;                /* IR_INPUT: argument position */
   char *name;               /* input/param name ("x", "fc1.weight") or NULL */
@@ -42,8 +62,34 @@ typedef struct ir_graph {
   int *outputs;             /* node ids returned by the graph, nout used */
   int nout, outcap;
   int ninputs;              /* IR_INPUT nodes, indices 0..ninputs-1 */
-  int nsyms;                /* symbols s0..s(nsyms-1) in use */
+  int nsyms;                /* variables s0..s(nsyms-1): expressions 0..nsyms-1 */
+  ir_sym *sx;               /* size expressions, nsx used of capsx */
+  int nsx, capsx;
+  int has_asym;             /* some node has a symbolic attribute */
+  unsigned sym_epoch;       /* bumped each time ir_sym_bind rewrites attrs */
 } ir_graph;
+
+/* --- size expressions (sym.c) ------------------------------------------ */
+/* New entries return their index (equal expressions share one), or a
+** negative status.  Variables must all be created before expressions. */
+int ir_sym_var(ir_graph *g, int64_t hint, fl_err *e);
+int ir_sym_const(ir_graph *g, int64_t v, fl_err *e);
+int ir_sym_op(ir_graph *g, ir_symop op, int a, int b, fl_err *e);
+int64_t ir_sym_hint(const ir_graph *g, int x);
+int ir_sym_is_const(const ir_graph *g, int x, int64_t *v);
+char *ir_sym_str(const ir_graph *g, int x, char *buf, size_t n);
+/* vals[i] = expression i for these variable values. */
+int ir_sym_eval(const ir_graph *g, const int64_t *vars, int64_t *vals, fl_err *e);
+/* vars[k] = the size of variable k in these input metas (one per graph
+** input); returns how many dims were read. */
+int ir_sym_vars(const ir_graph *g, const fl_meta *const *in, int64_t *vars);
+/* Rewrite every symbolic attribute slot for these inputs' sizes. */
+int ir_sym_bind(const ir_graph *g, const fl_meta *const *in, fl_err *e);
+/* used[k] = 1 for every variable k expression x depends on. */
+void ir_sym_uses(const ir_graph *g, int x, unsigned char *used);
+/* Node id's attribute slots become asym (IR_NASYM entries); returns 1
+** when any is symbolic. */
+int ir_sym_set_attrs(ir_graph *g, int id, const int *asym);
 
 /* Runs one op (ref_apply or eager_apply: graph/ knows no backend). */
 typedef int (*ir_apply_fn)(fl_op op, const fl_tensor *const *in, int nin,
@@ -71,6 +117,11 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e);
 int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
               const op_attrs *a, const char *where, const char *scope,
               fl_err *e);
+/* The same with attribute slots given by size expressions (asym:
+** IR_NASYM entries, see ir_node), or NULL. */
+int ir_add_op_sym(ir_graph *g, fl_op op, const int *in, int nin,
+                  const op_attrs *a, const int *asym, const char *where,
+                  const char *scope, fl_err *e);
 int ir_add_output(ir_graph *g, int id, fl_err *e);
 
 /* Number of IR_OP nodes. */

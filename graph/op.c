@@ -51,6 +51,7 @@ void op_attrs_init(fl_op op, op_attrs *a) {
   case OP_LAYER_NORM: case OP_BATCH_NORM: a->f[0] = 1e-5; break;
   case OP_RMS_NORM: a->f[0] = FLT_EPSILON; break;
   case OP_VAR: a->f[0] = 1.0; break;
+  case OP_DROPOUT: a->f[0] = 0.5; break;   /* PyTorch's default p */
   default: break;
   }
 }
@@ -62,7 +63,7 @@ int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
   if (op < 0 || op >= OP_COUNT)
     return err_set(e, FL_EINVAL, "unknown op %d", (int)op);
   oi = &op_table[op];
-  if (nin < oi->min_args || nin > oi->max_args || !in[0]) {
+  if (nin < oi->min_args || nin > oi->max_args || (nin > 0 && !in[0])) {
     if (oi->min_args == oi->max_args)
       return err_set(e, FL_EINVAL, "%s: expected %d input(s), got %d",
                      oi->name, oi->min_args, nin);

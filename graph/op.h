@@ -27,7 +27,9 @@ typedef enum op_kind {
 
 enum {
   OPF_COMPOSITE = 1,  /* g:decompose() rewrites it into primitives */
-  OPF_VIEW = 2        /* eager result is a view sharing input 0's storage */
+  OPF_VIEW = 2,       /* eager result is a view sharing input 0's storage */
+  OPF_RANDOM = 4      /* draws from the Philox stream (graph/rng.h): never
+                         folded, merged or dropped by a pass */
 };
 
 /* Op-specific attributes; ops.def says which fields each op reads. */

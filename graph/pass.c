@@ -22,17 +22,35 @@ typedef struct rw {
   fl_err *e;
   int rc;               /* first failure; emitters do nothing after it */
   const ir_node *cur;   /* old node being rewritten: where/scope source */
+  signed char *wmemo;   /* optimize: new id -> depends on weights only (-1: unknown) */
+  int wcap;
+  char *own;            /* optimize: old id -> became a node of its own (not
+                           shared with other nodes through cse or simplify) */
 } rw;
 
 /* Emit op over new-graph ids (-1 = absent), copying the current node's
 ** source position and module scope.  Returns the new id or -1. */
-static int emit(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
+static int emit_sym(rw *r, fl_op op, const op_attrs *a, int nin, const int *in,
+                    const int *asym) {
   int id;
   if (r->rc) return -1;
-  id = ir_add_op(r->g, op, in, nin, a, r->cur ? r->cur->where : NULL,
-                 r->cur ? r->cur->scope : NULL, r->e);
+  id = ir_add_op_sym(r->g, op, in, nin, a, asym, r->cur ? r->cur->where : NULL,
+                     r->cur ? r->cur->scope : NULL, r->e);
   if (id < 0) { r->rc = id; return -1; }
   return id;
+}
+
+static int emit(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
+  return emit_sym(r, op, a, nin, in, NULL);
+}
+
+/* A node whose attributes hold size expressions (reshape(B, T*h)): its
+** attrs are only the sizes seen at capture, so it is never folded or
+** compared by attrs alone. */
+static int sym_attrs(const ir_node *nd) {
+  int j;
+  for (j = 0; j < IR_NASYM; j++) if (nd->asym[j]) return 1;
+  return 0;
 }
 
 static int emit1(rw *r, fl_op op, int x) {
@@ -100,7 +118,7 @@ static int copy_node(rw *r, const ir_node *nd) {
   case IR_CONST: return ir_add_const(r->g, &nd->value, r->e);
   case IR_OP:
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
-    return emit(r, nd->op, &nd->attrs, nd->nin, in);
+    return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
   }
   return -1;
 }
@@ -111,7 +129,6 @@ static int finish_outputs(rw *r) {
     int rc = ir_add_output(r->g, r->map[r->old->outputs[i]], r->e);
     if (rc) r->rc = rc;
   }
-  r->g->nsyms = r->old->nsyms;
   return r->rc;
 }
 
@@ -121,7 +138,13 @@ static int rw_begin(rw *r, const ir_graph *old, fl_err *e) {
   r->e = e;
   r->g = ir_new();
   r->map = malloc((size_t)(old->n ? old->n : 1) * sizeof(int));
-  if (!r->g || !r->map) {
+  if (r->g && old->nsx && (r->g->sx = malloc((size_t)old->nsx * sizeof *old->sx))) {
+    /* the same size expressions, so node sym[] and asym[] keep meaning */
+    memcpy(r->g->sx, old->sx, (size_t)old->nsx * sizeof *old->sx);
+    r->g->nsx = r->g->capsx = old->nsx;
+  }
+  if (r->g) r->g->nsyms = old->nsyms;
+  if (!r->g || !r->map || (old->nsx && !r->g->sx)) {
     ir_free(r->g);
     free(r->map);
     return err_set(e, FL_ENOMEM, "pass: out of memory");
@@ -133,6 +156,7 @@ static int rw_begin(rw *r, const ir_graph *old, fl_err *e) {
 static ir_graph *rw_end(rw *r, char **log) {
   ir_graph *g = r->g;
   free(r->map);
+  free(r->wmemo);
   if (r->rc) {
     strbuf_free(&r->log);
     ir_free(g);
@@ -318,7 +342,13 @@ static int simplify(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
   }
   case OP_CONTIGUOUS: case OP_RESHAPE: case OP_VIEW:
     if (same_type(g, in[0], out) && nd->op == OP_CONTIGUOUS) { *why = "contiguous is a no-op on values"; return in[0]; }
-    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out)) { *why = "reshape to the same shape"; return in[0]; }
+    /* the same shape for every size the graph serves: a symbolic dim
+    ** reshaped to a concrete one is not an identity at other sizes */
+    if (nd->op != OP_CONTIGUOUS && same_type(g, in[0], out) &&
+        memcmp(g->nodes[in[0]].sym, nd->sym, sizeof nd->sym) == 0) {
+      *why = "reshape to the same shape";
+      return in[0];
+    }
     break;
   default:
     break;
@@ -328,7 +358,7 @@ static int simplify(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
 
 /* CSE: an earlier op node of the new graph with the same op, attributes
 ** and inputs.  A linear scan over a hash bucket chain. */
-typedef struct cse_tab { int *head, *next; size_t nb; } cse_tab;
+typedef struct cse_tab { int *head, *next; size_t nb, ncap; } cse_tab;
 
 static uint64_t node_hash(fl_op op, const op_attrs *a, int nin, const int *in) {
   uint64_t h = 1469598103934665603ull ^ (uint64_t)op;
@@ -351,69 +381,261 @@ static int cse_find(const cse_tab *t, const ir_graph *g, fl_op op, const op_attr
   return -1;
 }
 
-static void cse_add(cse_tab *t, const ir_graph *g, int id) {
+/* Remembers op node id; 0, or -1 when out of memory.  next[] grows with
+** the new graph (a fold emits several nodes for one). */
+static int cse_add(cse_tab *t, const ir_graph *g, int id) {
   const ir_node *c = &g->nodes[id];
   size_t b = node_hash(c->op, &c->attrs, c->nin, c->in) % t->nb;
+  if ((size_t)id >= t->ncap) {
+    size_t cap = (size_t)id * 2 + 64;
+    int *nx = realloc(t->next, cap * sizeof(int));
+    if (!nx) return -1;
+    t->next = nx;
+    t->ncap = cap;
+  }
   t->next[id] = t->head[b];
   t->head[b] = id;
+  return 0;
 }
 
-static int is_value(const ir_graph *g, int id) {
-  return id >= 0 && (g->nodes[id].kind == IR_PARAM || g->nodes[id].kind == IR_CONST);
+/* ---- folding per-channel affine ops into a convolution ------------------
+**
+** conv2d(x, w, b) * s + t, with s and t one value per output channel (or
+** one value) computed from weights only, is conv2d(x, w * s, b * s + t):
+** the activation-sized ops disappear.  The new weights are emitted as ops
+** over the old ones, not computed here, because params are bound by
+** reference: a weight or batch-norm statistic changed in place after
+** compilation must still be seen, so w * s is recomputed on each run (a
+** weight-sized kernel).  Over constants only, these ops fold right away.
+** A batch_norm after a conv is the same rule with s = gamma / sqrt(var +
+** eps) and t = beta - mean * s, so folding works before decompose (the
+** batch_norm node) and after it (its sub, mul, add). */
+
+/* Emit op, or when every input is a constant evaluate it now (constant
+** folding, as optimize_forward does for the user's ops). */
+static int emit_fold(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
+  const fl_tensor *args[8];
+  fl_tensor v = {0};
+  int k, id, allwrapped = 1;
+  if (r->rc) return -1;
+  for (k = 0; k < nin; k++) {
+    if (in[k] < 0 || r->g->nodes[in[k]].kind != IR_CONST) return emit(r, op, a, nin, in);
+    args[k] = &r->g->nodes[in[k]].value;
+    allwrapped &= r->g->nodes[in[k]].meta.wrapped;
+  }
+  if ((r->rc = ref_apply(op, args, nin, a, &v, r->e))) return -1;
+  v.m.wrapped = allwrapped;
+  id = ir_add_const(r->g, &v, r->e);
+  ten_release(&v);
+  if (id < 0) { r->rc = id; return -1; }
+  return id;
 }
 
-/* conv2d + batch_norm -> conv2d with folded weights:
-**   s = gamma / sqrt(var + eps);  w' = w * s[co];  b' = (b - mean) * s + beta
-** Applies when the conv's output feeds only this batch_norm and every
-** weight is a param or constant (read now, see pass.h). */
-static int fold_conv_bn(rw *r, const ir_node *bn, const int *in, const int *olduses) {
-  const ir_graph *g = r->g;
-  const ir_node *bnin = &r->old->nodes[bn->in[0]];
-  const ir_node *conv;
-  fl_tensor w2 = {0}, b2 = {0};
-  fl_meta bm;
-  int64_t co, per, c, j;
-  int k, ids[3], cin[3];
-  if (bnin->kind != IR_OP || bnin->op != OP_CONV2D || olduses[bn->in[0]] != 1) return -1;
-  conv = &g->nodes[in[0]];
-  if (conv->kind != IR_OP || conv->op != OP_CONV2D) return -1;
-  if (!is_value(g, conv->in[1]) || (conv->nin > 2 && conv->in[2] >= 0 && !is_value(g, conv->in[2])))
-    return -1;
-  for (k = 1; k < bn->nin; k++)
-    if (in[k] >= 0 && !is_value(g, in[k])) return -1;
-  if (in[1] < 0 || in[2] < 0) return -1;
-  {
-    const fl_tensor *w = &g->nodes[conv->in[1]].value;
-    const fl_tensor *b = conv->nin > 2 && conv->in[2] >= 0 ? &g->nodes[conv->in[2]].value : NULL;
-    const fl_tensor *mean = &g->nodes[in[1]].value, *var = &g->nodes[in[2]].value;
-    const fl_tensor *gam = bn->nin > 3 && in[3] >= 0 ? &g->nodes[in[3]].value : NULL;
-    const fl_tensor *bet = bn->nin > 4 && in[4] >= 0 ? &g->nodes[in[4]].value : NULL;
-    co = w->m.shape[0];
-    per = meta_numel(&w->m) / (co ? co : 1);
-    bm = w->m;
-    bm.ndim = 1;
-    bm.shape[0] = co;
-    if (ten_empty(&w2, &w->m, r->e) || ten_empty(&b2, &bm, r->e)) {
-      ten_release(&w2);
-      r->rc = r->e ? r->e->code : FL_ENOMEM;
-      return -1;
-    }
-    for (c = 0; c < co; c++) {
-      double s = (gam ? ten_get(gam, c) : 1.0) / sqrt(ten_get(var, c) + bn->attrs.f[0]);
-      for (j = 0; j < per; j++) ten_set(&w2, c * per + j, ten_get(w, c * per + j) * s);
-      ten_set(&b2, c, ((b ? ten_get(b, c) : 0.0) - ten_get(mean, c)) * s + (bet ? ten_get(bet, c) : 0.0));
+static int emit_fold2(rw *r, fl_op op, int x, int y) {
+  op_attrs a;
+  int in[2] = {x, y};
+  op_attrs_init(op, &a);
+  return emit_fold(r, op, &a, 2, in);
+}
+
+/* x reshaped to [n, 1, ..., 1] (ndim dims); x itself when it has that
+** shape already. */
+static int chan_shape(rw *r, int x, int64_t n, int ndim) {
+  const fl_meta *m = &r->g->nodes[x].meta;
+  op_attrs a;
+  int d, same = m->ndim == ndim;
+  op_attrs_init(OP_RESHAPE, &a);
+  a.ndims = ndim;
+  for (d = 0; d < ndim; d++) {
+    a.dims[d] = d == 0 ? n : 1;
+    if (same && m->shape[d] != a.dims[d]) same = 0;
+  }
+  return same ? x : emit_fold(r, OP_RESHAPE, &a, 1, &x);
+}
+
+/* Depends on params and constants only (no graph input)?  Memoized over
+** the new graph's ids, which only grow. */
+static int weights_only(rw *r, int id) {
+  const ir_node *nd;
+  int k, yes = 1;
+  if (id >= r->wcap) {
+    int cap = r->g->cap > id ? r->g->cap : id + 1, j;
+    signed char *w = realloc(r->wmemo, (size_t)cap);
+    if (!w) return 0;                        /* not folding is always right */
+    for (j = r->wcap; j < cap; j++) w[j] = -1;
+    r->wmemo = w;
+    r->wcap = cap;
+  }
+  if (r->wmemo[id] >= 0) return r->wmemo[id];
+  nd = &r->g->nodes[id];
+  if (nd->kind == IR_INPUT) yes = 0;
+  else if (nd->kind == IR_OP)
+    for (k = 0; k < nd->nin && yes; k++)
+      if (nd->in[k] >= 0) yes = weights_only(r, nd->in[k]);
+  r->wmemo[id] = (signed char)yes;
+  return yes;
+}
+
+/* Number of values of v when it holds one per output channel of conv
+** output out [N,C,H,W] (C) or a single one (1), as a broadcast operand;
+** 0 otherwise. */
+static int64_t chan_count(const fl_meta *v, const fl_meta *out, fl_dtype dt) {
+  int64_t n = 1;
+  int d;
+  if (v->ndim > out->ndim || (v->dtype != dt && !v->wrapped)) return 0;
+  for (d = 0; d < v->ndim; d++) {
+    int od = out->ndim - v->ndim + d;
+    int64_t s = v->shape[d];
+    if (s == 1) continue;
+    if (od != 1 || s != out->shape[1]) return 0;
+    n = s;
+  }
+  return n;
+}
+
+/* A new conv2d: conv (a conv2d node of the new graph) followed by
+** `mop m` (OP_MUL/OP_DIV, m = -1 for none) then `aop t` (OP_ADD/OP_SUB,
+** t = -1 for none); m and t hold nm and nt values (1 or the channels).
+** Returns the new id, or -1 (then nothing needed is emitted: what was
+** emitted is dead, and dce removes it). */
+static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
+                       fl_op aop, int t, int64_t nt) {
+  const ir_node *c = &r->g->nodes[conv];
+  int x = c->in[0], w = c->in[1], b = c->nin > 2 ? c->in[2] : -1, in[3], id;
+  op_attrs ca = c->attrs;
+  int64_t co = r->g->nodes[w].meta.shape[0];
+  fl_meta cm = c->meta;
+  if (m >= 0) {
+    w = emit_fold2(r, mop, w, chan_shape(r, m, nm, 4));
+    if (b >= 0) b = emit_fold2(r, mop, b, chan_shape(r, m, nm, 1));
+  }
+  if (t >= 0) {
+    int tv = chan_shape(r, t, nt, 1);
+    if (b < 0 && nt == co && aop == OP_ADD) {
+      b = tv;
+    } else {
+      if (b < 0) {                             /* no bias: start from zeros */
+        fl_tensor z = {0};
+        fl_meta bm = r->g->nodes[w].meta;
+        if (r->rc) return -1;
+        bm.ndim = 1;
+        bm.shape[0] = co;
+        bm.wrapped = 0;
+        if ((r->rc = ten_empty(&z, &bm, r->e))) return -1;
+        b = ir_add_const(r->g, &z, r->e);
+        ten_release(&z);
+        if (b < 0) { r->rc = b; return -1; }
+      }
+      b = emit_fold2(r, aop, b, tv);
     }
   }
-  ids[0] = ir_add_const(r->g, &w2, r->e);
-  ids[1] = ir_add_const(r->g, &b2, r->e);
-  ten_release(&w2);
-  ten_release(&b2);
-  if (ids[0] < 0 || ids[1] < 0) { r->rc = FL_ENOMEM; return -1; }
-  cin[0] = g->nodes[in[0]].in[0];
-  cin[1] = ids[0];
-  cin[2] = ids[1];
-  ids[2] = emit(r, OP_CONV2D, &g->nodes[in[0]].attrs, 3, cin);
-  return ids[2];
+  if (r->rc) return -1;
+  in[0] = x;
+  in[1] = w;
+  in[2] = b;
+  id = emit(r, OP_CONV2D, &ca, b >= 0 ? 3 : 2, in);
+  if (id < 0) return -1;
+  /* the rewrite must not change the result's type (a float16 conv with
+  ** float32 statistics would) */
+  if (r->g->nodes[id].meta.dtype != cm.dtype || !meta_same_shape(&r->g->nodes[id].meta, &cm))
+    return -1;
+  return id;
+}
+
+/* The new-graph conv2d that old node `old` (an input of the op being
+** rewritten) became, when its result feeds only that op; else -1. */
+static int sole_conv(rw *r, int old, const int *olduses) {
+  int id = r->map[old];
+  const ir_node *c;
+  if (old < 0 || olduses[old] != 1 || !r->own[old] || id < 0) return -1;
+  c = &r->g->nodes[id];
+  if (c->kind != IR_OP || c->op != OP_CONV2D || !weights_only(r, c->in[1])) return -1;
+  if (c->nin > 2 && c->in[2] >= 0 && !weights_only(r, c->in[2])) return -1;
+  return id;
+}
+
+/* conv2d op v, v per channel and weights only: add/sub/mul/div. */
+static int fold_conv_elemwise(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
+                              const int *olduses) {
+  int side, conv, v;
+  int64_t n;
+  if (nd->nin != 2 || in[0] < 0 || in[1] < 0) return -1;
+  if (nd->op != OP_ADD && nd->op != OP_SUB && nd->op != OP_MUL && nd->op != OP_DIV) return -1;
+  for (side = 0; side < 2; side++) {
+    if (side == 1 && (nd->op == OP_SUB || nd->op == OP_DIV)) break;
+    conv = sole_conv(r, nd->in[side], olduses);
+    if (conv < 0) continue;
+    v = in[1 - side];
+    if (!weights_only(r, v) || !same_type(r->g, conv, out)) continue;
+    n = chan_count(&r->g->nodes[v].meta, out, out->dtype);
+    if (!n) continue;
+    if (nd->op == OP_MUL || nd->op == OP_DIV)
+      return conv_affine(r, conv, nd->op, v, n, OP_ADD, -1, 0);
+    return conv_affine(r, conv, OP_MUL, -1, 0, nd->op, v, n);
+  }
+  return -1;
+}
+
+/* matmul(x, transpose(w)) + b -> linear(x, w, b): decompose's linear put
+** back together, as one extern call that adds the bias while it writes;
+** the matmul and the add would move the product through memory twice. */
+static int fold_linear(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
+                       const int *olduses) {
+  int side;
+  if (nd->op != OP_ADD || nd->nin != 2 || in[0] < 0 || in[1] < 0) return -1;
+  for (side = 0; side < 2; side++) {
+    int old = nd->in[side], b = in[1 - side], w, id, lin[3];
+    const ir_node *m = &r->g->nodes[in[side]], *t;
+    const fl_meta *bm = &r->g->nodes[b].meta;
+    op_attrs a;
+    if (olduses[old] != 1 || !r->own[old] || m->kind != IR_OP || m->op != OP_MATMUL) continue;
+    t = &r->g->nodes[m->in[1]];
+    if (t->kind != IR_OP || t->op != OP_TRANSPOSE) continue;
+    w = t->in[0];
+    if (r->g->nodes[w].meta.ndim != 2 || r->g->nodes[m->in[0]].meta.ndim < 2 ||
+        (t->attrs.i[0] + 2) % 2 == (t->attrs.i[1] + 2) % 2)
+      continue;
+    if (bm->ndim != 1 || bm->wrapped || bm->dtype != out->dtype ||
+        bm->shape[0] != r->g->nodes[w].meta.shape[0] || !same_type(r->g, in[side], out))
+      continue;
+    lin[0] = m->in[0];
+    lin[1] = w;
+    lin[2] = b;
+    op_attrs_init(OP_LINEAR, &a);
+    id = emit(r, OP_LINEAR, &a, 3, lin);
+    if (id >= 0 && same_type(r->g, id, out)) return id;
+    return -1;
+  }
+  return -1;
+}
+
+static int emit_fold1(rw *r, fl_op op, int x) {
+  op_attrs a;
+  op_attrs_init(op, &a);
+  return emit_fold(r, op, &a, 1, &x);
+}
+
+/* conv2d + batch_norm: s = rsqrt(var + eps) * gamma, t = beta - mean * s;
+** the statistics are [C] vectors of the conv's dtype. */
+static int fold_conv_bn(rw *r, const ir_node *bn, const int *in, const fl_meta *out,
+                        const int *olduses) {
+  int conv = sole_conv(r, bn->in[0], olduses), k, s, t;
+  int64_t co;
+  if (conv < 0 || in[1] < 0 || in[2] < 0 || !same_type(r->g, conv, out)) return -1;
+  co = out->shape[1];
+  for (k = 1; k < bn->nin; k++) {
+    const fl_meta *m;
+    if (in[k] < 0) continue;
+    m = &r->g->nodes[in[k]].meta;
+    if (!weights_only(r, in[k]) || m->ndim != 1 || m->shape[0] != co || m->dtype != out->dtype)
+      return -1;
+  }
+  s = emit_fold1(r, OP_RSQRT, emit_fold2(r, OP_ADD, in[2], konst(r, bn->attrs.f[0])));
+  if (bn->nin > 3 && in[3] >= 0) s = emit_fold2(r, OP_MUL, s, in[3]);
+  t = emit_fold2(r, OP_MUL, in[1], s);
+  t = bn->nin > 4 && in[4] >= 0 ? emit_fold2(r, OP_SUB, in[4], t) : emit_fold1(r, OP_NEG, t);
+  if (r->rc) return -1;
+  return conv_affine(r, conv, OP_MUL, s, co, OP_ADD, t, co);
 }
 
 /* Pass 1 of optimize: rewrite forward.  Pass 2 (dce) drops what became
@@ -425,9 +647,12 @@ static int optimize_forward(rw *r) {
   int i, k;
   t.nb = (size_t)old->n * 2 + 17;
   t.head = malloc(t.nb * sizeof(int));
-  t.next = malloc(((size_t)old->n * 4 + 64) * sizeof(int));
-  if (!olduses || !t.head || !t.next) {
-    free(olduses); free(t.head); free(t.next);
+  t.ncap = (size_t)old->n * 4 + 64;
+  t.next = malloc(t.ncap * sizeof(int));
+  r->own = calloc((size_t)(old->n ? old->n : 1), 1);
+  if (!olduses || !t.head || !t.next || !r->own) {
+    free(olduses); free(t.head); free(t.next); free(r->own);
+    r->own = NULL;
     return r->rc = err_set(r->e, FL_ENOMEM, "optimize: out of memory");
   }
   for (k = 0; k < (int)t.nb; k++) t.head[k] = -1;
@@ -453,19 +678,39 @@ static int optimize_forward(rw *r) {
     }
     if ((r->rc = op_infer(nd->op, ms, nd->nin, &nd->attrs, &out, r->e))) break;
     /* conv + batch_norm */
-    if (nd->op == OP_BATCH_NORM && (id = fold_conv_bn(r, nd, in, olduses)) >= 0) {
+    if (nd->op == OP_BATCH_NORM && (id = fold_conv_bn(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
+      r->own[i] = 1;
       strbuf_printf(&r->log, "%%%d batch_norm folded into conv2d %%%d's weights -> %%%d\n",
                     i, nd->in[0], id);
       continue;
     }
+    if (r->rc) break;
     if ((id = simplify(r, nd, in, &out, &why)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: %s\n", i, op_name(nd->op), why);
       continue;
     }
-    /* constant folding: evaluate with the reference interpreter now */
-    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16)) {
+    if ((id = fold_linear(r, nd, in, &out, olduses)) >= 0) {
+      r->map[i] = id;
+      r->own[i] = 1;
+      strbuf_printf(&r->log, "%%%d add: matmul(x, transpose(w)) + b = linear(x, w, b)\n", i);
+      continue;
+    }
+    if (r->rc) break;
+    /* conv + a per-channel scale or shift (a decomposed batch_norm) */
+    if ((id = fold_conv_elemwise(r, nd, in, &out, olduses)) >= 0) {
+      r->map[i] = id;
+      r->own[i] = 1;
+      strbuf_printf(&r->log, "%%%d %s folded into conv2d's weights -> %%%d\n",
+                    i, op_name(nd->op), id);
+      continue;
+    }
+    if (r->rc) break;
+    /* constant folding: evaluate with the reference interpreter now (not
+    ** a random op: it draws anew at every run) */
+    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
+        !(op_info_of(nd->op)->flags & OPF_RANDOM)) {
       const fl_tensor *args[64];
       fl_tensor v = {0};
       for (k = 0; k < nd->nin; k++) args[k] = in[k] < 0 ? NULL : &r->g->nodes[in[k]].value;
@@ -478,20 +723,28 @@ static int optimize_forward(rw *r) {
       strbuf_printf(&r->log, "%%%d %s of constants folded\n", i, op_name(nd->op));
       continue;
     }
-    if ((id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
+    /* two rand(4) are two draws, never one */
+    if (!sym_attrs(nd) && !(op_info_of(nd->op)->flags & OPF_RANDOM) &&
+        (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: same as an earlier %s (cse)\n", i,
                     op_name(nd->op), op_name(nd->op));
       continue;
     }
-    id = emit(r, nd->op, &nd->attrs, nd->nin, in);
+    id = emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
     if (id < 0) break;
     r->map[i] = id;
-    cse_add(&t, r->g, id);
+    r->own[i] = 1;
+    if (!sym_attrs(nd) && cse_add(&t, r->g, id)) {
+      r->rc = err_set(r->e, FL_ENOMEM, "optimize: out of memory");
+      break;
+    }
   }
   free(olduses);
   free(t.head);
   free(t.next);
+  free(r->own);
+  r->own = NULL;
   return r->rc;
 }
 
@@ -505,7 +758,10 @@ static ir_graph *dce(const ir_graph *g, strbuf *log, fl_err *e) {
   for (i = 0; i < g->nout; i++) live[g->outputs[i]] = 1;
   for (i = g->n - 1; i >= 0; i--) {
     const ir_node *nd = &g->nodes[i];
-    if (nd->kind == IR_INPUT) live[i] = 1;
+    /* a random op unused still advances the stream, as in eager code, so
+    ** the draws after it stay the same numbers */
+    if (nd->kind == IR_INPUT || (nd->kind == IR_OP && (op_info_of(nd->op)->flags & OPF_RANDOM)))
+      live[i] = 1;
     if (!live[i] || nd->kind != IR_OP) continue;
     for (k = 0; k < nd->nin; k++)
       if (nd->in[k] >= 0) live[nd->in[k]] = 1;

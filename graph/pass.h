@@ -18,9 +18,11 @@ ir_graph *pass_decompose(const ir_graph *g, char **log, fl_err *e);
 /* Algebraic simplification (x*1, x+0, x-0, x/1, neg(neg x), double
 ** transpose/permute), constant folding (ops over constants only; params
 ** are bound by reference and never folded), common-subexpression
-** elimination, conv2d+batch_norm folding (params read now: a later
-** in-place change to the batch-norm statistics is not seen by the folded
-** graph), and dead-code elimination. */
+** elimination, matmul(x, transpose(w)) + b -> linear, folding of a
+** batch_norm or per-channel scale/shift into the conv2d before it (as
+** ops computing the new weights from the params, so a later in-place
+** change to a weight or statistic is seen; over constants they fold
+** now), and dead-code elimination. */
 ir_graph *pass_optimize(const ir_graph *g, char **log, fl_err *e);
 
 #endif

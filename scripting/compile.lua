@@ -292,7 +292,7 @@ local function new_stats()
   return {calls = 0, compiles = 0, recompiles = 0, cache_hits = 0, disk_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
           kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
-          autotune = {}}
+          specializations = {}, autotune = {}}
 end
 
 local function eager_runner(g)
@@ -314,12 +314,25 @@ local function time_program(prog, inputs)
   return best
 end
 
--- The backend's compile step for one graph: fuse, generate C, compile
--- through the cache.  Returns a runner function(inputs) -> outputs and the
--- program (nil when the graph runs on the eager kernels: the compiler
--- failed, which is a warning, counted, with its log kept).
-local function build_runner(st, g, inputs)
-  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(g), "\n") end
+-- The graph passes fl.compile runs before fusion: the step-by-step route
+-- g:decompose():optimize(), so both give the same plan, kernel names and
+-- traffic.  Cheap (two linear walks and a dce); they keep params by
+-- reference (conv+bn folding computes the folded weights in the graph).
+local function lower_graph(g)
+  local d = g:decompose{quiet = true}
+  local o, log = d:optimize{quiet = true}
+  if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
+  return o
+end
+
+-- The backend's compile step for one graph: decompose and optimize, fuse,
+-- generate C, compile through the cache.  Returns a runner
+-- function(inputs) -> outputs, the program (nil when the graph runs on the
+-- eager kernels: the compiler failed, which is a warning, counted, with
+-- its log kept) and the graph compiled (the plan's graph).
+local function build_runner(st, captured, inputs)
+  if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
+  local g = lower_graph(captured)
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   -- "auto" is the GPU when one is usable; "cuda" was checked at fl.compile
@@ -343,7 +356,7 @@ local function build_runner(st, g, inputs)
       io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
         .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
     end
-    return eager_runner(g), nil
+    return eager_runner(g), nil, g
   end
   if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
@@ -374,9 +387,9 @@ local function build_runner(st, g, inputs)
         n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
       fl._print_kernel_times(prog)
       return outs
-    end, prog
+    end, prog, g
   end
-  return program_runner(prog), prog
+  return program_runner(prog), prog, g
 end
 
 -- The executor the trace calls for each segment: the segment cache.
@@ -396,12 +409,12 @@ local function make_exec(st)
     else
       local t0 = fl.now()
       name_params(st.fn, g, params)
-      local runner, prog = build_runner(st, g, inputs)
+      local runner, prog, compiled = build_runner(st, g, inputs)
       hit = {run = runner, program = prog}
       st.segcache[key] = hit
       st.stats.compiles = st.stats.compiles + 1
       st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
-      st.graphs[#st.graphs + 1] = g
+      st.graphs[#st.graphs + 1] = compiled
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
@@ -456,6 +469,8 @@ local function build_entry(st, info, args, dyn)
     spec.values[#spec.values + 1] = u
     text[#text + 1] = ("upvalue '%s' == %s"):format(u.name, tostring(u.value))
   end
+  spec.sym_guards = info.sym_guards
+  for _, sg in ipairs(info.sym_guards or {}) do text[#text + 1] = "size guard: " .. sg.text end
   for _, p in ipairs(info.params) do
     if p.path then
       spec.params[#spec.params + 1] = {path = p.path, key = p.key, name = p.name}
@@ -539,7 +554,9 @@ local function slow(st, reason, argi, dim, ...)
   local dyn = {}
   for i = 1, args.n do
     local a = args[i]
-    if is_tensor(a) then
+    if is_tensor(a) and st.sym_failed then
+      dyn[i] = {}
+    elseif is_tensor(a) then
       local d = {}
       local set = {}
       local function add(k) if not set[k] then set[k] = true; d[#d + 1] = k end end
@@ -557,6 +574,24 @@ local function slow(st, reason, argi, dim, ...)
   st.new_compiles = 0
   st.ntraces = st.ntraces + 1
   local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
+  local any_dyn = false
+  for _, d in pairs(dyn) do any_dyn = any_dyn or #d > 0 end
+  if not okt and any_dyn then
+    -- most likely the Lua code needed a plain number where a symbolic size
+    -- went (a loop bound, string.format's %d, math.floor): trace again
+    -- with every size static, and say so (a real error comes back again)
+    local r = "a symbolic size reached Lua code that needs a plain number ("
+      .. tostring(info):match("^[^\n]*") .. "); these sizes are static"
+    if not st.spec_seen[r] then
+      st.spec_seen[r] = true
+      stats.specializations[#stats.specializations + 1] = r
+      debug_line("specialized: %s", r)
+    end
+    dyn = {}
+    for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
+    st.sym_failed = true
+    okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
+  end
   if not okt then
     -- a body that failed on the wrong number of arguments says so first
     local want = st.nparams
@@ -572,6 +607,14 @@ local function slow(st, reason, argi, dim, ...)
   end
   if stats.first_call_ms == nil then stats.first_call_ms = (fl.now() - t0) * 1e3 end
   record_breaks(st, info.breaks)
+  for _, r in ipairs(info.specialized or {}) do
+    if not st.spec_seen[r] then
+      st.spec_seen[r] = true
+      stats.specializations[#stats.specializations + 1] = r
+      debug_line("specialized %s", r)
+    end
+  end
+  for _, sg in ipairs(info.sym_guards or {}) do debug_line("size guard: %s", sg.text) end
   if #info.graphs > 0 then name_params(st.fn, info.graphs[#info.graphs], info.params) end
   if not info.why_not_fast and #info.graphs == 1 then
     local e, text = build_entry(st, info, args, dyn)
@@ -662,6 +705,7 @@ function methods.explain(cm)
     for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end
   end
   for _, r in ipairs(s.recompile_reasons) do lines[#lines + 1] = "recompiled: " .. r end
+  for _, r in ipairs(s.specializations) do lines[#lines + 1] = "specialized: " .. r end
   for _, b in ipairs(s.break_reasons) do
     lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
   end
@@ -681,7 +725,8 @@ function fl.compile(fn, opts)
     fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
-    auto_dyn = {}, last_shapes = {}, break_seen = {}, methods = methods, ntraces = 0,
+    auto_dyn = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
+    ntraces = 0,
   }
   st.exec = make_exec(st)
   st.plan = fl._resume_new{
@@ -709,6 +754,33 @@ end
 
 -- ---- fl.capture, fl.explain, fl.mark_dynamic --------------------------------
 
+-- The captured graph returns what fn returned, in order: a result computed
+-- in the trace by its node, any other tensor (a returned upvalue or module
+-- weight, an fl.full made inside) as a param bound by reference, the node
+-- it already has when the graph uses it.  A value the function stored
+-- elsewhere is not returned.  Non-tensor results are not graph values and
+-- are left out.
+local function capture_outputs(g, info)
+  local bykey, outs = {}, {}
+  for _, p in ipairs(info.params) do bykey[p.key] = p.node end
+  for i = 1, info.results.n - 1 do
+    local r = info.rets[i]
+    if r.kind == "node" then
+      outs[#outs + 1] = r.node
+    elseif is_tensor(r.value) then
+      local key = fl._tensor_key(r.value)
+      local id = bykey[key]
+      if not id then
+        id = g:_add_param(r.value)
+        bykey[key] = id
+        info.params[#info.params + 1] = {node = id, key = key}
+      end
+      outs[#outs + 1] = id
+    end
+  end
+  g:_set_outputs(outs)
+end
+
 function fl.capture(fn, ...)
   local tf = type(fn)
   if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
@@ -716,6 +788,7 @@ function fl.capture(fn, ...)
   end
   local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, nil, ...)
   local g = info.graphs[#info.graphs]
+  capture_outputs(g, info)
   name_params(fn, g, info.params)
   return g
 end

@@ -87,14 +87,11 @@ typedef struct lfl_trace lfl_trace;
 lfl_trace *lfl_trace_active(lua_State *L);
 /* Record op into the active trace instead of running it; pushes the lazy
 ** result.  Raises shape errors exactly as eager execution would. */
-int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
-                     const fl_tensor *const *in, int nin, const op_attrs *a);
+int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *const *in,
+                     int nin, const op_attrs *a, const int *asym);
 /* Compute a lazy tensor: runs its segment's graph (a graph break, or an
 ** error under fullgraph/capture, named `what`). */
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
-/* Lua read t's size in dim (0-based), or all its sizes (dim -1): the
-** symbolic dims behind them become static. */
-void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t, int dim);
 /* A lazy tensor left uncomputed by a replayed segment (it looked like
 ** garbage, see lfl_trace.c) is computed now; returns 1 when t has its
 ** value, 0 when t is lazy for good (its capture failed). */
@@ -112,6 +109,37 @@ int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
 int lfl_resume_enabled(lua_State *L, int idx);
 /* Segments the plan at idx ran from records, and calls it served. */
 void lfl_resume_counts(lua_State *L, int idx, long *segs, long *calls);
+/* Symbolic sizes: the graph their expressions live in (the first
+** segment's, NULL after a break), the trace's id, the user's file:line,
+** the cache of SymInt userdata by expression, a variable's source
+** ("x.shape[2]").  specialize: every variable in expression x becomes
+** static, with the reason; guard: the capture holds only while
+** (a cmp b) == expect (cmp: LFL_SYM_LT, LE, EQ), text says why. */
+ir_graph *lfl_trace_symgraph(const lfl_trace *tr);
+ir_graph *lfl_trace_g0(const lfl_trace *tr);
+unsigned lfl_trace_id(const lfl_trace *tr);
+void lfl_trace_where(lua_State *L, char *buf, size_t n);
+void lfl_trace_push_symcache(lua_State *L);
+const char *lfl_trace_symname(const lfl_trace *tr, int var);
+void lfl_trace_specialize(lua_State *L, lfl_trace *tr, int x, const char *why);
+void lfl_trace_guard(lua_State *L, lfl_trace *tr, int a, int cmp, int b, int expect,
+                     const char *text);
+enum { LFL_SYM_LT, LFL_SYM_LE, LFL_SYM_EQ };
+
+/* --- symbolic sizes in Lua (lfl_sym.c) -------------------------------- */
+/* Push size d of t: an integer, or a SymInt when t is a lazy tensor whose
+** dim d is symbolic. */
+void lfl_pushsize(lua_State *L, const fl_tensor *t, int d);
+void lfl_pushnumel(lua_State *L, const fl_tensor *t);
+/* 1 when the value at idx is a SymInt. */
+int lfl_issym(lua_State *L, int idx);
+/* The size at idx as its value seen now; *x gets its expression index
+** when x is not NULL, else the SymInt is specialized (its variables become
+** static) because `what` needs a plain number. */
+int64_t lfl_symsize(lua_State *L, int idx, int *x, const char *what);
+/* fl.arange(n) for a symbolic n under capture. */
+int lfl_sym_arange(lua_State *L, fl_dtype dt);
+void lfl_open_sym(lua_State *L, int lib);
 void lfl_open_trace(lua_State *L, int lib);
 /* Graph userdata (lfl_graph.c): push a new one owning g. */
 void lfl_pushgraph(lua_State *L, ir_graph *g);
@@ -156,6 +184,10 @@ void lfl_open_cuda(lua_State *L, int lib);
 /* THE dispatch point: every op invoked from Lua runs here.  Pushes the
 ** result as a new userdata (1 returned) or raises the core's message.
 ** The inputs must be anchored on the Lua stack for the call. */
+/* The same with attribute slots given by size expressions (ir_node's
+** asym), or NULL. */
+int lfl_dispatch_sym(lua_State *L, fl_op op, const fl_tensor *const *in,
+                     int nin, const op_attrs *a, const int *asym);
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a);
 /* An eager op with a CUDA tensor among its inputs (lfl_cuda.c): a
@@ -184,6 +216,10 @@ int lfl_checkdim(lua_State *L, int idx, int ndim, const char *what);
 /* Sizes given as varargs from idx (numbers) or one table at idx; stops at
 ** the first non-number.  Returns the count and sets *next to the first
 ** argument not consumed.  Non-integers and too many dims raise. */
+/* lfl_sizes_sym: a SymInt size k is kept as asym[k] = expression + 1 (the
+** rest 0); with asym NULL (lfl_sizes) it is specialized. */
+int lfl_sizes_sym(lua_State *L, int idx, int64_t *sizes, int *asym, int *next,
+                  const char *what);
 int lfl_sizes(lua_State *L, int idx, int64_t *sizes, int *next,
               const char *what);
 /* Options {dtype=, device=} from a table at idx (absent: defaults kept). */

@@ -37,6 +37,14 @@ typedef struct argspec {
   char name[32];                 /* for reasons: "x" */
 } argspec;
 
+/* A guard on symbolic sizes: (expression a cmp expression b) == expect,
+** both expressions of the entry's graph (a comparison Lua made). */
+#define MAXSG 32
+typedef struct symguard {
+  int a, b, cmp, expect;
+  char text[200];
+} symguard;
+
 /* A return slot: graph output k, the captured value #k, or argument k. */
 typedef struct retspec { int kind, k; } retspec;
 enum { RET_OUT, RET_CONST, RET_ARG };
@@ -53,6 +61,8 @@ typedef struct entry {
                                     interpret g with the eager kernels */
   int lua_prog;                  /* EUV_PROGRAM is another backend's
                                     program (CUDA): run through its :run */
+  int nsg;
+  symguard sg[MAXSG];
   long hits;
 } entry;
 
@@ -174,6 +184,26 @@ static int e_new(lua_State *L) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
+  lua_getfield(L, 2, "sym_guards");
+  if (lua_istable(L, -1)) {
+    lua_Integer k, m = luaL_len(L, -1);
+    if (m > MAXSG) return luaL_error(L, "compile: more than %d guards on sizes", MAXSG);
+    for (k = 1; k <= m; k++) {
+      symguard *sg = &en->sg[en->nsg++];
+      lua_rawgeti(L, -1, k);
+      sg->a = get_int(L, lua_gettop(L), "a");
+      sg->b = get_int(L, lua_gettop(L), "b");
+      sg->cmp = get_int(L, lua_gettop(L), "cmp");
+      lua_getfield(L, -1, "expect");
+      sg->expect = lua_toboolean(L, -1);
+      lua_getfield(L, -2, "text");
+      snprintf(sg->text, sizeof sg->text, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+      lua_pop(L, 3);
+      if (sg->a < 0 || sg->b < 0 || sg->a >= g->nsx || sg->b >= g->nsx)
+        return luaL_error(L, "compile: a guard names no size expression");
+    }
+  }
+  lua_pop(L, 1);
   lua_getfield(L, 2, "values");
   lua_setiuservalue(L, eidx, EUV_VALUES);
   lua_getfield(L, 2, "params");
@@ -242,6 +272,30 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
       *argi = i + 1;
       *dim = d + 1;
       return 0;
+    }
+  }
+  /* comparisons Lua made on symbolic sizes still answer the same */
+  if (en->nsg) {
+    const fl_meta *im[MAXARGS];
+    int64_t vars[IR_MAX_SYMX], vals[IR_MAX_SYMX];
+    fl_err e;
+    int k;
+    for (i = 0; i < en->ninputs; i++) im[i] = &lfl_totensor(L, base + en->input_arg[i])->m;
+    ir_sym_vars(en->g, im, vars);
+    err_clear(&e);
+    if (ir_sym_eval(en->g, vars, vals, &e) != FL_OK) {
+      snprintf(reason, rn, "%.500s", e.msg);
+      return 0;
+    }
+    for (k = 0; k < en->nsg; k++) {
+      const symguard *sg = &en->sg[k];
+      int64_t a = vals[sg->a], b = vals[sg->b];
+      int r = sg->cmp == LFL_SYM_LT ? a < b : sg->cmp == LFL_SYM_LE ? a <= b : a == b;
+      if (r != sg->expect) {
+        snprintf(reason, rn, "guard %s no longer holds (%lld vs %lld)", sg->text,
+                 (long long)a, (long long)b);
+        return 0;
+      }
     }
   }
   /* plain values: arguments, globals, upvalues */

@@ -235,8 +235,45 @@ static int g_outputs(lua_State *L) {
   return 1;
 }
 
+/* g:_add_param(t) -> id: a param bound to tensor t by reference (fl.capture:
+** a result the trace did not compute, such as a returned upvalue). */
+static int g_add_param(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  fl_tensor *t = lfl_checkdata(L, 2, "graph");
+  fl_err e;
+  int id = ir_add_param(g, t, NULL, &e);
+  if (id < 0) return lfl_raise(L, "graph", &e);
+  lua_pushinteger(L, id);
+  return 1;
+}
+
+/* g:_set_outputs{id, ...}: the graph returns these nodes, in this order
+** (fl.capture: what the function returned). */
+static int g_set_outputs(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  lua_Integer n, i;
+  fl_err e;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  n = luaL_len(L, 2);
+  for (i = 1; i <= n; i++) {
+    lua_Integer id;
+    lua_rawgeti(L, 2, i);
+    id = luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    if (id < 0 || id >= g->n) return luaL_argerror(L, 2, "no such node");
+  }
+  g->nout = 0;
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, 2, i);
+    if (ir_add_output(g, (int)lua_tointeger(L, -1), &e) != FL_OK) return lfl_raise(L, "graph", &e);
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
 static const luaL_Reg graph_methods[] = {
   {"_set_name", g_set_name}, {"outputs", g_outputs},
+  {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
   {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},
   {"run_reference", g_run_reference},

@@ -72,9 +72,17 @@ int lfl_checkdim(lua_State *L, int idx, int ndim, const char *what) {
 
 /* One size: an integer-valued number.  Negative sizes pass through; the
 ** core rejects them (meta_check_size) or gives -1 its meaning (reshape). */
-static int64_t to_size(lua_State *L, int idx, const char *what, int pos) {
+static int64_t to_size(lua_State *L, int idx, const char *what, int pos, int *asym) {
   int ok;
   lua_Integer v;
+  if (lfl_issym(L, idx)) {
+    /* a symbolic size: kept as its expression where the caller can (asym),
+    ** else made concrete, which the guards will say */
+    int x;
+    int64_t h = lfl_symsize(L, idx, asym ? &x : NULL, what);
+    if (asym) *asym = x + 1;
+    return h;
+  }
   if (lua_type(L, idx) != LUA_TNUMBER)
     luaL_error(L, "%s: size #%d is a %s, expected an integer", what, pos,
                lfl_typename(L, idx));
@@ -90,6 +98,11 @@ static int64_t to_size(lua_State *L, int idx, const char *what, int pos) {
 
 int lfl_sizes(lua_State *L, int idx, int64_t *sizes, int *next,
               const char *what) {
+  return lfl_sizes_sym(L, idx, sizes, NULL, next, what);
+}
+
+int lfl_sizes_sym(lua_State *L, int idx, int64_t *sizes, int *asym, int *next,
+                  const char *what) {
   int n = 0;
   idx = lua_absindex(L, idx);
   if (lua_type(L, idx) == LUA_TTABLE && !lfl_istensor(L, idx)) {
@@ -99,19 +112,19 @@ int lfl_sizes(lua_State *L, int idx, int64_t *sizes, int *next,
                  (int)(len > 1000000 ? 1000000 : len));
     for (n = 0; n < (int)len; n++) {
       lua_rawgeti(L, idx, n + 1);
-      sizes[n] = to_size(L, -1, what, n + 1);
+      sizes[n] = to_size(L, -1, what, n + 1, asym ? &asym[n] : NULL);
       lua_pop(L, 1);
     }
     *next = idx + 1;
     return n;
   }
-  while (lua_type(L, idx + n) == LUA_TNUMBER) {
+  while (lua_type(L, idx + n) == LUA_TNUMBER || lfl_issym(L, idx + n)) {
     if (n == FL_MAX_DIMS) {
       int m = n;
-      while (lua_type(L, idx + m) == LUA_TNUMBER) m++;
+      while (lua_type(L, idx + m) == LUA_TNUMBER || lfl_issym(L, idx + m)) m++;
       luaL_error(L, "%s: at most %d dims, got %d", what, FL_MAX_DIMS, m);
     }
-    sizes[n] = to_size(L, idx + n, what, n + 1);
+    sizes[n] = to_size(L, idx + n, what, n + 1, asym ? &asym[n] : NULL);
     n++;
   }
   *next = idx + n;
@@ -189,8 +202,9 @@ void lfl_checkdevice(lua_State *L, fl_device dev, const char *what) {
 /* creation                                                               */
 /* ---------------------------------------------------------------------- */
 
-/* (sizes... | {sizes}) [, {dtype=, device=}] from idx into *m. */
-static void creation_args(lua_State *L, int idx, fl_meta *m, const char *what) {
+/* (sizes... | {sizes}) [, {dtype=, device=}] from idx into *m; symbolic
+** sizes go to asym when it is not NULL (else they are specialized). */
+static void creation_args_sym(lua_State *L, int idx, fl_meta *m, int *asym, const char *what) {
   int next;
   memset(m, 0, sizeof *m);
   m->dtype = FL_F32;
@@ -200,7 +214,7 @@ static void creation_args(lua_State *L, int idx, fl_meta *m, const char *what) {
     lua_pushnil(L);
     if (lua_next(L, idx)) { lua_pop(L, 2); next = idx; goto options; }
   }
-  m->ndim = lfl_sizes(L, idx, m->shape, &next, what);
+  m->ndim = lfl_sizes_sym(L, idx, m->shape, asym, &next, what);
 options:
   if (!lua_isnoneornil(L, next) && lua_type(L, next) != LUA_TTABLE)
     luaL_typeerror(L, next, "size or options table");
@@ -209,6 +223,38 @@ options:
     luaL_error(L, "%s: unexpected argument #%d after the options table",
                what, next + 1);
   lfl_checkdevice(L, m->device, what);
+}
+
+static void creation_args(lua_State *L, int idx, fl_meta *m, const char *what) {
+  creation_args_sym(L, idx, m, NULL, what);
+}
+
+static int any_sym(const int *asym) {
+  int d;
+  for (d = 0; d < FL_MAX_DIMS; d++) if (asym[d]) return 1;
+  return 0;
+}
+
+/* Under capture, a tensor of one value with symbolic sizes is that value
+** expanded to them: the graph records expand(const, [s0, s0]), which
+** serves every size.  The filled [1, ..., 1] tensor is on top. */
+static int expand_symbolic(lua_State *L, const fl_meta *m, const int *asym) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  int d;
+  in[0] = lfl_totensor(L, -1);
+  op_attrs_init(OP_EXPAND, &a);
+  a.ndims = m->ndim;
+  for (d = 0; d < m->ndim; d++) a.dims[d] = m->shape[d];
+  return lfl_dispatch_sym(L, OP_EXPAND, in, 1, &a, asym);
+}
+
+/* The [1, ..., 1] meta of m's rank. */
+static fl_meta ones_meta(const fl_meta *m) {
+  fl_meta o = *m;
+  int d;
+  for (d = 0; d < o.ndim; d++) o.shape[d] = 1;
+  return o;
 }
 
 /* Store Lua value idx into element i, exactly for integers into int64. */
@@ -221,19 +267,21 @@ static void store_value(lua_State *L, int idx, fl_tensor *t, int64_t i) {
     ten_set(t, i, (double)lua_tonumber(L, idx));
 }
 
-static int l_zeros(lua_State *L) {
-  fl_meta m;
-  creation_args(L, 1, &m, "zeros");
-  lfl_pushempty(L, &m, "zeros");
+static int filled(lua_State *L, double v, const char *what) {
+  fl_meta m, o;
+  int asym[IR_NASYM] = {0};
+  creation_args_sym(L, 1, &m, asym, what);
+  if (any_sym(asym)) {
+    o = ones_meta(&m);
+    ten_fill(lfl_pushempty(L, &o, what), v);
+    return expand_symbolic(L, &m, asym);
+  }
+  ten_fill(lfl_pushempty(L, &m, what), v);
   return 1;
 }
 
-static int l_ones(lua_State *L) {
-  fl_meta m;
-  creation_args(L, 1, &m, "ones");
-  ten_fill(lfl_pushempty(L, &m, "ones"), 1.0);
-  return 1;
-}
+static int l_zeros(lua_State *L) { return filled(L, 0.0, "zeros"); }
+static int l_ones(lua_State *L) { return filled(L, 1.0, "ones"); }
 
 /* fl.full(shape, v [, opts]): the dtype follows v as in PyTorch (integer
 ** -> int64, float -> float32, boolean -> bool) unless opts say. */
@@ -241,16 +289,16 @@ static int l_full(lua_State *L) {
   fl_meta m;
   fl_tensor *t;
   int64_t i, n;
-  int next;
+  int next, asym[IR_NASYM] = {0};
   memset(&m, 0, sizeof m);
-  if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER)
+  if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER && !lfl_issym(L, 1))
     luaL_typeerror(L, 1, "shape table");
-  if (lua_type(L, 1) == LUA_TNUMBER) {
+  if (lua_type(L, 1) != LUA_TTABLE) {
     m.ndim = 1;
-    m.shape[0] = to_size(L, 1, "full", 1);
+    m.shape[0] = to_size(L, 1, "full", 1, &asym[0]);
     next = 2;
   } else {
-    m.ndim = lfl_sizes(L, 1, m.shape, &next, "full");
+    m.ndim = lfl_sizes_sym(L, 1, m.shape, asym, &next, "full");
   }
   if (lua_type(L, next) == LUA_TBOOLEAN) m.dtype = FL_BOOL;
   else if (lua_type(L, next) == LUA_TNUMBER)
@@ -259,6 +307,11 @@ static int l_full(lua_State *L) {
     luaL_typeerror(L, next, "fill value (number or boolean)");
   lfl_options(L, next + 1, &m.dtype, &m.device, "full");
   lfl_checkdevice(L, m.device, "full");
+  if (any_sym(asym)) {
+    fl_meta o = ones_meta(&m);
+    store_value(L, next, lfl_pushempty(L, &o, "full"), 0);
+    return expand_symbolic(L, &m, asym);
+  }
   t = lfl_pushempty(L, &m, "full");
   n = meta_numel(&m);
   for (i = 0; i < n; i++) store_value(L, next, t, i);
@@ -271,20 +324,48 @@ static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
                "float16 or bfloat16)", what, dtype_name(t));
 }
 
-static int l_rand(lua_State *L) {
+/* fl.rand / fl.randn: an op with no inputs, so that while a trace records
+** the draw is a graph node (a compiled function draws anew at every call)
+** rather than a tensor frozen into the graph.  On a CUDA device the op's
+** generated kernel draws there: the same stream, the same numbers. */
+static int random_tensor(lua_State *L, fl_op op, const char *what) {
   fl_meta m;
-  creation_args(L, 1, &m, "rand");
-  check_float_dtype(L, m.dtype, "rand");
-  rng_uniform(lfl_pushempty(L, &m, "rand"));
-  return 1;
+  op_attrs a;
+  int d;
+  creation_args(L, 1, &m, what);
+  check_float_dtype(L, m.dtype, what);
+  if (meta_check_size(&m, what, NULL) != FL_OK) lfl_pushempty(L, &m, what);  /* raises */
+  op_attrs_init(op, &a);
+  a.ndims = m.ndim;
+  for (d = 0; d < m.ndim; d++) a.dims[d] = m.shape[d];
+  a.dtype = m.dtype;
+  if (m.device != FL_DEV_CPU && !lfl_trace_active(L)) return lfl_cuda_eager(L, op, NULL, 0, &a);
+  return lfl_dispatch(L, op, NULL, 0, &a);
 }
 
-static int l_randn(lua_State *L) {
-  fl_meta m;
-  creation_args(L, 1, &m, "randn");
-  check_float_dtype(L, m.dtype, "randn");
-  rng_normal(lfl_pushempty(L, &m, "randn"));
-  return 1;
+static int l_rand(lua_State *L) { return random_tensor(L, OP_RAND, "rand"); }
+static int l_randn(lua_State *L) { return random_tensor(L, OP_RANDN, "randn"); }
+
+/* fl.dropout(x [, p [, training]]): PyTorch's F.dropout: zeroes each
+** element with probability p (default 0.5) and scales the rest by
+** 1/(1-p); training=false returns x itself. */
+static int l_dropout(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_DROPOUT, &a);
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER)
+      return luaL_error(L, "dropout: p must be a number, got %s", lfl_typename(L, 2));
+    a.f[0] = (double)lua_tonumber(L, 2);
+  }
+  if (!lua_isnoneornil(L, 3) && !lua_toboolean(L, 3)) {
+    if (!(a.f[0] >= 0.0 && a.f[0] <= 1.0))
+      return luaL_error(L, "dropout: p must be a probability in [0, 1], got %g", a.f[0]);
+    lua_settop(L, 1);
+    return 1;
+  }
+  return lfl_dispatch(L, OP_DROPOUT, in, 1, &a);
 }
 
 /* fl.eye(n [, m] [, opts]) */
@@ -312,6 +393,20 @@ static int l_arange(lua_State *L) {
   double s, e, st, c;
   int64_t k, count;
   lua_Integer is = 0, ist = 1;
+  if (lfl_issym(L, 1) && !lfl_issym(L, 2) && lua_type(L, 2) != LUA_TNUMBER) {
+    /* fl.arange(T) of a symbolic T: a graph op under capture */
+    memset(&m, 0, sizeof m);
+    m.dtype = FL_I64;
+    lfl_options(L, 2, &m.dtype, &m.device, "arange");
+    lfl_checkdevice(L, m.device, "arange");
+    if (lfl_sym_arange(L, m.dtype) > 0) return 1;
+  }
+  for (nnum = 1; nnum <= 3; nnum++)            /* other forms: concrete sizes */
+    if (lfl_issym(L, nnum)) {
+      lua_pushinteger(L, (lua_Integer)lfl_symsize(L, nnum, NULL, "fl.arange"));
+      lua_replace(L, nnum);
+    }
+  nnum = 0;
   while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) {
     if (!lua_isinteger(L, nnum + 1)) allint = 0;
     nnum++;
@@ -495,6 +590,34 @@ static int l_manual_seed(lua_State *L) {
   return 0;
 }
 
+/* fl.get_rng_state() -> {seed=, offset=} (offset in Philox blocks of 4
+** values); fl.set_rng_state(s) puts the stream back there, so a piece of
+** code can be run twice on the same draws (torch.get_rng_state). */
+static int l_get_rng_state(lua_State *L) {
+  uint64_t key, block;
+  rng_get_state(&key, &block);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)key);
+  lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, (lua_Integer)block);
+  lua_setfield(L, -2, "offset");
+  return 1;
+}
+
+static int l_set_rng_state(lua_State *L) {
+  lua_Integer key, block;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "seed");
+  lua_getfield(L, 1, "offset");
+  if (!lua_isinteger(L, -2) || !lua_isinteger(L, -1))
+    return luaL_error(L, "set_rng_state: expected a table from fl.get_rng_state() "
+                      "({seed=integer, offset=integer})");
+  key = lua_tointeger(L, -2);
+  block = lua_tointeger(L, -1);
+  rng_set_state((uint64_t)key, (uint64_t)block);
+  return 0;
+}
+
 static int l_now(lua_State *L) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -607,8 +730,9 @@ static int l_is_tensor(lua_State *L) {
 static const luaL_Reg fl_funcs[] = {
   {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
   {"full", l_full}, {"arange", l_arange}, {"rand", l_rand},
-  {"randn", l_randn}, {"eye", l_eye},
-  {"manual_seed", l_manual_seed}, {"now", l_now},
+  {"randn", l_randn}, {"dropout", l_dropout}, {"eye", l_eye},
+  {"manual_seed", l_manual_seed}, {"get_rng_state", l_get_rng_state},
+  {"set_rng_state", l_set_rng_state}, {"now", l_now},
   {"synchronize", l_synchronize},
   {"save", l_save}, {"load", l_load},
   {"allclose", l_allclose}, {"is_tensor", l_is_tensor},
@@ -647,6 +771,7 @@ int luaopen_fuselab(lua_State *L) {
   lua_pushstring(L, PACKAGE_VERSION);
   lua_setfield(L, lib, "version");
   lfl_open_trace(L, lib);
+  lfl_open_sym(L, lib);
   lfl_open_graph(L, lib);
   lfl_open_plan(L, lib);
   lfl_open_compile(L, lib);

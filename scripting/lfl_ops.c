@@ -19,10 +19,15 @@
 
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a) {
+  return lfl_dispatch_sym(L, op, in, nin, a, NULL);
+}
+
+int lfl_dispatch_sym(lua_State *L, fl_op op, const fl_tensor *const *in,
+                     int nin, const op_attrs *a, const int *asym) {
   lfl_trace *tr;
   while (nin > 1 && in[nin - 1] == NULL) nin--;   /* absent optional inputs */
   if ((tr = lfl_trace_active(L)) != NULL)       /* capture: record, don't run */
-    return lfl_trace_record(L, tr, op, in, nin, a);
+    return lfl_trace_record(L, tr, op, in, nin, a, asym);
   return lfl_dispatch_eager(L, op, in, nin, a);
 }
 
@@ -496,13 +501,15 @@ static int b_shape(lua_State *L) {
   fl_op op = upop(L);
   const fl_tensor *in[1];
   op_attrs a;
-  int next;
+  int next, asym[IR_NASYM];
   in[0] = lfl_checktensor(L, 1);
   op_attrs_init(op, &a);
-  a.ndims = lfl_sizes(L, 2, a.dims, &next, op_name(op));
+  memset(asym, 0, sizeof asym);
+  /* reshape(B, T*h): sizes may be symbolic */
+  a.ndims = lfl_sizes_sym(L, 2, a.dims, asym, &next, op_name(op));
   if (!lua_isnone(L, next))
     return luaL_typeerror(L, next, "size");
-  return lfl_dispatch(L, op, in, 1, &a);
+  return lfl_dispatch_sym(L, op, in, 1, &a, asym);
 }
 
 static int b_transpose(lua_State *L) {
@@ -570,12 +577,24 @@ static int b_squeeze(lua_State *L) {
 static int b_narrow(lua_State *L) {
   const fl_tensor *in[1];
   op_attrs a;
+  int asym[IR_NASYM];
   lua_Integer start, size, len;
   int d;
   in[0] = lfl_checktensor(L, 1);
   op_attrs_init(OP_NARROW, &a);
   d = lfl_checkdim(L, 2, in[0]->m.ndim, "narrow");
   size = in[0]->m.ndim ? in[0]->m.shape[d] : 1;
+  memset(asym, 0, sizeof asym);
+  if (lfl_issym(L, 3)) {                  /* a symbolic start is specialized */
+    lua_pushinteger(L, (lua_Integer)lfl_symsize(L, 3, NULL, "narrow's start"));
+    lua_replace(L, 3);
+  }
+  if (lfl_issym(L, 4)) {                  /* narrow(d, 1, T): the length stays symbolic */
+    int x;
+    lua_pushinteger(L, (lua_Integer)lfl_symsize(L, 4, &x, "narrow's length"));
+    lua_replace(L, 4);
+    asym[FL_MAX_DIMS + 2] = x + 1;
+  }
   start = luaL_checkinteger(L, 3);
   if (start < 0 && start >= -size) start += size + 1;
   if (start < 1 || start > size + 1)
@@ -589,7 +608,7 @@ static int b_narrow(lua_State *L) {
   a.i[0] = d;
   a.i[1] = start - 1;
   a.i[2] = len;
-  return lfl_dispatch(L, OP_NARROW, in, 1, &a);
+  return lfl_dispatch_sym(L, OP_NARROW, in, 1, &a, asym);
 }
 
 /* Sizes must agree off the cat dim; checked here too so the message
@@ -681,6 +700,10 @@ static const struct binding {
   {OP_MAX_POOL2D, b_pool, BOTH},
   {OP_AVG_POOL2D, b_pool, BOTH},
   {OP_BATCH_NORM, b_batch_norm, FUNC},
+  /* fl.rand, fl.randn, fl.dropout: lfl_lib.c (sizes, p, training) */
+  {OP_RAND, NULL, 0},
+  {OP_RANDN, NULL, 0},
+  {OP_DROPOUT, NULL, 0},
 };
 
 /* Lua operators: numbers broadcast on either side through b_binary. */

@@ -199,11 +199,12 @@ static const char *device_name(fl_device d) {
   return d == FL_DEV_CUDA ? "cuda" : "cpu";
 }
 
+/* Sizes of a capture's dynamic dims are SymInts (lfl_sym.c). */
 void lfl_pushshape(lua_State *L, const fl_tensor *t) {
   int i;
   lua_createtable(L, t->m.ndim, 0);
   for (i = 0; i < t->m.ndim; i++) {
-    lua_pushinteger(L, (lua_Integer)t->m.shape[i]);
+    lfl_pushsize(L, t, i);
     lua_rawseti(L, -2, i + 1);
   }
 }
@@ -216,7 +217,7 @@ static int t_index(lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
   k = lua_tostring(L, 2);
-  if (strcmp(k, "shape") == 0) { lfl_trace_sizes_read(L, t, -1); lfl_pushshape(L, t); }
+  if (strcmp(k, "shape") == 0) lfl_pushshape(L, t);
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dtype_name(t->m.dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, device_name(t->m.device));
   else lua_pushnil(L);
@@ -236,14 +237,13 @@ static int t_dim(lua_State *L) {
 }
 
 static int t_numel(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)meta_numel(&lfl_checktensor(L, 1)->m));
+  lfl_pushnumel(L, lfl_checktensor(L, 1));
   return 1;
 }
 
 static int t_size(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   if (lua_isnoneornil(L, 2)) {
-    lfl_trace_sizes_read(L, t, -1);
     lfl_pushshape(L, t);
     return 1;
   }
@@ -253,18 +253,16 @@ static int t_size(lua_State *L) {
   }
   {
     int d = lfl_checkdim(L, 2, t->m.ndim, "size");
-    lfl_trace_sizes_read(L, t, d);     /* only this dim is specialized */
-    lua_pushinteger(L, (lua_Integer)t->m.shape[d]);
+    lfl_pushsize(L, t, d);
   }
   return 1;
 }
 
 static int t_len(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
-  lfl_trace_sizes_read(L, t, 0);
   if (t->m.ndim == 0)
     return luaL_error(L, "len: a 0-d tensor has no length");
-  lua_pushinteger(L, (lua_Integer)t->m.shape[0]);
+  lfl_pushsize(L, t, 0);
   return 1;
 }
 

@@ -82,7 +82,8 @@ enum { UV_LAZY = 1,        /* node id -> lazy userdata of this segment (weak) */
        UV_GRAPHS,          /* array of flushed segment Graphs */
        UV_EXEC,            /* optional Lua function(graph, inputs) -> outputs */
        UV_PLAN,            /* the fl.Resume plan recorded into / replayed, or nil */
-       UV_COUNT = UV_PLAN };
+       UV_SYMS,            /* {ud = {expr -> SymInt}, guards = {...}, reasons = {...}} */
+       UV_COUNT = UV_SYMS };
 
 /* One recorded segment (see RESUMING above). */
 typedef struct segrec {
@@ -132,11 +133,13 @@ struct lfl_trace {
   int active;              /* recording (between begin and finish/abort) */
   int seg;                 /* current segment number */
   ir_graph *g;             /* the current segment's graph */
+  ir_graph *g0;            /* the first segment's: where size expressions live */
   ext *ext;                /* externals of the segment, next[] used */
   int next, extcap;
   int nsym;                /* symbols created for dynamic input dims */
   int sym_arg[MAXSYM], sym_dim[MAXSYM];
-  char sym_static[MAXSYM]; /* Lua read the size: specialize it */
+  char sym_static[MAXSYM]; /* Lua needed the size as a number: specialize it */
+  char sym_name[MAXSYM][64];  /* "x.shape[2]", for reasons */
   int narg;                /* trace inputs declared (function arguments) */
   char *scope[MAXSCOPE];   /* module path stack (nn modules push theirs) */
   int nscope;
@@ -443,11 +446,10 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
     const ir_node *nd = &src->nodes[i];
     switch (nd->kind) {
     case IR_INPUT:
+      /* static: a replayed call reads plain sizes, so its ops carry
+      ** concrete attributes (symbols would not match them) */
       id = ir_add_input(g, &nd->meta, nd->name, &e);
-      if (id >= 0) {
-        memcpy(g->nodes[id].sym, nd->sym, sizeof nd->sym);
-        g->nodes[id].meta.wrapped = nd->meta.wrapped;
-      }
+      if (id >= 0) g->nodes[id].meta.wrapped = nd->meta.wrapped;
       break;
     case IR_PARAM: id = ir_add_param(g, &nd->value, nd->name, &e); break;
     case IR_CONST: id = ir_add_const(g, &nd->value, &e); break;
@@ -460,7 +462,6 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
     ir_free(g);
     lfl_raise(L, "capture", &e);
   }
-  g->nsyms = src->nsyms;
   tr->g = g;
   tr->rec = -1;
   tr->diverged = 1;
@@ -582,9 +583,9 @@ static void push_lazy(lua_State *L, lfl_trace *tr, int id) {
   lua_pop(L, 2);
 }
 
-int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
-                     const fl_tensor *const *in, int nin, const op_attrs *a) {
-  int ids[64], k, id;
+int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *const *in,
+                     int nin, const op_attrs *a, const int *asym) {
+  int ids[64], k, d, id;
   char where[256];
   fl_err e;
   for (k = 0; k < nin; k++)
@@ -605,9 +606,21 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op,
   }
   user_where(L, where, sizeof where);
   err_clear(&e);
-  id = ir_add_op(tr->g, op, ids, nin, a, where[0] ? where : NULL,
-                 tr->nscope ? tr->scope[tr->nscope - 1] : NULL, &e);
+  id = ir_add_op_sym(tr->g, op, ids, nin, a, asym, where[0] ? where : NULL,
+                     tr->nscope ? tr->scope[tr->nscope - 1] : NULL, &e);
   if (id < 0) return lfl_raise(L, op_name(op), &e);
+  if (tr->g->nodes[id].symlost) {
+    /* sizes this op computes are not followed symbolically: their inputs'
+    ** symbols become static rather than be guessed */
+    char why[320];
+    snprintf(why, sizeof why, "%s computes sizes from them%s%s", op_name(op),
+             where[0] ? " at " : "", where);
+    for (k = 0; k < nin; k++) {
+      const ir_node *p = ids[k] >= 0 ? &tr->g->nodes[ids[k]] : NULL;
+      for (d = 0; p && d < p->meta.ndim; d++)
+        if (p->sym[d]) lfl_trace_specialize(L, tr, p->sym[d] - 1, why);
+    }
+  }
   push_lazy(L, tr, id);
   return 1;
 }
@@ -1043,20 +1056,93 @@ void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what) {
   flush(L, tr, what);
 }
 
-void lfl_trace_sizes_read(lua_State *L, const fl_tensor *t, int dim) {
-  lfl_trace *tr;
-  const lfl_ud *u = (const lfl_ud *)t;
-  const ir_node *nd;
-  int d;
-  if (!lfl_islazy(t) || !(tr = lfl_trace_active(L)) || u->trace != tr->id ||
-      u->seg != tr->seg)
-    return;
-  /* a size Lua reads can flow anywhere (a reshape, a loop bound): the
-  ** symbols behind it are specialized, as the guards will say */
-  nd = &seg_graph(tr)->nodes[u->node];
-  for (d = 0; d < nd->meta.ndim; d++)
-    if ((dim < 0 || d == dim) && nd->sym[d] > 0 && nd->sym[d] <= tr->nsym)
-      tr->sym_static[nd->sym[d] - 1] = 1;
+/* ---- symbolic sizes: what lfl_sym.c builds on --------------------------- */
+
+ir_graph *lfl_trace_symgraph(const lfl_trace *tr) {
+  /* symbols live in the first segment only: after a break the graphs
+  ** start from values Lua has already seen */
+  return tr->seg == 0 ? tr->g : NULL;
+}
+
+ir_graph *lfl_trace_g0(const lfl_trace *tr) { return tr->g0; }
+
+unsigned lfl_trace_id(const lfl_trace *tr) { return tr->id; }
+
+void lfl_trace_where(lua_State *L, char *buf, size_t n) { user_where(L, buf, n); }
+
+/* Push the trace's UV_SYMS field `name` (created on first use). */
+static void push_symfield(lua_State *L, const char *name) {
+  push_active(L);
+  if (lua_getiuservalue(L, -1, UV_SYMS) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, -3, UV_SYMS);
+  }
+  if (lua_getfield(L, -1, name) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, name);
+  }
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+void lfl_trace_push_symcache(lua_State *L) { push_symfield(L, "ud"); }
+
+const char *lfl_trace_symname(const lfl_trace *tr, int var) {
+  return var >= 0 && var < tr->nsym ? tr->sym_name[var] : "?";
+}
+
+void lfl_trace_specialize(lua_State *L, lfl_trace *tr, int x, const char *why) {
+  unsigned char used[IR_MAX_SYMX];
+  int v;
+  if (!tr->g0 || x < 0) return;
+  memset(used, 0, sizeof used);
+  ir_sym_uses(tr->g0, x, used);
+  for (v = 0; v < tr->nsym; v++) {
+    if (!used[v] || tr->sym_static[v]) continue;
+    tr->sym_static[v] = 1;
+    push_symfield(L, "reasons");
+    lua_pushfstring(L, "s%d = %s specialized to %I: %s", v, tr->sym_name[v],
+                    (lua_Integer)ir_sym_hint(tr->g0, v), why);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    lua_pop(L, 1);
+  }
+}
+
+void lfl_trace_guard(lua_State *L, lfl_trace *tr, int a, int cmp, int b, int expect,
+                     const char *text) {
+  lua_Integer k, n;
+  (void)tr;
+  push_symfield(L, "guards");
+  n = (lua_Integer)luaL_len(L, -1);
+  for (k = 1; k <= n; k++) {                /* each guard once */
+    int same;
+    lua_rawgeti(L, -1, k);
+    lua_getfield(L, -1, "a");
+    lua_getfield(L, -2, "b");
+    lua_getfield(L, -3, "cmp");
+    lua_getfield(L, -4, "expect");
+    same = lua_tointeger(L, -4) == a && lua_tointeger(L, -3) == b &&
+           lua_tointeger(L, -2) == cmp && lua_toboolean(L, -1) == expect;
+    lua_pop(L, 5);
+    if (same) { lua_pop(L, 1); return; }
+  }
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, a);
+  lua_setfield(L, -2, "a");
+  lua_pushinteger(L, b);
+  lua_setfield(L, -2, "b");
+  lua_pushinteger(L, cmp);
+  lua_setfield(L, -2, "cmp");
+  lua_pushboolean(L, expect);
+  lua_setfield(L, -2, "expect");
+  lua_pushstring(L, text);
+  lua_setfield(L, -2, "text");
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  lua_pop(L, 1);
 }
 
 /* ---- orphans -------------------------------------------------------------- */
@@ -1149,6 +1235,7 @@ static lfl_trace *begin(lua_State *L, int mode, int fullgraph, int execidx,
     lua_setiuservalue(L, tidx, UV_PLAN);
   }
   new_segment(L, tr, tidx);
+  tr->g0 = tr->g;
   tr->active = 1;
   lua_pushvalue(L, tidx);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
@@ -1204,11 +1291,13 @@ static int tr_input(lua_State *L) {
       d = (int)lua_tointeger(L, -1) - 1;
       lua_pop(L, 1);
       if (d < 0 || d >= x->m.ndim || x->m.shape[d] < 2 || tr->nsym >= MAXSYM) continue;
+      if (ir_sym_var(tr->g, x->m.shape[d], &e) < 0) return lfl_raise(L, "capture", &e);
       tr->sym_arg[tr->nsym] = tr->narg;
       tr->sym_dim[tr->nsym] = d;
+      snprintf(tr->sym_name[tr->nsym], sizeof tr->sym_name[0], "%.32s.shape[%d]",
+               name ? name : "input", d + 1);
       tr->g->nodes[id].sym[d] = ++tr->nsym;
     }
-    tr->g->nsyms = tr->nsym;
   }
   if (tr->next == tr->extcap) {
     ext *ne = realloc(tr->ext, (size_t)(tr->extcap ? tr->extcap * 2 : 32) * sizeof *ne);
@@ -1292,6 +1381,13 @@ static int tr_finish(lua_State *L) {
     lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
   }
   lua_setfield(L, -2, "static_dims");
+  if (lua_getiuservalue(L, 1, UV_SYMS) == LUA_TTABLE) {
+    lua_getfield(L, -1, "guards");
+    lua_setfield(L, -3, "sym_guards");
+    lua_getfield(L, -1, "reasons");
+    lua_setfield(L, -3, "specialized");
+  }
+  lua_pop(L, 1);
   lua_pushinteger(L, last);
   lua_setfield(L, -2, "ngraphs");
   return 1;

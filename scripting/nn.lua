@@ -15,7 +15,7 @@
 -- attribute nodes to modules.
 --
 -- Modules start in training mode, as PyTorch's do.  Training mode changes
--- only nn.Dropout (inverted dropout, drawn with fl.rand); BatchNorm2d
+-- only nn.Dropout (inverted dropout, the fl.dropout op); BatchNorm2d
 -- always uses its running statistics (fuselab runs inference).
 
 local fl = ...
@@ -29,8 +29,12 @@ local fmt = string.format
 -- helpers
 -- ---------------------------------------------------------------------------
 
+local size_eq = fl.size_eq
+
 local function shape_str(t)
-  return "[" .. table.concat(t.shape, ",") .. "]"
+  local s = {}
+  for i, n in ipairs(t.shape) do s[i] = tostring(n) end
+  return "[" .. table.concat(s, ",") .. "]"
 end
 
 -- Argument and configuration errors are raised at level 0: the message
@@ -311,9 +315,9 @@ end
 function Linear:forward(x)
   check_tensor(self, x)
   local n = x:dim()
-  -- x:size(n), not x.shape: under fl.compile only the dim read is
-  -- specialized, so the batch size can stay symbolic
-  if n == 0 or x:size(n) ~= self.in_features then
+  -- size_eq, not ~=: under capture x:size(n) may be a symbolic size,
+  -- which Lua's == never asks
+  if n == 0 or not size_eq(x:size(n), self.in_features) then
     self:error("input %s has %d features in its last dim, expected %d", shape_str(x),
                n == 0 and 0 or x:size(n), self.in_features)
   end
@@ -386,7 +390,7 @@ end
 local function check_trailing(m, x, shape)
   local n, k = x:dim(), #shape
   local ok = n >= k
-  for i = 1, k do ok = ok and x:size(n - k + i) == shape[i] end
+  for i = 1, k do ok = ok and size_eq(x:size(n - k + i), shape[i]) end
   if not ok then
     m:error("input %s does not end in the normalized shape [%s]", shape_str(x), table.concat(shape, ","))
   end
@@ -457,12 +461,13 @@ end
 
 function Dropout:_head() return fmt("nn.Dropout(%g)", self.p) end
 
+-- One dropout op: under capture it is a graph node drawing from the stream
+-- at every call (a compiled model in training mode gets a new mask each
+-- time), and eager and compiled draw the same mask after fl.manual_seed.
 function Dropout:forward(x)
   check_tensor(self, x)
   if not self.training or self.p == 0 then return x end
-  if self.p == 1 then return x * 0 end
-  local keep = fl.rand(x.shape):ge(self.p):to(x.dtype)
-  return x * keep * (1 / (1 - self.p))
+  return fl.dropout(x, self.p)
 end
 
 -- nn.Embedding(n, d): weight [n, d] drawn from N(0, 1); the input holds
@@ -522,7 +527,7 @@ end
 
 function Conv2d:forward(x)
   check_tensor(self, x)
-  if x:dim() ~= 4 or x:size(2) ~= self.in_channels then
+  if x:dim() ~= 4 or not size_eq(x:size(2), self.in_channels) then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.in_channels)
   end
   return fl.conv2d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding})
@@ -553,7 +558,7 @@ end
 
 function BatchNorm2d:forward(x)
   check_tensor(self, x)
-  if x:dim() ~= 4 or x:size(2) ~= self.num_features then
+  if x:dim() ~= 4 or not size_eq(x:size(2), self.num_features) then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.num_features)
   end
   return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
@@ -717,13 +722,13 @@ function MHA:forward(q, k, v)
   local d, h, hd = self.embed_dim, self.num_heads, self.head_dim
   local unbatched = q:dim() == 2
   for _, t in ipairs({q, k, v}) do
-    if (t:dim() ~= 2 and t:dim() ~= 3) or t.shape[t:dim()] ~= d then
+    if (t:dim() ~= 2 and t:dim() ~= 3) or not size_eq(t.shape[t:dim()], d) then
       self:error("input %s: expected [B, T, %d] or [T, %d]", shape_str(t), d, d)
     end
   end
   if unbatched then q, k, v = q:unsqueeze(1), k:unsqueeze(1), v:unsqueeze(1) end
   local B, Tq, Tk = q.shape[1], q.shape[2], k.shape[2]
-  if self.causal and Tq ~= Tk then
+  if self.causal and not size_eq(Tq, Tk) then
     self:error("causal attention needs as many queries as keys (%d vs %d)", Tq, Tk)
   end
   -- [B, T, d] -> [B, h, T, hd]

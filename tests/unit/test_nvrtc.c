@@ -113,6 +113,11 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
     a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33;
     break;
   case OP_NARROW: a.i[0] = 1; a.i[1] = 3; a.i[2] = 20; break;
+  case OP_RAND: case OP_RANDN:
+    /* no inputs: x stays as an unused graph input */
+    n = 0; a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33; a.dtype = dt;
+    break;
+  case OP_DROPOUT: a.f[0] = 0.25; break;
   case OP_CAT: in[1] = add_in(g, dt, 2, 4, 5, 0, 0); n = 2; a.i[0] = 1; break;
   case OP_EMBEDDING:
     in[0] = add_in(g, FL_I64, 1, 5, 0, 0, 0);

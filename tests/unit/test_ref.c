@@ -923,6 +923,61 @@ static void test_rng(void) {
   ten_release(&h);
 }
 
+/* The random ops through the oracle: rand is the stream's fill, so the
+** known answer again; randn's pairs; dropout zeroes where U < p and scales
+** the rest by 1/(1-p), p=0 keeps everything, p=1 nothing. */
+static void test_random_ops(void) {
+  op_attrs a;
+  fl_tensor u, v, x = iota(FL_F32, SH(4000)), d;
+  const fl_tensor *in[1] = {&x};
+  int64_t i, n = 4000, kept = 0, bad = 0;
+  op_attrs_init(OP_RAND, &a);
+  a.ndims = 1; a.dims[0] = 5;
+  rng_seed(0);
+  if (run(OP_RAND, NULL, 0, &a, &u) == FL_OK) {
+    ok(ten_get(&u, 0) == 0x6627e8 * 0x1p-24 && ten_get(&u, 3) == 0x9b00db * 0x1p-24,
+       "rand: seed 0 gives Philox4x32-10's known answer");
+    ten_release(&u);
+  }
+  a.dims[0] = 6;
+  rng_seed(3);
+  if (run(OP_RANDN, NULL, 0, &a, &u) == FL_OK) {
+    rng_seed(3);
+    v = iota(FL_F32, SH(6));
+    rng_normal(&v);
+    for (i = 0; i < 6; i++) bad += ten_get(&u, i) != ten_get(&v, i);
+    ok(bad == 0, "randn: the oracle draws what fl.randn's fill draws");
+    ten_release(&u);
+    ten_release(&v);
+  }
+  op_attrs_init(OP_DROPOUT, &a);
+  a.f[0] = 0.25;
+  rng_seed(9);
+  if (run(OP_DROPOUT, in, 1, &a, &d) == FL_OK) {
+    for (bad = 0, i = 0; i < n; i++) {
+      double y = ten_get(&d, i), u9 = rng_uniform_at(9, 0, i, 24);
+      if (y != 0) kept++;
+      bad += (u9 < 0.25 && y != 0) || (u9 >= 0.25 && y != (float)((float)i * (float)(1 / 0.75)));
+    }
+    ok(bad == 0, "dropout: zero where U < p, else x / (1 - p) (%lld wrong)", (long long)bad);
+    is_near((double)kept / (double)n, 0.75, 0.03, "dropout: keeps about 1 - p");
+    ten_release(&d);
+  }
+  a.f[0] = 0.0;
+  if (run(OP_DROPOUT, in, 1, &a, &d) == FL_OK) {
+    for (bad = 0, i = 0; i < n; i++) bad += ten_get(&d, i) != (double)i;
+    ok(bad == 0, "dropout: p = 0 keeps every value");
+    ten_release(&d);
+  }
+  a.f[0] = 1.0;
+  if (run(OP_DROPOUT, in, 1, &a, &d) == FL_OK) {
+    for (bad = 0, i = 0; i < n; i++) bad += ten_get(&d, i) != 0.0;
+    ok(bad == 0, "dropout: p = 1 zeroes every value");
+    ten_release(&d);
+  }
+  ten_release(&x);
+}
+
 int main(void) {
   int k, missing = 0;
   test_unary();
@@ -936,6 +991,7 @@ int main(void) {
   test_views();
   test_errors();
   test_rng();
+  test_random_ops();
   for (k = 0; k < OP_COUNT; k++)
     if (!ran[k]) {
       printf("# no passing reference test runs op %s\n", op_name((fl_op)k));

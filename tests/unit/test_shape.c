@@ -552,6 +552,34 @@ static void test_size_limits(void) {
              &empty, &empty, &empty);
 }
 
+/* rand/randn: no inputs, shape and dtype from the attributes; dropout keeps
+** x's shape and dtype and wants p in [0, 1] and a float x */
+static void test_random(void) {
+  fl_meta x = F32(I(3), I(5)), h = T(FL_F16, I(7)), n = I64(I(4));
+  op_attrs a;
+  op_attrs_init(OP_RAND, &a);
+  a.ndims = 2; a.dims[0] = 3; a.dims[1] = 5;
+  expect(OP_RAND, NULL, 0, &a, "[3,5]", FL_F32, "of sizes 3, 5");
+  a.dtype = FL_BF16;
+  expect(OP_RANDN, NULL, 0, &a, "[3,5]", FL_BF16, "bfloat16");
+  a.ndims = 0;
+  expect(OP_RAND, NULL, 0, &a, "[]", FL_BF16, "0-dim");
+  a.ndims = 1; a.dims[0] = 4; a.dtype = FL_I64;
+  expect_err(OP_RANDN, NULL, 0, &a, "randn: dtype int64 is not a floating dtype "
+             "(expected float32, float16 or bfloat16)");
+  a.dtype = FL_F32; a.dims[0] = -2;
+  expect_err(OP_RAND, NULL, 0, &a, "rand: size -2 of dim 1 is negative");
+  a.dims[0] = 4;
+  expect_err(OP_RAND, IN(&x), 1, &a, "rand: expected 0 input(s), got 1");
+  op_attrs_init(OP_DROPOUT, &a);
+  EXPECT(OP_DROPOUT, &a, "[3,5]", FL_F32, "keeps x's shape", &x);
+  EXPECT(OP_DROPOUT, &a, "[7]", FL_F16, "keeps float16", &h);
+  EXPECT_ERR(OP_DROPOUT, &a, "dropout: dtype int64 is not a floating dtype "
+             "(expected float32, float16 or bfloat16)", &n);
+  a.f[0] = 1.5;
+  EXPECT_ERR(OP_DROPOUT, &a, "dropout: p must be a probability in [0, 1], got 1.5", &x);
+}
+
 int main(void) {
   int k, missing = 0;
   test_broadcast();
@@ -564,6 +592,7 @@ int main(void) {
   test_cat_embedding();
   test_arity();
   test_size_limits();
+  test_random();
   for (k = 0; k < OP_COUNT; k++)
     if (!tested[k]) {
       printf("# no shape test for %s\n", op_name((fl_op)k));
