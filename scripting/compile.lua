@@ -569,6 +569,12 @@ local function slow(st, reason, argi, dim, ...)
       dyn[i] = d
     end
   end
+  if st.replaying then
+    -- the function breaks: its segments replay for the exact shapes they
+    -- were recorded with (a replayed call reads plain sizes), so symbols
+    -- would only make the recording differ from its replays
+    for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
+  end
   for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
   local t0 = fl.now()
   st.new_compiles = 0
@@ -627,7 +633,10 @@ local function slow(st, reason, argi, dim, ...)
   end
   -- the Lua body runs on every call: later calls replay the segments
   -- just recorded (lfl_trace.c) instead of tracing again
-  if info.why_not_fast then fl._resume_enable(st.plan, true) end
+  if info.why_not_fast then
+    fl._resume_enable(st.plan, true)
+    st.replaying = true
+  end
   if info.why_not_fast and not st.told_lua then
     st.told_lua = true
     st.lua_reason = info.why_not_fast

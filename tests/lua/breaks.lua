@@ -203,6 +203,29 @@ end
 t.ok(ok_blk, "a TransformerBlock then a break equals eager")
 t.ok(cg:stats().traces <= 2, "traced once per side of the if, not per call (" .. cg:stats().traces .. ")")
 
+-- a GPT before a break, over sequence lengths, automatic and dynamic=true
+local gpt = fl.models.transformer{vocab = 50, d = 16, heads = 2, layers = 1, seq = 16}
+local function lm(idx)
+  local logits = gpt(idx)
+  local m = logits:amax():item()
+  return logits - m, idx.shape[2]
+end
+for _, dyn in ipairs{false, true} do
+  local clm = fl.compile(lm, {dynamic = dyn or nil})
+  local ok_lm = true
+  local lengths = {5, 5, 7, 7, 5, 9, 9}
+  for _, T in ipairs(lengths) do
+    local idx = fl.tensor({{1, 2, 3, 4, 5, 6, 7, 8, 9}}):narrow(2, 1, T):contiguous()
+    local a, na = clm(idx)
+    local b, nb = lm(idx)
+    ok_lm = ok_lm and fl.allclose(a, b, 1e-4, 1e-5) and na == nb
+  end
+  local sl2 = clm:stats()
+  t.ok(ok_lm, ("a GPT then a break over 3 lengths equals eager (dynamic=%s)"):format(tostring(dyn)))
+  t.ok(sl2.traces <= 4 and sl2.replays >= 3,
+       ("traced per length, not per call (dynamic=%s: %d traces, %d replays)"):format(tostring(dyn), sl2.traces, sl2.replays))
+end
+
 -- a tensor made in the function with other values each call is seen
 local k = 0
 local function fresh_values(v)
