@@ -116,7 +116,8 @@ typedef struct resume_plan {
 
 enum { PUV_ANCHORS = 1,    /* array: graphs, programs, runners of records */
        PUV_HOOKS,          /* {exec=, diverge=} (compile.lua) */
-       PUV_COUNT = PUV_HOOKS };
+       PUV_SPARE,          /* the trace of the last replayed call, reused */
+       PUV_COUNT = PUV_SPARE };
 
 typedef struct ext {
   const fl_tensor *key;    /* the userdata's tensor (identity) */
@@ -1205,13 +1206,30 @@ void lfl_trace_forget(lua_State *L, fl_tensor *t) {
 ** plan at planidx (0: none); exec at execidx (0: none).  It becomes the
 ** active one. */
 static lfl_trace *begin(lua_State *L, int mode, int fullgraph, int execidx,
-                        int planidx, int rec) {
+                        int planidx, int rec, int spare) {
   lfl_trace *tr;
-  int tidx;
-  tr = (lfl_trace *)lua_newuserdatauv(L, sizeof *tr, UV_COUNT);
-  memset(tr, 0, sizeof *tr);
+  int tidx, i;
+  if (spare) {
+    /* a finished trace of this plan, made new again: a replayed call
+    ** allocates no trace (the struct is several KiB) */
+    lua_pushvalue(L, spare);
+    tr = (lfl_trace *)lua_touserdata(L, -1);
+    clear_externals(tr);
+    free(tr->ext);
+    free(tr->maybe);
+    ir_free(tr->g);
+    for (i = 0; i < tr->nscope; i++) free(tr->scope[i]);
+    memset(tr, 0, sizeof *tr);
+    for (i = UV_BREAKS; i <= UV_COUNT; i++) {
+      lua_pushnil(L);
+      lua_setiuservalue(L, -2, i);
+    }
+  } else {
+    tr = (lfl_trace *)lua_newuserdatauv(L, sizeof *tr, UV_COUNT);
+    memset(tr, 0, sizeof *tr);
+    luaL_setmetatable(L, TRACE_TYPE);
+  }
   tidx = lua_gettop(L);
-  luaL_setmetatable(L, TRACE_TYPE);
   tr->id = next_id++;
   if (next_id == 0) next_id = 1;
   tr->seg = -1;
@@ -1258,7 +1276,7 @@ static int tr_begin(lua_State *L) {
   fullgraph = lua_toboolean(L, -1);
   if (lua_getfield(L, 1, "exec") != LUA_TNIL) execidx = lua_gettop(L);
   if (lua_getfield(L, 1, "plan") != LUA_TNIL) planidx = lua_gettop(L);
-  tr = begin(L, mode, fullgraph, execidx, planidx, -1);
+  tr = begin(L, mode, fullgraph, execidx, planidx, -1, 0);
   if (lua_getfield(L, 1, "kinds") == LUA_TSTRING) {
     size_t n;
     const char *k = lua_tolstring(L, -1, &n);
@@ -1652,8 +1670,17 @@ int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
   hidx = lua_gettop(L);
   lua_getiuservalue(L, pidx, PUV_HOOKS);
   lua_getfield(L, -1, "exec");
-  tr = begin(L, MODE_RUN, p->fullgraph, lua_gettop(L), pidx, root);
+  lua_getiuservalue(L, pidx, PUV_SPARE);
+  {
+    lfl_trace *sp = (lfl_trace *)luaL_testudata(L, -1, TRACE_TYPE);
+    int spare = sp && !sp->active ? lua_gettop(L) : 0;
+    tr = begin(L, MODE_RUN, p->fullgraph, lua_gettop(L) - 1, pidx, root, spare);
+  }
   tidx = lua_gettop(L);
+  if (!lua_rawequal(L, tidx, tidx - 1)) {   /* the next call reuses it */
+    lua_pushvalue(L, tidx);
+    lua_setiuservalue(L, pidx, PUV_SPARE);
+  }
   tr->nargs = nargs;
   memcpy(tr->kinds, kinds, sizeof kinds);
   luaL_checkstack(L, nargs + 8, "compiled: too many arguments");
