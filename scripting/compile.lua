@@ -709,6 +709,10 @@ function methods.explain(cm)
   local lines = {("fl.compile: %d call(s), %d compile(s), %d recompile(s), %d cache hit(s), %d graph break(s), %d fallback(s)"):format(
     s.calls, s.compiles, s.recompiles, s.cache_hits, s.graph_breaks, s.fallbacks)}
   if st.lua_reason then lines[#lines + 1] = "runs its Lua each call: " .. st.lua_reason end
+  if s.replays > 0 then
+    lines[#lines + 1] = ("%d call(s) replayed the recorded segments (%d trace(s) in all)"):format(
+      s.replays, s.traces)
+  end
   if #s.guards > 0 then
     lines[#lines + 1] = "guards of the newest cached graph:"
     for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end

@@ -53,6 +53,12 @@ local text = tostring(cm)
 t.is(tonumber(text:match("(%d+) cache hit%(s%)")), s4.cache_hits, "print(cm) shows the hits stats() counts")
 t.is(tonumber(text:match("(%d+) call%(s%)")), s4.calls, "print(cm) shows the calls")
 t.is(tonumber(text:match("(%d+) trace%(s%)")), s4.traces, "print(cm) shows the traces")
+local saved_print = print
+print = function() end
+local expl = cm:explain()
+print = saved_print
+t.ok(expl:find(("%d call(s) replayed the recorded segments (2 trace(s) in all)"):format(s4.replays), 1, true),
+     "cm:explain() says how many calls replayed")
 
 -- ---- a value from item() used in the next segment ------------------------
 local function scale(x)
