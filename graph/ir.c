@@ -310,7 +310,10 @@ int ir_add_op_sym(ir_graph *g, fl_op op, const int *in, int nin,
     return err_set(e, FL_ENOMEM, "graph: out of memory");
   }
   memcpy(g->nodes[id].in, in, (size_t)nin * sizeof(int));
-  if (asym) ir_sym_set_attrs(g, id, asym);
+  if (asym && ir_sym_set_attrs(g, id, asym) && nin == 0) {
+    int d;                        /* a source op (rand): its shape is its dims */
+    for (d = 0; d < g->nodes[id].meta.ndim; d++) g->nodes[id].sym[d] = asym[d];
+  }
   if (nin > 0 && (g->nsyms > 0 || g->has_asym) && (rc = infer_syms(g, id, e)) < 0) {
     g->n--;
     node_clear(&g->nodes[id]);

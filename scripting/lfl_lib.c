@@ -331,8 +331,8 @@ static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
 static int random_tensor(lua_State *L, fl_op op, const char *what) {
   fl_meta m;
   op_attrs a;
-  int d;
-  creation_args(L, 1, &m, what);
+  int d, asym[IR_NASYM] = {0};
+  creation_args_sym(L, 1, &m, asym, what);   /* rand(B, T) under capture: symbolic */
   check_float_dtype(L, m.dtype, what);
   if (meta_check_size(&m, what, NULL) != FL_OK) lfl_pushempty(L, &m, what);  /* raises */
   op_attrs_init(op, &a);
@@ -340,7 +340,7 @@ static int random_tensor(lua_State *L, fl_op op, const char *what) {
   for (d = 0; d < m.ndim; d++) a.dims[d] = m.shape[d];
   a.dtype = m.dtype;
   if (m.device != FL_DEV_CPU && !lfl_trace_active(L)) return lfl_cuda_eager(L, op, NULL, 0, &a);
-  return lfl_dispatch(L, op, NULL, 0, &a);
+  return lfl_dispatch_sym(L, op, NULL, 0, &a, asym);
 }
 
 static int l_rand(lua_State *L) { return random_tensor(L, OP_RAND, "rand"); }
