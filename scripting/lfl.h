@@ -107,8 +107,6 @@ int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
                     char *why, size_t wn, int *argi, int *dim);
 /* The plan at idx is in use (the function runs its Lua each call). */
 int lfl_resume_enabled(lua_State *L, int idx);
-/* Segments the plan at idx ran from records, and calls it served. */
-void lfl_resume_counts(lua_State *L, int idx, long *segs, long *calls);
 /* Symbolic sizes: the graph their expressions live in (the first
 ** segment's, NULL after a break), the trace's id, the user's file:line,
 ** the cache of SymInt userdata by expression, a variable's source

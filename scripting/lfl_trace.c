@@ -1578,12 +1578,6 @@ int lfl_resume_enabled(lua_State *L, int idx) {
   return p && p->enabled && p->root >= 0;
 }
 
-void lfl_resume_counts(lua_State *L, int idx, long *segs, long *calls) {
-  resume_plan *p = (resume_plan *)luaL_testudata(L, idx, RESUME_TYPE);
-  *segs = p ? p->segs : 0;
-  *calls = p ? p->calls : 0;
-}
-
 /* Root r takes the arguments at base (kinds given)?  Else why (when why
 ** is not NULL) says the first difference, like the entries' guards. */
 static int root_ok(const segrec *r, lua_State *L, int base, int nargs, const char *kinds,
