@@ -259,9 +259,16 @@ end
 -- Every way out of a trace ends it: an error in the function, in running
 -- its last segment, an interrupt or running out of memory anywhere between
 -- begin and finish.  A trace left recording would refuse every later one.
-local function trace_call(fn, opts, names, dyn, exec, capture, ...)
+local function trace_call(fn, opts, names, dyn, exec, capture, plan, ...)
   local args = pack(...)
-  local tr = fl._trace_begin{capture = capture, fullgraph = opts.fullgraph, exec = exec}
+  local kinds
+  if plan then
+    local k = {}
+    for i = 1, args.n do k[i] = is_tensor(args[i]) and "t" or "v" end
+    kinds = table.concat(k)
+  end
+  local tr = fl._trace_begin{capture = capture, fullgraph = opts.fullgraph, exec = exec,
+                             plan = plan, kinds = kinds}
   local ok, info = pcall(trace_body, tr, fn, names, dyn, args)
   if not ok then
     tr:abort()
@@ -392,11 +399,14 @@ local function build_runner(st, captured, inputs)
 end
 
 -- The executor the trace calls for each segment: the segment cache.
+-- Returns the outputs, and for the segment's record (lfl_trace.c) the
+-- program a replay runs directly (a CPU program) or the runner it calls
+-- (nil, nil: the eager kernels).
 local function make_exec(st)
   return function(g, inputs, params)
     -- a segment without ops (values passed through a break) has nothing
     -- to compile
-    if #g:ops() == 0 then return {g:run(unpack(inputs))} end
+    if #g:ops() == 0 then return {g:run(unpack(inputs))}, nil, nil end
     local key = fl._graph_key(g)
     local hit = st.segcache[key]
     if hit then
@@ -415,7 +425,8 @@ local function make_exec(st)
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
     st.last_program = hit.program
-    return hit.run(inputs)
+    local direct = DEBUG < 2 and hit.program or nil
+    return hit.run(inputs), direct, hit.run
   end
 end
 
@@ -564,10 +575,17 @@ local function slow(st, reason, argi, dim, ...)
       dyn[i] = d
     end
   end
+  if st.replaying then
+    -- the function breaks: its segments replay for the exact shapes they
+    -- were recorded with (a replayed call reads plain sizes), so symbols
+    -- would only make the recording differ from its replays
+    for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
+  end
   for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
   local t0 = fl.now()
   st.new_compiles = 0
-  local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+  st.ntraces = st.ntraces + 1
+  local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
   local any_dyn = false
   for _, d in pairs(dyn) do any_dyn = any_dyn or #d > 0 end
   if not okt and any_dyn then
@@ -584,7 +602,7 @@ local function slow(st, reason, argi, dim, ...)
     dyn = {}
     for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
     st.sym_failed = true
-    okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, ...)
+    okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
   end
   if not okt then
     -- a body that failed on the wrong number of arguments says so first
@@ -619,6 +637,12 @@ local function slow(st, reason, argi, dim, ...)
       info.why_not_fast = text
     end
   end
+  -- the Lua body runs on every call: later calls replay the segments
+  -- just recorded (lfl_trace.c) instead of tracing again
+  if info.why_not_fast then
+    fl._resume_enable(st.plan, true)
+    st.replaying = true
+  end
   if info.why_not_fast and not st.told_lua then
     st.told_lua = true
     st.lua_reason = info.why_not_fast
@@ -633,13 +657,23 @@ function methods.stats(cm)
   local st = cm.state
   local s = {}
   for k, v in pairs(st.stats) do s[k] = v end
+  local segs, replays = fl._resume_counts(st.plan)
   s.calls = cm.calls
-  s.cache_hits = cm.hits + st.seg_hits
+  s.cache_hits = cm.hits + st.seg_hits + segs
+  s.traces = st.ntraces
+  s.replays = replays
   s.kernels = 0
   for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
   s.compile_log = table.concat(st.compile_logs, "\n")
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   return s
+end
+
+-- print(cm): the same counts as cm:stats()
+function methods._tostring(cm)
+  local s = methods.stats(cm)
+  return ("fl.compile: %d compiled graph(s), %d call(s), %d cache hit(s), %d trace(s), %d graph break(s)"):format(
+    #cm.state.graphs, s.calls, s.cache_hits, s.traces, s.graph_breaks)
 end
 
 -- cm:code() -> the generated C of every compiled graph
@@ -681,6 +715,10 @@ function methods.explain(cm)
   local lines = {("fl.compile: %d call(s), %d compile(s), %d recompile(s), %d cache hit(s), %d graph break(s), %d fallback(s)"):format(
     s.calls, s.compiles, s.recompiles, s.cache_hits, s.graph_breaks, s.fallbacks)}
   if st.lua_reason then lines[#lines + 1] = "runs its Lua each call: " .. st.lua_reason end
+  if s.replays > 0 then
+    lines[#lines + 1] = ("%d call(s) replayed the recorded segments (%d trace(s) in all)"):format(
+      s.replays, s.traces)
+  end
   if #s.guards > 0 then
     lines[#lines + 1] = "guards of the newest cached graph:"
     for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end
@@ -707,14 +745,30 @@ function fl.compile(fn, opts)
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
     auto_dyn = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
+    ntraces = 0,
   }
   st.exec = make_exec(st)
+  st.plan = fl._resume_new{
+    exec = st.exec, fullgraph = opts.fullgraph,
+    -- a replayed call met something its records did not have: it recorded
+    -- from there (a new variant of that segment)
+    diverge = function(reason)
+      local stats = st.stats
+      stats.recompiles = stats.recompiles + 1
+      stats.recompile_reasons[#stats.recompile_reasons + 1] = reason
+      st.traces = st.traces + 1
+      st.ntraces = st.ntraces + 1
+      debug_line("recompile: %s", reason)
+      if st.traces >= (opts.recompile_limit or 8) then fl._resume_enable(st.plan, false) end
+    end,
+    breaks = function(list) record_breaks(st, list) end,
+  }
   local f = type(fn) == "table" and fn.forward or fn
   if type(f) == "function" then
     local di = debug.getinfo(f, "u")
     if not di.isvararg then st.nparams = di.nparams - (f ~= fn and 1 or 0) end
   end
-  return fl._compiled_new(fn, st.entries, slow, st)
+  return fl._compiled_new(fn, st.entries, slow, st, st.plan)
 end
 
 -- ---- fl.capture, fl.explain, fl.mark_dynamic --------------------------------
@@ -751,7 +805,7 @@ function fl.capture(fn, ...)
   if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
     error("capture: expected a function or an nn module, got " .. tf, 2)
   end
-  local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, ...)
+  local info = trace_call(fn, {}, arg_names(fn), {}, nil, true, nil, ...)
   local g = info.graphs[#info.graphs]
   capture_outputs(g, info)
   name_params(fn, g, info.params)
@@ -763,7 +817,7 @@ function fl.explain(fn, ...)
   if not (tf == "function" or (tf == "table" and getmetatable(fn) and getmetatable(fn).__call)) then
     error("explain: expected a function or an nn module, got " .. tf, 2)
   end
-  local info = trace_call(fn, {}, arg_names(fn), {}, nil, false, ...)
+  local info = trace_call(fn, {}, arg_names(fn), {}, nil, false, nil, ...)
   local ops, counts, unsupported = {}, {}, {}
   local op_count = 0
   for _, g in ipairs(info.graphs) do

@@ -34,6 +34,8 @@ typedef struct lfl_ud {
   unsigned trace;   /* id of the trace that made it, 0 for none */
   int seg;          /* that trace's segment it belongs to */
   int node;         /* its node in the segment's graph; -1 once computed */
+  int out;          /* once computed: its output index in that segment's
+                       graph (a replayed call finds it by seg and out) */
 } lfl_ud;
 #define lfl_ud_of(t) ((lfl_ud *)(t))
 #define lfl_islazy(t) (lfl_ud_of(t)->node >= 0)
@@ -90,6 +92,21 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
 /* Compute a lazy tensor: runs its segment's graph (a graph break, or an
 ** error under fullgraph/capture, named `what`). */
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
+/* A lazy tensor left uncomputed by a replayed segment (it looked like
+** garbage, see lfl_trace.c) is computed now; returns 1 when t has its
+** value, 0 when t is lazy for good (its capture failed). */
+int lfl_trace_resolve(lua_State *L, fl_tensor *t);
+/* Forget the bookkeeping of a lazy tensor being collected. */
+void lfl_trace_forget(lua_State *L, fl_tensor *t);
+/* fl.compile of a function whose Lua runs on every call (graph breaks):
+** runs fn (at fnidx) on the nargs values at base against the segments
+** recorded in the plan at pidx.  Returns the number of results (pushed on
+** top), or -1 with why/argi/dim filled when no recorded first segment
+** takes these arguments (the Lua slow path traces then). */
+int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
+                    char *why, size_t wn, int *argi, int *dim);
+/* The plan at idx is in use (the function runs its Lua each call). */
+int lfl_resume_enabled(lua_State *L, int idx);
 /* Symbolic sizes: the graph their expressions live in (the first
 ** segment's, NULL after a break), the trace's id, the user's file:line,
 ** the cache of SymInt userdata by expression, a variable's source

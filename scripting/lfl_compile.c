@@ -79,7 +79,9 @@ enum { CUV_FN = 1,      /* the function or module compiled */
        CUV_ENTRIES,     /* array of entries, most recent first */
        CUV_SLOW,        /* Lua function(state, reason, argi, dim, ...) */
        CUV_STATE,       /* the Lua state table (stats...) */
-       CUV_COUNT = CUV_STATE };
+       CUV_PLAN,        /* the fl.Resume plan (lfl_trace.c): replays the
+                           segments of a function whose Lua runs each call */
+       CUV_COUNT = CUV_PLAN };
 
 typedef struct compiled {
   long calls, hits;
@@ -236,6 +238,7 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
     const fl_tensor *t;
     if (!a->is_tensor) continue;
     t = lfl_totensor(L, base + i);
+    if (t && lfl_islazy(t)) lfl_trace_resolve(L, (fl_tensor *)t);
     if (!t || lfl_islazy(t)) {
       snprintf(reason, rn, "%s: expected a tensor, got %s", a->name, lfl_typename(L, base + i));
       return 0;
@@ -441,8 +444,10 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* cm(...): first entry whose guards hold runs; else the Lua slow path
-** slow(state, reason, argi, dim, ...) decides (trace, recompile, fall back). */
+/* cm(...): first entry whose guards hold runs; else, for a function whose
+** Lua runs each call (graph breaks), its recorded segments replay; else
+** the Lua slow path slow(state, reason, argi, dim, ...) decides (trace,
+** recompile, fall back). */
 static int c_call(lua_State *L) {
   compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
   int nargs = lua_gettop(L) - 1, fnidx, entries, k, n, argi = 0, dim = 0;
@@ -484,6 +489,16 @@ static int c_call(lua_State *L) {
     }
     lua_settop(L, entries);
   }
+  lua_getiuservalue(L, 1, CUV_PLAN);
+  if (lfl_resume_enabled(L, -1)) {
+    char why[512];
+    int ai, dm, nr = lfl_resume_call(L, lua_gettop(L), fnidx, 2, nargs, why, sizeof why, &ai, &dm);
+    if (nr >= 0) return nr;
+    memcpy(reason, why, sizeof reason);
+    argi = ai;
+    dim = dm;
+    n = 1;                                   /* a reason to report */
+  }
   lua_settop(L, nargs + 1);
   lua_getiuservalue(L, 1, CUV_SLOW);
   lua_getiuservalue(L, 1, CUV_STATE);
@@ -495,7 +510,7 @@ static int c_call(lua_State *L) {
   return lua_gettop(L) - (nargs + 1);
 }
 
-/* fl._compiled_new(fn, entries, slow, state, methods) -> callable */
+/* fl._compiled_new(fn, entries, slow, state, plan) -> callable */
 static int c_new(lua_State *L) {
   compiled *c;
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -509,6 +524,7 @@ static int c_new(lua_State *L) {
   lua_pushvalue(L, 2); lua_setiuservalue(L, -2, CUV_ENTRIES);
   lua_pushvalue(L, 3); lua_setiuservalue(L, -2, CUV_SLOW);
   lua_pushvalue(L, 4); lua_setiuservalue(L, -2, CUV_STATE);
+  lua_pushvalue(L, 5); lua_setiuservalue(L, -2, CUV_PLAN);
   return 1;
 }
 
@@ -526,11 +542,18 @@ static int c_index(lua_State *L) {
   return 1;
 }
 
+/* print(cm): the Lua half renders it from cm:stats(), so the two agree
+** (the hits of replayed segments are counted there, not in c->hits). */
 static int c_tostring(lua_State *L) {
-  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
-  lua_getiuservalue(L, 1, CUV_ENTRIES);
-  lua_pushfstring(L, "fl.compile: %d cached graph(s), %d call(s), %d hit(s)",
-                  (int)luaL_len(L, -1), (int)c->calls, (int)c->hits);
+  luaL_checkudata(L, 1, COMPILED_TYPE);
+  lua_getiuservalue(L, 1, CUV_STATE);
+  lua_getfield(L, -1, "methods");
+  if (lua_istable(L, -1) && lua_getfield(L, -1, "_tostring") == LUA_TFUNCTION) {
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+  }
+  lua_pushliteral(L, "fl.compile");
   return 1;
 }
 

@@ -38,7 +38,7 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
   int rc, k;
   while (nin > 1 && in[nin - 1] == NULL) nin--;
   for (k = 0; k < nin; k++)
-    if (in[k] && lfl_islazy(in[k]))
+    if (in[k] && lfl_islazy(in[k]) && !lfl_trace_resolve(L, (fl_tensor *)in[k]))
       return luaL_error(L, "%s: this tensor belongs to a capture that ended "
                         "with an error and was never computed", op_name(op));
   for (k = 0; k < nin; k++)          /* device tensors: generated kernels */

@@ -185,6 +185,7 @@ fl_tensor *lfl_checkoperand(lua_State *L, int idx) {
 
 static int t_gc(lua_State *L) {
   fl_tensor *t = (fl_tensor *)luaL_checkudata(L, 1, LFL_TENSOR);
+  if (lfl_islazy(t)) lfl_trace_forget(L, t);   /* an orphan maybe */
   unaccount(L, t);
   ten_release(t);                    /* leaves st NULL: idempotent */
   return 0;
