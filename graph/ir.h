@@ -66,7 +66,6 @@ typedef struct ir_graph {
   ir_sym *sx;               /* size expressions, nsx used of capsx */
   int nsx, capsx;
   int has_asym;             /* some node has a symbolic attribute */
-  unsigned sym_epoch;       /* bumped each time ir_sym_bind rewrites attrs */
 } ir_graph;
 
 /* --- size expressions (sym.c) ------------------------------------------ */

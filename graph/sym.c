@@ -202,11 +202,12 @@ static int64_t *slot(op_attrs *a, int j) {
 }
 
 int ir_sym_vars(const ir_graph *g, const fl_meta *const *in, int64_t *vars) {
-  int i, d, seen = 0;
+  int i, k, d, seen = 0;
   for (i = 0; i < g->nsyms; i++) vars[i] = ir_sym_hint(g, i);
-  for (i = 0; i < g->n && i < g->ninputs + 64; i++) {
+  for (i = 0, k = 0; i < g->n && k < g->ninputs; i++) {
     const ir_node *nd = &g->nodes[i];
     if (nd->kind != IR_INPUT) continue;
+    k++;
     for (d = 0; d < nd->meta.ndim && d < in[nd->index]->ndim; d++) {
       int s = nd->sym[d] - 1;
       if (s >= 0 && s < g->nsyms && sym_at(g, s).op == SYM_VAR) {
@@ -231,7 +232,6 @@ int ir_sym_bind(const ir_graph *cg, const fl_meta *const *in, fl_err *e) {
     for (j = 0; j < IR_NASYM; j++)
       if (nd->asym[j] > 0) *slot(&nd->attrs, j) = vals[nd->asym[j] - 1];
   }
-  g->sym_epoch++;
   return FL_OK;
 }
 

@@ -423,6 +423,21 @@ static void describe_step(const step *s, char *buf, size_t n) {
   }
 }
 
+
+/* The plan's diverge hook hears why a replay had to record. */
+static void tell_diverge(lua_State *L, const char *reason) {
+  push_active(L);
+  lua_getiuservalue(L, -1, UV_PLAN);
+  lua_getiuservalue(L, -1, PUV_HOOKS);
+  if (lua_getfield(L, -1, "diverge") == LUA_TFUNCTION) {
+    lua_pushstring(L, reason);
+    lua_call(L, 1, 0);
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 3);
+}
+
 /* The replay does not match s: rebuild the matched prefix as the graph
 ** being recorded, record from here on, and tell the Lua half why (a
 ** recompile).  Returns with tr->rec = -1. */
@@ -466,16 +481,7 @@ static void diverge(lua_State *L, lfl_trace *tr, const step *s) {
   tr->g = g;
   tr->rec = -1;
   tr->diverged = 1;
-  push_active(L);
-  lua_getiuservalue(L, -1, UV_PLAN);
-  lua_getiuservalue(L, -1, PUV_HOOKS);
-  if (lua_getfield(L, -1, "diverge") == LUA_TFUNCTION) {
-    lua_pushstring(L, reason);
-    lua_call(L, 1, 0);
-  } else {
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 3);
+  tell_diverge(L, reason);
 }
 
 /* Replaying: leaf t (kind STEP_CONST/PARAM/INPUT) is the next node?
@@ -955,16 +961,7 @@ static void replay_flush(lua_State *L, lfl_trace *tr, const char *what) {
     snprintf(reason, sizeof reason, "segment %d: not recorded after the break at %s() before",
              tr->seg + 1, what);
     tr->diverged = 1;
-    push_active(L);
-    lua_getiuservalue(L, -1, UV_PLAN);
-    lua_getiuservalue(L, -1, PUV_HOOKS);
-    if (lua_getfield(L, -1, "diverge") == LUA_TFUNCTION) {
-      lua_pushstring(L, reason);
-      lua_call(L, 1, 0);
-    } else {
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 3);
+    tell_diverge(L, reason);
   }
 }
 

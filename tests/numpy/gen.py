@@ -662,6 +662,29 @@ def ops_in_table():
         return re.findall(r'^OP\(\s*\w+\s*,\s*"(\w+)"', f.read(), re.M)
 
 
+# ---- random ops: their values are fuselab's Philox stream (checked draw for
+# draw against eager in tests/lua/random.lua); here what NumPy can say about
+# any draw: the range of rand, randn's finite tails, dropout's p = 0 and 1,
+# and that every dropout output is 0 or x / (1 - p)
+
+def gen_random():
+    n = 4099
+    case("rand", "fl.rand(%d):ge(0):to('int64') + fl.rand(%d):lt(1):to('int64')" % (n, n), [],
+         np.full(n, 2, dtype=np.int64), EXACT, note="every draw in [0, 1)")
+    case("rand", "fl.rand(33, 17, {dtype='float16'}):lt(1)", [], np.ones((33, 17), dtype=bool), EXACT,
+         note="float16 draws below 1")
+    case("randn", "fl.randn(%d):abs():lt(9)" % n, [], np.ones(n, dtype=bool), EXACT,
+         note="no draw beyond 9 sigma")
+    x = randn(33, 17)
+    x[x == 0] = 1.0
+    case("dropout", "fl.dropout(a, 0)", [x], x, EXACT, note="p = 0 keeps x")
+    case("dropout", "fl.dropout(a, 1)", [x], np.zeros_like(x), EXACT, note="p = 1 zeroes all")
+    case("dropout", "fl.dropout(a, 0.5, false)", [x], x, EXACT, note="not training: x")
+    case("dropout", "(function(d) return d:eq(0):to('int64') + d:eq(a * 2):to('int64') end)"
+         "(fl.dropout(a, 0.5))", [x], np.ones(x.shape, dtype=np.int64), EXACT,
+         note="each element 0 or 2x")
+
+
 def generate(d):
     global outdir
     outdir = d
@@ -673,6 +696,7 @@ def generate(d):
     gen_linalg()
     gen_views()
     gen_vision()
+    gen_random()
     write_manifest()
     missing = sorted(set(ops_in_table()) - {c["op"] for c in cases})
     if missing:
