@@ -46,12 +46,13 @@ viz_class viz_class_of(const ir_node *nd) {
   return VIZ_OPAQUE;
 }
 
-/* Appends dim d of node nd ("128" or "s0") at buf+*len. */
-static void put_dim(const ir_node *nd, int d, char *buf, size_t n, size_t *len) {
+/* Appends dim d of node nd ("128", "s0" or "s0*s1") at buf+*len. */
+static void put_dim(const ir_graph *g, const ir_node *nd, int d, char *buf, size_t n, size_t *len) {
   int w;
+  char ex[64];
   if (*len >= n) return;
   if (nd->sym[d] > 0)
-    w = snprintf(buf + *len, n - *len, "%ss%d", d ? "," : "", nd->sym[d] - 1);
+    w = snprintf(buf + *len, n - *len, "%s%s", d ? "," : "", ir_sym_str(g, nd->sym[d] - 1, ex, sizeof ex));
   else
     w = snprintf(buf + *len, n - *len, "%s%lld", d ? "," : "",
                  (long long)nd->meta.shape[d]);
@@ -69,15 +70,15 @@ char *viz_shape_str(const ir_graph *g, int id, char *buf, size_t n) {
   buf[1 < n ? 1 : 0] = '\0';
   len = n > 1 ? 1 : 0;
   if (nd_ <= 4) {
-    for (d = 0; d < nd_; d++) put_dim(nd, d, buf, n, &len);
+    for (d = 0; d < nd_; d++) put_dim(g, nd, d, buf, n, &len);
   } else {
-    put_dim(nd, 0, buf, n, &len);
-    put_dim(nd, 1, buf, n, &len);
+    put_dim(g, nd, 0, buf, n, &len);
+    put_dim(g, nd, 1, buf, n, &len);
     if (len < n) {
       int w = snprintf(buf + len, n - len, ",\xe2\x80\xa6");  /* "…" */
       if (w > 0) len += (size_t)w;
     }
-    put_dim(nd, nd_ - 1, buf, n, &len);
+    put_dim(g, nd, nd_ - 1, buf, n, &len);
   }
   if (len < n) snprintf(buf + len, n - len, "]");
   return buf;
