@@ -135,6 +135,8 @@ int lfl_issym(lua_State *L, int idx);
 ** when x is not NULL, else the SymInt is specialized (its variables become
 ** static) because `what` needs a plain number. */
 int64_t lfl_symsize(lua_State *L, int idx, int *x, const char *what);
+/* The SymInt at idx as a 0-d int64 tensor of the graph (x * T), pushed. */
+fl_tensor *lfl_sym_totensor(lua_State *L, int idx);
 /* fl.arange(n) for a symbolic n under capture. */
 int lfl_sym_arange(lua_State *L, fl_dtype dt);
 void lfl_open_sym(lua_State *L, int lib);

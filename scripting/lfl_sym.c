@@ -285,11 +285,14 @@ static int s_concat(lua_State *L) {
   return 1;
 }
 
-int lfl_sym_arange(lua_State *L, fl_dtype dt) {
-  lsym *s = tosym(L, 1);
-  lfl_trace *tr = owner(L, s);
-  ir_graph *g = lfl_trace_symgraph(tr);
-  int64_t n = hint(L, s), cap = 4096, k;
+/* Push iota:narrow(1, start, len) over a constant iota of dtype dt, long
+** enough for expression xend (start + len) at twice its size now, with
+** the guard xend <= that length (a longer one recompiles).  xstart and
+** xlen are the start's and length's expressions, or -1 for the plain
+** values start and len. */
+static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, int64_t start,
+                       int xstart, int64_t len, int xlen, int xend, const char *why) {
+  int64_t cap = 4096, k, end = ir_sym_hint(g, xend);
   int asym[IR_NASYM], xc;
   fl_meta m;
   fl_tensor *iota;
@@ -297,34 +300,69 @@ int lfl_sym_arange(lua_State *L, fl_dtype dt) {
   op_attrs a;
   fl_err e;
   char text[400], where[200], ts[64];
-  if (!g) {
-    specialize(L, s, "fl.arange after a graph break");
-    return -1;                         /* the caller goes on with n */
-  }
-  /* arange(s0) is the first s0 entries of a constant iota, kept as long
-  ** as the guard s0 <= cap holds (a longer one recompiles) */
-  while (cap < 2 * n) cap *= 2;
+  while (cap < 2 * end) cap *= 2;
   memset(&m, 0, sizeof m);
   m.dtype = dt;
   m.ndim = 1;
   m.shape[0] = cap;
-  iota = lfl_pushempty(L, &m, "arange");
+  iota = lfl_pushempty(L, &m, why);
   for (k = 0; k < cap; k++) ten_set_i64(iota, k, k);
   err_clear(&e);
-  if ((xc = ir_sym_const(g, cap, &e)) < 0) return lfl_raise(L, "arange", &e);
+  if ((xc = ir_sym_const(g, cap, &e)) < 0) return lfl_raise(L, why, &e);
   lfl_trace_where(L, where, sizeof where);
-  snprintf(text, sizeof text, "%s <= %lld (fl.arange of a symbolic size reads a %lld-long iota%s%s)",
-           ir_sym_str(g, s->x, ts, sizeof ts), (long long)cap, (long long)cap,
+  snprintf(text, sizeof text, "%s <= %lld (%s reads a %lld-long iota%s%s)",
+           ir_sym_str(g, xend, ts, sizeof ts), (long long)cap, why, (long long)cap,
            where[0] ? " at " : "", where);
-  lfl_trace_guard(L, tr, s->x, LFL_SYM_LE, xc, 1, text);
+  lfl_trace_guard(L, tr, xend, LFL_SYM_LE, xc, 1, text);
   in[0] = iota;
   op_attrs_init(OP_NARROW, &a);
   a.i[0] = 0;
-  a.i[1] = 0;
-  a.i[2] = n;
+  a.i[1] = start;
+  a.i[2] = len;
   memset(asym, 0, sizeof asym);
-  asym[FL_MAX_DIMS + 2] = s->x + 1;
+  asym[FL_MAX_DIMS + 1] = xstart + 1;
+  asym[FL_MAX_DIMS + 2] = xlen + 1;
   return lfl_dispatch_sym(L, OP_NARROW, in, 1, &a, asym);
+}
+
+int lfl_sym_arange(lua_State *L, fl_dtype dt) {
+  lsym *s = tosym(L, 1);
+  lfl_trace *tr = owner(L, s);
+  ir_graph *g = lfl_trace_symgraph(tr);
+  if (!g) {
+    specialize(L, s, "fl.arange after a graph break");
+    return -1;                         /* the caller goes on with n */
+  }
+  /* arange(s0) is the first s0 entries of a constant iota */
+  return iota_narrow(L, tr, g, dt, 0, -1, hint(L, s), s->x, s->x, "fl.arange of a symbolic size");
+}
+
+fl_tensor *lfl_sym_totensor(lua_State *L, int idx) {
+  lsym *s = tosym(L, idx);
+  lfl_trace *tr = owner(L, s);
+  ir_graph *g = lfl_trace_symgraph(tr);
+  int64_t v = hint(L, s);
+  const fl_tensor *in[1];
+  op_attrs a;
+  fl_err e;
+  int xend;
+  if (g) {
+    /* x * T: entry T of a constant iota, as a 0-d int64 tensor, so the
+    ** graph reads the size at run time like any other value */
+    err_clear(&e);
+    if ((xend = ir_sym_const(g, 1, &e)) < 0 || (xend = ir_sym_op(g, SYM_ADD, s->x, xend, &e)) < 0)
+      lfl_raise(L, "size", &e);
+    iota_narrow(L, tr, g, FL_I64, v, s->x, 1, -1, xend, "a symbolic size used as a tensor");
+    in[0] = lfl_totensor(L, -1);
+    op_attrs_init(OP_RESHAPE, &a);
+    a.ndims = 0;
+    lfl_dispatch(L, OP_RESHAPE, in, 1, &a);
+    return lfl_totensor(L, -1);
+  }
+  specialize(L, s, "a size used as a tensor after a graph break");
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_replace(L, idx);
+  return lfl_pushscalar(L, idx);
 }
 
 /* fl.size_eq(a, b): a == b for sizes.  Lua compares a userdata with a

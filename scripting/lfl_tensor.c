@@ -178,6 +178,7 @@ fl_tensor *lfl_pushscalar(lua_State *L, int idx) {
 fl_tensor *lfl_checkoperand(lua_State *L, int idx) {
   fl_tensor *t;
   if (lua_type(L, idx) == LUA_TNUMBER) return lfl_pushscalar(L, idx);
+  if (lfl_issym(L, idx)) return lfl_sym_totensor(L, idx);
   if ((t = lfl_totensor(L, idx)) == NULL)
     luaL_typeerror(L, idx, "fl.Tensor or number");
   return lfl_checktensor(L, idx);

@@ -177,6 +177,23 @@ do
   t.is(f:stats().compiles, 2, "two branches, two compiles")
 end
 
+do
+  -- a size as a tensor operand: x * T, a mean over x:numel()
+  local f = fl.compile(function(x) return x * x.shape[1], x:sum() / x:numel() end, {dynamic = true})
+  local ok = true
+  for _, n in ipairs{3, 5, 12} do
+    local x = fl.randn(n, 4)
+    local a, b = f(x)
+    ok = ok and close(a, x * n) and close(b, x:mean())
+  end
+  t.ok(ok, "x * T and x:sum() / x:numel() with symbolic sizes are right")
+  t.is(f:stats().compiles, 1, "and compile once")
+  local h = fl.compile(function(x) return x * x.shape[1] end, {dynamic = true})
+  t.is(h(fl.randn(3, {dtype = "float16"})).dtype, "float16", "a size operand keeps float16 (it is an integer)")
+  t.is(h(fl.tensor({1, 2, 3, 4}, {dtype = "int64"})).dtype, "int64", "and int64 stays int64")
+  t.is(h(fl.tensor({1, 2, 3, 4}, {dtype = "int64"})):tolist()[4], 16, "exactly")
+end
+
 -- ---- the CUDA code path: symbolic plans compile (NVRTC) ------------------
 do
   local _, why = fl.cuda_available()
