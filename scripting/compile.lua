@@ -399,7 +399,7 @@ local function build_runner(st, captured, inputs)
 end
 
 -- The executor the trace calls for each segment: the segment cache.
--- Returns the outputs, and for the segment's record (lfl_trace.c) the
+-- Returns the outputs, and for the segment's record (lfl_resume.c) the
 -- program a replay runs directly (a CPU program) or the runner it calls
 -- (nil, nil: the eager kernels).
 local function make_exec(st)
@@ -638,7 +638,7 @@ local function slow(st, reason, argi, dim, ...)
     end
   end
   -- the Lua body runs on every call: later calls replay the segments
-  -- just recorded (lfl_trace.c) instead of tracing again
+  -- just recorded (lfl_resume.c) instead of tracing again
   if info.why_not_fast then
     fl._resume_enable(st.plan, true)
     st.replaying = true

@@ -92,21 +92,6 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
 /* Compute a lazy tensor: runs its segment's graph (a graph break, or an
 ** error under fullgraph/capture, named `what`). */
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
-/* A lazy tensor left uncomputed by a replayed segment (it looked like
-** garbage, see lfl_trace.c) is computed now; returns 1 when t has its
-** value, 0 when t is lazy for good (its capture failed). */
-int lfl_trace_resolve(lua_State *L, fl_tensor *t);
-/* Forget the bookkeeping of a lazy tensor being collected. */
-void lfl_trace_forget(lua_State *L, fl_tensor *t);
-/* fl.compile of a function whose Lua runs on every call (graph breaks):
-** runs fn (at fnidx) on the nargs values at base against the segments
-** recorded in the plan at pidx.  Returns the number of results (pushed on
-** top), or -1 with why/argi/dim filled when no recorded first segment
-** takes these arguments (the Lua slow path traces then). */
-int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
-                    char *why, size_t wn, int *argi, int *dim);
-/* The plan at idx is in use (the function runs its Lua each call). */
-int lfl_resume_enabled(lua_State *L, int idx);
 /* Symbolic sizes: the graph their expressions live in (the first
 ** segment's, NULL after a break), the trace's id, the user's file:line,
 ** the cache of SymInt userdata by expression, a variable's source
@@ -123,6 +108,23 @@ void lfl_trace_specialize(lua_State *L, lfl_trace *tr, int x, const char *why);
 void lfl_trace_guard(lua_State *L, lfl_trace *tr, int a, int cmp, int b, int expect,
                      const char *text);
 enum { LFL_SYM_LT, LFL_SYM_LE, LFL_SYM_EQ };
+
+/* --- resuming (lfl_resume.c) ------------------------------------------ */
+/* A lazy tensor left uncomputed by a replayed segment (it looked like
+** garbage, see lfl_resume.c) is computed now; returns 1 when t has its
+** value, 0 when t is lazy for good (its capture failed). */
+int lfl_trace_resolve(lua_State *L, fl_tensor *t);
+/* Forget the bookkeeping of a lazy tensor being collected. */
+void lfl_trace_forget(lua_State *L, fl_tensor *t);
+/* fl.compile of a function whose Lua runs on every call (graph breaks):
+** runs fn (at fnidx) on the nargs values at base against the segments
+** recorded in the plan at pidx.  Returns the number of results (pushed on
+** top), or -1 with why/argi/dim filled when no recorded first segment
+** takes these arguments (the Lua slow path traces then). */
+int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
+                    char *why, size_t wn, int *argi, int *dim);
+/* The plan at idx is in use (the function runs its Lua each call). */
+int lfl_resume_enabled(lua_State *L, int idx);
 
 /* --- symbolic sizes in Lua (lfl_sym.c) -------------------------------- */
 /* Push size d of t: an integer, or a SymInt when t is a lazy tensor whose

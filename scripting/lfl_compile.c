@@ -79,7 +79,7 @@ enum { CUV_FN = 1,      /* the function or module compiled */
        CUV_ENTRIES,     /* array of entries, most recent first */
        CUV_SLOW,        /* Lua function(state, reason, argi, dim, ...) */
        CUV_STATE,       /* the Lua state table (stats...) */
-       CUV_PLAN,        /* the fl.Resume plan (lfl_trace.c): replays the
+       CUV_PLAN,        /* the fl.Resume plan (lfl_resume.c): replays the
                            segments of a function whose Lua runs each call */
        CUV_COUNT = CUV_PLAN };
 
