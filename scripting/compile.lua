@@ -518,6 +518,14 @@ local function record_breaks(st, breaks)
   end
 end
 
+-- A symbolic size made static, said once per reason.
+local function note_specialization(st, r)
+  if st.spec_seen[r] then return end
+  st.spec_seen[r] = true
+  st.stats.specializations[#st.stats.specializations + 1] = r
+  debug_line("specialized: %s", r)
+end
+
 -- The slow path: called by the C callable on a miss.
 local function slow(st, reason, argi, dim, ...)
   local args = pack(...)
@@ -592,13 +600,8 @@ local function slow(st, reason, argi, dim, ...)
     -- most likely the Lua code needed a plain number where a symbolic size
     -- went (a loop bound, string.format's %d, math.floor): trace again
     -- with every size static, and say so (a real error comes back again)
-    local r = "a symbolic size reached Lua code that needs a plain number ("
-      .. tostring(info):match("^[^\n]*") .. "); these sizes are static"
-    if not st.spec_seen[r] then
-      st.spec_seen[r] = true
-      stats.specializations[#stats.specializations + 1] = r
-      debug_line("specialized: %s", r)
-    end
+    note_specialization(st, "a symbolic size reached Lua code that needs a plain number ("
+      .. tostring(info):match("^[^\n]*") .. "); these sizes are static")
     dyn = {}
     for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
     st.sym_failed = true
@@ -619,13 +622,7 @@ local function slow(st, reason, argi, dim, ...)
   end
   if stats.first_call_ms == nil then stats.first_call_ms = (fl.now() - t0) * 1e3 end
   record_breaks(st, info.breaks)
-  for _, r in ipairs(info.specialized or {}) do
-    if not st.spec_seen[r] then
-      st.spec_seen[r] = true
-      stats.specializations[#stats.specializations + 1] = r
-      debug_line("specialized %s", r)
-    end
-  end
+  for _, r in ipairs(info.specialized or {}) do note_specialization(st, r) end
   for _, sg in ipairs(info.sym_guards or {}) do debug_line("size guard: %s", sg.text) end
   if #info.graphs > 0 then name_params(st.fn, info.graphs[#info.graphs], info.params) end
   if not info.why_not_fast and #info.graphs == 1 then
