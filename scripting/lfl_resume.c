@@ -69,10 +69,9 @@ static int attrs_eq(const op_attrs *a, const op_attrs *b) {
          memcmp(a->i, b->i, sizeof a->i) == 0 && memcmp(a->f, b->f, sizeof a->f) == 0;
 }
 
-/* Same values, bit for bit (constants are scalars Lua passed). */
-static int values_eq(const fl_tensor *a, const fl_tensor *b) {
-  int64_t k, n = meta_numel(&a->m);
-  if (!meta_eq(&a->m, &b->m)) return 0;
+/* The n elements of a and b (same dtype) are equal bit for bit. */
+static int elems_eq(const fl_tensor *a, const fl_tensor *b, int64_t n) {
+  int64_t k;
   for (k = 0; k < n; k++) {
     if (a->m.dtype == FL_I64) {
       if (dtype_load_i64(FL_I64, ten_elem_ptr(a, k)) != dtype_load_i64(FL_I64, ten_elem_ptr(b, k)))
@@ -83,6 +82,11 @@ static int values_eq(const fl_tensor *a, const fl_tensor *b) {
     }
   }
   return 1;
+}
+
+/* Same values, bit for bit (constants are scalars Lua passed). */
+static int values_eq(const fl_tensor *a, const fl_tensor *b) {
+  return meta_eq(&a->m, &b->m) && elems_eq(a, b, meta_numel(&a->m));
 }
 
 static int same_view(const fl_tensor *a, const fl_tensor *b) {
@@ -97,20 +101,11 @@ static int same_view(const fl_tensor *a, const fl_tensor *b) {
 ** on each call, fl.arange(T) or a mask, matches the one recorded when
 ** its values do; the recorded one, equal, is what the program reads). */
 static int same_values(const fl_tensor *a, const fl_tensor *b) {
-  int64_t k, n = meta_numel(&a->m);
+  int64_t n = meta_numel(&a->m);
   if (!meta_eq(&a->m, &b->m) || a->m.device != FL_DEV_CPU || !a->st || !b->st) return 0;
   if (ten_is_contiguous(a) && ten_is_contiguous(b))
     return memcmp(ten_data(a), ten_data(b), (size_t)n * dtype_size(a->m.dtype)) == 0;
-  for (k = 0; k < n; k++) {
-    if (a->m.dtype == FL_I64) {
-      if (dtype_load_i64(FL_I64, ten_elem_ptr(a, k)) != dtype_load_i64(FL_I64, ten_elem_ptr(b, k)))
-        return 0;
-    } else {
-      double x = ten_get(a, k), y = ten_get(b, k);
-      if (memcmp(&x, &y, sizeof x) != 0) return 0;
-    }
-  }
-  return 1;
+  return elems_eq(a, b, n);
 }
 
 /* Node i of record a's graph equals node i of b's. */
