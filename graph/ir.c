@@ -154,7 +154,9 @@ static int reshape_syms(ir_graph *g, ir_node *nd, const ir_node *x, fl_err *e) {
     }
     q = k < 0 ? n : ir_sym_op(g, SYM_DIV, n, k, e);
     if (q < 0) return q;
-    if (!ir_sym_is_const(g, q, NULL)) nd->sym[hole] = q + 1;
+    /* worth 0 or 1 here, it would broadcast: kept only at these sizes */
+    if (!ir_sym_is_const(g, q, NULL) && ir_sym_hint(g, q) < 2) nd->symlost = 1;
+    else if (!ir_sym_is_const(g, q, NULL)) nd->sym[hole] = q + 1;
     any = 1;
   }
   if (!any && has_sym(x)) nd->symlost = 1;     /* sizes Lua computed itself */
@@ -233,7 +235,8 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
       int f = p->sym[a->i[0]] ? p->sym[a->i[0]] - 1 : ir_sym_const(g, p->meta.shape[a->i[0]], e);
       if (f < 0 || (sum = sum < 0 ? f : ir_sym_op(g, SYM_ADD, sum, f, e)) < 0) return f < 0 ? f : sum;
     }
-    nd->sym[a->i[0]] = ir_sym_is_const(g, sum, NULL) ? 0 : sum + 1;
+    if (!ir_sym_is_const(g, sum, NULL) && ir_sym_hint(g, sum) < 2) nd->symlost = 1;
+    else nd->sym[a->i[0]] = ir_sym_is_const(g, sum, NULL) ? 0 : sum + 1;
     break;
   }
   case OP_EMBEDDING:

@@ -182,6 +182,16 @@ static int arith(lua_State *L, ir_symop op, int luaop, const char *what) {
   if (xa < 0 && (xa = ir_sym_const(g, va, &e)) < 0) return lfl_raise(L, what, &e);
   if (xb < 0 && (xb = ir_sym_const(g, vb, &e)) < 0) return lfl_raise(L, what, &e);
   if ((r = ir_sym_op(g, op, xa, xb, &e)) < 0) return lfl_raise(L, what, &e);
+  if (!ir_sym_is_const(g, r, NULL) && (ir_sym_hint(g, r) == 0 || ir_sym_hint(g, r) == 1)) {
+    /* T - 1 at T = 2 is 1, and a size 1 broadcasts: what the graph does
+    ** with it holds only at these sizes, as for sizes 0 and 1 of inputs */
+    lsym tmp;
+    tmp.trace = s->trace;
+    tmp.x = r;
+    specialize(L, &tmp, "a size expression worth 0 or 1");
+    lua_pushinteger(L, (lua_Integer)ir_sym_hint(g, r));
+    return 1;
+  }
   push_expr(L, tr, g, r);
   return 1;
 }

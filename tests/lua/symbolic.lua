@@ -94,7 +94,7 @@ do
             tostring(2 * T + 1), tostring(x:numel()), tostring(#x)}
     return x:reshape(B * T, -1):sum(2):reshape(B, T)
   end, {dynamic = true})
-  local x = fl.randn(2, 6, 3)
+  local x = fl.randn(2, 8, 3)        -- T // 2 and T % 3 are >= 2 here: symbolic
   f(x)
   t.is(table.concat(seen, " "), "s0 s0*s1 s1//2 s1%3 -s1 1+(2*s1) s2*(s0*s1) s0",
        "sizes print as expressions")
@@ -103,6 +103,16 @@ do
     local y = fl.randn(3, T, 5)
     ok = ok and close(f(y), y:sum(3))
   end
+  -- T - 1 is 1 when T = 2: a size 1 broadcasts, so it must not stay symbolic
+  local function h(x)
+    local T = x.shape[2]
+    return x:narrow(2, 1, T - 1):sum(2, true):expand(x.shape[1], T, x.shape[3]) + x
+  end
+  local g = fl.compile(h, {dynamic = true})
+  g(fl.randn(2, 2, 3))
+  local y = fl.randn(4, 7, 5)
+  t.ok(close(g(y), h(y)), "T - 1 worth 1 at capture: specialized, right at T = 7")
+  t.ok(has(g:stats().specializations, "worth 0 or 1"), "and the reason says why")
   t.ok(ok, "reshape(B*T, -1) then back: right at other sizes")
   t.is(f:stats().compiles, 1, "one compile")
 end
@@ -192,6 +202,54 @@ do
   t.is(h(fl.randn(3, {dtype = "float16"})).dtype, "float16", "a size operand keeps float16 (it is an integer)")
   t.is(h(fl.tensor({1, 2, 3, 4}, {dtype = "int64"})).dtype, "int64", "and int64 stays int64")
   t.is(h(fl.tensor({1, 2, 3, 4}, {dtype = "int64"})):tolist()[4], 16, "exactly")
+end
+
+-- ---- random programs over symbolic sizes against eager -------------------
+-- Chains of size-reading steps (reshape to B*T, narrow to T-1, masks from
+-- fl.arange(T), x * T, fl.zeros(B, T, 1)...), compiled with dynamic=true or
+-- automatic, each called at four random shapes.  Seed: FUSELAB_FUZZ_SEED
+-- (default 1).  Bounded to 40 s: it reports how far it got.
+do
+  local seed = tonumber(os.getenv("FUSELAB_FUZZ_SEED") or "1") or 1
+  math.randomseed(seed)
+  local steps = {
+    function(x) local B, T, C = x.shape[1], x.shape[2], x.shape[3]
+      return x:reshape(B * T, C):tanh():reshape(B, T, C) end,
+    function(x) local B, T, C = x.shape[1], x.shape[2], x.shape[3]
+      return x:reshape(B, -1):softmax(-1):view(B, T, C) end,
+    function(x) local T = x.shape[2]
+      return x:narrow(2, 1, T - 1):sum(2, true):expand(x.shape[1], T, x.shape[3]) + x end,
+    function(x) local T = x.shape[2]; return x + fl.arange(T):to("float32"):reshape(1, T, 1) end,
+    function(x) return (x * x.shape[2] - x:sum() / x:numel()):tanh() end,
+    function(x) local B, T = x.shape[1], x.shape[2]; return x + fl.zeros(B, T, 1) + fl.full({1, T, 1}, 0.5) end,
+    function(x) local T = x.shape[2]
+      local m = fl.where(fl.arange(T):reshape(1, T):gt(fl.arange(T):reshape(T, 1)), -math.huge, 0.0)
+      return (x:matmul(x:transpose(2, 3)) + m):softmax(-1):matmul(x) end,
+    function(x) local B, T, C = x.shape[1], x.shape[2], x.shape[3]
+      return x:permute(3, 1, 2):reshape(C, B * T):transpose(1, 2):reshape(B, T, C) end,
+    function(x) return x:mean(2, true) + x:amax(3, true) end,
+  }
+  local t0, bad, calls, trials, first = fl.now(), 0, 0, 0, nil
+  for trial = 1, 16 do
+    if fl.now() - t0 > 40 then break end
+    local chain = {}
+    for i = 1, math.random(1, 4) do chain[i] = math.random(#steps) end
+    local function f(x) for _, k in ipairs(chain) do x = steps[k](x) end return x end
+    local cm = fl.compile(f, {dynamic = math.random() < 0.5 or nil})
+    for _ = 1, 4 do
+      local x = fl.randn(math.random(2, 4), math.random(2, 9), math.random(2, 5))
+      local want, got = f(x), cm(x)
+      calls = calls + 1
+      if not fl.allclose(got, want, 1e-4, 1e-5) then
+        bad = bad + 1
+        first = first or ("seed %d trial %d steps {%s} at %s"):format(seed, trial,
+          table.concat(chain, ","), table.concat(x.shape, "x"))
+      end
+    end
+    trials = trial
+  end
+  t.ok(bad == 0, ("%d random symbolic programs, %d calls, match eager (seed %d)%s"):format(
+    trials, calls, seed, first and ("; first mismatch: " .. first) or ""))
 end
 
 -- ---- the CUDA code path: symbolic plans compile (NVRTC) ------------------
