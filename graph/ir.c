@@ -118,17 +118,6 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e) {
 ** dim.  An op whose sizes are computed in ways not followed here (conv's
 ** spatial dims) sets symlost when a symbolic size reaches them: capture
 ** then specializes the inputs' symbols rather than guess. */
-static int prod_expr(ir_graph *g, const ir_node *x, int from, int to, int *out, fl_err *e) {
-  int d, p = -1;
-  for (d = from; d < to; d++) {
-    int f = x->sym[d] ? x->sym[d] - 1 : ir_sym_const(g, x->meta.shape[d], e);
-    if (f < 0) return f;
-    if ((p = p < 0 ? f : ir_sym_op(g, SYM_MUL, p, f, e)) < 0) return p;
-  }
-  *out = p < 0 ? ir_sym_const(g, 1, e) : p;
-  return *out < 0 ? *out : 0;
-}
-
 static int has_sym(const ir_node *x) {
   int d;
   for (d = 0; d < x->meta.ndim; d++) if (x->sym[d]) return 1;
@@ -137,15 +126,15 @@ static int has_sym(const ir_node *x) {
 
 static int reshape_syms(ir_graph *g, ir_node *nd, const ir_node *x, fl_err *e) {
   const op_attrs *a = &nd->attrs;
-  int d, hole = -1, any = 0, rc;
+  int d, hole = -1, any = 0;
   for (d = 0; d < nd->meta.ndim; d++) {
     if (d < a->ndims && nd->asym[d]) { nd->sym[d] = nd->asym[d]; any = 1; }
     else if (d < a->ndims && a->dims[d] == -1) hole = d;
   }
   if (hole >= 0 && (any || has_sym(x))) {
     /* the inferred dim: numel(x) / the product of the others */
-    int n, k = -1, q;
-    if ((rc = prod_expr(g, x, 0, x->meta.ndim, &n, e)) < 0) return rc;
+    int n = ir_sym_numel(g, x, e), k = -1, q;
+    if (n < 0) return n;
     for (d = 0; d < nd->meta.ndim; d++) {
       int f;
       if (d == hole) continue;

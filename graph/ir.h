@@ -84,6 +84,8 @@ int ir_sym_eval(const ir_graph *g, const int64_t *vars, int64_t *vals, fl_err *e
 int ir_sym_vars(const ir_graph *g, const fl_meta *const *in, int64_t *vars);
 /* Rewrite every symbolic attribute slot for these inputs' sizes. */
 int ir_sym_bind(const ir_graph *g, const fl_meta *const *in, fl_err *e);
+/* The expression of node x's element count (the product of its dims). */
+int ir_sym_numel(ir_graph *g, const ir_node *x, fl_err *e);
 /* used[k] = 1 for every variable k expression x depends on. */
 void ir_sym_uses(const ir_graph *g, int x, unsigned char *used);
 /* Node id's attribute slots become asym (IR_NASYM entries); returns 1

@@ -253,3 +253,13 @@ void ir_sym_uses(const ir_graph *g, int x, unsigned char *used) {
   default: ir_sym_uses(g, s.a, used); ir_sym_uses(g, s.b, used);
   }
 }
+
+int ir_sym_numel(ir_graph *g, const ir_node *x, fl_err *e) {
+  int d, p = -1;
+  for (d = 0; d < x->meta.ndim; d++) {
+    int f = x->sym[d] ? x->sym[d] - 1 : ir_sym_const(g, x->meta.shape[d], e);
+    if (f < 0) return f;
+    if ((p = p < 0 ? f : ir_sym_op(g, SYM_MUL, p, f, e)) < 0) return p;
+  }
+  return p < 0 ? ir_sym_const(g, 1, e) : p;
+}

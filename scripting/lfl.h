@@ -94,7 +94,7 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
 /* Symbolic sizes: the graph their expressions live in (the first
 ** segment's, NULL after a break), the trace's id, the user's file:line,
-** the cache of SymInt userdata by expression, a variable's source
+** the cache of SymInt userdata by expression (and of iotas), a variable's source
 ** ("x.shape[2]").  specialize: every variable in expression x becomes
 ** static, with the reason; guard: the capture holds only while
 ** (a cmp b) == expect (cmp: LFL_SYM_LT, LE, EQ), text says why. */

@@ -92,15 +92,11 @@ void lfl_pushnumel(lua_State *L, const fl_tensor *t) {
   if (lfl_islazy(t) && (tr = lfl_trace_active(L)) && u->trace == lfl_trace_id(tr) &&
       u->seg == 0 && (g = lfl_trace_symgraph(tr))) {
     const ir_node *nd = &g->nodes[u->node];
-    int d, p = -1, any = 0;
-    err_clear(&e);
+    int d, p, any = 0;
     for (d = 0; d < nd->meta.ndim; d++) any |= nd->sym[d] != 0;
     if (any) {
-      for (d = 0; d < nd->meta.ndim; d++) {
-        int f = nd->sym[d] ? nd->sym[d] - 1 : ir_sym_const(g, nd->meta.shape[d], &e);
-        if (f < 0 || (p = p < 0 ? f : ir_sym_op(g, SYM_MUL, p, f, &e)) < 0)
-          lfl_raise(L, "numel", &e);
-      }
+      err_clear(&e);
+      if ((p = ir_sym_numel(g, nd, &e)) < 0) lfl_raise(L, "numel", &e);
       push_expr(L, tr, g, p);
       return;
     }
@@ -160,8 +156,7 @@ static int numeric(lua_State *L, int op, const char *what) {
       lua_replace(L, i);
     }
   }
-  lua_settop(L, op == LUA_OPUNM ? 1 : 2);
-  if (op == LUA_OPUNM) lua_pushvalue(L, 1);
+  lua_settop(L, 2);
   lua_arith(L, op);
   return 1;
 }
@@ -311,12 +306,25 @@ static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, in
   fl_err e;
   char text[400], where[200], ts[64];
   while (cap < 2 * end) cap *= 2;
-  memset(&m, 0, sizeof m);
-  m.dtype = dt;
-  m.ndim = 1;
-  m.shape[0] = cap;
-  iota = lfl_pushempty(L, &m, why);
-  for (k = 0; k < cap; k++) ten_set_i64(iota, k, k);
+  /* one iota per dtype and length in a trace: every arange and mask of
+  ** the capture reads the same param */
+  lfl_trace_push_symcache(L);
+  lua_pushfstring(L, "iota %d %I", (int)dt, (lua_Integer)cap);
+  if (lua_rawget(L, -2) == LUA_TUSERDATA) {
+    iota = lfl_totensor(L, -1);
+  } else {
+    lua_pop(L, 1);
+    memset(&m, 0, sizeof m);
+    m.dtype = dt;
+    m.ndim = 1;
+    m.shape[0] = cap;
+    iota = lfl_pushempty(L, &m, why);
+    for (k = 0; k < cap; k++) ten_set_i64(iota, k, k);
+    lua_pushfstring(L, "iota %d %I", (int)dt, (lua_Integer)cap);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_remove(L, -2);                  /* the cache; the iota stays on top */
   err_clear(&e);
   if ((xc = ir_sym_const(g, cap, &e)) < 0) return lfl_raise(L, why, &e);
   lfl_trace_where(L, where, sizeof where);

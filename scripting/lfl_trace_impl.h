@@ -23,7 +23,7 @@ enum { UV_LAZY = 1,        /* node id -> lazy userdata of this segment (weak) */
        UV_GRAPHS,          /* array of flushed segment Graphs */
        UV_EXEC,            /* optional Lua function(graph, inputs) -> outputs */
        UV_PLAN,            /* the fl.Resume plan recorded into / replayed, or nil */
-       UV_SYMS,            /* {ud = {expr -> SymInt}, guards = {...}, reasons = {...}} */
+       UV_SYMS,            /* {ud = {expr -> SymInt, "iota DT N" -> tensor}, guards, reasons} */
        UV_COUNT = UV_SYMS };
 
 /* One recorded segment (see RESUMING in lfl_resume.c). */
