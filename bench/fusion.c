@@ -21,7 +21,8 @@
 #include <unistd.h>
 
 #include "cpu/eager.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
+#include "exec/cache.h"
 #include "tests/unit/fuse_graphs.h"
 
 #define N (16 * 1024 * 1024)
@@ -76,33 +77,33 @@ static void inputs_for(const ir_graph *g, fl_tensor *in, const fl_tensor **inp) 
     }
 }
 
-static cpu_program *compiled(const ir_graph *g, int fuse) {
+static exec_program *compiled(const ir_graph *g, int fuse) {
   fuse_opts o;
   fl_err e;
   fuse_plan *p;
-  cpu_program *pr;
+  exec_program *pr;
   fuse_opts_default(&o);
   o.fuse = fuse;
   if (!(p = fuse_plan_build(g, &o, &e))) die("plan", &e);
-  if (!(pr = cpu_codegen(p, &e))) die("codegen", &e);
+  if (!(pr = exec_codegen(&cpu_backend, p, NULL, &e))) die("codegen", &e);
   fuse_plan_free(p);
-  if (cpu_program_compile(pr, &e)) { fprintf(stderr, "%s\n", cpu_program_log(pr)); die("compile", &e); }
+  if (exec_program_compile(pr, &e)) { fprintf(stderr, "%s\n", exec_program_log(pr)); die("compile", &e); }
   return pr;
 }
 
 /* best time of a compiled run; out=1 writes into preallocated outputs */
-static double time_prog(cpu_program *pr, const fl_tensor **inp, int nin, int out) {
+static double time_prog(exec_program *pr, const fl_tensor **inp, int nin, int out) {
   fl_tensor o[4];
   fl_err e;
   double best = 1e30, t;
   int r, i, nout = pr->plan->g->nout;
   memset(o, 0, sizeof o);
-  if (cpu_program_run(pr, inp, nin, o, &e)) die("run", &e);
+  if (exec_program_run(pr, inp, nin, o, &e)) die("run", &e);
   for (r = 0; r < reps; r++) {
     if (!out) for (i = 0; i < nout; i++) ten_release(&o[i]);
     flush_caches();
     t = now();
-    if ((out ? cpu_program_run_out : cpu_program_run)(pr, inp, nin, o, &e)) die("run", &e);
+    if ((out ? exec_program_run_out : exec_program_run)(pr, inp, nin, o, &e)) die("run", &e);
     t = now() - t;
     if (t < best) best = t;
   }
@@ -191,7 +192,7 @@ static void elementwise(void) {
     ir_graph *g = chain8(tr);
     fl_tensor in[2];
     const fl_tensor *inp[2];
-    cpu_program *f = compiled(g, 1), *u = compiled(g, 0);
+    exec_program *f = compiled(g, 1), *u = compiled(g, 0);
     double tf, tfa, tu, te, bytes = 3.0 * N * 4;
     inputs_for(g, in, inp);
     te = time_eager(g, inp, 2);
@@ -211,7 +212,7 @@ static void elementwise(void) {
       ir_graph *gs = ir_new();
       fl_tensor sin_[2];
       const fl_tensor *sinp[2];
-      cpu_program *fs;
+      exec_program *fs;
       double ts;
       int x = fg_input(gs, fg_meta(FL_F32, 1, (int64_t)65536)), y = fg_input(gs, fg_meta(FL_F32, 1, (int64_t)65536));
       int a = fg_un(gs, OP_TANH, fg_bin(gs, OP_MUL, x, y));
@@ -227,11 +228,11 @@ static void elementwise(void) {
         double t0;
         int r, q;
         memset(so, 0, sizeof so);
-        if (cpu_program_run(fs, sinp, 2, so, &e)) die("run", &e);
+        if (exec_program_run(fs, sinp, 2, so, &e)) die("run", &e);
         ts = 1e30;
         for (r = 0; r < reps; r++) {
           t0 = now();
-          for (q = 0; q < 256; q++) cpu_program_run_out(fs, sinp, 2, so, &e);
+          for (q = 0; q < 256; q++) exec_program_run_out(fs, sinp, 2, so, &e);
           t0 = now() - t0;
           if (t0 < ts) ts = t0;
         }
@@ -239,12 +240,12 @@ static void elementwise(void) {
       }
       printf("%-34s %8.2f ms  (same kernel, cache-resident input, scaled to 16M): fused is %.2f of it\n",
              "math alone", ts * 1e3, ts / tf);
-      cpu_program_free(fs);
+      exec_program_free(fs);
       ten_release(&sin_[0]); ten_release(&sin_[1]);
       ir_free(gs);
     }
-    cpu_program_free(f);
-    cpu_program_free(u);
+    exec_program_free(f);
+    exec_program_free(u);
     ten_release(&in[0]); ten_release(&in[1]);
     ir_free(g);
   }
@@ -254,7 +255,7 @@ static void rows_kernel(const char *what, ir_graph *g) {
   double bw, bw16;
   fl_tensor in[2];
   const fl_tensor *inp[2];
-  cpu_program *f = compiled(g, 1);
+  exec_program *f = compiled(g, 1);
   double t, tc, te, bytes = 2.0 * 4096 * 1024 * 4;
   int saved = reps;
   inputs_for(g, in, inp);
@@ -270,7 +271,7 @@ static void rows_kernel(const char *what, ir_graph *g) {
   printf("%-30s cold %5.2f ms %5.1f GB/s %4.2f of DRAM copy (%4.1f) | warm %5.2f ms %5.1f GB/s %4.2f of 16 MiB copy (%4.1f) | %5.2fx eager\n",
          what, tc * 1e3, bytes / tc / 1e9, bytes / tc / 1e9 / bw, bw, t * 1e3, bytes / t / 1e9,
          bytes / t / 1e9 / bw16, bw16, te / t);
-  cpu_program_free(f);
+  exec_program_free(f);
   ten_release(&in[0]);
   ir_free(g);
 }
@@ -303,7 +304,7 @@ static double out_sum(const fl_tensor *t) {
 static void model(const char *what, const char *torch_name, ir_graph *g) {
   fl_tensor in[2], o[1];
   const fl_tensor *inp[2];
-  cpu_program *f = compiled(g, 1);
+  exec_program *f = compiled(g, 1);
   fl_err e;
   double t, te, sum;
   int i;
@@ -311,7 +312,7 @@ static void model(const char *what, const char *torch_name, ir_graph *g) {
   te = time_eager(g, inp, 1);
   t = time_prog(f, inp, 1, 0);
   memset(o, 0, sizeof o);
-  if (cpu_program_run(f, inp, 1, o, &e)) die("run", &e);
+  if (exec_program_run(f, inp, 1, o, &e)) die("run", &e);
   sum = out_sum(&o[0]);
   ten_release(&o[0]);
   printf("%-34s %8.2f ms compiled, %8.2f ms eager: %5.2fx  (%d kernels for %d ops)\n",
@@ -323,7 +324,7 @@ static void model(const char *what, const char *torch_name, ir_graph *g) {
            "", r->ms, r->ms / (t * 1e3), sum, r->sum,
            fabs(sum - r->sum) <= 1e-4 * (1 + fabs(r->sum)) ? "same model" : "DIFFERENT: not comparable");
   }
-  cpu_program_free(f);
+  exec_program_free(f);
   ten_release(&in[0]);
   ir_free(g);
 }
@@ -331,7 +332,7 @@ static void model(const char *what, const char *torch_name, ir_graph *g) {
 static void latency(const char *what, ir_graph *g) {
   char tmpl[] = "/tmp/fl-bench-cache-XXXXXX";
   fuse_plan *p;
-  cpu_program *pr;
+  exec_program *pr;
   fl_err e;
   double t0, cold, warm, plan_ms;
   if (!mkdtemp(tmpl)) return;
@@ -340,20 +341,20 @@ static void latency(const char *what, ir_graph *g) {
   cache_forget_memory();
   t0 = now();
   p = fuse_plan_build(g, NULL, &e);
-  pr = cpu_codegen(p, &e);
+  pr = exec_codegen(&cpu_backend, p, NULL, &e);
   plan_ms = (now() - t0) * 1e3;
   t0 = now();
-  if (cpu_program_compile(pr, &e)) die("compile", &e);
+  if (exec_program_compile(pr, &e)) die("compile", &e);
   cold = (now() - t0) * 1e3;
-  cpu_program_free(pr);
+  exec_program_free(pr);
   cache_forget_memory();
   t0 = now();
-  pr = cpu_codegen(p, &e);
-  if (cpu_program_compile(pr, &e)) die("compile", &e);
+  pr = exec_codegen(&cpu_backend, p, NULL, &e);
+  if (exec_program_compile(pr, &e)) die("compile", &e);
   warm = (now() - t0) * 1e3;
   printf("%-34s plan+codegen %.1f ms, cold compile %.0f ms, warm (disk, new process) %.1f ms\n",
          what, plan_ms, cold, warm);
-  cpu_program_free(pr);
+  exec_program_free(pr);
   fuse_plan_free(p);
   cache_clear(&e);
   rmdir(tmpl);

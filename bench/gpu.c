@@ -26,7 +26,7 @@
 #include "fuse/plan.h"
 #include "gpu/cuda.h"
 #include "gpu/cuda_program.h"
-#include "cpu/cache.h"
+#include "exec/cache.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -39,15 +39,15 @@ static void die(const char *what, const fl_err *e) {
   exit(1);
 }
 
-static cuda_program *program(ir_graph *g, int fuse) {
+static exec_program *program(ir_graph *g, int fuse) {
   fuse_opts o;
   fuse_plan *p;
-  cuda_program *pr;
+  exec_program *pr;
   fl_err e;
   fuse_opts_default(&o);
   o.fuse = fuse;
   if (!(p = fuse_plan_build(g, &o, &e))) die("plan", &e);
-  if (!(pr = cuda_codegen(p, &e))) die("codegen", &e);
+  if (!(pr = exec_codegen(&cuda_backend, p, NULL, &e))) die("codegen", &e);
   fuse_plan_free(p);
   return pr;
 }
@@ -68,20 +68,20 @@ static void bench_nvrtc(void) {
   printf("5. NVRTC compile (sm_%d, NVRTC %s), per graph:\n", nvrtc_default_arch(), nvrtc_version_str());
   nvrtc_cache_clear();
   for (i = 0; i < n; i++) {
-    cuda_program *a = program(gs[i].g, 1), *b = program(gs[i].g, 1);
+    exec_program *a = program(gs[i].g, 1), *b = program(gs[i].g, 1);
     double cold, warm;
-    if (cuda_program_compile(a, &e) != FL_OK) die("compile", &e);
+    if (exec_program_compile(a, &e) != FL_OK) die("compile", &e);
     cold = a->compile_ms;
     nvrtc_forget_memory();            /* as a new process would: from disk */
-    if (cuda_program_compile(b, &e) != FL_OK) die("compile", &e);
+    if (exec_program_compile(b, &e) != FL_OK) die("compile", &e);
     warm = b->compile_ms;
     printf("   %-22s %2d kernels  cold %7.1f ms  warm (disk) %6.3f ms  [%s]\n", gs[i].what,
-           a->plan->nkernels, cold, warm, b->img.how == CACHE_DISK ? "disk hit" : "not a disk hit!");
+           a->plan->nkernels, cold, warm, b->how == CACHE_DISK ? "disk hit" : "not a disk hit!");
     cold_sum += cold; warm_sum += warm;
     if (cold > cold_max) cold_max = cold;
     if (warm > warm_max) warm_max = warm;
-    cuda_program_free(a);
-    cuda_program_free(b);
+    exec_program_free(a);
+    exec_program_free(b);
     ir_free(gs[i].g);
   }
   printf("   mean cold %.1f ms (max %.1f; target <= 300)   mean warm %.3f ms (max %.3f; target <= 5)\n",
@@ -102,7 +102,7 @@ static fl_tensor dev_rand(const fl_meta *m) {
 }
 
 /* best device time of reps runs (after one warm-up), ms */
-static double time_prog(cuda_program *pr, const fl_tensor *const *in, int nin, int reps) {
+static double time_prog(exec_program *pr, const fl_tensor *const *in, int nin, int reps) {
   fl_tensor out[8];
   fl_err e;
   double best = 1e30, ms;
@@ -142,7 +142,7 @@ static double bench_chain(double copy_gbs) {
   int64_t n = (int64_t)1 << 26;
   ir_graph *g = ir_new();
   int x = fg_input(g, fg_meta(FL_F32, 1, n)), y = x, i;
-  cuda_program *pr;
+  exec_program *pr;
   fl_tensor in;
   const fl_tensor *inp[1];
   double ms, gbs;
@@ -156,7 +156,7 @@ static double bench_chain(double copy_gbs) {
   printf("1. elementwise 8-op chain, %lld floats: %.3f ms, %.0f GB/s vs copy %.0f GB/s: ratio %.2f "
          "(target >= 0.85)\n", (long long)n, ms, gbs, copy_gbs, gbs / copy_gbs);
   ten_release(&in);
-  cuda_program_free(pr);
+  exec_program_free(pr);
   ir_free(g);
   return gbs / copy_gbs;
 }
@@ -165,14 +165,14 @@ static void bench_rows(double copy_gbs) {
   int w;
   for (w = 0; w < 2; w++) {
     ir_graph *g = w ? fg_norm(16384, 1024, 0, 0) : fg_softmax(16384, 1024, 0, 0);
-    cuda_program *pr = program(g, 1);
+    exec_program *pr = program(g, 1);
     fl_tensor in = dev_rand(&g->nodes[0].meta);
     const fl_tensor *inp[1] = {&in};
     double ms = time_prog(pr, inp, 1, 10), gbs = 2.0 * 16384 * 1024 * 4 / (ms * 1e6);
     printf("2. %s 16384x1024: %.3f ms, %.0f GB/s vs bound %.0f GB/s: ratio %.2f (target >= 0.75)\n",
            w ? "layer_norm" : "softmax", ms, gbs, copy_gbs, gbs / copy_gbs);
     ten_release(&in);
-    cuda_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
   }
 }
@@ -187,7 +187,7 @@ static void bench_matmul(void) {
   ir_graph *g = ir_new(), *ge = ir_new();
   int x = fg_input(g, fg_meta(FL_F32, 2, M, K)), w = fg_input(g, fg_meta(FL_F32, 2, K, N)), in[2], y;
   int xe = fg_input(ge, fg_meta(FL_F32, 2, M, N));
-  cuda_program *fused, *epi;
+  exec_program *fused, *epi;
   fl_tensor A, B, C;
   const fl_tensor *inp[2], *einp[1];
   double t_fused, t_epi, t_blas = -1, ms;
@@ -232,7 +232,7 @@ static void bench_matmul(void) {
   else
     printf("3. matmul + gelu: fused %.3f ms; cuBLAS not available, ratio not measured\n", t_fused);
   ten_release(&A); ten_release(&B); ten_release(&C);
-  cuda_program_free(fused); cuda_program_free(epi);
+  exec_program_free(fused); exec_program_free(epi);
   ir_free(g); ir_free(ge);
 }
 
@@ -240,7 +240,7 @@ static void bench_overhead(void) {
   static const fl_op ops[4] = {OP_EXP, OP_TANH, OP_SIN, OP_RELU};
   ir_graph *g = ir_new();
   int x = fg_input(g, fg_meta(FL_F32, 1, (int64_t)256)), y = x, i, mode, r;
-  cuda_program *pr;
+  exec_program *pr;
   fl_tensor in, out[1];
   const fl_tensor *inp[1];
   double per[2];
@@ -271,7 +271,7 @@ static void bench_overhead(void) {
   printf("4. 20-kernel graph per call: default %.1f us, reduce-overhead (CUDA graph) %.1f us: %.1fx lower "
          "(target >= 3)\n", per[0], per[1], per[0] / per[1]);
   ten_release(&in);
-  cuda_program_free(pr);
+  exec_program_free(pr);
   ir_free(g);
 }
 

@@ -55,17 +55,6 @@ static const char *ctype(fl_dtype t) {
 
 /* the type a value is computed in */
 
-void cpu_c_ident(const char *s, char *out, size_t n) {
-  size_t i = 0;
-  if (n == 0) return;
-  if (s && (*s >= '0' && *s <= '9') && i + 1 < n) out[i++] = '_';
-  for (; s && *s && i + 1 < n; s++) {
-    char c = *s;
-    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    out[i++] = ok ? c : '_';
-  }
-  out[i] = '\0';
-}
 
 void cpu_emit_preamble(strbuf *b) {
   strbuf_printf(b,

@@ -22,8 +22,5 @@ void cpu_emit_preamble(strbuf *b);
 ** scratch: when non-zero the caller passes, after the kernel's buffers,
 ** one more of max_threads * scratch * (reduced elements) floats. */
 int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int k, const char *sym, int *scratch);
-/* Write into out (n bytes) a C identifier made from s: letters, digits
-** and '_' kept, everything else '_', never starting with a digit. */
-void cpu_c_ident(const char *s, char *out, size_t n);
 
 #endif

@@ -586,7 +586,7 @@ void fk_name(fk_kernel *k, const ir_graph *g) {
   for (d = 0; d < m->ndim; d++) {
     len = strlen(k->name);
     if (sym[d]) {
-      /* s0, s0s1 for s0*s1: an identifier once cpu_c_ident has its way */
+      /* s0, s0s1 for s0*s1: an identifier once exec_c_ident has its way */
       char ex[48];
       snprintf(k->name + len, sizeof k->name - len, "%c%s", d ? 'x' : '_',
                ir_sym_str(g, sym[d] - 1, ex, sizeof ex));

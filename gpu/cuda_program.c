@@ -1,303 +1,190 @@
 /*
-** cuda_program.c -- CUDA programs: source assembly, NVRTC compilation,
-** binding and launching kernels on device tensors, CUDA graphs, autotune.
-** Invariant (as cpu/compile.c's): a kernel is launched only with buffers
-** that exist on the device and are contiguous in the shapes the launch
-** metadata says, with the arguments fk_bind computed for exactly those
-** shapes; an extern kernel runs its epilogue in its store only when the
-** epilogue's space is the anchor's output, element for element (checked
-** at every launch), else the epilogue runs as its own kernel afterwards.
+** cuda_program.c -- what the CUDA backend does that no other does
+** (cuda_program.h): render with cuda_codegen.c, compile with NVRTC
+** (through the cache), load the image, launch a kernel with its parameter
+** block and grid (an extern step as a generated tiled kernel, or cuBLAS
+** where max-autotune chose it), CUDA graphs for "reduce-overhead", and
+** autotune.  Everything between kernels is the executor's (exec/).
+** Invariant (the executor's, and): an extern kernel runs its epilogue in
+** its store only when the epilogue's space is the anchor's output,
+** element for element (checked at every launch), else the epilogue runs
+** as its own kernel afterwards.
 */
 #include "config.h"
-#include "../fuse/render.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_program.h"
 #include "cublas.h"
-#include "../cpu/cache.h"
-#include "../cpu/codegen.h"
+#include "../exec/cache.h"
+#include "../fuse/render.h"
 #include "../graph/view.h"
 #include "../graph/rng.h"
 
-static char *dupstr(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
+/* --- the backend's own state per program ------------------------------------- */
 
-/* --- codegen ---------------------------------------------------------------- */
-
-cuda_program *cuda_codegen_prefixed(const fuse_plan *p, const char *prefix, fl_err *e) {
-  cuda_program *pr = calloc(1, sizeof *pr);
-  size_t nk = (size_t)(p->nkernels ? p->nkernels : 1);
-  strbuf b, all;
-  int k, rc;
-  if (!pr) { err_set(e, FL_ENOMEM, "codegen(cuda): out of memory"); return NULL; }
-  cpu_c_ident(prefix ? prefix : "fl_", pr->prefix, sizeof pr->prefix);
-  pr->plan = fuse_plan_ref((fuse_plan *)p);   /* counted, not modified */
-  pr->syms = calloc(nk, sizeof *pr->syms);
-  pr->info = calloc(nk, sizeof *pr->info);
-  pr->fns = calloc(nk, sizeof *pr->fns);
-  pr->epis = calloc(nk, sizeof *pr->epis);
-  pr->block = calloc(nk, sizeof *pr->block);
-  pr->ktext = calloc(nk, sizeof *pr->ktext);
-  pr->alias = calloc(nk, sizeof *pr->alias);
-  if (!pr->syms || !pr->info || !pr->fns || !pr->epis || !pr->block || !pr->ktext || !pr->alias)
-    goto oom;
-  memset(&b, 0, sizeof b);
-  memset(&all, 0, sizeof all);
-  for (k = 0; k < p->nkernels; k++) {
-    char sym[200];
-    snprintf(sym, sizeof sym, "%sk%d_%s", pr->prefix, k, p->kernels[k].name);
-    cpu_c_ident(sym, sym, sizeof sym);
-    strbuf kb;
-    memset(&kb, 0, sizeof kb);
-    rc = cuda_emit_kernel(&kb, p, k, sym, &pr->info[k], e);
-    if (rc < 0) {
-      strbuf_free(&kb);
-      strbuf_free(&b);
-      cuda_program_free(pr);
-      return NULL;
-    }
-    if (rc > 0) {
-      if (!(pr->syms[k] = dupstr(sym)) || !(pr->ktext[k] = strbuf_take(&kb))) {
-        strbuf_free(&kb);
-        strbuf_free(&b);
-        goto oom;
-      }
-      strbuf_printf(&b, "%s", pr->ktext[k]);
-    }
-    strbuf_free(&kb);
-    pr->block[k] = pr->info[k].block;
+cuda_state *cuda_state_of(exec_program *pr) {
+  cuda_state *cs = pr->priv;
+  size_t nk = (size_t)(pr->plan->nkernels ? pr->plan->nkernels : 1);
+  int k;
+  if (cs) return cs;
+  if (!(cs = calloc(1, sizeof *cs))) return NULL;
+  cs->block = calloc(nk, sizeof *cs->block);
+  cs->epis = calloc(nk, sizeof *cs->epis);
+  if (!cs->block || !cs->epis) {
+    free(cs->block); free(cs->epis); free(cs);
+    return NULL;
   }
-  if (!b.p && !b.oom) strbuf_printf(&b, "/* no generated kernels */\n");
-  if (b.oom) { strbuf_free(&b); goto oom; }
-  pr->body = strbuf_take(&b);
-  cuda_emit_preamble(&all, cuda_plan_has_extern(p));
-  strbuf_printf(&all, "%s", pr->body ? pr->body : "");
-  pr->source = strbuf_take(&all);
-  if (!pr->body || !pr->source) goto oom;
-  return pr;
-oom:
-  cuda_program_free(pr);
-  err_set(e, FL_ENOMEM, "codegen(cuda): out of memory");
-  return NULL;
+  for (k = 0; k < pr->plan->nkernels; k++) cs->block[k] = ((cuda_kinfo *)EXEC_KINFO(pr, k))->block;
+  pr->priv = cs;
+  return cs;
 }
 
-cuda_program *cuda_codegen(const fuse_plan *p, fl_err *e) {
-  return cuda_codegen_prefixed(p, "fl_", e);
+static void drop_graph(exec_program *pr);
+
+static void free_priv(exec_program *pr) {
+  cuda_state *cs = pr->priv;
+  if (!cs) return;
+  drop_graph(pr);
+  cuda_module_free(cs->mod);
+  free(cs->block); free(cs->epis); free(cs->cublas); free(cs->pblock);
+  free(cs);
+  pr->priv = NULL;
 }
 
-const char *cuda_program_source(const cuda_program *pr) { return pr->source; }
-const char *cuda_program_log(const cuda_program *pr) {
-  return pr->log ? pr->log : pr->img.log ? pr->img.log : "";
-}
-const char *cuda_program_ptx(const cuda_program *pr) { return pr->compiled ? pr->img.ptx : NULL; }
+/* --- renderer and compiler ------------------------------------------------------- */
 
-/* --- compile ------------------------------------------------------------------ */
-
-static int compile_source(const char *src, nvrtc_image *img, char **log, fl_err *e) {
-  return nvrtc_compile(src, "fuselab.cu", nvrtc_default_arch(), img, log, e);
+static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
+  int i, ext = 0;
+  for (i = 0; i < n; i++) ext |= cuda_plan_has_extern(plans[i]);
+  cuda_emit_preamble(b, ext);
 }
 
-int cuda_program_compile(cuda_program *pr, fl_err *e) {
-  char *log = NULL;
-  int rc, k;
-  if (pr->compiled) return FL_OK;
-  free(pr->log);
-  pr->log = NULL;
-  /* its own source holds every kernel: no aliases into a batch */
-  for (k = 0; k < pr->plan->nkernels; k++) { free(pr->alias[k]); pr->alias[k] = NULL; }
-  rc = compile_source(pr->source, &pr->img, &log, e);
-  pr->log = log;
-  pr->compile_ms = pr->img.ms;
-  if (rc == FL_OK) pr->compiled = 1;
-  return rc;
+static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, fl_err *e) {
+  return cuda_emit_kernel(b, p, k, sym, kinfo, e);
 }
 
-static int copy_img(nvrtc_image *dst, const nvrtc_image *src) {
-  *dst = *src;
-  dst->ptx = malloc(src->ptx_n + 1);
-  dst->cubin = src->cubin ? malloc(src->cubin_n ? src->cubin_n : 1) : NULL;
-  dst->log = dupstr(src->log ? src->log : "");
-  if (!dst->ptx || (src->cubin && !dst->cubin) || !dst->log) { nvrtc_image_free(dst); return FL_ENOMEM; }
-  memcpy(dst->ptx, src->ptx, src->ptx_n + 1);
-  if (src->cubin) memcpy(dst->cubin, src->cubin, src->cubin_n);
+/* NVRTC's image, counted: the programs of a batch share one */
+typedef struct cuda_image { nvrtc_image img; int refs; } cuda_image;
+
+static int compile(const char *head, const char *const *units, int nunits, void **image,
+                   char **log, int *how, fl_err *e) {
+  cuda_image *ci = calloc(1, sizeof *ci);
+  strbuf src;
+  int i, rc;
+  if (!ci) return err_set(e, FL_ENOMEM, "compile(cuda): out of memory");
+  /* one NVRTC program: the head once, then every unit */
+  memset(&src, 0, sizeof src);
+  strbuf_printf(&src, "%s", head);
+  for (i = 0; i < nunits; i++) strbuf_printf(&src, "%s", units[i]);
+  if (src.oom) { strbuf_free(&src); free(ci); return err_set(e, FL_ENOMEM, "compile(cuda): out of memory"); }
+  rc = nvrtc_compile(src.p, "fuselab.cu", nvrtc_default_arch(), &ci->img, log, e);
+  strbuf_free(&src);
+  if (rc != FL_OK) { free(ci); return rc; }
+  ci->refs = 1;
+  *how = ci->img.how;
+  *image = ci;
   return FL_OK;
 }
 
-
-/* The source of n programs in one unit.  A kernel identical to an earlier
-** one is left out and its program loads the earlier one's symbol (random
-** graphs and repeated layers share many), as cpu/compile.c aliases them. */
-static char *batch_source(cuda_program **prs, int n) {
-  strbuf b;
-  char **keys = NULL, **first = NULL;
-  int nk = 0, cap = 0, i, k, j, ext = 0;
-  memset(&b, 0, sizeof b);
-  for (i = 0; i < n; i++) ext |= cuda_plan_has_extern(prs[i]->plan);
-  cuda_emit_preamble(&b, ext);
-  for (i = 0; i < n && !b.oom; i++)
-    for (k = 0; k < prs[i]->plan->nkernels; k++) {
-      cuda_program *pr = prs[i];
-      char *key;
-      if (!pr->ktext[k]) continue;
-      if (!(key = fk_kernel_key(pr->ktext[k], pr->syms[k]))) { b.oom = 1; break; }
-      for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
-      if (j < nk) {
-        free(key);
-        free(pr->alias[k]);
-        if (!(pr->alias[k] = dupstr(first[j]))) { b.oom = 1; break; }
-        continue;
-      }
-      if (nk == cap) {
-        char **nkeys, **nfirst;
-        cap = cap ? 2 * cap : 64;
-        nkeys = realloc(keys, (size_t)cap * sizeof *keys);
-        if (nkeys) keys = nkeys;
-        nfirst = realloc(first, (size_t)cap * sizeof *first);
-        if (nfirst) first = nfirst;
-        if (!nkeys || !nfirst) { b.oom = 1; free(key); break; }
-      }
-      keys[nk] = key;
-      first[nk++] = pr->syms[k];
-      strbuf_printf(&b, "%s", pr->ktext[k]);
-    }
-  for (j = 0; j < nk; j++) free(keys[j]);
-  free(keys);
-  free(first);
-  return strbuf_take(&b);
+static void *image_retain(void *img) {
+  if (img) ((cuda_image *)img)->refs++;
+  return img;
 }
 
-int cuda_compile_batch(cuda_program **prs, int n, fl_err *e) {
-  nvrtc_image img;
-  char *src, *log = NULL;
-  int i, rc;
-  if (!(src = batch_source(prs, n))) return err_set(e, FL_ENOMEM, "compile(cuda): out of memory");
-  rc = compile_source(src, &img, &log, e);
-  free(src);
-  for (i = 0; i < n; i++) {
-    cuda_program *pr = prs[i];
-    free(pr->log);
-    pr->log = log ? dupstr(log) : NULL;
-    if (rc == FL_OK) {
-      nvrtc_image_free(&pr->img);
-      if (copy_img(&pr->img, &img) != FL_OK) { rc = err_set(e, FL_ENOMEM, "compile(cuda): out of memory"); break; }
-      pr->compiled = 1;
-      pr->compile_ms = img.ms;
-    }
-  }
-  if (rc == FL_OK) nvrtc_image_free(&img);
-  free(log);
-  return rc;
+static void image_release(void *img) {
+  cuda_image *ci = img;
+  if (!ci || --ci->refs > 0) return;
+  nvrtc_image_free(&ci->img);
+  free(ci);
 }
+
+const nvrtc_image *cuda_program_image(const exec_program *pr) {
+  return pr->image ? &((const cuda_image *)pr->image)->img : NULL;
+}
+
+const char *cuda_program_ptx(const exec_program *pr) {
+  const nvrtc_image *img = cuda_program_image(pr);
+  return img ? img->ptx : NULL;
+}
+
+/* --- runtime ---------------------------------------------------------------------- */
 
 /* Load the image and find every kernel (needs a device). */
-static int load(cuda_program *pr, fl_err *e) {
+static int load(exec_program *pr, fl_err *e) {
+  const nvrtc_image *img = cuda_program_image(pr);
+  cuda_state *cs = cuda_state_of(pr);
   char esym[240];
   int k, rc;
-  if (pr->mod) return FL_OK;
+  if (!cs) return err_set(e, FL_ENOMEM, "load(cuda): out of memory");
   if ((rc = cuda_rt_init(e)) != FL_OK) return rc;
-  if ((rc = cuda_program_compile(pr, e)) != FL_OK) return rc;
-  if ((rc = cuda_module_load(pr->img.cubin ? pr->img.cubin : (void *)pr->img.ptx, &pr->mod, e)) != FL_OK)
+  cuda_module_free(cs->mod);
+  cs->mod = NULL;
+  if ((rc = cuda_module_load(img->cubin ? img->cubin : (void *)img->ptx, &cs->mod, e)) != FL_OK)
     return rc;
   for (k = 0; k < pr->plan->nkernels && rc == FL_OK; k++) {
-    if (!pr->syms[k]) continue;
     const char *sym = pr->alias[k] ? pr->alias[k] : pr->syms[k];
-    rc = cuda_module_kernel(pr->mod, sym, &pr->fns[k], e);
-    if (rc == FL_OK && pr->info[k].epi) {
+    if (!pr->syms[k]) continue;
+    rc = cuda_module_kernel(cs->mod, sym, &pr->fns[k], e);
+    if (rc == FL_OK && ((cuda_kinfo *)EXEC_KINFO(pr, k))->epi) {
       snprintf(esym, sizeof esym, "%s_epi", sym);
-      rc = cuda_module_kernel(pr->mod, esym, &pr->epis[k], e);
+      rc = cuda_module_kernel(cs->mod, esym, &cs->epis[k], e);
     }
   }
   return rc;
 }
 
-/* --- running --------------------------------------------------------------------- */
+static int to_device(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
+  if (src->m.device == FL_DEV_CUDA) return cuda_contiguous(dst, src, e);
+  return cuda_copy_to(dst, src, FL_DEV_CUDA, e);
+}
 
+static int copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) { return cuda_copy_into(dst, src, e); }
+static int wait_stream(fl_err *e) { return cuda_sync(e); }
+static int nargs(const exec_program *pr, int k) { return ((const cuda_kinfo *)EXEC_KINFO(pr, k))->narg; }
+
+/* One launch as the kernels below see it. */
 typedef struct run_ctx {
-  cuda_program *pr;
+  exec_run *r;
+  exec_program *pr;
+  cuda_state *cs;
   const ir_graph *g;
-  fl_meta *metas;
+  const fl_meta *metas;
   fl_tensor *vals;
   int64_t *args;        /* fk_nargs + extern slots */
   uint64_t *block;      /* the parameter block being built */
-  int capture;          /* 1 while capturing a CUDA graph: hold, never free */
-  uint64_t key;         /* this run's Philox key */
-  uint64_t *start;      /* per node: start block of a random node's draw */
 } run_ctx;
-
-
-/* The value of view node id on the device: a view of its source (metadata
-** only), made contiguous when `contig` (a kernel buffer must be). */
-static int value_of(run_ctx *c, int id, int contig, fl_err *e) {
-  const ir_node *nd = &c->g->nodes[id];
-  fl_tensor v, t;
-  int rc;
-  if (c->vals[id].st) {
-    if (!contig || ten_is_contiguous(&c->vals[id])) return FL_OK;
-    if ((rc = cuda_contiguous(&t, &c->vals[id], e)) != FL_OK) return rc;
-    ten_release(&c->vals[id]);
-    c->vals[id] = t;
-    return FL_OK;
-  }
-  if (nd->kind != IR_OP || !fk_is_view(c->g, id) || nd->in[0] < 0)
-    return err_set(e, FL_EINVAL, "run: %%%d has no value (plan out of order)", id);
-  if ((rc = value_of(c, nd->in[0], 0, e)) != FL_OK) return rc;
-  if (nd->op == OP_CONTIGUOUS) {
-    rc = cuda_contiguous(&c->vals[id], &c->vals[nd->in[0]], e);
-    return rc;
-  }
-  rc = view_apply(nd->op, &c->vals[nd->in[0]], &nd->attrs, &c->metas[id], &v, e);
-  if (rc == FL_EUNSUPPORTED) {
-    /* reshape of a strided tensor: through a contiguous copy */
-    if ((rc = cuda_contiguous(&t, &c->vals[nd->in[0]], e)) != FL_OK) return rc;
-    rc = view_apply(nd->op, &t, &nd->attrs, &c->metas[id], &v, e);
-    ten_release(&t);
-  }
-  if (rc != FL_OK) return rc;
-  c->vals[id] = v;
-  return contig ? value_of(c, id, 1, e) : FL_OK;
-}
-
-/* A device buffer for stored node id, uninitialized: a view of its
-** memory-plan slot, or a fresh one for graph outputs. */
-static int buffer_for(run_ctx *c, int id, fl_err *e) {
-  cuda_program *pr = c->pr;
-  const fuse_plan *p = pr->plan;
-  const fl_meta *m = &c->metas[id];
-  int s = p->slot[id], rc;
-  size_t need = (size_t)meta_numel(m) * dtype_size(m->dtype);
-  fl_tensor *st;
-  if (s < 0 || s >= p->nslots) return ten_empty(&c->vals[id], m, e);
-  if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
-    return err_set(e, FL_ENOMEM, "run: out of memory");
-  st = &pr->slots[s];
-  if (!st->st || st->st->nbytes < need) {
-    fl_meta bm;
-    memset(&bm, 0, sizeof bm);
-    bm.dtype = FL_BOOL;
-    bm.device = FL_DEV_CUDA;
-    bm.ndim = 1;
-    bm.shape[0] = (int64_t)(need ? need : 1);
-    ten_release(st);
-    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
-  }
-  ten_share(&c->vals[id], st);
-  c->vals[id].m = *m;
-  c->vals[id].offset = 0;
-  ten_set_contiguous_strides(&c->vals[id]);
-  return FL_OK;
-}
 
 static int slot_of(const fk_kernel *k, int node) {
   int i;
   for (i = 0; i < k->nbufs; i++) if (k->bufs[i] == node) return i;
   return -1;
+}
+
+/* Operand `in` of the anchor when its views end in a reshape the strides
+** cannot follow (the heads merged back, reshape(transpose(x))): the
+** operand is made contiguous on the device, held as its node's value until
+** its last use, and addressed from kernel buffer s's base.  Device
+** pointers share one flat address space (unified virtual addressing on
+** every 64-bit CUDA platform), and device blocks are 256-byte aligned, so
+** the distance is a whole number of elements. */
+static int copied_operand(run_ctx *c, const fk_kernel *k, int in, int s, fl_tensor *out,
+                          int64_t *rel, fl_err *e) {
+  int id = c->g->nodes[k->anchor].in[in], rc;
+  size_t es = dtype_size(c->metas[id].dtype);
+  ptrdiff_t d;
+  err_clear(e);
+  if ((rc = exec_value(c->r, id, 1, e)) != FL_OK) return rc;
+  d = (const char *)ten_data(&c->vals[id]) - (const char *)ten_data(&c->vals[s]);
+  if (d % (ptrdiff_t)es)
+    return err_set(e, FL_EUNSUPPORTED, "%s: operand %d: copy not aligned to its elements",
+                   k->name, in + 1);
+  ten_share(out, &c->vals[id]);
+  *rel = (int64_t)(d / (ptrdiff_t)es);
+  return FL_OK;
 }
 
 /* Operand `in` of the anchor as a strided device view of its kernel
@@ -313,19 +200,15 @@ static int anchor_operand(run_ctx *c, const fk_kernel *k, int in, fl_tensor *out
     s = g->nodes[s].in[0];
   }
   if (slot_of(k, s) < 0) return err_set(e, FL_EUNSUPPORTED, "%s: operand %d has no buffer", k->name, in + 1);
-  if ((rc = value_of(c, s, 1, e)) != FL_OK) return rc;
+  if ((rc = exec_value(c->r, s, 1, e)) != FL_OK) return rc;
   ten_share(&t, &c->vals[s]);
   for (i = n - 1; i >= 0; i--) {
     const ir_node *nd = &g->nodes[chain[i]];
     if (nd->op == OP_CONTIGUOUS) continue;     /* strides serve as they are */
     rc = view_apply(nd->op, &t, &nd->attrs, &c->metas[chain[i]], &v, e);
     ten_release(&t);
-    if (rc != FL_OK) {
-      /* a reshape the strides cannot follow: not expressible on the
-      ** buffer, so refuse rather than read the wrong elements */
-      return err_set(e, FL_EUNSUPPORTED, "%s: operand %d: a reshape of a strided view has no "
-                     "CUDA lowering yet", k->name, in + 1);
-    }
+    if (rc == FL_EUNSUPPORTED) return copied_operand(c, k, in, s, out, rel, e);
+    if (rc != FL_OK) return rc;
     t = v;
   }
   *rel = t.offset - c->vals[s].offset;
@@ -509,12 +392,13 @@ static int cublas_step(run_ctx *c, const fk_kernel *k, const int64_t *X, fl_err 
 }
 
 static int run_kernel(run_ctx *c, int ki, fl_err *e) {
-  cuda_program *pr = c->pr;
+  exec_program *pr = c->pr;
+  cuda_state *cs = c->cs;
   const ir_graph *g = c->g;
   const fk_kernel *k = &pr->plan->kernels[ki];
-  const cuda_kinfo *in = &pr->info[ki];
+  const cuda_kinfo *in = EXEC_KINFO(pr, ki);
   int i, rc, D = k->nkept + k->nred, ea = fk_nargs(k);
-  unsigned grid[3] = {1, 1, 1}, bs = (unsigned)(pr->block[ki] ? pr->block[ki] : 256);
+  unsigned grid[3] = {1, 1, 1}, bs = (unsigned)(cs->block[ki] ? cs->block[ki] : 256);
   int64_t work = 1;
   if (!in->emitted) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
@@ -522,20 +406,17 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
   for (i = 0; i < k->nacc; i++) {
     int id = k->acc[i].node;
     if (!k->acc[i].store || c->vals[id].st) continue;
-    if ((rc = buffer_for(c, id, e)) != FL_OK) return rc;
+    if ((rc = exec_buffer(c->r, id, &c->vals[id], e)) != FL_OK) return rc;
   }
-  if (k->kind == FK_EXTERN && !c->vals[k->anchor].st && (rc = buffer_for(c, k->anchor, e)) != FL_OK)
+  if (k->kind == FK_EXTERN && !c->vals[k->anchor].st && (rc = exec_buffer(c->r, k->anchor, &c->vals[k->anchor], e)) != FL_OK)
     return rc;
   /* what it reads: buffers (views made contiguous; an extern's operands
   ** keep their own base buffers and strides) */
   for (i = 0; i < k->nbufs; i++) {
     int id = k->bufs[i];
-    if ((rc = value_of(c, id, 1, e)) != FL_OK) return rc;
+    if ((rc = exec_value(c->r, id, 1, e)) != FL_OK) return rc;
     c->block[i] = (uint64_t)(uintptr_t)ten_data(&c->vals[id]);
   }
-  memset(c->args, 0, (size_t)in->narg * sizeof(int64_t));
-  if (k->nnodes > 0 && (rc = fk_bind(k, g, c->metas, c->args, e)) != FL_OK) return rc;
-  if (k->nrng && c->start) fk_rng_args(k, c->key, c->start, c->args);
   if (k->kind == FK_EXTERN) {
     int64_t *X = c->args + ea, total;
     const ir_node *an = &g->nodes[k->anchor];
@@ -546,7 +427,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
     if (total == 0) return FL_OK;
     /* max-autotune's pick: the product on cuBLAS into the anchor's buffer,
     ** then the epilogue kernel; a layout cuBLAS cannot take keeps ours */
-    if (pr->cublas && pr->cublas[ki]) {
+    if (cs->cublas && cs->cublas[ki]) {
       if ((rc = cublas_step(c, k, X, e)) == FL_OK) {
         X[CUX_FUSE] = 0;
         goto epilogue;
@@ -554,7 +435,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
       if (rc != FL_EUNSUPPORTED) return rc;
       err_clear(e);
     }
-    if (X[CUX_FUSE]) pr->fused_epilogues++;
+    if (X[CUX_FUSE]) cs->fused_epilogues++;
     if (an->op == OP_MATMUL || an->op == OP_LINEAR) {
       const int64_t *Y = X + CUX_OP;
       int64_t tn = (Y[CUM_N] + 63) / 64, tm = (Y[CUM_M] + 63) / 64, nb = Y[CUM_B];
@@ -574,7 +455,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
     work *= D ? c->args[D - 1] : 1;
     grid[0] = cap_grid((work + 255) / 256);
     grid[1] = grid[2] = 1;
-    return launch(c, pr->epis[ki], in, grid, 256, e);
+    return launch(c, cs->epis[ki], in, grid, 256, e);
   }
   if (k->kind == FK_REDUCE) {
     int64_t rows = 1, nr = 1;
@@ -599,207 +480,129 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
 /* Device values of params and consts: consts uploaded once, params every
 ** run (they are bound by reference: in-place changes must be seen), into
 ** the same device buffers, so a captured graph sees them too. */
-static int bind_leaves(run_ctx *c, fl_err *e) {
-  cuda_program *pr = c->pr;
-  const ir_graph *g = c->g;
-  int i, rc;
-  if (!pr->consts && !(pr->consts = calloc((size_t)(g->n ? g->n : 1), sizeof *pr->consts)))
-    return err_set(e, FL_ENOMEM, "run: out of memory");
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    fl_tensor *dv = &pr->consts[i];
-    if (nd->kind != IR_PARAM && nd->kind != IR_CONST) continue;
-    if (nd->value.m.device == FL_DEV_CUDA) {
-      ten_release(dv);
-      if ((rc = cuda_contiguous(dv, &nd->value, e)) != FL_OK) return rc;
-    } else if (!dv->st) {
-      if ((rc = cuda_copy_to(dv, &nd->value, FL_DEV_CUDA, e)) != FL_OK) return rc;
-    } else if (nd->kind == IR_PARAM) {
-      fl_tensor h;
-      if ((rc = ten_contiguous(&h, &nd->value, e)) != FL_OK) return rc;
-      rc = cuda_copy_into(dv, &h, e);
-      ten_release(&h);
-      if (rc != FL_OK) return rc;
-    }
-  }
-  return FL_OK;
-}
-
-static int run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl_tensor *outs,
-               int into, int capture, fl_err *e) {
-  const fuse_plan *p = pr->plan;
-  const ir_graph *g = p->g;
+static int launch_kernel(exec_run *r, int ki, fl_err *e) {
   run_ctx c;
-  char *is_out = NULL;
-  int i, k, rc = FL_OK, maxargs = 1, maxbuf = 1;
-  memset(&c, 0, sizeof c);
-  c.pr = pr;
-  c.g = g;
-  c.capture = capture;
-  if (ninputs != g->ninputs)
-    return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
-  for (i = 0; i < ninputs; i++)
-    if (!inputs[i] || !inputs[i]->st) return err_set(e, FL_EINVAL, "run: input %d has no data", i + 1);
-  if ((rc = load(pr, e)) != FL_OK) return rc;
-  for (k = 0; k < p->nkernels; k++) {
-    if (pr->info[k].narg > maxargs) maxargs = pr->info[k].narg;
-    if (pr->info[k].nbuf > maxbuf) maxbuf = pr->info[k].nbuf;
-  }
-  c.metas = malloc((size_t)(g->n ? g->n : 1) * sizeof *c.metas);
-  c.vals = calloc((size_t)(g->n ? g->n : 1), sizeof *c.vals);
-  c.args = calloc((size_t)maxargs, sizeof *c.args);
-  c.block = calloc((size_t)(maxargs + maxbuf), sizeof *c.block);
-  is_out = calloc((size_t)(g->n ? g->n : 1), 1);
-  if (!c.metas || !c.vals || !c.args || !c.block || !is_out) {
-    rc = err_set(e, FL_ENOMEM, "run: out of memory");
-    goto done;
-  }
-  if ((rc = ir_infer_metas(g, inputs, FL_DEV_CUDA, c.metas, e)) != FL_OK) goto done;
-  if (!capture && (rc = bind_leaves(&c, e)) != FL_OK) goto done;
-  for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
-  /* every run draws anew, each random node in node order (cpu/compile.c) */
-  for (i = 0; i < g->n; i++) {
-    if (g->nodes[i].kind != IR_OP || !rng_op(g->nodes[i].op)) continue;
-    if (!c.start) {
-      if (!(c.start = calloc((size_t)g->n, sizeof *c.start))) {
-        rc = err_set(e, FL_ENOMEM, "run: out of memory");
-        goto done;
-      }
-      c.key = rng_key();
+  cuda_state *cs = cuda_state_of(r->pr);
+  size_t need = (size_t)r->pr->maxargs;
+  int k;
+  if (!cs) return err_set(e, FL_ENOMEM, "run: out of memory");
+  for (k = 0, need += 1; k < r->pr->plan->nkernels; k++)
+    if (need < (size_t)r->pr->maxargs + (size_t)((cuda_kinfo *)EXEC_KINFO(r->pr, k))->nbuf)
+      need = (size_t)r->pr->maxargs + (size_t)((cuda_kinfo *)EXEC_KINFO(r->pr, k))->nbuf;
+  if (cs->npblock < need) {
+    free(cs->pblock);
+    if (!(cs->pblock = calloc(need, sizeof *cs->pblock))) {
+      cs->npblock = 0;
+      return err_set(e, FL_ENOMEM, "run: out of memory");
     }
-    c.start[i] = rng_reserve(rng_draws(&c.metas[i]));
+    cs->npblock = need;
   }
-  for (i = 0; i < g->nout && into; i++) {
-    int id = g->outputs[i];
-    const fl_tensor *o = &outs[i];
-    if (o->st && o->m.device == FL_DEV_CUDA && g->nodes[id].kind == IR_OP && p->stored[id] &&
-        !c.vals[id].st && o->m.dtype == c.metas[id].dtype && meta_same_shape(&o->m, &c.metas[id]) &&
-        ten_is_contiguous(o))
-      ten_share(&c.vals[id], o);
-  }
-  for (i = 0; i < g->n && rc == FL_OK; i++) {
-    const ir_node *nd = &g->nodes[i];
-    if (nd->kind == IR_INPUT) {
-      const fl_tensor *x = inputs[nd->index];
-      if (x->m.device == FL_DEV_CUDA) rc = cuda_contiguous(&c.vals[i], x, e);
-      else rc = cuda_copy_to(&c.vals[i], x, FL_DEV_CUDA, e);
-    } else if (nd->kind != IR_OP) {
-      ten_share(&c.vals[i], &pr->consts[i]);
-    }
-  }
-  for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
-    rc = run_kernel(&c, k, e);
-    if (capture) continue;     /* a captured graph keeps every buffer */
-    for (i = 0; i < g->n && rc == FL_OK; i++)
-      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&c.vals[i]);
-  }
-  for (i = 0; i < g->nout && rc == FL_OK; i++) {
-    int id = g->outputs[i];
-    if ((rc = value_of(&c, id, 0, e)) != FL_OK) break;
-    if (into && outs[i].st) {
-      if (outs[i].st != c.vals[id].st) {
-        fl_tensor t;
-        if ((rc = cuda_contiguous(&t, &c.vals[id], e)) != FL_OK) break;
-        rc = cuda_copy_into(&outs[i], &t, e);
-        ten_release(&t);
-      }
-    } else {
-      ten_share(&outs[i], &c.vals[id]);
-    }
-  }
-  if (rc == FL_OK && capture) {
-    /* hold what the graph's launches address until the graph goes */
-    pr->ghold = calloc((size_t)(g->n ? g->n : 1), sizeof *pr->ghold);
-    if (!pr->ghold) rc = err_set(e, FL_ENOMEM, "run: out of memory");
-    else for (i = 0; i < g->n; i++) ten_share(&pr->ghold[i], &c.vals[i]);
-  }
-  if (rc == FL_OK) pr->runs++;
-done:
-  if (c.vals) for (i = 0; i < g->n; i++) ten_release(&c.vals[i]);
-  free(c.metas); free(c.vals); free(c.args); free(c.block); free(is_out); free(c.start);
-  return rc;
+  c.r = r;
+  c.pr = r->pr;
+  c.cs = cs;
+  c.g = r->g;
+  c.metas = r->metas;
+  c.vals = r->vals;
+  c.args = r->args;
+  c.block = cs->pblock;
+  return run_kernel(&c, ki, e);
 }
 
-static void drop_graph(cuda_program *pr) {
+const exec_backend cuda_backend = {
+  "cuda", FL_DEV_CUDA, sizeof(cuda_kinfo),
+  preamble, render,
+  compile, image_retain, image_release,
+  load, to_device, copy_into, launch_kernel, wait_stream, nargs, free_priv
+};
+
+/* --- CUDA graphs ("reduce-overhead") ---------------------------------------------- */
+
+static void drop_graph(exec_program *pr) {
+  cuda_state *cs = pr->priv;
   const ir_graph *g = pr->plan->g;
   int i;
-  cuda_graph_free(pr->graph);
-  pr->graph = NULL;
-  if (pr->gin) for (i = 0; i < g->ninputs; i++) ten_release(&pr->gin[i]);
-  if (pr->gout) for (i = 0; i < g->nout; i++) ten_release(&pr->gout[i]);
-  if (pr->ghold) for (i = 0; i < g->n; i++) ten_release(&pr->ghold[i]);
-  free(pr->gin); free(pr->gout); free(pr->ghold);
-  pr->gin = pr->gout = pr->ghold = NULL;
+  if (!cs) return;
+  cuda_graph_free(cs->graph);
+  cs->graph = NULL;
+  if (cs->gin) for (i = 0; i < g->ninputs; i++) ten_release(&cs->gin[i]);
+  if (cs->gout) for (i = 0; i < g->nout; i++) ten_release(&cs->gout[i]);
+  if (cs->ghold) for (i = 0; i < g->n; i++) ten_release(&cs->ghold[i]);
+  free(cs->gin); free(cs->gout); free(cs->ghold);
+  cs->gin = cs->gout = cs->ghold = NULL;
 }
 
 /* Capture the program for these inputs' shapes: static input buffers, one
-** plain run (it allocates everything), then the captured run. */
-static int capture(cuda_program *pr, const fl_tensor *const *inputs, int n, fl_err *e) {
+** plain run (it allocates everything), then the captured run, which holds
+** every buffer its launches address until the graph goes. */
+static int capture(exec_program *pr, cuda_state *cs, const fl_tensor *const *inputs, int n,
+                   fl_err *e) {
   const ir_graph *g = pr->plan->g;
   const fl_tensor *gi[256];
   fl_tensor *warm;
   int i, rc = FL_OK, r2;
   drop_graph(pr);
   if (n > 256) return err_set(e, FL_EUNSUPPORTED, "run: too many inputs for a CUDA graph");
-  pr->gin = calloc((size_t)(n ? n : 1), sizeof *pr->gin);
-  pr->gout = calloc((size_t)(g->nout ? g->nout : 1), sizeof *pr->gout);
+  cs->gin = calloc((size_t)(n ? n : 1), sizeof *cs->gin);
+  cs->gout = calloc((size_t)(g->nout ? g->nout : 1), sizeof *cs->gout);
+  cs->ghold = calloc((size_t)(g->n ? g->n : 1), sizeof *cs->ghold);
   warm = calloc((size_t)(g->nout ? g->nout : 1), sizeof *warm);
-  if (!pr->gin || !pr->gout || !warm) { free(warm); drop_graph(pr); return err_set(e, FL_ENOMEM, "run: out of memory"); }
-  for (i = 0; i < n && rc == FL_OK; i++) {
-    rc = cuda_copy_to(&pr->gin[i], inputs[i], FL_DEV_CUDA, e);
-    gi[i] = &pr->gin[i];
+  if (!cs->gin || !cs->gout || !cs->ghold || !warm) {
+    free(warm);
+    drop_graph(pr);
+    return err_set(e, FL_ENOMEM, "run: out of memory");
   }
-  if (rc == FL_OK) rc = run(pr, gi, n, warm, 0, 0, e);
+  for (i = 0; i < n && rc == FL_OK; i++) {
+    rc = to_device(&cs->gin[i], inputs[i], e);
+    gi[i] = &cs->gin[i];
+  }
+  if (rc == FL_OK) rc = exec_program_run(pr, gi, n, warm, e);
   for (i = 0; i < g->nout && rc == FL_OK; i++) {
     fl_meta m = warm[i].m;
     m.device = FL_DEV_CUDA;
-    rc = ten_empty(&pr->gout[i], &m, e);
+    rc = ten_empty(&cs->gout[i], &m, e);
   }
   for (i = 0; i < g->nout; i++) ten_release(&warm[i]);
   free(warm);
   if (rc == FL_OK && (rc = cuda_sync(e)) == FL_OK && (rc = cuda_capture_begin(e)) == FL_OK) {
-    rc = run(pr, gi, n, pr->gout, 1, 1, e);
-    r2 = cuda_capture_end(&pr->graph, e);
+    rc = exec_program_run_flags(pr, gi, n, cs->gout, EXEC_INTO | EXEC_CAPTURE, cs->ghold, e);
+    r2 = cuda_capture_end(&cs->graph, e);
     if (rc == FL_OK) rc = r2;
   }
   if (rc != FL_OK) drop_graph(pr);
   return rc;
 }
 
-static int same_shapes(const cuda_program *pr, const fl_tensor *const *inputs, int n) {
+static int same_shapes(const cuda_state *cs, const fl_tensor *const *inputs, int n) {
   int i;
-  if (!pr->graph) return 0;
+  if (!cs->graph) return 0;
   for (i = 0; i < n; i++)
-    if (!meta_same_shape(&pr->gin[i].m, &inputs[i]->m) || pr->gin[i].m.dtype != inputs[i]->m.dtype)
+    if (!meta_same_shape(&cs->gin[i].m, &inputs[i]->m) || cs->gin[i].m.dtype != inputs[i]->m.dtype)
       return 0;
   return 1;
 }
 
-static int run_graph(cuda_program *pr, const fl_tensor *const *inputs, int n, fl_tensor *outs,
-                     fl_err *e) {
+static int run_graph(exec_program *pr, cuda_state *cs, const fl_tensor *const *inputs, int n,
+                     fl_tensor *outs, fl_err *e) {
   const ir_graph *g = pr->plan->g;
-  run_ctx c;
   int i, rc;
   if (n != g->ninputs) return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, n);
-  if (!same_shapes(pr, inputs, n) && (rc = capture(pr, inputs, n, e)) != FL_OK) return rc;
-  /* inputs and params into the graph's static buffers, then replay */
+  if (!same_shapes(cs, inputs, n) && (rc = capture(pr, cs, inputs, n, e)) != FL_OK) return rc;
+  /* inputs into the graph's static buffers (a device input is copied on
+  ** the device), weights rebound (none copied once resident), replay */
   for (i = 0; i < n; i++) {
     fl_tensor t;
     if (inputs[i]->m.device == FL_DEV_CUDA) rc = cuda_contiguous(&t, inputs[i], e);
     else rc = ten_contiguous(&t, inputs[i], e);
-    if (rc == FL_OK) rc = cuda_copy_into(&pr->gin[i], &t, e);
+    if (rc == FL_OK) rc = cuda_copy_into(&cs->gin[i], &t, e);
     ten_release(&t);
     if (rc != FL_OK) return rc;
   }
-  memset(&c, 0, sizeof c);
-  c.pr = pr;
-  c.g = g;
-  if ((rc = bind_leaves(&c, e)) != FL_OK) return rc;
-  if ((rc = cuda_graph_replay(pr->graph, e)) != FL_OK) return rc;
+  if ((rc = exec_bind_leaves(pr, e)) != FL_OK) return rc;
+  if ((rc = cuda_graph_replay(cs->graph, e)) != FL_OK) return rc;
   /* results are fresh tensors: the static outputs are rewritten next call */
-  for (i = 0; i < g->nout && rc == FL_OK; i++) rc = cuda_copy_to(&outs[i], &pr->gout[i], FL_DEV_CUDA, e);
+  for (i = 0; i < g->nout && rc == FL_OK; i++) rc = cuda_copy_to(&outs[i], &cs->gout[i], FL_DEV_CUDA, e);
   if (rc != FL_OK) for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
-  if (rc == FL_OK) { pr->runs++; pr->replays++; }
+  if (rc == FL_OK) { pr->runs++; cs->replays++; }
   return rc;
 }
 
@@ -810,24 +613,31 @@ static int has_random(const ir_graph *g) {
   return 0;
 }
 
-int cuda_program_run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+int cuda_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, fl_err *e) {
+  cuda_state *cs;
   int rc;
   if ((rc = cuda_rt_init(e)) != FL_OK) return rc;
+  if (!(cs = cuda_state_of(pr))) return err_set(e, FL_ENOMEM, "run: out of memory");
   /* a replayed CUDA graph would repeat its captured draws: a program with
   ** random nodes launches its kernels one by one, each run drawing anew */
-  if (pr->mode == CUDA_MODE_GRAPH && !has_random(pr->plan->g))
-    return run_graph(pr, inputs, ninputs, outs, e);
-  return run(pr, inputs, ninputs, outs, 0, 0, e);
+  if (cs->mode == CUDA_MODE_GRAPH && !has_random(pr->plan->g))
+    return run_graph(pr, cs, inputs, ninputs, outs, e);
+  return exec_program_run(pr, inputs, ninputs, outs, e);
 }
 
-void cuda_program_set_mode(cuda_program *pr, int mode) {
-  if (pr->mode != mode) drop_graph(pr);
-  pr->mode = mode;
+int cuda_program_set_mode(exec_program *pr, int mode) {
+  cuda_state *cs = cuda_state_of(pr);
+  if (!cs) return FL_ENOMEM;
+  if (cs->mode != mode) drop_graph(pr);
+  cs->mode = mode;
+  return FL_OK;
 }
+
+/* --- max-autotune ------------------------------------------------------------------ */
 
 /* Best of 3 timed runs after a warm-up, in ms. */
-static int time_runs(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+static int time_runs(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, double *best, fl_err *e) {
   const ir_graph *g = pr->plan->g;
   int r, i, rc;
@@ -835,7 +645,7 @@ static int time_runs(cuda_program *pr, const fl_tensor *const *inputs, int ninpu
   for (r = 0; r < 4; r++) {
     double ms;
     if ((rc = cuda_timer_start(e)) != FL_OK) return rc;
-    rc = run(pr, inputs, ninputs, outs, 0, 0, e);
+    rc = exec_program_run(pr, inputs, ninputs, outs, e);
     for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
     if (rc != FL_OK) return rc;
     if ((rc = cuda_timer_stop(&ms, e)) != FL_OK) return rc;
@@ -846,8 +656,8 @@ static int time_runs(cuda_program *pr, const fl_tensor *const *inputs, int ninpu
 
 /* The products on cuBLAS (then their epilogue kernels) against ours,
 ** timed on the inputs: the faster is kept, and said in note. */
-static int tune_cublas(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
-                       fl_tensor *outs, double ours, char *note, size_t n, fl_err *e) {
+static int tune_cublas(exec_program *pr, cuda_state *cs, const fl_tensor *const *inputs,
+                       int ninputs, fl_tensor *outs, double ours, char *note, size_t n, fl_err *e) {
   double theirs;
   int k, any = 0, rc;
   fl_err why;
@@ -861,69 +671,49 @@ static int tune_cublas(cuda_program *pr, const fl_tensor *const *inputs, int nin
     snprintf(note, n, "; products: ours (%s)", why.msg);
     return FL_OK;
   }
-  free(pr->cublas);
-  if (!(pr->cublas = malloc((size_t)pr->plan->nkernels))) return err_set(e, FL_ENOMEM, "autotune: out of memory");
-  memset(pr->cublas, 1, (size_t)pr->plan->nkernels);
+  free(cs->cublas);
+  if (!(cs->cublas = malloc((size_t)pr->plan->nkernels))) return err_set(e, FL_ENOMEM, "autotune: out of memory");
+  memset(cs->cublas, 1, (size_t)pr->plan->nkernels);
   if ((rc = time_runs(pr, inputs, ninputs, outs, &theirs, e)) != FL_OK) {
-    free(pr->cublas);
-    pr->cublas = NULL;
+    free(cs->cublas);
+    cs->cublas = NULL;
     return rc;
   }
   snprintf(note, n, "; products: ours %.4f ms, cuBLAS %.4f ms -> %s", ours, theirs,
            theirs < ours ? "cuBLAS" : "ours");
   if (theirs >= ours) {
-    free(pr->cublas);
-    pr->cublas = NULL;
+    free(cs->cublas);
+    cs->cublas = NULL;
   }
   return FL_OK;
 }
 
-int cuda_program_autotune(cuda_program *pr, const fl_tensor *const *inputs, int ninputs, fl_err *e) {
+int cuda_program_autotune(exec_program *pr, const fl_tensor *const *inputs, int ninputs, fl_err *e) {
   static const int choices[] = {128, 256, 512};
   const ir_graph *g = pr->plan->g;
+  cuda_state *cs = cuda_state_of(pr);
   double best = 1e30, t[3];
-  int c, k, rc, n, pick = 1, mode = pr->mode;
+  int c, k, rc, n, pick = 1, mode;
   fl_tensor *outs = calloc((size_t)(g->nout ? g->nout : 1), sizeof *outs);
-  if (!outs) return err_set(e, FL_ENOMEM, "autotune: out of memory");
-  pr->mode = CUDA_MODE_DEFAULT;
+  if (!outs || !cs) { free(outs); return err_set(e, FL_ENOMEM, "autotune: out of memory"); }
+  mode = cs->mode;
+  cs->mode = CUDA_MODE_DEFAULT;
   drop_graph(pr);              /* a captured graph has the old choices baked in */
-  free(pr->cublas);            /* and an earlier pick must not skew the timings */
-  pr->cublas = NULL;
+  free(cs->cublas);            /* and an earlier pick must not skew the timings */
+  cs->cublas = NULL;
   for (c = 0; c < 3; c++) {
     for (k = 0; k < pr->plan->nkernels; k++)
-      if (pr->plan->kernels[k].kind != FK_EXTERN) pr->block[k] = choices[c];
+      if (pr->plan->kernels[k].kind != FK_EXTERN) cs->block[k] = choices[c];
     if ((rc = time_runs(pr, inputs, ninputs, outs, &t[c], e)) != FL_OK) goto fail;
     if (t[c] < best) { best = t[c]; pick = c; }
   }
   for (k = 0; k < pr->plan->nkernels; k++)
-    if (pr->plan->kernels[k].kind != FK_EXTERN) pr->block[k] = choices[pick];
-  n = snprintf(pr->tune, sizeof pr->tune, "threads per block: 128 %.4f ms, 256 %.4f ms, 512 %.4f ms -> %d",
+    if (pr->plan->kernels[k].kind != FK_EXTERN) cs->block[k] = choices[pick];
+  n = snprintf(cs->tune, sizeof cs->tune, "threads per block: 128 %.4f ms, 256 %.4f ms, 512 %.4f ms -> %d",
                t[0], t[1], t[2], choices[pick]);
-  if ((rc = tune_cublas(pr, inputs, ninputs, outs, best, pr->tune + n, sizeof pr->tune - (size_t)n, e)) != FL_OK)
-    goto fail;
+  rc = tune_cublas(pr, cs, inputs, ninputs, outs, best, cs->tune + n, sizeof cs->tune - (size_t)n, e);
 fail:
-  pr->mode = mode;
+  cs->mode = mode;
   free(outs);
   return rc;
-}
-
-void cuda_program_free(cuda_program *pr) {
-  int k;
-  if (!pr) return;
-  if (pr->plan) {
-    drop_graph(pr);
-    if (pr->syms) for (k = 0; k < pr->plan->nkernels; k++) free(pr->syms[k]);
-    if (pr->ktext) for (k = 0; k < pr->plan->nkernels; k++) free(pr->ktext[k]);
-    if (pr->alias) for (k = 0; k < pr->plan->nkernels; k++) free(pr->alias[k]);
-    if (pr->slots) for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
-    if (pr->consts) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->consts[k]);
-  }
-  free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->info); free(pr->fns); free(pr->epis); free(pr->block);
-  free(pr->cublas);
-  free(pr->body); free(pr->source); free(pr->log);
-  free(pr->slots); free(pr->consts);
-  nvrtc_image_free(&pr->img);
-  cuda_module_free(pr->mod);
-  fuse_plan_free(pr->plan);
-  free(pr);
 }

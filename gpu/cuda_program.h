@@ -1,9 +1,9 @@
 /*
-** cuda_program.h -- a fusion plan as a CUDA program: its CUDA C (codegen),
-** the device image (NVRTC through the cache), the loaded kernels, and
-** running them on tensors.  The four parts of a backend, tinygrad-style:
-** cuda_codegen.c (source), nvrtc.c (compiler), cuda_rt.c (allocator and
-** device), this file (program: bind, launch, graphs, autotune).
+** cuda_program.h -- the CUDA backend of the executor (exec/program.h):
+** kernels rendered as CUDA C (cuda_codegen.c), compiled by NVRTC
+** (nvrtc.c, cached), loaded and launched through the CUDA runtime
+** (cuda_rt.c) on one stream; CUDA graphs for "reduce-overhead" and
+** max-autotune's block sizes and cuBLAS pick are its own.
 **
 ** Compiling needs NVRTC only; loading and running need a device and fail
 ** with FL_ENODEV "no CUDA device: <reason>" without one.
@@ -11,77 +11,49 @@
 #ifndef FL_CUDA_PROGRAM_H
 #define FL_CUDA_PROGRAM_H
 
-#include "../fuse/plan.h"
+#include "../exec/program.h"
 #include "cuda_codegen.h"
 #include "cuda_rt.h"
 #include "nvrtc.h"
 
+extern const exec_backend cuda_backend;
+
 enum { CUDA_MODE_DEFAULT = 0, CUDA_MODE_GRAPH = 1 };
 
-typedef struct cuda_program {
-  fuse_plan *plan;       /* one reference, dropped by cuda_program_free */
-  char prefix[32];       /* prepended to every kernel symbol */
-  char **syms;           /* per kernel: symbol, NULL when nothing runs */
-  char **ktext;          /* per kernel: its CUDA C (kernel and _epi), or NULL */
-  char **alias;          /* per kernel: the symbol to load instead (a batch
-                            compiled identical code once), or NULL */
-  cuda_kinfo *info;      /* per kernel: parameter sizes, paths */
-  char *body;            /* the kernels, without the preamble */
-  char *source;          /* preamble + body: what `print(k)` shows */
-  char *log;             /* NVRTC's log of the last compile, or NULL */
-  nvrtc_image img;       /* the device image once compiled */
-  int compiled;
-  double compile_ms;     /* wall time of the last compile (or lookup) */
-  cuda_module *mod;      /* loaded image, or NULL */
-  void **fns, **epis;    /* per kernel: kernel handles (epilogue kernels) */
+/* What a CUDA program keeps besides the executor's (exec_program.priv). */
+typedef struct cuda_state {
+  cuda_module *mod;      /* the loaded image, or NULL */
+  void **epis;           /* per kernel: its epilogue kernel, or NULL */
   int *block;            /* per kernel: threads per block (autotune) */
   char *cublas;          /* per kernel: 1 runs its product on cuBLAS, then the
                             epilogue kernel (max-autotune's pick); NULL: none */
   int mode;              /* CUDA_MODE_*: graphs for "reduce-overhead" */
-  int64_t runs, replays; /* completed runs; of them, CUDA graph replays */
+  int64_t replays;       /* runs that were CUDA graph replays */
   int fused_epilogues;   /* extern launches that ran their epilogue fused */
   char tune[512];        /* what max-autotune chose, "" when not run */
-  /* device state kept between runs (runs are one at a time) */
-  fl_tensor *slots;      /* the memory plan's slots */
-  fl_tensor *consts;     /* per node: device copy of IR_CONST / IR_PARAM */
+  uint64_t *pblock;      /* the parameter block being built */
+  size_t npblock;
   cuda_graph *graph;     /* the captured graph, or NULL */
   fl_tensor *gin, *gout; /* its static inputs and outputs */
   fl_tensor *ghold;      /* every buffer its launches touch (held) */
-} cuda_program;
+} cuda_state;
 
-/* Generate CUDA C for plan p; the program takes a reference on p.  NULL
-** with e filled (FL_EUNSUPPORTED naming an op without a CUDA lowering). */
-cuda_program *cuda_codegen(const fuse_plan *p, fl_err *e);
-/* The same with kernel symbols prefixed (several programs in one NVRTC
-** program: cuda_compile_batch). */
-cuda_program *cuda_codegen_prefixed(const fuse_plan *p, const char *prefix, fl_err *e);
+/* pr's CUDA state (made on first use); NULL when out of memory. */
+cuda_state *cuda_state_of(exec_program *pr);
+/* NVRTC's image once compiled, else NULL; its PTX likewise. */
+const nvrtc_image *cuda_program_image(const exec_program *pr);
+const char *cuda_program_ptx(const exec_program *pr);
 
-const char *cuda_program_source(const cuda_program *pr);
-/* NVRTC's output of the last compile ("" when none). */
-const char *cuda_program_log(const cuda_program *pr);
-/* The PTX once compiled, else NULL. */
-const char *cuda_program_ptx(const cuda_program *pr);
-
-/* NVRTC compile (through the cache) for the device's architecture, sm_90
-** without a device.  Works without a GPU.  FL_ECOMPILE keeps the log. */
-int cuda_program_compile(cuda_program *pr, fl_err *e);
-/* Compile n programs as one NVRTC program (one compiler run). */
-int cuda_compile_batch(cuda_program **prs, int n, fl_err *e);
-
-/* Run on inputs (CPU or CUDA tensors, any strides).  Compiles and loads
-** first when needed.  outs (plan->g->nout) get new references to CUDA
-** tensors.  FL_ENODEV without a device. */
-int cuda_program_run(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+/* Run on inputs (CPU or CUDA tensors, any strides); outs get new
+** references to CUDA tensors.  In CUDA_MODE_GRAPH the first run per input
+** shape captures a CUDA graph, later runs copy the inputs in and replay
+** it.  FL_ENODEV without a device. */
+int cuda_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, fl_err *e);
-/* CUDA_MODE_GRAPH: the first run per input shape captures a CUDA graph,
-** later runs copy the inputs in and replay it. */
-void cuda_program_set_mode(cuda_program *pr, int mode);
+int cuda_program_set_mode(exec_program *pr, int mode);
 /* Time the program with 128, 256 and 512 threads per block on these
-** inputs and keep the fastest (pr->tune says what was chosen). */
-int cuda_program_autotune(cuda_program *pr, const fl_tensor *const *inputs, int ninputs,
+** inputs and keep the fastest (cuda_state_of(pr)->tune says what). */
+int cuda_program_autotune(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                           fl_err *e);
-
-/* Frees the program, its device buffers, graph and module; NULL ok. */
-void cuda_program_free(cuda_program *pr);
 
 #endif

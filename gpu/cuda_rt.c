@@ -43,6 +43,7 @@ static int ready, cc, sms;
 static cudaStream_t stream;
 static char devname[400];
 static int capturing;
+static cuda_counters counts;      /* under lock */
 
 /* --- allocator -------------------------------------------------------------- */
 
@@ -178,7 +179,7 @@ int cuda_rt_init(fl_err *e) {
     sms = prop.multiProcessorCount;
     snprintf(devname, sizeof devname, "%s (sm_%d, %d SMs, %.1f GiB)", prop.name, cc, sms,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
-    ten_set_allocator(FL_DEV_CUDA, alloc_zeroed, cuda_free);
+    ten_set_allocator(FL_DEV_CUDA, alloc_zeroed, cuda_free, cuda_device_name);
     ready = 1;
   }
   pthread_mutex_unlock(&lock);
@@ -289,6 +290,10 @@ int cuda_copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
     kind = src->m.device == FL_DEV_CUDA ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
   if ((rc = CUDA_CHECK(e, "copy", cudaMemcpyAsync(ten_data(dst), ten_data(src), n, kind, stream))) != FL_OK)
     return rc;
+  pthread_mutex_lock(&lock);
+  if (kind == cudaMemcpyHostToDevice) counts.h2d_bytes += (int64_t)n;
+  if (kind == cudaMemcpyDeviceToHost) counts.d2h_bytes += (int64_t)n;
+  pthread_mutex_unlock(&lock);
   /* host memory is pageable: wait before the caller reuses or reads it */
   if (kind != cudaMemcpyDeviceToDevice && !capturing) return cuda_sync(e);
   return FL_OK;
@@ -350,7 +355,16 @@ int cuda_launch(void *fn, const unsigned grid[3], unsigned block, const void *pa
   g.x = grid[0] ? grid[0] : 1; g.y = grid[1] ? grid[1] : 1; g.z = grid[2] ? grid[2] : 1;
   b.x = block; b.y = 1; b.z = 1;
   args[0] = (void *)params;
+  pthread_mutex_lock(&lock);
+  if (!capturing) counts.launches++;
+  pthread_mutex_unlock(&lock);
   return CUDA_CHECK(e, "launch", cudaLaunchKernel(fn, g, b, args, 0, stream));
+}
+
+void cuda_get_counters(cuda_counters *c) {
+  pthread_mutex_lock(&lock);
+  *c = counts;
+  pthread_mutex_unlock(&lock);
 }
 
 void *cuda_stream(void) { return (void *)stream; }
@@ -393,6 +407,9 @@ int cuda_capture_end(cuda_graph **out, fl_err *e) {
 }
 
 int cuda_graph_replay(cuda_graph *g, fl_err *e) {
+  pthread_mutex_lock(&lock);
+  counts.graph_replays++;
+  pthread_mutex_unlock(&lock);
   return CUDA_CHECK(e, "graph replay", cudaGraphLaunch(g->x, stream));
 }
 

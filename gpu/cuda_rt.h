@@ -87,6 +87,17 @@ void cuda_graph_free(cuda_graph *g);
 /* 1 while a capture is running (allocations must not reach the device). */
 int cuda_capturing(void);
 
+/* --- counters (fl.cuda_info) ------------------------------------------------
+** What crossed the bus and what ran, since the process started: a test
+** asserts that resident weights are not copied and a replay launches
+** nothing one by one. */
+typedef struct cuda_counters {
+  int64_t h2d_bytes, d2h_bytes;   /* cudaMemcpy host -> device, device -> host */
+  int64_t launches;               /* kernels launched one by one */
+  int64_t graph_replays;          /* CUDA graph launches */
+} cuda_counters;
+void cuda_get_counters(cuda_counters *c);
+
 /* --- timing ----------------------------------------------------------------- */
 /* Milliseconds of stream time between two points: cuda_timer_start, work,
 ** cuda_timer_stop (which synchronizes). */

@@ -16,7 +16,7 @@
 #include "cuda_check.h"
 #include "nvrtc.h"
 #include "cuda_rt.h"
-#include "../cpu/cache.h"
+#include "../exec/cache.h"
 
 #ifndef FL_CUDA_INCLUDE
 #define FL_CUDA_INCLUDE "/usr/local/cuda/include"

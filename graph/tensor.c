@@ -109,13 +109,15 @@ int meta_check_size(const fl_meta *m, const char *what, fl_err *e) {
 static struct {
   void *(*alloc)(size_t);
   void (*release)(void *);
+  const char *(*name)(void);
 } allocators[2];
 
 void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
-                       void (*release)(void *data)) {
+                       void (*release)(void *data), const char *(*name)(void)) {
   if (d == FL_DEV_CPU || d == FL_DEV_CUDA) {
     allocators[d].alloc = alloc;
     allocators[d].release = release;
+    allocators[d].name = name;
   }
 }
 
@@ -166,6 +168,14 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) {
   if (!st)
     return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes", sizeof *st);
   st->data = alloc(nbytes);
+  if (!st->data && m->device != FL_DEV_CPU) {
+    free(st);
+    return err_set(e, FL_ENOMEM, "out of device memory on %s: cannot allocate %zu bytes "
+                   "(%.1f MiB, %lld elements of %s)",
+                   allocators[m->device].name ? allocators[m->device].name() : "cuda",
+                   nbytes, (double)nbytes / 1048576.0, (long long)meta_numel(m),
+                   dtype_name(m->dtype));
+  }
   if (!st->data) {
     free(st);
     return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes (%lld elements of %s)",

@@ -68,10 +68,11 @@ void ten_release(fl_tensor *t);
 /* *dst becomes another reference to src's storage, same metadata. */
 void ten_share(fl_tensor *dst, const fl_tensor *src);
 /* How a backend's device memory is obtained (zero-filled, NULL on
-** failure) and given back; CPU storage uses calloc/free unless replaced.
-** Storage of a device with no allocator cannot be created by ten_empty. */
+** failure) and given back, and the device's name for an out-of-memory
+** message; CPU storage uses calloc/free unless replaced.  Storage of a
+** device with no allocator cannot be created by ten_empty. */
 void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
-                       void (*release)(void *data));
+                       void (*release)(void *data), const char *(*name)(void));
 /* Fill contiguous strides for t->m (does not touch storage). */
 void ten_set_contiguous_strides(fl_tensor *t);
 

@@ -153,29 +153,28 @@ void lfl_open_compile(lua_State *L, int lib);
 void lfl_open_checklist(lua_State *L, int lib);
 /* fl.Plan and fl.Program (lfl_plan.c): g:fuse, p:codegen, k:run. */
 struct fuse_plan *lfl_toplan(lua_State *L, int idx);
-struct cpu_program *lfl_toprogram(lua_State *L, int idx);
-/* A backend's compiled program as Lua sees it: a userdata whose only field
-** is the program (NULL once collected).  What every backend's Program
-** shares -- __gc, __tostring (its source), compile, try_compile, run,
-** source, log -- comes from lfl_program_type; a backend adds its own
-** methods in `extra`. */
+struct exec_program *lfl_toprogram(lua_State *L, int idx);
+/* A compiled program (exec/program.h) as Lua sees it: a userdata whose
+** only field is the program (NULL once collected).  What every backend's
+** Program shares -- __gc, __tostring (its source), compile, try_compile,
+** run, source, log -- comes from lfl_program_type, on the executor; a
+** backend names its type, how it runs (CUDA's graph mode), and adds its
+** own methods in `extra`. */
 typedef struct lfl_backend {
   const char *type;        /* the metatable's name: "fl.Program" */
-  int (*compile)(void *pr, fl_err *e);
-  int (*run)(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e);
-  const char *(*source)(const void *pr);
-  const char *(*log)(const void *pr);
-  const ir_graph *(*graph)(const void *pr);
-  void (*destroy)(void *pr);
+  int (*run)(struct exec_program *pr, const fl_tensor *const *in, int n, fl_tensor *outs,
+             fl_err *e);
 } lfl_backend;
 void lfl_program_type(lua_State *L, const lfl_backend *be, const luaL_Reg *extra);
 /* The program in the userdata at idx, which must be of be's type. */
-void *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be);
+struct exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be);
 /* Push a new, empty Program userdata of be's type; returns its slot, which
 ** the caller fills (an error before that leaks nothing). */
-void **lfl_newprogram(lua_State *L, const lfl_backend *be);
+struct exec_program **lfl_newprogram(lua_State *L, const lfl_backend *be);
 /* Raise e from compiling pr, with the compiler's log when it has one. */
-int lfl_program_raise(lua_State *L, const lfl_backend *be, void *pr, const fl_err *e);
+int lfl_program_raise(lua_State *L, struct exec_program *pr, const fl_err *e);
+/* Push a new fl.Plan userdata holding a reference to p. */
+void lfl_pushplan(lua_State *L, struct fuse_plan *p);
 void lfl_open_plan(lua_State *L, int lib);
 /* fl.draw, fl.draw_compare, fl.report (lfl_viz.c). */
 void lfl_open_viz(lua_State *L, int lib);
@@ -194,6 +193,12 @@ int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a);
 /* An eager op with a CUDA tensor among its inputs (lfl_cuda.c): a
 ** generated per-op kernel, compiled once and launched; pushes the result. */
+/* Run graph g op by op where its tensors are: the eager kernels on the
+** CPU; with any input or weight on CUDA, one generated kernel per op there
+** (the unfused plan).  What fl.capture's values, g:run and the fallback of
+** a graph no fused plan lowers use. */
+int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
+                        fl_err *e);
 int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
                    int nin, const op_attrs *a);
 /* The same, but never recorded: for in-place ops, which are graph breaks

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "lfl.h"
-#include "cpu/cache.h"
+#include "exec/cache.h"
 #include "scripting/checklist_lua.h"  /* static const unsigned char checklist_lua[] */
 
 /* fl._isatty(fd) -> boolean: is file descriptor fd (0, 1, 2) a terminal? */

@@ -19,7 +19,7 @@
 
 #include "lfl.h"
 #include "cpu/eager.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
 #include "graph/ir.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
@@ -57,7 +57,7 @@ typedef struct entry {
   int nret;
   retspec ret[MAXARGS];
   ir_graph *g;                   /* borrowed from the Graph in UV_GRAPH */
-  cpu_program *pr;               /* borrowed from EUV_PROGRAM, or NULL:
+  exec_program *pr;               /* borrowed from EUV_PROGRAM, or NULL:
                                     interpret g with the eager kernels */
   int lua_prog;                  /* EUV_PROGRAM is another backend's
                                     program (CUDA): run through its :run */
@@ -412,7 +412,7 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
   memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
   err_clear(&e);
-  if ((en->pr ? cpu_program_run(en->pr, in, en->ninputs, outs, &e)
+  if ((en->pr ? exec_program_run(en->pr, in, en->ninputs, outs, &e)
               : ir_run(en->g, eager_apply, in, en->ninputs, outs, &e)) != FL_OK) {
     for (i = 0; i < en->g->nout; i++) ten_release(&outs[i]);
     return lfl_raise(L, "compiled", &e);
@@ -478,7 +478,7 @@ static int c_call(lua_State *L) {
         fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms, %.2f GB/s\n",
                 en->pr->plan->stats.kernels, dt * 1e3,
                 (double)en->pr->plan->stats.bytes_after / dt / 1e9);
-        cpu_program_print_profile(en->pr, stderr, "fuselab:   ");
+        exec_program_print_profile(en->pr, stderr, "fuselab:   ");
       }
       return nr;
     }

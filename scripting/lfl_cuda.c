@@ -1,6 +1,8 @@
 /*
 ** lfl_cuda.c -- the CUDA backend as Lua sees it:
 **   fl.cuda_available()            -> true | false, "no CUDA device: <reason>"
+**   fl.cuda_info()                 -> bytes copied each way, launches,
+**                                     graph replays, pool size
 **   x:cuda(), x:to("cuda"), x:cpu() -> the tensor moved (a copy), or the
 **                                     no-device error
 **   local k = p:codegen("cuda")    -- fl.CudaProgram: print(k) is CUDA C
@@ -23,6 +25,7 @@
 #include "fuse/plan.h"
 #include "gpu/cuda.h"
 #include "graph/view.h"
+#include "cpu/eager.h"
 #ifdef HAVE_CUDA
 #include "gpu/cuda_program.h"
 #endif
@@ -52,40 +55,30 @@ static fuse_plan *checkplan(lua_State *L, int idx) {
 
 #ifdef HAVE_CUDA
 
-/* The CUDA backend for the Program methods every backend shares
-** (lfl_program.c). */
-static int cu_compile(void *pr, fl_err *e) { return cuda_program_compile(pr, e); }
-static int cu_run(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e) {
-  return cuda_program_run(pr, in, n, outs, e);
-}
-static const char *cu_source(const void *pr) { return cuda_program_source(pr); }
-static const char *cu_log(const void *pr) { return cuda_program_log(pr); }
-static const ir_graph *cu_graph(const void *pr) { return ((const cuda_program *)pr)->plan->g; }
-static void cu_destroy(void *pr) { cuda_program_free(pr); }
-static const lfl_backend cuda_backend = {
-  CPROG_TYPE, cu_compile, cu_run, cu_source, cu_log, cu_graph, cu_destroy
-};
+/* The CUDA backend's Program (the methods every backend shares are in
+** lfl_program.c); it runs through CUDA graphs in "reduce-overhead" */
+static const lfl_backend cuda_lprogram = { CPROG_TYPE, cuda_program_run };
 
-static cuda_program *checkprog(lua_State *L, int idx) {
-  return (cuda_program *)lfl_checkprogram(L, idx, &cuda_backend);
+static exec_program *checkprog(lua_State *L, int idx) {
+  return (exec_program *)lfl_checkprogram(L, idx, &cuda_lprogram);
 }
 
 /* plan:codegen("cuda") and fl._cuda_program(plan) -> CudaProgram */
 static int l_codegen(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
-  void **slot = lfl_newprogram(L, &cuda_backend);
+  exec_program **slot = lfl_newprogram(L, &cuda_lprogram);
   fl_err e;
   err_clear(&e);
-  if (!(*slot = cuda_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
+  if (!(*slot = exec_codegen(&cuda_backend, p, NULL, &e))) return lfl_raise(L, "codegen", &e);
   return 1;
 }
 
 /* k:ptx() -> the PTX (compiles first) */
 static int k_ptx(lua_State *L) {
-  cuda_program *pr = checkprog(L, 1);
+  exec_program *pr = checkprog(L, 1);
   fl_err e;
   err_clear(&e);
-  if (cuda_program_compile(pr, &e) != FL_OK) return lfl_program_raise(L, &cuda_backend, pr, &e);
+  if (exec_program_compile(pr, &e) != FL_OK) return lfl_program_raise(L, pr, &e);
   lua_pushstring(L, cuda_program_ptx(pr));
   return 1;
 }
@@ -93,16 +86,17 @@ static int k_ptx(lua_State *L) {
 /* k:set_mode("default" | "reduce-overhead") */
 static int k_set_mode(lua_State *L) {
   static const char *const modes[] = {"default", "reduce-overhead", "max-autotune", NULL};
-  cuda_program *pr = checkprog(L, 1);
+  exec_program *pr = checkprog(L, 1);
   int m = luaL_checkoption(L, 2, NULL, modes);
-  cuda_program_set_mode(pr, m == 1 ? CUDA_MODE_GRAPH : CUDA_MODE_DEFAULT);
+  if (cuda_program_set_mode(pr, m == 1 ? CUDA_MODE_GRAPH : CUDA_MODE_DEFAULT) != FL_OK)
+    return luaL_error(L, "set_mode: out of memory");
   lua_settop(L, 1);
   return 1;
 }
 
 /* k:autotune(x, ...) -> what was chosen (times block sizes on the inputs) */
 static int k_autotune(lua_State *L) {
-  cuda_program *pr = checkprog(L, 1);
+  exec_program *pr = checkprog(L, 1);
   const fl_tensor *in[256];
   fl_err e;
   int i, n = lua_gettop(L) - 1;
@@ -110,7 +104,7 @@ static int k_autotune(lua_State *L) {
   for (i = 0; i < n; i++) in[i] = lfl_checkdata(L, i + 2, "autotune");
   err_clear(&e);
   if (cuda_program_autotune(pr, in, n, &e) != FL_OK) return lfl_raise(L, "autotune", &e);
-  lua_pushstring(L, pr->tune);
+  lua_pushstring(L, cuda_state_of(pr)->tune);
   return 1;
 }
 
@@ -118,22 +112,25 @@ static int k_autotune(lua_State *L) {
 ** fused_epilogues, mode, autotune, arch} */
 static int k_stats(lua_State *L) {
   static const char *const hows[] = {"compiled", "disk", "memory"};
-  cuda_program *pr = checkprog(L, 1);
+  exec_program *pr = checkprog(L, 1);
+  const nvrtc_image *img = cuda_program_image(pr);
+  cuda_state *cs = cuda_state_of(pr);
+  if (!cs) return luaL_error(L, "stats: out of memory");
   lua_createtable(L, 0, 10);
   lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
-  lua_pushboolean(L, pr->compiled); lua_setfield(L, -2, "compiled");
-  if (pr->compiled) {
-    lua_pushstring(L, hows[pr->img.how >= 0 && pr->img.how <= 2 ? pr->img.how : 0]);
+  lua_pushboolean(L, img != NULL); lua_setfield(L, -2, "compiled");
+  if (img) {
+    lua_pushstring(L, hows[img->how >= 0 && img->how <= 2 ? img->how : 0]);
     lua_setfield(L, -2, "how");
-    lua_pushstring(L, pr->img.arch); lua_setfield(L, -2, "arch");
+    lua_pushstring(L, img->arch); lua_setfield(L, -2, "arch");
   }
   lua_pushnumber(L, pr->compile_ms); lua_setfield(L, -2, "compile_ms");
   lua_pushinteger(L, (lua_Integer)pr->runs); lua_setfield(L, -2, "runs");
-  lua_pushinteger(L, (lua_Integer)pr->replays); lua_setfield(L, -2, "replays");
-  lua_pushinteger(L, pr->fused_epilogues); lua_setfield(L, -2, "fused_epilogues");
-  lua_pushstring(L, pr->mode == CUDA_MODE_GRAPH ? "reduce-overhead" : "default");
+  lua_pushinteger(L, (lua_Integer)cs->replays); lua_setfield(L, -2, "replays");
+  lua_pushinteger(L, cs->fused_epilogues); lua_setfield(L, -2, "fused_epilogues");
+  lua_pushstring(L, cs->mode == CUDA_MODE_GRAPH ? "reduce-overhead" : "default");
   lua_setfield(L, -2, "mode");
-  lua_pushstring(L, pr->tune); lua_setfield(L, -2, "autotune");
+  lua_pushstring(L, cs->tune); lua_setfield(L, -2, "autotune");
   return 1;
 }
 
@@ -261,6 +258,41 @@ static int eager_view(lua_State *L, fl_op op, const fl_tensor *x, const op_attrs
 }
 #endif
 
+/* Is any input or weight of g on the device? */
+static int on_cuda(const ir_graph *g, const fl_tensor *const *in, int n) {
+  int i;
+  for (i = 0; i < n; i++)
+    if (in[i] && in[i]->m.device == FL_DEV_CUDA) return 1;
+  for (i = 0; i < g->n; i++)
+    if ((g->nodes[i].kind == IR_PARAM || g->nodes[i].kind == IR_CONST) &&
+        g->nodes[i].value.m.device == FL_DEV_CUDA)
+      return 1;
+  return 0;
+}
+
+int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
+                        fl_err *e) {
+#ifdef HAVE_CUDA
+  fuse_opts o;
+  fuse_plan *p;
+  exec_program *pr;
+  int rc;
+  if (!on_cuda(g, in, n)) return ir_run(g, eager_apply, in, n, outs, e);
+  /* op by op on the device: the unfused plan, one kernel per op */
+  fuse_opts_default(&o);
+  o.fuse = 0;
+  if (!(p = fuse_plan_build(g, &o, e))) return e->code;
+  pr = exec_codegen(&cuda_backend, p, NULL, e);
+  fuse_plan_free(p);
+  if (!pr) return e->code;
+  rc = exec_program_run(pr, in, n, outs, e);
+  exec_program_free(pr);
+  return rc;
+#else
+  return ir_run(g, eager_apply, in, n, outs, e);
+#endif
+}
+
 int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a) {
 #ifdef HAVE_CUDA
@@ -270,7 +302,7 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
   char key[33];
   int ids[64], k, n = 0, id;
   fl_err e;
-  void **slot;
+  exec_program **slot;
   if ((op_info_of(op)->flags & OPF_VIEW) && in[0] && eager_view(L, op, in[0], a) == 1)
     return 1;
   err_clear(&e);
@@ -297,16 +329,16 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
   if (lua_getfield(L, -1, key) != LUA_TUSERDATA) {
     fuse_plan *p;
     lua_pop(L, 1);
-    slot = lfl_newprogram(L, &cuda_backend);
+    slot = lfl_newprogram(L, &cuda_lprogram);
     if (!(p = fuse_plan_build(g, NULL, &e))) return lfl_raise(L, op_name(op), &e);
-    *slot = cuda_codegen(p, &e);
+    *slot = exec_codegen(&cuda_backend, p, NULL, &e);
     fuse_plan_free(p);
     if (!*slot) return lfl_raise(L, op_name(op), &e);
-    if (cuda_program_compile(*slot, &e) != FL_OK) return lfl_program_raise(L, &cuda_backend, *slot, &e);
+    if (exec_program_compile(*slot, &e) != FL_OK) return lfl_program_raise(L, *slot, &e);
     lua_pushvalue(L, -1);
     lua_setfield(L, -3, key);
   }
-  slot = (void **)lua_touserdata(L, -1);
+  slot = (exec_program **)lua_touserdata(L, -1);
   outs = lfl_newtensor(L);
   if (cuda_program_run(*slot, inputs, n, outs, &e) != FL_OK)
     return lfl_raise(L, op_name(op), &e);
@@ -315,6 +347,35 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
   (void)in; (void)nin; (void)a;
   return luaL_error(L, "%s: no CUDA device: fuselab was built without CUDA", op_name(op));
 #endif
+}
+
+/* fl.cuda_info() -> {device, h2d_bytes, d2h_bytes, launches, graph_replays,
+** pool_bytes, pool_in_use}; without a device, {device = false, why = reason} */
+static int l_cuda_info(lua_State *L) {
+  fl_err e;
+  err_clear(&e);
+  lua_createtable(L, 0, 7);
+#ifdef HAVE_CUDA
+  if (cuda_available(&e) && cuda_rt_init(&e) == FL_OK) {
+    cuda_counters c;
+    cuda_mem_stats m;
+    cuda_get_counters(&c);
+    cuda_get_mem_stats(&m);
+    lua_pushstring(L, cuda_device_name()); lua_setfield(L, -2, "device");
+    lua_pushinteger(L, (lua_Integer)c.h2d_bytes); lua_setfield(L, -2, "h2d_bytes");
+    lua_pushinteger(L, (lua_Integer)c.d2h_bytes); lua_setfield(L, -2, "d2h_bytes");
+    lua_pushinteger(L, (lua_Integer)c.launches); lua_setfield(L, -2, "launches");
+    lua_pushinteger(L, (lua_Integer)c.graph_replays); lua_setfield(L, -2, "graph_replays");
+    lua_pushinteger(L, (lua_Integer)(m.in_use + m.cached)); lua_setfield(L, -2, "pool_bytes");
+    lua_pushinteger(L, (lua_Integer)m.in_use); lua_setfield(L, -2, "pool_in_use");
+    return 1;
+  }
+#else
+  (void)cuda_available(&e);
+#endif
+  lua_pushboolean(L, 0); lua_setfield(L, -2, "device");
+  lua_pushstring(L, e.msg); lua_setfield(L, -2, "why");
+  return 1;
 }
 
 #ifndef HAVE_CUDA
@@ -326,14 +387,14 @@ static int l_codegen(lua_State *L) {
 #endif
 
 static const luaL_Reg cuda_funcs[] = {
-  {"cuda_available", l_cuda_available}, {"_cuda_program", l_codegen},
+  {"cuda_available", l_cuda_available}, {"cuda_info", l_cuda_info}, {"_cuda_program", l_codegen},
   {NULL, NULL}
 };
 
 void lfl_open_cuda(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
 #ifdef HAVE_CUDA
-  lfl_program_type(L, &cuda_backend, prog_methods);
+  lfl_program_type(L, &cuda_lprogram, prog_methods);
 #endif
   lua_pushvalue(L, lib);
   luaL_setfuncs(L, cuda_funcs, 0);

@@ -201,7 +201,10 @@ static int run_with(lua_State *L, ir_apply_fn apply) {
   outs = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *outs, 0);
   memset(outs, 0, (size_t)(g->nout + 1) * sizeof *outs);
   err_clear(&e);
-  if (ir_run(g, apply, in, n, outs, &e) != FL_OK) return lfl_raise(L, "graph", &e);
+  /* the eager kernels run where the tensors are (lfl_graph_run_eager) */
+  if ((apply == eager_apply ? lfl_graph_run_eager(g, in, n, outs, &e)
+                            : ir_run(g, apply, in, n, outs, &e)) != FL_OK)
+    return lfl_raise(L, "graph", &e);
   for (i = 0; i < g->nout; i++) {
     lfl_pushmoved(L, &outs[i]);
   }

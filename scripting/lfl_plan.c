@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "lfl.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
+#include "exec/cache.h"
 #include "fuse/plan.h"
 
 #define PLAN_TYPE "fl.Plan"
@@ -20,19 +21,9 @@
 
 typedef struct lplan { fuse_plan *p; } lplan;
 
-/* The C backend for the Program methods every backend shares
-** (lfl_program.c). */
-static int cpu_compile(void *pr, fl_err *e) { return cpu_program_compile(pr, e); }
-static int cpu_run(void *pr, const fl_tensor *const *in, int n, fl_tensor *outs, fl_err *e) {
-  return cpu_program_run(pr, in, n, outs, e);
-}
-static const char *cpu_source(const void *pr) { return cpu_program_source(pr); }
-static const char *cpu_log(const void *pr) { return cpu_program_log(pr); }
-static const ir_graph *cpu_graph(const void *pr) { return ((const cpu_program *)pr)->plan->g; }
-static void cpu_destroy(void *pr) { cpu_program_free(pr); }
-static const lfl_backend cpu_backend = {
-  PROGRAM_TYPE, cpu_compile, cpu_run, cpu_source, cpu_log, cpu_graph, cpu_destroy
-};
+/* The C backend's Program (the methods every backend shares are in
+** lfl_program.c) */
+static const lfl_backend c_program = { PROGRAM_TYPE, exec_program_run };
 
 static fuse_plan *checkplan(lua_State *L, int idx) {
   lplan *lp = (lplan *)luaL_checkudata(L, idx, PLAN_TYPE);
@@ -45,13 +36,13 @@ fuse_plan *lfl_toplan(lua_State *L, int idx) {
   return lp ? lp->p : NULL;
 }
 
-cpu_program *lfl_toprogram(lua_State *L, int idx) {
-  cpu_program **slot = (cpu_program **)luaL_testudata(L, idx, PROGRAM_TYPE);
+exec_program *lfl_toprogram(lua_State *L, int idx) {
+  exec_program **slot = (exec_program **)luaL_testudata(L, idx, PROGRAM_TYPE);
   return slot ? *slot : NULL;
 }
 
-static cpu_program *checkprogram(lua_State *L, int idx) {
-  return (cpu_program *)lfl_checkprogram(L, idx, &cpu_backend);
+static exec_program *checkprogram(lua_State *L, int idx) {
+  return (exec_program *)lfl_checkprogram(L, idx, &c_program);
 }
 
 static void push_owned(lua_State *L, char *s, const char *what) {
@@ -195,7 +186,7 @@ static int p_graph(lua_State *L) {
 static int p_codegen(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
   const char *target = luaL_optstring(L, 2, "cpu");
-  void **slot;
+  exec_program **slot;
   fl_err e;
   if (strcmp(target, "cuda") == 0) {
     /* the CUDA generator registered by lfl_cuda.c: an fl.CudaProgram */
@@ -206,9 +197,9 @@ static int p_codegen(lua_State *L) {
   }
   if (strcmp(target, "cpu") != 0)
     return luaL_error(L, "codegen: unknown target '%s' (expected cpu or cuda)", target);
-  slot = lfl_newprogram(L, &cpu_backend);
+  slot = lfl_newprogram(L, &c_program);
   err_clear(&e);
-  if (!(*slot = cpu_codegen(p, &e))) return lfl_raise(L, "codegen", &e);
+  if (!(*slot = exec_codegen(&cpu_backend, p, NULL, &e))) return lfl_raise(L, "codegen", &e);
   return 1;
 }
 
@@ -218,11 +209,11 @@ static int p_codegen(lua_State *L) {
 ** compile_ms, runs} */
 static int k_stats(lua_State *L) {
   static const char *const hows[] = {"compiled", "disk", "memory"};
-  cpu_program *pr = checkprogram(L, 1);
+  exec_program *pr = checkprogram(L, 1);
   lua_createtable(L, 0, 5);
   lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
-  lua_pushboolean(L, pr->obj != NULL); lua_setfield(L, -2, "compiled");
-  if (pr->obj) {
+  lua_pushboolean(L, pr->image != NULL); lua_setfield(L, -2, "compiled");
+  if (pr->image) {
     lua_pushstring(L, hows[pr->how >= 0 && pr->how <= 2 ? pr->how : 0]);
     lua_setfield(L, -2, "how");
   }
@@ -231,44 +222,10 @@ static int k_stats(lua_State *L) {
   return 1;
 }
 
-/* k:profile(on) turns per-kernel timing on (counters reset) or off;
-** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =}, ...}: the
-** mean time of each kernel over the profiled runs, the last run's, and the
-** bandwidth of the mean from the plan's bytes (cost model). */
-static int k_profile(lua_State *L) {
-  cpu_program *pr = checkprogram(L, 1);
-  fl_err e;
-  int k;
-  if (!lua_isnone(L, 2)) {
-    if (!lua_isboolean(L, 2))
-      return luaL_error(L, "profile: expected true or false, got %s", luaL_typename(L, 2));
-    err_clear(&e);
-    if (cpu_program_set_profile(pr, lua_toboolean(L, 2), &e) != FL_OK) return lfl_raise(L, "profile", &e);
-    return 0;
-  }
-  lua_createtable(L, pr->plan->nkernels, 1);
-  lua_pushinteger(L, (lua_Integer)pr->profiled_runs);
-  lua_setfield(L, -2, "runs");
-  for (k = 0; k < pr->plan->nkernels && pr->profiled_runs > 0; k++) {
-    double ms = pr->kernel_ms[k] / (double)pr->profiled_runs;
-    lua_createtable(L, 0, 4);
-    lua_pushstring(L, pr->plan->kernels[k].name); lua_setfield(L, -2, "name");
-    lua_pushnumber(L, ms); lua_setfield(L, -2, "ms");
-    lua_pushnumber(L, pr->last_ms[k]); lua_setfield(L, -2, "last_ms");
-    lua_pushnumber(L, ms > 0 ? (double)pr->plan->kernels[k].bytes / (ms * 1e6) : 0);
-    lua_setfield(L, -2, "gbps");
-    lua_rawseti(L, -2, k + 1);
-  }
-  return 1;
-}
-
-/* k:plan() -> the plan it was generated from */
-static int k_plan(lua_State *L) {
-  cpu_program *pr = checkprogram(L, 1);
+void lfl_pushplan(lua_State *L, fuse_plan *p) {
   lplan *lp = (lplan *)lua_newuserdatauv(L, sizeof *lp, 0);
-  lp->p = fuse_plan_ref(pr->plan);
+  lp->p = fuse_plan_ref(p);
   luaL_setmetatable(L, PLAN_TYPE);
-  return 1;
 }
 
 /* ---- the cache ------------------------------------------------------------ */
@@ -320,15 +277,15 @@ static const luaL_Reg plan_methods[] = {
 
 /* the C backend's own methods, beside the shared ones */
 static const luaL_Reg program_methods[] = {
-  {"stats", k_stats}, {"plan", k_plan}, {"profile", k_profile},
+  {"stats", k_stats},
   {NULL, NULL}
 };
 
 /* fl._print_kernel_times(k): the last profiled run's kernels on stderr,
 ** as FUSELAB_DEBUG=2 shows them (other backends' programs: nothing) */
 static int l_print_kernel_times(lua_State *L) {
-  cpu_program *pr = lfl_toprogram(L, 1);
-  if (pr) cpu_program_print_profile(pr, stderr, "fuselab:   ");
+  exec_program *pr = lfl_toprogram(L, 1);
+  if (pr) exec_program_print_profile(pr, stderr, "fuselab:   ");
   return 0;
 }
 
@@ -358,7 +315,7 @@ static void new_type(lua_State *L, const char *name, lua_CFunction gc,
 void lfl_open_plan(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
   new_type(L, PLAN_TYPE, p_gc, p_tostring, plan_methods);
-  lfl_program_type(L, &cpu_backend, program_methods);
+  lfl_program_type(L, &c_program, program_methods);
   /* g:fuse joins the Graph's methods */
   luaL_getmetatable(L, "fl.Graph");
   lua_getfield(L, -1, "__index");

@@ -1,9 +1,9 @@
 /*
 ** lfl_program.c -- what every backend's compiled Program shares as Lua
 ** sees it: k:compile(), k:try_compile(), k:run(...), k:source(), k:log(),
-** print(k), collection.  The backend (lfl_plan.c for C, lfl_cuda.c for
-** CUDA) describes itself in an lfl_backend; the methods find it in their
-** upvalue.
+** print(k), collection, on the executor (exec/program.h).  The backend
+** (lfl_plan.c for C, lfl_cuda.c for CUDA) names its type and run in an
+** lfl_backend; the methods find it in their upvalue.
 ** Invariant: a Program userdata holds one program or, once collected,
 ** NULL; it is created before the program, so an error between the two
 ** leaks nothing.
@@ -11,26 +11,27 @@
 #include <string.h>
 
 #include "lfl.h"
+#include "exec/program.h"
 
 static const lfl_backend *backend(lua_State *L) {
   return (const lfl_backend *)lua_touserdata(L, lua_upvalueindex(1));
 }
 
-void *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be) {
-  void **slot = (void **)luaL_checkudata(L, idx, be->type);
+exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be) {
+  exec_program **slot = (exec_program **)luaL_checkudata(L, idx, be->type);
   if (!*slot) luaL_argerror(L, idx, "program has been released");
   return *slot;
 }
 
-void **lfl_newprogram(lua_State *L, const lfl_backend *be) {
-  void **slot = (void **)lua_newuserdatauv(L, sizeof *slot, 0);
+exec_program **lfl_newprogram(lua_State *L, const lfl_backend *be) {
+  exec_program **slot = (exec_program **)lua_newuserdatauv(L, sizeof *slot, 0);
   *slot = NULL;
   luaL_setmetatable(L, be->type);
   return slot;
 }
 
-int lfl_program_raise(lua_State *L, const lfl_backend *be, void *pr, const fl_err *e) {
-  const char *log = be->log(pr);
+int lfl_program_raise(lua_State *L, exec_program *pr, const fl_err *e) {
+  const char *log = exec_program_log(pr);
   if (e->code == FL_ECOMPILE && log && *log && !strstr(e->msg, log))
     return luaL_error(L, "%s\n%s", e->msg, log);
   return lfl_raise(L, "compile", e);
@@ -38,8 +39,8 @@ int lfl_program_raise(lua_State *L, const lfl_backend *be, void *pr, const fl_er
 
 static int k_gc(lua_State *L) {
   const lfl_backend *be = backend(L);
-  void **slot = (void **)luaL_checkudata(L, 1, be->type);
-  be->destroy(*slot);
+  exec_program **slot = (exec_program **)luaL_checkudata(L, 1, be->type);
+  exec_program_free(*slot);
   *slot = NULL;
   return 0;
 }
@@ -47,24 +48,24 @@ static int k_gc(lua_State *L) {
 /* print(k), k:source() -> the generated source */
 static int k_source(lua_State *L) {
   const lfl_backend *be = backend(L);
-  lua_pushstring(L, be->source(lfl_checkprogram(L, 1, be)));
+  lua_pushstring(L, exec_program_source(lfl_checkprogram(L, 1, be)));
   return 1;
 }
 
 /* k:log() -> the compiler's output */
 static int k_log(lua_State *L) {
   const lfl_backend *be = backend(L);
-  lua_pushstring(L, be->log(lfl_checkprogram(L, 1, be)));
+  lua_pushstring(L, exec_program_log(lfl_checkprogram(L, 1, be)));
   return 1;
 }
 
 /* k:compile() -> true; raises with the compiler's log on failure */
 static int k_compile(lua_State *L) {
   const lfl_backend *be = backend(L);
-  void *pr = lfl_checkprogram(L, 1, be);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
   fl_err e;
   err_clear(&e);
-  if (be->compile(pr, &e) != FL_OK) return lfl_program_raise(L, be, pr, &e);
+  if (exec_program_compile(pr, &e) != FL_OK) return lfl_program_raise(L, pr, &e);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -73,23 +74,23 @@ static int k_compile(lua_State *L) {
 ** form fl.compile uses to fall back to eager) */
 static int k_try_compile(lua_State *L) {
   const lfl_backend *be = backend(L);
-  void *pr = lfl_checkprogram(L, 1, be);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
   fl_err e;
   err_clear(&e);
-  if (be->compile(pr, &e) == FL_OK) {
+  if (exec_program_compile(pr, &e) == FL_OK) {
     lua_pushboolean(L, 1);
     return 1;
   }
   lua_pushboolean(L, 0);
-  lua_pushfstring(L, "%s\n%s", e.msg, be->log(pr));
+  lua_pushfstring(L, "%s\n%s", e.msg, exec_program_log(pr));
   return 2;
 }
 
 /* k:run(x, ...) -> outputs */
 static int k_run(lua_State *L) {
   const lfl_backend *be = backend(L);
-  void *pr = lfl_checkprogram(L, 1, be);
-  const ir_graph *g = be->graph(pr);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
+  const ir_graph *g = pr->plan->g;
   const fl_tensor *in[256];
   fl_tensor *outs;
   fl_err e;
@@ -103,7 +104,7 @@ static int k_run(lua_State *L) {
   err_clear(&e);
   if (be->run(pr, in, n, outs, &e) != FL_OK) {
     for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
-    if (e.code == FL_ECOMPILE) return lfl_program_raise(L, be, pr, &e);
+    if (e.code == FL_ECOMPILE) return lfl_program_raise(L, pr, &e);
     return lfl_raise(L, "run", &e);
   }
   for (i = 0; i < g->nout; i++) {
@@ -112,10 +113,50 @@ static int k_run(lua_State *L) {
   return g->nout;
 }
 
+/* k:profile(on) turns per-kernel timing on (counters reset) or off;
+** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =}, ...}: the
+** mean time of each kernel over the profiled runs, the last run's, and the
+** bandwidth of the mean from the plan's bytes (cost model). */
+static int k_profile(lua_State *L) {
+  const lfl_backend *be = backend(L);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
+  fl_err e;
+  int k;
+  if (!lua_isnone(L, 2)) {
+    if (!lua_isboolean(L, 2))
+      return luaL_error(L, "profile: expected true or false, got %s", luaL_typename(L, 2));
+    err_clear(&e);
+    if (exec_program_set_profile(pr, lua_toboolean(L, 2), &e) != FL_OK) return lfl_raise(L, "profile", &e);
+    return 0;
+  }
+  lua_createtable(L, pr->plan->nkernels, 1);
+  lua_pushinteger(L, (lua_Integer)pr->profiled_runs);
+  lua_setfield(L, -2, "runs");
+  for (k = 0; k < pr->plan->nkernels && pr->profiled_runs > 0; k++) {
+    double ms = pr->kernel_ms[k] / (double)pr->profiled_runs;
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, pr->plan->kernels[k].name); lua_setfield(L, -2, "name");
+    lua_pushnumber(L, ms); lua_setfield(L, -2, "ms");
+    lua_pushnumber(L, pr->last_ms[k]); lua_setfield(L, -2, "last_ms");
+    lua_pushnumber(L, ms > 0 ? (double)pr->plan->kernels[k].bytes / (ms * 1e6) : 0);
+    lua_setfield(L, -2, "gbps");
+    lua_rawseti(L, -2, k + 1);
+  }
+  return 1;
+}
+
+/* k:plan() -> the plan it was generated from */
+static int k_plan(lua_State *L) {
+  const lfl_backend *be = backend(L);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
+  lfl_pushplan(L, pr->plan);
+  return 1;
+}
+
 void lfl_program_type(lua_State *L, const lfl_backend *be, const luaL_Reg *extra) {
   static const luaL_Reg shared[] = {
     {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
-    {"source", k_source}, {"log", k_log},
+    {"source", k_source}, {"log", k_log}, {"profile", k_profile}, {"plan", k_plan},
     {NULL, NULL}
   };
   if (!luaL_newmetatable(L, be->type)) {

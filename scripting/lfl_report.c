@@ -18,7 +18,8 @@
 #include <time.h>
 
 #include "lfl_viz.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
+#include "exec/cache.h"
 #include "viz/report.h"
 #include "viz/style.h"
 
@@ -89,24 +90,24 @@ typedef struct rep {
   viz_opts o;
   /* CPU programs timed kernel by kernel while the steady-state calls ran:
   ** their kernels' mean times fill the kernel table */
-  cpu_program *timed[LFL_VIZ_MAX_STAGES];
+  exec_program *timed[LFL_VIZ_MAX_STAGES];
   int ntimed;
 } rep;
 
 /* Per-kernel timing on for the program at idx (a CPU program; others are
 ** left alone) during the timed calls that follow. */
 static void profile_program(lua_State *L, rep *R, int idx) {
-  cpu_program *pr = lfl_toprogram(L, idx);
+  exec_program *pr = lfl_toprogram(L, idx);
   fl_err e;
   if (!pr || R->ntimed >= LFL_VIZ_MAX_STAGES) return;
   err_clear(&e);
-  if (cpu_program_set_profile(pr, 1, &e) != FL_OK) lfl_viz_raise(L, "report", &e);
+  if (exec_program_set_profile(pr, 1, &e) != FL_OK) lfl_viz_raise(L, "report", &e);
   R->timed[R->ntimed++] = pr;
 }
 
 static void profile_off(rep *R) {
   int i;
-  for (i = 0; i < R->ntimed; i++) cpu_program_set_profile(R->timed[i], 0, NULL);
+  for (i = 0; i < R->ntimed; i++) exec_program_set_profile(R->timed[i], 0, NULL);
 }
 
 /* The mean time of each kernel of plan p, when a timed program ran it;
@@ -115,7 +116,7 @@ static const double *kernel_times(lua_State *L, rep *R, const fuse_plan *p) {
   double *t;
   int i, k;
   for (i = 0; i < R->ntimed; i++) {
-    const cpu_program *pr = R->timed[i];
+    const exec_program *pr = R->timed[i];
     if (pr->plan != p || pr->profiled_runs == 0) continue;
     t = (double *)lfl_viz_alloc(L, R->s, (size_t)(p->nkernels > 0 ? p->nkernels : 1) * sizeof *t, "report");
     for (k = 0; k < p->nkernels; k++) t[k] = pr->kernel_ms[k] / (double)pr->profiled_runs;
@@ -425,7 +426,7 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
   viz_report *r = &R->r;
   lfl_viz_list l;
   const fuse_plan *p;
-  cpu_program *pr = NULL;
+  exec_program *pr = NULL;
   int top = lua_gettop(L), plan = idx, prog = 0;
   char when[32];
   if (kind == LFL_VIZ_GRAPH) {
@@ -454,7 +455,7 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
   if (inputs && prog) {
     double t0 = now_s(), compile_ms;
     int g;
-    if (!pr->obj) {
+    if (!pr->image) {
       push_method(L, prog, "compile");
       lua_call(L, 1, 0);
     }
@@ -477,7 +478,7 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
   lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
   fill_stages(L, R, &l);
   if (pr) {
-    r->code = cpu_program_source(pr);
+    r->code = exec_program_source(pr);
     r->code_lang = "C";
   }
   stamp(when, sizeof when);

@@ -48,7 +48,7 @@
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "graph/ir.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
 #include "lfl_trace_impl.h"
 
 /* ---- replaying a recorded segment ---------------------------------------- */
@@ -427,7 +427,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
   }
   err_clear(&e);
   if (r->pr) {
-    rc = cpu_program_run((cpu_program *)r->pr, inputs, g->ninputs, outs, &e);
+    rc = exec_program_run((exec_program *)r->pr, inputs, g->ninputs, outs, &e);
   } else if (r->runner) {
     lua_getiuservalue(L, tidx, UV_PLAN);
     lua_getiuservalue(L, -1, PUV_ANCHORS);
@@ -450,7 +450,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_pop(L, 3);
     r = &p->r[ri];
   } else {
-    rc = ir_run(g, eager_apply, inputs, g->ninputs, outs, &e);
+    rc = lfl_graph_run_eager(g, inputs, g->ninputs, outs, &e);
   }
   if (rc != FL_OK) {
     if (!slots)
@@ -526,7 +526,7 @@ int lfl_trace_resolve(lua_State *L, fl_tensor *t) {
     lua_pop(L, 1);
   }
   memset(&out, 0, sizeof out);
-  if (ir_run(c, eager_apply, in, g->ninputs, &out, &e) != FL_OK) lfl_raise(L, "graph", &e);
+  if (lfl_graph_run_eager(c, in, g->ninputs, &out, &e) != FL_OK) lfl_raise(L, "graph", &e);
   wrapped = t->m.wrapped;
   ten_share(t, &out);
   ten_release(&out);

@@ -293,7 +293,7 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
   }
   lua_pop(L, 1);
   err_clear(&e);
-  if (ir_run(g, eager_apply, inputs, g->ninputs, outs, &e) != FL_OK)
+  if (lfl_graph_run_eager(g, inputs, g->ninputs, outs, &e) != FL_OK)
     lfl_raise(L, "graph", &e);
   lua_pushnil(L);
   lua_pushnil(L);

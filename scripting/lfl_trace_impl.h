@@ -37,7 +37,7 @@ typedef struct segrec {
   char *isout;             /* per node: a graph output */
   char what[48];           /* the break that ended it, "" for the call's end */
   int ganchor;             /* anchors index of the Graph */
-  void *pr;                /* a cpu_program the flush runs directly, or NULL */
+  void *pr;                /* a exec_program the flush runs directly, or NULL */
   int runner;              /* anchors index of a Lua runner(inputs) ->
                               outputs, 0: none (pr, or the eager kernels) */
   int nargs;               /* roots: the call's arguments, kinds[i] 't' */

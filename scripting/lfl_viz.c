@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "lfl_viz.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
 
 #define SCRATCH_TYPE "fl.VizScratch"
 
@@ -227,7 +227,7 @@ const fuse_plan *lfl_viz_plan_at(lua_State *L, int idx, const char *what) {
     if (!p) luaL_error(L, "%s: the plan has been released", what);
     return p;
   } else {
-    const cpu_program *pr = lfl_toprogram(L, idx);
+    const exec_program *pr = lfl_toprogram(L, idx);
     if (!pr) luaL_error(L, "%s: the program has been released", what);
     return pr->plan;
   }

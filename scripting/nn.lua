@@ -268,6 +268,32 @@ end
 
 function Module:eval() return self:train(false) end
 
+-- m:to(device or dtype ...), m:cuda(), m:cpu(): every parameter and buffer
+-- replaced by the moved tensor, in place (the module is returned), as
+-- PyTorch's Module.to does.  A tensor under two names (tied weights) is
+-- moved once and stays shared; a weight already there is kept as it is.
+-- Compiled functions then bind the resident weights: no copy per call.
+function Module:to(...)
+  local args, moved = table.pack(...), {}
+  local function visit(m)
+    for _, kind in ipairs({"_params", "_buffers"}) do
+      for _, name in ipairs(m[kind]) do
+        local t = m[name]
+        if t ~= nil then
+          if moved[t] == nil then moved[t] = t:to(table.unpack(args, 1, args.n)) end
+          m[name] = moved[t]
+        end
+      end
+    end
+    for _, name in ipairs(m._children) do visit(m[name]) end
+  end
+  visit(self)
+  return self
+end
+
+function Module:cuda() return self:to("cuda") end
+function Module:cpu() return self:to("cpu") end
+
 -- One line describing the module itself ("nn.Linear(10 -> 20)").
 function Module:_head() return self.__typename end
 

@@ -63,7 +63,7 @@ static void fill(ir_graph *g, fl_tensor *in, uint64_t seed) {
 static int check(const char *what, ir_graph *g, int fuse, int mode, uint64_t seed, int quiet) {
   fuse_opts o;
   fuse_plan *p;
-  cuda_program *pr;
+  exec_program *pr;
   fl_tensor in[RG_MAXN], want[8], got[8], host;
   const fl_tensor *inp[RG_MAXN];
   fl_err e;
@@ -74,7 +74,7 @@ static int check(const char *what, ir_graph *g, int fuse, int mode, uint64_t see
   fuse_opts_default(&o);
   o.fuse = fuse;
   if (!(p = fuse_plan_build(g, &o, &e))) { ok(0, "%s: plan: %s", what, e.msg); return 0; }
-  pr = cuda_codegen(p, &e);
+  pr = exec_codegen(&cuda_backend, p, NULL, &e);
   fuse_plan_free(p);
   if (!pr) { ok(0, "%s: codegen: %s", what, e.msg); return 0; }
   fill(g, in, seed);
@@ -95,12 +95,13 @@ static int check(const char *what, ir_graph *g, int fuse, int mode, uint64_t see
       good = -1;
       goto done;
     }
-    if ((pr->cublas = malloc((size_t)pr->plan->nkernels))) memset(pr->cublas, 1, (size_t)pr->plan->nkernels);
+    cuda_state *cs = cuda_state_of(pr);
+    if (cs && (cs->cublas = malloc((size_t)pr->plan->nkernels))) memset(cs->cublas, 1, (size_t)pr->plan->nkernels);
   }
   for (call = 0; call < calls && good == 1; call++) {
     memset(got, 0, sizeof got);
     if (cuda_program_run(pr, inp, g->ninputs, got, &e) != FL_OK) {
-      snprintf(why, sizeof why, "run: %s\n%s", e.msg, cuda_program_log(pr));
+      snprintf(why, sizeof why, "run: %s\n%s", e.msg, exec_program_log(pr));
       good = 0;
     }
     for (o2 = 0; o2 < g->nout && good == 1; o2++) {
@@ -128,13 +129,13 @@ static int check(const char *what, ir_graph *g, int fuse, int mode, uint64_t see
       printf("# %s\n# %s\n", why, s ? s : "");
       free(s);
     } else if (mode == 2) {
-      printf("# %s\n", pr->tune);
+      printf("# %s\n", cuda_state_of(pr)->tune);
     }
   }
 done:
   for (i = 0; i < RG_MAXN; i++) ten_release(&in[i]);
   for (i = 0; i < 8; i++) ten_release(&want[i]);
-  cuda_program_free(pr);
+  exec_program_free(pr);
   return good;
 }
 

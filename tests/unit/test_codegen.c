@@ -18,7 +18,8 @@
 #include "tap.h"
 #include "fuse_graphs.h"
 #include "fuse/plan.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
+#include "exec/cache.h"
 #include "graph/ref.h"
 
 static void fill(fl_tensor *t, double lo, double hi) {
@@ -51,7 +52,7 @@ typedef struct pending {
   char what[96];
   ir_graph *g;
   double tol;
-  cpu_program *pr[2];   /* [0] fused, [1] unfused */
+  exec_program *pr[2];   /* [0] fused, [1] unfused */
 } pending;
 
 #define MAXPEND 128
@@ -59,7 +60,7 @@ static pending pend[MAXPEND];
 static int npend;
 
 /* Run g's program pr on random inputs and compare with the reference. */
-static int check(const char *what, ir_graph *g, cpu_program *pr, int fuse, double tol) {
+static int check(const char *what, ir_graph *g, exec_program *pr, int fuse, double tol) {
   fl_err e;
   fl_tensor in[8], got[8], want[8];
   const fl_tensor *inp[8];
@@ -72,10 +73,10 @@ static int check(const char *what, ir_graph *g, cpu_program *pr, int fuse, doubl
     fill(&in[nd->index], -2, 2);
     inp[nd->index] = &in[nd->index];
   }
-  rc = cpu_program_run(pr, inp, g->ninputs, got, &e);   /* compiles if the batch did not */
+  rc = exec_program_run(pr, inp, g->ninputs, got, &e);   /* compiles if the batch did not */
   if (rc) {
     ok(0, "%s (fuse=%d): run: %s", what, fuse, e.msg);
-    printf("# log: %s\n", cpu_program_log(pr));
+    printf("# log: %s\n", exec_program_log(pr));
     good = 0;
   } else if ((rc = ir_run(g, ref_apply, inp, g->ninputs, want, &e))) {
     ok(0, "%s: reference: %s", what, e.msg);
@@ -109,7 +110,7 @@ static void both(const char *what, ir_graph *g, double tol) {
 
 /* Plan, generate and batch-compile every queued graph, then check each. */
 static void run_pending(void) {
-  cpu_program *prs[2 * MAXPEND];
+  exec_program *prs[2 * MAXPEND];
   int i, f, np = 0;
   fl_err e;
   for (i = 0; i < npend; i++)
@@ -121,19 +122,19 @@ static void run_pending(void) {
       o.fuse = !f;
       if (!(p = fuse_plan_build(pend[i].g, &o, &e))) { ok(0, "%s: plan: %s", pend[i].what, e.msg); continue; }
       snprintf(prefix, sizeof prefix, "t%d%c_", i, f ? 'u' : 'f');
-      pend[i].pr[f] = cpu_codegen_prefixed(p, prefix, &e);
+      pend[i].pr[f] = exec_codegen(&cpu_backend, p, prefix, &e);
       fuse_plan_free(p);
       if (!pend[i].pr[f]) ok(0, "%s: codegen: %s", pend[i].what, e.msg);
       else prs[np++] = pend[i].pr[f];
     }
   /* a batch that does not compile leaves each program to compile (and
   ** report) on its own when it first runs */
-  if (np && cpu_compile_batch(prs, np, &e) != FL_OK) printf("# batch compile failed: %s\n", e.msg);
+  if (np && exec_compile_batch(prs, np, &e) != FL_OK) printf("# batch compile failed: %s\n", e.msg);
   for (i = 0; i < npend; i++) {
     for (f = 0; f < 2; f++)
       if (pend[i].pr[f]) check(pend[i].what, pend[i].g, pend[i].pr[f], !f, pend[i].tol);
-    cpu_program_free(pend[i].pr[0]);
-    cpu_program_free(pend[i].pr[1]);
+    exec_program_free(pend[i].pr[0]);
+    exec_program_free(pend[i].pr[1]);
     ir_free(pend[i].g);
   }
   npend = 0;
@@ -171,10 +172,10 @@ static int count_files(const char *dir, const char *suffix) {
   return n;
 }
 
-static cpu_program *program_for(ir_graph *g) {
+static exec_program *program_for(ir_graph *g) {
   fl_err e;
   fuse_plan *p = fuse_plan_build(g, NULL, &e);
-  cpu_program *pr = p ? cpu_codegen(p, &e) : NULL;
+  exec_program *pr = p ? exec_codegen(&cpu_backend, p, NULL, &e) : NULL;
   fuse_plan_free(p);
   return pr;
 }
@@ -217,14 +218,14 @@ int main(void) {
   /* the source reads: named kernels, node comments, OpenMP, simd */
   {
     ir_graph *g = fg_softmax(4096, 1024, 1, 0);
-    cpu_program *pr = program_for(g);
-    const char *src = pr ? cpu_program_source(pr) : "";
+    exec_program *pr = program_for(g);
+    const char *src = pr ? exec_program_source(pr) : "";
     ok(strstr(src, "fused_amax_sub_exp_sum_div_4096x1024") != NULL, "kernel named after what it does");
     ok(strstr(src, "%3 = exp(%2)") != NULL, "header comment names the graph nodes");
     ok(strstr(src, "#pragma omp parallel for") && strstr(src, "#pragma omp simd reduction(+:"),
        "rows in parallel, reductions vectorized without atomics");
     ok(!strstr(src, "4096") || strstr(src, "4096x1024"), "sizes are arguments, not literals");
-    cpu_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
   }
 
@@ -233,7 +234,7 @@ int main(void) {
     ir_graph *g = ir_new();
     fl_meta m = fg_meta(FL_F32, 2, (int64_t)64, (int64_t)100);
     int x, y, r;
-    cpu_program *pr;
+    exec_program *pr;
     static const int64_t rows[] = {7, 1000, 2};
     size_t t;
     x = ir_add_input(g, &m, "x", &e);
@@ -242,7 +243,7 @@ int main(void) {
     y = fg_bin(g, OP_MUL, fg_un(g, OP_EXP, x), fg_red(g, OP_SUM, x, 1, 1));
     ir_add_output(g, y, NULL);
     pr = program_for(g);
-    ok(pr && strstr(cpu_program_source(pr), "_s0x100") != NULL, "kernel name shows the symbolic dim");
+    ok(pr && strstr(exec_program_source(pr), "_s0x100") != NULL, "kernel name shows the symbolic dim");
     for (t = 0; pr && t < sizeof rows / sizeof rows[0]; t++) {
       fl_tensor in, got[1], want[1];
       const fl_tensor *inp[1] = {&in};
@@ -250,14 +251,14 @@ int main(void) {
       memset(got, 0, sizeof got); memset(want, 0, sizeof want);
       ten_empty(&in, &mm, &e);
       fill(&in, -1, 1);
-      r = cpu_program_run(pr, inp, 1, got, &e);
+      r = exec_program_run(pr, inp, 1, got, &e);
       if (r == FL_OK) r = ir_run(g, ref_apply, inp, 1, want, &e);
       ok(r == FL_OK && compare(&got[0], &want[0], 1e-4) <= 1, "symbolic rows = %lld: same program, right values%s%s",
          (long long)rows[t], r ? ": " : "", r ? e.msg : "");
       ten_release(&in); ten_release(&got[0]); ten_release(&want[0]);
     }
     is_int(pr ? pr->how : -1, CACHE_COMPILED, "compiled once");
-    cpu_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
   }
 
@@ -281,15 +282,15 @@ int main(void) {
     const char *bad[] = {"false", "/nonexistent/bin/cc"};
     int i;
     for (i = 0; i < 2; i++) {
-      cpu_program *pr = program_for(g);
+      exec_program *pr = program_for(g);
       int rc;
       setenv("CC", bad[i], 1);
-      rc = cpu_program_compile(pr, &e);
+      rc = exec_program_compile(pr, &e);
       is_int(rc, FL_ECOMPILE, "CC=%s gives FL_ECOMPILE", bad[i]);
-      if (i == 1) ok(strstr(cpu_program_log(pr), "nonexistent") != NULL, "the log keeps the shell's complaint: %s", cpu_program_log(pr));
+      if (i == 1) ok(strstr(exec_program_log(pr), "nonexistent") != NULL, "the log keeps the shell's complaint: %s", exec_program_log(pr));
       else ok(strstr(e.msg, "failed") != NULL, "message: %s", e.msg);
       unsetenv("CC");
-      cpu_program_free(pr);
+      exec_program_free(pr);
     }
     ir_free(g);
   }
@@ -298,18 +299,18 @@ int main(void) {
   ** corrupt entry rebuilt */
   {
     ir_graph *g = fg_softmax(5, 13, 1, 1);
-    cpu_program *a = program_for(g), *b = program_for(g), *c = program_for(g), *d = program_for(g);
+    exec_program *a = program_for(g), *b = program_for(g), *c = program_for(g), *d = program_for(g);
     cache_info ci;
     char path[1400];
     FILE *f;
     fl_err e2;
     cache_clear(&e);
-    is_int(cpu_program_compile(a, &e), FL_OK, "cold compile");
+    is_int(exec_program_compile(a, &e), FL_OK, "cold compile");
     is_int(a->how, CACHE_COMPILED, "cold: the compiler ran");
-    is_int(cpu_program_compile(b, &e), FL_OK, "second compile");
+    is_int(exec_program_compile(b, &e), FL_OK, "second compile");
     is_int(b->how, CACHE_MEMORY, "second: from memory");
     cache_forget_memory();
-    is_int(cpu_program_compile(c, &e), FL_OK, "after forgetting memory");
+    is_int(exec_program_compile(c, &e), FL_OK, "after forgetting memory");
     is_int(c->how, CACHE_DISK, "warm: from disk, as a new process would");
     ok(c->compile_ms < 200, "warm load took %.1f ms", c->compile_ms);
     cache_get_info(&ci, &e2);
@@ -317,7 +318,7 @@ int main(void) {
        "cache_info: %lld entries, %lld bytes in %s", (long long)ci.entries, (long long)ci.bytes, ci.dir);
     /* truncate every entry: the next load must notice and rebuild (the
     ** objects are unloaded first: a mapped file must not shrink under us) */
-    cpu_program_free(a); cpu_program_free(b); cpu_program_free(c);
+    exec_program_free(a); exec_program_free(b); exec_program_free(c);
     a = b = c = NULL;
     cache_forget_memory();
     {
@@ -332,19 +333,19 @@ int main(void) {
       }
       if (dd) closedir(dd);
     }
-    is_int(cpu_program_compile(d, &e), FL_OK, "corrupt entry: compile succeeds");
+    is_int(exec_program_compile(d, &e), FL_OK, "corrupt entry: compile succeeds");
     is_int(d->how, CACHE_COMPILED, "corrupt entry: rebuilt, not loaded");
     /* a foreign object under the right name: also rebuilt */
-    cpu_program_free(d);
+    exec_program_free(d);
     cache_forget_memory();
     f = fopen(path, "w");
     if (f) { fputs("not an ELF file at all", f); fclose(f); }
     d = program_for(g);
-    is_int(cpu_program_compile(d, &e), FL_OK, "foreign entry: compile succeeds");
+    is_int(exec_program_compile(d, &e), FL_OK, "foreign entry: compile succeeds");
     is_int(d->how, CACHE_COMPILED, "foreign entry: rebuilt");
     is_int(cache_clear(&e), FL_OK, "cache_clear");
     is_int(count_files(cdir, ".so"), 0, "cache_clear removed the entries");
-    cpu_program_free(a); cpu_program_free(b); cpu_program_free(c); cpu_program_free(d);
+    exec_program_free(a); exec_program_free(b); exec_program_free(c); exec_program_free(d);
     ir_free(g);
   }
 
@@ -357,9 +358,9 @@ int main(void) {
     for (i = 0; i < 2; i++) {
       kids[i] = fork();
       if (kids[i] == 0) {
-        cpu_program *pr = program_for(g);
+        exec_program *pr = program_for(g);
         fl_err e3;
-        int rc = pr ? cpu_program_compile(pr, &e3) : -1;
+        int rc = pr ? exec_program_compile(pr, &e3) : -1;
         _exit(rc == FL_OK ? 0 : 1);
       }
     }
@@ -450,7 +451,7 @@ int main(void) {
   ** time within the run's wall time, results unchanged */
   {
     ir_graph *g = fg_block(2, 8, 16);
-    cpu_program *pr = program_for(g);
+    exec_program *pr = program_for(g);
     fl_tensor in, a[1], b[1];
     const fl_tensor *inp[1] = {&in};
     double sum = 0, wall;
@@ -459,37 +460,37 @@ int main(void) {
     memset(a, 0, sizeof a); memset(b, 0, sizeof b);
     ten_empty(&in, &g->nodes[0].meta, &e);
     fill(&in, -1, 1);
-    r |= cpu_program_run(pr, inp, 1, a, &e);
+    r |= exec_program_run(pr, inp, 1, a, &e);
     ok(r == FL_OK && pr->kernel_ms == NULL && pr->profiled_runs == 0, "profile: off by default");
-    r |= cpu_program_set_profile(pr, 1, &e);
+    r |= exec_program_set_profile(pr, 1, &e);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    r |= cpu_program_run(pr, inp, 1, b, &e);
+    r |= exec_program_run(pr, inp, 1, b, &e);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     wall = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
     for (k = 0; r == FL_OK && k < pr->plan->nkernels; k++) sum += pr->last_ms[k];
     ok(r == FL_OK && pr->profiled_runs == 1 && sum > 0 && sum <= wall,
        "profile: %d kernels timed, %.3f ms of a %.3f ms run", pr->plan->nkernels, sum, wall);
     ok(r == FL_OK && compare(&a[0], &b[0], 0) == 0, "profile: same results");
-    cpu_program_set_profile(pr, 0, &e);
+    exec_program_set_profile(pr, 0, &e);
     ten_release(&b[0]);
-    r |= cpu_program_run(pr, inp, 1, b, &e);
+    r |= exec_program_run(pr, inp, 1, b, &e);
     is_int((int)pr->profiled_runs, 1, "profile: off again, nothing counted");
     ten_release(&in); ten_release(&a[0]); ten_release(&b[0]);
-    cpu_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
   }
 
   /* an unwritable cache dir falls back to a private temp dir, warning */
   {
     ir_graph *g = fg_softmax(2, 3, 0, 0);
-    cpu_program *pr;
+    exec_program *pr;
     setenv("FUSELAB_CACHE_DIR", "/dev/null/fuselab", 1);
     cache_reset_dir();
     pr = program_for(g);
-    is_int(cpu_program_compile(pr, &e), FL_OK, "compiles with an unusable cache dir");
+    is_int(exec_program_compile(pr, &e), FL_OK, "compiles with an unusable cache dir");
     ok(cache_warning() != NULL && strstr(cache_warning(), "/dev/null/fuselab"),
        "warning: %s", cache_warning() ? cache_warning() : "(none)");
-    cpu_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
     {
       cache_info ci;

@@ -14,7 +14,7 @@
 ** Compiling each graph with cc would take ~0.3 s apiece on this machine;
 ** instead BATCH graphs (fused and unfused programs both) are generated
 ** with distinct symbol prefixes and compiled as translation units of
-** BATCH/2 graphs each, one shared object per unit (cpu_compile_batch), the
+** BATCH/2 graphs each, one shared object per unit (exec_compile_batch), the
 ** two halves by two compiler runs side by side (two cores).  Kernels whose
 ** code is identical across graphs are compiled once (aliases).
 **
@@ -39,7 +39,8 @@
 #include "random_graph.h"
 #include "fuse_graphs.h"
 #include "fuse/plan.h"
-#include "cpu/program.h"
+#include "cpu/backend.h"
+#include "exec/cache.h"
 #include "graph/ref.h"
 
 #define BATCH 100
@@ -77,16 +78,16 @@ static int mismatch(const fl_tensor *got, const fl_tensor *want, char *why, size
 typedef struct item {
   uint64_t seed;
   ir_graph *g;
-  cpu_program *pr[2];     /* fused, unfused */
+  exec_program *pr[2];     /* fused, unfused */
 } item;
 
 static int failures;
 
-typedef struct half { cpu_program **prs; int n, rc; fl_err e; } half;
+typedef struct half { exec_program **prs; int n, rc; fl_err e; } half;
 
 static void *compile_half(void *arg) {
   half *h = arg;
-  h->rc = h->n ? cpu_compile_batch(h->prs, h->n, &h->e) : FL_OK;
+  h->rc = h->n ? exec_compile_batch(h->prs, h->n, &h->e) : FL_OK;
   return NULL;
 }
 
@@ -120,7 +121,7 @@ static void check_item(item *it) {
   }
   for (f = 0; f < 2; f++) {
     memset(got, 0, sizeof got);
-    if (cpu_program_run(it->pr[f], inp, it->g->ninputs, got, &e) != FL_OK) {
+    if (exec_program_run(it->pr[f], inp, it->g->ninputs, got, &e) != FL_OK) {
       snprintf(why, sizeof why, "%s run failed: %s", f ? "unfused" : "fused", e.msg);
       report(it, why);
     } else {
@@ -148,7 +149,7 @@ int main(void) {
   double limit = et ? atof(et) : 1200, t0 = (double)time(NULL);
   uint64_t next = seed0;
   item *items = calloc(BATCH, sizeof *items);
-  cpu_program **prs = calloc(2 * BATCH, sizeof *prs);
+  exec_program **prs = calloc(2 * BATCH, sizeof *prs);
   char tmpl[] = "/tmp/fl-diff-XXXXXX";
   int timed_out = 0;
   fl_err e;
@@ -170,7 +171,7 @@ int main(void) {
         o.fuse = !f;
         if (!(p = fuse_plan_build(it->g, &o, &e))) { report(it, e.msg); break; }
         snprintf(prefix, sizeof prefix, "g%llu%c_", (unsigned long long)it->seed, f ? 'u' : 'f');
-        it->pr[f] = cpu_codegen_prefixed(p, prefix, &e);
+        it->pr[f] = exec_codegen(&cpu_backend, p, prefix, &e);
         fuse_plan_free(p);
         if (!it->pr[f]) { report(it, e.msg); break; }
         prs[np++] = it->pr[f];
@@ -197,9 +198,9 @@ int main(void) {
               char why[1400];
               int in_half = 0, q;
               for (q = 0; q < h[f].n; q++) in_half |= h[f].prs[q] == items[j].pr[t];
-              if (!in_half || cpu_program_compile(items[j].pr[t], &e) == FL_OK) continue;
+              if (!in_half || exec_program_compile(items[j].pr[t], &e) == FL_OK) continue;
               snprintf(why, sizeof why, "%s program does not compile: %.500s\n%.600s",
-                       t ? "unfused" : "fused", e.msg, cpu_program_log(items[j].pr[t]));
+                       t ? "unfused" : "fused", e.msg, exec_program_log(items[j].pr[t]));
               report(&items[j], why);
             }
           failures++;
@@ -211,8 +212,8 @@ int main(void) {
         if (items[i].pr[0] && items[i].pr[1]) check_item(&items[i]);
     }
     for (i = 0; i < n; i++) {
-      cpu_program_free(items[i].pr[0]);
-      cpu_program_free(items[i].pr[1]);
+      exec_program_free(items[i].pr[0]);
+      exec_program_free(items[i].pr[1]);
       ir_free(items[i].g);
     }
     done += n;

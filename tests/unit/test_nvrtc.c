@@ -29,7 +29,7 @@
 #include "gpu/cuda_program.h"
 #include "gpu/cublas.h"
 #include "graph/pass.h"
-#include "cpu/cache.h"
+#include "exec/cache.h"
 
 #define PER_BATCH 50       /* graphs per NVRTC program (x2: fused, unfused) */
 
@@ -38,7 +38,7 @@
 typedef struct opcase {
   char what[96];
   ir_graph *g;
-  cuda_program *pr;
+  exec_program *pr;
   int tried;
 } opcase;
 
@@ -141,10 +141,10 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
 
 /* Plan g (decomposing first when the planner refuses a composite) and
 ** generate CUDA with a unique prefix. */
-static cuda_program *cuda_for(ir_graph *g, int fuse, const char *prefix, char *why, size_t nwhy) {
+static exec_program *cuda_for(ir_graph *g, int fuse, const char *prefix, char *why, size_t nwhy) {
   fuse_opts o;
   fuse_plan *p;
-  cuda_program *pr;
+  exec_program *pr;
   fl_err e;
   fuse_opts_default(&o);
   o.fuse = fuse;
@@ -154,21 +154,21 @@ static cuda_program *cuda_for(ir_graph *g, int fuse, const char *prefix, char *w
     if (d) { p = fuse_plan_build(d, &o, &e); ir_free(d); }
     if (!p) { snprintf(why, nwhy, "plan: %s", e.msg); return NULL; }
   }
-  pr = cuda_codegen_prefixed(p, prefix, &e);
+  pr = exec_codegen(&cuda_backend, p, prefix, &e);
   fuse_plan_free(p);
   if (!pr) snprintf(why, nwhy, "codegen: %s", e.msg);
   return pr;
 }
 
 /* compile a batch; on failure find the culprits one by one */
-static int compile_all(cuda_program **prs, char **names, int n, int *bad) {
+static int compile_all(exec_program **prs, char **names, int n, int *bad) {
   fl_err e;
   int i, nbad = 0;
   if (n == 0) return 0;
-  if (cuda_compile_batch(prs, n, &e) == FL_OK) return 0;
+  if (exec_compile_batch(prs, n, &e) == FL_OK) return 0;
   printf("# batch of %d failed: %.300s\n", n, e.msg);
   for (i = 0; i < n; i++) {
-    if (cuda_program_compile(prs[i], &e) == FL_OK) continue;
+    if (exec_program_compile(prs[i], &e) == FL_OK) continue;
     printf("# %s: %.2000s\n", names[i], e.msg);
     bad[i] = 1;
     nbad++;
@@ -177,7 +177,7 @@ static int compile_all(cuda_program **prs, char **names, int n, int *bad) {
 }
 
 typedef struct job {
-  cuda_program **prs;
+  exec_program **prs;
   char **names;
   int *bad;
   int n, rc;
@@ -191,7 +191,7 @@ static void *run_job(void *arg) {
 
 static void test_every_op(void) {
   static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16, FL_I64};
-  cuda_program *prs[512];
+  exec_program *prs[512];
   char *names[512];
   int bad[512];
   int op, d, epi, n = 0, i, ngraphs = 0, nops = 0;
@@ -234,7 +234,7 @@ static void test_every_op(void) {
     for (i = 0; i < n; i++)
       if (bad[i]) ok(0, "NVRTC compiles %s", names[i]);
   }
-  for (i = 0; i < ncases; i++) { cuda_program_free(cases[i].pr); ir_free(cases[i].g); }
+  for (i = 0; i < ncases; i++) { exec_program_free(cases[i].pr); ir_free(cases[i].g); }
 }
 
 /* --- random graphs ------------------------------------------------------------- */
@@ -246,7 +246,7 @@ static void test_random(void) {
   time_t t0 = time(NULL);
   while (done < total) {
     /* two batches, compiled side by side */
-    cuda_program *prs[2][2 * PER_BATCH];
+    exec_program *prs[2][2 * PER_BATCH];
     char *names[2][2 * PER_BATCH];
     char namebuf[2][2 * PER_BATCH][48];
     int bad[2][2 * PER_BATCH];
@@ -263,7 +263,7 @@ static void test_random(void) {
       gs[ng] = g;
       for (f = 0; f < 2; f++) {
         char prefix[32];
-        cuda_program *pr;
+        exec_program *pr;
         snprintf(prefix, sizeof prefix, "g%llu%c_", (unsigned long long)next, f ? 'u' : 'f');
         pr = cuda_for(g, !f, prefix, why, sizeof why);
         if (!pr) {
@@ -295,7 +295,7 @@ static void test_random(void) {
             printf("# failed: %s (reproduce: FUSELAB_NVRTC_SEED=<seed> FUSELAB_NVRTC_GRAPHS=1)\n",
                    names[h][i]);
       }
-      for (i = 0; i < np[h]; i++) cuda_program_free(prs[h][i]);
+      for (i = 0; i < np[h]; i++) exec_program_free(prs[h][i]);
       programs += np[h];
     }
     for (i = 0; i < ng; i++) ir_free(gs[i]);
@@ -349,7 +349,7 @@ static void test_cache_and_errors(void) {
     /* a program run without a device: the runtime's reason */
     ir_graph *g = rg_random_graph(7);
     char why[1200];
-    cuda_program *pr = g ? cuda_for(g, 1, "nd_", why, sizeof why) : NULL;
+    exec_program *pr = g ? cuda_for(g, 1, "nd_", why, sizeof why) : NULL;
     fl_tensor in[RG_MAXN], out[8];
     const fl_tensor *inp[RG_MAXN];
     int i;
@@ -363,7 +363,7 @@ static void test_cache_and_errors(void) {
         rc = cuda_program_run(pr, inp, g->ninputs, out, &e);
         ok(rc == FL_ENODEV && strncmp(e.msg, "no CUDA device: ", 16) == 0,
            "run without a device: %s", e.msg);
-        ok(pr->compiled || cuda_program_compile(pr, &e) == FL_OK, "the program still compiles");
+        ok(pr->image || exec_program_compile(pr, &e) == FL_OK, "the program still compiles");
         err_clear(&e);
         ok(!cublas_ready(&e) && strncmp(e.msg, "no CUDA device: ", 16) == 0,
            "cuBLAS without a device: not offered, and why (%s)", e.msg);
@@ -379,7 +379,7 @@ static void test_cache_and_errors(void) {
     }
     for (i = 0; i < RG_MAXN; i++) ten_release(&in[i]);
     for (i = 0; i < 8; i++) ten_release(&out[i]);
-    cuda_program_free(pr);
+    exec_program_free(pr);
     ir_free(g);
   }
 }

@@ -3,10 +3,10 @@
 ** which directory may be trusted, how an entry is opened and proved before
 ** anything in it runs, private temp directories, the compiler's processes
 ** under a deadline, the target the compiler really builds for, and the
-** size cap.  Internal to cpu/; callers use cache.h.
+** size cap.  Internal to exec/; callers use cache.h.
 */
-#ifndef FL_CPU_CACHE_DISK_H
-#define FL_CPU_CACHE_DISK_H
+#ifndef FL_EXEC_CACHE_DISK_H
+#define FL_EXEC_CACHE_DISK_H
 
 #include <stddef.h>
 #include <stdint.h>

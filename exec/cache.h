@@ -17,8 +17,8 @@
 ** objects are shared while some program holds them, so asking again for a
 ** held source costs a hash; the last release unloads.
 */
-#ifndef FL_CPU_CACHE_H
-#define FL_CPU_CACHE_H
+#ifndef FL_EXEC_CACHE_H
+#define FL_EXEC_CACHE_H
 
 #include <stdint.h>
 

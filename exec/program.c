@@ -1,0 +1,497 @@
+/*
+** program.c -- the executor (program.h): rendering a plan through a
+** backend, compiling each distinct kernel once, binding sizes per input
+** shapes, and running the kernels on tensors.  Nothing here knows a
+** device: what differs is behind exec_backend.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "program.h"
+#include "../fuse/render.h"
+#include "../graph/rng.h"
+#include "../graph/view.h"
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+void exec_c_ident(const char *s, char *out, size_t n) {
+  size_t i = 0;
+  if (n == 0) return;
+  if (s && (*s >= '0' && *s <= '9') && i + 1 < n) out[i++] = '_';
+  for (; s && *s && i + 1 < n; s++) {
+    char c = *s;
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    out[i++] = ok ? c : '_';
+  }
+  out[i] = '\0';
+}
+
+/* --- rendering ---------------------------------------------------------- */
+
+exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const char *prefix,
+                           fl_err *e) {
+  exec_program *pr = calloc(1, sizeof *pr);
+  size_t nk = (size_t)(p->nkernels ? p->nkernels : 1);
+  strbuf b, all;
+  int k, rc;
+  if (!pr) { err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name); return NULL; }
+  pr->be = be;
+  exec_c_ident(prefix ? prefix : "fl_", pr->prefix, sizeof pr->prefix);
+  pr->plan = fuse_plan_ref((fuse_plan *)p);   /* counted, not modified */
+  pr->syms = calloc(nk, sizeof *pr->syms);
+  pr->ktext = calloc(nk, sizeof *pr->ktext);
+  pr->alias = calloc(nk, sizeof *pr->alias);
+  pr->fns = calloc(nk, sizeof *pr->fns);
+  pr->kinfo = calloc(nk, be->kinfo_size ? be->kinfo_size : 1);
+  if (!pr->syms || !pr->ktext || !pr->alias || !pr->fns || !pr->kinfo) goto oom;
+  memset(&b, 0, sizeof b);
+  memset(&all, 0, sizeof all);
+  for (k = 0; k < p->nkernels; k++) {
+    char sym[200];
+    strbuf kb;
+    snprintf(sym, sizeof sym, "%sk%d_%s", pr->prefix, k, p->kernels[k].name);
+    exec_c_ident(sym, sym, sizeof sym);
+    memset(&kb, 0, sizeof kb);
+    rc = be->render(&kb, p, k, sym, EXEC_KINFO(pr, k), e);
+    if (rc < 0) {
+      strbuf_free(&kb);
+      strbuf_free(&b);
+      exec_program_free(pr);
+      return NULL;
+    }
+    if (rc > 0 && (!(pr->syms[k] = dupstr(sym)) || !(pr->ktext[k] = strbuf_take(&kb)))) {
+      strbuf_free(&kb);
+      strbuf_free(&b);
+      goto oom;
+    }
+    if (rc > 0) strbuf_printf(&b, "%s", pr->ktext[k]);
+    strbuf_free(&kb);
+  }
+  if (!b.p && !b.oom) strbuf_printf(&b, "/* no generated kernels: every step is extern */\n");
+  if (b.oom) { strbuf_free(&b); goto oom; }
+  pr->body = strbuf_take(&b);
+  be->preamble(&all, (const fuse_plan *const *)&pr->plan, 1);
+  strbuf_printf(&all, "%s", pr->body ? pr->body : "");
+  pr->source = strbuf_take(&all);
+  if (!pr->body || !pr->source) goto oom;
+  return pr;
+oom:
+  exec_program_free(pr);
+  err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
+  return NULL;
+}
+
+const char *exec_program_source(const exec_program *pr) { return pr->source; }
+const char *exec_program_log(const exec_program *pr) { return pr->log ? pr->log : ""; }
+
+/* --- compiling ---------------------------------------------------------- */
+
+/* The distinct kernels of n programs as compile units: a kernel identical
+** to an earlier one (repeated layers, random graphs) is compiled once and
+** its program loads the earlier one's symbol. */
+static int batch_units(exec_program **prs, int n, const char ***units_out, int *nunits) {
+  const char **units = NULL;
+  char **keys = NULL;
+  const char **first = NULL;
+  int nk = 0, cap = 0, i, k, j, oom = 0;
+  for (i = 0; i < n && !oom; i++)
+    for (k = 0; k < prs[i]->plan->nkernels && !oom; k++) {
+      exec_program *pr = prs[i];
+      char *key;
+      free(pr->alias[k]);
+      pr->alias[k] = NULL;
+      if (!pr->ktext[k]) continue;
+      if (!(key = fk_kernel_key(pr->ktext[k], pr->syms[k]))) { oom = 1; break; }
+      for (j = 0; j < nk; j++) if (strcmp(keys[j], key) == 0) break;
+      if (j < nk) {
+        free(key);
+        if (!(pr->alias[k] = dupstr(first[j]))) oom = 1;
+        continue;
+      }
+      if (nk == cap) {
+        char **nkeys;
+        const char **nfirst, **nunit;
+        cap = cap ? 2 * cap : 64;
+        if ((nkeys = realloc(keys, (size_t)cap * sizeof *keys))) keys = nkeys;
+        if ((nfirst = realloc(first, (size_t)cap * sizeof *first))) first = nfirst;
+        if ((nunit = realloc(units, (size_t)cap * sizeof *units))) units = nunit;
+        if (!nkeys || !nfirst || !nunit) { oom = 1; free(key); break; }
+      }
+      keys[nk] = key;
+      first[nk] = pr->syms[k];
+      units[nk++] = pr->ktext[k];
+    }
+  for (j = 0; j < nk; j++) free(keys[j]);
+  free(keys);
+  free(first);
+  *units_out = units;
+  *nunits = nk;
+  return oom;
+}
+
+int exec_compile_batch(exec_program **prs, int n, fl_err *e) {
+  const exec_backend *be = prs[0]->be;
+  const fuse_plan **plans = malloc((size_t)(n > 0 ? n : 1) * sizeof *plans);
+  const char **units = NULL;
+  const char *none = "/* no generated kernels: every step is extern */\n";
+  void *image = NULL;
+  char *log = NULL;
+  strbuf head;
+  double t0 = now_ms();
+  int i, nunits = 0, how = 0, rc;
+  memset(&head, 0, sizeof head);
+  if (!plans || batch_units(prs, n, &units, &nunits)) {
+    free(plans);
+    free(units);
+    return err_set(e, FL_ENOMEM, "compile(%s): out of memory", be->name);
+  }
+  for (i = 0; i < n; i++) plans[i] = prs[i]->plan;
+  be->preamble(&head, plans, n);
+  free(plans);
+  if (head.oom) {
+    strbuf_free(&head);
+    free(units);
+    return err_set(e, FL_ENOMEM, "compile(%s): out of memory", be->name);
+  }
+  rc = nunits ? be->compile(head.p, units, nunits, &image, &log, &how, e)
+              : be->compile(head.p, &none, 1, &image, &log, &how, e);
+  strbuf_free(&head);
+  free(units);
+  for (i = 0; i < n; i++) {
+    exec_program *pr = prs[i];
+    free(pr->log);
+    pr->log = log ? dupstr(log) : NULL;
+    if (pr->image) be->image_release(pr->image);
+    pr->image = rc == FL_OK ? be->image_retain(image) : NULL;
+    pr->loaded = 0;
+    pr->how = how;
+    pr->compile_ms = now_ms() - t0;
+  }
+  if (image) be->image_release(image);
+  free(log);
+  return rc;
+}
+
+int exec_program_compile(exec_program *pr, fl_err *e) {
+  if (pr->image) return FL_OK;
+  return exec_compile_batch(&pr, 1, e);
+}
+
+static int load(exec_program *pr, fl_err *e) {
+  int rc;
+  if (pr->loaded) return FL_OK;
+  if (!pr->image && (rc = exec_program_compile(pr, e)) != FL_OK) return rc;
+  if ((rc = pr->be->load(pr, e)) != FL_OK) return rc;
+  pr->loaded = 1;
+  return FL_OK;
+}
+
+void exec_program_free(exec_program *pr) {
+  int k;
+  if (!pr) return;
+  if (pr->be->free_priv) pr->be->free_priv(pr);
+  if (pr->plan) {
+    for (k = 0; k < pr->plan->nkernels; k++) {
+      if (pr->syms) free(pr->syms[k]);
+      if (pr->ktext) free(pr->ktext[k]);
+      if (pr->alias) free(pr->alias[k]);
+    }
+    if (pr->slots) for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
+    if (pr->leaves) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->leaves[k]);
+  }
+  free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->fns); free(pr->kinfo);
+  free(pr->body); free(pr->source); free(pr->log);
+  if (pr->image) pr->be->image_release(pr->image);
+  free(pr->slots); free(pr->leaves);
+  free(pr->bound_in); free(pr->bound_metas); free(pr->bound_args);
+  free(pr->kernel_ms); free(pr->last_ms);
+  fuse_plan_free(pr->plan);
+  free(pr);
+}
+
+/* --- profiling ------------------------------------------------------------ */
+
+int exec_program_set_profile(exec_program *pr, int on, fl_err *e) {
+  size_t n = (size_t)(pr->plan->nkernels > 0 ? pr->plan->nkernels : 1);
+  pr->profile = 0;
+  if (!on) return FL_OK;
+  if (!pr->kernel_ms) pr->kernel_ms = calloc(n, sizeof *pr->kernel_ms);
+  if (!pr->last_ms) pr->last_ms = calloc(n, sizeof *pr->last_ms);
+  if (!pr->kernel_ms || !pr->last_ms) return err_set(e, FL_ENOMEM, "profile: out of memory");
+  memset(pr->kernel_ms, 0, n * sizeof *pr->kernel_ms);
+  memset(pr->last_ms, 0, n * sizeof *pr->last_ms);
+  pr->profiled_runs = 0;
+  pr->profile = 1;
+  return FL_OK;
+}
+
+void exec_program_print_profile(const exec_program *pr, FILE *f, const char *indent) {
+  int k;
+  if (!pr->last_ms || !pr->profiled_runs) return;
+  for (k = 0; k < pr->plan->nkernels; k++) {
+    const fk_kernel *kr = &pr->plan->kernels[k];
+    double ms = pr->last_ms[k];
+    fprintf(f, "%sk%-3d %-44s %9.3f ms", indent, k, kr->name, ms);
+    if (ms > 0 && kr->bytes > 0) fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
+    fputc('\n', f);
+  }
+}
+
+/* --- values and buffers ----------------------------------------------------- */
+
+int exec_value(exec_run *r, int id, int contig, fl_err *e) {
+  const exec_backend *be = r->pr->be;
+  const ir_node *nd = &r->g->nodes[id];
+  fl_tensor v, t;
+  int rc;
+  if (r->vals[id].st) {
+    if (!contig || ten_is_contiguous(&r->vals[id])) return FL_OK;
+    if ((rc = be->to_device(&t, &r->vals[id], e)) != FL_OK) return rc;
+    ten_release(&r->vals[id]);
+    r->vals[id] = t;
+    return FL_OK;
+  }
+  if (nd->kind != IR_OP || !fk_is_view(r->g, id) || nd->in[0] < 0)
+    return err_set(e, FL_EINVAL, "run: %%%d has no value (plan out of order)", id);
+  if ((rc = exec_value(r, nd->in[0], 0, e)) != FL_OK) return rc;
+  if (nd->op == OP_CONTIGUOUS) return be->to_device(&r->vals[id], &r->vals[nd->in[0]], e);
+  rc = view_apply(nd->op, &r->vals[nd->in[0]], &nd->attrs, &r->metas[id], &v, e);
+  if (rc == FL_EUNSUPPORTED) {
+    /* a reshape the strides cannot follow: through a contiguous copy */
+    err_clear(e);
+    if ((rc = be->to_device(&t, &r->vals[nd->in[0]], e)) != FL_OK) return rc;
+    rc = view_apply(nd->op, &t, &nd->attrs, &r->metas[id], &v, e);
+    ten_release(&t);
+  }
+  if (rc != FL_OK) return rc;
+  r->vals[id] = v;
+  return contig ? exec_value(r, id, 1, e) : FL_OK;
+}
+
+int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
+  exec_program *pr = r->pr;
+  const fuse_plan *p = pr->plan;
+  const fl_meta *m = &r->metas[id];
+  int s = p->slot[id], rc;
+  size_t need;
+  fl_tensor *st;
+  /* ten_empty names a size no buffer can hold */
+  if (s < 0 || s >= p->nslots || !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
+    return ten_empty(out, m, e);
+  if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
+    return err_set(e, FL_ENOMEM, "run: out of memory");
+  st = &pr->slots[s];
+  if (!st->st || st->st->nbytes < need) {
+    fl_meta bm;
+    memset(&bm, 0, sizeof bm);
+    bm.dtype = FL_BOOL;
+    bm.device = m->device;
+    bm.ndim = 1;
+    bm.shape[0] = (int64_t)(need ? need : 1);
+    ten_release(st);
+    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
+  }
+  ten_share(out, st);
+  out->m = *m;
+  out->offset = 0;
+  ten_set_contiguous_strides(out);
+  return FL_OK;
+}
+
+int exec_bind_leaves(exec_program *pr, fl_err *e) {
+  const exec_backend *be = pr->be;
+  const ir_graph *g = pr->plan->g;
+  int i, rc;
+  if (!pr->leaves && !(pr->leaves = calloc((size_t)(g->n ? g->n : 1), sizeof *pr->leaves)))
+    return err_set(e, FL_ENOMEM, "run: out of memory");
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    fl_tensor *dv = &pr->leaves[i], h;
+    if (nd->kind != IR_PARAM && nd->kind != IR_CONST) continue;
+    if (nd->value.m.device == be->dev) {
+      ten_release(dv);
+      rc = be->to_device(dv, &nd->value, e);
+    } else if (!dv->st) {
+      rc = be->to_device(dv, &nd->value, e);
+    } else if (nd->kind == IR_PARAM) {
+      if ((rc = ten_contiguous(&h, &nd->value, e)) != FL_OK) return rc;
+      rc = be->copy_into(dv, &h, e);
+      ten_release(&h);
+    } else {
+      rc = FL_OK;
+    }
+    if (rc != FL_OK) return err_prefix(e, "run: %s %%%d", nd->kind == IR_PARAM ? "param" : "const", i);
+  }
+  return FL_OK;
+}
+
+/* --- binding ------------------------------------------------------------------ */
+
+/* Shapes and kernel arguments for these inputs, computed once per set of
+** input shapes: the same shapes again (a loop, a steady-state service)
+** reuse the last binding, so a call costs the kernels and little else. */
+static int bind(exec_program *pr, const fl_tensor *const *inputs, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  int i, k, rc, same = pr->bound_in != NULL && pr->bound_in[0].ndim >= 0;
+  for (i = 0; i < g->ninputs && same; i++) {
+    fl_meta m = inputs[i]->m;
+    m.wrapped = 0;
+    same = memcmp(&m, &pr->bound_in[i], sizeof m) == 0;
+  }
+  if (same) return FL_OK;
+  if (!pr->bound_metas) {
+    pr->maxargs = 1;
+    for (k = 0; k < p->nkernels; k++)
+      if (pr->be->nargs(pr, k) > pr->maxargs) pr->maxargs = pr->be->nargs(pr, k);
+    pr->bound_in = calloc((size_t)(g->ninputs ? g->ninputs : 1), sizeof *pr->bound_in);
+    pr->bound_metas = malloc((size_t)(g->n ? g->n : 1) * sizeof *pr->bound_metas);
+    pr->bound_args = malloc((size_t)(p->nkernels ? p->nkernels : 1) * (size_t)pr->maxargs *
+                            sizeof *pr->bound_args);
+    if (!pr->bound_in || !pr->bound_metas || !pr->bound_args) {
+      free(pr->bound_in); free(pr->bound_metas); free(pr->bound_args);
+      pr->bound_in = NULL; pr->bound_metas = NULL; pr->bound_args = NULL;
+      return err_set(e, FL_ENOMEM, "run: out of memory");
+    }
+  }
+  /* invalid until complete: a failure below leaves no stale binding */
+  pr->bound_in[0].ndim = -1;
+  if ((rc = ir_infer_metas(g, inputs, pr->be->dev, pr->bound_metas, e)) != FL_OK) return rc;
+  memset(pr->bound_args, 0, (size_t)(p->nkernels ? p->nkernels : 1) * (size_t)pr->maxargs *
+         sizeof *pr->bound_args);
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    if (kr->nnodes == 0) continue;   /* a pure extern step binds nothing */
+    if ((rc = fk_bind(kr, g, pr->bound_metas, pr->bound_args + (size_t)k * (size_t)pr->maxargs,
+                      e)) != FL_OK)
+      return rc;
+  }
+  pr->bound_in[0].ndim = 0;                   /* valid (no inputs: always) */
+  for (i = 0; i < g->ninputs; i++) {
+    pr->bound_in[i] = inputs[i]->m;
+    pr->bound_in[i].wrapped = 0;
+  }
+  return FL_OK;
+}
+
+/* --- running ------------------------------------------------------------------ */
+
+int exec_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
+                     fl_tensor *outs, fl_err *e) {
+  return exec_program_run_flags(pr, inputs, ninputs, outs, 0, NULL, e);
+}
+
+int exec_program_run_out(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
+                         fl_tensor *outs, fl_err *e) {
+  return exec_program_run_flags(pr, inputs, ninputs, outs, EXEC_INTO, NULL, e);
+}
+
+int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
+                           fl_tensor *outs, int flags, fl_tensor *hold, fl_err *e) {
+  const exec_backend *be = pr->be;
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  exec_run r;
+  char *is_out = NULL;
+  uint64_t *start = NULL, key = 0;
+  int i, k, rc = FL_OK, into = flags & EXEC_INTO;
+  memset(&r, 0, sizeof r);
+  if (ninputs != g->ninputs)
+    return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
+  for (i = 0; i < ninputs; i++)
+    if (!inputs[i] || !inputs[i]->st) return err_set(e, FL_EINVAL, "run: input %d has no data", i + 1);
+  if ((rc = load(pr, e)) != FL_OK) return rc;
+  if ((rc = bind(pr, inputs, e)) != FL_OK) return rc;
+  if (!(flags & EXEC_CAPTURE) && (rc = exec_bind_leaves(pr, e)) != FL_OK) return rc;
+  r.pr = pr;
+  r.g = g;
+  r.metas = pr->bound_metas;
+  r.capture = (flags & EXEC_CAPTURE) != 0;
+  r.vals = calloc((size_t)(g->n ? g->n : 1), sizeof *r.vals);
+  r.args = malloc((size_t)pr->maxargs * sizeof *r.args);
+  is_out = calloc((size_t)(g->n ? g->n : 1), 1);
+  if (!r.vals || !r.args || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
+  for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
+  /* every run draws anew: each random node reserves its draw in node order
+  ** (the order eager code draws in), whichever kernel computes it */
+  for (i = 0; i < g->n; i++) {
+    if (g->nodes[i].kind != IR_OP || !rng_op(g->nodes[i].op)) continue;
+    if (!start) {
+      if (!(start = calloc((size_t)g->n, sizeof *start))) {
+        rc = err_set(e, FL_ENOMEM, "run: out of memory");
+        goto done;
+      }
+      key = rng_key();
+    }
+    start[i] = rng_reserve(rng_draws(&r.metas[i]));
+  }
+  /* results straight into the caller's tensors where they fit */
+  for (i = 0; i < g->nout && into; i++) {
+    int id = g->outputs[i];
+    const fl_tensor *o = &outs[i];
+    if (o->st && o->m.device == be->dev && g->nodes[id].kind == IR_OP && p->stored[id] &&
+        !r.vals[id].st && o->m.dtype == r.metas[id].dtype &&
+        meta_same_shape(&o->m, &r.metas[id]) && ten_is_contiguous(o))
+      ten_share(&r.vals[id], o);
+  }
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_INPUT) {
+      if ((rc = be->to_device(&r.vals[i], inputs[nd->index], e)) != FL_OK)
+        err_prefix(e, "run: input %d", nd->index + 1);
+    } else if (nd->kind != IR_OP) {
+      ten_share(&r.vals[i], &pr->leaves[i]);
+    }
+  }
+  for (k = 0; k < p->nkernels && rc == FL_OK; k++) {
+    double t0 = 0;
+    memcpy(r.args, pr->bound_args + (size_t)k * (size_t)pr->maxargs,
+           (size_t)pr->maxargs * sizeof *r.args);
+    if (p->kernels[k].nrng && start) fk_rng_args(&p->kernels[k], key, start, r.args);
+    if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = now_ms();
+    if (rc == FL_OK) rc = be->launch(&r, k, e);
+    if (pr->profile && rc == FL_OK && (rc = be->sync(e)) == FL_OK) {
+      pr->last_ms[k] = now_ms() - t0;
+      pr->kernel_ms[k] += pr->last_ms[k];
+    }
+    if (r.capture) continue;      /* a captured graph keeps every buffer */
+    /* free what no later kernel reads: peak memory as planned */
+    for (i = 0; i < g->n && rc == FL_OK; i++)
+      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&r.vals[i]);
+  }
+  for (i = 0; i < g->nout && rc == FL_OK; i++) {
+    int id = g->outputs[i];
+    if ((rc = exec_value(&r, id, 0, e)) != FL_OK) break;
+    if (into && outs[i].st) {
+      if (outs[i].st != r.vals[id].st) {
+        fl_tensor t;
+        if ((rc = be->to_device(&t, &r.vals[id], e)) != FL_OK) break;
+        rc = be->copy_into(&outs[i], &t, e);
+        ten_release(&t);
+      }
+    } else {
+      ten_share(&outs[i], &r.vals[id]);
+    }
+  }
+  if (rc == FL_OK && hold)
+    for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
+  if (rc == FL_OK) pr->runs++;
+  if (rc == FL_OK && pr->profile) pr->profiled_runs++;
+done:
+  if (r.vals) for (i = 0; i < g->n; i++) ten_release(&r.vals[i]);
+  free(r.vals); free(r.args); free(is_out); free(start);
+  return rc;
+}

@@ -1,0 +1,109 @@
+-- cuda_run.lua -- the CUDA path executed: models compiled for "cuda" match
+-- the CPU, modules moved with m:cuda() keep their weights on the device
+-- (no copy per call), CUDA graphs replay with no launch one by one,
+-- capture takes device tensors, per-kernel profiles, and the out-of-memory
+-- error names the device.  Needs a device: on a machine without one it
+-- runs on the CUDA emulator (tests/gpu/emu/run), else it skips.
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+local have, why = fl.cuda_available()
+if not have then
+  t.skip("no CUDA device (" .. tostring(why) .. "); the emulator runs this file", 1)
+  t.done()
+  return
+end
+
+-- float32 products and reductions are summed in another order on the
+-- device: the tolerance of the GPU differential test
+local RTOL, ATOL = 2e-3, 1e-4
+local function close(a, b) return fl.allclose(a:cpu(), b:cpu(), RTOL, ATOL) end
+
+-- multi-head attention: the heads merged back by reshape(transpose(...))
+do
+  fl.manual_seed(1)
+  local m = nn.MultiheadAttention(64, 4, {causal = true}):eval()
+  local x = fl.randn(2, 16, 64)
+  local want = m(x)
+  local cm = fl.compile(m, {backend = "cuda"})
+  local y = cm(x)
+  t.ok(y.device == "cuda", "MultiheadAttention on cuda: the result is on the device")
+  t.ok(close(y, want), "MultiheadAttention(64, 4) on cuda matches the CPU")
+  t.is(cm:stats().fallbacks, 0, "MultiheadAttention: no fallback")
+end
+
+-- a transformer over two lengths, weights moved to the device
+do
+  fl.manual_seed(2)
+  local gpt = fl.models.transformer{vocab = 40, d = 32, heads = 2, layers = 1, seq = 32}:eval()
+  local ids = {fl.tensor{{1, 5, 7, 2, 9, 3, 0, 4}}, fl.tensor{{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}}}
+  local want = {}
+  for i, x in ipairs(ids) do want[i] = gpt(x) end
+  gpt:cuda()
+  local p = gpt:parameters()
+  local on = true
+  for _, w in ipairs(p) do on = on and w.device == "cuda" end
+  t.ok(on, "m:cuda() moves every parameter (" .. #p .. ")")
+  local cm = fl.compile(gpt, {backend = "cuda"})
+  local ok = true
+  for i, x in ipairs(ids) do ok = ok and close(cm(x:cuda()), want[i]) end
+  t.ok(ok, "transformer on cuda over two lengths matches the CPU")
+  local before = fl.cuda_info()
+  local x = ids[1]:cuda()
+  cm(x)
+  local after = fl.cuda_info()
+  t.is(after.h2d_bytes - before.h2d_bytes, 0,
+       "resident weights, device input: a call copies nothing to the device")
+  t.ok(after.launches > before.launches, "and launches its kernels")
+  gpt:cpu()
+  t.ok(gpt:parameters()[1].device == "cpu", "m:cpu() moves them back")
+end
+
+-- tied weights stay tied through m:to("cuda")
+do
+  local m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+  m[2].weight = m[1].weight
+  m:to("cuda")
+  t.ok(rawequal(m[1].weight, m[2].weight), "m:to('cuda') keeps a tied weight one tensor")
+end
+
+-- reduce-overhead: one CUDA graph replay per call, nothing launched by itself
+do
+  local m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)):cuda()
+  local x = fl.randn(8, 32):cuda()
+  local want = m(x)
+  local cm = fl.compile(m, {backend = "cuda", mode = "reduce-overhead"})
+  cm(x)
+  cm(x)
+  local before = fl.cuda_info()
+  local y = cm(x)
+  local after = fl.cuda_info()
+  t.ok(close(y, want), "reduce-overhead on cuda matches eager")
+  t.is(after.graph_replays - before.graph_replays, 1, "reduce-overhead: a call is one graph replay")
+  t.is(after.h2d_bytes - before.h2d_bytes, 0, "a replay copies nothing from the host")
+end
+
+-- capture takes device tensors
+do
+  local x = fl.randn(4, 8):cuda()
+  local g = fl.capture(function(a) return (a * 2):relu():sum(2) end, x)
+  local k = g:fuse():codegen("cuda")
+  local y = k:run(x)
+  t.ok(close(y, (x:cpu() * 2):relu():sum(2)), "fl.capture(f, x) with x on cuda, run on cuda")
+  k:profile(true)
+  k:run(x)
+  local prof = k:profile()
+  t.ok(prof.runs == 1 and #prof >= 1 and prof[1].ms >= 0, "k:profile() times CUDA kernels")
+end
+
+-- out of device memory names the device and the size
+do
+  local ok, err = pcall(fl.zeros, {1 << 46}, {device = "cuda"})
+  t.ok(not ok and tostring(err):find("out of device memory on", 1, true) ~= nil
+       and tostring(err):find("bytes", 1, true) ~= nil,
+       "an absurd device allocation names the device and size: " .. tostring(err))
+  local y = fl.ones(3):cuda()
+  t.ok(close(y + 1, fl.full({3}, 2)), "the device works after it")
+end
+
+t.done()
