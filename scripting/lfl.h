@@ -140,7 +140,7 @@ int64_t lfl_symsize(lua_State *L, int idx, int *x, const char *what);
 /* The SymInt at idx as a 0-d int64 tensor of the graph (x * T), pushed. */
 fl_tensor *lfl_sym_totensor(lua_State *L, int idx);
 /* fl.arange(n) for a symbolic n under capture. */
-int lfl_sym_arange(lua_State *L, fl_dtype dt);
+int lfl_sym_arange(lua_State *L, fl_dtype dt, fl_device dev);
 void lfl_open_sym(lua_State *L, int lib);
 void lfl_open_trace(lua_State *L, int lib);
 /* Graph userdata (lfl_graph.c): push a new one owning g. */
@@ -179,6 +179,9 @@ void lfl_open_plan(lua_State *L, int lib);
 /* fl.draw, fl.draw_compare, fl.report (lfl_viz.c). */
 void lfl_open_viz(lua_State *L, int lib);
 /* fl.cuda_available, x:cuda()/x:cpu()/x:to("cuda"), p:codegen("cuda") (lfl_cuda.c). */
+/* Replace the tensor on top of the stack by its copy on dev (nothing when
+** it is there): how factories made on the host honour {device=}. */
+int lfl_place(lua_State *L, fl_device dev);
 void lfl_open_cuda(lua_State *L, int lib);
 
 /* --- ops (lfl_ops.c) -------------------------------------------------- */

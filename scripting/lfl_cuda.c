@@ -160,6 +160,18 @@ static void push_moved(lua_State *L, fl_tensor *t, fl_device dev, const char *wh
 }
 #endif
 
+int lfl_place(lua_State *L, fl_device dev) {
+  fl_tensor *t = lfl_totensor(L, -1);
+  if (!t || t->m.device == dev) return 1;
+#ifdef HAVE_CUDA
+  push_moved(L, t, dev, dev == FL_DEV_CUDA ? "cuda" : "cpu");
+  lua_remove(L, -2);
+  return 1;
+#else
+  return luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
 /* x:cuda() */
 static int t_cuda(lua_State *L) {
   fl_tensor *t = lfl_checkdata(L, 1, "cuda");

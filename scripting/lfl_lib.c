@@ -193,9 +193,7 @@ void lfl_checkdevice(lua_State *L, fl_device dev, const char *what) {
   fl_err e;
   if (dev == FL_DEV_CPU) return;
   err_clear(&e);
-  if (!cuda_available(&e)) luaL_error(L, "%s", e.msg);
-  luaL_error(L, "%s: cuda tensors are not supported yet (the CUDA backend "
-             "is not part of this build)", what);
+  if (!cuda_available(&e)) luaL_error(L, "%s: %s", what, e.msg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -269,15 +267,20 @@ static void store_value(lua_State *L, int idx, fl_tensor *t, int64_t i) {
 
 static int filled(lua_State *L, double v, const char *what) {
   fl_meta m, o;
+  fl_device dev;
   int asym[IR_NASYM] = {0};
   creation_args_sym(L, 1, &m, asym, what);
+  dev = m.device;                     /* made on the host, then placed */
+  m.device = FL_DEV_CPU;
   if (any_sym(asym)) {
     o = ones_meta(&m);
     ten_fill(lfl_pushempty(L, &o, what), v);
+    lfl_place(L, dev);
+    m.device = dev;
     return expand_symbolic(L, &m, asym);
   }
   ten_fill(lfl_pushempty(L, &m, what), v);
-  return 1;
+  return lfl_place(L, dev);
 }
 
 static int l_zeros(lua_State *L) { return filled(L, 0.0, "zeros"); }
@@ -290,6 +293,7 @@ static int l_full(lua_State *L) {
   fl_tensor *t;
   int64_t i, n;
   int next, asym[IR_NASYM] = {0};
+  fl_device dev;
   memset(&m, 0, sizeof m);
   if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER && !lfl_issym(L, 1))
     luaL_typeerror(L, 1, "shape table");
@@ -307,15 +311,19 @@ static int l_full(lua_State *L) {
     luaL_typeerror(L, next, "fill value (number or boolean)");
   lfl_options(L, next + 1, &m.dtype, &m.device, "full");
   lfl_checkdevice(L, m.device, "full");
+  dev = m.device;                     /* made on the host, then placed */
+  m.device = FL_DEV_CPU;
   if (any_sym(asym)) {
     fl_meta o = ones_meta(&m);
     store_value(L, next, lfl_pushempty(L, &o, "full"), 0);
+    lfl_place(L, dev);
+    m.device = dev;
     return expand_symbolic(L, &m, asym);
   }
   t = lfl_pushempty(L, &m, "full");
   n = meta_numel(&m);
   for (i = 0; i < n; i++) store_value(L, next, t, i);
-  return 1;
+  return lfl_place(L, dev);
 }
 
 static void check_float_dtype(lua_State *L, fl_dtype t, const char *what) {
@@ -371,16 +379,19 @@ static int l_dropout(lua_State *L) {
 /* fl.eye(n [, m] [, opts]) */
 static int l_eye(lua_State *L) {
   fl_meta m;
+  fl_device dev;
   fl_tensor *t;
   int64_t i, k;
   creation_args(L, 1, &m, "eye");
   if (m.ndim < 1 || m.ndim > 2)
     return luaL_error(L, "eye: expected n or n, m; got %d sizes", m.ndim);
   if (m.ndim == 1) { m.ndim = 2; m.shape[1] = m.shape[0]; }
+  dev = m.device;
+  m.device = FL_DEV_CPU;
   t = lfl_pushempty(L, &m, "eye");
   k = m.shape[0] < m.shape[1] ? m.shape[0] : m.shape[1];
   for (i = 0; i < k; i++) ten_set(t, i * m.shape[1] + i, 1.0);
-  return 1;
+  return lfl_place(L, dev);
 }
 
 /* fl.arange(n), fl.arange(a, b [, step]), then an optional options table.
@@ -388,6 +399,7 @@ static int l_eye(lua_State *L) {
 ** PyTorch refuses a step pointing away from the end, and so do we. */
 static int l_arange(lua_State *L) {
   fl_meta m;
+  fl_device dev;
   fl_tensor *t;
   int nnum = 0, allint = 1;
   double s, e, st, c;
@@ -399,7 +411,7 @@ static int l_arange(lua_State *L) {
     m.dtype = FL_I64;
     lfl_options(L, 2, &m.dtype, &m.device, "arange");
     lfl_checkdevice(L, m.device, "arange");
-    if (lfl_sym_arange(L, m.dtype) > 0) return 1;
+    if (lfl_sym_arange(L, m.dtype, m.device) > 0) return 1;
   }
   for (nnum = 1; nnum <= 3; nnum++)            /* other forms: concrete sizes */
     if (lfl_issym(L, nnum)) {
@@ -445,6 +457,8 @@ static int l_arange(lua_State *L) {
   }
   m.ndim = 1;
   m.shape[0] = count;
+  dev = m.device;
+  m.device = FL_DEV_CPU;
   t = lfl_pushempty(L, &m, "arange");
   for (k = 0; k < count; k++) {
     if (allint && m.dtype == FL_I64)
@@ -452,7 +466,7 @@ static int l_arange(lua_State *L) {
     else
       ten_set(t, k, s + (double)k * st);
   }
-  return 1;
+  return lfl_place(L, dev);
 }
 
 /* ---- fl.tensor{...}: nested tables -> a tensor ------------------------- */
@@ -523,8 +537,9 @@ static void nest_walk(lua_State *L, nest *n, int d) {
 static int l_tensor(lua_State *L) {
   nest n;
   fl_meta m;
+  fl_device dev;
   fl_tensor *src;
-  int has_dtype = 0;
+  int has_dtype = 0, has_device = 0;
   memset(&n, 0, sizeof n);
   memset(&m, 0, sizeof m);
   if (!lua_isnoneornil(L, 2)) {
@@ -532,6 +547,7 @@ static int l_tensor(lua_State *L) {
     lfl_options(L, 2, &dt, &m.device, "tensor");
     if (dt != FL_NDTYPES) { m.dtype = dt; has_dtype = 1; }
     lfl_checkdevice(L, m.device, "tensor");
+    has_device = m.device != FL_DEV_CPU;
   }
   if ((src = lfl_totensor(L, 1)) != NULL) {   /* a copy, as torch.tensor(t) */
     fl_err e;
@@ -539,10 +555,16 @@ static int l_tensor(lua_State *L) {
     fl_tensor *t;
     cm.wrapped = 0;
     if (has_dtype) cm.dtype = m.dtype;
+    if (src->m.device != FL_DEV_CPU) {          /* a device copy, then placed */
+      lua_settop(L, 1);
+      lfl_place(L, FL_DEV_CPU);
+      src = lfl_totensor(L, -1);
+      cm.device = FL_DEV_CPU;
+    }
     t = lfl_pushempty(L, &cm, "tensor");
     err_clear(&e);
     if (ten_copy(t, src, &e) != FL_OK) lfl_raise(L, "tensor", &e);
-    return 1;
+    return lfl_place(L, has_device ? m.device : lfl_totensor(L, 1)->m.device);
   }
   if (lua_type(L, 1) != LUA_TTABLE && lua_type(L, 1) != LUA_TNUMBER &&
       lua_type(L, 1) != LUA_TBOOLEAN)
@@ -574,11 +596,13 @@ static int l_tensor(lua_State *L) {
   }
   m.ndim = n.nd;
   memcpy(m.shape, n.shape, sizeof m.shape);
+  dev = m.device;
+  m.device = FL_DEV_CPU;
   n.t = lfl_pushempty(L, &m, "tensor");
   lua_pushvalue(L, 1);
   nest_walk(L, &n, 0);
   lua_pop(L, 1);
-  return 1;
+  return lfl_place(L, dev);
 }
 
 /* ---------------------------------------------------------------------- */

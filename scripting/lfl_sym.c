@@ -295,7 +295,8 @@ static int s_concat(lua_State *L) {
 ** the guard xend <= that length (a longer one recompiles).  xstart and
 ** xlen are the start's and length's expressions, or -1 for the plain
 ** values start and len. */
-static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, int64_t start,
+static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, fl_device dev,
+                       int64_t start,
                        int xstart, int64_t len, int xlen, int xend, const char *why) {
   int64_t cap = 4096, k, end = ir_sym_hint(g, xend);
   int asym[IR_NASYM], xc;
@@ -309,7 +310,7 @@ static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, in
   /* one iota per dtype and length in a trace: every arange and mask of
   ** the capture reads the same param */
   lfl_trace_push_symcache(L);
-  lua_pushfstring(L, "iota %d %I", (int)dt, (lua_Integer)cap);
+  lua_pushfstring(L, "iota %d %d %I", (int)dt, (int)dev, (lua_Integer)cap);
   if (lua_rawget(L, -2) == LUA_TUSERDATA) {
     iota = lfl_totensor(L, -1);
   } else {
@@ -320,7 +321,8 @@ static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, in
     m.shape[0] = cap;
     iota = lfl_pushempty(L, &m, why);
     for (k = 0; k < cap; k++) ten_set_i64(iota, k, k);
-    lua_pushfstring(L, "iota %d %I", (int)dt, (lua_Integer)cap);
+    lfl_place(L, dev);                 /* where the values it meets live */
+    lua_pushfstring(L, "iota %d %d %I", (int)dt, (int)dev, (lua_Integer)cap);
     lua_pushvalue(L, -2);
     lua_rawset(L, -4);
   }
@@ -343,7 +345,7 @@ static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, in
   return lfl_dispatch_sym(L, OP_NARROW, in, 1, &a, asym);
 }
 
-int lfl_sym_arange(lua_State *L, fl_dtype dt) {
+int lfl_sym_arange(lua_State *L, fl_dtype dt, fl_device dev) {
   lsym *s = tosym(L, 1);
   lfl_trace *tr = owner(L, s);
   ir_graph *g = lfl_trace_symgraph(tr);
@@ -352,7 +354,7 @@ int lfl_sym_arange(lua_State *L, fl_dtype dt) {
     return -1;                         /* the caller goes on with n */
   }
   /* arange(s0) is the first s0 entries of a constant iota */
-  return iota_narrow(L, tr, g, dt, 0, -1, hint(L, s), s->x, s->x, "fl.arange of a symbolic size");
+  return iota_narrow(L, tr, g, dt, dev, 0, -1, hint(L, s), s->x, s->x, "fl.arange of a symbolic size");
 }
 
 fl_tensor *lfl_sym_totensor(lua_State *L, int idx) {
@@ -370,7 +372,7 @@ fl_tensor *lfl_sym_totensor(lua_State *L, int idx) {
     err_clear(&e);
     if ((xend = ir_sym_const(g, 1, &e)) < 0 || (xend = ir_sym_op(g, SYM_ADD, s->x, xend, &e)) < 0)
       lfl_raise(L, "size", &e);
-    iota_narrow(L, tr, g, FL_I64, v, s->x, 1, -1, xend, "a symbolic size used as a tensor");
+    iota_narrow(L, tr, g, FL_I64, FL_DEV_CPU, v, s->x, 1, -1, xend, "a symbolic size used as a tensor");
     in[0] = lfl_totensor(L, -1);
     op_attrs_init(OP_RESHAPE, &a);
     a.ndims = 0;

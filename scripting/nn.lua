@@ -705,10 +705,12 @@ end
 -- ---------------------------------------------------------------------------
 
 -- The additive causal mask [T, T]: 0 where key j <= query i, -inf above
--- the diagonal.  Built from fl ops so graph capture records it.
-local function causal_mask(T)
-  local i = fl.arange(T):reshape(T, 1)
-  local j = fl.arange(T):reshape(1, T)
+-- the diagonal, on the device of the scores it is added to.  Built from fl
+-- ops so graph capture records it.
+local function causal_mask(T, device)
+  local on = {device = device or "cpu"}
+  local i = fl.arange(T, on):reshape(T, 1)
+  local j = fl.arange(T, on):reshape(1, T)
   return fl.where(j:gt(i), -math.huge, 0.0)
 end
 nn.causal_mask = causal_mask
@@ -763,7 +765,7 @@ function MHA:forward(q, k, v)
   local kh = heads(self.k_proj(k), Tk)
   local vh = heads(self.v_proj(v), Tk)
   local scores = qh:matmul(kh:transpose(3, 4)) * (1 / math.sqrt(hd))
-  if self.causal then scores = scores + causal_mask(Tq) end
+  if self.causal then scores = scores + causal_mask(Tq, scores.device) end
   local out = scores:softmax(-1):matmul(vh)            -- [B, h, Tq, hd]
   out = out:transpose(2, 3):reshape(B, Tq, d)
   out = self.out_proj(out)
@@ -857,7 +859,7 @@ function GPT:forward(idx)
   if n ~= 1 and n ~= 2 then self:error("token ids %s: expected [B, T] or [T]", shape_str(idx)) end
   local T = idx.shape[n]
   if T > self.seq then self:error("sequence of %d tokens is longer than seq=%d", T, self.seq) end
-  local x = self.tok_emb(idx) + self.pos_emb(fl.arange(T))
+  local x = self.tok_emb(idx) + self.pos_emb(fl.arange(T, {device = idx.device}))
   x = self.blocks(x)
   return self.head(self.ln_f(x))
 end
