@@ -303,6 +303,23 @@ local function program_runner(prog)
   return function(inputs) return {prog:run(unpack(inputs))} end
 end
 
+-- A graph the CUDA backend cannot lower (its codegen or its first run says
+-- "no CUDA lowering") runs on the eager kernels instead, where its tensors
+-- are (g:run: one kernel per op on the device, the host for an op no CUDA
+-- kernel has): warned once per function, counted in stats.fallbacks.
+local function cuda_fallback(st, g, why)
+  st.stats.fallbacks = st.stats.fallbacks + 1
+  st.compile_logs[#st.compile_logs + 1] = tostring(why)
+  if not st.warned_lowering then
+    st.warned_lowering = true
+    io.stderr:write(("fuselab: warning: %s; this graph runs on the eager kernels\n"):format(
+      (tostring(why):gsub("\n.*", ""):gsub("^[%w_./-]+:%d+: ", ""))))
+  end
+  return eager_runner(g)
+end
+
+local function lowering_failed(why) return tostring(why):find("CUDA lowering", 1, true) ~= nil end
+
 -- Best of 3 runs of prog on inputs, in seconds.
 -- Timing runs draw no numbers the caller sees: the random stream is put
 -- back, so the first compiled call draws what eager would.
@@ -349,7 +366,11 @@ local function build_runner(st, captured, inputs)
       io.stderr:write(("fuselab:   %s %s\n"):format(d.fused and "fused  " or "refused", d.reason))
     end
   end
-  local prog = use_cuda and fl._cuda_program(plan) or plan:codegen("cpu")
+  local okp, prog = pcall(function() return use_cuda and fl._cuda_program(plan) or plan:codegen("cpu") end)
+  if not okp then
+    if use_cuda and lowering_failed(prog) then return cuda_fallback(st, g, prog), nil, g end
+    error(prog, 0)
+  end
   if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
   local ok, log = prog:try_compile()
   if not ok then
@@ -423,6 +444,17 @@ local function make_exec(st)
       st.graphs[#st.graphs + 1] = compiled
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
+    end
+    if hit.program and st.backend == "cuda" and not hit.ran then
+      -- the first run shows what the device cannot lower
+      local ok, outs = pcall(hit.run, inputs)
+      if not ok and not lowering_failed(outs) then error(outs, 0) end
+      if not ok then hit.run, hit.program = cuda_fallback(st, g, outs), nil end
+      hit.ran = true
+      if ok then
+        st.last_program = hit.program
+        return outs, DEBUG < 2 and hit.program or nil, hit.run
+      end
     end
     st.last_program = hit.program
     local direct = DEBUG < 2 and hit.program or nil

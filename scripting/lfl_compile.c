@@ -413,7 +413,7 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
   err_clear(&e);
   if ((en->pr ? exec_program_run(en->pr, in, en->ninputs, outs, &e)
-              : ir_run(en->g, eager_apply, in, en->ninputs, outs, &e)) != FL_OK) {
+              : lfl_graph_run_eager(en->g, in, en->ninputs, outs, &e)) != FL_OK) {
     for (i = 0; i < en->g->nout; i++) ten_release(&outs[i]);
     return lfl_raise(L, "compiled", &e);
   }

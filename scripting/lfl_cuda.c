@@ -282,13 +282,34 @@ static int on_cuda(const ir_graph *g, const fl_tensor *const *in, int n) {
   return 0;
 }
 
+#ifdef HAVE_CUDA
+/* The eager CPU kernel of op on host copies of any device inputs: the last
+** resort for an op no CUDA kernel lowers. */
+static int host_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                      fl_tensor *out, fl_err *e) {
+  fl_tensor host[64];
+  const fl_tensor *hin[64];
+  int k, rc = FL_OK;
+  if (nin > 64) return err_set(e, FL_EUNSUPPORTED, "%s: too many inputs", op_name(op));
+  memset(host, 0, sizeof host);
+  for (k = 0; k < nin && rc == FL_OK; k++) {
+    hin[k] = in[k];
+    if (in[k] && in[k]->m.device == FL_DEV_CUDA && (rc = cuda_copy_to(&host[k], in[k], FL_DEV_CPU, e)) == FL_OK)
+      hin[k] = &host[k];
+  }
+  if (rc == FL_OK) rc = eager_apply(op, hin, nin, a, out, e);
+  for (k = 0; k < nin; k++) ten_release(&host[k]);
+  return rc;
+}
+#endif
+
 int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
                         fl_err *e) {
 #ifdef HAVE_CUDA
   fuse_opts o;
   fuse_plan *p;
   exec_program *pr;
-  int rc;
+  int rc, i;
   if (!on_cuda(g, in, n)) return ir_run(g, eager_apply, in, n, outs, e);
   /* op by op on the device: the unfused plan, one kernel per op */
   fuse_opts_default(&o);
@@ -296,9 +317,20 @@ int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl
   if (!(p = fuse_plan_build(g, &o, e))) return e->code;
   pr = exec_codegen(&cuda_backend, p, NULL, e);
   fuse_plan_free(p);
-  if (!pr) return e->code;
-  rc = exec_program_run(pr, in, n, outs, e);
+  rc = pr ? exec_program_run(pr, in, n, outs, e) : e->code;
   exec_program_free(pr);
+  if (rc != FL_EUNSUPPORTED) return rc;
+  /* an op with no CUDA kernel at all: on the host, the results moved back */
+  err_clear(e);
+  if ((rc = ir_run(g, host_apply, in, n, outs, e)) != FL_OK) return rc;
+  for (i = 0; i < g->nout && rc == FL_OK; i++) {
+    fl_tensor d;
+    if (outs[i].m.device == FL_DEV_CUDA) continue;
+    if ((rc = cuda_copy_to(&d, &outs[i], FL_DEV_CUDA, e)) != FL_OK) break;
+    ten_release(&outs[i]);
+    outs[i] = d;
+  }
+  if (rc != FL_OK) for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
   return rc;
 #else
   return ir_run(g, eager_apply, in, n, outs, e);
@@ -345,6 +377,18 @@ int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
     if (!(p = fuse_plan_build(g, NULL, &e))) return lfl_raise(L, op_name(op), &e);
     *slot = exec_codegen(&cuda_backend, p, NULL, &e);
     fuse_plan_free(p);
+    if (!*slot && e.code == FL_EUNSUPPORTED) {
+      /* no CUDA kernel for it: the host's, the result moved back */
+      fl_tensor h, *r = lfl_newtensor(L);
+      err_clear(&e);
+      memset(&h, 0, sizeof h);
+      if (host_apply(op, in, nin, a, &h, &e) != FL_OK || cuda_copy_to(r, &h, FL_DEV_CUDA, &e) != FL_OK) {
+        ten_release(&h);
+        return lfl_raise(L, op_name(op), &e);
+      }
+      ten_release(&h);
+      return 1;
+    }
     if (!*slot) return lfl_raise(L, op_name(op), &e);
     if (exec_program_compile(*slot, &e) != FL_OK) return lfl_program_raise(L, *slot, &e);
     lua_pushvalue(L, -1);

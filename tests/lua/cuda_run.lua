@@ -99,6 +99,20 @@ do
   t.ok(prof.runs == 1 and #prof >= 1 and prof[1].ms >= 0, "k:profile() times CUDA kernels")
 end
 
+-- a graph the device cannot lower (a cat of 17 tensors: the CUDA cat takes
+-- at most 16) falls back to the eager kernels, counted, with right results
+do
+  local xs = {}
+  for i = 1, 17 do xs[i] = fl.randn(2, 3):cuda() end
+  local f = function(...) return fl.cat({...}, 1):relu() * 2 end
+  local want = f(table.unpack(xs))
+  local cm = fl.compile(f, {backend = "cuda"})
+  local y = cm(table.unpack(xs))
+  t.ok(close(y, want) and y.device == "cuda", "cat of 17 on cuda: falls back, right results on the device")
+  t.is(cm:stats().fallbacks, 1, "the fallback is counted")
+  t.ok(close(cm(table.unpack(xs)), want), "and the next call too")
+end
+
 -- out of device memory names the device and the size
 do
   local big = fl.ones(1):cuda():expand(1 << 37)   -- a view of 512 GiB: no memory yet
