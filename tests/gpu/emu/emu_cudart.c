@@ -14,12 +14,12 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <cuda_runtime_api.h>
@@ -411,7 +411,9 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJ
                                 unsigned nl) {
   struct CUlib_st *L;
   uint64_t n;
-  char path[64];
+  char path[4200];
+  const char *tmp = getenv("TMPDIR");
+  static int seq;
   int fd;
   (void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
   *lib = NULL;
@@ -419,16 +421,19 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJ
     return failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: not an image of the emulator's NVRTC "
                  "(a CUBIN or PTX of a real NVRTC, from a cache shared with a GPU run?)");
   memcpy(&n, (const char *)code + 8, 8);
-  if ((fd = memfd_create("fuselab-emu-kernel", MFD_CLOEXEC)) < 0)
-    return failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: memfd_create failed");
-  if (write(fd, (const char *)code + 16, n) != (ssize_t)n) {
-    close(fd);
-    return failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: cannot write the image");
+  /* a file of its own name: dlopen knows objects by name, and a
+  ** /proc/self/fd/N path would be taken for whatever object was loaded
+  ** under that number before (fuselab's CPU cache loads its own so) */
+  snprintf(path, sizeof path, "%s/fuselab-emu-%ld-%d.so", tmp ? tmp : "/tmp", (long)getpid(), ++seq);
+  if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700)) < 0)
+    return failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: cannot write %s", path);
+  if (write(fd, (const char *)code + 16, n) != (ssize_t)n || close(fd) != 0) {
+    unlink(path);
+    return failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: cannot write %s", path);
   }
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  if (!(L = calloc(1, sizeof *L))) { close(fd); return set_err(cudaErrorMemoryAllocation); }
+  if (!(L = calloc(1, sizeof *L))) { unlink(path); return set_err(cudaErrorMemoryAllocation); }
   L->h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  close(fd);
+  unlink(path);
   if (!L->h) {
     cudaError_t rc = failf(cudaErrorInvalidKernelImage, "cudaLibraryLoadData: %s", dlerror());
     free(L);

@@ -215,9 +215,8 @@ static size_t one_entry(const char *s, size_t i, sb *out, sb *names) {
   return i;
 }
 
-static void entries(const char *s, sb *out) {
+static void entries(const char *s, sb *out, sb *names) {
   size_t i = 0;
-  sb names = {0};
   sb_str(out, "\n/* the emulator's entries */\n"
               "extern \"C\" {\n"
               "extern char __start_emu_shared[] __attribute__((weak, visibility(\"hidden\")));\n"
@@ -229,12 +228,11 @@ static void entries(const char *s, sb *out) {
     if (k != i) { i = k; continue; }
     if (strncmp(s + i, "__global__", 10) == 0 && (i == 0 || !ident_char(s[i - 1])) &&
         !ident_char(s[i + 10])) {
-      i = one_entry(s, i + 10, out, &names);
+      i = one_entry(s, i + 10, out, names);
       continue;
     }
     i++;
   }
-  free(names.s);
 }
 
 /* --- compiling ------------------------------------------------------------------------------ */
@@ -325,7 +323,7 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int nopt, const char *const *opt
   const char *hook = env_or("FUSELAB_EMU_HOOK", EMU_HOOK_OBJ);
   char *argv[64];
   int i, na = 0, nd = 0, rc;
-  sb text = {0};
+  sb text = {0}, names = {0};
   nvrtcResult r = NVRTC_SUCCESS;
   size_t n = 0;
   if (!p) return NVRTC_ERROR_INVALID_PROGRAM;
@@ -356,7 +354,7 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int nopt, const char *const *opt
   sb_str(&text, p->name);
   sb_str(&text, "\"\n");
   sb_str(&text, p->src);
-  entries(p->src, &text);
+  entries(p->src, &text, &names);
   if (!text.s || write_file(src, text.s, text.n) != 0) {
     p->log = strdup("emulator: cannot write the source\n");
     r = NVRTC_ERROR_INTERNAL_ERROR;
@@ -418,12 +416,23 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int nopt, const char *const *opt
   /* the "PTX": what was compiled, for reading */
   {
     sb ptx = {0};
-    sb_str(&ptx, "// fuselab emu: no PTX; this host C++ was compiled with -include cuda_emu.h\n");
+    const char *at = names.s;
+    sb_str(&ptx, "// fuselab emu: no PTX; its kernels, then the host C++ compiled with -include cuda_emu.h\n");
+    while (at && *at) {
+      const char *e;
+      while (*at == ' ') at++;
+      if (!*at || !(e = strchr(at, ' '))) break;
+      sb_str(&ptx, "// .entry ");
+      sb_add(&ptx, at, (size_t)(e - at));
+      sb_str(&ptx, "\n");
+      at = e;
+    }
     sb_str(&ptx, text.s);
     p->ptx = ptx.s;
   }
 out:
   free(text.s);
+  free(names.s);
   rm_dir(dir, p);
   return r;
 }

@@ -11,12 +11,51 @@
 #ifndef FL_CUDA_EMU_H
 #define FL_CUDA_EMU_H
 
-/* the standard headers first: the macros below would break them */
-#include <cmath>
+/* No <cmath>: parsing it is most of a kernel's compile time.  The C
+** math functions device code calls are declared here (GCC knows them as
+** builtins); the few standard headers kept are small. */
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
-#include <math.h>
+
+extern "C" {
+#define EMU_MATH1(n) float n##f(float) noexcept; double n(double) noexcept;
+#define EMU_MATH2(n) float n##f(float, float) noexcept; double n(double, double) noexcept;
+EMU_MATH1(exp) EMU_MATH1(exp2) EMU_MATH1(expm1) EMU_MATH1(log) EMU_MATH1(log2) EMU_MATH1(log10)
+EMU_MATH1(log1p) EMU_MATH1(sqrt) EMU_MATH1(cbrt) EMU_MATH1(sin) EMU_MATH1(cos) EMU_MATH1(tan)
+EMU_MATH1(asin) EMU_MATH1(acos) EMU_MATH1(atan) EMU_MATH1(sinh) EMU_MATH1(cosh) EMU_MATH1(tanh)
+EMU_MATH1(asinh) EMU_MATH1(acosh) EMU_MATH1(atanh) EMU_MATH1(erf) EMU_MATH1(erfc)
+EMU_MATH1(lgamma) EMU_MATH1(tgamma) EMU_MATH1(fabs) EMU_MATH1(floor) EMU_MATH1(ceil)
+EMU_MATH1(trunc) EMU_MATH1(round) EMU_MATH1(rint) EMU_MATH1(nearbyint)
+EMU_MATH2(pow) EMU_MATH2(atan2) EMU_MATH2(fmod) EMU_MATH2(fmax) EMU_MATH2(fmin)
+EMU_MATH2(hypot) EMU_MATH2(copysign) EMU_MATH2(remainder) EMU_MATH2(fdim)
+float fmaf(float, float, float) noexcept;
+double fma(double, double, double) noexcept;
+#undef EMU_MATH1
+#undef EMU_MATH2
+}
+/* CUDA overloads the double names for float, as <cmath> does */
+inline float sqrt(float x) { return sqrtf(x); }
+inline float exp(float x) { return expf(x); }
+inline float log(float x) { return logf(x); }
+inline float fabs(float x) { return fabsf(x); }
+inline float floor(float x) { return floorf(x); }
+inline float ceil(float x) { return ceilf(x); }
+inline float tanh(float x) { return tanhf(x); }
+inline float pow(float a, float b) { return powf(a, b); }
+inline float fmax(float a, float b) { return fmaxf(a, b); }
+inline float fmin(float a, float b) { return fminf(a, b); }
+inline bool isnan(float x) { return __builtin_isnan(x); }
+inline bool isnan(double x) { return __builtin_isnan(x); }
+inline bool isinf(float x) { return __builtin_isinf(x); }
+inline bool isinf(double x) { return __builtin_isinf(x); }
+inline bool isfinite(float x) { return __builtin_isfinite(x); }
+inline bool isfinite(double x) { return __builtin_isfinite(x); }
+inline bool signbit(float x) { return __builtin_signbit(x); }
+inline bool signbit(double x) { return __builtin_signbit(x); }
+#define INFINITY (__builtin_inff())
+#define NAN (__builtin_nanf(""))
+#define HUGE_VALF (__builtin_huge_valf())
+#define HUGE_VAL (__builtin_huge_val())
 
 #include "emu_abi.h"
 
@@ -175,10 +214,6 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
 {
   return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
-using std::isnan;
-using std::isinf;
-using std::isfinite;
-using std::signbit;
 
 /* --- collectives ------------------------------------------------------------------- */
 #define __syncthreads() emu_syncthreads(__LINE__)
@@ -218,6 +253,9 @@ template <typename T> inline T emu_shfl_xor(int line, unsigned m, T v, int d, in
 
 /* --- WMMA 16x16x16: each lane holds the whole tile (the GPU spreads it over
 ** the warp); every operation is warp-collective and checked as such --------------- */
+template <typename A, typename B> struct emu_same { enum { value = 0 }; };
+template <typename A> struct emu_same<A, A> { enum { value = 1 }; };
+
 namespace nvcuda {
 namespace wmma {
 struct row_major {};
@@ -254,7 +292,7 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsign
   emu_wmma_check(p, ldm, "load_matrix_sync");
   for (int r = 0; r < 16; r++)
     for (int c = 0; c < 16; c++)
-      f.x[r * 16 + c] = std::is_same<L, col_major>::value ? p[c * ldm + r] : p[r * ldm + c];
+      f.x[r * 16 + c] = emu_same<L, col_major>::value ? p[c * ldm + r] : p[r * ldm + c];
 }
 template <typename A, typename B, typename C, typename D, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, D> &d,
