@@ -60,6 +60,13 @@ static int orders(void) {
   return n;
 }
 
+/* FUSELAB_EMU_TRACE=1: every launch on stderr */
+static int trace(void) {
+  static int t = -1;
+  if (t < 0) t = getenv("FUSELAB_EMU_TRACE") && atoi(getenv("FUSELAB_EMU_TRACE")) > 0;
+  return t;
+}
+
 /* --- errors --------------------------------------------------------------------------- */
 
 cudaError_t cudaGetLastError(void) {
@@ -549,6 +556,18 @@ static cudaError_t launch(const emu_kernel *k, const unsigned grid[3], const uns
   if (k->info[1] && nthreads > k->info[1])
     return failf(cudaErrorLaunchOutOfResources, "kernel %s: %lu threads per block, but it is compiled with "
                  "__launch_bounds__(%lu)", k->name, nthreads, k->info[1]);
+  if (trace()) {
+    /* and the first words of the first argument (fuselab's parameter block) */
+    unsigned long w;
+    fprintf(stderr, "fuselab emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) args", k->name, grid[0],
+            grid[1], grid[2], block[0], block[1], block[2]);
+    for (w = 0; k->info[0] && w < 10 && (w + 1) * 8 <= k->info[2]; w++) {
+      long long v;
+      memcpy(&v, (const char *)args[0] + 8 * w, 8);
+      fprintf(stderr, " %llx", v);
+    }
+    fprintf(stderr, "\n");
+  }
   pthread_mutex_lock(&lock);
   detail[0] = '\0';
   rc = run_checked(k, grid, block, args);

@@ -235,6 +235,41 @@ static void entries(const char *s, sb *out, sb *names) {
   }
 }
 
+/* --- mutations, for the tests ------------------------------------------------------------------ */
+
+/* FUSELAB_EMU_MUTATE="OLD=>NEW" (\n for a newline) replaces every OLD in
+** each source before it is compiled: tests plant a bug in fuselab's real
+** generated code and check the emulator catches it.  The result is
+** cached under the unmutated source's key, so such a test uses a cache
+** folder of its own. */
+static void unescape(char *s) {
+  char *o = s;
+  for (; *s; s++) {
+    if (s[0] == '\\' && s[1] == 'n') { *o++ = '\n'; s++; }
+    else *o++ = *s;
+  }
+  *o = '\0';
+}
+
+static char *mutate(const char *src) {
+  const char *spec = getenv("FUSELAB_EMU_MUTATE"), *at, *hit;
+  char *old, *new, *sep;
+  sb out = {0};
+  if (!spec || !*spec || !(old = strdup(spec))) return NULL;
+  if (!(sep = strstr(old, "=>"))) { free(old); return NULL; }
+  *sep = '\0';
+  new = sep + 2;
+  unescape(old);
+  unescape(new);
+  for (at = src; *old && (hit = strstr(at, old)); at = hit + strlen(old)) {
+    sb_add(&out, at, (size_t)(hit - at));
+    sb_str(&out, new);
+  }
+  sb_str(&out, at);
+  free(old);
+  return out.s;
+}
+
 /* --- compiling ------------------------------------------------------------------------------ */
 
 static int write_file(const char *path, const char *s, size_t n) {
@@ -353,8 +388,12 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int nopt, const char *const *opt
   sb_str(&text, "#line 1 \"");
   sb_str(&text, p->name);
   sb_str(&text, "\"\n");
-  sb_str(&text, p->src);
-  entries(p->src, &text, &names);
+  {
+    char *m = mutate(p->src);
+    sb_str(&text, m ? m : p->src);
+    entries(m ? m : p->src, &text, &names);
+    free(m);
+  }
   if (!text.s || write_file(src, text.s, text.n) != 0) {
     p->log = strdup("emulator: cannot write the source\n");
     r = NVRTC_ERROR_INTERNAL_ERROR;
