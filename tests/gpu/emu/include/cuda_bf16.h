@@ -1,0 +1,1 @@
+/* cuda_bf16.h -- empty on the emulator: cuda_emu.h (included first) defines it all */

@@ -1,0 +1,1 @@
+/* mma.h -- empty on the emulator: cuda_emu.h (included first) defines it all */

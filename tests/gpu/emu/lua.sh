@@ -1,0 +1,66 @@
+#!/bin/sh
+# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, lesson 07 and the
+# examples of doc/API.md marked as needing a GPU (each in a fresh fuselab
+# in an empty folder, as tests/doc/doc.sh runs the others).  TAP.
+#
+# Known fuselab failures are marked TODO (an expected failure): one line
+# each below, "what|the failure".  A line that starts to pass shows as an
+# unexpected pass, which fails the suite: remove it then.
+KNOWN='API.md:1990|capture: eager CPU kernels need CPU tensors (fl.capture(f, x) with x on CUDA)'
+
+: "${FUSELAB:?FUSELAB must name the fuselab binary}"
+SRC=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
+run="$(dirname "$FUSELAB")/tests/gpu/emu/run"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-emu.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
+n=0
+
+known() {
+  printf '%s\n' "$KNOWN" | while IFS='|' read -r what why; do
+    [ "$what" = "$1" ] && { printf '%s\n' "$why"; break; }
+  done
+}
+
+# one TAP line for a command's status; its output as comments on failure
+report() {
+  what=$1 rc=$2 log=$3
+  n=$((n + 1))
+  why=$(known "$what")
+  if [ "$rc" -eq 0 ]; then
+    echo "ok $n - $what on the emulator${why:+ # TODO known fuselab failure: $why}"
+  else
+    echo "not ok $n - $what on the emulator (exit $rc)${why:+ # TODO known fuselab failure: $why}"
+    sed -e 's/^/# /' "$log" | tail -25
+  fi
+}
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda.lua" > "$tmp/cuda.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/cuda.log" && rc=1
+report "tests/lua/cuda.lua" $rc "$tmp/cuda.log"
+
+# the lesson times its kernels in loops: too slow sanitized
+if [ "${FUSELAB_ASAN:-0}" = 1 ]; then
+  n=$((n + 1))
+  echo "ok $n - lesson 07 on the emulator # SKIP the sanitized build (its timing loops take minutes there)"
+else
+  (cd "$tmp" && "$run" "$FUSELAB" "$SRC/examples/lessons/07_gpu_kernels.lua") > "$tmp/l07.log" 2>&1
+  rc=$?
+  grep -q 'compiled GPU' "$tmp/l07.log" || rc=1
+  report "lesson 07" $rc "$tmp/l07.log"
+fi
+
+# the API.md examples that need a GPU: line of the fence, then the code
+awk '/^<!-- example: skip \(needs a GPU/ { want = 1; next }
+     want && /^```lua/ { at = NR; inb = 1; want = 0; next }
+     inb && /^```/ { inb = 0; next }
+     inb { print at "\t" $0; next }
+     { if ($0 !~ /^[ \t]*$/) want = 0 }' "$SRC/doc/API.md" > "$tmp/examples"
+for line in $(cut -f1 "$tmp/examples" | uniq); do
+  mkdir -p "$tmp/ex$line"
+  awk -F '\t' -v l="$line" '$1 == l { sub(/^[0-9]+\t/, ""); print }' "$tmp/examples" > "$tmp/ex$line/example.lua"
+  (cd "$tmp/ex$line" && "$run" "$FUSELAB" example.lua) > "$tmp/ex$line.log" 2>&1
+  report "API.md:$line" $? "$tmp/ex$line.log"
+done
+echo "1..$n"
