@@ -6,7 +6,7 @@
 # Known fuselab failures are marked TODO (an expected failure): one line
 # each below, "description prefix|the failure".  A line that starts to
 # pass shows as an unexpected pass, which fails the suite: remove it then.
-KNOWN='transformer block 2x16x64, 4 heads (|run: x_linear_2x16x64: operand 1: a reshape of a strided view has no CUDA lowering yet (anchor_operand refuses reshape(transpose(...)), the head merge)'
+KNOWN=''
 
 : "${FUSELAB:?FUSELAB must name the fuselab binary}"
 b=$(dirname "$FUSELAB")

@@ -1,12 +1,12 @@
 #!/bin/sh
-# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, lesson 07 and the
+# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, lesson 07 and the
 # examples of doc/API.md marked as needing a GPU (each in a fresh fuselab
 # in an empty folder, as tests/doc/doc.sh runs the others).  TAP.
 #
 # Known fuselab failures are marked TODO (an expected failure): one line
 # each below, "what|the failure".  A line that starts to pass shows as an
 # unexpected pass, which fails the suite: remove it then.
-KNOWN='API.md:1990|capture: eager CPU kernels need CPU tensors (fl.capture(f, x) with x on CUDA)'
+KNOWN=''
 
 : "${FUSELAB:?FUSELAB must name the fuselab binary}"
 SRC=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -39,6 +39,11 @@ LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda.lua" > 
 rc=$?
 grep -q '^not ok' "$tmp/cuda.log" && rc=1
 report "tests/lua/cuda.lua" $rc "$tmp/cuda.log"
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda_run.lua" > "$tmp/cuda_run.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/cuda_run.log" && rc=1
+report "tests/lua/cuda_run.lua" $rc "$tmp/cuda_run.log"
 
 # the lesson times its kernels in loops: too slow sanitized
 if [ "${FUSELAB_ASAN:-0}" = 1 ]; then
