@@ -52,7 +52,7 @@ static void laction(int sig) {
   static const char msg[] = "\n(interrupt pending: the running C code has not "
                             "returned yet; Ctrl-C again quits)\n";
   int mask = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  fl_interrupt = 1;   /* a compiler run being waited on stops (cpu/cache_disk.c) */
+  fl_interrupt = 1;   /* a compiler run being waited on stops (exec/cache_disk.c) */
   if (++pending >= 3) {
     signal(sig, SIG_DFL);
     raise(sig);

@@ -160,17 +160,17 @@ struct exec_program *lfl_toprogram(lua_State *L, int idx);
 ** run, source, log -- comes from lfl_program_type, on the executor; a
 ** backend names its type, how it runs (CUDA's graph mode), and adds its
 ** own methods in `extra`. */
-typedef struct lfl_backend {
+typedef struct lfl_progtype {
   const char *type;        /* the metatable's name: "fl.Program" */
   int (*run)(struct exec_program *pr, const fl_tensor *const *in, int n, fl_tensor *outs,
              fl_err *e);
-} lfl_backend;
-void lfl_program_type(lua_State *L, const lfl_backend *be, const luaL_Reg *extra);
+} lfl_progtype;
+void lfl_program_type(lua_State *L, const lfl_progtype *be, const luaL_Reg *extra);
 /* The program in the userdata at idx, which must be of be's type. */
-struct exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be);
+struct exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_progtype *be);
 /* Push a new, empty Program userdata of be's type; returns its slot, which
 ** the caller fills (an error before that leaks nothing). */
-struct exec_program **lfl_newprogram(lua_State *L, const lfl_backend *be);
+struct exec_program **lfl_newprogram(lua_State *L, const lfl_progtype *be);
 /* Raise e from compiling pr, with the compiler's log when it has one. */
 int lfl_program_raise(lua_State *L, struct exec_program *pr, const fl_err *e);
 /* Push a new fl.Plan userdata holding a reference to p. */

@@ -57,7 +57,7 @@ static fuse_plan *checkplan(lua_State *L, int idx) {
 
 /* The CUDA backend's Program (the methods every backend shares are in
 ** lfl_program.c); it runs through CUDA graphs in "reduce-overhead" */
-static const lfl_backend cuda_lprogram = { CPROG_TYPE, cuda_program_run };
+static const lfl_progtype cuda_lprogram = { CPROG_TYPE, cuda_program_run };
 
 static exec_program *checkprog(lua_State *L, int idx) {
   return (exec_program *)lfl_checkprogram(L, idx, &cuda_lprogram);

@@ -23,7 +23,7 @@ typedef struct lplan { fuse_plan *p; } lplan;
 
 /* The C backend's Program (the methods every backend shares are in
 ** lfl_program.c) */
-static const lfl_backend c_program = { PROGRAM_TYPE, exec_program_run };
+static const lfl_progtype c_program = { PROGRAM_TYPE, exec_program_run };
 
 static fuse_plan *checkplan(lua_State *L, int idx) {
   lplan *lp = (lplan *)luaL_checkudata(L, idx, PLAN_TYPE);

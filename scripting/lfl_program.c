@@ -3,7 +3,7 @@
 ** sees it: k:compile(), k:try_compile(), k:run(...), k:source(), k:log(),
 ** print(k), collection, on the executor (exec/program.h).  The backend
 ** (lfl_plan.c for C, lfl_cuda.c for CUDA) names its type and run in an
-** lfl_backend; the methods find it in their upvalue.
+** lfl_progtype; the methods find it in their upvalue.
 ** Invariant: a Program userdata holds one program or, once collected,
 ** NULL; it is created before the program, so an error between the two
 ** leaks nothing.
@@ -13,17 +13,17 @@
 #include "lfl.h"
 #include "exec/program.h"
 
-static const lfl_backend *backend(lua_State *L) {
-  return (const lfl_backend *)lua_touserdata(L, lua_upvalueindex(1));
+static const lfl_progtype *backend(lua_State *L) {
+  return (const lfl_progtype *)lua_touserdata(L, lua_upvalueindex(1));
 }
 
-exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_backend *be) {
+exec_program *lfl_checkprogram(lua_State *L, int idx, const lfl_progtype *be) {
   exec_program **slot = (exec_program **)luaL_checkudata(L, idx, be->type);
   if (!*slot) luaL_argerror(L, idx, "program has been released");
   return *slot;
 }
 
-exec_program **lfl_newprogram(lua_State *L, const lfl_backend *be) {
+exec_program **lfl_newprogram(lua_State *L, const lfl_progtype *be) {
   exec_program **slot = (exec_program **)lua_newuserdatauv(L, sizeof *slot, 0);
   *slot = NULL;
   luaL_setmetatable(L, be->type);
@@ -38,7 +38,7 @@ int lfl_program_raise(lua_State *L, exec_program *pr, const fl_err *e) {
 }
 
 static int k_gc(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program **slot = (exec_program **)luaL_checkudata(L, 1, be->type);
   exec_program_free(*slot);
   *slot = NULL;
@@ -47,21 +47,21 @@ static int k_gc(lua_State *L) {
 
 /* print(k), k:source() -> the generated source */
 static int k_source(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   lua_pushstring(L, exec_program_source(lfl_checkprogram(L, 1, be)));
   return 1;
 }
 
 /* k:log() -> the compiler's output */
 static int k_log(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   lua_pushstring(L, exec_program_log(lfl_checkprogram(L, 1, be)));
   return 1;
 }
 
 /* k:compile() -> true; raises with the compiler's log on failure */
 static int k_compile(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
   fl_err e;
   err_clear(&e);
@@ -73,7 +73,7 @@ static int k_compile(lua_State *L) {
 /* k:try_compile() -> true, or false and the message with the log (the
 ** form fl.compile uses to fall back to eager) */
 static int k_try_compile(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
   fl_err e;
   err_clear(&e);
@@ -88,7 +88,7 @@ static int k_try_compile(lua_State *L) {
 
 /* k:run(x, ...) -> outputs */
 static int k_run(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
   const ir_graph *g = pr->plan->g;
   const fl_tensor *in[256];
@@ -118,7 +118,7 @@ static int k_run(lua_State *L) {
 ** mean time of each kernel over the profiled runs, the last run's, and the
 ** bandwidth of the mean from the plan's bytes (cost model). */
 static int k_profile(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
   fl_err e;
   int k;
@@ -147,13 +147,13 @@ static int k_profile(lua_State *L) {
 
 /* k:plan() -> the plan it was generated from */
 static int k_plan(lua_State *L) {
-  const lfl_backend *be = backend(L);
+  const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
   lfl_pushplan(L, pr->plan);
   return 1;
 }
 
-void lfl_program_type(lua_State *L, const lfl_backend *be, const luaL_Reg *extra) {
+void lfl_program_type(lua_State *L, const lfl_progtype *be, const luaL_Reg *extra) {
   static const luaL_Reg shared[] = {
     {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
     {"source", k_source}, {"log", k_log}, {"profile", k_profile}, {"plan", k_plan},
