@@ -4,7 +4,7 @@
 # a device is really there (fails loudly if not), run the NVRTC compile
 # test, the GPU differential test (compiled on the GPU vs the reference
 # interpreter: float32 2e-3, float16 1e-2, bfloat16 3e-2 relative; int64
-# and bool exact), the Lua CUDA test, then bench/gpu's ratios.
+# and bool exact), the Lua CUDA tests, then bench/gpu's ratios.
 #   sh tests/gpu/run.sh [build-dir]          (default /tmp/fuselab-gpu-build)
 # Environment: FUSELAB_GPU_GRAPHS (random graphs on the GPU, default 300),
 # JOBS (make -j, default the CPU count).
@@ -55,6 +55,11 @@ step "Lua: tests/lua/cuda.lua"
 LUA_PATH="$here/tests/lua/?.lua;;" ./fuselab "$here/tests/lua/cuda.lua" > cuda_lua.log 2>&1 \
   || { cat cuda_lua.log; fail "tests/lua/cuda.lua"; }
 grep -E '^not ok|^1\.\.' cuda_lua.log
+
+step "Lua: tests/lua/cuda_run.lua (models, resident weights, graphs, fallback)"
+LUA_PATH="$here/tests/lua/?.lua;;" ./fuselab "$here/tests/lua/cuda_run.lua" > cuda_run.log 2>&1 \
+  || { cat cuda_run.log; fail "tests/lua/cuda_run.lua"; }
+grep -E '^not ok|^1\.\.' cuda_run.log
 
 step "bench/gpu"
 timeout 150 ./bench/gpu | tee bench_gpu.log || fail "bench/gpu"
