@@ -356,10 +356,12 @@ local function build_runner(st, captured, inputs)
   local g = lower_graph(captured)
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
-  -- "auto" is the GPU when one is usable; "cuda" was checked at fl.compile
+  -- "auto" is the GPU when one is usable and the graph's tensors are there
+  -- (results stay on their inputs' device, as torch.compile's do); "cuda"
+  -- was checked at fl.compile
   local backend = st.opts.backend or "auto"
   local use_cuda = backend == "cuda" or (backend == "auto" and fl.cuda_available ~= nil
-                                         and fl.cuda_available() == true)
+                                         and fl.cuda_available() == true and captured:_on_cuda())
   st.backend = use_cuda and "cuda" or "cpu"
   if DEBUG >= 3 then
     for _, d in ipairs(plan:decisions()) do

@@ -182,6 +182,9 @@ void lfl_open_viz(lua_State *L, int lib);
 /* Replace the tensor on top of the stack by its copy on dev (nothing when
 ** it is there): how factories made on the host honour {device=}. */
 int lfl_place(lua_State *L, fl_device dev);
+/* The tensor at idx with values the host can read: itself, or a host copy
+** that replaces it in its stack slot (item, tolist, allclose on CUDA). */
+fl_tensor *lfl_readable(lua_State *L, int idx, const char *what);
 void lfl_open_cuda(lua_State *L, int lib);
 
 /* --- ops (lfl_ops.c) -------------------------------------------------- */

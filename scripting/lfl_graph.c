@@ -212,6 +212,20 @@ static int run_with(lua_State *L, ir_apply_fn apply) {
 }
 
 static int g_run(lua_State *L) { return run_with(L, eager_apply); }
+
+/* g:_on_cuda() -> whether an input or a weight of g lives on the device
+** (backend "auto" compiles where the tensors are) */
+static int g_on_cuda(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  int i, on = 0;
+  for (i = 0; i < g->n && !on; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_INPUT) on = nd->meta.device == FL_DEV_CUDA;
+    else if (nd->kind == IR_PARAM || nd->kind == IR_CONST) on = nd->value.m.device == FL_DEV_CUDA;
+  }
+  lua_pushboolean(L, on);
+  return 1;
+}
 static int g_run_reference(lua_State *L) { return run_with(L, ref_apply); }
 
 /* g:_set_name(id, name): compile.lua names params by where they were
@@ -279,7 +293,7 @@ static const luaL_Reg graph_methods[] = {
   {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
   {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},
-  {"run_reference", g_run_reference},
+  {"run_reference", g_run_reference}, {"_on_cuda", g_on_cuda},
   {NULL, NULL}
 };
 

@@ -691,7 +691,7 @@ static int64_t bcast_index(const fl_tensor *t, int nd, const int64_t *c) {
 ** PyTorch.  Two integer values compare exactly (no rounding to double). */
 static int l_allclose(lua_State *L) {
   static const char *const keys[] = {"rtol", "atol", "equal_nan", NULL};
-  fl_tensor *a = lfl_checkdata(L, 1, "allclose"), *b = lfl_checkdata(L, 2, "allclose");
+  fl_tensor *a = lfl_readable(L, 1, "allclose"), *b = lfl_readable(L, 2, "allclose");
   double rtol = 1e-5, atol = 1e-8;
   fl_meta bm;
   fl_err e;
@@ -709,8 +709,6 @@ static int l_allclose(lua_State *L) {
     rtol = luaL_optnumber(L, 3, rtol);
     atol = luaL_optnumber(L, 4, atol);
   }
-  if (a->m.device != FL_DEV_CPU || b->m.device != FL_DEV_CPU)
-    return luaL_error(L, "allclose: tensors must be on cpu");
   err_clear(&e);
   if (op_broadcast_shapes("allclose", &a->m, &b->m, &bm, &e) != FL_OK)
     return lfl_raise(L, "allclose", &e);

@@ -267,11 +267,22 @@ static int t_len(lua_State *L) {
   return 1;
 }
 
-/* Values can be read only where the host can see them. */
+/* Values can be written only where the host can see them. */
 static void check_host(lua_State *L, const fl_tensor *t, const char *what) {
   if (t->m.device != FL_DEV_CPU)
     luaL_error(L, "%s: the tensor is on %s; call :cpu() first", what,
                device_name(t->m.device));
+}
+
+fl_tensor *lfl_readable(lua_State *L, int idx, const char *what) {
+  fl_tensor *t = lfl_checkdata(L, idx, what);
+  if (t->m.device == FL_DEV_CPU) return t;
+  /* read on the host, as PyTorch's item() syncs and copies */
+  idx = lua_absindex(L, idx);
+  lua_pushvalue(L, idx);
+  lfl_place(L, FL_DEV_CPU);
+  lua_replace(L, idx);
+  return lfl_totensor(L, idx);
 }
 
 /* Push element i (row-major logical index) as a Lua value: int64 as an
@@ -293,7 +304,7 @@ static int t_item(lua_State *L) {
                       "shape %s (%I elements)",
                       meta_shape_str(&t->m, s, sizeof s), (lua_Integer)n);
   }
-  check_host(L, t, "item");
+  t = lfl_readable(L, 1, "item");
   push_elem(L, t, 0);
   return 1;
 }
@@ -316,10 +327,9 @@ static void push_list(lua_State *L, const fl_tensor *t, int d, int64_t lin) {
 #define TOLIST_MAX ((int64_t)1 << 26)
 
 static int t_tolist(lua_State *L) {
-  fl_tensor *t = lfl_checkdata(L, 1, "tolist");
+  fl_tensor *t = lfl_readable(L, 1, "tolist");
   int64_t values = 1, level = 1;
   int d;
-  check_host(L, t, "tolist");
   for (d = 0; d < t->m.ndim && values <= TOLIST_MAX; d++) {
     if (!sz_mul(level, t->m.shape[d], &level) || !sz_add(values, level, &values))
       values = INT64_MAX;
@@ -603,8 +613,7 @@ static int t_copy_(lua_State *L) {
   check_writable(L, t, "copy_");
   if (lua_type(L, 2) == LUA_TNUMBER) ten_fill(t, lua_tonumber(L, 2));
   else {
-    fl_tensor *src = lfl_checkdata(L, 2, "copy_");
-    check_host(L, src, "copy_");
+    fl_tensor *src = lfl_readable(L, 2, "copy_");
     copy_into(L, t, src, "copy_");
   }
   lua_settop(L, 1);
