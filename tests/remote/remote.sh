@@ -23,6 +23,7 @@ case $why in
 esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-remote.XXXXXX") || exit 1
+: >"$tmp/allerr"
 rpid=
 stop_redis() {
   if [ -n "$rpid" ]; then kill -CONT "$rpid" 2>/dev/null; kill -9 "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null; fi
@@ -74,6 +75,7 @@ machine() {
   t0=$(date +%s%N)
   res=$(env FUSELAB_CACHE_DIR="$tmp/$name" "$@" "$FUSELAB" "$WORKER" 2>"$tmp/err" | grep '^RESULT')
   t1=$(date +%s%N)
+  cat "$tmp/err" >>"$tmp/allerr"
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 }
 field() { echo "$res" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -81,7 +83,7 @@ is() { [ "$(field "$1")" = "$2" ]; }
 warnings() { grep -c 'warning: remote cache' "$tmp/err"; }
 under10() { awk -v s="$secs" 'BEGIN { exit !(s < 10) }'; }
 
-# 1-3: machine A compiles and writes; B, with an empty local cache, compiles nothing
+# machine A compiles and writes; B, with an empty local cache, compiles nothing
 machine A
 kernels=$(field misses)
 check "machine A compiles its $kernels kernels cold and writes them" \
@@ -92,7 +94,7 @@ check "machine B (empty local cache) gets all $kernels from Redis and compiles n
 check "B's entries are on its local disk now (a rerun hits disk)" \
   sh -c "env FUSELAB_CACHE_DIR='$tmp/B' '$FUSELAB' '$WORKER' 2>/dev/null | grep -q 'misses=0 disk=$kernels'"
 
-# 4-5: tampering: one value with bytes appended, one with a byte changed
+# tampering: one value with bytes appended, one with a byte changed
 set -- $(rcli --scan --pattern 'fuselab:*')
 rcli APPEND "$1" "xx" >/dev/null
 rcli SETRANGE "$2" 200 "Z" >/dev/null
@@ -104,7 +106,7 @@ machine D
 check "the rebuilt entries replaced the bad ones (the next machine hits all)" \
   sh -c "[ '$(field rhits)' = '$kernels' ] && [ '$(field rejected)' = 0 ]"
 
-# 6-7: another team's secret
+# another team's secret
 machine E FUSELAB_REMOTE_CACHE_SECRET=another-secret
 check "entries signed with another secret are rejected and rebuilt, correctly" \
   sh -c "[ '$(field rejected)' = '$kernels' ] && [ '$(field misses)' = '$kernels' ] && [ '$(field ok)' = true ] && [ '$(warnings)' = 1 ]"
@@ -112,12 +114,12 @@ machine F
 check "... and the first team's machines reject E's entries in turn" \
   sh -c "[ '$(field rejected)' = '$kernels' ] && [ '$(field writes)' = '$kernels' ] && [ '$(field ok)' = true ]"
 
-# 8: an entry larger than the reader's cap
+# an entry larger than the reader's cap
 machine G FUSELAB_REMOTE_CACHE_MAX_MB=0.001
 check "entries over FUSELAB_REMOTE_CACHE_MAX_MB are rejected, rebuilt, not written" \
   sh -c "[ '$(field rejected)' = '$kernels' ] && [ '$(field misses)' = '$kernels' ] && [ '$(field writes)' = 0 ] && [ '$(field ok)' = true ] && [ '$(warnings)' = 1 ]"
 
-# 9-11: the secret file must be the user's, mode 0600 or stricter (mode bits
+# the secret file must be the user's, mode 0600 or stricter (mode bits
 # are checked, not access(): root passes access() on any file)
 printf 'team-secret-1\n' >"$tmp/secret"
 chmod 0644 "$tmp/secret"
@@ -140,7 +142,7 @@ machine K FUSELAB_REMOTE_CACHE_SECRET=
 check "no secret at all: remote off with one warning, compiles work" \
   sh -c "[ '$(field enabled)' = false ] && [ '$(field misses)' = '$kernels' ] && [ '$(field ok)' = true ] && [ '$(warnings)' = 1 ]"
 
-# 12-13: two machines writing the same keys at once, then a third reading
+# two machines writing the same keys at once, then a third reading
 rcli FLUSHALL >/dev/null
 rm -rf "$tmp/P" "$tmp/Q"
 env FUSELAB_CACHE_DIR="$tmp/P" "$FUSELAB" "$WORKER" >"$tmp/P.out" 2>&1 &
@@ -154,7 +156,15 @@ machine R
 check "... and a third machine reads valid entries for every kernel" \
   sh -c "[ '$(field rhits)' = '$kernels' ] && [ '$(field rejected)' = 0 ] && [ '$(field misses)' = 0 ] && [ '$(field ok)' = true ]"
 
-# 14-15: Redis stopped (SIGSTOP: it accepts connections, answers nothing)
+# Redis full: every write refused with OOM
+rcli FLUSHALL >/dev/null
+rcli CONFIG SET maxmemory 1 >/dev/null
+machine O
+rcli CONFIG SET maxmemory 0 >/dev/null
+check "Redis full (OOM on SET): compiles work, one warning naming OOM, local only after it" \
+  sh -c "[ '$(field ok)' = true ] && [ '$(field errors)' = 1 ] && [ '$(field writes)' = 0 ] && [ '$(warnings)' = 1 ] && grep -q OOM '$tmp/err'"
+
+# Redis stopped (SIGSTOP: it accepts connections, answers nothing)
 kill -STOP "$rpid"
 machine S
 kill -CONT "$rpid"
@@ -163,7 +173,7 @@ check "Redis not answering: compiles work, one warning, bounded time ($secs s)" 
   sh -c "[ '$(field ok)' = true ] && [ '$(field errors)' = 1 ] && [ '$(warnings)' = 1 ] && [ '$(field misses)' = '$kernels' ]"
 check "... under 10 s: it never hangs" under10
 
-# 16-17: Redis killed mid-run (after the first kernel)
+# Redis killed mid-run (after the first kernel)
 rcli FLUSHALL >/dev/null
 machine T WORKER_KILL="$rpid"
 wait "$rpid" 2>/dev/null
@@ -173,11 +183,18 @@ check "Redis killed mid-run: compiles work, exactly one warning" \
   sh -c "[ '$(field ok)' = true ] && [ '$(field errors)' = 1 ] && [ '$(warnings)' = 1 ] && [ '$(field misses)' = '$kernels' ]"
 check "... under 10 s: it never hangs" under10
 
-# 18-19: a Redis that never started (nothing listens on the port)
+# a Redis that never started (nothing listens on the port)
 machine U
 echo "# Redis never started: the run took $secs s (connect timeout 0.2 s)"
 check "Redis never started: compiles work, exactly one warning" \
   sh -c "[ '$(field ok)' = true ] && [ '$(field errors)' = 1 ] && [ '$(warnings)' = 1 ] && [ '$(field enabled)' = false ]"
 check "... under 10 s: it never hangs" under10
+
+cat "$tmp/P.out" "$tmp/Q.out" >>"$tmp/allerr"
+if grep -q 'Sanitizer\|runtime error' "$tmp/allerr"; then
+  not_ok "no sanitizer reports"; sed 's/^/#   /' "$tmp/allerr"
+else
+  ok "no sanitizer reports"
+fi
 
 echo "1..$n"
