@@ -899,6 +899,28 @@ int cache_put_blob(const char *key, const char *ext, const void *data, size_t n,
   return FL_OK;
 }
 
+int cache_get_blob_shared(const char *key, const char *ext, void **data, size_t *n, int *how) {
+  char name[64];
+  *how = CACHE_DISK;
+  if (cache_get_blob(key, ext, data, n)) return 1;
+  snprintf(name, sizeof name, "%.32s.%.20s", key, ext);
+  if (!crem_get(name, data, n)) return 0;
+  /* the signature held; the caller unpacks and checks the image itself */
+  crem_verdict(name, NULL);
+  (void)cache_put_blob(key, ext, *data, *n, NULL);
+  *how = CACHE_REMOTE;
+  if (debug_level() >= 1) fprintf(stderr, "fuselab: kernel cache hit (remote) %s\n", name);
+  return 1;
+}
+
+int cache_put_blob_shared(const char *key, const char *ext, const void *data, size_t n, fl_err *e) {
+  char name[64];
+  int rc = cache_put_blob(key, ext, data, n, e);
+  snprintf(name, sizeof name, "%.32s.%.20s", key, ext);
+  crem_put(name, data, n);
+  return rc;
+}
+
 int cache_clear_blobs(const char *ext) {
   DIR *d;
   struct dirent *de;

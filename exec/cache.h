@@ -117,6 +117,12 @@ void cache_blob_key(const char *const *parts, int nparts, char hex[33]);
 /* 1 and *data (malloc'd, the caller frees) when present and whole, else 0. */
 int cache_get_blob(const char *key, const char *ext, void **data, size_t *n);
 int cache_put_blob(const char *key, const char *ext, const void *data, size_t n, fl_err *e);
+/* The same through the team's shared cache too (FUSELAB_REMOTE_CACHE,
+** Redis name "<key>.<ext>"): a blob missing on disk is asked of Redis,
+** checked (signed, cache_remote.h) and written to disk; *how is
+** CACHE_DISK or CACHE_REMOTE.  put stores it on disk and in Redis. */
+int cache_get_blob_shared(const char *key, const char *ext, void **data, size_t *n, int *how);
+int cache_put_blob_shared(const char *key, const char *ext, const void *data, size_t n, fl_err *e);
 /* Remove every <key>.<ext> blob; the count removed. */
 int cache_clear_blobs(const char *ext);
 /* Number and bytes of <key>.<ext> blobs on disk. */

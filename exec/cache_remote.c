@@ -295,8 +295,9 @@ int crem_get(const char *name, void **data, size_t *n) {
   } else if (mac(name, v + head, (size_t)plen, want) != 0 ||
              CRYPTO_memcmp(want, v + head + plen, MAC_LEN) != 0) {
     reject(name, "bad signature: another secret, or altered");
-  } else if ((*data = malloc(plen ? (size_t)plen : 1))) {
+  } else if ((*data = malloc((size_t)plen + 1))) {   /* NUL-ended, as cache_get_blob's */
     memcpy(*data, v + head, (size_t)plen);
+    ((char *)*data)[plen] = '\0';
     *n = (size_t)plen;
     got = 1;
   }

@@ -156,6 +156,25 @@ machine R
 check "... and a third machine reads valid entries for every kernel" \
   sh -c "[ '$(field rhits)' = '$kernels' ] && [ '$(field rejected)' = 0 ] && [ '$(field misses)' = 0 ] && [ '$(field ok)' = true ]"
 
+# NVRTC images (cuda backend) travel the same way, on a GPU or the emulator
+emu="$(dirname "$FUSELAB")/tests/gpu/emu/run"
+if [ -x "$emu" ] && "$emu" "$FUSELAB" -e 'os.exit(fl.cuda_available() and 0 or 1)' >/dev/null 2>&1; then
+  rcli FLUSHALL >/dev/null
+  machine GA WORKER_BACKEND=cuda "$emu"
+  check "cuda: machine A compiles its NVRTC images and writes them" \
+    sh -c "[ '$(field writes)' = 3 ] && [ '$(field rhits)' = 0 ] && [ '$(field ok)' = true ]"
+  machine GB WORKER_BACKEND=cuda "$emu"
+  check "cuda: machine B gets all 3 images from Redis (how = \"remote\")" \
+    sh -c "[ '$(field rhits)' = 3 ] && [ '$(field stats_remote)' = 3 ] && [ '$(field writes)' = 0 ] && [ '$(field ok)' = true ]"
+  set -- $(rcli --scan --pattern 'fuselab:*.cubin')
+  rcli APPEND "$1" "xx" >/dev/null
+  machine GC WORKER_BACKEND=cuda "$emu"
+  check "cuda: an extended image is rejected and rebuilt" \
+    sh -c "[ '$(field rejected)' = 1 ] && [ '$(field rhits)' = 2 ] && [ '$(field ok)' = true ] && [ '$(warnings)' = 1 ]"
+else
+  ok "# SKIP cuda: neither a GPU nor the CUDA emulator in this build"
+fi
+
 # Redis full: every write refused with OOM
 rcli FLUSHALL >/dev/null
 rcli CONFIG SET maxmemory 1 >/dev/null
