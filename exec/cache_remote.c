@@ -38,7 +38,7 @@
 enum { UNREAD, OFF, ON, DEAD };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int state = UNREAD, configured, warned_reject;
+static int state = UNREAD, configured;
 static char url[512], why[600];
 static int64_t n_hits, n_miss, n_writes, n_rejected, n_errors;
 
@@ -49,6 +49,7 @@ static void warn(const char *fmt, const char *a, const char *b) {
 }
 
 #ifdef HAVE_HIREDIS
+static int warned_reject;
 static redisContext *ctx;
 static char host[256], password[256];
 static int port = 6379, db;
