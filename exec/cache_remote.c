@@ -102,7 +102,7 @@ static int parse_url(const char *u) {
   const char *p = u + 8, *at, *end;
   size_t n;
   if (strncmp(u, "redis://", 8) != 0) {
-    snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE=%.300s is not a redis://host:port[/db] URL", u);
+    snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE is not a redis://[:password@]host[:port][/db] URL");
     return -1;
   }
   end = p + strcspn(p, "/");
@@ -116,7 +116,7 @@ static int parse_url(const char *u) {
   }
   n = strcspn(p, ":/");
   if (!n || n >= sizeof host) {
-    snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE=%.300s names no host", u);
+    snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE names no host");
     return -1;
   }
   memcpy(host, p, n);
@@ -126,7 +126,7 @@ static int parse_url(const char *u) {
     char *e;
     long v = strtol(p + 1, &e, 10);
     if (e == p + 1 || v <= 0 || v > 65535 || (*e && *e != '/')) {
-      snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE=%.300s: bad port", u);
+      snprintf(why, sizeof why, "FUSELAB_REMOTE_CACHE has a bad port (expected 1-65535)");
       return -1;
     }
     port = (int)v;
@@ -144,9 +144,13 @@ static void read_env(void) {
   state = OFF;
   if (!(u && *u)) return;
   configured = 1;
-  snprintf(url, sizeof url, "%.500s", u);
+  /* shown in warnings before the URL is parsed: never its password */
+  if (strchr(u, '@') && strncmp(u, "redis://", 8) == 0) snprintf(url, sizeof url, "redis://...@%.480s", strchr(u, '@') + 1);
+  else snprintf(url, sizeof url, "%.500s", u);
   if (t && *t && atoll(t) > 0) ttl = atoll(t);
-  cap = (int64_t)((mb > 0 ? mb : CAP_DEFAULT_MB) * 1048576.0);
+  /* Redis holds strings of at most 512 MB */
+  if (!(mb > 0)) mb = CAP_DEFAULT_MB;
+  cap = (int64_t)((mb < 512 ? mb : 512) * 1048576.0);
   if (parse_url(u) != 0 || read_secret() != 0) {
     warn("%s is off: %s", url, why);
     return;

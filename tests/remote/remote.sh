@@ -142,6 +142,16 @@ machine K FUSELAB_REMOTE_CACHE_SECRET=
 check "no secret at all: remote off with one warning, compiles work" \
   sh -c "[ '$(field enabled)' = false ] && [ '$(field misses)' = '$kernels' ] && [ '$(field ok)' = true ] && [ '$(warnings)' = 1 ]"
 
+# a Redis password in the URL: used for AUTH, never shown
+rcli CONFIG SET requirepass 'pw-hidden-1' >/dev/null
+machine L FUSELAB_REMOTE_CACHE="redis://:pw-hidden-1@127.0.0.1:$port/0"
+check "redis://:password@host:port authenticates (the entries are read)" \
+  sh -c "[ '$(field rhits)' = '$kernels' ] && [ '$(field errors)' = 0 ] && [ '$(field ok)' = true ]"
+machine M FUSELAB_REMOTE_CACHE="redis://:pw-wrong-2@127.0.0.1:$port"
+check "a wrong password: one warning, local only, and the password is not printed" \
+  sh -c "[ '$(field errors)' = 1 ] && [ '$(warnings)' = 1 ] && [ '$(field ok)' = true ] && ! grep -q pw-wrong '$tmp/err'"
+redis-cli -p "$port" -a 'pw-hidden-1' --no-auth-warning CONFIG SET requirepass '' >/dev/null
+
 # two machines writing the same keys at once, then a third reading
 rcli FLUSHALL >/dev/null
 rm -rf "$tmp/P" "$tmp/Q"
