@@ -20,9 +20,9 @@ esac
 # Debian packages the build and the tests need (README lists why each).
 pkgs="build-essential autoconf automake libtool pkg-config lua5.4 liblua5.4-dev
 libreadline-dev libgraphviz-dev graphviz libopenblas-openmp-dev libxxhash-dev
-libcjson-dev"
+libcjson-dev libhiredis-dev libssl-dev"
 [ "$mode" = test ] && pkgs="$pkgs python3-numpy python3-pexpect clang
-libclang-rt-14-dev chromium"
+libclang-rt-14-dev chromium redis-server"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -30,6 +30,7 @@
 #include "config.h"
 #include "cache.h"
 #include "cache_disk.h"
+#include "cache_remote.h"
 
 #ifndef FL_CC_DEFAULT
 #define FL_CC_DEFAULT "cc"
@@ -526,6 +527,60 @@ static void *load_entry(const char *path, const char *key, int *fd) {
   return NULL;
 }
 
+static int full_write(int fd, const void *buf, size_t n);
+
+/* After a disk miss: the entry from Redis, written to a temp file in cd,
+** proved by the same seal as a disk entry, renamed to path and loaded (*fd
+** its file); NULL when Redis has none or it does not prove itself
+** (rejected, then rebuilt by the caller). */
+static void *remote_entry(const char *cd, const char *key, const char *path, int *fd) {
+  char tmp[1200];
+  const char *k, *bad = NULL;
+  struct stat st;
+  void *data, *h = NULL;
+  size_t n;
+  int w;
+  *fd = -1;
+  if (!crem_get(key, &data, &n)) return NULL;
+  snprintf(tmp, sizeof tmp, "%s/tmp-%ld-XXXXXX", cd, (long)getpid());
+  if ((w = mkostemp(tmp, O_CLOEXEC)) < 0) {        /* O_CREAT|O_EXCL: never through a link */
+    free(data);
+    return NULL;                                  /* a local problem: compiled, not counted */
+  }
+  w = full_write(w, data, n) && fchmod(w, 0700) == 0 ? (close(w) == 0) : (close(w), 0);
+  free(data);
+  if (!w || (*fd = cdisk_open_entry(tmp, &st)) < 0) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+    unlink(tmp);
+    return NULL;
+  }
+  if (!cdisk_verify_so(*fd, &st, key)) bad = "not an object sealed for its key";
+  else if (!(h = cdisk_dlopen_fd(*fd))) bad = "does not load";
+  else if (!(k = dlsym(h, "fl_cache_key")) || strcmp(k, key) != 0) bad = "built for another key";
+  if (bad) {
+    if (h) unload(h, *fd);
+    else close(*fd);
+    *fd = -1;
+    unlink(tmp);
+    crem_verdict(key, bad);
+    return NULL;
+  }
+  if (rename(tmp, path) != 0) unlink(tmp);        /* loaded all the same, just not kept */
+  crem_verdict(key, NULL);
+  return h;
+}
+
+/* A compiled object, sealed, to Redis (the file behind fd, read whole). */
+static void publish(const char *key, int fd) {
+  struct stat st;
+  char *buf;
+  if (!crem_enabled() || fstat(fd, &st) != 0 || st.st_size <= 0) return;
+  if (!(buf = malloc((size_t)st.st_size))) return;
+  if (pread(fd, buf, (size_t)st.st_size, 0) == st.st_size) crem_put(key, buf, (size_t)st.st_size);
+  free(buf);
+}
+
 int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err *e) {
   return cache_load_units("", &source, 1, out, log, how, e);
 }
@@ -562,7 +617,13 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   pthread_mutex_unlock(&lock);
   snprintf(path, sizeof path, "%s/%s.so", cd, key);
   *how = CACHE_DISK;
-  if (!(h = load_entry(path, key, &fd))) {
+  if (!(h = load_entry(path, key, &fd)) && (h = remote_entry(cd, key, path, &fd))) {
+    *how = CACHE_REMOTE;
+    rc = cdisk_evict(cd, cdisk_cap(), key);
+    pthread_mutex_lock(&lock);
+    n_evict += rc;
+    pthread_mutex_unlock(&lock);
+  } else if (!h) {
     if ((rc = compile_to(cd, head, units, nunits, key, path, log, &fd, e)) != FL_OK) {
       pthread_mutex_lock(&lock);
       n_fail++;
@@ -575,6 +636,7 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
       return err_set(e, FL_ECOMPILE, "compile: cannot load %s: %s", path, de ? de : "bad object");
     }
     *how = CACHE_COMPILED;
+    publish(key, fd);
     rc = cdisk_evict(cd, cdisk_cap(), key);
     pthread_mutex_lock(&lock);
     n_evict += rc;
@@ -599,11 +661,13 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   pthread_mutex_lock(&lock);
   o->next = table;
   table = o;
-  if (*how == CACHE_DISK) n_disk++; else n_miss++;
+  if (*how == CACHE_DISK) n_disk++;
+  else if (*how == CACHE_COMPILED) n_miss++;
   pthread_mutex_unlock(&lock);
   if (debug_level() >= 1)
     fprintf(stderr, "fuselab: kernel cache %s %s\n",
-            *how == CACHE_DISK ? "hit (disk)" : "miss (compiled)", key);
+            *how == CACHE_DISK ? "hit (disk)" : *how == CACHE_REMOTE ? "hit (remote)" : "miss (compiled)",
+            key);
   *out = o;
   return FL_OK;
 }
@@ -680,6 +744,16 @@ int cache_get_info(cache_info *out, fl_err *e) {
   for (o = table; o; o = o->next) out->loaded++;
   pthread_mutex_unlock(&lock);
   out->max_bytes = cdisk_cap();
+  {
+    crem_info ri;
+    crem_get_info(&ri);
+    out->remote.configured = ri.configured;
+    out->remote.enabled = ri.enabled;
+    snprintf(out->remote.url, sizeof out->remote.url, "%s", ri.url);
+    snprintf(out->remote.why, sizeof out->remote.why, "%s", ri.why);
+    out->remote.hits = ri.hits; out->remote.misses = ri.misses; out->remote.writes = ri.writes;
+    out->remote.rejected = ri.rejected; out->remote.errors = ri.errors;
+  }
   if (out->dir[0]) count_entries(out->dir, "so", &out->entries, &out->bytes);
   return FL_OK;
 }
@@ -823,6 +897,28 @@ int cache_put_blob(const char *key, const char *ext, const void *data, size_t n,
   n_evict += rc;
   pthread_mutex_unlock(&lock);
   return FL_OK;
+}
+
+int cache_get_blob_shared(const char *key, const char *ext, void **data, size_t *n, int *how) {
+  char name[64];
+  *how = CACHE_DISK;
+  if (cache_get_blob(key, ext, data, n)) return 1;
+  snprintf(name, sizeof name, "%.32s.%.20s", key, ext);
+  if (!crem_get(name, data, n)) return 0;
+  /* the signature held; the caller unpacks and checks the image itself */
+  crem_verdict(name, NULL);
+  (void)cache_put_blob(key, ext, *data, *n, NULL);
+  *how = CACHE_REMOTE;
+  if (debug_level() >= 1) fprintf(stderr, "fuselab: kernel cache hit (remote) %s\n", name);
+  return 1;
+}
+
+int cache_put_blob_shared(const char *key, const char *ext, const void *data, size_t n, fl_err *e) {
+  char name[64];
+  int rc = cache_put_blob(key, ext, data, n, e);
+  snprintf(name, sizeof name, "%.32s.%.20s", key, ext);
+  crem_put(name, data, n);
+  return rc;
 }
 
 int cache_clear_blobs(const char *ext) {

@@ -15,7 +15,11 @@
 ** 120) and are renamed into place whole; the directory is kept under
 ** $FUSELAB_CACHE_MAX_MB (default 2048), least recently used first.  Loaded
 ** objects are shared while some program holds them, so asking again for a
-** held source costs a hash; the last release unloads.
+** held source costs a hash; the last release unloads.  Between disk and
+** compiler sits the team's shared cache on Redis when
+** $FUSELAB_REMOTE_CACHE is set (cache_remote.h): an entry from there is
+** written to disk as a sealed entry and loaded by the same checks; what
+** is compiled is sent there.
 */
 #ifndef FL_EXEC_CACHE_H
 #define FL_EXEC_CACHE_H
@@ -27,7 +31,7 @@
 /* A loaded shared object, counted: every holder releases it. */
 typedef struct cache_obj cache_obj;
 
-enum { CACHE_COMPILED = 0, CACHE_DISK = 1, CACHE_MEMORY = 2 };
+enum { CACHE_COMPILED = 0, CACHE_DISK = 1, CACHE_MEMORY = 2, CACHE_REMOTE = 3 };
 
 typedef struct cache_info {
   char dir[1024];        /* the directory in use */
@@ -41,6 +45,18 @@ typedef struct cache_info {
   int64_t evictions;     /* keys removed to stay under the size cap */
   int64_t loaded;        /* objects in memory that requests can find */
   int64_t max_bytes;     /* the size cap */
+  /* the shared cache (cache_remote.h); all zero when not configured */
+  struct {
+    int configured;      /* FUSELAB_REMOTE_CACHE is set */
+    int enabled;         /* on, and no failure so far */
+    char url[512];       /* without its password */
+    char why[600];       /* configured but not enabled: why */
+    int64_t hits;        /* requests served from Redis */
+    int64_t misses;      /* asked, absent */
+    int64_t writes;      /* compiled objects stored */
+    int64_t rejected;    /* entries refused (signature, size, seal) */
+    int64_t errors;      /* failures that turned it off (at most 1) */
+  } remote;
 } cache_info;
 
 /* Compile source (or find it) and load it.  A compiler that runs past the
@@ -101,6 +117,12 @@ void cache_blob_key(const char *const *parts, int nparts, char hex[33]);
 /* 1 and *data (malloc'd, the caller frees) when present and whole, else 0. */
 int cache_get_blob(const char *key, const char *ext, void **data, size_t *n);
 int cache_put_blob(const char *key, const char *ext, const void *data, size_t n, fl_err *e);
+/* The same through the team's shared cache too (FUSELAB_REMOTE_CACHE,
+** Redis name "<key>.<ext>"): a blob missing on disk is asked of Redis,
+** checked (signed, cache_remote.h) and written to disk; *how is
+** CACHE_DISK or CACHE_REMOTE.  put stores it on disk and in Redis. */
+int cache_get_blob_shared(const char *key, const char *ext, void **data, size_t *n, int *how);
+int cache_put_blob_shared(const char *key, const char *ext, const void *data, size_t n, fl_err *e);
 /* Remove every <key>.<ext> blob; the count removed. */
 int cache_clear_blobs(const char *ext);
 /* Number and bytes of <key>.<ext> blobs on disk. */

@@ -166,7 +166,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
   entry *en;
   void *blob;
   size_t bn, ln = 0;
-  int rc = FL_OK;
+  int rc = FL_OK, how;
   memset(img, 0, sizeof *img);
   if (log) *log = NULL;
   arch_flag(arch, archf, sizeof archf);
@@ -184,7 +184,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
   parts[0] = source; parts[1] = cc; parts[2] = opts[0]; parts[3] = opts[1];
   parts[4] = opts[2]; parts[5] = opts[3]; parts[6] = opts[4];
   cache_blob_key(parts, 7, key);
-  /* memory, then disk */
+  /* memory, then disk, then the shared cache (FUSELAB_REMOTE_CACHE) */
   pthread_mutex_lock(&lock);
   for (en = table; en; en = en->next)
     if (strcmp(en->key, key) == 0) break;
@@ -196,11 +196,11 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
     img->ms = now_ms() - t0;
     return FL_OK;
   }
-  if (cache_get_blob(key, BLOB_EXT, &blob, &bn)) {
+  if (cache_get_blob_shared(key, BLOB_EXT, &blob, &bn, &how)) {
     int bad = unpack(blob, bn, img);
     free(blob);
     if (!bad) {
-      img->how = CACHE_DISK;
+      img->how = how;
       remember(key, img);
       img->ms = now_ms() - t0;
       return FL_OK;
@@ -247,7 +247,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
     char *b = pack(img, &bn);
     fl_err ignore;
     /* a cache that cannot be written costs speed, not correctness */
-    if (b) (void)cache_put_blob(key, BLOB_EXT, b, bn, &ignore);
+    if (b) (void)cache_put_blob_shared(key, BLOB_EXT, b, bn, &ignore);
     free(b);
   }
   remember(key, img);

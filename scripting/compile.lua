@@ -290,6 +290,7 @@ end
 
 local function new_stats()
   return {calls = 0, compiles = 0, recompiles = 0, cache_hits = 0, disk_cache_hits = 0,
+          remote_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
           kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
           specializations = {}, autotune = {}}
@@ -385,7 +386,9 @@ local function build_runner(st, captured, inputs)
     end
     return eager_runner(g), nil, g
   end
-  if prog:stats().how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1 end
+  local how = prog:stats().how
+  if how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1
+  elseif how == "remote" then st.stats.remote_cache_hits = st.stats.remote_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
     local rng = fl.get_rng_state()
     st.stats.autotune[#st.stats.autotune + 1] = prog:autotune(unpack(inputs))

@@ -26,6 +26,7 @@
 #include "gpu/cuda.h"
 #include "graph/view.h"
 #include "cpu/eager.h"
+#include "exec/cache.h"
 #ifdef HAVE_CUDA
 #include "gpu/cuda_program.h"
 #endif
@@ -111,7 +112,7 @@ static int k_autotune(lua_State *L) {
 /* k:stats() -> {kernels, compiled, how, compile_ms, runs, replays,
 ** fused_epilogues, mode, autotune, arch} */
 static int k_stats(lua_State *L) {
-  static const char *const hows[] = {"compiled", "disk", "memory"};
+  static const char *const hows[] = {"compiled", "disk", "memory", "remote"};
   exec_program *pr = checkprog(L, 1);
   const nvrtc_image *img = cuda_program_image(pr);
   cuda_state *cs = cuda_state_of(pr);
@@ -120,7 +121,7 @@ static int k_stats(lua_State *L) {
   lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
   lua_pushboolean(L, img != NULL); lua_setfield(L, -2, "compiled");
   if (img) {
-    lua_pushstring(L, hows[img->how >= 0 && img->how <= 2 ? img->how : 0]);
+    lua_pushstring(L, hows[img->how >= 0 && img->how <= CACHE_REMOTE ? img->how : 0]);
     lua_setfield(L, -2, "how");
     lua_pushstring(L, img->arch); lua_setfield(L, -2, "arch");
   }

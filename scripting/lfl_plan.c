@@ -205,16 +205,16 @@ static int p_codegen(lua_State *L) {
 
 /* ---- programs ------------------------------------------------------------ */
 
-/* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory",
+/* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory"|"remote",
 ** compile_ms, runs} */
 static int k_stats(lua_State *L) {
-  static const char *const hows[] = {"compiled", "disk", "memory"};
+  static const char *const hows[] = {"compiled", "disk", "memory", "remote"};
   exec_program *pr = checkprogram(L, 1);
   lua_createtable(L, 0, 5);
   lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
   lua_pushboolean(L, pr->image != NULL); lua_setfield(L, -2, "compiled");
   if (pr->image) {
-    lua_pushstring(L, hows[pr->how >= 0 && pr->how <= 2 ? pr->how : 0]);
+    lua_pushstring(L, hows[pr->how >= 0 && pr->how <= CACHE_REMOTE ? pr->how : 0]);
     lua_setfield(L, -2, "how");
   }
   lua_pushnumber(L, pr->compile_ms); lua_setfield(L, -2, "compile_ms");
@@ -251,6 +251,19 @@ static int l_cache_info(lua_State *L) {
   lua_pushstring(L, cache_flags()); lua_setfield(L, -2, "flags");
   lua_pushstring(L, cache_target()); lua_setfield(L, -2, "target");
   if (cache_warning()) { lua_pushstring(L, cache_warning()); lua_setfield(L, -2, "warning"); }
+  /* remote: absent when FUSELAB_REMOTE_CACHE is unset */
+  if (ci.remote.configured) {
+    lua_createtable(L, 0, 8);
+    lua_pushstring(L, ci.remote.url); lua_setfield(L, -2, "url");
+    lua_pushboolean(L, ci.remote.enabled); lua_setfield(L, -2, "enabled");
+    if (ci.remote.why[0]) { lua_pushstring(L, ci.remote.why); lua_setfield(L, -2, "why"); }
+    lua_pushinteger(L, (lua_Integer)ci.remote.hits); lua_setfield(L, -2, "hits");
+    lua_pushinteger(L, (lua_Integer)ci.remote.misses); lua_setfield(L, -2, "misses");
+    lua_pushinteger(L, (lua_Integer)ci.remote.writes); lua_setfield(L, -2, "writes");
+    lua_pushinteger(L, (lua_Integer)ci.remote.rejected); lua_setfield(L, -2, "rejected");
+    lua_pushinteger(L, (lua_Integer)ci.remote.errors); lua_setfield(L, -2, "errors");
+    lua_setfield(L, -2, "remote");
+  }
   return 1;
 }
 

@@ -375,8 +375,12 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
           (int)field_num(L, stats, "recompiles", 0),
           field_num(L, stats, "recompiles", 0) == 1 ? "" : "s");
   sum_add(L, R, "graph breaks", "%d", (int)field_num(L, stats, "graph_breaks", 0));
-  sum_add(L, R, "cache hits", "%d (%d from disk)", (int)field_num(L, stats, "cache_hits", 0),
-          (int)field_num(L, stats, "disk_cache_hits", 0));
+  if (field_num(L, stats, "remote_cache_hits", 0) > 0)
+    sum_add(L, R, "cache hits", "%d (%d from disk, %d from remote)", (int)field_num(L, stats, "cache_hits", 0),
+            (int)field_num(L, stats, "disk_cache_hits", 0), (int)field_num(L, stats, "remote_cache_hits", 0));
+  else
+    sum_add(L, R, "cache hits", "%d (%d from disk)", (int)field_num(L, stats, "cache_hits", 0),
+            (int)field_num(L, stats, "disk_cache_hits", 0));
   sum_add(L, R, "fallbacks", "%d", (int)field_num(L, stats, "fallbacks", 0));
   sum_add(L, R, "compile time", "%.1f ms", field_num(L, stats, "compile_ms", 0));
   r->cold_ms = field_num(L, stats, "first_call_ms", -1);
