@@ -288,9 +288,10 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   int s = p->slot[id], rc;
   size_t need;
   fl_tensor *st;
-  /* ten_empty names a size no buffer can hold */
+  /* ten_uninit names a size no buffer can hold; every buffer here is
+  ** written whole by the kernel that stores it, so none is zero-filled */
   if (s < 0 || s >= p->nslots || !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
-    return ten_empty(out, m, e);
+    return ten_uninit(out, m, e);
   if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
     return err_set(e, FL_ENOMEM, "run: out of memory");
   st = &pr->slots[s];
@@ -302,7 +303,7 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
     bm.ndim = 1;
     bm.shape[0] = (int64_t)(need ? need : 1);
     ten_release(st);
-    if ((rc = ten_empty(st, &bm, e)) != FL_OK) return rc;
+    if ((rc = ten_uninit(st, &bm, e)) != FL_OK) return rc;
   }
   ten_share(out, st);
   out->m = *m;

@@ -146,10 +146,32 @@ static void *cpu_alloc(size_t n) {
   return p;
 }
 
+/* Host memory a kernel will overwrite whole: no zero-fill pass (calloc
+** clears reused heap memory, an extra write of every byte of a call's
+** outputs).  FUSELAB_POISON_UNINIT=1 (the test suite sets it) fills it
+** with 0xFF bytes instead, NaN as float, so a kernel that leaves an
+** element unwritten gives a wrong answer the tests see. */
+static void *cpu_alloc_uninit(size_t n) {
+  static int poison = -1;
+  void *p = malloc(n ? n : 1);
+  if (poison < 0) {
+    const char *v = getenv("FUSELAB_POISON_UNINIT");
+    poison = v && *v && strcmp(v, "0") != 0;
+  }
+  if (p && poison) memset(p, 0xFF, n);
+  ten_advise_huge(p, n);
+  return p;
+}
+
+static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e);
+
 /* *t is overwritten, never released: the caller owns what it held.  On
 ** success *t holds the only reference to a fresh zero-filled storage. */
-int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) {
-  void *(*alloc)(size_t) = cpu_alloc;
+int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 1, e); }
+int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 0, e); }
+
+static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
+  void *(*alloc)(size_t) = zero ? cpu_alloc : cpu_alloc_uninit;
   fl_storage *st;
   size_t nbytes;
   int rc;

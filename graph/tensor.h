@@ -60,6 +60,10 @@ int meta_check_size(const fl_meta *m, const char *what, fl_err *e);
 ** contents are not released).  Data is zero-filled.  On failure *t is left
 ** empty (st == NULL) and e names the byte size. */
 int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
+/* The same without the zero-fill on the host, for memory a kernel
+** overwrites whole (compiled programs' buffers and outputs); a device's
+** allocator still does what it does. */
+int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* Ask the kernel for transparent huge pages over a large host buffer (one
 ** page fault per 2 MiB instead of per 4 KiB); advice only. */
 void ten_advise_huge(void *p, size_t n);
