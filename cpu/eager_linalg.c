@@ -14,6 +14,8 @@
 
 #include <cblas.h>
 
+#include "blas.h"
+
 #include "eager_impl.h"
 
 /* One operand's matrices as sgemm reads them, plus its batch dims. */
@@ -189,6 +191,7 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   int64_t M, K, N, bs[FL_MAX_DIMS], Bt = 1, bi;
   float *y, *yo = NULL;
   int nb, d, rc;
+  cpu_blas_pick();                 /* the right kernels before the first product */
   (void)a;
   if (!dtype_is_float(in[0]->m.dtype)) return product_i64(op, in, nin, out, e);
   if ((rc = mat_prepare(in[0], 0, &A, op_name(op), e)) != FL_OK) return rc;
@@ -238,6 +241,7 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   enum CBLAS_TRANSPOSE tr;
   int64_t ld;
   int rc = FL_ENOMEM;
+  cpu_blas_pick();                 /* the right kernels before the first product */
   (void)a;
   if (!dtype_is_float(x->m.dtype)) return product_i64(op, in, nin, out, e);
   rows = meta_numel(&out->m) / O;
@@ -306,6 +310,7 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
   const float *xf, *wf, *bf = NULL;
   float *xo = NULL, *wo = NULL, *bo = NULL, *yo = NULL, *cols = NULL, *y;
   int rc = FL_ENOMEM;
+  cpu_blas_pick();                 /* the right kernels before the first product */
   if (too_big(op_name(op), CO, P, CKK, e)) return FL_EUNSUPPORTED;
   if (!(xf = eager_f32(x, &xo, op_name(op), e)) ||
       !(wf = eager_f32(w, &wo, op_name(op), e)) ||

@@ -14,6 +14,7 @@
 #include "lfl.h"
 #include "cpu/backend.h"
 #include "exec/cache.h"
+#include "cpu/blas.h"
 #include "fuse/plan.h"
 
 #define PLAN_TYPE "fl.Plan"
@@ -230,6 +231,19 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 
 /* ---- the cache ------------------------------------------------------------ */
 
+/* fl.blas_info() -> {config, core, was, why}: the BLAS kernels products
+** run on (cpu/blas.h), picked before the first product */
+static int l_blas_info(lua_State *L) {
+  cpu_blas_info b;
+  cpu_blas_get_info(&b);
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, b.config); lua_setfield(L, -2, "config");
+  lua_pushstring(L, b.core); lua_setfield(L, -2, "core");
+  if (b.was[0]) { lua_pushstring(L, b.was); lua_setfield(L, -2, "was"); }
+  lua_pushstring(L, b.why); lua_setfield(L, -2, "why");
+  return 1;
+}
+
 static int l_cache_info(lua_State *L) {
   cache_info ci;
   fl_err e;
@@ -304,7 +318,7 @@ static int l_print_kernel_times(lua_State *L) {
 
 static const luaL_Reg plan_funcs[] = {
   {"_print_kernel_times", l_print_kernel_times},
-  {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear},
+  {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear}, {"blas_info", l_blas_info},
   {"_cache_forget_memory", l_cache_forget},
   {NULL, NULL}
 };
