@@ -148,12 +148,12 @@ void cdisk_discard(const char *path) {
 #define SEAL_MAGIC "FLSO0001"
 #define SEAL_SIZE (8 + 32 + 8 + 8)
 
-static void put64(unsigned char *p, uint64_t v) {
+void cdisk_put64(unsigned char *p, uint64_t v) {
   int i;
   for (i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static uint64_t get64(const unsigned char *p) {
+uint64_t cdisk_get64(const unsigned char *p) {
   uint64_t v = 0;
   int i;
   for (i = 7; i >= 0; i--) v = v << 8 | p[i];
@@ -193,9 +193,9 @@ int cdisk_verify_so(int fd, const struct stat *st, const char *key) {
   if (st->st_size < (off_t)(SEAL_SIZE + sizeof eh)) return 0;
   if (pread(fd, t, SEAL_SIZE, st->st_size - SEAL_SIZE) != SEAL_SIZE) return 0;
   if (memcmp(t, SEAL_MAGIC, 8) != 0 || memcmp(t + 8, key, 32) != 0) return 0;
-  len = get64(t + 40);
+  len = cdisk_get64(t + 40);
   if (len != (uint64_t)st->st_size - SEAL_SIZE) return 0;
-  if (hash_prefix(fd, len, &sum, &eh) != 0 || sum != get64(t + 48)) return 0;
+  if (hash_prefix(fd, len, &sum, &eh) != 0 || sum != cdisk_get64(t + 48)) return 0;
   return memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
          (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize <= len;
 }
@@ -212,8 +212,8 @@ int cdisk_seal_so(const char *path, const char *key) {
       memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0) {
     memcpy(t, SEAL_MAGIC, 8);
     memcpy(t + 8, key, 32);
-    put64(t + 40, (uint64_t)st.st_size);
-    put64(t + 48, sum);
+    cdisk_put64(t + 40, (uint64_t)st.st_size);
+    cdisk_put64(t + 48, sum);
     if (pwrite(fd, t, SEAL_SIZE, st.st_size) == SEAL_SIZE && fchmod(fd, 0700) == 0) rc = 0;
   }
   if (close(fd) != 0) rc = -1;

@@ -38,6 +38,9 @@ int cdisk_verify_so(int fd, const struct stat *st, const char *key);
 /* Append the seal for key to the object at path (the compiler's output in
 ** a private directory) and make it mode 0700; 0 or -1. */
 int cdisk_seal_so(const char *path, const char *key);
+/* 8 bytes little endian, as the seal and the remote entries store sizes. */
+void cdisk_put64(unsigned char *p, uint64_t v);
+uint64_t cdisk_get64(const unsigned char *p);
 /* dlopen the file behind fd (through /proc/self/fd, so what loads is what
 ** was verified); NULL on failure.  The loader knows the object by that
 ** name from then on and returns it for the same name, so fd must stay

@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "cache_remote.h"
+#include "cache_disk.h"
 
 #ifdef HAVE_HIREDIS
 #include <hiredis/hiredis.h>
@@ -249,17 +250,6 @@ static void reject(const char *name, const char *what) {
             url, name, what);
 }
 
-static void put64(unsigned char *p, uint64_t v) {
-  int i;
-  for (i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  int i;
-  for (i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 int crem_get(const char *name, void **data, size_t *n) {
   char rkey[300], range[32];
@@ -295,7 +285,7 @@ int crem_get(const char *name, void **data, size_t *n) {
   } else if (v = (const unsigned char *)r->str, len < head + MAC_LEN || memcmp(v, MAGIC, 5) != 0 ||
              v[5] != nl || memcmp(v + 6, name, nl) != 0) {
     reject(name, "not a fuselab entry for this key");
-  } else if ((plen = get64(v + 6 + nl)) != len - head - MAC_LEN) {
+  } else if ((plen = cdisk_get64(v + 6 + nl)) != len - head - MAC_LEN) {
     reject(name, "truncated or extended");
   } else if (mac(name, v + head, (size_t)plen, want) != 0 ||
              CRYPTO_memcmp(want, v + head + plen, MAC_LEN) != 0) {
@@ -323,7 +313,7 @@ void crem_put(const char *name, const void *data, size_t n) {
   memcpy(v, MAGIC, 5);
   v[5] = (unsigned char)nl;
   memcpy(v + 6, name, nl);
-  put64(v + 6 + nl, n);
+  cdisk_put64(v + 6 + nl, n);
   memcpy(v + head, data, n);
   snprintf(rkey, sizeof rkey, "fuselab:%s", name);
   snprintf(ex, sizeof ex, "%lld", ttl);
