@@ -442,7 +442,7 @@ local function make_exec(st)
       local t0 = fl.now()
       name_params(st.fn, g, params)
       local runner, prog, compiled = build_runner(st, g, inputs)
-      hit = {run = runner, program = prog}
+      hit = {run = runner, program = prog, cuda = st.backend == "cuda"}
       st.segcache[key] = hit
       st.stats.compiles = st.stats.compiles + 1
       st.stats.compile_ms = st.stats.compile_ms + (fl.now() - t0) * 1e3
@@ -450,7 +450,7 @@ local function make_exec(st)
       st.new_compiles = st.new_compiles + 1
       debug_line("compile: graph %s (%d ops)", key:sub(1, 8), #g:ops())
     end
-    if hit.program and st.backend == "cuda" and not hit.ran then
+    if hit.program and hit.cuda and not hit.ran then
       -- the first run shows what the device cannot lower
       local ok, outs = pcall(hit.run, inputs)
       if not ok and not lowering_failed(outs) then error(outs, 0) end
