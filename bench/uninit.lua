@@ -38,10 +38,7 @@ local function run(poison)
   return out
 end
 
-local function median(t)
-  table.sort(t)
-  return t[(#t + 1) // 2], t[1], t[#t]
-end
+local median = dofile((arg and arg[0] or ""):match("^(.-)[^/]*$") .. "stats.lua").median
 
 local times = {softmax = {[0] = {}, [1] = {}}, layer_norm = {[0] = {}, [1] = {}}}
 for _ = 1, rounds do

@@ -38,7 +38,11 @@ cuda_state *cuda_state_of(exec_program *pr) {
     free(cs->block); free(cs->epis); free(cs);
     return NULL;
   }
-  for (k = 0; k < pr->plan->nkernels; k++) cs->block[k] = ((cuda_kinfo *)EXEC_KINFO(pr, k))->block;
+  for (k = 0; k < pr->plan->nkernels; k++) {
+    const cuda_kinfo *in = EXEC_KINFO(pr, k);
+    cs->block[k] = in->block;
+    if (in->nbuf > cs->maxbuf) cs->maxbuf = in->nbuf;
+  }
   pr->priv = cs;
   return cs;
 }
@@ -483,12 +487,10 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
 static int launch_kernel(exec_run *r, int ki, fl_err *e) {
   run_ctx c;
   cuda_state *cs = cuda_state_of(r->pr);
-  size_t need = (size_t)r->pr->maxargs;
-  int k;
+  size_t need;
   if (!cs) return err_set(e, FL_ENOMEM, "run: out of memory");
-  for (k = 0, need += 1; k < r->pr->plan->nkernels; k++)
-    if (need < (size_t)r->pr->maxargs + (size_t)((cuda_kinfo *)EXEC_KINFO(r->pr, k))->nbuf)
-      need = (size_t)r->pr->maxargs + (size_t)((cuda_kinfo *)EXEC_KINFO(r->pr, k))->nbuf;
+  /* buffer addresses, then the int64 arguments (fl_params) */
+  need = (size_t)cs->maxbuf + (size_t)r->pr->maxargs;
   if (cs->npblock < need) {
     free(cs->pblock);
     if (!(cs->pblock = calloc(need, sizeof *cs->pblock))) {

@@ -33,6 +33,7 @@ typedef struct cuda_state {
   char tune[512];        /* what max-autotune chose, "" when not run */
   uint64_t *pblock;      /* the parameter block being built */
   size_t npblock;
+  int maxbuf;            /* the most buffers a kernel takes */
   cuda_graph *graph;     /* the captured graph, or NULL */
   fl_tensor *gin, *gout; /* its static inputs and outputs */
   fl_tensor *ghold;      /* every buffer its launches touch (held) */

@@ -163,13 +163,9 @@ static void *cpu_alloc_uninit(size_t n) {
   return p;
 }
 
-static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e);
-
 /* *t is overwritten, never released: the caller owns what it held.  On
-** success *t holds the only reference to a fresh zero-filled storage. */
-int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 1, e); }
-int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 0, e); }
-
+** success *t holds the only reference to a fresh storage, zero-filled
+** when zero is set. */
 static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
   void *(*alloc)(size_t) = zero ? cpu_alloc : cpu_alloc_uninit;
   fl_storage *st;
@@ -212,6 +208,9 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
   ten_set_contiguous_strides(t);
   return FL_OK;
 }
+
+int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 1, e); }
+int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 0, e); }
 
 void ten_release(fl_tensor *t) {
   if (!t) return;
