@@ -20,9 +20,10 @@ esac
 # Debian packages the build and the tests need (README lists why each).
 pkgs="build-essential autoconf automake libtool pkg-config lua5.4 liblua5.4-dev
 libreadline-dev libgraphviz-dev graphviz libopenblas-openmp-dev libxxhash-dev
-libcjson-dev libhiredis-dev libssl-dev"
+libcjson-dev libhiredis-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler
+libdnnl-dev"
 [ "$mode" = test ] && pkgs="$pkgs python3-numpy python3-pexpect clang
-libclang-rt-14-dev chromium redis-server"
+libclang-rt-14-dev chromium redis-server libonnx-testdata"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
