@@ -389,8 +389,15 @@ static int compile_to(const char *cd, const char *head, const char *const *units
   int ok[MAX_JOBS + 1];
   pid_t pid[MAX_JOBS];
   double limit = cdisk_timeout(), deadline = cdisk_now() + limit;
+  char what[160];
+  cdisk_note note = {what, cdisk_now(), 0, 0};
   struct stat st;
   *fd = -1;
+  {
+    const char *cc = cache_compiler(), *slash = strrchr(cc, '/');
+    snprintf(what, sizeof what, "compiling %d kernel%s with %s", nunits, nunits == 1 ? "" : "s",
+             slash && !strchr(slash, ' ') ? slash + 1 : cc);
+  }
   if (cdisk_tmpdir(cd, tmp, sizeof tmp) != 0)
     return err_set(e, FL_EIO, "cache: cannot make a temp directory in %s: %s", cd, strerror(errno));
   snprintf(src, sizeof src, "%s/all.c", tmp);
@@ -411,7 +418,7 @@ static int compile_to(const char *cd, const char *head, const char *const *units
       for (n = 0, u = 0; u < nunits; u++) if (where[u] == j) mine[n++] = u;
       snprintf(part, sizeof part, "%s/p%d.c", tmp, j);
       if ((rc = write_file(part, head, units, mine, n, j == 0 ? key : NULL, e)) != FL_OK) {
-        cdisk_wait(pid, j, ok, 0);   /* a past deadline: the parts started are killed */
+        cdisk_wait(pid, j, ok, 0, NULL);   /* a past deadline: the parts started are killed */
         goto out;
       }
       snprintf(path, sizeof path, "%s/p%d.o", tmp, j);
@@ -422,11 +429,11 @@ static int compile_to(const char *cd, const char *head, const char *const *units
       quote(q, sizeof q, path);
       strcat(strcat(inputs, q), " ");
     }
-    why = cdisk_wait(pid, jobs, ok, deadline);
+    why = cdisk_wait(pid, jobs, ok, deadline, &note);
     for (j = 0; j < jobs; j++) ok[MAX_JOBS] = j == 0 ? ok[0] : ok[MAX_JOBS] && ok[j];
     if (why == CDISK_DONE && ok[MAX_JOBS] && (cmd = cc_command(so, NULL, 1, inputs, logp))) {
       pid[0] = cdisk_spawn(cmd, -1);
-      why = cdisk_wait(pid, 1, ok, deadline);
+      why = cdisk_wait(pid, 1, ok, deadline, &note);
     } else {
       ok[0] = 0;
     }
@@ -438,8 +445,9 @@ static int compile_to(const char *cd, const char *head, const char *const *units
     }
   } else {
     pid[0] = (cmd = cc_command(so, src, 1, NULL, logp)) ? cdisk_spawn(cmd, -1) : -1;
-    why = cdisk_wait(pid, 1, ok, deadline);
+    why = cdisk_wait(pid, 1, ok, deadline, &note);
   }
+  cdisk_note_done(&note);
   if (log) {
     char *l = slurp(logp);
     if (l) log_add(log, l);

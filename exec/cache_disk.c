@@ -325,7 +325,26 @@ pid_t cdisk_spawn(const char *cmd, int out_fd) {
   return rc == 0 ? pid : -1;
 }
 
-int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline) {
+static void note_draw(cdisk_note *note) {
+  double now = cdisk_now();
+  const char *off = getenv("FUSELAB_PROGRESS");
+  if (!note || now - note->t0 < 1.0 || now - note->drawn < 0.25) return;
+  if ((off && strcmp(off, "0") == 0) || !isatty(2)) return;
+  fprintf(stderr, "\r%s: %.1f s", note->what, now - note->t0);
+  fflush(stderr);
+  note->drawn = now;
+  note->shown = 1;
+}
+
+void cdisk_note_done(cdisk_note *note) {
+  if (note && note->shown) {
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    note->shown = 0;
+  }
+}
+
+int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline, cdisk_note *note) {
   int left = 0, i, st, why = CDISK_DONE;
   long nap = 200000;                   /* ns, doubling to 5 ms */
   int done[64];
@@ -363,6 +382,7 @@ int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline) {
       nanosleep(&ts, NULL);
       if (nap < 5000000) nap *= 2;
     }
+    note_draw(note);
   }
   return CDISK_DONE;
 }
@@ -393,7 +413,7 @@ int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
   }
   buf[got] = '\0';
   close(p[0]);
-  why = cdisk_wait(&pid, 1, &ok, deadline);
+  why = cdisk_wait(&pid, 1, &ok, deadline, NULL);
   return why == CDISK_DONE && ok;
 }
 

@@ -71,8 +71,16 @@ enum { CDISK_DONE = 0, CDISK_TIMEOUT = 1, CDISK_INTR = 2 };
 /* Wait for pids[0..n) (-1 entries count as failed) until deadline (a
 ** CLOCK_MONOTONIC time in seconds).  ok[i] = exited with status 0.  Past
 ** the deadline, or when interrupted, every process group still running is
-** killed with SIGKILL and reaped.  A CDISK_ code. */
-int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline);
+** killed with SIGKILL and reaped.  A CDISK_ code.  note, when not NULL,
+** is the progress line of a long wait (below). */
+typedef struct cdisk_note cdisk_note;
+int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline, cdisk_note *note);
+/* A compile that takes longer than a second says so on a terminal: one
+** line on stderr ("compiling 12 kernels with cc: 2.5 s"), redrawn while
+** the wait goes on and erased at cdisk_note_done.  Never into a log or a
+** pipe (stderr must be a tty), and FUSELAB_PROGRESS=0 turns it off. */
+struct cdisk_note { const char *what; double t0, drawn; int shown; };
+void cdisk_note_done(cdisk_note *note);
 double cdisk_now(void);
 /* Run cmd (as cdisk_spawn) and collect its output, at most n-1 bytes,
 ** NUL-terminated; 1 when it exited 0 within timeout seconds. */

@@ -243,6 +243,27 @@ def _():
     finish(c)
 
 
+@test("a compile longer than a second shows a progress line on the terminal, then erases it")
+def _():
+    cc = os.path.join(TMP, "slow2-cc")
+    with open(cc, "w") as f:
+        f.write("#!/bin/sh\nsleep 2\nexec cc \"$@\"\n")
+    os.chmod(cc, 0o755)
+    cache = tempfile.mkdtemp(prefix="cache.", dir=TMP)
+    c = spawn(extra={"CC": cc, "FUSELAB_CACHE_DIR": cache})
+    prompt(c)
+    c.timeout = 30
+    c.send('print(fl.compile(function(x) return (x * 5 + 1):exp() end)(fl.ones(4)):sum():item() > 0)\r')
+    c.expect_exact("fl> ")
+    raw = c.before
+    if not re.search(r"compiling 1 kernel with slow2-cc: 1\.\d s", raw):
+        raise Fail("no progress line in %r" % raw)
+    if "\x1b[K" not in raw:
+        raise Fail("the progress line was not erased: %r" % raw)
+    expect_in("true", clean(raw.split("\x1b[K")[-1]).split("\n"))
+    finish(c)
+
+
 @test("an error in a first compiled call leaves capture working")
 def _():
     c = spawn()
