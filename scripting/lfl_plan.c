@@ -135,12 +135,14 @@ static int p_stats(lua_State *L) {
   lua_createtable(L, 0, 8);
   lua_pushinteger(L, s->kernels); lua_setfield(L, -2, "kernels");
   lua_pushinteger(L, s->nodes); lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, s->kernels_before); lua_setfield(L, -2, "kernels_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_before); lua_setfield(L, -2, "bytes_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_after); lua_setfield(L, -2, "bytes_after");
   lua_pushinteger(L, s->buffers_before); lua_setfield(L, -2, "buffers_before");
   lua_pushinteger(L, s->buffers_after); lua_setfield(L, -2, "buffers_after");
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_before); lua_setfield(L, -2, "peak_bytes_before");
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_after); lua_setfield(L, -2, "peak_bytes_after");
+  if (s->note[0]) { lua_pushstring(L, s->note); lua_setfield(L, -2, "note"); }
   return 1;
 }
 

@@ -14,6 +14,7 @@
 #include <graphviz/cgraph.h>
 
 #include "viz/draw_impl.h"
+#include "fuse/plan.h"
 
 #define FONT "Helvetica,Arial,sans-serif"
 #define KERNEL_PEN "#3d6aa8"
@@ -85,19 +86,14 @@ void viz_stage_numbers(const viz_stage *st, int *kernels, int *buffers,
     *bytes = moved;
     return;
   }
-  /* unfused: every op but a view is a kernel reading its inputs from
-  ** memory and writing its result to a buffer of its own */
-  *kernels = 0;
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    if (nd->kind != IR_OP || (op_info_of(nd->op)->flags & OPF_VIEW)) continue;
-    (*kernels)++;
-    moved += viz_node_bytes(g, i);
-    for (k = 0; k < nd->nin; k++)
-      if (nd->in[k] >= 0) moved += viz_node_bytes(g, nd->in[k]);
+  /* a plain graph runs op by op: the cost model's reference for it */
+  {
+    ir_opcost c;
+    fuse_reference_cost(g, &c);
+    *kernels = c.kernels;
+    *buffers = c.buffers;
+    *bytes = c.bytes;
   }
-  *buffers = *kernels;
-  *bytes = moved;
 }
 
 /* kern[i] = the kernel computing node i, or -1.  A view belongs to the
@@ -551,6 +547,11 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
                   "%d buffer%s \xc2\xb7 %s moved</font>",
                   kernels, kernels == 1 ? "" : "s", buffers, buffers == 1 ? "" : "s",
                   viz_bytes_str(bytes, by, sizeof by));
+    if (st->note) {
+      strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
+      viz_esc_max(&b->tmp, st->note, 320);
+      strbuf_printf(&b->tmp, "</font>");
+    }
   } else {
     strbuf_printf(&b->tmp, "<b>graph %d of %d</b>", i + 1, s->nstages);
     if (st->label) {

@@ -68,6 +68,8 @@ typedef struct viz_stage {
   int has_stats;
   int stat_kernels, stat_buffers;
   int64_t stat_bytes;         /* bytes moved to and from memory */
+  const char *note;           /* why it moves more than the captured graph
+                                 op by op (a plan's stats.note), or NULL */
 } viz_stage;
 
 /* Between two pieces of one function. */

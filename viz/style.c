@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "viz/style.h"
+#include "fuse/plan.h"
 
 static const viz_colors palette[VIZ_NCLASSES] = {
   {"#d8f0d8", "#4f8a4f", "elementwise"},
@@ -91,28 +92,11 @@ char *viz_type_str(const ir_graph *g, int id, char *buf, size_t n) {
   return buf;
 }
 
-int64_t viz_node_bytes(const ir_graph *g, int id) {
-  const fl_meta *m = &g->nodes[id].meta;
-  int64_t numel = meta_numel(m), es = (int64_t)dtype_size(m->dtype);
-  if (es > 0 && numel > INT64_MAX / es) return INT64_MAX;
-  return numel * es;
-}
+/* Both are the cost model's (fuse/memplan.c), so every view counts and
+** writes bytes alike. */
+int64_t viz_node_bytes(const ir_graph *g, int id) { return fuse_node_bytes(g, id); }
 
-char *viz_bytes_str(int64_t bytes, char *buf, size_t n) {
-  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  if (bytes < 1024) {
-    snprintf(buf, n, "%lld B", (long long)bytes);
-    return buf;
-  }
-  while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
-  /* three significant digits at most: "4 KiB", "1.5 MiB", "12.3 GiB" */
-  if (v >= 100.0 || v == (double)(int64_t)v) snprintf(buf, n, "%.0f %s", v, unit[u]);
-  else if (v >= 10.0) snprintf(buf, n, "%.1f %s", v, unit[u]);
-  else snprintf(buf, n, "%.2g %s", v, unit[u]);
-  return buf;
-}
+char *viz_bytes_str(int64_t bytes, char *buf, size_t n) { return fuse_bytes_str(bytes, buf, n); }
 
 static void esc_n(strbuf *b, const char *s, size_t len) {
   size_t i, start = 0;
