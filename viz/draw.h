@@ -35,7 +35,12 @@ typedef struct viz_opts {
                             collapsed into summary nodes ("N nodes
                             collapsed"); 0: default (300), < 0: never */
   int edge_labels;       /* 1: "[shape] bytes" on edges (default) */
+  double scale;          /* type and line size: 1 (default, a screen or
+                            print); VIZ_SCALE_PROJECTOR for a room */
 } viz_opts;
+
+/* Large enough to read from the back of a classroom. */
+#define VIZ_SCALE_PROJECTOR 1.75
 
 #define VIZ_DEFAULT_MAX_NODES 300
 
