@@ -366,7 +366,8 @@ local function build_runner(st, captured, inputs)
   st.backend = use_cuda and "cuda" or "cpu"
   if DEBUG >= 3 then
     for _, d in ipairs(plan:decisions()) do
-      io.stderr:write(("fuselab:   %s %s\n"):format(d.fused and "fused  " or "refused", d.reason))
+      -- the reason says "fused ..." or "cannot fuse ..." itself
+      io.stderr:write(("fuselab:   %s\n"):format(d.reason))
     end
   end
   local okp, prog = pcall(function() return use_cuda and fl._cuda_program(plan) or plan:codegen("cpu") end)

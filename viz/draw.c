@@ -590,7 +590,7 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
     viz_stage_numbers(st, &kernels, &buffers, &bytes);
     strbuf_printf(&b->tmp, "<font point-size=\"14\"><b>");
     if (st->label) viz_esc_max(&b->tmp, st->label, 80);
-    else strbuf_printf(&b->tmp, "%s", i == 0 ? "before" : "after");
+    else strbuf_printf(&b->tmp, "%s", i > 0 ? "after" : st->kernels ? "before" : "before (op by op)");
     strbuf_printf(&b->tmp, "</b></font><br/><font point-size=\"11\">%d kernel%s \xc2\xb7 "
                   "%d buffer%s \xc2\xb7 %s moved</font>",
                   kernels, kernels == 1 ? "" : "s", buffers, buffers == 1 ? "" : "s",
