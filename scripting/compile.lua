@@ -763,6 +763,15 @@ function methods.explain(cm)
   for _, b in ipairs(s.break_reasons) do
     lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
   end
+  -- what fusion bought, in the numbers p:stats(), the pictures and the
+  -- report show (before: the captured graph run op by op)
+  local B = fl._bytes_str
+  for i, p in ipairs(st.plans) do
+    local ps = p:stats()
+    lines[#lines + 1] = ("graph %d: %d ops -> %d kernels, bytes moved %s -> %s, peak memory %s -> %s%s"):format(
+      i, ps.kernels_before, ps.kernels, B(ps.bytes_before), B(ps.bytes_after),
+      B(ps.peak_bytes_before), B(ps.peak_bytes_after), ps.note and ("\n  note: " .. ps.note) or "")
+  end
   local text = table.concat(lines, "\n")
   print(text)
   return text

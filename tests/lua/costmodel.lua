@@ -92,6 +92,29 @@ for _, m in ipairs(models) do
   t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
        html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
        name .. ": the report's bytes moved and peak memory are the plan's")
+  -- the compiled function: its plan, cm:kernels(), cm:explain(), its report
+  local cm = fl.compile(model)
+  cm(x)
+  local cs = cm:plans()[1]:stats()
+  t.is({cs.bytes_before, cs.bytes_after, cs.peak_bytes_before, cs.peak_bytes_after},
+       {s.bytes_before, s.bytes_after, s.peak_bytes_before, s.peak_bytes_after},
+       name .. ": fl.compile plans what decompose, optimize, fuse plan")
+  local ksum = 0
+  for _, k in ipairs(cm:kernels()) do ksum = ksum + k.bytes end
+  t.is(ksum, s.bytes_after, name .. ": cm:kernels() bytes add up to the plan's")
+  local said, print0 = {}, print
+  print = function(v) said[#said + 1] = tostring(v) end
+  cm:explain()
+  print = print0
+  said = table.concat(said, "\n")
+  t.ok(said:find("bytes moved " .. human(s.bytes_before) .. " -> " .. human(s.bytes_after) ..
+                 ", peak memory " .. human(s.peak_bytes_before) .. " -> " .. human(s.peak_bytes_after), 1, true),
+       name .. ": cm:explain() says the same bytes and peak")
+  fl.report(cm, path(name .. "-cm.html"))
+  html = slurp(path(name .. "-cm.html"))
+  t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
+       html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
+       name .. ": the compiled function's report says the same")
 end
 
 -- a plan that moves more than the captured graph says why: decompose()
