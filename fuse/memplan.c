@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "../graph/strbuf.h"
 
 /* A view may name 2^62 elements: such a count saturates just above what
 ** can be allocated (running it fails there, naming the size), so sums of
@@ -132,20 +133,87 @@ static void last_uses(fuse_plan *p) {
 /* Peak of live bytes when every buffer is allocated by its kernel and freed
 ** after its last reader (outputs live to the end): the same rule as the
 ** op-by-op peak of fuse_graph_cost, so the two compare. */
-static int64_t live_peak(const fuse_plan *p) {
+/* Node i's buffer is freed once kernel k has run (one nobody reads dies
+** in the kernel that writes it). */
+static int freed_after(const fuse_plan *p, int i, int k) {
+  return p->last_use[i] == k || (p->last_use[i] < 0 && p->kernel_of[i] == k);
+}
+
+static int64_t live_peak(const fuse_plan *p, int *at) {
   const ir_graph *g = p->g;
   int64_t live = 0, peak = 0;
   int k, i;
+  *at = -1;
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
     for (i = kk->nin; i < kk->nbufs; i++) live += nbytes(g, kk->bufs[i]);
     /* the product an epilogue reads back is alive during the kernel */
     if (has_epilogue(kk)) live += nbytes(g, kk->anchor);
-    if (live > peak) peak = live;
+    if (live > peak) { peak = live; *at = k; }
     for (i = 0; i < g->n; i++)
-      if (p->stored[i] && g->nodes[i].kind == IR_OP && p->last_use[i] == k) live -= nbytes(g, i);
+      if (p->stored[i] && g->nodes[i].kind == IR_OP && freed_after(p, i, k)) live -= nbytes(g, i);
   }
   return peak;
+}
+
+/* True when node i's buffer is alive while kernel k runs. */
+static int alive_at(const fuse_plan *p, int i, int k) {
+  if (!p->stored[i] || p->g->nodes[i].kind != IR_OP || p->kernel_of[i] < 0) return 0;
+  if (p->kernel_of[i] > k) return 0;
+  return p->last_use[i] >= k || (p->last_use[i] < 0 && p->kernel_of[i] == k);
+}
+
+/* Says what is alive at the peak kernel k, and why when an extern's
+** operand is kept only because its epilogue runs first. */
+static void explain_peak(fuse_plan *p, int k) {
+  const ir_graph *g = p->g;
+  const fk_kernel *kk = &p->kernels[k];
+  fuse_stats *st = &p->stats;
+  strbuf b;
+  char h[32];
+  int i, j, n = 0, kept = -1;
+  memset(&b, 0, sizeof b);
+  fuse_bytes_str(st->peak_bytes_after - st->peak_bytes_before, h, sizeof h);
+  strbuf_printf(&b, "needs %s more memory at its peak than the captured graph op by op: "
+                "while k%d %s runs, ", h, k, kk->name);
+  for (i = 0; i < g->n; i++)
+    if (alive_at(p, i, k)) {
+      fuse_bytes_str(nbytes(g, i), h, sizeof h);
+      strbuf_printf(&b, "%s%%%d (%s)", n++ ? ", " : "", i, h);
+    }
+  strbuf_printf(&b, " are alive");
+  /* buffers made from parameters alone (a batch_norm folded into a conv's
+  ** weights) exist only in the plan: the captured graph read the params */
+  {
+    char *fromp = calloc((size_t)(g->n ? g->n : 1), 1);
+    int m = 0;
+    for (i = 0; fromp && i < g->n; i++) {
+      const ir_node *nd = &g->nodes[i];
+      fromp[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST;
+      if (nd->kind == IR_OP) {
+        fromp[i] = 1;
+        for (j = 0; j < nd->nin; j++) if (nd->in[j] >= 0 && !fromp[nd->in[j]]) fromp[i] = 0;
+      }
+    }
+    for (i = 0; fromp && i < g->n; i++)
+      if (alive_at(p, i, k) && fromp[i])
+        strbuf_printf(&b, "%s%%%d", m++ ? ", " : "; of them ", i);
+    if (m) strbuf_printf(&b, " %s computed from parameters alone, each call", m == 1 ? "is" : "are");
+    free(fromp);
+  }
+  /* an operand of the extern no later kernel and not the epilogue reads */
+  if (has_epilogue(kk))
+    for (i = 0; i < g->nodes[kk->anchor].nin && kept < 0; i++) {
+      int s = op_source(g, kk->anchor, i), in_epi = 0;
+      if (s < 0 || !alive_at(p, s, k) || p->last_use[s] != k) continue;
+      for (j = 0; j < kk->nacc; j++) in_epi |= !kk->acc[j].store && kk->acc[j].node == s;
+      if (!in_epi) kept = s;
+    }
+  if (kept >= 0)
+    strbuf_printf(&b, "; %%%d only because %s's epilogue runs before its operands are freed",
+                  kept, op_name(g->nodes[kk->anchor].op));
+  if (b.p) snprintf(st->note, sizeof st->note, "%s", b.p);
+  free(b.p);
 }
 
 /* Greedy slots: a kernel's outputs take the smallest free slot big enough
@@ -205,19 +273,14 @@ static int bias_add(const ir_graph *g, int a, int m) {
 }
 
 /* Why a plan moves more than the op-by-op reference (empty when not). */
-static void explain_excess(fuse_plan *p) {
+static void explain_excess(fuse_plan *p, int peak_at) {
   const ir_graph *g = p->g;
   fuse_stats *st = &p->stats;
   char h[32];
   int k;
   st->note[0] = '\0';
   if (st->bytes_after <= st->bytes_before) {
-    if (st->peak_bytes_after > st->peak_bytes_before) {
-      fuse_bytes_str(st->peak_bytes_after - st->peak_bytes_before, h, sizeof h);
-      snprintf(st->note, sizeof st->note, "needs %s more memory at its peak than the captured "
-               "graph op by op: an extern kernel's inputs stay allocated until its epilogue "
-               "has run", h);
-    }
+    if (st->peak_bytes_after > st->peak_bytes_before && peak_at >= 0) explain_peak(p, peak_at);
     return;
   }
   fuse_bytes_str(st->bytes_after - st->bytes_before, h, sizeof h);
@@ -243,7 +306,7 @@ static void explain_excess(fuse_plan *p) {
 
 void fuse_plan_measure(fuse_plan *p) {
   const ir_graph *g = p->g;
-  int k, i, nout_bufs = 0;
+  int k, i, nout_bufs = 0, peak_at;
   ir_opcost ref;
   fuse_stats *st = &p->stats;
   memset(st, 0, sizeof *st);
@@ -258,13 +321,13 @@ void fuse_plan_measure(fuse_plan *p) {
   for (i = 0; i < g->n; i++)
     if (p->stored[i] && g->nodes[i].kind == IR_OP && is_output(g, i)) nout_bufs++;
   st->buffers_after = p->nslots + nout_bufs;
-  st->peak_bytes_after = live_peak(p);
+  st->peak_bytes_after = live_peak(p, &peak_at);
   fuse_reference_cost(g, &ref);
   st->kernels_before = ref.kernels;
   st->buffers_before = ref.buffers;
   st->bytes_before = ref.bytes;
   st->peak_bytes_before = ref.peak_bytes;
-  explain_excess(p);
+  explain_excess(p, peak_at);
 }
 
 /* "512 B", "4 KiB", "1.5 MiB", "12.3 GiB": three significant digits at

@@ -50,7 +50,8 @@ typedef struct fuse_stats {
   int64_t bytes_before, bytes_after;
   int buffers_before, buffers_after;
   int64_t peak_bytes_before, peak_bytes_after;
-  char note[320];            /* why bytes_after > bytes_before, else "" */
+  char note[480];            /* why bytes_after > bytes_before (or the peak
+                                after the one before), else "" */
 } fuse_stats;
 
 typedef struct fuse_plan {

@@ -597,7 +597,7 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
                   viz_bytes_str(bytes, by, sizeof by));
     if (st->note) {
       strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
-      viz_esc_max(&b->tmp, st->note, 320);
+      viz_esc_max(&b->tmp, st->note, 480);
       strbuf_printf(&b->tmp, "</font>");
     }
   } else {
