@@ -577,6 +577,28 @@ static void graph_break(viz_builder *b, viz_view *before, viz_view *after,
   }
 }
 
+/* text escaped, broken into lines of about width bytes at spaces, so a
+** long note does not stretch its frame across the page. */
+static void esc_wrapped(strbuf *b, const char *text, size_t width) {
+  size_t col = 0;
+  while (*text) {
+    size_t w = strcspn(text, " ");
+    char word[512];
+    if (col > 0 && col + 1 + w > width) {
+      strbuf_printf(b, "<br/>");
+      col = 0;
+    } else if (col > 0) {
+      strbuf_printf(b, " ");
+      col++;
+    }
+    snprintf(word, sizeof word, "%.*s", (int)(w < sizeof word ? w : sizeof word - 1), text);
+    viz_esc(b, word);
+    col += w;
+    text += w;
+    while (*text == ' ') text++;
+  }
+}
+
 /* The frame around stage i when a scene has several. */
 static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) {
   char name[48], by[32];
@@ -597,7 +619,7 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
                   viz_bytes_str(bytes, by, sizeof by));
     if (st->note) {
       strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
-      viz_esc_max(&b->tmp, st->note, 480);
+      esc_wrapped(&b->tmp, st->note, 90);
       strbuf_printf(&b->tmp, "</font>");
     }
   } else {
