@@ -1,6 +1,8 @@
 /*
-** memplan.c -- the cost model (bytes each kernel reads and writes) and the
-** memory planner (which buffer slot each intermediate lives in).
+** memplan.c -- the cost model (bytes each kernel reads and writes, the
+** graph run op by op, peak memory) and the memory planner (which buffer
+** slot each intermediate lives in).  Every number a view shows about bytes
+** comes from here: p:stats(), the listing, pictures, the report.
 ** Invariant: two intermediates share a slot only when the first is dead
 ** (its last reader has run) before the second is written, and never within
 ** one kernel, so no kernel reads and writes the same memory.
