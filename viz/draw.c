@@ -508,8 +508,13 @@ static void legend(viz_builder *b) {
   set_html(b, n, "label");
 }
 
-static void title(viz_builder *b, int total, int collapsed) {
-  int any = b->o->title || collapsed;
+/* The heading: the caller's title, what was collapsed, and for a picture
+** of one plan, why it moves or holds more than the captured graph (a
+** compare picture says that in the plan's own frame). */
+static void esc_wrapped(strbuf *b, const char *text, size_t width);
+
+static void title(viz_builder *b, int total, int collapsed, const char *note) {
+  int any = b->o->title || collapsed || note;
   if (!any) return;
   sb_reset(&b->tmp);
   if (b->o->title) {
@@ -521,6 +526,13 @@ static void title(viz_builder *b, int total, int collapsed) {
     strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"#555555\">%d of %d nodes "
                   "collapsed to stay within max_nodes %d</font>",
                   b->o->title ? "<br/>" : "", collapsed, total, b->max_nodes);
+  if (note) {
+    strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"%s\">", b->o->title || collapsed ?
+                  "<br/>" : "", BREAK_PEN);
+    strbuf_printf(&b->tmp, "this plan ");
+    esc_wrapped(&b->tmp, note, 110);
+    strbuf_printf(&b->tmp, "</font>");
+  }
   set_html(b, b->G, "label");
   set(b->G, "labelloc", "t");
 }
@@ -619,6 +631,7 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
                   viz_bytes_str(bytes, by, sizeof by));
     if (st->note) {
       strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
+      strbuf_printf(&b->tmp, "this plan ");
       esc_wrapped(&b->tmp, st->note, 90);
       strbuf_printf(&b->tmp, "</font>");
     }
@@ -675,6 +688,6 @@ int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views) {
     if (i > 0 && !s->compare) graph_break(b, &views[i - 1], v, s->breaks ? &s->breaks[i - 1] : NULL, i - 1);
   }
   if (b->o->legend) legend(b);
-  title(b, total, collapsed);
+  title(b, total, collapsed, s->nstages == 1 ? s->stages[0].note : NULL);
   return b->tmp.oom ? err_set(b->e, FL_ENOMEM, "draw: out of memory building the picture") : FL_OK;
 }
