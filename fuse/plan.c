@@ -51,9 +51,7 @@ static int find(planner *pl, int id) {
   return id;
 }
 
-static int64_t nbytes(const ir_graph *g, int id) {
-  return meta_numel(&g->nodes[id].meta) * (int64_t)dtype_size(g->nodes[id].meta.dtype);
-}
+#define nbytes fuse_node_bytes
 
 static int add_reader(planner *pl, int src, int c) {
   int *r, i;
@@ -201,6 +199,14 @@ static const char *rule_text(planner *pl, int a, int b, int horizontal, char *bu
   return "elementwise chain";
 }
 
+/* The first reduction among mem[0..nm), or -1. */
+static int reduction_among(const ir_graph *g, const int *mem, int nm) {
+  int i;
+  for (i = 0; i < nm; i++)
+    if (op_info_of(g->nodes[mem[i]].op)->kind == OPK_REDUCTION) return mem[i];
+  return -1;
+}
+
 /* Try to merge the groups of a and b; 1 merged, 0 refused (why filled). */
 static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
   const ir_graph *g = pl->g;
@@ -241,6 +247,21 @@ static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
     snprintf(why, nwhy, "the kernel would hold %d ops (max_nodes is %d)", nops, pl->o.max_nodes);
   } else if (makes_cycle(pl, ga, gb)) {
     snprintf(why, nwhy, "a path between them leaves the kernel and comes back (a cycle)");
+  } else if (anchor >= 0 && reduction_among(g, mem, nm) >= 0) {
+    /* an epilogue runs elementwise over the product; say which reduction
+    ** is in the way: often not a or b but one joined to b before (a
+    ** residual add already fused into the layer_norm after it) */
+    int r = reduction_among(g, mem, nm);
+    char dr[64];
+    fk_describe(g, r, dr, sizeof dr);
+    if (r == a || r == b)
+      snprintf(why, nwhy, "%%%d (%s) is a reduction, and an epilogue of %s runs elementwise "
+               "over its result", r, dr, op_name(g->nodes[anchor].op));
+    else
+      snprintf(why, nwhy, "%%%d (%s) already runs in one kernel with the reduction %%%d (%s), "
+               "and an epilogue of %s runs elementwise over its result",
+               find(pl, r) == gb ? b : a, op_name(g->nodes[find(pl, r) == gb ? b : a].op),
+               r, dr, op_name(g->nodes[anchor].op));
   } else {
     int j, bad = 0;
     /* the extern runs first: no member may be one of its inputs */
@@ -284,6 +305,13 @@ static fuse_decision *new_decision(planner *pl) {
 static int cmp_dec(const void *pa, const void *pb) {
   const fuse_decision *a = pa, *b = pb;
   if (a->bytes_saved != b->bytes_saved) return a->bytes_saved > b->bytes_saved ? -1 : 1;
+  if (a->b != b->b) return a->b - b->b;
+  return a->a - b->a;
+}
+
+/* Graph order: by consumer, then producer (a sibling pair by its second). */
+static int cmp_graph_order(const void *pa, const void *pb) {
+  const fuse_decision *a = pa, *b = pb;
   if (a->b != b->b) return a->b - b->b;
   return a->a - b->a;
 }
@@ -335,7 +363,7 @@ static int candidates(planner *pl) {
 static void decide(planner *pl) {
   const ir_graph *g = pl->g;
   char why[200], da[64], db[64], rt[96];
-  int i, pass, changed = 1;
+  int i, n, pass, changed = 1;
   char *done = calloc((size_t)(pl->ndec ? pl->ndec : 1), 1);
   if (!done) return;
   for (pass = 0; changed && pass < 8; pass++) {
@@ -354,18 +382,15 @@ static void decide(planner *pl) {
         continue;
       }
       already = find(pl, d->a) == find(pl, d->b);
-      if (try_merge(pl, d->a, d->b, why, sizeof why)) {
+      if (already) {
+        /* other merges put both in one kernel: nothing was decided here */
+        done[i] = 2;
+      } else if (try_merge(pl, d->a, d->b, why, sizeof why)) {
         d->fused = 1;
         done[i] = 1;
         changed = 1;
-        if (already) {
-          d->bytes_saved = 0;
-          snprintf(d->reason, sizeof d->reason, "fused %%%d (%s) with %%%d (%s): "
-                   "already in one kernel", d->a, da, d->b, db);
-        } else {
-          snprintf(d->reason, sizeof d->reason, "fused %%%d (%s) with %%%d (%s): %s",
-                   d->a, da, d->b, db, rule_text(pl, d->a, d->b, d->horizontal, rt, sizeof rt));
-        }
+        snprintf(d->reason, sizeof d->reason, "fused %%%d (%s) with %%%d (%s): %s",
+                 d->a, da, d->b, db, rule_text(pl, d->a, d->b, d->horizontal, rt, sizeof rt));
       } else {
         snprintf(d->reason, sizeof d->reason, "cannot fuse %%%d (%s) with %%%d (%s): %s",
                  d->a, da, d->b, db, why);
@@ -373,6 +398,11 @@ static void decide(planner *pl) {
     }
   }
   for (i = 0; i < pl->ndec; i++) if (!pl->dec[i].fused) pl->dec[i].bytes_saved = 0;
+  /* keep the decisions made, listed in graph order (by consumer) */
+  for (i = 0, n = 0; i < pl->ndec; i++)
+    if (done[i] != 2) pl->dec[n++] = pl->dec[i];
+  pl->ndec = n;
+  if (pl->ndec > 1) qsort(pl->dec, (size_t)pl->ndec, sizeof *pl->dec, cmp_graph_order);
   free(done);
 }
 
@@ -541,16 +571,10 @@ static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
 }
 
 fuse_plan *fuse_plan_build(const ir_graph *g, const fuse_opts *o, fl_err *e) {
-  fuse_plan *p, *base;
-  fuse_opts off;
+  fuse_plan *p;
   if (!g) { err_set(e, FL_EINVAL, "fuse: no graph"); return NULL; }
   if (!(p = plan_new(g, o, e))) return NULL;
-  off = p->opts;
-  off.fuse = 0;
-  base = p->opts.fuse ? plan_new(g, &off, e) : NULL;
-  if (p->opts.fuse && !base) { fuse_plan_free(p); return NULL; }
-  fuse_plan_measure(p, base ? base : p);
-  fuse_plan_free(base);
+  fuse_plan_measure(p);
   return p;
 }
 
@@ -568,11 +592,7 @@ void fuse_plan_free(fuse_plan *p) {
   free(p);
 }
 
-static void human(int64_t b, char *buf, size_t n) {
-  if (b >= ((int64_t)1 << 20)) snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
-  else if (b >= 1024) snprintf(buf, n, "%.1f KiB", (double)b / 1024);
-  else snprintf(buf, n, "%lld B", (long long)b);
-}
+#define human(b, buf, n) fuse_bytes_str(b, buf, n)
 
 char *fuse_plan_listing(const fuse_plan *p, int decisions) {
   strbuf b;
@@ -599,18 +619,21 @@ char *fuse_plan_listing(const fuse_plan *p, int decisions) {
     strbuf_printf(&b, "decisions:\n");
     for (i = 0; i < p->ndec; i++) {
       human(p->dec[i].bytes_saved, h1, sizeof h1);
-      strbuf_printf(&b, "  %s %s", p->dec[i].fused ? "fused  " : "refused", p->dec[i].reason);
+      /* the reason says "fused ..." or "cannot fuse ..." itself */
+      strbuf_printf(&b, "  %s", p->dec[i].reason);
       if (p->dec[i].fused && p->dec[i].bytes_saved) strbuf_printf(&b, " (saves %s)", h1);
       strbuf_printf(&b, "\n");
     }
   }
   human(p->stats.bytes_before, h1, sizeof h1);
   human(p->stats.bytes_after, h2, sizeof h2);
-  strbuf_printf(&b, "stats: kernels %d, nodes %d, traffic %s -> %s, buffers %d -> %d, ",
-            p->stats.kernels, p->stats.nodes, h1, h2, p->stats.buffers_before,
+  strbuf_printf(&b, "stats (before: the captured graph op by op): kernels %d -> %d, nodes %d, "
+            "traffic %s -> %s, buffers %d -> %d, ",
+            p->stats.kernels_before, p->stats.kernels, p->stats.nodes, h1, h2, p->stats.buffers_before,
             p->stats.buffers_after);
   human(p->stats.peak_bytes_before, h1, sizeof h1);
   human(p->stats.peak_bytes_after, h2, sizeof h2);
   strbuf_printf(&b, "peak %s -> %s", h1, h2);
+  if (p->stats.note[0]) strbuf_printf(&b, "\nnote: this plan %s", p->stats.note);
   return strbuf_take(&b);
 }

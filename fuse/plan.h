@@ -34,19 +34,24 @@ typedef struct fuse_decision {
                         matmul is not an epilogue" */
 } fuse_decision;
 
-/* Cost model and memory plan, before (unfused) and after (this plan).
-** bytes: every kernel's bytes read + written (a buffer read through a
-** broadcast counts once).  buffers: intermediate and output buffers;
-** before = one per op, after = slots of the memory planner (a slot is
-** reused once the buffer in it is dead) plus the outputs.  peak: before =
-** most bytes alive at once when each buffer is freed after its last use
-** (what eager does); after = the planner's slots plus the outputs. */
+/* Cost model and memory plan, before (the captured graph run op by op,
+** fuse_reference_cost) and after (this plan), counted alike:
+** bytes: every kernel's bytes read + written (fuse_kernel_traffic: a
+** buffer read through a broadcast counts once; an extern's product an
+** epilogue reads back is written and read).  buffers: intermediate and
+** output buffers; before = one per op, after = slots of the memory planner
+** (a slot is reused once the buffer in it is dead) plus the outputs.
+** peak: most bytes of op results alive at once when each is freed after
+** its last reader and outputs live to the end. */
 typedef struct fuse_stats {
+  int kernels_before;        /* ops of the captured graph that are not views */
   int kernels;               /* kernels in this plan */
   int nodes;                 /* op nodes of the graph */
   int64_t bytes_before, bytes_after;
   int buffers_before, buffers_after;
   int64_t peak_bytes_before, peak_bytes_after;
+  char note[480];            /* why bytes_after > bytes_before (or the peak
+                                after the one before), else "" */
 } fuse_stats;
 
 typedef struct fuse_plan {
@@ -85,7 +90,20 @@ void fuse_plan_free(fuse_plan *p);
 char *fuse_plan_listing(const fuse_plan *p, int decisions);
 
 /* Fills the stats, kernel bytes, last uses and slots (memplan.c); the
-** planner calls it, baseline is the unfused plan of the same graph. */
-void fuse_plan_measure(fuse_plan *p, const fuse_plan *baseline);
+** planner calls it. */
+void fuse_plan_measure(fuse_plan *p);
+
+/* --- the cost model (memplan.c): the only place bytes are counted ------ */
+
+/* Bytes of node id's value (example sizes for symbolic dims). */
+int64_t fuse_node_bytes(const ir_graph *g, int id);
+/* Bytes kernel k reads (*rd) and writes (*wr) from and to memory. */
+void fuse_kernel_traffic(const ir_graph *g, const fk_kernel *k, int64_t *rd, int64_t *wr);
+/* g run op by op (see ir_opcost); FL_ENOMEM when out of memory. */
+int fuse_graph_cost(const ir_graph *g, ir_opcost *c);
+/* The "before" of a comparison: g->origin when recorded, else g's own. */
+void fuse_reference_cost(const ir_graph *g, ir_opcost *c);
+/* "512 B", "4 KiB", "1.5 MiB", "2.25 GiB". */
+char *fuse_bytes_str(int64_t bytes, char *buf, size_t n);
 
 #endif

@@ -340,6 +340,7 @@ ir_graph *ir_clone(const ir_graph *g) {
   c->ninputs = g->ninputs;
   c->nsyms = g->nsyms;
   c->has_asym = g->has_asym;
+  c->origin = g->origin;
   if (g->nsx) {
     if (!(c->sx = malloc((size_t)g->nsx * sizeof *c->sx))) { ir_free(c); return NULL; }
     memcpy(c->sx, g->sx, (size_t)g->nsx * sizeof *c->sx);

@@ -56,6 +56,20 @@ typedef struct ir_node {
   char *scope;              /* module path ("blocks.3.attn") or NULL */
 } ir_node;
 
+/* What running a graph op by op costs: each op that is not a view reads
+** the buffers its inputs live in and writes its result to a buffer of its
+** own.  fuse_graph_cost (fuse/) computes it; it is the "before" of every
+** comparison.  A graph a pass derives from another keeps the cost of the
+** graph it came from (ir_clone copies it), so a plan of
+** g:decompose():optimize() is compared with g as captured. */
+typedef struct ir_opcost {
+  int known;                /* 0: none recorded (use the graph's own) */
+  int kernels, buffers;     /* one per op that is not a view */
+  int64_t bytes;            /* read + written */
+  int64_t peak_bytes;       /* most op results alive at once, each freed
+                               after its last reader, outputs to the end */
+} ir_opcost;
+
 typedef struct ir_graph {
   ir_node *nodes;           /* owned, n used of cap */
   int n, cap;
@@ -66,6 +80,8 @@ typedef struct ir_graph {
   ir_sym *sx;               /* size expressions, nsx used of capsx */
   int nsx, capsx;
   int has_asym;             /* some node has a symbolic attribute */
+  ir_opcost origin;         /* op-by-op cost of the graph this one was
+                               derived from (known 0 when captured) */
 } ir_graph;
 
 /* --- size expressions (sym.c) ------------------------------------------ */

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -21,7 +23,7 @@
 #include "repl/repl.h"
 
 const char *const repl_meta_names[] = {
-  "help", "load", "time", "device", "draw", "quit", NULL
+  "help", "load", "time", "device", "draw", "projector", "quit", NULL
 };
 
 const char *const repl_help_topics[] = {
@@ -40,6 +42,8 @@ static const char overview[] =
   "  :device         which devices fuselab can run on\n"
   "  :draw [file]    draw the last result (a Graph, Plan, Program or compiled\n"
   "                  function) to file (.svg .png .pdf .dot; fuselab-draw.svg)\n"
+  "                  and open it ($FUSELAB_VIEWER, else xdg-open on a desktop)\n"
+  "  :projector on|off  large type and lines in every picture (for a room)\n"
   "  :quit           leave (Ctrl-D on an empty line does too)\n"
   "\n"
   "Topics: tensors  ops  repl  compile  lesson [N]     (:help tensors)\n";
@@ -327,6 +331,78 @@ void repl_remember(lua_State *L, int idx) {
   lua_setfield(L, LUA_REGISTRYINDEX, LAST_KEY);
 }
 
+/* True when an executable named prog is on $PATH. */
+static int on_path(const char *prog) {
+  const char *path = getenv("PATH"), *p;
+  char f[4096];
+  if (!path) return 0;
+  for (p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    snprintf(f, sizeof f, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
+    if (access(f, X_OK) == 0) return 1;
+    p += n;
+    if (*p == ':') p++;
+  }
+  return 0;
+}
+
+/* Opens path in a picture viewer without waiting for it: $FUSELAB_VIEWER
+** (a command; "" or "none": never), else xdg-open where a desktop is
+** (DISPLAY or WAYLAND_DISPLAY), else nothing, silently: a headless machine
+** or a test has no viewer and :draw must not fail there.  The viewer runs
+** in a grandchild in its own session with no terminal, so it neither
+** blocks the REPL nor leaves a zombie, and its chatter stays off screen. */
+static void open_viewer(const char *path) {
+  const char *v = getenv("FUSELAB_VIEWER");
+  char script[1024];
+  pid_t pid;
+  if (v) {
+    if (!v[0] || strcmp(v, "none") == 0) return;
+    /* the command is the user's own; the path goes in as $1, unquoted never */
+    snprintf(script, sizeof script, "exec %s \"$1\"", v);
+  } else if ((getenv("DISPLAY") || getenv("WAYLAND_DISPLAY")) && on_path("xdg-open")) {
+    snprintf(script, sizeof script, "exec xdg-open \"$1\"");
+  } else {
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid < 0) return;
+  if (pid == 0) {
+    int fd;
+    setsid();
+    if (fork() != 0) _exit(0);
+    fd = open("/dev/null", O_RDWR);
+    if (fd >= 0) {
+      dup2(fd, 0);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      if (fd > 2) close(fd);
+    }
+    execl("/bin/sh", "sh", "-c", script, "sh", path, (char *)NULL);
+    _exit(127);
+  }
+  waitpid(pid, NULL, 0);
+}
+
+/* :projector on|off -- every later picture in large type (or normal):
+** sets $FUSELAB_DRAW_SCALE, which fl.draw reads when no scale is given. */
+static void projector(const char *arg) {
+  if (strcmp(arg, "on") == 0) {
+    setenv("FUSELAB_DRAW_SCALE", "projector", 1);
+    puts("pictures now drawn for a projector (large type and lines); :projector off to undo");
+  } else if (strcmp(arg, "off") == 0) {
+    unsetenv("FUSELAB_DRAW_SCALE");
+    puts("pictures now drawn at normal size");
+  } else if (arg[0] == '\0') {
+    const char *s = getenv("FUSELAB_DRAW_SCALE");
+    printf("projector %s\n", s && strcmp(s, "projector") == 0 ? "on" : "off");
+  } else {
+    fprintf(stderr, ":projector %s: expected on or off\n", arg);
+  }
+}
+
 /* :draw [file] -- fl.draw(last result, file); says where the picture went,
 ** or why the last result cannot be drawn. */
 static void draw(struct repl *r, const char *arg) {
@@ -380,6 +456,7 @@ static void draw(struct repl *r, const char *arg) {
       printf("drew the last result (%s) to %s/%s\n", type, cwd, path);
     else
       printf("drew the last result (%s) to %s\n", type, path);
+    open_viewer(path);
   }
   repl_report(L, status, r->colour_err);
   lua_settop(L, top);
@@ -419,6 +496,7 @@ void repl_meta(struct repl *r, const char *line) {
   else if (strcmp(cmd, "time") == 0) timing(r, buf);
   else if (strcmp(cmd, "device") == 0) device(r);
   else if (strcmp(cmd, "draw") == 0) draw(r, buf);
+  else if (strcmp(cmd, "projector") == 0) projector(buf);
   else if (strcmp(cmd, "quit") == 0) r->quit = 1;
   fflush(stdout);
 }

@@ -366,7 +366,8 @@ local function build_runner(st, captured, inputs)
   st.backend = use_cuda and "cuda" or "cpu"
   if DEBUG >= 3 then
     for _, d in ipairs(plan:decisions()) do
-      io.stderr:write(("fuselab:   %s %s\n"):format(d.fused and "fused  " or "refused", d.reason))
+      -- the reason says "fused ..." or "cannot fuse ..." itself
+      io.stderr:write(("fuselab:   %s\n"):format(d.reason))
     end
   end
   local okp, prog = pcall(function() return use_cuda and fl._cuda_program(plan) or plan:codegen("cpu") end)
@@ -761,6 +762,15 @@ function methods.explain(cm)
   for _, r in ipairs(s.specializations) do lines[#lines + 1] = "specialized: " .. r end
   for _, b in ipairs(s.break_reasons) do
     lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
+  end
+  -- what fusion bought, in the numbers p:stats(), the pictures and the
+  -- report show (before: the captured graph run op by op)
+  local B = fl._bytes_str
+  for i, p in ipairs(st.plans) do
+    local ps = p:stats()
+    lines[#lines + 1] = ("graph %d: %d ops -> %d kernels, bytes moved %s -> %s, peak memory %s -> %s%s"):format(
+      i, ps.kernels_before, ps.kernels, B(ps.bytes_before), B(ps.bytes_after),
+      B(ps.peak_bytes_before), B(ps.peak_bytes_after), ps.note and ("\n  note: " .. ps.note) or "")
   end
   local text = table.concat(lines, "\n")
   print(text)

@@ -11,6 +11,7 @@
 #include "cpu/eager.h"
 #include "graph/ir.h"
 #include "graph/pass.h"
+#include "fuse/plan.h"
 #include "graph/ref.h"
 
 #define GRAPH_TYPE "fl.Graph"
@@ -74,6 +75,9 @@ static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, f
   lfl_pushgraph(L, NULL);                    /* owner first, then the graph */
   h = pass(g, &log, &e);
   if (!h) return lfl_raise(L, what, &e);
+  /* the derived graph is compared with the one it came from, as captured */
+  if (g->origin.known) h->origin = g->origin;
+  else if (fuse_graph_cost(g, &h->origin) != FL_OK) h->origin.known = 0;
   ((lgraph *)lua_touserdata(L, -1))->g = h;
   lua_pushstring(L, log);
   free(log);
@@ -97,21 +101,18 @@ static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, f
 static int g_decompose(lua_State *L) { return run_pass(L, pass_decompose, "decompose"); }
 static int g_optimize(lua_State *L) { return run_pass(L, pass_optimize, "optimize"); }
 
-static int64_t node_bytes(const ir_node *nd) {
-  return meta_numel(&nd->meta) * (int64_t)dtype_size(nd->meta.dtype);
-}
-
-/* g:stats() -> {nodes, ops, inputs, params, consts, outputs, bytes} where
-** bytes is what eager execution writes: every op's result. */
+/* g:stats() -> {nodes, ops, inputs, params, consts, outputs, bytes,
+** peak_bytes}: bytes and peak_bytes are this graph run op by op, the cost
+** model every view shares (fuse_graph_cost). */
 static int g_stats(lua_State *L) {
   ir_graph *g = lfl_checkgraph(L, 1);
   int i, params = 0, consts = 0;
-  int64_t bytes = 0;
+  ir_opcost c;
   for (i = 0; i < g->n; i++) {
     params += g->nodes[i].kind == IR_PARAM;
     consts += g->nodes[i].kind == IR_CONST;
-    if (g->nodes[i].kind == IR_OP) bytes += node_bytes(&g->nodes[i]);
   }
+  if (fuse_graph_cost(g, &c) != FL_OK) return luaL_error(L, "stats: out of memory");
   lua_createtable(L, 0, 7);
   lua_pushinteger(L, g->n); lua_setfield(L, -2, "nodes");
   lua_pushinteger(L, ir_op_count(g)); lua_setfield(L, -2, "ops");
@@ -119,7 +120,8 @@ static int g_stats(lua_State *L) {
   lua_pushinteger(L, params); lua_setfield(L, -2, "params");
   lua_pushinteger(L, consts); lua_setfield(L, -2, "consts");
   lua_pushinteger(L, g->nout); lua_setfield(L, -2, "outputs");
-  lua_pushinteger(L, (lua_Integer)bytes); lua_setfield(L, -2, "bytes");
+  lua_pushinteger(L, (lua_Integer)c.bytes); lua_setfield(L, -2, "bytes");
+  lua_pushinteger(L, (lua_Integer)c.peak_bytes); lua_setfield(L, -2, "peak_bytes");
   return 1;
 }
 

@@ -135,12 +135,14 @@ static int p_stats(lua_State *L) {
   lua_createtable(L, 0, 8);
   lua_pushinteger(L, s->kernels); lua_setfield(L, -2, "kernels");
   lua_pushinteger(L, s->nodes); lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, s->kernels_before); lua_setfield(L, -2, "kernels_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_before); lua_setfield(L, -2, "bytes_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_after); lua_setfield(L, -2, "bytes_after");
   lua_pushinteger(L, s->buffers_before); lua_setfield(L, -2, "buffers_before");
   lua_pushinteger(L, s->buffers_after); lua_setfield(L, -2, "buffers_after");
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_before); lua_setfield(L, -2, "peak_bytes_before");
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_after); lua_setfield(L, -2, "peak_bytes_after");
+  if (s->note[0]) { lua_pushstring(L, s->note); lua_setfield(L, -2, "note"); }
   return 1;
 }
 
@@ -316,8 +318,15 @@ static int l_print_kernel_times(lua_State *L) {
   return 0;
 }
 
+/* fl._bytes_str(n) -> "1.5 MiB": the cost model's format, for Lua views */
+static int l_bytes_str(lua_State *L) {
+  char buf[32];
+  lua_pushstring(L, fuse_bytes_str((int64_t)luaL_checkinteger(L, 1), buf, sizeof buf));
+  return 1;
+}
+
 static const luaL_Reg plan_funcs[] = {
-  {"_print_kernel_times", l_print_kernel_times},
+  {"_print_kernel_times", l_print_kernel_times}, {"_bytes_str", l_bytes_str},
   {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear}, {"blas_info", l_blas_info},
   {"_cache_forget_memory", l_cache_forget},
   {NULL, NULL}

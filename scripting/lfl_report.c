@@ -172,7 +172,7 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   viz_kernel_row *rows;
   viz_decision_row *dec;
   int i, k, nk = 0, nd = 0, kb = 0, bb = 0, ka = 0, ba = 0, nodes = 0, fused = 0;
-  int64_t mb = 0, ma = 0;
+  int64_t mb = 0, ma = 0, pb = 0, pa = 0;
   fl_err e;
   if (l->n == 1 && l->plan[0]) {
     err_clear(&e);
@@ -195,8 +195,14 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
       viz_plan_baseline(&st, p);
       nk += p->nkernels;
       nd += p->ndec;
+      if (p->stats.peak_bytes_before > pb) pb = p->stats.peak_bytes_before;
+      if (p->stats.peak_bytes_after > pa) pa = p->stats.peak_bytes_after;
     } else {
+      ir_opcost c;
       st = l->st[i];
+      fuse_reference_cost(st.g, &c);   /* runs op by op: the same either side */
+      if (c.peak_bytes > pb) pb = c.peak_bytes;
+      if (c.peak_bytes > pa) pa = c.peak_bytes;
     }
     lfl_viz_add_stage(L, &before, &st, p, "report");
     viz_stage_numbers(&st, &kk, &bf, &m);
@@ -248,6 +254,8 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   sum_add(L, R, "kernels", "%d \xe2\x86\x92 %d", kb, ka);
   sum_add(L, R, "buffers", "%d \xe2\x86\x92 %d", bb, ba);
   sum_add(L, R, "bytes moved", "%s \xe2\x86\x92 %s", bytes_str(L, R, mb), bytes_str(L, R, ma));
+  /* graphs run one after another: the largest peak is the function's */
+  sum_add(L, R, "peak memory", "%s \xe2\x86\x92 %s", bytes_str(L, R, pb), bytes_str(L, R, pa));
   sum_add(L, R, "op nodes", "%d", nodes);
   sum_add(L, R, "pairs fused", "%d of %d", fused, nd);
   r->before_svg = scene_svg(L, R, &before);

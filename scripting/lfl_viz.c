@@ -120,8 +120,46 @@ int lfl_viz_raise(lua_State *L, const char *what, const fl_err *e) {
 /* ---- options ----------------------------------------------------------- */
 
 static const char *const draw_keys[] = {
-  "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels", NULL
+  "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels", "scale", NULL
 };
+
+/* "projector", "normal" or a number from 0.25 to 4: the picture's type and
+** line size.  s is what the user gave (an option or $FUSELAB_DRAW_SCALE). */
+static int parse_scale(const char *s, double *out) {
+  char *end;
+  double v;
+  if (strcmp(s, "projector") == 0) { *out = VIZ_SCALE_PROJECTOR; return 1; }
+  if (strcmp(s, "normal") == 0 || s[0] == '\0') { *out = 1.0; return 1; }
+  v = strtod(s, &end);
+  if (*end || !(v >= 0.25 && v <= 4)) return 0;
+  *out = v;
+  return 1;
+}
+
+/* The scale option at idx (a string or a number), else $FUSELAB_DRAW_SCALE
+** (the REPL's :projector sets it), else 1. */
+static double opt_scale(lua_State *L, int idx, const char *what) {
+  double v = 1.0;
+  const char *env = getenv("FUSELAB_DRAW_SCALE");
+  int t = idx ? lua_getfield(L, idx, "scale") : LUA_TNIL;
+  if (t == LUA_TNUMBER) {
+    v = lua_tonumber(L, -1);
+    if (!(v >= 0.25 && v <= 4))
+      luaL_error(L, "%s: scale %s (expected \"projector\", \"normal\" or a number from 0.25 "
+                 "to 4)", what, lua_tostring(L, -1));
+  } else if (t == LUA_TSTRING) {
+    if (!parse_scale(lua_tostring(L, -1), &v))
+      luaL_error(L, "%s: scale \"%s\" (expected \"projector\", \"normal\" or a number from "
+                 "0.25 to 4)", what, lua_tostring(L, -1));
+  } else if (t != LUA_TNIL) {
+    luaL_error(L, "%s: option scale must be a string or a number, got %s", what,
+               lfl_viz_typeof(L, -1));
+  } else if (env && !parse_scale(env, &v)) {
+    v = 1.0;   /* a bad variable is ignored: it must not break every picture */
+  }
+  if (idx) lua_pop(L, 1);
+  return v;
+}
 
 static int opt_bool(lua_State *L, int idx, const char *key, int def, const char *what) {
   int v = def;
@@ -149,10 +187,14 @@ const char *lfl_viz_opt_str(lua_State *L, int idx, const char *key, const char *
 void lfl_viz_opts(lua_State *L, int idx, viz_opts *o, const char *const *keys,
                        const char *what) {
   viz_opts_init(o);
-  if (lua_isnoneornil(L, idx)) return;
+  if (lua_isnoneornil(L, idx)) {
+    o->scale = opt_scale(L, 0, what);
+    return;
+  }
   if (!lua_istable(L, idx))
     luaL_error(L, "%s: options must be a table, got %s", what, lfl_viz_typeof(L, idx));
   lfl_checkkeys(L, idx, keys, what);
+  o->scale = opt_scale(L, idx, what);
   o->rankdir = lfl_viz_opt_str(L, idx, "rankdir", what);
   if (!o->rankdir) o->rankdir = "TB";
   else if (strcmp(o->rankdir, "TB") != 0 && strcmp(o->rankdir, "LR") != 0)

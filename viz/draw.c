@@ -14,10 +14,12 @@
 #include <graphviz/cgraph.h>
 
 #include "viz/draw_impl.h"
+#include "fuse/plan.h"
 
 #define FONT "Helvetica,Arial,sans-serif"
 #define KERNEL_PEN "#3d6aa8"
 #define BREAK_PEN "#c62828"
+#define COLLAPSED_PEN "#a0a0a0"
 
 static Agnode_t *disp(viz_view *v, int id);
 
@@ -27,6 +29,14 @@ void viz_opts_init(viz_opts *o) {
   o->legend = 1;
   o->max_nodes = VIZ_DEFAULT_MAX_NODES;
   o->edge_labels = 1;
+  o->scale = 1.0;
+}
+
+/* "10" times the picture's scale, for an attribute. */
+static char *scaled(viz_builder *b, double v, char *buf, size_t n) {
+  double sc = b->o->scale > 0 ? b->o->scale : 1.0;
+  snprintf(buf, n, "%.3g", v * sc);
+  return buf;
 }
 
 /* cgraph takes char * for strings it only reads. */
@@ -34,15 +44,41 @@ static void set(void *obj, const char *name, const char *value) {
   agsafeset(obj, (char *)name, (char *)value, "");
 }
 
+/* Every point-size="N" (and POINT-SIZE) of label b times scale: the one
+** place a projector's larger type is applied to the labels. */
+static void scale_sizes(strbuf *b, double scale) {
+  strbuf out;
+  const char *p = b->p, *q;
+  memset(&out, 0, sizeof out);
+  for (;;) {
+    const char *a = strstr(p, "oint-size=\""), *c = strstr(p, "OINT-SIZE=\"");
+    char *end;
+    long v;
+    q = !a ? c : !c ? a : a < c ? a : c;
+    if (!q) break;
+    q += 11;
+    v = strtol(q, &end, 10);
+    strbuf_printf(&out, "%.*s%ld", (int)(q - p), p, (long)(v * scale + 0.5));
+    p = end;
+  }
+  strbuf_printf(&out, "%s", p);
+  if (out.oom || !out.p) { free(out.p); b->oom = 1; return; }
+  free(b->p);
+  *b = out;
+}
+
 /* Sets an HTML-like label.  agstrdup_html interns the text as HTML; the
 ** agxset inside agsafeset then finds that interned string and keeps its
 ** HTML mark, which is the documented way to set one through cgraph. */
-static void set_html(Agraph_t *G, void *obj, const char *name, strbuf *b) {
+static void set_html(viz_builder *bd, void *obj, const char *name) {
+  strbuf *b = &bd->tmp;
   char *h;
   if (b->oom || !b->p) return;
-  h = agstrdup_html(G, b->p);
+  if (bd->o->scale > 0 && bd->o->scale != 1.0) scale_sizes(b, bd->o->scale);
+  if (b->oom || !b->p) return;
+  h = agstrdup_html(bd->G, b->p);
   agsafeset(obj, (char *)name, h, "");
-  agstrfree(G, h);
+  agstrfree(bd->G, h);
 }
 
 static void sb_reset(strbuf *b) {
@@ -85,19 +121,14 @@ void viz_stage_numbers(const viz_stage *st, int *kernels, int *buffers,
     *bytes = moved;
     return;
   }
-  /* unfused: every op but a view is a kernel reading its inputs from
-  ** memory and writing its result to a buffer of its own */
-  *kernels = 0;
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    if (nd->kind != IR_OP || (op_info_of(nd->op)->flags & OPF_VIEW)) continue;
-    (*kernels)++;
-    moved += viz_node_bytes(g, i);
-    for (k = 0; k < nd->nin; k++)
-      if (nd->in[k] >= 0) moved += viz_node_bytes(g, nd->in[k]);
+  /* a plain graph runs op by op: the cost model's reference for it */
+  {
+    ir_opcost c;
+    fuse_reference_cost(g, &c);
+    *kernels = c.kernels;
+    *buffers = c.buffers;
+    *bytes = c.bytes;
   }
-  *buffers = *kernels;
-  *bytes = moved;
 }
 
 /* kern[i] = the kernel computing node i, or -1.  A view belongs to the
@@ -175,7 +206,7 @@ static Agraph_t *scope_cluster(viz_builder *b, viz_view *v, const char *scope) {
       strbuf_printf(&b->tmp, "<font point-size=\"9\" color=\"#555555\">");
       viz_esc(&b->tmp, label);
       strbuf_printf(&b->tmp, "</font>");
-      set_html(b->G, cur, "label", &b->tmp);
+      set_html(b, cur, "label");
       set(cur, "style", "rounded,filled");
       set(cur, "fillcolor", fills[depth < 3 ? depth : 3]);
       set(cur, "color", "#b0b0b0");
@@ -218,19 +249,22 @@ static void kernel_header(viz_builder *b, viz_view *v, int k) {
   snprintf(name, sizeof name, "%skh%d", v->pfx, k);
   h = agnode(v->kclus[k], name, 1);
   sb_reset(&b->tmp);
-  strbuf_printf(&b->tmp, "<font point-size=\"11\"><b>");
+  /* a table, not a <br/>: rows keep the name's descenders (the
+  ** underscores of fused_add_relu) clear of the line below */
+  strbuf_printf(&b->tmp, "<table border=\"0\" cellborder=\"0\" cellspacing=\"0\" "
+                "cellpadding=\"1\"><tr><td><font point-size=\"11\"><b>");
   if (kn->name) viz_esc_max(&b->tmp, kn->name, 60);
   else strbuf_printf(&b->tmp, "kernel %d", k);
-  strbuf_printf(&b->tmp, "</b></font><br/><font point-size=\"9\">%d node%s", kn->nnodes,
-                kn->nnodes == 1 ? "" : "s");
+  strbuf_printf(&b->tmp, "</b></font></td></tr><tr><td><font point-size=\"9\">%d node%s",
+                kn->nnodes, kn->nnodes == 1 ? "" : "s");
   if (kn->nviews > 0)
     strbuf_printf(&b->tmp, " + %d view%s", kn->nviews, kn->nviews == 1 ? "" : "s");
   strbuf_printf(&b->tmp, " \xc2\xb7 read %s \xc2\xb7 wrote %s",
                 viz_bytes_str(kn->bytes_read, r, sizeof r),
                 viz_bytes_str(kn->bytes_written, w, sizeof w));
   if (kn->time_ms >= 0) strbuf_printf(&b->tmp, " \xc2\xb7 %.3g ms", kn->time_ms);
-  strbuf_printf(&b->tmp, "</font>");
-  set_html(b->G, h, "label", &b->tmp);
+  strbuf_printf(&b->tmp, "</font></td></tr></table>");
+  set_html(b, h, "label");
   set(h, "shape", "plaintext");
   set(h, "style", "");
   set(h, "margin", "0.02,0.02");
@@ -274,6 +308,7 @@ static Agraph_t *home_of(viz_builder *b, viz_view *v, int id) {
 
 static void style_node(viz_builder *b, Agnode_t *n, viz_class c) {
   const viz_colors *col = viz_class_colors(c);
+  char num[16];
   static const char *shapes[VIZ_NCLASSES] = {
     "box", "box", "box", "box", "box", "box",
     "invhouse", "cylinder", "box", "house"};
@@ -282,7 +317,7 @@ static void style_node(viz_builder *b, Agnode_t *n, viz_class c) {
   set(n, "color", col->pen);
   if (shapes[c][0] != 'b') set(n, "shape", shapes[c]);
   if (c == VIZ_CONST) set(n, "style", "filled");
-  if (c == VIZ_INPUT || c == VIZ_OUTPUT) set(n, "penwidth", "1.6");
+  if (c == VIZ_INPUT || c == VIZ_OUTPUT) set(n, "penwidth", scaled(b, 1.6, num, sizeof num));
 }
 
 static void draw_node(viz_builder *b, viz_view *v, int id) {
@@ -323,14 +358,14 @@ static void draw_node(viz_builder *b, viz_view *v, int id) {
   strbuf_printf(&b->tmp, "<br/><font point-size=\"9\">");
   viz_esc(&b->tmp, ty);
   strbuf_printf(&b->tmp, "</font>");
-  set_html(b->G, n, "label", &b->tmp);
-  style_node(b, n, viz_class_of(nd));
+  set_html(b, n, "label");
+  style_node(b, n, viz_class_in(g, id));
   if (nd->where) set(n, "tooltip", nd->where);
 }
 
 static void draw_summary(viz_builder *b, viz_view *v, int s) {
   viz_summary *sm = &v->sums[s];
-  char name[48];
+  char name[48], num[16];
   snprintf(name, sizeof name, "%sc%d", v->pfx, s);
   sm->an = agnode(v->root, name, 1);
   sb_reset(&b->tmp);
@@ -340,12 +375,12 @@ static void draw_summary(viz_builder *b, viz_view *v, int s) {
     viz_esc(&b->tmp, sm->note);
     strbuf_printf(&b->tmp, "</font>");
   }
-  set_html(b->G, sm->an, "label", &b->tmp);
+  set_html(b, sm->an, "label");
   set(sm->an, "shape", "box");
   set(sm->an, "style", "dashed,filled,rounded");
   set(sm->an, "fillcolor", "#ffffff");
   set(sm->an, "color", "#777777");
-  set(sm->an, "penwidth", "1.5");
+  set(sm->an, "penwidth", scaled(b, 1.5, num, sizeof num));
   b->any_summary = 1;
 }
 
@@ -356,13 +391,18 @@ static Agnode_t *disp(viz_view *v, int id) {
 static void draw_edge(viz_builder *b, viz_view *v, int src, Agnode_t *t, Agnode_t *h,
                       int summary) {
   Agedge_t *ed;
-  char sh[96], by[32], lab[160];
+  char sh[96], by[32], lab[160], num[16];
   if (summary) {
     /* many graph edges fold into one picture edge */
     if (agedge(b->G, t, h, NULL, 0)) return;
     ed = agedge(b->G, t, h, NULL, 1);
-    set(ed, "style", "dotted");
-    set(ed, "color", "#777777");
+    /* thick grey with an open arrowhead: nothing like the thin dashed blue
+    ** of an intermediate a kernel keeps */
+    set(ed, "style", "solid");
+    set(ed, "color", COLLAPSED_PEN);
+    set(ed, "penwidth", scaled(b, 3, num, sizeof num));
+    set(ed, "arrowhead", "empty");
+    b->any_summary_edge = 1;
     return;
   }
   ed = agedge(b->G, t, h, NULL, 1);
@@ -414,7 +454,7 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     strbuf_printf(&b->tmp, "<b>output %d</b><br/><font point-size=\"9\">", i);
     viz_esc(&b->tmp, viz_type_str(g, src, ty, sizeof ty));
     strbuf_printf(&b->tmp, "</font>");
-    set_html(b->G, n, "label", &b->tmp);
+    set_html(b, n, "label");
     style_node(b, n, VIZ_OUTPUT);
     draw_edge(b, v, src, disp(v, src), n, v->show[src] >= 0);
   }
@@ -455,17 +495,26 @@ static void legend(viz_builder *b) {
   if (b->any_summary)
     strbuf_printf(&b->tmp, "<TR><TD BORDER=\"1\" COLOR=\"#777777\"> </TD><TD ALIGN=\"LEFT\">"
                   "<FONT POINT-SIZE=\"9\">collapsed nodes</FONT></TD></TR>");
+  if (b->any_summary_edge)
+    strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\"><B>\xe2\x94\x81\xe2\x94\x81\xe2\x96\xb7</B></FONT></TD>"
+                  "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">edges into or out of collapsed nodes"
+                  "</FONT></TD></TR>", COLLAPSED_PEN);
   if (b->any_break)
     strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\">- - -</FONT></TD><TD ALIGN=\"LEFT\">"
                   "<FONT POINT-SIZE=\"9\">graph break</FONT></TD></TR>", BREAK_PEN);
   strbuf_printf(&b->tmp, "</TABLE>");
   set(n, "shape", "plaintext");
   set(n, "margin", "0");
-  set_html(b->G, n, "label", &b->tmp);
+  set_html(b, n, "label");
 }
 
-static void title(viz_builder *b, int total, int collapsed) {
-  int any = b->o->title || collapsed;
+/* The heading: the caller's title, what was collapsed, and for a picture
+** of one plan, why it moves or holds more than the captured graph (a
+** compare picture says that in the plan's own frame). */
+static void esc_wrapped(strbuf *b, const char *text, size_t width);
+
+static void title(viz_builder *b, int total, int collapsed, const char *note) {
+  int any = b->o->title || collapsed || note;
   if (!any) return;
   sb_reset(&b->tmp);
   if (b->o->title) {
@@ -477,7 +526,14 @@ static void title(viz_builder *b, int total, int collapsed) {
     strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"#555555\">%d of %d nodes "
                   "collapsed to stay within max_nodes %d</font>",
                   b->o->title ? "<br/>" : "", collapsed, total, b->max_nodes);
-  set_html(b->G, b->G, "label", &b->tmp);
+  if (note) {
+    strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"%s\">", b->o->title || collapsed ?
+                  "<br/>" : "", BREAK_PEN);
+    strbuf_printf(&b->tmp, "this plan ");
+    esc_wrapped(&b->tmp, note, 110);
+    strbuf_printf(&b->tmp, "</font>");
+  }
+  set_html(b, b->G, "label");
   set(b->G, "labelloc", "t");
 }
 
@@ -499,12 +555,12 @@ static void graph_break(viz_builder *b, viz_view *before, viz_view *after,
     strbuf_printf(&b->tmp, ")");
   }
   strbuf_printf(&b->tmp, "</font>");
-  set_html(b->G, m, "label", &b->tmp);
+  set_html(b, m, "label");
   set(m, "shape", "box");
   set(m, "style", "dashed,filled,rounded");
   set(m, "color", BREAK_PEN);
   set(m, "fillcolor", "#fff1f1");
-  set(m, "penwidth", "2");
+  set(m, "penwidth", scaled(b, 2, name, sizeof name));
   b->any_break = 1;
   for (k = 0; k < before->g->nout; k++) {
     Agedge_t *ed = agedge(b->G, before->outn[k], m, NULL, 1);
@@ -533,6 +589,28 @@ static void graph_break(viz_builder *b, viz_view *before, viz_view *after,
   }
 }
 
+/* text escaped, broken into lines of about width bytes at spaces, so a
+** long note does not stretch its frame across the page. */
+static void esc_wrapped(strbuf *b, const char *text, size_t width) {
+  size_t col = 0;
+  while (*text) {
+    size_t w = strcspn(text, " ");
+    char word[512];
+    if (col > 0 && col + 1 + w > width) {
+      strbuf_printf(b, "<br/>");
+      col = 0;
+    } else if (col > 0) {
+      strbuf_printf(b, " ");
+      col++;
+    }
+    snprintf(word, sizeof word, "%.*s", (int)(w < sizeof word ? w : sizeof word - 1), text);
+    viz_esc(b, word);
+    col += w;
+    text += w;
+    while (*text == ' ') text++;
+  }
+}
+
 /* The frame around stage i when a scene has several. */
 static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) {
   char name[48], by[32];
@@ -546,19 +624,27 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
     viz_stage_numbers(st, &kernels, &buffers, &bytes);
     strbuf_printf(&b->tmp, "<font point-size=\"14\"><b>");
     if (st->label) viz_esc_max(&b->tmp, st->label, 80);
-    else strbuf_printf(&b->tmp, "%s", i == 0 ? "before" : "after");
+    else strbuf_printf(&b->tmp, "%s", i > 0 ? "after" : st->kernels ? "before" : "before (op by op)");
     strbuf_printf(&b->tmp, "</b></font><br/><font point-size=\"11\">%d kernel%s \xc2\xb7 "
                   "%d buffer%s \xc2\xb7 %s moved</font>",
                   kernels, kernels == 1 ? "" : "s", buffers, buffers == 1 ? "" : "s",
                   viz_bytes_str(bytes, by, sizeof by));
+    if (st->note) {
+      strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
+      strbuf_printf(&b->tmp, "this plan ");
+      esc_wrapped(&b->tmp, st->note, 90);
+      strbuf_printf(&b->tmp, "</font>");
+    }
   } else {
     strbuf_printf(&b->tmp, "<b>graph %d of %d</b>", i + 1, s->nstages);
     if (st->label) {
-      strbuf_printf(&b->tmp, " ");
+      /* a plain space next to a tag is dropped from SVG text ("graph 1 of
+      ** 2before fusion"): a no-break space and a dot keep them apart */
+      strbuf_printf(&b->tmp, "&#160;\xc2\xb7&#160;");
       viz_esc_max(&b->tmp, st->label, 80);
     }
   }
-  set_html(b->G, v->root, "label", &b->tmp);
+  set_html(b, v->root, "label");
   set(v->root, "style", "rounded");
   set(v->root, "color", s->compare ? "#888888" : "#bbbbbb");
   set(v->root, "labeljust", "l");
@@ -567,6 +653,7 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
 /* Builds the whole picture into b->G (already open). */
 int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views) {
   int i, rc, total = 0, collapsed = 0;
+  char num[16];
   Agraph_t *G = b->G;
   agattr(G, AGRAPH, "rankdir", b->o->rankdir && strcmp(b->o->rankdir, "LR") == 0 ? "LR" : "TB");
   agattr(G, AGRAPH, "fontname", FONT);
@@ -578,15 +665,17 @@ int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views) {
   agattr(G, AGNODE, "shape", "box");
   agattr(G, AGNODE, "style", "rounded,filled");
   agattr(G, AGNODE, "fontname", FONT);
-  agattr(G, AGNODE, "fontsize", "10");
+  agattr(G, AGNODE, "fontsize", scaled(b, 10, num, sizeof num));
   agattr(G, AGNODE, "fontcolor", "#1a1a1a");
   agattr(G, AGNODE, "margin", "0.10,0.04");
   agattr(G, AGNODE, "height", "0.3");
   agattr(G, AGEDGE, "fontname", FONT);
-  agattr(G, AGEDGE, "fontsize", "8");
+  agattr(G, AGEDGE, "fontsize", scaled(b, 8, num, sizeof num));
   agattr(G, AGEDGE, "fontcolor", "#555555");
   agattr(G, AGEDGE, "color", "#666666");
-  agattr(G, AGEDGE, "arrowsize", "0.6");
+  agattr(G, AGEDGE, "arrowsize", scaled(b, 0.6, num, sizeof num));
+  agattr(G, AGEDGE, "penwidth", scaled(b, 1, num, sizeof num));
+  agattr(G, AGNODE, "penwidth", scaled(b, 1, num, sizeof num));
   for (i = 0; i < s->nstages; i++) {
     viz_view *v = &views[i];
     v->root = G;
@@ -599,6 +688,6 @@ int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views) {
     if (i > 0 && !s->compare) graph_break(b, &views[i - 1], v, s->breaks ? &s->breaks[i - 1] : NULL, i - 1);
   }
   if (b->o->legend) legend(b);
-  title(b, total, collapsed);
+  title(b, total, collapsed, s->nstages == 1 ? s->stages[0].note : NULL);
   return b->tmp.oom ? err_set(b->e, FL_ENOMEM, "draw: out of memory building the picture") : FL_OK;
 }

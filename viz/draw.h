@@ -35,7 +35,12 @@ typedef struct viz_opts {
                             collapsed into summary nodes ("N nodes
                             collapsed"); 0: default (300), < 0: never */
   int edge_labels;       /* 1: "[shape] bytes" on edges (default) */
+  double scale;          /* type and line size: 1 (default, a screen or
+                            print); VIZ_SCALE_PROJECTOR for a room */
 } viz_opts;
+
+/* Large enough to read from the back of a classroom. */
+#define VIZ_SCALE_PROJECTOR 1.75
 
 #define VIZ_DEFAULT_MAX_NODES 300
 
@@ -68,6 +73,8 @@ typedef struct viz_stage {
   int has_stats;
   int stat_kernels, stat_buffers;
   int64_t stat_bytes;         /* bytes moved to and from memory */
+  const char *note;           /* why it moves more than the captured graph
+                                 op by op (a plan's stats.note), or NULL */
 } viz_stage;
 
 /* Between two pieces of one function. */

@@ -42,6 +42,7 @@ typedef struct viz_builder {
   int max_nodes;          /* the effective limit (defaults applied) */
   int used[VIZ_NCLASSES]; /* classes drawn: the legend lists only those */
   int any_dashed, any_summary, any_break, any_kernel;
+  int any_summary_edge;   /* an edge into or out of a summary was drawn */
   strbuf tmp;             /* label under construction */
   fl_err *e;
 } viz_builder;

@@ -19,16 +19,6 @@ static const char *kind_name(fk_kind k) {
   return "?";
 }
 
-/* Bytes a kernel reads (kr) and writes (kw): its buffers, each once. */
-static void kernel_bytes(const fuse_plan *p, const fk_kernel *k, int64_t *kr, int64_t *kw) {
-  int i;
-  *kr = *kw = 0;
-  for (i = 0; i < k->nbufs; i++) {
-    int64_t b = viz_node_bytes(p->g, k->bufs[i]);
-    if (i < k->nin) *kr += b;
-    else *kw += b;
-  }
-}
 
 /* owner[i]: the kernel computing node i; for a view no kernel computes,
 ** the one kernel every reader of it belongs to (-1 when readers differ or
@@ -88,7 +78,7 @@ int viz_plan_stage_init(viz_plan_stage *ps, const fuse_plan *p,
     const fk_kernel *fk = &p->kernels[k];
     viz_kernel *vk = &ps->kernels[k];
     vk->name = fk->name;
-    kernel_bytes(p, fk, &vk->bytes_read, &vk->bytes_written);
+    fuse_kernel_traffic(p->g, fk, &vk->bytes_read, &vk->bytes_written);
     vk->time_ms = times_ms ? times_ms[k] : -1;
   }
   ps->st.g = g;
@@ -100,6 +90,7 @@ int viz_plan_stage_init(viz_plan_stage *ps, const fuse_plan *p,
   ps->st.stat_kernels = p->stats.kernels;
   ps->st.stat_buffers = p->stats.buffers_after;
   ps->st.stat_bytes = p->stats.bytes_after;
+  ps->st.note = p->stats.note[0] ? p->stats.note : NULL;
   return FL_OK;
 }
 
@@ -109,16 +100,14 @@ void viz_plan_stage_free(viz_plan_stage *ps) {
   memset(ps, 0, sizeof *ps);
 }
 
-/* Unfused, every op that is not a folded view runs as its own kernel. */
+/* The plan's graph drawn one op per kernel, with the numbers of its
+** "before": the captured graph run op by op (the plan's stats). */
 void viz_plan_baseline(viz_stage *st, const fuse_plan *p) {
-  int i, n = 0;
   memset(st, 0, sizeof *st);
   st->g = p->g;
-  for (i = 0; i < p->g->n; i++)
-    n += p->g->nodes[i].kind == IR_OP && !fk_is_view(p->g, i);
   st->label = "before fusion";
   st->has_stats = 1;
-  st->stat_kernels = n;
+  st->stat_kernels = p->stats.kernels_before;
   st->stat_buffers = p->stats.buffers_before;
   st->stat_bytes = p->stats.bytes_before;
 }

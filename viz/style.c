@@ -8,10 +8,11 @@
 #include <string.h>
 
 #include "viz/style.h"
+#include "fuse/plan.h"
 
 static const viz_colors palette[VIZ_NCLASSES] = {
   {"#d8f0d8", "#4f8a4f", "elementwise"},
-  {"#fdf0c2", "#a88a1c", "broadcast"},
+  {"#fdf0c2", "#a88a1c", "broadcast (re-reads 16 KiB or more)"},
   {"#e4e9ee", "#6b7b8c", "view / data movement"},
   {"#f8d7da", "#a5474f", "reduction"},
   {"#d3e3f8", "#3d6aa8", "matmul / conv"},
@@ -44,6 +45,40 @@ viz_class viz_class_of(const ir_node *nd) {
   case OPK_OPAQUE: return VIZ_OPAQUE;
   }
   return VIZ_OPAQUE;
+}
+
+/* A binary op is drawn as a broadcast only when it really re-reads
+** something big: an operand of VIZ_BROADCAST_BYTES or more that is read
+** again for every slice of the result, because a dim outside one of its
+** own dims is expanded (a [T,T] mask over every head, a [T,C] position
+** table over the batch).  A bias vector re-read along the rows, a scalar,
+** or a per-row value used across its row ([B,T,1] over [B,T,C]: each
+** element read once) stays in cache or is read once: plain elementwise. */
+#define VIZ_BROADCAST_BYTES (16 * 1024)
+
+static int rereads_big(const ir_graph *g, int id, int in) {
+  const fl_meta *o = &g->nodes[id].meta, *m;
+  int s = g->nodes[id].in[in], d, off, expanded = 0;
+  if (s < 0) return 0;
+  m = &g->nodes[s].meta;
+  if (m->ndim > o->ndim || fuse_node_bytes(g, s) < VIZ_BROADCAST_BYTES) return 0;
+  off = o->ndim - m->ndim;
+  for (d = 0; d < o->ndim; d++) {
+    int64_t md = d < off ? 1 : m->shape[d - off];
+    if (md == 1 && o->shape[d] > 1) expanded = 1;
+    else if (md > 1 && expanded) return 1;   /* re-read for each outer slice */
+  }
+  return 0;
+}
+
+viz_class viz_class_in(const ir_graph *g, int id) {
+  const ir_node *nd = &g->nodes[id];
+  viz_class c = viz_class_of(nd);
+  int i;
+  if (c != VIZ_BROADCAST) return c;
+  for (i = 0; i < nd->nin; i++)
+    if (rereads_big(g, id, i)) return VIZ_BROADCAST;
+  return VIZ_ELEMWISE;
 }
 
 /* Appends dim d of node nd ("128", "s0" or "s0*s1") at buf+*len. */
@@ -91,28 +126,11 @@ char *viz_type_str(const ir_graph *g, int id, char *buf, size_t n) {
   return buf;
 }
 
-int64_t viz_node_bytes(const ir_graph *g, int id) {
-  const fl_meta *m = &g->nodes[id].meta;
-  int64_t numel = meta_numel(m), es = (int64_t)dtype_size(m->dtype);
-  if (es > 0 && numel > INT64_MAX / es) return INT64_MAX;
-  return numel * es;
-}
+/* Both are the cost model's (fuse/memplan.c), so every view counts and
+** writes bytes alike. */
+int64_t viz_node_bytes(const ir_graph *g, int id) { return fuse_node_bytes(g, id); }
 
-char *viz_bytes_str(int64_t bytes, char *buf, size_t n) {
-  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  if (bytes < 1024) {
-    snprintf(buf, n, "%lld B", (long long)bytes);
-    return buf;
-  }
-  while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
-  /* three significant digits at most: "4 KiB", "1.5 MiB", "12.3 GiB" */
-  if (v >= 100.0 || v == (double)(int64_t)v) snprintf(buf, n, "%.0f %s", v, unit[u]);
-  else if (v >= 10.0) snprintf(buf, n, "%.1f %s", v, unit[u]);
-  else snprintf(buf, n, "%.2g %s", v, unit[u]);
-  return buf;
-}
+char *viz_bytes_str(int64_t bytes, char *buf, size_t n) { return fuse_bytes_str(bytes, buf, n); }
 
 static void esc_n(strbuf *b, const char *s, size_t len) {
   size_t i, start = 0;

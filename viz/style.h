@@ -28,7 +28,11 @@ typedef struct viz_colors {
 } viz_colors;
 
 const viz_colors *viz_class_colors(viz_class c);
+/* The class by op kind alone. */
 viz_class viz_class_of(const ir_node *nd);
+/* The class a picture shows: a broadcast op that re-reads nothing big is
+** drawn as elementwise (style.c says the rule). */
+viz_class viz_class_in(const ir_graph *g, int id);
 
 /* "[8,128]"; beyond 4 dims "[8,128,…,64]"; symbolic dims as s0. */
 char *viz_shape_str(const ir_graph *g, int id, char *buf, size_t n);

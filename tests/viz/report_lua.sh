@@ -45,6 +45,27 @@ ok $? ":draw on a number says it cannot draw it"
   grep -q "<svg" "$out/drawn.svg"
 ok $? ":draw FILE draws the last result and says where"
 
+# :draw opens the picture in $FUSELAB_VIEWER without waiting for it (the
+# viewer here records its argument, then lingers); :projector on draws in
+# large type (node labels at 1.75 x 10 pt); without a viewer nothing opens
+rm -f "$out/viewed" "$out/proj.svg" "$out/quiet.svg"
+printf '#!/bin/sh\necho "$1" > "%s/viewed.tmp"; mv "%s/viewed.tmp" "%s/viewed"; sleep 2\n' \
+  "$out" "$out" "$out" >"$out/viewer.sh"
+chmod +x "$out/viewer.sh"
+printf 'g = fl.capture(function(x) return (x * 2):relu() end, fl.randn(3, 4));\ng\n:projector on\n:draw %s\n' \
+  "$out/proj.svg" | FUSELAB_VIEWER="$out/viewer.sh" "$fuselab" -i /dev/null >"$out/repl2.out" 2>&1
+i=0
+while [ ! -e "$out/viewed" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e "$out/viewed" ] && [ "$(cat "$out/viewed")" = "$out/proj.svg" ]
+ok $? ":draw opens the picture in \$FUSELAB_VIEWER, not waiting for it to close"
+grep -q 'font-size="17.50"' "$out/proj.svg" && grep -q "pictures now drawn for a projector" "$out/repl2.out"
+ok $? ":projector on: the next picture is drawn in large type"
+printf 'g = fl.capture(function(x) return x + 1 end, fl.randn(3));\ng\n:draw %s\n' "$out/quiet.svg" |
+  env -u DISPLAY -u WAYLAND_DISPLAY -u FUSELAB_VIEWER "$fuselab" -i /dev/null >"$out/repl3.out" 2>&1
+[ $? -eq 0 ] && grep -q "drew the last result (fl.Graph) to $out/quiet.svg" "$out/repl3.out" &&
+  ! grep -q 'font-size="17.50"' "$out/quiet.svg"
+ok $? ":draw with no viewer and no desktop draws, opens nothing and does not fail"
+
 browser_bin=
 for c in chromium chromium-browser google-chrome; do
   if command -v "$c" >/dev/null 2>&1; then browser_bin=$c; break; fi

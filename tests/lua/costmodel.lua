@@ -1,0 +1,162 @@
+-- costmodel.lua -- one cost model in every view.  For an MLP, a
+-- transformer block, a CNN and a GPT with repeated blocks, the bytes moved
+-- and the peak memory read the same in p:stats(), the plan listing,
+-- p:kernels(), the picture clusters, the compare picture (whose "before"
+-- is the captured graph run op by op, g:stats()) and the report; the
+-- compiled plan never moves more than the captured graph.  Then the
+-- fusion decisions: in graph order, none "already in one kernel", and a
+-- residual add refused as a matmul epilogue for the reduction it joined.
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+fl.manual_seed(5)
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p '" .. dir .. "'"))
+local function path(name) return dir .. "/" .. name end
+local function slurp(p)
+  local f = assert(io.open(p, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- fuse_bytes_str's format: three significant digits at most
+local function human(b)
+  if b < 1024 then return ("%d B"):format(b) end
+  local units, v, u = {"B", "KiB", "MiB", "GiB", "TiB"}, b, 1
+  while v >= 1024 and u < 5 do v = v / 1024; u = u + 1 end
+  if v >= 100 or v == math.floor(v) then return ("%.0f %s"):format(v, units[u]) end
+  if v >= 10 then return ("%.1f %s"):format(v, units[u]) end
+  return ("%.2g %s"):format(v, units[u])
+end
+
+-- "1.5 KiB" back to bytes (for sums of cluster labels: each is rounded)
+local function parse(s)
+  local v, u = s:match("^([%d.]+) (%a+)$")
+  local mul = {B = 1, KiB = 1024, MiB = 1024 ^ 2, GiB = 1024 ^ 3}
+  return tonumber(v) * mul[u]
+end
+
+local models = {
+  {"mlp", fl.models.mlp{sizes = {64, 256, 64}}:eval(), fl.randn(32, 64)},
+  {"transformer block", nn.TransformerBlock(64, 4):eval(), fl.randn(2, 16, 64)},
+  {"cnn", fl.models.cnn{channels = {3, 8, 16}, classes = 10, input = 16}:eval(),
+   fl.randn(2, 3, 16, 16)},
+  {"gpt", fl.models.transformer{vocab = 64, d = 32, heads = 2, layers = 3, seq = 16}:eval(),
+   fl.tensor({{1, 2, 3, 4, 5, 6, 7, 8}}, {dtype = "int64"})},
+}
+
+for _, m in ipairs(models) do
+  local name, model, x = m[1], m[2], m[3]
+  local g = fl.capture(model, x)
+  local p = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
+  local s, gs = p:stats(), g:stats()
+  -- the "before" is the captured graph op by op
+  t.is(s.bytes_before, gs.bytes, name .. ": plan's before = the captured graph's bytes")
+  t.is(s.peak_bytes_before, gs.peak_bytes, name .. ": plan's peak before = the captured graph's")
+  t.ok(s.bytes_after <= s.bytes_before,
+       ("%s: fused moves no more than op by op (%d <= %d)"):format(name, s.bytes_after, s.bytes_before))
+  t.ok(s.peak_bytes_after <= s.peak_bytes_before or (s.note or ""):find("more memory at its peak"),
+       name .. ": a higher peak than op by op is explained in the stats")
+  -- p:kernels() and the listing
+  local sum = 0
+  for _, k in ipairs(p:kernels()) do sum = sum + k.bytes end
+  t.is(sum, s.bytes_after, name .. ": p:kernels() bytes add up to bytes_after")
+  local listing = tostring(p)
+  t.ok(listing:find("traffic " .. human(s.bytes_before) .. " -> " .. human(s.bytes_after), 1, true) and
+       listing:find("peak " .. human(s.peak_bytes_before) .. " -> " .. human(s.peak_bytes_after), 1, true),
+       name .. ": the listing shows the same traffic and peak")
+  -- each cluster of the picture shows its kernel's bytes
+  fl.draw(p, path(name .. ".dot"), {max_nodes = false})
+  local dot = slurp(path(name .. ".dot"))
+  local agree, n = true, 0
+  for i, k in ipairs(p:kernels()) do
+    local r, w = dot:match("%skh" .. (i - 1) .. "%s+%[label=<[^\n]-read ([%d.]+ %a+) \xc2\xb7 wrote ([%d.]+ %a+)")
+    n = n + 1
+    -- each label has two or three significant digits
+    if not r or math.abs(parse(r) + parse(w) - k.bytes) > 0.03 * k.bytes then agree = false end
+  end
+  t.ok(agree and n > 0, name .. ": every cluster's read + wrote is its kernel's bytes")
+  -- the compare picture: before from the captured graph, after from the plan
+  fl.draw_compare(g, p, path(name .. "-cmp.dot"))
+  local cmp = slurp(path(name .. "-cmp.dot"))
+  t.ok(cmp:find(human(s.bytes_before) .. " moved", 1, true) and
+       cmp:find(human(s.bytes_after) .. " moved", 1, true),
+       name .. ": the compare picture shows the same bytes before and after")
+  -- the report
+  fl.report(p, path(name .. ".html"))
+  local html = slurp(path(name .. ".html"))
+  local arrow = " \xe2\x86\x92 "
+  t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
+       html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
+       name .. ": the report's bytes moved and peak memory are the plan's")
+  -- the compiled function: its plan, cm:kernels(), cm:explain(), its report
+  local cm = fl.compile(model)
+  cm(x)
+  local cs = cm:plans()[1]:stats()
+  t.is({cs.bytes_before, cs.bytes_after, cs.peak_bytes_before, cs.peak_bytes_after},
+       {s.bytes_before, s.bytes_after, s.peak_bytes_before, s.peak_bytes_after},
+       name .. ": fl.compile plans what decompose, optimize, fuse plan")
+  local ksum = 0
+  for _, k in ipairs(cm:kernels()) do ksum = ksum + k.bytes end
+  t.is(ksum, s.bytes_after, name .. ": cm:kernels() bytes add up to the plan's")
+  local said, print0 = {}, print
+  print = function(v) said[#said + 1] = tostring(v) end
+  cm:explain()
+  print = print0
+  said = table.concat(said, "\n")
+  t.ok(said:find("bytes moved " .. human(s.bytes_before) .. " -> " .. human(s.bytes_after) ..
+                 ", peak memory " .. human(s.peak_bytes_before) .. " -> " .. human(s.peak_bytes_after), 1, true),
+       name .. ": cm:explain() says the same bytes and peak")
+  fl.report(cm, path(name .. "-cm.html"))
+  html = slurp(path(name .. "-cm.html"))
+  t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
+       html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
+       name .. ": the compiled function's report says the same")
+end
+
+-- a plan that moves more than the captured graph says why: decompose()
+-- without optimize() leaves linear's bias add reading the product back
+do
+  local model = fl.models.mlp{sizes = {64, 256, 64}}:eval()
+  local g = fl.capture(model, fl.randn(32, 64))
+  local p = g:decompose{quiet = true}:fuse()
+  local s = p:stats()
+  t.ok(s.bytes_after > s.bytes_before and s.note and s.note:find("optimize%(%) before fuse%(%)") and
+       tostring(p):find("note: this plan moves", 1, true),
+       "decomposed but not optimized: the plan says why it moves more")
+  fl.draw_compare(g, p, path("note.dot"))
+  t.ok(slurp(path("note.dot")):find("re-forms linear", 1, true), "the compare picture says why too")
+  local q = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
+  t.is(q:stats().note, nil, "optimized: no note")
+end
+
+-- decisions: graph order, no non-decisions, the true reason for a
+-- residual add that joined a layer_norm first
+do
+  local g = fl.capture(nn.TransformerBlock(64, 4):eval(), fl.randn(2, 16, 64))
+  local p = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
+  local ds = p:decisions()
+  local ordered, already, wrong, named = true, false, false, false
+  for i, d in ipairs(ds) do
+    if i > 1 and (d.b < ds[i - 1].b or (d.b == ds[i - 1].b and d.a < ds[i - 1].a)) then ordered = false end
+    if d.reason:find("already in one kernel", 1, true) then already = true end
+    if d.reason:find("a reduction cannot be the epilogue", 1, true) then wrong = true end
+    if d.reason:find("%(add%) already runs in one kernel with the reduction %%%d+ %(mean") then named = true end
+  end
+  t.ok(#ds > 10 and ordered, "decisions are listed in graph order (by consumer)")
+  t.ok(not already, "no pair already in one kernel is listed as a decision")
+  t.ok(not wrong and named, "a residual add is refused for the reduction it joined, named")
+  -- fuse{explain=true} prints the listing with its decisions
+  local listing, print0 = {}, print
+  print = function(s) listing[#listing + 1] = tostring(s) end
+  g:decompose{quiet = true}:optimize{quiet = true}:fuse{explain = true}
+  print = print0
+  listing = table.concat(listing, "\n")
+  t.ok(listing:find("decisions:", 1, true) and listing:find("\n  fused %3 (mean", 1, true) and
+       not listing:find("fused%s+fused"), "the explain listing says each decision once, not \"fused fused\"")
+end
+
+t.done()
