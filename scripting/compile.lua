@@ -768,7 +768,7 @@ function methods.explain(cm)
   local B = fl._bytes_str
   for i, p in ipairs(st.plans) do
     local ps = p:stats()
-    lines[#lines + 1] = ("graph %d: %d ops -> %d kernels, bytes moved %s -> %s, peak memory %s -> %s%s"):format(
+    lines[#lines + 1] = ("graph %d: %d op(s) -> %d kernel(s), bytes moved %s -> %s, peak memory %s -> %s%s"):format(
       i, ps.kernels_before, ps.kernels, B(ps.bytes_before), B(ps.bytes_after),
       B(ps.peak_bytes_before), B(ps.peak_bytes_after), ps.note and ("\n  note: " .. ps.note) or "")
   end
