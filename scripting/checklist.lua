@@ -563,3 +563,31 @@ function fl.checklist(fn, opts)
   if not opts.quiet then report(r, opts.name or default_name(fn), #list, calls) end
   return r
 end
+
+-- fl._report_checklist(cm) -> the checklist of what cm compiles, run quietly
+-- on new inputs like those of cm's last traced call (fl.report puts it on
+-- its page); nil and why when there are none to make.  The random stream
+-- is put back: a report draws nothing its caller would see.
+function fl._report_checklist(cm)
+  local st = cm.state
+  local last = st.last_args
+  if not last then return nil, "the compiled function has not been called" end
+  local inputs = {n = last.n}
+  local rng = fl.get_rng_state()
+  for i = 1, last.n do
+    local a = last[i]
+    if a.opaque then
+      fl.set_rng_state(rng)
+      return nil, ("argument %d of the last call was a table or a function; pass "
+        .. "checklist = fl.checklist(fn, {inputs = {...}}) to fl.report"):format(i)
+    elseif a.shape then
+      inputs[i] = tensor_like(a, a.shape)
+    else
+      inputs[i] = a.value
+    end
+  end
+  local ok, r = pcall(fl.checklist, st.fn, {inputs = inputs, quiet = true})
+  fl.set_rng_state(rng)
+  if not ok then return nil, tostring(r) end
+  return r
+end

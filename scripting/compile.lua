@@ -321,19 +321,14 @@ end
 
 local function lowering_failed(why) return tostring(why):find("CUDA lowering", 1, true) ~= nil end
 
--- Best of 3 runs of prog on inputs, in seconds.
+-- The median of 5 runs of prog on inputs (fl.measure's summary).
 -- Timing runs draw no numbers the caller sees: the random stream is put
 -- back, so the first compiled call draws what eager would.
 local function time_program(prog, inputs)
-  local best = math.huge
   local rng = fl.get_rng_state()
-  for _ = 1, 3 do
-    local t0 = fl.now()
-    prog:run(unpack(inputs))
-    best = math.min(best, fl.now() - t0)
-  end
+  local t = fl.measure(function() prog:run(unpack(inputs)) end, {runs = 5, warmup = 0})
   fl.set_rng_state(rng)
-  return best
+  return t
 end
 
 -- The graph passes fl.compile runs before fusion: the step-by-step route
@@ -398,25 +393,35 @@ local function build_runner(st, captured, inputs)
     local alt = g:fuse{fuse = false}:codegen("cpu")
     if alt:try_compile() then
       local tf, tu = time_program(prog, inputs), time_program(alt, inputs)
-      st.stats.autotune[#st.stats.autotune + 1] = ("%s: fused %.3f ms, unfused %.3f ms -> %s"):format(
-        fl._graph_key(g):sub(1, 8), tf * 1e3, tu * 1e3, tf <= tu and "fused" or "unfused")
-      if tu < tf then prog, plan = alt, alt:plan() end
+      -- unfused only when it is clearly faster: fusion moves fewer bytes,
+      -- and a difference inside the noise is no reason to give that up
+      local v = fl.compare_times(tu, tf, {names = {"unfused", "fused"}})
+      st.stats.autotune[#st.stats.autotune + 1] = ("%s: fused %.3f ms, unfused %.3f ms (medians of 5) -> %s"):format(
+        fl._graph_key(g):sub(1, 8), tf.median_ms, tu.median_ms, v.verdict > 0 and "unfused" or "fused")
+      if v.verdict > 0 then prog, plan = alt, alt:plan() end
     end
   end
   st.programs[#st.programs + 1] = prog
   st.plans[#st.plans + 1] = plan
+  -- every kernel of a CPU program is timed (two clock reads each), so the
+  -- review report has each kernel's mean time from the calls already made
+  if not use_cuda and prog.profile then prog:profile(true) end
   if DEBUG >= 4 then io.stderr:write("fuselab: generated source:\n", prog:source(), "\n") end
   if DEBUG >= 2 then
     -- time every run of this graph, and of each of its kernels, with the
     -- bandwidth they reached
     local bytes, n = plan:stats().bytes_after, #st.plans
     if prog.profile then prog:profile(true) end
+    local earlier = {}   -- the latest runs' ms: this run's time beside their median
     return function(ins)
       local t0 = fl.now()
       local outs = {prog:run(unpack(ins))}
       local dt = fl.now() - t0
-      io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms, %.2f GB/s\n"):format(
-        n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
+      local med = #earlier >= 3 and ("; earlier runs: median " .. tostring(fl.measure(earlier))) or ""
+      io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms (this run), %.2f GB/s%s\n"):format(
+        n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9, med))
+      if #earlier >= 256 then table.remove(earlier, 1) end
+      earlier[#earlier + 1] = dt * 1e3
       fl._print_kernel_times(prog)
       return outs
     end, prog, g
@@ -627,6 +632,15 @@ local function slow(st, reason, argi, dim, ...)
     for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
   end
   for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
+  -- what the arguments were like, without keeping them alive: fl.report
+  -- runs its checklist on inputs like these
+  st.last_args = {n = args.n}
+  for i = 1, args.n do
+    local a = args[i]
+    if is_tensor(a) then st.last_args[i] = {shape = a.shape, dtype = a.dtype, device = a.device}
+    elseif type(a) ~= "table" and type(a) ~= "userdata" and type(a) ~= "function" then st.last_args[i] = {value = a}
+    else st.last_args[i] = {opaque = true} end
+  end
   local t0 = fl.now()
   st.new_compiles = 0
   st.ntraces = st.ntraces + 1
@@ -699,6 +713,11 @@ function methods.stats(cm)
   s.kernels = 0
   for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
   s.compile_log = table.concat(st.compile_logs, "\n")
+  -- the calls' own wall times: the first (capture and compile, or kernels
+  -- from the disk cache), the second, and the median of the later ones
+  local tm = cm.timings
+  s.timings = {first_ms = tm.first_ms, second_ms = tm.second_ms,
+               steady = #tm.steady > 0 and fl.measure(tm.steady) or nil}
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   return s
 end

@@ -21,6 +21,7 @@
 #include "cpu/eager.h"
 #include "cpu/backend.h"
 #include "graph/ir.h"
+#include "exec/measure.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
 #define ENTRY_TYPE "fl.Entry"
@@ -83,9 +84,17 @@ enum { CUV_FN = 1,      /* the function or module compiled */
                            segments of a function whose Lua runs each call */
        CUV_COUNT = CUV_PLAN };
 
+#define RECENT_CALLS 256           /* steady-state calls remembered */
+
 typedef struct compiled {
   long calls, hits;
   int debug;                     /* FUSELAB_DEBUG at creation */
+  /* wall ms of the calls that returned: the first (capture + compile, or
+  ** a load from the disk cache), the second, and the latest later ones
+  ** (a ring): what fl.report and cm:stats() show without running anything */
+  double first_ms, second_ms;
+  double recent[RECENT_CALLS];
+  long timed;                    /* calls timed in all */
 } compiled;
 
 static entry *checkentry(lua_State *L, int idx) {
@@ -448,8 +457,7 @@ static double now_s(void) {
 ** Lua runs each call (graph breaks), its recorded segments replay; else
 ** the Lua slow path slow(state, reason, argi, dim, ...) decides (trace,
 ** recompile, fall back). */
-static int c_call(lua_State *L) {
-  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+static int call_inner(lua_State *L, compiled *c) {
   int nargs = lua_gettop(L) - 1, fnidx, entries, k, n, argi = 0, dim = 0;
   char reason[512] = "";
   c->calls++;
@@ -474,10 +482,18 @@ static int c_call(lua_State *L) {
       if (c->debug >= 2) t0 = now_s();
       nr = run_entry(L, eidx, en, 2);
       if (c->debug >= 2 && en->pr) {
-        double dt = now_s() - t0;
-        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms, %.2f GB/s\n",
+        double dt = now_s() - t0, t[RECENT_CALLS];
+        long m = c->timed - 2 < RECENT_CALLS ? c->timed - 2 : RECENT_CALLS;
+        char med[200] = "", fmt[160];
+        if (m >= 3) {
+          meas_summary sum;
+          memcpy(t, c->recent, (size_t)m * sizeof *t);
+          meas_summarize(t, (int)m, NULL, &sum);
+          snprintf(med, sizeof med, "; earlier calls: median %s", meas_format(&sum, "ms", fmt, sizeof fmt));
+        }
+        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms (this call), %.2f GB/s%s\n",
                 en->pr->plan->stats.kernels, dt * 1e3,
-                (double)en->pr->plan->stats.bytes_after / dt / 1e9);
+                (double)en->pr->plan->stats.bytes_after / dt / 1e9, med);
         exec_program_print_profile(en->pr, stderr, "fuselab:   ");
       }
       return nr;
@@ -510,6 +526,35 @@ static int c_call(lua_State *L) {
   return lua_gettop(L) - (nargs + 1);
 }
 
+/* cm(...): call_inner, timed (the times the report and stats show). */
+static int c_call(lua_State *L) {
+  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+  double t0 = now_s(), dt;
+  int n = call_inner(L, c);
+  dt = (now_s() - t0) * 1e3;
+  if (c->timed == 0) c->first_ms = dt;
+  else if (c->timed == 1) c->second_ms = dt;
+  else c->recent[(c->timed - 2) % RECENT_CALLS] = dt;
+  c->timed++;
+  return n;
+}
+
+/* cm.timings -> {first_ms=, second_ms=, steady={ms, ...}} of the calls so
+** far (steady: the latest after the second, oldest first) */
+static void push_timings(lua_State *L, const compiled *c) {
+  long m = c->timed - 2 < RECENT_CALLS ? c->timed - 2 : RECENT_CALLS, i, at;
+  lua_createtable(L, 0, 3);
+  if (c->timed >= 1) { lua_pushnumber(L, c->first_ms); lua_setfield(L, -2, "first_ms"); }
+  if (c->timed >= 2) { lua_pushnumber(L, c->second_ms); lua_setfield(L, -2, "second_ms"); }
+  lua_createtable(L, m > 0 ? (int)m : 0, 0);
+  at = c->timed - 2 > RECENT_CALLS ? (c->timed - 2) % RECENT_CALLS : 0;
+  for (i = 0; i < m; i++) {
+    lua_pushnumber(L, c->recent[(at + i) % RECENT_CALLS]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "steady");
+}
+
 /* fl._compiled_new(fn, entries, slow, state, plan) -> callable */
 static int c_new(lua_State *L) {
   compiled *c;
@@ -534,6 +579,7 @@ static int c_index(lua_State *L) {
   const char *k = luaL_checkstring(L, 2);
   if (strcmp(k, "calls") == 0) { lua_pushinteger(L, c->calls); return 1; }
   if (strcmp(k, "hits") == 0) { lua_pushinteger(L, c->hits); return 1; }
+  if (strcmp(k, "timings") == 0) { push_timings(L, c); return 1; }
   lua_getiuservalue(L, 1, CUV_STATE);
   if (strcmp(k, "state") == 0) return 1;
   lua_getfield(L, -1, "methods");            /* state.methods[k] */

@@ -245,6 +245,8 @@ static const luaL_Reg measure_funcs[] = {
 
 void lfl_open_measure(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
+  lua_pushvalue(L, lib);                       /* for C code that calls back into fl */
+  lua_setfield(L, LUA_REGISTRYINDEX, LFL_LIB_KEY);
   lua_pushvalue(L, lib);
   luaL_setfuncs(L, measure_funcs, 0);
   lua_pushvalue(L, lib);
