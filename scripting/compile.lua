@@ -729,11 +729,16 @@ function methods._tostring(cm)
     #cm.state.graphs, s.calls, s.cache_hits, s.traces, s.graph_breaks)
 end
 
--- cm:code() -> the generated C of every compiled graph
-function methods.code(cm)
+-- cm:code([{preamble = true}]) -> for every compiled graph its host program
+-- (buffers, the kernel and library calls in order, frees), then its
+-- kernels; the preamble (includes, SIMD helpers) only on request
+function methods.code(cm, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("code: expected an options table {preamble = true}, got " .. type(opts), 2)
+  end
   local parts = {}
   for i, p in ipairs(cm.state.programs) do
-    parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p:source())
+    parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p.code and p:code(opts) or p:source())
   end
   return table.concat(parts, "\n")
 end
