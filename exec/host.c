@@ -20,20 +20,28 @@
 #include "graph/op.h"
 
 /* A value's name in the listing: an argument or parameter by its name,
-** a graph output "out<i>", a stored intermediate "buf<slot>", anything
+** a graph output "out<i>" (an argument returned keeps its name), a stored intermediate "buf<slot>", anything
 ** else (kept inside one kernel) by its node id. */
 static void value_name(const fuse_plan *p, int id, char *buf, size_t n) {
   const ir_graph *g = p->g;
   const ir_node *nd = &g->nodes[id];
   int i;
+  if (nd->kind == IR_INPUT) {
+    if (nd->name) snprintf(buf, n, "%s", nd->name);
+    else snprintf(buf, n, "arg%d", nd->index);
+    return;
+  }
+  if (nd->kind == IR_PARAM) {
+    if (nd->name) snprintf(buf, n, "%s", nd->name);
+    else snprintf(buf, n, "param%%%d", id);
+    return;
+  }
   for (i = 0; i < g->nout; i++)
     if (g->outputs[i] == id) {
       snprintf(buf, n, "out%d", i);
       return;
     }
-  if (nd->kind == IR_INPUT) snprintf(buf, n, "%s", nd->name ? nd->name : "arg");
-  else if (nd->kind == IR_PARAM) snprintf(buf, n, "%s", nd->name ? nd->name : "param");
-  else if (nd->kind == IR_CONST) snprintf(buf, n, "const%%%d", id);
+  if (nd->kind == IR_CONST) snprintf(buf, n, "const%%%d", id);
   else if (p->slot[id] >= 0) snprintf(buf, n, "buf%d", p->slot[id]);
   else snprintf(buf, n, "%%%d", id);
 }

@@ -339,7 +339,71 @@ local function lower_graph(g)
   local d = g:decompose{quiet = true}
   local o, log = d:optimize{quiet = true}
   if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
-  return o
+  return o, d, log
+end
+
+-- ---- FUSELAB_COMPILE_DEBUG=DIR (DESIGN §4, like TORCH_COMPILE_DEBUG) ------
+-- Per compiled graph a folder DIR/run_<time>_pid<pid>/graph_<n>_<key>
+-- with the graph as captured, the IR after each pass, the plan and its
+-- decisions, the host program and the kernels, the timings of each stage
+-- and the review report.  The folder is checked as the compile cache's is
+-- (fl._debug_dir); one that fails is a warning, once, and no files.
+local debug_run, debug_refused, debug_count = nil, false, 0
+
+local function debug_folder(key)
+  local dir = os.getenv("FUSELAB_COMPILE_DEBUG")
+  if not dir or dir == "" or debug_refused then return nil end
+  if not debug_run then
+    local run, why = fl._debug_dir(dir)
+    if not run then
+      debug_refused = true
+      io.stderr:write(("fuselab: warning: FUSELAB_COMPILE_DEBUG: %s; no debug files are written\n"):format(why))
+      return nil
+    end
+    debug_run = run
+  end
+  debug_count = debug_count + 1
+  local sub, why = fl._debug_subdir(debug_run, ("graph_%d_%s"):format(debug_count, key:sub(1, 8)))
+  if not sub then io.stderr:write("fuselab: warning: FUSELAB_COMPILE_DEBUG: ", why, "\n") end
+  return sub
+end
+
+local function debug_write(dir, name, text)
+  local f = io.open(dir .. "/" .. name, "w")
+  if not f then return end
+  f:write(text)
+  if text:sub(-1) ~= "\n" then f:write("\n") end
+  f:close()
+end
+
+local function debug_dump(st, key, stages, plan, prog, times)
+  local dir = debug_folder(key)
+  if not dir then return end
+  debug_write(dir, "01_captured.txt", tostring(stages.captured))
+  debug_write(dir, "02_decomposed.txt", tostring(stages.decomposed))
+  debug_write(dir, "03_optimized.txt", tostring(stages.optimized) .. "\n\n-- what optimize did --\n"
+    .. tostring(stages.log or ""))
+  local dec = {tostring(plan), "", "-- decisions, in graph order --"}
+  for _, d in ipairs(plan:decisions()) do
+    dec[#dec + 1] = ("%s %%%d -> %%%d: %s (saves %d bytes)"):format(d.fused and "fused  " or "refused",
+      d.a, d.b, d.reason, d.bytes_saved or 0)
+  end
+  debug_write(dir, "04_plan.txt", table.concat(dec, "\n"))
+  if prog then
+    local code = prog.code and prog:code() or ""
+    debug_write(dir, "05_host_program.txt", (code:match("^(.-\n)\n") or code))
+    debug_write(dir, "06_kernels." .. (st.backend == "cuda" and "cu" or "c"), prog:source())
+  end
+  local lines = {("backend %s; kernels %s"):format(st.backend or "cpu",
+    prog and prog:stats().how or "none (runs on the eager kernels)")}
+  for _, t in ipairs(times) do lines[#lines + 1] = ("%-22s %10.2f ms (one run)"):format(t[1], t[2]) end
+  debug_write(dir, "07_timings.txt", table.concat(lines, "\n"))
+  if fl.report then
+    local target = prog or plan
+    local ok, err = pcall(fl.report, target, dir .. "/08_report.html", {title = "Graph " .. debug_count .. " " .. key:sub(1, 8)})
+    if not ok then debug_write(dir, "08_report.txt", "the report could not be written: " .. tostring(err)) end
+  end
+  debug_line("compile debug: %s", dir)
 end
 
 -- The backend's compile step for one graph: decompose and optimize, fuse,
@@ -349,8 +413,20 @@ end
 -- its log kept) and the graph compiled (the plan's graph).
 local function build_runner(st, captured, inputs)
   if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
-  local g = lower_graph(captured)
+  local times, tstage = {}, fl.now()
+  local function stage(name)
+    local now = fl.now()
+    times[#times + 1] = {name, (now - tstage) * 1e3}
+    tstage = now
+  end
+  local g, dg, olog = lower_graph(captured)
+  stage("decompose + optimize")
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
+  stage("fuse")
+  local dump = os.getenv("FUSELAB_COMPILE_DEBUG") and function(prog)
+    debug_dump(st, fl._graph_key(captured), {captured = captured, decomposed = dg, optimized = g, log = olog},
+      plan, prog, times)
+  end or function() end
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   -- "auto" is the GPU when one is usable and the graph's tensors are there
   -- (results stay on their inputs' device, as torch.compile's do); "cuda"
@@ -370,8 +446,11 @@ local function build_runner(st, captured, inputs)
     error(prog, 0)
   end
   if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
+  stage("generate code")
   local ok, log = prog:try_compile()
+  stage("compile (or load)")
   if not ok then
+    dump(nil)
     st.stats.fallbacks = st.stats.fallbacks + 1
     st.compile_logs[#st.compile_logs + 1] = log
     if not st.warned_compile then
@@ -403,6 +482,7 @@ local function build_runner(st, captured, inputs)
   end
   st.programs[#st.programs + 1] = prog
   st.plans[#st.plans + 1] = plan
+  dump(prog)
   -- every kernel of a CPU program is timed (two clock reads each), so the
   -- review report has each kernel's mean time from the calls already made
   if not use_cuda and prog.profile then prog:profile(true) end

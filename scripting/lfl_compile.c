@@ -12,15 +12,19 @@
 ** tensor at the place it was found.  Invariant: an entry whose guards hold
 ** computes what running the function's Lua body would.
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "cpu/backend.h"
 #include "graph/ir.h"
+#include "exec/cache_disk.h"
 #include "exec/measure.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
@@ -618,8 +622,62 @@ static int l_graph_key(lua_State *L) {
   return 1;
 }
 
+/* fl._debug_dir(dir) -> the folder this process writes its compiled
+** graphs' debug files to (FUSELAB_COMPILE_DEBUG=dir), or nil and why.
+** dir is made mode 0700 when missing and must then pass the compile
+** cache's trust check (owned by the user, writable by nobody else, in a
+** parent nobody else can swap it out of): debug files hold the model's
+** code and names, and a folder another user can write could be a trap.
+** Inside it a new folder run_<time>_pid<pid>, made exclusively (mkdir
+** fails on anything already there, a symlink too). */
+static int l_debug_dir(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  char why[512], run[4096], stamp[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  int i;
+  if (cdisk_mkdirs(dir) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot make %s: %s", dir, strerror(errno));
+    return 2;
+  }
+  if (!cdisk_trusted_dir(dir, why, sizeof why)) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s is not safe to write to: %s", dir, why);
+    return 2;
+  }
+  if (!localtime_r(&now, &tm) || !strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm))
+    snprintf(stamp, sizeof stamp, "%ld", (long)now);
+  for (i = 0; i < 100; i++) {
+    if (i) snprintf(run, sizeof run, "%s/run_%s_pid%ld_%d", dir, stamp, (long)getpid(), i);
+    else snprintf(run, sizeof run, "%s/run_%s_pid%ld", dir, stamp, (long)getpid());
+    if (mkdir(run, 0700) == 0) {
+      lua_pushstring(L, run);
+      return 1;
+    }
+    if (errno != EEXIST) break;
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "cannot make a folder in %s: %s", dir, strerror(errno));
+  return 2;
+}
+
+/* fl._debug_subdir(parent, name) -> parent/name made mode 0700 (exclusive),
+** or nil and why */
+static int l_debug_subdir(lua_State *L) {
+  const char *parent = luaL_checkstring(L, 1), *name = luaL_checkstring(L, 2);
+  const char *path = lua_pushfstring(L, "%s/%s", parent, name);
+  if (strchr(name, '/') || mkdir(path, 0700) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot make %s: %s", path, strchr(name, '/') ? "a name with a slash" : strerror(errno));
+    return 2;
+  }
+  return 1;
+}
+
 static const luaL_Reg compile_funcs[] = {
   {"_entry_new", e_new}, {"_compiled_new", c_new},
+  {"_debug_dir", l_debug_dir}, {"_debug_subdir", l_debug_subdir},
   {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
   {NULL, NULL}
 };
