@@ -403,6 +403,8 @@ local function recommend(r, nshapes)
   return "compile", text
 end
 
+fl._checklist_recommend = recommend   -- the decision table alone, for its tests
+
 -- ---- the report ----------------------------------------------------------
 
 local function report(r, name, nshapes, calls)
