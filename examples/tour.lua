@@ -95,7 +95,8 @@ cm(x)
 local first_ms = (fl.now() - t0) * 1e3
 local compiled_t = timed(50, cm, x)
 eager_t = timed(50, model, x)   -- again, next to it: the same machine state for both
-print(("first call %.1f ms (capture + compile, one run), then per call:"):format(first_ms))
+print(("first call %.1f ms (one run: capture, %s), then per call:"):format(first_ms,
+  cm:stats().first_call_warm and "no compile: k:compile() above made these kernels, so warm" or "compile: cold"))
 print(("  compiled %s\n  eager    %s"):format(compiled_t, eager_t))
 print(("measured now on this machine: %s"):format(
   fl.compare_times(compiled_t, eager_t, {names = {"compiled", "eager"}}).text))

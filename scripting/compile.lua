@@ -461,6 +461,9 @@ local function build_runner(st, captured, inputs)
     return eager_runner(g), nil, g
   end
   local how = prog:stats().how
+  -- the first call is warm when no compiler ran for it: its kernels were
+  -- in memory, on disk or on the remote cache already
+  if st.first_how == nil then st.first_how = how end
   if how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1
   elseif how == "remote" then st.stats.remote_cache_hits = st.stats.remote_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
@@ -793,6 +796,7 @@ function methods.stats(cm)
   s.kernels = 0
   for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
   s.compile_log = table.concat(st.compile_logs, "\n")
+  s.first_call_warm = st.first_how ~= nil and st.first_how ~= "compiled"
   -- the calls' own wall times: the first (capture and compile, or kernels
   -- from the disk cache), the second, and the median of the later ones
   local tm = cm.timings

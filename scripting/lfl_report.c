@@ -418,18 +418,18 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
   sum_add(L, R, "fallbacks", "%d", (int)field_num(L, stats, "fallbacks", 0));
   sum_add(L, R, "compile time", "%.1f ms", field_num(L, stats, "compile_ms", 0));
   /* the calls the function made: first, second, the median of the rest */
-  R->first_warm = field_num(L, stats, "compiles", 0) > 0 &&
-                  field_num(L, stats, "disk_cache_hits", 0) + field_num(L, stats, "remote_cache_hits", 0) >=
-                  field_num(L, stats, "compiles", 0);
+  lua_getfield(L, stats, "first_call_warm");
+  R->first_warm = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   if (lua_getfield(L, stats, "timings") == LUA_TTABLE) {
     int tm = lua_gettop(L);
     r->cold_ms = field_num(L, tm, "first_ms", -1);
     r->warm_ms = field_num(L, tm, "second_ms", -1);
     if (r->cold_ms >= 0) {
-      r->cold_label = R->first_warm ? "first call: warm (capture, kernels loaded from the disk cache, run)"
+      r->cold_label = R->first_warm ? "first call: warm (capture, kernels already compiled: from a cache, run)"
                                     : "first call: cold (capture + compile + run)";
-      r->timing_notes[0] = R->first_warm ? "one run \xc2\xb7 no compiler ran: the kernels of an "
-                                           "earlier run were in the cache" : "one run";
+      r->timing_notes[0] = R->first_warm ? "one run \xc2\xb7 no compiler ran: the kernels were "
+                                           "in the disk cache (or already loaded)" : "one run";
     }
     if (r->warm_ms >= 0) r->timing_notes[1] = "one run";
     if (!R->has_steady && lua_getfield(L, tm, "steady") == LUA_TTABLE) {
@@ -724,7 +724,7 @@ static void verdict(lua_State *L, rep *R) {
   if (r->break_even) return;
   if (v <= 0) snprintf(buf, sizeof buf, "Compilation does not pay for itself here.");
   else if (R->first_warm)
-    snprintf(buf, sizeof buf, "The first call was warm (its kernels came from the disk cache): the calls "
+    snprintf(buf, sizeof buf, "The first call was warm (no compiler ran: its kernels came from a cache): the calls "
              "a cold compile needs to pay for itself are the go-live checklist's to count.");
   else if (r->cold_ms >= 0) {
     double extra = r->cold_ms - r->eager_ms, gain = r->eager_ms - r->steady_ms;
