@@ -43,6 +43,9 @@ typedef struct meas_summary {
   int noisy;                    /* spread > MEAS_NOISY_SPREAD, or busy */
 } meas_summary;
 
+/* Monotonic seconds (a clock read, nothing else). */
+double meas_now(void);
+
 /* Starts a window (what meas_summarize compares the machine against). */
 void meas_begin(meas_window *w);
 
