@@ -347,9 +347,10 @@ local function saving_text(eager_ms, steady_ms, break_even)
     pct((eager_ms - steady_ms) / eager_ms), eager_ms, steady_ms, plural(break_even, "call"))
 end
 
--- "0.123 ms (IQR 0.120-0.130)": a median and its spread, short
+-- "0.123 ms (IQR 0.12-0.13)": a median and its spread, short (4
+-- significant digits: a 8 us call keeps its digits)
 local function t_short(t)
-  return ("%.3f ms (IQR %.3f-%.3f)"):format(t.median_ms, t.q1_ms, t.q3_ms)
+  return ("%.4g ms (IQR %.4g-%.4g)"):format(t.median_ms, t.q1_ms, t.q3_ms)
 end
 
 -- Returns decision ("compile", "dynamic" or "eager") and the sentence:
