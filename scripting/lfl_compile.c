@@ -99,6 +99,8 @@ typedef struct compiled {
   double first_ms, second_ms;
   double recent[RECENT_CALLS];
   long timed;                    /* calls timed in all */
+  double runs_ms[RECENT_CALLS];  /* FUSELAB_DEBUG >= 2: the latest cached runs alone */
+  long nruns;
 } compiled;
 
 static entry *checkentry(lua_State *L, int idx) {
@@ -487,15 +489,16 @@ static int call_inner(lua_State *L, compiled *c) {
       nr = run_entry(L, eidx, en, 2);
       if (c->debug >= 2 && en->pr) {
         double dt = now_s() - t0, t[RECENT_CALLS];
-        long m = c->timed - 2 < RECENT_CALLS ? c->timed - 2 : RECENT_CALLS;
+        long m = c->nruns < RECENT_CALLS ? c->nruns : RECENT_CALLS;
         char med[200] = "", fmt[160];
         if (m >= 3) {
           meas_summary sum;
-          memcpy(t, c->recent, (size_t)m * sizeof *t);
+          memcpy(t, c->runs_ms, (size_t)m * sizeof *t);
           meas_summarize(t, (int)m, NULL, &sum);
-          snprintf(med, sizeof med, "; earlier calls: median %s", meas_format(&sum, "ms", fmt, sizeof fmt));
+          snprintf(med, sizeof med, "; earlier runs: median %s", meas_format(&sum, "ms", fmt, sizeof fmt));
         }
-        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms (this call), %.2f GB/s%s\n",
+        c->runs_ms[c->nruns++ % RECENT_CALLS] = dt * 1e3;
+        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms (this run), %.2f GB/s%s\n",
                 en->pr->plan->stats.kernels, dt * 1e3,
                 (double)en->pr->plan->stats.bytes_after / dt / 1e9, med);
         exec_program_print_profile(en->pr, stderr, "fuselab:   ");

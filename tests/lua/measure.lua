@@ -98,6 +98,19 @@ if ok then
     "steady_ms is the median of its timing")
 end
 
+-- FUSELAB_DEBUG=2: each cached run's time beside the median of the runs before it
+do
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local code = "local cm = fl.compile(function(x) return (x * 2):relu() end); local x = fl.randn(8, 8); "
+    .. "for _ = 1, 6 do cm(x) end"
+  local p = assert(io.popen(("FUSELAB_DEBUG=2 %s -e %q 2>&1"):format(exe, code)))
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("ms %(this run%)"), "FUSELAB_DEBUG=2 labels a run's own time")
+  t.ok(out:find("earlier runs: median [%d.]+ ms %(IQR [%d.]+%-[%d.]+, %d+ runs%)"),
+    "and gives the earlier runs' median with its IQR: " .. (out:match("[^\n]*earlier runs[^\n]*") or out))
+end
+
 -- the fuselab binary (which runs this test) makes OpenMP's idle threads
 -- sleep rather than spin unless the user chose a policy (repl/main.c)
 t.ok(os.getenv("OMP_WAIT_POLICY") ~= nil, "OMP_WAIT_POLICY is set: " .. tostring(os.getenv("OMP_WAIT_POLICY")))
