@@ -416,9 +416,9 @@ local function report(r, name, nshapes, calls)
   line("  1. operator coverage   %d/%d ops supported, %s%s", cov.supported, cov.total,
     plural(r.graph_breaks, "graph break"),
     #cov.unsupported > 0 and ("; not supported: " .. table.concat(cov.unsupported, ", ")) or "")
-  line("  2. first call (cold)   %.1f ms: capture, generate, compile, run (kernels: %s)",
+  line("  2. first call (cold)   %.1f ms (one run): capture, generate, compile, run (kernels: %s)",
     r.cold_ms, r.cold_from)
-  line("     warm start          %.1f ms, as a new process (kernels: %s)", r.warm_ms, r.warm_from)
+  line("     warm start          %.1f ms (one run), as a new process (kernels: %s)", r.warm_ms, r.warm_from)
   line("     steady state        compiled %s", r.timing.steady.text)
   line("                         eager    %s", r.timing.eager.text)
   line("                         %s", r.verdict.text)
