@@ -9,6 +9,9 @@
 ** OpenBLAS's choice with FUSELAB_BLAS_PICK=0 (to measure the difference).
 */
 #include <dlfcn.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,20 @@ static int cpu_tier(void) {
   return 0;
 }
 
+/* OpenBLAS's OpenMP build sizes its work for the threads it asked for; a
+** dynamic team (OMP_DYNAMIC=true: libgomp trims it by the load average)
+** starts fewer, and the first product never returns (Debian's 0.3.21).  So
+** dynamic teams are turned off, with a word, before the first product. */
+static void no_dynamic_teams(void) {
+#ifdef _OPENMP
+  if (omp_get_dynamic()) {
+    omp_set_dynamic(0);
+    fprintf(stderr, "fuselab: warning: OMP_DYNAMIC is turned off: OpenBLAS's OpenMP build waits "
+            "forever for the threads a dynamic team does not start\n");
+  }
+#endif
+}
+
 static void pick(void) {
   char *(*corename)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
   char *(*config)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_config");
@@ -48,6 +65,7 @@ static void pick(void) {
   void (*init)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
   static const char *const best[] = {NULL, "Haswell", "SkylakeX"};
   int have, want;
+  no_dynamic_teams();
   if (!corename) {
     snprintf(info.why, sizeof info.why, "not OpenBLAS: its own kernel choice is kept");
     return;

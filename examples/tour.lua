@@ -19,15 +19,10 @@ local function section(title)
   print(("\n== %s %s"):format(title, ("="):rep(math.max(0, 70 - #title))))
 end
 
--- Best of n calls of f(...), in milliseconds.
-local function best_ms(n, f, ...)
-  local best = math.huge
-  for _ = 1, n do
-    local t0 = fl.now()
-    f(...)
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e3
+-- The median of n calls of f(...) with its spread (fl.measure: the
+-- interquartile range, and "noisy" when it is wide or the machine busy).
+local function timed(n, f, ...)
+  return fl.measure(f, {args = {...}, runs = n})
 end
 
 local function write_file(path, text)
@@ -56,9 +51,8 @@ print(("input x: %s %s"):format(x.dtype, "[" .. table.concat(x.shape, ",") .. "]
 
 section("2. Eager: each op runs as Lua reaches it")
 local y_eager = model(x)
-local eager_ms = best_ms(50, model, x)
-print(("model(x) -> %s, %.3f ms per call (best of 50)"):format(
-  "[" .. table.concat(y_eager.shape, ",") .. "]", eager_ms))
+local eager_t = timed(50, model, x)
+print(("model(x) -> %s, %s per call"):format("[" .. table.concat(y_eager.shape, ",") .. "]", eager_t))
 
 section("3. Capture: run it once, record a graph")
 print("g = fl.capture(model, x)   -- every op becomes a node; weights become params")
@@ -99,10 +93,13 @@ local cm = fl.compile(model)
 t0 = fl.now()
 cm(x)
 local first_ms = (fl.now() - t0) * 1e3
-local compiled_ms = best_ms(50, cm, x)
-print(("first call %.1f ms (capture + compile), then %.3f ms per call against %.3f ms eager:"):format(
-  first_ms, compiled_ms, eager_ms))
-print(("speed-up %.2fx, measured now on this machine"):format(eager_ms / compiled_ms))
+local compiled_t = timed(50, cm, x)
+eager_t = timed(50, model, x)   -- again, next to it: the same machine state for both
+print(("first call %.1f ms (one run: capture, %s), then per call:"):format(first_ms,
+  cm:stats().first_call_warm and "no compile: k:compile() above made these kernels, so warm" or "compile: cold"))
+print(("  compiled %s\n  eager    %s"):format(compiled_t, eager_t))
+print(("measured now on this machine: %s"):format(
+  fl.compare_times(compiled_t, eager_t, {names = {"compiled", "eager"}}).text))
 print(("memory traffic per call %.1f KiB -> %.1f KiB, %d buffers -> %d, %d kernels for %d ops"):format(
   ps.bytes_before / 1024, ps.bytes_after / 1024, ps.buffers_before, ps.buffers_after, ps.kernels, ps.nodes))
 

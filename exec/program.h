@@ -118,6 +118,12 @@ struct exec_run {
 exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const char *prefix,
                            fl_err *e);
 const char *exec_program_source(const exec_program *pr);
+/* The kernels without the preamble (owned by pr). */
+const char *exec_program_body(const exec_program *pr);
+/* The host program (host.c): arguments, buffers and their reuse, the
+** kernel and library calls in order with their arguments, frees, the
+** return; malloc'd, the caller frees it; NULL when out of memory. */
+char *exec_program_host(const exec_program *pr);
 /* The compiler's output of the last compile ("" when none). */
 const char *exec_program_log(const exec_program *pr);
 

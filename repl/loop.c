@@ -369,7 +369,7 @@ static void print_time(struct repl *r, double s) {
   if (s < 1e-3) snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
   else if (s < 1.0) snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
   else snprintf(buf, sizeof buf, "%.3f s", s);
-  printf("%stime %s%s\n", r->colour ? REPL_DIM : "", buf,
+  printf("%stime %s (one run)%s\n", r->colour ? REPL_DIM : "", buf,
          r->colour ? REPL_RESET : "");
   fflush(stdout);
 }

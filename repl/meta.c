@@ -38,7 +38,8 @@ static const char overview[] =
   "Commands (any unique prefix will do, e.g. :h, :q):\n"
   "  :help [topic]   this text, or help on a topic\n"
   "  :load file      run a Lua file in this session\n"
-  "  :time on|off    print the wall time each line takes\n"
+  "  :time on|off    print the wall time each line takes (one run)\n"
+  "  :time EXPR      run EXPR repeatedly: median, spread, noisy or not\n"
   "  :device         which devices fuselab can run on\n"
   "  :draw [file]    draw the last result (a Graph, Plan, Program or compiled\n"
   "                  function) to file (.svg .png .pdf .dot; fuselab-draw.svg)\n"
@@ -287,14 +288,45 @@ static void load(struct repl *r, const char *arg) {
   repl_report(L, status, r->colour_err);
 }
 
+/* :time EXPR -- runs the expression (or statement) repeatedly through
+** fl.measure and prints its median, interquartile range and, when the
+** runs spread or the machine was busy, that it is noisy (DESIGN §4b). */
+static void time_expr(struct repl *r, const char *code) {
+  lua_State *L = r->L;
+  int top = lua_gettop(L), status;
+  lua_pushfstring(L, "return %s", code);
+  status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=:time");
+  if (status != LUA_OK) {
+    lua_pop(L, 1);
+    status = luaL_loadbuffer(L, code, strlen(code), "=:time");
+  }
+  if (status == LUA_OK) {
+    int f = lua_gettop(L);
+    if (lua_getglobal(L, "fl") == LUA_TTABLE && lua_getfield(L, -1, "measure") == LUA_TFUNCTION) {
+      lua_pushvalue(L, f);
+      status = repl_docall(L, 1, 1);
+      if (status == LUA_OK) {
+        printf("%stime %s%s\n", r->colour ? REPL_DIM : "", luaL_tolstring(L, -1, NULL),
+               r->colour ? REPL_RESET : "");
+        fflush(stdout);
+      }
+    } else {
+      fprintf(stderr, ":time EXPR needs fl.measure, and fl has none here\n");
+    }
+  }
+  repl_report(L, status, r->colour_err);
+  lua_settop(L, top);
+}
+
 static void timing(struct repl *r, const char *arg) {
   if (strcmp(arg, "on") == 0) r->timing = 1;
   else if (strcmp(arg, "off") == 0) r->timing = 0;
   else if (arg[0] != '\0') {
-    fprintf(stderr, ":time takes on or off, not '%s'\n", arg);
+    time_expr(r, arg);
     return;
   }
-  printf("timing is %s\n", r->timing ? "on" : "off");
+  printf("timing is %s%s\n", r->timing ? "on" : "off",
+         r->timing ? " (each line runs once: its time is one run; :time EXPR gives a median)" : "");
 }
 
 /* CUDA is known through fl.cuda_available() when the bindings have it:

@@ -180,19 +180,10 @@ end
 
 local function ms_since(t0) return (fl.now() - t0) * 1e3 end
 
--- Best of n calls of f(args) in ms (stops early past the time budget,
--- after 3 calls at least): the minimum is the least noisy estimate of
--- what a call costs on a machine shared with other work.
-local function best_of(n, f, args)
-  local best, start = math.huge, fl.now()
-  for i = 1, n do
-    local t0 = fl.now()
-    f(unpack(args, 1, args.n))
-    fl.synchronize()
-    best = math.min(best, ms_since(t0))
-    if i >= 3 and fl.now() - start > TIME_BUDGET_S then break end
-  end
-  return best
+-- The median of up to n calls of f(args) with its spread, as fl.measure
+-- gives it (DESIGN §4b: stops early past the time budget, after 5 calls).
+local function timed(n, f, args)
+  return fl.measure(f, {args = {unpack(args, 1, args.n)}, runs = n, budget_s = TIME_BUDGET_S})
 end
 
 -- Compare one compiled output with the eager one: returns max |a - b| and
@@ -356,7 +347,14 @@ local function saving_text(eager_ms, steady_ms, break_even)
     pct((eager_ms - steady_ms) / eager_ms), eager_ms, steady_ms, plural(break_even, "call"))
 end
 
--- Returns decision ("compile", "dynamic" or "eager") and the sentence.
+-- "0.123 ms (IQR 0.12-0.13)": a median and its spread, short (4
+-- significant digits: a 8 us call keeps its digits)
+local function t_short(t)
+  return ("%.4g ms (IQR %.4g-%.4g)"):format(t.median_ms, t.q1_ms, t.q3_ms)
+end
+
+-- Returns decision ("compile", "dynamic" or "eager") and the sentence:
+-- each reason is the numbers that decided it.
 local function recommend(r, nshapes)
   if r.accuracy_nan or r.max_rel_err > REL_TOL then
     return "eager", ("eager: compiled results differ from eager (max rel err %.2g > %.0e); "
@@ -367,31 +365,46 @@ local function recommend(r, nshapes)
       .. "keep eager until it compiles"):format(plural(r.fallbacks, "time"))
   end
   if r.recompiles_static > 0 then
-    -- the shapes vary: does automatic dynamic mode absorb them?
-    local dyn_break = r.break_even_dynamic
-    if r.recompiles < r.recompiles_static and r.cache_hit_rate >= 0.5 and dyn_break then
+    -- the shapes vary: does automatic dynamic mode absorb them, and is
+    -- the dynamic build then faster than eager?
+    local absorbs = r.recompiles < r.recompiles_static and r.cache_hit_rate >= 0.5
+    if not absorbs then
+      return "eager", ("eager: the inputs change too often to cache: static mode recompiled %s, "
+        .. "dynamic mode %s over %s (hit rate %s); every recompile costs about %.0f ms"):format(
+        plural(r.recompiles_static, "time"), plural(r.recompiles, "time"), plural(nshapes, "different input"),
+        pct(r.cache_hit_rate), r.cold_ms)
+    end
+    local v = r.verdict_dynamic
+    if v.verdict > 0 and r.break_even_dynamic then
       return "dynamic", ("dynamic shapes: compile with dynamic shapes (dynamic=nil, the default, or true): "
-        .. "static mode recompiled %s over %s (hit rate %s), dynamic %s (hit rate %s); %s"):format(
+        .. "static mode recompiled %s over %s (hit rate %s), dynamic %s (hit rate %s); "
+        .. "dynamic %s vs eager %s, %s"):format(
         plural(r.recompiles_static, "time"), plural(nshapes, "different input"), pct(r.cache_hit_rate_static),
         plural(r.recompiles, "time"), pct(r.cache_hit_rate),
-        saving_text(r.eager_ms, r.steady_dynamic_ms, dyn_break))
+        t_short(r.timing.steady_dynamic), t_short(r.timing.eager),
+        saving_text(r.eager_ms, r.steady_dynamic_ms, r.break_even_dynamic))
     end
-    return "eager", ("eager: the inputs change too often to cache: static mode recompiled %s, "
-      .. "dynamic mode %s over %s (hit rate %s); every recompile costs about %.0f ms"):format(
-      plural(r.recompiles_static, "time"), plural(r.recompiles, "time"), plural(nshapes, "different input"),
-      pct(r.cache_hit_rate), r.cold_ms)
+    return "eager", ("eager: the dynamic build is not faster: dynamic %s vs eager %s: %s "
+      .. "(it recompiled %s, hit rate %s)"):format(t_short(r.timing.steady_dynamic), t_short(r.timing.eager),
+      v.verdict < 0 and "eager is faster" or "no clear difference here",
+      plural(r.recompiles, "time"), pct(r.cache_hit_rate))
   end
-  if not r.break_even_calls then
-    return "eager", ("eager: compiled is not faster here (%.3f ms per call vs %.3f ms eager)"):format(
-      r.steady_ms, r.eager_ms)
+  local v = r.verdict
+  if v.verdict < 0 or not r.break_even_calls then
+    return "eager", ("eager: compiled %s vs eager %s: %s"):format(
+      t_short(r.timing.steady), t_short(r.timing.eager),
+      v.verdict < 0 and "compiled is slower" or "no clear difference here")
   end
-  local text = ("compile: stable inference, %s (cold start %.0f ms)"):format(
+  local text = ("compile: compiled %s vs eager %s, %.2fx: %s (cold start %.0f ms)"):format(
+    t_short(r.timing.steady), t_short(r.timing.eager), v.ratio,
     saving_text(r.eager_ms, r.steady_ms, r.break_even_calls), r.cold_ms)
   if r.graph_breaks > 0 then
     text = text .. ("; remove the %s for more"):format(plural(r.graph_breaks, "graph break"))
   end
-  return "compile", text .. "; while the model still changes often, stay eager"
+  return "compile", text
 end
+
+fl._checklist_recommend = recommend   -- the decision table alone, for its tests
 
 -- ---- the report ----------------------------------------------------------
 
@@ -403,21 +416,30 @@ local function report(r, name, nshapes, calls)
   line("  1. operator coverage   %d/%d ops supported, %s%s", cov.supported, cov.total,
     plural(r.graph_breaks, "graph break"),
     #cov.unsupported > 0 and ("; not supported: " .. table.concat(cov.unsupported, ", ")) or "")
-  line("  2. first call (cold)   %.1f ms: capture, generate, compile, run (kernels: %s)",
+  line("  2. first call (cold)   %.1f ms (one run): capture, generate, compile, run (kernels: %s)",
     r.cold_ms, r.cold_from)
-  line("     warm start          %.1f ms, as a new process (kernels: %s)", r.warm_ms, r.warm_from)
-  line("     steady state        %.4f ms compiled vs %.4f ms eager (best of %d)", r.steady_ms, r.eager_ms, calls)
+  line("     warm start          %.1f ms (one run), as a new process (kernels: %s)", r.warm_ms, r.warm_from)
+  line("     steady state        compiled %s", r.timing.steady.text)
+  line("                         eager    %s", r.timing.eager.text)
+  line("                         %s", r.verdict.text)
   if r.break_even_calls then
     line("     break-even          after %s", plural(r.break_even_calls, "call"))
   else
-    line("     break-even          never: compiled is not faster")
+    line("     break-even          never: compiled is not clearly faster")
   end
   line("  3. cache hit rate      %s x %d rounds: static %s (%s), dynamic %s (%s)",
     plural(nshapes, "input"), ROUNDS, pct(r.cache_hit_rate_static), plural(r.recompiles_static, "recompile"),
     pct(r.cache_hit_rate), plural(r.recompiles, "recompile"))
+  if r.recompiles_static > 0 then
+    line("     dynamic build       %s", r.timing.steady_dynamic.text)
+  end
   line("  4. accuracy vs eager   max abs err %.3g, max rel err %.3g%s", r.max_abs_err, r.max_rel_err,
     r.accuracy_nan and " (NaN differences!)" or "")
   line("     fallbacks           %d", r.fallbacks)
+  if r.noisy then
+    line("  timings are noisy (%s): verdicts need a wider margin; a quiet machine gives firmer numbers",
+      r.noise)
+  end
   line("  recommendation: %s", r.recommendation)
   print(table.concat(out, "\n"))
 end
@@ -477,8 +499,10 @@ function fl.checklist(fn, opts)
   local acc = new_accuracy()
   local cold_fallbacks, steady_cm
   r.cold_ms, r.warm_ms, steady_cm, cold_fallbacks, r.cold_from, r.warm_from = first_calls(fn, inputs)
-  r.eager_ms = best_of(calls, fn, inputs)
-  r.steady_ms = best_of(calls, steady_cm, inputs)
+  r.timing = {}
+  r.timing.eager = timed(calls, fn, inputs)
+  r.timing.steady = timed(calls, steady_cm, inputs)
+  r.eager_ms, r.steady_ms = r.timing.eager.median_ms, r.timing.steady.median_ms
   fl.set_rng_state(eager_out[1].rng)
   compare(acc, pack(steady_cm(unpack(inputs, 1, inputs.n))), eager_out[1])
 
@@ -496,7 +520,29 @@ function fl.checklist(fn, opts)
   r.cache_hit_rate, r.cache_hit_rate_static = dy.hit_rate, st.hit_rate
   r.recompiles, r.recompiles_static = dy.recompiles, st.recompiles
   r.recompile_reasons, r.recompile_reasons_static = dy.reasons, st.reasons
-  r.steady_dynamic_ms = best_of(calls, dy.cm, inputs)
+  r.timing.steady_dynamic = timed(calls, dy.cm, inputs)
+  r.steady_dynamic_ms = r.timing.steady_dynamic.median_ms
+  local names = {names = {"compiled", "eager"}}
+  r.verdict = fl.compare_times(r.timing.steady, r.timing.eager, names)
+  r.verdict_dynamic = fl.compare_times(r.timing.steady_dynamic, r.timing.eager,
+    {names = {"dynamic", "eager"}})
+  -- the spreads and the noise, for scripts that keep the numbers
+  r.spreads = {}
+  local noise, seen = {}, {}
+  for _, k in ipairs{"steady", "eager", "steady_dynamic"} do
+    local t = r.timing[k]
+    r.spreads[k] = t.spread
+    if t.noisy then
+      r.noisy = true
+      for part in t.noise:gmatch("[^,]+") do
+        part = part:gsub("^%s+", "")
+        if part:match("^spread") then part = ({steady = "compiled", eager = "eager", steady_dynamic = "dynamic"})[k] .. " " .. part end
+        if not seen[part] then seen[part] = true; noise[#noise + 1] = part end
+      end
+    end
+  end
+  r.noisy = r.noisy or false
+  r.noise = table.concat(noise, "; ")
 
   -- 4. accuracy and fallbacks; the static sweep's are kept apart, as the
   -- same compiler failure would otherwise count twice
@@ -508,15 +554,43 @@ function fl.checklist(fn, opts)
 
   -- break-even: n calls compiled (cold, then n-1 steady) cost what n eager
   -- calls do when n = (cold - eager) / (eager - steady)
-  local function break_even(steady)
-    if steady >= r.eager_ms then return nil end
+  local function break_even(steady, verdict)
+    if verdict.verdict <= 0 then return nil end   -- not clearly faster: never
     return math.max(1, math.ceil((r.cold_ms - r.eager_ms) / (r.eager_ms - steady)))
   end
-  r.break_even_calls = break_even(r.steady_ms)
-  r.break_even_dynamic = break_even(r.steady_dynamic_ms)
+  r.break_even_calls = break_even(r.steady_ms, r.verdict)
+  r.break_even_dynamic = break_even(r.steady_dynamic_ms, r.verdict_dynamic)
   r.saving = (r.eager_ms - r.steady_ms) / r.eager_ms
 
   r.decision, r.recommendation = recommend(r, #list)
   if not opts.quiet then report(r, opts.name or default_name(fn), #list, calls) end
+  return r
+end
+
+-- fl._report_checklist(cm) -> the checklist of what cm compiles, run quietly
+-- on new inputs like those of cm's last traced call (fl.report puts it on
+-- its page); nil and why when there are none to make.  The random stream
+-- is put back: a report draws nothing its caller would see.
+function fl._report_checklist(cm)
+  local st = cm.state
+  local last = st.last_args
+  if not last then return nil, "the compiled function has not been called" end
+  local inputs = {n = last.n}
+  local rng = fl.get_rng_state()
+  for i = 1, last.n do
+    local a = last[i]
+    if a.opaque then
+      fl.set_rng_state(rng)
+      return nil, ("argument %d of the last call was a table or a function; pass "
+        .. "checklist = fl.checklist(fn, {inputs = {...}}) to fl.report"):format(i)
+    elseif a.shape then
+      inputs[i] = tensor_like(a, a.shape)
+    else
+      inputs[i] = a.value
+    end
+  end
+  local ok, r = pcall(fl.checklist, st.fn, {inputs = inputs, quiet = true})
+  fl.set_rng_state(rng)
+  if not ok then return nil, tostring(r) end
   return r
 end

@@ -321,19 +321,14 @@ end
 
 local function lowering_failed(why) return tostring(why):find("CUDA lowering", 1, true) ~= nil end
 
--- Best of 3 runs of prog on inputs, in seconds.
+-- The median of 5 runs of prog on inputs (fl.measure's summary).
 -- Timing runs draw no numbers the caller sees: the random stream is put
 -- back, so the first compiled call draws what eager would.
 local function time_program(prog, inputs)
-  local best = math.huge
   local rng = fl.get_rng_state()
-  for _ = 1, 3 do
-    local t0 = fl.now()
-    prog:run(unpack(inputs))
-    best = math.min(best, fl.now() - t0)
-  end
+  local t = fl.measure(function() prog:run(unpack(inputs)) end, {runs = 5, warmup = 0})
   fl.set_rng_state(rng)
-  return best
+  return t
 end
 
 -- The graph passes fl.compile runs before fusion: the step-by-step route
@@ -344,7 +339,71 @@ local function lower_graph(g)
   local d = g:decompose{quiet = true}
   local o, log = d:optimize{quiet = true}
   if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
-  return o
+  return o, d, log
+end
+
+-- ---- FUSELAB_COMPILE_DEBUG=DIR (DESIGN §4, like TORCH_COMPILE_DEBUG) ------
+-- Per compiled graph a folder DIR/run_<time>_pid<pid>/graph_<n>_<key>
+-- with the graph as captured, the IR after each pass, the plan and its
+-- decisions, the host program and the kernels, the timings of each stage
+-- and the review report.  The folder is checked as the compile cache's is
+-- (fl._debug_dir); one that fails is a warning, once, and no files.
+local debug_run, debug_refused, debug_count = nil, false, 0
+
+local function debug_folder(key)
+  local dir = os.getenv("FUSELAB_COMPILE_DEBUG")
+  if not dir or dir == "" or debug_refused then return nil end
+  if not debug_run then
+    local run, why = fl._debug_dir(dir)
+    if not run then
+      debug_refused = true
+      io.stderr:write(("fuselab: warning: FUSELAB_COMPILE_DEBUG: %s; no debug files are written\n"):format(why))
+      return nil
+    end
+    debug_run = run
+  end
+  debug_count = debug_count + 1
+  local sub, why = fl._debug_subdir(debug_run, ("graph_%d_%s"):format(debug_count, key:sub(1, 8)))
+  if not sub then io.stderr:write("fuselab: warning: FUSELAB_COMPILE_DEBUG: ", why, "\n") end
+  return sub
+end
+
+local function debug_write(dir, name, text)
+  local f = io.open(dir .. "/" .. name, "w")
+  if not f then return end
+  f:write(text)
+  if text:sub(-1) ~= "\n" then f:write("\n") end
+  f:close()
+end
+
+local function debug_dump(st, key, stages, plan, prog, times)
+  local dir = debug_folder(key)
+  if not dir then return end
+  debug_write(dir, "01_captured.txt", tostring(stages.captured))
+  debug_write(dir, "02_decomposed.txt", tostring(stages.decomposed))
+  debug_write(dir, "03_optimized.txt", tostring(stages.optimized) .. "\n\n-- what optimize did --\n"
+    .. tostring(stages.log or ""))
+  local dec = {tostring(plan), "", "-- decisions, in graph order --"}
+  for _, d in ipairs(plan:decisions()) do
+    dec[#dec + 1] = ("%s %%%d -> %%%d: %s (saves %d bytes)"):format(d.fused and "fused  " or "refused",
+      d.a, d.b, d.reason, d.bytes_saved or 0)
+  end
+  debug_write(dir, "04_plan.txt", table.concat(dec, "\n"))
+  if prog then
+    local code = prog.code and prog:code() or ""
+    debug_write(dir, "05_host_program.txt", (code:match("^(.-\n)\n") or code))
+    debug_write(dir, "06_kernels." .. (st.backend == "cuda" and "cu" or "c"), prog:source())
+  end
+  local lines = {("backend %s; kernels %s"):format(st.backend or "cpu",
+    prog and prog:stats().how or "none (runs on the eager kernels)")}
+  for _, t in ipairs(times) do lines[#lines + 1] = ("%-22s %10.2f ms (one run)"):format(t[1], t[2]) end
+  debug_write(dir, "07_timings.txt", table.concat(lines, "\n"))
+  if fl.report then
+    local target = prog or plan
+    local ok, err = pcall(fl.report, target, dir .. "/08_report.html", {title = "Graph " .. debug_count .. " " .. key:sub(1, 8)})
+    if not ok then debug_write(dir, "08_report.txt", "the report could not be written: " .. tostring(err)) end
+  end
+  debug_line("compile debug: %s", dir)
 end
 
 -- The backend's compile step for one graph: decompose and optimize, fuse,
@@ -354,8 +413,20 @@ end
 -- its log kept) and the graph compiled (the plan's graph).
 local function build_runner(st, captured, inputs)
   if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
-  local g = lower_graph(captured)
+  local times, tstage = {}, fl.now()
+  local function stage(name)
+    local now = fl.now()
+    times[#times + 1] = {name, (now - tstage) * 1e3}
+    tstage = now
+  end
+  local g, dg, olog = lower_graph(captured)
+  stage("decompose + optimize")
   local plan = g:fuse{fuse = st.opts.fuse ~= false}
+  stage("fuse")
+  local dump = os.getenv("FUSELAB_COMPILE_DEBUG") and function(prog)
+    debug_dump(st, fl._graph_key(captured), {captured = captured, decomposed = dg, optimized = g, log = olog},
+      plan, prog, times)
+  end or function() end
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   -- "auto" is the GPU when one is usable and the graph's tensors are there
   -- (results stay on their inputs' device, as torch.compile's do); "cuda"
@@ -376,8 +447,11 @@ local function build_runner(st, captured, inputs)
     error(prog, 0)
   end
   if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
+  stage("generate code")
   local ok, log = prog:try_compile()
+  stage("compile (or load)")
   if not ok then
+    dump(nil)
     st.stats.fallbacks = st.stats.fallbacks + 1
     st.compile_logs[#st.compile_logs + 1] = log
     if not st.warned_compile then
@@ -388,6 +462,9 @@ local function build_runner(st, captured, inputs)
     return eager_runner(g), nil, g
   end
   local how = prog:stats().how
+  -- the first call is warm when no compiler ran for it: its kernels were
+  -- in memory, on disk or on the remote cache already
+  if st.first_how == nil then st.first_how = how end
   if how == "disk" then st.stats.disk_cache_hits = st.stats.disk_cache_hits + 1
   elseif how == "remote" then st.stats.remote_cache_hits = st.stats.remote_cache_hits + 1 end
   if use_cuda and st.opts.mode == "max-autotune" then
@@ -399,25 +476,36 @@ local function build_runner(st, captured, inputs)
     local alt = g:fuse{fuse = false}:codegen("cpu")
     if alt:try_compile() then
       local tf, tu = time_program(prog, inputs), time_program(alt, inputs)
-      st.stats.autotune[#st.stats.autotune + 1] = ("%s: fused %.3f ms, unfused %.3f ms -> %s"):format(
-        fl._graph_key(g):sub(1, 8), tf * 1e3, tu * 1e3, tf <= tu and "fused" or "unfused")
-      if tu < tf then prog, plan = alt, alt:plan() end
+      -- unfused only when it is clearly faster: fusion moves fewer bytes,
+      -- and a difference inside the noise is no reason to give that up
+      local v = fl.compare_times(tu, tf, {names = {"unfused", "fused"}})
+      st.stats.autotune[#st.stats.autotune + 1] = ("%s: fused %.3f ms, unfused %.3f ms (medians of 5) -> %s"):format(
+        fl._graph_key(g):sub(1, 8), tf.median_ms, tu.median_ms, v.verdict > 0 and "unfused" or "fused")
+      if v.verdict > 0 then prog, plan = alt, alt:plan() end
     end
   end
   st.programs[#st.programs + 1] = prog
   st.plans[#st.plans + 1] = plan
+  dump(prog)
+  -- every kernel of a CPU program is timed (two clock reads each), so the
+  -- review report has each kernel's mean time from the calls already made
+  if not use_cuda and prog.profile then prog:profile(true) end
   if DEBUG >= 4 then io.stderr:write("fuselab: generated source:\n", prog:source(), "\n") end
   if DEBUG >= 2 then
     -- time every run of this graph, and of each of its kernels, with the
     -- bandwidth they reached
     local bytes, n = plan:stats().bytes_after, #st.plans
     if prog.profile then prog:profile(true) end
+    local earlier = {}   -- the latest runs' ms: this run's time beside their median
     return function(ins)
       local t0 = fl.now()
       local outs = {prog:run(unpack(ins))}
       local dt = fl.now() - t0
-      io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms, %.2f GB/s\n"):format(
-        n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9))
+      local med = #earlier >= 3 and ("; earlier runs: median " .. tostring(fl.measure(earlier))) or ""
+      io.stderr:write(("fuselab: graph %d: %d kernel(s), %.3f ms (this run), %.2f GB/s%s\n"):format(
+        n, plan:stats().kernels, dt * 1e3, bytes / dt / 1e9, med))
+      if #earlier >= 256 then table.remove(earlier, 1) end
+      earlier[#earlier + 1] = dt * 1e3
       fl._print_kernel_times(prog)
       return outs
     end, prog, g
@@ -628,6 +716,15 @@ local function slow(st, reason, argi, dim, ...)
     for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
   end
   for i = 1, args.n do st.last_shapes[i] = is_tensor(args[i]) and args[i].shape or nil end
+  -- what the arguments were like, without keeping them alive: fl.report
+  -- runs its checklist on inputs like these
+  st.last_args = {n = args.n}
+  for i = 1, args.n do
+    local a = args[i]
+    if is_tensor(a) then st.last_args[i] = {shape = a.shape, dtype = a.dtype, device = a.device}
+    elseif type(a) ~= "table" and type(a) ~= "userdata" and type(a) ~= "function" then st.last_args[i] = {value = a}
+    else st.last_args[i] = {opaque = true} end
+  end
   local t0 = fl.now()
   st.new_compiles = 0
   st.ntraces = st.ntraces + 1
@@ -700,6 +797,12 @@ function methods.stats(cm)
   s.kernels = 0
   for _, p in ipairs(st.plans) do s.kernels = s.kernels + p:stats().kernels end
   s.compile_log = table.concat(st.compile_logs, "\n")
+  s.first_call_warm = st.first_how ~= nil and st.first_how ~= "compiled"
+  -- the calls' own wall times: the first (capture and compile, or kernels
+  -- from the disk cache), the second, and the median of the later ones
+  local tm = cm.timings
+  s.timings = {first_ms = tm.first_ms, second_ms = tm.second_ms,
+               steady = #tm.steady > 0 and fl.measure(tm.steady) or nil}
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   return s
 end
@@ -711,11 +814,16 @@ function methods._tostring(cm)
     #cm.state.graphs, s.calls, s.cache_hits, s.traces, s.graph_breaks)
 end
 
--- cm:code() -> the generated C of every compiled graph
-function methods.code(cm)
+-- cm:code([{preamble = true}]) -> for every compiled graph its host program
+-- (buffers, the kernel and library calls in order, frees), then its
+-- kernels; the preamble (includes, SIMD helpers) only on request
+function methods.code(cm, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("code: expected an options table {preamble = true}, got " .. type(opts), 2)
+  end
   local parts = {}
   for i, p in ipairs(cm.state.programs) do
-    parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p:source())
+    parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p.code and p:code(opts) or p:source())
   end
   return table.concat(parts, "\n")
 end

@@ -151,6 +151,13 @@ void lfl_open_graph(lua_State *L, int lib);
 void lfl_open_compile(lua_State *L, int lib);
 /* fl.checklist (checklist.lua) and its helpers (lfl_checklist.c). */
 void lfl_open_checklist(lua_State *L, int lib);
+/* lfl_measure.c: fl.measure, fl.compare_times; a timing summary (in ms) as
+** a Lua table and back */
+struct meas_summary;
+#define LFL_LIB_KEY "fuselab.lib"     /* the registry's reference to the fl table */
+void lfl_open_measure(lua_State *L, int lib);
+void lfl_push_summary(lua_State *L, const struct meas_summary *s);
+int lfl_to_summary(lua_State *L, int idx, struct meas_summary *s, const char *where);
 /* fl.Plan and fl.Program (lfl_plan.c): g:fuse, p:codegen, k:run. */
 struct fuse_plan *lfl_toplan(lua_State *L, int idx);
 struct exec_program *lfl_toprogram(lua_State *L, int idx);

@@ -12,15 +12,20 @@
 ** tensor at the place it was found.  Invariant: an entry whose guards hold
 ** computes what running the function's Lua body would.
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "cpu/backend.h"
 #include "graph/ir.h"
+#include "exec/cache_disk.h"
+#include "exec/measure.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
 #define ENTRY_TYPE "fl.Entry"
@@ -83,9 +88,19 @@ enum { CUV_FN = 1,      /* the function or module compiled */
                            segments of a function whose Lua runs each call */
        CUV_COUNT = CUV_PLAN };
 
+#define RECENT_CALLS 256           /* steady-state calls remembered */
+
 typedef struct compiled {
   long calls, hits;
   int debug;                     /* FUSELAB_DEBUG at creation */
+  /* wall ms of the calls that returned: the first (capture + compile, or
+  ** a load from the disk cache), the second, and the latest later ones
+  ** (a ring): what fl.report and cm:stats() show without running anything */
+  double first_ms, second_ms;
+  double recent[RECENT_CALLS];
+  long timed;                    /* calls timed in all */
+  double runs_ms[RECENT_CALLS];  /* FUSELAB_DEBUG >= 2: the latest cached runs alone */
+  long nruns;
 } compiled;
 
 static entry *checkentry(lua_State *L, int idx) {
@@ -448,8 +463,7 @@ static double now_s(void) {
 ** Lua runs each call (graph breaks), its recorded segments replay; else
 ** the Lua slow path slow(state, reason, argi, dim, ...) decides (trace,
 ** recompile, fall back). */
-static int c_call(lua_State *L) {
-  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+static int call_inner(lua_State *L, compiled *c) {
   int nargs = lua_gettop(L) - 1, fnidx, entries, k, n, argi = 0, dim = 0;
   char reason[512] = "";
   c->calls++;
@@ -474,10 +488,19 @@ static int c_call(lua_State *L) {
       if (c->debug >= 2) t0 = now_s();
       nr = run_entry(L, eidx, en, 2);
       if (c->debug >= 2 && en->pr) {
-        double dt = now_s() - t0;
-        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms, %.2f GB/s\n",
+        double dt = now_s() - t0, t[RECENT_CALLS];
+        long m = c->nruns < RECENT_CALLS ? c->nruns : RECENT_CALLS;
+        char med[200] = "", fmt[160];
+        if (m >= 3) {
+          meas_summary sum;
+          memcpy(t, c->runs_ms, (size_t)m * sizeof *t);
+          meas_summarize(t, (int)m, NULL, &sum);
+          snprintf(med, sizeof med, "; earlier runs: median %s", meas_format(&sum, "ms", fmt, sizeof fmt));
+        }
+        c->runs_ms[c->nruns++ % RECENT_CALLS] = dt * 1e3;
+        fprintf(stderr, "fuselab: ran %d kernel(s) in %.3f ms (this run), %.2f GB/s%s\n",
                 en->pr->plan->stats.kernels, dt * 1e3,
-                (double)en->pr->plan->stats.bytes_after / dt / 1e9);
+                (double)en->pr->plan->stats.bytes_after / dt / 1e9, med);
         exec_program_print_profile(en->pr, stderr, "fuselab:   ");
       }
       return nr;
@@ -510,6 +533,35 @@ static int c_call(lua_State *L) {
   return lua_gettop(L) - (nargs + 1);
 }
 
+/* cm(...): call_inner, timed (the times the report and stats show). */
+static int c_call(lua_State *L) {
+  compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
+  double t0 = now_s(), dt;
+  int n = call_inner(L, c);
+  dt = (now_s() - t0) * 1e3;
+  if (c->timed == 0) c->first_ms = dt;
+  else if (c->timed == 1) c->second_ms = dt;
+  else c->recent[(c->timed - 2) % RECENT_CALLS] = dt;
+  c->timed++;
+  return n;
+}
+
+/* cm.timings -> {first_ms=, second_ms=, steady={ms, ...}} of the calls so
+** far (steady: the latest after the second, oldest first) */
+static void push_timings(lua_State *L, const compiled *c) {
+  long m = c->timed - 2 < RECENT_CALLS ? c->timed - 2 : RECENT_CALLS, i, at;
+  lua_createtable(L, 0, 3);
+  if (c->timed >= 1) { lua_pushnumber(L, c->first_ms); lua_setfield(L, -2, "first_ms"); }
+  if (c->timed >= 2) { lua_pushnumber(L, c->second_ms); lua_setfield(L, -2, "second_ms"); }
+  lua_createtable(L, m > 0 ? (int)m : 0, 0);
+  at = c->timed - 2 > RECENT_CALLS ? (c->timed - 2) % RECENT_CALLS : 0;
+  for (i = 0; i < m; i++) {
+    lua_pushnumber(L, c->recent[(at + i) % RECENT_CALLS]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "steady");
+}
+
 /* fl._compiled_new(fn, entries, slow, state, plan) -> callable */
 static int c_new(lua_State *L) {
   compiled *c;
@@ -534,6 +586,7 @@ static int c_index(lua_State *L) {
   const char *k = luaL_checkstring(L, 2);
   if (strcmp(k, "calls") == 0) { lua_pushinteger(L, c->calls); return 1; }
   if (strcmp(k, "hits") == 0) { lua_pushinteger(L, c->hits); return 1; }
+  if (strcmp(k, "timings") == 0) { push_timings(L, c); return 1; }
   lua_getiuservalue(L, 1, CUV_STATE);
   if (strcmp(k, "state") == 0) return 1;
   lua_getfield(L, -1, "methods");            /* state.methods[k] */
@@ -572,8 +625,62 @@ static int l_graph_key(lua_State *L) {
   return 1;
 }
 
+/* fl._debug_dir(dir) -> the folder this process writes its compiled
+** graphs' debug files to (FUSELAB_COMPILE_DEBUG=dir), or nil and why.
+** dir is made mode 0700 when missing and must then pass the compile
+** cache's trust check (owned by the user, writable by nobody else, in a
+** parent nobody else can swap it out of): debug files hold the model's
+** code and names, and a folder another user can write could be a trap.
+** Inside it a new folder run_<time>_pid<pid>, made exclusively (mkdir
+** fails on anything already there, a symlink too). */
+static int l_debug_dir(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  char why[512], run[4096], stamp[32];
+  time_t now = time(NULL);
+  struct tm tm;
+  int i;
+  if (cdisk_mkdirs(dir) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot make %s: %s", dir, strerror(errno));
+    return 2;
+  }
+  if (!cdisk_trusted_dir(dir, why, sizeof why)) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s is not safe to write to: %s", dir, why);
+    return 2;
+  }
+  if (!localtime_r(&now, &tm) || !strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm))
+    snprintf(stamp, sizeof stamp, "%ld", (long)now);
+  for (i = 0; i < 100; i++) {
+    if (i) snprintf(run, sizeof run, "%s/run_%s_pid%ld_%d", dir, stamp, (long)getpid(), i);
+    else snprintf(run, sizeof run, "%s/run_%s_pid%ld", dir, stamp, (long)getpid());
+    if (mkdir(run, 0700) == 0) {
+      lua_pushstring(L, run);
+      return 1;
+    }
+    if (errno != EEXIST) break;
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "cannot make a folder in %s: %s", dir, strerror(errno));
+  return 2;
+}
+
+/* fl._debug_subdir(parent, name) -> parent/name made mode 0700 (exclusive),
+** or nil and why */
+static int l_debug_subdir(lua_State *L) {
+  const char *parent = luaL_checkstring(L, 1), *name = luaL_checkstring(L, 2);
+  const char *path = lua_pushfstring(L, "%s/%s", parent, name);
+  if (strchr(name, '/') || mkdir(path, 0700) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot make %s: %s", path, strchr(name, '/') ? "a name with a slash" : strerror(errno));
+    return 2;
+  }
+  return 1;
+}
+
 static const luaL_Reg compile_funcs[] = {
   {"_entry_new", e_new}, {"_compiled_new", c_new},
+  {"_debug_dir", l_debug_dir}, {"_debug_subdir", l_debug_subdir},
   {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
   {NULL, NULL}
 };

@@ -10,6 +10,8 @@
 */
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "lfl.h"
 #include "exec/program.h"
 
@@ -49,6 +51,29 @@ static int k_gc(lua_State *L) {
 static int k_source(lua_State *L) {
   const lfl_progtype *be = backend(L);
   lua_pushstring(L, exec_program_source(lfl_checkprogram(L, 1, be)));
+  return 1;
+}
+
+/* print(k), k:code([{preamble = true}]) -> the host program (what runs on
+** every call, in order), then the kernels; the preamble on request */
+static int k_code(lua_State *L) {
+  const lfl_progtype *be = backend(L);
+  exec_program *pr = lfl_checkprogram(L, 1, be);
+  int preamble = 0;
+  char *host;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "preamble");
+    preamble = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  } else if (!lua_isnoneornil(L, 2)) {
+    return luaL_error(L, "code: expected an options table {preamble = true}, got %s", luaL_typename(L, 2));
+  }
+  host = exec_program_host(pr);
+  if (!host) return luaL_error(L, "code: out of memory");
+  lua_pushstring(L, host);
+  free(host);
+  lua_pushstring(L, preamble ? exec_program_source(pr) : exec_program_body(pr));
+  lua_concat(L, 2);
   return 1;
 }
 
@@ -156,7 +181,7 @@ static int k_plan(lua_State *L) {
 void lfl_program_type(lua_State *L, const lfl_progtype *be, const luaL_Reg *extra) {
   static const luaL_Reg shared[] = {
     {"compile", k_compile}, {"try_compile", k_try_compile}, {"run", k_run},
-    {"source", k_source}, {"log", k_log}, {"profile", k_profile}, {"plan", k_plan},
+    {"source", k_source}, {"code", k_code}, {"log", k_log}, {"profile", k_profile}, {"plan", k_plan},
     {NULL, NULL}
   };
   if (!luaL_newmetatable(L, be->type)) {
@@ -167,7 +192,7 @@ void lfl_program_type(lua_State *L, const lfl_progtype *be, const luaL_Reg *extr
   lua_pushcclosure(L, k_gc, 1);
   lua_setfield(L, -2, "__gc");
   lua_pushlightuserdata(L, (void *)be);
-  lua_pushcclosure(L, k_source, 1);
+  lua_pushcclosure(L, k_code, 1);
   lua_setfield(L, -2, "__tostring");
   lua_newtable(L);
   lua_pushlightuserdata(L, (void *)be);

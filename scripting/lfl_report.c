@@ -11,6 +11,7 @@
 ** Invariant: as in lfl_viz.c, every C temporary belongs to the call's
 ** to-be-closed scratch, every borrowed string to its keep table.
 */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "lfl_viz.h"
 #include "cpu/backend.h"
 #include "exec/cache.h"
+#include "exec/measure.h"
 #include "viz/report.h"
 #include "viz/style.h"
 
@@ -58,19 +60,17 @@ static double time_call(lua_State *L, int f, int self, int in, const char *which
   return dt * 1e3;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of `calls` timed calls (see time_call). */
+/* `calls` timed calls (see time_call) summarized into *sum; returns the
+** median (exec/measure.c: with its spread and noise). */
 static double median_calls(lua_State *L, int f, int self, int in, int calls,
-                           const char *which) {
+                           const char *which, meas_summary *sum) {
   double t[MAX_CALLS];
+  meas_window w;
   int i;
+  meas_begin(&w);
   for (i = 0; i < calls; i++) t[i] = time_call(L, f, self, in, which);
-  qsort(t, (size_t)calls, sizeof t[0], cmp_double);
-  return calls % 2 ? t[calls / 2] : (t[calls / 2 - 1] + t[calls / 2]) / 2;
+  meas_summarize(t, calls, &w, sum);
+  return sum->median;
 }
 
 /* The method `name` of the value at idx pushed, then idx itself. */
@@ -92,22 +92,43 @@ typedef struct rep {
   ** their kernels' mean times fill the kernel table */
   exec_program *timed[LFL_VIZ_MAX_STAGES];
   int ntimed;
+  /* the steady state and eager as measured, for one verdict on the page */
+  meas_summary steady, eager;
+  int has_steady, has_eager;
+  meas_summary ck_steady, ck_eager;   /* the checklist's pair, timed side by side */
+  int has_ck;
+  int first_warm;              /* the compiled function's first call loaded its kernels */
 } rep;
 
 /* Per-kernel timing on for the program at idx (a CPU program; others are
-** left alone) during the timed calls that follow. */
-static void profile_program(lua_State *L, rep *R, int idx) {
+** left alone) during the timed calls that follow; reset selects whether
+** the counters start again (a program fl.compile already times keeps
+** the means of the calls it made). */
+static void profile_program(lua_State *L, rep *R, int idx, int reset) {
   exec_program *pr = lfl_toprogram(L, idx);
   fl_err e;
   if (!pr || R->ntimed >= LFL_VIZ_MAX_STAGES) return;
   err_clear(&e);
-  if (exec_program_set_profile(pr, 1, &e) != FL_OK) lfl_viz_raise(L, "report", &e);
+  if ((reset || !pr->profile) && exec_program_set_profile(pr, 1, &e) != FL_OK)
+    lfl_viz_raise(L, "report", &e);
   R->timed[R->ntimed++] = pr;
 }
 
-static void profile_off(rep *R) {
+/* Timing off again for the programs the report turned it on for (a
+** program fl.compile times stays timed: `keep`). */
+static void profile_off(rep *R, int keep) {
   int i;
+  if (keep) return;
   for (i = 0; i < R->ntimed; i++) exec_program_set_profile(R->timed[i], 0, NULL);
+}
+
+/* A summary's text kept for the page: "0.12 ms (IQR ..., 20 runs)" and
+** what measured it. */
+static const char *summary_note(lua_State *L, rep *R, const meas_summary *s, const char *where) {
+  char buf[256];
+  meas_format(s, "ms", buf, sizeof buf);
+  lua_pushfstring(L, "median %s%s%s", buf, where ? " \xc2\xb7 " : "", where ? where : "");
+  return lfl_viz_keep(L, R->keep);
 }
 
 /* The mean time of each kernel of plan p, when a timed program ran it;
@@ -345,21 +366,36 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
     lua_getfield(L, cm, "calls");
     if (lua_tointeger(L, -1) == 0) time_call(L, cm, 0, inputs, "the compiled function");
     lua_pop(L, 1);
-    r->warm_ms = time_call(L, cm, 0, inputs, "the compiled function");
+    time_call(L, cm, 0, inputs, "the compiled function");
     lua_getfield(L, state, "programs");
     if (lua_istable(L, -1)) {
       lua_Integer j, np = luaL_len(L, -1);
       for (j = 1; j <= np; j++) {
         lua_rawgeti(L, -1, j);
-        profile_program(L, R, lua_gettop(L));
+        profile_program(L, R, lua_gettop(L), 1);
         lua_pop(L, 1);
       }
     }
     lua_pop(L, 1);
-    r->steady_ms = median_calls(L, cm, 0, inputs, calls, "the compiled function");
-    profile_off(R);
+    median_calls(L, cm, 0, inputs, calls, "the compiled function", &R->steady);
+    R->has_steady = 1;
+    profile_off(R, 1);
     time_call(L, fn, 0, inputs, "the eager function");   /* its caches warm */
-    r->eager_ms = median_calls(L, fn, 0, inputs, calls, "the eager function");
+    median_calls(L, fn, 0, inputs, calls, "the eager function", &R->eager);
+    R->has_eager = 1;
+  } else {
+    /* the programs fl.compile made time their kernels on every call:
+    ** their means fill the kernel table */
+    lua_getfield(L, state, "programs");
+    if (lua_istable(L, -1)) {
+      lua_Integer j, np = luaL_len(L, -1);
+      for (j = 1; j <= np; j++) {
+        lua_rawgeti(L, -1, j);
+        profile_program(L, R, lua_gettop(L), 0);
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
   }
   push_method(L, cm, "stats");
   lua_call(L, 1, 1);
@@ -391,7 +427,35 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
             (int)field_num(L, stats, "disk_cache_hits", 0));
   sum_add(L, R, "fallbacks", "%d", (int)field_num(L, stats, "fallbacks", 0));
   sum_add(L, R, "compile time", "%.1f ms", field_num(L, stats, "compile_ms", 0));
-  r->cold_ms = field_num(L, stats, "first_call_ms", -1);
+  /* the calls the function made: first, second, the median of the rest */
+  lua_getfield(L, stats, "first_call_warm");
+  R->first_warm = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lua_getfield(L, stats, "timings") == LUA_TTABLE) {
+    int tm = lua_gettop(L);
+    r->cold_ms = field_num(L, tm, "first_ms", -1);
+    r->warm_ms = field_num(L, tm, "second_ms", -1);
+    if (r->cold_ms >= 0) {
+      r->cold_label = R->first_warm ? "first call: warm (capture, kernels already compiled: from a cache, run)"
+                                    : "first call: cold (capture + compile + run)";
+      r->timing_notes[0] = R->first_warm ? "one run \xc2\xb7 no compiler ran: the kernels were "
+                                           "in the disk cache (or already loaded)" : "one run";
+    }
+    if (r->warm_ms >= 0) r->timing_notes[1] = "one run";
+    if (!R->has_steady && lua_getfield(L, tm, "steady") == LUA_TTABLE) {
+      lfl_to_summary(L, -1, &R->steady, "report");
+      R->has_steady = R->steady.n > 0;
+      lua_pop(L, 1);
+    }
+    if (r->cold_ms < 0) r->cold_ms = field_num(L, stats, "first_call_ms", -1);
+  }
+  lua_pop(L, 1);
+  if (R->has_steady)
+    r->timing_notes[2] = summary_note(L, R, &R->steady, inputs ? "calls made by the report"
+                                                                : "the calls the function made");
+  if (R->has_eager) r->timing_notes[3] = summary_note(L, R, &R->eager, "calls made by the report");
+  if (R->has_steady) r->steady_ms = R->steady.median;
+  if (R->has_eager) r->eager_ms = R->eager.median;
   lua_getfield(L, cm, "code");
   lua_pushvalue(L, cm);
   lua_call(L, 1, 1);
@@ -475,16 +539,21 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     lua_getfield(L, prog, "run");
     r->cold_ms = compile_ms + time_call(L, lua_gettop(L), prog, inputs, "the program");
     r->warm_ms = time_call(L, lua_gettop(L), prog, inputs, "the program");
-    profile_program(L, R, prog);
-    r->steady_ms = median_calls(L, lua_gettop(L), prog, inputs, calls, "the program");
-    profile_off(R);
+    if (pr->how != CACHE_COMPILED) r->cold_label = "first run: warm (kernels loaded from the cache)";
+    profile_program(L, R, prog, 1);
+    r->steady_ms = median_calls(L, lua_gettop(L), prog, inputs, calls, "the program", &R->steady);
+    R->has_steady = 1;
+    r->timing_notes[2] = summary_note(L, R, &R->steady, NULL);
+    profile_off(R, 0);
     push_method(L, plan, "graph");
     lua_call(L, 1, 1);
     g = lua_gettop(L);
     lua_getfield(L, g, "run");
     time_call(L, lua_gettop(L), g, inputs, "the graph on the eager kernels");
     r->eager_ms = median_calls(L, lua_gettop(L), g, inputs, calls,
-                               "the graph on the eager kernels");
+                               "the graph on the eager kernels", &R->eager);
+    R->has_eager = 1;
+    r->timing_notes[3] = summary_note(L, R, &R->eager, "the graph run op by op");
   }
   lfl_viz_list_init(L, R->s, &l, "report");
   lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
@@ -540,30 +609,48 @@ static void fill_checklist(lua_State *L, rep *R, int c) {
     char buf[64];
     snprintf(buf, sizeof buf, "%.1f ms", cold);
     lua_pushstring(L, buf);
-    rows[n].item = "first call (cold compile)";
+    rows[n].item = "first call (cold: an empty cache, the compiler runs)";
     rows[n].value = lfl_viz_keep(L, R->keep);
     rows[n++].verdict = 0;
   }
   if (steady >= 0 && eager >= 0) {
-    char buf[96];
-    snprintf(buf, sizeof buf, "%.3f ms compiled vs %.3f ms eager (%.2fx)", steady, eager,
-             steady > 0 ? eager / steady : 0.0);
+    char buf[320];
+    int v = steady < eager ? 1 : -1;
+    const char *why = NULL;
+    if (lua_getfield(L, c, "verdict") == LUA_TTABLE) {
+      v = (int)field_num(L, lua_gettop(L), "verdict", v);
+      why = field_str(L, R, lua_gettop(L), "text");
+    }
+    lua_pop(L, 1);
+    snprintf(buf, sizeof buf, "%.3f ms compiled vs %.3f ms eager (medians)%s%s", steady, eager,
+             why ? ": " : "", why ? why : "");
     lua_pushstring(L, buf);
     rows[n].item = "steady state";
     rows[n].value = lfl_viz_keep(L, R->keep);
-    rows[n++].verdict = steady < eager ? 1 : -1;
+    rows[n++].verdict = v;
   }
-  if (lua_getfield(L, c, "break_even_calls") == LUA_TNUMBER) {
-    char buf[64];
-    v = lua_tonumber(L, -1);
-    if (v != v || v > 1e15) snprintf(buf, sizeof buf, "never");
+  {
+    char buf[200];
+    int t = lua_getfield(L, c, "break_even_calls");
+    v = t == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+    if (t != LUA_TNUMBER || v != v || v > 1e15) snprintf(buf, sizeof buf, "never: compiled is not clearly faster");
     else snprintf(buf, sizeof buf, "%.0f call%s", v, v == 1 ? "" : "s");
     lua_pushstring(L, buf);
     rows[n].item = "calls to break even";
     rows[n].value = lfl_viz_keep(L, R->keep);
-    rows[n++].verdict = v != v || v > 1e15 ? -1 : 0;
+    rows[n++].verdict = v < 0 || v != v || v > 1e15 ? -1 : 0;
+    /* the page's one break-even number: the checklist's, as it is the
+    ** one measured from a cold compile */
+    if (v < 0 || v != v || v > 1e15)
+      snprintf(buf, sizeof buf, "Compilation does not pay for itself here (the go-live checklist below: "
+               "compiled calls are not clearly faster than eager).");
+    else
+      snprintf(buf, sizeof buf, "Compilation pays for itself after %.0f call%s (the go-live checklist "
+               "below: a cold compile of %.0f ms against the steady state).", v, v == 1 ? "" : "s", cold);
+    lua_pushstring(L, buf);
+    r->break_even = lfl_viz_keep(L, R->keep);
+    lua_pop(L, 1);
   }
-  lua_pop(L, 1);
   if ((v = field_num(L, c, "cache_hit_rate", -1)) >= 0) {
     char buf[32];
     snprintf(buf, sizeof buf, "%.0f%%", v <= 1 ? v * 100 : v);
@@ -598,8 +685,93 @@ static void fill_checklist(lua_State *L, rep *R, int c) {
   r->nchecklist = n;
   r->recommendation = field_str(L, R, c, "recommendation");
   if (r->cold_ms < 0 && cold >= 0) r->cold_ms = cold;
-  if (r->steady_ms < 0 && steady >= 0) r->steady_ms = steady;
-  if (r->eager_ms < 0 && eager >= 0) r->eager_ms = eager;
+  /* times the report did not measure come from the checklist's, with
+  ** their spreads */
+  if (lua_getfield(L, c, "timing") == LUA_TTABLE) {
+    int tm = lua_gettop(L);
+    if (lua_getfield(L, tm, "steady") == LUA_TTABLE && lua_getfield(L, tm, "eager") == LUA_TTABLE) {
+      lfl_to_summary(L, -2, &R->ck_steady, "report");
+      lfl_to_summary(L, -1, &R->ck_eager, "report");
+      R->has_ck = 1;
+    }
+    lua_settop(L, tm);
+    if (!R->has_steady && lua_getfield(L, tm, "steady") == LUA_TTABLE) {
+      lfl_to_summary(L, -1, &R->steady, "report");
+      R->has_steady = 1;
+      r->timing_notes[2] = summary_note(L, R, &R->steady, "measured by the go-live checklist");
+    }
+    lua_settop(L, tm);
+    if (!R->has_eager && lua_getfield(L, tm, "eager") == LUA_TTABLE) {
+      lfl_to_summary(L, -1, &R->eager, "report");
+      R->has_eager = 1;
+      r->timing_notes[3] = summary_note(L, R, &R->eager, "measured by the go-live checklist");
+    }
+    lua_settop(L, tm);
+  }
+  lua_pop(L, 1);
+  if (r->steady_ms < 0 && steady >= 0) r->steady_ms = R->has_steady ? R->steady.median : steady;
+  if (r->eager_ms < 0 && eager >= 0) r->eager_ms = R->has_eager ? R->eager.median : eager;
+}
+
+/* The page's verdict (steady against eager, a margin above the noise)
+** and, without a checklist, its break-even sentence. */
+static void verdict(lua_State *L, rep *R) {
+  viz_report *r = &R->r;
+  const meas_summary *st = &R->steady, *ea = &R->eager;
+  double ratio, margin;
+  char buf[400], why[160];
+  int v;
+  size_t at;
+  /* one verdict, from two timings taken side by side: the checklist's
+  ** when it ran (its compiled and eager calls alternate with nothing
+  ** between), else the report's own */
+  if (R->has_ck) { st = &R->ck_steady; ea = &R->ck_eager; }
+  else if (!R->has_steady || !R->has_eager) return;
+  v = meas_verdict(st, ea, &ratio, &margin);
+  if (v > 0)
+    snprintf(buf, sizeof buf, "Steady state runs %.2f\xc3\x97 faster than eager (medians, beyond the "
+             "%.0f%% the noise allows).", ratio, margin * 100);
+  else if (v < 0)
+    snprintf(buf, sizeof buf, "Steady state is slower than eager: %.2f\xc3\x97 its time (medians).", 1 / ratio);
+  else
+    snprintf(buf, sizeof buf, "No clear difference here between the steady state and eager "
+             "(%.2f\xc3\x97, within the %.0f%% the noise allows).", ratio, margin * 100);
+  at = strlen(buf);
+  if (R->has_ck && at < sizeof buf)
+    snprintf(buf + at, sizeof buf - at, " (The go-live checklist's steady state and eager, timed one "
+             "after the other.)");
+  at = strlen(buf);
+  if ((st->noisy || ea->noisy) && at < sizeof buf)
+    snprintf(buf + at, sizeof buf - at, " Noisy: %s.", meas_noise_reason(st->noisy ? st : ea, why, sizeof why));
+  lua_pushstring(L, buf);
+  r->verdict = lfl_viz_keep(L, R->keep);
+  if (r->break_even) return;
+  if (v <= 0) snprintf(buf, sizeof buf, "Compilation does not pay for itself here.");
+  else if (R->first_warm)
+    snprintf(buf, sizeof buf, "The first call was warm (no compiler ran: its kernels came from a cache): the calls "
+             "a cold compile needs to pay for itself are the go-live checklist's to count.");
+  else if (r->cold_ms >= 0) {
+    double extra = r->cold_ms - r->eager_ms, gain = r->eager_ms - r->steady_ms;
+    double calls = extra <= 0 ? 1 : 1 + ceil(extra / gain);
+    snprintf(buf, sizeof buf, "Compilation pays for itself after %.0f call%s.", calls, calls == 1 ? "" : "s");
+  } else return;
+  lua_pushstring(L, buf);
+  r->break_even = lfl_viz_keep(L, R->keep);
+}
+
+/* The go-live checklist of the compiled function at cm, run on inputs
+** like its last call's (fl._report_checklist, checklist.lua); pushes its
+** table, or nil and a note on why it could not run. */
+static int run_checklist(lua_State *L, int cm) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LFL_LIB_KEY);
+  lua_getfield(L, -1, "_report_checklist");
+  lua_remove(L, -2);
+  lua_pushvalue(L, cm);
+  if (lua_pcall(L, 1, 2, 0) != LUA_OK) {
+    lua_pushnil(L);
+    lua_insert(L, -2);
+  }
+  return lua_istable(L, -2);
 }
 
 /* fl.report(cm_or_plan, path [, opts]) -> path */
@@ -607,7 +779,7 @@ int lfl_viz_report(lua_State *L) {
   const char *path = luaL_checkstring(L, 2);
   rep R;
   fl_err e;
-  int kind, inputs = 0, checklist = 0, calls = 10;
+  int kind, inputs = 0, checklist = 0, calls = 10, no_checklist = 0;
   lua_settop(L, 3);
   memset(&R, 0, sizeof R);
   lfl_viz_opts(L, 3, &R.o, report_keys, "report");
@@ -625,8 +797,9 @@ int lfl_viz_report(lua_State *L) {
     switch (lua_getfield(L, 3, "checklist")) {
     case LUA_TNIL: lua_pop(L, 1); break;
     case LUA_TTABLE: checklist = lua_gettop(L); break;
-    default: luaL_error(L, "report: option checklist must be the table fl.checklist returns, "
-                        "got %s", lfl_viz_typeof(L, -1));
+    case LUA_TBOOLEAN: no_checklist = !lua_toboolean(L, -1); lua_pop(L, 1); break;
+    default: luaL_error(L, "report: option checklist must be true, false or the table fl.checklist "
+                        "returns, got %s", lfl_viz_typeof(L, -1));
     }
     if (lua_getfield(L, 3, "calls") != LUA_TNIL) {
       if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > MAX_CALLS)
@@ -646,7 +819,19 @@ int lfl_viz_report(lua_State *L) {
   else
     luaL_error(L, "report: cannot report on a %s (expected a compiled function, a Plan, "
                "a Program or a Graph)", lfl_viz_typeof(L, 1));
+  if (!checklist && !no_checklist && kind == LFL_VIZ_COMPILED) {
+    /* the checklist belongs on the page: run on inputs like the last call's */
+    if (run_checklist(L, 1)) {
+      lua_pop(L, 1);
+      checklist = lua_gettop(L);
+    } else {
+      R.r.recommendation = lua_pushfstring(L, "The go-live checklist could not run here: %s",
+                                           lua_isstring(L, -1) ? lua_tostring(L, -1) : "no reason given");
+      lfl_viz_keep(L, R.keep);
+    }
+  }
   if (checklist) fill_checklist(L, &R, checklist);
+  verdict(L, &R);
   R.r.summary = R.summary;
   R.r.nsummary = R.nsum;
   err_clear(&e);

@@ -59,6 +59,7 @@ static const char css[] =
   "color:#9aa0a6;user-select:none;border-right:1px solid var(--line);margin-right:.8em}\n"
   "ul.plain{margin:0;padding-left:20px}\n"
   ".bar{height:12px;background:var(--accent);border-radius:3px;min-width:2px}\n"
+  ".note{color:#666;font-size:12px;margin-top:2px}"
   ".bar.cold{background:#c46a1a}.bar.eager{background:#8c8c8c}\n"
   ".verdict{font-weight:700}.v1{color:var(--good)}.v0{color:var(--mute)}.v-1{color:var(--bad)}\n"
   ".reco{margin-top:10px;padding:10px 14px;border-left:4px solid var(--accent);background:var(--soft)}\n"
@@ -346,7 +347,7 @@ static void breaks(strbuf *b, const viz_report *r) {
 
 static void timings(strbuf *b, const viz_report *r) {
   static const char *names[] = {"cold (first call: capture + compile + run)",
-                                "warm (second call)", "steady state (median call)",
+                                "second call", "steady state (median call)",
                                 "eager (uncompiled)"};
   static const char *cls[] = {"cold", "", "", "eager"};
   double v[4], mx = 0;
@@ -366,15 +367,30 @@ static void timings(strbuf *b, const viz_report *r) {
   strbuf_printf(b, "<table><tbody>\n");
   for (i = 0; i < 4; i++) {
     ms_str(v[i], t, sizeof t);
-    strbuf_printf(b, "<tr><td style=\"width:34%%\">%s</td><td class=\"n\" style=\"width:12%%\">%s</td><td>",
-                  names[i], t);
+    strbuf_printf(b, "<tr><td style=\"width:34%%\">");
+    viz_esc(b, i == 0 && r->cold_label ? r->cold_label : names[i]);
+    strbuf_printf(b, "</td><td class=\"n\" style=\"width:12%%\">%s</td><td>", t);
     if (v[i] >= 0 && mx > 0)
-      strbuf_printf(b, "<div class=\"bar %s\" style=\"width:%.1f%%\"></div>", cls[i],
+      strbuf_printf(b, "<div class=\"bar %s\" style=\"width:%.1f%%\"></div>",
+                    i == 0 && r->cold_label && !strstr(r->cold_label, "cold") ? "" : cls[i],
                     100.0 * v[i] / mx);
+    if (r->timing_notes[i]) {
+      strbuf_printf(b, "<div class=\"note\">");
+      viz_esc(b, r->timing_notes[i]);
+      strbuf_printf(b, "</div>");
+    }
     strbuf_printf(b, "</td></tr>\n");
   }
   strbuf_printf(b, "</tbody></table>\n");
-  if (r->steady_ms > 0 && r->eager_ms > 0) {
+  if (r->verdict || r->break_even) {
+    /* the caller decided with a margin above the noise, and gives the
+    ** page's only break-even number */
+    strbuf_printf(b, "<p>");
+    if (r->verdict) viz_esc(b, r->verdict);
+    if (r->verdict && r->break_even) strbuf_printf(b, " ");
+    if (r->break_even) viz_esc(b, r->break_even);
+    strbuf_printf(b, "</p>\n");
+  } else if (r->steady_ms > 0 && r->eager_ms > 0) {
     strbuf_printf(b, "<p>Steady state runs at <b>%.2f\xc3\x97</b> the speed of eager.", r->eager_ms / r->steady_ms);
     if (r->cold_ms >= 0 && r->eager_ms > r->steady_ms) {
       /* the first call costs cold - eager extra; each later call saves

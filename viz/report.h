@@ -74,6 +74,14 @@ typedef struct viz_report {
   double warm_ms;                  /* second call */
   double steady_ms;                /* median of later calls */
   double eager_ms;                 /* the same work uncompiled */
+  const char *cold_label;          /* the first row's name: "first call: warm (kernels from
+                                      the disk cache)" or cold; NULL: the cold wording */
+  const char *timing_notes[4];     /* beside cold, warm, steady, eager: spread, runs, where
+                                      measured; NULL for none */
+  const char *verdict;             /* steady against eager with a margin above the noise;
+                                      NULL: the plain ratio */
+  const char *break_even;          /* the page's one break-even sentence; NULL: computed from
+                                      cold, steady, eager */
   const viz_check_row *checklist;  /* go-live checklist, or NULL */
   int nchecklist;
   const char *recommendation;      /* the checklist's conclusion */

@@ -17,17 +17,10 @@
 
 local fl = fl or require "fuselab"
 
--- Best of n calls of f(...), in microseconds: the minimum is the least
--- noisy estimate on a machine that runs other work too.
-local function best_us(n, f, ...)
-  local best = math.huge
-  for _ = 1, n do
-    local t0 = fl.now()
-    f(...)
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e6
-end
+-- The median of n calls of f(...) with its spread (fl.measure); us() is
+-- its median in microseconds.
+local function timed(n, f, ...) return fl.measure(f, {args = {...}, runs = n}) end
+local function us(t) return t.median_ms * 1e3 end
 
 local function ten_ops(x)
   local y = x * 1.5 + 0.5            -- mul, add
@@ -42,20 +35,22 @@ local info = fl.explain(ten_ops, fl.randn(4, 4))
 print()
 
 local cm = fl.compile(ten_ops)
-print(("%10s  %12s  %12s  %8s  %14s"):format("elements", "eager us", "compiled us", "eager/", "eager us/op"))
-print(("%10s  %12s  %12s  %8s  %14s"):format("", "", "", "compiled", ""))
-local small_eager, small_compiled, first_ratio, last_ratio
+print(("%10s  %12s  %12s  %8s  %14s  %s"):format("elements", "eager us", "compiled us", "eager/", "eager us/op", "verdict"))
+print(("%10s  %12s  %12s  %8s  %14s"):format("", "(median)", "(median)", "compiled", ""))
+local small_eager, small_compiled, first, last, noisy
 for _, n in ipairs{16, 256, 4096, 32768} do
   local x = fl.randn(n)
   cm(x)                                -- compiles (once per new size at most)
   local reps = n <= 4096 and 200 or 50
-  local te = best_us(reps, ten_ops, x)
-  local tc = best_us(reps, cm, x)
+  local te = timed(reps, ten_ops, x)
+  local tc = timed(reps, cm, x)
   assert(fl.allclose(cm(x), ten_ops(x), 1e-5, 1e-6), "compiled result differs from eager")
-  local ratio = te / tc
-  if not first_ratio then small_eager, small_compiled, first_ratio = te, tc, ratio end
-  last_ratio = ratio
-  print(("%10d  %12.1f  %12.1f  %7.1fx  %14.2f"):format(n, te, tc, ratio, te / info.op_count))
+  local v = fl.compare_times(tc, te, {names = {"compiled", "eager"}})
+  if not first then small_eager, small_compiled, first = us(te), us(tc), v end
+  last = v
+  noisy = noisy or te.noisy or tc.noisy
+  print(("%10d  %12.1f  %12.1f  %7.1fx  %14.2f  %s"):format(n, us(te), us(tc), v.ratio, us(te) / info.op_count,
+    v.verdict > 0 and "compiled faster" or v.verdict < 0 and "eager faster" or "no clear difference"))
 end
 
 local s = cm:stats()
@@ -63,9 +58,12 @@ print(("\nCompiled: %d graph(s) of %d kernel(s) in all, %d recompile(s) (new siz
   s.compiles, s.kernels, s.recompiles, s.compile_ms))
 print(("Measured: dispatching one eager op costs about %.1f us; one call of the compiled graph, %.1f us"):format(
   small_eager / info.op_count, small_compiled))
-print(("for all ten.  Eager/compiled: %.1fx on 16 elements, %.1fx on 32768."):format(first_ratio, last_ratio))
-if first_ratio > 1 then
+print(("for all ten.  Eager/compiled: %.1fx on 16 elements, %.1fx on 32768 (medians)."):format(first.ratio, last.ratio))
+if noisy then print("(Some timings were noisy: the machine was busy or the runs spread widely.)") end
+if first.verdict > 0 then
   print("The claim holds on this run: on small tensors the eager time is interpretation, which the graph pays once.")
+elseif first.verdict < 0 then
+  print("The claim does not hold on this run: the compiled graph was slower even on tiny tensors.")
 else
-  print("The claim does not hold on this run: the compiled graph was not faster even on tiny tensors.")
+  print("No verdict on this run: on tiny tensors " .. first.text .. ".")
 end

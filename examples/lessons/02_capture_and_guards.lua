@@ -31,7 +31,7 @@ local cm = fl.compile(layer)
 local last = {compiles = 0, recompiles = 0, cache_hits = 0}
 
 -- Calls cm once and prints what happened: a cache hit, or a compile and
--- why, with the time the call took.
+-- why, with the time the call took (one run: a compile happens once).
 local function step(what, x)
   local t0 = fl.now()
   local y = cm(x)
@@ -71,16 +71,9 @@ recompile_ms[#recompile_ms + 1] = step("W = fl.randn(16,16) (rebound), cm(x)", f
 
 -- The price of a hit: guard checks plus the graph, against the Lua body.
 local x8 = fl.randn(8, 16)
-local function best_us(f)
-  local best = math.huge
-  for _ = 1, 300 do
-    local t0 = fl.now()
-    f(x8)
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e6
-end
-local eager_us, cached_us = best_us(layer), best_us(cm)
+local eager_t = fl.measure(layer, {args = {x8}, runs = 300})
+local cached_t = fl.measure(cm, {args = {x8}, runs = 300})
+local eager_us, cached_us = eager_t.median_ms * 1e3, cached_t.median_ms * 1e3
 
 local s = cm:stats()
 local sum = 0
@@ -89,7 +82,8 @@ print(("\n%d calls: %d compile(s), %d recompile(s), %d cache hit(s)."):format(
   s.calls, s.compiles, s.recompiles, s.cache_hits))
 print("Recompile reasons, in order:")
 for i, r in ipairs(s.recompile_reasons) do print(("  %d. %s"):format(i, r)) end
-print(("\nMeasured: a cached call (guards + graph) takes %.1f us against %.1f us eager;"):format(cached_us, eager_us))
+print(("\nMeasured: a cached call (guards + graph) takes %.1f us against %.1f us eager (medians; %s);"):format(
+  cached_us, eager_us, fl.compare_times(cached_t, eager_t, {names = {"cached", "eager"}}).text))
 print(("the first call took %.1f ms and a recompile %.1f ms on average: a broken guard costs"):format(
   first_ms, sum / #recompile_ms))
 print(("about %.0f cached calls.  New values and in-place weight updates cost nothing."):format(

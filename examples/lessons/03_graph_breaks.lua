@@ -68,15 +68,9 @@ local function explain(fn, x)
   return r
 end
 
-local function median(t)
-  local s = {table.unpack(t)}
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
-
--- Medians (and min-max) in us of each function in fns, rounds interleaved
--- so a noisy neighbour slows all of them alike.
+-- Medians (and interquartile ranges) in us of each function in fns, rounds
+-- interleaved so a noisy neighbour slows all of them alike; each is
+-- fl.measure's summary of its rounds (.t, in ms), which says when it is noisy.
 local function timings(fns, x, rounds, calls)
   local t = {}
   for i, f in ipairs(fns) do
@@ -87,12 +81,13 @@ local function timings(fns, x, rounds, calls)
     for i, f in ipairs(fns) do
       local t0 = fl.now()
       for _ = 1, calls do f(x) end
-      t[i][#t[i] + 1] = (fl.now() - t0) / calls * 1e6
+      t[i][#t[i] + 1] = (fl.now() - t0) / calls * 1e3
     end
   end
   local out = {}
   for i = 1, #fns do
-    out[i] = {med = median(t[i]), lo = math.min(table.unpack(t[i])), hi = math.max(table.unpack(t[i]))}
+    local m = fl.measure(t[i])
+    out[i] = {t = m, med = m.median_ms * 1e3, lo = m.q1_ms * 1e3, hi = m.q3_ms * 1e3}
   end
   return out
 end
@@ -132,12 +127,14 @@ local s = cm:stats()
 print("  recompiled because: " .. tostring(s.recompile_reasons[1]))
 
 local tm = timings({step, cm, cw}, x, 15, 10)
-print(("  %-26s %12s %22s"):format("median of 15 x 10 calls", "us per call", "spread (min - max)"))
+print(("  %-26s %12s %22s"):format("median of 15 x 10 calls", "us per call", "spread (IQR)"))
 for i, name in ipairs{"eager", "compiled, 1 break", "compiled fl.where rewrite"} do
   print(("  %-26s %12.1f %10.1f - %9.1f"):format(name, tm[i].med, tm[i].lo, tm[i].hi))
 end
-print(("  compiled with the break: %.2fx eager; the rewrite: %.2fx eager\n"):format(
+print(("  compiled with the break: %.2fx eager; the rewrite: %.2fx eager"):format(
   tm[2].med / tm[1].med, tm[3].med / tm[1].med))
+print(("  the rewrite against the break: %s\n"):format(
+  fl.compare_times(tm[3].t, tm[2].t, {names = {"the rewrite", "the version with the break"}}).text))
 
 -- ---- 2. the in-place add ----------------------------------------------------
 print("== x:add_(y)  ->  x + y")

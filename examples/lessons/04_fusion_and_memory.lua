@@ -37,14 +37,9 @@ local unfused = g:fuse{fuse = false}
 print("\nFused, with the planner's reasons:")
 local fused = g:fuse{explain = true}
 
-local function best_ms(prog)
-  local best = math.huge
-  for _ = 1, 20 do
-    local t0 = fl.now()
-    prog:run(x, y)
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e3
+-- The median of 20 runs with its spread (fl.measure).
+local function timed(prog)
+  return fl.measure(function() prog:run(x, y) end, {runs = 20})
 end
 
 local ku, kf = unfused:codegen("cpu"), fused:codegen("cpu")
@@ -52,17 +47,9 @@ ku:compile()
 kf:compile()
 assert(fl.allclose(ku:run(x, y), body(x, y), 1e-4, 1e-4), "unfused program differs from eager")
 assert(fl.allclose(kf:run(x, y), body(x, y), 1e-4, 1e-4), "fused program differs from eager")
-local tu, tf = best_ms(ku), best_ms(kf)
-local function best_eager_ms()
-  local best = math.huge
-  for _ = 1, 10 do
-    local t0 = fl.now()
-    body(x, y)
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e3
-end
-local te = best_eager_ms()
+local mu, mf = timed(ku), timed(kf)
+local me = fl.measure(body, {args = {x, y}, runs = 10})
+local tu, tf, te = mu.median_ms, mf.median_ms, me.median_ms
 
 local su, sf = unfused:stats(), fused:stats()
 local MiB, KiB = 1024 * 1024, 1024
@@ -75,7 +62,11 @@ print(("%-10s %8d %12.2f %16.1f %10.3f %10.1f"):format("fused", sf.kernels, sf.b
 
 print(("\nMeasured: fusion cut memory traffic %.1fx (%.1f -> %.1f MiB) and peak temporary memory"):format(
   su.bytes_after / sf.bytes_after, su.bytes_after / MiB, sf.bytes_after / MiB))
-print(("%.1f MiB -> %.1f KiB; the fused program ran %.1fx faster than the unfused one and %.1fx faster"):format(
-  su.peak_bytes_after / MiB, sf.peak_bytes_after / KiB, tu / tf, te / tf))
-print("than eager.  (GB/s is the plan's traffic over the measured time: the unfused program")
+print(("%.1f MiB -> %.1f KiB.  Times are medians:"):format(su.peak_bytes_after / MiB, sf.peak_bytes_after / KiB))
+print(("  fused against unfused: %s;"):format(fl.compare_times(mf, mu, {names = {"fused", "unfused"}}).text))
+print(("  fused against eager:   %s."):format(fl.compare_times(mf, me, {names = {"fused", "eager"}}).text))
+if mu.noisy or mf.noisy or me.noisy then
+  print("  (noisy: " .. (mf.noisy and mf.noise or mu.noisy and mu.noise or me.noise) .. ")")
+end
+print("(GB/s is the plan's traffic over the measured time: the unfused program")
 print("moves more bytes, so it can show more GB/s and still take longer.)")

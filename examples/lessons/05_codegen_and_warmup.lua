@@ -55,7 +55,7 @@ local ms1, how1 = load_ms(prog)
 local ms2, how2 = load_ms(plan:codegen("cpu"))
 fl._cache_forget_memory()                    -- as a new process would find it
 local ms3, how3 = load_ms(plan:codegen("cpu"))
-print("Loading the same program three times:")
+print("Loading the same program three times (one run each: a load happens once, so no median):")
 print(("  1st  %9.2f ms  from %s%s"):format(ms1, how1,
   how1 == "compiled" and " (the C compiler ran)" or " (an earlier run left it in the cache)"))
 print(("  2nd  %9.2f ms  from %s"):format(ms2, how2))
@@ -67,7 +67,7 @@ print(("Cache: %s\n"):format(fl.cache_info().dir))
 print("fl.checklist(scores, {inputs = {q, k}}):")
 local r = fl.checklist(scores, {inputs = {q, k}, calls = 50})
 
-print("\nRunning totals, eager against compiled (cold first call, then steady calls):")
+print("\nRunning totals, eager against compiled (cold first call, then steady calls at their medians):")
 print(("%10s  %14s  %14s"):format("calls", "eager ms", "compiled ms"))
 for _, n in ipairs{1, 10, 100, 1000, 10000, 100000} do
   local e = n * r.eager_ms

@@ -38,16 +38,9 @@ local function kernels_only(src)
   return src:sub(at)
 end
 
-local function best_ms(n, f, ...)
-  local best = math.huge
-  for _ = 1, n do
-    local t0 = fl.now()
-    f(...)
-    fl.synchronize()
-    best = math.min(best, fl.now() - t0)
-  end
-  return best * 1e3
-end
+-- The median of n calls (each waited for with fl.synchronize) with its
+-- spread: fl.measure.
+local function timed(n, f, ...) return fl.measure(f, {args = {...}, runs = n}) end
 
 local gpu, why = false, "this build has no CUDA backend: fl.cuda_available is absent"
 if fl.cuda_available then
@@ -71,16 +64,16 @@ if gpu then
     fl.synchronize()
     local ref = cm_cpu(q, k)
     print(("GPU result matches the CPU: %s"):format(tostring(fl.allclose(y:cpu(), ref, 1e-4, 1e-5))))
-    local tg = best_ms(50, cm_gpu, qc, kc)
-    local tc = best_ms(50, cm_cpu, q, k)
-    local te = best_ms(10, attention_scores, q, k)
+    local mg, mc, me = timed(50, cm_gpu, qc, kc), timed(50, cm_cpu, q, k), timed(10, attention_scores, q, k)
+    local tg, tc, te = mg.median_ms, mc.median_ms, me.median_ms
     print("\nThe CUDA kernels that ran (excerpt):")
     print(head_lines(kernels_only(cm_gpu:code()), 40))
     print(("\n%-16s %10s\n%-16s %10.3f\n%-16s %10.3f\n%-16s %10.3f"):format("", "ms per call",
       "eager (CPU)", te, "compiled CPU", tc, "compiled GPU", tg))
-    print(("\nMeasured: the GPU graph ran %.1fx faster than the compiled CPU one and %.1fx faster"
-      .. " than eager;\n%d kernel(s) per call (stats: %d compile(s), %d fallback(s))."):format(
-      tc / tg, te / tg, cm_gpu:stats().kernels, cm_gpu:stats().compiles, cm_gpu:stats().fallbacks))
+    print(("\nMeasured (medians): %s; %s;\n%d kernel(s) per call (stats: %d compile(s), %d fallback(s))."):format(
+      fl.compare_times(mg, mc, {names = {"the GPU graph", "the compiled CPU one"}}).text,
+      fl.compare_times(mg, me, {names = {"the GPU graph", "eager"}}).text,
+      cm_gpu:stats().kernels, cm_gpu:stats().compiles, cm_gpu:stats().fallbacks))
     ran_on_gpu = true
   end)
   if not ok then print("The GPU run failed; what it said:\n  " .. tostring(err) .. "\n") end
@@ -113,8 +106,7 @@ if not ran_on_gpu then
   print("\nMeasured on the CPU instead (the numbers a GPU run would be compared with):")
   local cm_cpu = fl.compile(attention_scores, {backend = "cpu"})
   cm_cpu(q, k)
-  local tc = best_ms(50, cm_cpu, q, k)
-  local te = best_ms(10, attention_scores, q, k)
-  print(("  eager %.3f ms, compiled CPU %.3f ms per call (%.1fx), %d kernel(s)."):format(
-    te, tc, te / tc, cm_cpu:stats().kernels))
+  local mc, me = timed(50, cm_cpu, q, k), timed(10, attention_scores, q, k)
+  print(("  eager %s\n  compiled CPU %s, %d kernel(s)\n  %s."):format(me, mc, cm_cpu:stats().kernels,
+    fl.compare_times(mc, me, {names = {"compiled CPU", "eager"}}).text))
 end

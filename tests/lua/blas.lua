@@ -44,4 +44,16 @@ else
   local kcore, kwas = run("OPENBLAS_CORETYPE=Prescott FUSELAB_BLAS_PICK=0")
   t.ok(kcore == "Prescott" and kwas == "-", "FUSELAB_BLAS_PICK=0 keeps OpenBLAS's own pick")
 end
+
+-- OMP_DYNAMIC=true: OpenBLAS's OpenMP build never returned from its first
+-- product; fuselab turns dynamic teams off first, and says so.  (60 s is
+-- for a hang, not for speed: the product takes milliseconds.)
+do
+  local p = assert(io.popen(("OMP_DYNAMIC=true timeout 60 %s -e %q 2>&1; echo rc=$?"):format(exe,
+    "local a = fl.randn(64, 256):matmul(fl.randn(256, 256)); print('product', a.shape[1], a.shape[2])")))
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("product\t64\t256", 1, false) and out:find("rc=0", 1, true), "OMP_DYNAMIC=true: the product returns: " .. out)
+  t.ok(out:find("OMP_DYNAMIC is turned off", 1, true), "and a warning says dynamic teams are off")
+end
 t.done()

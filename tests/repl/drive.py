@@ -341,12 +341,29 @@ def _():
     prompt(c)
     enter(c, ":time on")
     out = enter(c, "1+1")
-    if not any(re.fullmatch(r"time [0-9.]+ (us|ms|s)", l) for l in out):
+    if not any(re.fullmatch(r"time [0-9.]+ (us|ms|s) \(one run\)", l) for l in out):
         raise Fail("no time line in %r" % out)
     enter(c, ":time off")
     out = enter(c, "1+1")
     if any(l.startswith("time ") for l in out):
         raise Fail("time still printed: %r" % out)
+    finish(c)
+
+
+@test(":time EXPR prints a median with its interquartile range (fl.measure)")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, "n = 0")
+    out = enter(c, ":time n = n + 1")
+    if not any(re.match(r"time [0-9.]+ ms \(IQR [0-9.]+-[0-9.]+, 20 runs\)( noisy: .+)?$", l)
+               for l in out):
+        raise Fail("no median line in %r" % out)
+    out = enter(c, "n")
+    expect_in("21", out)           # one warm-up run and twenty timed ones
+    out = "\n".join(enter(c, ":time nosuch.field"))
+    if "nosuch" not in out:
+        raise Fail("an error in EXPR is not reported: %r" % out)
     finish(c)
 
 

@@ -1,0 +1,182 @@
+/*
+** host.c -- the host program of a Program as a reader wants it first, as
+** Inductor's output_code shows its call(): the arguments, every buffer
+** with its memory-plan slot (two values in one slot are a reuse), then the
+** steps in the order they run -- generated kernels and library (extern)
+** calls with their arguments -- where each buffer is freed, and what is
+** returned.  The kernels' C (or CUDA) follows it; the preamble only on
+** request (print(k) and cm:code() leave it out).
+**
+** Invariant: the listing is read off the plan exactly as exec_program_run
+** walks it (kernels in order, a value released after its last_use
+** kernel), so what it says happens is what happens.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/program.h"
+#include "graph/dtype.h"
+#include "graph/op.h"
+
+/* A value's name in the listing: an argument or parameter by its name,
+** a graph output "out<i>" (an argument returned keeps its name), a stored intermediate "buf<slot>", anything
+** else (kept inside one kernel) by its node id. */
+static void value_name(const fuse_plan *p, int id, char *buf, size_t n) {
+  const ir_graph *g = p->g;
+  const ir_node *nd = &g->nodes[id];
+  int i;
+  if (nd->kind == IR_INPUT) {
+    if (nd->name) snprintf(buf, n, "%s", nd->name);
+    else snprintf(buf, n, "arg%d", nd->index);
+    return;
+  }
+  if (nd->kind == IR_PARAM) {
+    if (nd->name) snprintf(buf, n, "%s", nd->name);
+    else snprintf(buf, n, "param%%%d", id);
+    return;
+  }
+  for (i = 0; i < g->nout; i++)
+    if (g->outputs[i] == id) {
+      snprintf(buf, n, "out%d", i);
+      return;
+    }
+  if (nd->kind == IR_CONST) snprintf(buf, n, "const%%%d", id);
+  else if (p->slot[id] >= 0) snprintf(buf, n, "buf%d", p->slot[id]);
+  else snprintf(buf, n, "%%%d", id);
+}
+
+static void meta_str(const fl_meta *m, char *buf, size_t n) {
+  size_t at = (size_t)snprintf(buf, n, "%s[", dtype_name(m->dtype));
+  int d;
+  for (d = 0; d < m->ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? "," : "", (long long)m->shape[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+static void bytes_str(int64_t b, char *buf, size_t n) {
+  if (b >= 1 << 20) snprintf(buf, n, "%.1f MiB", (double)b / (1 << 20));
+  else if (b >= 1 << 10) snprintf(buf, n, "%.1f KiB", (double)b / (1 << 10));
+  else snprintf(buf, n, "%lld B", (long long)b);
+}
+
+static int is_output(const ir_graph *g, int id) {
+  int i;
+  for (i = 0; i < g->nout; i++) if (g->outputs[i] == id) return 1;
+  return 0;
+}
+
+char *exec_program_host(const exec_program *pr) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  strbuf b = {0};
+  char nm[96], mt[96], by[32];
+  int i, k, first;
+  strbuf_printf(&b, "/* host program (%s): what runs on every call, in order; the kernels follow */\n",
+                pr->be->name);
+  strbuf_printf(&b, "call(");
+  for (i = 0, first = 1; i < g->n; i++)
+    if (g->nodes[i].kind == IR_INPUT) {
+      value_name(p, i, nm, sizeof nm);
+      meta_str(&g->nodes[i].meta, mt, sizeof mt);
+      strbuf_printf(&b, "%s%s: %s", first ? "" : ", ", nm, mt);
+      first = 0;
+    }
+  strbuf_printf(&b, "):\n");
+  {
+    int col = 0;                       /* wrapped at about 100 columns */
+    for (i = 0, first = 1; i < g->n; i++)
+      if (g->nodes[i].kind == IR_PARAM) {
+        value_name(p, i, nm, sizeof nm);
+        meta_str(&g->nodes[i].meta, mt, sizeof mt);
+        if (first) col = 4 + (int)strlen("parameters (by reference): ");
+        if (first) strbuf_printf(&b, "  # parameters (by reference): ");
+        else if (col + (int)(strlen(nm) + strlen(mt)) + 3 > 100) {
+          strbuf_printf(&b, ",\n  #   ");
+          col = 6;
+        } else {
+          strbuf_printf(&b, ", ");
+          col += 2;
+        }
+        strbuf_printf(&b, "%s %s", nm, mt);
+        col += (int)(strlen(nm) + strlen(mt)) + 1;
+        first = 0;
+      }
+    if (!first) strbuf_printf(&b, "\n");
+  }
+  if (p->nslots > 0) {
+    strbuf_printf(&b, "  # buffers: %d slot%s kept between calls", p->nslots, p->nslots == 1 ? "" : "s");
+    for (k = 0; k < p->nslots; k++) {
+      bytes_str(p->slot_bytes[k], by, sizeof by);
+      strbuf_printf(&b, "%s buf%d %s", k ? "," : ":", k, by);
+    }
+    strbuf_printf(&b, "\n");
+  }
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    int j, epilogue = 0;
+    /* values first stored here: a slot taken (again: a reuse) */
+    for (j = kr->nin; j < kr->nbufs; j++) {
+      int id = kr->bufs[j], s = p->slot[id], o;
+      if (s < 0) continue;
+      value_name(p, id, nm, sizeof nm);
+      meta_str(&g->nodes[id].meta, mt, sizeof mt);
+      for (o = 0; o < id; o++)
+        if (p->slot[o] == s && p->kernel_of[o] >= 0 && p->kernel_of[o] < k) break;
+      strbuf_printf(&b, "  %s = empty(%s)%s\n", nm, mt,
+                    o < id ? "   # reuses the slot of a value no longer needed" : "");
+    }
+    if (kr->kind == FK_EXTERN && kr->anchor >= 0) {
+      strbuf_printf(&b, "  extern %s(", op_name(g->nodes[kr->anchor].op));
+    } else {
+      strbuf_printf(&b, "  k%d %s(", k, kr->name);
+    }
+    for (j = 0, first = 1; j < kr->nin; j++) {
+      if (kr->bufs[j] == kr->anchor) continue;   /* the library's result, read by the epilogue */
+      value_name(p, kr->bufs[j], nm, sizeof nm);
+      strbuf_printf(&b, "%s%s", first ? "" : ", ", nm);
+      first = 0;
+    }
+    strbuf_printf(&b, ")");
+    if (kr->kind == FK_EXTERN) {
+      int shown = 0;
+      for (j = 0; j < kr->nnodes; j++) {
+        const ir_node *nd = &g->nodes[kr->nodes[j]];
+        if (kr->nodes[j] == kr->anchor || nd->kind != IR_OP) continue;
+        if (shown == 0) strbuf_printf(&b, " + epilogue");
+        if (shown++ == 4) { strbuf_printf(&b, " ..."); break; }
+        strbuf_printf(&b, " %s", op_name(nd->op));
+      }
+      epilogue = shown > 0;
+    }
+    strbuf_printf(&b, " -> ");
+    for (j = kr->nin; j < kr->nbufs; j++) {
+      value_name(p, kr->bufs[j], nm, sizeof nm);
+      strbuf_printf(&b, "%s%s", j > kr->nin ? ", " : "", nm);
+    }
+    bytes_str(kr->bytes, by, sizeof by);
+    if (kr->kind == FK_EXTERN)
+      strbuf_printf(&b, "   # k%d %s: library call%s, %s moved\n", k, kr->name,
+                    epilogue ? " with its epilogue fused" : "", by);
+    else
+      strbuf_printf(&b, "   # %d op%s, %s moved\n", kr->nnodes, kr->nnodes == 1 ? "" : "s", by);
+    /* what this kernel read for the last time is freed (its slot reusable) */
+    first = 1;
+    for (i = 0; i < g->n; i++)
+      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && p->slot[i] >= 0 && !is_output(g, i)) {
+        value_name(p, i, nm, sizeof nm);
+        strbuf_printf(&b, "%s%s", first ? "  del " : ", ", nm);
+        first = 0;
+      }
+    if (!first) strbuf_printf(&b, "\n");
+  }
+  strbuf_printf(&b, "  return ");
+  for (i = 0; i < g->nout; i++) {
+    value_name(p, g->outputs[i], nm, sizeof nm);
+    strbuf_printf(&b, "%s%s", i ? ", " : "", nm);
+  }
+  strbuf_printf(&b, "\n\n");
+  return strbuf_take(&b);
+}
+
+const char *exec_program_body(const exec_program *pr) { return pr->body ? pr->body : ""; }

@@ -1,0 +1,118 @@
+-- measure.lua -- fl.measure and fl.compare_times (DESIGN §4b): a time shown
+-- is a median with its interquartile range, "noisy" when that range is
+-- wide or other processes took CPU while it was measured, and a verdict
+-- needs a margin above the noise.  The load test makes its own load (one
+-- `yes`) and checks the flag, never a speed: it cannot fail on a slow
+-- machine, only on a wrong flag.
+local t = require "tap"
+
+-- ---- summaries of given times: exact numbers
+local m = fl.measure({5, 1, 4, 2, 3})
+t.is(m.median_ms, 3, "the median of 1..5")
+t.is(m.q1_ms, 2, "the first quartile")
+t.is(m.q3_ms, 4, "the third quartile")
+t.is(m.min_ms, 1, "the minimum")
+t.is(m.max_ms, 5, "the maximum")
+t.is(m.runs, 5, "five runs")
+t.near(m.spread, 2 / 3, 1e-12, "spread = IQR / median")
+t.is(m.noisy, true, "a spread of 67% is noisy")
+t.ok(m.noise:find("spread 67%%"), "the noise says why: " .. m.noise)
+t.ok(tostring(m):find("^3%.00 ms %(IQR 2%.00%-4%.00, 5 runs%) noisy"), "prints median, IQR, runs: " .. tostring(m))
+
+local tight = fl.measure({1.00, 1.01, 0.99, 1.00, 1.02, 0.98})
+t.is(tight.noisy, false, "a 2% spread of given times is not noisy")
+t.is(tight.busy, false, "given times know no machine load")
+
+-- ---- verdicts
+local fast = fl.measure({1.00, 1.01, 0.99, 1.00})
+local slow = fl.measure({2.00, 2.02, 1.98, 2.00})
+local v = fl.compare_times(fast, slow, {names = {"compiled", "eager"}})
+t.is(v.verdict, 1, "2x apart with tight spreads: a clear verdict")
+t.is(v.faster, "compiled", "the faster one named")
+t.near(v.ratio, 2, 1e-9, "ratio = b / a")
+t.ok(v.text:find("compiled is 2.00x faster than eager", 1, true), v.text)
+t.is(fl.compare_times(slow, fast).verdict, -1, "the other way round")
+
+local near = fl.measure({1.03, 1.04, 1.02, 1.03})
+local vn = fl.compare_times(fast, near, {names = {"a", "b"}})
+t.is(vn.verdict, 0, "3% apart is within the 5% margin")
+t.ok(vn.text:find("^no clear difference here"), vn.text)
+t.is(vn.faster, nil, "no winner named")
+
+-- a 7% difference clears 5% on quiet numbers, not 10% on noisy ones
+local quiet_b = fl.measure({1.07, 1.07, 1.07, 1.07})
+t.is(fl.compare_times(fast, quiet_b).verdict, 1, "7% apart, quiet: a verdict")
+local noisy_a = {median_ms = 1.0, q1_ms = 0.99, q3_ms = 1.01, runs = 20, spread = 0.02, noisy = true, busy = true}
+local vq = fl.compare_times(noisy_a, quiet_b)
+t.is(vq.verdict, 0, "7% apart on a busy machine: no verdict")
+t.near(vq.margin, 0.10, 1e-12, "the margin is doubled to 10% when noisy")
+
+-- overlapping middle halves give no verdict whatever the medians say
+local wide = fl.measure({0.5, 1.0, 2.0, 3.0, 3.5})
+t.is(fl.compare_times(fast, wide).verdict, 0, "a wide IQR overlapping the other: no verdict")
+
+-- ---- timing a function
+local calls = 0
+local r = fl.measure(function(a, b) calls = calls + a + b end, {args = {1, 2}, runs = 7, warmup = 2})
+t.is(r.runs, 7, "seven timed runs")
+t.is(calls, 27, "warm-up and timed runs all called with the args")
+t.ok(r.median_ms >= 0 and r.q1_ms <= r.median_ms and r.median_ms <= r.q3_ms, "q1 <= median <= q3")
+t.is(type(r.noisy), "boolean", "noisy is a flag")
+
+t.raises(function() fl.measure(42) end, "measure: expected a function to time or a list of times", "not a function")
+t.raises(function() fl.measure(print, {runs = 0}) end, "option runs must be an integer from 1", "runs 0")
+t.raises(function() fl.measure(print, {rnus = 3}) end, "unknown option 'rnus'", "a misspelt option")
+t.raises(function() fl.compare_times({}, fast) end, "compare_times: expected a timing", "not a timing")
+
+-- ---- under a background CPU load: flagged, whatever the machine's speed
+local pid = io.popen("yes > /dev/null 2>&1 & echo $!"):read("l")
+t.ok(pid and pid:match("^%d+$"), "a background load runs (pid " .. tostring(pid) .. ")")
+local ok, loaded, cr = pcall(function()
+  -- a busy loop of at least half a second: /proc/stat's ticks, not the load average
+  local lm = fl.measure(function() local s = 0 for i = 1, 2e5 do s = s + i end return s end,
+                        {runs = 1000, budget_s = 0.5})
+  -- the checklist under the same load: its result carries the flag
+  local cr = fl.checklist(function(x) return (x * 2 + 1):relu() end,
+                          {inputs = {fl.randn(256, 256)}, calls = 40, quiet = true})
+  return lm, cr
+end)
+os.execute("kill " .. pid)
+t.ok(ok, "measured under load: " .. tostring(ok or loaded))
+if ok then
+  t.is(loaded.busy, true, ("the machine is busy: others used %s of %d cores"):format(
+    tostring(loaded.others or loaded.stall), loaded.cores))
+  t.is(loaded.noisy, true, "so the timing is noisy: " .. loaded.noise)
+  t.ok(loaded.noise:find("machine busy"), "and says why: " .. loaded.noise)
+  -- the same function timed twice under load is never declared faster
+  -- than itself by more than the noise allows: a verdict there would be
+  -- a flip; the margin is at least 10%
+  local vv = fl.compare_times(loaded, loaded)
+  t.is(vv.verdict, 0, "a timing against itself: no clear difference")
+  t.ok(vv.margin >= 0.10, "a noisy verdict needs 10% at least")
+  -- the checklist's timings ran while `yes` took a core: flagged, with
+  -- the spreads kept for scripts
+  t.is(cr.noisy, true, "the checklist under load says noisy: " .. tostring(cr.noise))
+  t.is(type(cr.spreads.steady), "number", "the steady state's spread")
+  t.is(type(cr.spreads.eager), "number", "eager's spread")
+  t.ok(cr.timing.steady.q1_ms <= cr.steady_ms and cr.steady_ms <= cr.timing.steady.q3_ms,
+    "steady_ms is the median of its timing")
+end
+
+-- FUSELAB_DEBUG=2: each cached run's time beside the median of the runs before it
+do
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local code = "local cm = fl.compile(function(x) return (x * 2):relu() end); local x = fl.randn(8, 8); "
+    .. "for _ = 1, 6 do cm(x) end"
+  local p = assert(io.popen(("FUSELAB_DEBUG=2 %s -e %q 2>&1"):format(exe, code)))
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("ms %(this run%)"), "FUSELAB_DEBUG=2 labels a run's own time")
+  t.ok(out:find("earlier runs: median [%d.]+ ms %(IQR [%d.]+%-[%d.]+, %d+ runs%)"),
+    "and gives the earlier runs' median with its IQR: " .. (out:match("[^\n]*earlier runs[^\n]*") or out))
+end
+
+-- the fuselab binary (which runs this test) makes OpenMP's idle threads
+-- sleep rather than spin unless the user chose a policy (repl/main.c)
+t.ok(os.getenv("OMP_WAIT_POLICY") ~= nil, "OMP_WAIT_POLICY is set: " .. tostring(os.getenv("OMP_WAIT_POLICY")))
+
+t.done()
