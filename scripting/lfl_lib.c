@@ -801,6 +801,7 @@ int luaopen_fuselab(lua_State *L) {
   lfl_open_weights(L, lib);
   lfl_open_nn(L, lib);
   lfl_open_checklist(L, lib);
+  lfl_open_onnx(L, lib);
   lfl_open_cuda(L, lib);
   return 1;
 }
