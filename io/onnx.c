@@ -228,7 +228,7 @@ static int read_external(const TensorProto *p, const char *dir, const char *name
   const char *loc = NULL;
   uint64_t off = 0, len = nbytes, size;
   int have_len = 0, fd, rc = FL_OK;
-  char q[256], *path;
+  char q[256], q2[128], *path;
   size_t done = 0;
   for (size_t i = 0; i < p->n_external_data; i++) {
     const char *k = p->external_data[i]->key ? p->external_data[i]->key : "";
@@ -237,11 +237,11 @@ static int read_external(const TensorProto *p, const char *dir, const char *name
     else if (strcmp(k, "offset") == 0) {
       if (parse_u64(v, &off))
         return err_set(e, FL_EFORMAT, "tensor '%s': external data offset '%s' is not a "
-                       "non-negative integer", quote(name, q, sizeof q), quote(v, q, sizeof q));
+                       "non-negative integer", quote(name, q, sizeof q), quote(v, q2, sizeof q2));
     } else if (strcmp(k, "length") == 0) {
       if (parse_u64(v, &len))
         return err_set(e, FL_EFORMAT, "tensor '%s': external data length '%s' is not a "
-                       "non-negative integer", quote(name, q, sizeof q), quote(v, q, sizeof q));
+                       "non-negative integer", quote(name, q, sizeof q), quote(v, q2, sizeof q2));
       have_len = 1;
     }
   }
@@ -662,7 +662,7 @@ done:
 static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_model *m,
                             fl_err *e) {
   const Onnx__GraphProto *g = p->graph;
-  char q[256], q2[128];
+  char q[256], q2[128], q3[128];
   int have_opset = 0, rc;
   if (!g) return err_set(e, FL_EFORMAT, "the model has no graph");
   m->ir_version = p->has_ir_version ? p->ir_version : 0;
@@ -735,7 +735,7 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
     if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0)
       return err_set(e, FL_EUNSUPPORTED, "node '%s' (%s): domain '%s' is unsupported (only "
                      "ai.onnx)", quote(nd->name, q, sizeof q),
-                     quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q, sizeof q));
+                     quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q3, sizeof q3));
   }
   if (m->nout == 0) return err_set(e, FL_EFORMAT, "the graph has no outputs");
   return check_and_sort(m, e);

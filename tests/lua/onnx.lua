@@ -1,0 +1,122 @@
+-- onnx.lua -- fl.load_onnx: loading, printing, parameters, calling,
+-- compiling (with the symbolic batch dim dynamic), capture, weights, and
+-- the errors bad files must give.  The models are written by
+-- tests/lua/onnx_proto.lua (a small protobuf writer), not by Python.
+local t = require "tap"
+local P = require "onnx_proto"
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. q(dir .. "/sub")))
+local function path(name) return dir .. "/" .. name end
+
+-- ---- a good model ---------------------------------------------------------
+local m = fl.load_onnx(P.write(path("mlp.onnx"), P.mlp()))
+local text = tostring(m)
+t.ok(text:find("opset 13", 1, true), "print shows the opset")
+t.ok(text:find("x: float32 [N,4]", 1, true), "print shows the input with its symbolic dim")
+t.ok(text:find("y: float32 [N,3]", 1, true), "print shows the output")
+t.ok(text:find("MatMul x1", 1, true) and text:find("3 nodes", 1, true), "print shows op counts")
+local params = m:named_parameters()
+t.ok(params.W and params.b, "parameters are named by initializer")
+t.is(#m:parameters(), 2, "two parameters")
+t.is(params.W.shape[1], 4, "W is [4, 3]")
+
+fl.manual_seed(1)
+local x = fl.randn(2, 4)
+local want = (fl.matmul(x, params.W) + params.b):relu()
+t.ok(fl.allclose(m(x), want), "calling runs the graph")
+
+local cm = fl.compile(m, {backend = "cpu"})
+t.ok(fl.allclose(cm(x), want), "compiled (cpu) matches")
+local x5 = fl.randn(5, 4)
+t.ok(fl.allclose(cm(x5), (fl.matmul(x5, params.W) + params.b):relu()), "compiled, another batch size")
+t.is(cm:stats().recompiles, 0, "the symbolic dim N is dynamic: no recompile for a new batch")
+local ce = fl.compile(m, {backend = "eager"})
+t.ok(fl.allclose(ce(x), want), "backend eager")
+
+local g = fl.capture(m, x)
+t.ok(tostring(g):find("matmul", 1, true), "fl.capture gives a graph with the matmul")
+
+local wpath = path("mlp.safetensors")
+fl.save_weights(m, wpath)
+local m2 = fl.load_onnx(path("mlp.onnx"))
+m2.W:fill_(0)
+fl.load_weights(m2, wpath)
+t.ok(fl.allclose(m2(x), want), "save_weights / load_weights by initializer names")
+
+t.ok(pcall(fl.draw, g, path("g.dot")), "fl.draw of its graph")
+
+-- ---- errors at call ---------------------------------------------------------
+t.raises(function() m(x, x) end, "expected 1 inputs", "wrong input count")
+t.raises(function() m(fl.randn(2, 5)) end, "must be %[N,4%], got %[2,5%]", "wrong input shape")
+t.raises(function() m(fl.zeros({2, 4}, {dtype = "int64"})) end, "must be float32", "wrong input dtype")
+
+-- ---- bad files ------------------------------------------------------------------
+local good = P.mlp()
+local function load_bytes(name, s) return function() fl.load_onnx(P.write(path(name), s)) end end
+t.raises(load_bytes("trunc.onnx", good:sub(1, #good // 2)), "truncated or malformed", "truncated file")
+t.raises(load_bytes("junk.onnx", ("\255"):rep(64)), "truncated or malformed", "malformed protobuf")
+t.raises(load_bytes("empty.onnx", ""), "empty file", "empty file")
+t.raises(function() fl.load_onnx(path("missing.onnx")) end, "missing.onnx", "missing file")
+t.raises(function() fl.load_onnx(dir) end, "only files are read", "a directory")
+t.raises(load_bytes("noinit.onnx", P.mlp{inits = {{name = "b", dims = {3}, floats = {1, 2, 3}}}}),
+         "node 'mm' %(MatMul%): input 'W' is not a graph input, an initializer or any node's output",
+         "missing initializer")
+t.raises(load_bytes("cycle.onnx", P.mlp{nodes = {
+  {op = "Add", inputs = {"x", "c"}, outputs = {"a"}, name = "n1"},
+  {op = "Relu", inputs = {"a"}, outputs = {"c"}, name = "n2"},
+  {op = "Relu", inputs = {"a"}, outputs = {"y"}, name = "n3"}}}), "on a cycle", "cycle")
+-- nodes out of order are sorted
+local shuffled = fl.load_onnx(P.write(path("order.onnx"), P.mlp{nodes = {
+  {op = "Relu", inputs = {"z"}, outputs = {"y"}, name = "relu"},
+  {op = "Add", inputs = {"h", "b"}, outputs = {"z"}, name = "add"},
+  {op = "MatMul", inputs = {"x", "W"}, outputs = {"h"}, name = "mm"}}}))
+t.ok(fl.allclose(shuffled(x), want), "nodes out of order are sorted")
+t.raises(load_bytes("absurd.onnx", P.mlp{inits = {{name = "W", dims = {1 << 40, 1 << 40}, floats = {}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "tensor 'W'", "absurd dims")
+t.raises(load_bytes("neg.onnx", P.mlp{inits = {{name = "W", dims = {-4, 3}, floats = {}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "negative", "negative dim")
+t.raises(load_bytes("count.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, floats = {1, 2}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "holds 2 values, its dims say 12", "data count mismatch")
+t.raises(load_bytes("raw.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, raw = ("\0"):rep(7)},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "raw_data is 7 bytes, its dims and dtype need 48",
+  "raw_data size mismatch")
+t.raises(load_bytes("opset.onnx", P.mlp{opset = 999}), "opset 999 of ai.onnx is unsupported", "unknown opset version")
+t.raises(load_bytes("domain.onnx", P.model{nodes = {{op = "Foo", domain = "com.example", inputs = {"x"}, outputs = {"y"}, name = "f"}},
+  inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}}), "domain 'com.example' is unsupported", "unknown domain")
+t.raises(load_bytes("op.onnx", P.model{nodes = {{op = "Frobnicate", inputs = {"x"}, outputs = {"y"}, name = "f"}},
+  inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}}),
+  "onnx: node 'f' %(Frobnicate, opset 13%): op Frobnicate is unsupported", "unsupported op names node, op and opset")
+t.raises(load_bytes("attr.onnx", P.model{nodes = {{op = "Conv", inputs = {"x", "w"}, outputs = {"y"}, name = "c",
+  attrs = {group = 2}}}, inits = {{name = "w", dims = {2, 1, 1, 1}, floats = {1, 1}}},
+  inputs = {{name = "x", dims = {1, 2, 3, 3}}}, outputs = {{name = "y"}}}),
+  "node 'c' %(Conv, opset 13%): group=2 %(grouped convolution%) is unsupported", "unsupported attribute value")
+t.raises(load_bytes("dtype.onnx", P.mlp{inits = {{name = "W", dims = {2}, dtype = "double", raw = ("\0"):rep(16)},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "dtype double is unsupported", "unsupported dtype")
+t.raises(load_bytes("dup.onnx", P.mlp{nodes = {
+  {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "a"},
+  {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "b"}}}), "produced twice", "a value produced twice")
+
+-- ---- external data ----------------------------------------------------------------
+do
+  local w = {}
+  for i = 1, 12 do w[i] = string.pack("<f", (i % 5 - 2) * 0.25) end
+  P.write(path("w.bin"), ("\0"):rep(8) .. table.concat(w))
+  local function ext(loc, off, len)
+    return P.mlp{inits = {{name = "W", dims = {4, 3}, external = {location = loc, offset = off, length = len}},
+      {name = "b", dims = {3}, floats = {0.1, 0.2, 0.3}}}}
+  end
+  local me = fl.load_onnx(P.write(path("ext.onnx"), ext("w.bin", 8, 48)))
+  t.ok(fl.allclose(me(x), want), "external data inside the model's folder")
+  t.raises(load_bytes("ext_up.onnx", ext("../w.bin", 8)), "leaves the model's folder", "external data with ..")
+  t.raises(load_bytes("ext_abs.onnx", ext("/etc/passwd")), "must be a relative path", "external data absolute path")
+  os.execute("ln -sf /etc/passwd " .. q(path("link.bin")))
+  t.raises(load_bytes("ext_link.onnx", ext("link.bin")), "through a symlink", "external data through an escaping symlink")
+  t.raises(load_bytes("ext_off.onnx", ext("w.bin", 40)), "runs past the end", "external data offset past the end")
+  t.raises(load_bytes("ext_len.onnx", ext("w.bin", 8, 12)), "length 12", "external data length mismatch")
+end
+
+os.execute("rm -rf " .. q(dir))
+t.done()
