@@ -117,20 +117,19 @@ static void put_raw(fl_tensor *t, int elem, const unsigned char *p, int64_t n) {
 }
 
 /* Store the typed field values (onnx.proto's *_data) into t. */
-static int put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n, const char *name,
-                     fl_err *e) {
-  unsigned char *d = ten_data(t);
-  size_t have;
-  char q[256];
+/* The count of typed values p holds for elem. */
+static size_t typed_count(const TensorProto *p, int elem) {
   switch (elem) {
-  case ONNX_FLOAT: have = p->n_float_data; break;
-  case ONNX_INT64: have = p->n_int64_data; break;
-  case ONNX_UINT32: have = p->n_uint64_data; break;
-  default: have = p->n_int32_data; break;
+  case ONNX_FLOAT: return p->n_float_data;
+  case ONNX_INT64: return p->n_int64_data;
+  case ONNX_UINT32: return p->n_uint64_data;
+  default: return p->n_int32_data;
   }
-  if ((uint64_t)have != (uint64_t)n)
-    return err_set(e, FL_EFORMAT, "tensor '%s': %s data holds %zu values, its dims say %lld",
-                   quote(name, q, sizeof q), onnx_dtype_name(elem), have, (long long)n);
+}
+
+/* Store the typed values (their count already checked) into t. */
+static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
+  unsigned char *d = ten_data(t);
   for (int64_t i = 0; i < n; i++) {
     switch (elem) {
     case ONNX_FLOAT: memcpy(d + 4 * i, &p->float_data[i], 4); break;
@@ -152,7 +151,6 @@ static int put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n, co
     }
     }
   }
-  return FL_OK;
 }
 
 /* The file an external-data location names, inside dir only: a relative
@@ -222,9 +220,11 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-/* Read the external data of p (nbytes expected) into buf. */
-static int read_external(const TensorProto *p, const char *dir, const char *name, void *buf,
-                         size_t nbytes, fl_err *e) {
+/* Read the external data of p (nbytes expected) into a new buffer *out,
+** allocated only once the file is known to hold that many bytes. */
+static int read_external(const TensorProto *p, const char *dir, const char *name,
+                         unsigned char **out, size_t nbytes, fl_err *e) {
+  unsigned char *buf;
   const char *loc = NULL;
   uint64_t off = 0, len = nbytes, size;
   int have_len = 0, fd, rc = FL_OK;
@@ -262,6 +262,11 @@ static int read_external(const TensorProto *p, const char *dir, const char *name
                    "of its %llu-byte file", quote(name, q, sizeof q), (unsigned long long)off,
                    nbytes, (unsigned long long)size);
   }
+  if (!(buf = malloc(nbytes ? nbytes : 1))) {
+    close(fd);
+    return err_set(e, FL_ENOMEM, "tensor '%s': out of memory (%zu bytes)",
+                   quote(name, q, sizeof q), nbytes);
+  }
   while (done < nbytes) {
     ssize_t r = pread(fd, (char *)buf + done, nbytes - done, (off_t)(off + done));
     if (r < 0 && errno == EINTR) continue;
@@ -273,6 +278,8 @@ static int read_external(const TensorProto *p, const char *dir, const char *name
     done += (size_t)r;
   }
   close(fd);
+  if (rc != FL_OK) free(buf);
+  else *out = buf;
   return rc;
 }
 
@@ -283,6 +290,7 @@ static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor 
   fl_meta m;
   fl_dtype dt;
   int elem = p->has_data_type ? p->data_type : 0, rc;
+  unsigned char *ext = NULL;
   int64_t n = 1;
   size_t w, nbytes;
   memset(out, 0, sizeof *out);
@@ -319,27 +327,30 @@ static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor 
       return err_set(e, FL_EFORMAT, "tensor '%s': raw_data is %zu bytes, its dims and dtype "
                      "need %zu", quote(name, q, sizeof q), p->raw_data.len, nbytes);
   }
-  if ((rc = ten_empty(&out->t, &m, e)) != FL_OK)
+  /* the data is there, in the right amount, before anything is
+  ** allocated: a tensor never takes more memory than its bytes in a file */
+  if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    if ((rc = read_external(p, dir, name, &ext, nbytes, e)) != FL_OK) return rc;
+  } else if (!p->has_raw_data && (uint64_t)typed_count(p, elem) != (uint64_t)n) {
+    return err_set(e, FL_EFORMAT, "tensor '%s': %s data holds %zu values, its dims say %lld",
+                   quote(name, q, sizeof q), onnx_dtype_name(elem), typed_count(p, elem),
+                   (long long)n);
+  }
+  if ((rc = ten_empty(&out->t, &m, e)) != FL_OK) {
+    free(ext);
     return err_prefix(e, "tensor '%s'", quote(name, q, sizeof q));
+  }
   out->elem = elem;
   if (!(out->name = dup_str(name))) {
+    free(ext);
     ten_release(&out->t);
     return err_set(e, FL_ENOMEM, "out of memory");
   }
-  if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-    unsigned char *raw = malloc(nbytes ? nbytes : 1);
-    if (!raw) rc = err_set(e, FL_ENOMEM, "tensor '%s': out of memory (%zu bytes)",
-                           quote(name, q, sizeof q), nbytes);
-    else if ((rc = read_external(p, dir, name, raw, nbytes, e)) == FL_OK)
-      put_raw(&out->t, elem, raw, n);
-    free(raw);
-  } else if (p->has_raw_data) {
-    put_raw(&out->t, elem, p->raw_data.data, n);
-  } else {
-    rc = put_typed(&out->t, p, elem, n, name, e);
-  }
-  if (rc != FL_OK) onnx_tensor_free(out);
-  return rc;
+  if (ext) put_raw(&out->t, elem, ext, n);
+  else if (p->has_raw_data) put_raw(&out->t, elem, p->raw_data.data, n);
+  else put_typed(&out->t, p, elem, n);
+  free(ext);
+  return FL_OK;
 }
 
 /* ---- names: a sorted index of value name -> producer -------------------- */
@@ -461,7 +472,7 @@ static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_
     break;
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
     a->kind = ONNX_ATTR_STRING;
-    if (memchr(p->s.data, 0, p->s.len))
+    if (p->s.len && memchr(p->s.data, 0, p->s.len))
       return err_set(e, FL_EFORMAT, "attribute '%s': string holds a NUL byte",
                      quote(p->name, q, sizeof q));
     if (!(a->s = strndup(p->s.len ? (const char *)p->s.data : "", p->s.len)))
@@ -498,7 +509,7 @@ static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_
     if (!(a->strings = calloc(p->n_strings ? p->n_strings : 1, sizeof *a->strings)))
       return err_set(e, FL_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->n_strings; i++) {
-      if (memchr(p->strings[i].data, 0, p->strings[i].len))
+      if (p->strings[i].len && memchr(p->strings[i].data, 0, p->strings[i].len))
         return err_set(e, FL_EFORMAT, "attribute '%s': string holds a NUL byte",
                        quote(p->name, q, sizeof q));
       if (!(a->strings[i] = strndup(p->strings[i].len ? (const char *)p->strings[i].data : "",
