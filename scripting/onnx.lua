@@ -1180,6 +1180,272 @@ OPS.Range = function(node, attrs)
 end
 
 -- ---------------------------------------------------------------------------
+-- composed from the above: losses, index ops, rounding, rearrangements
+-- ---------------------------------------------------------------------------
+
+-- arange(n) laid along dim d (1-based) of a rank-r shape: [1, .., n, .., 1]
+local function iota(n, d, r)
+  local s = {}
+  for k = 1, r do s[k] = 1 end
+  s[d] = n
+  return fl.arange(n):reshape(s)
+end
+
+local function i64(v) return fl.full({}, v, {dtype = "int64"}) end
+
+-- A number from a host value, a constant, or (eagerly only) a tensor.
+local function number(node, v, what)
+  if not is_tensor(v) then return ints(node, v, what)[1] end
+  if fl._tracing() then
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent value)", what)
+  end
+  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  return v:reshape({}):item()
+end
+
+-- loss[n, d..] = -x[n, target, d..] * weight[target], 0 where target is
+-- ignore_index; the class picked by a one-hot mask over dim 2 (a sum of
+-- one value and zeros: exact).
+local function nll(node, x, tgt, w, red, ign)
+  if tgt.dtype ~= "int64" then node_error(node, "target must be int64, got %s", tgt.dtype) end
+  local r = x:dim()
+  if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
+  local C = x.shape[2]
+  local mask = iota(C, 2, r):eq(tgt:unsqueeze(2))
+  local zero = scalar(x, 0)
+  local loss = -fl.where(mask, x, zero):sum(2)
+  local wt
+  if w then wt = fl.where(mask, channel_view(w, r), zero):sum(2) end
+  if ign then
+    local valid = tgt:ne(i64(ign))
+    wt = wt and fl.where(valid, wt, zero) or valid:to(x.dtype)
+  end
+  if wt then loss = loss * wt end
+  if red == "none" then return loss end
+  if red == "sum" then return loss:sum() end
+  if wt then return loss:sum() / wt:sum() end
+  return loss:mean()
+end
+
+local function loss_attrs(node, attrs)
+  known_attrs(node, attrs, set("reduction", "ignore_index"))
+  local red = attr(attrs, "reduction", "mean")
+  if red ~= "none" and red ~= "sum" and red ~= "mean" then node_error(node, "reduction '%s'", red) end
+  return red, attrs.ignore_index
+end
+
+OPS.NegativeLogLikelihoodLoss = function(node, attrs)
+  local red, ign = loss_attrs(node, attrs)
+  return function(ins)
+    local x = T(node, ins[1], "input")
+    need_float(node, x)
+    return {nll(node, x, T(node, ins[2], "target"), ins[3] ~= nil and T(node, ins[3], "weight") or nil, red, ign)}
+  end
+end
+
+OPS.SoftmaxCrossEntropyLoss = function(node, attrs)
+  local red, ign = loss_attrs(node, attrs)
+  return function(ins)
+    local x = T(node, ins[1], "scores")
+    need_float(node, x)
+    if x:dim() < 2 then node_error(node, "scores of %d dims (expected [N, C, ...])", x:dim()) end
+    local lp = x:log_softmax(2)
+    return {nll(node, lp, T(node, ins[2], "labels"), ins[3] ~= nil and T(node, ins[3], "weights") or nil, red, ign), lp}
+  end
+end
+
+-- out[.., i, ..] = data[.., idx[.., i, ..], ..] along axis: a one-hot
+-- mask over a new dim after the axis, summed away.
+OPS.GatherElements = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local x, idx = T(node, ins[1], "data"), T(node, ins[2], "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local r = x:dim()
+    if idx:dim() ~= r then node_error(node, "indices of rank %d for data of rank %d", idx:dim(), r) end
+    local d = axis(node, attr(attrs, "axis", 0), r)
+    local n = x.shape[d]
+    for k = 1, r do
+      if k ~= d and idx.shape[k] ~= x.shape[k] then
+        if idx.shape[k] > x.shape[k] then node_error(node, "indices dim %d larger than data's", k) end
+        x = x:narrow(k, 1, idx.shape[k])
+      end
+    end
+    local it = fl.where(idx:lt(i64(0)), idx + i64(n), idx)
+    local dt = x.dtype
+    if dt == "bool" then x = x:to("int64") end
+    local mask = it:unsqueeze(d + 1):eq(iota(n, d + 1, r + 1))
+    local out = fl.where(mask, x:unsqueeze(d), fl.zeros({}, {dtype = x.dtype})):sum(d + 1)
+    if dt == "bool" then out = out:to("bool") end
+    return {out}
+  end
+end
+
+OPS.Trilu = function(node, attrs)
+  known_attrs(node, attrs, set("upper"))
+  local upper = attr(attrs, "upper", 1) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local k = ins[2] ~= nil and number(node, ins[2], "k") or 0
+    local r = x:dim()
+    if r < 2 then node_error(node, "input of %d dims", r) end
+    local diff = iota(x.shape[r], r, r) - iota(x.shape[r - 1], r - 1, r)   -- col - row
+    local keep = upper and diff:ge(i64(k)) or diff:le(i64(k))
+    return {fl.where(keep, x, fl.zeros({}, {dtype = x.dtype}))}
+  end
+end
+
+OPS.Hardmax = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis"))
+  local ax = attr(attrs, "axis", opset >= 13 and -1 or 1)
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local r = x:dim()
+    local d = axis(node, ax, r)
+    local s = x.shape
+    local y = x
+    if opset < 13 then y = x:reshape({prod(s, 1, d - 1), prod(s, d, r)}); d = 2 end
+    local hot = iota(y.shape[d], d, y:dim()):eq(y:argmax(d, true)):to(x.dtype)
+    return {hot:reshape(s)}
+  end
+end
+
+-- select_last_index=1: the largest position holding the extreme (NaN
+-- counts as the extreme, as NumPy's argmax of the reversed array has it).
+local function arg_last(x, d, keep, method)
+  local m = x[method](x, d, true)
+  local hit = x:eq(m):to("int64") + (x:ne(x):to("int64") * m:ne(m):to("int64"))
+  local pos = fl.where(hit:gt(i64(0)), iota(x.shape[d], d, x:dim()), i64(-1))
+  return pos:amax(d, keep)
+end
+
+local function arg_reduce2(which)
+  local base = arg_reduce(which == "amin")
+  return function(node, attrs, opset)
+    if attr(attrs, "select_last_index", 0) == 0 then return base(node, attrs, opset) end
+    known_attrs(node, attrs, set("axis", "keepdims", "select_last_index"))
+    local keep = attr(attrs, "keepdims", 1) ~= 0
+    return function(ins)
+      local x = T(node, ins[1])
+      if x.dtype == "bool" then unsupported(node, "arg reduction of bools") end
+      return {arg_last(x, axis(node, attr(attrs, "axis", 0), x:dim()), keep, which)}
+    end
+  end
+end
+OPS.ArgMax = arg_reduce2("amax")
+OPS.ArgMin = arg_reduce2("amin")
+
+-- floor/ceil/round: below 2^23 through a truncation to int64, above it
+-- (and NaN, infinities) every float32 is already whole.  Half-precision
+-- inputs go through float32, where they are exact.
+local function rounding(fn)
+  return unary(function(x)
+    local dt = x.dtype
+    local xf = dt == "float32" and x or x:to("float32")
+    local small = xf:abs():lt(fl.full({}, 8388608.0))
+    local t = xf:to("int64"):to("float32")
+    local y = fl.where(small, fn(xf, t), xf)
+    return dt == "float32" and y or y:to(dt)
+  end)
+end
+local function floor_of(x, t) return t - t:gt(x):to("float32") end
+OPS.Floor = rounding(floor_of)
+OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
+OPS.Round = rounding(function(x, t)
+  local f = floor_of(x, t)
+  local diff = x - f
+  local half = fl.full({}, 0.5)
+  local fh = f * half
+  local odd = (fh - floor_of(fh, fh:to("int64"):to("float32"))):gt(fl.zeros({}))
+  local up = diff:gt(half):to("int64") + (diff:eq(half):to("int64") * odd:to("int64"))
+  return f + up:gt(i64(0)):to("float32")
+end)
+
+OPS.Shrink = unary(function(x, p)
+  local lo, hi = scalar(x, -p.lambd), scalar(x, p.lambd)
+  return fl.where(x:lt(lo), x + scalar(x, p.bias), fl.where(x:gt(hi), x - scalar(x, p.bias), scalar(x, 0)))
+end, {lambd = 0.5, bias = 0.0})
+
+OPS.Mod = function(node, attrs)
+  known_attrs(node, attrs, set("fmod"))
+  local fmod = attr(attrs, "fmod", 0) ~= 0
+  return function(ins)
+    local a, b = T(node, ins[1]), T(node, ins[2])
+    if a.dtype ~= "int64" or b.dtype ~= "int64" then unsupported(node, "Mod of %s", a.dtype) end
+    local r = a - int_div(a, b) * b                       -- truncated: a's sign
+    if fmod then return {r} end
+    local zero = i64(0)
+    local fix = r:ne(zero):to("int64") * (r:lt(zero)):ne(b:lt(zero)):to("int64")
+    return {r + fix * b}                                  -- floored: b's sign
+  end
+end
+
+OPS.DepthToSpace = function(node, attrs)
+  known_attrs(node, attrs, set("blocksize", "mode"))
+  local b, mode = attrs.blocksize, attr(attrs, "mode", "DCR")
+  if not b then node_error(node, "attribute 'blocksize' is required") end
+  if mode ~= "DCR" and mode ~= "CRD" then node_error(node, "mode '%s'", mode) end
+  return function(ins)
+    local x = T(node, ins[1])
+    if x:dim() ~= 4 then node_error(node, "input of %d dims", x:dim()) end
+    local N, C, H, W = table.unpack(x.shape)
+    if C % (b * b) ~= 0 then node_error(node, "channels %d not divisible by %d", C, b * b) end
+    local c = C // (b * b)
+    local y
+    if mode == "DCR" then y = x:reshape({N, b, b, c, H, W}):permute({1, 4, 5, 2, 6, 3})
+    else y = x:reshape({N, c, b, b, H, W}):permute({1, 2, 5, 3, 6, 4}) end
+    return {y:contiguous():reshape({N, c, H * b, W * b})}
+  end
+end
+
+OPS.SpaceToDepth = function(node, attrs)
+  known_attrs(node, attrs, set("blocksize"))
+  local b = attrs.blocksize
+  if not b then node_error(node, "attribute 'blocksize' is required") end
+  return function(ins)
+    local x = T(node, ins[1])
+    if x:dim() ~= 4 then node_error(node, "input of %d dims", x:dim()) end
+    local N, C, H, W = table.unpack(x.shape)
+    if H % b ~= 0 or W % b ~= 0 then node_error(node, "spatial dims not divisible by %d", b) end
+    local y = x:reshape({N, C, H // b, b, W // b, b}):permute({1, 4, 6, 2, 3, 5})
+    return {y:contiguous():reshape({N, C * b * b, H // b, W // b})}
+  end
+end
+
+OPS.OneHot = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local idx, vals = T(node, ins[1], "indices"), T(node, ins[3], "values")
+    local depth = math.tointeger(number(node, ins[2], "depth") // 1)
+    if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
+    if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
+    if idx.dtype ~= "int64" then
+      if fl._tracing() then unsupported(node, "float indices under capture") end
+      idx = idx:to("int64")          -- as ONNX's reference casts them
+    end
+    local r = idx:dim() + 1
+    local d = axis(node, attr(attrs, "axis", -1), r)
+    local it = fl.where(idx:lt(i64(0)), idx + i64(depth), idx):unsqueeze(d)
+    local off, on = vals:narrow(1, 1, 1):reshape({}), vals:narrow(1, 2, 1):reshape({})
+    return {fl.where(iota(depth, d, r):eq(it), on, off)}
+  end
+end
+
+OPS.MeanVarianceNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("axes"))
+  local axes = attr(attrs, "axes", {0, 2, 3})
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local dims = reduce_dims(node, axes, x:dim())
+    local mean = x:mean(dims, true)
+    local var = (x * x):mean(dims, true) - mean * mean
+    return {(x - mean) / (var:sqrt() + scalar(x, 1e-9))}
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- the module
 -- ---------------------------------------------------------------------------
 
