@@ -23,6 +23,7 @@ local fmt = string.format
 
 local OPS = {}
 fl._onnx_ops = OPS
+local WIDE   -- the narrow integer types (below)
 
 -- ---------------------------------------------------------------------------
 -- errors
@@ -806,6 +807,10 @@ OPS.Constant = function(node, attrs)
   if attrs.value then
     local a = attrs.value
     value = FL_DTYPE[a.dtype] and a.tensor or {wide = a.dtype, t = a.tensor}
+    -- a small int64 constant is a size vector (shapes, axes, indices)
+    if a.dtype == "int64" and a.tensor:dim() <= 1 and a.tensor:numel() <= 64 then
+      value = host_of_tensor(a.tensor)
+    end
   elseif attrs.value_float then value = fl.full({}, attrs.value_float)
   elseif attrs.value_floats then
     value = #attrs.value_floats > 0 and fl.tensor(attrs.value_floats, {dtype = "float32"}) or fl.zeros({0})
@@ -1446,6 +1451,67 @@ OPS.MeanVarianceNormalization = function(node, attrs)
 end
 
 -- ---------------------------------------------------------------------------
+-- the narrow integer types
+-- ---------------------------------------------------------------------------
+
+-- int8..int32 and uint8..uint32 values are held widened to int64.  That
+-- is exact where no result can leave the type's range: comparisons,
+-- max/min, arg reductions and the ops that only move values.  Those ops
+-- take them (and give them back marked with their type); arithmetic,
+-- which would have to wrap around, refuses them (T).
+WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true}
+
+-- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; the
+-- int64 results are marked with their type again when `keep`.
+local function takes_wide(op, data, keep)
+  local lower = OPS[op]
+  local at = data and {} or nil
+  for _, i in ipairs(data or {}) do at[i] = true end
+  OPS[op] = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local tag
+      local un = {}
+      for i, v in pairs(ins) do
+        if (not at or at[i]) and not is_tensor(v) and v.wide then
+          if tag and tag ~= v.wide then node_error(node, "inputs of dtypes %s and %s", tag, v.wide) end
+          tag = v.wide
+          un[i] = v.t
+        else
+          un[i] = v
+        end
+      end
+      if tag and not keep then
+        -- a mix of a narrow type and a held type is a model error
+        for i, v in pairs(un) do
+          if (not at or at[i]) and is_tensor(v) and ins[i] == v and v.dtype ~= "int64" then
+            node_error(node, "inputs of dtypes %s and %s", tag, v.dtype)
+          end
+        end
+      end
+      local outs = run(un)
+      if tag and keep then
+        for i, o in ipairs(outs) do
+          if is_tensor(o) and o.dtype == "int64" then outs[i] = {wide = tag, t = o} end
+        end
+      end
+      return outs
+    end
+  end
+end
+
+for _, op in ipairs({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
+  takes_wide(op, nil, false)
+end
+for _, op in ipairs({"Max", "Min", "Concat"}) do takes_wide(op, nil, true) end
+for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
+                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "ReduceMax", "ReduceMin",
+                     "DepthToSpace", "SpaceToDepth", "Trilu"}) do
+  takes_wide(op, {1}, true)
+end
+takes_wide("Where", {2, 3}, true)
+
+-- ---------------------------------------------------------------------------
 -- the module
 -- ---------------------------------------------------------------------------
 
@@ -1478,8 +1544,13 @@ function Model:__init(g, path)
   end
   self._consts = consts
   for _, v in ipairs(g.inputs) do
-    if not FL_DTYPE[v.dtype] then
+    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
       error(fmt("onnx: graph input '%s': dtype %s is unsupported", v.name, v.dtype), 0)
+    end
+  end
+  for _, v in ipairs(g.outputs) do
+    if v.dtype ~= "unknown" and not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
+      error(fmt("onnx: graph output '%s': dtype %s is unsupported", v.name, v.dtype), 0)
     end
   end
   -- symbolic dims: dynamic under fl.compile (compile.lua reads _dynamic_dims)
@@ -1557,9 +1628,10 @@ function Model:forward(...)
     if not is_tensor(x) then
       error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, v.name, type(x)), 0)
     end
-    local want = FL_DTYPE[v.dtype]
+    local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64")
     if want and x.dtype ~= want then
-      error(fmt("onnx.Model: input %d ('%s') must be %s, got %s", i, v.name, want, x.dtype), 0)
+      error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, v.name, want,
+                WIDE[v.dtype] and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
     end
     if v.dims then
       local ok = #x.shape == #v.dims
@@ -1571,7 +1643,7 @@ function Model:forward(...)
                   table.concat(x.shape, ",")), 0)
       end
     end
-    env[v.name] = x
+    env[v.name] = WIDE[v.dtype] and {wide = v.dtype, t = x} or x
   end
   for _, node in ipairs(self._nodes) do
     local ins = {}
@@ -1593,12 +1665,13 @@ function Model:forward(...)
   local res = {}
   for i, v in ipairs(self.outputs) do
     local r = env[v.name]
+    local wide = not is_tensor(r) and r.wide
     if not is_tensor(r) then
       if r.wide then r = r.t else r = T({name = v.name, op = "output", opset = self.opset}, r) end
     end
-    local want = FL_DTYPE[v.dtype]
-    if v.dtype ~= "unknown" and r.dtype ~= want and not (want == nil and r.dtype == "int64") then
-      error(fmt("onnx: output '%s': computed %s, the model declares %s", v.name, r.dtype, v.dtype), 0)
+    local got = wide or ONNX_DTYPE[r.dtype]
+    if v.dtype ~= "unknown" and got ~= v.dtype then
+      error(fmt("onnx: output '%s': computed %s, the model declares %s", v.name, got, v.dtype), 0)
     end
     res[i] = r
   end

@@ -11,5 +11,9 @@ if [ ! -f "$DATA/test_abs/model.onnx" ]; then
   exit 0
 fi
 if [ "${FUSELAB_ASAN:-0}" = 1 ]; then EXTRA=--eager-only; else EXTRA=; fi
+# ~530 small programs compile in chunks of 64, one compiler run each: a
+# busy machine is slow, never wrong
+FUSELAB_COMPILE_TIMEOUT=${FUSELAB_COMPILE_TIMEOUT:-900}
+export FUSELAB_COMPILE_TIMEOUT
 exec "$FUSELAB" "$FUSELAB_SRC/tests/onnx/runner.lua" --data "$DATA" \
   --check "$FUSELAB_SRC/doc/ONNX.md" $EXTRA
