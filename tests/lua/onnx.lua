@@ -48,6 +48,58 @@ t.ok(fl.allclose(m2(x), want), "save_weights / load_weights by initializer names
 
 t.ok(pcall(fl.draw, g, path("g.dot")), "fl.draw of its graph")
 
+local okr = pcall(fl.report, cm, path("review.html"))
+t.ok(okr, "fl.report of the compiled model")
+for _, mode in ipairs({"reduce-overhead", "max-autotune"}) do
+  t.ok(fl.allclose(fl.compile(m, {backend = "cpu", mode = mode})(x), want), "mode " .. mode)
+end
+t.ok(fl.allclose(fl.compile(m, {backend = "cpu", fuse = false, dynamic = false})(x), want), "unfused, static")
+t.is(fl.explain(m, x).op_count, 3, "fl.explain counts its ops")
+
+-- ---- ONNX semantics the lowering must keep ------------------------------------
+local function one_node(op, attrs, inputs, opset, inits)
+  local vals = {}
+  for i, v in ipairs(inputs) do vals[i] = {name = "i" .. i, dtype = v[1], dims = v[2]} end
+  local names = {}
+  for i = 1, #inputs do names[i] = "i" .. i end
+  for _, init in ipairs(inits or {}) do names[#names + 1] = init.name end
+  return fl.load_onnx(P.write(path(op .. ".onnx"), P.model{opset = opset or 13,
+    nodes = {{op = op, inputs = names, outputs = {"y"}, name = "n", attrs = attrs}},
+    inits = inits, inputs = vals, outputs = {{name = "y", dtype = "none"}}}))
+end
+local ia = fl.tensor({7, -7, 7, -7, 9223372036854775807, -9223372036854775807}, {dtype = "int64"})
+local ib = fl.tensor({2, 2, -2, -2, 3, 7}, {dtype = "int64"})
+local div = one_node("Div", nil, {{"int64", {6}}, {"int64", {6}}})
+t.is(div(ia, ib):tolist(), {3, -3, -3, 3, 3074457345618258602, -1317624576693539401},
+     "integer Div truncates toward zero, exactly at the int64 limits")
+local pow = one_node("Pow", nil, {{"int64", {3}}, {"float", {3}}})
+local pr = pow(fl.tensor({2, 3, 4}, {dtype = "int64"}), fl.tensor({2.0, 0.5, 3.0}))
+t.ok(pr.dtype == "int64" and pr:tolist()[3] == 64 and pr:tolist()[2] == 1, "Pow(int, float) keeps the int type")
+local sm = one_node("Softmax", {axis = 1}, {{"float", {2, 3, 4}}}, 11)
+local xs = fl.randn(2, 3, 4)
+t.ok(fl.allclose(sm(xs), xs:reshape(2, 12):softmax(2):reshape(2, 3, 4)), "Softmax before opset 13 flattens to 2-D")
+local rs = one_node("Reshape", nil, {{"float", {2, 3, 4}}}, 13,
+  {{name = "shape", dtype = "int64", dims = {3}, ints = {0, -1, 2}}})
+t.is(rs(xs).shape, {2, 6, 2}, "Reshape with 0 and -1")
+local sl = one_node("Slice", nil, {{"float", {2, 3, 4}}}, 13,
+  {{name = "starts", dtype = "int64", dims = {1}, ints = {-3}}, {name = "ends", dtype = "int64", dims = {1}, ints = {1000}},
+   {name = "axes", dtype = "int64", dims = {1}, ints = {2}}})
+t.ok(fl.allclose(sl(xs), xs:narrow(3, 2, 3)), "Slice clamps like ONNX")
+local gm = one_node("Gemm", {alpha = 0.5, beta = 2.0, transB = 1}, {{"float", {2, 3}}, {"float", {4, 3}}, {"float", {4}}})
+local A, B, C = fl.randn(2, 3), fl.randn(4, 3), fl.randn(4)
+t.ok(fl.allclose(gm(A, B, C), fl.matmul(A, B:transpose(1, 2)) * 0.5 + C * 2), "Gemm alpha, beta, transB")
+local cv = one_node("Conv", {pads = {1, 1, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})
+local cx, cw = fl.randn(1, 2, 5, 5), fl.randn(3, 2, 3, 3)
+t.ok(fl.allclose(fl.compile(cv, {backend = "cpu"})(cx, cw), fl.conv2d(cx, cw, nil, {padding = 1}), 1e-4, 1e-5),
+     "Conv compiled")
+t.raises(function() one_node("Conv", {pads = {0, 0, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})(cx, cw) end,
+         "asymmetric pads %(0,0,1,1%) is unsupported", "asymmetric pads are refused, not approximated")
+t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int32", {2}}})(fl.ones({2}, {dtype = "int64"}), fl.ones({2}, {dtype = "int64"})) end,
+         "dtype int32 in arithmetic is unsupported", "int32 arithmetic (which would wrap) is refused")
+local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
+t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
+     "int32 inputs compare exactly (held as int64)")
+
 -- ---- errors at call ---------------------------------------------------------
 t.raises(function() m(x, x) end, "expected 1 inputs", "wrong input count")
 t.raises(function() m(fl.randn(2, 5)) end, "must be %[N,4%], got %[2,5%]", "wrong input shape")

@@ -87,7 +87,8 @@ function M.value(v)
   for _, d in ipairs(v.dims or {}) do
     dims[#dims + 1] = bytes(1, type(d) == "string" and bytes(2, d) or vint(1, d))
   end
-  local tt = vint(1, DTYPE[v.dtype or "float"] or v.dtype)
+  -- dtype "none": no elem_type (the type left to the reader)
+  local tt = v.dtype == "none" and "" or vint(1, DTYPE[v.dtype or "float"] or v.dtype)
   if v.dims then tt = tt .. bytes(2, table.concat(dims)) end
   return bytes(1, v.name) .. bytes(2, bytes(1, tt))
 end
