@@ -70,14 +70,16 @@ local function T(node, v, what)
   if is_tensor(v) then return v end
   if v.wide then unsupported(node, "%s of dtype %s in arithmetic", what or "an input", v.wide) end
   if v.host then
-    local vals = {}
-    for i, x in ipairs(v.v) do vals[i] = x end
-    for _, x in ipairs(vals) do
-      if type(x) ~= "number" then
-        -- a symbolic size that becomes data: specialize it
-        for i, y in ipairs(vals) do vals[i] = math.tointeger(y) or tonumber(y) end
-        break
+    local vals, sym = v.v, false
+    for _, x in ipairs(vals) do sym = sym or type(x) ~= "number" end
+    if sym then
+      -- symbolic sizes become graph values (0 + s0), staying symbolic
+      local parts = {}
+      for i, x in ipairs(vals) do
+        parts[i] = (fl.zeros({}, {dtype = "int64"}) + x):reshape({1})
       end
+      if v.scalar then return parts[1]:reshape({}) end
+      return #parts == 1 and parts[1] or fl.cat(parts, 1)
     end
     if v.scalar then return fl.full({}, vals[1], {dtype = "int64"}) end
     if #vals == 0 then return fl.zeros({0}, {dtype = "int64"}) end
@@ -159,14 +161,43 @@ local function need_float(node, x, what)
   if not FLOAT[x.dtype] then unsupported(node, "%s of dtype %s", what or "an input", x.dtype) end
 end
 
+-- Arithmetic on two size vectors stays on sizes (symbolic ones too):
+-- NumPy broadcasting of a 1-element side; nil when it cannot.
+local function host_binary(a, b, op)
+  if is_tensor(a) or is_tensor(b) or not a.host or not b.host then return nil end
+  local na, nb = #a.v, #b.v
+  if na ~= nb and na ~= 1 and nb ~= 1 then return nil end
+  local out = {}
+  for i = 1, math.max(na, nb) do
+    local x, y = a.v[na == 1 and 1 or i], b.v[nb == 1 and 1 or i]
+    local r
+    if op == "add" then r = x + y
+    elseif op == "sub" then r = x - y
+    elseif op == "mul" then r = x * y
+    elseif op == "div" then
+      -- truncation: plain numbers exactly; a size (>= 0) over a positive number
+      if math.type(x) == "integer" and math.type(y) == "integer" then
+        if y == 0 then return nil end
+        r = x // y
+        if r < 0 and r * y ~= x then r = r + 1 end
+      elseif math.type(y) == "integer" and y > 0 then r = x // y
+      else return nil end
+    end
+    out[i] = r
+  end
+  return host(out, a.scalar and b.scalar)
+end
+
 -- binary ops: ONNX has no type promotion, both inputs share a type
-local function binary(fn, float_only)
+local function binary(fn, float_only, hop)
   return function(node, attrs, opset)
     known_attrs(node, attrs, set("broadcast", "axis"))
     if attrs.axis ~= nil and attr(attrs, "broadcast", 0) == 1 then
       unsupported(node, "legacy broadcast with axis")
     end
     return function(ins)
+      local h = hop and host_binary(ins[1], ins[2], hop)
+      if h then return {h} end
       local a, b = T(node, ins[1], "input A"), T(node, ins[2], "input B")
       if a.dtype ~= b.dtype then
         node_error(node, "inputs of dtypes %s and %s (ONNX needs one type)", a.dtype, b.dtype)
@@ -177,9 +208,9 @@ local function binary(fn, float_only)
   end
 end
 
-OPS.Add = binary(function(a, b) return a + b end)
-OPS.Sub = binary(function(a, b) return a - b end)
-OPS.Mul = binary(function(a, b) return a * b end)
+OPS.Add = binary(function(a, b) return a + b end, false, "add")
+OPS.Sub = binary(function(a, b) return a - b end, false, "sub")
+OPS.Mul = binary(function(a, b) return a * b end, false, "mul")
 
 -- Integer division truncates toward zero (C, not Python).  The float
 -- quotient of huge int64 values is off by many units, so it is refined:
@@ -207,7 +238,7 @@ end
 OPS.Div = binary(function(a, b)
   if a.dtype == "int64" then return int_div(a, b) end
   return a / b
-end)
+end, false, "div")
 
 OPS.Pow = function(node, attrs)
   known_attrs(node, attrs, {})

@@ -100,6 +100,33 @@ local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
 
+-- Shape -> Gather -> Mul -> Unsqueeze -> Concat -> Reshape (what exporters
+-- write) stays symbolic: one compile serves every batch size, and the size
+-- cast into data (Cast) is a graph value, not a constant
+do
+  local sm2 = fl.load_onnx(P.write(path("shape.onnx"), P.model{nodes = {
+    {op = "Shape", inputs = {"x"}, outputs = {"s"}, name = "sh"},
+    {op = "Gather", inputs = {"s", "zero"}, outputs = {"n"}, name = "g", attrs = {axis = 0}},
+    {op = "Mul", inputs = {"n", "two"}, outputs = {"n2"}, name = "mul"},
+    {op = "Unsqueeze", inputs = {"n2", "ax"}, outputs = {"n2u"}, name = "u"},
+    {op = "Concat", inputs = {"n2u", "minus1"}, outputs = {"shp"}, name = "cat", attrs = {axis = 0}},
+    {op = "Reshape", inputs = {"x", "shp"}, outputs = {"y"}, name = "r"},
+    {op = "Cast", inputs = {"n2"}, outputs = {"nf"}, name = "c", attrs = {to = 1}},
+    {op = "Mul", inputs = {"y", "nf"}, outputs = {"z"}, name = "scale"}},
+    inits = {{name = "zero", dtype = "int64", dims = {}, ints = {0}}, {name = "two", dtype = "int64", dims = {}, ints = {2}},
+             {name = "ax", dtype = "int64", dims = {1}, ints = {0}}, {name = "minus1", dtype = "int64", dims = {1}, ints = {-1}}},
+    inputs = {{name = "x", dims = {"N", 6}}}, outputs = {{name = "z"}}}))
+  local scm = fl.compile(sm2, {backend = "cpu"})
+  local good = true
+  for _, n in ipairs({2, 3, 5}) do
+    local xx = fl.randn(n, 6)
+    local y = scm(xx)
+    good = good and y.shape[1] == 2 * n and fl.allclose(y, xx:reshape(2 * n, 3) * (2 * n))
+  end
+  t.ok(good, "shape arithmetic from Shape runs compiled for every batch size")
+  t.is(scm:stats().compiles, 1, "... with one compile")
+end
+
 -- ---- errors at call ---------------------------------------------------------
 t.raises(function() m(x, x) end, "expected 1 inputs", "wrong input count")
 t.raises(function() m(fl.randn(2, 5)) end, "must be %[N,4%], got %[2,5%]", "wrong input shape")
