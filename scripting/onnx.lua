@@ -466,7 +466,8 @@ end
 
 OPS.Cast = function(node, attrs)
   known_attrs(node, attrs, set("to", "saturate"))
-  local to = DTYPE_CODE[attrs.to] or tostring(attrs.to)
+  -- before opset 6 "to" was a name ("FLOAT")
+  local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
   if not FL_DTYPE[to] then unsupported(node, "casting to %s", to) end
   return function(ins) return {cast_to(node, ins[1], to)} end
 end
@@ -1003,9 +1004,12 @@ OPS.Transpose = function(node, attrs)
   end
 end
 
-OPS.Concat = function(node, attrs)
+OPS.Concat = function(node, attrs, opset)
   known_attrs(node, attrs, set("axis"))
-  if attrs.axis == nil then node_error(node, "attribute 'axis' is required") end
+  if attrs.axis == nil then
+    if opset >= 4 then node_error(node, "attribute 'axis' is required") end
+    attrs.axis = 1                     -- its default before opset 4
+  end
   return function(ins)
     local all_host = true
     for _, v in ipairs(ins) do
