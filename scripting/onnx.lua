@@ -1299,7 +1299,9 @@ end
 OPS.GatherElements = function(node, attrs)
   known_attrs(node, attrs, set("axis"))
   return function(ins)
-    local x, idx = T(node, ins[1], "data"), T(node, ins[2], "indices")
+    local iv = ins[2]
+    if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end   -- narrow indices are exact
+    local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
     if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
     local r = x:dim()
     if idx:dim() ~= r then node_error(node, "indices of rank %d for data of rank %d", idx:dim(), r) end
