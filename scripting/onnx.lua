@@ -108,6 +108,16 @@ local function ints(node, v, what)
   return v.v, v.scalar
 end
 
+-- A number from a host value, a constant, or (eagerly only) a tensor.
+local function number(node, v, what)
+  if not is_tensor(v) then return ints(node, v, what)[1] end
+  if fl._tracing() then
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent value)", what)
+  end
+  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  return v:reshape({}):item()
+end
+
 local function dtype_of(v)
   if is_tensor(v) then return v.dtype end
   if v.wide then return v.wide end
@@ -1207,6 +1217,19 @@ end
 OPS.Range = function(node, attrs)
   known_attrs(node, attrs, {})
   return function(ins)
+    local dt = dtype_of(ins[1])
+    if FLOAT[dt] then
+      -- start + i * delta, i < ceil((limit - start) / delta), as NumPy's
+      -- arange counts (in double, rounded once to the type)
+      local s, l, d = number(node, ins[1], "start"), number(node, ins[2], "limit"), number(node, ins[3], "delta")
+      if d == 0 then node_error(node, "delta is 0") end
+      local n = math.max(0, math.ceil((l - s) / d))
+      if n > 1 << 24 then node_error(node, "%d elements", n) end
+      local out = {}
+      for i = 0, n - 1 do out[#out + 1] = s + i * d end
+      if n == 0 then return {fl.zeros({0}, {dtype = dt})} end
+      return {fl.tensor(out, {dtype = "float32"}):to(dt)}
+    end
     for i = 1, 3 do
       if dtype_of(ins[i]) ~= "int64" then unsupported(node, "Range of dtype %s", dtype_of(ins[i])) end
     end
@@ -1233,15 +1256,6 @@ end
 
 local function i64(v) return fl.full({}, v, {dtype = "int64"}) end
 
--- A number from a host value, a constant, or (eagerly only) a tensor.
-local function number(node, v, what)
-  if not is_tensor(v) then return ints(node, v, what)[1] end
-  if fl._tracing() then
-    unsupported(node, "%s computed from graph inputs under capture (a data-dependent value)", what)
-  end
-  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
-  return v:reshape({}):item()
-end
 
 -- loss[n, d..] = -x[n, target, d..] * weight[target], 0 where target is
 -- ignore_index; the class picked by a one-hot mask over dim 2 (a sum of
