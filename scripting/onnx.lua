@@ -102,6 +102,10 @@ local function ints(node, v, what)
     return h.v, h.scalar
   end
   if v.wide then
+    -- a constant's values are known; one computed from inputs is data
+    if not v.const and fl._tracing() then
+      unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
+    end
     local h = host_of_tensor(v.t)
     return h.v, h.scalar
   end
@@ -848,7 +852,7 @@ OPS.Constant = function(node, attrs)
   local value
   if attrs.value then
     local a = attrs.value
-    value = FL_DTYPE[a.dtype] and a.tensor or {wide = a.dtype, t = a.tensor}
+    value = FL_DTYPE[a.dtype] and a.tensor or {wide = a.dtype, t = a.tensor, const = true}
     -- a small int64 constant is a size vector (shapes, axes, indices)
     if a.dtype == "int64" and a.tensor:dim() <= 1 and a.tensor:numel() <= 64 then
       value = host_of_tensor(a.tensor)
@@ -894,8 +898,10 @@ OPS.ConstantOfShape = function(node, attrs)
   known_attrs(node, attrs, set("value"))
   local v = attrs.value
   local dtype, value = "float32", 0
+  local wide
   if v then
     dtype = FL_DTYPE[v.dtype]
+    if not dtype and WIDE[v.dtype] then dtype, wide = "int64", v.dtype end
     if not dtype then unsupported(node, "a value of dtype %s", v.dtype) end
     if v.tensor:numel() ~= 1 then node_error(node, "value must hold one element") end
     value = v.tensor:reshape({}):item()
@@ -908,7 +914,9 @@ OPS.ConstantOfShape = function(node, attrs)
     if dtype == "bool" then
       return {value and fl.ones(shape, {dtype = "bool"}) or fl.zeros(shape, {dtype = "bool"})}
     end
-    return {fl.full(shape, value, {dtype = dtype})}
+    local y = fl.full(shape, value, {dtype = dtype})
+    if wide then return {{wide = wide, t = y}} end
+    return {y}
   end
 end
 
@@ -1501,6 +1509,87 @@ OPS.MeanVarianceNormalization = function(node, attrs)
   end
 end
 
+-- Windows: w[n] = sum_k a_k cos(2 pi k n / N), N = size (periodic) or
+-- size - 1 (symmetric), computed in double and rounded once.
+local function window(coeffs)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("output_datatype", "periodic"))
+    local to = DTYPE_CODE[attr(attrs, "output_datatype", 1)]
+    local dt = FL_DTYPE[to]
+    if not dt or not FLOAT[dt] then unsupported(node, "output_datatype %s", tostring(to)) end
+    local periodic = attr(attrs, "periodic", 1) ~= 0
+    return function(ins)
+      local size = math.tointeger(number(node, ins[1], "size"))
+      if not size or size < 0 or size > 1 << 24 then node_error(node, "size must be a count") end
+      if size == 0 then return {fl.zeros({0}, {dtype = dt})} end
+      local N = periodic and size or size - 1
+      local out = {}
+      for n = 0, size - 1 do
+        local v = 0
+        for k, a in ipairs(coeffs) do v = v + a * math.cos(2 * math.pi * (k - 1) * n / N) end
+        out[#out + 1] = N == 0 and 1 or v
+      end
+      return {fl.tensor(out, {dtype = "float32"}):to(dt)}
+    end
+  end
+end
+OPS.HannWindow = window({0.5, -0.5})
+OPS.HammingWindow = window({25 / 46, -21 / 46})
+OPS.BlackmanWindow = window({0.42, -0.5, 0.08})
+
+OPS.EyeLike = function(node, attrs)
+  known_attrs(node, attrs, set("dtype", "k"))
+  local k = attr(attrs, "k", 0)
+  local to = attrs.dtype and DTYPE_CODE[attrs.dtype]
+  if to and not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "dtype %s", to) end
+  return function(ins)
+    local v = ins[1]
+    local x = is_tensor(v) and v or (v.wide and v.t) or T(node, v)
+    local want = to or (not is_tensor(v) and v.wide) or ONNX_DTYPE[x.dtype]
+    if x:dim() ~= 2 then node_error(node, "input of %d dims (2 expected)", x:dim()) end
+    local diag = (iota(x.shape[2], 2, 2) - iota(x.shape[1], 1, 2)):eq(i64(k))
+    local dt = FL_DTYPE[want] or "int64"
+    local y = diag:to(dt)
+    if WIDE[want] then return {{wide = want, t = y}} end
+    return {y}
+  end
+end
+
+-- GatherND with batch_dims 0: the last dim of indices addresses data's
+-- first dims; as one row index into data seen as [prod(those), rest].
+OPS.GatherND = function(node, attrs)
+  known_attrs(node, attrs, set("batch_dims"))
+  if attr(attrs, "batch_dims", 0) ~= 0 then unsupported(node, "batch_dims=%d", attrs.batch_dims) end
+  return function(ins)
+    local iv = ins[2]
+    if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end
+    local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local q, r = idx:dim(), x:dim()
+    local k = idx.shape[q]
+    if q < 1 or k > r then node_error(node, "indices address %d dims of a %d-d input", k, r) end
+    local lin = nil
+    for j = 1, k do
+      local n = x.shape[j]
+      local ij = idx:narrow(q, j, 1):squeeze(q)
+      ij = fl.where(ij:lt(i64(0)), ij + i64(n), ij)
+      lin = lin and (lin * i64(n) + ij) or ij
+    end
+    local rest = {}
+    for j = k + 1, r do rest[#rest + 1] = x.shape[j] end
+    local dt = x.dtype
+    local xt = x:reshape({prod(x.shape, 1, k), prod(rest, 1, #rest)})
+    if dt == "bool" then xt = xt:to("int64") end
+    local g = fl.embedding(lin, xt)
+    local shape = {}
+    for j = 1, q - 1 do shape[#shape + 1] = idx.shape[j] end
+    for _, n in ipairs(rest) do shape[#shape + 1] = n end
+    g = g:reshape(shape)
+    if dt == "bool" then g = g:to("bool") end
+    return {g}
+  end
+end
+
 -- ---------------------------------------------------------------------------
 -- the narrow integer types
 -- ---------------------------------------------------------------------------
@@ -1554,10 +1643,11 @@ end
 for _, op in ipairs({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
   takes_wide(op, nil, false)
 end
-for _, op in ipairs({"Max", "Min", "Concat"}) do takes_wide(op, nil, true) end
+-- Clip and Mod results lie between their operands' values: in range too
+for _, op in ipairs({"Max", "Min", "Concat", "Clip", "Mod"}) do takes_wide(op, nil, true) end
 for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
                      "Slice", "Gather", "GatherElements", "Expand", "Tile", "ReduceMax", "ReduceMin",
-                     "DepthToSpace", "SpaceToDepth", "Trilu"}) do
+                     "DepthToSpace", "SpaceToDepth", "Trilu", "GatherND"}) do
   takes_wide(op, {1}, true)
 end
 takes_wide("Where", {2, 3}, true)
@@ -1590,7 +1680,7 @@ function Model:__init(g, path)
       if FLOAT[init.tensor.dtype] then self:register_parameter(init.name, init.tensor)
       else self:register_buffer(init.name, init.tensor) end
     else
-      consts[init.name] = {wide = init.dtype, t = init.tensor}
+      consts[init.name] = {wide = init.dtype, t = init.tensor, const = true}
     end
   end
   self._consts = consts

@@ -77,7 +77,7 @@ local function reason_of(msg)
     local op = msg:match("onnx: node '.-' %(([^,]*),")
     return op .. ": " .. rest
   end
-  r = msg:match("onnx: (.*)$") or msg
+  r = msg:match("%.onnx: onnx: (.*)$") or msg:match("onnx: (.*)$") or msg
   r = r:gsub("tensor '[^']*'", "tensor"):gsub("input '[^']*'", "input"):gsub("output '[^']*'", "output")
   return r
 end
