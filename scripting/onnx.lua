@@ -474,7 +474,7 @@ local function cast_to(node, v, to)
     -- fuselab rounds to nearest even; ONNX 1.12's reference truncates
     unsupported(node, "casting %s to bfloat16 (rounding differs between ONNX versions)", x.dtype)
   end
-  if x.dtype == target then return x + fl.zeros({}, {dtype = target}) end
+  if x.dtype == target then return x end
   return x:to(target)
 end
 
@@ -1657,7 +1657,6 @@ takes_wide("Where", {2, 3}, true)
 -- ---------------------------------------------------------------------------
 
 local Model = nn.class("onnx.Model")
-fl.OnnxModel = nil
 
 local function shape_text(v)
   if not v.dims then return "?" end
@@ -1676,6 +1675,10 @@ function Model:__init(g, path)
   self.inputs, self.outputs = g.inputs, g.outputs
   local consts = {}
   for _, init in ipairs(g.initializers) do
+    -- initializers are fields of the module, by their names
+    if Model[init.name] ~= nil or rawget(self, init.name) ~= nil then
+      error(fmt("onnx: initializer '%s': a name the module itself uses (unsupported)", init.name), 0)
+    end
     if FL_DTYPE[init.dtype] then
       if FLOAT[init.tensor.dtype] then self:register_parameter(init.name, init.tensor)
       else self:register_buffer(init.name, init.tensor) end

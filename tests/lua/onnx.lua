@@ -178,6 +178,10 @@ t.raises(load_bytes("dup.onnx", P.mlp{nodes = {
   {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "a"},
   {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "b"}}}), "produced twice", "a value produced twice")
 
+t.raises(load_bytes("name.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, floats = {1,2,3,4,5,6,7,8,9,10,11,12}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}, {name = "forward", dims = {3}, floats = {1, 2, 3}}}}), "initializer 'forward': a name the module itself uses",
+  "an initializer named like a module method")
+
 -- ---- external data ----------------------------------------------------------------
 do
   local w = {}
