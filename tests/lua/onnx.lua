@@ -127,6 +127,27 @@ do
   t.is(scm:stats().compiles, 1, "... with one compile")
 end
 
+-- ---- batch compile (how the conformance runner compiles its cases) ----------------
+do
+  local ks = {}
+  for i = 1, 3 do
+    local xi = fl.randn(i + 1, 4)
+    ks[i] = fl.capture(m, xi):decompose{quiet = true}:optimize{quiet = true}:fuse():codegen("cpu", "fl_t" .. i .. "_")
+  end
+  fl.compile_batch(ks)
+  local good = true
+  for i = 1, 3 do
+    local xi = fl.randn(i + 1, 4)
+    good = good and ks[i]:stats().compiled and fl.allclose(ks[i]:run(xi), m(xi))
+  end
+  t.ok(good, "fl.compile_batch compiles programs together, each runs")
+  t.raises(function() fl.compile_batch({ks[1], "x"}) end, "element 2 is a string, expected a C program",
+           "compile_batch: a non-program")
+  local plan = fl.capture(m, x):fuse()
+  t.raises(function() plan:codegen("cpu", "1bad") end, "prefix must be a C identifier", "codegen prefix checked")
+  t.raises(function() plan:codegen("cpu", "a;b") end, "prefix must be a C identifier", "codegen prefix: no punctuation")
+end
+
 -- ---- errors at call ---------------------------------------------------------
 t.raises(function() m(x, x) end, "expected 1 inputs", "wrong input count")
 t.raises(function() m(fl.randn(2, 5)) end, "must be %[N,4%], got %[2,5%]", "wrong input shape")
