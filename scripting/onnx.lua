@@ -24,6 +24,9 @@ local fmt = string.format
 local OPS = {}
 fl._onnx_ops = OPS
 local WIDE   -- the narrow integer types (below)
+-- tensors whose values are known before the call (initializers, Constant
+-- nodes): their values may be read under capture
+local CONST = setmetatable({}, {__mode = "k"})
 
 -- ---------------------------------------------------------------------------
 -- errors
@@ -867,7 +870,10 @@ OPS.Constant = function(node, attrs)
     unsupported(node, "attribute '%s'", k)
   end
   node.const = value
-  return function() return {value} end
+  return function()
+    if is_tensor(value) then CONST[value] = true end
+    return {value}
+  end
 end
 
 OPS.Shape = function(node, attrs)
@@ -1590,6 +1596,123 @@ OPS.GatherND = function(node, attrs)
   end
 end
 
+-- Resize (and Upsample) in nearest mode: each output position's source
+-- index, per axis, as ONNX's reference computes it (in double: the
+-- coordinate transformation, then the rounding mode, then the edge
+-- clamp), gathered axis by axis.  Linear and cubic modes would need
+-- arithmetic the op table does not have here: unsupported.
+
+-- The float list a constant holds (scales, roi).
+local function floats(node, v, what)
+  if v == nil then return nil end
+  if not is_tensor(v) then return (ints(node, v, what)) end
+  if v:numel() == 0 then return {} end   -- an empty input: "not given"
+  if fl._tracing() and not CONST[v] then
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
+  end
+  local l = v:reshape({-1}):tolist()
+  return l
+end
+
+local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
+  local x
+  if coord == "half_pixel" then x = (o + 0.5) / scale - 0.5
+  elseif coord == "asymmetric" then x = o / scale
+  elseif coord == "pytorch_half_pixel" then x = n_out > 1 and (o + 0.5) / scale - 0.5 or 0
+  elseif coord == "tf_half_pixel_for_nn" then x = (o + 0.5) / scale
+  elseif coord == "align_corners" then x = n_out == 1 and 0 or o * (n_in - 1) / (n_out - 1)
+  else unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local f = math.floor(x)
+  local i
+  if x == f then i = f
+  else
+    local r = x - f
+    local left
+    if mode == "round_prefer_floor" then left = r <= 0.5
+    elseif mode == "round_prefer_ceil" then left = r < 0.5
+    elseif mode == "floor" then left = true
+    elseif mode == "ceil" then left = false
+    else unsupported(node, "nearest_mode '%s'", mode) end
+    i = left and f or f + 1
+  end
+  return math.max(0, math.min(n_in - 1, math.tointeger(i) or i))
+end
+
+local function resize_nearest(node, x, scales, sizes, coord, mode)
+  local r = x:dim()
+  local y = x
+  for d = 1, r do
+    local n_in = x.shape[d]
+    if type(n_in) ~= "number" then unsupported(node, "resizing a dynamic dim") end
+    local n_out, scale
+    if sizes then
+      n_out = math.tointeger(sizes[d])
+      scale = n_out / n_in
+    else
+      scale = scales[d]
+      n_out = math.floor(n_in * scale)
+    end
+    if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
+    if n_out ~= n_in or scale ~= 1 then
+      local idx = {}
+      for o = 0, n_out - 1 do idx[#idx + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode) end
+      local it = #idx > 0 and fl.tensor(idx, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"})
+      -- gather along d: move d to the front, rows of a 2-D table
+      local perm = {d}
+      for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
+      local yt = r > 1 and y:permute(perm):contiguous() or y
+      local rest = {}
+      for k = 2, r do rest[#rest + 1] = yt.shape[k] end
+      local g = fl.embedding(it, yt:reshape({n_in, prod(rest, 1, #rest)}))
+      local gs = {n_out}
+      for _, k in ipairs(rest) do gs[#gs + 1] = k end
+      g = g:reshape(gs)
+      local back = {}
+      for k = 2, d do back[#back + 1] = k end
+      back[#back + 1] = 1
+      for k = d + 1, r do back[#back + 1] = k end
+      y = r > 1 and g:permute(back) or g
+    end
+  end
+  return y:contiguous()
+end
+
+OPS.Resize = function(node, attrs, opset)
+  known_attrs(node, attrs, set("mode", "coordinate_transformation_mode", "nearest_mode",
+                              "cubic_coeff_a", "exclude_outside", "extrapolation_value"))
+  local mode = attr(attrs, "mode", "nearest")
+  if mode ~= "nearest" then unsupported(node, "mode '%s' (nearest only)", mode) end
+  local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
+  if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
+  return function(ins)
+    local x = T(node, ins[1])
+    local scales, sizes
+    if opset < 11 then scales = floats(node, ins[2], "scales")
+    else
+      if ins[3] ~= nil then scales = floats(node, ins[3], "scales") end
+      if scales and #scales == 0 then scales = nil end
+      if ins[4] ~= nil then sizes = (ints(node, ins[4], "sizes")) end
+    end
+    if not scales and not sizes then node_error(node, "neither scales nor sizes") end
+    if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
+    return {resize_nearest(node, x, scales, sizes, coord, nmode)}
+  end
+end
+
+OPS.Upsample = function(node, attrs, opset)
+  known_attrs(node, attrs, set("mode", "scales", "width_scale", "height_scale"))
+  local mode = attr(attrs, "mode", "nearest")
+  if mode ~= "nearest" then unsupported(node, "mode '%s' (nearest only)", mode) end
+  if opset < 7 then unsupported(node, "Upsample before opset 7") end
+  return function(ins)
+    local x = T(node, ins[1])
+    local scales = opset < 9 and attrs.scales or floats(node, ins[2], "scales")
+    if #scales ~= x:dim() then node_error(node, "scales for another rank") end
+    return {resize_nearest(node, x, scales, nil, "asymmetric", "floor")}
+  end
+end
+
 -- ---------------------------------------------------------------------------
 -- the narrow integer types
 -- ---------------------------------------------------------------------------
@@ -1762,10 +1885,11 @@ function Model:forward(...)
   end
   local env = {}
   for k, v in pairs(self._consts) do env[k] = v end
-  for _, n in ipairs(self._params) do env[n] = self[n] end
+  for _, n in ipairs(self._params) do env[n] = self[n]; CONST[self[n]] = true end
   for _, n in ipairs(self._buffers) do
     local t = self[n]
     env[n] = (t.dtype == "int64" and t:numel() <= 64) and host_of_tensor(t) or t
+    CONST[t] = true
   end
   for i, v in ipairs(self.inputs) do
     local x = args[i]

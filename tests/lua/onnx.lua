@@ -127,6 +127,24 @@ do
   t.is(scm:stats().compiles, 1, "... with one compile")
 end
 
+do
+  local P2 = P
+  local rz = fl.load_onnx(P2.write(path("resize.onnx"), P2.model{opset = 13, nodes = {
+    {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "nearest"}}},
+    inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
+    inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
+  local rx = fl.tensor({{{{1, 2}, {3, 4}}}}, {dtype = "float32"})
+  local want_r = {{{{1, 1, 2, 2}, {1, 1, 2, 2}, {3, 3, 4, 4}, {3, 3, 4, 4}}}}
+  t.is(rz(rx):tolist(), want_r, "Resize nearest (half_pixel, round_prefer_floor) repeats pixels")
+  t.is(fl.compile(rz, {backend = "cpu"})(rx):tolist(), want_r, "... compiled, its scales a constant")
+  t.raises(function()
+    fl.load_onnx(P2.write(path("resize_lin.onnx"), P2.model{opset = 13, nodes = {
+      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "linear"}}},
+      inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
+      inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
+  end, "node 'rz' %(Resize, opset 13%): mode 'linear' %(nearest only%) is unsupported", "Resize linear refused")
+end
+
 -- ---- batch compile (how the conformance runner compiles its cases) ----------------
 do
   local ks = {}
