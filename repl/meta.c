@@ -37,7 +37,7 @@ static const char overview[] =
   "\n"
   "Commands (any unique prefix will do, e.g. :h, :q):\n"
   "  :help [topic]   this text, or help on a topic\n"
-  "  :load file      run a Lua file in this session\n"
+  "  :load file      run a Lua file in this session (model.onnx: the global model)\n"
   "  :time on|off    print the wall time each line takes (one run)\n"
   "  :time EXPR      run EXPR repeatedly: median, spread, noisy or not\n"
   "  :device         which devices fuselab can run on\n"
@@ -262,8 +262,35 @@ static void help(struct repl *r, const char *topic) {
   }
 }
 
+/* A model file: model = fl.load_onnx(path), printed as a result is. */
+static void load_onnx(struct repl *r, const char *path) {
+  lua_State *L = r->L;
+  int status;
+  lua_getglobal(L, "fl");
+  if (lua_type(L, -1) != LUA_TTABLE || lua_getfield(L, -1, "load_onnx") != LUA_TFUNCTION) {
+    lua_settop(L, 0);
+    fputs(":load: fl.load_onnx is not available\n", stderr);
+    return;
+  }
+  lua_remove(L, -2);
+  lua_pushstring(L, path);
+  status = repl_docall(L, 1, 1);
+  if (status == LUA_OK) {
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "model");
+    puts("model =");
+    /* printed through tostring, as results are */
+    lua_getglobal(L, "print");
+    lua_insert(L, -2);
+    status = repl_docall(L, 1, 0);
+  }
+  repl_report(L, status, r->colour_err);
+  lua_settop(L, 0);
+}
+
 /* Runs the file in this state, like dofile but with a traceback and
-** Ctrl-C; what it returns is dropped. */
+** Ctrl-C; what it returns is dropped.  A .onnx file is a model instead:
+** loaded into the global `model` and printed. */
 static void load(struct repl *r, const char *arg) {
   lua_State *L = r->L;
   char path[4096];
@@ -283,6 +310,11 @@ static void load(struct repl *r, const char *arg) {
     snprintf(path, sizeof path, "%s%.*s", home, (int)n - 1, arg + 1);
   else
     snprintf(path, sizeof path, "%.*s", (int)n, arg);
+  n = strlen(path);
+  if (n > 5 && strcmp(path + n - 5, ".onnx") == 0) {
+    load_onnx(r, path);
+    return;
+  }
   status = luaL_loadfile(L, path);
   if (status == LUA_OK) status = repl_docall(L, 0, 0);
   repl_report(L, status, r->colour_err);

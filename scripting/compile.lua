@@ -704,6 +704,9 @@ local function slow(st, reason, argi, dim, ...)
       if st.opts.dynamic ~= false then
         for k in pairs(st.auto_dyn[i] or {}) do add(k) end
         for k in pairs(fl._dynamic_marks[a] or {}) do add(k) end
+        -- a module may name dims dynamic by itself (an ONNX model's symbolic dims)
+        local md = type(st.fn) == "table" and rawget(st.fn, "_dynamic_dims")
+        for k in pairs(md and md[i] or {}) do if k <= #a.shape then add(k) end end
       end
       table.sort(d)
       dyn[i] = d

@@ -256,5 +256,7 @@ void lfl_checkkeys(lua_State *L, int idx, const char *const *allowed,
 ** fl.save_weights and fl.load_weights (lfl_weights.c). */
 int lfl_open_nn(lua_State *L, int fl_index);
 int lfl_open_weights(lua_State *L, int fl_index);
+/* fl.load_onnx (onnx.lua) over the reader (lfl_onnx.c); after lfl_open_nn. */
+void lfl_open_onnx(lua_State *L, int lib);
 
 #endif

@@ -189,6 +189,7 @@ static int p_graph(lua_State *L) {
 static int p_codegen(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
   const char *target = luaL_optstring(L, 2, "cpu");
+  const char *prefix = NULL;
   exec_program **slot;
   fl_err e;
   if (strcmp(target, "cuda") == 0) {
@@ -200,9 +201,22 @@ static int p_codegen(lua_State *L) {
   }
   if (strcmp(target, "cpu") != 0)
     return luaL_error(L, "codegen: unknown target '%s' (expected cpu or cuda)", target);
+  /* p:codegen("cpu", "fl_p3_"): kernel symbols start with the prefix, so
+  ** programs compiled together (fl.compile_batch) never share a name; a C
+  ** identifier, checked before it reaches the source */
+  if (!lua_isnoneornil(L, 3)) {
+    size_t n, i;
+    prefix = luaL_checklstring(L, 3, &n);
+    if (n == 0 || n > 32) return luaL_error(L, "codegen: prefix must be 1 to 32 characters");
+    for (i = 0; i < n; i++) {
+      char c = prefix[i];
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (i > 0 && c >= '0' && c <= '9')))
+        return luaL_error(L, "codegen: prefix must be a C identifier (letters, digits, _)");
+    }
+  }
   slot = lfl_newprogram(L, &c_program);
   err_clear(&e);
-  if (!(*slot = exec_codegen(&cpu_backend, p, NULL, &e))) return lfl_raise(L, "codegen", &e);
+  if (!(*slot = exec_codegen(&cpu_backend, p, prefix, &e))) return lfl_raise(L, "codegen", &e);
   return 1;
 }
 
@@ -325,8 +339,35 @@ static int l_bytes_str(lua_State *L) {
   return 1;
 }
 
+/* fl.compile_batch({k1, k2, ...}): compile C programs (p:codegen("cpu"))
+** as one image, one compiler run for all of them (each distinct kernel
+** once): what makes compiling hundreds of small graphs affordable.  The
+** pointer array lives in a userdata, so a raise leaks nothing. */
+static int l_compile_batch(lua_State *L) {
+  lua_Integer n, i;
+  exec_program **prs;
+  fl_err e;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  n = (lua_Integer)lua_rawlen(L, 1);
+  if (n == 0) return 0;
+  if (n > 100000) return luaL_error(L, "compile_batch: %I programs, at most 100000", n);
+  prs = (exec_program **)lua_newuserdatauv(L, (size_t)n * sizeof *prs, 0);
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, 1, i);
+    prs[i - 1] = lfl_toprogram(L, -1);
+    if (!prs[i - 1])
+      return luaL_error(L, "compile_batch: element %I is a %s, expected a C program "
+                        "(p:codegen(\"cpu\"))", i, lfl_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  err_clear(&e);
+  if (exec_compile_batch(prs, (int)n, &e) != FL_OK) return lfl_raise(L, "compile_batch", &e);
+  return 0;
+}
+
 static const luaL_Reg plan_funcs[] = {
   {"_print_kernel_times", l_print_kernel_times}, {"_bytes_str", l_bytes_str},
+  {"compile_batch", l_compile_batch},
   {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear}, {"blas_info", l_blas_info},
   {"_cache_forget_memory", l_cache_forget},
   {NULL, NULL}

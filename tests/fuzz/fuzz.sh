@@ -1,8 +1,10 @@
 #!/bin/sh
 # fuzz.sh -- build the file readers' libFuzzer targets with ASan and UBSan
 # and run each briefly over its seed corpus: the .npy reader over
-# tests/fuzz/corpus, the safetensors reader over tests/fuzz/corpus_st.
-# TAP output: two tests, "fuzz npy" and "fuzz safetensors", each failing on
+# tests/fuzz/corpus, the safetensors reader over tests/fuzz/corpus_st, the
+# ONNX reader (io/onnx.c over protobuf-c) over tests/fuzz/corpus_onnx.
+# TAP output: three tests, "fuzz npy", "fuzz safetensors" and "fuzz onnx",
+# each failing on
 # any crash, leak, sanitizer report or timeout.  They are skipped only when
 # clang or its libFuzzer runtime is missing (Debian: clang and
 # libclang-rt-14-dev).
@@ -17,11 +19,12 @@ cc=${CLANG:-clang}
 secs=${FUZZ_TIME:-20}
 status=0
 
-echo "1..2"
+echo "1..3"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_npy.XXXXXX") || {
   echo "not ok 1 - fuzz npy # cannot create a temp dir"
   echo "not ok 2 - fuzz safetensors # cannot create a temp dir"
+  echo "not ok 3 - fuzz onnx # cannot create a temp dir"
   exit 1
 }
 cleanup() { [ -n "$FUZZ_KEEP" ] || rm -rf "$work"; }
@@ -31,6 +34,7 @@ trap 'exit 130' INT TERM
 if ! command -v "$cc" >/dev/null 2>&1; then
   echo "ok 1 # SKIP clang with libFuzzer not available ($cc not found)"
   echo "ok 2 # SKIP clang with libFuzzer not available ($cc not found)"
+  echo "ok 3 # SKIP clang with libFuzzer not available ($cc not found)"
   exit 0
 fi
 
@@ -47,6 +51,7 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" 
   sed 's/^/# /' "$work/probe.log" | head -5
   echo "ok 1 # SKIP clang with libFuzzer not available"
   echo "ok 2 # SKIP clang with libFuzzer not available"
+  echo "ok 3 # SKIP clang with libFuzzer not available"
   exit 0
 fi
 
@@ -124,8 +129,8 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      "$src/graph/file.c" $cjson -lm >"$st/build.log" 2>&1; then
   sed 's/^/# /' "$st/build.log" | tail -20
   echo "not ok 2 - fuzz safetensors # the target did not build"
-  exit 1
-fi
+  status=1
+else
 
 mkdir "$st/corpus"
 cp "$src"/tests/fuzz/corpus_st/* "$st/corpus/" 2>/dev/null
@@ -167,9 +172,82 @@ rc=$?
 runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$st/run.log")
 if [ "$rc" -eq 0 ]; then
   echo "ok 2 - fuzz safetensors (${runs:-?} inputs in ${secs}s, no crash)"
+else
+  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$st/run.log" | head -20 | sed 's/^/# /'
+  tail -n 15 "$st/run.log" | sed 's/^/# /'
+  echo "not ok 2 - fuzz safetensors (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+  status=1
+fi
+fi   # the safetensors target built
+
+# ---- the ONNX reader (protobuf-c parses the wire format) ----------------
+ox="$work/onnx"
+mkdir "$ox" "$ox/io"
+pbc=$(pkg-config --cflags --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)
+# the reader's wire code is generated at build time: generate it here too.
+# $pbc is a list of flags: split on purpose.
+# shellcheck disable=SC2086
+if ! command -v protoc-c >/dev/null 2>&1 ||
+   ! protoc-c --proto_path="$src/io" --c_out="$ox/io" "$src/io/onnx.proto" >"$ox/build.log" 2>&1 ||
+   ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+     -I"$src" -I"$ox" -o "$ox/fuzz_onnx" \
+     "$src/tests/fuzz/fuzz_onnx.c" "$src/io/onnx.c" "$ox/io/onnx.pb-c.c" \
+     "$src/graph/tensor.c" "$src/graph/dtype.c" "$src/graph/err.c" \
+     "$src/graph/file.c" $pbc -lm >>"$ox/build.log" 2>&1; then
+  sed 's/^/# /' "$ox/build.log" | tail -20
+  echo "not ok 3 - fuzz onnx # the target did not build"
+  exit 1
+fi
+
+mkdir "$ox/corpus"
+cp "$src"/tests/fuzz/corpus_onnx/* "$ox/corpus/" 2>/dev/null
+
+# Field keys of ModelProto, GraphProto, NodeProto and TensorProto, dtype
+# codes, op names, varints at the edges.
+cat >"$ox/onnx.dict" <<'EOF'
+"\x08\x08"
+"\x3a"
+"\x42\x02\x10\x0d"
+"\x0a"
+"\x12"
+"\x22"
+"\x2a"
+"\x5a"
+"\x62"
+"\x08\x01"
+"\x08\x07"
+"\x10\x01"
+"\x10\x07"
+"\x10\x06"
+"\x10\x0b"
+"\x4a"
+"\x6a"
+"\x70\x01"
+"location"
+"offset"
+"length"
+"MatMul"
+"Reshape"
+"Constant"
+"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+"\x80\x80\x80\x80\x10"
+EOF
+
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$ox/fuzz_onnx" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+    -dict="$ox/onnx.dict" -artifact_prefix="$ox/" \
+    "$ox/corpus" >"$ox/run.log" 2>&1
+rc=$?
+
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$ox/run.log")
+if [ "$rc" -eq 0 ]; then
+  echo "ok 3 - fuzz onnx (${runs:-?} inputs in ${secs}s, no crash)"
   exit "$status"
 fi
-grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$st/run.log" | head -20 | sed 's/^/# /'
-tail -n 15 "$st/run.log" | sed 's/^/# /'
-echo "not ok 2 - fuzz safetensors (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$ox/run.log" | head -20 | sed 's/^/# /'
+tail -n 15 "$ox/run.log" | sed 's/^/# /'
+echo "not ok 3 - fuzz onnx (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
 exit 1

@@ -389,6 +389,23 @@ def _():
     finish(c)
 
 
+@test(":load model.onnx binds the global model and prints it")
+def _():
+    src = os.environ.get("FUSELAB_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    onnx = os.path.join(src, "tests", "fuzz", "corpus_onnx", "mlp.onnx")
+    c = spawn()
+    prompt(c)
+    out = enter(c, ":load " + onnx)
+    if not any("onnx.Model 'mlp'" in l for l in out) or not any("MatMul x1" in l for l in out):
+        raise Fail(":load model.onnx: %r" % out)
+    expect_in("3", enter(c, "#model._nodes"))
+    out = enter(c, ":load " + os.path.join(TMP, "missing.onnx"))
+    if not any("missing.onnx" in l for l in out):
+        raise Fail(":load missing.onnx: %r" % out)
+    expect_in("1", enter(c, "1"))
+    finish(c)
+
+
 @test(":device names cpu; an unknown command is reported")
 def _():
     c = spawn()

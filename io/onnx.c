@@ -1,0 +1,862 @@
+/*
+** onnx.c -- the ONNX model reader.
+**
+** Invariant: a model handed out is closed and ordered.  Every node input
+** names a graph input, an initializer or an earlier node's output (or is
+** "", an omitted optional input); every value has one producer; every
+** graph output is produced; every tensor's dims are non-negative, within
+** FL_MAX_DIMS and FL_MAX_ALLOC, and its data (inline, raw or external)
+** has exactly the size its dims and dtype say.  Nodes are sorted
+** topologically (Kahn's algorithm, ready nodes taken in file order, so a
+** sorted file keeps its order); a cycle is an error naming a node on it.
+**
+** protobuf-c does the wire format: it refuses truncated and malformed
+** images, and it allocates only for what the image holds, so memory is
+** bounded by a small multiple of the file's size.
+**
+** Messages: "onnx: node 'name' (Op): ...", "onnx: tensor 'name': ...",
+** "onnx: ..."; onnx_load puts "<path>: " in front.
+*/
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph/file.h"
+#include "io/onnx.h"
+#include "io/onnx.pb-c.h"
+
+typedef Onnx__TensorProto TensorProto;
+
+static const char *quote(const char *s, char *buf, size_t n) {
+  return err_quote(s ? s : "", buf, n);
+}
+
+const char *onnx_dtype_name(int elem) {
+  static const char *const names[] = {
+    "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string",
+    "bool", "float16", "double", "uint32", "uint64", "complex64", "complex128", "bfloat16",
+    "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4",
+    "float4e2m1"
+  };
+  static char other[32];
+  if (elem >= 0 && elem < (int)(sizeof names / sizeof names[0])) return names[elem];
+  snprintf(other, sizeof other, "dtype %d", elem);
+  return other;
+}
+
+/* The fuselab dtype an ONNX dtype is held in, or -1. */
+static int held_as(int elem, fl_dtype *dt) {
+  switch (elem) {
+  case ONNX_FLOAT: *dt = FL_F32; return 0;
+  case ONNX_FLOAT16: *dt = FL_F16; return 0;
+  case ONNX_BFLOAT16: *dt = FL_BF16; return 0;
+  case ONNX_BOOL: *dt = FL_BOOL; return 0;
+  case ONNX_INT64: case ONNX_INT32: case ONNX_INT16: case ONNX_INT8:
+  case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
+    *dt = FL_I64; return 0;
+  default: return -1;
+  }
+}
+
+/* Bytes per element of elem in raw_data (0: not a fixed-size type held). */
+static size_t raw_size(int elem) {
+  switch (elem) {
+  case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 4;
+  case ONNX_INT64: return 8;
+  case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 2;
+  case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 1;
+  default: return 0;
+  }
+}
+
+static char *dup_str(const char *s) {
+  return strdup(s ? s : "");
+}
+
+void onnx_tensor_free(onnx_tensor *t) {
+  if (!t) return;
+  free(t->name);
+  ten_release(&t->t);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- tensor data -------------------------------------------------------- */
+
+static uint64_t le(const unsigned char *p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = v << 8 | p[i];
+  return v;
+}
+
+/* Store element i of the raw little-endian bytes p (elem's layout) into
+** the contiguous tensor t. */
+static void put_raw(fl_tensor *t, int elem, const unsigned char *p, int64_t n) {
+  unsigned char *d = ten_data(t);
+  size_t w = raw_size(elem);
+  for (int64_t i = 0; i < n; i++, p += w) {
+    uint64_t v = le(p, w);
+    switch (elem) {
+    case ONNX_FLOAT: { uint32_t u = (uint32_t)v; memcpy(d + 4 * i, &u, 4); break; }
+    case ONNX_FLOAT16: case ONNX_BFLOAT16: { uint16_t u = (uint16_t)v; memcpy(d + 2 * i, &u, 2); break; }
+    case ONNX_BOOL: d[i] = v != 0; break;
+    default: {
+      int64_t x;
+      if (elem == ONNX_INT64) x = (int64_t)v;
+      else if (elem == ONNX_INT32) x = (int32_t)(uint32_t)v;
+      else if (elem == ONNX_INT16) x = (int16_t)(uint16_t)v;
+      else if (elem == ONNX_INT8) x = (int8_t)(uint8_t)v;
+      else x = (int64_t)v;                   /* the unsigned types */
+      memcpy(d + 8 * i, &x, 8);
+    }
+    }
+  }
+}
+
+/* Store the typed field values (onnx.proto's *_data) into t. */
+/* The count of typed values p holds for elem. */
+static size_t typed_count(const TensorProto *p, int elem) {
+  switch (elem) {
+  case ONNX_FLOAT: return p->n_float_data;
+  case ONNX_INT64: return p->n_int64_data;
+  case ONNX_UINT32: return p->n_uint64_data;
+  default: return p->n_int32_data;
+  }
+}
+
+/* Store the typed values (their count already checked) into t. */
+static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
+  unsigned char *d = ten_data(t);
+  for (int64_t i = 0; i < n; i++) {
+    switch (elem) {
+    case ONNX_FLOAT: memcpy(d + 4 * i, &p->float_data[i], 4); break;
+    case ONNX_INT64: memcpy(d + 8 * i, &p->int64_data[i], 8); break;
+    case ONNX_FLOAT16: case ONNX_BFLOAT16: {
+      uint16_t u = (uint16_t)p->int32_data[i];
+      memcpy(d + 2 * i, &u, 2);
+      break;
+    }
+    case ONNX_BOOL: d[i] = p->int32_data[i] != 0; break;
+    default: {
+      int64_t x = elem == ONNX_UINT32 ? (int64_t)(uint32_t)p->uint64_data[i]
+                : elem == ONNX_UINT16 ? (int64_t)(uint16_t)p->int32_data[i]
+                : elem == ONNX_UINT8 ? (int64_t)(uint8_t)p->int32_data[i]
+                : elem == ONNX_INT16 ? (int64_t)(int16_t)p->int32_data[i]
+                : elem == ONNX_INT8 ? (int64_t)(int8_t)p->int32_data[i]
+                : (int64_t)p->int32_data[i];
+      memcpy(d + 8 * i, &x, 8);
+    }
+    }
+  }
+}
+
+/* The file an external-data location names, inside dir only: a relative
+** path without ".." parts, which after resolving symlinks is still under
+** dir.  Returns a malloc'd path or NULL with e set. */
+static char *resolve_external(const char *dir, const char *loc, const char *name, fl_err *e) {
+  char q[256], q2[256], *full = NULL, *real = NULL, *rdir = NULL;
+  const char *s;
+  size_t n;
+  if (!dir) {
+    err_set(e, FL_EUNSUPPORTED, "tensor '%s': external data is unsupported for a model "
+            "read from memory", quote(name, q, sizeof q));
+    return NULL;
+  }
+  if (!loc[0] || loc[0] == '/') {
+    err_set(e, FL_EFORMAT, "tensor '%s': external data location '%s' must be a relative path "
+            "inside the model's folder", quote(name, q, sizeof q), quote(loc, q2, sizeof q2));
+    return NULL;
+  }
+  for (s = loc; *s;) {               /* no ".." component */
+    const char *end = strchr(s, '/');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    if (len == 2 && s[0] == '.' && s[1] == '.') {
+      err_set(e, FL_EFORMAT, "tensor '%s': external data location '%s' leaves the model's "
+              "folder", quote(name, q, sizeof q), quote(loc, q2, sizeof q2));
+      return NULL;
+    }
+    s += len + (end != NULL);
+  }
+  n = strlen(dir) + strlen(loc) + 2;
+  if (!(full = malloc(n))) {
+    err_set(e, FL_ENOMEM, "out of memory");
+    return NULL;
+  }
+  snprintf(full, n, "%s/%s", dir, loc);
+  rdir = realpath(dir, NULL);
+  real = realpath(full, NULL);
+  if (!rdir || !real) {
+    err_set(e, FL_EIO, "tensor '%s': external data '%s': %s", quote(name, q, sizeof q),
+            quote(loc, q2, sizeof q2), strerror(errno));
+    goto fail;
+  }
+  n = strlen(rdir);
+  if (strncmp(real, rdir, n) != 0 || (real[n] != '/' && !(n == 1 && rdir[0] == '/'))) {
+    err_set(e, FL_EFORMAT, "tensor '%s': external data location '%s' leaves the model's "
+            "folder (through a symlink)", quote(name, q, sizeof q), quote(loc, q2, sizeof q2));
+    goto fail;
+  }
+  free(full);
+  free(rdir);
+  return real;
+fail:
+  free(full);
+  free(rdir);
+  free(real);
+  return NULL;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  unsigned long long v;
+  if (!s || !*s || *s == '-' || *s == '+') return -1;
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno || *end) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Read the external data of p (nbytes expected) into a new buffer *out,
+** allocated only once the file is known to hold that many bytes. */
+static int read_external(const TensorProto *p, const char *dir, const char *name,
+                         unsigned char **out, size_t nbytes, fl_err *e) {
+  unsigned char *buf;
+  const char *loc = NULL;
+  uint64_t off = 0, len = nbytes, size;
+  int have_len = 0, fd, rc = FL_OK;
+  char q[256], q2[128], *path;
+  size_t done = 0;
+  for (size_t i = 0; i < p->n_external_data; i++) {
+    const char *k = p->external_data[i]->key ? p->external_data[i]->key : "";
+    const char *v = p->external_data[i]->value ? p->external_data[i]->value : "";
+    if (strcmp(k, "location") == 0) loc = v;
+    else if (strcmp(k, "offset") == 0) {
+      if (parse_u64(v, &off))
+        return err_set(e, FL_EFORMAT, "tensor '%s': external data offset '%s' is not a "
+                       "non-negative integer", quote(name, q, sizeof q), quote(v, q2, sizeof q2));
+    } else if (strcmp(k, "length") == 0) {
+      if (parse_u64(v, &len))
+        return err_set(e, FL_EFORMAT, "tensor '%s': external data length '%s' is not a "
+                       "non-negative integer", quote(name, q, sizeof q), quote(v, q2, sizeof q2));
+      have_len = 1;
+    }
+  }
+  if (!loc) return err_set(e, FL_EFORMAT, "tensor '%s': external data without a location",
+                           quote(name, q, sizeof q));
+  if (have_len && len != nbytes)
+    return err_set(e, FL_EFORMAT, "tensor '%s': external data length %llu, its dims and dtype "
+                   "need %zu bytes", quote(name, q, sizeof q), (unsigned long long)len, nbytes);
+  if (!(path = resolve_external(dir, loc, name, e))) return e ? e->code : FL_EFORMAT;
+  if ((rc = file_open_read(path, &fd, &size, e)) != FL_OK) {
+    free(path);
+    return err_prefix(e, "tensor '%s': external data", quote(name, q, sizeof q));
+  }
+  free(path);
+  if (off > size || nbytes > size - off) {
+    close(fd);
+    return err_set(e, FL_EFORMAT, "tensor '%s': external data [%llu, +%zu) runs past the end "
+                   "of its %llu-byte file", quote(name, q, sizeof q), (unsigned long long)off,
+                   nbytes, (unsigned long long)size);
+  }
+  if (!(buf = malloc(nbytes ? nbytes : 1))) {
+    close(fd);
+    return err_set(e, FL_ENOMEM, "tensor '%s': out of memory (%zu bytes)",
+                   quote(name, q, sizeof q), nbytes);
+  }
+  while (done < nbytes) {
+    ssize_t r = pread(fd, (char *)buf + done, nbytes - done, (off_t)(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      rc = err_set(e, FL_EIO, "tensor '%s': external data: %s", quote(name, q, sizeof q),
+                   r < 0 ? strerror(errno) : "file shrank while reading");
+      break;
+    }
+    done += (size_t)r;
+  }
+  close(fd);
+  if (rc != FL_OK) free(buf);
+  else *out = buf;
+  return rc;
+}
+
+/* Turn one TensorProto into *out (name from the proto). */
+static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor *out, fl_err *e) {
+  const char *name = p->name ? p->name : "";
+  char q[256];
+  fl_meta m;
+  fl_dtype dt;
+  int elem = p->has_data_type ? p->data_type : 0, rc;
+  unsigned char *ext = NULL;
+  int64_t n = 1;
+  size_t w, nbytes;
+  memset(out, 0, sizeof *out);
+  memset(&m, 0, sizeof m);
+  if (held_as(elem, &dt) != 0)
+    return err_set(e, FL_EUNSUPPORTED, "tensor '%s': dtype %s is unsupported (fuselab holds "
+                   "float, float16, bfloat16, int64, bool and, widened to int64, the smaller "
+                   "integer types)", quote(name, q, sizeof q), onnx_dtype_name(elem));
+  if (p->segment)
+    return err_set(e, FL_EUNSUPPORTED, "tensor '%s': segmented tensors are unsupported",
+                   quote(name, q, sizeof q));
+  if (p->n_dims > FL_MAX_DIMS)
+    return err_set(e, FL_EUNSUPPORTED, "tensor '%s': %zu dims, fuselab supports at most %d",
+                   quote(name, q, sizeof q), p->n_dims, FL_MAX_DIMS);
+  m.dtype = dt;
+  m.ndim = (int)p->n_dims;
+  for (size_t i = 0; i < p->n_dims; i++) {
+    if (p->dims[i] < 0)
+      return err_set(e, FL_EFORMAT, "tensor '%s': dim %zu is negative (%lld)",
+                     quote(name, q, sizeof q), i, (long long)p->dims[i]);
+    m.shape[i] = p->dims[i];
+  }
+  if ((rc = meta_check_size(&m, "tensor", e)) != FL_OK)
+    return err_prefix(e, "tensor '%s'", quote(name, q, sizeof q));
+  n = meta_numel(&m);
+  w = raw_size(elem);
+  nbytes = (size_t)n * w;
+  if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    if (p->has_raw_data && p->raw_data.len)
+      return err_set(e, FL_EFORMAT, "tensor '%s': both raw and external data",
+                     quote(name, q, sizeof q));
+  } else if (p->has_raw_data) {
+    if (p->raw_data.len != nbytes)
+      return err_set(e, FL_EFORMAT, "tensor '%s': raw_data is %zu bytes, its dims and dtype "
+                     "need %zu", quote(name, q, sizeof q), p->raw_data.len, nbytes);
+  }
+  /* the data is there, in the right amount, before anything is
+  ** allocated: a tensor never takes more memory than its bytes in a file */
+  if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    if ((rc = read_external(p, dir, name, &ext, nbytes, e)) != FL_OK) return rc;
+  } else if (!p->has_raw_data && (uint64_t)typed_count(p, elem) != (uint64_t)n) {
+    return err_set(e, FL_EFORMAT, "tensor '%s': %s data holds %zu values, its dims say %lld",
+                   quote(name, q, sizeof q), onnx_dtype_name(elem), typed_count(p, elem),
+                   (long long)n);
+  }
+  if ((rc = ten_empty(&out->t, &m, e)) != FL_OK) {
+    free(ext);
+    return err_prefix(e, "tensor '%s'", quote(name, q, sizeof q));
+  }
+  out->elem = elem;
+  if (!(out->name = dup_str(name))) {
+    free(ext);
+    ten_release(&out->t);
+    return err_set(e, FL_ENOMEM, "out of memory");
+  }
+  if (ext) put_raw(&out->t, elem, ext, n);
+  else if (p->has_raw_data) put_raw(&out->t, elem, p->raw_data.data, n);
+  else put_typed(&out->t, p, elem, n);
+  free(ext);
+  return FL_OK;
+}
+
+/* ---- names: a sorted index of value name -> producer -------------------- */
+
+typedef struct name_ent {
+  const char *name;
+  int producer;      /* node index, or -1 for a graph input / initializer */
+} name_ent;
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const name_ent *)a)->name, ((const name_ent *)b)->name);
+}
+
+static const name_ent *lookup(const name_ent *v, size_t n, const char *name) {
+  name_ent key = {name, 0};
+  return bsearch(&key, v, n, sizeof *v, by_name);
+}
+
+/* ---- the model ---------------------------------------------------------- */
+
+static void value_free(onnx_value *v) {
+  free(v->name);
+  for (int i = 0; i < FL_MAX_DIMS; i++) free(v->dim_names[i]);
+}
+
+static void attr_free(onnx_attr *a) {
+  free(a->name);
+  free(a->s);
+  free(a->ints);
+  free(a->floats);
+  if (a->strings)
+    for (size_t i = 0; i < a->n; i++) free(a->strings[i]);
+  free(a->strings);
+  if (a->t) onnx_tensor_free(a->t);
+  free(a->t);
+}
+
+static void node_free(onnx_node *nd) {
+  free(nd->name);
+  free(nd->op_type);
+  free(nd->domain);
+  for (int i = 0; i < nd->nin; i++) free(nd->in[i]);
+  for (int i = 0; i < nd->nout; i++) free(nd->out[i]);
+  free(nd->in);
+  free(nd->out);
+  for (int i = 0; i < nd->nattr; i++) attr_free(&nd->attr[i]);
+  free(nd->attr);
+}
+
+void onnx_model_free(onnx_model *m) {
+  if (!m) return;
+  free(m->name);
+  free(m->producer);
+  for (int i = 0; i < m->nin; i++) value_free(&m->in[i]);
+  for (int i = 0; i < m->nout; i++) value_free(&m->out[i]);
+  for (int i = 0; i < m->ninit; i++) onnx_tensor_free(&m->init[i]);
+  for (int i = 0; i < m->nnode; i++) node_free(&m->node[i]);
+  free(m->in);
+  free(m->out);
+  free(m->init);
+  free(m->node);
+  memset(m, 0, sizeof *m);
+}
+
+static int value_from_proto(const Onnx__ValueInfoProto *p, onnx_value *v, const char *what,
+                            fl_err *e) {
+  char q[256];
+  const Onnx__TypeProto *ty = p->type;
+  memset(v, 0, sizeof *v);
+  v->ndim = -1;
+  if (!p->name || !p->name[0])
+    return err_set(e, FL_EFORMAT, "a graph %s has no name", what);
+  if (!(v->name = dup_str(p->name))) return err_set(e, FL_ENOMEM, "out of memory");
+  if (!ty) return FL_OK;
+  if (ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+    return err_set(e, FL_EUNSUPPORTED, "graph %s '%s': sequences, maps and optionals are "
+                   "unsupported (tensors only)", what, quote(p->name, q, sizeof q));
+  if (ty->tensor_type->has_elem_type) v->elem = ty->tensor_type->elem_type;
+  if (ty->tensor_type->shape) {
+    const Onnx__TensorShapeProto *s = ty->tensor_type->shape;
+    if (s->n_dim > FL_MAX_DIMS)
+      return err_set(e, FL_EUNSUPPORTED, "graph %s '%s': %zu dims, fuselab supports at most %d",
+                     what, quote(p->name, q, sizeof q), s->n_dim, FL_MAX_DIMS);
+    v->ndim = (int)s->n_dim;
+    for (size_t i = 0; i < s->n_dim; i++) {
+      const Onnx__TensorShapeProto__Dimension *d = s->dim[i];
+      v->dims[i] = -1;
+      if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+        if (d->dim_value < 0 || d->dim_value > FL_MAX_EXTENT)
+          return err_set(e, FL_EFORMAT, "graph %s '%s': dim %zu is %lld", what,
+                         quote(p->name, q, sizeof q), i, (long long)d->dim_value);
+        v->dims[i] = d->dim_value;
+      } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                 d->dim_param && d->dim_param[0]) {
+        if (!(v->dim_names[i] = dup_str(d->dim_param)))
+          return err_set(e, FL_ENOMEM, "out of memory");
+      }
+    }
+  }
+  return FL_OK;
+}
+
+static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_attr *a,
+                           fl_err *e) {
+  char q[256];
+  memset(a, 0, sizeof *a);
+  if (!(a->name = dup_str(p->name))) return err_set(e, FL_ENOMEM, "out of memory");
+  if (p->ref_attr_name && p->ref_attr_name[0])
+    return err_set(e, FL_EUNSUPPORTED, "attribute '%s': references to function attributes are "
+                   "unsupported", quote(p->name, q, sizeof q));
+  switch (p->has_type ? p->type : 0) {
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+    a->kind = ONNX_ATTR_FLOAT;
+    a->f = p->f;
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
+    a->kind = ONNX_ATTR_INT;
+    a->i = p->i;
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
+    a->kind = ONNX_ATTR_STRING;
+    if (p->s.len && memchr(p->s.data, 0, p->s.len))
+      return err_set(e, FL_EFORMAT, "attribute '%s': string holds a NUL byte",
+                     quote(p->name, q, sizeof q));
+    if (!(a->s = strndup(p->s.len ? (const char *)p->s.data : "", p->s.len)))
+      return err_set(e, FL_ENOMEM, "out of memory");
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR:
+    a->kind = ONNX_ATTR_TENSOR;
+    if (!p->t) return err_set(e, FL_EFORMAT, "attribute '%s': tensor missing",
+                              quote(p->name, q, sizeof q));
+    if (!(a->t = calloc(1, sizeof *a->t))) return err_set(e, FL_ENOMEM, "out of memory");
+    if (tensor_from_proto(p->t, dir, a->t, e) != FL_OK)
+      return err_prefix(e, "attribute '%s'", quote(p->name, q, sizeof q));
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
+    a->kind = ONNX_ATTR_GRAPH;
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
+    a->kind = ONNX_ATTR_FLOATS;
+    a->n = p->n_floats;
+    if (!(a->floats = calloc(a->n ? a->n : 1, sizeof *a->floats)))
+      return err_set(e, FL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < a->n; i++) a->floats[i] = p->floats[i];
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
+    a->kind = ONNX_ATTR_INTS;
+    a->n = p->n_ints;
+    if (!(a->ints = calloc(a->n ? a->n : 1, sizeof *a->ints)))
+      return err_set(e, FL_ENOMEM, "out of memory");
+    if (a->n) memcpy(a->ints, p->ints, a->n * sizeof *a->ints);
+    break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS:
+    a->kind = ONNX_ATTR_STRINGS;
+    if (!(a->strings = calloc(p->n_strings ? p->n_strings : 1, sizeof *a->strings)))
+      return err_set(e, FL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->n_strings; i++) {
+      if (p->strings[i].len && memchr(p->strings[i].data, 0, p->strings[i].len))
+        return err_set(e, FL_EFORMAT, "attribute '%s': string holds a NUL byte",
+                       quote(p->name, q, sizeof q));
+      if (!(a->strings[i] = strndup(p->strings[i].len ? (const char *)p->strings[i].data : "",
+                                    p->strings[i].len)))
+        return err_set(e, FL_ENOMEM, "out of memory");
+      a->n = i + 1;
+    }
+    break;
+  default:
+    a->kind = ONNX_ATTR_OTHER;
+    break;
+  }
+  return FL_OK;
+}
+
+static char **dup_names(char *const *v, size_t n, fl_err *e) {
+  char **out = calloc(n ? n : 1, sizeof *out);
+  if (!out) {
+    err_set(e, FL_ENOMEM, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!(out[i] = dup_str(v[i]))) {
+      while (i-- > 0) free(out[i]);
+      free(out);
+      err_set(e, FL_ENOMEM, "out of memory");
+      return NULL;
+    }
+  return out;
+}
+
+static int node_from_proto(const Onnx__NodeProto *p, const char *dir, onnx_node *nd, fl_err *e) {
+  char q[256], q2[128];
+  memset(nd, 0, sizeof *nd);
+  if (p->n_input > INT_MAX || p->n_output > INT_MAX || p->n_attribute > INT_MAX)
+    return err_set(e, FL_EFORMAT, "node with too many inputs or outputs");
+  if (!(nd->name = dup_str(p->name)) || !(nd->op_type = dup_str(p->op_type)) ||
+      !(nd->domain = dup_str(p->domain)))
+    return err_set(e, FL_ENOMEM, "out of memory");
+  if (!nd->op_type[0])
+    return err_set(e, FL_EFORMAT, "node '%s' has no op_type", quote(nd->name, q, sizeof q));
+  if (!(nd->in = dup_names(p->input, p->n_input, e))) return e ? e->code : FL_ENOMEM;
+  nd->nin = (int)p->n_input;
+  if (!(nd->out = dup_names(p->output, p->n_output, e))) return e ? e->code : FL_ENOMEM;
+  nd->nout = (int)p->n_output;
+  if (!(nd->attr = calloc(p->n_attribute ? p->n_attribute : 1, sizeof *nd->attr)))
+    return err_set(e, FL_ENOMEM, "out of memory");
+  for (size_t i = 0; i < p->n_attribute; i++) {
+    nd->nattr = (int)i + 1;
+    if (attr_from_proto(p->attribute[i], dir, &nd->attr[i], e) != FL_OK)
+      return err_prefix(e, "node '%s' (%s)", quote(nd->name, q, sizeof q),
+                        quote(nd->op_type, q2, sizeof q2));
+  }
+  return FL_OK;
+}
+
+/* Check names and order: every input made before use, one producer per
+** value; then sort the nodes (Kahn, file order among ready nodes). */
+static int check_and_sort(onnx_model *m, fl_err *e) {
+  size_t nn = 0, cap = (size_t)m->nin + (size_t)m->ninit, k;
+  name_ent *v;
+  int *indeg = NULL, *start = NULL, *edges = NULL, *queue = NULL, rc = FL_OK;
+  size_t nedge = 0, head = 0, tail = 0;
+  onnx_node *sorted = NULL;
+  char q[256], q2[256], q3[128];
+  for (int i = 0; i < m->nnode; i++) cap += (size_t)m->node[i].nout;
+  if (!(v = calloc(cap ? cap : 1, sizeof *v))) return err_set(e, FL_ENOMEM, "out of memory");
+  for (int i = 0; i < m->ninit; i++) v[nn++] = (name_ent){m->init[i].name, -1};
+  for (int i = 0; i < m->nin; i++) v[nn++] = (name_ent){m->in[i].name, -1};
+  for (int i = 0; i < m->nnode; i++)
+    for (int j = 0; j < m->node[i].nout; j++)
+      if (m->node[i].out[j][0]) v[nn++] = (name_ent){m->node[i].out[j], i};
+  qsort(v, nn, sizeof *v, by_name);
+  for (k = 1; k < nn; k++)
+    if (strcmp(v[k].name, v[k - 1].name) == 0) {
+      const name_ent *a = &v[k - 1], *b = &v[k];
+      if (a->producer < 0 && b->producer < 0) continue;   /* input given a default */
+      rc = err_set(e, FL_EFORMAT, "value '%s' is produced twice%s%s%s",
+                   quote(v[k].name, q, sizeof q),
+                   b->producer >= 0 ? " (by node '" : "",
+                   b->producer >= 0 ? quote(m->node[b->producer].name, q2, sizeof q2) : "",
+                   b->producer >= 0 ? "')" : "");
+      goto done;
+    }
+  indeg = calloc((size_t)m->nnode + 1, sizeof *indeg);
+  start = calloc((size_t)m->nnode + 2, sizeof *start);
+  queue = calloc((size_t)m->nnode + 1, sizeof *queue);
+  if (!indeg || !start || !queue) { rc = err_set(e, FL_ENOMEM, "out of memory"); goto done; }
+  /* inputs: known? counted per producer for the edge lists */
+  for (int i = 0; i < m->nnode; i++) {
+    const onnx_node *nd = &m->node[i];
+    for (int j = 0; j < nd->nin; j++) {
+      const name_ent *f;
+      if (!nd->in[j][0]) continue;
+      if (!(f = lookup(v, nn, nd->in[j]))) {
+        rc = err_set(e, FL_EFORMAT, "node '%s' (%s): input '%s' is not a graph input, an "
+                     "initializer or any node's output", quote(nd->name, q, sizeof q),
+                     quote(nd->op_type, q3, sizeof q3), quote(nd->in[j], q2, sizeof q2));
+        goto done;
+      }
+      if (f->producer >= 0) {
+        indeg[i]++;
+        start[f->producer + 1]++;
+        nedge++;
+      }
+    }
+  }
+  for (int i = 0; i < m->nnode; i++) start[i + 1] += start[i];
+  if (!(edges = calloc(nedge ? nedge : 1, sizeof *edges))) {
+    rc = err_set(e, FL_ENOMEM, "out of memory");
+    goto done;
+  }
+  {
+    int *fill = calloc((size_t)m->nnode + 1, sizeof *fill);
+    if (!fill) { rc = err_set(e, FL_ENOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < m->nnode; i++)
+      for (int j = 0; j < m->node[i].nin; j++) {
+        const name_ent *f = m->node[i].in[j][0] ? lookup(v, nn, m->node[i].in[j]) : NULL;
+        if (f && f->producer >= 0) edges[start[f->producer] + fill[f->producer]++] = i;
+      }
+    free(fill);
+  }
+  for (int i = 0; i < m->nnode; i++)
+    if (indeg[i] == 0) queue[tail++] = i;
+  while (head < tail) {
+    int i = queue[head++];
+    for (int k2 = start[i]; k2 < start[i + 1]; k2++)
+      if (--indeg[edges[k2]] == 0) queue[tail++] = edges[k2];
+  }
+  if (tail < (size_t)m->nnode) {
+    for (int i = 0; i < m->nnode; i++)
+      if (indeg[i] > 0) {
+        rc = err_set(e, FL_EFORMAT, "node '%s' (%s) is on a cycle: the graph has no order",
+                     quote(m->node[i].name, q, sizeof q), quote(m->node[i].op_type, q3, sizeof q3));
+        break;
+      }
+    goto done;
+  }
+  for (int i = 0; i < m->nout; i++)
+    if (!lookup(v, nn, m->out[i].name)) {
+      rc = err_set(e, FL_EFORMAT, "graph output '%s' is not produced by any node",
+                   quote(m->out[i].name, q, sizeof q));
+      goto done;
+    }
+  if (!(sorted = calloc((size_t)m->nnode + 1, sizeof *sorted))) {
+    rc = err_set(e, FL_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < m->nnode; i++) sorted[i] = m->node[queue[i]];
+  free(m->node);
+  m->node = sorted;
+done:
+  free(v);
+  free(indeg);
+  free(start);
+  free(edges);
+  free(queue);
+  return rc;
+}
+
+static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_model *m,
+                            fl_err *e) {
+  const Onnx__GraphProto *g = p->graph;
+  char q[256], q2[128], q3[128];
+  int have_opset = 0, rc;
+  if (!g) return err_set(e, FL_EFORMAT, "the model has no graph");
+  m->ir_version = p->has_ir_version ? p->ir_version : 0;
+  for (size_t i = 0; i < p->n_opset_import; i++) {
+    const char *d = p->opset_import[i]->domain ? p->opset_import[i]->domain : "";
+    int64_t ver = p->opset_import[i]->has_version ? p->opset_import[i]->version : 0;
+    if (d[0] && strcmp(d, "ai.onnx") != 0) continue;   /* judged where a node uses it */
+    if (ver < 1 || ver > ONNX_MAX_OPSET)
+      return err_set(e, FL_EUNSUPPORTED, "opset %lld of ai.onnx is unsupported (1 to %d)",
+                     (long long)ver, ONNX_MAX_OPSET);
+    m->opset = ver;
+    have_opset = 1;
+  }
+  if (!have_opset) {
+    if (p->n_opset_import)
+      return err_set(e, FL_EUNSUPPORTED, "the model imports no ai.onnx opset (only '%s'): "
+                     "unsupported domain", quote(p->opset_import[0]->domain, q, sizeof q));
+    return err_set(e, FL_EFORMAT, "the model imports no opset");
+  }
+  if (!(m->name = dup_str(g->name))) return err_set(e, FL_ENOMEM, "out of memory");
+  {
+    size_t n = strlen(p->producer_name ? p->producer_name : "") +
+               strlen(p->producer_version ? p->producer_version : "") + 2;
+    if (!(m->producer = malloc(n))) return err_set(e, FL_ENOMEM, "out of memory");
+    snprintf(m->producer, n, "%s%s%s", p->producer_name ? p->producer_name : "",
+             p->producer_version && p->producer_version[0] ? " " : "",
+             p->producer_version ? p->producer_version : "");
+  }
+  if (g->n_sparse_initializer)
+    return err_set(e, FL_EUNSUPPORTED, "sparse initializers are unsupported");
+  if (g->n_initializer > INT_MAX || g->n_input > INT_MAX || g->n_output > INT_MAX ||
+      g->n_node > INT_MAX)
+    return err_set(e, FL_EFORMAT, "graph too large");
+  if (!(m->init = calloc(g->n_initializer + 1, sizeof *m->init)) ||
+      !(m->in = calloc(g->n_input + 1, sizeof *m->in)) ||
+      !(m->out = calloc(g->n_output + 1, sizeof *m->out)) ||
+      !(m->node = calloc(g->n_node + 1, sizeof *m->node)))
+    return err_set(e, FL_ENOMEM, "out of memory");
+  for (size_t i = 0; i < g->n_initializer; i++) {
+    if (!g->initializer[i]->name || !g->initializer[i]->name[0])
+      return err_set(e, FL_EFORMAT, "initializer %zu has no name", i);
+    if ((rc = tensor_from_proto(g->initializer[i], dir, &m->init[i], e)) != FL_OK) return rc;
+    m->ninit = (int)i + 1;
+  }
+  /* graph inputs that are initializers too (IR < 4 lists them) are
+  ** weights with a default, not inputs of the call */
+  for (size_t i = 0; i < g->n_input; i++) {
+    int is_init = 0;
+    for (int j = 0; j < m->ninit && !is_init; j++)
+      is_init = g->input[i]->name && strcmp(g->input[i]->name, m->init[j].name) == 0;
+    if (is_init) continue;
+    if ((rc = value_from_proto(g->input[i], &m->in[m->nin], "input", e)) != FL_OK) {
+      value_free(&m->in[m->nin]);
+      return rc;
+    }
+    m->nin++;
+  }
+  for (size_t i = 0; i < g->n_output; i++) {
+    if ((rc = value_from_proto(g->output[i], &m->out[i], "output", e)) != FL_OK) {
+      value_free(&m->out[i]);
+      return rc;
+    }
+    m->nout = (int)i + 1;
+  }
+  for (size_t i = 0; i < g->n_node; i++) {
+    onnx_node *nd = &m->node[i];
+    rc = node_from_proto(g->node[i], dir, nd, e);
+    m->nnode = (int)i + 1;
+    if (rc != FL_OK) return rc;
+    if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0)
+      return err_set(e, FL_EUNSUPPORTED, "node '%s' (%s): domain '%s' is unsupported (only "
+                     "ai.onnx)", quote(nd->name, q, sizeof q),
+                     quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q3, sizeof q3));
+  }
+  if (m->nout == 0) return err_set(e, FL_EFORMAT, "the graph has no outputs");
+  return check_and_sort(m, e);
+}
+
+int onnx_parse(const void *buf, size_t n, const char *dir, onnx_model *m, fl_err *e) {
+  Onnx__ModelProto *p;
+  int rc;
+  memset(m, 0, sizeof *m);
+  if (!buf && n) return err_set(e, FL_EINVAL, "onnx: no buffer");
+  if (n == 0) return err_set(e, FL_EFORMAT, "onnx: empty file");
+  if (!(p = onnx__model_proto__unpack(NULL, n, buf)))
+    return err_set(e, FL_EFORMAT, "onnx: not a valid ONNX model (truncated or malformed "
+                   "protobuf)");
+  rc = model_from_proto(p, dir, m, e);
+  onnx__model_proto__free_unpacked(p, NULL);
+  if (rc != FL_OK) {
+    onnx_model_free(m);
+    err_prefix(e, "onnx");
+  }
+  return rc;
+}
+
+/* The whole of a regular file, at most limit bytes, into a new buffer. */
+static int read_all(const char *path, uint64_t limit, unsigned char **out, size_t *n, fl_err *e) {
+  uint64_t size;
+  size_t done = 0;
+  int fd, rc;
+  *out = NULL;
+  *n = 0;
+  if ((rc = file_open_read(path, &fd, &size, e)) != FL_OK) return rc;
+  if (size > limit) {
+    close(fd);
+    return err_set(e, FL_EFORMAT, "%llu bytes, over the %llu-byte limit",
+                   (unsigned long long)size, (unsigned long long)limit);
+  }
+  if (!(*out = malloc(size ? (size_t)size : 1))) {
+    close(fd);
+    return err_set(e, FL_ENOMEM, "out of memory (%llu bytes)", (unsigned long long)size);
+  }
+  while (done < size) {
+    ssize_t r = read(fd, *out + done, (size_t)size - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      rc = err_set(e, FL_EIO, "%s", r < 0 ? strerror(errno) : "file shrank while reading");
+      free(*out);
+      *out = NULL;
+      close(fd);
+      return rc;
+    }
+    done += (size_t)r;
+  }
+  close(fd);
+  *n = done;
+  return FL_OK;
+}
+
+int onnx_load(const char *path, onnx_model *m, fl_err *e) {
+  unsigned char *buf;
+  size_t n;
+  char q[512], *dir;
+  const char *slash;
+  int rc;
+  memset(m, 0, sizeof *m);
+  if (!path) return err_set(e, FL_EINVAL, "no path");
+  if ((rc = read_all(path, ONNX_MAX_FILE, &buf, &n, e)) != FL_OK) {
+    if (strncmp(e ? e->msg : "", path, strlen(path)) != 0)
+      err_prefix(e, "%s", err_quote(path, q, sizeof q));
+    return rc;
+  }
+  slash = strrchr(path, '/');
+  dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+  if (!dir) {
+    free(buf);
+    return err_set(e, FL_ENOMEM, "out of memory");
+  }
+  rc = onnx_parse(buf, n, dir, m, e);
+  free(buf);
+  free(dir);
+  if (rc != FL_OK) err_prefix(e, "%s", err_quote(path, q, sizeof q));
+  return rc;
+}
+
+int onnx_tensor_parse(const void *buf, size_t n, onnx_tensor *t, fl_err *e) {
+  TensorProto *p;
+  int rc;
+  memset(t, 0, sizeof *t);
+  if (!buf && n) return err_set(e, FL_EINVAL, "onnx: no buffer");
+  if (!(p = onnx__tensor_proto__unpack(NULL, n, buf)))
+    return err_set(e, FL_EFORMAT, "onnx: not a valid TensorProto (truncated or malformed "
+                   "protobuf)");
+  rc = tensor_from_proto(p, NULL, t, e);
+  onnx__tensor_proto__free_unpacked(p, NULL);
+  if (rc != FL_OK) err_prefix(e, "onnx");
+  return rc;
+}
+
+int onnx_tensor_load(const char *path, onnx_tensor *t, fl_err *e) {
+  unsigned char *buf;
+  size_t n;
+  char q[512];
+  int rc;
+  memset(t, 0, sizeof *t);
+  if ((rc = read_all(path, ONNX_MAX_FILE, &buf, &n, e)) != FL_OK) {
+    if (strncmp(e ? e->msg : "", path, strlen(path)) != 0)
+      err_prefix(e, "%s", err_quote(path, q, sizeof q));
+    return rc;
+  }
+  rc = onnx_tensor_parse(buf, n, t, e);
+  free(buf);
+  if (rc != FL_OK) err_prefix(e, "%s", err_quote(path, q, sizeof q));
+  return rc;
+}

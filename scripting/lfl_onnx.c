@@ -1,0 +1,218 @@
+/*
+** lfl_onnx.c -- ONNX files as Lua values: the parsed model (io/onnx.c) as
+** plain tables and tensors, for scripting/onnx.lua to lower onto fl ops.
+**
+**   fl._onnx_read(path) -> {name=, producer=, ir_version=, opset=,
+**       inputs={{name=, dtype=, dims={3, -1}, dim_names={[2]="N"}}, ...},
+**       outputs={...}, initializers={{name=, dtype=, tensor=}, ...},
+**       nodes={{name=, op=, inputs={...}, outputs={...},
+**               attrs={name=value}, kinds={name="ints"}}, ...}}
+**   fl._onnx_tensor(path) -> tensor, dtype   (one TensorProto file)
+**
+** dtype is ONNX's name ("float", "int32"): a widened integer type keeps its
+** own name though its tensor is int64.  The parsed model sits in a
+** userdata whose __gc frees it, so a raise while pushing leaks nothing;
+** each tensor's storage moves into its userdata.
+*/
+#include <string.h>
+
+#include "lfl.h"
+#include "io/onnx.h"
+#include "scripting/onnx_lua.h"   /* static const unsigned char onnx_lua[] */
+
+#define MODEL_GUARD "fl.onnx_model"
+
+static int guard_gc(lua_State *L) {
+  onnx_model_free((onnx_model *)luaL_checkudata(L, 1, MODEL_GUARD));
+  return 0;
+}
+
+static void push_tensor(lua_State *L, onnx_tensor *t) {
+  lfl_pushmoved(L, &t->t);
+}
+
+static void push_value(lua_State *L, const onnx_value *v) {
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, v->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, v->elem ? onnx_dtype_name(v->elem) : "unknown");
+  lua_setfield(L, -2, "dtype");
+  if (v->ndim >= 0) {
+    lua_createtable(L, v->ndim, 0);
+    for (int i = 0; i < v->ndim; i++) {
+      lua_pushinteger(L, v->dims[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "dims");
+  }
+  lua_newtable(L);
+  for (int i = 0; i < FL_MAX_DIMS; i++)
+    if (v->dim_names[i]) {
+      lua_pushstring(L, v->dim_names[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+  lua_setfield(L, -2, "dim_names");
+}
+
+static const char *kind_name(onnx_attr_kind k) {
+  switch (k) {
+  case ONNX_ATTR_FLOAT: return "float";
+  case ONNX_ATTR_INT: return "int";
+  case ONNX_ATTR_STRING: return "string";
+  case ONNX_ATTR_TENSOR: return "tensor";
+  case ONNX_ATTR_GRAPH: return "graph";
+  case ONNX_ATTR_FLOATS: return "floats";
+  case ONNX_ATTR_INTS: return "ints";
+  case ONNX_ATTR_STRINGS: return "strings";
+  default: return "other";
+  }
+}
+
+static void push_attr(lua_State *L, onnx_attr *a) {
+  switch (a->kind) {
+  case ONNX_ATTR_FLOAT: lua_pushnumber(L, a->f); break;
+  case ONNX_ATTR_INT: lua_pushinteger(L, a->i); break;
+  case ONNX_ATTR_STRING: lua_pushstring(L, a->s); break;
+  case ONNX_ATTR_TENSOR:
+    lua_createtable(L, 0, 2);
+    push_tensor(L, a->t);
+    lua_setfield(L, -2, "tensor");
+    lua_pushstring(L, onnx_dtype_name(a->t->elem));
+    lua_setfield(L, -2, "dtype");
+    break;
+  case ONNX_ATTR_FLOATS:
+  case ONNX_ATTR_INTS:
+  case ONNX_ATTR_STRINGS:
+    lua_createtable(L, (int)a->n, 0);
+    for (size_t i = 0; i < a->n; i++) {
+      if (a->kind == ONNX_ATTR_FLOATS) lua_pushnumber(L, a->floats[i]);
+      else if (a->kind == ONNX_ATTR_INTS) lua_pushinteger(L, a->ints[i]);
+      else lua_pushstring(L, a->strings[i]);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    break;
+  default: lua_pushboolean(L, 1); break;
+  }
+}
+
+static void push_names(lua_State *L, char **v, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, v[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static void push_node(lua_State *L, onnx_node *nd) {
+  lua_createtable(L, 0, 7);
+  lua_pushstring(L, nd->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, nd->op_type);
+  lua_setfield(L, -2, "op");
+  push_names(L, nd->in, nd->nin);
+  lua_setfield(L, -2, "inputs");
+  push_names(L, nd->out, nd->nout);
+  lua_setfield(L, -2, "outputs");
+  lua_newtable(L);
+  lua_newtable(L);
+  for (int i = 0; i < nd->nattr; i++) {
+    push_attr(L, &nd->attr[i]);
+    lua_setfield(L, -3, nd->attr[i].name);
+    lua_pushstring(L, kind_name(nd->attr[i].kind));
+    lua_setfield(L, -2, nd->attr[i].name);
+  }
+  lua_setfield(L, -3, "kinds");
+  lua_setfield(L, -2, "attrs");
+}
+
+static int l_onnx_read(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  onnx_model *m = (onnx_model *)lua_newuserdatauv(L, sizeof *m, 0);
+  fl_err e;
+  memset(m, 0, sizeof *m);
+  if (luaL_newmetatable(L, MODEL_GUARD)) {
+    lua_pushcfunction(L, guard_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  err_clear(&e);
+  if (onnx_load(path, m, &e) != FL_OK) {
+    lua_pushfstring(L, "load_onnx: %s", e.msg);
+    return lua_error(L);
+  }
+  lua_createtable(L, 0, 9);
+  lua_pushstring(L, m->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, m->producer);
+  lua_setfield(L, -2, "producer");
+  lua_pushinteger(L, m->ir_version);
+  lua_setfield(L, -2, "ir_version");
+  lua_pushinteger(L, m->opset);
+  lua_setfield(L, -2, "opset");
+  lua_createtable(L, m->nin, 0);
+  for (int i = 0; i < m->nin; i++) {
+    push_value(L, &m->in[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "inputs");
+  lua_createtable(L, m->nout, 0);
+  for (int i = 0; i < m->nout; i++) {
+    push_value(L, &m->out[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "outputs");
+  lua_createtable(L, m->ninit, 0);
+  for (int i = 0; i < m->ninit; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, m->init[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, onnx_dtype_name(m->init[i].elem));
+    lua_setfield(L, -2, "dtype");
+    push_tensor(L, &m->init[i]);
+    lua_setfield(L, -2, "tensor");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "initializers");
+  lua_createtable(L, m->nnode, 0);
+  for (int i = 0; i < m->nnode; i++) {
+    push_node(L, &m->node[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "nodes");
+  onnx_model_free(m);
+  return 1;
+}
+
+static int l_onnx_tensor(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  onnx_tensor ot;
+  fl_err e;
+  err_clear(&e);
+  if (onnx_tensor_load(path, &ot, &e) != FL_OK) {
+    lua_pushfstring(L, "load_onnx_tensor: %s", e.msg);
+    return lua_error(L);
+  }
+  lfl_pushmoved(L, &ot.t);
+  lua_pushstring(L, onnx_dtype_name(ot.elem));
+  lua_pushstring(L, ot.name);
+  onnx_tensor_free(&ot);
+  return 3;
+}
+
+static const luaL_Reg onnx_funcs[] = {
+  {"_onnx_read", l_onnx_read},
+  {"_onnx_tensor", l_onnx_tensor},
+  {NULL, NULL}
+};
+
+void lfl_open_onnx(lua_State *L, int lib) {
+  lib = lua_absindex(L, lib);
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, onnx_funcs, 0);
+  lua_pop(L, 1);
+  /* the Lua half: fl.load_onnx and the op table */
+  if (luaL_loadbuffer(L, (const char *)onnx_lua, sizeof onnx_lua, "=onnx.lua") != LUA_OK)
+    lua_error(L);
+  lua_pushvalue(L, lib);
+  lua_call(L, 1, 0);
+}

@@ -1,0 +1,1967 @@
+-- onnx.lua -- fl.load_onnx: an ONNX model (read by io/onnx.c through
+-- fl._onnx_read) as an nn module whose forward runs the graph's nodes on fl
+-- ops.  Embedded like nn.lua; lfl_onnx.c runs this chunk with the fl table.
+--
+-- THE table: OPS maps an ONNX op type to a lowering, called once per node
+-- at load time as lower(node, attrs, opset); it checks every attribute it
+-- is given and returns run(ins) -> outputs, which forward calls with the
+-- node's input values.  What a lowering cannot run exactly (an op, an
+-- attribute value, a dtype) raises, at load where it can be seen then,
+-- "onnx: node 'NAME' (Op, opset N): ... unsupported": never a wrong answer.
+--
+-- Values flowing between nodes are fl tensors, or "host" integer vectors
+-- (what Shape, Size and small int64 constants make): {host=true, v={...},
+-- scalar=bool}, whose elements may be symbolic sizes under capture, so
+-- the Shape -> Gather -> Concat -> Reshape chains exporters write stay
+-- sizes and never become graph data.  Integer constants of the smaller ONNX
+-- types (int32...) are held widened to int64 and marked {wide="int32"}:
+-- they may serve as indices and sizes, not as arithmetic operands.
+
+local fl = ...
+local nn = fl.nn
+local fmt = string.format
+
+local OPS = {}
+fl._onnx_ops = OPS
+local WIDE   -- the narrow integer types (below)
+-- tensors whose values are known before the call (initializers, Constant
+-- nodes): their values may be read under capture
+local CONST = setmetatable({}, {__mode = "k"})
+
+-- ---------------------------------------------------------------------------
+-- errors
+-- ---------------------------------------------------------------------------
+
+local function node_error(node, msg, ...)
+  error(fmt("onnx: node '%s' (%s, opset %d): ", node.name, node.op, node.opset) .. fmt(msg, ...), 0)
+end
+
+local function unsupported(node, msg, ...)
+  node_error(node, msg .. " is unsupported", ...)
+end
+
+-- ONNX dtype names <-> fuselab's
+local FL_DTYPE = {float = "float32", float16 = "float16", bfloat16 = "bfloat16",
+  int64 = "int64", bool = "bool"}
+local ONNX_DTYPE = {float32 = "float", float16 = "float16", bfloat16 = "bfloat16",
+  int64 = "int64", bool = "bool"}
+-- TensorProto.DataType codes (Cast's "to")
+local DTYPE_CODE = {[1] = "float", [2] = "uint8", [3] = "int8", [4] = "uint16", [5] = "int16",
+  [6] = "int32", [7] = "int64", [8] = "string", [9] = "bool", [10] = "float16", [11] = "double",
+  [12] = "uint32", [13] = "uint64", [14] = "complex64", [15] = "complex128", [16] = "bfloat16"}
+fl._onnx_fl_dtype = FL_DTYPE
+
+-- ---------------------------------------------------------------------------
+-- values
+-- ---------------------------------------------------------------------------
+
+local is_tensor = fl.is_tensor
+
+local function host(v, scalar) return {host = true, v = v, scalar = scalar} end
+
+-- A host vector from a small int64 tensor with concrete values.
+local function host_of_tensor(t)
+  if t:dim() > 1 then return nil end
+  local l = t:tolist()
+  if t:dim() == 0 then return host({l}, true) end
+  return host(l, false)
+end
+
+-- The value as an fl tensor (host vectors are made into int64 tensors).
+local function T(node, v, what)
+  if v == nil then node_error(node, "%s is missing", what or "an input") end
+  if is_tensor(v) then return v end
+  if v.wide then unsupported(node, "%s of dtype %s in arithmetic", what or "an input", v.wide) end
+  if v.host then
+    local vals, sym = v.v, false
+    for _, x in ipairs(vals) do sym = sym or type(x) ~= "number" end
+    if sym then
+      -- symbolic sizes become graph values (0 + s0), staying symbolic
+      local parts = {}
+      for i, x in ipairs(vals) do
+        parts[i] = (fl.zeros({}, {dtype = "int64"}) + x):reshape({1})
+      end
+      if v.scalar then return parts[1]:reshape({}) end
+      return #parts == 1 and parts[1] or fl.cat(parts, 1)
+    end
+    if v.scalar then return fl.full({}, vals[1], {dtype = "int64"}) end
+    if #vals == 0 then return fl.zeros({0}, {dtype = "int64"}) end
+    return fl.tensor(vals, {dtype = "int64"})
+  end
+  node_error(node, "%s is not a tensor", what or "an input")
+end
+
+-- The integer list a value holds (a shape, axes, indices): from a host
+-- vector, a widened constant or an int64 tensor with concrete values.
+local function ints(node, v, what)
+  if v == nil then return nil end
+  if is_tensor(v) then
+    if v.dtype ~= "int64" then node_error(node, "%s must be int64, got %s", what, v.dtype) end
+    if fl._tracing() then
+      unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
+    end
+    local h = host_of_tensor(v)
+    if not h then node_error(node, "%s must be 0-d or 1-d", what) end
+    return h.v, h.scalar
+  end
+  if v.wide then
+    -- a constant's values are known; one computed from inputs is data
+    if not v.const and fl._tracing() then
+      unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
+    end
+    local h = host_of_tensor(v.t)
+    return h.v, h.scalar
+  end
+  return v.v, v.scalar
+end
+
+-- A number from a host value, a constant, or (eagerly only) a tensor.
+local function number(node, v, what)
+  if not is_tensor(v) then return ints(node, v, what)[1] end
+  if fl._tracing() then
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent value)", what)
+  end
+  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  return v:reshape({}):item()
+end
+
+local function dtype_of(v)
+  if is_tensor(v) then return v.dtype end
+  if v.wide then return v.wide end
+  return "int64"
+end
+
+local function attr(attrs, name, default)
+  local v = attrs[name]
+  if v == nil then return default end
+  return v
+end
+
+-- Check that the node sets no attribute outside `known` (name -> true).
+local function known_attrs(node, attrs, known)
+  for k in pairs(attrs) do
+    if not known[k] then unsupported(node, "attribute '%s'", k) end
+  end
+end
+
+local function set(...)
+  local s = {}
+  for _, k in ipairs({...}) do s[k] = true end
+  return s
+end
+
+-- 0-based ONNX axis -> 1-based fl dim for a rank-r tensor (checked).
+local function axis(node, a, r, what)
+  a = math.tointeger(a)
+  if not a or a < -r or a >= math.max(r, 1) then
+    node_error(node, "%s %s out of range for a %d-d input", what or "axis", tostring(a), r)
+  end
+  if a < 0 then a = a + r end
+  return a + 1
+end
+
+local function shape_of(x) return x.shape end
+
+local function prod(list, i, j)
+  local p = 1
+  for k = i, j do p = p * list[k] end
+  return p
+end
+
+-- ---------------------------------------------------------------------------
+-- elementwise
+-- ---------------------------------------------------------------------------
+
+local FLOAT = {float32 = true, float16 = true, bfloat16 = true}
+
+local function need_float(node, x, what)
+  if not FLOAT[x.dtype] then unsupported(node, "%s of dtype %s", what or "an input", x.dtype) end
+end
+
+-- Arithmetic on two size vectors stays on sizes (symbolic ones too):
+-- NumPy broadcasting of a 1-element side; nil when it cannot.
+local function host_binary(a, b, op)
+  if is_tensor(a) or is_tensor(b) or not a.host or not b.host then return nil end
+  local na, nb = #a.v, #b.v
+  if na ~= nb and na ~= 1 and nb ~= 1 then return nil end
+  local out = {}
+  for i = 1, math.max(na, nb) do
+    local x, y = a.v[na == 1 and 1 or i], b.v[nb == 1 and 1 or i]
+    local r
+    if op == "add" then r = x + y
+    elseif op == "sub" then r = x - y
+    elseif op == "mul" then r = x * y
+    elseif op == "div" then
+      -- truncation: plain numbers exactly; a size (>= 0) over a positive number
+      if math.type(x) == "integer" and math.type(y) == "integer" then
+        if y == 0 then return nil end
+        r = x // y
+        if r < 0 and r * y ~= x then r = r + 1 end
+      elseif math.type(y) == "integer" and y > 0 then r = x // y
+      else return nil end
+    end
+    out[i] = r
+  end
+  return host(out, a.scalar and b.scalar)
+end
+
+-- binary ops: ONNX has no type promotion, both inputs share a type
+local function binary(fn, float_only, hop)
+  return function(node, attrs, opset)
+    known_attrs(node, attrs, set("broadcast", "axis"))
+    if attrs.axis ~= nil and attr(attrs, "broadcast", 0) == 1 then
+      unsupported(node, "legacy broadcast with axis")
+    end
+    return function(ins)
+      local h = hop and host_binary(ins[1], ins[2], hop)
+      if h then return {h} end
+      local a, b = T(node, ins[1], "input A"), T(node, ins[2], "input B")
+      if a.dtype ~= b.dtype then
+        node_error(node, "inputs of dtypes %s and %s (ONNX needs one type)", a.dtype, b.dtype)
+      end
+      if float_only then need_float(node, a) end
+      return {fn(a, b)}
+    end
+  end
+end
+
+OPS.Add = binary(function(a, b) return a + b end, false, "add")
+OPS.Sub = binary(function(a, b) return a - b end, false, "sub")
+OPS.Mul = binary(function(a, b) return a * b end, false, "mul")
+
+-- Integer division truncates toward zero (C, not Python).  The float
+-- quotient of huge int64 values is off by many units, so it is refined:
+-- each round divides the exact integer remainder again (2^24 times
+-- smaller each time), then one last step fixes the truncation.
+local function int_div(a, b)
+  local q = (a:to("float32") / b:to("float32")):to("int64")
+  for _ = 1, 3 do
+    local r = a - q * b
+    q = q + (r:to("float32") / b:to("float32")):to("int64")
+  end
+  local r = a - q * b
+  -- r must have a's sign (or be 0) and |r| < |b|
+  local one = fl.full({}, 1, {dtype = "int64"})
+  local zero = fl.full({}, 0, {dtype = "int64"})
+  local sb = fl.where(b:lt(zero), -one, one)
+  local sa = fl.where(a:lt(zero), -one, one)
+  local absr, absb = fl.where(r:lt(zero), -r, r), fl.where(b:lt(zero), -b, b)
+  local wrong_sign = (r:ne(zero)):to("int64") * (fl.where(r:lt(zero), -one, one):ne(sa)):to("int64")
+  -- too big in magnitude: step toward; wrong sign: step back
+  q = q + fl.where(absr:ge(absb), sa * sb, zero) - wrong_sign * sa * sb
+  return q
+end
+
+OPS.Div = binary(function(a, b)
+  if a.dtype == "int64" then return int_div(a, b) end
+  return a / b
+end, false, "div")
+
+OPS.Pow = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x, y = T(node, ins[1], "input X"), T(node, ins[2], "input Y")
+    if x.dtype == "bool" or y.dtype == "bool" then unsupported(node, "Pow of bools") end
+    local r = fl.pow(x, y)
+    -- the result has the base's type (Pow(int, float) stays int)
+    if r.dtype ~= x.dtype then r = r:to(x.dtype) end
+    return {r}
+  end
+end
+
+local function variadic(fn, mean)
+  return function(node, attrs)
+    known_attrs(node, attrs, {})
+    return function(ins)
+      local acc = T(node, ins[1])
+      for i = 2, #ins do
+        local b = T(node, ins[i])
+        if b.dtype ~= acc.dtype then node_error(node, "inputs of dtypes %s and %s", acc.dtype, b.dtype) end
+        acc = fn(acc, b)
+      end
+      if mean then
+        need_float(node, acc)
+        acc = acc / fl.full({}, #ins, {dtype = acc.dtype})
+      elseif #ins == 1 then
+        acc = acc + fl.zeros({}, {dtype = acc.dtype})   -- a new value, as ONNX's output is
+      end
+      return {acc}
+    end
+  end
+end
+
+OPS.Max = variadic(fl.maximum)
+OPS.Min = variadic(fl.minimum)
+OPS.Sum = variadic(function(a, b) return a + b end)
+OPS.Mean = variadic(function(a, b) return a + b end, true)
+
+local function compare(method)
+  return binary(function(a, b) return a[method](a, b) end)
+end
+OPS.Equal = compare("eq")
+OPS.Less = compare("lt")
+OPS.LessOrEqual = compare("le")
+OPS.Greater = compare("gt")
+OPS.GreaterOrEqual = compare("ge")
+
+local function logical(fn)
+  return function(node, attrs)
+    known_attrs(node, attrs, {})
+    return function(ins)
+      local a = T(node, ins[1])
+      local b = ins[2] and T(node, ins[2])
+      if a.dtype ~= "bool" or (b and b.dtype ~= "bool") then node_error(node, "expected bool inputs") end
+      return {fn(a:to("int64"), b and b:to("int64"))}
+    end
+  end
+end
+OPS.Not = logical(function(a) return a:eq(fl.zeros({}, {dtype = "int64"})) end)
+OPS.And = logical(function(a, b) return (a + b):eq(fl.full({}, 2, {dtype = "int64"})) end)
+OPS.Or = logical(function(a, b) return (a + b):gt(fl.zeros({}, {dtype = "int64"})) end)
+OPS.Xor = logical(function(a, b) return (a + b):eq(fl.ones({}, {dtype = "int64"})) end)
+
+OPS.Where = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local c, a, b = T(node, ins[1]), T(node, ins[2]), T(node, ins[3])
+    if c.dtype ~= "bool" then node_error(node, "condition must be bool, got %s", c.dtype) end
+    if a.dtype ~= b.dtype then node_error(node, "inputs of dtypes %s and %s", a.dtype, b.dtype) end
+    return {fl.where(c, a, b)}
+  end
+end
+
+-- unary ops: fn(x, attrs) with the attributes' defaults filled
+local function unary(fn, params, float_only)
+  params = params or {}
+  local known = {}
+  for k in pairs(params) do known[k] = true end
+  return function(node, attrs)
+    known_attrs(node, attrs, known)
+    local p = {}
+    for k, d in pairs(params) do p[k] = attr(attrs, k, d) end
+    return function(ins)
+      local x = T(node, ins[1], "input X")
+      if float_only ~= false then need_float(node, x) end
+      return {fn(x, p)}
+    end
+  end
+end
+
+local function scalar(x, v) return fl.full({}, v, {dtype = x.dtype}) end
+local function clip_lo(x) return fl.maximum(x, scalar(x, 0)) end   -- clip(x, 0, inf)
+local function clip_hi(x) return fl.minimum(x, scalar(x, 0)) end   -- clip(x, -inf, 0)
+
+OPS.Relu = unary(function(x) return x:relu() end, nil, false)
+OPS.Sigmoid = unary(function(x) return x:sigmoid() end)
+OPS.Tanh = unary(function(x) return x:tanh() end)
+OPS.Exp = unary(function(x) return x:exp() end)
+OPS.Log = unary(function(x) return x:log() end)
+OPS.Sqrt = unary(function(x) return x:sqrt() end)
+OPS.Abs = unary(function(x) return x:abs() end, nil, false)
+OPS.Neg = unary(function(x) return -x end, nil, false)
+OPS.Erf = unary(function(x) return x:erf() end)
+OPS.Sin = unary(function(x) return x:sin() end)
+OPS.Cos = unary(function(x) return x:cos() end)
+OPS.Tan = unary(function(x) return x:sin() / x:cos() end)
+OPS.Sinh = unary(function(x) return (x:exp() - (-x):exp()) / scalar(x, 2) end)
+OPS.Cosh = unary(function(x) return (x:exp() + (-x):exp()) / scalar(x, 2) end)
+OPS.Reciprocal = unary(function(x) return scalar(x, 1) / x end)
+OPS.Softsign = unary(function(x) return x / (x:abs() + scalar(x, 1)) end)
+OPS.Softplus = unary(function(x) return (x:exp() + scalar(x, 1)):log() end)
+OPS.Elu = unary(function(x, p)
+  return clip_lo(x) + (clip_hi(x):exp() - scalar(x, 1)) * scalar(x, p.alpha)
+end, {alpha = 1.0})
+OPS.Celu = unary(function(x, p)
+  return clip_lo(x) + clip_hi(scalar(x, p.alpha) * ((x / scalar(x, p.alpha)):exp() - scalar(x, 1)))
+end, {alpha = 1.0})
+OPS.Selu = unary(function(x, p)
+  return (clip_lo(x) + (clip_hi(x):exp() - scalar(x, 1)) * scalar(x, p.alpha)) * scalar(x, p.gamma)
+end, {alpha = 1.67326319217681884765625, gamma = 1.05070102214813232421875})
+OPS.LeakyRelu = unary(function(x, p)
+  return clip_lo(x) + clip_hi(x) * scalar(x, p.alpha)
+end, {alpha = 0.01})
+OPS.ThresholdedRelu = unary(function(x, p)
+  return fl.where(x:gt(scalar(x, p.alpha)), x, scalar(x, 0))
+end, {alpha = 1.0})
+OPS.HardSigmoid = unary(function(x, p)
+  return fl.maximum(scalar(x, 0), fl.minimum(scalar(x, 1), x * scalar(x, p.alpha) + scalar(x, p.beta)))
+end, {alpha = 0.2, beta = 0.5})
+OPS.HardSwish = unary(function(x)
+  return x * fl.maximum(scalar(x, 0), fl.minimum(scalar(x, 1), x / scalar(x, 6) + scalar(x, 0.5)))
+end)
+OPS.Mish = unary(function(x) return x * (x:exp() + scalar(x, 1)):log():tanh() end)
+OPS.Sign = unary(function(x)
+  return x:gt(scalar(x, 0)):to(x.dtype) - x:lt(scalar(x, 0)):to(x.dtype)
+end, nil, false)
+OPS.IsNaN = unary(function(x) return x:ne(x) end)
+OPS.IsInf = unary(function(x, p)
+  local pos = x:eq(scalar(x, math.huge))
+  local neg = x:eq(scalar(x, -math.huge))
+  if p.detect_positive ~= 0 and p.detect_negative ~= 0 then
+    return (pos:to("int64") + neg:to("int64")):gt(fl.zeros({}, {dtype = "int64"}))
+  elseif p.detect_positive ~= 0 then return pos
+  elseif p.detect_negative ~= 0 then return neg end
+  return fl.zeros(x.shape, {dtype = "bool"})
+end, {detect_positive = 1, detect_negative = 1})
+
+OPS.Gelu = function(node, attrs)
+  known_attrs(node, attrs, set("approximate"))
+  local approx = attr(attrs, "approximate", "none")
+  if approx ~= "none" and approx ~= "tanh" then node_error(node, "approximate '%s'", approx) end
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    return {approx == "tanh" and x:gelu("tanh") or x:gelu()}
+  end
+end
+
+OPS.PRelu = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x, s = T(node, ins[1]), T(node, ins[2])
+    need_float(node, x)
+    return {fl.where(x:lt(scalar(x, 0)), x * s, x)}
+  end
+end
+
+OPS.Identity = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins) return {ins[1]} end
+end
+
+-- Dropout in inference: the identity, and a mask of ones when asked for.
+OPS.Dropout = function(node, attrs, opset)
+  known_attrs(node, attrs, set("ratio", "is_test", "seed"))
+  if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "Dropout in training (is_test=0)") end
+  return function(ins)
+    if ins[3] ~= nil then
+      local tm = ints(node, ins[3].host and ins[3] or host_of_tensor(T(node, ins[3]):to("int64")), "training_mode")
+      if tm[1] ~= 0 then unsupported(node, "training_mode=1") end
+    end
+    local x = T(node, ins[1])
+    return {x, fl.ones(x.shape, {dtype = "bool"})}
+  end
+end
+
+OPS.Clip = function(node, attrs, opset)
+  if opset < 11 then
+    known_attrs(node, attrs, set("min", "max"))
+    local lo, hi = attr(attrs, "min", -math.huge), attr(attrs, "max", math.huge)
+    return function(ins)
+      local x = T(node, ins[1])
+      need_float(node, x)
+      return {fl.minimum(fl.maximum(x, scalar(x, lo)), scalar(x, hi))}
+    end
+  end
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1])
+    if x.dtype == "bool" then unsupported(node, "Clip of bools") end
+    if ins[2] ~= nil then x = fl.maximum(x, T(node, ins[2], "min")) end
+    if ins[3] ~= nil then x = fl.minimum(x, T(node, ins[3], "max")) end
+    if ins[2] == nil and ins[3] == nil then x = x + fl.zeros({}, {dtype = x.dtype}) end
+    return {x}
+  end
+end
+
+local function cast_to(node, v, to)
+  local target = FL_DTYPE[to]
+  if not target then unsupported(node, "casting to %s", to) end
+  if not is_tensor(v) and v.wide then
+    -- widened integers are exact as int64; to another type they convert
+    return v.t:to(target)
+  end
+  if not is_tensor(v) and v.host and target == "int64" then return v end
+  local x = T(node, v)
+  if target == "bfloat16" and x.dtype ~= "bfloat16" and FLOAT[x.dtype] then
+    -- fuselab rounds to nearest even; ONNX 1.12's reference truncates
+    unsupported(node, "casting %s to bfloat16 (rounding differs between ONNX versions)", x.dtype)
+  end
+  if x.dtype == target then return x end
+  return x:to(target)
+end
+
+OPS.Cast = function(node, attrs)
+  known_attrs(node, attrs, set("to", "saturate"))
+  -- before opset 6 "to" was a name ("FLOAT")
+  local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
+  if not FL_DTYPE[to] then unsupported(node, "casting to %s", to) end
+  return function(ins) return {cast_to(node, ins[1], to)} end
+end
+
+OPS.CastLike = function(node, attrs)
+  known_attrs(node, attrs, set("saturate"))
+  return function(ins)
+    local like = ins[2]
+    local to = ONNX_DTYPE[dtype_of(like)] or dtype_of(like)
+    return {cast_to(node, ins[1], to)}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- reductions, softmax, normalization
+-- ---------------------------------------------------------------------------
+
+-- The 1-based dims of `axes` (nil: all) for a rank-r tensor.
+local function reduce_dims(node, axes, r)
+  local dims = {}
+  if axes == nil then
+    for d = 1, r do dims[d] = d end
+  else
+    for i, a in ipairs(axes) do dims[i] = axis(node, a, r, "axis") end
+  end
+  return dims
+end
+
+local function reduce(fn, pre, float_only)
+  return function(node, attrs, opset, axes_input_from)
+    known_attrs(node, attrs, set("axes", "keepdims", "noop_with_empty_axes"))
+    local keep = attr(attrs, "keepdims", 1) ~= 0
+    local noop = attr(attrs, "noop_with_empty_axes", 0) ~= 0
+    local from_input = opset >= (axes_input_from or 18)
+    if from_input and attrs.axes ~= nil then node_error(node, "axes as an attribute (an input since opset %d)", axes_input_from or 18) end
+    return function(ins)
+      local x = T(node, ins[1], "input data")
+      if float_only then need_float(node, x) end
+      local axes = attrs.axes
+      if from_input and ins[2] ~= nil then axes = ints(node, ins[2], "axes") end
+      if axes ~= nil and #axes == 0 then axes = nil end
+      if axes == nil and noop then return {pre and pre(x) or x} end
+      if x.dtype == "bool" then unsupported(node, "reducing bools") end
+      local dims = reduce_dims(node, axes, x:dim())
+      local y = pre and pre(x) or x
+      if x:dim() == 0 then return {fn(y, nil, keep)} end
+      return {fn(y, dims, keep)}
+    end
+  end
+end
+
+local function red(method)
+  return function(y, dims, keep)
+    if dims == nil then return y[method](y) end
+    return y[method](y, dims, keep)
+  end
+end
+
+OPS.ReduceSum = function(node, attrs, opset) return reduce(red("sum"))(node, attrs, opset, 13) end
+OPS.ReduceMean = reduce(red("mean"))
+OPS.ReduceMax = reduce(red("amax"))
+OPS.ReduceMin = reduce(red("amin"))
+OPS.ReduceSumSquare = reduce(red("sum"), function(x) return x * x end)
+OPS.ReduceL1 = reduce(red("sum"), function(x) return x:abs() end)
+OPS.ReduceL2 = function(node, attrs, opset)
+  local r = reduce(red("sum"), function(x) return x * x end, true)(node, attrs, opset)
+  return function(ins) return {r(ins)[1]:sqrt()} end
+end
+OPS.ReduceLogSum = function(node, attrs, opset)
+  local r = reduce(red("sum"), nil, true)(node, attrs, opset)
+  return function(ins) return {r(ins)[1]:log()} end
+end
+OPS.ReduceLogSumExp = function(node, attrs, opset)
+  local r = reduce(red("sum"), function(x) return x:exp() end, true)(node, attrs, opset)
+  return function(ins) return {r(ins)[1]:log()} end
+end
+
+local function arg_reduce(negate)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("axis", "keepdims", "select_last_index"))
+    if attr(attrs, "select_last_index", 0) ~= 0 then unsupported(node, "select_last_index=1") end
+    local keep = attr(attrs, "keepdims", 1) ~= 0
+    return function(ins)
+      local x = T(node, ins[1])
+      if negate then need_float(node, x, "ArgMin's input") end
+      if x.dtype == "bool" then unsupported(node, "arg reduction of bools") end
+      local d = axis(node, attr(attrs, "axis", 0), x:dim())
+      if negate then x = -x end
+      return {x:argmax(d, keep)}
+    end
+  end
+end
+OPS.ArgMax = arg_reduce(false)
+OPS.ArgMin = arg_reduce(true)
+
+local function softmax(method)
+  return function(node, attrs, opset)
+    known_attrs(node, attrs, set("axis"))
+    local ax = attr(attrs, "axis", opset >= 13 and -1 or 1)
+    return function(ins)
+      local x = T(node, ins[1])
+      need_float(node, x)
+      local r = x:dim()
+      if r == 0 then node_error(node, "a 0-d input") end
+      local d = axis(node, ax, r)
+      if opset >= 13 then return {x[method](x, d)} end
+      -- before opset 13: the input is seen as 2-D [prod(:axis), prod(axis:)]
+      local s = shape_of(x)
+      local y = x:reshape({prod(s, 1, d - 1), prod(s, d, r)})
+      return {y[method](y, 2):reshape(s)}
+    end
+  end
+end
+OPS.Softmax = softmax("softmax")
+OPS.LogSoftmax = softmax("log_softmax")
+
+-- the channel-broadcast shape [1, C, 1, ...] of a rank-r input
+local function channel_view(v, r)
+  local s = {1, v.shape[1]}
+  for _ = 3, r do s[#s + 1] = 1 end
+  return v:reshape(s)
+end
+
+OPS.BatchNormalization = function(node, attrs, opset)
+  known_attrs(node, attrs, set("epsilon", "momentum", "training_mode", "spatial", "is_test",
+                              "consumed_inputs"))
+  if attr(attrs, "training_mode", 0) ~= 0 then unsupported(node, "training_mode=1") end
+  if attr(attrs, "spatial", 1) ~= 1 then unsupported(node, "spatial=0") end
+  if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "is_test=0 (training)") end
+  for i = 2, #node.outputs do
+    if node.outputs[i] ~= "" then unsupported(node, "the training outputs (running mean/var)") end
+  end
+  local eps = attr(attrs, "epsilon", 1e-5)
+  return function(ins)
+    local x, sc, b, mean, var = T(node, ins[1]), T(node, ins[2]), T(node, ins[3]), T(node, ins[4]), T(node, ins[5])
+    need_float(node, x)
+    local r = x:dim()
+    if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
+    local y = (x - channel_view(mean, r)) / (channel_view(var, r) + scalar(var, eps)):sqrt()
+    return {y * channel_view(sc, r) + channel_view(b, r)}
+  end
+end
+
+OPS.InstanceNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("epsilon"))
+  local eps = attr(attrs, "epsilon", 1e-5)
+  return function(ins)
+    local x, sc, b = T(node, ins[1]), T(node, ins[2]), T(node, ins[3])
+    need_float(node, x)
+    local r = x:dim()
+    local dims = {}
+    for d = 3, r do dims[#dims + 1] = d end
+    if #dims == 0 then node_error(node, "input of %d dims", r) end
+    local mean = x:mean(dims, true)
+    local var = ((x - mean) * (x - mean)):mean(dims, true)
+    local y = (x - mean) / (var + scalar(x, eps)):sqrt()
+    return {y * channel_view(sc, r) + channel_view(b, r)}
+  end
+end
+
+OPS.LayerNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "epsilon", "stash_type"))
+  if attr(attrs, "stash_type", 1) ~= 1 then unsupported(node, "stash_type %d", attrs.stash_type) end
+  local eps = attr(attrs, "epsilon", 1e-5)
+  return function(ins)
+    local x, w, b = T(node, ins[1]), ins[2] and T(node, ins[2]), ins[3] and T(node, ins[3])
+    need_float(node, x)
+    local r = x:dim()
+    local d = axis(node, attr(attrs, "axis", -1), r)
+    local xs = x.dtype == "float32" and x or x:to("float32")
+    local dims = {}
+    for k = d, r do dims[#dims + 1] = k end
+    local mean = xs:mean(dims, true)
+    local c = xs - mean
+    local inv = fl.full({}, 1.0) / ((c * c):mean(dims, true) + fl.full({}, eps)):sqrt()
+    local y = c * inv
+    if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+    if w then y = y * w end
+    if b then y = y + b end
+    -- Mean and InvStdDev (float32, the stash type), reduced dims kept
+    return {y, mean, inv}
+  end
+end
+
+-- LRN: x / (bias + alpha / size * sum of squares over a channel window)^beta.
+-- The window sum is an average pool (zeros counted, so sum = avg * size)
+-- over x^2 seen as [N, 1, C, H*W]; an even size pads one side more, which
+-- the pool cannot.
+OPS.LRN = function(node, attrs)
+  known_attrs(node, attrs, set("alpha", "beta", "bias", "size"))
+  local size = attrs.size
+  if not size then node_error(node, "attribute 'size' is required") end
+  if size % 2 == 0 then unsupported(node, "an even size (%d: asymmetric window)", size) end
+  local alpha, beta, bias = attr(attrs, "alpha", 1e-4), attr(attrs, "beta", 0.75), attr(attrs, "bias", 1.0)
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    if x:dim() ~= 4 then unsupported(node, "a %d-d input (4-d only)", x:dim()) end
+    local s = x.shape
+    local sq = (x * x):reshape({s[1], 1, s[2], s[3] * s[4]})
+    local sum = sq:avg_pool2d({size, 1}, {stride = {1, 1}, padding = {(size - 1) // 2, 0}}) * scalar(x, size)
+    sum = sum:reshape(s)
+    return {x / (scalar(x, bias) + sum * scalar(x, alpha / size)) ^ scalar(x, beta)}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- linear algebra, convolution, pooling
+-- ---------------------------------------------------------------------------
+
+OPS.MatMul = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local a, b = T(node, ins[1]), T(node, ins[2])
+    need_float(node, a)
+    return {fl.matmul(a, b)}
+  end
+end
+
+OPS.Gemm = function(node, attrs, opset)
+  known_attrs(node, attrs, set("alpha", "beta", "transA", "transB", "broadcast"))
+  local alpha, beta = attr(attrs, "alpha", 1.0), attr(attrs, "beta", 1.0)
+  local ta, tb = attr(attrs, "transA", 0) ~= 0, attr(attrs, "transB", 0) ~= 0
+  return function(ins)
+    local a, b = T(node, ins[1]), T(node, ins[2])
+    need_float(node, a)
+    if ta then a = a:transpose(1, 2) end
+    if tb then b = b:transpose(1, 2) end
+    local y = fl.matmul(a, b)
+    if alpha ~= 1 then y = y * scalar(y, alpha) end
+    if ins[3] ~= nil then
+      local c = T(node, ins[3])
+      if beta ~= 1 then c = c * scalar(c, beta) end
+      y = y + c
+    end
+    return {y}
+  end
+end
+
+-- Spatial attributes of a conv/pool node for `nsp` spatial dims: strides,
+-- pads (begin == end required), dilations (all 1 required).
+local function spatial(node, attrs, nsp, kshape, in_shape)
+  local strides = attr(attrs, "strides", nil) or {}
+  local pads = attr(attrs, "pads", nil)
+  local dil = attr(attrs, "dilations", nil) or {}
+  local auto = attr(attrs, "auto_pad", "NOTSET")
+  for i = 1, nsp do
+    strides[i] = strides[i] or 1
+    if (dil[i] or 1) ~= 1 then unsupported(node, "dilations other than 1 (%s)", table.concat(dil, ",")) end
+  end
+  local p = {}
+  if auto == "NOTSET" then
+    pads = pads or {}
+    for i = 1, nsp do
+      local b, e = pads[i] or 0, pads[i + nsp] or 0
+      if b ~= e then unsupported(node, "asymmetric pads (%s)", table.concat(pads, ",")) end
+      p[i] = b
+    end
+  elseif auto == "VALID" then
+    for i = 1, nsp do p[i] = 0 end
+  elseif auto == "SAME_UPPER" or auto == "SAME_LOWER" then
+    for i = 1, nsp do
+      local n = math.tointeger(in_shape[2 + i])
+      if not n then unsupported(node, "auto_pad %s over a dynamic size", auto) end
+      local out = (n + strides[i] - 1) // strides[i]
+      local total = math.max(0, (out - 1) * strides[i] + kshape[i] - n)
+      if total % 2 ~= 0 then unsupported(node, "auto_pad %s needing asymmetric pads", auto) end
+      p[i] = total // 2
+    end
+  else
+    node_error(node, "auto_pad '%s'", auto)
+  end
+  return strides, p
+end
+
+OPS.Conv = function(node, attrs)
+  known_attrs(node, attrs, set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+  if attr(attrs, "group", 1) ~= 1 then unsupported(node, "group=%d (grouped convolution)", attrs.group) end
+  return function(ins)
+    local x, w = T(node, ins[1]), T(node, ins[2])
+    local b = ins[3] ~= nil and T(node, ins[3]) or nil
+    need_float(node, x)
+    local r = x:dim()
+    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
+    local k = {}
+    for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
+    if attrs.kernel_shape then
+      for i, v in ipairs(attrs.kernel_shape) do
+        if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
+      end
+    end
+    local strides, pads = spatial(node, attrs, r - 2, k, x.shape)
+    if r == 3 then   -- 1-d: as a 2-d convolution of height 1
+      local y = fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, {stride = {1, strides[1]}, padding = {0, pads[1]}})
+      return {y:squeeze(3)}
+    end
+    return {fl.conv2d(x, w, b, {stride = strides, padding = pads})}
+  end
+end
+
+local function pool(kind)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
+                                "kernel_shape", "pads", "storage_order", "strides"))
+    if attr(attrs, "ceil_mode", 0) ~= 0 then unsupported(node, "ceil_mode=1") end
+    if attr(attrs, "storage_order", 0) ~= 0 then unsupported(node, "storage_order=1") end
+    if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
+    local k = attrs.kernel_shape
+    if not k then node_error(node, "attribute 'kernel_shape' is required") end
+    local include = attr(attrs, "count_include_pad", 0) ~= 0
+    return function(ins)
+      local x = T(node, ins[1])
+      need_float(node, x)
+      local r = x:dim()
+      if r ~= 3 and r ~= 4 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d and 2-d only)", r - 2) end
+      local strides, pads = spatial(node, attrs, r - 2, k, x.shape)
+      local kk, ss, pp = k, strides, pads
+      if r == 3 then
+        x = x:unsqueeze(3)
+        kk, ss, pp = {1, k[1]}, {1, strides[1]}, {0, pads[1]}
+      end
+      for i = 1, 2 do
+        if pp[i] * 2 > kk[i] then unsupported(node, "pads over half the kernel (%d of %d)", pp[i], kk[i]) end
+      end
+      local y
+      if kind == "max" then
+        y = x:max_pool2d(kk, {stride = ss, padding = pp})
+      else
+        y = x:avg_pool2d(kk, {stride = ss, padding = pp})
+        if not include and (pp[1] > 0 or pp[2] > 0) then
+          -- padding left out of the count: divide by the pool of ones
+          local ones = fl.ones({1, 1, x.shape[3], x.shape[4]}, {dtype = x.dtype})
+          y = y / ones:avg_pool2d(kk, {stride = ss, padding = pp})
+        end
+      end
+      if r == 3 then y = y:squeeze(3) end
+      return {y}
+    end
+  end
+end
+OPS.MaxPool = pool("max")
+OPS.AveragePool = pool("avg")
+
+local function global_pool(method)
+  return function(node, attrs)
+    known_attrs(node, attrs, {})
+    return function(ins)
+      local x = T(node, ins[1])
+      need_float(node, x)
+      local dims = {}
+      for d = 3, x:dim() do dims[#dims + 1] = d end
+      if #dims == 0 then node_error(node, "input of %d dims", x:dim()) end
+      return {x[method](x, dims, true)}
+    end
+  end
+end
+OPS.GlobalAveragePool = global_pool("mean")
+OPS.GlobalMaxPool = global_pool("amax")
+
+-- ---------------------------------------------------------------------------
+-- shapes and data movement
+-- ---------------------------------------------------------------------------
+
+OPS.Constant = function(node, attrs)
+  local n = 0
+  for _ in pairs(attrs) do n = n + 1 end
+  if n ~= 1 then node_error(node, "expected exactly one value attribute") end
+  local value
+  if attrs.value then
+    local a = attrs.value
+    value = FL_DTYPE[a.dtype] and a.tensor or {wide = a.dtype, t = a.tensor, const = true}
+    -- a small int64 constant is a size vector (shapes, axes, indices)
+    if a.dtype == "int64" and a.tensor:dim() <= 1 and a.tensor:numel() <= 64 then
+      value = host_of_tensor(a.tensor)
+    end
+  elseif attrs.value_float then value = fl.full({}, attrs.value_float)
+  elseif attrs.value_floats then
+    value = #attrs.value_floats > 0 and fl.tensor(attrs.value_floats, {dtype = "float32"}) or fl.zeros({0})
+  elseif attrs.value_int then value = host({attrs.value_int}, true)
+  elseif attrs.value_ints then value = host(attrs.value_ints, false)
+  else
+    local k = next(attrs)
+    unsupported(node, "attribute '%s'", k)
+  end
+  node.const = value
+  return function()
+    if is_tensor(value) then CONST[value] = true end
+    return {value}
+  end
+end
+
+OPS.Shape = function(node, attrs)
+  known_attrs(node, attrs, set("start", "end"))
+  return function(ins)
+    local v = ins[1]
+    local s = is_tensor(v) and v.shape or (v.wide and v.t.shape) or (v.scalar and {} or {#v.v})
+    local r = #s
+    local function clampi(a) if a < 0 then a = a + r end return math.max(0, math.min(r, a)) end
+    local a = clampi(attr(attrs, "start", 0))
+    local e = attrs["end"] and clampi(attrs["end"]) or r
+    local out = {}
+    for i = a + 1, e do out[#out + 1] = s[i] end
+    return {host(out, false)}
+  end
+end
+
+OPS.Size = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = ins[1]
+    local s = is_tensor(x) and x.shape or (x.wide and x.t.shape) or (x.scalar and {} or {#x.v})
+    return {host({prod(s, 1, #s)}, true)}
+  end
+end
+
+OPS.ConstantOfShape = function(node, attrs)
+  known_attrs(node, attrs, set("value"))
+  local v = attrs.value
+  local dtype, value = "float32", 0
+  local wide
+  if v then
+    dtype = FL_DTYPE[v.dtype]
+    if not dtype and WIDE[v.dtype] then dtype, wide = "int64", v.dtype end
+    if not dtype then unsupported(node, "a value of dtype %s", v.dtype) end
+    if v.tensor:numel() ~= 1 then node_error(node, "value must hold one element") end
+    value = v.tensor:reshape({}):item()
+  end
+  return function(ins)
+    local shape = ints(node, ins[1], "shape")
+    for _, n in ipairs(shape) do
+      if type(n) == "number" and n < 0 then node_error(node, "negative size %d", n) end
+    end
+    if dtype == "bool" then
+      return {value and fl.ones(shape, {dtype = "bool"}) or fl.zeros(shape, {dtype = "bool"})}
+    end
+    local y = fl.full(shape, value, {dtype = dtype})
+    if wide then return {{wide = wide, t = y}} end
+    return {y}
+  end
+end
+
+OPS.Reshape = function(node, attrs, opset)
+  known_attrs(node, attrs, set("allowzero", "shape"))
+  local allowzero = attr(attrs, "allowzero", 0) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local shape = opset < 5 and attrs.shape or ints(node, ins[2], "shape")
+    local s, out = x.shape, {}
+    for i, n in ipairs(shape) do
+      if n == 0 and not allowzero then
+        if s[i] == nil then node_error(node, "0 at position %d copies a dim the input lacks", i) end
+        out[i] = s[i]
+      else
+        out[i] = n
+      end
+    end
+    return {x:reshape(out)}
+  end
+end
+
+OPS.Flatten = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local x = T(node, ins[1])
+    local r = x:dim()
+    local a = attr(attrs, "axis", 1)
+    if a < -r or a > r then node_error(node, "axis %d out of range for a %d-d input", a, r) end
+    if a < 0 then a = a + r end
+    local s = x.shape
+    return {x:reshape({prod(s, 1, a), prod(s, a + 1, r)})}
+  end
+end
+
+-- Host vectors pass through the shape ops that only rearrange them.
+local function host_unsqueeze(v, axes)
+  if v.scalar and #axes == 1 and (axes[1] == 0 or axes[1] == -1) then return host(v.v, false) end
+  return nil
+end
+
+OPS.Unsqueeze = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axes"))
+  return function(ins)
+    local axes = opset < 13 and attrs.axes or ints(node, ins[2], "axes")
+    if not axes then node_error(node, "axes are required") end
+    if not is_tensor(ins[1]) and ins[1].host then
+      local h = host_unsqueeze(ins[1], axes)
+      if h then return {h} end
+    end
+    local x = T(node, ins[1])
+    local r = x:dim() + #axes
+    local norm = {}
+    for i, a in ipairs(axes) do norm[i] = axis(node, a, r) end
+    table.sort(norm)
+    for i = 2, #norm do
+      if norm[i] == norm[i - 1] then node_error(node, "axis repeated") end
+    end
+    for _, d in ipairs(norm) do x = x:unsqueeze(d) end
+    return {x}
+  end
+end
+
+OPS.Squeeze = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axes"))
+  return function(ins)
+    local axes = opset < 13 and attrs.axes or (ins[2] ~= nil and ints(node, ins[2], "axes") or nil)
+    local v = ins[1]
+    if not is_tensor(v) and v.host and not v.scalar and #v.v == 1 and (axes == nil or #axes == 1) then
+      return {host(v.v, true)}
+    end
+    local x = T(node, v)
+    if axes == nil or #axes == 0 then
+      local s, out = x.shape, {}
+      for _, n in ipairs(s) do if n ~= 1 then out[#out + 1] = n end end
+      return {x:reshape(out)}
+    end
+    local norm = {}
+    for i, a in ipairs(axes) do
+      norm[i] = axis(node, a, x:dim())
+      if x.shape[norm[i]] ~= 1 then node_error(node, "dim %d has size %s, not 1", a, tostring(x.shape[norm[i]])) end
+    end
+    table.sort(norm, function(p, q) return p > q end)
+    for _, d in ipairs(norm) do x = x:squeeze(d) end
+    return {x}
+  end
+end
+
+OPS.Transpose = function(node, attrs)
+  known_attrs(node, attrs, set("perm"))
+  return function(ins)
+    local x = T(node, ins[1])
+    local r = x:dim()
+    local perm = {}
+    if attrs.perm then
+      if #attrs.perm ~= r then node_error(node, "perm of %d entries for a %d-d input", #attrs.perm, r) end
+      for i, p in ipairs(attrs.perm) do perm[i] = axis(node, p, r, "perm entry") end
+    else
+      for i = 1, r do perm[i] = r + 1 - i end
+    end
+    if r == 0 then return {x} end
+    return {x:permute(perm)}
+  end
+end
+
+OPS.Concat = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis"))
+  if attrs.axis == nil then
+    if opset >= 4 then node_error(node, "attribute 'axis' is required") end
+    attrs.axis = 1                     -- its default before opset 4
+  end
+  return function(ins)
+    local all_host = true
+    for _, v in ipairs(ins) do
+      if is_tensor(v) or not v.host or v.scalar then all_host = false end
+    end
+    if all_host and (attrs.axis == 0 or attrs.axis == -1) then
+      local out = {}
+      for _, v in ipairs(ins) do for _, n in ipairs(v.v) do out[#out + 1] = n end end
+      return {host(out, false)}
+    end
+    local list = {}
+    for _, v in ipairs(ins) do
+      local t = T(node, v)
+      if t:dim() == 0 then node_error(node, "a 0-d input") end
+      list[#list + 1] = t
+    end
+    local d = axis(node, attrs.axis, list[1]:dim())
+    -- empty inputs join as nothing
+    local keep = {}
+    for _, t in ipairs(list) do if t.shape[d] ~= 0 or #list == 1 then keep[#keep + 1] = t end end
+    if #keep == 0 then keep = {list[1]} end
+    if #keep == 1 then return {keep[1] + fl.zeros({}, {dtype = keep[1].dtype})} end
+    return {fl.cat(keep, d)}
+  end
+end
+
+OPS.Split = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "split", "num_outputs"))
+  return function(ins)
+    local x = T(node, ins[1])
+    local d = axis(node, attr(attrs, "axis", 0), x:dim())
+    local n = x.shape[d]
+    local split = opset < 13 and attrs.split or (ins[2] ~= nil and ints(node, ins[2], "split") or nil)
+    local nout = #node.outputs
+    if not split then
+      split = {}
+      if attrs.num_outputs then
+        local chunk = -(-n // attrs.num_outputs)
+        local left = n
+        for i = 1, attrs.num_outputs do split[i] = math.min(chunk, left); left = left - split[i] end
+      else
+        if n % nout ~= 0 then node_error(node, "dim of size %d does not split into %d", n, nout) end
+        for i = 1, nout do split[i] = n // nout end
+      end
+    end
+    local outs, start = {}, 1
+    for i, len in ipairs(split) do
+      outs[i] = x:narrow(d, start, len)
+      start = start + len
+    end
+    if start - 1 ~= n then node_error(node, "split sizes sum to %d, the dim is %d", start - 1, n) end
+    return outs
+  end
+end
+
+-- Slice with ONNX's clamping: negative starts/ends count from the end,
+-- then both are clamped to [0, dim].
+OPS.Slice = function(node, attrs, opset)
+  known_attrs(node, attrs, set("starts", "ends", "axes"))
+  return function(ins)
+    local starts, ends, axes, steps
+    if opset < 10 then
+      starts, ends, axes = attrs.starts, attrs.ends, attrs.axes
+    else
+      starts, ends = ints(node, ins[2], "starts"), ints(node, ins[3], "ends")
+      axes = ins[4] ~= nil and ints(node, ins[4], "axes") or nil
+      steps = ins[5] ~= nil and ints(node, ins[5], "steps") or nil
+    end
+    if steps then
+      for _, s in ipairs(steps) do if s ~= 1 then unsupported(node, "steps other than 1 (%d)", s) end end
+    end
+    local v = ins[1]
+    local hv = not is_tensor(v) and v.host and not v.scalar
+    local x = hv and nil or T(node, v)
+    local r = hv and 1 or x:dim()
+    local shape = hv and {#v.v} or x.shape
+    local out_host = hv and {table.unpack(v.v)} or nil
+    for i = 1, #starts do
+      local d = axes and axis(node, axes[i], r) or i
+      local n = shape[d]
+      local function clampi(a)
+        if a < 0 then a = a + n end
+        return math.max(0, math.min(n, a))
+      end
+      local s, e = clampi(starts[i]), clampi(ends[i])
+      local len = math.max(0, e - s)
+      if hv then
+        local o = {}
+        for k = s + 1, s + len do o[#o + 1] = out_host[k] end
+        out_host = o
+      else
+        x = x:narrow(d, s + 1, len)
+      end
+    end
+    if hv then return {host(out_host, false)} end
+    return {x}
+  end
+end
+
+-- bidirectional broadcast of two shapes
+local function broadcast(node, a, b)
+  local r = math.max(#a, #b)
+  local out = {}
+  for i = 1, r do
+    local x, y = a[#a - r + i] or 1, b[#b - r + i] or 1
+    if x == 1 then out[i] = y
+    elseif y == 1 or x == y then out[i] = x
+    else node_error(node, "shapes do not broadcast (%s vs %s)", tostring(x), tostring(y)) end
+  end
+  return out
+end
+
+OPS.Expand = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1])
+    local shape = ints(node, ins[2], "shape")
+    local out = broadcast(node, x.shape, shape)
+    return {x:expand(out):contiguous()}
+  end
+end
+
+OPS.Tile = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1])
+    local reps = ints(node, ins[2], "repeats")
+    local r = x:dim()
+    if #reps ~= r then node_error(node, "%d repeats for a %d-d input", #reps, r) end
+    local s = x.shape
+    local mid, big, final = {}, {}, {}
+    for i = 1, r do
+      mid[2 * i - 1], mid[2 * i] = 1, s[i]
+      big[2 * i - 1], big[2 * i] = reps[i], s[i]
+      final[i] = reps[i] * s[i]
+    end
+    return {x:reshape(mid):expand(big):contiguous():reshape(final)}
+  end
+end
+
+-- Gather: along axis, through fl.embedding (rows of a 2-D table) with the
+-- gathered axis moved to the front.  Negative indices count from the end.
+OPS.Gather = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local data, idx = ins[1], ins[2]
+    local a = attr(attrs, "axis", 0)
+    if not is_tensor(data) and data.host and not data.scalar and (a == 0 or a == -1) then
+      local iv, iscalar = ints(node, idx, "indices")
+      local out = {}
+      for i, k in ipairs(iv) do
+        if k < 0 then k = k + #data.v end
+        if k < 0 or k >= #data.v then node_error(node, "index %d out of range", iv[i]) end
+        out[i] = data.v[k + 1]
+      end
+      return {host(out, iscalar)}
+    end
+    local x = T(node, data)
+    local r = x:dim()
+    local d = axis(node, a, r)
+    local n = x.shape[d]
+    local it
+    if is_tensor(idx) then
+      it = idx
+    else
+      local iv, iscalar = ints(node, idx, "indices")
+      it = iscalar and fl.full({}, iv[1], {dtype = "int64"}) or (#iv > 0 and fl.tensor(iv, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}))
+      if not iscalar and not is_tensor(idx) and idx.wide then it = idx.t end
+    end
+    if it.dtype ~= "int64" then node_error(node, "indices of dtype %s", it.dtype) end
+    it = fl.where(it:lt(fl.zeros({}, {dtype = "int64"})), it + fl.full({}, n, {dtype = "int64"}), it)
+    -- move axis d to the front, flatten the rest
+    local perm = {d}
+    for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
+    local xt = r > 1 and x:permute(perm):contiguous() or x
+    local rest = {}
+    for k = 2, r do rest[#rest + 1] = xt.shape[k] end
+    local table2d = xt:reshape({n, prod(rest, 1, #rest)})
+    local g = fl.embedding(it, table2d)            -- idx.shape .. [prod(rest)]
+    local gs = {}
+    for _, k in ipairs(it.shape) do gs[#gs + 1] = k end
+    for _, k in ipairs(rest) do gs[#gs + 1] = k end
+    g = g:reshape(gs)
+    -- back: data.shape[:d] + idx.shape + data.shape[d+1:]
+    local q = it:dim()
+    local back = {}
+    for k = 1, d - 1 do back[#back + 1] = q + k end
+    for k = 1, q do back[#back + 1] = k end
+    for k = d, r - 1 do back[#back + 1] = q + k end
+    if #back > 1 then g = g:permute(back) end
+    return {g}
+  end
+end
+
+OPS.Range = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local dt = dtype_of(ins[1])
+    if FLOAT[dt] then
+      -- start + i * delta, i < ceil((limit - start) / delta), as NumPy's
+      -- arange counts (in double, rounded once to the type)
+      local s, l, d = number(node, ins[1], "start"), number(node, ins[2], "limit"), number(node, ins[3], "delta")
+      if d == 0 then node_error(node, "delta is 0") end
+      local n = math.max(0, math.ceil((l - s) / d))
+      if n > 1 << 24 then node_error(node, "%d elements", n) end
+      local out = {}
+      for i = 0, n - 1 do out[#out + 1] = s + i * d end
+      if n == 0 then return {fl.zeros({0}, {dtype = dt})} end
+      return {fl.tensor(out, {dtype = "float32"}):to(dt)}
+    end
+    for i = 1, 3 do
+      if dtype_of(ins[i]) ~= "int64" then unsupported(node, "Range of dtype %s", dtype_of(ins[i])) end
+    end
+    local s, l, d = ints(node, ins[1], "start")[1], ints(node, ins[2], "limit")[1], ints(node, ins[3], "delta")[1]
+    if d == 0 then node_error(node, "delta is 0") end
+    local out = {}
+    local n = math.max(0, -(-(l - s) // d))
+    for i = 0, n - 1 do out[#out + 1] = s + i * d end
+    return {host(out, false)}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- composed from the above: losses, index ops, rounding, rearrangements
+-- ---------------------------------------------------------------------------
+
+-- arange(n) laid along dim d (1-based) of a rank-r shape: [1, .., n, .., 1]
+local function iota(n, d, r)
+  local s = {}
+  for k = 1, r do s[k] = 1 end
+  s[d] = n
+  return fl.arange(n):reshape(s)
+end
+
+local function i64(v) return fl.full({}, v, {dtype = "int64"}) end
+
+
+-- loss[n, d..] = -x[n, target, d..] * weight[target], 0 where target is
+-- ignore_index; the class picked by a one-hot mask over dim 2 (a sum of
+-- one value and zeros: exact).
+local function nll(node, x, tgt, w, red, ign)
+  if tgt.dtype ~= "int64" then node_error(node, "target must be int64, got %s", tgt.dtype) end
+  local r = x:dim()
+  if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
+  local C = x.shape[2]
+  local mask = iota(C, 2, r):eq(tgt:unsqueeze(2))
+  local zero = scalar(x, 0)
+  local loss = -fl.where(mask, x, zero):sum(2)
+  local wt
+  if w then wt = fl.where(mask, channel_view(w, r), zero):sum(2) end
+  if ign then
+    local valid = tgt:ne(i64(ign))
+    wt = wt and fl.where(valid, wt, zero) or valid:to(x.dtype)
+  end
+  if wt then loss = loss * wt end
+  if red == "none" then return loss end
+  if red == "sum" then return loss:sum() end
+  if wt then return loss:sum() / wt:sum() end
+  return loss:mean()
+end
+
+local function loss_attrs(node, attrs)
+  known_attrs(node, attrs, set("reduction", "ignore_index"))
+  local red = attr(attrs, "reduction", "mean")
+  if red ~= "none" and red ~= "sum" and red ~= "mean" then node_error(node, "reduction '%s'", red) end
+  return red, attrs.ignore_index
+end
+
+OPS.NegativeLogLikelihoodLoss = function(node, attrs)
+  local red, ign = loss_attrs(node, attrs)
+  return function(ins)
+    local x = T(node, ins[1], "input")
+    need_float(node, x)
+    return {nll(node, x, T(node, ins[2], "target"), ins[3] ~= nil and T(node, ins[3], "weight") or nil, red, ign)}
+  end
+end
+
+OPS.SoftmaxCrossEntropyLoss = function(node, attrs)
+  local red, ign = loss_attrs(node, attrs)
+  return function(ins)
+    local x = T(node, ins[1], "scores")
+    need_float(node, x)
+    if x:dim() < 2 then node_error(node, "scores of %d dims (expected [N, C, ...])", x:dim()) end
+    local lp = x:log_softmax(2)
+    return {nll(node, lp, T(node, ins[2], "labels"), ins[3] ~= nil and T(node, ins[3], "weights") or nil, red, ign), lp}
+  end
+end
+
+-- out[.., i, ..] = data[.., idx[.., i, ..], ..] along axis: a one-hot
+-- mask over a new dim after the axis, summed away.
+OPS.GatherElements = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local iv = ins[2]
+    if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end   -- narrow indices are exact
+    local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local r = x:dim()
+    if idx:dim() ~= r then node_error(node, "indices of rank %d for data of rank %d", idx:dim(), r) end
+    local d = axis(node, attr(attrs, "axis", 0), r)
+    local n = x.shape[d]
+    for k = 1, r do
+      if k ~= d and idx.shape[k] ~= x.shape[k] then
+        if idx.shape[k] > x.shape[k] then node_error(node, "indices dim %d larger than data's", k) end
+        x = x:narrow(k, 1, idx.shape[k])
+      end
+    end
+    local it = fl.where(idx:lt(i64(0)), idx + i64(n), idx)
+    local dt = x.dtype
+    if dt == "bool" then x = x:to("int64") end
+    local mask = it:unsqueeze(d + 1):eq(iota(n, d + 1, r + 1))
+    local out = fl.where(mask, x:unsqueeze(d), fl.zeros({}, {dtype = x.dtype})):sum(d + 1)
+    if dt == "bool" then out = out:to("bool") end
+    return {out}
+  end
+end
+
+OPS.Trilu = function(node, attrs)
+  known_attrs(node, attrs, set("upper"))
+  local upper = attr(attrs, "upper", 1) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local k = ins[2] ~= nil and number(node, ins[2], "k") or 0
+    local r = x:dim()
+    if r < 2 then node_error(node, "input of %d dims", r) end
+    local diff = iota(x.shape[r], r, r) - iota(x.shape[r - 1], r - 1, r)   -- col - row
+    local keep = upper and diff:ge(i64(k)) or diff:le(i64(k))
+    return {fl.where(keep, x, fl.zeros({}, {dtype = x.dtype}))}
+  end
+end
+
+OPS.Hardmax = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis"))
+  local ax = attr(attrs, "axis", opset >= 13 and -1 or 1)
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local r = x:dim()
+    local d = axis(node, ax, r)
+    local s = x.shape
+    local y = x
+    if opset < 13 then y = x:reshape({prod(s, 1, d - 1), prod(s, d, r)}); d = 2 end
+    local hot = iota(y.shape[d], d, y:dim()):eq(y:argmax(d, true)):to(x.dtype)
+    return {hot:reshape(s)}
+  end
+end
+
+-- select_last_index=1: the largest position holding the extreme (NaN
+-- counts as the extreme, as NumPy's argmax of the reversed array has it).
+local function arg_last(x, d, keep, method)
+  local m = x[method](x, d, true)
+  local hit = x:eq(m):to("int64") + (x:ne(x):to("int64") * m:ne(m):to("int64"))
+  local pos = fl.where(hit:gt(i64(0)), iota(x.shape[d], d, x:dim()), i64(-1))
+  return pos:amax(d, keep)
+end
+
+local function arg_reduce2(which)
+  local base = arg_reduce(which == "amin")
+  return function(node, attrs, opset)
+    if attr(attrs, "select_last_index", 0) == 0 then return base(node, attrs, opset) end
+    known_attrs(node, attrs, set("axis", "keepdims", "select_last_index"))
+    local keep = attr(attrs, "keepdims", 1) ~= 0
+    return function(ins)
+      local x = T(node, ins[1])
+      if x.dtype == "bool" then unsupported(node, "arg reduction of bools") end
+      return {arg_last(x, axis(node, attr(attrs, "axis", 0), x:dim()), keep, which)}
+    end
+  end
+end
+OPS.ArgMax = arg_reduce2("amax")
+OPS.ArgMin = arg_reduce2("amin")
+
+-- floor/ceil/round: below 2^23 through a truncation to int64, above it
+-- (and NaN, infinities) every float32 is already whole.  Half-precision
+-- inputs go through float32, where they are exact.
+local function rounding(fn)
+  return unary(function(x)
+    local dt = x.dtype
+    local xf = dt == "float32" and x or x:to("float32")
+    local small = xf:abs():lt(fl.full({}, 8388608.0))
+    local t = xf:to("int64"):to("float32")
+    local y = fl.where(small, fn(xf, t), xf)
+    return dt == "float32" and y or y:to(dt)
+  end)
+end
+local function floor_of(x, t) return t - t:gt(x):to("float32") end
+OPS.Floor = rounding(floor_of)
+OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
+OPS.Round = rounding(function(x, t)
+  local f = floor_of(x, t)
+  local diff = x - f
+  local half = fl.full({}, 0.5)
+  local fh = f * half
+  local odd = (fh - floor_of(fh, fh:to("int64"):to("float32"))):gt(fl.zeros({}))
+  local up = diff:gt(half):to("int64") + (diff:eq(half):to("int64") * odd:to("int64"))
+  return f + up:gt(i64(0)):to("float32")
+end)
+
+OPS.Shrink = unary(function(x, p)
+  local lo, hi = scalar(x, -p.lambd), scalar(x, p.lambd)
+  return fl.where(x:lt(lo), x + scalar(x, p.bias), fl.where(x:gt(hi), x - scalar(x, p.bias), scalar(x, 0)))
+end, {lambd = 0.5, bias = 0.0})
+
+OPS.Mod = function(node, attrs)
+  known_attrs(node, attrs, set("fmod"))
+  local fmod = attr(attrs, "fmod", 0) ~= 0
+  return function(ins)
+    local a, b = T(node, ins[1]), T(node, ins[2])
+    if a.dtype ~= "int64" or b.dtype ~= "int64" then unsupported(node, "Mod of %s", a.dtype) end
+    local r = a - int_div(a, b) * b                       -- truncated: a's sign
+    if fmod then return {r} end
+    local zero = i64(0)
+    local fix = r:ne(zero):to("int64") * (r:lt(zero)):ne(b:lt(zero)):to("int64")
+    return {r + fix * b}                                  -- floored: b's sign
+  end
+end
+
+OPS.DepthToSpace = function(node, attrs)
+  known_attrs(node, attrs, set("blocksize", "mode"))
+  local b, mode = attrs.blocksize, attr(attrs, "mode", "DCR")
+  if not b then node_error(node, "attribute 'blocksize' is required") end
+  if mode ~= "DCR" and mode ~= "CRD" then node_error(node, "mode '%s'", mode) end
+  return function(ins)
+    local x = T(node, ins[1])
+    if x:dim() ~= 4 then node_error(node, "input of %d dims", x:dim()) end
+    local N, C, H, W = table.unpack(x.shape)
+    if C % (b * b) ~= 0 then node_error(node, "channels %d not divisible by %d", C, b * b) end
+    local c = C // (b * b)
+    local y
+    if mode == "DCR" then y = x:reshape({N, b, b, c, H, W}):permute({1, 4, 5, 2, 6, 3})
+    else y = x:reshape({N, c, b, b, H, W}):permute({1, 2, 5, 3, 6, 4}) end
+    return {y:contiguous():reshape({N, c, H * b, W * b})}
+  end
+end
+
+OPS.SpaceToDepth = function(node, attrs)
+  known_attrs(node, attrs, set("blocksize"))
+  local b = attrs.blocksize
+  if not b then node_error(node, "attribute 'blocksize' is required") end
+  return function(ins)
+    local x = T(node, ins[1])
+    if x:dim() ~= 4 then node_error(node, "input of %d dims", x:dim()) end
+    local N, C, H, W = table.unpack(x.shape)
+    if H % b ~= 0 or W % b ~= 0 then node_error(node, "spatial dims not divisible by %d", b) end
+    local y = x:reshape({N, C, H // b, b, W // b, b}):permute({1, 4, 6, 2, 3, 5})
+    return {y:contiguous():reshape({N, C * b * b, H // b, W // b})}
+  end
+end
+
+OPS.OneHot = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local idx, vals = T(node, ins[1], "indices"), T(node, ins[3], "values")
+    local depth = math.tointeger(number(node, ins[2], "depth") // 1)
+    if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
+    if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
+    if idx.dtype ~= "int64" then
+      if fl._tracing() then unsupported(node, "float indices under capture") end
+      idx = idx:to("int64")          -- as ONNX's reference casts them
+    end
+    local r = idx:dim() + 1
+    local d = axis(node, attr(attrs, "axis", -1), r)
+    local it = fl.where(idx:lt(i64(0)), idx + i64(depth), idx):unsqueeze(d)
+    local off, on = vals:narrow(1, 1, 1):reshape({}), vals:narrow(1, 2, 1):reshape({})
+    return {fl.where(iota(depth, d, r):eq(it), on, off)}
+  end
+end
+
+OPS.MeanVarianceNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("axes"))
+  local axes = attr(attrs, "axes", {0, 2, 3})
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local dims = reduce_dims(node, axes, x:dim())
+    local mean = x:mean(dims, true)
+    local var = (x * x):mean(dims, true) - mean * mean
+    return {(x - mean) / (var:sqrt() + scalar(x, 1e-9))}
+  end
+end
+
+-- Windows: w[n] = sum_k a_k cos(2 pi k n / N), N = size (periodic) or
+-- size - 1 (symmetric), computed in double and rounded once.
+local function window(coeffs)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("output_datatype", "periodic"))
+    local to = DTYPE_CODE[attr(attrs, "output_datatype", 1)]
+    local dt = FL_DTYPE[to]
+    if not dt or not FLOAT[dt] then unsupported(node, "output_datatype %s", tostring(to)) end
+    local periodic = attr(attrs, "periodic", 1) ~= 0
+    return function(ins)
+      local size = math.tointeger(number(node, ins[1], "size"))
+      if not size or size < 0 or size > 1 << 24 then node_error(node, "size must be a count") end
+      if size == 0 then return {fl.zeros({0}, {dtype = dt})} end
+      local N = periodic and size or size - 1
+      local out = {}
+      for n = 0, size - 1 do
+        local v = 0
+        for k, a in ipairs(coeffs) do v = v + a * math.cos(2 * math.pi * (k - 1) * n / N) end
+        out[#out + 1] = N == 0 and 1 or v
+      end
+      return {fl.tensor(out, {dtype = "float32"}):to(dt)}
+    end
+  end
+end
+OPS.HannWindow = window({0.5, -0.5})
+OPS.HammingWindow = window({25 / 46, -21 / 46})
+OPS.BlackmanWindow = window({0.42, -0.5, 0.08})
+
+OPS.EyeLike = function(node, attrs)
+  known_attrs(node, attrs, set("dtype", "k"))
+  local k = attr(attrs, "k", 0)
+  local to = attrs.dtype and DTYPE_CODE[attrs.dtype]
+  if to and not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "dtype %s", to) end
+  return function(ins)
+    local v = ins[1]
+    local x = is_tensor(v) and v or (v.wide and v.t) or T(node, v)
+    local want = to or (not is_tensor(v) and v.wide) or ONNX_DTYPE[x.dtype]
+    if x:dim() ~= 2 then node_error(node, "input of %d dims (2 expected)", x:dim()) end
+    local diag = (iota(x.shape[2], 2, 2) - iota(x.shape[1], 1, 2)):eq(i64(k))
+    local dt = FL_DTYPE[want] or "int64"
+    local y = diag:to(dt)
+    if WIDE[want] then return {{wide = want, t = y}} end
+    return {y}
+  end
+end
+
+-- GatherND with batch_dims 0: the last dim of indices addresses data's
+-- first dims; as one row index into data seen as [prod(those), rest].
+OPS.GatherND = function(node, attrs)
+  known_attrs(node, attrs, set("batch_dims"))
+  if attr(attrs, "batch_dims", 0) ~= 0 then unsupported(node, "batch_dims=%d", attrs.batch_dims) end
+  return function(ins)
+    local iv = ins[2]
+    if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end
+    local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local q, r = idx:dim(), x:dim()
+    local k = idx.shape[q]
+    if q < 1 or k > r then node_error(node, "indices address %d dims of a %d-d input", k, r) end
+    local lin = nil
+    for j = 1, k do
+      local n = x.shape[j]
+      local ij = idx:narrow(q, j, 1):squeeze(q)
+      ij = fl.where(ij:lt(i64(0)), ij + i64(n), ij)
+      lin = lin and (lin * i64(n) + ij) or ij
+    end
+    local rest = {}
+    for j = k + 1, r do rest[#rest + 1] = x.shape[j] end
+    local dt = x.dtype
+    local xt = x:reshape({prod(x.shape, 1, k), prod(rest, 1, #rest)})
+    if dt == "bool" then xt = xt:to("int64") end
+    local g = fl.embedding(lin, xt)
+    local shape = {}
+    for j = 1, q - 1 do shape[#shape + 1] = idx.shape[j] end
+    for _, n in ipairs(rest) do shape[#shape + 1] = n end
+    g = g:reshape(shape)
+    if dt == "bool" then g = g:to("bool") end
+    return {g}
+  end
+end
+
+-- Resize (and Upsample) in nearest mode: each output position's source
+-- index, per axis, as ONNX's reference computes it (in double: the
+-- coordinate transformation, then the rounding mode, then the edge
+-- clamp), gathered axis by axis.  Linear and cubic modes would need
+-- arithmetic the op table does not have here: unsupported.
+
+-- The float list a constant holds (scales, roi).
+local function floats(node, v, what)
+  if v == nil then return nil end
+  if not is_tensor(v) then return (ints(node, v, what)) end
+  if v:numel() == 0 then return {} end   -- an empty input: "not given"
+  if fl._tracing() and not CONST[v] then
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
+  end
+  local l = v:reshape({-1}):tolist()
+  return l
+end
+
+local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
+  local x
+  if coord == "half_pixel" then x = (o + 0.5) / scale - 0.5
+  elseif coord == "asymmetric" then x = o / scale
+  elseif coord == "pytorch_half_pixel" then x = n_out > 1 and (o + 0.5) / scale - 0.5 or 0
+  elseif coord == "tf_half_pixel_for_nn" then x = (o + 0.5) / scale
+  elseif coord == "align_corners" then x = n_out == 1 and 0 or o * (n_in - 1) / (n_out - 1)
+  else unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local f = math.floor(x)
+  local i
+  if x == f then i = f
+  else
+    local r = x - f
+    local left
+    if mode == "round_prefer_floor" then left = r <= 0.5
+    elseif mode == "round_prefer_ceil" then left = r < 0.5
+    elseif mode == "floor" then left = true
+    elseif mode == "ceil" then left = false
+    else unsupported(node, "nearest_mode '%s'", mode) end
+    i = left and f or f + 1
+  end
+  return math.max(0, math.min(n_in - 1, math.tointeger(i) or i))
+end
+
+local function resize_nearest(node, x, scales, sizes, coord, mode)
+  local r = x:dim()
+  local y = x
+  for d = 1, r do
+    local n_in = x.shape[d]
+    if type(n_in) ~= "number" then unsupported(node, "resizing a dynamic dim") end
+    local n_out, scale
+    if sizes then
+      n_out = math.tointeger(sizes[d])
+      scale = n_out / n_in
+    else
+      scale = scales[d]
+      n_out = math.floor(n_in * scale)
+    end
+    if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
+    if n_out ~= n_in or scale ~= 1 then
+      local idx = {}
+      for o = 0, n_out - 1 do idx[#idx + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode) end
+      local it = #idx > 0 and fl.tensor(idx, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"})
+      -- gather along d: move d to the front, rows of a 2-D table
+      local perm = {d}
+      for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
+      local yt = r > 1 and y:permute(perm):contiguous() or y
+      local rest = {}
+      for k = 2, r do rest[#rest + 1] = yt.shape[k] end
+      local g = fl.embedding(it, yt:reshape({n_in, prod(rest, 1, #rest)}))
+      local gs = {n_out}
+      for _, k in ipairs(rest) do gs[#gs + 1] = k end
+      g = g:reshape(gs)
+      local back = {}
+      for k = 2, d do back[#back + 1] = k end
+      back[#back + 1] = 1
+      for k = d + 1, r do back[#back + 1] = k end
+      y = r > 1 and g:permute(back) or g
+    end
+  end
+  return y:contiguous()
+end
+
+OPS.Resize = function(node, attrs, opset)
+  known_attrs(node, attrs, set("mode", "coordinate_transformation_mode", "nearest_mode",
+                              "cubic_coeff_a", "exclude_outside", "extrapolation_value"))
+  local mode = attr(attrs, "mode", "nearest")
+  if mode ~= "nearest" then unsupported(node, "mode '%s' (nearest only)", mode) end
+  local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
+  if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
+  return function(ins)
+    local x = T(node, ins[1])
+    local scales, sizes
+    if opset < 11 then scales = floats(node, ins[2], "scales")
+    else
+      if ins[3] ~= nil then scales = floats(node, ins[3], "scales") end
+      if scales and #scales == 0 then scales = nil end
+      if ins[4] ~= nil then sizes = (ints(node, ins[4], "sizes")) end
+    end
+    if not scales and not sizes then node_error(node, "neither scales nor sizes") end
+    if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
+    return {resize_nearest(node, x, scales, sizes, coord, nmode)}
+  end
+end
+
+OPS.Upsample = function(node, attrs, opset)
+  known_attrs(node, attrs, set("mode", "scales", "width_scale", "height_scale"))
+  local mode = attr(attrs, "mode", "nearest")
+  if mode ~= "nearest" then unsupported(node, "mode '%s' (nearest only)", mode) end
+  if opset < 7 then unsupported(node, "Upsample before opset 7") end
+  return function(ins)
+    local x = T(node, ins[1])
+    local scales = opset < 9 and attrs.scales or floats(node, ins[2], "scales")
+    if #scales ~= x:dim() then node_error(node, "scales for another rank") end
+    return {resize_nearest(node, x, scales, nil, "asymmetric", "floor")}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- the narrow integer types
+-- ---------------------------------------------------------------------------
+
+-- int8..int32 and uint8..uint32 values are held widened to int64.  That
+-- is exact where no result can leave the type's range: comparisons,
+-- max/min, arg reductions and the ops that only move values.  Those ops
+-- take them (and give them back marked with their type); arithmetic,
+-- which would have to wrap around, refuses them (T).
+WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true}
+
+-- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; the
+-- int64 results are marked with their type again when `keep`.
+local function takes_wide(op, data, keep)
+  local lower = OPS[op]
+  local at = data and {} or nil
+  for _, i in ipairs(data or {}) do at[i] = true end
+  OPS[op] = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local tag
+      local un = {}
+      for i, v in pairs(ins) do
+        if (not at or at[i]) and not is_tensor(v) and v.wide then
+          if tag and tag ~= v.wide then node_error(node, "inputs of dtypes %s and %s", tag, v.wide) end
+          tag = v.wide
+          un[i] = v.t
+        else
+          un[i] = v
+        end
+      end
+      if tag and not keep then
+        -- a mix of a narrow type and a held type is a model error
+        for i, v in pairs(un) do
+          if (not at or at[i]) and is_tensor(v) and ins[i] == v and v.dtype ~= "int64" then
+            node_error(node, "inputs of dtypes %s and %s", tag, v.dtype)
+          end
+        end
+      end
+      local outs = run(un)
+      if tag and keep then
+        for i, o in ipairs(outs) do
+          if is_tensor(o) and o.dtype == "int64" then outs[i] = {wide = tag, t = o} end
+        end
+      end
+      return outs
+    end
+  end
+end
+
+for _, op in ipairs({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
+  takes_wide(op, nil, false)
+end
+-- Clip and Mod results lie between their operands' values: in range too
+for _, op in ipairs({"Max", "Min", "Concat", "Clip", "Mod"}) do takes_wide(op, nil, true) end
+for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
+                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "ReduceMax", "ReduceMin",
+                     "DepthToSpace", "SpaceToDepth", "Trilu", "GatherND"}) do
+  takes_wide(op, {1}, true)
+end
+takes_wide("Where", {2, 3}, true)
+
+-- ---------------------------------------------------------------------------
+-- the module
+-- ---------------------------------------------------------------------------
+
+local Model = nn.class("onnx.Model")
+
+local function shape_text(v)
+  if not v.dims then return "?" end
+  local s = {}
+  for i, d in ipairs(v.dims) do s[i] = v.dim_names[i] or (d >= 0 and tostring(d) or "?") end
+  return "[" .. table.concat(s, ",") .. "]"
+end
+
+local OPTIONS = {}
+
+function Model:__init(g, path)
+  self.onnx_path = path
+  self.onnx_name = g.name
+  self.opset = g.opset
+  self.producer = g.producer
+  self.inputs, self.outputs = g.inputs, g.outputs
+  local consts = {}
+  for _, init in ipairs(g.initializers) do
+    -- initializers are fields of the module, by their names
+    if Model[init.name] ~= nil or rawget(self, init.name) ~= nil then
+      error(fmt("onnx: initializer '%s': a name the module itself uses (unsupported)", init.name), 0)
+    end
+    if FL_DTYPE[init.dtype] then
+      if FLOAT[init.tensor.dtype] then self:register_parameter(init.name, init.tensor)
+      else self:register_buffer(init.name, init.tensor) end
+    else
+      consts[init.name] = {wide = init.dtype, t = init.tensor, const = true}
+    end
+  end
+  self._consts = consts
+  for _, v in ipairs(g.inputs) do
+    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
+      error(fmt("onnx: graph input '%s': dtype %s is unsupported", v.name, v.dtype), 0)
+    end
+  end
+  for _, v in ipairs(g.outputs) do
+    if v.dtype ~= "unknown" and not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
+      error(fmt("onnx: graph output '%s': dtype %s is unsupported", v.name, v.dtype), 0)
+    end
+  end
+  -- symbolic dims: dynamic under fl.compile (compile.lua reads _dynamic_dims)
+  local dyn = {}
+  for i, v in ipairs(g.inputs) do
+    for d in pairs(v.dim_names) do dyn[i] = dyn[i] or {}; dyn[i][d] = true end
+  end
+  self._dynamic_dims = dyn
+  -- lower every node now: an unsupported op fails the load
+  local counts, order = {}, {}
+  for _, node in ipairs(g.nodes) do
+    node.opset = g.opset
+    if node.name == "" then node.name = node.outputs[1] or "?" end
+    local lower = OPS[node.op]
+    if not lower then unsupported(node, "op %s", node.op) end
+    for k, kind in pairs(node.attrs.kinds or {}) do
+      if kind == "graph" or kind == "other" then unsupported(node, "attribute '%s' of kind %s", k, kind) end
+    end
+    node.attrs.kinds = nil
+    node.run = lower(node, node.attrs, g.opset)
+    if not counts[node.op] then counts[node.op] = 0; order[#order + 1] = node.op end
+    counts[node.op] = counts[node.op] + 1
+  end
+  self._nodes = g.nodes
+  self._op_counts, self._op_order = counts, order
+end
+
+function Model:_head()
+  return fmt("onnx.Model(%s)", self.onnx_name ~= "" and self.onnx_name or "?")
+end
+
+function Model.__tostring(self)
+  local lines = {fmt("onnx.Model '%s' (opset %d%s)", self.onnx_name, self.opset,
+                     self.producer ~= "" and (", from " .. self.producer) or "")}
+  local function vals(title, list)
+    lines[#lines + 1] = "  " .. title .. ":"
+    for _, v in ipairs(list) do
+      lines[#lines + 1] = fmt("    %s: %s %s", v.name, FL_DTYPE[v.dtype] or v.dtype, shape_text(v))
+    end
+  end
+  vals("inputs", self.inputs)
+  vals("outputs", self.outputs)
+  local ops = {}
+  local order = {table.unpack(self._op_order)}
+  table.sort(order, function(a, b)
+    local ca, cb = self._op_counts[a], self._op_counts[b]
+    if ca ~= cb then return ca > cb end
+    return a < b
+  end)
+  for _, op in ipairs(order) do ops[#ops + 1] = fmt("%s x%d", op, self._op_counts[op]) end
+  lines[#lines + 1] = fmt("  %d nodes: %s", #self._nodes, table.concat(ops, ", "))
+  lines[#lines + 1] = fmt("  %d parameters (%d elements)", #self:parameters(), self:nparameters())
+  return table.concat(lines, "\n")
+end
+
+function Model:forward(...)
+  local args = table.pack(...)
+  if args.n ~= #self.inputs then
+    error(fmt("onnx.Model: expected %d inputs (%s), got %d", #self.inputs,
+              table.concat((function()
+                local t = {}
+                for i, v in ipairs(self.inputs) do t[i] = v.name end
+                return t
+              end)(), ", "), args.n), 0)
+  end
+  local env = {}
+  for k, v in pairs(self._consts) do env[k] = v end
+  for _, n in ipairs(self._params) do env[n] = self[n]; CONST[self[n]] = true end
+  for _, n in ipairs(self._buffers) do
+    local t = self[n]
+    env[n] = (t.dtype == "int64" and t:numel() <= 64) and host_of_tensor(t) or t
+    CONST[t] = true
+  end
+  for i, v in ipairs(self.inputs) do
+    local x = args[i]
+    if not is_tensor(x) then
+      error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, v.name, type(x)), 0)
+    end
+    local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64")
+    if want and x.dtype ~= want then
+      error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, v.name, want,
+                WIDE[v.dtype] and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
+    end
+    if v.dims then
+      local ok = #x.shape == #v.dims
+      for d = 1, ok and #v.dims or 0 do
+        if v.dims[d] >= 0 and not v.dim_names[d] and x.shape[d] ~= v.dims[d] then ok = false end
+      end
+      if not ok then
+        error(fmt("onnx.Model: input %d ('%s') must be %s, got [%s]", i, v.name, shape_text(v),
+                  table.concat(x.shape, ",")), 0)
+      end
+    end
+    env[v.name] = WIDE[v.dtype] and {wide = v.dtype, t = x} or x
+  end
+  for _, node in ipairs(self._nodes) do
+    local ins = {}
+    for i, name in ipairs(node.inputs) do
+      if name ~= "" then
+        local v = env[name]
+        if v == nil then node_error(node, "input '%s' has no value", name) end
+        ins[i] = v
+      end
+    end
+    local outs = node.run(ins)
+    for i, name in ipairs(node.outputs) do
+      if name ~= "" then
+        if outs[i] == nil then unsupported(node, "output %d", i) end
+        env[name] = outs[i]
+      end
+    end
+  end
+  local res = {}
+  for i, v in ipairs(self.outputs) do
+    local r = env[v.name]
+    local wide = not is_tensor(r) and r.wide
+    if not is_tensor(r) then
+      if r.wide then r = r.t else r = T({name = v.name, op = "output", opset = self.opset}, r) end
+    end
+    local got = wide or ONNX_DTYPE[r.dtype]
+    if v.dtype ~= "unknown" and got ~= v.dtype then
+      error(fmt("onnx: output '%s': computed %s, the model declares %s", v.name, got, v.dtype), 0)
+    end
+    res[i] = r
+  end
+  return table.unpack(res, 1, #self.outputs)
+end
+
+-- fl.load_onnx(path [, opts]): the model at path as a module.
+function fl.load_onnx(path, opts)
+  if type(path) ~= "string" then error("load_onnx: expected a path, got " .. type(path), 2) end
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("load_onnx: expected an options table, got " .. type(opts), 2) end
+    for k in pairs(opts) do
+      if not OPTIONS[k] then error(fmt("load_onnx: unknown option '%s'", tostring(k)), 2) end
+    end
+  end
+  local g = fl._onnx_read(path)
+  return Model(g, path):eval()
+end
+
+-- fl.load_onnx_tensor(path): one TensorProto file (ONNX test data) as a
+-- tensor, and its ONNX dtype name.
+function fl.load_onnx_tensor(path)
+  local t, dtype = fl._onnx_tensor(path)
+  return t, dtype
+end

@@ -1,0 +1,244 @@
+-- onnx.lua -- fl.load_onnx: loading, printing, parameters, calling,
+-- compiling (with the symbolic batch dim dynamic), capture, weights, and
+-- the errors bad files must give.  The models are written by
+-- tests/lua/onnx_proto.lua (a small protobuf writer), not by Python.
+local t = require "tap"
+local P = require "onnx_proto"
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. q(dir .. "/sub")))
+local function path(name) return dir .. "/" .. name end
+
+-- ---- a good model ---------------------------------------------------------
+local m = fl.load_onnx(P.write(path("mlp.onnx"), P.mlp()))
+local text = tostring(m)
+t.ok(text:find("opset 13", 1, true), "print shows the opset")
+t.ok(text:find("x: float32 [N,4]", 1, true), "print shows the input with its symbolic dim")
+t.ok(text:find("y: float32 [N,3]", 1, true), "print shows the output")
+t.ok(text:find("MatMul x1", 1, true) and text:find("3 nodes", 1, true), "print shows op counts")
+local params = m:named_parameters()
+t.ok(params.W and params.b, "parameters are named by initializer")
+t.is(#m:parameters(), 2, "two parameters")
+t.is(params.W.shape[1], 4, "W is [4, 3]")
+
+fl.manual_seed(1)
+local x = fl.randn(2, 4)
+local want = (fl.matmul(x, params.W) + params.b):relu()
+t.ok(fl.allclose(m(x), want), "calling runs the graph")
+
+local cm = fl.compile(m, {backend = "cpu"})
+t.ok(fl.allclose(cm(x), want), "compiled (cpu) matches")
+local x5 = fl.randn(5, 4)
+t.ok(fl.allclose(cm(x5), (fl.matmul(x5, params.W) + params.b):relu()), "compiled, another batch size")
+t.is(cm:stats().recompiles, 0, "the symbolic dim N is dynamic: no recompile for a new batch")
+local ce = fl.compile(m, {backend = "eager"})
+t.ok(fl.allclose(ce(x), want), "backend eager")
+
+local g = fl.capture(m, x)
+t.ok(tostring(g):find("matmul", 1, true), "fl.capture gives a graph with the matmul")
+
+local wpath = path("mlp.safetensors")
+fl.save_weights(m, wpath)
+local m2 = fl.load_onnx(path("mlp.onnx"))
+m2.W:fill_(0)
+fl.load_weights(m2, wpath)
+t.ok(fl.allclose(m2(x), want), "save_weights / load_weights by initializer names")
+
+t.ok(pcall(fl.draw, g, path("g.dot")), "fl.draw of its graph")
+
+local okr = pcall(fl.report, cm, path("review.html"))
+t.ok(okr, "fl.report of the compiled model")
+for _, mode in ipairs({"reduce-overhead", "max-autotune"}) do
+  t.ok(fl.allclose(fl.compile(m, {backend = "cpu", mode = mode})(x), want), "mode " .. mode)
+end
+t.ok(fl.allclose(fl.compile(m, {backend = "cpu", fuse = false, dynamic = false})(x), want), "unfused, static")
+t.is(fl.explain(m, x).op_count, 3, "fl.explain counts its ops")
+
+-- ---- ONNX semantics the lowering must keep ------------------------------------
+local function one_node(op, attrs, inputs, opset, inits)
+  local vals = {}
+  for i, v in ipairs(inputs) do vals[i] = {name = "i" .. i, dtype = v[1], dims = v[2]} end
+  local names = {}
+  for i = 1, #inputs do names[i] = "i" .. i end
+  for _, init in ipairs(inits or {}) do names[#names + 1] = init.name end
+  return fl.load_onnx(P.write(path(op .. ".onnx"), P.model{opset = opset or 13,
+    nodes = {{op = op, inputs = names, outputs = {"y"}, name = "n", attrs = attrs}},
+    inits = inits, inputs = vals, outputs = {{name = "y", dtype = "none"}}}))
+end
+local ia = fl.tensor({7, -7, 7, -7, 9223372036854775807, -9223372036854775807}, {dtype = "int64"})
+local ib = fl.tensor({2, 2, -2, -2, 3, 7}, {dtype = "int64"})
+local div = one_node("Div", nil, {{"int64", {6}}, {"int64", {6}}})
+t.is(div(ia, ib):tolist(), {3, -3, -3, 3, 3074457345618258602, -1317624576693539401},
+     "integer Div truncates toward zero, exactly at the int64 limits")
+local pow = one_node("Pow", nil, {{"int64", {3}}, {"float", {3}}})
+local pr = pow(fl.tensor({2, 3, 4}, {dtype = "int64"}), fl.tensor({2.0, 0.5, 3.0}))
+t.ok(pr.dtype == "int64" and pr:tolist()[3] == 64 and pr:tolist()[2] == 1, "Pow(int, float) keeps the int type")
+local sm = one_node("Softmax", {axis = 1}, {{"float", {2, 3, 4}}}, 11)
+local xs = fl.randn(2, 3, 4)
+t.ok(fl.allclose(sm(xs), xs:reshape(2, 12):softmax(2):reshape(2, 3, 4)), "Softmax before opset 13 flattens to 2-D")
+local rs = one_node("Reshape", nil, {{"float", {2, 3, 4}}}, 13,
+  {{name = "shape", dtype = "int64", dims = {3}, ints = {0, -1, 2}}})
+t.is(rs(xs).shape, {2, 6, 2}, "Reshape with 0 and -1")
+local sl = one_node("Slice", nil, {{"float", {2, 3, 4}}}, 13,
+  {{name = "starts", dtype = "int64", dims = {1}, ints = {-3}}, {name = "ends", dtype = "int64", dims = {1}, ints = {1000}},
+   {name = "axes", dtype = "int64", dims = {1}, ints = {2}}})
+t.ok(fl.allclose(sl(xs), xs:narrow(3, 2, 3)), "Slice clamps like ONNX")
+local gm = one_node("Gemm", {alpha = 0.5, beta = 2.0, transB = 1}, {{"float", {2, 3}}, {"float", {4, 3}}, {"float", {4}}})
+local A, B, C = fl.randn(2, 3), fl.randn(4, 3), fl.randn(4)
+t.ok(fl.allclose(gm(A, B, C), fl.matmul(A, B:transpose(1, 2)) * 0.5 + C * 2), "Gemm alpha, beta, transB")
+local cv = one_node("Conv", {pads = {1, 1, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})
+local cx, cw = fl.randn(1, 2, 5, 5), fl.randn(3, 2, 3, 3)
+t.ok(fl.allclose(fl.compile(cv, {backend = "cpu"})(cx, cw), fl.conv2d(cx, cw, nil, {padding = 1}), 1e-4, 1e-5),
+     "Conv compiled")
+t.raises(function() one_node("Conv", {pads = {0, 0, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})(cx, cw) end,
+         "asymmetric pads %(0,0,1,1%) is unsupported", "asymmetric pads are refused, not approximated")
+t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int32", {2}}})(fl.ones({2}, {dtype = "int64"}), fl.ones({2}, {dtype = "int64"})) end,
+         "dtype int32 in arithmetic is unsupported", "int32 arithmetic (which would wrap) is refused")
+local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
+t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
+     "int32 inputs compare exactly (held as int64)")
+
+-- Shape -> Gather -> Mul -> Unsqueeze -> Concat -> Reshape (what exporters
+-- write) stays symbolic: one compile serves every batch size, and the size
+-- cast into data (Cast) is a graph value, not a constant
+do
+  local sm2 = fl.load_onnx(P.write(path("shape.onnx"), P.model{nodes = {
+    {op = "Shape", inputs = {"x"}, outputs = {"s"}, name = "sh"},
+    {op = "Gather", inputs = {"s", "zero"}, outputs = {"n"}, name = "g", attrs = {axis = 0}},
+    {op = "Mul", inputs = {"n", "two"}, outputs = {"n2"}, name = "mul"},
+    {op = "Unsqueeze", inputs = {"n2", "ax"}, outputs = {"n2u"}, name = "u"},
+    {op = "Concat", inputs = {"n2u", "minus1"}, outputs = {"shp"}, name = "cat", attrs = {axis = 0}},
+    {op = "Reshape", inputs = {"x", "shp"}, outputs = {"y"}, name = "r"},
+    {op = "Cast", inputs = {"n2"}, outputs = {"nf"}, name = "c", attrs = {to = 1}},
+    {op = "Mul", inputs = {"y", "nf"}, outputs = {"z"}, name = "scale"}},
+    inits = {{name = "zero", dtype = "int64", dims = {}, ints = {0}}, {name = "two", dtype = "int64", dims = {}, ints = {2}},
+             {name = "ax", dtype = "int64", dims = {1}, ints = {0}}, {name = "minus1", dtype = "int64", dims = {1}, ints = {-1}}},
+    inputs = {{name = "x", dims = {"N", 6}}}, outputs = {{name = "z"}}}))
+  local scm = fl.compile(sm2, {backend = "cpu"})
+  local good = true
+  for _, n in ipairs({2, 3, 5}) do
+    local xx = fl.randn(n, 6)
+    local y = scm(xx)
+    good = good and y.shape[1] == 2 * n and fl.allclose(y, xx:reshape(2 * n, 3) * (2 * n))
+  end
+  t.ok(good, "shape arithmetic from Shape runs compiled for every batch size")
+  t.is(scm:stats().compiles, 1, "... with one compile")
+end
+
+do
+  local P2 = P
+  local rz = fl.load_onnx(P2.write(path("resize.onnx"), P2.model{opset = 13, nodes = {
+    {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "nearest"}}},
+    inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
+    inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
+  local rx = fl.tensor({{{{1, 2}, {3, 4}}}}, {dtype = "float32"})
+  local want_r = {{{{1, 1, 2, 2}, {1, 1, 2, 2}, {3, 3, 4, 4}, {3, 3, 4, 4}}}}
+  t.is(rz(rx):tolist(), want_r, "Resize nearest (half_pixel, round_prefer_floor) repeats pixels")
+  t.is(fl.compile(rz, {backend = "cpu"})(rx):tolist(), want_r, "... compiled, its scales a constant")
+  t.raises(function()
+    fl.load_onnx(P2.write(path("resize_lin.onnx"), P2.model{opset = 13, nodes = {
+      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "linear"}}},
+      inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
+      inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
+  end, "node 'rz' %(Resize, opset 13%): mode 'linear' %(nearest only%) is unsupported", "Resize linear refused")
+end
+
+-- ---- batch compile (how the conformance runner compiles its cases) ----------------
+do
+  local ks = {}
+  for i = 1, 3 do
+    local xi = fl.randn(i + 1, 4)
+    ks[i] = fl.capture(m, xi):decompose{quiet = true}:optimize{quiet = true}:fuse():codegen("cpu", "fl_t" .. i .. "_")
+  end
+  fl.compile_batch(ks)
+  local good = true
+  for i = 1, 3 do
+    local xi = fl.randn(i + 1, 4)
+    good = good and ks[i]:stats().compiled and fl.allclose(ks[i]:run(xi), m(xi))
+  end
+  t.ok(good, "fl.compile_batch compiles programs together, each runs")
+  t.raises(function() fl.compile_batch({ks[1], "x"}) end, "element 2 is a string, expected a C program",
+           "compile_batch: a non-program")
+  local plan = fl.capture(m, x):fuse()
+  t.raises(function() plan:codegen("cpu", "1bad") end, "prefix must be a C identifier", "codegen prefix checked")
+  t.raises(function() plan:codegen("cpu", "a;b") end, "prefix must be a C identifier", "codegen prefix: no punctuation")
+end
+
+-- ---- errors at call ---------------------------------------------------------
+t.raises(function() m(x, x) end, "expected 1 inputs", "wrong input count")
+t.raises(function() m(fl.randn(2, 5)) end, "must be %[N,4%], got %[2,5%]", "wrong input shape")
+t.raises(function() m(fl.zeros({2, 4}, {dtype = "int64"})) end, "must be float32", "wrong input dtype")
+
+-- ---- bad files ------------------------------------------------------------------
+local good = P.mlp()
+local function load_bytes(name, s) return function() fl.load_onnx(P.write(path(name), s)) end end
+t.raises(load_bytes("trunc.onnx", good:sub(1, #good // 2)), "truncated or malformed", "truncated file")
+t.raises(load_bytes("junk.onnx", ("\255"):rep(64)), "truncated or malformed", "malformed protobuf")
+t.raises(load_bytes("empty.onnx", ""), "empty file", "empty file")
+t.raises(function() fl.load_onnx(path("missing.onnx")) end, "missing.onnx", "missing file")
+t.raises(function() fl.load_onnx(dir) end, "only files are read", "a directory")
+t.raises(load_bytes("noinit.onnx", P.mlp{inits = {{name = "b", dims = {3}, floats = {1, 2, 3}}}}),
+         "node 'mm' %(MatMul%): input 'W' is not a graph input, an initializer or any node's output",
+         "missing initializer")
+t.raises(load_bytes("cycle.onnx", P.mlp{nodes = {
+  {op = "Add", inputs = {"x", "c"}, outputs = {"a"}, name = "n1"},
+  {op = "Relu", inputs = {"a"}, outputs = {"c"}, name = "n2"},
+  {op = "Relu", inputs = {"a"}, outputs = {"y"}, name = "n3"}}}), "on a cycle", "cycle")
+-- nodes out of order are sorted
+local shuffled = fl.load_onnx(P.write(path("order.onnx"), P.mlp{nodes = {
+  {op = "Relu", inputs = {"z"}, outputs = {"y"}, name = "relu"},
+  {op = "Add", inputs = {"h", "b"}, outputs = {"z"}, name = "add"},
+  {op = "MatMul", inputs = {"x", "W"}, outputs = {"h"}, name = "mm"}}}))
+t.ok(fl.allclose(shuffled(x), want), "nodes out of order are sorted")
+t.raises(load_bytes("absurd.onnx", P.mlp{inits = {{name = "W", dims = {1 << 40, 1 << 40}, floats = {}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "tensor 'W'", "absurd dims")
+t.raises(load_bytes("neg.onnx", P.mlp{inits = {{name = "W", dims = {-4, 3}, floats = {}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "negative", "negative dim")
+t.raises(load_bytes("count.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, floats = {1, 2}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "holds 2 values, its dims say 12", "data count mismatch")
+t.raises(load_bytes("raw.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, raw = ("\0"):rep(7)},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "raw_data is 7 bytes, its dims and dtype need 48",
+  "raw_data size mismatch")
+t.raises(load_bytes("opset.onnx", P.mlp{opset = 999}), "opset 999 of ai.onnx is unsupported", "unknown opset version")
+t.raises(load_bytes("domain.onnx", P.model{nodes = {{op = "Foo", domain = "com.example", inputs = {"x"}, outputs = {"y"}, name = "f"}},
+  inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}}), "domain 'com.example' is unsupported", "unknown domain")
+t.raises(load_bytes("op.onnx", P.model{nodes = {{op = "Frobnicate", inputs = {"x"}, outputs = {"y"}, name = "f"}},
+  inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}}),
+  "onnx: node 'f' %(Frobnicate, opset 13%): op Frobnicate is unsupported", "unsupported op names node, op and opset")
+t.raises(load_bytes("attr.onnx", P.model{nodes = {{op = "Conv", inputs = {"x", "w"}, outputs = {"y"}, name = "c",
+  attrs = {group = 2}}}, inits = {{name = "w", dims = {2, 1, 1, 1}, floats = {1, 1}}},
+  inputs = {{name = "x", dims = {1, 2, 3, 3}}}, outputs = {{name = "y"}}}),
+  "node 'c' %(Conv, opset 13%): group=2 %(grouped convolution%) is unsupported", "unsupported attribute value")
+t.raises(load_bytes("dtype.onnx", P.mlp{inits = {{name = "W", dims = {2}, dtype = "double", raw = ("\0"):rep(16)},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "dtype double is unsupported", "unsupported dtype")
+t.raises(load_bytes("dup.onnx", P.mlp{nodes = {
+  {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "a"},
+  {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "b"}}}), "produced twice", "a value produced twice")
+
+t.raises(load_bytes("name.onnx", P.mlp{inits = {{name = "W", dims = {4, 3}, floats = {1,2,3,4,5,6,7,8,9,10,11,12}},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}, {name = "forward", dims = {3}, floats = {1, 2, 3}}}}), "initializer 'forward': a name the module itself uses",
+  "an initializer named like a module method")
+
+-- ---- external data ----------------------------------------------------------------
+do
+  local w = {}
+  for i = 1, 12 do w[i] = string.pack("<f", (i % 5 - 2) * 0.25) end
+  P.write(path("w.bin"), ("\0"):rep(8) .. table.concat(w))
+  local function ext(loc, off, len)
+    return P.mlp{inits = {{name = "W", dims = {4, 3}, external = {location = loc, offset = off, length = len}},
+      {name = "b", dims = {3}, floats = {0.1, 0.2, 0.3}}}}
+  end
+  local me = fl.load_onnx(P.write(path("ext.onnx"), ext("w.bin", 8, 48)))
+  t.ok(fl.allclose(me(x), want), "external data inside the model's folder")
+  t.raises(load_bytes("ext_up.onnx", ext("../w.bin", 8)), "leaves the model's folder", "external data with ..")
+  t.raises(load_bytes("ext_abs.onnx", ext("/etc/passwd")), "must be a relative path", "external data absolute path")
+  os.execute("ln -sf /etc/passwd " .. q(path("link.bin")))
+  t.raises(load_bytes("ext_link.onnx", ext("link.bin")), "through a symlink", "external data through an escaping symlink")
+  t.raises(load_bytes("ext_off.onnx", ext("w.bin", 40)), "runs past the end", "external data offset past the end")
+  t.raises(load_bytes("ext_len.onnx", ext("w.bin", 8, 12)), "length 12", "external data length mismatch")
+end
+
+os.execute("rm -rf " .. q(dir))
+t.done()

@@ -1,0 +1,384 @@
+-- runner.lua -- ONNX's backend node tests (Debian libonnx-testdata:
+-- data/node/*/model.onnx with test_data_set_*/input_*.pb and output_*.pb)
+-- through fl.load_onnx, eagerly and compiled, compared with the stored
+-- outputs at the tolerances ONNX's own backend test uses (numpy's
+-- assert_allclose with rtol 1e-3, atol 1e-7, NaN equal to NaN; integers
+-- and bools exactly).
+--
+-- A case passes, or is unsupported: it fails to load or run with a message
+-- saying "unsupported".  Anything else -- a wrong answer, another error --
+-- fails the runner (a crash fails it by itself).
+--
+-- "Compiled" is fl.compile's pipeline for the cpu backend, step by step
+-- (capture, decompose, optimize, fuse, codegen), with every case's program
+-- compiled in ONE compiler run (fl.compile_batch): one $CC call per graph
+-- would take far longer than the suite allows.
+--
+--   fuselab tests/onnx/runner.lua [options]
+--     --data DIR        the node tests (default /usr/share/libonnx-testdata/data/node)
+--     --write FILE      write the table (doc/ONNX.md)
+--     --check FILE      TAP: fail on a wrong answer, an error that is not
+--                       "unsupported", or a table differing from FILE
+--     --eager-only      skip the compiled runs (the sanitized build)
+--     --only PATTERN    cases whose name matches the Lua pattern
+--     -v                one line per case
+
+local args = {...}
+local opt = {data = "/usr/share/libonnx-testdata/data/node"}
+do
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--data" or a == "--write" or a == "--check" or a == "--only" then
+      opt[a:sub(3)] = args[i + 1]
+      i = i + 1
+    elseif a == "--eager-only" then opt.eager_only = true
+    elseif a == "-v" then opt.verbose = true
+    else error("conformance: unknown argument " .. a) end
+    i = i + 1
+  end
+end
+
+local RTOL, ATOL = 1e-3, 1e-7
+local t_start = fl.now()
+
+local function ls(dir)
+  local p = io.popen("ls -1 '" .. dir .. "' 2>/dev/null")
+  local out = {}
+  for l in p:lines() do out[#out + 1] = l end
+  p:close()
+  return out
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local tap_n = 0
+local function tap(ok, msg)
+  tap_n = tap_n + 1
+  print((ok and "ok " or "not ok ") .. tap_n .. " - " .. msg)
+end
+
+if opt.check and not exists(opt.data .. "/test_abs/model.onnx") then
+  print("1..0 # SKIP libonnx-testdata is not installed (" .. opt.data .. ")")
+  os.exit(0)
+end
+
+-- "unsupported" errors: the reason without the node's name, so the same
+-- reason in different cases counts together
+local function reason_of(msg)
+  msg = tostring(msg):match("^[^\n]*")
+  local r = msg:match("onnx: node '.-' %((.-)%): (.*)$")
+  if r then
+    local rest = msg:match("onnx: node '.-' %(.-%): (.*)$")
+    local op = msg:match("onnx: node '.-' %(([^,]*),")
+    return op .. ": " .. rest
+  end
+  r = msg:match("%.onnx: onnx: (.*)$") or msg:match("onnx: (.*)$") or msg
+  r = r:gsub("tensor '[^']*'", "tensor"):gsub("input '[^']*'", "input"):gsub("output '[^']*'", "output")
+  return r
+end
+
+local function is_unsupported(msg) return tostring(msg):find("unsupported", 1, true) ~= nil end
+-- A few cases store inputs of other shapes than their model declares
+-- (test_castlike_*: a [1] tensor for a declared [3,4]); the module refuses
+-- them as it refuses any caller's: counted apart, as bad test data.
+local function is_bad_data(msg) return tostring(msg):find("^onnx%.Model: input %d+ %('[^']*'%) must be %[") ~= nil end
+
+-- Compare result r with expected e: nil when equal, else what differs.
+local function compare(r, e)
+  if not fl.is_tensor(r) then return "result is not a tensor" end
+  if r.dtype ~= e.dtype then return ("dtype %s, expected %s"):format(r.dtype, e.dtype) end
+  if #r.shape ~= #e.shape then return ("shape [%s], expected [%s]"):format(table.concat(r.shape, ","), table.concat(e.shape, ",")) end
+  for i = 1, #r.shape do
+    if r.shape[i] ~= e.shape[i] then return ("shape [%s], expected [%s]"):format(table.concat(r.shape, ","), table.concat(e.shape, ",")) end
+  end
+  if e:numel() == 0 then return nil end
+  if e.dtype == "int64" or e.dtype == "bool" then
+    local bad = r:ne(e):to("int64"):sum():item()
+    if bad > 0 then return ("%d of %d elements differ"):format(bad, e:numel()) end
+    return nil
+  end
+  local a, b = r:to("float32"), e:to("float32")
+  local same = a:eq(b):to("int64")                           -- equal, infinities included
+  local nan = (a:ne(a):to("int64") * b:ne(b):to("int64"))    -- both NaN
+  local close = (a - b):abs():le(b:abs() * RTOL + ATOL):to("int64")
+  local ok = (same + nan + close):gt(0):to("int64"):sum():item()
+  if ok < e:numel() then
+    local err = (a - b):abs():amax():item()
+    return ("%d of %d elements beyond rtol %g atol %g (max abs error %g)"):format(
+      e:numel() - ok, e:numel(), RTOL, ATOL, err)
+  end
+  return nil
+end
+
+-- ONNX's test data holds bfloat16 tensors as their uint16 bit patterns
+-- (NumPy has no bfloat16): the values they stand for, as bfloat16.
+local function bf16_bits(t)
+  local vals = {}
+  for i, b in ipairs(t:reshape({-1}):tolist()) do
+    vals[i] = string.unpack("<f", string.pack("<I4", b << 16))
+  end
+  if #vals == 0 then return fl.zeros(t.shape, {dtype = "bfloat16"}) end
+  return fl.tensor(vals, {dtype = "float32"}):reshape(t.shape):to("bfloat16")
+end
+
+local function snake(op)
+  return (op:gsub("(%l)(%u)", "%1_%2"):gsub("(%u)(%u%l)", "%1_%2"):lower())
+end
+
+-- The op a case is about: the node op whose snake_case name starts the
+-- case name (the longest such), else its first node's op.
+local function case_op(name, path)
+  local ok, g = pcall(fl._onnx_read, path)
+  if not ok then return name:gsub("^test_", "") end
+  local best, stem = nil, name:gsub("^test_", "")
+  for _, n in ipairs(g.nodes) do
+    local s = snake(n.op)
+    if (stem == s or stem:sub(1, #s + 1) == s .. "_" or stem:sub(1, #s) == s:gsub("_", ""))
+       and (not best or #s > #snake(best)) then best = n.op end
+  end
+  return best or (g.nodes[1] and g.nodes[1].op) or stem
+end
+
+local cases = {}
+for _, name in ipairs(ls(opt.data)) do
+  if name:match("^test_") and (not opt.only or name:match(opt.only)) then
+    cases[#cases + 1] = name
+  end
+end
+
+local results = {}       -- name -> {op=, status="pass"|"unsupported"|"fail", reason=, cstatus=}
+local compiled = {}      -- {case=, k=, sets=}
+local failures = {}
+
+local function finish(name, st, reason)
+  local r = results[name]
+  r.status, r.reason = st, reason
+  if st == "fail" then failures[#failures + 1] = name .. ": " .. reason end
+end
+
+for _, name in ipairs(cases) do
+  local dir = opt.data .. "/" .. name
+  local path = dir .. "/model.onnx"
+  results[name] = {op = case_op(name, path)}
+  local ok, m = pcall(fl.load_onnx, path)
+  if not ok then
+    if is_unsupported(m) then finish(name, "unsupported", reason_of(m))
+    else finish(name, "fail", "load: " .. tostring(m)) end
+    goto continue
+  end
+  do
+    local sets = {}
+    for _, sd in ipairs(ls(dir)) do
+      if sd:match("^test_data_set_%d+$") then
+        local set = {inputs = {}, outputs = {}}
+        local bad
+        for i = 0, #m.inputs - 1 do
+          local p = ("%s/%s/input_%d.pb"):format(dir, sd, i)
+          local okt, t, dt = pcall(fl.load_onnx_tensor, p)
+          if not okt then bad = t break end
+          if dt == "uint16" and m.inputs[i + 1].dtype == "bfloat16" then t = bf16_bits(t) end
+          set.inputs[i + 1] = t
+        end
+        for i = 0, #m.outputs - 1 do
+          if bad then break end
+          local p = ("%s/%s/output_%d.pb"):format(dir, sd, i)
+          local okt, t, dt = pcall(fl.load_onnx_tensor, p)
+          if not okt then bad = t break end
+          if dt == "uint16" and m.outputs[i + 1].dtype == "bfloat16" then t = bf16_bits(t) end
+          set.outputs[i + 1] = t
+        end
+        if bad then set.bad = bad end
+        sets[#sets + 1] = set
+      end
+    end
+    local verdict, why = "pass", nil
+    for _, set in ipairs(sets) do
+      if set.bad then
+        verdict, why = is_unsupported(set.bad) and "unsupported" or "fail", reason_of(set.bad)
+        break
+      end
+      local res = table.pack(pcall(m, table.unpack(set.inputs)))
+      if not res[1] then
+        verdict, why = is_unsupported(res[2]) and "unsupported" or "fail", reason_of(res[2])
+        if is_bad_data(res[2]) then
+          verdict, why = "unsupported", "test data: stored inputs differ from the declared input shapes"
+        elseif verdict == "fail" then why = "eager: " .. tostring(res[2]) end
+        break
+      end
+      for i, e in ipairs(set.outputs) do
+        local d = compare(res[i + 1], e)
+        if d then verdict, why = "fail", ("eager: output %d: %s"):format(i, d) break end
+      end
+      if verdict ~= "pass" then break end
+    end
+    finish(name, verdict, why)
+    if verdict == "pass" and not opt.eager_only then
+      -- capture with the first data set, compile later in one batch
+      local okc, k = pcall(function()
+        local g = fl.capture(m, table.unpack(sets[1].inputs))
+        return g:decompose{quiet = true}:optimize{quiet = true}:fuse():codegen("cpu", ("fl_c%d_"):format(#compiled))
+      end)
+      if okc then compiled[#compiled + 1] = {case = name, k = k, sets = sets}
+      else
+        results[name].cstatus = is_unsupported(k) and "unsupported" or "fail"
+        results[name].creason = tostring(k)
+        if results[name].cstatus == "fail" then failures[#failures + 1] = name .. ": capture: " .. tostring(k) end
+      end
+    end
+  end
+  ::continue::
+  if opt.verbose then
+    local r = results[name]
+    io.stderr:write(("%-60s %s %s\n"):format(name, r.status, r.reason or ""))
+  end
+end
+local t_eager = fl.now() - t_start
+
+-- compile every captured program in one compiler run, then run them
+local t_c0 = fl.now()
+-- (in chunks: each compiler run stays well inside FUSELAB_COMPILE_TIMEOUT)
+local CHUNK, batch_failed = 64, {}
+for first = 1, #compiled, CHUNK do
+  local list = {}
+  for i = first, math.min(first + CHUNK - 1, #compiled) do list[#list + 1] = compiled[i].k end
+  local okb, err = pcall(fl.compile_batch, list)
+  if not okb then
+    failures[#failures + 1] = "compile_batch: " .. tostring(err) .. "\n" .. tostring(list[1]:log()):sub(1, 3000)
+    for i = first, first + #list - 1 do batch_failed[i] = true end
+  end
+end
+local t_compile = fl.now() - t_c0
+for ci, c in ipairs(compiled) do
+  local r = results[c.case]
+  r.cstatus = batch_failed[ci] and "fail" or "pass"
+  for _, set in ipairs(batch_failed[ci] and {} or c.sets) do
+    -- a set of other shapes than the captured one runs where dims allow
+    local res = table.pack(pcall(c.k.run, c.k, table.unpack(set.inputs)))
+    if not res[1] then
+      r.cstatus, r.creason = "fail", "compiled: " .. tostring(res[2])
+    else
+      for i, e in ipairs(set.outputs) do
+        local d = compare(res[i + 1], e)
+        if d then r.cstatus, r.creason = "fail", ("compiled: output %d: %s"):format(i, d) break end
+      end
+    end
+    if r.cstatus == "fail" then
+      failures[#failures + 1] = c.case .. ": " .. r.creason
+      break
+    end
+  end
+end
+local t_total = fl.now() - t_start
+
+-- ---- the table ------------------------------------------------------------
+local n_pass, n_unsup, n_cpass = 0, 0, 0
+local by_op, ops = {}, {}
+local reasons, reason_list = {}, {}
+for _, name in ipairs(cases) do
+  local r = results[name]
+  if not by_op[r.op] then by_op[r.op] = {cases = 0, pass = 0, cpass = 0, reasons = {}}; ops[#ops + 1] = r.op end
+  local o = by_op[r.op]
+  o.cases = o.cases + 1
+  if r.status == "pass" then n_pass = n_pass + 1; o.pass = o.pass + 1 end
+  if r.cstatus == "pass" then n_cpass = n_cpass + 1; o.cpass = o.cpass + 1 end
+  if r.cstatus == "unsupported" then
+    local cr = "compiled only: " .. reason_of(r.creason)
+    if not reasons[cr] then reasons[cr] = 0; reason_list[#reason_list + 1] = cr end
+    reasons[cr] = reasons[cr] + 1
+  end
+  if r.status == "unsupported" then
+    n_unsup = n_unsup + 1
+    o.reasons[r.reason] = (o.reasons[r.reason] or 0) + 1
+    if not reasons[r.reason] then reasons[r.reason] = 0; reason_list[#reason_list + 1] = r.reason end
+    reasons[r.reason] = reasons[r.reason] + 1
+  end
+end
+table.sort(ops, function(a, b) return a:lower() < b:lower() end)
+table.sort(reason_list, function(a, b)
+  if reasons[a] ~= reasons[b] then return reasons[a] > reasons[b] end
+  return a < b
+end)
+
+local function esc(s) return (tostring(s):gsub("|", "\\|"):gsub("\n", " ")) end
+
+local function table_text()
+  local L = {}
+  L[#L + 1] = "# ONNX conformance"
+  L[#L + 1] = ""
+  L[#L + 1] = "Generated by `fuselab tests/onnx/runner.lua --write doc/ONNX.md` (do not edit):"
+  L[#L + 1] = "ONNX's backend node tests as Debian's libonnx-testdata installs them"
+  L[#L + 1] = "(/usr/share/libonnx-testdata/data/node), each case loaded with `fl.load_onnx`, run"
+  L[#L + 1] = "eagerly and compiled for the cpu backend, and compared with its stored outputs at"
+  L[#L + 1] = ("ONNX's tolerances (rtol %g, atol %g, NaN equal to NaN; integers and bools exactly)."):format(RTOL, ATOL)
+  L[#L + 1] = "A case passes or is unsupported (a load-time or run-time error naming the node, the op,"
+  L[#L + 1] = "the opset and what is missing); a wrong answer or any other error fails the suite's"
+  L[#L + 1] = "test (tests/onnx/conformance.sh), and so does a table that differs from this one."
+  L[#L + 1] = ""
+  L[#L + 1] = ("**%d cases: %d pass eagerly, %d pass compiled, %d unsupported, %d fail.**"):format(
+    #cases, n_pass, n_cpass, n_unsup, #cases - n_pass - n_unsup)
+  L[#L + 1] = ""
+  L[#L + 1] = "## Unsupported, by cases"
+  L[#L + 1] = ""
+  L[#L + 1] = "| cases | reason |"
+  L[#L + 1] = "|---:|---|"
+  for _, r in ipairs(reason_list) do L[#L + 1] = ("| %d | %s |"):format(reasons[r], esc(r)) end
+  L[#L + 1] = ""
+  L[#L + 1] = "## Per op"
+  L[#L + 1] = ""
+  L[#L + 1] = "| op | cases | pass (eager) | pass (compiled) | unsupported: reason |"
+  L[#L + 1] = "|---|---:|---:|---:|---|"
+  for _, op in ipairs(ops) do
+    local o = by_op[op]
+    local rs = {}
+    for r, n in pairs(o.reasons) do rs[#rs + 1] = ("%d: %s"):format(n, esc(r)) end
+    table.sort(rs)
+    L[#L + 1] = ("| %s | %d | %d | %d | %s |"):format(esc(op), o.cases, o.pass, o.cpass, table.concat(rs, "; "))
+  end
+  return table.concat(L, "\n") .. "\n"
+end
+
+io.stderr:write(("conformance: %d cases, %d pass eagerly, %d compiled, %d unsupported, %d fail; "
+  .. "%.1f s (eager %.1f s, compiling %d programs in batches of 64 %.1f s)\n"):format(#cases, n_pass, n_cpass,
+  n_unsup, #failures, t_total, t_eager, #compiled, t_compile))
+
+if opt.write then
+  local f = assert(io.open(opt.write, "w"))
+  f:write(table_text())
+  f:close()
+end
+
+if opt.check then
+  print("1..4")
+  tap(#failures == 0, ("no wrong answer and no error other than unsupported (%d failures)"):format(#failures))
+  for i = 1, math.min(#failures, 30) do print("# " .. failures[i]:gsub("\n", "\n# ")) end
+  local f = io.open(opt.check, "r")
+  local committed = f and f:read("a") or ""
+  if f then f:close() end
+  local want_pass = tonumber(committed:match("(%d+) pass eagerly")) or 0
+  local want_cpass = tonumber(committed:match("(%d+) pass compiled")) or 0
+  tap(n_pass >= want_pass, ("eager pass count %d >= the committed %d"):format(n_pass, want_pass))
+  if opt.eager_only then
+    tap(true, "# SKIP compiled runs (eager only here)")
+    tap(true, "# SKIP table comparison (eager only here)")
+  else
+    tap(n_cpass >= want_cpass, ("compiled pass count %d >= the committed %d"):format(n_cpass, want_cpass))
+    local now = table_text()
+    tap(now == committed, opt.check .. " is up to date (regenerate with --write)")
+    if now ~= committed then
+      local a, b = {}, {}
+      for l in committed:gmatch("[^\n]*") do a[#a + 1] = l end
+      for l in now:gmatch("[^\n]*") do b[#b + 1] = l end
+      for i = 1, math.max(#a, #b) do
+        if a[i] ~= b[i] then print("# committed: " .. tostring(a[i])); print("# now:       " .. tostring(b[i])) break end
+      end
+    end
+  end
+elseif #failures > 0 then
+  for _, f in ipairs(failures) do io.stderr:write("FAIL ", f, "\n") end
+  os.exit(1)
+end
