@@ -25,6 +25,10 @@ struct repl {
   char *history;      /* history file path (malloc'd), NULL when none */
 };
 
+/* Registry key where fl._shown notes a result already printed (the same
+** string as LFL_SHOWN_KEY in scripting/lfl.h): the REPL does not echo it. */
+#define REPL_SHOWN_KEY "fuselab.shown"
+
 /* ANSI sequences, used only when the colour fields above say so. */
 #define REPL_RED    "\033[31m"
 #define REPL_BOLD   "\033[1m"

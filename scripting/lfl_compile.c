@@ -572,8 +572,19 @@ static int l_graph_key(lua_State *L) {
   return 1;
 }
 
+/* fl._shown(v) -> v, noted as already printed: a function that prints
+** its text and also returns it (cm:explain) calls this, and the REPL
+** does not echo a result it finds noted here (the text would show twice).
+** The REPL clears the note before each line it runs. */
+static int l_shown(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LFL_SHOWN_KEY);
+  return 1;
+}
+
 static const luaL_Reg compile_funcs[] = {
-  {"_entry_new", e_new}, {"_compiled_new", c_new},
+  {"_entry_new", e_new}, {"_compiled_new", c_new}, {"_shown", l_shown},
   {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
   {NULL, NULL}
 };
