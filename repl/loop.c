@@ -412,6 +412,7 @@ static void run(struct repl *r, int quiet) {
 void repl_loop(struct repl *r) {
   lua_State *L = r->L;
   int top = lua_gettop(L);
+  repl_show_init(r->colour);
   if (r->tty) {
     tty_open(L);
     history_ok = history_open(r);

@@ -57,6 +57,8 @@ char *repl_history_path(void);
 /* lua_CFunction: print its arguments, tab-separated, then a newline.
 ** Called through repl_docall, as a __tostring may fail or loop. */
 int repl_print(lua_State *L);
+/* Whether repl_print colours the tables it spells out. */
+void repl_show_init(int colour);
 
 /* --- complete.c -------------------------------------------------------- */
 /* Hook Tab completion for the session's state into readline. */
