@@ -430,6 +430,12 @@ void repl_loop(struct repl *r) {
       repl_freeline(line);
       continue;
     }
+    if (line[0] == '?') {  /* ? NAME: help on it (no Lua line starts with ?) */
+      repl_saveline(r, line);
+      repl_help_line(r, line);
+      repl_freeline(line);
+      continue;
+    }
     lua_pushstring(L, line);
     repl_freeline(line);
     switch (loadchunk(r, &quiet)) {

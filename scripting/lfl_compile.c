@@ -520,6 +520,14 @@ static int c_new(lua_State *L) {
   memset(c, 0, sizeof *c);
   if (getenv("FUSELAB_DEBUG")) c->debug = atoi(getenv("FUSELAB_DEBUG"));
   luaL_setmetatable(L, COMPILED_TYPE);
+  /* the methods (compile.lua's table, the same for every compiled
+  ** function) join the metatable for completion, as a tensor's do */
+  luaL_getmetatable(L, COMPILED_TYPE);
+  if (lua_getfield(L, -1, "methods") == LUA_TNIL && lua_istable(L, 4)) {
+    lua_getfield(L, 4, "methods");
+    lua_setfield(L, -3, "methods");
+  }
+  lua_pop(L, 2);
   lua_pushvalue(L, 1); lua_setiuservalue(L, -2, CUV_FN);
   lua_pushvalue(L, 2); lua_setiuservalue(L, -2, CUV_ENTRIES);
   lua_pushvalue(L, 3); lua_setiuservalue(L, -2, CUV_SLOW);
@@ -600,6 +608,11 @@ void lfl_open_compile(lua_State *L, int lib) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, c_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_createtable(L, 3, 0);  /* what c_index computes, for completion */
+    lua_pushliteral(L, "calls"); lua_rawseti(L, -2, 1);
+    lua_pushliteral(L, "hits"); lua_rawseti(L, -2, 2);
+    lua_pushliteral(L, "state"); lua_rawseti(L, -2, 3);
+    lua_setfield(L, -2, "__fields");
   }
   lua_pop(L, 1);
   lua_pushvalue(L, lib);
