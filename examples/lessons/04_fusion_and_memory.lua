@@ -12,7 +12,11 @@
 -- reduction, planned twice -- fuse=false (one kernel per op, the
 -- baseline) and fused -- and compiled both ways: kernels, bytes moved
 -- and peak intermediate memory from the plans (p:stats()), and the
--- measured time of each program, with its effective bandwidth.
+-- measured time of each program, with its effective bandwidth, and of
+-- eager execution.  Eager runs each op as its own vectorized loop over
+-- the whole tensor (tanh and sigmoid included: bench/transcendental), so
+-- what the fused program gains over it is the traffic, the temporaries
+-- and the per-op dispatch that fusion removes, not faster arithmetic.
 --
 -- Run: fuselab examples/lessons/04_fusion_and_memory.lua   (about 5 s)
 
