@@ -231,11 +231,10 @@ static void push_slice(lua_State *L, fl_tensor *t, int what) {
   if (i == 0 || i > n || i < -n)
     luaL_error(L, "index: x[%I] is out of range for dim 1 of size %I (valid: 1..%I, "
                "or -%I..-1 from the end)", i, n, n, n);
-  if (i < 0) i += n + 1;
   lua_getfield(L, lua_upvalueindex(1), "narrow");
   lua_pushvalue(L, 1);
   lua_pushinteger(L, 1);
-  lua_pushinteger(L, i);
+  lua_pushinteger(L, i);          /* negative: narrow counts from the end */
   lua_pushinteger(L, 1);
   lua_call(L, 4, 1);
   if (what == 'w') return;       /* x[i] = v writes into the [1, ...] view */

@@ -2,7 +2,8 @@
 -- negative from the end) is a view sharing x's storage; a 1-D tensor
 -- gives its element as a Lua number; x[i] = v fills or copies into the
 -- slice; out of range is an error naming the size; fields and methods
--- are untouched; and x[i] traces inside fl.compile like narrow.
+-- are untouched; and x[i] traces inside fl.compile like narrow, x[-1]
+-- specializing a symbolic dim (the last slice depends on its size).
 local fl = fl or require "fuselab"
 local t = require "tap"
 
@@ -61,5 +62,19 @@ local want = a[2] * 2 + a[3]
 t.ok(fl.allclose(f(a), want), "compiled x[i] matches eager")
 t.ok(fl.allclose(f(a), want), "and again from the cache")
 t.is(f:stats().graph_breaks, 0, "x[i] does not break the graph")
+
+-- x[-1] on a dim that becomes symbolic: the last slice of each size (it
+-- was the example's last row, the position baked in), as narrow(1, -1, 1)
+for _, dyn in ipairs{true, false} do
+  local last = fl.compile(function(a) return a[-1] * 1 end, {dynamic = dyn or nil})
+  local nar = fl.compile(function(a) return a:narrow(1, -1, 1) * 1 end, {dynamic = dyn or nil})
+  for _, rows in ipairs{3, 5, 7} do
+    local a = fl.arange(rows * 2):reshape(rows, 2):to("float32")
+    t.is(last(a):tolist(), {2 * rows - 2, 2 * rows - 1},
+         ("compiled x[-1], %s, %d rows"):format(dyn and "dynamic=true" or "automatic", rows))
+    t.is(nar(a):tolist(), {{2 * rows - 2, 2 * rows - 1}},
+         ("compiled narrow(1, -1, 1), %s, %d rows"):format(dyn and "dynamic=true" or "automatic", rows))
+  end
+end
 
 t.done()
