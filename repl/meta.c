@@ -262,8 +262,10 @@ static void help(struct repl *r, const char *topic) {
 
 /* :help NAME for a function, method or module (apidoc.c); when nothing
 ** documents the name, the topics and the nearest names. */
-static void help_name(const char *name) {
+static void help_name(const char *arg) {
+  char name[256];
   int i;
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, " \t("), arg);  /* x:sum(1) */
   if (repl_apidoc(name)) return;
   printf("no help on '%s'; topics:", name);
   for (i = 0; repl_help_topics[i]; i++) printf(" %s", repl_help_topics[i]);
@@ -272,13 +274,9 @@ static void help_name(const char *name) {
 }
 
 void repl_help_line(struct repl *r, const char *line) {
-  char buf[256];
-  size_t n;
   line += strspn(line + 1, " \t") + 1;
-  n = strcspn(line, " \t(");
-  snprintf(buf, sizeof buf, "%.*s", (int)n, line);
-  if (buf[0] == '\0') help(r, "");
-  else help_name(buf);
+  if (*line == '\0') help(r, "");
+  else help_name(line);
   fflush(stdout);
 }
 
