@@ -221,6 +221,10 @@ static const char *const tensor_fields[] = {"shape", "dtype", "device", NULL};
 static void push_slice(lua_State *L, fl_tensor *t, int what) {
   lua_Integer i, n;
   int ok;
+  if (lfl_issym(L, 2)) {  /* x[T] under capture: the value it has now, guarded */
+    lua_pushinteger(L, (lua_Integer)lfl_symsize(L, 2, NULL, "x[i]"));
+    lua_replace(L, 2);
+  }
   i = lua_tointegerx(L, 2, &ok);
   if (!ok)
     luaL_error(L, "index: x[i] takes an integer, got %s%s", luaL_typename(L, 2),
@@ -252,7 +256,7 @@ static void push_slice(lua_State *L, fl_tensor *t, int what) {
 static int t_index(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   const char *k;
-  if (lua_type(L, 2) == LUA_TNUMBER) {
+  if (lua_type(L, 2) == LUA_TNUMBER || lfl_issym(L, 2)) {
     push_slice(L, t, 'r');
     return 1;
   }
@@ -272,7 +276,7 @@ static int t_index(lua_State *L) {
 ** read-only. */
 static int t_newindex(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
-  if (lua_type(L, 2) == LUA_TNUMBER) {
+  if (lua_type(L, 2) == LUA_TNUMBER || lfl_issym(L, 2)) {
     int tensor = lfl_istensor(L, 3);
     if (!tensor && lua_type(L, 3) != LUA_TNUMBER && lua_type(L, 3) != LUA_TBOOLEAN)
       return luaL_error(L, "index: x[i] = v takes a number or a tensor, got %s",

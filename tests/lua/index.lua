@@ -77,4 +77,12 @@ for _, dyn in ipairs{true, false} do
   end
 end
 
+-- a symbolic size as the index (x[x.shape[1]] under dynamic=true): its
+-- value now, guarded
+local lastrow = fl.compile(function(a) return a[a.shape[1]] * 1 end, {dynamic = true})
+for _, rows in ipairs{3, 5} do
+  t.is(lastrow(fl.arange(rows * 2):reshape(rows, 2):to("float32")):tolist(), {2 * rows - 2, 2 * rows - 1},
+       ("compiled x[x.shape[1]], %d rows"):format(rows))
+end
+
 t.done()
