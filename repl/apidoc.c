@@ -35,7 +35,8 @@ struct entry {
 
 struct name {
   char path[NAME_MAX_LEN];   /* fl.zeros, x:to, abs */
-  const char *last;          /* its last part, inside path */
+  int last;                  /* where its last part starts in path (an
+                             ** offset: the array moves as it grows) */
   int entry;
   int mentioned;             /* quoted in the text, not the heading */
 };
@@ -65,9 +66,9 @@ static void add_name(const char *s, size_t n, int entry, int mentioned) {
   v = &names[nnames++];
   memcpy(v->path, s, n);
   v->path[n] = '\0';
-  v->last = v->path;
+  v->last = 0;
   for (p = v->path; *p; p++)
-    if ((*p == '.' || *p == ':') && p[1]) v->last = p + 1;
+    if ((*p == '.' || *p == ':') && p[1]) v->last = (int)(p + 1 - v->path);
   v->entry = entry;
   v->mentioned = mentioned;
 }
@@ -178,7 +179,7 @@ static int show_matching(const char *q, int by_last, int mentioned) {
     const struct name *nm = &names[i];
     int dup = 0;
     if (nm->mentioned != mentioned) continue;
-    if (by_last ? strcmp(nm->last, ql) != 0 : strcmp(nm->path, q) != 0) continue;
+    if (by_last ? strcmp(nm->path + nm->last, ql) != 0 : strcmp(nm->path, q) != 0) continue;
     for (j = 0; j < shown; j++) dup |= seen[j] == nm->entry;
     if (dup) continue;
     found++;
@@ -228,8 +229,9 @@ void repl_apidoc_suggest(const char *name) {
   limit = (int)strlen(ql) / 3 + 1;
   if (limit > 3) limit = 3;
   for (i = 0; i < nnames; i++) {
-    int dd = distance(ql, names[i].last), dup = 0;
-    if (strstr(names[i].last, ql) != NULL && strlen(ql) >= 3) dd = dd < limit ? dd : limit;
+    const char *last = names[i].path + names[i].last;
+    int dd = distance(ql, last), dup = 0;
+    if (strstr(last, ql) != NULL && strlen(ql) >= 3) dd = dd < limit ? dd : limit;
     if (dd > limit) continue;
     for (j = 0; j < nb; j++)
       if (strcmp(names[best[j]].path, names[i].path) == 0) dup = 1;
