@@ -247,11 +247,11 @@ void eager_store_f64(fl_tensor *out, int64_t start, const double *src,
 
 /* --- float32 elementwise kernels ------------------------------------- */
 /* One tight loop per op over contiguous operands; the switch runs once per
-** chunk.  Loops without library calls carry `omp simd` and vectorize;
-** exp-based ops use eager_expf for that reason. */
+** chunk.  Loops without library calls carry `omp simd` and vectorize; the
+** transcendentals use eager_impl.h's polynomials for that reason (pow is
+** the one libm loop left). */
 
 #define L1(EXPR) EAGER_SIMD for (i = 0; i < n; i++) { float x = p[i]; y[i] = (EXPR); } break
-#define L1C(EXPR) for (i = 0; i < n; i++) { float x = p[i]; y[i] = (EXPR); } break
 
 EAGER_WIDE
 static void unary_f32(fl_op op, const op_attrs *a, float *restrict y,
@@ -262,20 +262,28 @@ static void unary_f32(fl_op op, const op_attrs *a, float *restrict y,
   case OP_ABS: L1(fabsf(x));
   case OP_NEG: L1(-x);
   case OP_EXP: L1(eager_expf(x));
-  case OP_LOG: L1C(logf(x));
-  case OP_SQRT: L1C(sqrtf(x));
-  case OP_RSQRT: L1C(1.0f / sqrtf(x));
-  case OP_SIN: L1C(sinf(x));
-  case OP_COS: L1C(cosf(x));
-  case OP_TANH: L1C(tanhf(x));
-  case OP_SIGMOID: L1(1.0f / (1.0f + eager_expf(-x)));
+  case OP_LOG: L1(eager_logf(x));
+  case OP_SQRT: L1(sqrtf(x));          /* one instruction: -fno-math-errno */
+  case OP_RSQRT: L1(1.0f / sqrtf(x));
+  case OP_SIN:
+    EAGER_SIMD for (i = 0; i < n; i++) y[i] = eager_sincosf(p[i], 0);
+    for (i = 0; i < n; i++)  /* beyond the reduction's range: libm */
+      if (!(fabsf(p[i]) <= EAGER_TRIG_MAX)) y[i] = sinf(p[i]);
+    break;
+  case OP_COS:
+    EAGER_SIMD for (i = 0; i < n; i++) y[i] = eager_sincosf(p[i], 1);
+    for (i = 0; i < n; i++)
+      if (!(fabsf(p[i]) <= EAGER_TRIG_MAX)) y[i] = cosf(p[i]);
+    break;
+  case OP_TANH: L1(eager_tanhf(x));
+  case OP_SIGMOID: L1(eager_sigmoidf(x));
   case OP_RELU: L1(x < 0.0f ? 0.0f : x);
-  case OP_GELU: L1C(0.5f * x * (1.0f + erff(x * 0.70710678118654752f)));
+  case OP_GELU: L1(0.5f * x * eager_erf1p(x * 0.70710678118654752f));
+  /* 1 + tanh(u) = 2 / (1 + e^-2u): no cancellation for negative x */
   case OP_GELU_TANH:
-    L1C(0.5f * x * (1.0f + tanhf(0.79788456080286536f *
-                                 (x + 0.044715f * x * x * x))));
-  case OP_SILU: L1(x / (1.0f + eager_expf(-x)));
-  case OP_ERF: L1C(erff(x));
+    L1(x / (1.0f + eager_expf(-1.59576912160573072f * (x + 0.044715f * x * x * x))));
+  case OP_SILU: L1(x * eager_sigmoidf(x));
+  case OP_ERF: L1(eager_erff(x));
   /* NaN stays NaN (neither test is true); lo > hi gives hi, as PyTorch */
   case OP_CLAMP: L1(x < lo ? (lo > hi ? hi : lo) : (x > hi ? hi : x));
   default: L1(x);   /* to */

@@ -6,7 +6,8 @@
 ** candidates are the string keys of the value found, then of each __index
 ** table up its metatable chain (so modules and strings complete their
 ** methods).  Userdata whose __index is a function (tensors compute their
-** fields) list their methods in the metatable's `methods` table.
+** fields) list their methods in the metatable's `methods` table and
+** the fields they compute in its `__fields` array.
 ** All Lua work happens in one protected call: completion never raises,
 ** and a failure means no candidates.  Inside a string literal, and after
 ** `:load`, file names are completed instead.
@@ -118,7 +119,28 @@ static void from_table(lua_State *L, int idx, const struct want *w) {
   }
 }
 
-/* The keys of the value at idx, then of its __index chain. */
+/* The metatable at idx lists in __fields the names its __index function
+** computes (x.shape, cm.calls): they complete as fields. */
+static void from_fields(lua_State *L, int idx, const struct want *w) {
+  lua_Integer i;
+  idx = lua_absindex(L, idx);
+  lua_pushliteral(L, "__fields");
+  if (lua_rawget(L, idx) == LUA_TTABLE) {
+    for (i = 1; lua_rawgeti(L, -1, i) == LUA_TSTRING; i++) {
+      size_t kl;
+      const char *k = lua_tolstring(L, -1, &kl);
+      if (kl >= w->plen && memcmp(k, w->prefix, w->plen) == 0 && is_ident(k, kl))
+        add(w->head, w->hlen, k, kl, 0);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* The keys of the value at idx, then of its __index chain: an __index
+** table's keys; where __index is a function, the metatable's `methods`
+** table and its __fields list. */
 static void from_value(lua_State *L, int idx, const struct want *w) {
   int depth;
   lua_pushvalue(L, idx);
@@ -134,7 +156,9 @@ static void from_value(lua_State *L, int idx, const struct want *w) {
     lua_pop(L, 1);
     lua_pushliteral(L, "methods");
     if (lua_rawget(L, -2) == LUA_TTABLE) from_table(L, -1, w);
-    lua_pop(L, 2);
+    lua_pop(L, 1);
+    if (!w->methods) from_fields(L, -1, w);
+    lua_pop(L, 1);
     break;
   }
   lua_pop(L, 1);
@@ -279,9 +303,27 @@ static void complete_words(const char *const *words, const char *head,
   finish();
 }
 
+/* After :help and ?: the topics and every name doc/API.md documents. */
+static void complete_help(const char *text) {
+  const char *const *api = repl_apidoc_names();
+  size_t tl = strlen(text);
+  int i;
+  clear();
+  for (i = 0; repl_help_topics[i]; i++)
+    if (strncmp(repl_help_topics[i], text, tl) == 0)
+      add("", 0, repl_help_topics[i], strlen(repl_help_topics[i]), 0);
+  for (i = 0; api && api[i]; i++)
+    if (strncmp(api[i], text, tl) == 0) add("", 0, api[i], strlen(api[i]), 0);
+  finish();
+}
+
 static char **attempt(const char *text, int start, int end) {
   (void)end;
   rl_attempted_completion_over = 1;  /* no file names in the middle of code */
+  if (rl_line_buffer[0] == '?') {  /* ? NAME */
+    complete_help(text);
+    return rl_completion_matches(text, generator);
+  }
   if (rl_line_buffer[0] == ':' && rl_line_buffer[1] != ':') {
     if (start == 0) {  /* the command itself */
       complete_words(repl_meta_names, ":", text);
@@ -292,7 +334,7 @@ static char **attempt(const char *text, int start, int end) {
         rl_attempted_completion_over = 0;
         return NULL;
       }
-      if (cmd && strcmp(cmd, "help") == 0) complete_words(repl_help_topics, "", text);
+      if (cmd && strcmp(cmd, "help") == 0) complete_help(text);
       else if (cmd && strcmp(cmd, "time") == 0) {
         static const char *const onoff[] = {"on", "off", NULL};
         complete_words(onoff, "", text);
@@ -336,9 +378,10 @@ static void display(char **matches, int n, int maxlen) {
 ** a blank, since '/', '-', '.' and '~' belong to the name. */
 static char *word_breaks(void) {
   static char lua[] = " \t\n\"'`@$><=;|&{}()[],+-*/%^~#";
-  static char meta[] = " \t";
+  static char meta[] = " \t?";
   static char str[] = "\"'";
-  if (rl_line_buffer[0] == ':' && rl_line_buffer[1] != ':') return meta;
+  if ((rl_line_buffer[0] == ':' && rl_line_buffer[1] != ':') || rl_line_buffer[0] == '?')
+    return meta;
   return in_string(rl_line_buffer, rl_point) ? str : lua;
 }
 

@@ -374,15 +374,29 @@ static void print_time(struct repl *r, double s) {
   fflush(stdout);
 }
 
+/* The one result at idx is what the line's own code printed already and
+** noted with fl._shown (cm:explain() prints its text and returns it). */
+static int already_shown(lua_State *L, int idx) {
+  int same;
+  lua_getfield(L, LUA_REGISTRYINDEX, REPL_SHOWN_KEY);
+  same = !lua_isnil(L, -1) && lua_rawequal(L, -1, idx);
+  lua_pop(L, 1);
+  return same;
+}
+
 /* Run the function on top of the stack and print what it returns. */
 static void run(struct repl *r, int quiet) {
   lua_State *L = r->L;
   int base = lua_gettop(L) - 1, status, n;
-  double t0 = repl_now(), dt;
+  double t0, dt;
+  lua_pushnil(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, REPL_SHOWN_KEY);
+  t0 = repl_now();
   status = repl_docall(L, 0, LUA_MULTRET);
   dt = repl_now() - t0;
   n = lua_gettop(L) - base;
   if (status == LUA_OK && n > 0) repl_remember(L, base + 1);
+  if (status == LUA_OK && n == 1 && already_shown(L, base + 1)) quiet = 1;
   if (status == LUA_OK && n > 0 && !quiet) {
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
     lua_pushcfunction(L, repl_print);
@@ -398,6 +412,7 @@ static void run(struct repl *r, int quiet) {
 void repl_loop(struct repl *r) {
   lua_State *L = r->L;
   int top = lua_gettop(L);
+  repl_show_init(r->colour);
   if (r->tty) {
     tty_open(L);
     history_ok = history_open(r);
@@ -412,6 +427,12 @@ void repl_loop(struct repl *r) {
     if (line[0] == ':' && line[1] != ':') {
       repl_saveline(r, line);
       repl_meta(r, line);
+      repl_freeline(line);
+      continue;
+    }
+    if (line[0] == '?') {  /* ? NAME: help on it (no Lua line starts with ?) */
+      repl_saveline(r, line);
+      repl_help_line(r, line);
       repl_freeline(line);
       continue;
     }

@@ -37,6 +37,8 @@ static const char overview[] =
   "\n"
   "Commands (any unique prefix will do, e.g. :h, :q):\n"
   "  :help [topic]   this text, or help on a topic\n"
+  "  :help NAME      a function, method or module, from doc/API.md\n"
+  "                  (:help fl.zeros, :help x:reshape, :help stats; ? NAME too)\n"
   "  :load file      run a Lua file in this session (model.onnx: the global model)\n"
   "  :time on|off    print the wall time each line takes (one run)\n"
   "  :time EXPR      run EXPR repeatedly: median, spread, noisy or not\n"
@@ -60,6 +62,7 @@ static const char help_tensors[] =
   "  x.shape  x.dtype  x.device  x:dim()  x:numel()  x:size(d)\n"
   "  x:item()  x:tolist()  print(x)       values, then [float32 tensor of size 2x3]\n"
   "  x:to(\"float16\")  x:to(\"cuda\")  x:cuda()  x:cpu()\n"
+  "  x[i]  x[i] = v    the i-th slice along dim 1 (a number for 1-D), as in Torch7\n"
   "  dimensions are 1-based; -1 is the last\n"
   "\n"
   "  fl.save(x, \"x.npy\")  fl.load(\"x.npy\")    NumPy files, to and from PyTorch\n"
@@ -95,8 +98,11 @@ static const char help_repl_fmt[] =
   "  1 + 1          prints 2; several values print separated by tabs\n"
   "  x = f(y);      a trailing ; prints nothing\n"
   "  function f(x)  unfinished input continues on ..> lines\n"
-  "  Tab            completes globals (pri), fields (fl.ze) and methods\n"
-  "                 (x:res); inside a string, file names\n"
+  "  Tab            completes globals (pri), fields (fl.ze, x.sh) and methods\n"
+  "                 (x:res, cm:st); inside a string, file names\n"
+  "  ? NAME         doc/API.md's entry on a function or method (? x:sum)\n"
+  "  long tables    print over lines; at most 4 levels, 32 entries a level,\n"
+  "                 400 lines; a table inside itself shows as <cycle>\n"
   "  Up, Down, Ctrl-R   history, kept in %s\n"
   "  Ctrl-C         stops a running computation (Lua code at once, a C\n"
   "                 kernel when it returns; a third press quits); at the\n"
@@ -233,6 +239,8 @@ static const char *lesson_topic(const char *topic) {
   return topic;
 }
 
+static void help_name(const char *name);
+
 static void help(struct repl *r, const char *topic) {
   if (topic[0] == '\0') fputs(overview, stdout);
   else if (strcmp(topic, "tensors") == 0) fputs(help_tensors, stdout);
@@ -254,12 +262,27 @@ static void help(struct repl *r, const char *topic) {
     lua_settop(r->L, top);
   }
   else if (lesson_topic(topic)) lesson(lesson_topic(topic));
-  else {
-    int i;
-    printf("no help on '%s'; topics:", topic);
-    for (i = 0; repl_help_topics[i]; i++) printf(" %s", repl_help_topics[i]);
-    putchar('\n');
-  }
+  else help_name(topic);
+}
+
+/* :help NAME for a function, method or module (apidoc.c); when nothing
+** documents the name, the topics and the nearest names. */
+static void help_name(const char *arg) {
+  char name[256];
+  int i;
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, " \t("), arg);  /* x:sum(1) */
+  if (repl_apidoc(name)) return;
+  printf("no help on '%s'; topics:", name);
+  for (i = 0; repl_help_topics[i]; i++) printf(" %s", repl_help_topics[i]);
+  putchar('\n');
+  repl_apidoc_suggest(name);
+}
+
+void repl_help_line(struct repl *r, const char *line) {
+  line += strspn(line + 1, " \t") + 1;
+  if (*line == '\0') help(r, "");
+  else help_name(line);
+  fflush(stdout);
 }
 
 /* A model file: model = fl.load_onnx(path), printed as a result is. */

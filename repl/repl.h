@@ -8,6 +8,7 @@
 ** show.c      how results are printed
 ** complete.c  Tab completion of globals, fields and methods
 ** meta.c      the `:` commands and their help texts
+** apidoc.c    :help NAME and ? NAME, from doc/API.md compiled in
 */
 #ifndef REPL_H
 #define REPL_H
@@ -24,6 +25,10 @@ struct repl {
   int quit;           /* `:quit` was typed: leave after this line */
   char *history;      /* history file path (malloc'd), NULL when none */
 };
+
+/* Registry key where fl._shown notes a result already printed (the same
+** string as LFL_SHOWN_KEY in scripting/lfl.h): the REPL does not echo it. */
+#define REPL_SHOWN_KEY "fuselab.shown"
 
 /* ANSI sequences, used only when the colour fields above say so. */
 #define REPL_RED    "\033[31m"
@@ -53,6 +58,8 @@ char *repl_history_path(void);
 /* lua_CFunction: print its arguments, tab-separated, then a newline.
 ** Called through repl_docall, as a __tostring may fail or loop. */
 int repl_print(lua_State *L);
+/* Whether repl_print colours the tables it spells out. */
+void repl_show_init(int colour);
 
 /* --- complete.c -------------------------------------------------------- */
 /* Hook Tab completion for the session's state into readline. */
@@ -66,5 +73,16 @@ void repl_remember(lua_State *L, int idx);
 /* NULL-terminated names of the commands and of the :help topics. */
 extern const char *const repl_meta_names[];
 extern const char *const repl_help_topics[];
+
+/* --- apidoc.c ---------------------------------------------------------- */
+/* Print the doc/API.md entries that document name (fl.zeros, x:reshape,
+** cm:stats, nn.Linear, zeros); 0 when none does (nothing printed). */
+int repl_apidoc(const char *name);
+/* Print "nearest: ..." names like name, or nothing. */
+void repl_apidoc_suggest(const char *name);
+/* NULL-terminated names doc/API.md documents, for completion. */
+const char *const *repl_apidoc_names(void);
+/* `? NAME` typed at the prompt (line starts with '?'). */
+void repl_help_line(struct repl *r, const char *line);
 
 #endif

@@ -885,7 +885,7 @@ function methods.explain(cm)
   end
   local text = table.concat(lines, "\n")
   print(text)
-  return text
+  return fl._shown(text)  -- the REPL does not echo it a second time
 end
 
 function fl.compile(fn, opts)
@@ -1003,7 +1003,7 @@ function fl.explain(fn, ...)
   end
   if #unsupported > 0 then lines[#lines + 1] = "unsupported: " .. table.concat(unsupported, ", ") end
   print(table.concat(lines, "\n"))
-  return r
+  return fl._shown(r)  -- printed: the REPL does not spell the table out too
 end
 
 fl._dynamic_marks = setmetatable({}, {__mode = "k"})

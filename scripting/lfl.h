@@ -20,6 +20,8 @@
 #include "graph/ir.h"
 
 #define LFL_TENSOR "fl.Tensor"   /* metatable name (also __name) */
+/* Registry key of the value fl._shown noted (repl.h has the same name). */
+#define LFL_SHOWN_KEY "fuselab.shown"
 
 int luaopen_fuselab(lua_State *L);
 

@@ -572,6 +572,14 @@ static int c_new(lua_State *L) {
   memset(c, 0, sizeof *c);
   if (getenv("FUSELAB_DEBUG")) c->debug = atoi(getenv("FUSELAB_DEBUG"));
   luaL_setmetatable(L, COMPILED_TYPE);
+  /* the methods (compile.lua's table, the same for every compiled
+  ** function) join the metatable for completion, as a tensor's do */
+  luaL_getmetatable(L, COMPILED_TYPE);
+  if (lua_getfield(L, -1, "methods") == LUA_TNIL && lua_istable(L, 4)) {
+    lua_getfield(L, 4, "methods");
+    lua_setfield(L, -3, "methods");
+  }
+  lua_pop(L, 2);
   lua_pushvalue(L, 1); lua_setiuservalue(L, -2, CUV_FN);
   lua_pushvalue(L, 2); lua_setiuservalue(L, -2, CUV_ENTRIES);
   lua_pushvalue(L, 3); lua_setiuservalue(L, -2, CUV_SLOW);
@@ -678,8 +686,19 @@ static int l_debug_subdir(lua_State *L) {
   return 1;
 }
 
+/* fl._shown(v) -> v, noted as already printed: a function that prints
+** its text and also returns it (cm:explain) calls this, and the REPL
+** does not echo a result it finds noted here (the text would show twice).
+** The REPL clears the note before each line it runs. */
+static int l_shown(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LFL_SHOWN_KEY);
+  return 1;
+}
+
 static const luaL_Reg compile_funcs[] = {
-  {"_entry_new", e_new}, {"_compiled_new", c_new},
+  {"_entry_new", e_new}, {"_compiled_new", c_new}, {"_shown", l_shown},
   {"_debug_dir", l_debug_dir}, {"_debug_subdir", l_debug_subdir},
   {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
   {NULL, NULL}
@@ -696,6 +715,11 @@ void lfl_open_compile(lua_State *L, int lib) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, c_tostring);
     lua_setfield(L, -2, "__tostring");
+    lua_createtable(L, 3, 0);  /* what c_index computes, for completion */
+    lua_pushliteral(L, "calls"); lua_rawseti(L, -2, 1);
+    lua_pushliteral(L, "hits"); lua_rawseti(L, -2, 2);
+    lua_pushliteral(L, "state"); lua_rawseti(L, -2, 3);
+    lua_setfield(L, -2, "__fields");
   }
   lua_pop(L, 1);
   lua_pushvalue(L, lib);

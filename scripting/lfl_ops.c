@@ -596,6 +596,14 @@ static int b_narrow(lua_State *L) {
     asym[FL_MAX_DIMS + 2] = x + 1;
   }
   start = luaL_checkinteger(L, 3);
+  /* counted from the end of a symbolic dim, the position depends on the
+  ** size: specialize it (a guard), or another size would read the wrong
+  ** slice */
+  if (start < 0 && in[0]->m.ndim) {
+    lfl_pushsize(L, in[0], d);
+    if (lfl_issym(L, -1)) lfl_symsize(L, -1, NULL, "narrow from the end");
+    lua_pop(L, 1);
+  }
   if (start < 0 && start >= -size) start += size + 1;
   if (start < 1 || start > size + 1)
     return luaL_error(L, "narrow: start %I out of range for dim %d of size "

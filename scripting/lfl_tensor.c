@@ -210,10 +210,56 @@ void lfl_pushshape(lua_State *L, const fl_tensor *t) {
   }
 }
 
-/* __index: methods first (upvalue 1), then the read-only fields. */
+/* The fields __index computes; the metatable lists them as __fields, so
+** the REPL can complete x.sh as it completes methods. */
+static const char *const tensor_fields[] = {"shape", "dtype", "device", NULL};
+
+/* x[i] as in Torch7: the i-th slice along dim 1 (1-based, negative from
+** the end), a view that shares x's storage; of a 1-D tensor, the element
+** as a Lua value (x:item() of that slice).  Built from the methods in
+** upvalue 1 (narrow, squeeze, item), so it traces like them. */
+static void push_slice(lua_State *L, fl_tensor *t, int what) {
+  lua_Integer i, n;
+  int ok;
+  if (lfl_issym(L, 2)) {  /* x[T] under capture: the value it has now, guarded */
+    lua_pushinteger(L, (lua_Integer)lfl_symsize(L, 2, NULL, "x[i]"));
+    lua_replace(L, 2);
+  }
+  i = lua_tointegerx(L, 2, &ok);
+  if (!ok)
+    luaL_error(L, "index: x[i] takes an integer, got %s%s", luaL_typename(L, 2),
+               lua_type(L, 2) == LUA_TNUMBER ? " with a fraction" : "");
+  if (t->m.ndim == 0)
+    luaL_error(L, "index: x[%I] on a 0-d tensor (it has no dims: use x:item())", i);
+  n = (lua_Integer)t->m.shape[0];
+  if (i == 0 || i > n || i < -n)
+    luaL_error(L, "index: x[%I] is out of range for dim 1 of size %I (valid: 1..%I, "
+               "or -%I..-1 from the end)", i, n, n, n);
+  lua_getfield(L, lua_upvalueindex(1), "narrow");
+  lua_pushvalue(L, 1);
+  lua_pushinteger(L, 1);
+  lua_pushinteger(L, i);          /* negative: narrow counts from the end */
+  lua_pushinteger(L, 1);
+  lua_call(L, 4, 1);
+  if (what == 'w') return;       /* x[i] = v writes into the [1, ...] view */
+  lua_getfield(L, lua_upvalueindex(1), t->m.ndim == 1 ? "item" : "squeeze");
+  lua_insert(L, -2);
+  if (t->m.ndim == 1) lua_call(L, 1, 1);
+  else {
+    lua_pushinteger(L, 1);
+    lua_call(L, 2, 1);
+  }
+}
+
+/* __index: methods first (upvalue 1), then the read-only fields; an
+** integer key is x[i] (push_slice). */
 static int t_index(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   const char *k;
+  if (lua_type(L, 2) == LUA_TNUMBER || lfl_issym(L, 2)) {
+    push_slice(L, t, 'r');
+    return 1;
+  }
   if (lua_type(L, 2) != LUA_TSTRING) return 0;
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
@@ -225,8 +271,29 @@ static int t_index(lua_State *L) {
   return 1;
 }
 
+/* x[i] = v: a number fills the slice, a tensor is copied into it (its
+** shape must broadcast to the slice's, as copy_ asks); fields stay
+** read-only. */
 static int t_newindex(lua_State *L) {
-  lfl_checktensor(L, 1);
+  fl_tensor *t = lfl_checktensor(L, 1);
+  if (lua_type(L, 2) == LUA_TNUMBER || lfl_issym(L, 2)) {
+    int tensor = lfl_istensor(L, 3);
+    if (!tensor && lua_type(L, 3) != LUA_TNUMBER && lua_type(L, 3) != LUA_TBOOLEAN)
+      return luaL_error(L, "index: x[i] = v takes a number or a tensor, got %s",
+                        luaL_typename(L, 3));
+    push_slice(L, t, 'w');
+    if (tensor) {   /* a slice's shape, [1, ...] viewed as [...] */
+      lua_getfield(L, lua_upvalueindex(1), "squeeze");
+      lua_insert(L, -2);
+      lua_pushinteger(L, 1);
+      lua_call(L, 2, 1);
+    }
+    lua_getfield(L, lua_upvalueindex(1), tensor ? "copy_" : "fill_");
+    lua_insert(L, -2);
+    lua_pushvalue(L, 3);
+    lua_call(L, 2, 0);
+    return 0;
+  }
   return luaL_error(L, "fl.Tensor: cannot assign field '%s' (tensor fields "
                     "are read-only; use reshape, to or copy_)",
                     luaL_tolstring(L, 2, NULL));
@@ -703,7 +770,6 @@ static const struct { const char *name; fl_op op; } inplace_ops[] = {
 
 static const luaL_Reg tensor_meta[] = {
   {"__gc", t_gc}, {"__tostring", t_tostring}, {"__len", t_len},
-  {"__newindex", t_newindex},
   {NULL, NULL}
 };
 
@@ -717,6 +783,15 @@ void lfl_open_tensor(lua_State *L, int meta, int methods) {
   lua_pushvalue(L, methods);
   lua_pushcclosure(L, t_index, 1);
   lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, methods);
+  lua_pushcclosure(L, t_newindex, 1);
+  lua_setfield(L, -2, "__newindex");
+  lua_createtable(L, 3, 0);
+  for (i = 0; tensor_fields[i]; i++) {
+    lua_pushstring(L, tensor_fields[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "__fields");
   /* the method table, for completion and introspection (the __index
   ** above is a function because fields are computed) */
   lua_pushvalue(L, methods);

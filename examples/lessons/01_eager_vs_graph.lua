@@ -1,8 +1,10 @@
 -- Lesson 01: eager vs graph -- what interpretation costs.
 --
--- Claim (SEED.txt §3): eager execution is like simultaneous interpretation,
--- "每次执行都要重新理解意图" -- every step is understood anew each time it
--- runs; a compiled graph is like a printed book: prepared once, then read
+-- Claim (this lesson's; the pipeline it is about is doc/DESIGN.md's
+-- opening paragraph): eager execution is like simultaneous
+-- interpretation -- every step is understood anew each time it runs
+-- (originally "每次执行都要重新理解意图"); a compiled graph is like a
+-- printed book: prepared once, then read
 -- fast.  On small tensors the per-op dispatch, not the arithmetic, should
 -- dominate eager time, and one compiled graph should remove most of it.
 --

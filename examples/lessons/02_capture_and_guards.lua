@@ -1,7 +1,10 @@
 -- Lesson 02: capture and guards -- what makes a graph compile again.
 --
--- Claim (SEED.txt §2): capture ("Dynamo 捕获") turns scattered
--- instructions into one flow chart, "像秘书整理会议记录".  A chart is only
+-- Claim (this lesson's; capture is the first stage of the pipeline in
+-- doc/DESIGN.md's opening paragraph and §2): capture, the stage PyTorch
+-- calls Dynamo, turns scattered instructions into one flow chart, as a
+-- secretary turns a meeting into minutes (originally "Dynamo 捕获",
+-- "像秘书整理会议记录").  A chart is only
 -- valid for what it was drawn from: the input shapes, the values read
 -- while drawing it, the weights it points at.  fuselab writes these
 -- assumptions down as guards; a call whose guards hold runs the chart

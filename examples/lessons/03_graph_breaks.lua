@@ -1,7 +1,9 @@
 -- Lesson 03: graph breaks -- what breaks, what resumes, what to rewrite.
 --
--- Claim (SEED.txt §2-§3): capture turns the code into one whole flow
--- chart ("将分散的指令变成整体流程图") that the compiler optimizes as a
+-- Claim (this lesson's; graph breaks and their resumption are
+-- doc/DESIGN.md §2, fl.compile): capture turns the code into one whole
+-- flow chart (originally "将分散的指令变成整体流程图") that the compiler
+-- optimizes as a
 -- whole.  Code that needs a concrete value in Lua (item() in an if, an
 -- in-place update) cannot be drawn into the chart: the graph breaks into
 -- segments.  fl.compile then works as Dynamo does: each segment is a

@@ -1,16 +1,22 @@
 -- Lesson 04: fusion and memory traffic.
 --
--- Claim (SEED.txt §1, §3): "算子融合能显著降低内存占用" -- operator fusion
--- markedly lowers memory use.  Like a courier who delivers every parcel
--- for one building in a single trip, a fused kernel reads its inputs once
--- and writes its result once, where unfused ops each read and write a
--- whole tensor ("每个计算步骤都需要单独访问内存，而融合后只需访问一次").
+-- Claim (this lesson's; how bytes are counted is doc/DESIGN.md §4b):
+-- operator fusion markedly lowers memory traffic and the memory the
+-- intermediates take (originally "算子融合能显著降低内存占用").  Like a
+-- courier who delivers every parcel for one building in a single trip, a
+-- fused kernel reads its inputs once and writes its result once, where
+-- unfused ops each read and write a whole tensor: every step goes to
+-- memory on its own, a fused chain goes once.
 --
 -- What it measures: one chain of elementwise ops ending in a row
 -- reduction, planned twice -- fuse=false (one kernel per op, the
 -- baseline) and fused -- and compiled both ways: kernels, bytes moved
 -- and peak intermediate memory from the plans (p:stats()), and the
--- measured time of each program, with its effective bandwidth.
+-- measured time of each program, with its effective bandwidth, and of
+-- eager execution.  Eager runs each op as its own vectorized loop over
+-- the whole tensor (tanh and sigmoid included: bench/transcendental), so
+-- what the fused program gains over it is the traffic, the temporaries
+-- and the per-op dispatch that fusion removes, not faster arithmetic.
 --
 -- Run: fuselab examples/lessons/04_fusion_and_memory.lua   (about 5 s)
 

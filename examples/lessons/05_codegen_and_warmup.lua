@@ -1,10 +1,12 @@
 -- Lesson 05: code generation and warm-up.
 --
--- Claim (SEED.txt §1, §3): "编译预热时间需纳入用户体验考量" -- compile
--- warm-up must be counted in the user's experience: "首次运行需要编译预热，
--- 可能增加首屏延迟，但后续吞吐量大幅提升" -- the first run pays for
--- compilation and is slower, later runs are much faster.  A compiled
--- program is worth it only after enough calls to win back its warm-up.
+-- Claim (this lesson's; the checklist that weighs it is doc/DESIGN.md
+-- §2, "Go-live checklist"): compile warm-up must be counted in the
+-- user's experience (originally "编译预热时间需纳入用户体验考量"): the
+-- first run pays for compilation and is slower, later runs are much
+-- faster (originally "首次运行需要编译预热，可能增加首屏延迟，但后续吞吐量
+-- 大幅提升").  A compiled program is worth it only after enough calls
+-- to win back its warm-up.
 --
 -- What it measures: the generated C of one kernel; where a program comes
 -- from (the C compiler, the disk cache, memory) and what each costs; the

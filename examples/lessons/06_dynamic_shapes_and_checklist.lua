@@ -1,12 +1,13 @@
 -- Lesson 06: dynamic shapes, recompiles, and the go-live checklist.
 --
--- Claim (SEED.txt §4, §5): the decision table --
---   稳定推理服务 (stable inference)     -> 开启 compile (turn compile on)
---   频繁实验调试 (frequent changes)     -> 关闭 compile (leave it off)
---   动态形状输入 (dynamic input shapes) -> 谨慎开启 (only with care)
--- and the pitfall "忽略动态形状导致的重复编译" -- ignoring dynamic shapes
--- means compiling again and again.  The checklist asks to verify the cache
--- hit rate under dynamic shapes ("验证动态输入形状下的缓存命中率").
+-- Claim (doc/DESIGN.md §2, "Go-live checklist"): the decision table --
+--   stable inference      -> turn compile on    (稳定推理服务 -> 开启 compile)
+--   frequent changes      -> leave it off       (频繁实验调试 -> 关闭 compile)
+--   dynamic input shapes  -> dynamic mode, or not at all
+--                                               (动态形状输入 -> 谨慎开启)
+-- and the pitfall that ignoring dynamic shapes means compiling again and
+-- again (忽略动态形状导致的重复编译).  The checklist asks to verify the
+-- cache hit rate under changing input shapes (验证动态输入形状下的缓存命中率).
 --
 -- What it measures: one function served with changing batch sizes,
 -- compiled three ways -- static (dynamic=false: one graph per shape),

@@ -1,7 +1,8 @@
 -- Lesson 07: GPU kernels, live.
 --
--- Claim (SEED.txt §2): the last stage of the pipeline is "GPU kernel 执行"
--- -- the code generator ("Inductor 生成") emits kernels for the GPU, where
+-- Claim (doc/DESIGN.md's opening paragraph and §4, `cuda`): the last
+-- stage of the pipeline is running kernels on the GPU -- the code
+-- generator (PyTorch's Inductor) emits kernels for the GPU, where
 -- one fused kernel replaces a chain of launches.  On a machine with a GPU
 -- this lesson compiles a function for it (CUDA C through NVRTC) and
 -- measures it against the CPU; without one it shows the CUDA source and

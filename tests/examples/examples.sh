@@ -3,7 +3,8 @@
 # fuselab, each in an empty folder and under its time budget (the tour 60 s,
 # a lesson 30 s); a test fails on a non-zero exit (a Lua error is one), on
 # running past its budget, or on printing nothing.  Then :help lesson N must
-# show each lesson's header.  TAP, one line per run.
+# show each lesson's header, and the lessons may cite only files that ship.
+# TAP, one line per run.
 #
 # Env: FUSELAB  the built binary; FUSELAB_SRC  the source tree.
 
@@ -78,6 +79,23 @@ for f in $lessons; do
     printf '%s\n' "$out" | head -n 5 | sed 's/^/# /'
   fi
 done
+
+# the lessons cite only what ships: the doc/*.md files they name exist,
+# and no lesson points at a file outside the project (a SEED.txt)
+n=$((n + 1))
+missing=
+for doc in $(cat $lessons "$SRC/examples/tour.lua" | grep -o 'doc/[A-Za-z_]*\.md' | sort -u); do
+  [ -f "$SRC/$doc" ] || missing="$missing $doc"
+done
+outside=$(grep -l 'SEED\.txt' $lessons "$SRC/examples/tour.lua" "$SRC"/scripting/*.lua 2>/dev/null)
+if [ -z "$missing" ] && [ -z "$outside" ]; then
+  echo "ok $n - the lessons cite only files that ship"
+else
+  failed=$((failed + 1))
+  echo "not ok $n - the lessons cite only files that ship"
+  [ -z "$missing" ] || echo "# cited, not in the tree:$missing"
+  [ -z "$outside" ] || echo "# cite SEED.txt: $outside"
+fi
 
 if [ "$nlessons" -lt 7 ]; then
   n=$((n + 1))

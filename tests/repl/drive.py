@@ -163,6 +163,143 @@ def _():
     finish(c)
 
 
+@test("Tab completes a tensor's fields: x.sh -> x.shape, x.dt -> x.dtype")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, "x = fl.zeros(2,3)")
+    c.send("x.sh\t")
+    c.expect_exact("ape")
+    expect_in("2", enter(c, "[1]"))
+    c.send("x.dt\t")
+    c.expect_exact("ype")
+    expect_in("float32", enter(c, ""))
+    c.send("x.dev\t")
+    c.expect_exact("ice")
+    expect_in("cpu", enter(c, ""))
+    finish(c)
+
+
+@test("Tab completes the methods of compiled functions, modules, plans, programs")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, "cm = fl.compile(function(a) return a + 1 end); m = nn.Linear(2, 3)")
+    enter(c, "g = fl.capture(function(a) return a * 2 end, fl.ones(2)); p = g:fuse(); k = p:codegen('cpu')")
+    for typed, rest, run, want in (
+            ("cm:st", "ats(", ").calls", "0"),
+            ("m:nparam", "eters(", ")", "9"),
+            ("p:decis", "ions(", ")", None),
+            ("k:sour", "ce(", ") ~= nil", "true"),
+            ("g:decomp", "ose(", ") ~= nil", "true"),
+            ("cm.hi", "ts", "", "0")):
+        c.send(typed + "\t")
+        try:
+            c.expect_exact(rest)
+        except pexpect.TIMEOUT:
+            raise Fail("%r did not complete to %r: %r" % (typed, rest, clean(c.before)))
+        out = enter(c, run)
+        if want is not None:
+            expect_in(want, out)
+    c.send("cm:\t\t")  # the list holds every method
+    c.expect_exact("explain")
+    c.send("\x03")
+    prompt(c)
+    finish(c)
+
+
+@test(":help NAME and ? NAME show doc/API.md's entry; an unknown name offers the nearest")
+def _():
+    c = spawn()
+    prompt(c)
+    out = "\n".join(enter(c, ":help fl.zeros"))
+    if "fl.zeros(size...)" not in out or "A tensor of zeros" not in out:
+        raise Fail(":help fl.zeros: %r" % out)
+    out = "\n".join(enter(c, "? x:reshape"))
+    if "x:reshape(sizes...)" not in out:
+        raise Fail("? x:reshape: %r" % out)
+    out = "\n".join(enter(c, "? cm:stats"))
+    if "A table of counters" not in out:
+        raise Fail("? cm:stats: %r" % out)
+    out = "\n".join(enter(c, "?exp"))   # a name in a list of names
+    if "Unary" not in out:
+        raise Fail("?exp: %r" % out)
+    out = "\n".join(enter(c, ":help fl.zeroz"))
+    if "no help on 'fl.zeroz'" not in out or "nearest: fl.zeros" not in out:
+        raise Fail(":help fl.zeroz: %r" % out)
+    c.send(":help fl.eye\t")  # names complete after :help
+    c.send("\x03")
+    prompt(c)
+    c.send("? nn.Line\t")
+    c.expect_exact("ar")
+    out = "\n".join(enter(c, ""))
+    if "nn.Linear(i, o" not in out:
+        raise Fail("? nn.Linear: %r" % out)
+    finish(c)
+
+
+@test("a table too long for the line prints over lines, = aligned; a short one on one line")
+def _():
+    c = spawn()
+    prompt(c)
+    expect_in("{2, 3}", enter(c, "fl.zeros(2, 3).shape"))
+    enter(c, "cm = fl.compile(function(a) return a + 1 end); cm(fl.ones(2));")
+    out = enter(c, "cm:stats()")
+    if out[0] != "{" or out[-1] != "}":
+        raise Fail("cm:stats(): %r" % out)
+    calls = [l for l in out if l.lstrip().startswith("calls ")]
+    recomp = [l for l in out if l.lstrip().startswith("recompile_reasons ")]
+    if not calls or not recomp or calls[0].index("=") != recomp[0].index("="):
+        raise Fail("keys not aligned: %r" % out)
+    enter(c, "t = {} t.self = t")
+    expect_in("{self = <cycle>}", enter(c, "t"))
+    out = enter(c, "big = {} for i = 1, 1000 do big[i] = {i, ('x'):rep(300)} end return big")
+    if len(out) > 420 or not any("more)" in l for l in out):
+        raise Fail("a huge table printed %d lines, ends %r" % (len(out), out[-3:]))
+    finish(c)
+
+
+@test("tables are coloured on a colour terminal, plain with NO_COLOR")
+def _():
+    for colour in (False, True):
+        c = spawn(colour=colour)
+        prompt(c)
+        c.send('{name = "x", n = 1}\r')
+        c.expect_exact("\n")
+        prompt(c)
+        seen = "\x1b[32m" in c.transcript[-1]   # strings green
+        finish(c)
+        if seen != colour:
+            raise Fail("colour=%s, green string %s" % (colour, "seen" if seen else "absent"))
+
+
+@test("x[i] indexes like Torch7 at the prompt; out of range is a clear error")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, "x = fl.arange(6):reshape(2, 3)")
+    expect_in("5", enter(c, "x[2][3]"))
+    expect_in("[int64 tensor of size 3]", enter(c, "x[-1]"))
+    out = enter(c, "x[3]")
+    if not any("x[3] is out of range for dim 1 of size 2" in l for l in out):
+        raise Fail("x[3]: %r" % out)
+    expect_in("{2, 3}", enter(c, "x.shape"))
+    finish(c)
+
+
+@test("cm:explain() prints its text once; the returned text is still there")
+def _():
+    c = spawn()
+    prompt(c)
+    enter(c, "cm = fl.compile(function(a) return a + 1 end); cm(fl.ones(2));")
+    out = enter(c, "cm:explain()")
+    if sum(1 for l in out if l.startswith("fl.compile: ")) != 1:
+        raise Fail("cm:explain(): %r" % out)
+    out = enter(c, "s = cm:explain()")
+    expect_in("true", enter(c, 's:find("fl.compile: ", 1, true) == 1'))
+    finish(c)
+
+
 @test("an error prints a traceback and the REPL goes on")
 def _():
     c = spawn()

@@ -150,6 +150,38 @@ t_no_colour_pipe() {
   fi
 }
 
+t_help_every_name() {
+  # every fl.* and nn.* name and every method of a tensor, compiled
+  # function, graph, plan, program and module has an entry in doc/API.md
+  # (compiled into the binary) that :help finds
+  cat >"$tmp/names.lua" <<'EOF'
+local seen = {}
+local function add(s) if not s:match("[.:]_") and not seen[s] then seen[s] = true; print(":help " .. s) end end
+local function keys(prefix, t) for k in pairs(t or {}) do if type(k) == "string" then add(prefix .. k) end end end
+keys("fl.", fl); keys("nn.", nn)
+local x = fl.ones(2, 2)
+keys("x:", getmetatable(x).methods)
+local cm = fl.compile(function(a) return a + 1 end); cm(x)
+keys("cm:", getmetatable(cm).methods)
+local g = fl.capture(function(a) return a + 1 end, x)
+local p = g:fuse()
+keys("g:", getmetatable(g).__index); keys("p:", getmetatable(p).__index)
+keys("k:", getmetatable(p:codegen("cpu")).__index)
+local mt = getmetatable(nn.Linear(2, 2))
+while mt and type(mt.__index) == "table" do
+  for k, v in pairs(mt.__index) do if type(v) == "function" then add("m:" .. k) end end
+  mt = getmetatable(mt.__index)
+end
+EOF
+  FUSELAB_CACHE_DIR=$tmp/cache "$FUSELAB" "$tmp/names.lua" >"$tmp/in" 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
+  [ "$(wc -l <"$tmp/in")" -gt 150 ] || { echo "only $(wc -l <"$tmp/in") names"; return 1; }
+  cp "$tmp/in" "$tmp/asked"
+  run -i && status 0 || return 1
+  if grep -q "^no help on" "$tmp/out"; then grep "^no help on" "$tmp/out"; return 1; fi
+  [ "$(grep -c 'doc/API.md:[0-9]' "$tmp/out")" -ge "$(wc -l <"$tmp/asked")" ] ||
+    { echo "fewer entries than names asked"; return 1; }
+}
+
 check "--version prints the configured version" t_version
 check "--help describes options, history file and NO_COLOR" t_help
 check "an unknown option exits 2 with a message" t_badopt
@@ -165,6 +197,7 @@ check "- with a syntax error exits 1" t_dash_syntax
 check "-i with piped input: REPL semantics, tables spelt out, no prompts" t_i_piped
 check "no colour codes written to pipes" t_no_colour_pipe
 check "-i: control characters in listed strings are escaped" t_i_escape
+check ":help NAME finds every fl.*, nn.* name and every method" t_help_every_name
 
 # the terminal tests, numbered on from here
 py=
