@@ -1,0 +1,99 @@
+-- Lesson 08: a real network from ONNX, through the whole pipeline.
+--
+-- Claim (this lesson's; the pipeline is doc/DESIGN.md §1, models come in
+-- through fl.load_onnx, §2): what the earlier lessons showed on small
+-- functions holds on a network people really deploy.  ResNet-50 exported
+-- to ONNX is captured into one graph, the passes simplify it (batch norm
+-- folded into the convolutions), fusion cuts its kernel launches and its
+-- memory traffic, and the compiled program gives the eager answer.
+--
+-- What it measures: ONNX's own ResNet-50 test model (examples/models/
+-- resnet50.onnx: the real architecture, 53 convolutions, every weight the
+-- test suite's constant 0.02, which keeps the file at 80 KB; bench/
+-- onnx_models.py makes one with random weights and checks it against
+-- onnxruntime).  Ops at each stage, kernels and bytes moved before and
+-- after fusion (one cost model: the captured graph run op by op is the
+-- "before"), the fusion decisions grouped by reason, pictures and a review
+-- report written to resnet50/, and eager against compiled: the outputs
+-- compared and both timed (medians with their spread).
+--
+-- Run: fuselab examples/lessons/08_real_network_from_onnx.lua   (about 15 s)
+
+local fl = fl or require "fuselab"
+
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local path = here .. "/../models/resnet50.onnx"
+if not io.open(path) then path = (os.getenv("FUSELAB_SRC") or ".") .. "/examples/models/resnet50.onnx" end
+
+fl.manual_seed(8)
+local m = fl.load_onnx(path)
+print(m)
+local x = fl.randn(1, 3, 224, 224)
+
+-- 1. Capture: the module's forward runs once under the tracer.
+local g = fl.capture(m, x)
+local gs = g:stats()
+print(("\n1. captured: %d ops in one graph, no graph break"):format(gs.nodes))
+
+-- 2. Passes: decompose the composites, then optimize (constants, batch
+-- norm into the convolution weights, matmul + add into linear, dead code).
+-- Each returns its log; quiet keeps the hundreds of lines off the screen.
+local gd = g:decompose{quiet = true}
+local go, log = gd:optimize{quiet = true}
+local kinds = {}
+for line in log:gmatch("[^\n]+") do
+  local k = line:match("folded into conv2d's weights") and "batch norm / scale folded into a convolution"
+    or line:match("= linear") and "matmul + bias made one linear"
+    or line:match("dce") and "dead code removed" or "other simplifications"
+  kinds[k] = (kinds[k] or 0) + 1
+end
+print(("2. after decompose: %d ops; after optimize: %d ops:"):format(gd:stats().nodes, go:stats().nodes))
+for k, n in pairs(kinds) do print(("   %5d  %s"):format(n, k)) end
+print("   optimize adds ops: the folded weights are computed in the graph from the")
+print("   parameters, which stay bound by reference (a weight changed in place is seen),")
+print("   so every call recomputes them: traffic about the size of the weights, counted below")
+
+-- 3. Fusion, with the planner's reason for every pair it looked at.
+local p = go:fuse()
+local s = p:stats()
+local MiB = 1024 * 1024
+print(("3. fused: %d kernels where the captured graph runs %d ops one by one;"):format(s.kernels, s.kernels_before))
+print(("   bytes moved %.1f MiB -> %.1f MiB (%.0f%% less), peak memory %.1f -> %.1f MiB"):format(
+  s.bytes_before / MiB, s.bytes_after / MiB, 100 * (1 - s.bytes_after / s.bytes_before),
+  s.peak_bytes_before / MiB, s.peak_bytes_after / MiB))
+if s.note then print("   note: " .. s.note:sub(1, 240) .. (#s.note > 240 and " ..." or "")) end
+
+local groups, order = {}, {}
+for _, d in ipairs(p:decisions()) do
+  -- the reason without node numbers and shapes: one line per kind
+  local r = d.reason:gsub("%%%d+ %b()", "%%N"):gsub("%%%d+", "%%N"):gsub(" %b()", "")
+  if not groups[r] then groups[r] = 0; order[#order + 1] = r end
+  groups[r] = groups[r] + 1
+end
+table.sort(order, function(a, b) return groups[a] > groups[b] end)
+print("   decisions, by reason:")
+for i = 1, math.min(#order, 8) do print(("   %5d  %s"):format(groups[order[i]], order[i])) end
+
+-- 4. Pictures and the review report, in resnet50/ (repeated blocks fold
+-- into "N nodes collapsed" boxes past max_nodes).
+os.execute("mkdir -p resnet50")
+fl.draw(g, "resnet50/captured.svg", {title = "ResNet-50 as captured"})
+fl.draw(p, "resnet50/fused.svg", {title = "ResNet-50 fused"})
+local cm = fl.compile(m, {backend = "cpu"})
+local t0 = fl.now()
+local yc = cm(x)
+local cold = fl.now() - t0
+local ye = m(x)
+print(("\n4. compiled (first call %.2f s: capture, passes, fusion, code, compiler);"):format(cold))
+local diff = (yc - ye):abs():amax():item() / ye:abs():amax():item()
+print(("   compiled against eager: max |difference| / max |eager| = %.2g %s"):format(
+  diff, diff <= 1e-4 and "(within 1e-4)" or "(MORE than 1e-4: a bug)"))
+assert(diff <= 1e-4, "the compiled ResNet-50 differs from eager")
+
+-- 5. Time: medians with their spread; a verdict only above the noise.
+local te = fl.measure(m, {args = {x}, runs = 5})
+local tc = fl.measure(cm, {args = {x}, runs = 5})
+print(("5. eager %s, compiled %s"):format(tostring(te), tostring(tc)))
+print("   " .. fl.compare_times(tc, te, {names = {"compiled", "eager"}}).text)
+fl.report(cm, "resnet50/review.html", {checklist = false, title = "ResNet-50 from ONNX"})
+print("\nPictures and report written to resnet50/: captured.svg, fused.svg, review.html")
