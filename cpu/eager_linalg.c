@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "blas.h"
+#include "mm.h"
 
 #include "eager_impl.h"
 
@@ -111,6 +112,57 @@ static int mat_rows_fold(const mat *m) {
     want *= m->bshape[d];
   }
   return 1;
+}
+
+
+/* m as a oneDNN operand of rank nd (its batch dims aligned at the right,
+** missing ones of size 1). */
+static void mat_arg(const mat *m, int nd, cpu_mm_arg *o) {
+  int d, off = nd - 2 - m->nb;
+  o->p = m->base;
+  for (d = 0; d < nd - 2; d++) {
+    o->shape[d] = d < off ? 1 : m->bshape[d - off];
+    o->stride[d] = d < off ? 0 : m->bstride[d - off];
+  }
+  o->shape[nd - 2] = m->rows;
+  o->shape[nd - 1] = m->cols;
+  o->stride[nd - 2] = m->tr == CblasNoTrans ? m->ld : 1;
+  o->stride[nd - 1] = m->tr == CblasNoTrans ? 1 : m->ld;
+}
+
+/* The product through oneDNN: every batch in one call.  FL_EUNSUPPORTED
+** when it cannot (the caller runs sgemm); posts are the caller's
+** epilogue, or none. */
+static int matmul_mm(const mat *A, const mat *B, int nb, const int64_t *bs, float *y,
+                     int fold, const cpu_mm_post *posts, int npost, fl_err *e) {
+  cpu_mm m;
+  int d;
+  memset(&m, 0, sizeof m);
+  if (nb + 2 > CPU_MM_MAXD) return err_set(e, FL_EUNSUPPORTED, "matmul: too many batch dims");
+  if (fold) {
+    /* [batch..., M, K] @ [K, N]: one matrix of batch * M rows */
+    int64_t rows = A->rows;
+    for (d = 0; d < nb; d++) rows *= bs[d];
+    m.nd = 2;
+    mat_arg(B, 2, &m.b);
+    m.a.p = A->base;
+    m.a.shape[0] = rows; m.a.shape[1] = A->cols;
+    m.a.stride[0] = A->ld; m.a.stride[1] = 1;
+    m.dst.shape[0] = rows;
+  } else {
+    m.nd = nb + 2;
+    mat_arg(A, m.nd, &m.a);
+    mat_arg(B, m.nd, &m.b);
+    for (d = 0; d < nb; d++) m.dst.shape[d] = bs[d];
+    m.dst.shape[nb] = A->rows;
+  }
+  m.dst.shape[m.nd - 1] = B->cols;
+  m.dst.stride[m.nd - 1] = 1;
+  for (d = m.nd - 2; d >= 0; d--) m.dst.stride[d] = m.dst.stride[d + 1] * m.dst.shape[d + 1];
+  m.dst.p = y;
+  for (d = 0; d < npost; d++) m.post[d] = posts[d];
+  m.npost = npost;
+  return cpu_mm_run(&m, e);
 }
 
 static int too_big(const char *opname, int64_t M, int64_t N, int64_t K,
@@ -212,6 +264,14 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
     goto done;
   }
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { rc = FL_ENOMEM; goto done; }
+  if (cpu_mm_enabled()) {
+    fl_err e2;
+    err_clear(&e2);
+    if (matmul_mm(&A, &B, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), NULL, 0, &e2) == FL_OK) {
+      eager_out_done(out, yo);
+      goto done;
+    }
+  }
   if (B.nb == 0 && mat_rows_fold(&A)) {
     /* [batch..., M, K] @ [K, N]: one product of batch * M rows */
     cblas_sgemm(CblasRowMajor, A.tr, B.tr, (int)(M * Bt), (int)N, (int)K, 1.0f,
@@ -257,6 +317,24 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   if (!(xf = eager_f32(x, &xo, op_name(op), e))) goto done;
   if (b && !(bf = eager_f32(b, &bo, op_name(op), e))) goto done;
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) goto done;
+  if (IN > 0 && cpu_mm_enabled()) {
+    cpu_mm m;
+    fl_err e2;
+    memset(&m, 0, sizeof m);
+    err_clear(&e2);
+    m.nd = 2;
+    m.a.p = xf; m.a.shape[0] = rows; m.a.shape[1] = IN; m.a.stride[0] = IN; m.a.stride[1] = 1;
+    m.b.p = wf; m.b.shape[0] = IN; m.b.shape[1] = O;
+    m.b.stride[0] = tr == CblasNoTrans ? ld : 1;
+    m.b.stride[1] = tr == CblasNoTrans ? 1 : ld;
+    m.dst.p = y; m.dst.shape[0] = rows; m.dst.shape[1] = O; m.dst.stride[0] = O; m.dst.stride[1] = 1;
+    m.bias = bf;
+    if (cpu_mm_run(&m, &e2) == FL_OK) {
+      eager_out_done(out, yo);
+      rc = FL_OK;
+      goto done;
+    }
+  }
   if (bf)
     for (r = 0; r < rows; r++) memcpy(y + r * O, bf, (size_t)O * sizeof *y);
   if (!bf && IN == 0) memset(y, 0, (size_t)(rows * O) * sizeof *y);   /* may be a reused buffer */
