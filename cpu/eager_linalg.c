@@ -237,14 +237,17 @@ done:
   return rc;
 }
 
-int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
-                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+/* With posts (npost > 0): only through oneDNN into a float32 out, else
+** FL_EUNSUPPORTED with out untouched (the caller runs the epilogue). */
+static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
   mat A, B;
   int64_t M, K, N, bs[FL_MAX_DIMS], Bt = 1, bi;
   float *y, *yo = NULL;
   int nb, d, rc;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  (void)a;
+  if (npost && (out->m.dtype != FL_F32 || !cpu_mm_enabled()))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
   if (!dtype_is_float(in[0]->m.dtype)) return product_i64(op, in, nin, out, e);
   if ((rc = mat_prepare(in[0], 0, &A, op_name(op), e)) != FL_OK) return rc;
   if ((rc = mat_prepare(in[1], 1, &B, op_name(op), e)) != FL_OK) {
@@ -255,6 +258,10 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   nb = A.nb > B.nb ? A.nb : B.nb;
   for (d = 0; d < nb; d++) { bs[d] = out->m.shape[d]; Bt *= bs[d]; }
   rc = FL_OK;
+  if (npost && K == 0) {
+    rc = err_set(e, FL_EUNSUPPORTED, "%s: an empty sum takes no post-ops", op_name(op));
+    goto done;
+  }
   if (K == 0) {                          /* an empty sum: zeros (the buffer may be reused) */
     memset(ten_data(out), 0, (size_t)meta_numel(&out->m) * dtype_size(out->m.dtype));
     goto done;
@@ -267,10 +274,13 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   if (cpu_mm_enabled()) {
     fl_err e2;
     err_clear(&e2);
-    if (matmul_mm(&A, &B, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), NULL, 0, &e2) == FL_OK) {
+    if ((rc = matmul_mm(&A, &B, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
+        npost) {
+      if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
       goto done;
     }
+    rc = FL_OK;
   }
   if (B.nb == 0 && mat_rows_fold(&A)) {
     /* [batch..., M, K] @ [K, N]: one product of batch * M rows */
@@ -290,19 +300,26 @@ done:
   return rc;
 }
 
-/* y = x @ w^T + b: the bias is copied into every row first and sgemm adds
-** onto it (beta = 1). */
-int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
+int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
+  (void)a;
+  return matmul_posts(op, in, nin, NULL, 0, out, e);
+}
+
+/* y = x @ w^T + b: the bias is copied into every row first and sgemm adds
+** onto it (beta = 1); oneDNN adds it itself.  With posts as matmul_posts. */
+static int linear_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t IN = w->m.shape[1], O = w->m.shape[0], rows, r;
   const float *xf, *bf = NULL, *wf;
   float *xo = NULL, *bo = NULL, *wo = NULL, *yo = NULL, *y;
   enum CBLAS_TRANSPOSE tr;
   int64_t ld;
-  int rc = FL_ENOMEM;
+  int rc = FL_ENOMEM, d;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  (void)a;
+  if (npost && (out->m.dtype != FL_F32 || !cpu_mm_enabled() || IN == 0))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
   if (!dtype_is_float(x->m.dtype)) return product_i64(op, in, nin, out, e);
   rows = meta_numel(&out->m) / O;
   if (too_big(op_name(op), rows, O, IN, e)) return FL_EUNSUPPORTED;
@@ -329,11 +346,14 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
     m.b.stride[1] = tr == CblasNoTrans ? 1 : ld;
     m.dst.p = y; m.dst.shape[0] = rows; m.dst.shape[1] = O; m.dst.stride[0] = O; m.dst.stride[1] = 1;
     m.bias = bf;
-    if (cpu_mm_run(&m, &e2) == FL_OK) {
+    for (d = 0; d < npost; d++) m.post[d] = posts[d];
+    m.npost = npost;
+    if ((rc = cpu_mm_run(&m, &e2)) == FL_OK || npost) {
+      if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
-      rc = FL_OK;
       goto done;
     }
+    rc = FL_ENOMEM;
   }
   if (bf)
     for (r = 0; r < rows; r++) memcpy(y + r * O, bf, (size_t)O * sizeof *y);
@@ -346,6 +366,19 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
 done:
   free(xo); free(bo); free(wo);
   return rc;
+}
+
+int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  (void)a;
+  return linear_posts(op, in, nin, NULL, 0, out, e);
+}
+
+int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
+  if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
+  if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
+  return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
 }
 
 /* --- conv2d: im2col + sgemm ---------------------------------------------- */

@@ -48,6 +48,7 @@ static dnnl_stream_t stream;
 static int state;              /* 0 not tried, 1 ready, -1 oneDNN unusable */
 static entry *cache[NCACHE];
 static int ncache, next_evict;
+static int64_t ncalls, nposts;       /* under lock */
 
 static uint64_t hash_key(const key *k) {
   const unsigned char *p = (const unsigned char *)k;
@@ -215,16 +216,24 @@ int cpu_mm_enabled(void) {
   return on;
 }
 
-int cpu_mm_run(const cpu_mm *m, fl_err *e) {
+int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
   uint64_t h;
   entry *en = NULL;
+  cpu_mm mc;
+  const cpu_mm *m = m0;
   int i, rc = FL_OK;
   if (!cpu_mm_enabled())
     return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN is turned off (FUSELAB_MATMUL=blas)");
   if (m->nd < 2 || m->nd > CPU_MM_MAXD || m->npost > CPU_MM_MAXPOST)
     return err_set(e, FL_EUNSUPPORTED, "matmul: rank %d or %d post-ops are beyond oneDNN's path",
                    m->nd, m->npost);
+  for (i = 0; i < m0->npost; i++)
+    if (m0->post[i].like_dst) {
+      if (m == m0) { mc = *m0; m = &mc; }
+      memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
+      memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
+    }
   key_of(&k, m);
   h = hash_key(&k);
   pthread_mutex_lock(&lock);
@@ -261,9 +270,20 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
     if (dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) != dnnl_success ||
         dnnl_stream_wait(stream) != dnnl_success)
       rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN failed to run a product");
+    else {
+      ncalls++;
+      nposts += m->npost > 0;
+    }
   }
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts) {
+  pthread_mutex_lock(&lock);
+  *calls = ncalls;
+  *with_posts = nposts;
+  pthread_mutex_unlock(&lock);
 }
 
 const char *cpu_mm_describe(void) {
@@ -283,6 +303,8 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
   (void)m;
   return err_set(e, FL_EUNSUPPORTED, "matmul: built without oneDNN");
 }
+
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
 
 const char *cpu_mm_describe(void) { return "OpenBLAS sgemm (built without oneDNN)"; }
 

@@ -41,6 +41,8 @@ typedef struct cpu_mm_post {
   cpu_mm_pkind kind;                 /* what is applied to the running value */
   float alpha, beta;                 /* CPU_MM_AFFINE */
   cpu_mm_arg src;                    /* CPU_MM_ADD, CPU_MM_MUL */
+  int like_dst;                      /* 1: src is laid out as dst is (its
+                                        shape and strides are ignored) */
 } cpu_mm_post;
 
 /* dst = post_n(...post_1(a @ b + bias)) over nd dims: a [.., M, K],
@@ -61,6 +63,9 @@ int cpu_mm_enabled(void);
 ** that layout; the caller then computes it another way.  Primitives are
 ** made once per layout (shapes, strides, post-ops) and kept. */
 int cpu_mm_run(const cpu_mm *m, fl_err *e);
+/* Products run through oneDNN so far in this process, and how many of
+** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
 /* What products run on, in a sentence (fl.blas_info().matmul). */
 const char *cpu_mm_describe(void);
 

@@ -85,6 +85,81 @@ check("linear with a transposed weight", function(x, wt, b) return fl.linear(x, 
 -- an empty sum still writes zeros, a reused buffer included
 check("K = 0", mm, 1, fl.randn(3, 0), fl.randn(0, 4))
 
+-- Epilogues inside the library call (oneDNN post-ops, cpu/backend.c):
+-- compiled against the reference; `fused` says whether the product must
+-- have carried post-ops on both compiled calls (fl.blas_info().onednn_posts)
+-- or must have fallen back to the generated epilogue (the product's value
+-- read elsewhere, a broadcast residual, a division, too many steps).
+local function posts() return fl.blas_info().onednn_posts end
+local function check_post(name, fused, f, K, ...)
+  local ref = fl.capture(f, ...):run_reference(...)
+  local cf = fl.compile(f)
+  local p0 = posts()
+  local a = cf(...)
+  local b = cf(...)
+  local dp = posts() - p0
+  t.ok(close(a, ref, K) and close(b, ref, K), name .. ": compiled matches the reference")
+  if not blas_only then
+    if fused then t.ok(dp >= 2, name .. ": the epilogue ran inside the product (" .. dp .. " calls)")
+    else t.is(dp, 0, name .. ": the generated epilogue ran") end
+  end
+end
+local x, w, bb = fl.randn(12, 24), fl.randn(40, 24), fl.randn(40)
+local res, res3 = fl.randn(12, 40), fl.randn(3, 12, 40)
+local L = function(x, w, b) return fl.linear(x, w, b) end
+for _, c in ipairs{
+  {"relu", function(v) return fl.relu(v) end},
+  {"gelu", function(v) return fl.gelu(v) end},
+  {"gelu tanh", function(v) return fl.gelu(v, "tanh") end},
+  {"tanh", function(v) return v:tanh() end},
+  {"sigmoid", function(v) return v:sigmoid() end},
+  {"silu", function(v) return fl.silu(v) end},
+  {"exp", function(v) return (v * 0.1):exp() end},
+  {"* c", function(v) return v * 0.125 end},
+  {"+ c", function(v) return v + 3 end},
+  {"- c", function(v) return v - 2 end},
+  {"c - v", function(v) return 1 - v end},
+  {"gelu, * c, + c", function(v) return fl.gelu(v) * 0.5 + 1 end},
+} do
+  check_post("linear then " .. c[1], true, function(x, w, b) return c[2](L(x, w, b)) end, 24, x, w, bb)
+end
+check_post("residual + gelu(linear)", true, function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, 24, x, w, bb, res)
+check_post("linear * gate", true, function(x, w, b, r) return L(x, w, b) * r end, 24, x, w, bb, res)
+check_post("relu(linear + residual)", true, function(x, w, b, r) return fl.relu(L(x, w, b) + r) end, 24, x, w, bb, res)
+check_post("no bias, relu", true, function(x, w) return fl.relu(fl.linear(x, w)) end, 24, x, w)
+check_post("attention scores * scale", true, function(q, k) return q:matmul(k:transpose(-2, -1)) * 0.125 end, 64,
+           fl.randn(2, 4, 32, 64), fl.randn(2, 4, 32, 64))
+check_post("batched matmul + residual", true, function(a, b, r) return a:matmul(b) + r end, 9,
+           fl.randn(3, 5, 9), fl.randn(3, 9, 7), fl.randn(3, 5, 7))
+-- falls back: each of these must still be right
+check_post("product read twice", false, function(x, w, b) local v = L(x, w, b); return fl.relu(v) + v * 2 end, 24, x, w, bb)
+check_post("product also returned", false, function(x, w, b) local v = L(x, w, b); return v, fl.relu(v) end, 24, x, w, bb)
+check_post("broadcast residual", false, function(x, w, b, r) return L(x, w, b) + r end, 24, x, w, bb, res3)
+check_post("row-vector add", false, function(x, w, b, r) return L(x, w) + r end, 24, x, w, bb, fl.randn(40))
+check_post("division", false, function(x, w, b) return L(x, w, b) / 3 end, 24, x, w, bb)
+check_post("relu then five constants (one affine step)", true, function(x, w, b)
+  return ((((fl.relu(L(x, w, b)) + 1) * 2) - 3) * 0.5) + 4
+end, 24, x, w, bb)
+-- oneDNN 2.6 gives every linear post-op the first one's constants: two
+-- affine steps apart stay in the generated epilogue
+check_post("affine, relu, affine", false, function(x, w, b) return fl.relu(L(x, w, b) * 0.5) + 1 end, 24, x, w, bb)
+check_post("five activations", false, function(x, w, b)
+  return fl.relu(fl.relu(L(x, w, b)):tanh():sigmoid():exp())
+end, 24, x, w, bb)
+check_post("residual then gate", true, function(x, w, b, r, g) return (L(x, w, b) + r) * g end, 24, x, w, bb, res,
+           fl.randn(12, 40))
+check_post("an operand computed in the epilogue", false, function(x, w, b, r) return L(x, w, b) + r * 2 end, 24,
+           x, w, bb, res)
+do   -- symbolic batch: one compiled graph for several sizes
+  local cf = fl.compile(function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, {dynamic = true})
+  for _, n in ipairs{5, 9, 16} do
+    local xi, ri = fl.randn(n, 24), fl.randn(n, 40)
+    local f = function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end
+    local ref = fl.capture(f, xi, w, bb, ri):run_reference(xi, w, bb, ri)
+    t.ok(close(cf(xi, w, bb, ri), ref, 24), "dynamic batch " .. n .. ": residual + gelu(linear)")
+  end
+end
+
 if not blas_only then
   local exe = os.getenv("FUSELAB") or arg[-1]
   local script = arg and arg[0]
