@@ -414,6 +414,8 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
   }
   if (!r->vals[sid].st && (rc = exec_buffer(r, sid, &r->vals[sid], e)) != FL_OK) return rc;
   if (!ten_is_contiguous(&r->vals[sid])) return 0;
+  for (i = 0; i < nd->nin; i++)
+    if (ins[i] && ins[i]->st == r->vals[sid].st) return 0;
   memset(posts, 0, sizeof posts);
   for (i = 0; i < in->npost; i++) {
     posts[i].kind = in->post[i].kind;
@@ -425,6 +427,9 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
       if ((rc = exec_value(r, id, 1, e)) != FL_OK) return rc;
       t = &r->vals[id];
       if (t->m.dtype != FL_F32 || meta_numel(&t->m) != meta_numel(&r->metas[sid])) return 0;
+      /* oneDNN may accumulate partial sums in dst before it reads the
+      ** operand: never the same memory (a caller's output given in place) */
+      if (t->st == r->vals[sid].st) return 0;
       /* read at the store's indices: the store's own contiguous layout */
       posts[i].src.p = (const float *)ten_data(t);
       posts[i].like_dst = 1;
