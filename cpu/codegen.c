@@ -172,6 +172,12 @@ static void emit_step(gen *g, int i, int depth, int fast, int inloop) {
   case FKI_LOAD:
     ac = &g->k->acc[in->access];
     strbuf_printf(g->b, "const %s v%d = ", fk_value_type(dt), i);
+    if (ac->iota) {            /* the iota's element is its index */
+      strbuf_printf(g->b, "(%s)(", fk_value_type(dt));
+      index_expr(g, in->access, fast, inloop && (ac->full || g->k->kind != FK_REDUCE));
+      strbuf_printf(g->b, ");\n");
+      return;
+    }
     if (dt == FL_BF16) strbuf_printf(g->b, "fl_bf2f(");
     else if (dt != FL_F32) strbuf_printf(g->b, "(%s)", fk_value_type(dt));
     strbuf_printf(g->b, "p%d[", ac->buf);

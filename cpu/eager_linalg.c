@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "blas.h"
+#include "mm.h"
 
 #include "eager_impl.h"
 
@@ -113,6 +114,57 @@ static int mat_rows_fold(const mat *m) {
   return 1;
 }
 
+
+/* m as a oneDNN operand of rank nd (its batch dims aligned at the right,
+** missing ones of size 1). */
+static void mat_arg(const mat *m, int nd, cpu_mm_arg *o) {
+  int d, off = nd - 2 - m->nb;
+  o->p = m->base;
+  for (d = 0; d < nd - 2; d++) {
+    o->shape[d] = d < off ? 1 : m->bshape[d - off];
+    o->stride[d] = d < off ? 0 : m->bstride[d - off];
+  }
+  o->shape[nd - 2] = m->rows;
+  o->shape[nd - 1] = m->cols;
+  o->stride[nd - 2] = m->tr == CblasNoTrans ? m->ld : 1;
+  o->stride[nd - 1] = m->tr == CblasNoTrans ? 1 : m->ld;
+}
+
+/* The product through oneDNN: every batch in one call.  FL_EUNSUPPORTED
+** when it cannot (the caller runs sgemm); posts are the caller's
+** epilogue, or none. */
+static int matmul_mm(const mat *A, const mat *B, int nb, const int64_t *bs, float *y,
+                     int fold, const cpu_mm_post *posts, int npost, fl_err *e) {
+  cpu_mm m;
+  int d;
+  memset(&m, 0, sizeof m);
+  if (nb + 2 > CPU_MM_MAXD) return err_set(e, FL_EUNSUPPORTED, "matmul: too many batch dims");
+  if (fold) {
+    /* [batch..., M, K] @ [K, N]: one matrix of batch * M rows */
+    int64_t rows = A->rows;
+    for (d = 0; d < nb; d++) rows *= bs[d];
+    m.nd = 2;
+    mat_arg(B, 2, &m.b);
+    m.a.p = A->base;
+    m.a.shape[0] = rows; m.a.shape[1] = A->cols;
+    m.a.stride[0] = A->ld; m.a.stride[1] = 1;
+    m.dst.shape[0] = rows;
+  } else {
+    m.nd = nb + 2;
+    mat_arg(A, m.nd, &m.a);
+    mat_arg(B, m.nd, &m.b);
+    for (d = 0; d < nb; d++) m.dst.shape[d] = bs[d];
+    m.dst.shape[nb] = A->rows;
+  }
+  m.dst.shape[m.nd - 1] = B->cols;
+  m.dst.stride[m.nd - 1] = 1;
+  for (d = m.nd - 2; d >= 0; d--) m.dst.stride[d] = m.dst.stride[d + 1] * m.dst.shape[d + 1];
+  m.dst.p = y;
+  for (d = 0; d < npost; d++) m.post[d] = posts[d];
+  m.npost = npost;
+  return cpu_mm_run(&m, e);
+}
+
 static int too_big(const char *opname, int64_t M, int64_t N, int64_t K,
                    fl_err *e) {
   if (M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) return 0;
@@ -185,14 +237,17 @@ done:
   return rc;
 }
 
-int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
-                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+/* With posts (npost > 0): only through oneDNN into a float32 out, else
+** FL_EUNSUPPORTED with out untouched (the caller runs the epilogue). */
+static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
   mat A, B;
   int64_t M, K, N, bs[FL_MAX_DIMS], Bt = 1, bi;
   float *y, *yo = NULL;
   int nb, d, rc;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  (void)a;
+  if (npost && (out->m.dtype != FL_F32 || !cpu_mm_enabled()))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
   if (!dtype_is_float(in[0]->m.dtype)) return product_i64(op, in, nin, out, e);
   if ((rc = mat_prepare(in[0], 0, &A, op_name(op), e)) != FL_OK) return rc;
   if ((rc = mat_prepare(in[1], 1, &B, op_name(op), e)) != FL_OK) {
@@ -203,6 +258,10 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
   nb = A.nb > B.nb ? A.nb : B.nb;
   for (d = 0; d < nb; d++) { bs[d] = out->m.shape[d]; Bt *= bs[d]; }
   rc = FL_OK;
+  if (npost && K == 0) {
+    rc = err_set(e, FL_EUNSUPPORTED, "%s: an empty sum takes no post-ops", op_name(op));
+    goto done;
+  }
   if (K == 0) {                          /* an empty sum: zeros (the buffer may be reused) */
     memset(ten_data(out), 0, (size_t)meta_numel(&out->m) * dtype_size(out->m.dtype));
     goto done;
@@ -212,6 +271,17 @@ int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
     goto done;
   }
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { rc = FL_ENOMEM; goto done; }
+  if (cpu_mm_enabled()) {
+    fl_err e2;
+    err_clear(&e2);
+    if ((rc = matmul_mm(&A, &B, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
+        npost) {
+      if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
+      eager_out_done(out, yo);
+      goto done;
+    }
+    rc = FL_OK;
+  }
   if (B.nb == 0 && mat_rows_fold(&A)) {
     /* [batch..., M, K] @ [K, N]: one product of batch * M rows */
     cblas_sgemm(CblasRowMajor, A.tr, B.tr, (int)(M * Bt), (int)N, (int)K, 1.0f,
@@ -230,19 +300,26 @@ done:
   return rc;
 }
 
-/* y = x @ w^T + b: the bias is copied into every row first and sgemm adds
-** onto it (beta = 1). */
-int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
+int eager_matmul(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
+  (void)a;
+  return matmul_posts(op, in, nin, NULL, 0, out, e);
+}
+
+/* y = x @ w^T + b: the bias is copied into every row first and sgemm adds
+** onto it (beta = 1); oneDNN adds it itself.  With posts as matmul_posts. */
+static int linear_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t IN = w->m.shape[1], O = w->m.shape[0], rows, r;
   const float *xf, *bf = NULL, *wf;
   float *xo = NULL, *bo = NULL, *wo = NULL, *yo = NULL, *y;
   enum CBLAS_TRANSPOSE tr;
   int64_t ld;
-  int rc = FL_ENOMEM;
+  int rc = FL_ENOMEM, d;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  (void)a;
+  if (npost && (out->m.dtype != FL_F32 || !cpu_mm_enabled() || IN == 0))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
   if (!dtype_is_float(x->m.dtype)) return product_i64(op, in, nin, out, e);
   rows = meta_numel(&out->m) / O;
   if (too_big(op_name(op), rows, O, IN, e)) return FL_EUNSUPPORTED;
@@ -257,6 +334,27 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   if (!(xf = eager_f32(x, &xo, op_name(op), e))) goto done;
   if (b && !(bf = eager_f32(b, &bo, op_name(op), e))) goto done;
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) goto done;
+  if (IN > 0 && cpu_mm_enabled()) {
+    cpu_mm m;
+    fl_err e2;
+    memset(&m, 0, sizeof m);
+    err_clear(&e2);
+    m.nd = 2;
+    m.a.p = xf; m.a.shape[0] = rows; m.a.shape[1] = IN; m.a.stride[0] = IN; m.a.stride[1] = 1;
+    m.b.p = wf; m.b.shape[0] = IN; m.b.shape[1] = O;
+    m.b.stride[0] = tr == CblasNoTrans ? ld : 1;
+    m.b.stride[1] = tr == CblasNoTrans ? 1 : ld;
+    m.dst.p = y; m.dst.shape[0] = rows; m.dst.shape[1] = O; m.dst.stride[0] = O; m.dst.stride[1] = 1;
+    m.bias = bf;
+    for (d = 0; d < npost; d++) m.post[d] = posts[d];
+    m.npost = npost;
+    if ((rc = cpu_mm_run(&m, &e2)) == FL_OK || npost) {
+      if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
+      eager_out_done(out, yo);
+      goto done;
+    }
+    rc = FL_ENOMEM;
+  }
   if (bf)
     for (r = 0; r < rows; r++) memcpy(y + r * O, bf, (size_t)O * sizeof *y);
   if (!bf && IN == 0) memset(y, 0, (size_t)(rows * O) * sizeof *y);   /* may be a reused buffer */
@@ -268,6 +366,19 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
 done:
   free(xo); free(bo); free(wo);
   return rc;
+}
+
+int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
+                 const op_attrs *a, fl_tensor *out, fl_err *e) {
+  (void)a;
+  return linear_posts(op, in, nin, NULL, 0, out, e);
+}
+
+int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
+                        int npost, fl_tensor *out, fl_err *e) {
+  if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
+  if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
+  return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
 }
 
 /* --- conv2d: im2col + sgemm ---------------------------------------------- */

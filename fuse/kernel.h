@@ -70,6 +70,10 @@ typedef struct fk_access {
   int inner;           /* innermost stride seen by the plan: 1, 0, or -1 */
   int via_node, via_in;/* load: the edge (consumer node, input index) it was
                           derived from, replayed by fk_bind */
+  int iota;            /* load of a constant iota (element k holds k, int64
+                          or float32): the generators emit the index
+                          itself, no memory read -- a mask built from
+                          fl.arange compares loop indices */
   int rng;             /* 1: no buffer (buf -1): the element index of random
                           node `node`, strides as if it were stored
                           contiguously; its start block is a launch argument */

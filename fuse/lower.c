@@ -147,6 +147,7 @@ static int operand(builder *b, int node, int in, int64_t (*accst)[FL_MAX_DIMS + 
     if (na->buf < 0) { b->oom = 1; return -1; }
     na->via_node = node;
     na->via_in = in;
+    na->iota = ir_is_iota(&g->nodes[src]);   /* fl.arange: the index itself */
     for (d = k->nkept; d < D; d++) na->full |= st[d] != 0;
     memcpy(accst[a], st, sizeof st);
   }

@@ -89,6 +89,15 @@ static void emit_step(gen *g, int i, int depth, int inloop, int lane) {
     ac = &g->k->acc[in->access];
     strbuf_printf(g->b, "const %s v%d = ", fk_value_type(dt), i);
     if (is_anchor_load(g, in)) { strbuf_printf(g->b, "va;\n"); return; }
+    if (ac->iota) {            /* the iota's element is its index */
+      strbuf_printf(g->b, "(%s)(", fk_value_type(dt));
+      if (lane) strbuf_printf(g->b, "o%d%s);\n", in->access, ac->inner == 1 ? " + j + l" : "");
+      else {
+        index_expr(g, in->access, inloop && (ac->full || g->k->kind != FK_REDUCE));
+        strbuf_printf(g->b, ");\n");
+      }
+      return;
+    }
     if (lane && ac->inner == 1) { strbuf_printf(g->b, "L%d[l];\n", i); return; }
     if (lane) { strbuf_printf(g->b, "fl_ld(p%d + o%d);\n", ac->buf, in->access); return; }
     strbuf_printf(g->b, "fl_ld(p%d + ", ac->buf);
@@ -207,7 +216,7 @@ static void emit_pointwise(gen *g, int *vec) {
     strbuf_printf(g->b, "    /* 4-wide loads and stores where every address allows */\n");
     strbuf_printf(g->b, "    const bool vec = true");
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].inner == 1 && !k->acc[a].rng)
+      if (k->acc[a].inner == 1 && !k->acc[a].rng && !k->acc[a].iota)
         strbuf_printf(g->b, " && fl_al4(p%d + o%d)", k->acc[a].buf, a);
     strbuf_printf(g->b, ";\n");
     strbuf_printf(g->b, "    const fl_i64 nq = vec ? n%d / 4 : 0;\n", D - 1);
@@ -215,7 +224,7 @@ static void emit_pointwise(gen *g, int *vec) {
     strbuf_printf(g->b, "      const fl_i64 j = q * 4;\n");
     for (i = 0; i < k->ninstr; i++) {
       const fk_instr *in = &k->instr[i];
-      if (in->opc != FKI_LOAD || k->acc[in->access].inner != 1) continue;
+      if (in->opc != FKI_LOAD || k->acc[in->access].inner != 1 || k->acc[in->access].iota) continue;
       strbuf_printf(g->b, "      float L%d[4];\n", i);
       strbuf_printf(g->b, "      fl_ld4(L%d, p%d + o%d + j);\n", i, k->acc[in->access].buf, in->access);
     }

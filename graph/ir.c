@@ -109,6 +109,18 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e) {
   return add_value(g, IR_CONST, t, NULL, e);
 }
 
+int ir_is_iota(const ir_node *n) {
+  const fl_tensor *t = &n->value;
+  int64_t k, len;
+  if (n->kind != IR_CONST || !t->st || n->meta.ndim != 1 || t->m.device != FL_DEV_CPU) return 0;
+  if (t->m.dtype != FL_I64 && t->m.dtype != FL_F32) return 0;
+  len = n->meta.shape[0];
+  if (len < 2 || (t->m.dtype == FL_F32 && len > ((int64_t)1 << 24))) return 0;
+  for (k = 0; k < len; k++)
+    if (ten_get_i64(t, k) != k) return 0;
+  return 1;
+}
+
 /* Symbolic dims follow the values through every op, so a size Lua reads
 ** from any tensor of a capture is the expression it really is (the
 ** scores of attention are [B, h, T, T], not [2, 4, 7, 7]).  Right-aligned

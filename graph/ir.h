@@ -129,6 +129,12 @@ int ir_add_param(ir_graph *g, const fl_tensor *t, const char *name, fl_err *e);
 /* Rename node id (a copy is kept, control characters escaped as \xNN). */
 int ir_set_name(ir_graph *g, int id, const char *name, fl_err *e);
 int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e);
+/* Is node n a constant iota: 1-d, at least 2 long, int64 or float32 (below
+** 2^24), in host memory, element k holding k?  fl.arange under capture
+** records one; the code generators read its elements as the index itself
+** (a causal mask compares loop indices), and folding leaves ops over it
+** alone so that stays possible. */
+int ir_is_iota(const ir_node *n);
 /* Infers the node's metadata with op_infer; `where` and `scope` may be
 ** NULL. */
 int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,

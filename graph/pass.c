@@ -709,6 +709,10 @@ static int optimize_forward(rw *r) {
     if (r->rc) break;
     /* constant folding: evaluate with the reference interpreter now (not
     ** a random op: it draws anew at every run) */
+    /* ... but not over an iota: gt(arange(T)[:, None], arange(T)) costs
+    ** nothing as loop indices and a T x T table of loads folded */
+    for (k = 0; k < nd->nin && allconst; k++)
+      if (in[k] >= 0 && ir_is_iota(&r->g->nodes[in[k]])) allconst = 0;
     if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
         !(op_info_of(nd->op)->flags & OPF_RANDOM)) {
       const fl_tensor *args[64];

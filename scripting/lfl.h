@@ -38,6 +38,9 @@ typedef struct lfl_ud {
   int node;         /* its node in the segment's graph; -1 once computed */
   int out;          /* once computed: its output index in that segment's
                        graph (a replayed call finds it by seg and out) */
+  unsigned fresh;   /* made by fl.arange while trace `fresh` recorded: a
+                       constant of its graph (eager code makes it anew on
+                       every call), not a param bound by reference */
 } lfl_ud;
 #define lfl_ud_of(t) ((lfl_ud *)(t))
 #define lfl_islazy(t) (lfl_ud_of(t)->node >= 0)
@@ -87,6 +90,10 @@ void lfl_pushshape(lua_State *L, const fl_tensor *t);
 typedef struct lfl_trace lfl_trace;
 /* The trace recording now, or NULL (the common case: a plain load). */
 lfl_trace *lfl_trace_active(lua_State *L);
+/* Mark tensor t, just made by a factory (fl.arange), as the active trace's
+** own: it enters the graph as a constant.  No trace, or t not in host
+** memory: nothing (t is a param, as before). */
+void lfl_trace_mark_fresh(lua_State *L, fl_tensor *t);
 /* Record op into the active trace instead of running it; pushes the lazy
 ** result.  Raises shape errors exactly as eager execution would. */
 int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *const *in,

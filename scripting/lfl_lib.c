@@ -466,7 +466,9 @@ static int l_arange(lua_State *L) {
     else
       ten_set(t, k, s + (double)k * st);
   }
-  return lfl_place(L, dev);
+  lfl_place(L, dev);
+  lfl_trace_mark_fresh(L, lfl_totensor(L, -1));
+  return 1;
 }
 
 /* ---- fl.tensor{...}: nested tables -> a tensor ------------------------- */

@@ -15,6 +15,7 @@
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "cpu/blas.h"
+#include "cpu/mm.h"
 #include "fuse/plan.h"
 
 #define PLAN_TYPE "fl.Plan"
@@ -247,8 +248,10 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 
 /* ---- the cache ------------------------------------------------------------ */
 
-/* fl.blas_info() -> {config, core, was, why}: the BLAS kernels products
-** run on (cpu/blas.h), picked before the first product */
+/* fl.blas_info() -> {config, core, was, why, matmul}: the BLAS kernels
+** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
+** before the first product; matmul: what float32 products run on (cpu/mm.h),
+** onednn_calls / onednn_posts: how many ran there, with post-ops */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -257,6 +260,13 @@ static int l_blas_info(lua_State *L) {
   lua_pushstring(L, b.core); lua_setfield(L, -2, "core");
   if (b.was[0]) { lua_pushstring(L, b.was); lua_setfield(L, -2, "was"); }
   lua_pushstring(L, b.why); lua_setfield(L, -2, "why");
+  lua_pushstring(L, cpu_mm_describe()); lua_setfield(L, -2, "matmul");
+  {
+    int64_t calls, posts;
+    cpu_mm_counts(&calls, &posts);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
+    lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
+  }
   return 1;
 }
 

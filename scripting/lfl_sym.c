@@ -322,6 +322,7 @@ static int iota_narrow(lua_State *L, lfl_trace *tr, ir_graph *g, fl_dtype dt, fl
     iota = lfl_pushempty(L, &m, why);
     for (k = 0; k < cap; k++) ten_set_i64(iota, k, k);
     lfl_place(L, dev);                 /* where the values it meets live */
+    lfl_trace_mark_fresh(L, lfl_totensor(L, -1));   /* a constant: loop indices */
     lua_pushfstring(L, "iota %d %d %I", (int)dt, (int)dev, (lua_Integer)cap);
     lua_pushvalue(L, -2);
     lua_rawset(L, -4);

@@ -48,6 +48,12 @@ lfl_trace *lfl_trace_active(lua_State *L) {
   return tr->active ? tr : NULL;
 }
 
+void lfl_trace_mark_fresh(lua_State *L, fl_tensor *t) {
+  lfl_trace *tr = lfl_trace_active(L);
+  /* host memory only: replays compare a constant's values on the host */
+  if (tr && t && t->m.device == FL_DEV_CPU) lfl_ud_of(t)->fresh = tr->id;
+}
+
 static lfl_trace *checktrace(lua_State *L, int idx) {
   return (lfl_trace *)luaL_checkudata(L, idx, TRACE_TYPE);
 }
@@ -164,7 +170,8 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
   input = u->trace == tr->id || scalar_in;
   id = -1;
   if (tr->rec >= 0)
-    id = lfl_resume_leaf(L, tr, t, scalar_in ? STEP_SCALAR : input ? STEP_INPUT : STEP_PARAM);
+    id = lfl_resume_leaf(L, tr, t, scalar_in ? STEP_SCALAR : input ? STEP_INPUT :
+                         u->fresh == tr->id ? STEP_CONST : STEP_PARAM);
   if (id >= 0) {
     /* matched the record */
   } else if (input) {
@@ -172,6 +179,10 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
     ** number stays wrapped (weakest in type promotion, as in eager) */
     id = ir_add_input(tr->g, &t->m, NULL, &e);
     if (id >= 0) tr->g->nodes[id].meta.wrapped = t->m.wrapped;
+  } else if (u->fresh == tr->id) {
+    /* fl.arange inside the function: its values are fixed (an iota the
+    ** code generators turn into loop indices) */
+    id = ir_add_const(tr->g, t, &e);
   } else {
     id = ir_add_param(tr->g, t, NULL, &e);
   }

@@ -1,0 +1,311 @@
+/*
+** mm.c -- products through oneDNN's matmul (mm.h).  Invariant: a layout
+** (ranks, shapes, strides, bias, post-ops and their operands' layouts) is
+** made into a primitive once; the entry keeps the primitive, its memory
+** objects and its scratchpad, and a call only sets the data pointers and
+** executes.  A layout oneDNN refuses is remembered as refused, so the
+** caller's fallback costs no second attempt.  One lock covers lookup and
+** execution: the memory objects are per entry, and the products run on
+** every OpenMP thread anyway.
+*/
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mm.h"
+
+#ifdef HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* what makes two calls the same primitive: everything but the pointers */
+typedef struct key {
+  int nd, bias, npost;
+  int64_t dims[3 + CPU_MM_MAXPOST][2][CPU_MM_MAXD];   /* a, b, dst, posts: shape, stride */
+  int kind[CPU_MM_MAXPOST];
+  float ab[CPU_MM_MAXPOST][2];
+} key;
+
+typedef struct entry {
+  key k;
+  uint64_t hash;
+  int refused;                 /* oneDNN cannot make it: the caller falls back */
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[4 + CPU_MM_MAXPOST];  /* a, b, dst, bias, post operands */
+  dnnl_memory_t scratch;
+  void *scratch_buf;
+  int nargs;
+  dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
+} entry;
+
+#define NCACHE 256             /* layouts kept; past it the oldest goes */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static int state;              /* 0 not tried, 1 ready, -1 oneDNN unusable */
+static entry *cache[NCACHE];
+static int ncache, next_evict;
+static int64_t ncalls, nposts;       /* under lock */
+
+static uint64_t hash_key(const key *k) {
+  const unsigned char *p = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  size_t i;
+  for (i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static void entry_free(entry *en) {
+  int i;
+  if (!en) return;
+  if (en->prim) dnnl_primitive_destroy(en->prim);
+  for (i = 0; i < 4 + CPU_MM_MAXPOST; i++)
+    if (en->mem[i]) dnnl_memory_destroy(en->mem[i]);
+  if (en->scratch) dnnl_memory_destroy(en->scratch);
+  free(en->scratch_buf);
+  free(en);
+}
+
+static int md_of(dnnl_memory_desc_t *md, int nd, const int64_t *shape, const int64_t *stride) {
+  dnnl_dims_t d, s;
+  int i;
+  for (i = nd - 1; i >= 0; i--) {
+    int j;
+    d[i] = shape[i];
+    s[i] = stride[i];
+    if (shape[i] != 1) continue;
+    /* a size-1 dim's stride means nothing; oneDNN wants one past the
+    ** dims inside it */
+    for (s[i] = 1, j = i + 1; j < nd; j++)
+      if (d[j] * s[j] > s[i]) s[i] = d[j] * s[j];
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, d, dnnl_f32, s) == dnnl_success;
+}
+
+static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
+  *alpha = 0.0f; *beta = 0.0f;
+  switch (kind) {
+  case CPU_MM_RELU: return dnnl_eltwise_relu;
+  case CPU_MM_GELU_ERF: return dnnl_eltwise_gelu_erf;
+  case CPU_MM_GELU_TANH: return dnnl_eltwise_gelu_tanh;
+  case CPU_MM_TANH: return dnnl_eltwise_tanh;
+  case CPU_MM_SIGMOID: return dnnl_eltwise_logistic;
+  case CPU_MM_SILU: *alpha = 1.0f; return dnnl_eltwise_swish;
+  case CPU_MM_EXP: return dnnl_eltwise_exp;
+  default: return dnnl_eltwise_linear;
+  }
+}
+
+/* Make the primitive of en->k (the call m gives the layouts). */
+static void entry_make(entry *en, const cpu_mm *m) {
+  dnnl_memory_desc_t amd, bmd, cmd, biasmd, pmd[CPU_MM_MAXPOST];
+  const dnnl_memory_desc_t *smd;
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  int nd = m->nd, i, ok = 0;
+  en->refused = 1;
+  if (!md_of(&amd, nd, m->a.shape, m->a.stride) || !md_of(&bmd, nd, m->b.shape, m->b.stride) ||
+      !md_of(&cmd, nd, m->dst.shape, m->dst.stride))
+    return;
+  if (m->bias) {
+    int64_t bs[CPU_MM_MAXD], bst[CPU_MM_MAXD];
+    for (i = 0; i < nd; i++) { bs[i] = 1; bst[i] = 0; }
+    bs[nd - 1] = m->dst.shape[nd - 1];
+    bst[nd - 1] = 1;
+    if (!md_of(&biasmd, nd, bs, bst)) return;
+  }
+  if (dnnl_matmul_desc_init(&desc, &amd, &bmd, m->bias ? &biasmd : NULL, &cmd) != dnnl_success) return;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return;
+  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) goto done;
+  if (m->npost) {
+    if (dnnl_post_ops_create(&ops) != dnnl_success) goto done;
+    for (i = 0; i < m->npost; i++) {
+      const cpu_mm_post *p = &m->post[i];
+      if (p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) {
+        if (!md_of(&pmd[i], nd, p->src.shape, p->src.stride) ||
+            dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul,
+                                        &pmd[i]) != dnnl_success)
+          goto done;
+      } else {
+        float al, be;
+        dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
+        if (p->kind == CPU_MM_AFFINE) { al = p->alpha; be = p->beta; }
+        if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
+      }
+    }
+    if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) goto done;
+  }
+  if (dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) { pd = NULL; goto done; }
+  if (dnnl_primitive_create(&en->prim, pd) != dnnl_success) { en->prim = NULL; goto done; }
+#define MEM(slot, mdp, argid) do { \
+    if (dnnl_memory_create(&en->mem[slot], (mdp), engine, DNNL_MEMORY_NONE) != dnnl_success) { \
+      en->mem[slot] = NULL; goto done; } \
+    en->args[en->nargs].arg = (argid); en->args[en->nargs++].memory = en->mem[slot]; } while (0)
+  MEM(0, &amd, DNNL_ARG_SRC);
+  MEM(1, &bmd, DNNL_ARG_WEIGHTS);
+  MEM(2, &cmd, DNNL_ARG_DST);
+  if (m->bias) MEM(3, &biasmd, DNNL_ARG_BIAS);
+  for (i = 0; i < m->npost; i++)
+    if (m->post[i].kind == CPU_MM_ADD || m->post[i].kind == CPU_MM_MUL)
+      MEM(4 + i, &pmd[i], DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1);
+#undef MEM
+  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+    size_t n = dnnl_memory_desc_get_size(smd);
+    if (!(en->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
+    if (dnnl_memory_create(&en->scratch, smd, engine, en->scratch_buf) != dnnl_success) {
+      en->scratch = NULL;
+      goto done;
+    }
+    en->args[en->nargs].arg = DNNL_ARG_SCRATCHPAD;
+    en->args[en->nargs++].memory = en->scratch;
+  }
+  ok = 1;
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  en->refused = !ok;
+}
+
+static void key_of(key *k, const cpu_mm *m) {
+  const cpu_mm_arg *ops[3];
+  int i, j;
+  memset(k, 0, sizeof *k);
+  k->nd = m->nd;
+  k->bias = m->bias != NULL;
+  k->npost = m->npost;
+  ops[0] = &m->a; ops[1] = &m->b; ops[2] = &m->dst;
+  for (i = 0; i < 3 + m->npost; i++) {
+    const cpu_mm_arg *o = i < 3 ? ops[i] : &m->post[i - 3].src;
+    if (i >= 3 && m->post[i - 3].kind != CPU_MM_ADD && m->post[i - 3].kind != CPU_MM_MUL) continue;
+    for (j = 0; j < m->nd; j++) {
+      k->dims[i][0][j] = o->shape[j];
+      k->dims[i][1][j] = o->shape[j] == 1 ? 0 : o->stride[j];
+    }
+  }
+  for (i = 0; i < m->npost; i++) {
+    k->kind[i] = m->post[i].kind;
+    if (m->post[i].kind == CPU_MM_AFFINE) {
+      k->ab[i][0] = m->post[i].alpha;
+      k->ab[i][1] = m->post[i].beta;
+    }
+  }
+}
+
+static int start(void) {
+  if (state) return state > 0;
+  state = -1;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return 0;
+  if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) return 0;
+  state = 1;
+  return 1;
+}
+
+int cpu_mm_enabled(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("FUSELAB_MATMUL");
+    on = !(v && strcmp(v, "blas") == 0);
+  }
+  return on;
+}
+
+int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
+  key k;
+  uint64_t h;
+  entry *en = NULL;
+  cpu_mm mc;
+  const cpu_mm *m = m0;
+  int i, rc = FL_OK;
+  if (!cpu_mm_enabled())
+    return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN is turned off (FUSELAB_MATMUL=blas)");
+  if (m->nd < 2 || m->nd > CPU_MM_MAXD || m->npost > CPU_MM_MAXPOST)
+    return err_set(e, FL_EUNSUPPORTED, "matmul: rank %d or %d post-ops are beyond oneDNN's path",
+                   m->nd, m->npost);
+  for (i = 0; i < m0->npost; i++)
+    if (m0->post[i].like_dst) {
+      if (m == m0) { mc = *m0; m = &mc; }
+      memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
+      memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
+    }
+  key_of(&k, m);
+  h = hash_key(&k);
+  pthread_mutex_lock(&lock);
+  if (!start()) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN has no CPU engine here");
+  }
+  for (i = 0; i < ncache; i++)
+    if (cache[i]->hash == h && memcmp(&cache[i]->k, &k, sizeof k) == 0) { en = cache[i]; break; }
+  if (!en) {
+    if (!(en = calloc(1, sizeof *en))) {
+      pthread_mutex_unlock(&lock);
+      return err_set(e, FL_ENOMEM, "matmul: cannot allocate a primitive cache entry");
+    }
+    en->k = k;
+    en->hash = h;
+    entry_make(en, m);
+    if (ncache < NCACHE) cache[ncache++] = en;
+    else {
+      entry_free(cache[next_evict]);
+      cache[next_evict] = en;
+      next_evict = (next_evict + 1) % NCACHE;
+    }
+  }
+  if (en->refused) {
+    rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN refuses this layout");
+  } else {
+    dnnl_memory_set_data_handle(en->mem[0], (void *)m->a.p);
+    dnnl_memory_set_data_handle(en->mem[1], (void *)m->b.p);
+    dnnl_memory_set_data_handle(en->mem[2], m->dst.p ? (void *)m->dst.p : NULL);
+    if (m->bias) dnnl_memory_set_data_handle(en->mem[3], (void *)m->bias);
+    for (i = 0; i < m->npost; i++)
+      if (en->mem[4 + i]) dnnl_memory_set_data_handle(en->mem[4 + i], (void *)m->post[i].src.p);
+    if (dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) != dnnl_success ||
+        dnnl_stream_wait(stream) != dnnl_success)
+      rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN failed to run a product");
+    else {
+      ncalls++;
+      nposts += m->npost > 0;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts) {
+  pthread_mutex_lock(&lock);
+  *calls = ncalls;
+  *with_posts = nposts;
+  pthread_mutex_unlock(&lock);
+}
+
+const char *cpu_mm_describe(void) {
+  static char buf[160];
+  const dnnl_version_t *v = dnnl_version();
+  if (!cpu_mm_enabled()) return "OpenBLAS sgemm (FUSELAB_MATMUL=blas)";
+  snprintf(buf, sizeof buf, "oneDNN %d.%d.%d matmul (kernels chosen by the CPU's features)",
+           v->major, v->minor, v->patch);
+  return buf;
+}
+
+#else /* no oneDNN in this build */
+
+int cpu_mm_enabled(void) { return 0; }
+
+int cpu_mm_run(const cpu_mm *m, fl_err *e) {
+  (void)m;
+  return err_set(e, FL_EUNSUPPORTED, "matmul: built without oneDNN");
+}
+
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
+
+const char *cpu_mm_describe(void) { return "OpenBLAS sgemm (built without oneDNN)"; }
+
+#endif

@@ -1,0 +1,72 @@
+/*
+** mm.h -- float32 products through oneDNN's matmul primitive, with their
+** elementwise epilogue run inside the same call (post-ops).
+**
+** Why oneDNN and not sgemm: measured on the products the models run
+** (bench/matmul_libs.c, 2 threads, an AVX-512 Xeon, results in
+** bench/RESULTS.md), oneDNN 2.6 is 1.1-1.4x faster than OpenBLAS 0.3.21's
+** best (SkylakeX) kernels on the linear layers, 2.7-2.9x on attention's
+** batched 128x128x64 products (one call for all heads, where sgemm runs one
+** call per matrix), and it picks its kernels from the CPU's feature bits,
+** so a CPU OpenBLAS does not know (OPENBLAS_CORETYPE=Prescott emulates one:
+** 6-8x slower) costs nothing.  OpenBLAS stays for convolutions, integer-free
+** fallbacks, and a build without oneDNN (cpu_mm_run then says so and the
+** caller runs sgemm).
+*/
+#ifndef FL_CPU_MM_H
+#define FL_CPU_MM_H
+
+#include <stdint.h>
+
+#include "../graph/err.h"
+
+#define CPU_MM_MAXD 8        /* rank of every operand (batch dims + 2) */
+#define CPU_MM_MAXPOST 4
+
+/* one strided float32 operand, all CPU_MM operands share one rank nd */
+typedef struct cpu_mm_arg {
+  const float *p;                    /* element 0 */
+  int64_t shape[CPU_MM_MAXD];        /* size-1 batch dims broadcast */
+  int64_t stride[CPU_MM_MAXD];       /* in elements */
+} cpu_mm_arg;
+
+typedef enum cpu_mm_pkind {
+  CPU_MM_RELU, CPU_MM_GELU_ERF, CPU_MM_GELU_TANH, CPU_MM_TANH, CPU_MM_SIGMOID,
+  CPU_MM_SILU, CPU_MM_EXP,
+  CPU_MM_AFFINE,                     /* alpha * x + beta */
+  CPU_MM_ADD, CPU_MM_MUL             /* with a tensor (src), broadcast to dst */
+} cpu_mm_pkind;
+
+typedef struct cpu_mm_post {
+  cpu_mm_pkind kind;                 /* what is applied to the running value */
+  float alpha, beta;                 /* CPU_MM_AFFINE */
+  cpu_mm_arg src;                    /* CPU_MM_ADD, CPU_MM_MUL */
+  int like_dst;                      /* 1: src is laid out as dst is (its
+                                        shape and strides are ignored) */
+} cpu_mm_post;
+
+/* dst = post_n(...post_1(a @ b + bias)) over nd dims: a [.., M, K],
+** b [.., K, N], dst [.., M, N]; bias, when given, is N floats added to
+** every row.  Shapes of a and b batch dims are equal to dst's or 1. */
+typedef struct cpu_mm {
+  int nd;
+  cpu_mm_arg a, b, dst;
+  const float *bias;                 /* N floats, or NULL */
+  int npost;
+  cpu_mm_post post[CPU_MM_MAXPOST];
+} cpu_mm;
+
+/* 1 when products run through oneDNN: built with it, and not turned off
+** by FUSELAB_MATMUL=blas (to measure the difference). */
+int cpu_mm_enabled(void);
+/* Run m.  FL_EUNSUPPORTED (e set) when this build or oneDNN cannot run
+** that layout; the caller then computes it another way.  Primitives are
+** made once per layout (shapes, strides, post-ops) and kept. */
+int cpu_mm_run(const cpu_mm *m, fl_err *e);
+/* Products run through oneDNN so far in this process, and how many of
+** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
+/* What products run on, in a sentence (fl.blas_info().matmul). */
+const char *cpu_mm_describe(void);
+
+#endif

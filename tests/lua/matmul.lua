@@ -1,0 +1,174 @@
+-- matmul.lua -- float32 products through oneDNN (cpu/mm.c) against the
+-- reference interpreter, eager and compiled: batched products in one call,
+-- broadcast batch dims, transposed and strided operands, float16 and
+-- bfloat16 operands (converted to float32 first), linear with and without
+-- bias.  Tolerance: |x - ref| <= 1e-5 + 1e-5 * sqrt(K) * (|ref| + 1), the
+-- float32 rounding of a K-term sum of unit-sized products in any order,
+-- plus one unit of a float16 / bfloat16 result's rounding.
+-- The same cases run again with FUSELAB_MATMUL=blas (sgemm) in a child.
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+local blas_only = os.getenv("FUSELAB_MATMUL") == "blas"
+local info = fl.blas_info().matmul
+t.ok(type(info) == "string" and info ~= "", "fl.blas_info().matmul says what products run on: " .. tostring(info))
+
+-- a float16 or bfloat16 result adds one unit in the last place of its
+-- own rounding (the two sides may round a tie differently)
+local ulp = {float16 = 2 ^ -10, bfloat16 = 2 ^ -7}
+local function close(x, ref, K)
+  local tol = 1e-5 * math.sqrt(K) + (ulp[ref.dtype] or 0)
+  return fl.allclose(x:to("float32"), ref:to("float32"), tol, 1e-5 + tol)
+end
+
+local function check(name, f, K, ...)
+  local args = {...}
+  local ref = fl.capture(f, ...):run_reference(...)
+  t.ok(close(f(...), ref, K), name .. ": eager")
+  local cf = fl.compile(f)
+  t.ok(close(cf(...), ref, K), name .. ": compiled")
+  t.ok(close(cf(table.unpack(args)), ref, K), name .. ": compiled, second call")
+end
+
+fl.manual_seed(7)
+local mm = function(a, b) return a:matmul(b) end
+local mmT = function(a, b) return a:matmul(b:transpose(-2, -1)) end
+local shapes = {
+  {{67, 45}, {45, 33}}, {{1, 5}, {5, 1}}, {{3, 1}, {1, 4}}, {{128, 64}, {64, 128}},
+  {{2, 3, 17, 9}, {9, 11}},            -- batch folded into rows
+  {{8, 128, 64}, {8, 64, 128}},        -- attention-sized, all heads in one call
+  {{2, 4, 128, 64}, {2, 4, 64, 32}},
+  {{2, 1, 5, 6}, {1, 3, 6, 7}},        -- broadcast batch dims both ways
+  {{5, 6}, {4, 6, 3}},                 -- a 2-d left operand against a batch
+  {{3, 2, 5, 6}, {6, 2}},
+  {{7}, {7, 3}}, {{4, 7}, {7}}, {{2, 3, 7}, {7}},   -- 1-d operands
+}
+for _, s in ipairs(shapes) do
+  local a, b = fl.randn(table.unpack(s[1])), fl.randn(table.unpack(s[2]))
+  local K = s[1][#s[1]]
+  check(("matmul %s @ %s"):format(table.concat(s[1], "x"), table.concat(s[2], "x")), mm, K, a, b)
+end
+-- transposed operands: q @ k^T as attention writes it, and a^T @ b
+local q, k = fl.randn(2, 4, 128, 64), fl.randn(2, 4, 128, 64)
+check("q @ k^T [2,4,128,64]", mmT, 64, q, k)
+check("a^T @ b", function(a, b) return a:transpose(1, 2):matmul(b) end, 40, fl.randn(40, 30), fl.randn(40, 20))
+check("a^T @ b^T, batched", function(a, b) return a:transpose(-2, -1):matmul(b:transpose(-2, -1)) end, 9,
+      fl.randn(3, 9, 5), fl.randn(3, 7, 9))
+-- per-head views of one [B, T, H, D] tensor: strided batch dims, no copy
+check("heads as strided views", function(x, y)
+  local a = x:reshape(2, 16, 4, 8):transpose(2, 3)
+  local b = y:reshape(2, 16, 4, 8):transpose(2, 3)
+  return a:matmul(b:transpose(-2, -1))
+end, 8, fl.randn(2, 16, 32), fl.randn(2, 16, 32))
+-- expanded (stride-0) batch operands
+check("expanded batch operand", function(a, b) return a:expand(4, 6, 5):matmul(b) end, 5,
+      fl.randn(1, 6, 5), fl.randn(4, 5, 3))
+-- narrow dtypes are converted to float32 first
+for _, dt in ipairs{"float16", "bfloat16"} do
+  local a, b = fl.randn(3, 20, 24):to(dt), fl.randn(24, 10):to(dt)
+  check("matmul " .. dt, mm, 24, a, b)
+  check("linear " .. dt, function(x, w, bb) return fl.linear(x, w, bb) end, 24,
+        fl.randn(6, 24):to(dt), fl.randn(12, 24):to(dt), fl.randn(12):to(dt))
+end
+-- linear with and without bias, 2-d and 3-d inputs, a transposed weight
+local lin = function(x, w, b) return fl.linear(x, w, b) end
+local lin0 = function(x, w) return fl.linear(x, w) end
+for _, s in ipairs{{{64, 128}, 256}, {{5, 7, 32}, 16}, {{1, 3}, 1}, {{9, 1}, 4}} do
+  local x = fl.randn(table.unpack(s[1]))
+  local IN = s[1][#s[1]]
+  local w, b = fl.randn(s[2], IN), fl.randn(s[2])
+  check(("linear %s -> %d"):format(table.concat(s[1], "x"), s[2]), lin, IN, x, w, b)
+  check(("linear %s -> %d, no bias"):format(table.concat(s[1], "x"), s[2]), lin0, IN, x, w)
+end
+check("linear with a transposed weight", function(x, wt, b) return fl.linear(x, wt:transpose(1, 2), b) end, 24,
+      fl.randn(10, 24), fl.randn(24, 12), fl.randn(12))
+-- an empty sum still writes zeros, a reused buffer included
+check("K = 0", mm, 1, fl.randn(3, 0), fl.randn(0, 4))
+
+-- Epilogues inside the library call (oneDNN post-ops, cpu/backend.c):
+-- compiled against the reference; `fused` says whether the product must
+-- have carried post-ops on both compiled calls (fl.blas_info().onednn_posts)
+-- or must have fallen back to the generated epilogue (the product's value
+-- read elsewhere, a broadcast residual, a division, too many steps).
+local function posts() return fl.blas_info().onednn_posts end
+local function check_post(name, fused, f, K, ...)
+  local ref = fl.capture(f, ...):run_reference(...)
+  local cf = fl.compile(f)
+  local p0 = posts()
+  local a = cf(...)
+  local b = cf(...)
+  local dp = posts() - p0
+  t.ok(close(a, ref, K) and close(b, ref, K), name .. ": compiled matches the reference")
+  if not blas_only then
+    if fused then t.ok(dp >= 2, name .. ": the epilogue ran inside the product (" .. dp .. " calls)")
+    else t.is(dp, 0, name .. ": the generated epilogue ran") end
+  end
+end
+local x, w, bb = fl.randn(12, 24), fl.randn(40, 24), fl.randn(40)
+local res, res3 = fl.randn(12, 40), fl.randn(3, 12, 40)
+local L = function(x, w, b) return fl.linear(x, w, b) end
+for _, c in ipairs{
+  {"relu", function(v) return fl.relu(v) end},
+  {"gelu", function(v) return fl.gelu(v) end},
+  {"gelu tanh", function(v) return fl.gelu(v, "tanh") end},
+  {"tanh", function(v) return v:tanh() end},
+  {"sigmoid", function(v) return v:sigmoid() end},
+  {"silu", function(v) return fl.silu(v) end},
+  {"exp", function(v) return (v * 0.1):exp() end},
+  {"* c", function(v) return v * 0.125 end},
+  {"+ c", function(v) return v + 3 end},
+  {"- c", function(v) return v - 2 end},
+  {"c - v", function(v) return 1 - v end},
+  {"gelu, * c, + c", function(v) return fl.gelu(v) * 0.5 + 1 end},
+} do
+  check_post("linear then " .. c[1], true, function(x, w, b) return c[2](L(x, w, b)) end, 24, x, w, bb)
+end
+check_post("residual + gelu(linear)", true, function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, 24, x, w, bb, res)
+check_post("linear * gate", true, function(x, w, b, r) return L(x, w, b) * r end, 24, x, w, bb, res)
+check_post("relu(linear + residual)", true, function(x, w, b, r) return fl.relu(L(x, w, b) + r) end, 24, x, w, bb, res)
+check_post("no bias, relu", true, function(x, w) return fl.relu(fl.linear(x, w)) end, 24, x, w)
+check_post("attention scores * scale", true, function(q, k) return q:matmul(k:transpose(-2, -1)) * 0.125 end, 64,
+           fl.randn(2, 4, 32, 64), fl.randn(2, 4, 32, 64))
+check_post("batched matmul + residual", true, function(a, b, r) return a:matmul(b) + r end, 9,
+           fl.randn(3, 5, 9), fl.randn(3, 9, 7), fl.randn(3, 5, 7))
+-- falls back: each of these must still be right
+check_post("product read twice", false, function(x, w, b) local v = L(x, w, b); return fl.relu(v) + v * 2 end, 24, x, w, bb)
+check_post("product also returned", false, function(x, w, b) local v = L(x, w, b); return v, fl.relu(v) end, 24, x, w, bb)
+check_post("broadcast residual", false, function(x, w, b, r) return L(x, w, b) + r end, 24, x, w, bb, res3)
+check_post("row-vector add", false, function(x, w, b, r) return L(x, w) + r end, 24, x, w, bb, fl.randn(40))
+check_post("division", false, function(x, w, b) return L(x, w, b) / 3 end, 24, x, w, bb)
+check_post("relu then five constants (one affine step)", true, function(x, w, b)
+  return ((((fl.relu(L(x, w, b)) + 1) * 2) - 3) * 0.5) + 4
+end, 24, x, w, bb)
+-- oneDNN 2.6 gives every linear post-op the first one's constants: two
+-- affine steps apart stay in the generated epilogue
+check_post("affine, relu, affine", false, function(x, w, b) return fl.relu(L(x, w, b) * 0.5) + 1 end, 24, x, w, bb)
+check_post("five activations", false, function(x, w, b)
+  return fl.relu(fl.relu(L(x, w, b)):tanh():sigmoid():exp())
+end, 24, x, w, bb)
+check_post("residual then gate", true, function(x, w, b, r, g) return (L(x, w, b) + r) * g end, 24, x, w, bb, res,
+           fl.randn(12, 40))
+check_post("an operand computed in the epilogue", false, function(x, w, b, r) return L(x, w, b) + r * 2 end, 24,
+           x, w, bb, res)
+do   -- symbolic batch: one compiled graph for several sizes
+  local cf = fl.compile(function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, {dynamic = true})
+  for _, n in ipairs{5, 9, 16} do
+    local xi, ri = fl.randn(n, 24), fl.randn(n, 40)
+    local f = function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end
+    local ref = fl.capture(f, xi, w, bb, ri):run_reference(xi, w, bb, ri)
+    t.ok(close(cf(xi, w, bb, ri), ref, 24), "dynamic batch " .. n .. ": residual + gelu(linear)")
+  end
+end
+
+if not blas_only then
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local script = arg and arg[0]
+  local p = assert(io.popen(("FUSELAB_MATMUL=blas %s %s 2>&1"):format(exe, script)))
+  local out = p:read("a")
+  p:close()
+  local fails = 0
+  for line in out:gmatch("[^\n]+") do if line:match("^not ok") then fails = fails + 1; t.diag(line) end end
+  t.ok(out:match("\nok") and fails == 0, "the same cases on sgemm (FUSELAB_MATMUL=blas): " .. fails .. " failed")
+  t.ok(out:find("FUSELAB_MATMUL=blas", 1, true) ~= nil, "and fl.blas_info().matmul says so")
+end
+t.done()
