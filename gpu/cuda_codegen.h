@@ -68,12 +68,15 @@ enum {
   CUC_WS = 18,                /* 4 strides of w, then offset */
   CUC_WO = 22,
   CUC_HASBIAS = 23, CUC_SBIAS, CUC_OBIAS,
+  CUC_PB = 26, CUC_PR, CUC_DH, CUC_DW, CUC_G,   /* pads bottom, right; dilation; groups */
   CUC_COUNT
 };
 /* max_pool2d / avg_pool2d */
 enum {
   CUP_C = 0, CUP_H, CUP_W, CUP_OH, CUP_OW, CUP_KH, CUP_KW, CUP_SH, CUP_SW,
-  CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15, CUP_COUNT
+  CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15,
+  CUP_PB = 16, CUP_PR, CUP_DH, CUP_DW, CUP_CIP,  /* pads bottom, right; dilation; count_include_pad */
+  CUP_COUNT
 };
 /* embedding: index tensor of up to 8 dims, weight [V, D] */
 enum {

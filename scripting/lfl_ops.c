@@ -423,18 +423,83 @@ static int opts_index(lua_State *L, int idx, const char *const *keys,
   return idx;
 }
 
-/* fl.conv2d(x, w [, b] [, {stride=, padding=}]); the options may stand
-** in the bias slot. */
+/* padding = n, {h, w} or {top, left, bottom, right} into out[0..3] as
+** top, left, bottom, right (ops.def's order for conv2d and the pools). */
+static void pad4_field(lua_State *L, int idx, int64_t *out, const char *what) {
+  int i, n = 0, ty;
+  lua_Integer v[4] = {0, 0, 0, 0};
+  if (idx == 0) lua_pushnil(L);
+  else lua_getfield(L, idx, "padding");
+  ty = lua_type(L, -1);
+  if (ty == LUA_TNUMBER) {
+    n = 1;
+  } else if (ty == LUA_TTABLE && !lfl_istensor(L, -1) &&
+             (lua_rawlen(L, -1) == 2 || lua_rawlen(L, -1) == 4)) {
+    n = (int)lua_rawlen(L, -1);
+  } else if (ty != LUA_TNIL) {
+    luaL_error(L, "%s: padding must be a number, a pair {h, w} or {top, left, "
+               "bottom, right}, got %s", what,
+               ty == LUA_TTABLE ? "a table of another length" : lfl_typename(L, -1));
+  }
+  for (i = 0; i < n; i++) {
+    int ok;
+    if (ty == LUA_TTABLE) lua_rawgeti(L, -1, i + 1);
+    else lua_pushvalue(L, -1);
+    v[i] = lua_tointegerx(L, -1, &ok);
+    if (!ok)
+      luaL_error(L, "%s: padding must be integers, got %s", what,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : lfl_typename(L, -1));
+    if (v[i] < 0) luaL_error(L, "%s: padding must be >= 0, got %I", what, v[i]);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (n == 1) v[1] = v[2] = v[3] = v[0];
+  if (n == 2) { v[2] = v[0]; v[3] = v[1]; }
+  for (i = 0; i < 4; i++) out[i] = (int64_t)v[i];
+}
+
+/* A boolean option (absent: dflt). */
+static int bool_field(lua_State *L, int idx, const char *key, int dflt, const char *what) {
+  int r = dflt;
+  if (idx == 0) return dflt;
+  lua_getfield(L, idx, key);
+  if (lua_type(L, -1) == LUA_TBOOLEAN) r = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    luaL_error(L, "%s: %s must be a boolean, got %s", what, key, lfl_typename(L, -1));
+  lua_pop(L, 1);
+  return r;
+}
+
+/* An integer option >= min (absent: dflt). */
+static int64_t int_field(lua_State *L, int idx, const char *key, int64_t dflt,
+                         int64_t min, const char *what) {
+  lua_Integer v = dflt;
+  int ok;
+  if (idx == 0) return dflt;
+  lua_getfield(L, idx, key);
+  if (!lua_isnil(L, -1)) {
+    v = lua_tointegerx(L, -1, &ok);
+    if (!ok)
+      luaL_error(L, "%s: %s must be an integer, got %s", what, key,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : lfl_typename(L, -1));
+    if (v < min) luaL_error(L, "%s: %s must be >= %d, got %I", what, key, (int)min, v);
+  }
+  lua_pop(L, 1);
+  return (int64_t)v;
+}
+
+/* fl.conv2d(x, w [, b] [, {stride=, padding=, dilation=, groups=}]); the
+** options may stand in the bias slot. */
 static int b_conv2d(lua_State *L) {
-  static const char *const keys[] = {"stride", "padding", NULL};
-  static const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  static const char *const keys[] = {"stride", "padding", "dilation", "groups", NULL};
+  static const int64_t one[2] = {1, 1};
   const fl_tensor *in[3];
   op_attrs a;
   int o;
   lua_settop(L, 4);
   in[0] = lfl_checktensor(L, 1);
   in[1] = lfl_checktensor(L, 2);
-  if (lua_type(L, 3) == LUA_TTABLE) {     /* fl.conv2d(x, w, {stride=2}) */
+  if (lua_type(L, 3) == LUA_TTABLE && !lfl_istensor(L, 3)) {   /* fl.conv2d(x, w, {stride=2}) */
     lua_pushvalue(L, 3);
     lua_replace(L, 4);
     lua_pushnil(L);
@@ -444,14 +509,19 @@ static int b_conv2d(lua_State *L) {
   op_attrs_init(OP_CONV2D, &a);
   o = opts_index(L, 4, keys, "conv2d");
   pair_field(L, o, "stride", &a.i[0], one, 1, "conv2d");
-  pair_field(L, o, "padding", &a.i[2], zero, 0, "conv2d");
+  pad4_field(L, o, &a.i[2], "conv2d");
+  pair_field(L, o, "dilation", &a.i[6], one, 1, "conv2d");
+  a.i[8] = int_field(L, o, "groups", 1, 1, "conv2d");
   return lfl_dispatch(L, OP_CONV2D, in, 3, &a);
 }
 
-/* x:max_pool2d(k [, {stride=, padding=}]), stride defaulting to k. */
+/* x:max_pool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),
+** x:avg_pool2d(k [, {stride=, padding=, ceil_mode=, count_include_pad=}]),
+** stride defaulting to k. */
 static int b_pool(lua_State *L) {
-  static const char *const keys[] = {"stride", "padding", NULL};
-  static const int64_t zero[2] = {0, 0};
+  static const char *const max_keys[] = {"stride", "padding", "dilation", "ceil_mode", NULL};
+  static const char *const avg_keys[] = {"stride", "padding", "ceil_mode", "count_include_pad", NULL};
+  static const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
   fl_op op = upop(L);
   const char *what = op_name(op);
   const fl_tensor *in[1];
@@ -471,9 +541,12 @@ static int b_pool(lua_State *L) {
   lua_pop(L, 1);
   a.i[0] = k[0];
   a.i[1] = k[1];
-  o = opts_index(L, 3, keys, what);
+  o = opts_index(L, 3, op == OP_MAX_POOL2D ? max_keys : avg_keys, what);
   pair_field(L, o, "stride", &a.i[2], k, 1, what);
-  pair_field(L, o, "padding", &a.i[4], zero, 0, what);
+  pad4_field(L, o, &a.i[4], what);
+  if (op == OP_MAX_POOL2D) pair_field(L, o, "dilation", &a.i[8], one, 1, what);
+  a.i[10] = bool_field(L, o, "ceil_mode", 0, what);
+  if (op == OP_AVG_POOL2D) a.i[11] = bool_field(L, o, "count_include_pad", 1, what);
   return lfl_dispatch(L, op, in, 1, &a);
 }
 

@@ -553,7 +553,7 @@ static void test_conv(void) {
     op_attrs a = attrs(OP_CONV2D);
     fl_tensor *in[3];
     char bs[16];
-    a.i[0] = cs[c].sh; a.i[1] = cs[c].sw; a.i[2] = cs[c].ph; a.i[3] = cs[c].pw;
+    a.i[0] = cs[c].sh; a.i[1] = cs[c].sw; a.i[2] = a.i[4] = cs[c].ph; a.i[3] = a.i[5] = cs[c].pw;
     in[0] = T(cs[c].dt, cs[c].x, cs[c].fx);
     in[1] = T(cs[c].dt, cs[c].w, 0);
     snprintf(bs, sizeof bs, "%lld", (long long)in[1]->m.shape[0]);
@@ -577,7 +577,7 @@ static void test_pool(void) {
       fl_tensor *x = T(cs[c].dt, cs[c].x, cs[c].flags);
       char buf[64];
       a.i[0] = cs[c].k0; a.i[1] = cs[c].k1; a.i[2] = cs[c].s0;
-      a.i[3] = cs[c].s1; a.i[4] = cs[c].p0; a.i[5] = cs[c].p1;
+      a.i[3] = cs[c].s1; a.i[4] = a.i[6] = cs[c].p0; a.i[5] = a.i[7] = cs[c].p1;
       snprintf(buf, sizeof buf, "k%dx%d s%d,%d p%d,%d", cs[c].k0, cs[c].k1,
                cs[c].s0, cs[c].s1, cs[c].p0, cs[c].p1);
       check(op, &x, 1, &a, RED, buf);

@@ -89,7 +89,7 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
   case OP_CONV2D:
     in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
     in[1] = add_par(g, dt, 4, 4, 3, 3, 3); in[2] = add_par(g, dt, 1, 4, 0, 0, 0); n = 3;
-    a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = 1;
+    a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
     break;
   case OP_MAX_POOL2D: case OP_AVG_POOL2D:
     in[0] = add_in(g, dt, 4, 2, 3, 8, 8);

@@ -622,7 +622,7 @@ static void test_vision(void) {
           SH(1, 1, 2, 2), 38, 48, 68, 78);
     /* stride 2, padding 1: each window sees 1, 2 or 4 real pixels */
     a.i[0] = a.i[1] = 2;
-    a.i[2] = a.i[3] = 1;
+    a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
     CHECK("conv2d stride 2 padding 1", OP_CONV2D, &a, FL_F32, SH(1, 1, 2, 2),
           1 + 4 * 1, 1 + 3 * 2 + 4 * 3, 1 + 2 * 4 + 4 * 7,
           1 + 1 * 5 + 2 * 6 + 3 * 8 + 4 * 9);
@@ -667,18 +667,18 @@ static void test_vision(void) {
     a = attrs(OP_MAX_POOL2D);
     a.i[0] = a.i[1] = 2;
     a.i[2] = a.i[3] = 2;
-    a.i[4] = a.i[5] = 1;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
     CHECK("max_pool2d padding is -inf", OP_MAX_POOL2D, &a, FL_F32,
           SH(1, 1, 2, 2), -1, -2, -4, -5);
     a = attrs(OP_AVG_POOL2D);
     a.i[0] = a.i[1] = 2;
     a.i[2] = a.i[3] = 2;
-    a.i[4] = a.i[5] = 1;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
     /* count_include_pad: every window divides by 4 */
     CHECK("avg_pool2d counts the padding", OP_AVG_POOL2D, &a, FL_F32,
           SH(1, 1, 2, 2), -0.25, -1.25, -2.75, -7);
     a.i[2] = a.i[3] = 1;
-    a.i[4] = a.i[5] = 0;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 0;
     CHECK("avg_pool2d stride 1", OP_AVG_POOL2D, &a, FL_F32, SH(1, 1, 2, 2),
           -3, -4, -6, -7);
     release_all(ins, 1);

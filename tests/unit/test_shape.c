@@ -331,16 +331,16 @@ static void test_conv_pool(void) {
   op_attrs_init(OP_CONV2D, &a);
   a.i[0] = a.i[1] = 1;
   EXPECT(OP_CONV2D, &a, "[2,8,30,30]", FL_F32, "3x3 valid", &x, &w, &b);
-  a.i[2] = a.i[3] = 1;
+  a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
   EXPECT(OP_CONV2D, &a, "[2,8,32,32]", FL_F32, "3x3 same padding", &x, &w);
-  a.i[0] = 2; a.i[1] = 3; a.i[2] = 1; a.i[3] = 0;
+  a.i[0] = 2; a.i[1] = 3; a.i[2] = a.i[4] = 1; a.i[3] = a.i[5] = 0;
   /* H: (32 + 2 - 3) / 2 + 1 = 16;  W: (32 - 3) / 3 + 1 = 10 */
   EXPECT(OP_CONV2D, &a, "[2,8,16,10]", FL_F32, "strides 2,3 padding 1,0", &x, &w, &b);
-  a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = 0;
+  a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = a.i[4] = a.i[5] = 0;
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: weight [8,4,3,3] expects 4 input channels, but "
              "input [2,3,32,32] has 3", &x, &w4);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: padded input size 2x2 is smaller than the kernel "
-             "3x3 (input [1,3,2,2], weight [8,3,3,3], padding [0,0])", &small, &w);
+             "3x3 (input [1,3,2,2], weight [8,3,3,3], padding [0,0,0,0], dilation [1,1])", &small, &w);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: expected a 4-D input [N,C,H,W], got [3,8,8]", &x3, &w);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: bias has shape [3,8,8], expected [8] (the out "
              "channels of weight [8,3,3,3])", &x, &w, &x3);
@@ -350,20 +350,20 @@ static void test_conv_pool(void) {
   op_attrs_init(OP_MAX_POOL2D, &a);
   a.i[0] = a.i[1] = 2;
   EXPECT(OP_MAX_POOL2D, &a, "[2,3,16,16]", FL_F32, "2x2, stride = kernel", &x);
-  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = 1;
+  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
   /* (32 + 2 - 3) / 2 + 1 = 16 */
   EXPECT(OP_MAX_POOL2D, &a, "[2,3,16,16]", FL_F32, "3x3 stride 2 pad 1", &x);
   EXPECT(OP_MAX_POOL2D, &a, "[1,1,2,2]", FL_I64, "int64 max pool", &xi);
-  a.i[0] = 3; a.i[1] = 2; a.i[2] = 1; a.i[3] = 0; a.i[4] = a.i[5] = 0;
+  a.i[0] = 3; a.i[1] = 2; a.i[2] = 1; a.i[3] = 0; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 0;
   /* H: (32 - 3) / 1 + 1 = 30;  W: stride 0 means 2: (32 - 2) / 2 + 1 = 16 */
   EXPECT(OP_AVG_POOL2D, &a, "[2,3,30,16]", FL_F32, "3x2 stride 1,kernel", &x);
   EXPECT_ERR(OP_AVG_POOL2D, &a, "avg_pool2d: int64 input [1,1,4,4] is not supported", &xi);
-  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 0; a.i[4] = 2; a.i[5] = 1;
-  EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: padding should be at most half of the "
-             "kernel size and non-negative, got padding [2,1] and kernel [3,3]", &x);
+  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 0; a.i[4] = 3; a.i[5] = 1;
+  EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: padding [3,1,0,0] (top, left, bottom, right) "
+             "must be smaller than the kernel [3,3]", &x);
   a.i[4] = a.i[5] = 0;
   EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: input [1,3,2,2] is too small for kernel "
-             "[3,3] with padding [0,0]", &small);
+             "[3,3] with padding [0,0,0,0]", &small);
   EXPECT_ERR(OP_AVG_POOL2D, &a, "avg_pool2d: expected a 4-D input [N,C,H,W], got "
              "[3,8,8]", &x3);
 
