@@ -90,6 +90,27 @@ enum { CUT_ND = 0, CUT_DIM, CUT_OSIZE = 2, CUT_IN = CUT_OSIZE + FL_MAX_DIMS };
 #define CUT_PER (2 + FL_MAX_DIMS)
 #define CUT_COUNT (CUT_IN + CUDA_CAT_MAX * CUT_PER)
 
+/* pad: rank, mode (0 constant, 1 reflect, 2 edge), x's offset, then per
+** dim the result's size, x's stride, the crop, the pad before and the
+** cropped size */
+enum {
+  CUD_ND = 0, CUD_MODE, CUD_XO, CUD_OSIZE = 3, CUD_XSTR = CUD_OSIZE + FL_MAX_DIMS,
+  CUD_CROP = CUD_XSTR + FL_MAX_DIMS, CUD_BEFORE = CUD_CROP + FL_MAX_DIMS,
+  CUD_M = CUD_BEFORE + FL_MAX_DIMS, CUD_COUNT = CUD_M + FL_MAX_DIMS
+};
+/* flip: a strided copy (the flipped dims' strides negated, the offset at
+** their last element) */
+enum { CUF_ND = 0, CUF_XO, CUF_OSIZE = 2, CUF_XSTR = CUF_OSIZE + FL_MAX_DIMS,
+       CUF_COUNT = CUF_XSTR + FL_MAX_DIMS };
+/* gather: the result's rank, x's and idx's offsets, the gathered dim's size
+** and x's stride there, then per result dim its size and what one step
+** moves in x and in idx */
+enum {
+  CUG_ND = 0, CUG_XO, CUG_IO, CUG_SIZE, CUG_XDSTR, CUG_OSIZE = 5,
+  CUG_XSTR = CUG_OSIZE + FL_MAX_DIMS, CUG_ISTR = CUG_XSTR + FL_MAX_DIMS,
+  CUG_COUNT = CUG_ISTR + FL_MAX_DIMS
+};
+
 /* The includes, types and helpers every program starts with; `externs`
 ** (cuda_plan_has_extern's flags) adds the extern anchors' templates and
 ** the tensor-core matmul (mma.h) only where needed, which keeps small

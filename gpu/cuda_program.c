@@ -321,6 +321,47 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     Y[CUE_IO] = rel[0];
     break;
   }
+  case OP_PAD: {
+    const fl_tensor *x = &op[0];
+    memset(Y, 0, CUD_COUNT * sizeof *Y);
+    Y[CUD_ND] = om->ndim; Y[CUD_MODE] = an->attrs.i[8]; Y[CUD_XO] = rel[0];
+    for (d = 0; d < om->ndim; d++) {
+      int64_t b = an->attrs.dims[d], f = an->attrs.i[d];
+      Y[CUD_OSIZE + d] = om->shape[d];
+      Y[CUD_XSTR + d] = x->stride[d];
+      Y[CUD_CROP + d] = b < 0 ? -b : 0;
+      Y[CUD_BEFORE + d] = b > 0 ? b : 0;
+      Y[CUD_M + d] = x->m.shape[d] - (b < 0 ? -b : 0) - (f < 0 ? -f : 0);
+    }
+    break;
+  }
+  case OP_FLIP: {
+    const fl_tensor *x = &op[0];
+    memset(Y, 0, CUF_COUNT * sizeof *Y);
+    Y[CUF_ND] = om->ndim; Y[CUF_XO] = rel[0];
+    for (d = 0; d < om->ndim; d++) {
+      Y[CUF_OSIZE + d] = om->shape[d];
+      Y[CUF_XSTR + d] = x->stride[d];
+    }
+    for (i = 0; i < an->attrs.ndims; i++) {
+      int fd = (int)an->attrs.dims[i];
+      if (x->m.shape[fd] > 0) Y[CUF_XO] += (x->m.shape[fd] - 1) * x->stride[fd];
+      Y[CUF_XSTR + fd] = -x->stride[fd];
+    }
+    break;
+  }
+  case OP_GATHER: {
+    const fl_tensor *x = &op[0], *ix = &op[1];
+    int dim = (int)an->attrs.i[0], ni = ix->m.ndim, j = 0;
+    memset(Y, 0, CUG_COUNT * sizeof *Y);
+    Y[CUG_ND] = om->ndim; Y[CUG_XO] = rel[0]; Y[CUG_IO] = rel[1];
+    Y[CUG_SIZE] = x->m.shape[dim]; Y[CUG_XDSTR] = x->stride[dim];
+    for (d = 0; d < om->ndim; d++) Y[CUG_OSIZE + d] = om->shape[d];
+    for (d = 0; d < dim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
+    for (d = 0; d < ni; d++, j++) Y[CUG_ISTR + j] = ix->stride[d];
+    for (d = dim + 1; d < x->m.ndim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
+    break;
+  }
   case OP_CAT: {
     int dim = (int)an->attrs.i[0];
     Y[CUT_ND] = om->ndim; Y[CUT_DIM] = dim;

@@ -213,6 +213,13 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
     memcpy(nd->sym, x->sym, sizeof nd->sym);
     nd->sym[a->i[0]] = nd->asym[FL_MAX_DIMS + 2];
     break;
+  case OP_SLICE: case OP_FLIP:          /* the sliced dim is specialized */
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    if (nd->op == OP_SLICE) {
+      nd->symlost |= x->sym[a->i[0]] != 0;
+      nd->sym[a->i[0]] = 0;
+    }
+    break;
   case OP_CONTIGUOUS:
     memcpy(nd->sym, x->sym, sizeof nd->sym);
     break;
@@ -432,6 +439,33 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   case OP_NARROW:
     snprintf(buf, n, "dim=%lld, start=%lld, length=%lld",
              (long long)a->i[0], (long long)a->i[1], (long long)a->i[2]);
+    break;
+  case OP_SLICE:
+    snprintf(buf, n, "dim=%lld, start=%lld, length=%lld, step=%lld", (long long)a->i[0],
+             (long long)a->i[1], (long long)a->i[2], (long long)a->i[3]);
+    break;
+  case OP_GATHER:
+    snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
+    break;
+  case OP_FLIP:
+    snprintf(buf, n, "dims=[");
+    for (k = 0; k < a->ndims; k++) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, "%s%lld", k ? "," : "", (long long)a->dims[k]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, n - len, "]");
+    break;
+  case OP_PAD:
+    snprintf(buf, n, "%s, pads=[", a->i[8] == 1 ? "reflect" : a->i[8] == 2 ? "edge" : "constant");
+    for (k = 0; k < 2 * a->ndims && k < 2 * FL_MAX_DIMS; k++) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, "%s%lld", k ? "," : "",
+               (long long)(k < a->ndims ? a->dims[k] : a->i[k - a->ndims]));
+    }
+    len = strlen(buf);
+    if (a->i[8] == 0) snprintf(buf + len, n - len, "], value=%g", a->f[0]);
+    else snprintf(buf + len, n - len, "]");
     break;
   case OP_LAYER_NORM: case OP_RMS_NORM: case OP_BATCH_NORM:
     snprintf(buf, n, "eps=%g", a->f[0]);

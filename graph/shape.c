@@ -794,6 +794,123 @@ int infer_embedding(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* slice: i0 dim, i1 start, i2 length, i3 step >= 1; the last element
+** taken must lie inside the dim */
+int infer_slice(fl_op op, const fl_meta *const *in, int nin,
+                const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t dim = a->i[0], start = a->i[1], len = a->i[2], step = a->i[3], size, last;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (x->ndim == 0)
+    return err_set(e, FL_EINVAL, "slice: cannot slice a 0-dim tensor");
+  if ((rc = check_dim(op, x, dim, e))) return rc;
+  size = x->shape[dim];
+  if (step < 1)
+    return err_set(e, FL_EINVAL, "slice: step must be >= 1 here, got %lld",
+                   (long long)step);
+  if (start < 0 || start > size || len < 0 ||
+      (len > 0 && (!sz_mul(len - 1, step, &last) || !sz_add(last, start, &last) ||
+                   last >= size)))
+    return err_set(e, FL_EINVAL, "slice: %lld elements from %lld by step %lld "
+                   "run past dimension %lld of %s", (long long)len, (long long)start,
+                   (long long)step, (long long)dim, SH(x, s));
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  out->shape[dim] = len;
+  return FL_OK;
+}
+
+/* pad (ops.def's layout): per dim, crop the negative pads, then pad; the
+** result's size is size + before + after */
+int infer_pad(fl_op op, const fl_meta *const *in, int nin,
+              const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int d, rc = check_inputs(op, in, nin, e);
+  int64_t mode = a->i[8];
+  if (rc) return rc;
+  if (a->ndims != x->ndim)
+    return err_set(e, FL_EINVAL, "pad: %d pads per side for a %d-d tensor %s "
+                   "(expected one per dim)", a->ndims, x->ndim, SH(x, s));
+  if (mode < 0 || mode > 2)
+    return err_set(e, FL_EINVAL, "pad: unknown mode %lld", (long long)mode);
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  for (d = 0; d < x->ndim; d++) {
+    int64_t n = x->shape[d], b = a->dims[d], f = a->i[d], cb, cf, m, o;
+    if (b < -FL_MAX_NUMEL || f < -FL_MAX_NUMEL || b > FL_MAX_NUMEL || f > FL_MAX_NUMEL)
+      return err_set(e, FL_EINVAL, "pad: pads %lld, %lld of dim %d are too large",
+                     (long long)b, (long long)f, d + 1);
+    cb = b < 0 ? -b : 0;
+    cf = f < 0 ? -f : 0;
+    if (cb + cf > n)
+      return err_set(e, FL_EINVAL, "pad: pads %lld, %lld crop %lld elements from dim %d "
+                     "of %s, which has %lld", (long long)b, (long long)f,
+                     (long long)(cb + cf), d + 1, SH(x, s), (long long)n);
+    m = n - cb - cf;
+    if (mode == 1 && ((b > 0 && b >= m) || (f > 0 && f >= m)))
+      return err_set(e, FL_EINVAL, "pad: reflect pads %lld, %lld of dim %d must be "
+                     "smaller than its size %lld (after cropping) in %s", (long long)b,
+                     (long long)f, d + 1, (long long)m, SH(x, s));
+    if (mode == 2 && m == 0 && (b > 0 || f > 0))
+      return err_set(e, FL_EINVAL, "pad: edge padding of dim %d, which is empty in %s",
+                     d + 1, SH(x, s));
+    o = m + (b > 0 ? b : 0) + (f > 0 ? f : 0);
+    out->shape[d] = o;
+  }
+  return FL_OK;
+}
+
+/* flip: dims[ndims] distinct and in range */
+int infer_flip(fl_op op, const fl_meta *const *in, int nin,
+               const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int d, k, rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (a->ndims < 0 || a->ndims > x->ndim)
+    return err_set(e, FL_EINVAL, "flip: %d dims for a %d-d tensor", a->ndims, x->ndim);
+  for (d = 0; d < a->ndims; d++) {
+    if ((rc = check_dim(op, x, a->dims[d], e))) return rc;
+    for (k = 0; k < d; k++)
+      if (a->dims[k] == a->dims[d])
+        return err_set(e, FL_EINVAL, "flip: dim %lld appears twice", (long long)a->dims[d] + 1);
+  }
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}
+
+/* gather(x, idx) along i0 (ONNX Gather): x.shape[:dim] ++ idx.shape ++
+** x.shape[dim+1:]; the indices are int64 */
+int infer_gather(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *idx = in[1];
+  shbuf s, s2;
+  int64_t dim = a->i[0];
+  int d, k = 0, rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (!idx) return err_set(e, FL_EINVAL, "gather: indices are missing");
+  if (x->ndim == 0)
+    return err_set(e, FL_EINVAL, "gather: cannot gather from a 0-dim tensor");
+  if ((rc = check_dim(op, x, dim, e))) return rc;
+  if (idx->dtype != FL_I64)
+    return err_set(e, FL_EINVAL, "gather: indices must be int64, got %s %s",
+                   dtype_name(idx->dtype), SH(idx, s));
+  if (x->ndim - 1 + idx->ndim > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "gather: the result of %s indexed by %s would have "
+                   "%d dims (at most %d)", SH(x, s), SH(idx, s2), x->ndim - 1 + idx->ndim,
+                   FL_MAX_DIMS);
+  init_out(out, in, nin, x->dtype);
+  out->device = x->device;
+  for (d = 0; d < dim; d++) out->shape[k++] = x->shape[d];
+  for (d = 0; d < idx->ndim; d++) out->shape[k++] = idx->shape[d];
+  for (d = (int)dim + 1; d < x->ndim; d++) out->shape[k++] = x->shape[d];
+  out->ndim = k;
+  return FL_OK;
+}
+
 /* --- vision ----------------------------------------------------------------- */
 
 /* max/avg_pool2d (ops.def's layout): each pad below the (dilated) kernel,
