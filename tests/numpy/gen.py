@@ -850,6 +850,47 @@ def gen_vision_ext():
              EXACT if kind == "max" else MM)
 
 
+def np_pad(x, pads, mode="constant", value=0.0):
+    """ONNX-order pads (befores, then afters): negative ones crop first."""
+    n = x.ndim
+    sl = tuple(slice(max(0, -pads[d]), x.shape[d] - max(0, -pads[n + d])) for d in range(n))
+    y = x[sl]
+    width = [(max(0, pads[d]), max(0, pads[n + d])) for d in range(n)]
+    if mode == "constant":
+        return np.pad(y, width, mode="constant", constant_values=value)
+    return np.pad(y, width, mode=mode)
+
+
+def gen_movement():
+    """slice (both signs of step), pad (three modes, crops), flip, gather."""
+    x = randn(4, 5, 6)
+    for expr, want in [("a:slice(2, 1, -1, 2)", x[:, 0::2]), ("a:slice(3, 2, 5)", x[:, :, 1:5]),
+                       ("a:slice(3, -1, 1, -2)", x[:, :, ::-2]), ("a:slice(1, 3, 2, -1)", x[2:0:-1]),
+                       ("a:slice(2, 4, 2)", x[:, 3:2]), ("a:slice(1, -100, 100, 3)", x[::3]),
+                       ("a:slice(2, 5, -9, -3)", x[:, 4::-3])]:
+        case("slice", expr, [x], want, EXACT)
+    i = ints(3, 7)
+    case("slice", "a:slice(2, 2, 7, 2)", [i], i[:, 1:7:2], EXACT)
+    case("slice", "a:slice(2, 6, 1, -1)", [i], i[:, 5::-1], EXACT, note="reversed")
+    for pads, mode, value in [((1, 0, 2, 0, 2, 1), "constant", 0.0), ((0, -1, 1, 1, 0, -2), "constant", -2.5),
+                              ((2, 1, 3, 1, 3, 2), "reflect", 0.0), ((-1, 2, 0, 2, 0, 4), "edge", 0.0),
+                              ((0, 0, -2, 0, -1, 3), "reflect", 0.0)]:
+        opts = "{mode=%r}" % mode if mode != "constant" else "{value=%r}" % value
+        expr = "fl.pad(a, {%s}, %s)" % (", ".join(str(p) for p in pads), opts.replace("'", '"'))
+        case("pad", expr, [x], np_pad(f64(x), pads, mode, value), EXACT)
+    case("pad", "fl.pad(a, {1, -2, 0, 3}, {value=7})", [i], np_pad(i, (1, -2, 0, 3), "constant", 7), EXACT)
+    case("pad", "fl.pad(a, {2, 1, 2, 2}, {mode=\"reflect\"})", [i], np_pad(i, (2, 1, 2, 2), "reflect"), EXACT)
+    case("flip", "a:flip(1)", [x], np.flip(x, 0), EXACT)
+    case("flip", "a:flip{-1, 2}", [x], np.flip(x, (2, 1)), EXACT)
+    case("flip", "fl.flip(a, {1, 2})", [i], np.flip(i, (0, 1)), EXACT)
+    idx = rng.integers(-5, 5, (2, 3)).astype(np.int64)
+    case("gather", "fl.gather(a, 2, b)", [x, idx], np.take(x, idx, axis=1), EXACT)
+    idx = rng.integers(-4, 4, (5,)).astype(np.int64)
+    case("gather", "fl.gather(a, 1, b)", [x, idx], np.take(x, idx, axis=0), EXACT)
+    case("gather", "fl.gather(a, -1, b)", [i, np.array(-2, dtype=np.int64)], np.take(i, -2, axis=1), EXACT,
+         note="a 0-d index")
+
+
 def generate(d):
     global outdir
     outdir = d
@@ -863,6 +904,7 @@ def generate(d):
     gen_vision()
     gen_random()
     gen_vision_ext()
+    gen_movement()
     write_manifest()
     missing = sorted(set(ops_in_table()) - {c["op"] for c in cases})
     if missing:

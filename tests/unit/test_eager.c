@@ -627,6 +627,59 @@ static void test_cat_embedding(void) {
   }
 }
 
+/* pad, flip, gather: copies, exact against the oracle in every dtype */
+static void test_movement(void) {
+  static const fl_dtype dts[] = {F32, F16, I64, BOOL};
+  static const struct { const char *x; int64_t pads[6]; int mode; double v; } ps[] = {
+    {"3,4", {1, 2, 0, 1}, 0, 0}, {"3,4", {-1, 2, 1, -2}, 0, -1.5}, {"3,4", {2, 1, 1, 3}, 1, 0},
+    {"2,3,4", {1, 0, 2, 1, 1, 3}, 2, 0}, {"2,3,4", {0, -1, 1, 1, 0, -2}, 1, 0},
+    {"5", {4, 3}, 2, 0}, {"0,3", {1, 0, 1, 2}, 0, 7}, {"3,4", {-3, 0, 0, 0}, 0, 0}};
+  size_t c, d;
+  for (d = 0; d < sizeof dts / sizeof *dts; d++)
+    for (c = 0; c < sizeof ps / sizeof *ps; c++) {
+      op_attrs a = attrs(OP_PAD);
+      fl_tensor *x = T(dts[d], ps[c].x, c % 2 ? NC : 0);
+      int k;
+      a.ndims = x->m.ndim;
+      for (k = 0; k < a.ndims; k++) { a.dims[k] = ps[c].pads[k]; a.i[k] = ps[c].pads[a.ndims + k]; }
+      a.i[8] = ps[c].mode;
+      a.f[0] = ps[c].v;
+      a.i[9] = (int64_t)ps[c].v;
+      if (dts[d] == I64 && ps[c].v != floor(ps[c].v)) continue;
+      check(OP_PAD, &x, 1, &a, 0, ps[c].x);
+      gc();
+    }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    op_attrs a = attrs(OP_FLIP);
+    fl_tensor *x = T(dts[d], "2,3,5", NC);
+    a.ndims = 2; a.dims[0] = 2; a.dims[1] = 0;
+    check(OP_FLIP, &x, 1, &a, 0, "dims 2, 0");
+    a.ndims = 0;
+    check(OP_FLIP, &x, 1, &a, 0, "no dims");
+    gc();
+  }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    static const char *const ix[] = {"4", "2,3", "", "0"};
+    size_t k;
+    int dim;
+    for (dim = 0; dim < 3; dim++)
+      for (k = 0; k < sizeof ix / sizeof *ix; k++) {
+        op_attrs a = attrs(OP_GATHER);
+        fl_tensor *in[2];
+        int64_t i, n;
+        in[0] = T(dts[d], "3,4,2", k % 2 ? NC : 0);
+        in[1] = T(I64, ix[k], 0);
+        n = meta_numel(&in[1]->m);
+        for (i = 0; i < n; i++)       /* every index in range, negative ones too */
+          ten_set_i64(in[1], i, (int64_t)(uniform() * 2 * (double)in[0]->m.shape[dim]) -
+                                in[0]->m.shape[dim]);
+        a.i[0] = dim;
+        check(OP_GATHER, in, 2, &a, 0, ix[k]);
+        gc();
+      }
+  }
+}
+
 /* A view op: eager shares x's storage; values as the oracle's copy. */
 static void view_case(fl_op op, fl_tensor *x, const op_attrs *a, int share,
                       const char *what) {
@@ -688,6 +741,13 @@ static void test_views(void) {
   a = attrs(OP_NARROW);
   a.i[0] = 2; a.i[1] = 1; a.i[2] = 2;
   view_case(OP_NARROW, x, &a, 1, "dim 2 1:3");
+  a = attrs(OP_SLICE);
+  a.i[0] = 2; a.i[1] = 1; a.i[2] = 2; a.i[3] = 2;
+  view_case(OP_SLICE, x, &a, 1, "dim 2 from 1 by 2");
+  a.i[0] = 0; a.i[1] = 1; a.i[2] = 2; a.i[3] = 1;
+  view_case(OP_SLICE, xt, &a, 1, "of a transposed tensor");
+  a.i[2] = 0;
+  view_case(OP_SLICE, x, &a, 1, "empty");
   a = attrs(OP_CONTIGUOUS);
   view_case(OP_CONTIGUOUS, x, &a, 1, "of a contiguous tensor");
   view_case(OP_CONTIGUOUS, xt, &a, 0, "of a transposed tensor");
@@ -805,6 +865,11 @@ static void test_errors(void) {
   ten_set(in[0], 0, 10);
   in[1] = T(F32, "10,4", 0);
   refuses(OP_EMBEDDING, in, 2, &a, "embedding: index 10 out of range");
+  a = attrs(OP_GATHER);
+  in[1] = T(I64, "3", 0);
+  ten_set_i64(in[1], 0, 0); ten_set_i64(in[1], 1, -11); ten_set_i64(in[1], 2, 1);
+  in[0] = T(F32, "10,4", 0);
+  refuses(OP_GATHER, in, 2, &a, "gather: index -11 out of range for dim 1 of size 10");
   a = attrs(OP_POW);
   in[0] = T(I64, "3", 0);
   in[1] = T(I64, "", 0);          /* a Lua number; tensor exponents compute */
@@ -951,6 +1016,7 @@ int main(void) {
   test_conv();
   test_pool();
   test_cat_embedding();
+  test_movement();
   test_views();
   test_errors();
   test_int64_exact();

@@ -505,6 +505,47 @@ static void test_cat_embedding(void) {
              &idx, &w3);
 }
 
+static void test_movement(void) {
+  fl_meta x = F32(I(2), I(3), I(4)), s = SCALAR(FL_F32), idx = I64(I(5), I(6)),
+          fidx = F32(I(5));
+  op_attrs a;
+  op_attrs_init(OP_SLICE, &a);
+  a.i[0] = 2; a.i[1] = 1; a.i[2] = 2; a.i[3] = 2;
+  EXPECT(OP_SLICE, &a, "[2,3,2]", FL_F32, "slice 1, 3 of 4", &x);
+  a.i[2] = 3;
+  EXPECT_ERR(OP_SLICE, &a, "slice: 3 elements from 1 by step 2 run past dimension 2 of "
+             "[2,3,4]", &x);
+  a.i[2] = 1; a.i[3] = 0;
+  EXPECT_ERR(OP_SLICE, &a, "slice: step must be >= 1 here, got 0", &x);
+  EXPECT_ERR(OP_SLICE, &a, "slice: cannot slice a 0-dim tensor", &s);
+
+  op_attrs_init(OP_PAD, &a);
+  a.ndims = 3; a.dims[0] = 1; a.dims[1] = -1; a.dims[2] = 0; a.i[0] = 0; a.i[1] = -1; a.i[2] = 5;
+  EXPECT(OP_PAD, &a, "[3,1,9]", FL_F32, "pad and crop", &x);
+  a.i[1] = -3;
+  EXPECT_ERR(OP_PAD, &a, "pad: pads -1, -3 crop 4 elements from dim 2 of [2,3,4], which has 3", &x);
+  a.i[1] = 0; a.i[8] = 1;
+  EXPECT_ERR(OP_PAD, &a, "pad: reflect pads 0, 5 of dim 3 must be smaller than its size 4 "
+             "(after cropping) in [2,3,4]", &x);
+  a.ndims = 2;
+  EXPECT_ERR(OP_PAD, &a, "pad: 2 pads per side for a 3-d tensor [2,3,4] (expected one per dim)", &x);
+
+  op_attrs_init(OP_FLIP, &a);
+  a.ndims = 2; a.dims[0] = 2; a.dims[1] = 0;
+  EXPECT(OP_FLIP, &a, "[2,3,4]", FL_F32, "flip two dims", &x);
+  a.dims[1] = 2;
+  EXPECT_ERR(OP_FLIP, &a, "flip: dim 3 appears twice", &x);
+
+  op_attrs_init(OP_GATHER, &a);
+  a.i[0] = 1;
+  EXPECT(OP_GATHER, &a, "[2,5,6,4]", FL_F32, "gather 2-d indices along dim 1", &x, &idx);
+  a.i[0] = 2;
+  EXPECT(OP_GATHER, &a, "[2,3]", FL_F32, "gather a scalar index", &x, &(fl_meta){.dtype = FL_I64});
+  EXPECT_ERR(OP_GATHER, &a, "gather: indices must be int64, got float32 [5]", &x, &fidx);
+  a.i[0] = 3;
+  EXPECT_ERR(OP_GATHER, &a, "gather: dim 3 out of range for 3-D input [2,3,4]", &x, &idx);
+}
+
 static void test_arity(void) {
   fl_meta x = F32(I(2));
   fl_meta out;
@@ -590,6 +631,7 @@ int main(void) {
   test_conv_pool();
   test_views();
   test_cat_embedding();
+  test_movement();
   test_arity();
   test_size_limits();
   test_random();
