@@ -312,6 +312,9 @@ def pool2d_ext(x, k, stride=None, pads=0, dilation=(1, 1), ceil_mode=False,
     return acc / (cnt_pad if count_include_pad else cnt_in)
 
 
+torch_checked = 0
+
+
 def torch_agrees(what, want, fn):
     """Where the Python running gen.py has PyTorch (NUMPY_PYTHON=a venv's),
     NumPy's result must equal PyTorch's: gen.py stops otherwise."""
@@ -319,6 +322,8 @@ def torch_agrees(what, want, fn):
         import torch
     except ImportError:
         return
+    global torch_checked
+    torch_checked += 1
     got = fn(torch).double().numpy()
     if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
         raise SystemExit("gen.py: NumPy and PyTorch differ on %s (max err %s)" %
@@ -906,6 +911,8 @@ def generate(d):
     gen_vision_ext()
     gen_movement()
     write_manifest()
+    if torch_checked:
+        sys.stderr.write("gen.py: %d conv2d and pool cases equal PyTorch's\n" % torch_checked)
     missing = sorted(set(ops_in_table()) - {c["op"] for c in cases})
     if missing:
         sys.stderr.write("gen.py: no NumPy case for op(s): %s\n" % ", ".join(missing))
