@@ -880,6 +880,45 @@ static int gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   return FL_OK;
 }
 
+/* cumsum: one running sum per line (double, or wrapping int64), lines
+** in parallel. */
+static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                  fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), dim = a->i[0], len, inner = 1, lines, l;
+  int d, ints = out->m.dtype == FL_I64, excl = a->i[1] != 0, rev = a->i[2] != 0;
+  const double *xd = NULL;
+  double *xo = NULL;
+  int64_t *xi = NULL;
+  (void)nin;
+  if (n == 0) return FL_OK;
+  len = im->ndim ? im->shape[dim] : 1;
+  for (d = (int)dim + 1; d < im->ndim; d++) inner *= im->shape[d];
+  lines = n / len;
+  if (ints) {
+    if (!(xi = eager_alloc((size_t)n * sizeof *xi, op_name(op), e))) return FL_ENOMEM;
+    eager_gather_all(in[0], xi, EAGER_I64);
+  } else if (!(xd = eager_f64(in[0], &xo, op_name(op), e))) {
+    return e ? e->code : FL_ENOMEM;
+  }
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (l = 0; l < lines; l++) {
+    int64_t base = (l / inner) * len * inner + l % inner, k;
+    double s = 0;
+    uint64_t is = 0;
+    for (k = 0; k < len; k++) {
+      int64_t at = base + (rev ? len - 1 - k : k) * inner;
+      if (!excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
+      if (ints) ten_set_i64(out, at, (int64_t)is);
+      else ten_set(out, at, s);
+      if (excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
+    }
+  }
+  free(xo);
+  free(xi);
+  return FL_OK;
+}
+
 /* --- the dispatcher -------------------------------------------------- */
 
 static eager_kernel kernel_of(fl_op op) {
@@ -899,6 +938,7 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_PAD: return pad;
   case OP_FLIP: return flip;
   case OP_GATHER: return gather;
+  case OP_CUMSUM: return cumsum;
   case OP_RAND: case OP_RANDN: case OP_DROPOUT: return eager_random;
   default:
     if (op_info_of(op)->scalar) return elementwise;

@@ -111,6 +111,12 @@ enum {
   CUG_COUNT = CUG_ISTR + FL_MAX_DIMS
 };
 
+/* cumsum: lines (outer * inner), the length along dim, inner, x's offset,
+** exclusive, reverse, then per dim x's size and stride */
+enum { CUS_LINES = 0, CUS_LEN, CUS_INNER, CUS_XO, CUS_EXCL, CUS_REV, CUS_ND,
+       CUS_SIZE = 7, CUS_XSTR = CUS_SIZE + FL_MAX_DIMS, CUS_DIM = CUS_XSTR + FL_MAX_DIMS,
+       CUS_COUNT };
+
 /* The includes, types and helpers every program starts with; `externs`
 ** (cuda_plan_has_extern's flags) adds the extern anchors' templates and
 ** the tensor-core matmul (mma.h) only where needed, which keeps small

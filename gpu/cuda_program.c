@@ -335,6 +335,23 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     }
     break;
   }
+  case OP_CUMSUM: {
+    const fl_tensor *x = &op[0];
+    int dim = (int)an->attrs.i[0];
+    memset(Y, 0, CUS_COUNT * sizeof *Y);
+    Y[CUS_LEN] = x->m.ndim ? x->m.shape[dim] : 1;
+    Y[CUS_INNER] = 1;
+    for (d = dim + 1; d < x->m.ndim; d++) Y[CUS_INNER] *= x->m.shape[d];
+    Y[CUS_LINES] = Y[CUS_LEN] ? X[CUX_TOTAL] / Y[CUS_LEN] : 0;
+    Y[CUS_XO] = rel[0]; Y[CUS_EXCL] = an->attrs.i[1] != 0; Y[CUS_REV] = an->attrs.i[2] != 0;
+    Y[CUS_ND] = x->m.ndim; Y[CUS_DIM] = dim;
+    for (d = 0; d < x->m.ndim; d++) {
+      /* the line's start: its coordinate along dim is 0 */
+      Y[CUS_SIZE + d] = x->m.shape[d];
+      Y[CUS_XSTR + d] = x->stride[d];
+    }
+    break;
+  }
   case OP_FLIP: {
     const fl_tensor *x = &op[0];
     memset(Y, 0, CUF_COUNT * sizeof *Y);

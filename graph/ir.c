@@ -447,6 +447,10 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   case OP_GATHER:
     snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
     break;
+  case OP_CUMSUM:
+    snprintf(buf, n, "dim=%lld%s%s", (long long)a->i[0], a->i[1] ? ", exclusive" : "",
+             a->i[2] ? ", reverse" : "");
+    break;
   case OP_FLIP:
     snprintf(buf, n, "dims=[");
     for (k = 0; k < a->ndims; k++) {

@@ -842,3 +842,35 @@ int ref_gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
   }
   return FL_OK;
 }
+
+/* cumsum along i0: element k of a line is the sum of elements 0..k (i1:
+** 0..k-1; i2: from the end), in double, or exactly in int64. */
+int ref_cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+               fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), i, c[FL_MAX_DIMS], dim = a->i[0], len, k;
+  int rc, ints = out->m.dtype == FL_I64;
+  (void)nin;
+  if (im->ndim > 0 && (dim < 0 || dim >= im->ndim))
+    return err_set(e, FL_EINVAL, "cumsum: dim %lld out of range", (long long)dim);
+  if ((rc = ref_check_numel(op_name(op), out, n, "output", e)) != FL_OK) return rc;
+  len = im->ndim ? im->shape[dim] : 1;
+  for (i = 0; i < n; i++) {
+    double s = 0;
+    uint64_t is = 0;               /* wraps as PyTorch's int64 sums do */
+    ref_unravel(im, i, c);
+    {
+      int64_t at = im->ndim ? c[dim] : 0;
+      for (k = 0; k < len; k++) {
+        int take = a->i[2] ? (a->i[1] ? k > at : k >= at) : (a->i[1] ? k < at : k <= at);
+        if (!take) continue;
+        if (im->ndim) c[dim] = k;
+        if (ints) is += (uint64_t)ten_get_i64(in[0], ref_ravel(im, c));
+        else s += ten_get(in[0], ref_ravel(im, c));
+      }
+    }
+    if (ints) ten_set_i64(out, i, (int64_t)is);
+    else ten_set(out, i, s);
+  }
+  return FL_OK;
+}

@@ -911,6 +911,19 @@ int infer_gather(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* cumsum: the input's shape; float or int64 (a bool or int64 input sums in
+** int64, as PyTorch's) */
+int infer_cumsum(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if ((rc = check_dim(op, x, a->i[0], e))) return rc;
+  init_out(out, in, nin, x->dtype == FL_BOOL ? FL_I64 : x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}
+
 /* --- vision ----------------------------------------------------------------- */
 
 /* max/avg_pool2d (ops.def's layout): each pad below the (dilated) kernel,

@@ -825,6 +825,23 @@ static int b_gather(lua_State *L) {
   return lfl_dispatch(L, OP_GATHER, in, 2, &a);
 }
 
+/* fl.cumsum(x, dim [, {exclusive=, reverse=}]): the running sum along dim
+** (ONNX's CumSum attributes; PyTorch's torch.cumsum is the default). */
+static int b_cumsum(lua_State *L) {
+  static const char *const keys[] = {"exclusive", "reverse", NULL};
+  const fl_tensor *in[1];
+  op_attrs a;
+  int o;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_CUMSUM, &a);
+  a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "cumsum");
+  lua_settop(L, 3);
+  o = opts_index(L, 3, keys, "cumsum");
+  a.i[1] = bool_field(L, o, "exclusive", 0, "cumsum");
+  a.i[2] = bool_field(L, o, "reverse", 0, "cumsum");
+  return lfl_dispatch(L, OP_CUMSUM, in, 1, &a);
+}
+
 /* Sizes must agree off the cat dim; checked here too so the message
 ** counts dims from 1 like every other Lua message. */
 static void cat_check(lua_State *L, const fl_tensor *x, const fl_tensor *t,
@@ -915,6 +932,7 @@ static const struct binding {
   {OP_PAD, b_pad, BOTH},
   {OP_FLIP, b_flip, BOTH},
   {OP_GATHER, b_gather, FUNC},
+  {OP_CUMSUM, b_cumsum, BOTH},
   {OP_MAX_POOL2D, b_pool, BOTH},
   {OP_AVG_POOL2D, b_pool, BOTH},
   {OP_BATCH_NORM, b_batch_norm, FUNC},

@@ -1,9 +1,10 @@
--- movement.lua -- x:slice, fl.pad, x:flip and fl.gather over random shapes,
--- pads, steps and indices, in float32, float16 and int64: eager, compiled
+-- movement.lua -- x:slice, fl.pad, x:flip, fl.gather and fl.cumsum over
+-- random shapes, pads, steps and indices, in float32, float16 and int64: eager, compiled
 -- for the CPU (with a fused epilogue) and, where a device or the CUDA
 -- emulator is there, for CUDA, each against the reference interpreter.
 -- These ops copy elements, so every path must agree exactly (atol 0,
--- rtol 0).  Then the API's conventions and its errors.
+-- rtol 0); cumsum of floats within 1e-6 (atol and rtol).  Then the API's
+-- conventions and its errors.
 local fl = fl or require "fuselab"
 local t = require "tap"
 
@@ -88,21 +89,34 @@ local function gather_case(dt)
          function(v, i) return fl.gather(v, d, i) end
 end
 
-local makers = {pad_case, slice_case, flip_case, gather_case}
+-- cumsum sums in double on every path, but a reversed scan adds in another
+-- order than the oracle's: float results within 1e-6 relative
+local function cumsum_case(dt)
+  local s = shape_of(R(1, 3))
+  local d = R(#s)
+  local opts = {exclusive = R(2) == 1, reverse = R(2) == 1}
+  local x = input(dt, s)
+  return string.format("cumsum %s %s dim %d%s%s", dt, str(s), d, opts.exclusive and " exclusive" or "",
+                       opts.reverse and " reverse" or ""), {x},
+         function(v) return fl.cumsum(v, d, opts) end, dt ~= "int64"
+end
+
+local makers = {pad_case, slice_case, flip_case, gather_case, cumsum_case}
 local dts = {"float32", "float16", "int64"}
 local bad = {eager = 0, cpu = 0, cuda = 0, epi = 0}
 local first, count = {}, 0
 
-local function same(a, b)
+local function same(a, b, approx)
   if not a or a.dtype ~= b.dtype or #a.shape ~= #b.shape then return false end
   for i = 1, #a.shape do if a.shape[i] ~= b.shape[i] then return false end end
   if a:numel() == 0 then return true end
+  if approx then return fl.allclose(a:cpu(), b, 1e-6, 1e-6) end
   return fl.allclose(a:cpu(), b, 0, 0)
 end
 
 for round = 1, ROUNDS do
   local cases = {}
-  for i = 1, 16 do cases[i] = {makers[(i - 1) % 4 + 1](dts[R(3)])} end
+  for i = 1, 20 do cases[i] = {makers[(i - 1) % #makers + 1](dts[R(3)])} end
   local flat, at = {}, {}
   for i, c in ipairs(cases) do
     at[i] = #flat
@@ -134,11 +148,12 @@ for round = 1, ROUNDS do
       bad[kind] = bad[kind] + 1
       if #first < 8 then first[#first + 1] = kind .. ": " .. c[1] end
     end
-    if not same(eager[2 * i - 1], ref[2 * i - 1]) then note("eager") end
-    if not same(cpu[2 * i - 1], ref[2 * i - 1]) then note("cpu") end
-    if not same(cpu[2 * i], ref[2 * i]) then note("epi") end
-    if dev and not same(dev[2 * i - 1], ref[2 * i - 1]) then note("cuda") end
-    if dev and not same(dev[2 * i], ref[2 * i]) then note("epi") end
+    local ap = c[4]
+    if not same(eager[2 * i - 1], ref[2 * i - 1], ap) then note("eager") end
+    if not same(cpu[2 * i - 1], ref[2 * i - 1], ap) then note("cpu") end
+    if not same(cpu[2 * i], ref[2 * i], ap) then note("epi") end
+    if dev and not same(dev[2 * i - 1], ref[2 * i - 1], ap) then note("cuda") end
+    if dev and not same(dev[2 * i], ref[2 * i], ap) then note("epi") end
   end
 end
 for _, s in ipairs(first) do t.diag(s) end
@@ -172,6 +187,11 @@ t.is(fl.pad(x:to("float32"), {0, 1, 0, 0}, {value = 0.5}):tolist()[1][1], 0.5, "
 t.is(x:flip(-1):tolist()[1], {3, 2, 1, 0}, "flip a dim")
 t.is(fl.gather(x, 2, fl.tensor{-1, 0}):tolist(), {{3, 0}, {7, 4}, {11, 8}}, "gather: negative indices wrap")
 t.is(fl.gather(x, 1, fl.tensor(2)).shape, {4}, "gather: a 0-d index drops the dim")
+t.is(x:cumsum(2):tolist()[2], {4, 9, 15, 22}, "cumsum along a dim")
+t.is(fl.cumsum(x, 2, {exclusive = true, reverse = true}):tolist()[1], {6, 5, 3, 0}, "cumsum exclusive, reversed: what follows each element")
+t.is(fl.tensor{true, false, true}:cumsum(1):tolist(), {1, 1, 2}, "cumsum of bool counts in int64")
+t.raises(function() return fl.cumsum(x, 2, {exlusive = true}) end, "cumsum: unknown option 'exlusive'",
+         "cumsum: an option typo")
 
 -- an index out of range: an error, never a read outside the tensor
 t.raises(function() return fl.gather(x, 2, fl.tensor{0, 4}) end,

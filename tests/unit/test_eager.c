@@ -650,6 +650,20 @@ static void test_movement(void) {
       gc();
     }
   for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    static const char *const sh[] = {"2,3,5", "7", "", "4,0,3"};
+    size_t k;
+    for (k = 0; k < sizeof sh / sizeof *sh; k++) {
+      op_attrs a = attrs(OP_CUMSUM);
+      fl_tensor *x = T(dts[d], sh[k], k == 0 ? NC : 0);
+      int dim, nd = x->m.ndim ? x->m.ndim : 1;
+      for (dim = 0; dim < nd; dim++) {
+        a.i[0] = dim; a.i[1] = dim % 2; a.i[2] = (dim + (int)k) % 2;
+        check(OP_CUMSUM, &x, 1, &a, dts[d] == F16 ? 1e-3 : 1e-6, sh[k]);
+      }
+      gc();
+    }
+  }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
     op_attrs a = attrs(OP_FLIP);
     fl_tensor *x = T(dts[d], "2,3,5", NC);
     a.ndims = 2; a.dims[0] = 2; a.dims[1] = 0;

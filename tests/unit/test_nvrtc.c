@@ -116,6 +116,7 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
   case OP_SLICE: a.i[0] = 1; a.i[1] = 3; a.i[2] = 10; a.i[3] = 3; break;
   case OP_PAD: a.ndims = 2; a.dims[0] = 1; a.dims[1] = -2; a.i[0] = 0; a.i[1] = 3; a.i[8] = 1; break;
   case OP_FLIP: a.ndims = 1; a.dims[0] = 1; break;
+  case OP_CUMSUM: a.i[0] = 1; a.i[2] = 1; break;
   case OP_GATHER: in[1] = add_in(g, FL_I64, 2, 2, 3, 0, 0); n = 2; a.i[0] = 1; break;
   case OP_RAND: case OP_RANDN:
     /* no inputs: x stays as an unused graph input */

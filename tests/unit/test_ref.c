@@ -808,6 +808,12 @@ static void test_views(void) {
     a = attrs(OP_FLIP);
     a.ndims = 2; a.dims[0] = 0; a.dims[1] = 1;
     CHECK("flip both dims", OP_FLIP, &a, FL_F32, SH(3, 4), 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    a = attrs(OP_CUMSUM);
+    a.i[0] = 1;
+    CHECK("cumsum along dim 1", OP_CUMSUM, &a, FL_F32, SH(3, 4), 0, 1, 3, 6, 4, 9, 15, 22, 8, 17, 27, 38);
+    a.i[0] = 0; a.i[1] = 1; a.i[2] = 1;
+    CHECK("cumsum exclusive, reversed, along dim 0", OP_CUMSUM, &a, FL_F32, SH(3, 4),
+          12, 14, 16, 18, 8, 9, 10, 11, 0, 0, 0, 0);
     a = attrs(OP_PAD);
     /* dim 0: crop one before, one pad after; dim 1: two before, crop one after */
     a.ndims = 2; a.dims[0] = -1; a.dims[1] = 2; a.i[0] = 1; a.i[1] = -1; a.f[0] = -1;

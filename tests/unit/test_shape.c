@@ -536,6 +536,14 @@ static void test_movement(void) {
   a.dims[1] = 2;
   EXPECT_ERR(OP_FLIP, &a, "flip: dim 3 appears twice", &x);
 
+  op_attrs_init(OP_CUMSUM, &a);
+  a.i[0] = 2;
+  EXPECT(OP_CUMSUM, &a, "[2,3,4]", FL_F32, "cumsum keeps the shape", &x);
+  a.i[0] = 1;
+  EXPECT(OP_CUMSUM, &a, "[5,6]", FL_I64, "cumsum of int64", &idx);
+  a.i[0] = 3;
+  EXPECT_ERR(OP_CUMSUM, &a, "cumsum: dim 3 out of range for 3-D input [2,3,4]", &x);
+
   op_attrs_init(OP_GATHER, &a);
   a.i[0] = 1;
   EXPECT(OP_GATHER, &a, "[2,5,6,4]", FL_F32, "gather 2-d indices along dim 1", &x, &idx);
