@@ -751,6 +751,182 @@ static int eager_random(fl_op op, const fl_tensor *const *in, int nin,
   return FL_OK;
 }
 
+/* --- pad, flip, gather: element copies by bytes ---------------------------- */
+
+/* Row-major strides of m in elements. */
+static void rowmajor_strides(const fl_meta *m, int64_t *st) {
+  int64_t s = 1;
+  int d;
+  for (d = m->ndim - 1; d >= 0; d--) { st[d] = s; s *= m->shape[d]; }
+}
+
+/* pad (the oracle's rule, ref_pad): each output element from its source in
+** a contiguous copy of x, or the constant (one element of x's dtype made
+** once, then copied as bytes). */
+static int pad(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+               fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m, *om = &out->m;
+  int64_t n = meta_numel(om), i, ist[FL_MAX_DIMS];
+  int64_t crop[FL_MAX_DIMS], before[FL_MAX_DIMS], m[FL_MAX_DIMS];
+  size_t es = dtype_size(im->dtype);
+  unsigned char cval[16];
+  fl_tensor xc, one;
+  fl_meta cm;
+  const char *src;
+  char *dst = (char *)ten_data(out);
+  int d, nd = im->ndim, rc, mode = (int)a->i[8];
+  (void)nin;
+  for (d = 0; d < nd; d++) {
+    crop[d] = a->dims[d] < 0 ? -a->dims[d] : 0;
+    before[d] = a->dims[d] > 0 ? a->dims[d] : 0;
+    m[d] = im->shape[d] - crop[d] - (a->i[d] < 0 ? -a->i[d] : 0);
+  }
+  memset(&cm, 0, sizeof cm);
+  cm.ndim = 1; cm.shape[0] = 1; cm.dtype = im->dtype;
+  if ((rc = ten_empty(&one, &cm, e)) != FL_OK) return err_prefix(e, op_name(op));
+  if (im->dtype == FL_I64) ten_set_i64(&one, 0, a->i[9]);
+  else ten_set(&one, 0, a->f[0]);
+  memcpy(cval, ten_data(&one), es);
+  ten_release(&one);
+  if (n == 0) return FL_OK;
+  if ((rc = ten_contiguous(&xc, in[0], e)) != FL_OK) return err_prefix(e, op_name(op));
+  src = (const char *)ten_data(&xc);
+  rowmajor_strides(im, ist);
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (i = 0; i < n; i++) {
+    int64_t r = i, at = 0, c;
+    int k, inside = 1;
+    for (k = nd - 1; k >= 0; k--) {
+      c = r % om->shape[k] - before[k];
+      r /= om->shape[k];
+      if (c < 0 || c >= m[k]) {
+        if (mode == 0) { inside = 0; break; }
+        if (mode == 2) c = c < 0 ? 0 : m[k] - 1;
+        else c = c < 0 ? -c : 2 * (m[k] - 1) - c;
+      }
+      at += (crop[k] + c) * ist[k];
+    }
+    memcpy(dst + (size_t)i * es, inside ? src + (size_t)at * es : (const char *)cval, es);
+  }
+  ten_release(&xc);
+  return FL_OK;
+}
+
+/* flip: coordinate c of a flipped dim of size n reads n - 1 - c. */
+static int flip(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), i, ist[FL_MAX_DIMS];
+  size_t es = dtype_size(im->dtype);
+  int flipped[FL_MAX_DIMS] = {0}, d, nd = im->ndim, rc;
+  fl_tensor xc;
+  const char *src;
+  char *dst = (char *)ten_data(out);
+  (void)nin;
+  if (n == 0) return FL_OK;
+  for (d = 0; d < a->ndims; d++) flipped[a->dims[d]] = 1;
+  if ((rc = ten_contiguous(&xc, in[0], e)) != FL_OK) return err_prefix(e, op_name(op));
+  src = (const char *)ten_data(&xc);
+  rowmajor_strides(im, ist);
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (i = 0; i < n; i++) {
+    int64_t r = i, at = 0, c;
+    int k;
+    for (k = nd - 1; k >= 0; k--) {
+      c = r % im->shape[k];
+      r /= im->shape[k];
+      at += (flipped[k] ? im->shape[k] - 1 - c : c) * ist[k];
+    }
+    memcpy(dst + (size_t)i * es, src + (size_t)at * es, es);
+  }
+  ten_release(&xc);
+  return FL_OK;
+}
+
+/* gather (ONNX Gather): every index checked first (an error leaves nothing
+** half-done), then one run of `inner` elements per (outer, index) pair. */
+static int gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                  fl_tensor *out, fl_err *e) {
+  const fl_tensor *x = in[0], *idx = in[1];
+  int64_t dim = a->i[0], size = x->m.shape[dim], ni = meta_numel(&idx->m), i;
+  int64_t outer = 1, inner = 1, *ix, o;
+  size_t es = dtype_size(x->m.dtype), run;
+  fl_tensor xc, ic;
+  const char *src;
+  char *dst = (char *)ten_data(out);
+  int d, rc;
+  (void)nin;
+  for (d = 0; d < dim; d++) outer *= x->m.shape[d];
+  for (d = (int)dim + 1; d < x->m.ndim; d++) inner *= x->m.shape[d];
+  if ((rc = ten_contiguous(&ic, idx, e)) != FL_OK) return err_prefix(e, op_name(op));
+  ix = (int64_t *)ten_data(&ic);
+  for (i = 0; i < ni; i++)
+    if (ix[i] < -size || ix[i] >= size) {
+      rc = err_set(e, FL_EINVAL, "gather: index %lld out of range for dim %lld of size "
+                   "%lld (valid %lld..%lld)", (long long)ix[i], (long long)dim + 1,
+                   (long long)size, (long long)-size, (long long)size - 1);
+      ten_release(&ic);
+      return rc;
+    }
+  if (meta_numel(&out->m) == 0) { ten_release(&ic); return FL_OK; }
+  if ((rc = ten_contiguous(&xc, x, e)) != FL_OK) {
+    ten_release(&ic);
+    return err_prefix(e, op_name(op));
+  }
+  src = (const char *)ten_data(&xc);
+  run = (size_t)inner * es;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (outer * ni * inner > EAGER_PAR_MIN))
+  for (o = 0; o < outer; o++) {
+    int64_t j;
+    for (j = 0; j < ni; j++) {
+      int64_t v = ix[j] < 0 ? ix[j] + size : ix[j];
+      memcpy(dst + (size_t)(o * ni + j) * run, src + (size_t)(o * size + v) * run, run);
+    }
+  }
+  ten_release(&xc);
+  ten_release(&ic);
+  return FL_OK;
+}
+
+/* cumsum: one running sum per line (double, or wrapping int64), lines
+** in parallel. */
+static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                  fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), dim = a->i[0], len, inner = 1, lines, l;
+  int d, ints = out->m.dtype == FL_I64, excl = a->i[1] != 0, rev = a->i[2] != 0;
+  const double *xd = NULL;
+  double *xo = NULL;
+  int64_t *xi = NULL;
+  (void)nin;
+  if (n == 0) return FL_OK;
+  len = im->ndim ? im->shape[dim] : 1;
+  for (d = (int)dim + 1; d < im->ndim; d++) inner *= im->shape[d];
+  lines = n / len;
+  if (ints) {
+    if (!(xi = eager_alloc((size_t)n * sizeof *xi, op_name(op), e))) return FL_ENOMEM;
+    eager_gather_all(in[0], xi, EAGER_I64);
+  } else if (!(xd = eager_f64(in[0], &xo, op_name(op), e))) {
+    return e ? e->code : FL_ENOMEM;
+  }
+  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+  for (l = 0; l < lines; l++) {
+    int64_t base = (l / inner) * len * inner + l % inner, k;
+    double s = 0;
+    uint64_t is = 0;
+    for (k = 0; k < len; k++) {
+      int64_t at = base + (rev ? len - 1 - k : k) * inner;
+      if (!excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
+      if (ints) ten_set_i64(out, at, (int64_t)is);
+      else ten_set(out, at, s);
+      if (excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
+    }
+  }
+  free(xo);
+  free(xi);
+  return FL_OK;
+}
+
 /* --- the dispatcher -------------------------------------------------- */
 
 static eager_kernel kernel_of(fl_op op) {
@@ -767,6 +943,10 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: return eager_pool2d;
   case OP_CAT: return cat;
   case OP_EMBEDDING: return embedding;
+  case OP_PAD: return pad;
+  case OP_FLIP: return flip;
+  case OP_GATHER: return gather;
+  case OP_CUMSUM: return cumsum;
   case OP_RAND: case OP_RANDN: case OP_DROPOUT: return eager_random;
   default:
     if (op_info_of(op)->scalar) return elementwise;

@@ -381,20 +381,20 @@ int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
   return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
 }
 
-/* --- conv2d: im2col + sgemm ---------------------------------------------- */
+/* --- conv2d: im2col + sgemm, one product per group ------------------------ */
 
-/* cols[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh][ow*sw - pw + kw]
-** or 0 in the padding. */
+/* cols[(c*KH + kh)*KW + kw][oh*OW + ow] =
+** x[c][oh*sh - pt + kh*dh][ow*sw - pl + kw*dw], or 0 in the padding;
+** x holds the group's C channels. */
 static void im2col(const float *x, int64_t C, int64_t H, int64_t W,
-                   int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
-                   int64_t pw, int64_t OH, int64_t OW, float *cols) {
-  int64_t row, P = OH * OW;
+                   const op_win2d *g, int64_t OH, int64_t OW, float *cols) {
+  int64_t KH = g->kh, KW = g->kw, row, P = OH * OW;
   EAGER_PRAGMA(omp parallel for schedule(static) if (C * KH * KW * P > EAGER_PAR_MIN))
   for (row = 0; row < C * KH * KW; row++) {
     int64_t c = row / (KH * KW), kh = row / KW % KH, kw = row % KW, oh, ow;
     float *dst = cols + row * P;
     for (oh = 0; oh < OH; oh++) {
-      int64_t ih = oh * sh - ph + kh;
+      int64_t ih = oh * g->sh - g->pt + kh * g->dh;
       const float *src = x + (c * H + ih) * W;
       float *d = dst + oh * OW;
       if (ih < 0 || ih >= H) {
@@ -402,10 +402,38 @@ static void im2col(const float *x, int64_t C, int64_t H, int64_t W,
         continue;
       }
       for (ow = 0; ow < OW; ow++) {
-        int64_t iw = ow * sw - pw + kw;
+        int64_t iw = ow * g->sw - g->pl + kw * g->dw;
         d[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
       }
     }
+  }
+}
+
+/* One input channel per group (depthwise, ShuffleNet's and MobileNet's
+** 3x3s): a direct loop, where a product per group would be a 1-row sgemm.
+** y holds the bias or zeros; the sum runs in float, as sgemm's does. */
+static void conv_depthwise(const float *x, const float *w, float *y, int64_t N,
+                           int64_t C, int64_t H, int64_t W, int64_t CO,
+                           const op_win2d *g, int64_t OH, int64_t OW) {
+  int64_t plane, OG = CO / C;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (N * CO * OH * OW * g->kh * g->kw > EAGER_PAR_MIN))
+  for (plane = 0; plane < N * CO; plane++) {
+    int64_t n = plane / CO, co = plane % CO, oh, ow, kh, kw;
+    const float *xc = x + (n * C + co / OG) * H * W, *wc = w + co * g->kh * g->kw;
+    float *yc = y + plane * OH * OW;
+    for (oh = 0; oh < OH; oh++)
+      for (ow = 0; ow < OW; ow++) {
+        float acc = 0.0f;
+        for (kh = 0; kh < g->kh; kh++) {
+          int64_t ih = oh * g->sh - g->pt + kh * g->dh;
+          if (ih < 0 || ih >= H) continue;
+          for (kw = 0; kw < g->kw; kw++) {
+            int64_t iw = ow * g->sw - g->pl + kw * g->dw;
+            if (iw >= 0 && iw < W) acc += xc[ih * W + iw] * wc[kh * g->kw + kw];
+          }
+        }
+        yc[oh * OW + ow] += acc;
+      }
   }
 }
 
@@ -415,20 +443,35 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
   int64_t KW = w->m.shape[3], OH = out->m.shape[2], OW = out->m.shape[3];
-  int64_t sh = a->i[0] > 0 ? a->i[0] : 1, sw = a->i[1] > 0 ? a->i[1] : 1;
-  int64_t ph = a->i[2], pw = a->i[3], CKK = C * KH * KW, P = OH * OW, n, co;
-  int direct = KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  int64_t G, CG, OG, CKK, P = OH * OW, n, co, gi;
+  op_win2d g;
+  int direct, depthwise;
   const float *xf, *wf, *bf = NULL;
   float *xo = NULL, *wo = NULL, *bo = NULL, *yo = NULL, *cols = NULL, *y;
   int rc = FL_ENOMEM;
+  op_win2d_of(op, a, KH, KW, &g);
+  G = g.groups > 0 ? g.groups : 1;
+  CG = C / G; OG = CO / G; CKK = CG * KH * KW;
+  /* a 1x1 stride-1 unpadded kernel reads the image as it is */
+  direct = KH == 1 && KW == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 &&
+           g.pl == 0 && g.pb == 0 && g.pr == 0;
+  depthwise = G > 1 && CG == 1;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  if (too_big(op_name(op), CO, P, CKK, e)) return FL_EUNSUPPORTED;
+  if (too_big(op_name(op), CO, P, CKK * G, e)) return FL_EUNSUPPORTED;
   if (!(xf = eager_f32(x, &xo, op_name(op), e)) ||
       !(wf = eager_f32(w, &wo, op_name(op), e)) ||
       (b && !(bf = eager_f32(b, &bo, op_name(op), e))) ||
       !(y = eager_out_f32(out, &yo, op_name(op), e)))
     goto done;
-  /* a 1x1 stride-1 unpadded kernel reads the image as it is */
+  if (depthwise) {
+    for (n = 0; n < N * CO; n++) {
+      int64_t i;
+      float v = bf ? bf[n % CO] : 0.0f;
+      for (i = 0; i < P; i++) y[n * P + i] = v;
+    }
+    conv_depthwise(xf, wf, y, N, C, H, W, CO, &g, OH, OW);
+    goto finish;
+  }
   if (!direct && CKK > 0 &&
       !(cols = eager_alloc(sz_mul(CKK, P * (int64_t)sizeof *cols, &n) ?
                            (size_t)n : SIZE_MAX, op_name(op), e)))
@@ -441,12 +484,19 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
         int64_t i;
         for (i = 0; i < P; i++) yn[co * P + i] = bf[co];
       }
-    if (CKK == 0) continue;
-    if (!direct) im2col(xn, C, H, W, KH, KW, sh, sw, ph, pw, OH, OW, cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)CO, (int)P,
-                (int)CKK, 1.0f, wf, (int)CKK, direct ? xn : cols, (int)P,
-                bf ? 1.0f : 0.0f, yn, (int)P);
+    if (CKK == 0) {
+      if (!bf) memset(yn, 0, (size_t)(CO * P) * sizeof *yn);   /* may be a reused buffer */
+      continue;
+    }
+    for (gi = 0; gi < G; gi++) {
+      const float *xg = xn + gi * CG * H * W;
+      if (!direct) im2col(xg, CG, H, W, &g, OH, OW, cols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)OG, (int)P,
+                  (int)CKK, 1.0f, wf + gi * OG * CKK, (int)CKK, direct ? xg : cols,
+                  (int)P, bf ? 1.0f : 0.0f, yn + gi * OG * P, (int)P);
+    }
   }
+finish:
   eager_out_done(out, yo);
   rc = FL_OK;
 done:
@@ -456,30 +506,42 @@ done:
 
 /* --- pooling ------------------------------------------------------------- */
 
-/* One plane: max (NaN wins, padding never does) or the average counting
-** padding (PyTorch's count_include_pad, the window clipped to the padded
-** input).  T is float. */
+/* One plane: max over the dilated window (NaN wins, padding never does) or
+** the average, dividing by the window clipped to the padded input
+** (count_include_pad, PyTorch's rule) or by the input elements it covers.
+** T is float. */
 #define POOL_PLANE(T, NAME)                                                  \
   static void NAME(const T *x, T *y, int64_t H, int64_t W, int64_t OH,       \
-                   int64_t OW, const int64_t *g, int is_max) {               \
-    int64_t kh = g[0], kw = g[1], sh = g[2], sw = g[3], ph = g[4], pw = g[5];\
-    int64_t oh, ow, ih, iw;                                                  \
+                   int64_t OW, const op_win2d *g, int is_max) {              \
+    int64_t oh, ow, ih, iw, kh, kw;                                          \
     for (oh = 0; oh < OH; oh++)                                              \
       for (ow = 0; ow < OW; ow++) {                                          \
-        int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;                        \
-        int64_t h1 = h0 + kh < H + ph ? h0 + kh : H + ph;                    \
-        int64_t w1 = w0 + kw < W + pw ? w0 + kw : W + pw;                    \
-        int64_t cnt = (h1 - h0) * (w1 - w0);                                 \
+        int64_t h0 = oh * g->sh - g->pt, w0 = ow * g->sw - g->pl;            \
         double acc = is_max ? -INFINITY : 0.0;                               \
-        int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H;                  \
-        int64_t ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;                  \
-        for (ih = hs; ih < he; ih++)                                         \
-          for (iw = ws; iw < we; iw++) {                                     \
-            double v = x[ih * W + iw];                                       \
-            if (!is_max) acc += v;                                           \
-            else if (v > acc || v != v) acc = v;                             \
+        if (is_max) {                                                        \
+          for (kh = 0; kh < g->kh; kh++) {                                   \
+            ih = h0 + kh * g->dh;                                            \
+            if (ih < 0 || ih >= H) continue;                                 \
+            for (kw = 0; kw < g->kw; kw++) {                                 \
+              double v;                                                      \
+              iw = w0 + kw * g->dw;                                          \
+              if (iw < 0 || iw >= W) continue;                               \
+              v = x[ih * W + iw];                                            \
+              if (v > acc || v != v) acc = v;                                \
+            }                                                                \
           }                                                                  \
-        y[oh * OW + ow] = (T)(is_max ? acc : acc / (double)cnt);             \
+        } else {                                                             \
+          int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;      \
+          int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;      \
+          int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H;                \
+          int64_t ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;                \
+          int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0)         \
+                                             : (he - hs) * (we - ws);        \
+          for (ih = hs; ih < he; ih++)                                       \
+            for (iw = ws; iw < we; iw++) acc += x[ih * W + iw];              \
+          acc /= (double)cnt;                                                \
+        }                                                                    \
+        y[oh * OW + ow] = (T)acc;                                            \
       }                                                                      \
   }
 POOL_PLANE(float, pool_plane_f32)
@@ -487,16 +549,19 @@ POOL_PLANE(float, pool_plane_f32)
 /* Integer images have only the max (avg_pool2d refuses them): compared as
 ** int64, so values beyond 2^53 keep every bit. */
 static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, int64_t OH,
-                          int64_t OW, const int64_t *g) {
-  int64_t oh, ow, ih, iw;
+                          int64_t OW, const op_win2d *g) {
+  int64_t oh, ow, kh, kw;
   for (oh = 0; oh < OH; oh++)
     for (ow = 0; ow < OW; ow++) {
-      int64_t h0 = oh * g[2] - g[4], w0 = ow * g[3] - g[5], acc = INT64_MIN;
-      int64_t hs = h0 < 0 ? 0 : h0, he = h0 + g[0] < H ? h0 + g[0] : H;
-      int64_t ws = w0 < 0 ? 0 : w0, we = w0 + g[1] < W ? w0 + g[1] : W;
-      for (ih = hs; ih < he; ih++)
-        for (iw = ws; iw < we; iw++)
-          if (x[ih * W + iw] > acc) acc = x[ih * W + iw];
+      int64_t h0 = oh * g->sh - g->pt, w0 = ow * g->sw - g->pl, acc = INT64_MIN;
+      for (kh = 0; kh < g->kh; kh++) {
+        int64_t ih = h0 + kh * g->dh;
+        if (ih < 0 || ih >= H) continue;
+        for (kw = 0; kw < g->kw; kw++) {
+          int64_t iw = w0 + kw * g->dw;
+          if (iw >= 0 && iw < W && x[ih * W + iw] > acc) acc = x[ih * W + iw];
+        }
+      }
       y[oh * OW + ow] = acc;
     }
 }
@@ -506,13 +571,10 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   const fl_tensor *x = in[0];
   int64_t H = x->m.shape[2], W = x->m.shape[3], OH = out->m.shape[2];
   int64_t OW = out->m.shape[3], planes = x->m.shape[0] * x->m.shape[1], p;
-  int64_t g[6];
+  op_win2d g0, *g = &g0;
   int is_max = op == OP_MAX_POOL2D;
   (void)nin;
-  g[0] = a->i[0]; g[1] = a->i[1];
-  g[2] = a->i[2] > 0 ? a->i[2] : g[0];   /* stride 0 means the kernel */
-  g[3] = a->i[3] > 0 ? a->i[3] : g[1];
-  g[4] = a->i[4]; g[5] = a->i[5];
+  op_win2d_of(op, a, 0, 0, g);
   if (dtype_is_float(x->m.dtype)) {
     float *xo, *yo, *y;
     const float *xf = eager_f32(x, &xo, op_name(op), e);

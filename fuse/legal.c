@@ -217,6 +217,14 @@ static int down(fk_space *sp, int id, int i, const fk_map *mn, fk_map *mu) {
     *mu = *mn;
     mu->b[a->i[0]] += a->i[1];
     return 0;
+  case OP_SLICE: {
+    /* input coordinate = start + step * output coordinate */
+    int dim = (int)a->i[0], k;
+    *mu = *mn;
+    for (k = 0; k < FL_MAX_DIMS; k++) mu->A[dim][k] *= a->i[3];
+    mu->b[dim] = mu->b[dim] * a->i[3] + a->i[1];
+    return 0;
+  }
   case OP_RESHAPE: case OP_VIEW:
     if (relinearize(sp, id, mn, om, im, mu) == 0) return 0;
     linear(sp, mn, om, mu);

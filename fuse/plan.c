@@ -36,7 +36,8 @@ typedef struct planner {
 ** (sgemm, conv, eager kernel); matmul-like ones take elementwise epilogues. */
 static int is_extern_op(fl_op op) {
   op_kind k = op_info_of(op)->kind;
-  return k == OPK_OUTFUSABLE || k == OPK_OPAQUE || op == OP_CAT || op == OP_EMBEDDING;
+  return k == OPK_OUTFUSABLE || k == OPK_OPAQUE || op == OP_CAT || op == OP_EMBEDDING ||
+         op == OP_PAD || op == OP_FLIP || op == OP_GATHER;
 }
 
 /* Follow folded views from input `in` of node c to what it really reads. */

@@ -510,8 +510,9 @@ static const char *anchor_acc(const fuse_plan *p, const fk_kernel *k) {
   const ir_node *an = &p->g->nodes[k->anchor];
   if (an->meta.dtype != FL_I64) return "float";
   switch (an->op) {
-  case OP_MATMUL: case OP_LINEAR: case OP_CONV2D: return "fl_u64";
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D: return "fl_i64";
+  case OP_MATMUL: case OP_LINEAR: case OP_CONV2D: case OP_CUMSUM: return "fl_u64";
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_PAD: case OP_FLIP: case OP_GATHER:
+    return "fl_i64";
   default: return "double";
   }
 }
@@ -556,6 +557,10 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_CONV2D: nx += CUC_COUNT; break;
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: nx += CUP_COUNT; break;
   case OP_EMBEDDING: nx += CUE_COUNT; break;
+  case OP_PAD: nx += CUD_COUNT; break;
+  case OP_FLIP: nx += CUF_COUNT; break;
+  case OP_GATHER: nx += CUG_COUNT; break;
+  case OP_CUMSUM: nx += CUS_COUNT; break;
   case OP_CAT:
     if (an->nin > CUDA_CAT_MAX)
       return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): cat of %d inputs has no CUDA "
@@ -610,6 +615,30 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     break;
   case OP_EMBEDDING:
     strbuf_printf(g->b, "  fl_embedding(p%d, p%d, X + %d, X[%d], out);\n", s0, s1, CUX_OP, CUX_TOTAL);
+    break;
+  case OP_PAD: {
+    /* the constant as a literal of the accumulator's type */
+    char lit[64];
+    if (!strcmp(acc, "fl_i64")) {
+      if (an->attrs.i[9] == INT64_MIN) snprintf(lit, sizeof lit, "FL_I64_MIN");
+      else snprintf(lit, sizeof lit, "(fl_i64)(%lldLL)", (long long)an->attrs.i[9]);
+    } else {
+      fk_float_literal(lit, sizeof lit, an->attrs.f[0], 0);
+    }
+    strbuf_printf(g->b, "  fl_pad<%s>(p%d, X + %d, X[%d], (%s)%s, out);\n", acc, s0, CUX_OP, CUX_TOTAL,
+                  acc, lit);
+    break;
+  }
+  case OP_CUMSUM:
+    /* floats sum in double, as eager and the oracle do */
+    strbuf_printf(g->b, "  fl_cumsum<%s>(p%d, X + %d, out);\n", strcmp(acc, "float") ? acc : "double",
+                  s0, CUX_OP);
+    break;
+  case OP_FLIP:
+    strbuf_printf(g->b, "  fl_strided<%s>(p%d, X + %d, X[%d], out);\n", acc, s0, CUX_OP, CUX_TOTAL);
+    break;
+  case OP_GATHER:
+    strbuf_printf(g->b, "  fl_gather<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1, CUX_OP, CUX_TOTAL);
     break;
   case OP_CAT: {
     /* the input an element comes from: the first whose extent along dim

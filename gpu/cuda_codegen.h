@@ -68,12 +68,15 @@ enum {
   CUC_WS = 18,                /* 4 strides of w, then offset */
   CUC_WO = 22,
   CUC_HASBIAS = 23, CUC_SBIAS, CUC_OBIAS,
+  CUC_PB = 26, CUC_PR, CUC_DH, CUC_DW, CUC_G,   /* pads bottom, right; dilation; groups */
   CUC_COUNT
 };
 /* max_pool2d / avg_pool2d */
 enum {
   CUP_C = 0, CUP_H, CUP_W, CUP_OH, CUP_OW, CUP_KH, CUP_KW, CUP_SH, CUP_SW,
-  CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15, CUP_COUNT
+  CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15,
+  CUP_PB = 16, CUP_PR, CUP_DH, CUP_DW, CUP_CIP,  /* pads bottom, right; dilation; count_include_pad */
+  CUP_COUNT
 };
 /* embedding: index tensor of up to 8 dims, weight [V, D] */
 enum {
@@ -86,6 +89,33 @@ enum {
 enum { CUT_ND = 0, CUT_DIM, CUT_OSIZE = 2, CUT_IN = CUT_OSIZE + FL_MAX_DIMS };
 #define CUT_PER (2 + FL_MAX_DIMS)
 #define CUT_COUNT (CUT_IN + CUDA_CAT_MAX * CUT_PER)
+
+/* pad: rank, mode (0 constant, 1 reflect, 2 edge), x's offset, then per
+** dim the result's size, x's stride, the crop, the pad before and the
+** cropped size */
+enum {
+  CUD_ND = 0, CUD_MODE, CUD_XO, CUD_OSIZE = 3, CUD_XSTR = CUD_OSIZE + FL_MAX_DIMS,
+  CUD_CROP = CUD_XSTR + FL_MAX_DIMS, CUD_BEFORE = CUD_CROP + FL_MAX_DIMS,
+  CUD_M = CUD_BEFORE + FL_MAX_DIMS, CUD_COUNT = CUD_M + FL_MAX_DIMS
+};
+/* flip: a strided copy (the flipped dims' strides negated, the offset at
+** their last element) */
+enum { CUF_ND = 0, CUF_XO, CUF_OSIZE = 2, CUF_XSTR = CUF_OSIZE + FL_MAX_DIMS,
+       CUF_COUNT = CUF_XSTR + FL_MAX_DIMS };
+/* gather: the result's rank, x's and idx's offsets, the gathered dim's size
+** and x's stride there, then per result dim its size and what one step
+** moves in x and in idx */
+enum {
+  CUG_ND = 0, CUG_XO, CUG_IO, CUG_SIZE, CUG_XDSTR, CUG_OSIZE = 5,
+  CUG_XSTR = CUG_OSIZE + FL_MAX_DIMS, CUG_ISTR = CUG_XSTR + FL_MAX_DIMS,
+  CUG_COUNT = CUG_ISTR + FL_MAX_DIMS
+};
+
+/* cumsum: lines (outer * inner), the length along dim, inner, x's offset,
+** exclusive, reverse, then per dim x's size and stride */
+enum { CUS_LINES = 0, CUS_LEN, CUS_INNER, CUS_XO, CUS_EXCL, CUS_REV, CUS_ND,
+       CUS_SIZE = 7, CUS_XSTR = CUS_SIZE + FL_MAX_DIMS, CUS_DIM = CUS_XSTR + FL_MAX_DIMS,
+       CUS_COUNT };
 
 /* The includes, types and helpers every program starts with; `externs`
 ** (cuda_plan_has_extern's flags) adds the extern anchors' templates and

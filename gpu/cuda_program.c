@@ -228,6 +228,7 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
   const fl_meta *om = &c->metas[k->anchor];
   int64_t *Y = X + CUX_OP, rel[CUDA_CAT_MAX];
   fl_tensor op[CUDA_CAT_MAX];
+  op_win2d wg;
   int i, d, rc = FL_OK, nop = an->nin < CUDA_CAT_MAX ? an->nin : CUDA_CAT_MAX;
   memset(op, 0, sizeof op);
   for (i = 0; i < nop && rc == FL_OK; i++)
@@ -284,8 +285,10 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     Y[CUC_C] = x->m.shape[b3 ? 0 : 1]; Y[CUC_H] = x->m.shape[b3 ? 1 : 2]; Y[CUC_W] = x->m.shape[b3 ? 2 : 3];
     Y[CUC_CO] = w->m.shape[0]; Y[CUC_KH] = w->m.shape[2]; Y[CUC_KW] = w->m.shape[3];
     Y[CUC_OH] = om->shape[om->ndim - 2]; Y[CUC_OW] = om->shape[om->ndim - 1];
-    Y[CUC_SH] = an->attrs.i[0]; Y[CUC_SW] = an->attrs.i[1];
-    Y[CUC_PH] = an->attrs.i[2]; Y[CUC_PW] = an->attrs.i[3];
+    op_win2d_of(OP_CONV2D, &an->attrs, w->m.shape[2], w->m.shape[3], &wg);
+    Y[CUC_SH] = wg.sh; Y[CUC_SW] = wg.sw;
+    Y[CUC_PH] = wg.pt; Y[CUC_PW] = wg.pl; Y[CUC_PB] = wg.pb; Y[CUC_PR] = wg.pr;
+    Y[CUC_DH] = wg.dh; Y[CUC_DW] = wg.dw; Y[CUC_G] = wg.groups;
     Y[CUC_XS] = b3 ? 0 : x->stride[0];
     for (d = 0; d < 3; d++) Y[CUC_XS + 1 + d] = x->stride[d + (b3 ? 0 : 1)];
     Y[CUC_XO] = rel[0];
@@ -300,10 +303,10 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     int b3 = x->m.ndim == 3;
     Y[CUP_C] = x->m.shape[b3 ? 0 : 1]; Y[CUP_H] = x->m.shape[b3 ? 1 : 2]; Y[CUP_W] = x->m.shape[b3 ? 2 : 3];
     Y[CUP_OH] = om->shape[om->ndim - 2]; Y[CUP_OW] = om->shape[om->ndim - 1];
-    Y[CUP_KH] = an->attrs.i[0]; Y[CUP_KW] = an->attrs.i[1];
-    Y[CUP_SH] = an->attrs.i[2] > 0 ? an->attrs.i[2] : an->attrs.i[0];
-    Y[CUP_SW] = an->attrs.i[3] > 0 ? an->attrs.i[3] : an->attrs.i[1];
-    Y[CUP_PH] = an->attrs.i[4]; Y[CUP_PW] = an->attrs.i[5];
+    op_win2d_of(an->op, &an->attrs, 0, 0, &wg);
+    Y[CUP_KH] = wg.kh; Y[CUP_KW] = wg.kw; Y[CUP_SH] = wg.sh; Y[CUP_SW] = wg.sw;
+    Y[CUP_PH] = wg.pt; Y[CUP_PW] = wg.pl; Y[CUP_PB] = wg.pb; Y[CUP_PR] = wg.pr;
+    Y[CUP_DH] = wg.dh; Y[CUP_DW] = wg.dw; Y[CUP_CIP] = wg.count_include_pad;
     Y[CUP_XS] = b3 ? 0 : x->stride[0];
     for (d = 0; d < 3; d++) Y[CUP_XS + 1 + d] = x->stride[d + (b3 ? 0 : 1)];
     Y[CUP_XO] = rel[0];
@@ -316,6 +319,64 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     Y[CUE_ND] = ix->m.ndim;
     for (d = 0; d < ix->m.ndim; d++) { Y[CUE_ISIZE + d] = ix->m.shape[d]; Y[CUE_ISTR + d] = ix->stride[d]; }
     Y[CUE_IO] = rel[0];
+    break;
+  }
+  case OP_PAD: {
+    const fl_tensor *x = &op[0];
+    memset(Y, 0, CUD_COUNT * sizeof *Y);
+    Y[CUD_ND] = om->ndim; Y[CUD_MODE] = an->attrs.i[8]; Y[CUD_XO] = rel[0];
+    for (d = 0; d < om->ndim; d++) {
+      int64_t b = an->attrs.dims[d], f = an->attrs.i[d];
+      Y[CUD_OSIZE + d] = om->shape[d];
+      Y[CUD_XSTR + d] = x->stride[d];
+      Y[CUD_CROP + d] = b < 0 ? -b : 0;
+      Y[CUD_BEFORE + d] = b > 0 ? b : 0;
+      Y[CUD_M + d] = x->m.shape[d] - (b < 0 ? -b : 0) - (f < 0 ? -f : 0);
+    }
+    break;
+  }
+  case OP_CUMSUM: {
+    const fl_tensor *x = &op[0];
+    int dim = (int)an->attrs.i[0];
+    memset(Y, 0, CUS_COUNT * sizeof *Y);
+    Y[CUS_LEN] = x->m.ndim ? x->m.shape[dim] : 1;
+    Y[CUS_INNER] = 1;
+    for (d = dim + 1; d < x->m.ndim; d++) Y[CUS_INNER] *= x->m.shape[d];
+    Y[CUS_LINES] = Y[CUS_LEN] ? X[CUX_TOTAL] / Y[CUS_LEN] : 0;
+    Y[CUS_XO] = rel[0]; Y[CUS_EXCL] = an->attrs.i[1] != 0; Y[CUS_REV] = an->attrs.i[2] != 0;
+    Y[CUS_ND] = x->m.ndim; Y[CUS_DIM] = dim;
+    for (d = 0; d < x->m.ndim; d++) {
+      /* the line's start: its coordinate along dim is 0 */
+      Y[CUS_SIZE + d] = x->m.shape[d];
+      Y[CUS_XSTR + d] = x->stride[d];
+    }
+    break;
+  }
+  case OP_FLIP: {
+    const fl_tensor *x = &op[0];
+    memset(Y, 0, CUF_COUNT * sizeof *Y);
+    Y[CUF_ND] = om->ndim; Y[CUF_XO] = rel[0];
+    for (d = 0; d < om->ndim; d++) {
+      Y[CUF_OSIZE + d] = om->shape[d];
+      Y[CUF_XSTR + d] = x->stride[d];
+    }
+    for (i = 0; i < an->attrs.ndims; i++) {
+      int fd = (int)an->attrs.dims[i];
+      if (x->m.shape[fd] > 0) Y[CUF_XO] += (x->m.shape[fd] - 1) * x->stride[fd];
+      Y[CUF_XSTR + fd] = -x->stride[fd];
+    }
+    break;
+  }
+  case OP_GATHER: {
+    const fl_tensor *x = &op[0], *ix = &op[1];
+    int dim = (int)an->attrs.i[0], ni = ix->m.ndim, j = 0;
+    memset(Y, 0, CUG_COUNT * sizeof *Y);
+    Y[CUG_ND] = om->ndim; Y[CUG_XO] = rel[0]; Y[CUG_IO] = rel[1];
+    Y[CUG_SIZE] = x->m.shape[dim]; Y[CUG_XDSTR] = x->stride[dim];
+    for (d = 0; d < om->ndim; d++) Y[CUG_OSIZE + d] = om->shape[d];
+    for (d = 0; d < dim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
+    for (d = 0; d < ni; d++, j++) Y[CUG_ISTR + j] = ix->stride[d];
+    for (d = dim + 1; d < x->m.ndim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
     break;
   }
   case OP_CAT: {

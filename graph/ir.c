@@ -225,6 +225,13 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
     memcpy(nd->sym, x->sym, sizeof nd->sym);
     nd->sym[a->i[0]] = nd->asym[FL_MAX_DIMS + 2];
     break;
+  case OP_SLICE: case OP_FLIP:          /* the sliced dim is specialized */
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    if (nd->op == OP_SLICE) {
+      nd->symlost |= x->sym[a->i[0]] != 0;
+      nd->sym[a->i[0]] = 0;
+    }
+    break;
   case OP_CONTIGUOUS:
     memcpy(nd->sym, x->sym, sizeof nd->sym);
     break;
@@ -446,6 +453,37 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
     snprintf(buf, n, "dim=%lld, start=%lld, length=%lld",
              (long long)a->i[0], (long long)a->i[1], (long long)a->i[2]);
     break;
+  case OP_SLICE:
+    snprintf(buf, n, "dim=%lld, start=%lld, length=%lld, step=%lld", (long long)a->i[0],
+             (long long)a->i[1], (long long)a->i[2], (long long)a->i[3]);
+    break;
+  case OP_GATHER:
+    snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
+    break;
+  case OP_CUMSUM:
+    snprintf(buf, n, "dim=%lld%s%s", (long long)a->i[0], a->i[1] ? ", exclusive" : "",
+             a->i[2] ? ", reverse" : "");
+    break;
+  case OP_FLIP:
+    snprintf(buf, n, "dims=[");
+    for (k = 0; k < a->ndims; k++) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, "%s%lld", k ? "," : "", (long long)a->dims[k]);
+    }
+    len = strlen(buf);
+    snprintf(buf + len, n - len, "]");
+    break;
+  case OP_PAD:
+    snprintf(buf, n, "%s, pads=[", a->i[8] == 1 ? "reflect" : a->i[8] == 2 ? "edge" : "constant");
+    for (k = 0; k < 2 * a->ndims && k < 2 * FL_MAX_DIMS; k++) {
+      len = strlen(buf);
+      snprintf(buf + len, n - len, "%s%lld", k ? "," : "",
+               (long long)(k < a->ndims ? a->dims[k] : a->i[k - a->ndims]));
+    }
+    len = strlen(buf);
+    if (a->i[8] == 0) snprintf(buf + len, n - len, "], value=%g", a->f[0]);
+    else snprintf(buf + len, n - len, "]");
+    break;
   case OP_LAYER_NORM: case OP_RMS_NORM: case OP_BATCH_NORM:
     snprintf(buf, n, "eps=%g", a->f[0]);
     break;
@@ -455,10 +493,37 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   case OP_TO:
     snprintf(buf, n, "%s", dtype_name(a->dtype));
     break;
-  case OP_CONV2D:
-    snprintf(buf, n, "stride=%lld,%lld, padding=%lld,%lld", (long long)a->i[0],
-             (long long)a->i[1], (long long)a->i[2], (long long)a->i[3]);
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: {
+    op_win2d w;
+    int at;
+    op_win2d_of(nd->op, a, 0, 0, &w);
+    at = snprintf(buf, n, "kernel=%lld,%lld, stride=%lld,%lld", (long long)w.kh, (long long)w.kw,
+                  (long long)w.sh, (long long)w.sw);
+    if (at > 0 && (size_t)at < n && (w.pt || w.pl || w.pb || w.pr))
+      at += snprintf(buf + at, n - (size_t)at, ", padding=%lld,%lld,%lld,%lld", (long long)w.pt,
+                     (long long)w.pl, (long long)w.pb, (long long)w.pr);
+    if (at > 0 && (size_t)at < n && (w.dh != 1 || w.dw != 1))
+      at += snprintf(buf + at, n - (size_t)at, ", dilation=%lld,%lld", (long long)w.dh,
+                     (long long)w.dw);
+    if (at > 0 && (size_t)at < n && w.ceil_mode)
+      at += snprintf(buf + at, n - (size_t)at, ", ceil_mode");
+    if (at > 0 && (size_t)at < n && nd->op == OP_AVG_POOL2D && !w.count_include_pad)
+      snprintf(buf + at, n - (size_t)at, ", count_include_pad=false");
     break;
+  }
+  case OP_CONV2D: {
+    int at = snprintf(buf, n, "stride=%lld,%lld, padding=%lld,%lld", (long long)a->i[0],
+                      (long long)a->i[1], (long long)a->i[2], (long long)a->i[3]);
+    /* the rest only where it differs from the defaults, so old listings read the same */
+    if (at > 0 && (size_t)at < n && (a->i[4] != a->i[2] || a->i[5] != a->i[3]))
+      at += snprintf(buf + at, n - (size_t)at, ",%lld,%lld", (long long)a->i[4], (long long)a->i[5]);
+    if (at > 0 && (size_t)at < n && (a->i[6] != 1 || a->i[7] != 1))
+      at += snprintf(buf + at, n - (size_t)at, ", dilation=%lld,%lld", (long long)a->i[6],
+                     (long long)a->i[7]);
+    if (at > 0 && (size_t)at < n && a->i[8] != 1)
+      snprintf(buf + at, n - (size_t)at, ", groups=%lld", (long long)a->i[8]);
+    break;
+  }
   default:
     break;
   }

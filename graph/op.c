@@ -8,6 +8,7 @@
 
 #include "op.h"
 #include "ref.h"
+#include "size.h"
 
 const op_info op_table[OP_COUNT] = {
 #define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) \
@@ -52,8 +53,48 @@ void op_attrs_init(fl_op op, op_attrs *a) {
   case OP_RMS_NORM: a->f[0] = FLT_EPSILON; break;
   case OP_VAR: a->f[0] = 1.0; break;
   case OP_DROPOUT: a->f[0] = 0.5; break;   /* PyTorch's default p */
+  case OP_CONV2D: a->i[0] = a->i[1] = 1; a->i[6] = a->i[7] = 1; a->i[8] = 1; break;
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D:
+    a->i[8] = a->i[9] = 1;
+    a->i[11] = 1;                           /* count_include_pad, PyTorch's default */
+    break;
   default: break;
   }
+}
+
+void op_win2d_of(fl_op op, const op_attrs *a, int64_t kh, int64_t kw, op_win2d *w) {
+  memset(w, 0, sizeof *w);
+  if (op == OP_CONV2D) {
+    w->kh = kh; w->kw = kw;
+    w->sh = a->i[0]; w->sw = a->i[1];
+    w->pt = a->i[2]; w->pl = a->i[3]; w->pb = a->i[4]; w->pr = a->i[5];
+    w->dh = a->i[6]; w->dw = a->i[7]; w->groups = a->i[8];
+    return;
+  }
+  w->kh = a->i[0]; w->kw = a->i[1];
+  w->sh = a->i[2] ? a->i[2] : w->kh;
+  w->sw = a->i[3] ? a->i[3] : w->kw;
+  w->pt = a->i[4]; w->pl = a->i[5]; w->pb = a->i[6]; w->pr = a->i[7];
+  w->dh = a->i[8]; w->dw = a->i[9]; w->groups = 1;
+  w->ceil_mode = a->i[10] != 0;
+  w->count_include_pad = a->i[11] != 0;
+}
+
+int64_t op_win_out(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe,
+                   int64_t d, int ceil_mode) {
+  int64_t span, ext, o;
+  if (s < 1 || k < 1 || d < 1) return 0;
+  /* the padded size and the dilated kernel's extent, overflow-checked: an
+  ** absurd padding leaves a result no allocation can hold */
+  if (!sz_add(n, pb, &span) || !sz_add(span, pe, &span)) return INT64_MAX;
+  if (!sz_mul(k - 1, d, &ext) || !sz_add(ext, 1, &ext)) return 0;
+  span -= ext;
+  if (span < 0) return 0;
+  o = (ceil_mode ? span / s + (span % s != 0) : span / s) + 1;
+  /* PyTorch: the last window must start inside the input or the left
+  ** padding, else it is dropped */
+  if (ceil_mode && (o - 1) * s >= n + pb) o--;
+  return o;
 }
 
 int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,

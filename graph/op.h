@@ -36,7 +36,7 @@ enum {
 typedef struct op_attrs {
   int ndims;                    /* entries used in dims[] */
   int64_t dims[FL_MAX_DIMS];    /* reduce dims / permutation / shape */
-  int64_t i[6];                 /* op-specific integers */
+  int64_t i[12];                /* op-specific integers */
   double f[2];                  /* op-specific reals */
   int keepdim;                  /* reductions keep reduced dims as 1 */
   fl_dtype dtype;               /* target of "to" */
@@ -80,6 +80,24 @@ fl_op op_by_name(const char *name);
 ** layer_norm/batch_norm eps 1e-5, rms_norm eps FLT_EPSILON (PyTorch's
 ** finfo(float32).eps), var correction 1. */
 void op_attrs_init(fl_op op, op_attrs *a);
+
+/* The window of conv2d, max_pool2d or avg_pool2d, decoded from its
+** attributes (the layout is in ops.def): kh, kw the kernel (a conv's from
+** its weight, passed in), strides (a pool's 0 = the kernel), pads top,
+** left, bottom, right, dilations, groups (conv), ceil_mode and
+** count_include_pad (pools).  Every consumer reads attributes through it. */
+typedef struct op_win2d {
+  int64_t kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, groups;
+  int ceil_mode, count_include_pad;
+} op_win2d;
+void op_win2d_of(fl_op op, const op_attrs *a, int64_t kh, int64_t kw, op_win2d *w);
+/* Output extent of a sliding window over n elements (PyTorch's
+** pooling_output_shape): floor or, with ceil_mode, ceil of
+** (n + pb + pe - d (k - 1) - 1) / s, plus 1, where a ceil-mode window
+** must start inside the input or its leading padding; <= 0 when no
+** window fits; INT64_MAX when the sizes overflow. */
+int64_t op_win_out(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe,
+                   int64_t d, int ceil_mode);
 
 /* 1 when elementwise op over operands of dtypes dt[0..nin) computes in
 ** exact int64 arithmetic (its iscalar / iexpr): it has an int64 form, an

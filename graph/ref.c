@@ -604,7 +604,7 @@ int ref_rowmajor(fl_op op, const fl_tensor *const *in, int nin,
   return FL_OK;
 }
 
-/* transpose, permute, expand, narrow: each output coordinate names one
+/* transpose, permute, expand, narrow, slice: each output coordinate names one
 ** input coordinate; compute it from the attributes and copy. */
 int ref_gather_view(fl_op op, const fl_tensor *const *in, int nin,
                     const op_attrs *a, fl_tensor *out, fl_err *e) {
@@ -637,6 +637,14 @@ int ref_gather_view(fl_op op, const fl_tensor *const *in, int nin,
                      meta_shape_str(im, sa, sizeof sa),
                      meta_shape_str(om, sb, sizeof sb));
     break;
+  case OP_SLICE:
+    if (lead != 0 || a->i[0] < 0 || a->i[0] >= im->ndim || a->i[1] < 0 || a->i[3] < 1 ||
+        (om->shape[a->i[0]] > 0 &&
+         a->i[1] + (om->shape[a->i[0]] - 1) * a->i[3] >= im->shape[a->i[0]]))
+      return err_set(e, FL_EINVAL, "slice: %lld elements from %lld by step %lld outside "
+                     "dim %lld of %s", (long long)om->shape[a->i[0]], (long long)a->i[1],
+                     (long long)a->i[3], (long long)a->i[0], meta_shape_str(im, sa, sizeof sa));
+    break;
   case OP_NARROW:
     if (lead != 0 || a->i[0] < 0 || a->i[0] >= im->ndim || a->i[1] < 0 ||
         a->i[1] + om->shape[a->i[0]] > im->shape[a->i[0]])
@@ -663,6 +671,10 @@ int ref_gather_view(fl_op op, const fl_tensor *const *in, int nin,
     case OP_EXPAND:
       copy_elem(out, i, in[0], bcast_index(im, om, oc));
       continue;
+    case OP_SLICE:     /* input coordinate = start + step * output's */
+      memcpy(ic, oc, sizeof ic);
+      ic[a->i[0]] = a->i[1] + a->i[3] * oc[a->i[0]];
+      break;
     default:           /* OP_NARROW */
       memcpy(ic, oc, sizeof ic);
       ic[a->i[0]] += a->i[1];
@@ -731,6 +743,134 @@ int ref_embedding(fl_op op, const fl_tensor *const *in, int nin,
                      (long long)V - 1);
     for (j = 0; j < D; j++)
       copy_elem(out, r * D + j, w, (int64_t)v * D + j);
+  }
+  return FL_OK;
+}
+
+/* pad (ops.def's layout): per dim, j = the output coordinate minus the
+** pad before (in the cropped input of m elements, which starts `crop`
+** elements in); inside [0, m) it reads the input, else the constant, the
+** edge element, or the mirror image without repeating the edge. */
+int ref_pad(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+            fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m, *om = &out->m;
+  int64_t n = meta_numel(om), i, oc[FL_MAX_DIMS], ic[FL_MAX_DIMS];
+  int64_t crop[FL_MAX_DIMS], before[FL_MAX_DIMS], m[FL_MAX_DIMS];
+  int d, rc, ints = im->dtype == FL_I64;
+  (void)nin;
+  if (a->ndims != im->ndim || om->ndim != im->ndim)
+    return err_set(e, FL_EINVAL, "pad: %d pads per side for a %d-d tensor", a->ndims, im->ndim);
+  for (d = 0; d < im->ndim; d++) {
+    crop[d] = a->dims[d] < 0 ? -a->dims[d] : 0;
+    before[d] = a->dims[d] > 0 ? a->dims[d] : 0;
+    m[d] = im->shape[d] - crop[d] - (a->i[d] < 0 ? -a->i[d] : 0);
+    if (m[d] < 0 || m[d] + before[d] + (a->i[d] > 0 ? a->i[d] : 0) != om->shape[d])
+      return err_set(e, FL_EINVAL, "pad: the pads of dim %d do not give the result's size", d + 1);
+  }
+  if ((rc = ref_check_numel(op_name(op), out, n, "output", e)) != FL_OK) return rc;
+  for (i = 0; i < n; i++) {
+    int inside = 1;
+    ref_unravel(om, i, oc);
+    for (d = 0; d < im->ndim; d++) {
+      int64_t j = oc[d] - before[d];
+      if (j < 0 || j >= m[d]) {
+        if (a->i[8] == 0) { inside = 0; break; }
+        if (a->i[8] == 2) j = j < 0 ? 0 : m[d] - 1;         /* edge */
+        else j = j < 0 ? -j : 2 * (m[d] - 1) - j;           /* reflect */
+      }
+      ic[d] = crop[d] + j;
+    }
+    if (inside) copy_elem(out, i, in[0], ref_ravel(im, ic));
+    else if (ints) ten_set_i64(out, i, a->i[9]);
+    else ten_set(out, i, a->f[0]);
+  }
+  return FL_OK;
+}
+
+/* flip: coordinate c of a flipped dim of size n reads n - 1 - c. */
+int ref_flip(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+             fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), i, c[FL_MAX_DIMS];
+  int k, rc;
+  (void)nin;
+  if ((rc = ref_check_numel(op_name(op), out, n, "output", e)) != FL_OK) return rc;
+  for (k = 0; k < a->ndims; k++)
+    if (a->dims[k] < 0 || a->dims[k] >= im->ndim)
+      return err_set(e, FL_EINVAL, "flip: dim %lld out of range", (long long)a->dims[k]);
+  for (i = 0; i < n; i++) {
+    ref_unravel(im, i, c);
+    for (k = 0; k < a->ndims; k++) c[a->dims[k]] = im->shape[a->dims[k]] - 1 - c[a->dims[k]];
+    copy_elem(out, i, in[0], ref_ravel(im, c));
+  }
+  return FL_OK;
+}
+
+/* gather (ONNX Gather): out[pre, j..., post] = x[pre, idx[j...], post]; a
+** negative index counts from the end; one out of range is an error before
+** anything is written. */
+int ref_gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+               fl_tensor *out, fl_err *e) {
+  const fl_tensor *x = in[0], *idx = in[1];
+  const fl_meta *xm = &x->m, *om = &out->m;
+  int64_t dim = a->i[0], n = meta_numel(om), ni = meta_numel(&idx->m), i, size;
+  int64_t oc[FL_MAX_DIMS], xc[FL_MAX_DIMS], jc[FL_MAX_DIMS];
+  int d, rc, ind = idx->m.ndim;
+  char sa[96];
+  (void)nin;
+  if (dim < 0 || dim >= xm->ndim || idx->m.dtype != FL_I64 || om->ndim != xm->ndim - 1 + ind)
+    return err_set(e, FL_EINVAL, "gather: dim %lld of %s with %s indices", (long long)dim,
+                   meta_shape_str(xm, sa, sizeof sa), dtype_name(idx->m.dtype));
+  size = xm->shape[dim];
+  for (i = 0; i < ni; i++) {
+    int64_t v = ten_get_i64(idx, i);
+    if (v < -size || v >= size)
+      return err_set(e, FL_EINVAL, "gather: index %lld out of range for dim %lld of "
+                     "size %lld (valid %lld..%lld)", (long long)v, (long long)dim + 1,
+                     (long long)size, (long long)-size, (long long)size - 1);
+  }
+  if ((rc = ref_check_numel(op_name(op), out, n, "output", e)) != FL_OK) return rc;
+  for (i = 0; i < n; i++) {
+    int64_t v;
+    ref_unravel(om, i, oc);
+    for (d = 0; d < dim; d++) xc[d] = oc[d];
+    for (d = 0; d < ind; d++) jc[d] = oc[dim + d];
+    for (d = (int)dim + 1; d < xm->ndim; d++) xc[d] = oc[d - 1 + ind];
+    v = ten_get_i64(idx, ref_ravel(&idx->m, jc));
+    xc[dim] = v < 0 ? v + size : v;
+    copy_elem(out, i, x, ref_ravel(xm, xc));
+  }
+  return FL_OK;
+}
+
+/* cumsum along i0: element k of a line is the sum of elements 0..k (i1:
+** 0..k-1; i2: from the end), in double, or exactly in int64. */
+int ref_cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+               fl_tensor *out, fl_err *e) {
+  const fl_meta *im = &in[0]->m;
+  int64_t n = meta_numel(im), i, c[FL_MAX_DIMS], dim = a->i[0], len, k;
+  int rc, ints = out->m.dtype == FL_I64;
+  (void)nin;
+  if (im->ndim > 0 && (dim < 0 || dim >= im->ndim))
+    return err_set(e, FL_EINVAL, "cumsum: dim %lld out of range", (long long)dim);
+  if ((rc = ref_check_numel(op_name(op), out, n, "output", e)) != FL_OK) return rc;
+  len = im->ndim ? im->shape[dim] : 1;
+  for (i = 0; i < n; i++) {
+    double s = 0;
+    uint64_t is = 0;               /* wraps as PyTorch's int64 sums do */
+    ref_unravel(im, i, c);
+    {
+      int64_t at = im->ndim ? c[dim] : 0;
+      for (k = 0; k < len; k++) {
+        int take = a->i[2] ? (a->i[1] ? k > at : k >= at) : (a->i[1] ? k < at : k <= at);
+        if (!take) continue;
+        if (im->ndim) c[dim] = k;
+        if (ints) is += (uint64_t)ten_get_i64(in[0], ref_ravel(im, c));
+        else s += ten_get(in[0], ref_ravel(im, c));
+      }
+    }
+    if (ints) ten_set_i64(out, i, (int64_t)is);
+    else ten_set(out, i, s);
   }
   return FL_OK;
 }

@@ -168,36 +168,38 @@ static int image_dims(const char *op, const fl_meta *m, int64_t *n,
   return FL_OK;
 }
 
-/* out size of a sliding window: floor((in + 2 pad - k) / stride) + 1 */
-static int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
-  return (in + 2 * pad - k) / stride + 1;
-}
-
 /* Direct convolution (cross-correlation, as PyTorch): for each output
-** element, the dot product of the kernel with the zero-padded window. */
+** element, the dot product of its group's kernel with the zero-padded,
+** dilated window over that group's input channels. */
 int ref_conv2d(fl_op op, const fl_tensor *const *in, int nin,
                const op_attrs *a, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = ref_opt(in, nin, 2);
-  int64_t N, C, H, W, CO, KH, KW, OH, OW, n, co, oh, ow, ci, kh, kw;
-  int64_t sh = a->i[0], sw = a->i[1], ph = a->i[2], pw = a->i[3];
+  int64_t N = 0, C = 0, H = 0, W = 0, CO, CG, OG, KH, KW, OH, OW, n, co, oh, ow, ci, kh, kw;
+  op_win2d g;
   int rc;
   char sa[96], sb[96];
-  (void)op;
   if ((rc = image_dims("conv2d", &x->m, &N, &C, &H, &W, e)) != FL_OK)
     return rc;
-  if (w->m.ndim != 4 || w->m.shape[1] != C || sh < 1 || sw < 1 || ph < 0 ||
-      pw < 0)
-    return err_set(e, FL_EINVAL, "conv2d: input %s, weight %s: expected "
-                   "weight [co, %lld, kh, kw], stride >= 1, padding >= 0",
+  if (w->m.ndim != 4)
+    return err_set(e, FL_EINVAL, "conv2d: weight %s is not 4-d",
+                   meta_shape_str(&w->m, sb, sizeof sb));
+  op_win2d_of(op, a, w->m.shape[2], w->m.shape[3], &g);
+  CO = w->m.shape[0]; KH = g.kh; KW = g.kw;
+  if (g.groups < 1 || C % g.groups || CO % g.groups ||
+      w->m.shape[1] != C / g.groups || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
+      g.dw < 1 || g.pt < 0 || g.pl < 0 || g.pb < 0 || g.pr < 0)
+    return err_set(e, FL_EINVAL, "conv2d: input %s, weight %s, groups %lld: "
+                   "expected weight [co, C/groups, kh, kw], stride and "
+                   "dilation >= 1, padding >= 0",
                    meta_shape_str(&x->m, sa, sizeof sa),
-                   meta_shape_str(&w->m, sb, sizeof sb), (long long)C);
-  CO = w->m.shape[0]; KH = w->m.shape[2]; KW = w->m.shape[3];
-  OH = window_out(H, KH, sh, ph);
-  OW = window_out(W, KW, sw, pw);
-  if (OH < 1 || OW < 1)
+                   meta_shape_str(&w->m, sb, sizeof sb), (long long)g.groups);
+  CG = C / g.groups;               /* input channels per group */
+  OG = CO / g.groups;              /* output channels per group */
+  OH = (H + g.pt + g.pb - g.dh * (KH - 1) - 1) / g.sh + 1;
+  OW = (W + g.pl + g.pr - g.dw * (KW - 1) - 1) / g.sw + 1;
+  if (H + g.pt + g.pb < g.dh * (KH - 1) + 1 || W + g.pl + g.pr < g.dw * (KW - 1) + 1)
     return err_set(e, FL_EINVAL, "conv2d: kernel %lldx%lld larger than the "
-                   "padded input %lldx%lld", (long long)KH, (long long)KW,
-                   (long long)(H + 2 * ph), (long long)(W + 2 * pw));
+                   "padded input", (long long)KH, (long long)KW);
   if ((rc = ref_check_numel("conv2d", out, N * CO * OH * OW, "output", e)))
     return rc;
   if (b && (rc = ref_check_numel("conv2d", b, CO, "bias", e)) != FL_OK)
@@ -207,58 +209,51 @@ int ref_conv2d(fl_op op, const fl_tensor *const *in, int nin,
       for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {
           double acc = b ? ten_get(b, co) : 0.0;
-          for (ci = 0; ci < C; ci++)
+          int64_t c0 = co / OG * CG;   /* the group's first input channel */
+          for (ci = 0; ci < CG; ci++)
             for (kh = 0; kh < KH; kh++)
               for (kw = 0; kw < KW; kw++) {
-                int64_t ih = oh * sh - ph + kh, iw = ow * sw - pw + kw;
+                int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+                int64_t iw = ow * g.sw - g.pl + kw * g.dw;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += ten_get(x, ((n * C + ci) * H + ih) * W + iw) *
-                       ten_get(w, ((co * C + ci) * KH + kh) * KW + kw);
+                acc += ten_get(x, ((n * C + c0 + ci) * H + ih) * W + iw) *
+                       ten_get(w, ((co * CG + ci) * KH + kh) * KW + kw);
               }
           ten_set(out, ((n * CO + co) * OH + oh) * OW + ow, acc);
         }
   return FL_OK;
 }
 
-/* A pooling window's geometry: kernel i0,i1; stride i2,i3 (0 means the
-** kernel size, PyTorch's default); padding i4,i5. */
+/* A pooling window's geometry (op_win2d_of) and the plane count; the
+** output size is the one shape inference gave the result. */
 typedef struct pool_geom {
   int64_t planes;                 /* N * C images of H x W */
   int64_t H, W, OH, OW;           /* input and output sizes */
-  int64_t kh, kw, sh, sw, ph, pw; /* kernel, stride, padding */
+  op_win2d w;
 } pool_geom;
 
 static int pool_geometry(fl_op op, const fl_tensor *x, const op_attrs *a,
                          const fl_tensor *out, pool_geom *g, fl_err *e) {
-  int64_t N, C;
+  int64_t N = 0, C = 0;
   int rc;
   if ((rc = image_dims(op_name(op), &x->m, &N, &C, &g->H, &g->W, e)) != FL_OK)
     return rc;
-  g->kh = a->i[0]; g->kw = a->i[1];
-  g->sh = a->i[2] > 0 ? a->i[2] : g->kh;
-  g->sw = a->i[3] > 0 ? a->i[3] : g->kw;
-  g->ph = a->i[4]; g->pw = a->i[5];
-  /* PyTorch: padding at most half the kernel, so no window is all pad */
-  if (g->kh < 1 || g->kw < 1 || g->ph < 0 || g->pw < 0 ||
-      2 * g->ph > g->kh || 2 * g->pw > g->kw)
-    return err_set(e, FL_EINVAL, "%s: kernel %lldx%lld with padding %lld,%lld:"
-                   " expected kernel >= 1 and padding at most half the kernel",
-                   op_name(op), (long long)g->kh, (long long)g->kw,
-                   (long long)g->ph, (long long)g->pw);
-  g->OH = window_out(g->H, g->kh, g->sh, g->ph);
-  g->OW = window_out(g->W, g->kw, g->sw, g->pw);
-  if (g->OH < 1 || g->OW < 1)
-    return err_set(e, FL_EINVAL, "%s: kernel %lldx%lld larger than the padded "
-                   "input %lldx%lld", op_name(op), (long long)g->kh,
-                   (long long)g->kw, (long long)(g->H + 2 * g->ph),
-                   (long long)(g->W + 2 * g->pw));
+  op_win2d_of(op, a, 0, 0, &g->w);
+  if (g->w.kh < 1 || g->w.kw < 1 || g->w.sh < 1 || g->w.sw < 1 ||
+      g->w.dh < 1 || g->w.dw < 1 || g->w.pt < 0 || g->w.pl < 0 ||
+      g->w.pb < 0 || g->w.pr < 0 || out->m.ndim != x->m.ndim)
+    return err_set(e, FL_EINVAL, "%s: expected kernel, stride and dilation >= "
+                   "1 and padding >= 0", op_name(op));
+  g->OH = out->m.shape[out->m.ndim - 2];
+  g->OW = out->m.shape[out->m.ndim - 1];
   g->planes = N * C;
   return ref_check_numel(op_name(op), out, g->planes * g->OH * g->OW,
                          "output", e);
 }
 
-/* The max over the in-bounds part of each window (the padding is -inf, so
-** it never wins); NaN wins, as in PyTorch. */
+/* The max over the in-bounds elements of each dilated window (the padding
+** is -inf, so it never wins; a window of padding only is -inf); NaN wins,
+** as in PyTorch. */
 int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a, fl_tensor *out, fl_err *e) {
   pool_geom g;
@@ -271,9 +266,10 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
       for (ow = 0; ow < g.OW; ow++) {
         double mx = -INFINITY;
         int64_t imx = INT64_MIN;  /* integer images: compared exactly */
-        for (kh = 0; kh < g.kh; kh++)
-          for (kw = 0; kw < g.kw; kw++) {
-            int64_t ih = oh * g.sh - g.ph + kh, iw = ow * g.sw - g.pw + kw, at;
+        for (kh = 0; kh < g.w.kh; kh++)
+          for (kw = 0; kw < g.w.kw; kw++) {
+            int64_t ih = oh * g.w.sh - g.w.pt + kh * g.w.dh;
+            int64_t iw = ow * g.w.sw - g.w.pl + kw * g.w.dw, at;
             double v;
             if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
             at = (p * g.H + ih) * g.W + iw;
@@ -290,8 +286,10 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   return FL_OK;
 }
 
-/* The sum over the window divided by the window's size counting padding
-** (count_include_pad=True, PyTorch's default): zeros are averaged in. */
+/* The sum over the window's input elements divided by, with
+** count_include_pad (PyTorch's default), the window's size clipped to the
+** padded input (PyTorch's rule: a ceil_mode window past the end padding
+** counts only up to it), else the number of input elements it covers. */
 int ref_avg_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a, fl_tensor *out, fl_err *e) {
   pool_geom g;
@@ -302,15 +300,18 @@ int ref_avg_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   for (p = 0; p < g.planes; p++)
     for (oh = 0; oh < g.OH; oh++)
       for (ow = 0; ow < g.OW; ow++) {
-        /* PyTorch clips the window to the padded input before counting */
-        int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-        int64_t h1 = h0 + g.kh < g.H + g.ph ? h0 + g.kh : g.H + g.ph;
-        int64_t w1 = w0 + g.kw < g.W + g.pw ? w0 + g.kw : g.W + g.pw;
-        double sum = 0.0, count = (double)((h1 - h0) * (w1 - w0));
+        int64_t h0 = oh * g.w.sh - g.w.pt, w0 = ow * g.w.sw - g.w.pl;
+        int64_t h1 = h0 + g.w.kh, w1 = w0 + g.w.kw, inside = 0;
+        double sum = 0.0, count;
+        if (h1 > g.H + g.w.pb) h1 = g.H + g.w.pb;
+        if (w1 > g.W + g.w.pr) w1 = g.W + g.w.pr;
         for (ih = h0; ih < h1; ih++)
           for (iw = w0; iw < w1; iw++)
-            if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
+            if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
               sum += ten_get(in[0], (p * g.H + ih) * g.W + iw);
+              inside++;
+            }
+        count = (double)(g.w.count_include_pad ? (h1 - h0) * (w1 - w0) : inside);
         ten_set(out, (p * g.OH + oh) * g.OW + ow, sum / count);
       }
   return FL_OK;

@@ -450,22 +450,29 @@ int infer_linear(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
-/* floor((size + 2 pad - k) / stride) + 1, or <= 0 when the window does not
-** fit even once */
-static int64_t window_count(int64_t size, int64_t k, int64_t stride,
-                            int64_t pad) {
-  int64_t span;
-  /* a padding past int64 leaves a result no allocation can hold */
-  if (!sz_mul(pad, 2, &span) || !sz_add(span, size, &span)) return INT64_MAX;
-  span -= k;
-  return span < 0 ? 0 : span / stride + 1;
+/* The pads, strides and dilations of a window, checked; the message names
+** the op and the values. */
+static int check_win(fl_op op, const op_win2d *g, fl_err *e) {
+  if (g->sh < 1 || g->sw < 1)
+    return err_set(e, FL_EINVAL, "%s: stride must be positive, got [%lld,%lld]",
+                   op_name(op), (long long)g->sh, (long long)g->sw);
+  if (g->dh < 1 || g->dw < 1)
+    return err_set(e, FL_EINVAL, "%s: dilation must be positive, got [%lld,%lld]",
+                   op_name(op), (long long)g->dh, (long long)g->dw);
+  if (g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0)
+    return err_set(e, FL_EINVAL, "%s: padding must be non-negative, got "
+                   "[%lld,%lld,%lld,%lld] (top, left, bottom, right)", op_name(op),
+                   (long long)g->pt, (long long)g->pl, (long long)g->pb,
+                   (long long)g->pr);
+  return FL_OK;
 }
 
 int infer_conv2d(fl_op op, const fl_meta *const *in, int nin,
                  const op_attrs *a, fl_meta *out, fl_err *e) {
   const fl_meta *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   shbuf sx, sw;
-  int64_t sh = a->i[0], sw_ = a->i[1], ph = a->i[2], pw = a->i[3], ho, wo;
+  op_win2d g;
+  int64_t ho, wo;
   int rc = check_inputs(op, in, nin, e);
   if (rc) return rc;
   if (!w) return err_set(e, FL_EINVAL, "conv2d: weight is missing");
@@ -473,31 +480,43 @@ int infer_conv2d(fl_op op, const fl_meta *const *in, int nin,
     return err_set(e, FL_EINVAL, "conv2d: expected a 4-D input [N,C,H,W], got "
                    "%s", SH(x, sx));
   if (w->ndim != 4)
-    return err_set(e, FL_EINVAL, "conv2d: expected a 4-D weight [Co,Ci,kh,kw], "
+    return err_set(e, FL_EINVAL, "conv2d: expected a 4-D weight [Co,Ci/groups,kh,kw], "
                    "got %s", SH(w, sw));
-  if (w->shape[1] != x->shape[1])
+  op_win2d_of(op, a, w->shape[2], w->shape[3], &g);
+  if (g.groups < 1)
+    return err_set(e, FL_EINVAL, "conv2d: groups must be positive, got %lld",
+                   (long long)g.groups);
+  if (x->shape[1] % g.groups != 0 || w->shape[0] % g.groups != 0)
+    return err_set(e, FL_EINVAL, "conv2d: groups=%lld must divide both the input "
+                   "channels (input %s) and the output channels (weight %s)",
+                   (long long)g.groups, SH(x, sx), SH(w, sw));
+  if (w->shape[1] != x->shape[1] / g.groups) {
+    if (g.groups == 1)
+      return err_set(e, FL_EINVAL, "conv2d: weight %s expects %lld input "
+                     "channels, but input %s has %lld", SH(w, sw),
+                     (long long)w->shape[1], SH(x, sx), (long long)x->shape[1]);
     return err_set(e, FL_EINVAL, "conv2d: weight %s expects %lld input "
-                   "channels, but input %s has %lld", SH(w, sw),
-                   (long long)w->shape[1], SH(x, sx), (long long)x->shape[1]);
+                   "channels per group, but input %s has %lld channels in %lld "
+                   "groups (%lld each)", SH(w, sw), (long long)w->shape[1],
+                   SH(x, sx), (long long)x->shape[1], (long long)g.groups,
+                   (long long)(x->shape[1] / g.groups));
+  }
   if (w->shape[2] < 1 || w->shape[3] < 1)
     return err_set(e, FL_EINVAL, "conv2d: weight %s has an empty kernel",
                    SH(w, sw));
-  if (sh < 1 || sw_ < 1)
-    return err_set(e, FL_EINVAL, "conv2d: stride must be positive, got [%lld,"
-                   "%lld]", (long long)sh, (long long)sw_);
-  if (ph < 0 || pw < 0)
-    return err_set(e, FL_EINVAL, "conv2d: padding must be non-negative, got "
-                   "[%lld,%lld]", (long long)ph, (long long)pw);
-  ho = window_count(x->shape[2], w->shape[2], sh, ph);
-  wo = window_count(x->shape[3], w->shape[3], sw_, pw);
+  if ((rc = check_win(op, &g, e))) return rc;
+  ho = op_win_out(x->shape[2], g.kh, g.sh, g.pt, g.pb, g.dh, 0);
+  wo = op_win_out(x->shape[3], g.kw, g.sw, g.pl, g.pr, g.dw, 0);
   if (ho <= 0 || wo <= 0)
     return err_set(e, FL_EINVAL, "conv2d: padded input size %lldx%lld is "
-                   "smaller than the kernel %lldx%lld (input %s, weight %s, "
-                   "padding [%lld,%lld])",
-                   (long long)(x->shape[2] + 2 * ph),
-                   (long long)(x->shape[3] + 2 * pw), (long long)w->shape[2],
-                   (long long)w->shape[3], SH(x, sx), SH(w, sw),
-                   (long long)ph, (long long)pw);
+                   "smaller than the %skernel %lldx%lld (input %s, weight %s, "
+                   "padding [%lld,%lld,%lld,%lld], dilation [%lld,%lld])",
+                   (long long)(x->shape[2] + g.pt + g.pb),
+                   (long long)(x->shape[3] + g.pl + g.pr),
+                   g.dh > 1 || g.dw > 1 ? "dilated " : "",
+                   (long long)((g.kh - 1) * g.dh + 1), (long long)((g.kw - 1) * g.dw + 1),
+                   SH(x, sx), SH(w, sw), (long long)g.pt, (long long)g.pl,
+                   (long long)g.pb, (long long)g.pr, (long long)g.dh, (long long)g.dw);
   if ((rc = need_float(op, x, "input", e))) return rc;
   if ((rc = same_dtype(op, x, "input", w, "weight", e))) return rc;
   if (b) {
@@ -775,43 +794,183 @@ int infer_embedding(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* slice: i0 dim, i1 start, i2 length, i3 step >= 1; the last element
+** taken must lie inside the dim */
+int infer_slice(fl_op op, const fl_meta *const *in, int nin,
+                const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int64_t dim = a->i[0], start = a->i[1], len = a->i[2], step = a->i[3], size, last;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (x->ndim == 0)
+    return err_set(e, FL_EINVAL, "slice: cannot slice a 0-dim tensor");
+  if ((rc = check_dim(op, x, dim, e))) return rc;
+  size = x->shape[dim];
+  if (step < 1)
+    return err_set(e, FL_EINVAL, "slice: step must be >= 1 here, got %lld",
+                   (long long)step);
+  if (start < 0 || start > size || len < 0 ||
+      (len > 0 && (!sz_mul(len - 1, step, &last) || !sz_add(last, start, &last) ||
+                   last >= size)))
+    return err_set(e, FL_EINVAL, "slice: %lld elements from %lld by step %lld "
+                   "run past dimension %lld of %s", (long long)len, (long long)start,
+                   (long long)step, (long long)dim, SH(x, s));
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  out->shape[dim] = len;
+  return FL_OK;
+}
+
+/* pad (ops.def's layout): per dim, crop the negative pads, then pad; the
+** result's size is size + before + after */
+int infer_pad(fl_op op, const fl_meta *const *in, int nin,
+              const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  shbuf s;
+  int d, rc = check_inputs(op, in, nin, e);
+  int64_t mode = a->i[8];
+  if (rc) return rc;
+  if (a->ndims != x->ndim)
+    return err_set(e, FL_EINVAL, "pad: %d pads per side for a %d-d tensor %s "
+                   "(expected one per dim)", a->ndims, x->ndim, SH(x, s));
+  if (mode < 0 || mode > 2)
+    return err_set(e, FL_EINVAL, "pad: unknown mode %lld", (long long)mode);
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  for (d = 0; d < x->ndim; d++) {
+    int64_t n = x->shape[d], b = a->dims[d], f = a->i[d], cb, cf, m, o;
+    if (b < -FL_MAX_NUMEL || f < -FL_MAX_NUMEL || b > FL_MAX_NUMEL || f > FL_MAX_NUMEL)
+      return err_set(e, FL_EINVAL, "pad: pads %lld, %lld of dim %d are too large",
+                     (long long)b, (long long)f, d + 1);
+    cb = b < 0 ? -b : 0;
+    cf = f < 0 ? -f : 0;
+    if (cb + cf > n)
+      return err_set(e, FL_EINVAL, "pad: pads %lld, %lld crop %lld elements from dim %d "
+                     "of %s, which has %lld", (long long)b, (long long)f,
+                     (long long)(cb + cf), d + 1, SH(x, s), (long long)n);
+    m = n - cb - cf;
+    if (mode == 1 && ((b > 0 && b >= m) || (f > 0 && f >= m)))
+      return err_set(e, FL_EINVAL, "pad: reflect pads %lld, %lld of dim %d must be "
+                     "smaller than its size %lld (after cropping) in %s", (long long)b,
+                     (long long)f, d + 1, (long long)m, SH(x, s));
+    if (mode == 2 && m == 0 && (b > 0 || f > 0))
+      return err_set(e, FL_EINVAL, "pad: edge padding of dim %d, which is empty in %s",
+                     d + 1, SH(x, s));
+    o = m + (b > 0 ? b : 0) + (f > 0 ? f : 0);
+    out->shape[d] = o;
+  }
+  return FL_OK;
+}
+
+/* flip: dims[ndims] distinct and in range */
+int infer_flip(fl_op op, const fl_meta *const *in, int nin,
+               const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int d, k, rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (a->ndims < 0 || a->ndims > x->ndim)
+    return err_set(e, FL_EINVAL, "flip: %d dims for a %d-d tensor", a->ndims, x->ndim);
+  for (d = 0; d < a->ndims; d++) {
+    if ((rc = check_dim(op, x, a->dims[d], e))) return rc;
+    for (k = 0; k < d; k++)
+      if (a->dims[k] == a->dims[d])
+        return err_set(e, FL_EINVAL, "flip: dim %lld appears twice", (long long)a->dims[d] + 1);
+  }
+  init_out(out, in, nin, x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}
+
+/* gather(x, idx) along i0 (ONNX Gather): x.shape[:dim] ++ idx.shape ++
+** x.shape[dim+1:]; the indices are int64 */
+int infer_gather(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *idx = in[1];
+  shbuf s, s2;
+  int64_t dim = a->i[0];
+  int d, k = 0, rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (!idx) return err_set(e, FL_EINVAL, "gather: indices are missing");
+  if (x->ndim == 0)
+    return err_set(e, FL_EINVAL, "gather: cannot gather from a 0-dim tensor");
+  if ((rc = check_dim(op, x, dim, e))) return rc;
+  if (idx->dtype != FL_I64)
+    return err_set(e, FL_EINVAL, "gather: indices must be int64, got %s %s",
+                   dtype_name(idx->dtype), SH(idx, s));
+  if (x->ndim - 1 + idx->ndim > FL_MAX_DIMS)
+    return err_set(e, FL_EINVAL, "gather: the result of %s indexed by %s would have "
+                   "%d dims (at most %d)", SH(x, s), SH(idx, s2), x->ndim - 1 + idx->ndim,
+                   FL_MAX_DIMS);
+  init_out(out, in, nin, x->dtype);
+  out->device = x->device;
+  for (d = 0; d < dim; d++) out->shape[k++] = x->shape[d];
+  for (d = 0; d < idx->ndim; d++) out->shape[k++] = idx->shape[d];
+  for (d = (int)dim + 1; d < x->ndim; d++) out->shape[k++] = x->shape[d];
+  out->ndim = k;
+  return FL_OK;
+}
+
+/* cumsum: the input's shape; float or int64 (a bool or int64 input sums in
+** int64, as PyTorch's) */
+int infer_cumsum(fl_op op, const fl_meta *const *in, int nin,
+                 const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0];
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if ((rc = check_dim(op, x, a->i[0], e))) return rc;
+  init_out(out, in, nin, x->dtype == FL_BOOL ? FL_I64 : x->dtype);
+  copy_shape(out, x);
+  return FL_OK;
+}
+
 /* --- vision ----------------------------------------------------------------- */
 
-/* max/avg_pool2d: kernel i0,i1; stride i2,i3 (0 = kernel); padding i4,i5 */
+/* max/avg_pool2d (ops.def's layout): each pad below the (dilated) kernel,
+** as ONNX requires, so every window holds an input element unless a max
+** pool's dilation steps over all of them (then its value is -inf). */
 int infer_pool2d(fl_op op, const fl_meta *const *in, int nin,
                  const op_attrs *a, fl_meta *out, fl_err *e) {
   const fl_meta *x = in[0];
   shbuf s;
-  int64_t kh = a->i[0], kw = a->i[1], sh = a->i[2], sw = a->i[3];
-  int64_t ph = a->i[4], pw = a->i[5], ho, wo;
+  op_win2d g;
+  int64_t ho, wo, eh, ew;
   int rc = check_inputs(op, in, nin, e);
   if (rc) return rc;
+  op_win2d_of(op, a, 0, 0, &g);
   if (x->ndim != 4)
     return err_set(e, FL_EINVAL, "%s: expected a 4-D input [N,C,H,W], got %s",
                    op_name(op), SH(x, s));
-  if (kh < 1 || kw < 1)
+  if (g.kh < 1 || g.kw < 1)
     return err_set(e, FL_EINVAL, "%s: kernel size must be positive, got "
-                   "[%lld,%lld]", op_name(op), (long long)kh, (long long)kw);
-  if (sh == 0) sh = kh;
-  if (sw == 0) sw = kw;
-  if (sh < 0 || sw < 0)
-    return err_set(e, FL_EINVAL, "%s: stride must be positive, got [%lld,%lld]",
-                   op_name(op), (long long)sh, (long long)sw);
-  if (ph < 0 || pw < 0 || ph > kh / 2 || pw > kw / 2)
-    return err_set(e, FL_EINVAL, "%s: padding should be at most half of the "
-                   "kernel size and non-negative, got padding [%lld,%lld] and "
-                   "kernel [%lld,%lld]", op_name(op), (long long)ph,
-                   (long long)pw, (long long)kh, (long long)kw);
+                   "[%lld,%lld]", op_name(op), (long long)g.kh, (long long)g.kw);
+  if ((rc = check_win(op, &g, e))) return rc;
+  if (op == OP_AVG_POOL2D && (g.dh != 1 || g.dw != 1))
+    return err_set(e, FL_EINVAL, "avg_pool2d: dilation is not supported (got "
+                   "[%lld,%lld])", (long long)g.dh, (long long)g.dw);
+  if (g.kh > INT64_MAX / g.dh || g.kw > INT64_MAX / g.dw)
+    return err_set(e, FL_EINVAL, "%s: kernel [%lld,%lld] with dilation "
+                   "[%lld,%lld] is too large", op_name(op), (long long)g.kh,
+                   (long long)g.kw, (long long)g.dh, (long long)g.dw);
+  eh = (g.kh - 1) * g.dh + 1;
+  ew = (g.kw - 1) * g.dw + 1;
+  if (g.pt >= eh || g.pb >= eh || g.pl >= ew || g.pr >= ew)
+    return err_set(e, FL_EINVAL, "%s: padding [%lld,%lld,%lld,%lld] (top, left, "
+                   "bottom, right) must be smaller than the %skernel [%lld,%lld]",
+                   op_name(op), (long long)g.pt, (long long)g.pl,
+                   (long long)g.pb, (long long)g.pr,
+                   g.dh > 1 || g.dw > 1 ? "dilated " : "", (long long)eh,
+                   (long long)ew);
   if (x->dtype == FL_BOOL || (op == OP_AVG_POOL2D && x->dtype == FL_I64))
     return err_set(e, FL_EINVAL, "%s: %s input %s is not supported",
                    op_name(op), dtype_name(x->dtype), SH(x, s));
-  ho = window_count(x->shape[2], kh, sh, ph);
-  wo = window_count(x->shape[3], kw, sw, pw);
+  ho = op_win_out(x->shape[2], g.kh, g.sh, g.pt, g.pb, g.dh, g.ceil_mode);
+  wo = op_win_out(x->shape[3], g.kw, g.sw, g.pl, g.pr, g.dw, g.ceil_mode);
   if (ho <= 0 || wo <= 0)
     return err_set(e, FL_EINVAL, "%s: input %s is too small for kernel "
-                   "[%lld,%lld] with padding [%lld,%lld]", op_name(op),
-                   SH(x, s), (long long)kh, (long long)kw, (long long)ph,
-                   (long long)pw);
+                   "[%lld,%lld] with padding [%lld,%lld,%lld,%lld]", op_name(op),
+                   SH(x, s), (long long)eh, (long long)ew, (long long)g.pt,
+                   (long long)g.pl, (long long)g.pb, (long long)g.pr);
   init_out(out, in, nin, x->dtype);
   out->ndim = 4;
   out->shape[0] = x->shape[0];

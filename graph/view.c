@@ -160,6 +160,16 @@ int view_apply(fl_op op, const fl_tensor *in, const op_attrs *a,
     ten_share(out, &r);
     return FL_OK;
   }
+  case OP_SLICE: {
+    int64_t dim = a->i[0], start = a->i[1], len = a->i[2], step = a->i[3];
+    if (dim < 0 || dim >= nd || start < 0 || len < 0 || step < 1 ||
+        start > in->m.shape[dim] || (len > 0 && (len - 1) > (in->m.shape[dim] - 1 - start) / step))
+      break;
+    if (meta_numel(outm) > 0) r.offset = in->offset + start * in->stride[dim];
+    if (len > 1) r.stride[dim] = in->stride[dim] * step;   /* in range: inside the storage */
+    ten_share(out, &r);
+    return FL_OK;
+  }
   default:
     memset(out, 0, sizeof *out);
     return err_set(e, FL_EINVAL, "%s: not a view op", op_name(op));

@@ -1,6 +1,6 @@
 /*
 ** view.h -- views: the strides that make reshape, transpose, permute,
-** unsqueeze, squeeze, expand and narrow share their input's storage.
+** unsqueeze, squeeze, expand, narrow and slice share their input's storage.
 */
 #ifndef FL_VIEW_H
 #define FL_VIEW_H

@@ -423,18 +423,83 @@ static int opts_index(lua_State *L, int idx, const char *const *keys,
   return idx;
 }
 
-/* fl.conv2d(x, w [, b] [, {stride=, padding=}]); the options may stand
-** in the bias slot. */
+/* padding = n, {h, w} or {top, left, bottom, right} into out[0..3] as
+** top, left, bottom, right (ops.def's order for conv2d and the pools). */
+static void pad4_field(lua_State *L, int idx, int64_t *out, const char *what) {
+  int i, n = 0, ty;
+  lua_Integer v[4] = {0, 0, 0, 0};
+  if (idx == 0) lua_pushnil(L);
+  else lua_getfield(L, idx, "padding");
+  ty = lua_type(L, -1);
+  if (ty == LUA_TNUMBER) {
+    n = 1;
+  } else if (ty == LUA_TTABLE && !lfl_istensor(L, -1) &&
+             (lua_rawlen(L, -1) == 2 || lua_rawlen(L, -1) == 4)) {
+    n = (int)lua_rawlen(L, -1);
+  } else if (ty != LUA_TNIL) {
+    luaL_error(L, "%s: padding must be a number, a pair {h, w} or {top, left, "
+               "bottom, right}, got %s", what,
+               ty == LUA_TTABLE ? "a table of another length" : lfl_typename(L, -1));
+  }
+  for (i = 0; i < n; i++) {
+    int ok;
+    if (ty == LUA_TTABLE) lua_rawgeti(L, -1, i + 1);
+    else lua_pushvalue(L, -1);
+    v[i] = lua_tointegerx(L, -1, &ok);
+    if (!ok)
+      luaL_error(L, "%s: padding must be integers, got %s", what,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : lfl_typename(L, -1));
+    if (v[i] < 0) luaL_error(L, "%s: padding must be >= 0, got %I", what, v[i]);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (n == 1) v[1] = v[2] = v[3] = v[0];
+  if (n == 2) { v[2] = v[0]; v[3] = v[1]; }
+  for (i = 0; i < 4; i++) out[i] = (int64_t)v[i];
+}
+
+/* A boolean option (absent: dflt). */
+static int bool_field(lua_State *L, int idx, const char *key, int dflt, const char *what) {
+  int r = dflt;
+  if (idx == 0) return dflt;
+  lua_getfield(L, idx, key);
+  if (lua_type(L, -1) == LUA_TBOOLEAN) r = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    luaL_error(L, "%s: %s must be a boolean, got %s", what, key, lfl_typename(L, -1));
+  lua_pop(L, 1);
+  return r;
+}
+
+/* An integer option >= min (absent: dflt). */
+static int64_t int_field(lua_State *L, int idx, const char *key, int64_t dflt,
+                         int64_t min, const char *what) {
+  lua_Integer v = dflt;
+  int ok;
+  if (idx == 0) return dflt;
+  lua_getfield(L, idx, key);
+  if (!lua_isnil(L, -1)) {
+    v = lua_tointegerx(L, -1, &ok);
+    if (!ok)
+      luaL_error(L, "%s: %s must be an integer, got %s", what, key,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : lfl_typename(L, -1));
+    if (v < min) luaL_error(L, "%s: %s must be >= %d, got %I", what, key, (int)min, v);
+  }
+  lua_pop(L, 1);
+  return (int64_t)v;
+}
+
+/* fl.conv2d(x, w [, b] [, {stride=, padding=, dilation=, groups=}]); the
+** options may stand in the bias slot. */
 static int b_conv2d(lua_State *L) {
-  static const char *const keys[] = {"stride", "padding", NULL};
-  static const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  static const char *const keys[] = {"stride", "padding", "dilation", "groups", NULL};
+  static const int64_t one[2] = {1, 1};
   const fl_tensor *in[3];
   op_attrs a;
   int o;
   lua_settop(L, 4);
   in[0] = lfl_checktensor(L, 1);
   in[1] = lfl_checktensor(L, 2);
-  if (lua_type(L, 3) == LUA_TTABLE) {     /* fl.conv2d(x, w, {stride=2}) */
+  if (lua_type(L, 3) == LUA_TTABLE && !lfl_istensor(L, 3)) {   /* fl.conv2d(x, w, {stride=2}) */
     lua_pushvalue(L, 3);
     lua_replace(L, 4);
     lua_pushnil(L);
@@ -444,14 +509,19 @@ static int b_conv2d(lua_State *L) {
   op_attrs_init(OP_CONV2D, &a);
   o = opts_index(L, 4, keys, "conv2d");
   pair_field(L, o, "stride", &a.i[0], one, 1, "conv2d");
-  pair_field(L, o, "padding", &a.i[2], zero, 0, "conv2d");
+  pad4_field(L, o, &a.i[2], "conv2d");
+  pair_field(L, o, "dilation", &a.i[6], one, 1, "conv2d");
+  a.i[8] = int_field(L, o, "groups", 1, 1, "conv2d");
   return lfl_dispatch(L, OP_CONV2D, in, 3, &a);
 }
 
-/* x:max_pool2d(k [, {stride=, padding=}]), stride defaulting to k. */
+/* x:max_pool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),
+** x:avg_pool2d(k [, {stride=, padding=, ceil_mode=, count_include_pad=}]),
+** stride defaulting to k. */
 static int b_pool(lua_State *L) {
-  static const char *const keys[] = {"stride", "padding", NULL};
-  static const int64_t zero[2] = {0, 0};
+  static const char *const max_keys[] = {"stride", "padding", "dilation", "ceil_mode", NULL};
+  static const char *const avg_keys[] = {"stride", "padding", "ceil_mode", "count_include_pad", NULL};
+  static const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
   fl_op op = upop(L);
   const char *what = op_name(op);
   const fl_tensor *in[1];
@@ -471,9 +541,12 @@ static int b_pool(lua_State *L) {
   lua_pop(L, 1);
   a.i[0] = k[0];
   a.i[1] = k[1];
-  o = opts_index(L, 3, keys, what);
+  o = opts_index(L, 3, op == OP_MAX_POOL2D ? max_keys : avg_keys, what);
   pair_field(L, o, "stride", &a.i[2], k, 1, what);
-  pair_field(L, o, "padding", &a.i[4], zero, 0, what);
+  pad4_field(L, o, &a.i[4], what);
+  if (op == OP_MAX_POOL2D) pair_field(L, o, "dilation", &a.i[8], one, 1, what);
+  a.i[10] = bool_field(L, o, "ceil_mode", 0, what);
+  if (op == OP_AVG_POOL2D) a.i[11] = bool_field(L, o, "count_include_pad", 1, what);
   return lfl_dispatch(L, op, in, 1, &a);
 }
 
@@ -619,6 +692,164 @@ static int b_narrow(lua_State *L) {
   return lfl_dispatch_sym(L, OP_NARROW, in, 1, &a, asym);
 }
 
+/* x:slice(dim, start, stop [, step]): elements start, start + step, ...
+** up to stop inclusive, 1-based, negative counting from the end (-1 the
+** last), out-of-range ends clamped (as Python's and ONNX's slices clamp);
+** step >= 1 is a view, a negative step walks backward (a view sliced, then
+** flipped: a copy). */
+static int b_slice(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  lua_Integer n, s, t, step, count;
+  int d;
+  in[0] = lfl_checktensor(L, 1);
+  if (in[0]->m.ndim == 0) return luaL_error(L, "slice: cannot slice a 0-dim tensor");
+  d = lfl_checkdim(L, 2, in[0]->m.ndim, "slice");
+  n = in[0]->m.shape[d];
+  s = luaL_checkinteger(L, 3);
+  t = luaL_checkinteger(L, 4);
+  step = luaL_optinteger(L, 5, 1);
+  if (step == 0) return luaL_error(L, "slice: step must not be 0");
+  if (step == LUA_MININTEGER) return luaL_error(L, "slice: step %I is too large", step);
+  /* to 1-based positions; past either end they clamp */
+  if (s < 0) s = s < -n ? 0 : s + n + 1;
+  if (t < 0) t = t < -n ? 0 : t + n + 1;
+  if (step > 0) {
+    if (s < 1) s = 1;
+    if (s > n + 1) s = n + 1;
+    if (t > n) t = n;
+    count = t >= s ? (t - s) / step + 1 : 0;
+  } else {
+    if (s > n) s = n;
+    if (t < 1) t = 1;
+    count = s >= t && s >= 1 ? (s - t) / -step + 1 : 0;
+  }
+  op_attrs_init(OP_SLICE, &a);
+  a.i[0] = d;
+  a.i[2] = count;
+  a.i[3] = step > 0 ? step : -step;
+  /* 0-based first element read in memory order */
+  a.i[1] = count == 0 ? 0 : step > 0 ? s - 1 : (s - 1) + (count - 1) * step;
+  lfl_dispatch(L, OP_SLICE, in, 1, &a);
+  if (step > 0 || count <= 1) return 1;
+  in[0] = lfl_checktensor(L, -1);
+  op_attrs_init(OP_FLIP, &a);
+  a.ndims = 1;
+  a.dims[0] = d;
+  return lfl_dispatch(L, OP_FLIP, in, 1, &a);
+}
+
+/* x:flip(dims): dims a number or a table of them (1-based, negative from
+** the end). */
+static int b_flip(lua_State *L) {
+  const fl_tensor *in[1];
+  op_attrs a;
+  int k, n;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_FLIP, &a);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    n = (int)lua_rawlen(L, 2);
+    if (n > FL_MAX_DIMS) return luaL_error(L, "flip: %d dims given, at most %d", n, FL_MAX_DIMS);
+    for (k = 0; k < n; k++) {
+      lua_rawgeti(L, 2, k + 1);
+      a.dims[k] = lfl_checkdim(L, -1, in[0]->m.ndim, "flip");
+      lua_pop(L, 1);
+    }
+    a.ndims = n;
+  } else {
+    a.dims[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "flip");
+    a.ndims = 1;
+  }
+  return lfl_dispatch(L, OP_FLIP, in, 1, &a);
+}
+
+/* fl.pad(x, pads [, {mode=, value=}]): pads in ONNX's order, {before_1,
+** ..., before_n, after_1, ..., after_n} for dims 1..n, negative crops. */
+static int b_pad(lua_State *L) {
+  static const char *const keys[] = {"mode", "value", NULL};
+  static const char *const modes[] = {"constant", "reflect", "edge", NULL};
+  const fl_tensor *in[1];
+  op_attrs a;
+  int nd, k, o;
+  in[0] = lfl_checktensor(L, 1);
+  nd = in[0]->m.ndim;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if ((int)lua_rawlen(L, 2) != 2 * nd)
+    return luaL_error(L, "pad: %d pads given for a %d-d tensor (expected %d: the befores of "
+                      "dims 1..%d, then the afters)", (int)lua_rawlen(L, 2), nd, 2 * nd, nd);
+  op_attrs_init(OP_PAD, &a);
+  a.ndims = nd;
+  for (k = 0; k < 2 * nd; k++) {
+    int ok;
+    lua_Integer v;
+    lua_rawgeti(L, 2, k + 1);
+    v = lua_tointegerx(L, -1, &ok);
+    if (!ok) return luaL_error(L, "pad: pad #%d must be an integer, got %s", k + 1, lfl_typename(L, -1));
+    lua_pop(L, 1);
+    if (k < nd) a.dims[k] = v;
+    else a.i[k - nd] = v;
+  }
+  lua_settop(L, 3);
+  o = opts_index(L, 3, keys, "pad");
+  if (o) {
+    lua_getfield(L, o, "mode");
+    if (!lua_isnil(L, -1)) {
+      const char *m = lua_tostring(L, -1);
+      for (k = 0; modes[k] && (!m || strcmp(m, modes[k]) != 0); k++) {}
+      if (!modes[k] || lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "pad: unknown mode %s (expected \"constant\", \"reflect\" or \"edge\")",
+                          lua_type(L, -1) == LUA_TSTRING ? m : lfl_typename(L, -1));
+      a.i[8] = k;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, o, "value");
+    if (!lua_isnil(L, -1)) {
+      int isint;
+      lua_Integer iv = lua_tointegerx(L, -1, &isint);
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        return luaL_error(L, "pad: value must be a number, got %s", lfl_typename(L, -1));
+      if (in[0]->m.dtype == FL_I64 && !isint)
+        return luaL_error(L, "pad: value %s is not an integer, for an int64 tensor",
+                          lua_tostring(L, -1));
+      a.f[0] = lua_tonumber(L, -1);
+      a.i[9] = isint ? iv : (int64_t)0;
+      if (a.i[8] != 0) return luaL_error(L, "pad: value is for mode \"constant\" only");
+    }
+    lua_pop(L, 1);
+  }
+  return lfl_dispatch(L, OP_PAD, in, 1, &a);
+}
+
+/* fl.gather(x, dim, idx): ONNX's Gather (not torch.gather): the slices of
+** x along dim at the int64 indices idx (0-based, negative from the end). */
+static int b_gather(lua_State *L) {
+  const fl_tensor *in[2];
+  op_attrs a;
+  in[0] = lfl_checktensor(L, 1);
+  if (in[0]->m.ndim == 0) return luaL_error(L, "gather: cannot gather from a 0-dim tensor");
+  op_attrs_init(OP_GATHER, &a);
+  a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "gather");
+  in[1] = lfl_checktensor(L, 3);
+  return lfl_dispatch(L, OP_GATHER, in, 2, &a);
+}
+
+/* fl.cumsum(x, dim [, {exclusive=, reverse=}]): the running sum along dim
+** (ONNX's CumSum attributes; PyTorch's torch.cumsum is the default). */
+static int b_cumsum(lua_State *L) {
+  static const char *const keys[] = {"exclusive", "reverse", NULL};
+  const fl_tensor *in[1];
+  op_attrs a;
+  int o;
+  in[0] = lfl_checktensor(L, 1);
+  op_attrs_init(OP_CUMSUM, &a);
+  a.i[0] = lfl_checkdim(L, 2, in[0]->m.ndim, "cumsum");
+  lua_settop(L, 3);
+  o = opts_index(L, 3, keys, "cumsum");
+  a.i[1] = bool_field(L, o, "exclusive", 0, "cumsum");
+  a.i[2] = bool_field(L, o, "reverse", 0, "cumsum");
+  return lfl_dispatch(L, OP_CUMSUM, in, 1, &a);
+}
+
 /* Sizes must agree off the cat dim; checked here too so the message
 ** counts dims from 1 like every other Lua message. */
 static void cat_check(lua_State *L, const fl_tensor *x, const fl_tensor *t,
@@ -705,6 +936,11 @@ static const struct binding {
   {OP_CONTIGUOUS, b_unary, BOTH},
   {OP_CAT, b_cat, FUNC},
   {OP_EMBEDDING, b_embedding, FUNC},
+  {OP_SLICE, b_slice, BOTH},
+  {OP_PAD, b_pad, BOTH},
+  {OP_FLIP, b_flip, BOTH},
+  {OP_GATHER, b_gather, FUNC},
+  {OP_CUMSUM, b_cumsum, BOTH},
   {OP_MAX_POOL2D, b_pool, BOTH},
   {OP_AVG_POOL2D, b_pool, BOTH},
   {OP_BATCH_NORM, b_batch_norm, FUNC},

@@ -516,38 +516,61 @@ function Embedding:forward(idx)
   return fl.embedding(idx, self.weight)
 end
 
--- nn.Conv2d(ci, co, k [, {stride=, padding=, bias=}]): weight
--- [co, ci, kh, kw], bias [co]; input [N, ci, H, W].
+-- nn.Conv2d(ci, co, k [, {stride=, padding=, dilation=, groups=, bias=}]):
+-- weight [co, ci/groups, kh, kw], bias [co]; input [N, ci, H, W].
+-- padding: n, {h, w} or {top, left, bottom, right}.
 local Conv2d = class("nn.Conv2d")
 nn.Conv2d = Conv2d
 
+local function padding4(v, what)
+  if type(v) == "table" and #v == 4 then
+    for i = 1, 4 do check_int(v[i], what, 0) end
+    return {v[1], v[2], v[3], v[4]}
+  end
+  local p = pair(v, what)
+  for i = 1, 2 do check_int(p[i], what, 0) end
+  return p
+end
+
 function Conv2d:__init(ci, co, k, opts)
-  opts = options(opts, {"stride", "padding", "bias"}, "nn.Conv2d")
+  opts = options(opts, {"stride", "padding", "dilation", "groups", "bias"}, "nn.Conv2d")
   self.in_channels = check_int(ci, "nn.Conv2d: in_channels")
   self.out_channels = check_int(co, "nn.Conv2d: out_channels")
   self.kernel_size = pair(k, "nn.Conv2d: kernel size")
   self.stride = pair(opts.stride or 1, "nn.Conv2d: stride")
-  self.padding = pair(opts.padding or 0, "nn.Conv2d: padding")
+  self.padding = padding4(opts.padding or 0, "nn.Conv2d: padding")
+  self.dilation = pair(opts.dilation or 1, "nn.Conv2d: dilation")
+  self.groups = check_int(opts.groups or 1, "nn.Conv2d: groups", 1)
   for i = 1, 2 do
     check_int(self.kernel_size[i], "nn.Conv2d: kernel size")
     check_int(self.stride[i], "nn.Conv2d: stride")
-    check_int(self.padding[i], "nn.Conv2d: padding", 0)
+    check_int(self.dilation[i], "nn.Conv2d: dilation", 1)
   end
   ci, co = self.in_channels, self.out_channels
-  local fan_in = ci * self.kernel_size[1] * self.kernel_size[2]
+  if ci % self.groups ~= 0 or co % self.groups ~= 0 then
+    error(fmt("nn.Conv2d: groups=%d must divide in_channels (%d) and out_channels (%d)",
+              self.groups, ci, co), 0)
+  end
+  local fan_in = ci // self.groups * self.kernel_size[1] * self.kernel_size[2]
   local bound = 1 / math.sqrt(fan_in)
-  self:register_parameter("weight", uniform({co, ci, self.kernel_size[1], self.kernel_size[2]}, bound))
+  self:register_parameter("weight", uniform({co, ci // self.groups, self.kernel_size[1], self.kernel_size[2]}, bound))
   if opts.bias ~= false then self:register_parameter("bias", uniform({co}, bound)) end
 end
 
 -- Torch7's SpatialConvolution layout: stride and padding only when not
--- the defaults.
+-- the defaults, then dilation and groups the same way.
 function Conv2d:_head()
   local s = fmt("nn.Conv2d(%d -> %d, %s", self.in_channels, self.out_channels,
                 pair_str(self.kernel_size, "x"))
   local st, pd = self.stride, self.padding
-  if st[1] ~= 1 or st[2] ~= 1 or pd[1] ~= 0 or pd[2] ~= 0 then s = s .. ", " .. pair_str(st, ",") end
-  if pd[1] ~= 0 or pd[2] ~= 0 then s = s .. ", " .. pair_str(pd, ",") end
+  local padded = false
+  for i = 1, #pd do padded = padded or pd[i] ~= 0 end
+  if st[1] ~= 1 or st[2] ~= 1 or padded then s = s .. ", " .. pair_str(st, ",") end
+  if padded then s = s .. ", " .. table.concat(pd, ",") end
+  if self.dilation[1] ~= 1 or self.dilation[2] ~= 1 then
+    s = s .. ", dilation " .. pair_str(self.dilation, ",")
+  end
+  if self.groups ~= 1 then s = s .. ", groups " .. self.groups end
   return s .. (self.bias and ")" or ") without bias")
 end
 
@@ -556,7 +579,8 @@ function Conv2d:forward(x)
   if x:dim() ~= 4 or not size_eq(x:size(2), self.in_channels) then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.in_channels)
   end
-  return fl.conv2d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding})
+  return fl.conv2d(x, self.weight, self.bias, {stride = self.stride, padding = self.padding,
+                                               dilation = self.dilation, groups = self.groups})
 end
 
 -- nn.BatchNorm2d(c [, {eps=}]): inference semantics in both modes, over
@@ -590,33 +614,48 @@ function BatchNorm2d:forward(x)
   return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
 end
 
--- Pooling: nn.MaxPool2d(k [, {stride=, padding=}]), stride defaulting to k.
-local function pool(name, method)
+-- Pooling: nn.MaxPool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),
+-- nn.AvgPool2d(k [, {stride=, padding=, ceil_mode=, count_include_pad=}]),
+-- stride defaulting to k; the options are x:max_pool2d's / x:avg_pool2d's.
+local function pool(name, method, extra)
   local cls = class("nn." .. name)
+  local keys = {"stride", "padding", "ceil_mode"}
+  for _, k in ipairs(extra) do keys[#keys + 1] = k end
   function cls:__init(k, opts)
-    opts = options(opts, {"stride", "padding"}, "nn." .. name)
+    opts = options(opts, keys, "nn." .. name)
     self.kernel_size = pair(k, "nn." .. name .. ": kernel size")
     self.stride = pair(opts.stride or k, "nn." .. name .. ": stride")
-    self.padding = pair(opts.padding or 0, "nn." .. name .. ": padding")
+    self.padding = padding4(opts.padding or 0, "nn." .. name .. ": padding")
     for i = 1, 2 do
       check_int(self.kernel_size[i], "nn." .. name .. ": kernel size")
       check_int(self.stride[i], "nn." .. name .. ": stride")
-      check_int(self.padding[i], "nn." .. name .. ": padding", 0)
+    end
+    self.opts = {stride = self.stride, padding = self.padding}
+    for _, key in ipairs(keys) do
+      if key ~= "stride" and key ~= "padding" and opts[key] ~= nil then self.opts[key] = opts[key] end
     end
   end
   function cls:_head()
     local s = fmt("nn.%s(%s, %s", name, pair_str(self.kernel_size, "x"), pair_str(self.stride, ","))
-    if self.padding[1] ~= 0 or self.padding[2] ~= 0 then s = s .. ", " .. pair_str(self.padding, ",") end
+    local padded = false
+    for i = 1, #self.padding do padded = padded or self.padding[i] ~= 0 end
+    if padded then s = s .. ", " .. table.concat(self.padding, ",") end
+    for _, key in ipairs(keys) do
+      local v = self.opts[key]
+      if key ~= "stride" and key ~= "padding" and v ~= nil then
+        s = s .. ", " .. key .. "=" .. (type(v) == "table" and pair_str(v, ",") or tostring(v))
+      end
+    end
     return s .. ")"
   end
   function cls:forward(x)
     check_tensor(self, x)
-    return x[method](x, self.kernel_size, {stride = self.stride, padding = self.padding})
+    return x[method](x, self.kernel_size, self.opts)
   end
   nn[name] = cls
 end
-pool("MaxPool2d", "max_pool2d")
-pool("AvgPool2d", "avg_pool2d")
+pool("MaxPool2d", "max_pool2d", {"dilation"})
+pool("AvgPool2d", "avg_pool2d", {"count_include_pad"})
 
 -- nn.Flatten([start [, end]]): dims start..end (1-based, default 2..-1,
 -- i.e. all but the batch dim) become one.

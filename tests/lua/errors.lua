@@ -44,7 +44,7 @@ bad(function() return fl.conv2d(fl.ones(1, 3, 5, 5), fl.ones(4, 2, 3, 3)) end,
 bad(function() return fl.conv2d(fl.ones(1, 1, 5, 5), fl.ones(1, 1, 3, 3), nil, {stride = 0}) end,
     "conv2d: stride must be >= 1, got 0", "conv2d stride 0")
 bad(function() return fl.conv2d(fl.ones(1, 1, 5, 5), fl.ones(1, 1, 3, 3), {strides = 2}) end,
-    "conv2d: unknown option 'strides' %(expected stride, padding%)", "conv2d option typo")
+    "conv2d: unknown option 'strides' %(expected stride, padding, dilation, groups%)", "conv2d option typo")
 bad(function() return m23:layer_norm({4}) end,
     "layer_norm: normalized shape %[4%] does not match the trailing dims of input %[2,3%]",
     "layer_norm shape")

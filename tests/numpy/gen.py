@@ -231,6 +231,105 @@ def pool2d(x, k, stride=None, padding=0, kind="max"):
     return acc if kind == "max" else acc / (kh * kw)
 
 
+def pads4(p):
+    """n, (h, w) or (top, left, bottom, right) -> (top, left, bottom, right)."""
+    if isinstance(p, int):
+        return (p, p, p, p)
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    return tuple(p)
+
+
+def conv2d_ext(x, w, b=None, stride=(1, 1), pads=0, dilation=(1, 1), groups=1):
+    """conv2d with groups, dilation and pads (top, left, bottom, right): per
+    group, one strided slice of the zero-padded input per (dilated) tap."""
+    n, c, h, wd = x.shape
+    co, cg, kh, kw = w.shape
+    sh, sw = stride
+    pt, pl, pb, pr = pads4(pads)
+    dh, dw = dilation
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt:pt + h, pl:pl + wd] = x
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    og = co // groups
+    out = np.zeros((n, co, oh, ow))
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                win = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                out[:, g * og:(g + 1) * og] += np.einsum('nchw,oc->nohw', win, w[g * og:(g + 1) * og, :, i, j])
+    if b is not None:
+        out += b.reshape(1, co, 1, 1)
+    return out
+
+
+def win_out(n, k, s, pb, pe, d, ceil_mode):
+    """PyTorch's pooling_output_shape with pads pb (begin) and pe (end)."""
+    span = n + pb + pe - d * (k - 1) - 1
+    o = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (o - 1) * s >= n + pb:
+        o -= 1
+    return o
+
+
+def pool2d_ext(x, k, stride=None, pads=0, dilation=(1, 1), ceil_mode=False,
+               count_include_pad=True, kind="max"):
+    """PyTorch/ONNX max_pool2d and avg_pool2d with pads (top, left, bottom,
+    right), dilation (max), ceil_mode and count_include_pad (avg): taps
+    outside the input are -inf (max) or 0 (avg); the avg divisor counts the
+    taps inside the padded input, or inside the input only."""
+    kh, kw = (k, k) if isinstance(k, int) else k
+    sh, sw = stride or (kh, kw)
+    pt, pl, pb, pr = pads4(pads)
+    dh, dw = dilation
+    n, c, h, w = x.shape
+    oh = win_out(h, kh, sh, pt, pb, dh, ceil_mode)
+    ow = win_out(w, kw, sw, pl, pr, dw, ceil_mode)
+    # room for ceil-mode windows that run past the end padding
+    H = pt + max(h + pb, (oh - 1) * sh + (kh - 1) * dh + 1 - pt)
+    W = pl + max(w + pr, (ow - 1) * sw + (kw - 1) * dw + 1 - pl)
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.full((n, c, H, W), fill)
+    xp[:, :, pt:pt + h, pl:pl + w] = x
+    inside = np.zeros((H, W))
+    inside[pt:pt + h, pl:pl + w] = 1
+    padded = np.zeros((H, W))
+    padded[:pt + h + pb, :pl + w + pr] = 1
+    acc = np.full((n, c, oh, ow), fill)
+    cnt_in = np.zeros((oh, ow))
+    cnt_pad = np.zeros((oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            sl = (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+            win = xp[(slice(None), slice(None)) + sl]
+            acc = np.maximum(acc, win) if kind == "max" else acc + win
+            cnt_in += inside[sl]
+            cnt_pad += padded[sl]
+    if kind == "max":
+        return acc
+    return acc / (cnt_pad if count_include_pad else cnt_in)
+
+
+torch_checked = 0
+
+
+def torch_agrees(what, want, fn):
+    """Where the Python running gen.py has PyTorch (NUMPY_PYTHON=a venv's),
+    NumPy's result must equal PyTorch's: gen.py stops otherwise."""
+    try:
+        import torch
+    except ImportError:
+        return
+    global torch_checked
+    torch_checked += 1
+    got = fn(torch).double().numpy()
+    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise SystemExit("gen.py: NumPy and PyTorch differ on %s (max err %s)" %
+                         (what, np.max(np.abs(got - want)) if got.shape == want.shape else got.shape))
+
+
 def batch_norm(x, mean, var, w=None, b=None, eps=1e-5):
     shp = (1, -1) + (1,) * (x.ndim - 2)
     y = (x - mean.reshape(shp)) / np.sqrt(var.reshape(shp) + eps)
@@ -685,6 +784,122 @@ def gen_random():
          note="each element 0 or 2x")
 
 
+def lua_pads(p):
+    return str(p) if isinstance(p, int) else "{" + ", ".join(str(v) for v in p) + "}"
+
+
+def gen_vision_ext():
+    """Grouped, dilated, asymmetrically padded convolutions; pools with
+    ceil_mode, count_include_pad, asymmetric pads and dilation."""
+    convs = [  # x, w, stride, pads, dilation, groups, bias
+        ((2, 4, 9, 8), (6, 2, 3, 3), (1, 1), 1, (1, 1), 2, True),
+        ((1, 6, 7, 7), (6, 1, 3, 3), (2, 2), 1, (1, 1), 6, True),
+        ((1, 3, 6, 6), (6, 1, 3, 3), (1, 1), 0, (1, 1), 3, False),
+        ((1, 3, 11, 10), (4, 3, 3, 3), (1, 1), 2, (2, 2), 1, True),
+        ((2, 4, 9, 11), (4, 2, 3, 2), (1, 2), (1, 0, 2, 3), (2, 3), 2, True),
+        ((1, 3, 8, 8), (5, 3, 3, 3), (2, 2), (0, 0, 1, 1), (1, 1), 1, True),
+        ((1, 24, 5, 5), (24, 8, 1, 1), (1, 1), 0, (1, 1), 3, False),
+        ((1, 2, 5, 6), (3, 2, 1, 1), (1, 1), (1, 1, 0, 0), (1, 1), 1, True),
+        ((1, 4, 12, 9), (8, 1, 5, 5), (3, 2), (2, 1, 2, 1), (1, 2), 4, True),
+    ]
+    for xs, ws, st, pd, dl, g, bias in convs:
+        x, w, b = randn(*xs), randn(*ws), randn(ws[0])
+        want = conv2d_ext(f64(x), f64(w), f64(b) if bias else None, st, pd, dl, g)
+        t, l, bo, r = pads4(pd)
+        torch_agrees("conv2d %s %s" % (xs, ws), want, lambda torch: torch.nn.functional.conv2d(
+            torch.nn.functional.pad(torch.from_numpy(x), (l, r, t, bo)), torch.from_numpy(w),
+            torch.from_numpy(b) if bias else None, st, 0, dl, g))
+        opts = "{stride={%d, %d}, padding=%s, dilation={%d, %d}, groups=%d}" % (
+            st + (lua_pads(pd),) + dl + (g,))
+        if bias:
+            case("conv2d", "fl.conv2d(a, b, c, %s)" % opts, [x, w, b], want, MM)
+        else:
+            case("conv2d", "fl.conv2d(a, b, %s)" % opts, [x, w], want, MM)
+
+    pools = [  # kind, x, k, stride, pads, dilation, ceil_mode, count_include_pad
+        ("max", (2, 3, 7, 9), 3, (2, 2), 0, (1, 1), True, True),
+        ("max", (2, 3, 7, 9), 3, (2, 2), 1, (1, 1), True, True),
+        ("max", (1, 2, 7, 7), 2, (2, 2), 0, (1, 1), True, True),
+        ("max", (1, 2, 9, 8), 3, (1, 2), 2, (2, 2), False, True),
+        ("max", (1, 2, 9, 8), 3, (2, 1), 1, (2, 1), True, True),
+        ("max", (1, 2, 6, 6), 3, (2, 2), (0, 0, 1, 1), (1, 1), False, True),
+        ("max", (1, 2, 6, 7), 3, (2, 2), (2, 1, 0, 2), (1, 1), True, True),
+        ("max", (1, 1, 3, 3), 3, (1, 1), (2, 2, 2, 2), (1, 1), False, True),
+        ("avg", (2, 3, 7, 9), 3, (2, 2), 1, (1, 1), False, False),
+        ("avg", (2, 3, 7, 9), 3, (2, 2), 1, (1, 1), True, True),
+        ("avg", (2, 3, 7, 9), 3, (2, 2), 1, (1, 1), True, False),
+        ("avg", (1, 2, 7, 7), 2, (2, 2), 0, (1, 1), True, True),
+        ("avg", (1, 2, 8, 8), 3, (3, 3), 1, (1, 1), True, True),
+        ("avg", (1, 2, 6, 7), 3, (2, 2), (1, 0, 0, 1), (1, 1), False, True),
+        ("avg", (1, 2, 6, 7), 3, (2, 2), (1, 0, 0, 1), (1, 1), True, False),
+        ("avg", (1, 2, 5, 5), 3, (1, 1), (2, 2, 2, 2), (1, 1), False, False),
+        ("avg", (1, 2, 5, 5), 3, (1, 1), (2, 2, 2, 2), (1, 1), True, True),
+    ]
+    for kind, xs, k, st, pd, dl, cm, cip in pools:
+        x = randn(*xs)
+        want = pool2d_ext(f64(x), k, st, pd, dl, cm, cip, kind)
+        t, l, bo, r = pads4(pd)
+        if t == l == bo == r and 2 * t <= k:   # what PyTorch's own pools accept
+            if kind == "max":
+                torch_agrees("max_pool2d %s" % (xs,), want, lambda torch: torch.nn.functional.max_pool2d(
+                    torch.from_numpy(x), k, st, t, dl, cm))
+            else:
+                torch_agrees("avg_pool2d %s" % (xs,), want, lambda torch: torch.nn.functional.avg_pool2d(
+                    torch.from_numpy(x), k, st, t, cm, cip))
+        opts = "stride={%d, %d}, padding=%s, ceil_mode=%s" % (st + (lua_pads(pd), "true" if cm else "false"))
+        if kind == "max":
+            opts += ", dilation={%d, %d}" % dl
+        else:
+            opts += ", count_include_pad=%s" % ("true" if cip else "false")
+        case(kind + "_pool2d", "a:%s_pool2d(%d, {%s})" % (kind, k, opts), [x], want,
+             EXACT if kind == "max" else MM)
+
+
+def np_pad(x, pads, mode="constant", value=0.0):
+    """ONNX-order pads (befores, then afters): negative ones crop first."""
+    n = x.ndim
+    sl = tuple(slice(max(0, -pads[d]), x.shape[d] - max(0, -pads[n + d])) for d in range(n))
+    y = x[sl]
+    width = [(max(0, pads[d]), max(0, pads[n + d])) for d in range(n)]
+    if mode == "constant":
+        return np.pad(y, width, mode="constant", constant_values=value)
+    return np.pad(y, width, mode=mode)
+
+
+def gen_movement():
+    """slice (both signs of step), pad (three modes, crops), flip, gather."""
+    x = randn(4, 5, 6)
+    for expr, want in [("a:slice(2, 1, -1, 2)", x[:, 0::2]), ("a:slice(3, 2, 5)", x[:, :, 1:5]),
+                       ("a:slice(3, -1, 1, -2)", x[:, :, ::-2]), ("a:slice(1, 3, 2, -1)", x[2:0:-1]),
+                       ("a:slice(2, 4, 2)", x[:, 3:2]), ("a:slice(1, -100, 100, 3)", x[::3]),
+                       ("a:slice(2, 5, -9, -3)", x[:, 4::-3])]:
+        case("slice", expr, [x], want, EXACT)
+    i = ints(3, 7)
+    case("slice", "a:slice(2, 2, 7, 2)", [i], i[:, 1:7:2], EXACT)
+    case("slice", "a:slice(2, 6, 1, -1)", [i], i[:, 5::-1], EXACT, note="reversed")
+    for pads, mode, value in [((1, 0, 2, 0, 2, 1), "constant", 0.0), ((0, -1, 1, 1, 0, -2), "constant", -2.5),
+                              ((2, 1, 3, 1, 3, 2), "reflect", 0.0), ((-1, 2, 0, 2, 0, 4), "edge", 0.0),
+                              ((0, 0, -2, 0, -1, 3), "reflect", 0.0)]:
+        opts = "{mode=%r}" % mode if mode != "constant" else "{value=%r}" % value
+        expr = "fl.pad(a, {%s}, %s)" % (", ".join(str(p) for p in pads), opts.replace("'", '"'))
+        case("pad", expr, [x], np_pad(f64(x), pads, mode, value), EXACT)
+    case("pad", "fl.pad(a, {1, -2, 0, 3}, {value=7})", [i], np_pad(i, (1, -2, 0, 3), "constant", 7), EXACT)
+    case("pad", "fl.pad(a, {2, 1, 2, 2}, {mode=\"reflect\"})", [i], np_pad(i, (2, 1, 2, 2), "reflect"), EXACT)
+    case("flip", "a:flip(1)", [x], np.flip(x, 0), EXACT)
+    case("flip", "a:flip{-1, 2}", [x], np.flip(x, (2, 1)), EXACT)
+    case("flip", "fl.flip(a, {1, 2})", [i], np.flip(i, (0, 1)), EXACT)
+    case("cumsum", "a:cumsum(2)", [x], np.cumsum(f64(x), 1), MM)
+    case("cumsum", "fl.cumsum(a, 3, {exclusive=true})", [x], np.cumsum(f64(x), 2) - f64(x), MM)
+    case("cumsum", "fl.cumsum(a, 1, {reverse=true})", [x], np.flip(np.cumsum(np.flip(f64(x), 0), 0), 0), MM)
+    case("cumsum", "a:cumsum(2)", [i], np.cumsum(i, 1), EXACT)
+    idx = rng.integers(-5, 5, (2, 3)).astype(np.int64)
+    case("gather", "fl.gather(a, 2, b)", [x, idx], np.take(x, idx, axis=1), EXACT)
+    idx = rng.integers(-4, 4, (5,)).astype(np.int64)
+    case("gather", "fl.gather(a, 1, b)", [x, idx], np.take(x, idx, axis=0), EXACT)
+    case("gather", "fl.gather(a, -1, b)", [i, np.array(-2, dtype=np.int64)], np.take(i, -2, axis=1), EXACT,
+         note="a 0-d index")
+
+
 def generate(d):
     global outdir
     outdir = d
@@ -697,7 +912,11 @@ def generate(d):
     gen_views()
     gen_vision()
     gen_random()
+    gen_vision_ext()
+    gen_movement()
     write_manifest()
+    if torch_checked:
+        sys.stderr.write("gen.py: %d conv2d and pool cases equal PyTorch's\n" % torch_checked)
     missing = sorted(set(ops_in_table()) - {c["op"] for c in cases})
     if missing:
         sys.stderr.write("gen.py: no NumPy case for op(s): %s\n" % ", ".join(missing))

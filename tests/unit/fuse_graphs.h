@@ -179,7 +179,7 @@ static inline ir_graph *fg_conv_bn_relu(int64_t n, int64_t ci, int64_t co, int64
   op_attrs at;
   op_attrs_init(OP_CONV2D, &at);
   at.i[0] = at.i[1] = 1;
-  at.i[2] = at.i[3] = 1;
+  at.i[2] = at.i[3] = at.i[4] = at.i[5] = 1;
   args[0] = x; args[1] = w;
   c = fg_attr(g, OP_CONV2D, args, 2, &at);
   op_attrs_init(OP_BATCH_NORM, &at);

@@ -169,7 +169,7 @@ static inline int rg_add_random_op(ir_graph *g) {
     }
   }
   if (k < 92 && m->ndim > 0) {
-    int c = (int)rg_rnd(6), d = (int)rg_rnd((unsigned)m->ndim), j;
+    int c = (int)rg_rnd(9), d = (int)rg_rnd((unsigned)m->ndim), j;
     fl_op op;
     op_attrs_init(OP_TRANSPOSE, &a);
     switch (c) {
@@ -191,6 +191,21 @@ static inline int rg_add_random_op(ir_graph *g) {
     case 4:
       if (m->shape[d] < 2) return -1;
       op = OP_NARROW; a.i[0] = d; a.i[1] = 1; a.i[2] = m->shape[d] - 1 - (int64_t)rg_rnd(2) * (m->shape[d] > 2);
+      break;
+    case 6:                       /* a strided slice: a view fusion follows */
+      if (m->shape[d] < 2) return -1;
+      op = OP_SLICE; a.i[0] = d; a.i[1] = (int64_t)rg_rnd(2); a.i[3] = 1 + (int64_t)rg_rnd(2);
+      a.i[2] = (m->shape[d] - 1 - a.i[1]) / a.i[3] + 1;
+      break;
+    case 7:                       /* pad or crop one dim, any mode */
+      op = OP_PAD; a.ndims = m->ndim;
+      a.i[8] = (int64_t)rg_rnd(3);
+      a.dims[d] = m->shape[d] > 1 && rg_rnd(2) ? -1 : (int64_t)rg_rnd(2) * (a.i[8] != 1 || m->shape[d] > 1);
+      a.i[d] = a.i[8] == 1 && m->shape[d] - (a.dims[d] < 0) < 2 ? 0 : 1;
+      a.f[0] = -0.5;
+      break;
+    case 8:
+      op = OP_FLIP; a.ndims = 1; a.dims[0] = d;
       break;
     default:
       op = OP_RESHAPE; a.ndims = 1; a.dims[0] = meta_numel(m);

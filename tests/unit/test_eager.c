@@ -553,7 +553,7 @@ static void test_conv(void) {
     op_attrs a = attrs(OP_CONV2D);
     fl_tensor *in[3];
     char bs[16];
-    a.i[0] = cs[c].sh; a.i[1] = cs[c].sw; a.i[2] = cs[c].ph; a.i[3] = cs[c].pw;
+    a.i[0] = cs[c].sh; a.i[1] = cs[c].sw; a.i[2] = a.i[4] = cs[c].ph; a.i[3] = a.i[5] = cs[c].pw;
     in[0] = T(cs[c].dt, cs[c].x, cs[c].fx);
     in[1] = T(cs[c].dt, cs[c].w, 0);
     snprintf(bs, sizeof bs, "%lld", (long long)in[1]->m.shape[0]);
@@ -577,7 +577,7 @@ static void test_pool(void) {
       fl_tensor *x = T(cs[c].dt, cs[c].x, cs[c].flags);
       char buf[64];
       a.i[0] = cs[c].k0; a.i[1] = cs[c].k1; a.i[2] = cs[c].s0;
-      a.i[3] = cs[c].s1; a.i[4] = cs[c].p0; a.i[5] = cs[c].p1;
+      a.i[3] = cs[c].s1; a.i[4] = a.i[6] = cs[c].p0; a.i[5] = a.i[7] = cs[c].p1;
       snprintf(buf, sizeof buf, "k%dx%d s%d,%d p%d,%d", cs[c].k0, cs[c].k1,
                cs[c].s0, cs[c].s1, cs[c].p0, cs[c].p1);
       check(op, &x, 1, &a, RED, buf);
@@ -624,6 +624,73 @@ static void test_cat_embedding(void) {
     in[0] = T(I64, "6", 0);      /* negative indices: both refuse */
     check(OP_EMBEDDING, in, 2, &ea, EW, "negative");
     gc();
+  }
+}
+
+/* pad, flip, gather: copies, exact against the oracle in every dtype */
+static void test_movement(void) {
+  static const fl_dtype dts[] = {F32, F16, I64, BOOL};
+  static const struct { const char *x; int64_t pads[6]; int mode; double v; } ps[] = {
+    {"3,4", {1, 2, 0, 1}, 0, 0}, {"3,4", {-1, 2, 1, -2}, 0, -1.5}, {"3,4", {2, 1, 1, 3}, 1, 0},
+    {"2,3,4", {1, 0, 2, 1, 1, 3}, 2, 0}, {"2,3,4", {0, -1, 1, 1, 0, -2}, 1, 0},
+    {"5", {4, 3}, 2, 0}, {"0,3", {1, 0, 1, 2}, 0, 7}, {"3,4", {-3, 0, 0, 0}, 0, 0}};
+  size_t c, d;
+  for (d = 0; d < sizeof dts / sizeof *dts; d++)
+    for (c = 0; c < sizeof ps / sizeof *ps; c++) {
+      op_attrs a = attrs(OP_PAD);
+      fl_tensor *x = T(dts[d], ps[c].x, c % 2 ? NC : 0);
+      int k;
+      a.ndims = x->m.ndim;
+      for (k = 0; k < a.ndims; k++) { a.dims[k] = ps[c].pads[k]; a.i[k] = ps[c].pads[a.ndims + k]; }
+      a.i[8] = ps[c].mode;
+      a.f[0] = ps[c].v;
+      a.i[9] = (int64_t)ps[c].v;
+      if (dts[d] == I64 && ps[c].v != floor(ps[c].v)) continue;
+      check(OP_PAD, &x, 1, &a, 0, ps[c].x);
+      gc();
+    }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    static const char *const sh[] = {"2,3,5", "7", "", "4,0,3"};
+    size_t k;
+    for (k = 0; k < sizeof sh / sizeof *sh; k++) {
+      op_attrs a = attrs(OP_CUMSUM);
+      fl_tensor *x = T(dts[d], sh[k], k == 0 ? NC : 0);
+      int dim, nd = x->m.ndim ? x->m.ndim : 1;
+      for (dim = 0; dim < nd; dim++) {
+        a.i[0] = dim; a.i[1] = dim % 2; a.i[2] = (dim + (int)k) % 2;
+        check(OP_CUMSUM, &x, 1, &a, dts[d] == F16 ? 1e-3 : 1e-6, sh[k]);
+      }
+      gc();
+    }
+  }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    op_attrs a = attrs(OP_FLIP);
+    fl_tensor *x = T(dts[d], "2,3,5", NC);
+    a.ndims = 2; a.dims[0] = 2; a.dims[1] = 0;
+    check(OP_FLIP, &x, 1, &a, 0, "dims 2, 0");
+    a.ndims = 0;
+    check(OP_FLIP, &x, 1, &a, 0, "no dims");
+    gc();
+  }
+  for (d = 0; d < sizeof dts / sizeof *dts; d++) {
+    static const char *const ix[] = {"4", "2,3", "", "0"};
+    size_t k;
+    int dim;
+    for (dim = 0; dim < 3; dim++)
+      for (k = 0; k < sizeof ix / sizeof *ix; k++) {
+        op_attrs a = attrs(OP_GATHER);
+        fl_tensor *in[2];
+        int64_t i, n;
+        in[0] = T(dts[d], "3,4,2", k % 2 ? NC : 0);
+        in[1] = T(I64, ix[k], 0);
+        n = meta_numel(&in[1]->m);
+        for (i = 0; i < n; i++)       /* every index in range, negative ones too */
+          ten_set_i64(in[1], i, (int64_t)(uniform() * 2 * (double)in[0]->m.shape[dim]) -
+                                in[0]->m.shape[dim]);
+        a.i[0] = dim;
+        check(OP_GATHER, in, 2, &a, 0, ix[k]);
+        gc();
+      }
   }
 }
 
@@ -688,6 +755,13 @@ static void test_views(void) {
   a = attrs(OP_NARROW);
   a.i[0] = 2; a.i[1] = 1; a.i[2] = 2;
   view_case(OP_NARROW, x, &a, 1, "dim 2 1:3");
+  a = attrs(OP_SLICE);
+  a.i[0] = 2; a.i[1] = 1; a.i[2] = 2; a.i[3] = 2;
+  view_case(OP_SLICE, x, &a, 1, "dim 2 from 1 by 2");
+  a.i[0] = 0; a.i[1] = 1; a.i[2] = 2; a.i[3] = 1;
+  view_case(OP_SLICE, xt, &a, 1, "of a transposed tensor");
+  a.i[2] = 0;
+  view_case(OP_SLICE, x, &a, 1, "empty");
   a = attrs(OP_CONTIGUOUS);
   view_case(OP_CONTIGUOUS, x, &a, 1, "of a contiguous tensor");
   view_case(OP_CONTIGUOUS, xt, &a, 0, "of a transposed tensor");
@@ -805,6 +879,11 @@ static void test_errors(void) {
   ten_set(in[0], 0, 10);
   in[1] = T(F32, "10,4", 0);
   refuses(OP_EMBEDDING, in, 2, &a, "embedding: index 10 out of range");
+  a = attrs(OP_GATHER);
+  in[1] = T(I64, "3", 0);
+  ten_set_i64(in[1], 0, 0); ten_set_i64(in[1], 1, -11); ten_set_i64(in[1], 2, 1);
+  in[0] = T(F32, "10,4", 0);
+  refuses(OP_GATHER, in, 2, &a, "gather: index -11 out of range for dim 1 of size 10");
   a = attrs(OP_POW);
   in[0] = T(I64, "3", 0);
   in[1] = T(I64, "", 0);          /* a Lua number; tensor exponents compute */
@@ -951,6 +1030,7 @@ int main(void) {
   test_conv();
   test_pool();
   test_cat_embedding();
+  test_movement();
   test_views();
   test_errors();
   test_int64_exact();

@@ -206,7 +206,7 @@ static void test_conv_bn(void) {
   for (i = 0; i < 4; i++) ten_set(&var, i, fabs(ten_get(&var, i)) + 0.5);
   x = ir_add_input(g, &m, "x", &e);
   op_attrs_init(OP_CONV2D, &ca);
-  ca.i[0] = ca.i[1] = 1; ca.i[2] = ca.i[3] = 1;
+  ca.i[0] = ca.i[1] = 1; ca.i[2] = ca.i[3] = ca.i[4] = ca.i[5] = 1;
   ins[0] = x; ins[1] = ir_add_param(g, &w, "conv.weight", &e); ins[2] = ir_add_param(g, &b, "conv.bias", &e);
   cv = ir_add_op(g, OP_CONV2D, ins, 3, &ca, NULL, NULL, &e);
   op_attrs_init(OP_BATCH_NORM, &ba);

@@ -89,7 +89,7 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
   case OP_CONV2D:
     in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
     in[1] = add_par(g, dt, 4, 4, 3, 3, 3); in[2] = add_par(g, dt, 1, 4, 0, 0, 0); n = 3;
-    a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = 1;
+    a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
     break;
   case OP_MAX_POOL2D: case OP_AVG_POOL2D:
     in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
@@ -113,6 +113,11 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
     a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33;
     break;
   case OP_NARROW: a.i[0] = 1; a.i[1] = 3; a.i[2] = 20; break;
+  case OP_SLICE: a.i[0] = 1; a.i[1] = 3; a.i[2] = 10; a.i[3] = 3; break;
+  case OP_PAD: a.ndims = 2; a.dims[0] = 1; a.dims[1] = -2; a.i[0] = 0; a.i[1] = 3; a.i[8] = 1; break;
+  case OP_FLIP: a.ndims = 1; a.dims[0] = 1; break;
+  case OP_CUMSUM: a.i[0] = 1; a.i[2] = 1; break;
+  case OP_GATHER: in[1] = add_in(g, FL_I64, 2, 2, 3, 0, 0); n = 2; a.i[0] = 1; break;
   case OP_RAND: case OP_RANDN:
     /* no inputs: x stays as an unused graph input */
     n = 0; a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33; a.dtype = dt;

@@ -622,7 +622,7 @@ static void test_vision(void) {
           SH(1, 1, 2, 2), 38, 48, 68, 78);
     /* stride 2, padding 1: each window sees 1, 2 or 4 real pixels */
     a.i[0] = a.i[1] = 2;
-    a.i[2] = a.i[3] = 1;
+    a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
     CHECK("conv2d stride 2 padding 1", OP_CONV2D, &a, FL_F32, SH(1, 1, 2, 2),
           1 + 4 * 1, 1 + 3 * 2 + 4 * 3, 1 + 2 * 4 + 4 * 7,
           1 + 1 * 5 + 2 * 6 + 3 * 8 + 4 * 9);
@@ -667,18 +667,18 @@ static void test_vision(void) {
     a = attrs(OP_MAX_POOL2D);
     a.i[0] = a.i[1] = 2;
     a.i[2] = a.i[3] = 2;
-    a.i[4] = a.i[5] = 1;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
     CHECK("max_pool2d padding is -inf", OP_MAX_POOL2D, &a, FL_F32,
           SH(1, 1, 2, 2), -1, -2, -4, -5);
     a = attrs(OP_AVG_POOL2D);
     a.i[0] = a.i[1] = 2;
     a.i[2] = a.i[3] = 2;
-    a.i[4] = a.i[5] = 1;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
     /* count_include_pad: every window divides by 4 */
     CHECK("avg_pool2d counts the padding", OP_AVG_POOL2D, &a, FL_F32,
           SH(1, 1, 2, 2), -0.25, -1.25, -2.75, -7);
     a.i[2] = a.i[3] = 1;
-    a.i[4] = a.i[5] = 0;
+    a.i[4] = a.i[5] = a.i[6] = a.i[7] = 0;
     CHECK("avg_pool2d stride 1", OP_AVG_POOL2D, &a, FL_F32, SH(1, 1, 2, 2),
           -3, -4, -6, -7);
     release_all(ins, 1);
@@ -799,6 +799,46 @@ static void test_views(void) {
           20, 21, 0, 1, 10, 11, 20, 21);
     release_all(ins, 2);
   }
+  {
+    /* x = 0..11 as 3x4 */
+    fl_tensor ins[] = {iota(FL_F32, SH(3, 4))};
+    a = attrs(OP_SLICE);
+    a.i[0] = 1; a.i[1] = 1; a.i[2] = 2; a.i[3] = 2;
+    CHECK("slice dim 1 from 1 by 2", OP_SLICE, &a, FL_F32, SH(3, 2), 1, 3, 5, 7, 9, 11);
+    a = attrs(OP_FLIP);
+    a.ndims = 2; a.dims[0] = 0; a.dims[1] = 1;
+    CHECK("flip both dims", OP_FLIP, &a, FL_F32, SH(3, 4), 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    a = attrs(OP_CUMSUM);
+    a.i[0] = 1;
+    CHECK("cumsum along dim 1", OP_CUMSUM, &a, FL_F32, SH(3, 4), 0, 1, 3, 6, 4, 9, 15, 22, 8, 17, 27, 38);
+    a.i[0] = 0; a.i[1] = 1; a.i[2] = 1;
+    CHECK("cumsum exclusive, reversed, along dim 0", OP_CUMSUM, &a, FL_F32, SH(3, 4),
+          12, 14, 16, 18, 8, 9, 10, 11, 0, 0, 0, 0);
+    a = attrs(OP_PAD);
+    /* dim 0: crop one before, one pad after; dim 1: two before, crop one after */
+    a.ndims = 2; a.dims[0] = -1; a.dims[1] = 2; a.i[0] = 1; a.i[1] = -1; a.f[0] = -1;
+    CHECK("pad constant, negative pads crop", OP_PAD, &a, FL_F32, SH(3, 5),
+          -1, -1, 4, 5, 6, -1, -1, 8, 9, 10, -1, -1, -1, -1, -1);
+    a.i[8] = 1;                          /* reflect: [2, 1, 0, 1, 2] of the cropped row */
+    CHECK("pad reflect", OP_PAD, &a, FL_F32, SH(3, 5), 6, 5, 4, 5, 6, 10, 9, 8, 9, 10, 6, 5, 4, 5, 6);
+    a.i[8] = 2;
+    CHECK("pad edge", OP_PAD, &a, FL_F32, SH(3, 5), 4, 4, 4, 5, 6, 8, 8, 8, 9, 10, 8, 8, 8, 9, 10);
+    release_all(ins, 1);
+  }
+  {
+    fl_tensor ins[] = {iota(FL_F32, SH(3, 2)), mk(FL_I64, SH(2, 2), V(2, -3, 1, -1))};
+    a = attrs(OP_GATHER);
+    CHECK("gather dim 0, negative indices wrap", OP_GATHER, &a, FL_F32, SH(2, 2, 2),
+          4, 5, 0, 1, 2, 3, 4, 5);
+    release_all(ins, 2);
+  }
+  {
+    fl_tensor ins[] = {iota(FL_F32, SH(3, 2)), mk(FL_I64, SH(2, 2), V(1, -2, 0, -1))};
+    a = attrs(OP_GATHER);
+    a.i[0] = 1;
+    CHECK("gather dim 1", OP_GATHER, &a, FL_F32, SH(3, 2, 2), 1, 0, 0, 1, 3, 2, 2, 3, 5, 4, 4, 5);
+    release_all(ins, 2);
+  }
 }
 
 /* --- errors ------------------------------------------------------------- */
@@ -820,6 +860,14 @@ static void test_views(void) {
 
 static void test_errors(void) {
   op_attrs a;
+  {
+    fl_tensor ins[] = {iota(FL_F32, SH(3, 2)), mk(FL_I64, SH(2), V(1, 2))};
+    a = attrs(OP_GATHER);
+    a.i[0] = 1;
+    FAILS("gather: an index past the end is an error, no read", OP_GATHER, &a, FL_EINVAL,
+          "index 2 out of range", "valid -2..1");
+    release_all(ins, 2);
+  }
   {
     fl_tensor ins[] = {mk(FL_I64, SH(3), V(0, 3, 1)),
                        mk(FL_F32, SH(3, 2), V(0, 1, 2, 3, 4, 5))};

@@ -331,16 +331,16 @@ static void test_conv_pool(void) {
   op_attrs_init(OP_CONV2D, &a);
   a.i[0] = a.i[1] = 1;
   EXPECT(OP_CONV2D, &a, "[2,8,30,30]", FL_F32, "3x3 valid", &x, &w, &b);
-  a.i[2] = a.i[3] = 1;
+  a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
   EXPECT(OP_CONV2D, &a, "[2,8,32,32]", FL_F32, "3x3 same padding", &x, &w);
-  a.i[0] = 2; a.i[1] = 3; a.i[2] = 1; a.i[3] = 0;
+  a.i[0] = 2; a.i[1] = 3; a.i[2] = a.i[4] = 1; a.i[3] = a.i[5] = 0;
   /* H: (32 + 2 - 3) / 2 + 1 = 16;  W: (32 - 3) / 3 + 1 = 10 */
   EXPECT(OP_CONV2D, &a, "[2,8,16,10]", FL_F32, "strides 2,3 padding 1,0", &x, &w, &b);
-  a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = 0;
+  a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = a.i[4] = a.i[5] = 0;
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: weight [8,4,3,3] expects 4 input channels, but "
              "input [2,3,32,32] has 3", &x, &w4);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: padded input size 2x2 is smaller than the kernel "
-             "3x3 (input [1,3,2,2], weight [8,3,3,3], padding [0,0])", &small, &w);
+             "3x3 (input [1,3,2,2], weight [8,3,3,3], padding [0,0,0,0], dilation [1,1])", &small, &w);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: expected a 4-D input [N,C,H,W], got [3,8,8]", &x3, &w);
   EXPECT_ERR(OP_CONV2D, &a, "conv2d: bias has shape [3,8,8], expected [8] (the out "
              "channels of weight [8,3,3,3])", &x, &w, &x3);
@@ -350,20 +350,20 @@ static void test_conv_pool(void) {
   op_attrs_init(OP_MAX_POOL2D, &a);
   a.i[0] = a.i[1] = 2;
   EXPECT(OP_MAX_POOL2D, &a, "[2,3,16,16]", FL_F32, "2x2, stride = kernel", &x);
-  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = 1;
+  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
   /* (32 + 2 - 3) / 2 + 1 = 16 */
   EXPECT(OP_MAX_POOL2D, &a, "[2,3,16,16]", FL_F32, "3x3 stride 2 pad 1", &x);
   EXPECT(OP_MAX_POOL2D, &a, "[1,1,2,2]", FL_I64, "int64 max pool", &xi);
-  a.i[0] = 3; a.i[1] = 2; a.i[2] = 1; a.i[3] = 0; a.i[4] = a.i[5] = 0;
+  a.i[0] = 3; a.i[1] = 2; a.i[2] = 1; a.i[3] = 0; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 0;
   /* H: (32 - 3) / 1 + 1 = 30;  W: stride 0 means 2: (32 - 2) / 2 + 1 = 16 */
   EXPECT(OP_AVG_POOL2D, &a, "[2,3,30,16]", FL_F32, "3x2 stride 1,kernel", &x);
   EXPECT_ERR(OP_AVG_POOL2D, &a, "avg_pool2d: int64 input [1,1,4,4] is not supported", &xi);
-  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 0; a.i[4] = 2; a.i[5] = 1;
-  EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: padding should be at most half of the "
-             "kernel size and non-negative, got padding [2,1] and kernel [3,3]", &x);
+  a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 0; a.i[4] = 3; a.i[5] = 1;
+  EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: padding [3,1,0,0] (top, left, bottom, right) "
+             "must be smaller than the kernel [3,3]", &x);
   a.i[4] = a.i[5] = 0;
   EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: input [1,3,2,2] is too small for kernel "
-             "[3,3] with padding [0,0]", &small);
+             "[3,3] with padding [0,0,0,0]", &small);
   EXPECT_ERR(OP_AVG_POOL2D, &a, "avg_pool2d: expected a 4-D input [N,C,H,W], got "
              "[3,8,8]", &x3);
 
@@ -505,6 +505,55 @@ static void test_cat_embedding(void) {
              &idx, &w3);
 }
 
+static void test_movement(void) {
+  fl_meta x = F32(I(2), I(3), I(4)), s = SCALAR(FL_F32), idx = I64(I(5), I(6)),
+          fidx = F32(I(5));
+  op_attrs a;
+  op_attrs_init(OP_SLICE, &a);
+  a.i[0] = 2; a.i[1] = 1; a.i[2] = 2; a.i[3] = 2;
+  EXPECT(OP_SLICE, &a, "[2,3,2]", FL_F32, "slice 1, 3 of 4", &x);
+  a.i[2] = 3;
+  EXPECT_ERR(OP_SLICE, &a, "slice: 3 elements from 1 by step 2 run past dimension 2 of "
+             "[2,3,4]", &x);
+  a.i[2] = 1; a.i[3] = 0;
+  EXPECT_ERR(OP_SLICE, &a, "slice: step must be >= 1 here, got 0", &x);
+  EXPECT_ERR(OP_SLICE, &a, "slice: cannot slice a 0-dim tensor", &s);
+
+  op_attrs_init(OP_PAD, &a);
+  a.ndims = 3; a.dims[0] = 1; a.dims[1] = -1; a.dims[2] = 0; a.i[0] = 0; a.i[1] = -1; a.i[2] = 5;
+  EXPECT(OP_PAD, &a, "[3,1,9]", FL_F32, "pad and crop", &x);
+  a.i[1] = -3;
+  EXPECT_ERR(OP_PAD, &a, "pad: pads -1, -3 crop 4 elements from dim 2 of [2,3,4], which has 3", &x);
+  a.i[1] = 0; a.i[8] = 1;
+  EXPECT_ERR(OP_PAD, &a, "pad: reflect pads 0, 5 of dim 3 must be smaller than its size 4 "
+             "(after cropping) in [2,3,4]", &x);
+  a.ndims = 2;
+  EXPECT_ERR(OP_PAD, &a, "pad: 2 pads per side for a 3-d tensor [2,3,4] (expected one per dim)", &x);
+
+  op_attrs_init(OP_FLIP, &a);
+  a.ndims = 2; a.dims[0] = 2; a.dims[1] = 0;
+  EXPECT(OP_FLIP, &a, "[2,3,4]", FL_F32, "flip two dims", &x);
+  a.dims[1] = 2;
+  EXPECT_ERR(OP_FLIP, &a, "flip: dim 3 appears twice", &x);
+
+  op_attrs_init(OP_CUMSUM, &a);
+  a.i[0] = 2;
+  EXPECT(OP_CUMSUM, &a, "[2,3,4]", FL_F32, "cumsum keeps the shape", &x);
+  a.i[0] = 1;
+  EXPECT(OP_CUMSUM, &a, "[5,6]", FL_I64, "cumsum of int64", &idx);
+  a.i[0] = 3;
+  EXPECT_ERR(OP_CUMSUM, &a, "cumsum: dim 3 out of range for 3-D input [2,3,4]", &x);
+
+  op_attrs_init(OP_GATHER, &a);
+  a.i[0] = 1;
+  EXPECT(OP_GATHER, &a, "[2,5,6,4]", FL_F32, "gather 2-d indices along dim 1", &x, &idx);
+  a.i[0] = 2;
+  EXPECT(OP_GATHER, &a, "[2,3]", FL_F32, "gather a scalar index", &x, &(fl_meta){.dtype = FL_I64});
+  EXPECT_ERR(OP_GATHER, &a, "gather: indices must be int64, got float32 [5]", &x, &fidx);
+  a.i[0] = 3;
+  EXPECT_ERR(OP_GATHER, &a, "gather: dim 3 out of range for 3-D input [2,3,4]", &x, &idx);
+}
+
 static void test_arity(void) {
   fl_meta x = F32(I(2));
   fl_meta out;
@@ -590,6 +639,7 @@ int main(void) {
   test_conv_pool();
   test_views();
   test_cat_embedding();
+  test_movement();
   test_arity();
   test_size_limits();
   test_random();

@@ -1,5 +1,6 @@
 #!/bin/sh
-# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, lesson 07 and the
+# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, vision.lua,
+# movement.lua, lesson 07 and the
 # examples of doc/API.md marked as needing a GPU (each in a fresh fuselab
 # in an empty folder, as tests/doc/doc.sh runs the others).  TAP.
 #
@@ -44,6 +45,18 @@ LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda_run.lua
 rc=$?
 grep -q '^not ok' "$tmp/cuda_run.log" && rc=1
 report "tests/lua/cuda_run.lua" $rc "$tmp/cuda_run.log"
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/vision.lua" > "$tmp/vision.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/vision.log" && rc=1
+grep -q 'compiled for CUDA matches' "$tmp/vision.log" || rc=1
+report "tests/lua/vision.lua" $rc "$tmp/vision.log"
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/movement.lua" > "$tmp/movement.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/movement.log" && rc=1
+grep -q 'compiled for CUDA equals' "$tmp/movement.log" || rc=1
+report "tests/lua/movement.lua" $rc "$tmp/movement.log"
 
 # the lesson times its kernels in loops: too slow sanitized
 if [ "${FUSELAB_ASAN:-0}" = 1 ]; then

@@ -1,0 +1,240 @@
+-- vision.lua -- conv2d with groups, dilation and asymmetric padding, and the
+-- pools with ceil_mode, count_include_pad, asymmetric padding and dilation,
+-- over random shapes and options: eager, compiled for the CPU (the extern
+-- step, with a fused epilogue) and, where a device or the CUDA emulator is
+-- there, compiled for CUDA, each against the reference interpreter (the
+-- oracle, double precision).  The NumPy cases (tests/numpy) check the
+-- oracle's semantics against NumPy and PyTorch; this file checks every path
+-- agrees with it, and that bad options fail clearly.
+--
+-- Tolerance: |got - want| <= 1e-5 + 1e-4 |want| (float32 sums of at most a
+-- few hundred products of values in [-1, 1], about 1e-6 off; a wrong tap,
+-- group or divisor is off by 1e-2 or more); max_pool2d exactly.
+local fl = fl or require "fuselab"
+local t = require "tap"
+
+local RTOL, ATOL = 1e-4, 1e-5
+local cuda = fl.cuda_available()
+local ROUNDS = tonumber(os.getenv("FUSELAB_VISION_ROUNDS") or "") or 6
+
+math.randomseed(20261201)
+local R = math.random
+
+local function pads()
+  local k = R(4)
+  if k == 1 then return R(0, 2) end
+  if k == 2 then return {R(0, 2), R(0, 2)} end
+  return {R(0, 2), R(0, 2), R(0, 2), R(0, 2)}
+end
+
+local function pad4(p)
+  if type(p) == "number" then return p, p, p, p end
+  if #p == 2 then return p[1], p[2], p[1], p[2] end
+  return p[1], p[2], p[3], p[4]
+end
+
+local function str(v)
+  if type(v) ~= "table" then return tostring(v) end
+  local s = {}
+  for i, x in ipairs(v) do s[i] = tostring(x) end
+  return "{" .. table.concat(s, ",") .. "}"
+end
+
+-- one random conv: returns a description, the inputs and the function
+local function conv_case()
+  local g = ({1, 1, 2, 3, 4})[R(5)]
+  local depthwise = R(4) == 1
+  local cg = depthwise and 1 or R(3)
+  local og = R(3)
+  local kh, kw = R(3), R(3)
+  local dil = {R(2), R(2)}
+  local st = {R(2), R(2)}
+  local p = pads()
+  local t_, l, b, r = pad4(p)
+  local H = math.max(R(3, 9), (kh - 1) * dil[1] + 1 - t_ - b)
+  local W = math.max(R(3, 9), (kw - 1) * dil[2] + 1 - l - r)
+  local N = R(2)
+  local x = fl.rand(N, g * cg, H, W) * 2 - 1
+  local w = fl.rand(g * og, cg, kh, kw) * 2 - 1
+  local bias = R(2) == 1 and (fl.rand(g * og) * 2 - 1) or nil
+  local opts = {stride = st, padding = p, dilation = dil, groups = g}
+  local what = string.format("conv2d x[%d,%d,%d,%d] w[%d,%d,%d,%d]%s stride %s padding %s dilation %s groups %d",
+                             N, g * cg, H, W, g * og, cg, kh, kw, bias and " +bias" or "", str(st), str(p),
+                             str(dil), g)
+  return what, {x, w, bias}, function(a, b_, c) return fl.conv2d(a, b_, c, opts) end
+end
+
+local function pool_case()
+  local max = R(2) == 1
+  local k = {R(3), R(3)}
+  local dil = max and {R(2), R(2)} or {1, 1}
+  local st = {R(3), R(3)}
+  local ek = {(k[1] - 1) * dil[1] + 1, (k[2] - 1) * dil[2] + 1}
+  -- each pad below the (dilated) kernel
+  local p = {R(0, ek[1] - 1), R(0, ek[2] - 1), R(0, ek[1] - 1), R(0, ek[2] - 1)}
+  local ceil = R(2) == 1
+  local cip = R(2) == 1
+  local H, W = R(ek[1], ek[1] + 7), R(ek[2], ek[2] + 7)
+  local x = fl.rand(R(2), R(3), H, W) * 2 - 1
+  local opts = {stride = st, padding = p, ceil_mode = ceil}
+  if max then opts.dilation = dil else opts.count_include_pad = cip end
+  local what = string.format("%s_pool2d x%s k %s stride %s padding %s%s%s", max and "max" or "avg",
+                             str(x.shape), str(k), str(st), str(p), max and (" dilation " .. str(dil)) or
+                             (" count_include_pad " .. tostring(cip)), ceil and " ceil_mode" or "")
+  local m = max and "max_pool2d" or "avg_pool2d"
+  return what, {x}, function(a) return a[m](a, k, opts) end, max
+end
+
+local function close(got, want, exact)
+  if not got or got.shape[1] ~= want.shape[1] then return false end
+  if exact then return fl.allclose(got:cpu(), want, 0, 0) end
+  return fl.allclose(got:cpu(), want, RTOL, ATOL)
+end
+
+local function maxerr(got, want)
+  return (got:cpu() - want):abs():amax():item()
+end
+
+-- Each round: several random convs and pools in one function (one capture,
+-- one compile per backend), each also with a fused relu epilogue.
+local bad = {eager = 0, cpu = 0, cuda = 0, relu = 0}
+local count, first_bad = 0, {}
+for round = 1, ROUNDS do
+  local cases = {}
+  for i = 1, 6 do cases[#cases + 1] = {conv_case()} end
+  for i = 1, 6 do cases[#cases + 1] = {pool_case()} end
+  local flat, slots = {}, {}
+  for i, c in ipairs(cases) do
+    slots[i] = #flat
+    for j = 1, 3 do if c[2][j] then flat[#flat + 1] = c[2][j] end end
+  end
+  local function args_of(i, xs)
+    local c, s = cases[i], slots[i]
+    local a = {}
+    local k = 0
+    for j = 1, 3 do
+      if c[2][j] then k = k + 1; a[j] = xs[s + k] end
+    end
+    return a[1], a[2], a[3]
+  end
+  local function f(...)
+    local xs = {...}
+    local outs = {}
+    for i, c in ipairs(cases) do
+      local y = c[3](args_of(i, xs))
+      outs[#outs + 1] = y
+      outs[#outs + 1] = y:relu()
+    end
+    return table.unpack(outs)
+  end
+  local eager = {f(table.unpack(flat))}
+  local g = fl.capture(f, table.unpack(flat))
+  local ref = {g:run_reference(table.unpack(flat))}
+  local cpu = {fl.compile(f, {backend = "cpu"})(table.unpack(flat))}
+  local dev
+  if cuda then
+    local on = {}
+    for i, x in ipairs(flat) do on[i] = x:cuda() end
+    dev = {fl.compile(f, {backend = "cuda"})(table.unpack(on))}
+  end
+  for i, c in ipairs(cases) do
+    local want, exact = ref[2 * i - 1], c[4]
+    count = count + 1
+    local function note(kind, got)
+      bad[kind] = bad[kind] + 1
+      if #first_bad < 8 then
+        first_bad[#first_bad + 1] = string.format("%s: %s (max err %s)", kind, c[1],
+                                                  got and tostring(maxerr(got, want)) or "no result")
+      end
+    end
+    if not close(eager[2 * i - 1], want, exact) then note("eager", eager[2 * i - 1]) end
+    if not close(cpu[2 * i - 1], want, exact) then note("cpu", cpu[2 * i - 1]) end
+    if not close(cpu[2 * i], ref[2 * i], exact) then note("relu", cpu[2 * i]) end
+    if dev and not close(dev[2 * i - 1], want, exact) then note("cuda", dev[2 * i - 1]) end
+    if dev and not close(dev[2 * i], ref[2 * i], exact) then note("relu", dev[2 * i]) end
+  end
+end
+for _, s in ipairs(first_bad) do t.diag(s) end
+t.is(bad.eager, 0, count .. " random convs and pools: eager matches the reference")
+t.is(bad.cpu, 0, count .. " random convs and pools: compiled for the CPU matches the reference")
+t.is(bad.relu, 0, count .. " random convs and pools with a fused relu match the reference")
+if cuda then
+  t.is(bad.cuda, 0, count .. " random convs and pools: compiled for CUDA matches the reference")
+else
+  t.skip("no CUDA device or emulator: the CUDA path runs under tests/gpu/emu/run", 1)
+end
+
+-- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
+-- extern step per conv, not one per group
+do
+  local x = fl.rand(1, 24, 8, 8)
+  local w1, w2 = fl.rand(24, 8, 1, 1), fl.rand(24, 1, 3, 3)
+  local function f(a)
+    return fl.conv2d(fl.conv2d(a, w1, {groups = 3}):relu(), w2, {padding = 1, groups = 24})
+  end
+  local g = fl.capture(f, x)
+  local n = 0
+  for _, o in ipairs(g:ops()) do if o == "conv2d" then n = n + 1 end end
+  t.is(n, 2, "grouped and depthwise convolutions are one conv2d node each")
+  t.ok(tostring(g):find("groups=24", 1, true) ~= nil, "the IR listing shows groups")
+  t.ok(close(f(x), g:run_reference(x)), "and match the reference")
+end
+
+-- nn.Conv2d and the pool modules take the new options
+do
+  local c = nn.Conv2d(8, 16, 3, {groups = 4, dilation = 2, padding = {2, 1, 2, 2}})
+  t.is(c.weight.shape, {16, 2, 3, 3}, "nn.Conv2d groups: weight [co, ci/groups, kh, kw]")
+  t.is(tostring(c), "nn.Conv2d(8 -> 16, 3x3, 1,1, 2,1,2,2, dilation 2,2, groups 4)", "nn.Conv2d prints its options")
+  t.is(c(fl.rand(1, 8, 9, 9)).shape, {1, 16, 9, 8}, "nn.Conv2d asymmetric padding and dilation: output shape")
+  local mp = nn.MaxPool2d(3, {stride = 2, ceil_mode = true})
+  t.is(mp(fl.rand(1, 1, 8, 8)).shape, {1, 1, 4, 4}, "nn.MaxPool2d ceil_mode")
+  local ap = nn.AvgPool2d(3, {stride = 2, padding = 1, count_include_pad = false})
+  t.ok(fl.allclose(ap(fl.ones(1, 1, 5, 5)), fl.ones(1, 1, 3, 3)), "nn.AvgPool2d count_include_pad=false averages only the input")
+  t.raises(function() nn.Conv2d(6, 8, 3, {groups = 4}) end,
+           "nn.Conv2d: groups=4 must divide in_channels %(6%) and out_channels %(8%)", "nn.Conv2d groups not dividing")
+end
+
+-- ceil_mode: the last window must start inside the input or the left padding
+do
+  local x = fl.arange(16):reshape(1, 1, 4, 4):to("float32")
+  local y = x:max_pool2d(2, {stride = 3, ceil_mode = true})
+  t.is(y.shape, {1, 1, 2, 2}, "ceil_mode 4 / k2 s3: two windows, the second one partial")
+  t.is(y:reshape(-1):tolist(), {5, 7, 13, 15}, "ceil_mode: the partial windows take what is there")
+  t.is(x:max_pool2d(2, {stride = 2, padding = 1, ceil_mode = true}).shape, {1, 1, 3, 3},
+       "ceil_mode drops a window that would start in the end padding")
+end
+
+-- bad options: clear errors naming the op and the values
+local function bad_(f, pat, what) t.raises(f, pat, what) end
+local x = fl.ones(1, 4, 6, 6)
+bad_(function() return fl.conv2d(x, fl.ones(6, 2, 3, 3), {groups = 3}) end,
+     "conv2d: groups=3 must divide both the input channels %(input %[1,4,6,6%]%)", "groups not dividing the channels")
+bad_(function() return fl.conv2d(x, fl.ones(6, 4, 3, 3), {groups = 2}) end,
+     "conv2d: weight %[6,4,3,3%] expects 4 input channels per group, but input %[1,4,6,6%] has 4 channels in 2 groups %(2 each%)",
+     "grouped weight of the wrong width")
+bad_(function() return fl.conv2d(x, fl.ones(4, 4, 3, 3), {groups = 0}) end,
+     "conv2d: groups must be >= 1, got 0", "groups 0")
+bad_(function() return fl.conv2d(x, fl.ones(4, 4, 3, 3), {dilation = -1}) end,
+     "conv2d: dilation must be >= 1, got %-1", "negative dilation")
+bad_(function() return fl.conv2d(x, fl.ones(4, 4, 3, 3), {dilation = 4}) end,
+     "conv2d: padded input size 6x6 is smaller than the dilated kernel 9x9", "dilated kernel larger than the input")
+bad_(function() return fl.conv2d(x, fl.ones(4, 4, 3, 3), {padding = {1, 2, 3}}) end,
+     "conv2d: padding must be a number, a pair {h, w} or {top, left, bottom, right}", "padding of 3 values")
+bad_(function() return fl.conv2d(x, fl.ones(4, 4, 3, 3), {padding = {1, -1, 0, 0}}) end,
+     "conv2d: padding must be >= 0, got %-1", "negative padding")
+bad_(function() return x:max_pool2d(3, {padding = 3}) end,
+     "max_pool2d: padding %[3,3,3,3%] %(top, left, bottom, right%) must be smaller than the kernel %[3,3%]",
+     "pool padding as large as the kernel")
+bad_(function() return x:max_pool2d(2, {padding = {0, 0, 2, 0}, dilation = 1}) end,
+     "max_pool2d: padding %[0,0,2,0%] %(top, left, bottom, right%) must be smaller than the kernel %[2,2%]",
+     "pool end padding as large as the kernel")
+bad_(function() return x:max_pool2d(2, {dilation = 0}) end,
+     "max_pool2d: dilation must be >= 1, got 0", "pool dilation 0")
+bad_(function() return x:avg_pool2d(2, {dilation = 2}) end,
+     "avg_pool2d: unknown option 'dilation'", "avg_pool2d has no dilation")
+bad_(function() return x:max_pool2d(2, {count_include_pad = true}) end,
+     "max_pool2d: unknown option 'count_include_pad'", "max_pool2d has no count_include_pad")
+bad_(function() return x:avg_pool2d(2, {ceil_mode = 1}) end,
+     "avg_pool2d: ceil_mode must be a boolean, got number", "ceil_mode not a boolean")
+
+t.done()
