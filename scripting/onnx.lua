@@ -725,7 +725,8 @@ OPS.Gemm = function(node, attrs, opset)
 end
 
 -- Spatial attributes of a conv/pool node for `nsp` spatial dims: strides,
--- pads (begin == end required), dilations (all 1 required).
+-- pads at the start and at the end of each dim, dilations.  auto_pad SAME
+-- puts the odd pixel at the end (SAME_UPPER) or the start (SAME_LOWER).
 local function spatial(node, attrs, nsp, kshape, in_shape)
   local strides = attr(attrs, "strides", nil) or {}
   local pads = attr(attrs, "pads", nil)
@@ -733,36 +734,42 @@ local function spatial(node, attrs, nsp, kshape, in_shape)
   local auto = attr(attrs, "auto_pad", "NOTSET")
   for i = 1, nsp do
     strides[i] = strides[i] or 1
-    if (dil[i] or 1) ~= 1 then unsupported(node, "dilations other than 1 (%s)", table.concat(dil, ",")) end
+    dil[i] = dil[i] or 1
   end
-  local p = {}
+  local pb, pe = {}, {}
   if auto == "NOTSET" then
     pads = pads or {}
-    for i = 1, nsp do
-      local b, e = pads[i] or 0, pads[i + nsp] or 0
-      if b ~= e then unsupported(node, "asymmetric pads (%s)", table.concat(pads, ",")) end
-      p[i] = b
-    end
+    for i = 1, nsp do pb[i], pe[i] = pads[i] or 0, pads[i + nsp] or 0 end
   elseif auto == "VALID" then
-    for i = 1, nsp do p[i] = 0 end
+    for i = 1, nsp do pb[i], pe[i] = 0, 0 end
   elseif auto == "SAME_UPPER" or auto == "SAME_LOWER" then
     for i = 1, nsp do
       local n = math.tointeger(in_shape[2 + i])
       if not n then unsupported(node, "auto_pad %s over a dynamic size", auto) end
       local out = (n + strides[i] - 1) // strides[i]
-      local total = math.max(0, (out - 1) * strides[i] + kshape[i] - n)
-      if total % 2 ~= 0 then unsupported(node, "auto_pad %s needing asymmetric pads", auto) end
-      p[i] = total // 2
+      local total = math.max(0, (out - 1) * strides[i] + (kshape[i] - 1) * dil[i] + 1 - n)
+      local small = total // 2
+      if auto == "SAME_UPPER" then pb[i], pe[i] = small, total - small
+      else pb[i], pe[i] = total - small, small end
     end
   else
     node_error(node, "auto_pad '%s'", auto)
   end
-  return strides, p
+  return strides, pb, pe, dil
+end
+
+-- The 2-d window options of fl.conv2d and the pools from spatial()'s
+-- lists; a 1-d window is a 2-d one of height 1.
+local function window2d(nsp, strides, pb, pe, dil)
+  if nsp == 1 then
+    return {1, strides[1]}, {0, pb[1], 0, pe[1]}, {1, dil[1]}
+  end
+  return strides, {pb[1], pb[2], pe[1], pe[2]}, dil
 end
 
 OPS.Conv = function(node, attrs)
   known_attrs(node, attrs, set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
-  if attr(attrs, "group", 1) ~= 1 then unsupported(node, "group=%d (grouped convolution)", attrs.group) end
+  local groups = attr(attrs, "group", 1)
   return function(ins)
     local x, w = T(node, ins[1]), T(node, ins[2])
     local b = ins[3] ~= nil and T(node, ins[3]) or nil
@@ -776,12 +783,12 @@ OPS.Conv = function(node, attrs)
         if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
       end
     end
-    local strides, pads = spatial(node, attrs, r - 2, k, x.shape)
-    if r == 3 then   -- 1-d: as a 2-d convolution of height 1
-      local y = fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, {stride = {1, strides[1]}, padding = {0, pads[1]}})
-      return {y:squeeze(3)}
+    local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
+    local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
+    if r == 3 then
+      return {fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)}
     end
-    return {fl.conv2d(x, w, b, {stride = strides, padding = pads})}
+    return {fl.conv2d(x, w, b, opts)}
   end
 end
 
@@ -789,36 +796,33 @@ local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
                                 "kernel_shape", "pads", "storage_order", "strides"))
-    if attr(attrs, "ceil_mode", 0) ~= 0 then unsupported(node, "ceil_mode=1") end
     if attr(attrs, "storage_order", 0) ~= 0 then unsupported(node, "storage_order=1") end
     if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
+    local ceil = attr(attrs, "ceil_mode", 0) ~= 0
     local include = attr(attrs, "count_include_pad", 0) ~= 0
     return function(ins)
       local x = T(node, ins[1])
       need_float(node, x)
       local r = x:dim()
       if r ~= 3 and r ~= 4 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d and 2-d only)", r - 2) end
-      local strides, pads = spatial(node, attrs, r - 2, k, x.shape)
-      local kk, ss, pp = k, strides, pads
-      if r == 3 then
-        x = x:unsqueeze(3)
-        kk, ss, pp = {1, k[1]}, {1, strides[1]}, {0, pads[1]}
-      end
+      local strides, pb, pe, dil = spatial(node, attrs, r - 2, k, x.shape)
+      local kk = r == 3 and {1, k[1]} or k
+      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
       for i = 1, 2 do
-        if pp[i] * 2 > kk[i] then unsupported(node, "pads over half the kernel (%d of %d)", pp[i], kk[i]) end
+        local span = (kk[i] - 1) * dd[i] + 1
+        if pp[i] >= span or pp[i + 2] >= span then
+          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pp[i], pp[i + 2], span)
+        end
       end
+      if r == 3 then x = x:unsqueeze(3) end
       local y
       if kind == "max" then
-        y = x:max_pool2d(kk, {stride = ss, padding = pp})
+        y = x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
       else
-        y = x:avg_pool2d(kk, {stride = ss, padding = pp})
-        if not include and (pp[1] > 0 or pp[2] > 0) then
-          -- padding left out of the count: divide by the pool of ones
-          local ones = fl.ones({1, 1, x.shape[3], x.shape[4]}, {dtype = x.dtype})
-          y = y / ones:avg_pool2d(kk, {stride = ss, padding = pp})
-        end
+        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
+        y = x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
       end
       if r == 3 then y = y:squeeze(3) end
       return {y}
@@ -1102,9 +1106,6 @@ OPS.Slice = function(node, attrs, opset)
       axes = ins[4] ~= nil and ints(node, ins[4], "axes") or nil
       steps = ins[5] ~= nil and ints(node, ins[5], "steps") or nil
     end
-    if steps then
-      for _, s in ipairs(steps) do if s ~= 1 then unsupported(node, "steps other than 1 (%d)", s) end end
-    end
     local v = ins[1]
     local hv = not is_tensor(v) and v.host and not v.scalar
     local x = hv and nil or T(node, v)
@@ -1114,22 +1115,67 @@ OPS.Slice = function(node, attrs, opset)
     for i = 1, #starts do
       local d = axes and axis(node, axes[i], r) or i
       local n = shape[d]
+      local st = steps and steps[i] or 1
+      if st == 0 then node_error(node, "a step of 0") end
+      -- ONNX's clamping: [0, n] going forward, [-1, n-1] going back
+      local lo, hi = st > 0 and 0 or -1, st > 0 and n or n - 1
       local function clampi(a)
         if a < 0 then a = a + n end
-        return math.max(0, math.min(n, a))
+        return math.max(lo, math.min(hi, a))
       end
       local s, e = clampi(starts[i]), clampi(ends[i])
-      local len = math.max(0, e - s)
+      local count = st > 0 and math.max(0, (e - s + st - 1) // st) or math.max(0, (s - e - st - 1) // -st)
       if hv then
         local o = {}
-        for k = s + 1, s + len do o[#o + 1] = out_host[k] end
+        for k = 0, count - 1 do o[#o + 1] = out_host[s + k * st + 1] end
         out_host = o
+      elseif count == 0 then
+        x = x:narrow(d, 1, 0)
+      elseif st == 1 then
+        x = x:narrow(d, s + 1, count)
       else
-        x = x:narrow(d, s + 1, len)
+        -- x:slice is 1-based with an inclusive stop
+        x = x:slice(d, s + 1, s + (count - 1) * st + 1, st)
       end
     end
     if hv then return {host(out_host, false)} end
     return {x}
+  end
+end
+
+-- Pad: pads {begin_1..begin_r, end_1..end_r} (negative crops), as
+-- fl.pad takes them; from opset 11 pads and the value are inputs, from 18
+-- the axes they apply to too.
+OPS.Pad = function(node, attrs, opset)
+  known_attrs(node, attrs, set("mode", "pads", "value"))
+  local mode = attr(attrs, "mode", "constant")
+  if mode ~= "constant" and mode ~= "reflect" and mode ~= "edge" then
+    unsupported(node, "mode '%s'", mode)
+  end
+  return function(ins)
+    local x = T(node, ins[1])
+    local r = x:dim()
+    local pads, value
+    if opset < 11 then
+      pads, value = attrs.pads, attr(attrs, "value", 0.0)
+      if not pads then node_error(node, "attribute 'pads' is required") end
+    else
+      pads = ints(node, ins[2], "pads")
+      value = ins[3] ~= nil and number(node, ins[3], "constant_value") or 0
+    end
+    if ins[4] ~= nil then
+      local axes, full = ints(node, ins[4], "axes"), {}
+      if #pads ~= 2 * #axes then node_error(node, "%d pads for %d axes", #pads, #axes) end
+      for k = 1, 2 * r do full[k] = 0 end
+      for i, a in ipairs(axes) do
+        local d = axis(node, a, r)
+        full[d], full[d + r] = pads[i], pads[i + #axes]
+      end
+      pads = full
+    end
+    if #pads ~= 2 * r then node_error(node, "%d pads for a %d-d input", #pads, r) end
+    if x.dtype == "int64" then value = math.tointeger(value) or unsupported(node, "a fractional value for int64") end
+    return {fl.pad(x, pads, mode == "constant" and {value = value} or {mode = mode})}
   end
 end
 

@@ -92,8 +92,31 @@ local cv = one_node("Conv", {pads = {1, 1, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"f
 local cx, cw = fl.randn(1, 2, 5, 5), fl.randn(3, 2, 3, 3)
 t.ok(fl.allclose(fl.compile(cv, {backend = "cpu"})(cx, cw), fl.conv2d(cx, cw, nil, {padding = 1}), 1e-4, 1e-5),
      "Conv compiled")
-t.raises(function() one_node("Conv", {pads = {0, 0, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})(cx, cw) end,
-         "asymmetric pads %(0,0,1,1%) is unsupported", "asymmetric pads are refused, not approximated")
+-- asymmetric pads: the same as padding the input first, then no padding
+local ca = one_node("Conv", {pads = {0, 0, 1, 1}}, {{"float", {1, 2, 5, 5}}, {"float", {3, 2, 3, 3}}})
+t.ok(fl.allclose(ca(cx, cw), fl.conv2d(fl.pad(cx, {0, 0, 0, 0, 0, 0, 1, 1}), cw), 1e-4, 1e-5),
+     "Conv with asymmetric pads is the padded input's convolution")
+-- groups: the same as each group's convolution, concatenated
+local cg = one_node("Conv", {group = 2}, {{"float", {1, 4, 5, 5}}, {"float", {6, 2, 3, 3}}})
+local gx, gw = fl.randn(1, 4, 5, 5), fl.randn(6, 2, 3, 3)
+local per = fl.cat({fl.conv2d(gx:narrow(2, 1, 2), gw:narrow(1, 1, 3)), fl.conv2d(gx:narrow(2, 3, 2), gw:narrow(1, 4, 3))}, 2)
+t.ok(fl.allclose(cg(gx, gw), per, 1e-4, 1e-5), "Conv group=2 is the groups' convolutions side by side")
+t.ok(fl.allclose(fl.compile(cg, {backend = "cpu"})(gx, gw), per, 1e-4, 1e-5), "Conv group=2 compiled")
+-- Slice with a negative step: the flipped range
+local sn = one_node("Slice", nil, {{"float", {2, 3, 4}}}, 13,
+  {{name = "starts", dtype = "int64", dims = {1}, ints = {-1}}, {name = "ends", dtype = "int64", dims = {1}, ints = {-1000}},
+   {name = "axes", dtype = "int64", dims = {1}, ints = {2}}, {name = "steps", dtype = "int64", dims = {1}, ints = {-2}}})
+t.ok(fl.allclose(sn(xs), fl.cat({xs:narrow(3, 4, 1), xs:narrow(3, 2, 1)}, 3)), "Slice with step -2 from the end")
+-- Pad (opset 13: pads as an input), reflect
+local pd = one_node("Pad", {mode = "reflect"}, {{"float", {2, 3, 4}}}, 13,
+  {{name = "pads", dtype = "int64", dims = {6}, ints = {0, 0, 1, 0, 0, 2}}})
+local padded = pd(xs)
+t.is(padded.shape, {2, 3, 7}, "Pad reflect: shape")
+t.ok(fl.allclose(padded:narrow(3, 1, 1), xs:narrow(3, 2, 1)) and fl.allclose(padded:narrow(3, 7, 1), xs:narrow(3, 2, 1)),
+     "Pad reflect mirrors without repeating the edge")
+t.raises(function() one_node("Pad", {mode = "wrap"}, {{"float", {2, 3, 4}}}, 13,
+  {{name = "pads", dtype = "int64", dims = {6}, ints = {0, 0, 1, 0, 0, 1}}})(xs) end,
+  "mode 'wrap' is unsupported", "Pad's wrap mode is refused")
 t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int32", {2}}})(fl.ones({2}, {dtype = "int64"}), fl.ones({2}, {dtype = "int64"})) end,
          "dtype int32 in arithmetic is unsupported", "int32 arithmetic (which would wrap) is refused")
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
@@ -207,10 +230,10 @@ t.raises(load_bytes("domain.onnx", P.model{nodes = {{op = "Foo", domain = "com.e
 t.raises(load_bytes("op.onnx", P.model{nodes = {{op = "Frobnicate", inputs = {"x"}, outputs = {"y"}, name = "f"}},
   inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}}),
   "onnx: node 'f' %(Frobnicate, opset 13%): op Frobnicate is unsupported", "unsupported op names node, op and opset")
-t.raises(load_bytes("attr.onnx", P.model{nodes = {{op = "Conv", inputs = {"x", "w"}, outputs = {"y"}, name = "c",
-  attrs = {group = 2}}}, inits = {{name = "w", dims = {2, 1, 1, 1}, floats = {1, 1}}},
+t.raises(load_bytes("attr.onnx", P.model{nodes = {{op = "MaxPool", inputs = {"x"}, outputs = {"y"}, name = "c",
+  attrs = {kernel_shape = {2, 2}, storage_order = 1}}},
   inputs = {{name = "x", dims = {1, 2, 3, 3}}}, outputs = {{name = "y"}}}),
-  "node 'c' %(Conv, opset 13%): group=2 %(grouped convolution%) is unsupported", "unsupported attribute value")
+  "node 'c' %(MaxPool, opset 13%): storage_order=1 is unsupported", "unsupported attribute value")
 t.raises(load_bytes("dtype.onnx", P.mlp{inits = {{name = "W", dims = {2}, dtype = "double", raw = ("\0"):rep(16)},
   {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "dtype double is unsupported", "unsupported dtype")
 t.raises(load_bytes("dup.onnx", P.mlp{nodes = {
