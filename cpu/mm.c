@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mm.h"
 
@@ -306,7 +307,7 @@ const char *cpu_mm_describe(void) {
 
 typedef struct ckey {
   int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
-  int bias, npost, plain;
+  int bias, npost, plain;     /* plain: conv_mode */
   int kind[CPU_MM_MAXPOST];
   float ab[CPU_MM_MAXPOST][2];
 } ckey;
@@ -333,7 +334,8 @@ typedef struct centry {
 static centry *ccache[NCACHE];
 static int nccache, cnext_evict;
 static int64_t nconvs, nconv_posts; /* under lock */
-static int conv_mode = -1;           /* 0 blas, 1 oneDNN plain layouts, 2 oneDNN's layouts */
+static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
+                                        own, 2 the faster of the two per shape */
 
 static void centry_clear(centry *en) {
   int i;
@@ -480,7 +482,8 @@ done:
 int cpu_conv_enabled(void) {
   if (conv_mode < 0) {
     const char *v = getenv("FUSELAB_CONV");
-    conv_mode = v && strcmp(v, "blas") == 0 ? 0 : v && strcmp(v, "plain") == 0 ? 1 : 2;
+    conv_mode = !v ? 2 : strcmp(v, "blas") == 0 ? 0 : strcmp(v, "plain") == 0 ? 1
+              : strcmp(v, "any") == 0 ? 3 : 2;
   }
   return conv_mode > 0;
 }
@@ -490,6 +493,57 @@ static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
   a[0].arg = DNNL_ARG_FROM; a[0].memory = from;
   a[1].arg = DNNL_ARG_TO; a[1].memory = to;
   return dnnl_primitive_execute(p, stream, 2, a) == dnnl_success;
+}
+
+/* Run en on c's data: the reorders in, the convolution, the reorder out. */
+static int centry_exec(centry *en, const cpu_conv *c) {
+  int i, ok = 1;
+  dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
+  dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
+  dnnl_memory_set_data_handle(en->side[2].user, c->y);
+  if (c->bias) dnnl_memory_set_data_handle(en->bias, (void *)c->bias);
+  for (i = 0; i < c->npost; i++)
+    if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
+  for (i = 0; i < 2 && ok; i++)
+    if (en->side[i].inner) ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
+  ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
+  if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
+  return dnnl_stream_wait(stream) == dnnl_success && ok;
+}
+
+static double exec_seconds(centry *en, const cpu_conv *c) {
+  struct timespec t0, t1;
+  if (!centry_exec(en, c)) return 1e30;                /* the first run touches the buffers */
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (!centry_exec(en, c)) return 1e30;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
+** kernels, but their reorders in and out cost more than they save on some
+** shapes (a 1x1 conv over many channels: bench/conv_libs.lua); so both
+** are made and the faster one on c's own data is kept (a convolution
+** reads only its inputs: running it twice changes nothing).  Each is the
+** whole answer where the other is refused (a post-op oneDNN cannot read
+** across layouts).  FUSELAB_CONV=plain / any keeps one of them. */
+static int centry_pick(centry *en, const cpu_conv *c) {
+  centry alt;
+  int any = 0, plain = 0;
+  memset(&alt, 0, sizeof alt);
+  if (conv_mode != 1) any = centry_make(en, c, 1);
+  if (conv_mode != 3) plain = centry_make(&alt, c, 0);
+  if (any && plain) {
+    if (exec_seconds(&alt, c) < exec_seconds(en, c)) {
+      centry_clear(en);
+      any = 0;
+    } else {
+      centry_clear(&alt);
+      plain = 0;
+    }
+  }
+  if (plain) memcpy(&en->prim, &alt.prim, sizeof *en - offsetof(centry, prim));
+  return any || plain;
 }
 
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
@@ -512,7 +566,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   k.d[16] = c->pb; k.d[17] = c->pr;
   k.bias = c->bias != NULL;
   k.npost = c->npost;
-  k.plain = conv_mode == 1;
+  k.plain = conv_mode;
   for (i = 0; i < c->npost; i++) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
@@ -532,9 +586,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     }
     en->k = k;
     en->hash = h;
-    /* oneDNN's layouts first; where it refuses them (a post-op it cannot
-    ** read across layouts), the plain ones */
-    en->refused = !((!k.plain && centry_make(en, c, 1)) || centry_make(en, c, 0));
+    en->refused = !centry_pick(en, c);
     if (nccache < NCACHE) ccache[nccache++] = en;
     else {
       centry_clear(ccache[cnext_evict]);
@@ -545,24 +597,11 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   }
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
+  } else if (!centry_exec(en, c)) {
+    rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
-    int okr = 1;
-    dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
-    dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
-    dnnl_memory_set_data_handle(en->side[2].user, c->y);
-    if (c->bias) dnnl_memory_set_data_handle(en->bias, (void *)c->bias);
-    for (i = 0; i < c->npost; i++)
-      if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
-    for (i = 0; i < 2 && okr; i++)
-      if (en->side[i].inner) okr = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
-    okr = okr && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
-    if (okr && en->side[2].inner) okr = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
-    if (!okr || dnnl_stream_wait(stream) != dnnl_success)
-      rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
-    else {
-      nconvs++;
-      nconv_posts += c->npost > 0;
-    }
+    nconvs++;
+    nconv_posts += c->npost > 0;
   }
   pthread_mutex_unlock(&lock);
   return rc;
