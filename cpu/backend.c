@@ -221,7 +221,9 @@ static void plan_posts(const fuse_plan *p, int k, cpu_kinfo *ki) {
   matcher m;
   ki->npost = 0;
   if (kk->kind != FK_EXTERN || kk->nnodes == 0 || kk->nred != 0 || kk->nrng || kk->ninstr > 512) return;
-  if (g->nodes[anchor].op != OP_MATMUL && g->nodes[anchor].op != OP_LINEAR) return;
+  if (g->nodes[anchor].op != OP_MATMUL && g->nodes[anchor].op != OP_LINEAR &&
+      !(g->nodes[anchor].op == OP_CONV2D && cpu_conv_enabled()))
+    return;
   if (g->nodes[anchor].meta.dtype != FL_F32) return;
   for (i = 0; i < g->nout; i++) if (g->outputs[i] == anchor) return;
   for (j = 0; j < p->nkernels; j++) {
@@ -387,7 +389,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
   cpu_mm_post posts[CPU_MM_MAXPOST];
   int64_t want = 1;
   fl_err e2;
-  if (!cpu_mm_enabled() || nd->nin > 8) return 0;
+  if (!(nd->op == OP_CONV2D ? cpu_conv_enabled() : cpu_mm_enabled()) || nd->nin > 8) return 0;
   if (!meta_same_shape(&r->metas[sid], &r->metas[k->anchor]) || r->metas[sid].dtype != FL_F32) return 0;
   if (ss[d] != 0) return 0;
   for (j = d - 1; j >= 0; j--) {
@@ -436,7 +438,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
     }
   }
   err_clear(&e2);
-  rc = eager_product_posts(nd->op, ins, nd->nin, posts, in->npost, &r->vals[sid], &e2);
+  rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, &r->vals[sid], &e2);
   if (rc == FL_EUNSUPPORTED) return 0;
   if (rc != FL_OK) return err_set(e, rc, "%s", e2.msg);
   return 1;

@@ -21,11 +21,11 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
 ** eager_apply runs. */
 int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
                      const op_attrs *a, fl_tensor *out, fl_err *e);
-/* A float32 product (matmul, linear) into *out, a contiguous float32
-** tensor of its shape, with posts applied inside the library call (a
+/* A float32 product (matmul, linear) or convolution (conv2d, with its
+** attributes a) into *out, a contiguous float32 tensor of its shape, with posts applied inside the library call (a
 ** fused epilogue that writes the product once).  FL_EUNSUPPORTED, out
 ** unwritten, where oneDNN cannot run it: the caller runs the epilogue. */
-int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin,
+int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                         const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e);
 
 #endif

@@ -374,10 +374,17 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
   return linear_posts(op, in, nin, NULL, 0, out, e);
 }
 
-int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu_mm_post *posts,
-                        int npost, fl_tensor *out, fl_err *e) {
+/* conv2d with posts (cpu_mm_post, operands laid out as out) applied
+** inside oneDNN's call; without posts, im2col + sgemm where oneDNN is off
+** or refuses. */
+static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e);
+
+int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e) {
   if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
   if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
+  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, out, e);
   return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
 }
 
@@ -439,6 +446,11 @@ static void conv_depthwise(const float *x, const float *w, float *y, int64_t N,
 
 int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
+  return conv2d_posts(op, in, nin, a, NULL, 0, out, e);
+}
+
+static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
@@ -457,12 +469,32 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
            g.pl == 0 && g.pb == 0 && g.pr == 0;
   depthwise = G > 1 && CG == 1;
   cpu_blas_pick();                 /* the right kernels before the first product */
+  if (npost && (out->m.dtype != FL_F32 || !cpu_conv_enabled()))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
   if (too_big(op_name(op), CO, P, CKK * G, e)) return FL_EUNSUPPORTED;
   if (!(xf = eager_f32(x, &xo, op_name(op), e)) ||
       !(wf = eager_f32(w, &wo, op_name(op), e)) ||
       (b && !(bf = eager_f32(b, &bo, op_name(op), e))) ||
       !(y = eager_out_f32(out, &yo, op_name(op), e)))
     goto done;
+  if (cpu_conv_enabled()) {
+    cpu_conv c;
+    fl_err e2;
+    memset(&c, 0, sizeof c);
+    err_clear(&e2);
+    c.n = N; c.c = C; c.h = H; c.w = W; c.co = CO; c.kh = KH; c.kw = KW; c.oh = OH; c.ow = OW;
+    c.groups = G; c.sh = g.sh; c.sw = g.sw; c.dh = g.dh; c.dw = g.dw;
+    c.pt = g.pt; c.pl = g.pl; c.pb = g.pb; c.pr = g.pr;
+    c.x = xf; c.wt = wf; c.bias = bf; c.y = y;
+    for (n = 0; n < npost; n++) c.post[n] = posts[n];
+    c.npost = npost;
+    if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost) {
+      if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
+      eager_out_done(out, yo);
+      goto done;
+    }
+    rc = FL_ENOMEM;
+  }
   if (depthwise) {
     for (n = 0; n < N * CO; n++) {
       int64_t i;

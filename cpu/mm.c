@@ -11,9 +11,11 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mm.h"
 
@@ -50,11 +52,11 @@ static entry *cache[NCACHE];
 static int ncache, next_evict;
 static int64_t ncalls, nposts;       /* under lock */
 
-static uint64_t hash_key(const key *k) {
+static uint64_t hash_bytes(const void *k, size_t n) {
   const unsigned char *p = (const unsigned char *)k;
   uint64_t h = 1469598103934665603ull;
   size_t i;
-  for (i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+  for (i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
 
@@ -235,7 +237,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
   key_of(&k, m);
-  h = hash_key(&k);
+  h = hash_bytes(&k, sizeof k);
   pthread_mutex_lock(&lock);
   if (!start()) {
     pthread_mutex_unlock(&lock);
@@ -295,6 +297,359 @@ const char *cpu_mm_describe(void) {
   return buf;
 }
 
+/* --- convolutions ---------------------------------------------------------
+** Same invariant as products: one primitive per key, kept with its memory
+** objects.  oneDNN picks its own (blocked) layouts for the fast kernels
+** (format "any"); where a layout it picked is not the caller's plain
+** nchw / oihw, the entry keeps a buffer of that layout and the reorder
+** into it (src, weights) or out of it (dst), run on every call: the
+** weights may change between calls, so their reorder is never skipped. */
+
+typedef struct ckey {
+  int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
+  int bias, npost, plain;     /* plain: conv_mode */
+  int kind[CPU_MM_MAXPOST];
+  float ab[CPU_MM_MAXPOST][2];
+} ckey;
+
+typedef struct cside {
+  dnnl_memory_t user, inner;   /* inner: NULL when oneDNN reads the caller's */
+  dnnl_primitive_t reorder;
+  void *buf;
+} cside;
+
+typedef struct centry {
+  ckey k;
+  uint64_t hash;
+  int refused;
+  dnnl_primitive_t prim;
+  cside side[3];               /* src, weights, dst */
+  dnnl_memory_t bias, post[CPU_MM_MAXPOST];
+  int sum1;                    /* 1 + the residual add run as a sum, or 0 */
+  dnnl_memory_t sum_src;       /* that residual, laid out as the caller's y */
+  dnnl_primitive_t sum_reorder;   /* into side[2].inner, where there is one */
+  dnnl_memory_t scratch;
+  void *scratch_buf;
+  int nargs;
+  dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
+} centry;
+
+static centry *ccache[NCACHE];
+static int nccache, cnext_evict;
+static int64_t nconvs, nconv_posts; /* under lock */
+static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
+                                        own, 2 the faster of the two per shape */
+
+static void centry_clear(centry *en) {
+  int i;
+  if (en->prim) dnnl_primitive_destroy(en->prim);
+  for (i = 0; i < 3; i++) {
+    if (en->side[i].user) dnnl_memory_destroy(en->side[i].user);
+    if (en->side[i].inner) dnnl_memory_destroy(en->side[i].inner);
+    if (en->side[i].reorder) dnnl_primitive_destroy(en->side[i].reorder);
+    free(en->side[i].buf);
+  }
+  if (en->bias) dnnl_memory_destroy(en->bias);
+  for (i = 0; i < CPU_MM_MAXPOST; i++)
+    if (en->post[i]) dnnl_memory_destroy(en->post[i]);
+  if (en->sum_src) dnnl_memory_destroy(en->sum_src);
+  if (en->sum_reorder) dnnl_primitive_destroy(en->sum_reorder);
+  if (en->scratch) dnnl_memory_destroy(en->scratch);
+  free(en->scratch_buf);
+  memset(&en->prim, 0, sizeof *en - offsetof(centry, prim));
+}
+
+static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen,
+                     int into) {
+  dnnl_primitive_desc_t rpd;
+  size_t n;
+  dnnl_status_t st;
+  if (dnnl_memory_create(&s->user, plain, engine, DNNL_MEMORY_NONE) != dnnl_success) {
+    s->user = NULL;
+    return 0;
+  }
+  if (dnnl_memory_desc_equal(plain, chosen)) return 1;
+  n = dnnl_memory_desc_get_size(chosen);
+  if (!(s->buf = aligned_alloc(64, (n + 63) / 64 * 64 + 64))) return 0;
+  if (dnnl_memory_create(&s->inner, chosen, engine, s->buf) != dnnl_success) {
+    s->inner = NULL;
+    return 0;
+  }
+  if (into) st = dnnl_reorder_primitive_desc_create(&rpd, plain, engine, chosen, engine, NULL);
+  else st = dnnl_reorder_primitive_desc_create(&rpd, chosen, engine, plain, engine, NULL);
+  if (st != dnnl_success) return 0;
+  st = dnnl_primitive_create(&s->reorder, rpd);
+  dnnl_primitive_desc_destroy(rpd);
+  if (st != dnnl_success) { s->reorder = NULL; return 0; }
+  return 1;
+}
+
+/* The primitive of c, in oneDNN's layouts (any) or the caller's (plain). */
+static int centry_make(centry *en, const cpu_conv *c, int any) {
+  dnnl_memory_desc_t xmd, wmd, ymd, bmd, xa, wa, ya;
+  dnnl_dims_t xd, wd, yd, bd, st, di, pl, pr;
+  dnnl_convolution_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  const dnnl_memory_desc_t *smd;
+  int64_t G = c->groups;
+  int i, ok = 0;
+  xd[0] = c->n; xd[1] = c->c; xd[2] = c->h; xd[3] = c->w;
+  yd[0] = c->n; yd[1] = c->co; yd[2] = c->oh; yd[3] = c->ow;
+  if (G > 1) { wd[0] = G; wd[1] = c->co / G; wd[2] = c->c / G; wd[3] = c->kh; wd[4] = c->kw; }
+  else { wd[0] = c->co; wd[1] = c->c; wd[2] = c->kh; wd[3] = c->kw; }
+  bd[0] = c->co;
+  st[0] = c->sh; st[1] = c->sw;
+  di[0] = c->dh - 1; di[1] = c->dw - 1;          /* oneDNN counts the holes */
+  pl[0] = c->pt; pl[1] = c->pl; pr[0] = c->pb; pr[1] = c->pr;
+  if (dnnl_memory_desc_init_by_tag(&xmd, 4, xd, dnnl_f32, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&ymd, 4, yd, dnnl_f32, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&wmd, G > 1 ? 5 : 4, wd, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_x) != dnnl_success)
+    return 0;
+  if (any) {
+    if (dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wa, G > 1 ? 5 : 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+      return 0;
+  } else {
+    xa = xmd; ya = ymd; wa = wmd;
+  }
+  if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+                                                 &xa, &wa, c->bias ? &bmd : NULL, &ya, st, di, pl, pr)
+      != dnnl_success)
+    return 0;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return 0;
+  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) goto done;
+  if (c->npost) {
+    if (dnnl_post_ops_create(&ops) != dnnl_success) goto done;
+    for (i = 0; i < c->npost; i++) {
+      const cpu_mm_post *p = &c->post[i];
+      if (p->kind == CPU_MM_ADD && !en->sum1) {
+        /* a residual add as oneDNN's sum: the residual is put in dst
+        ** first (in dst's layout), which every kernel reads fast; a binary
+        ** add reading the plain layout runs a slow generic loop in the
+        ** gemm kernels (7 ms for a 0.1 ms grouped 1x1, ShuffleNet's) and
+        ** is refused by most blocked ones */
+        if (dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success) goto done;
+        en->sum1 = i + 1;
+      } else if (p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) {
+        /* read as the caller's y is laid out */
+        if (dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul,
+                                        &ymd) != dnnl_success)
+          goto done;
+      } else {
+        float al, be;
+        dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
+        if (p->kind == CPU_MM_AFFINE) { al = p->alpha; be = p->beta; }
+        if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
+      }
+    }
+    if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) goto done;
+  }
+  if (dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) { pd = NULL; goto done; }
+  if (dnnl_primitive_create(&en->prim, pd) != dnnl_success) { en->prim = NULL; goto done; }
+  if (!side_make(&en->side[0], &xmd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1) ||
+      !side_make(&en->side[1], &wmd, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1) ||
+      !side_make(&en->side[2], &ymd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0))
+    goto done;
+#define ARG(id, mem) do { en->args[en->nargs].arg = (id); en->args[en->nargs++].memory = (mem); } while (0)
+#define SIDE(i) (en->side[i].inner ? en->side[i].inner : en->side[i].user)
+  ARG(DNNL_ARG_SRC, SIDE(0));
+  ARG(DNNL_ARG_WEIGHTS, SIDE(1));
+  ARG(DNNL_ARG_DST, SIDE(2));
+#undef SIDE
+  if (c->bias) {
+    if (dnnl_memory_create(&en->bias, &bmd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->bias = NULL; goto done; }
+    ARG(DNNL_ARG_BIAS, en->bias);
+  }
+  if (en->sum1) {
+    dnnl_primitive_desc_t rpd;
+    dnnl_status_t rs;
+    if (dnnl_memory_create(&en->sum_src, &ymd, engine, DNNL_MEMORY_NONE) != dnnl_success) {
+      en->sum_src = NULL;
+      goto done;
+    }
+    if (en->side[2].inner) {
+      if (dnnl_reorder_primitive_desc_create(&rpd, &ymd, engine,
+                                             dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
+                                             engine, NULL) != dnnl_success)
+        goto done;
+      rs = dnnl_primitive_create(&en->sum_reorder, rpd);
+      dnnl_primitive_desc_destroy(rpd);
+      if (rs != dnnl_success) { en->sum_reorder = NULL; goto done; }
+    }
+  }
+  for (i = 0; i < c->npost; i++)
+    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) && i != en->sum1 - 1) {
+      if (dnnl_memory_create(&en->post[i], &ymd, engine, DNNL_MEMORY_NONE) != dnnl_success) {
+        en->post[i] = NULL;
+        goto done;
+      }
+      ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, en->post[i]);
+    }
+  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+    size_t n = dnnl_memory_desc_get_size(smd);
+    if (!(en->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
+    if (dnnl_memory_create(&en->scratch, smd, engine, en->scratch_buf) != dnnl_success) {
+      en->scratch = NULL;
+      goto done;
+    }
+    ARG(DNNL_ARG_SCRATCHPAD, en->scratch);
+  }
+#undef ARG
+  ok = 1;
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) centry_clear(en);
+  return ok;
+}
+
+int cpu_conv_enabled(void) {
+  if (conv_mode < 0) {
+    const char *v = getenv("FUSELAB_CONV");
+    conv_mode = !v ? 2 : strcmp(v, "blas") == 0 ? 0 : strcmp(v, "plain") == 0 ? 1
+              : strcmp(v, "any") == 0 ? 3 : 2;
+  }
+  return conv_mode > 0;
+}
+
+static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
+  dnnl_exec_arg_t a[2];
+  a[0].arg = DNNL_ARG_FROM; a[0].memory = from;
+  a[1].arg = DNNL_ARG_TO; a[1].memory = to;
+  return dnnl_primitive_execute(p, stream, 2, a) == dnnl_success;
+}
+
+/* Run en on c's data: the reorders in, the convolution, the reorder out. */
+static int centry_exec(centry *en, const cpu_conv *c) {
+  int i, ok = 1;
+  dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
+  dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
+  dnnl_memory_set_data_handle(en->side[2].user, c->y);
+  if (c->bias) dnnl_memory_set_data_handle(en->bias, (void *)c->bias);
+  for (i = 0; i < c->npost; i++)
+    if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
+  for (i = 0; i < 2 && ok; i++)
+    if (en->side[i].inner) ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
+  if (en->sum1) {
+    const float *r = c->post[en->sum1 - 1].src.p;
+    dnnl_memory_set_data_handle(en->sum_src, (void *)r);
+    if (en->sum_reorder) ok = ok && exec2(en->sum_reorder, en->sum_src, en->side[2].inner);
+    else memcpy(c->y, r, (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
+  }
+  ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
+  if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
+  return dnnl_stream_wait(stream) == dnnl_success && ok;
+}
+
+static double exec_seconds(centry *en, const cpu_conv *c) {
+  struct timespec t0, t1;
+  if (!centry_exec(en, c)) return 1e30;                /* the first run touches the buffers */
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (!centry_exec(en, c)) return 1e30;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
+** kernels, but their reorders in and out cost more than they save on some
+** shapes (a 1x1 conv over many channels: bench/conv_libs.lua); so both
+** are made and the faster one on c's own data is kept (a convolution
+** reads only its inputs: running it twice changes nothing).  Each is the
+** whole answer where the other is refused (a post-op oneDNN cannot read
+** across layouts).  FUSELAB_CONV=plain / any keeps one of them. */
+static int centry_pick(centry *en, const cpu_conv *c) {
+  centry alt;
+  int any = 0, plain = 0;
+  memset(&alt, 0, sizeof alt);
+  if (conv_mode != 1) any = centry_make(en, c, 1);
+  if (conv_mode != 3) plain = centry_make(&alt, c, 0);
+  if (any && plain) {
+    if (exec_seconds(&alt, c) < exec_seconds(en, c)) {
+      centry_clear(en);
+      any = 0;
+    } else {
+      centry_clear(&alt);
+      plain = 0;
+    }
+  }
+  if (plain) memcpy(&en->prim, &alt.prim, sizeof *en - offsetof(centry, prim));
+  return any || plain;
+}
+
+int cpu_conv_run(const cpu_conv *c, fl_err *e) {
+  ckey k;
+  uint64_t h;
+  centry *en = NULL;
+  int i, rc = FL_OK;
+  if (!cpu_conv_enabled())
+    return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN is turned off (FUSELAB_CONV=blas)");
+  if (c->npost > CPU_MM_MAXPOST || c->groups < 1 || c->n * c->c * c->h * c->w <= 0 ||
+      c->co * c->oh * c->ow <= 0 || c->kh * c->kw <= 0 || c->c % c->groups || c->co % c->groups)
+    return err_set(e, FL_EUNSUPPORTED, "conv2d: these sizes are beyond oneDNN's path");
+  for (i = 0; i < c->npost; i++)
+    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) && !c->post[i].like_dst)
+      return err_set(e, FL_EUNSUPPORTED, "conv2d: a post-op operand not laid out as the result");
+  memset(&k, 0, sizeof k);
+  k.d[0] = c->n; k.d[1] = c->c; k.d[2] = c->h; k.d[3] = c->w; k.d[4] = c->co; k.d[5] = c->kh;
+  k.d[6] = c->kw; k.d[7] = c->oh; k.d[8] = c->ow; k.d[9] = c->groups; k.d[10] = c->sh;
+  k.d[11] = c->sw; k.d[12] = c->dh; k.d[13] = c->dw; k.d[14] = c->pt; k.d[15] = c->pl;
+  k.d[16] = c->pb; k.d[17] = c->pr;
+  k.bias = c->bias != NULL;
+  k.npost = c->npost;
+  k.plain = conv_mode;
+  for (i = 0; i < c->npost; i++) {
+    k.kind[i] = c->post[i].kind;
+    if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
+  }
+  h = hash_bytes(&k, sizeof k);
+  pthread_mutex_lock(&lock);
+  if (!start()) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN has no CPU engine here");
+  }
+  for (i = 0; i < nccache; i++)
+    if (ccache[i]->hash == h && memcmp(&ccache[i]->k, &k, sizeof k) == 0) { en = ccache[i]; break; }
+  if (!en) {
+    if (!(en = calloc(1, sizeof *en))) {
+      pthread_mutex_unlock(&lock);
+      return err_set(e, FL_ENOMEM, "conv2d: cannot allocate a primitive cache entry");
+    }
+    en->k = k;
+    en->hash = h;
+    en->refused = !centry_pick(en, c);
+    if (nccache < NCACHE) ccache[nccache++] = en;
+    else {
+      centry_clear(ccache[cnext_evict]);
+      free(ccache[cnext_evict]);
+      ccache[cnext_evict] = en;
+      cnext_evict = (cnext_evict + 1) % NCACHE;
+    }
+  }
+  if (en->refused) {
+    rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
+  } else if (!centry_exec(en, c)) {
+    rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
+  } else {
+    nconvs++;
+    nconv_posts += c->npost > 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts) {
+  pthread_mutex_lock(&lock);
+  *calls = nconvs;
+  *with_posts = nconv_posts;
+  pthread_mutex_unlock(&lock);
+}
+
 #else /* no oneDNN in this build */
 
 int cpu_mm_enabled(void) { return 0; }
@@ -307,5 +662,14 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
 
 const char *cpu_mm_describe(void) { return "OpenBLAS sgemm (built without oneDNN)"; }
+
+int cpu_conv_enabled(void) { return 0; }
+
+int cpu_conv_run(const cpu_conv *c, fl_err *e) {
+  (void)c;
+  return err_set(e, FL_EUNSUPPORTED, "conv2d: built without oneDNN");
+}
+
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
 
 #endif

@@ -69,4 +69,28 @@ void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
 /* What products run on, in a sentence (fl.blas_info().matmul). */
 const char *cpu_mm_describe(void);
 
+/* y = post_n(...post_1(conv2d(x, w) + bias)): x [n, c, h, w], w
+** [co, c/groups, kh, kw], y [n, co, oh, ow], all contiguous float32; bias,
+** when given, co floats.  Post-ops here read tensors laid out as y is
+** (like_dst). */
+typedef struct cpu_conv {
+  int64_t n, c, h, w, co, kh, kw, oh, ow, groups;
+  int64_t sh, sw, dh, dw, pt, pl, pb, pr;     /* dilation 1 = dense */
+  const float *x, *wt, *bias;
+  float *y;
+  int npost;
+  cpu_mm_post post[CPU_MM_MAXPOST];
+} cpu_conv;
+
+/* 1 when convolutions run through oneDNN: built with it, and not turned
+** off by FUSELAB_CONV=blas (im2col + sgemm then).  FUSELAB_CONV=plain
+** keeps oneDNN on the callers' plain layouts (no reorders, to measure). */
+int cpu_conv_enabled(void);
+/* Run c, as cpu_mm_run: FL_EUNSUPPORTED where this build or oneDNN cannot;
+** one primitive per shapes and attributes, kept. */
+int cpu_conv_run(const cpu_conv *c, fl_err *e);
+/* Convolutions run through oneDNN so far, and how many with post-ops
+** (fl.blas_info().onednn_convs, .onednn_conv_posts). */
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts);
+
 #endif

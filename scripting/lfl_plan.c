@@ -251,7 +251,9 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 /* fl.blas_info() -> {config, core, was, why, matmul}: the BLAS kernels
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
-** onednn_calls / onednn_posts: how many ran there, with post-ops */
+** onednn_calls / onednn_posts: how many ran there, with post-ops; conv:
+** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
+** many ran on oneDNN, with post-ops */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -266,6 +268,15 @@ static int l_blas_info(lua_State *L) {
     cpu_mm_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
+  }
+  lua_pushstring(L, cpu_conv_enabled() ? "oneDNN convolution (im2col + sgemm where it refuses)"
+                                       : "im2col + OpenBLAS sgemm");
+  lua_setfield(L, -2, "conv");
+  {
+    int64_t calls, posts;
+    cpu_conv_counts(&calls, &posts);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_convs");
+    lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
   }
   return 1;
 }

@@ -5,7 +5,9 @@
 -- there, compiled for CUDA, each against the reference interpreter (the
 -- oracle, double precision).  The NumPy cases (tests/numpy) check the
 -- oracle's semantics against NumPy and PyTorch; this file checks every path
--- agrees with it, and that bad options fail clearly.
+-- agrees with it, and that bad options fail clearly.  Float32 convolutions
+-- run through oneDNN where the build has it; the same file runs again in a
+-- child with FUSELAB_CONV=blas (im2col + sgemm, the fallback).
 --
 -- Tolerance: |got - want| <= 1e-5 + 1e-4 |want| (float32 sums of at most a
 -- few hundred products of values in [-1, 1], about 1e-6 off; a wrong tap,
@@ -162,6 +164,52 @@ if cuda then
   t.is(bad.cuda, 0, count .. " random convs and pools: compiled for CUDA matches the reference")
 else
   t.skip("no CUDA device or emulator: the CUDA path runs under tests/gpu/emu/run", 1)
+end
+
+local conv_blas = os.getenv("FUSELAB_CONV") == "blas"
+local conv_on = fl.blas_info().conv:find("oneDNN", 1, true) ~= nil
+if conv_on then
+  t.ok(fl.blas_info().onednn_convs > 0, "those convs ran through oneDNN: " .. fl.blas_info().conv)
+else
+  t.skip("convolutions run on im2col + sgemm here: " .. fl.blas_info().conv, 1)
+end
+
+-- A conv whose only reader is a residual add and a relu: compiled, the
+-- epilogue runs inside oneDNN's call (post-ops) where oneDNN runs convs.
+do
+  local before = fl.blas_info().onednn_conv_posts
+  local nbad, n = 0, 0
+  for _ = 1, 8 do
+    local what, ins, fn = conv_case()
+    local r = fl.rand(table.unpack(fn(ins[1], ins[2], ins[3]).shape)) * 2 - 1
+    local function f(x, w, res, b) return (fn(x, w, b) + res):relu() end
+    local args = {ins[1], ins[2], r, ins[3]}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    n = n + 1
+    if not close(got, want) then
+      nbad = nbad + 1
+      t.diag("fused: " .. what .. " max err " .. (got and tostring(maxerr(got, want)) or "no result"))
+    end
+  end
+  t.is(nbad, 0, n .. " random convs + residual + relu compiled for the CPU match the reference")
+  if conv_on then
+    t.ok(fl.blas_info().onednn_conv_posts > before, "and their epilogues ran as oneDNN post-ops")
+  else
+    t.skip("no oneDNN convolutions here", 1)
+  end
+end
+
+if not conv_blas then
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local script = arg and arg[0]
+  local p = assert(io.popen(("FUSELAB_CONV=blas %s %s 2>&1"):format(exe, script)))
+  local out = p:read("a")
+  p:close()
+  local fails = 0
+  for line in out:gmatch("[^\n]+") do if line:match("^not ok") then fails = fails + 1; t.diag(line) end end
+  t.ok(out:match("\nok") and fails == 0, "the same cases on im2col + sgemm (FUSELAB_CONV=blas): " .. fails .. " failed")
+  t.ok(out:find("im2col + OpenBLAS sgemm", 1, true) ~= nil, "and fl.blas_info().conv says so")
 end
 
 -- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
