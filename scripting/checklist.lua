@@ -563,8 +563,9 @@ function fl.checklist(fn, opts)
   r.saving = (r.eager_ms - r.steady_ms) / r.eager_ms
 
   r.decision, r.recommendation = recommend(r, #list)
-  if not opts.quiet then report(r, opts.name or default_name(fn), #list, calls) end
-  return r
+  if opts.quiet then return r end
+  report(r, opts.name or default_name(fn), #list, calls)
+  return fl._shown(r)   -- printed: the REPL does not spell the table out too
 end
 
 -- fl._report_checklist(cm) -> the checklist of what cm compiles, run quietly

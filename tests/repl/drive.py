@@ -300,6 +300,20 @@ def _():
     finish(c)
 
 
+@test("fl.checklist prints its report once; the REPL does not spell out the returned table")
+def _():
+    c = spawn()
+    prompt(c)
+    c.timeout = 60
+    out = enter(c, "fl.checklist(function(a) return a + 1 end, {inputs = {fl.ones(2)}})")
+    if sum(l.count("go-live checklist: ") for l in out) != 1:
+        raise Fail("fl.checklist(): %r" % out)
+    if any("decision" in l and "=" in l for l in out):
+        raise Fail("the returned table was echoed: %r" % out)
+    expect_in("true", enter(c, 'r = fl.checklist(function(a) return a * 2 end, {inputs = {fl.ones(2)}, quiet = true}); print(type(r.decision) == "string")'))
+    finish(c)
+
+
 @test("an error prints a traceback and the REPL goes on")
 def _():
     c = spawn()
