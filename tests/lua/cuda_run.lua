@@ -124,4 +124,20 @@ do
   t.ok(close(y + 1, fl.full({3}, 2)), "the device works after it")
 end
 
+-- a model loaded from ONNX, its weights moved with m:cuda(), a dynamic batch
+do
+  local src = os.getenv("FUSELAB_SRC") or ".."
+  local m = fl.load_onnx(src .. "/tests/fuzz/corpus_onnx/mlp.onnx")
+  fl.manual_seed(3)
+  local xs = {fl.randn(2, 4), fl.randn(5, 4)}
+  local want = {m(xs[1]), m(xs[2])}
+  m:cuda()
+  local cm = fl.compile(m, {backend = "cuda"})
+  for i, x in ipairs(xs) do
+    local y = cm(x:cuda())
+    t.ok(y.device == "cuda" and close(y, want[i]), ("ONNX mlp on cuda, batch %d, matches the CPU"):format(x.shape[1]))
+  end
+  t.is(cm:stats().fallbacks, 0, "ONNX mlp on cuda: no fallback")
+end
+
 t.done()
