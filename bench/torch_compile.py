@@ -2,7 +2,7 @@
 """fuselab's compiled code against PyTorch 2's torch.compile (Inductor) on
 the CPU, both on 2 threads, on the same weights and inputs.
 
-    /work/venv/bin/python bench/torch_compile.py [--rounds N] [--fuselab build/fuselab]
+    $VENV/bin/python bench/torch_compile.py [--rounds N] [--fuselab build/fuselab]
            [--only name,name] [--coretype Prescott]
 
 The driver writes every weight and input once as .npy files (numpy, from

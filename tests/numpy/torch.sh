@@ -3,11 +3,11 @@
 # dilated, asymmetrically padded convolutions; pools with ceil_mode,
 # count_include_pad, dilation) equal PyTorch's own conv2d, max_pool2d and
 # avg_pool2d (rtol 1e-5, atol 1e-6) where a Python with torch and numpy is
-# found: $FUSELAB_TORCH_PYTHON, else /work/venv/bin/python, else python3.
+# found: $FUSELAB_TORCH_PYTHON, else python3.
 # Skips without one: CI needs no PyTorch.  TAP.
 src=${FUSELAB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 py=
-for c in "${FUSELAB_TORCH_PYTHON:-}" /work/venv/bin/python python3; do
+for c in "${FUSELAB_TORCH_PYTHON:-}" python3; do
   [ -n "$c" ] || continue
   if "$c" -c 'import torch, numpy' >/dev/null 2>&1; then py=$c; break; fi
 done
