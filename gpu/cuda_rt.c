@@ -162,6 +162,27 @@ static void *alloc_zeroed(size_t n) {
   return p;
 }
 
+/* ten_uninit's allocator: memory a kernel overwrites whole, so no memset
+** (the pool hands back blocks as the last user left them).  Under
+** FUSELAB_POISON_UNINIT, as on the host, it is filled with 0xFF bytes so
+** an element a kernel leaves unwritten reads as NaN in the tests. */
+static void *alloc_uninit(size_t n) {
+  static int poison = -1;
+  void *p;
+  fl_err e;
+  if (poison < 0) {
+    const char *v = getenv("FUSELAB_POISON_UNINIT");
+    poison = v && *v && strcmp(v, "0") != 0;
+  }
+  if (cuda_alloc(&p, n, &e) != FL_OK) return NULL;
+  if (poison && cudaMemsetAsync(p, 0xFF, n ? n : 1, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cuda_free(p);
+    return NULL;
+  }
+  return p;
+}
+
 /* --- device ------------------------------------------------------------------- */
 
 int cuda_rt_init(fl_err *e) {
@@ -179,7 +200,7 @@ int cuda_rt_init(fl_err *e) {
     sms = prop.multiProcessorCount;
     snprintf(devname, sizeof devname, "%s (sm_%d, %d SMs, %.1f GiB)", prop.name, cc, sms,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
-    ten_set_allocator(FL_DEV_CUDA, alloc_zeroed, cuda_free, cuda_device_name);
+    ten_set_allocator(FL_DEV_CUDA, alloc_zeroed, alloc_uninit, cuda_free, cuda_device_name);
     ready = 1;
   }
   pthread_mutex_unlock(&lock);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "hostpool.h"
 #include "tensor.h"
 
 /* --- sizes --------------------------------------------------------------- */
@@ -108,14 +109,17 @@ int meta_check_size(const fl_meta *m, const char *what, fl_err *e) {
 
 static struct {
   void *(*alloc)(size_t);
+  void *(*alloc_uninit)(size_t);
   void (*release)(void *);
   const char *(*name)(void);
 } allocators[2];
 
 void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
+                       void *(*alloc_uninit)(size_t nbytes),
                        void (*release)(void *data), const char *(*name)(void)) {
   if (d == FL_DEV_CPU || d == FL_DEV_CUDA) {
     allocators[d].alloc = alloc;
+    allocators[d].alloc_uninit = alloc_uninit ? alloc_uninit : alloc;
     allocators[d].release = release;
     allocators[d].name = name;
   }
@@ -140,10 +144,15 @@ void ten_advise_huge(void *p, size_t n) {
 #endif
 }
 
+/* Host storage: big buffers from the pool (their pages stay mapped from
+** one call's outputs to the next), small ones from malloc's heap. */
 static void *cpu_alloc(size_t n) {
-  void *p = calloc(1, n ? n : 1);
-  ten_advise_huge(p, n);
-  return p;
+  return n >= HOSTPOOL_MIN ? hostpool_alloc(n, 1) : calloc(1, n ? n : 1);
+}
+
+static void cpu_release(void *p, size_t n) {
+  if (n >= HOSTPOOL_MIN) hostpool_free(p, n);
+  else free(p);
 }
 
 /* Host memory a kernel will overwrite whole: no zero-fill pass (calloc
@@ -153,13 +162,12 @@ static void *cpu_alloc(size_t n) {
 ** element unwritten gives a wrong answer the tests see. */
 static void *cpu_alloc_uninit(size_t n) {
   static int poison = -1;
-  void *p = malloc(n ? n : 1);
+  void *p = n >= HOSTPOOL_MIN ? hostpool_alloc(n, 0) : malloc(n ? n : 1);
   if (poison < 0) {
     const char *v = getenv("FUSELAB_POISON_UNINIT");
     poison = v && *v && strcmp(v, "0") != 0;
   }
   if (p && poison) memset(p, 0xFF, n);
-  ten_advise_huge(p, n);
   return p;
 }
 
@@ -178,7 +186,8 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
                    (long long)meta_numel(m), dtype_name(m->dtype));
   if (m->device != FL_DEV_CPU && m->device != FL_DEV_CUDA)
     return err_set(e, FL_EINVAL, "unknown device %d", (int)m->device);
-  if (allocators[m->device].alloc) alloc = allocators[m->device].alloc;
+  if (allocators[m->device].alloc)
+    alloc = zero ? allocators[m->device].alloc : allocators[m->device].alloc_uninit;
   else if (m->device != FL_DEV_CPU)
     return err_set(e, FL_ENODEV, "no CUDA device: cannot allocate %zu bytes "
                    "there", nbytes);
@@ -221,7 +230,7 @@ void ten_release(fl_tensor *t) {
     if ((st->device == FL_DEV_CPU || st->device == FL_DEV_CUDA) &&
         allocators[st->device].release)
       allocators[st->device].release(st->data);
-    else if (st->device == FL_DEV_CPU) free(st->data);
+    else if (st->device == FL_DEV_CPU) cpu_release(st->data, st->nbytes);
     free(st);
   }
   memset(t, 0, sizeof *t);

@@ -60,9 +60,8 @@ int meta_check_size(const fl_meta *m, const char *what, fl_err *e);
 ** contents are not released).  Data is zero-filled.  On failure *t is left
 ** empty (st == NULL) and e names the byte size. */
 int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
-/* The same without the zero-fill on the host, for memory a kernel
-** overwrites whole (compiled programs' buffers and outputs); a device's
-** allocator still does what it does. */
+/* The same without the zero-fill, for memory a kernel overwrites whole
+** (compiled programs' buffers and outputs). */
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* Ask the kernel for transparent huge pages over a large host buffer (one
 ** page fault per 2 MiB instead of per 4 KiB); advice only. */
@@ -71,11 +70,13 @@ void ten_advise_huge(void *p, size_t n);
 void ten_release(fl_tensor *t);
 /* *dst becomes another reference to src's storage, same metadata. */
 void ten_share(fl_tensor *dst, const fl_tensor *src);
-/* How a backend's device memory is obtained (zero-filled, NULL on
-** failure) and given back, and the device's name for an out-of-memory
-** message; CPU storage uses calloc/free unless replaced.  Storage of a
-** device with no allocator cannot be created by ten_empty. */
+/* How a backend's device memory is obtained (alloc: zero-filled, for
+** ten_empty; alloc_uninit: as it comes, for ten_uninit, NULL to use alloc;
+** both NULL on failure) and given back, and the device's name for an
+** out-of-memory message; CPU storage uses hostpool.c and malloc unless
+** replaced.  Storage of a device with no allocator cannot be created. */
 void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
+                       void *(*alloc_uninit)(size_t nbytes),
                        void (*release)(void *data), const char *(*name)(void));
 /* Fill contiguous strides for t->m (does not touch storage). */
 void ten_set_contiguous_strides(fl_tensor *t);

@@ -17,6 +17,7 @@
 #include "cpu/blas.h"
 #include "cpu/mm.h"
 #include "fuse/plan.h"
+#include "graph/hostpool.h"
 
 #define PLAN_TYPE "fl.Plan"
 #define PROGRAM_TYPE "fl.Program"
@@ -281,6 +282,18 @@ static int l_blas_info(lua_State *L) {
   return 1;
 }
 
+/* fl.host_pool_info() -> {kept, limit, reuses, maps} (graph/hostpool.c) */
+static int l_host_pool_info(lua_State *L) {
+  hostpool_info h;
+  hostpool_get_info(&h);
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, (lua_Integer)h.kept); lua_setfield(L, -2, "kept");
+  lua_pushinteger(L, (lua_Integer)h.limit); lua_setfield(L, -2, "limit");
+  lua_pushinteger(L, (lua_Integer)h.reuses); lua_setfield(L, -2, "reuses");
+  lua_pushinteger(L, (lua_Integer)h.maps); lua_setfield(L, -2, "maps");
+  return 1;
+}
+
 static int l_cache_info(lua_State *L) {
   cache_info ci;
   fl_err e;
@@ -390,6 +403,7 @@ static const luaL_Reg plan_funcs[] = {
   {"_print_kernel_times", l_print_kernel_times}, {"_bytes_str", l_bytes_str},
   {"compile_batch", l_compile_batch},
   {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear}, {"blas_info", l_blas_info},
+  {"host_pool_info", l_host_pool_info},
   {"_cache_forget_memory", l_cache_forget},
   {NULL, NULL}
 };

@@ -1,0 +1,162 @@
+/*
+** hostpool.c -- big host buffers kept for reuse.
+**
+** A compiled call's outputs are fresh storage every call.  From malloc, a
+** buffer of several MiB is a fresh mmap (or heap memory glibc trimmed away
+** when the garbage collector freed a batch of outputs at once), so the
+** kernel that fills it first takes one page fault per page and the kernel
+** zeroes each page: measured on a compiled softmax of [4096, 1024], 27% of
+** the call was the kernel's clear_page.  Here a freed buffer of 1 MiB or
+** more is kept, and the next request of the same size class gets it back
+** with its pages already mapped, as PyTorch's caching allocators do for
+** device memory.
+**
+** Size classes are exact (a block is handed out only for its own class),
+** so a free needs only the byte size the storage already records.  Blocks
+** of 4 MiB and more are 2 MiB-aligned whole huge pages (one fault per
+** 2 MiB on first use where transparent huge pages are on madvise).  What
+** is kept is bounded (hostpool_limit): past it, the oldest kept block is
+** unmapped.  Under AddressSanitizer it is plain malloc and free, so an
+** overflow or a use after free is still caught.
+*/
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hostpool.h"
+
+#define MIB ((size_t)1 << 20)
+#define HUGE (2 * MIB)
+#define SMALL_STEP ((size_t)64 << 10)
+#define MAX_KEPT 64
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEP 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEP 0
+#endif
+#endif
+#ifndef KEEP
+#define KEEP 1
+#endif
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { void *p; size_t cap; } kept[MAX_KEPT];   /* oldest first */
+static int nkept;
+static size_t kept_bytes;
+static long long reuses, maps;
+
+/* The bytes reserved for a request of n (n >= HOSTPOOL_MIN). */
+static size_t class_of(size_t n) {
+  size_t step = n >= 2 * HUGE ? HUGE : SMALL_STEP;
+  return (n + step - 1) / step * step;
+}
+
+/* min(1 GiB, RAM / 8), or FUSELAB_HOST_POOL_MB (0: keep nothing); read
+** once, under the lock */
+size_t hostpool_limit(void) {
+  static size_t limit = (size_t)-1;
+  if (limit == (size_t)-1) {
+    const char *v = getenv("FUSELAB_HOST_POOL_MB");
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    char *end;
+    unsigned long long mb;
+    limit = 1024 * MIB;
+    if (pages > 0 && psz > 0 && (size_t)pages / 8 < limit / (size_t)psz)
+      limit = (size_t)pages / 8 * (size_t)psz;
+    if (v && *v && (mb = strtoull(v, &end, 10), *end == '\0') && mb <= SIZE_MAX / MIB)
+      limit = (size_t)mb * MIB;
+  }
+  return KEEP ? limit : 0;
+}
+
+/* cap bytes from the kernel; huge-page-aligned when cap is a whole number
+** of huge pages.  Fresh anonymous memory reads as zero. */
+static void *map_fresh(size_t cap) {
+  size_t extra = cap % HUGE == 0 ? HUGE : 0;
+  char *p = mmap(NULL, cap + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *a;
+  if (p == MAP_FAILED) return NULL;
+  if (!extra) return p;
+  a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+  if (a > p) munmap(p, (size_t)(a - p));
+  if (p + extra > a) munmap(a + cap, (size_t)(p + extra - a));
+#ifdef MADV_HUGEPAGE
+  madvise(a, cap, MADV_HUGEPAGE);
+#endif
+  return a;
+}
+
+/* Unmap every kept block (under the lock). */
+static void drop_all(void) {
+  while (nkept > 0) {
+    nkept--;
+    munmap(kept[nkept].p, kept[nkept].cap);
+  }
+  kept_bytes = 0;
+}
+
+void *hostpool_alloc(size_t n, int zero) {
+  size_t cap = class_of(n);
+  void *p = NULL;
+  int i;
+  if (!KEEP) return zero ? calloc(1, n) : malloc(n);
+  pthread_mutex_lock(&lock);
+  for (i = nkept - 1; i >= 0; i--)           /* the newest of the class */
+    if (kept[i].cap == cap) {
+      p = kept[i].p;
+      kept_bytes -= cap;
+      memmove(&kept[i], &kept[i + 1], (size_t)(nkept - i - 1) * sizeof kept[0]);
+      nkept--;
+      reuses++;
+      break;
+    }
+  if (!p) maps++;
+  pthread_mutex_unlock(&lock);
+  if (p) {
+    if (zero) memset(p, 0, n);
+    return p;
+  }
+  if (!(p = map_fresh(cap))) {              /* what is kept may be what is missing */
+    pthread_mutex_lock(&lock);
+    drop_all();
+    pthread_mutex_unlock(&lock);
+    p = map_fresh(cap);
+  }
+  return p;
+}
+
+void hostpool_free(void *p, size_t n) {
+  size_t cap = class_of(n), limit;
+  if (!p) return;
+  if (!KEEP) { free(p); return; }
+  pthread_mutex_lock(&lock);
+  if (cap <= (limit = hostpool_limit())) {
+    while (nkept > 0 && (nkept == MAX_KEPT || kept_bytes + cap > limit)) {
+      munmap(kept[0].p, kept[0].cap);        /* the oldest goes */
+      kept_bytes -= kept[0].cap;
+      memmove(&kept[0], &kept[1], (size_t)(nkept - 1) * sizeof kept[0]);
+      nkept--;
+    }
+    kept[nkept].p = p;
+    kept[nkept].cap = cap;
+    nkept++;
+    kept_bytes += cap;
+    p = NULL;
+  }
+  pthread_mutex_unlock(&lock);
+  if (p) munmap(p, cap);
+}
+
+void hostpool_get_info(hostpool_info *h) {
+  pthread_mutex_lock(&lock);
+  h->kept = kept_bytes;
+  h->limit = hostpool_limit();
+  h->reuses = reuses;
+  h->maps = maps;
+  pthread_mutex_unlock(&lock);
+}
