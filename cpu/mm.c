@@ -31,8 +31,7 @@ typedef struct key {
 } key;
 
 typedef struct entry {
-  key k;
-  uint64_t hash;
+  key k;                       /* first: the cache compares an entry's first bytes */
   int refused;                 /* oneDNN cannot make it: the caller falls back */
   dnnl_primitive_t prim;
   dnnl_memory_t mem[4 + CPU_MM_MAXPOST];  /* a, b, dst, bias, post operands */
@@ -44,12 +43,25 @@ typedef struct entry {
 
 #define NCACHE 256             /* layouts kept; past it the oldest goes */
 
+/* A cache of primitives, one per key: products and convolutions each have
+** one.  An entry's key is its first member (compared as bytes: keys are
+** memset before they are filled); make fills the rest of a zeroed entry
+** from the call (a refusal is remembered in the entry, not here), drop
+** frees an entry and what it holds.  Past NCACHE entries the oldest goes:
+** a ring, so an entry that is used often is made again all the same. */
+typedef struct pcache {
+  size_t keysize, entsize;
+  void (*make)(void *en, const void *call);
+  void (*drop)(void *en);
+  void *en[NCACHE];
+  uint64_t hash[NCACHE];
+  int n, next_evict;
+} pcache;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 static int state;              /* 0 not tried, 1 ready, -1 oneDNN unusable */
-static entry *cache[NCACHE];
-static int ncache, next_evict;
 static int64_t ncalls, nposts;       /* under lock */
 
 static uint64_t hash_bytes(const void *k, size_t n) {
@@ -60,7 +72,30 @@ static uint64_t hash_bytes(const void *k, size_t n) {
   return h;
 }
 
-static void entry_free(entry *en) {
+/* The entry of key k, made from call where there is none; NULL where
+** memory is short.  Under lock. */
+static void *pcache_get(pcache *c, const void *k, const void *call) {
+  uint64_t h = hash_bytes(k, c->keysize);
+  void *en;
+  int i;
+  for (i = 0; i < c->n; i++)
+    if (c->hash[i] == h && memcmp(c->en[i], k, c->keysize) == 0) return c->en[i];
+  if (!(en = calloc(1, c->entsize))) return NULL;
+  memcpy(en, k, c->keysize);
+  c->make(en, call);
+  if (c->n < NCACHE) i = c->n++;
+  else {
+    i = c->next_evict;
+    c->drop(c->en[i]);
+    c->next_evict = (c->next_evict + 1) % NCACHE;
+  }
+  c->en[i] = en;
+  c->hash[i] = h;
+  return en;
+}
+
+static void entry_free(void *p) {
+  entry *en = p;
   int i;
   if (!en) return;
   if (en->prim) dnnl_primitive_destroy(en->prim);
@@ -102,7 +137,9 @@ static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
 }
 
 /* Make the primitive of en->k (the call m gives the layouts). */
-static void entry_make(entry *en, const cpu_mm *m) {
+static void entry_make(void *p, const void *call) {
+  entry *en = p;
+  const cpu_mm *m = call;
   dnnl_memory_desc_t amd, bmd, cmd, biasmd, pmd[CPU_MM_MAXPOST];
   const dnnl_memory_desc_t *smd;
   dnnl_matmul_desc_t desc;
@@ -200,6 +237,9 @@ static void key_of(key *k, const cpu_mm *m) {
   }
 }
 
+_Static_assert(offsetof(entry, k) == 0, "an entry's key comes first");
+static pcache cache = {sizeof(key), sizeof(entry), entry_make, entry_free, {0}, {0}, 0, 0};
+
 static int start(void) {
   if (state) return state > 0;
   state = -1;
@@ -220,8 +260,7 @@ int cpu_mm_enabled(void) {
 
 int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
-  uint64_t h;
-  entry *en = NULL;
+  entry *en;
   cpu_mm mc;
   const cpu_mm *m = m0;
   int i, rc = FL_OK;
@@ -237,28 +276,14 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
   key_of(&k, m);
-  h = hash_bytes(&k, sizeof k);
   pthread_mutex_lock(&lock);
   if (!start()) {
     pthread_mutex_unlock(&lock);
     return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN has no CPU engine here");
   }
-  for (i = 0; i < ncache; i++)
-    if (cache[i]->hash == h && memcmp(&cache[i]->k, &k, sizeof k) == 0) { en = cache[i]; break; }
-  if (!en) {
-    if (!(en = calloc(1, sizeof *en))) {
-      pthread_mutex_unlock(&lock);
-      return err_set(e, FL_ENOMEM, "matmul: cannot allocate a primitive cache entry");
-    }
-    en->k = k;
-    en->hash = h;
-    entry_make(en, m);
-    if (ncache < NCACHE) cache[ncache++] = en;
-    else {
-      entry_free(cache[next_evict]);
-      cache[next_evict] = en;
-      next_evict = (next_evict + 1) % NCACHE;
-    }
+  if (!(en = pcache_get(&cache, &k, m))) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_ENOMEM, "matmul: cannot allocate a primitive cache entry");
   }
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN refuses this layout");
@@ -319,8 +344,7 @@ typedef struct cside {
 } cside;
 
 typedef struct centry {
-  ckey k;
-  uint64_t hash;
+  ckey k;                      /* first, as in entry */
   int refused;
   dnnl_primitive_t prim;
   cside side[3];               /* src, weights, dst */
@@ -334,8 +358,6 @@ typedef struct centry {
   dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
 } centry;
 
-static centry *ccache[NCACHE];
-static int nccache, cnext_evict;
 static int64_t nconvs, nconv_posts; /* under lock */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the faster of the two per shape */
@@ -582,10 +604,21 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   return any || plain;
 }
 
+static void centry_make_cached(void *en, const void *call) {
+  ((centry *)en)->refused = !centry_pick(en, call);
+}
+
+static void centry_free(void *en) {
+  centry_clear(en);
+  free(en);
+}
+
+_Static_assert(offsetof(centry, k) == 0, "an entry's key comes first");
+static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry_free, {0}, {0}, 0, 0};
+
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ckey k;
-  uint64_t h;
-  centry *en = NULL;
+  centry *en;
   int i, rc = FL_OK;
   if (!cpu_conv_enabled())
     return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN is turned off (FUSELAB_CONV=blas)");
@@ -607,29 +640,14 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
   }
-  h = hash_bytes(&k, sizeof k);
   pthread_mutex_lock(&lock);
   if (!start()) {
     pthread_mutex_unlock(&lock);
     return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN has no CPU engine here");
   }
-  for (i = 0; i < nccache; i++)
-    if (ccache[i]->hash == h && memcmp(&ccache[i]->k, &k, sizeof k) == 0) { en = ccache[i]; break; }
-  if (!en) {
-    if (!(en = calloc(1, sizeof *en))) {
-      pthread_mutex_unlock(&lock);
-      return err_set(e, FL_ENOMEM, "conv2d: cannot allocate a primitive cache entry");
-    }
-    en->k = k;
-    en->hash = h;
-    en->refused = !centry_pick(en, c);
-    if (nccache < NCACHE) ccache[nccache++] = en;
-    else {
-      centry_clear(ccache[cnext_evict]);
-      free(ccache[cnext_evict]);
-      ccache[cnext_evict] = en;
-      cnext_evict = (cnext_evict + 1) % NCACHE;
-    }
+  if (!(en = pcache_get(&ccache, &k, c))) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_ENOMEM, "conv2d: cannot allocate a primitive cache entry");
   }
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");

@@ -426,9 +426,7 @@ do
 end
 
 do -- save/load round trip of every dtype
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local dir = t.tmpdir()
   local cases = {
     {"float32", {{1.5, -2.25}, {3, 4}}},
     {"float16", {{1.5, -2.25}, {65504, 0}}},
@@ -445,16 +443,12 @@ do -- save/load round trip of every dtype
     t.is(y:tolist(), values, "save/load values: " .. dtype)
     -- NumPy has no bfloat16: it is saved as float32
     t.is(y.dtype, dtype == "bfloat16" and "float32" or dtype, "save/load dtype: " .. dtype)
-    os.remove(path)
   end
   local x = fl.arange(6, {dtype = "float32"}):reshape(2, 3):transpose(1, 2)
   fl.save(x, dir .. "/t.npy")
   t.is(fl.load(dir .. "/t.npy"):tolist(), {{0, 3}, {1, 4}, {2, 5}}, "save of a non-contiguous view")
   fl.save(fl.tensor(2.5), dir .. "/s.npy")
   t.is(fl.load(dir .. "/s.npy").shape, {}, "0-d round trip")
-  os.remove(dir .. "/t.npy")
-  os.remove(dir .. "/s.npy")
-  os.remove(dir)
 end
 
 do -- large temporaries are collected, not piled up

@@ -24,13 +24,7 @@ local function write(path, text)
   f:close()
 end
 
-local function read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = t.slurp
 
 local function exists(path) return os.execute("test -e " .. q(path)) == true end
 local function is_file(path) return os.execute("test -f " .. q(path) .. " -a ! -L " .. q(path)) == true end

@@ -60,7 +60,7 @@ for _, g in ipairs(graphs) do
   t.is(files, want, g .. " has every stage")
 end
 local g1 = rundir .. "/" .. (graphs[1] or "")
-local function read(p) local f = io.open(p); local s = f and f:read("a") or ""; if f then f:close() end; return s end
+local function read(p) return t.slurp(p) or "" end
 t.ok(read(g1 .. "/01_captured.txt"):find("mul", 1, true), "the captured graph")
 t.ok(read(g1 .. "/04_plan.txt"):find("fused   %2 -> %3", 1, true), "the plan's decisions")
 t.ok(read(g1 .. "/05_host_program.txt"):find("call(x: float32[4,8]):", 1, true), "the host program")

@@ -11,16 +11,8 @@ local t = require "tap"
 
 fl.manual_seed(5)
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'"))
+local dir = t.tmpdir()
 local function path(name) return dir .. "/" .. name end
-local function slurp(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
 
 -- fuse_bytes_str's format: three significant digits at most
 local function human(b)
@@ -70,7 +62,7 @@ for _, m in ipairs(models) do
        name .. ": the listing shows the same traffic and peak")
   -- each cluster of the picture shows its kernel's bytes
   fl.draw(p, path(name .. ".dot"), {max_nodes = false})
-  local dot = slurp(path(name .. ".dot"))
+  local dot = t.slurp(path(name .. ".dot"))
   local agree, n = true, 0
   for i, k in ipairs(p:kernels()) do
     local r, w = dot:match("%skh" .. (i - 1) .. "%s+%[label=<[^\n]-read ([%d.]+ %a+) \xc2\xb7 wrote ([%d.]+ %a+)")
@@ -81,13 +73,13 @@ for _, m in ipairs(models) do
   t.ok(agree and n > 0, name .. ": every cluster's read + wrote is its kernel's bytes")
   -- the compare picture: before from the captured graph, after from the plan
   fl.draw_compare(g, p, path(name .. "-cmp.dot"))
-  local cmp = slurp(path(name .. "-cmp.dot"))
+  local cmp = t.slurp(path(name .. "-cmp.dot"))
   t.ok(cmp:find(human(s.bytes_before) .. " moved", 1, true) and
        cmp:find(human(s.bytes_after) .. " moved", 1, true),
        name .. ": the compare picture shows the same bytes before and after")
   -- the report
   fl.report(p, path(name .. ".html"))
-  local html = slurp(path(name .. ".html"))
+  local html = t.slurp(path(name .. ".html"))
   local arrow = " \xe2\x86\x92 "
   t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
        html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
@@ -111,7 +103,7 @@ for _, m in ipairs(models) do
                  ", peak memory " .. human(s.peak_bytes_before) .. " -> " .. human(s.peak_bytes_after), 1, true),
        name .. ": cm:explain() says the same bytes and peak")
   fl.report(cm, path(name .. "-cm.html"))
-  html = slurp(path(name .. "-cm.html"))
+  html = t.slurp(path(name .. "-cm.html"))
   t.ok(html:find(human(s.bytes_before) .. arrow .. human(s.bytes_after), 1, true) and
        html:find(human(s.peak_bytes_before) .. arrow .. human(s.peak_bytes_after), 1, true),
        name .. ": the compiled function's report says the same")
@@ -128,7 +120,7 @@ do
        tostring(p):find("note: this plan moves", 1, true),
        "decomposed but not optimized: the plan says why it moves more")
   fl.draw_compare(g, p, path("note.dot"))
-  t.ok(slurp(path("note.dot")):find("re-forms linear", 1, true), "the compare picture says why too")
+  t.ok(t.slurp(path("note.dot")):find("re-forms linear", 1, true), "the compare picture says why too")
   local q = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
   t.is(q:stats().note, nil, "optimized: no note")
 end

@@ -298,20 +298,12 @@ no_cuda(function() return fl.tensor({1, 2}, {device = "cuda"}) end, "tensor on c
 -- files
 ---------------------------------------------------------------------------
 do
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local dir = t.tmpdir()
   local function write(name, bytes)
     local f = assert(io.open(dir .. "/" .. name, "wb"))
     f:write(bytes)
     f:close()
     return dir .. "/" .. name
-  end
-  local function read(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("a")
-    f:close()
-    return s
   end
 
   local garbage = write("garbage.npy", "this is not a numpy file at all\n")
@@ -319,7 +311,7 @@ do
   local empty = write("empty.npy", "")
   bad(function() return fl.load(empty) end, "load: .*empty.npy: .*empty", "empty .npy")
   fl.save(fl.arange(10, {dtype = "float32"}), dir .. "/good.npy")
-  local good = read(dir .. "/good.npy")
+  local good = assert(t.slurp(dir .. "/good.npy"))
   local trunc = write("trunc.npy", good:sub(1, #good - 4))
   bad(function() return fl.load(trunc) end, "load: .*trunc.npy: truncated data", "truncated data")
   local head = write("head.npy", good:sub(1, 20))
@@ -334,10 +326,6 @@ do
   bad(function() return fl.save(m23, "/nonexistent/x.npy") end,
       "save: /nonexistent/x.npy: ", "unwritable path")
   bad(function() return fl.load(dir) end, "load: .*", "a directory is not a file")
-  for _, n in ipairs{"garbage", "empty", "good", "trunc", "head", "bigend", "shape"} do
-    os.remove(dir .. "/" .. n .. ".npy")
-  end
-  os.remove(dir)
 end
 
 ---------------------------------------------------------------------------

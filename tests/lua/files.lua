@@ -25,9 +25,7 @@ end
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(sh("mkdir -p " .. q(dir)))
+local dir = t.tmpdir()
 local function path(name) return dir .. "/" .. name end
 local function mode(p) return read_cmd("stat -c %a " .. q(p)):match("%d+") end
 
@@ -201,5 +199,4 @@ do -- nothing left behind: no temp files from any of the saves
   t.is(read_cmd("ls -A " .. q(dir)), "", "no temp files left in the directory")
 end
 
-os.remove(dir)
 t.done()

@@ -8,6 +8,7 @@
 -- The same cases run again with FUSELAB_MATMUL=blas (sgemm) in a child.
 local fl = fl or require "fuselab"
 local t = require "tap"
+local C = require "compare"
 
 local blas_only = os.getenv("FUSELAB_MATMUL") == "blas"
 local info = fl.blas_info().matmul
@@ -160,15 +161,5 @@ do   -- symbolic batch: one compiled graph for several sizes
   end
 end
 
-if not blas_only then
-  local exe = os.getenv("FUSELAB") or arg[-1]
-  local script = arg and arg[0]
-  local p = assert(io.popen(("FUSELAB_MATMUL=blas %s %s 2>&1"):format(exe, script)))
-  local out = p:read("a")
-  p:close()
-  local fails = 0
-  for line in out:gmatch("[^\n]+") do if line:match("^not ok") then fails = fails + 1; t.diag(line) end end
-  t.ok(out:match("\nok") and fails == 0, "the same cases on sgemm (FUSELAB_MATMUL=blas): " .. fails .. " failed")
-  t.ok(out:find("FUSELAB_MATMUL=blas", 1, true) ~= nil, "and fl.blas_info().matmul says so")
-end
+if not blas_only then C.rerun("FUSELAB_MATMUL=blas", "sgemm", "FUSELAB_MATMUL=blas", "matmul") end
 t.done()

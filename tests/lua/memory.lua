@@ -9,9 +9,7 @@ local t = require "tap"
 
 local exe = os.getenv("FUSELAB") or arg[-1]
 local asan = os.getenv("FUSELAB_ASAN") == "1"
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = t.tmpdir()
 local script = dir .. "/loop.lua"
 local f = assert(io.open(script, "w"))
 f:write([[
@@ -52,6 +50,4 @@ for _, mode in ipairs{"compiled", "k", "graph"} do
     t.ok(false, mode .. ": peak compared with eager")
   end
 end
-os.remove(script)
-os.remove(dir)
 t.done()

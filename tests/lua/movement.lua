@@ -7,6 +7,7 @@
 -- conventions and its errors.
 local fl = fl or require "fuselab"
 local t = require "tap"
+local C = require "compare"
 
 local cuda = fl.cuda_available()
 local ROUNDS = tonumber(os.getenv("FUSELAB_MOVEMENT_ROUNDS") or "") or 5
@@ -114,47 +115,18 @@ local function same(a, b, approx)
   return fl.allclose(a:cpu(), b, 0, 0)
 end
 
+local function agree(a, b, c) return same(a, b, c[4]) end   -- c[4]: cumsum of floats, within 1e-6
+local function note(kind, c)
+  bad[kind] = bad[kind] + 1
+  if #first < 8 then first[#first + 1] = kind .. ": " .. c[1] end
+end
+-- an epilogue fused after the extern step (a view's is a plain kernel)
+local function twice(y) return y + y end
 for round = 1, ROUNDS do
   local cases = {}
   for i = 1, 20 do cases[i] = {makers[(i - 1) % #makers + 1](dts[R(3)])} end
-  local flat, at = {}, {}
-  for i, c in ipairs(cases) do
-    at[i] = #flat
-    for _, v in ipairs(c[2]) do flat[#flat + 1] = v end
-  end
-  local function f(...)
-    local xs, outs = {...}, {}
-    for i, c in ipairs(cases) do
-      local y = c[3](table.unpack(xs, at[i] + 1, at[i] + #c[2]))
-      outs[#outs + 1] = y
-      -- an epilogue fused after the extern step (a view's is a plain kernel)
-      outs[#outs + 1] = y + y
-    end
-    return table.unpack(outs)
-  end
-  local eager = {f(table.unpack(flat))}
-  local g = fl.capture(f, table.unpack(flat))
-  local ref = {g:run_reference(table.unpack(flat))}
-  local cpu = {fl.compile(f, {backend = "cpu"})(table.unpack(flat))}
-  local dev
-  if cuda then
-    local on = {}
-    for i, v in ipairs(flat) do on[i] = v:cuda() end
-    dev = {fl.compile(f, {backend = "cuda"})(table.unpack(on))}
-  end
-  for i, c in ipairs(cases) do
-    count = count + 1
-    local function note(kind)
-      bad[kind] = bad[kind] + 1
-      if #first < 8 then first[#first + 1] = kind .. ": " .. c[1] end
-    end
-    local ap = c[4]
-    if not same(eager[2 * i - 1], ref[2 * i - 1], ap) then note("eager") end
-    if not same(cpu[2 * i - 1], ref[2 * i - 1], ap) then note("cpu") end
-    if not same(cpu[2 * i], ref[2 * i], ap) then note("epi") end
-    if dev and not same(dev[2 * i - 1], ref[2 * i - 1], ap) then note("cuda") end
-    if dev and not same(dev[2 * i], ref[2 * i], ap) then note("epi") end
-  end
+  C.check(cases, C.run(cases, 2, twice, cuda), agree, note, "epi")   -- gather takes 2 inputs
+  count = count + #cases
 end
 for _, s in ipairs(first) do t.diag(s) end
 t.is(bad.eager, 0, count .. " random slices, pads, flips and gathers: eager equals the reference")

@@ -6,9 +6,8 @@ local t = require "tap"
 local P = require "onnx_proto"
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p " .. q(dir .. "/sub")))
+local dir = t.tmpdir()
+assert(os.execute("mkdir " .. q(dir .. "/sub")))
 local function path(name) return dir .. "/" .. name end
 
 -- ---- a good model ---------------------------------------------------------
@@ -263,5 +262,4 @@ do
   t.raises(load_bytes("ext_len.onnx", ext("w.bin", 8, 12)), "length 12", "external data length mismatch")
 end
 
-os.execute("rm -rf " .. q(dir))
 t.done()

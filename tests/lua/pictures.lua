@@ -9,16 +9,8 @@ local t = require "tap"
 
 fl.manual_seed(3)
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'"))
+local dir = t.tmpdir()
 local function path(name) return dir .. "/" .. name end
-local function slurp(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
 -- the attribute list of graph node n<id> that carries its label
 local function node_attrs(dot, id)
   return dot:match("%sn" .. id .. "%s+%[(.-)%];\n") or ""
@@ -30,7 +22,7 @@ local ELEM, BCAST = "#d8f0d8", "#fdf0c2"
 do
   local g = fl.capture(function(x) return (x * 2):relu():exp() end, fl.randn(8, 16))
   fl.draw(g:fuse(), path("k.dot"))
-  local dot = slurp(path("k.dot"))
+  local dot = t.slurp(path("k.dot"))
   local h = dot:match("%skh0%s+%[label=<(.-)>,") or ""
   t.ok(h:find("<tr><td><font point%-size=\"11\"><b>fused_mul_relu_exp_8x16</b></font></td></tr><tr><td>"),
        "the kernel's name sits in a table row of its own")
@@ -47,7 +39,7 @@ do
   local cm = fl.compile(f)
   cm(fl.randn(4, 4))
   fl.draw(cm, path("pieces.dot"))
-  local dot = slurp(path("pieces.dot"))
+  local dot = t.slurp(path("pieces.dot"))
   t.ok(dot:find("<b>graph 1 of 2</b>&#160;\xc2\xb7&#160;fused", 1, true),
        "\"graph 1 of 2\" and its label are kept apart by a no-break space and a dot")
 end
@@ -60,7 +52,7 @@ do
   local rowv, bias = fl.randn(2, 4, 128, 1), fl.randn(128)
   local g = fl.capture(function(a, m, r, b) return a + m, a + r, a:sum(-1) + b end, x, mask, rowv, bias)
   fl.draw(g, path("bc.dot"), {edge_labels = false})
-  local dot = slurp(path("bc.dot"))
+  local dot = t.slurp(path("bc.dot"))
   local ids = {}
   for id in tostring(g):gmatch("%%(%d+) = add%(") do ids[#ids + 1] = tonumber(id) end
   t.is(#ids, 3, "three adds captured")
@@ -74,7 +66,7 @@ do
   local m = fl.models.mlp{sizes = {64, 256, 64}}:eval()
   local gm = fl.capture(m, fl.randn(32, 64)):decompose{quiet = true}
   fl.draw(gm, path("mlp.dot"))
-  t.ok(not slurp(path("mlp.dot")):find(BCAST, 1, true), "an MLP's bias adds are not drawn as broadcasts")
+  t.ok(not t.slurp(path("mlp.dot")):find(BCAST, 1, true), "an MLP's bias adds are not drawn as broadcasts")
 end
 
 -- collapsed nodes: their edges are thick, grey, open-headed, in the legend
@@ -83,7 +75,7 @@ do
   local g = fl.capture(gpt, fl.tensor({{1, 2, 3}}, {dtype = "int64"}))
   local p = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
   fl.draw(p, path("coll.dot"), {max_nodes = 60})
-  local dot = slurp(path("coll.dot"))
+  local dot = t.slurp(path("coll.dot"))
   t.ok(dot:find("nodes collapsed", 1, true), "the GPT picture collapses repeated blocks")
   t.ok(dot:find("arrowhead=empty", 1, true) and dot:find("color=\"#a0a0a0\"", 1, true) and
        not dot:find("style=dotted", 1, true), "edges to collapsed nodes: thick grey, open arrowheads")
@@ -96,7 +88,7 @@ end
 do
   local g = fl.capture(fl.models.mlp{sizes = {16, 32, 8}}:eval(), fl.randn(4, 16))
   fl.draw(g:decompose{quiet = true}:fuse(), path("why.dot"))
-  t.ok(slurp(path("why.dot")):find("this plan moves", 1, true), "a single plan's picture says why it moves more")
+  t.ok(t.slurp(path("why.dot")):find("this plan moves", 1, true), "a single plan's picture says why it moves more")
 end
 
 -- projector scale
@@ -105,7 +97,7 @@ do
   fl.draw(g, path("n.dot"))
   fl.draw(g, path("p.dot"), {scale = "projector"})
   fl.draw(g, path("s.dot"), {scale = 2})
-  local n, p, s = slurp(path("n.dot")), slurp(path("p.dot")), slurp(path("s.dot"))
+  local n, p, s = t.slurp(path("n.dot")), t.slurp(path("p.dot")), t.slurp(path("s.dot"))
   t.ok(n:find("fontsize=10", 1, true) and p:find("fontsize=17.5", 1, true) and
        s:find("fontsize=20", 1, true), "scale sets the type size (projector: 1.75x)")
   t.ok(p:find("point-size=\"16\"", 1, true) or p:find("point-size=\"14\"", 1, true),

@@ -10,12 +10,7 @@ local cache = fl._mkdtemp()
 local saved_cache = fl._cache_use_dir(cache)
 local path = dir .. "/fl-report-test-" .. tostring(os.time()) .. ".html"
 
-local function read(p)
-  local f = assert(io.open(p))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(p) return assert(t.slurp(p)) end
 
 local function count(s, pat)
   local n = 0

@@ -2,6 +2,7 @@
 --   local t = require "tap"
 --   t.ok(cond, name)  t.is(got, want, name)  t.near(got, want, tol, name)
 --   t.raises(fn, pattern, name)  t.done()
+--   t.slurp(path)  t.tmpdir()
 -- Failures print the file:line of the assertion and what was got/wanted as
 -- TAP diagnostics ("# ..."); done() prints the plan "1..N" last and exits
 -- non-zero when anything failed.
@@ -113,7 +114,31 @@ function M.skip(reason, n)
   end
 end
 
+-- The whole content of the file at path, or nil and io.open's message.
+function M.slurp(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A fresh directory (mode 0700) next to os.tmpname()'s files; done()
+-- removes it with all it holds.  mkdir without -p: a name someone else
+-- made between tmpname's remove and here fails instead of being shared.
+local tmpdirs = {}
+function M.tmpdir()
+  local dir = os.tmpname()
+  assert(not dir:find("'", 1, true), "tmpdir: a quote in " .. dir)
+  os.remove(dir)
+  assert(os.execute("mkdir -m 0700 '" .. dir .. "'"), "tmpdir: cannot make " .. dir)
+  tmpdirs[#tmpdirs + 1] = dir
+  return dir
+end
+
 function M.done()
+  for _, dir in ipairs(tmpdirs) do os.execute("rm -rf '" .. dir .. "'") end
+  tmpdirs = {}
   io.write("1..", count, "\n")
   io.flush()
   if failed > 0 then

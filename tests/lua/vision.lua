@@ -14,6 +14,7 @@
 -- group or divisor is off by 1e-2 or more); max_pool2d exactly.
 local fl = fl or require "fuselab"
 local t = require "tap"
+local C = require "compare"
 
 local RTOL, ATOL = 1e-4, 1e-5
 local cuda = fl.cuda_available()
@@ -101,60 +102,20 @@ end
 -- one compile per backend), each also with a fused relu epilogue.
 local bad = {eager = 0, cpu = 0, cuda = 0, relu = 0}
 local count, first_bad = 0, {}
+local function agree(got, want, c) return close(got, want, c[4]) end   -- max pools exactly
+local function note(kind, c, got, want)
+  bad[kind] = bad[kind] + 1
+  if #first_bad < 8 then
+    first_bad[#first_bad + 1] = string.format("%s: %s (max err %s)", kind, c[1],
+                                              got and tostring(maxerr(got, want)) or "no result")
+  end
+end
 for round = 1, ROUNDS do
   local cases = {}
   for i = 1, 6 do cases[#cases + 1] = {conv_case()} end
   for i = 1, 6 do cases[#cases + 1] = {pool_case()} end
-  local flat, slots = {}, {}
-  for i, c in ipairs(cases) do
-    slots[i] = #flat
-    for j = 1, 3 do if c[2][j] then flat[#flat + 1] = c[2][j] end end
-  end
-  local function args_of(i, xs)
-    local c, s = cases[i], slots[i]
-    local a = {}
-    local k = 0
-    for j = 1, 3 do
-      if c[2][j] then k = k + 1; a[j] = xs[s + k] end
-    end
-    return a[1], a[2], a[3]
-  end
-  local function f(...)
-    local xs = {...}
-    local outs = {}
-    for i, c in ipairs(cases) do
-      local y = c[3](args_of(i, xs))
-      outs[#outs + 1] = y
-      outs[#outs + 1] = y:relu()
-    end
-    return table.unpack(outs)
-  end
-  local eager = {f(table.unpack(flat))}
-  local g = fl.capture(f, table.unpack(flat))
-  local ref = {g:run_reference(table.unpack(flat))}
-  local cpu = {fl.compile(f, {backend = "cpu"})(table.unpack(flat))}
-  local dev
-  if cuda then
-    local on = {}
-    for i, x in ipairs(flat) do on[i] = x:cuda() end
-    dev = {fl.compile(f, {backend = "cuda"})(table.unpack(on))}
-  end
-  for i, c in ipairs(cases) do
-    local want, exact = ref[2 * i - 1], c[4]
-    count = count + 1
-    local function note(kind, got)
-      bad[kind] = bad[kind] + 1
-      if #first_bad < 8 then
-        first_bad[#first_bad + 1] = string.format("%s: %s (max err %s)", kind, c[1],
-                                                  got and tostring(maxerr(got, want)) or "no result")
-      end
-    end
-    if not close(eager[2 * i - 1], want, exact) then note("eager", eager[2 * i - 1]) end
-    if not close(cpu[2 * i - 1], want, exact) then note("cpu", cpu[2 * i - 1]) end
-    if not close(cpu[2 * i], ref[2 * i], exact) then note("relu", cpu[2 * i]) end
-    if dev and not close(dev[2 * i - 1], want, exact) then note("cuda", dev[2 * i - 1]) end
-    if dev and not close(dev[2 * i], ref[2 * i], exact) then note("relu", dev[2 * i]) end
-  end
+  C.check(cases, C.run(cases, 3, function(y) return y:relu() end, cuda), agree, note, "relu")
+  count = count + #cases
 end
 for _, s in ipairs(first_bad) do t.diag(s) end
 t.is(bad.eager, 0, count .. " random convs and pools: eager matches the reference")
@@ -200,17 +161,7 @@ do
   end
 end
 
-if not conv_blas then
-  local exe = os.getenv("FUSELAB") or arg[-1]
-  local script = arg and arg[0]
-  local p = assert(io.popen(("FUSELAB_CONV=blas %s %s 2>&1"):format(exe, script)))
-  local out = p:read("a")
-  p:close()
-  local fails = 0
-  for line in out:gmatch("[^\n]+") do if line:match("^not ok") then fails = fails + 1; t.diag(line) end end
-  t.ok(out:match("\nok") and fails == 0, "the same cases on im2col + sgemm (FUSELAB_CONV=blas): " .. fails .. " failed")
-  t.ok(out:find("im2col + OpenBLAS sgemm", 1, true) ~= nil, "and fl.blas_info().conv says so")
-end
+if not conv_blas then C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv") end
 
 -- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
 -- extern step per conv, not one per group

@@ -3,24 +3,14 @@
 -- for SVG, tag balance), kernel clusters and dashed edges agreeing with
 -- the plan, fl.draw_compare, fl.report sections, bad input, an empty
 -- graph, a 12-layer transformer drawn in good time.
--- Files go to a fresh directory next to os.tmpname().
+-- Files go to a fresh directory, t.tmpdir().
 local fl = fl or require "fuselab"
 local t = require "tap"
 
 fl.manual_seed(11)
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p '" .. dir .. "'"))
+local dir = t.tmpdir()
 local function path(name) return dir .. "/" .. name end
-
-local function slurp(p)
-  local f = io.open(p, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
 
 -- ---- file checks ---------------------------------------------------------
 
@@ -117,23 +107,23 @@ for _, sk in ipairs(stages) do
   local name, st = sk[1], sk[2]
   local base = path(name:gsub("%W", "_"))
   t.is(fl.draw(st, base .. ".dot"), base .. ".dot", name .. ": draw returns the path")
-  local dot = slurp(base .. ".dot") or ""
+  local dot = t.slurp(base .. ".dot") or ""
   t.ok(dot:find("^%s*digraph") and dot:find("}%s*$"), name .. ": .dot is a digraph")
   fl.draw(st, base .. ".svg")
-  local svg = slurp(base .. ".svg")
+  local svg = t.slurp(base .. ".svg")
   local okx, why = xml_balanced(svg)
   t.ok(okx, name .. ": .svg is well-formed (" .. why .. ")")
   t.ok(svg and svg:find("float32%[4,"), name .. ": .svg labels carry shapes")
   fl.draw(st, base .. ".png")
-  local okp, w, h = png_ok(slurp(base .. ".png"))
+  local okp, w, h = png_ok(t.slurp(base .. ".png"))
   t.ok(okp, ("%s: .png signature and size (%sx%s)"):format(name, w, h))
   fl.draw(st, base .. ".pdf")
-  t.ok(pdf_ok(slurp(base .. ".pdf")), name .. ": .pdf header")
+  t.ok(pdf_ok(t.slurp(base .. ".pdf")), name .. ": .pdf header")
 end
 
 -- the extension decides, in any case
 fl.draw(p, path("upper.SVG"))
-t.ok(xml_balanced(slurp(path("upper.SVG"))), "draw: .SVG is SVG too")
+t.ok(xml_balanced(t.slurp(path("upper.SVG"))), "draw: .SVG is SVG too")
 
 -- ---- what the pictures say -------------------------------------------------
 
@@ -142,16 +132,16 @@ t.ok(xml_balanced(slurp(path("upper.SVG"))), "draw: .SVG is SVG too")
 local function clusters(dot) return count(dot, "subgraph%s+[\"<]?cluster_k%d+[\">]?%s*{") end
 
 fl.draw(p, path("mlp-plan.dot"))
-t.is(clusters(slurp(path("mlp-plan.dot"))), p:stats().kernels, "mlp plan: kernel clusters = p:stats().kernels")
+t.is(clusters(t.slurp(path("mlp-plan.dot"))), p:stats().kernels, "mlp plan: kernel clusters = p:stats().kernels")
 fl.draw(pn, path("net-plan.dot"))
-local dotn = slurp(path("net-plan.dot"))
+local dotn = t.slurp(path("net-plan.dot"))
 t.is(clusters(dotn), pn:stats().kernels, "net plan: kernel clusters = p:stats().kernels")
 fl.draw(pu, path("net-unfused.dot"))
-local dotu = slurp(path("net-unfused.dot"))
+local dotu = t.slurp(path("net-unfused.dot"))
 t.is(clusters(dotu), pu:stats().kernels, "unfused plan: kernel clusters = kernels")
 t.is(dashed_count(dotu), 0, "unfused plan: nothing dashed")
 fl.draw(gn, path("net-graph.dot"))
-t.is(clusters(slurp(path("net-graph.dot"))), 0, "a plain graph has no kernel clusters")
+t.is(clusters(t.slurp(path("net-graph.dot"))), 0, "a plain graph has no kernel clusters")
 
 -- Dashed edges: the C tests' rule.  A read of a value computed inside a
 -- kernel (p:kernels() nodes) that the plan does not store: no reader
@@ -194,15 +184,15 @@ t.ok(want > 0, "the net plan removed intermediates")
 t.is(dashed_count(dotn), want, "dashed edges = reads of intermediates the plan does not store")
 
 -- pieces: the break is drawn as a cut with its reason
-local cutdot = slurp(path("compiled_with_a_break.dot"))
+local cutdot = t.slurp(path("compiled_with_a_break.dot"))
 t.ok(cutdot:find("item") and cutdot:find("graph break", 1, true), "compiled with a break: the cut names the break")
 t.is(count(cutdot, "subgraph%s+[\"<]?cluster_s%d+[\">]?%s*{"), 2, "compiled with a break: two pieces")
-local exdot = slurp(path("explain_table.dot"))
+local exdot = t.slurp(path("explain_table.dot"))
 t.ok(exdot:find("item") ~= nil, "explain table: the cut names the break")
 
 -- options
 fl.draw(g, path("lr.dot"), {rankdir = "LR", title = "mlp <b>&", legend = false, edge_labels = false})
-local lr = slurp(path("lr.dot"))
+local lr = t.slurp(path("lr.dot"))
 t.ok(lr:find("rankdir%s*=%s*\"?LR"), "rankdir=LR reaches the picture")
 t.ok(lr:find("mlp &lt;b&gt;&amp;", 1, true), "the title is there, escaped")
 t.ok(not lr:find("legend"), "legend=false drops the legend")
@@ -210,15 +200,15 @@ t.ok(not lr:find("legend"), "legend=false drops the legend")
 -- ---- draw_compare ------------------------------------------------------------
 
 t.is(fl.draw_compare(g, p, path("cmp.png")), path("cmp.png"), "draw_compare: Graph vs Plan")
-t.ok(png_ok(slurp(path("cmp.png"))), "draw_compare: png")
+t.ok(png_ok(t.slurp(path("cmp.png"))), "draw_compare: png")
 fl.draw_compare(pu, pn, path("cmp.svg"))
-local cmp = slurp(path("cmp.svg"))
+local cmp = t.slurp(path("cmp.svg"))
 t.ok(xml_balanced(cmp), "draw_compare: Plan vs Plan svg well-formed")
 t.ok(cmp:find(("%d kernels"):format(pu:stats().kernels)) and cmp:find(("%d kernels"):format(pn:stats().kernels)),
      "draw_compare: each side titled with its kernels")
 t.ok(cmp:find("buffers") and cmp:find("moved"), "draw_compare: buffers and bytes moved on the titles")
 fl.draw_compare(k, cm, path("cmp2.dot"))
-t.ok(slurp(path("cmp2.dot")):find("cluster_s1"), "draw_compare: Program vs compiled function")
+t.ok(t.slurp(path("cmp2.dot")):find("cluster_s1"), "draw_compare: Program vs compiled function")
 t.raises(function() fl.draw_compare(g, cb, path("c.svg")) end, "draw_compare: after is a fl.Compiled of 2 graphs",
          "draw_compare: a side with several graphs is refused")
 t.raises(function() fl.draw_compare(g, 7, path("c.svg")) end, "draw_compare: cannot draw after, a number",
@@ -231,7 +221,7 @@ local cr = fl.compile(function(v) return (v + 1):relu() end, {backend = "cpu", d
 cr(fl.randn(2, 3))
 cr(fl.randn(5, 3))
 fl.draw(cr, path("recompiled.dot"))
-local rdot = slurp(path("recompiled.dot"))
+local rdot = t.slurp(path("recompiled.dot"))
 t.ok(rdot:find("graph 2 of 2", 1, true) and not rdot:find("graph break", 1, true),
      "recompiled: both versions drawn, no cut between them")
 
@@ -265,9 +255,9 @@ t.ok(not io.open(path("x.svg")), "failed draws leave no file behind")
 
 local ge = fl.capture(function(v) return v end, x)
 fl.draw(ge, path("empty.svg"))
-t.ok(xml_balanced(slurp(path("empty.svg"))), "empty graph: a valid SVG")
+t.ok(xml_balanced(t.slurp(path("empty.svg"))), "empty graph: a valid SVG")
 fl.draw(ge, path("empty.png"))
-t.ok(png_ok(slurp(path("empty.png"))), "empty graph: a valid PNG")
+t.ok(png_ok(t.slurp(path("empty.png"))), "empty graph: a valid PNG")
 
 local gpt = fl.models.transformer{vocab = 64, d = 32, heads = 4, layers = 12, seq = 16}
 local ids = fl.tensor({{1, 2, 3, 4, 5, 6, 7, 8}}, {dtype = "int64"})
@@ -285,12 +275,12 @@ local dt_plan = fl.now() - t0
 t.diag(("transformer, 12 layers, %d nodes: svg %.3f s, png %.3f s, fused plan svg %.3f s"):format(
   #gg:nodes(), dt_svg, dt_png, dt_plan))
 t.ok(dt_svg < 10 and dt_png < 10 and dt_plan < 10, "a 12-layer transformer draws in seconds (design: < 2 s)")
-local gsvg = slurp(path("gpt.svg"))
+local gsvg = t.slurp(path("gpt.svg"))
 t.ok(xml_balanced(gsvg), "transformer: svg well-formed")
 t.ok(gsvg:find("blocks.0.attn", 1, true), "group_modules: module clusters by path (blocks.0.attn)")
 t.ok(gsvg:find("nodes collapsed", 1, true), "max_nodes: repeated blocks collapsed, and said so")
 fl.draw(gg, path("gpt-all.dot"), {max_nodes = false})
-t.ok(not slurp(path("gpt-all.dot")):find("nodes collapsed", 1, true), "max_nodes=false: nothing collapsed")
+t.ok(not t.slurp(path("gpt-all.dot")):find("nodes collapsed", 1, true), "max_nodes=false: nothing collapsed")
 
 -- 5 000 nodes: renders, collapsed to the max_nodes rule
 local function long(v)
@@ -301,7 +291,7 @@ local gl = fl.capture(long, fl.randn(2, 2))
 t0 = fl.now()
 fl.draw(gl, path("long.svg"), {max_nodes = 200})
 t.diag(("%d-node graph: svg in %.3f s"):format(#gl:nodes(), fl.now() - t0))
-local lsvg = slurp(path("long.svg"))
+local lsvg = t.slurp(path("long.svg"))
 t.ok(xml_balanced(lsvg) and lsvg:find("nodes collapsed", 1, true), "5 000-node graph: renders, collapsed")
 t.ok(count(lsvg, "class=\"node\"") < 400, "5 000-node graph: the picture stays within max_nodes")
 
@@ -317,7 +307,7 @@ local checklist = {coverage = {supported = 4, total = 4, unsupported = {}}, cold
                    recommendation = "stable inference: compile <it>"}
 t.is(fl.report(ch, path("review.html"), {inputs = {x}, calls = 5, checklist = checklist}),
      path("review.html"), "report: compiled function, returns the path")
-local html = slurp(path("review.html")) or ""
+local html = t.slurp(path("review.html")) or ""
 for _, id in ipairs{"summary", "graphs", "kernels", "decisions", "code", "guards", "breaks",
                     "timings", "checklist", "graph-before", "graph-after"} do
   t.ok(html:find('id="' .. id .. '"', 1, true), "report has #" .. id)
@@ -341,21 +331,21 @@ local _, krows = ktable:gsub("<tr><td class=\"n\">%d+</td>", "")
 t.ok(krows >= 2 and timed == krows + 1, ("report: every kernel timed while the inputs ran (%d kernels; %d times with the total)"):format(krows, timed))
 
 fl.report(cb, path("review-break.html"))
-local hb = slurp(path("review-break.html")) or ""
+local hb = t.slurp(path("review-break.html")) or ""
 t.ok(hb:find("item() needs a concrete value", 1, true), "report: the graph break's reason listed")
 t.ok(hb:find("g2 ", 1, true), "report: kernels of both graphs, tagged with their graph")
 t.ok(not (hb:match('id="kernels".-</table>') or ""):find("\226\128\148</td></tr>", 1, true),
      "report: without inputs, kernel times are the means of the calls already made (no dash)")
 
 fl.report(p, path("plan.html"), {inputs = {x}, calls = 3, title = "plan <review>"})
-local hp = slurp(path("plan.html")) or ""
+local hp = t.slurp(path("plan.html")) or ""
 t.ok(hp:find("plan &lt;review&gt;", 1, true), "report: a plan, with its title escaped")
 t.ok(hp:find('id="code"', 1, true) and hp:find("fused_linear", 1, true), "report: a plan's code generated")
 t.ok(count(hp, "<svg") >= 2, "report: a plan's graphs")
 fl.report(gn, path("graph.html"))
-t.ok((slurp(path("graph.html")) or ""):find("cluster_k0", 1, true), "report: a graph, planned for the report")
+t.ok((t.slurp(path("graph.html")) or ""):find("cluster_k0", 1, true), "report: a graph, planned for the report")
 fl.report(k, path("program.html"))
-t.ok((slurp(path("program.html")) or ""):find('id="kernels"', 1, true), "report: a program")
+t.ok((t.slurp(path("program.html")) or ""):find('id="kernels"', 1, true), "report: a program")
 
 t.raises(function() fl.report(cm, "/nonexistent/dir/r.html") end, "/nonexistent/dir/r%.html",
          "report: unwritable path named")
@@ -370,5 +360,4 @@ t.raises(function() fl.report(fl.compile(mlp), path("r.html"), {inputs = {fl.ran
          "timing the compiled function on opts.inputs failed",
          "report: inputs of the wrong shape: the timing names what failed")
 
-os.execute("rm -rf '" .. dir .. "'")
 t.done()
