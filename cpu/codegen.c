@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "expf.h"
 #include "../fuse/render.h"
 
 #define TILE 4096
@@ -41,6 +42,9 @@ typedef struct gen {
   int fallback;        /* emitting the any-stride loop beside a unit-stride one:
                           plain C, not forced to vector gathers (rare, and
                           half the compile time of a kernel) */
+  int stream;          /* emitting the store pass that stages access
+                          stream_acc's row in stg[] and streams it out */
+  int stream_acc;      /* that access, or -1 when no store qualifies */
 } gen;
 
 static const char *ctype(fl_dtype t) {
@@ -71,7 +75,6 @@ void cpu_emit_preamble(strbuf *b) {
     "** 4 ulp of the scalar functions. */\n"
     "#if defined(FL_MVEC) && defined(__x86_64__)\n"
     "#define FL_SIMD __attribute__((__simd__(\"notinbranch\")))\n"
-    "FL_SIMD float expf(float);\n"
     "FL_SIMD float logf(float);\n"
     "FL_SIMD float sinf(float);\n"
     "FL_SIMD float cosf(float);\n"
@@ -97,6 +100,38 @@ void cpu_emit_preamble(strbuf *b) {
     "/* smallest amount of work worth starting threads for */\n"
     "#define FL_PAR_MIN 32768\n"
     "\n"
+    "/* A reduce kernel's output of FL_STREAM_MIN elements or more that\n"
+    "** nothing later in the program reads is staged FL_STG elements at a\n"
+    "** time in L1 and written with streaming stores: no read of each line\n"
+    "** before it is written, and the caller's inputs stay cached.  Measured\n"
+    "** on a [4096, 1024] softmax (bench/RESULTS.md). */\n"
+    "#define FL_STREAM_MIN 1048576\n"
+    "#define FL_STG 1024\n"
+    "static inline void fl_stream_f32(float *restrict d, const float *restrict s, int64_t n)\n"
+    "{\n"
+    "  int64_t i = 0;\n"
+    "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)\n"
+    "  typedef float v16 __attribute__((vector_size(64)));\n"
+    "  for (; i < n && ((uintptr_t)(d + i) & 63); i++) d[i] = s[i];\n"
+    "  for (; i + 16 <= n; i += 16) {\n"
+    "    v16 v;\n"
+    "    memcpy(&v, s + i, sizeof v);\n"
+    "    __builtin_ia32_movntps512(d + i, v);\n"
+    "  }\n"
+    "  __builtin_ia32_sfence();\n"
+    "#elif defined(__AVX__) && defined(__GNUC__) && !defined(__clang__)\n"
+    "  typedef float v8 __attribute__((vector_size(32)));\n"
+    "  for (; i < n && ((uintptr_t)(d + i) & 31); i++) d[i] = s[i];\n"
+    "  for (; i + 8 <= n; i += 8) {\n"
+    "    v8 v;\n"
+    "    memcpy(&v, s + i, sizeof v);\n"
+    "    __builtin_ia32_movntps256(d + i, v);\n"
+    "  }\n"
+    "  __builtin_ia32_sfence();\n"
+    "#endif\n"
+    "  for (; i < n; i++) d[i] = s[i];\n"
+    "}\n"
+    "\n"
     "/* bfloat16 is the top half of a float32; round to nearest even */\n"
     "static inline float fl_bf2f(uint16_t h)\n"
     "{\n"
@@ -117,7 +152,33 @@ void cpu_emit_preamble(strbuf *b) {
     "}\n"
     "\n"
     "typedef int64_t fl_i64;\n"
-    "typedef uint64_t fl_u64;\n");
+    "typedef uint64_t fl_u64;\n"
+    "\n"
+    "/* exp within 1 ulp, the eager kernels' (cpu/expf.h), inlined: libmvec's\n"
+    "** vector expf runs special inputs such as a mask's -inf lane by lane */\n");
+  {                 /* the one-line stringized definition, a statement a line */
+    const char *c;
+    int depth = 0;
+    for (c = FL_EXPF_SOURCE(fl_expf); *c; c++) {
+      depth += (*c == '{') - (*c == '}');
+      if ((*c == ';' || *c == '{') && depth == 1 && c[1] == ' ') {
+        strbuf_printf(b, "%c\n%s", *c, c[2] == '}' ? "" : "  ");
+        c++;
+      } else {
+        strbuf_printf(b, "%c", *c);
+      }
+    }
+    strbuf_printf(b, "\n");
+  }
+  strbuf_printf(b,
+    "\n"
+    "/* sigmoid from e^-|x|, as the eager kernel: e^-x cannot overflow, and\n"
+    "** results below 2^-126 stay subnormal instead of 1 / (1 + inf) = 0 */\n"
+    "static inline float fl_sigmoidf(float x)\n"
+    "{\n"
+    "  const float e = fl_expf(-fabsf(x));\n"
+    "  return (x < 0.0f ? e : 1.0f) / (1.0f + e);\n"
+    "}\n");
   fk_render_int_helpers(b, "static inline");
   fk_render_rng_helpers(b, "static inline");
   strbuf_printf(b, "#endif\n\n");
@@ -148,7 +209,7 @@ static void index_expr(gen *g, int a, int fast, int inloop) {
 }
 
 /* how C rounds to the 16-bit floats */
-static const fk_dialect dialect = {"(float)(_Float16)(", ")", "fl_bf2f(fl_f2bf(", "))"};
+static const fk_dialect dialect = {"(float)(_Float16)(", ")", "fl_bf2f(fl_f2bf(", "))", "fl_expf"};
 
 
 static void emit_recip(gen *g, int i, int depth) {
@@ -200,6 +261,10 @@ static void emit_store(gen *g, int a, int depth, int fast, int inloop) {
   const fk_access *ac = &g->k->acc[a];
   fl_dtype dt = g->p->g->nodes[ac->node].meta.dtype;
   ind(g, depth);
+  if (g->stream && a == g->stream_acc) {
+    strbuf_printf(g->b, "stg[j%d - jb] = v%d;\n", g->D - 1, ac->value);
+    return;
+  }
   strbuf_printf(g->b, "p%d[", ac->buf);
   index_expr(g, a, fast, inloop);
   switch (dt) {
@@ -305,6 +370,16 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
         strbuf_printf(g->b, "%s part%d = 0;\n", sum_type(k, in), i);
       }
     }
+    if (d == g->D - 1 && g->stream) {
+      /* a block of the row computed into L1, then streamed out */
+      ind(g, depth);
+      strbuf_printf(g->b, "for (int64_t jb = 0; jb < n%d; jb += FL_STG) {\n", d);
+      depth++;
+      ind(g, depth);
+      strbuf_printf(g->b, "const int64_t je = jb + FL_STG < n%d ? jb + FL_STG : n%d;\n", d, d);
+      ind(g, depth);
+      strbuf_printf(g->b, "float stg[FL_STG] __attribute__((aligned(64)));\n");
+    }
     if (d == g->D - 1 && simd && !g->fallback) {
       ind(g, depth);
       strbuf_printf(g->b, "#pragma omp simd");
@@ -318,7 +393,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
       strbuf_printf(g->b, "\n");
     }
     ind(g, depth);
-    if (d == g->D - 1 && blocked)
+    if (d == g->D - 1 && (blocked || g->stream))
       strbuf_printf(g->b, "for (int64_t j%d = jb; j%d < je; j%d++) {\n", d, d, d);
     else
       strbuf_printf(g->b, "for (int64_t j%d = 0; j%d < n%d; j%d++) {\n", d, d, d, d);
@@ -371,6 +446,14 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
     depth--;
     ind(g, depth);
     strbuf_printf(g->b, "}\n");
+    if (d == g->D - 1 && g->stream) {
+      const fk_access *ac = &k->acc[g->stream_acc];
+      ind(g, depth);
+      strbuf_printf(g->b, "fl_stream_f32(p%d + b%d + jb, stg, je - jb);\n", ac->buf, g->stream_acc);
+      depth--;
+      ind(g, depth);
+      strbuf_printf(g->b, "}\n");
+    }
     if (d == g->D - 1 && blocked) {
       for (i = 0; i < k->ninstr; i++) {
         const fk_instr *in = &k->instr[i];
@@ -429,6 +512,28 @@ static void plan_spills(gen *g, int nstages, int fullstores) {
   free(later);
 }
 
+/* The store a reduce kernel may stream past the caches (FL_STREAM_MIN):
+** its only full store, float32, unit stride along its one reduced dim, of
+** a graph output no other node of the program reads -- a result handed
+** back to the caller, whose next reader is unknown, as memcpy streams a
+** copy too big for the caches.  -1 when there is none. */
+static int stream_acc_of(const gen *g) {
+  const fk_kernel *k = g->k;
+  const fuse_plan *p = g->p;
+  int a, s = -1, n = 0, q, b, me = (int)(k - p->kernels);
+  if (k->kind != FK_REDUCE || g->D - k->nkept != 1) return -1;
+  for (a = 0; a < k->nacc; a++)
+    if (k->acc[a].store && k->acc[a].full) { s = a; n++; }
+  if (n != 1 || k->acc[s].inner != 1 || p->g->nodes[k->acc[s].node].meta.dtype != FL_F32 ||
+      p->last_use[k->acc[s].node] != p->nkernels)
+    return -1;
+  for (q = 0; q < p->g->n; q++)      /* any reader outside this kernel, views included */
+    if (p->g->nodes[q].kind == IR_OP && p->kernel_of[q] != me)
+      for (b = 0; b < p->g->nodes[q].nin; b++)
+        if (p->g->nodes[q].in[b] == k->acc[s].node) return -1;
+  return s;
+}
+
 static void emit_reduce(gen *g) {
   const fk_kernel *k = g->k;
   int i, d, a, s, nstages = 0, fullstores = 0;
@@ -437,6 +542,7 @@ static void emit_reduce(gen *g) {
     if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage > nstages) nstages = k->instr[i].stage;
   for (a = 0; a < k->nacc; a++) fullstores |= k->acc[a].store && k->acc[a].full;
   plan_spills(g, nstages, fullstores);
+  g->stream_acc = stream_acc_of(g);
   strbuf_printf(g->b, "  const int64_t rows = 1");
   for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " * n%d", d);
   strbuf_printf(g->b, ";\n  const int64_t nr = 1");
@@ -499,7 +605,20 @@ static void emit_reduce(gen *g) {
     for (i = 0; i < k->ninstr; i++)
       if (g->need[i] == 1 && k->instr[i].opc == FKI_LOAD) used[k->instr[i].access] = 1;
     f = fast_cond(g, 2, used);
-    if (f) {
+    if (f && !st && g->stream_acc >= 0) {
+      strbuf_printf(g->b, "      if (rows * nr >= FL_STREAM_MIN) {\n");
+      g->stream = 1;
+      reduce_pass(g, st, 1, 4);
+      g->stream = 0;
+      strbuf_printf(g->b, "      } else {\n");
+      reduce_pass(g, st, 1, 4);
+      strbuf_printf(g->b, "      }\n");
+      strbuf_printf(g->b, "    } else {\n");
+      g->fallback = 1;
+      reduce_pass(g, st, 0, 3);
+      g->fallback = 0;
+      strbuf_printf(g->b, "    }\n");
+    } else if (f) {
       reduce_pass(g, st, 1, 3);
       strbuf_printf(g->b, "    } else {\n");
       g->fallback = 1;

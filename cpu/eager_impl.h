@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "eager.h"
+#include "expf.h"
 
 /* Loops over fewer elements than this stay on one thread: waking the team
 ** costs more than it saves. */
@@ -80,38 +81,8 @@ void eager_store_f32(fl_tensor *out, int64_t start, const float *src,
                      int64_t n);
 void eager_store_f64(fl_tensor *out, int64_t start, const double *src,
                      int64_t n);
-/* exp(x) within 1 ulp (Cephes' polynomial after n = round(x / ln 2)),
-** NaN and the infinities as expf.  Written branch-free, with integer masks
-** for the range ends: a plain `?:` there makes GCC sink the polynomial
-** into a branch that -ftrapping-math then refuses to vectorize. */
-static inline float eager_expf(float x) {
-  union { float f; uint32_t u; } t, s1, s2;
-  uint32_t big, keep;
-  float n, r, p;
-  int32_t ni, n1;
-  t.f = x * 1.44269504088896341f + 12582912.0f;  /* 1.5 * 2^23: rounds */
-  n = t.f - 12582912.0f;
-  ni = (int32_t)(t.u - 0x4B400000u);             /* n, read from the bits */
-  r = x - n * 0.693359375f;                       /* ln 2, split */
-  r = r + n * 2.12194440e-4f;
-  p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * r * r + r + 1.0f;
-  /* 2^n as two factors, so n in [-151, 128] reaches subnormals and
-  ** overflow with one final rounding */
-  n1 = ni / 2;
-  s1.u = (uint32_t)(n1 + 127) << 23;
-  s2.u = (uint32_t)(ni - n1 + 127) << 23;
-  t.f = p * s1.f * s2.f;
-  big = 0u - (uint32_t)(x > 88.8f);               /* ones: +inf */
-  keep = (uint32_t)(x < -104.0f) - 1u;            /* zeros: 0 */
-  t.u = ((t.u & ~big) | (0x7f800000u & big)) & keep;
-  return t.f;
-}
+/* exp(x) within 1 ulp: cpu/expf.h, the same text the generated kernels get */
+FL_EXPF_DEFINE(eager_expf)
 
 /* --- more vectorizable float32 functions -----------------------------------
 ** The eager baseline's tanh, log, sin, cos, erf and gelu, written like

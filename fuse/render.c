@@ -37,9 +37,10 @@ static void int_literal(char *buf, size_t n, int64_t v) {
 ** (the int64 form), an operand that is not int64 (a bool's 0/1 float) is
 ** converted, so the expression computes in fl_i64 throughout; without, an
 ** int64 operand is converted to float (double with dbl).  k NULL: no
-** conversions. */
+** conversions.  exp_fn, when set, is the float exp the text's expf
+** becomes (the dialect's own). */
 static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
-                        const char *s, int dbl, int ints) {
+                        const char *s, int dbl, int ints, const char *exp_fn) {
   static const char *const fnames[][2] = {
     {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"fl_powf(", "pow("},
     {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
@@ -77,6 +78,11 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
       s += 3;
       continue;
     }
+    if (!dbl && exp_fn && strncmp(s, "expf(", 5) == 0) {
+      strbuf_printf(b, "%s(", exp_fn);
+      s += 5;
+      continue;
+    }
     if (dbl) {
       for (f = 0; f < sizeof fnames / sizeof fnames[0]; f++)
         if (strncmp(s, fnames[f][0], strlen(fnames[f][0])) == 0) break;
@@ -91,7 +97,7 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
 }
 
 void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
-  render_text(b, NULL, in, op_info_of(in->op)->expr, dbl, 0);
+  render_text(b, NULL, in, op_info_of(in->op)->expr, dbl, 0, NULL);
 }
 
 int fk_step_int(const fk_kernel *k, const fk_instr *in) {
@@ -227,10 +233,10 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
     /* an integer to a float type rounds once, to float32, as eager does */
     if (dt != FL_I64 && dt != FL_BOOL) strbuf_printf(b, "(float)");
     strbuf_printf(b, "(");
-    render_text(b, k, in, op_info_of(in->op)->iexpr, 1, 1);
+    render_text(b, k, in, op_info_of(in->op)->iexpr, 1, 1, NULL);
     strbuf_printf(b, ")");
   } else {
-    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0);
+    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0, d->exp_fn);
   }
   strbuf_printf(b, "%s", close);
 }

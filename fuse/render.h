@@ -24,6 +24,7 @@ void fk_render_expr(strbuf *b, const fk_instr *in, int dbl);
 typedef struct fk_dialect {
   const char *f16_open, *f16_close;
   const char *bf16_open, *bf16_close;
+  const char *exp_fn;     /* what the op table's expf becomes; NULL: expf */
 } fk_dialect;
 
 /* True when FULL division step in of reduce kernel k divides by a row

@@ -38,9 +38,10 @@ end
 local function isnan(v) return v ~= v end
 
 -- tol: ulps; also(x, got, want): another way to pass, for the ranges
--- the header names; odd: f(-0) must be -0
-local function check(name, fn, tol, also, odd)
-  local got = fn(x):tolist()
+-- the header names; odd: f(-0) must be -0; run: what computes fn (fn
+-- itself, eagerly, unless given)
+local function check(name, fn, tol, also, odd, run)
+  local got = (run or fn)(x):tolist()
   local g = fl.capture(fn, x)
   local want = g:run_reference(x):tolist()
   local worst, wi, bad, nbad = 0, nil, nil, 0
@@ -82,6 +83,24 @@ check("gelu", function(a) return a:gelu() end, 3, tiny)
 check("gelu tanh", function(a) return a:gelu{approximate = "tanh"} end, 3, tiny)
 check("sqrt", function(a) return a:sqrt() end, 0)
 check("rsqrt", function(a) return a:rsqrt() end, 1)
+
+-- compiled C kernels: exp and what is built on it call the same
+-- polynomial (cpu/expf.h), inlined, never libmvec's expf
+for _, c in ipairs{{"exp", function(a) return a:exp() end},
+                   {"sigmoid", function(a) return a:sigmoid() end},
+                   {"silu", function(a) return a:silu() end}} do
+  check("compiled " .. c[1], c[2], c[1] == "exp" and 2 or 3,
+        c[1] == "silu" and function(v, a, b) return v < -87 and math.abs(a - b) <= 1e-2 * math.abs(b) + 1e-43 end or nil,
+        nil, fl.compile(c[2]))
+end
+do
+  -- a causal mask's -inf scores: exactly 0 after the softmax, compiled as eagerly
+  local s = fl.tensor{{0.5, -1 / 0, 2.0, -1 / 0}, {-1 / 0, -1 / 0, 1.0, -3.0}}
+  local f = function(a) return (a * 0.125):softmax(-1) end
+  local y = fl.compile(f)(s):tolist()
+  t.ok(y[1][2] == 0 and y[1][4] == 0 and y[2][1] == 0 and y[2][2] == 0, "compiled softmax: -inf scores give 0")
+  t.ok(fl.allclose(fl.tensor(y), f(s), 1e-6, 0), "and the rest as eager within 1e-6")
+end
 
 -- a strided input goes through the same kernels (on a gathered copy)
 local xs = fl.tensor(inputs):narrow(1, 23, 20000):reshape(100, 200):transpose(1, 2)
