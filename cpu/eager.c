@@ -989,7 +989,7 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
     if (rc != FL_EUNSUPPORTED || op != OP_RESHAPE) return rc;
     /* reshape of strides no view can express: a copy, as PyTorch does */
     err_clear(e);
-    if ((rc = ten_empty(out, &om, e)) != FL_OK) return err_prefix(e, "reshape");
+    if ((rc = ten_uninit(out, &om, e)) != FL_OK) return err_prefix(e, "reshape");
     copy_rowmajor(in[0], out);
     return FL_OK;
   }
@@ -1003,7 +1003,7 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
   kern = kernel_of(op);
   if (!kern && op != OP_CONTIGUOUS)
     return err_set(e, FL_EUNSUPPORTED, "%s: no eager kernel", op_name(op));
-  if ((rc = ten_empty(out, &om, e)) != FL_OK)
+  if ((rc = ten_uninit(out, &om, e)) != FL_OK)
     return err_prefix(e, "%s", op_name(op));
   if (meta_numel(&om) == 0) return FL_OK;
   if (op == OP_CONTIGUOUS) {

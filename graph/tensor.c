@@ -477,7 +477,7 @@ int ten_copy(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
     for (d = 0; same && d < dst->m.ndim; d++)
       same = dst->m.shape[d] == 1 || dst->stride[d] == b.stride[d];
     if (same) { ten_release(&b); return FL_OK; }
-    rc = ten_empty(&tmp, &b.m, e);
+    rc = ten_uninit(&tmp, &b.m, e);
     if (rc == FL_OK) rc = ten_copy(&tmp, &b, e);
     ten_release(&b);
     if (rc != FL_OK) { ten_release(&tmp); return err_prefix(e, "copy_"); }
@@ -516,7 +516,7 @@ int ten_contiguous(fl_tensor *out, const fl_tensor *src, fl_err *e) {
     ten_share(out, &r);
     return FL_OK;
   }
-  if ((rc = ten_empty(&r, &src->m, e)) != FL_OK) {
+  if ((rc = ten_uninit(&r, &src->m, e)) != FL_OK) {   /* the copy writes it all */
     memset(out, 0, sizeof *out);
     return rc;
   }
