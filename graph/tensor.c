@@ -375,7 +375,11 @@ static void copy_row(char *a, int64_t sa, const char *b, int64_t sb, int64_t n,
   const conv_ctx *c = vctx;
   int64_t i;
   if (c->to == c->from) {
-    switch (dtype_size(c->to)) {
+    size_t es = dtype_size(c->to);
+    /* a run of elements on both sides (a transposed head's rows): memcpy
+    ** moves it in vectors, where the strided loop below cannot */
+    if (sa == (int64_t)es && sb == (int64_t)es) { memcpy(a, b, (size_t)n * es); return; }
+    switch (es) {
     case 1: COPY_ROW(uint8_t); return;
     case 2: COPY_ROW(uint16_t); return;
     case 4: COPY_ROW(uint32_t); return;
