@@ -96,10 +96,6 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
   }
 }
 
-void fk_render_expr(strbuf *b, const fk_instr *in, int dbl) {
-  render_text(b, NULL, in, op_info_of(in->op)->expr, dbl, 0, NULL);
-}
-
 int fk_step_int(const fk_kernel *k, const fk_instr *in) {
   fl_dtype dt[3];
   int a;

@@ -14,10 +14,6 @@
 /* A float literal for generated code: "1.5f" (or "1.5" when dbl), NAN,
 ** INFINITY, and negatives parenthesized so "a - -1.0f" stays valid. */
 void fk_float_literal(char *buf, size_t n, double v, int dbl);
-/* Append step in's op-table expression: $0..$2 become the names v<arg>,
-** $f0 $f1 literals from its attributes; with dbl the float math
-** functions become their double forms (expf -> exp). */
-void fk_render_expr(strbuf *b, const fk_instr *in, int dbl);
 
 /* How a backend spells rounding a float32 value to a 16-bit float and
 ** back (the C one casts through _Float16, CUDA calls its intrinsics). */
