@@ -14,10 +14,10 @@
 #include <float.h>
 #include <math.h>
 #ifdef __linux__
-#include <sys/mman.h>
 #endif
 
 #include "eager_impl.h"
+#include "../graph/hostpool.h"
 #include "../graph/view.h"
 #include "../graph/rng.h"
 
@@ -32,14 +32,14 @@
 
 /* --- helpers shared by the eager files ------------------------------- */
 
-/* Scratch gets the huge-page advice every CPU tensor gets (ten_empty),
+/* Scratch gets the huge-page advice every big CPU tensor gets,
 ** and the cap every tensor gets (a size that wrapped is huge, not 0). */
 void *eager_alloc(size_t nbytes, const char *opname, fl_err *e) {
   void *p = nbytes <= (size_t)FL_MAX_ALLOC ? malloc(nbytes ? nbytes : 1) : NULL;
   if (!p)
     err_set(e, FL_ENOMEM, "%s: cannot allocate %zu bytes of scratch memory",
             opname, nbytes);
-  ten_advise_huge(p, nbytes);
+  hostpool_advise_huge(p, nbytes);
   return p;
 }
 

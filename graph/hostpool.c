@@ -16,8 +16,10 @@
 ** of 4 MiB and more are 2 MiB-aligned whole huge pages (one fault per
 ** 2 MiB on first use where transparent huge pages are on madvise).  What
 ** is kept is bounded (hostpool_limit): past it, the oldest kept block is
-** unmapped.  Under AddressSanitizer it is plain malloc and free, so an
-** overflow or a use after free is still caught.
+** unmapped.  Under AddressSanitizer, or with FUSELAB_HOST_POOL_MB=0, it
+** is plain malloc and free, so an overflow or a use after free is still
+** caught.  Measured against jemalloc (bench/RESULTS.md): jemalloc
+** preloaded made that softmax slower than glibc's malloc, not faster.
 */
 #include <pthread.h>
 #include <stdint.h>
@@ -56,22 +58,49 @@ static size_t class_of(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-/* min(1 GiB, RAM / 8), or FUSELAB_HOST_POOL_MB (0: keep nothing); read
-** once, under the lock */
+/* min(1 GiB, RAM / 8), or FUSELAB_HOST_POOL_MB; read once (pthread_once:
+** allocation and free must agree on it from the first call).  0, and the
+** sanitized build, is no pool at all: malloc and free, as before it. */
+static size_t the_limit;
+static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
+
+static void read_limit(void) {
+  const char *v = getenv("FUSELAB_HOST_POOL_MB");
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  char *end;
+  unsigned long long mb;
+  size_t limit = 1024 * MIB;
+  if (pages > 0 && psz > 0 && (size_t)pages / 8 < limit / (size_t)psz)
+    limit = (size_t)pages / 8 * (size_t)psz;
+  if (v && *v && (mb = strtoull(v, &end, 10), *end == '\0') && mb <= SIZE_MAX / MIB)
+    limit = (size_t)mb * MIB;
+  the_limit = KEEP ? limit : 0;
+}
+
 size_t hostpool_limit(void) {
-  static size_t limit = (size_t)-1;
-  if (limit == (size_t)-1) {
-    const char *v = getenv("FUSELAB_HOST_POOL_MB");
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    char *end;
-    unsigned long long mb;
-    limit = 1024 * MIB;
-    if (pages > 0 && psz > 0 && (size_t)pages / 8 < limit / (size_t)psz)
-      limit = (size_t)pages / 8 * (size_t)psz;
-    if (v && *v && (mb = strtoull(v, &end, 10), *end == '\0') && mb <= SIZE_MAX / MIB)
-      limit = (size_t)mb * MIB;
-  }
-  return KEEP ? limit : 0;
+  pthread_once(&limit_once, read_limit);
+  return the_limit;
+}
+
+/* A fresh buffer is first touched by the kernel that fills it; with 4 KiB
+** pages that is one page fault per 4 KiB, which costs a memory-bound op
+** two to three times its own time (measured: a 16M-float add, 25 ms into
+** fresh pages, 9 ms with huge pages, 6 ms into warm memory).  Asking for
+** transparent huge pages over the 2 MiB-aligned inside of a big buffer
+** makes it one fault per 2 MiB, as PyTorch's THP_MEM_ALLOC_ENABLE does.
+** Every big host buffer gets it (the pool's own blocks when they are
+** mapped, malloc's with the pool off and eager scratch), eager or
+** compiled, so their comparison is fair.  Advice only: where it is not
+** honoured nothing changes. */
+void hostpool_advise_huge(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const uintptr_t huge = (uintptr_t)2 << 20;
+  uintptr_t b = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+  uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
+  if (p && n >= 2 * huge && e > b) madvise((void *)b, e - b, MADV_HUGEPAGE);
+#else
+  (void)p; (void)n;
+#endif
 }
 
 /* cap bytes from the kernel; huge-page-aligned when cap is a whole number
@@ -104,7 +133,11 @@ void *hostpool_alloc(size_t n, int zero) {
   size_t cap = class_of(n);
   void *p = NULL;
   int i;
-  if (!KEEP) return zero ? calloc(1, n) : malloc(n);
+  if (!hostpool_limit()) {
+    p = zero ? calloc(1, n) : malloc(n);
+    hostpool_advise_huge(p, n);
+    return p;
+  }
   pthread_mutex_lock(&lock);
   for (i = nkept - 1; i >= 0; i--)           /* the newest of the class */
     if (kept[i].cap == cap) {
@@ -133,9 +166,9 @@ void *hostpool_alloc(size_t n, int zero) {
 void hostpool_free(void *p, size_t n) {
   size_t cap = class_of(n), limit;
   if (!p) return;
-  if (!KEEP) { free(p); return; }
+  if (!(limit = hostpool_limit())) { free(p); return; }
   pthread_mutex_lock(&lock);
-  if (cap <= (limit = hostpool_limit())) {
+  if (cap <= limit) {
     while (nkept > 0 && (nkept == MAX_KEPT || kept_bytes + cap > limit)) {
       munmap(kept[0].p, kept[0].cap);        /* the oldest goes */
       kept_bytes -= kept[0].cap;

@@ -14,6 +14,9 @@
 void *hostpool_alloc(size_t n, int zero);
 /* Give back p of n bytes (the n it was allocated with); NULL is ignored. */
 void hostpool_free(void *p, size_t n);
+/* Ask the kernel for transparent huge pages over a large buffer from
+** malloc (one page fault per 2 MiB instead of per 4 KiB); advice only. */
+void hostpool_advise_huge(void *p, size_t n);
 /* The most bytes kept for reuse. */
 size_t hostpool_limit(void);
 

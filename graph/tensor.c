@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "hostpool.h"
 #include "tensor.h"
@@ -123,25 +122,6 @@ void ten_set_allocator(fl_device d, void *(*alloc)(size_t nbytes),
     allocators[d].release = release;
     allocators[d].name = name;
   }
-}
-
-/* A fresh buffer is first touched by the kernel that fills it; with 4 KiB
-** pages that is one page fault per 4 KiB, which costs a memory-bound op
-** two to three times its own time (measured: a 16M-float add, 25 ms into
-** fresh pages, 9 ms with huge pages, 6 ms into warm memory).  Asking for
-** transparent huge pages over the 2 MiB-aligned inside of a big buffer
-** makes it one fault per 2 MiB, as PyTorch's THP_MEM_ALLOC_ENABLE does.
-** Every CPU tensor gets it, eager or compiled, so their comparison is
-** fair.  Advice only: where it is not honoured nothing changes. */
-void ten_advise_huge(void *p, size_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const uintptr_t huge = (uintptr_t)2 << 20;
-  uintptr_t b = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-  uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
-  if (p && n >= 2 * huge && e > b) madvise((void *)b, e - b, MADV_HUGEPAGE);
-#else
-  (void)p; (void)n;
-#endif
 }
 
 /* Host storage: big buffers from the pool (their pages stay mapped from

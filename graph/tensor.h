@@ -63,9 +63,6 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* The same without the zero-fill, for memory a kernel overwrites whole
 ** (compiled programs' buffers and outputs). */
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
-/* Ask the kernel for transparent huge pages over a large host buffer (one
-** page fault per 2 MiB instead of per 4 KiB); advice only. */
-void ten_advise_huge(void *p, size_t n);
 /* Drop t's storage reference and clear it; accepts an empty tensor. */
 void ten_release(fl_tensor *t);
 /* *dst becomes another reference to src's storage, same metadata. */
