@@ -61,7 +61,7 @@ int meta_check_size(const fl_meta *m, const char *what, fl_err *e);
 ** empty (st == NULL) and e names the byte size. */
 int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* The same without the zero-fill, for memory a kernel overwrites whole
-** (compiled programs' buffers and outputs). */
+** (every eager and compiled kernel's output, copies). */
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* Drop t's storage reference and clear it; accepts an empty tensor. */
 void ten_release(fl_tensor *t);
