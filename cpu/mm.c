@@ -249,6 +249,23 @@ static int start(void) {
   return 1;
 }
 
+/* Take the lock and find (or make) the entry of key k in c into *en; op
+** names the call in errors.  On FL_OK the lock stays held for the caller
+** to run the entry and let go; on an error it is released. */
+static int locked_entry(pcache *c, const void *k, const void *call, const char *op, void **en,
+                        fl_err *e) {
+  pthread_mutex_lock(&lock);
+  if (!start()) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_EUNSUPPORTED, "%s: oneDNN has no CPU engine here", op);
+  }
+  if (!(*en = pcache_get(c, k, call))) {
+    pthread_mutex_unlock(&lock);
+    return err_set(e, FL_ENOMEM, "%s: cannot allocate a primitive cache entry", op);
+  }
+  return FL_OK;
+}
+
 int cpu_mm_enabled(void) {
   static int on = -1;
   if (on < 0) {
@@ -261,6 +278,7 @@ int cpu_mm_enabled(void) {
 int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
   entry *en;
+  void *p;
   cpu_mm mc;
   const cpu_mm *m = m0;
   int i, rc = FL_OK;
@@ -276,15 +294,8 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
   key_of(&k, m);
-  pthread_mutex_lock(&lock);
-  if (!start()) {
-    pthread_mutex_unlock(&lock);
-    return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN has no CPU engine here");
-  }
-  if (!(en = pcache_get(&cache, &k, m))) {
-    pthread_mutex_unlock(&lock);
-    return err_set(e, FL_ENOMEM, "matmul: cannot allocate a primitive cache entry");
-  }
+  if ((rc = locked_entry(&cache, &k, m, "matmul", &p, e)) != FL_OK) return rc;
+  en = p;
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN refuses this layout");
   } else {
@@ -619,6 +630,7 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ckey k;
   centry *en;
+  void *p;
   int i, rc = FL_OK;
   if (!cpu_conv_enabled())
     return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN is turned off (FUSELAB_CONV=blas)");
@@ -640,15 +652,8 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
   }
-  pthread_mutex_lock(&lock);
-  if (!start()) {
-    pthread_mutex_unlock(&lock);
-    return err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN has no CPU engine here");
-  }
-  if (!(en = pcache_get(&ccache, &k, c))) {
-    pthread_mutex_unlock(&lock);
-    return err_set(e, FL_ENOMEM, "conv2d: cannot allocate a primitive cache entry");
-  }
+  if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
+  en = p;
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
   } else if (!centry_exec(en, c)) {
