@@ -163,19 +163,13 @@ static void *alloc_zeroed(size_t n) {
 }
 
 /* ten_uninit's allocator: memory a kernel overwrites whole, so no memset
-** (the pool hands back blocks as the last user left them).  Under
-** FUSELAB_POISON_UNINIT, as on the host, it is filled with 0xFF bytes so
-** an element a kernel leaves unwritten reads as NaN in the tests. */
+** (the pool hands back blocks as the last user left them), except the
+** tests' poison (ten_poison_uninit). */
 static void *alloc_uninit(size_t n) {
-  static int poison = -1;
   void *p;
   fl_err e;
-  if (poison < 0) {
-    const char *v = getenv("FUSELAB_POISON_UNINIT");
-    poison = v && *v && strcmp(v, "0") != 0;
-  }
   if (cuda_alloc(&p, n, &e) != FL_OK) return NULL;
-  if (poison && cudaMemsetAsync(p, 0xFF, n ? n : 1, stream) != cudaSuccess) {
+  if (ten_poison_uninit() && cudaMemsetAsync(p, 0xFF, n ? n : 1, stream) != cudaSuccess) {
     (void)cudaGetLastError();
     cuda_free(p);
     return NULL;

@@ -114,9 +114,7 @@ static void *map_fresh(size_t cap) {
   a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
   if (a > p) munmap(p, (size_t)(a - p));
   if (p + extra > a) munmap(a + cap, (size_t)(p + extra - a));
-#ifdef MADV_HUGEPAGE
-  madvise(a, cap, MADV_HUGEPAGE);
-#endif
+  hostpool_advise_huge(a, cap);
   return a;
 }
 

@@ -135,19 +135,21 @@ static void cpu_release(void *p, size_t n) {
   else free(p);
 }
 
-/* Host memory a kernel will overwrite whole: no zero-fill pass (calloc
-** clears reused heap memory, an extra write of every byte of a call's
-** outputs).  FUSELAB_POISON_UNINIT=1 (the test suite sets it) fills it
-** with 0xFF bytes instead, NaN as float, so a kernel that leaves an
-** element unwritten gives a wrong answer the tests see. */
-static void *cpu_alloc_uninit(size_t n) {
+int ten_poison_uninit(void) {
   static int poison = -1;
-  void *p = n >= HOSTPOOL_MIN ? hostpool_alloc(n, 0) : malloc(n ? n : 1);
   if (poison < 0) {
     const char *v = getenv("FUSELAB_POISON_UNINIT");
     poison = v && *v && strcmp(v, "0") != 0;
   }
-  if (p && poison) memset(p, 0xFF, n);
+  return poison;
+}
+
+/* Host memory a kernel will overwrite whole: no zero-fill pass (calloc
+** clears reused heap memory, an extra write of every byte of a call's
+** outputs); poisoned for the tests (ten_poison_uninit). */
+static void *cpu_alloc_uninit(size_t n) {
+  void *p = n >= HOSTPOOL_MIN ? hostpool_alloc(n, 0) : malloc(n ? n : 1);
+  if (p && ten_poison_uninit()) memset(p, 0xFF, n);
   return p;
 }
 

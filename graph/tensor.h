@@ -63,6 +63,10 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* The same without the zero-fill, for memory a kernel overwrites whole
 ** (every eager and compiled kernel's output, copies). */
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
+/* 1 when FUSELAB_POISON_UNINIT is set (the test suite sets it): every
+** device's ten_uninit memory is then filled with 0xFF bytes, NaN as float,
+** so a kernel that leaves an element unwritten gives a wrong answer. */
+int ten_poison_uninit(void);
 /* Drop t's storage reference and clear it; accepts an empty tensor. */
 void ten_release(fl_tensor *t);
 /* *dst becomes another reference to src's storage, same metadata. */
