@@ -207,6 +207,16 @@ def torch_child(name, d):
 
 # ---- the driver --------------------------------------------------------------
 
+def verdict(tt, ff):
+    """a side is faster only when all its rounds beat all the other's:
+    overlapping ranges are noise on a shared machine"""
+    if max(ff) < min(tt):
+        return "fuselab faster"
+    if max(tt) < min(ff):
+        return "torch.compile faster"
+    return "no clear difference here"
+
+
 def run_child(cmd, env):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     for line in p.stdout.splitlines():
@@ -264,8 +274,8 @@ def main():
             pass
         print("CPU: %s; 2 threads; %d alternating rounds, fresh processes; OPENBLAS_CORETYPE=%s" %
               (cpu, a.rounds, a.coretype or "(unset)"))
-        print("%-52s %22s %22s %7s %7s  %s" % ("workload", "torch.compile ms", "fuselab ms", "ratio",
-                                               "best", "output sums (torch / fuselab)"))
+        print("%-52s %22s %22s %7s %7s  %-27s %s" % ("workload", "torch.compile ms", "fuselab ms", "ratio",
+                                                     "best", "verdict", "output sums (torch / fuselab)"))
         for name, desc in todo:
             tt, ff = times[name]["torch"], times[name]["fuselab"]
             if not tt or not ff:
@@ -275,10 +285,10 @@ def main():
             s = sums.get(name, {})
             # ratio of the medians, and of the best times (the least
             # disturbed run of each side, where the machine is shared)
-            print("%-52s %22s %22s %7.2f %7.2f  %.6e / %.6e" %
+            print("%-52s %22s %22s %7.2f %7.2f  %-27s %.6e / %.6e" %
                   (desc, "%.4g (%.4g-%.4g)" % (mt, min(tt), max(tt)),
                    "%.4g (%.4g-%.4g)" % (mf, min(ff), max(ff)), mt / mf, min(tt) / min(ff),
-                   s.get("torch", float("nan")), s.get("fuselab", float("nan"))))
+                   verdict(tt, ff), s.get("torch", float("nan")), s.get("fuselab", float("nan"))))
 
 
 if __name__ == "__main__":
