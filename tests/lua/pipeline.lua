@@ -142,6 +142,29 @@ do
   t.ok(close(folded:run(xc), cnn(xc)), "cnn: a graph optimized before the change sees it too")
 end
 
+-- a conv whose result is smaller than its weights (a late layer at batch
+-- 1): the batch norm scales the result per channel instead of the weights
+-- on every run; still no batch_norm node, still bound by reference
+do
+  local m = nn.Sequential(nn.Conv2d(16, 32, 3, {padding = 1}), nn.BatchNorm2d(32), nn.ReLU())
+  m:eval()
+  local bn = m.modules[2]
+  bn.running_mean:copy_(fl.randn(32) * 0.1)
+  bn.running_var:copy_(fl.rand(32) + 0.5)
+  bn.weight:copy_(fl.randn(32))
+  local x = fl.randn(1, 16, 2, 2)
+  local g = fl.capture(m, x)
+  local h, log = g:optimize{quiet = true}
+  t.ok(not has_op(h, "batch_norm"), "small result: no batch_norm left")
+  t.ok(log:find("result (per channel", 1, true), "small result: the log says the result is scaled")
+  local cm = fl.compile(m)
+  t.ok(close(cm(x), m(x)), "small result: compiled matches eager")
+  bn.running_var:mul_(3)
+  m.modules[1].weight:mul_(-0.5)
+  t.ok(close(cm(x), m(x)), "small result: in-place changes are seen")
+  t.is(cm:stats().compiles, 1, "small result: without a recompile")
+end
+
 -- a conv whose result is used elsewhere too is not folded (it would run twice)
 do
   local c = nn.Conv2d(3, 4, 3, {padding = 1})
