@@ -42,7 +42,8 @@ local gd = g:decompose{quiet = true}
 local go, log = gd:optimize{quiet = true}
 local kinds = {}
 for line in log:gmatch("[^\n]+") do
-  local k = line:match("folded into conv2d's weights") and "batch norm / scale folded into a convolution"
+  local k = line:match("folded into conv2d's weights") and "batch norm / scale folded into a convolution's weights"
+    or line:match("folded into conv2d's result") and "batch norm / scale applied to a convolution's (smaller) result"
     or line:match("= linear") and "matmul + bias made one linear"
     or line:match("dce") and "dead code removed" or "other simplifications"
   kinds[k] = (kinds[k] or 0) + 1
@@ -51,7 +52,8 @@ print(("2. after decompose: %d ops; after optimize: %d ops:"):format(gd:stats().
 for k, n in pairs(kinds) do print(("   %5d  %s"):format(n, k)) end
 print("   optimize adds ops: the folded weights are computed in the graph from the")
 print("   parameters, which stay bound by reference (a weight changed in place is seen),")
-print("   so every call recomputes them: traffic about the size of the weights, counted below")
+print("   so every call recomputes them: traffic about the size of the weights, counted below;")
+print("   where a conv's result is smaller than its weights, the result is scaled instead")
 
 -- 3. Fusion, with the planner's reason for every pair it looked at.
 local p = go:fuse()
