@@ -538,8 +538,8 @@ done:
 
 /* --- pooling ------------------------------------------------------------- */
 
-/* One plane: max over the dilated window (NaN wins, padding never does) or
-** the average, dividing by the window clipped to the padded input
+/* Max over the dilated window (NaN wins, padding never does) or the
+** average, dividing by the window clipped to the padded input
 ** (count_include_pad, PyTorch's rule) or by the input elements it covers.
 ** Row by row, one window offset (kh, kw) at a time across all the row's
 ** outputs: in the columns whose window lies inside the input (pool_cols)
@@ -679,7 +679,6 @@ static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
   }
 }
 
-
 /* Integer images have only the max (avg_pool2d refuses them): compared as
 ** int64, so values beyond 2^53 keep every bit. */
 static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, int64_t OH,
@@ -716,20 +715,22 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(xo); return FL_ENOMEM; }
     int64_t lo, hi;
     pool_cols(W, OW, g->kw, g->sw, g->pl, is_max ? g->dw : 1, &lo, &hi);
-    /* one output row per iteration: a single plane (a channel pooling
-    ** over [1, 1, C, HW]) still uses every thread */
+    /* "same" stride-1 max pools plane by plane (max_plane_flat), the rest
+    ** one output row per iteration: a single plane (a channel pooling over
+    ** [1, 1, C, HW]) still uses every thread */
     if (is_max && g->sh == 1 && g->sw == 1 && OW == W && planes > 1) {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes; p++)
         max_plane_flat(xf + p * H * W, y + p * OH * OW, H, W, OH, g, lo, hi);
-    } else
-    EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
-    for (p = 0; p < planes * OH; p++) {
-      const float *xp = xf + p / OH * H * W;
-      float *yr = y + p * OW;
-      int64_t h0 = p % OH * g->sh - g->pt;
-      if (is_max) max_row(xp, yr, H, W, OW, h0, g, lo, hi);
-      else avg_row(xp, yr, H, W, OW, h0, g, lo, hi);
+    } else {
+      EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
+      for (p = 0; p < planes * OH; p++) {
+        const float *xp = xf + p / OH * H * W;
+        float *yr = y + p * OW;
+        int64_t h0 = p % OH * g->sh - g->pt;
+        if (is_max) max_row(xp, yr, H, W, OW, h0, g, lo, hi);
+        else avg_row(xp, yr, H, W, OW, h0, g, lo, hi);
+      }
     }
     eager_out_done(out, yo);
     free(xo);

@@ -508,7 +508,7 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
   /* Weights bound by reference are scaled again on every run; where the
   ** conv's result has fewer elements than its weights (late layers at small
   ** batch: ResNet-50's [1, 2048, 7, 7] from 1M weights), scaling the
-  ** result is the smaller pass, and it fuses into the conv's epilogue. */
+  ** result is the smaller pass, and it fuses into the conv's epilogue kernel. */
   if (m >= 0 && r->g->nodes[w].kind != IR_CONST && meta_numel(&cm) < meta_numel(&r->g->nodes[w].meta)) {
     id = emit_fold2(r, mop, conv, chan_shape(r, m, nm, 3));
     if (t >= 0) id = emit_fold2(r, aop, id, chan_shape(r, t, nt, 3));
