@@ -577,9 +577,15 @@ static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
         int64_t iw = ow * sw + off;
         if (iw >= 0 && iw < W) POOL_MAX(yr[ow], xr[iw]);
       }
-      if (sw == 1) {             /* contiguous loads: the common 3x3 stride-1 pool */
+      /* strides 1 and 2 spelled out: a constant stride vectorizes as
+      ** contiguous loads (and for 2, a shuffle of two), a variable one as a
+      ** gather of single elements */
+      if (sw == 1) {
         EAGER_SIMD
         for (ow = lo; ow < hi; ow++) POOL_MAX(yr[ow], xr[ow + off]);
+      } else if (sw == 2) {
+        EAGER_SIMD
+        for (ow = lo; ow < hi; ow++) POOL_MAX(yr[ow], xr[2 * ow + off]);
       } else {
         EAGER_SIMD
         for (ow = lo; ow < hi; ow++) POOL_MAX(yr[ow], xr[ow * sw + off]);
@@ -661,8 +667,13 @@ static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
           int64_t iw = ow * sw + off;
           if (iw >= 0 && iw < W) acc[ow - c0] += xr[iw];
         }
-        EAGER_SIMD
-        for (ow = a; ow < b; ow++) acc[ow - c0] += xr[ow * sw + off];
+        if (sw == 2) {           /* as in max_row */
+          EAGER_SIMD
+          for (ow = a; ow < b; ow++) acc[ow - c0] += xr[2 * ow + off];
+        } else {
+          EAGER_SIMD
+          for (ow = a; ow < b; ow++) acc[ow - c0] += xr[ow * sw + off];
+        }
         for (ow = b; ow < c1; ow++) {
           int64_t iw = ow * sw + off;
           if (iw >= 0 && iw < W) acc[ow - c0] += xr[iw];
