@@ -62,12 +62,10 @@ for _, k in ipairs{1, 2, 3, 5} do
     local span = (k - 1) * d
     local pl, pt = R(0, span), R(0, span)
     local pr, pb = span - pl, span - pt
-    do
-      local H, W = R(1, 12) + span, ({1, 3, 17, 40})[R(4)] + span
-      local opts = {stride = 1, padding = {pt, pl, pb, pr}, dilation = d}
-      add(("same max k%d d%d pads %d,%d,%d,%d on [3,5,%d,%d]"):format(k, d, pt, pl, pb, pr, H, W),
-          {3, 5, H, W}, function(a) return a:max_pool2d(k, opts) end, true, true)
-    end
+    local H, W = R(1, 12) + span, ({1, 3, 17, 40})[R(4)] + span
+    local opts = {stride = 1, padding = {pt, pl, pb, pr}, dilation = d}
+    add(("same max k%d d%d pads %d,%d,%d,%d on [3,5,%d,%d]"):format(k, d, pt, pl, pb, pr, H, W),
+        {3, 5, H, W}, function(a) return a:max_pool2d(k, opts) end, true, true)
   end
 end
 -- the width kept but fewer interior rows than the window: all rows checked
