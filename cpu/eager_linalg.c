@@ -598,52 +598,42 @@ static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
   }
 }
 
-/* A stride-1 max pool whose output rows are as wide as the input's (a
-** "same" pool, Inception's 3x3 branches): the rows whose whole window is
-** inside the input, taken together, are one flat run per tap, y[i] =
-** max(y[i], x[i + tap offset]); long loops where a row of 27 left the
-** vector loop's remainder most of the work.  The border columns inside
-** that run read their row neighbours' pixels and are redone with checks. */
+/* Stride-1 max pools (Inception's 3x3 branches): a group of planes is
+** copied, end to end, into -inf borders as wide as the padding, so every
+** output of the group is one flat run per tap, Y[i] = max(Y[i], P[i + tap
+** offset]), computed as if an output row were as wide as a padded row;
+** the extra columns are dropped when the group is copied out.  No bounds
+** checks and no short rows: GoogLeNet's 832 planes of 7x7 cost a few
+** vector steps per tap, where row by row their borders were most of the
+** work.  P holds np padded planes and the slack the last taps read past
+** them; Y np padded planes. */
+#define POOL_GROUP 16384          /* floats of P per group: L2-resident */
+
+static int64_t pool_s1_slack(const op_win2d *g, int64_t Wp) {
+  return (g->kh - 1) * g->dh * Wp + (g->kw - 1) * g->dw;
+}
+
 EAGER_WIDE
-static void max_plane_flat(const float *x, float *y, int64_t H, int64_t W, int64_t OH,
-                           const op_win2d *g, int64_t lo, int64_t hi) {
-  int64_t r0 = g->pt, r1 = H - 1 - (g->kh - 1) * g->dh + g->pt + 1, oh, kh, kw, i, a, b;
-  if (r1 > OH) r1 = OH;
-  if (r0 > r1) r0 = r1;
-  for (oh = 0; oh < r0; oh++) max_row(x, y + oh * W, H, W, W, oh - g->pt, g, lo, hi);
-  for (oh = r1; oh < OH; oh++) max_row(x, y + oh * W, H, W, W, oh - g->pt, g, lo, hi);
-  if (r0 == r1 || lo == hi) {
-    for (oh = r0; oh < r1; oh++) max_row(x, y + oh * W, H, W, W, oh - g->pt, g, lo, hi);
-    return;
-  }
-  /* from the first interior output to the last: every read inside x */
-  a = r0 * W + lo;
-  b = (r1 - 1) * W + hi;
+static void max_s1_group(const float *x, float *y, int64_t np, int64_t H, int64_t W, int64_t OH,
+                         int64_t OW, const op_win2d *g, float *P, float *Y) {
+  int64_t Wp = W + g->pl + g->pr, plane = (H + g->pt + g->pb) * Wp, n = np * plane;
+  int64_t end = n + pool_s1_slack(g, Wp), p, r, i, kh, kw;
   EAGER_SIMD
-  for (i = a; i < b; i++) y[i] = -INFINITY;
+  for (i = 0; i < end; i++) P[i] = -INFINITY;
+  for (p = 0; p < np; p++)
+    for (r = 0; r < H; r++)
+      memcpy(P + p * plane + (r + g->pt) * Wp + g->pl, x + (p * H + r) * W, (size_t)W * sizeof *x);
+  EAGER_SIMD
+  for (i = 0; i < n; i++) Y[i] = -INFINITY;
   for (kh = 0; kh < g->kh; kh++)
     for (kw = 0; kw < g->kw; kw++) {
-      const float *xs = x + (kh * g->dh - g->pt) * W + kw * g->dw - g->pl + a;
-      float *ys = y + a;
+      const float *ps = P + kh * g->dh * Wp + kw * g->dw;
       EAGER_SIMD
-      for (i = 0; i < b - a; i++) POOL_MAX(ys[i], xs[i]);
+      for (i = 0; i < n; i++) POOL_MAX(Y[i], ps[i]);
     }
-  for (oh = r0; oh < r1; oh++) {
-    float *yr = y + oh * W;
-    int64_t ow;
-    for (ow = 0; ow < W; ow++) {
-      int64_t k, j;
-      float m = -INFINITY;
-      if (ow == lo) ow = hi;
-      if (ow >= W) break;
-      for (k = 0; k < g->kh; k++)
-        for (j = 0; j < g->kw; j++) {
-          int64_t iw = ow - g->pl + j * g->dw;
-          if (iw >= 0 && iw < W) POOL_MAX(m, x[(oh - g->pt + k * g->dh) * W + iw]);
-        }
-      yr[ow] = m;
-    }
-  }
+  for (p = 0; p < np; p++)
+    for (r = 0; r < OH; r++)
+      memcpy(y + (p * OH + r) * OW, Y + p * plane + r * Wp, (size_t)OW * sizeof *y);
 }
 
 /* the average's sums are kept in double, POOL_BLOCK columns at a time */
@@ -726,13 +716,31 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(xo); return FL_ENOMEM; }
     int64_t lo, hi;
     pool_cols(W, OW, g->kw, g->sw, g->pl, is_max ? g->dw : 1, &lo, &hi);
-    /* "same" stride-1 max pools plane by plane (max_plane_flat), the rest
-    ** one output row per iteration: a single plane (a channel pooling over
-    ** [1, 1, C, HW]) still uses every thread */
-    if (is_max && g->sh == 1 && g->sw == 1 && OW == W && planes > 1) {
-      EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
-      for (p = 0; p < planes; p++)
-        max_plane_flat(xf + p * H * W, y + p * OH * OW, H, W, OH, g, lo, hi);
+    /* stride-1 max pools of planes that fit a group through the padded
+    ** copy (max_s1_group), the rest one output row per iteration: a single
+    ** plane (a channel pooling over [1, 1, C, HW]) still uses every thread */
+    int64_t Wp = W + g->pl + g->pr, plane = (H + g->pt + g->pb) * Wp;
+    if (is_max && g->sh == 1 && g->sw == 1 && OH + (g->kh - 1) * g->dh == H + g->pt + g->pb &&
+        OW + (g->kw - 1) * g->dw == Wp && plane <= POOL_GROUP) {
+      int64_t np = POOL_GROUP / plane, groups = (planes + np - 1) / np;
+      EAGER_PRAGMA(omp parallel if (planes * H * W > EAGER_PAR_MIN))
+      {
+        float *P = malloc((size_t)(np * plane + pool_s1_slack(g, Wp)) * sizeof *P);
+        float *Y = malloc((size_t)(np * plane) * sizeof *Y);
+        int64_t q, j;
+        EAGER_PRAGMA(omp for schedule(static))
+        for (q = 0; q < groups; q++) {
+          int64_t p0 = q * np, n = p0 + np < planes ? np : planes - p0;
+          if (P && Y) {
+            max_s1_group(xf + p0 * H * W, y + p0 * OH * OW, n, H, W, OH, OW, g, P, Y);
+            continue;
+          }
+          for (j = p0 * OH; j < (p0 + n) * OH; j++)   /* no scratch: row by row */
+            max_row(xf + j / OH * H * W, y + j * OW, H, W, OW, j % OH - g->pt, g, lo, hi);
+        }
+        free(P);
+        free(Y);
+      }
     } else {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes * OH; p++) {

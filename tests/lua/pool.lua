@@ -1,9 +1,9 @@
 -- pool.lua -- the float pooling kernels' paths (cpu/eager_linalg.c), each
 -- against the reference interpreter, eagerly and compiled for the CPU:
---   * "same" stride-1 max pools (output rows as wide as the input's), run
---     as one flat loop per tap over the interior rows, their border
---     columns redone with checks: kernels 1-5, dilation 1-3, symmetric and
---     asymmetric pads, planes of 1 to 40 columns;
+--   * stride-1 max pools, run on groups of planes copied into -inf
+--     borders, one flat loop per tap: kernels 1-5, dilation 1-3,
+--     symmetric and asymmetric pads, planes of 1 to 40 columns, 7x7
+--     planes as GoogLeNet's last pools;
 --   * every other max pool, row by row (interior columns without checks);
 --   * averages, summed in double POOL_BLOCK (256) columns at a time: rows
 --     of 600 and 1000 columns cross the block edge;
@@ -68,7 +68,7 @@ for _, k in ipairs{1, 2, 3, 5} do
         {3, 5, H, W}, function(a) return a:max_pool2d(k, opts) end, true, true)
   end
 end
--- the width kept but fewer interior rows than the window: all rows checked
+-- fewer rows than the window
 add("same max k5 d1 on [2,3,3,9]", {2, 3, 3, 9},
     function(a) return a:max_pool2d(5, {stride = 1, padding = 2}) end, true, true)
 -- other max pools: strides, dilation, ceil_mode
@@ -93,6 +93,8 @@ end
 add("avg k5x1 p2,0 on one plane [1,1,64,3025]", {1, 1, 64, 3025},
     function(a) return a:avg_pool2d({5, 1}, {stride = 1, padding = {2, 0}}) end, false, false)
 add("max k3 s1 p1 on one plane [1,1,50,700]", {1, 1, 50, 700},
+    function(a) return a:max_pool2d(3, {stride = 1, padding = 1}) end, true, true)
+add("max k3 s1 p1 on [1,832,7,7] (GoogLeNet's)", {1, 832, 7, 7},
     function(a) return a:max_pool2d(3, {stride = 1, padding = 1}) end, true, true)
 add("max k3 s2 on [1,64,111,111] (AlexNet's)", {1, 64, 111, 111},
     function(a) return a:max_pool2d(3, {stride = 2}) end, true, true)
