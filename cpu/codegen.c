@@ -88,13 +88,21 @@ void cpu_emit_preamble(strbuf *b) {
     "/* powf with C99's answers (those of scalar powf, eager and the oracle)\n"
     "** for a negative zero or infinite base, where glibc's vector powf gives\n"
     "** NaN: (-inf)^0.5 is +inf whichever lane computes it.  pow(-a, b) with\n"
-    "** the sign of an odd integer b is C99's rule for those bases. */\n"
+    "** the sign of an odd integer b is C99's rule for those bases.  Written\n"
+    "** without a branch GCC could split the call on (float tests joined by\n"
+    "** &, the signs set on the bits): with an exponent loaded from memory\n"
+    "** (LRN's), `neg ? -a : a` made it two scalar calls per element. */\n"
     "static inline float fl_powf(float a, float b)\n"
     "{\n"
-    "  const int odd = fabsf(b) < 16777216.0f && b == (float)(int)b && ((int)b & 1);\n"
-    "  const int neg = (a == 0.0f || fabsf(a) == INFINITY) && signbit(a);\n"
-    "  const float r = powf(neg ? -a : a, b);\n"
-    "  return neg && odd ? -r : r;\n"
+    "  const float h = 0.5f * b;\n"
+    "  const uint32_t odd = (fabsf(b) < 16777216.0f) & (truncf(b) == b) & (truncf(h) != h);\n"
+    "  const uint32_t neg = ((a == 0.0f) | (fabsf(a) == INFINITY)) & (signbit(a) != 0);\n"
+    "  union { float f; uint32_t u; } x, r;\n"
+    "  x.f = a;\n"
+    "  x.u &= ~(neg << 31);                 /* -0, -inf as +0, +inf */\n"
+    "  r.f = powf(x.f, b);\n"
+    "  r.u ^= (neg & odd) << 31;\n"
+    "  return r.f;\n"
     "}\n"
     "\n"
     "/* smallest amount of work worth starting threads for */\n"
@@ -646,16 +654,28 @@ static void emit_reduce(gen *g) {
   strbuf_printf(g->b, "  }\n");
 }
 
+/* a load the unit-stride loop reads at one place (a broadcast operand) */
+static int hoisted(const gen *g, int i, int fast) {
+  const fk_instr *in = &g->k->instr[i];
+  return fast && g->D > 0 && in->opc == FKI_LOAD && g->k->acc[in->access].inner == 0;
+}
+
 static void pw_body(gen *g, int fast, int depth) {
   const fk_kernel *k = g->k;
   int i, a;
   if (g->D > 0) {
+    /* broadcast operands are read before the loop: inside it, GCC took
+    ** them for loads each iteration and gave up vectorizing loops that call
+    ** a SIMD function (LRN's pow with its exponent from memory ran scalar) */
+    for (i = 0; i < k->ninstr; i++)
+      if (hoisted(g, i, fast)) emit_step(g, i, depth, fast, 1);
     if (fast) { ind(g, depth); strbuf_printf(g->b, "#pragma omp simd\n"); }
     ind(g, depth);
     strbuf_printf(g->b, "for (int64_t j = j0; j < j1; j++) {\n");
     depth++;
   }
-  for (i = 0; i < k->ninstr; i++) emit_step(g, i, depth, fast, 1);
+  for (i = 0; i < k->ninstr; i++)
+    if (!hoisted(g, i, fast)) emit_step(g, i, depth, fast, 1);
   for (a = 0; a < k->nacc; a++) if (k->acc[a].store) emit_store(g, a, depth, fast, 1);
   if (g->D > 0) { ind(g, depth - 1); strbuf_printf(g->b, "}\n"); }
 }

@@ -103,6 +103,20 @@ local hl = half:tolist()
 local ok_inf = true
 for k = 1, 19 do if base[k] == -1 / 0 and hl[k] ~= 1 / 0 then ok_inf = false end end
 t.ok(ok_inf, "(-inf) ^ 0.5 is +inf (C99) at every position")
+-- the same with the exponent a tensor of one element, read from memory as
+-- LRN's is: the vectorized loop (the operand read once before it) must give
+-- C99's answers too: odd and even integers, 2^25 (even), NaN, halves
+do
+  local es = {fl.tensor(3.0), fl.tensor(-1.0), fl.tensor(2.0), fl.tensor(0.5), fl.tensor(-0.5),
+              fl.tensor(33554432.0), fl.tensor(0 / 0), fl.tensor{5.0}}
+  local wide = {}
+  for k = 1, 37 do wide[k] = ({-1 / 0, -0.0, -2, 1 / 0, 0.0, 0 / 0, 4.0})[k % 7 + 1] end
+  agree("pow special cases, exponent loaded", function(x)
+    local out = {}
+    for i, e in ipairs(es) do out[i] = x ^ e end
+    return table.unpack(out)
+  end, fl.tensor(wide))
+end
 
 -- ---- integer products: exact and wrapping in eager, the oracle and compiled code
 do
