@@ -545,7 +545,7 @@ done:
 ** outputs: in the columns whose window lies inside the input (pool_cols)
 ** that loop has no bounds checks and vectorizes; the few border columns
 ** check.  The per-output loop this replaces compared one element at a time
-** with data-dependent branches (Inception-v1's 12 max pools took 28 ms). */
+** with data-dependent branches (Inception-v1's 13 max pools took 28 ms). */
 
 /* the output columns [lo, hi) whose window (k taps, d apart, from
 ** o*s - p) lies inside [0, n) */
