@@ -13,8 +13,6 @@
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#ifdef __linux__
-#endif
 
 #include "eager_impl.h"
 #include "../graph/hostpool.h"

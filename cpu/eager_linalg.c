@@ -560,6 +560,30 @@ static void pool_cols(int64_t n, int64_t out, int64_t k, int64_t s, int64_t p, i
 
 #define POOL_MAX(a, v) do { float v_ = (v), a_ = (a); (a) = v_ > a_ || v_ != v_ ? v_ : a_; } while (0)
 
+/* the border columns [from, to) of one tap, each read checked */
+static inline void max_cols(float *yr, const float *xr, int64_t W, int64_t sw, int64_t off,
+                            int64_t from, int64_t to) {
+  int64_t ow;
+  for (ow = from; ow < to; ow++) {
+    int64_t iw = ow * sw + off;
+    if (iw >= 0 && iw < W) POOL_MAX(yr[ow], xr[iw]);
+  }
+}
+
+/* the same for an average's sums: acc[ow - c0] */
+static inline void sum_cols(double *acc, int64_t c0, const float *xr, int64_t W, int64_t sw,
+                            int64_t off, int64_t from, int64_t to) {
+  int64_t ow;
+  for (ow = from; ow < to; ow++) {
+    int64_t iw = ow * sw + off;
+    if (iw >= 0 && iw < W) acc[ow - c0] += xr[iw];
+  }
+}
+
+static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 EAGER_WIDE
 static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
                     const op_win2d *g, int64_t lo, int64_t hi) {
@@ -573,10 +597,7 @@ static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
     xr = x + ih * W;
     for (kw = 0; kw < g->kw; kw++) {
       int64_t off = kw * g->dw - g->pl;
-      for (ow = 0; ow < lo; ow++) {
-        int64_t iw = ow * sw + off;
-        if (iw >= 0 && iw < W) POOL_MAX(yr[ow], xr[iw]);
-      }
+      max_cols(yr, xr, W, sw, off, 0, lo);
       /* strides 1 and 2 spelled out: a constant stride vectorizes as
       ** contiguous loads (and for 2, a shuffle of two), a variable one as a
       ** gather of single elements */
@@ -590,10 +611,7 @@ static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
         EAGER_SIMD
         for (ow = lo; ow < hi; ow++) POOL_MAX(yr[ow], xr[ow * sw + off]);
       }
-      for (ow = hi; ow < OW; ow++) {
-        int64_t iw = ow * sw + off;
-        if (iw >= 0 && iw < W) POOL_MAX(yr[ow], xr[iw]);
-      }
+      max_cols(yr, xr, W, sw, off, hi, OW);
     }
   }
 }
@@ -645,18 +663,15 @@ static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
   int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
   int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, sw = g->sw, c0, ow, ih, kw;
   for (c0 = 0; c0 < OW; c0 += POOL_BLOCK) {
-    double acc[POOL_BLOCK];
+    double acc[POOL_BLOCK];                    /* acc[ow - c0] */
     int64_t c1 = c0 + POOL_BLOCK < OW ? c0 + POOL_BLOCK : OW;
-    int64_t a = lo > c0 ? (lo < c1 ? lo : c1) : c0, b = hi < c1 ? (hi > a ? hi : a) : c1;
+    int64_t a = clamp64(lo, c0, c1), b = clamp64(hi, a, c1);
     for (ow = c0; ow < c1; ow++) acc[ow - c0] = 0.0;
     for (ih = hs; ih < he; ih++) {
       const float *xr = x + ih * W;
       for (kw = 0; kw < g->kw; kw++) {
         int64_t off = kw - g->pl;
-        for (ow = c0; ow < a; ow++) {
-          int64_t iw = ow * sw + off;
-          if (iw >= 0 && iw < W) acc[ow - c0] += xr[iw];
-        }
+        sum_cols(acc, c0, xr, W, sw, off, c0, a);
         if (sw == 2) {           /* as in max_row */
           EAGER_SIMD
           for (ow = a; ow < b; ow++) acc[ow - c0] += xr[2 * ow + off];
@@ -664,10 +679,7 @@ static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
           EAGER_SIMD
           for (ow = a; ow < b; ow++) acc[ow - c0] += xr[ow * sw + off];
         }
-        for (ow = b; ow < c1; ow++) {
-          int64_t iw = ow * sw + off;
-          if (iw >= 0 && iw < W) acc[ow - c0] += xr[iw];
-        }
+        sum_cols(acc, c0, xr, W, sw, off, b, c1);
       }
     }
     for (ow = c0; ow < c1; ow++) {

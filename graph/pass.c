@@ -512,10 +512,7 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
   if (m >= 0 && r->g->nodes[w].kind != IR_CONST && meta_numel(&cm) < meta_numel(&r->g->nodes[w].meta)) {
     id = emit_fold2(r, mop, conv, chan_shape(r, m, nm, 3));
     if (t >= 0) id = emit_fold2(r, aop, id, chan_shape(r, t, nt, 3));
-    if (r->rc || id < 0) return -1;
-    if (r->g->nodes[id].meta.dtype != cm.dtype || !meta_same_shape(&r->g->nodes[id].meta, &cm))
-      return -1;
-    return id;
+    return r->rc || id < 0 || !same_type(r->g, id, &cm) ? -1 : id;
   }
   if (m >= 0) {
     w = emit_fold2(r, mop, w, chan_shape(r, m, nm, 4));
@@ -549,9 +546,7 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
   if (id < 0) return -1;
   /* the rewrite must not change the result's type (a float16 conv with
   ** float32 statistics would) */
-  if (r->g->nodes[id].meta.dtype != cm.dtype || !meta_same_shape(&r->g->nodes[id].meta, &cm))
-    return -1;
-  return id;
+  return same_type(r->g, id, &cm) ? id : -1;
 }
 
 /* The new-graph conv2d that old node `old` (an input of the op being
