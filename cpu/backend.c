@@ -39,11 +39,15 @@ typedef struct cpu_kinfo {
 ** call, runs there: the product is written once, already finished,
 ** instead of written, read back and written again.  The chain is matched
 ** on the kernel's SSA steps, one post-op at a time, from the product's
-** value v: an activation (relu, gelu, tanh, sigmoid, silu, exp, also in the
-** decomposed forms fl.compile's decompose pass leaves: gelu as
-** x*0.5*(1+erf(x*sqrt(1/2))) or its tanh form, silu as x*sigmoid(x)),
-** v (+, -, *) a constant (an affine post-op), or v + t, v * t with t
-** another float32 buffer (a residual, a gate). */
+** value v: an activation (relu, gelu's tanh form, tanh, sigmoid, silu,
+** exp, also in the decomposed forms fl.compile's decompose pass leaves:
+** gelu tanh as x*0.5*(1+tanh(...)), silu as x*sigmoid(x)), v (+, -, *) a
+** constant (an affine post-op), or v + t, v * t with t another float32
+** buffer (a residual, a gate).  GELU's erf form is not one: oneDNN 2.6's
+** gelu_erf post-op costs as much as the generated epilogue (cpu/erff.h's
+** erf) where the product's values are small, and more where they are not
+** (a 1024x256 -> 1024 linear with values of a few units: 3.2 against 2.8
+** ms, the product alone 2.4), and its erf is less exact (bench/RESULTS.md). */
 
 typedef struct matcher {
   const fk_kernel *k;
@@ -128,7 +132,6 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
   if (!composite && in->narg == 1 && in->arg[0] == v) {
     switch (in->op) {
     case OP_RELU: po->kind = CPU_MM_RELU; break;
-    case OP_GELU: po->kind = CPU_MM_GELU_ERF; break;
     case OP_GELU_TANH: po->kind = CPU_MM_GELU_TANH; break;
     case OP_TANH: po->kind = CPU_MM_TANH; break;
     case OP_SIGMOID: po->kind = CPU_MM_SIGMOID; break;
@@ -145,16 +148,10 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
     take(m, j); take(m, o);
     return 1;
   }
-  /* gelu decomposed: mul(mul(v, .5), add(erf(mul(v, sqrt .5)), 1)), or
-  ** with tanh(mul(add(v, mul(mul(mul(v, v), v), .044715)), sqrt(2/pi))) */
+  /* gelu tanh decomposed: mul(mul(v, .5), add(inner, 1)) with inner
+  ** tanh(mul(add(v, mul(mul(mul(v, v), v), .044715)), sqrt(2/pi))) */
   if (composite && gelu_shell(m, j, v, &half, &plus1, &inner)) {
     const fk_instr *ii = &k->instr[inner];
-    if (ii->opc == FKI_ELEM && ii->op == OP_ERF && ii->narg == 1 && m->region[inner] == -2 &&
-        mulc(m, ii->arg[0], v, 0.70710678118654752)) {
-      po->kind = CPU_MM_GELU_ERF;
-      take(m, j); take(m, half); take(m, plus1); take(m, inner); take(m, ii->arg[0]);
-      return 1;
-    }
     if (ii->opc == FKI_ELEM && ii->op == OP_TANH && ii->narg == 1 && m->region[inner] == -2) {
       a = ii->arg[0];                                  /* mul(t, sqrt(2/pi)) */
       if (elem2(m, a, OP_MUL, -1, &o) == 0 && k->instr[a].opc == FKI_ELEM && k->instr[a].op == OP_MUL) {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "eager.h"
+#include "erff.h"
 #include "expf.h"
 
 /* Loops over fewer elements than this stay on one thread: waking the team
@@ -81,11 +82,13 @@ void eager_store_f32(fl_tensor *out, int64_t start, const float *src,
                      int64_t n);
 void eager_store_f64(fl_tensor *out, int64_t start, const double *src,
                      int64_t n);
-/* exp(x) within 1 ulp: cpu/expf.h, the same text the generated kernels get */
+/* exp(x) within 1 ulp and erf(x) within 1.3: cpu/expf.h and cpu/erff.h,
+** the same texts the generated kernels get */
 FL_EXPF_DEFINE(eager_expf)
+FL_ERFF_DEFINE(eager_erff)
 
 /* --- more vectorizable float32 functions -----------------------------------
-** The eager baseline's tanh, log, sin, cos, erf and gelu, written like
+** The eager baseline's tanh, log, sin, cos and gelu, written like
 ** eager_expf: straight-line polynomials and selections by integer masks
 ** (no branches, no libm calls), so the loops calling them vectorize at
 ** -O2 in each of EAGER_WIDE's builds.  Where libm calls ran one element at
@@ -243,11 +246,6 @@ static inline float eager_erf1p(float x) {
   return eager_pick(EAGER_MASK(ax < 0.75f), 1.0f + eager_erf_small(x), big);
 }
 
-static inline float eager_erff(float x) {
-  float ax = fabsf(x), big = 1.0f - eager_erfc_pos(ax);
-  big = eager_float(eager_bits(big) | (eager_bits(x) & 0x80000000u));
-  return eager_pick(EAGER_MASK(ax < 0.75f), eager_erf_small(x), big);
-}
 
 /* --- kernels ----------------------------------------------------------- */
 /* eager_reduce.c: sum mean amax amin var argmax */

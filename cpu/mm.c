@@ -126,7 +126,6 @@ static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
   *alpha = 0.0f; *beta = 0.0f;
   switch (kind) {
   case CPU_MM_RELU: return dnnl_eltwise_relu;
-  case CPU_MM_GELU_ERF: return dnnl_eltwise_gelu_erf;
   case CPU_MM_GELU_TANH: return dnnl_eltwise_gelu_tanh;
   case CPU_MM_TANH: return dnnl_eltwise_tanh;
   case CPU_MM_SIGMOID: return dnnl_eltwise_logistic;

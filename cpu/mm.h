@@ -31,7 +31,7 @@ typedef struct cpu_mm_arg {
 } cpu_mm_arg;
 
 typedef enum cpu_mm_pkind {
-  CPU_MM_RELU, CPU_MM_GELU_ERF, CPU_MM_GELU_TANH, CPU_MM_TANH, CPU_MM_SIGMOID,
+  CPU_MM_RELU, CPU_MM_GELU_TANH, CPU_MM_TANH, CPU_MM_SIGMOID,
   CPU_MM_SILU, CPU_MM_EXP,
   CPU_MM_AFFINE,                     /* alpha * x + beta */
   CPU_MM_ADD, CPU_MM_MUL             /* with a tensor (src), broadcast to dst */

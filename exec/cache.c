@@ -39,7 +39,10 @@
 /* most compiler processes one program starts at once */
 #define MAX_JOBS 8
 
-#define FLAGS "-O3 -march=native -fopenmp -shared -fPIC -fno-math-errno"
+#ifndef FL_OPT
+#define FL_OPT "-O3"
+#endif
+#define FLAGS FL_OPT " -march=native -fopenmp -shared -fPIC -fno-math-errno"
 
 struct cache_obj {
   char key[33];
@@ -63,8 +66,8 @@ const char *cache_compiler(void) {
   return cc && *cc ? cc : FL_CC_DEFAULT;
 }
 
-/* glibc's libmvec: SIMD expf/logf/sinf/cosf/powf (2.22), tanhf/erff
-** (2.35).  The generated preamble declares what is there as `simd`, so
+/* glibc's libmvec: SIMD expf/logf/sinf/cosf/powf (2.22), tanhf (2.35;
+** exp and erf are cpu/expf.h's and cpu/erff.h's, inlined).  The generated preamble declares what is there as `simd`, so
 ** loops with transcendentals vectorize (cpu/codegen.c). */
 static int mvec_level(void) {
   static int level = -1;

@@ -37,10 +37,10 @@ static void int_literal(char *buf, size_t n, int64_t v) {
 ** (the int64 form), an operand that is not int64 (a bool's 0/1 float) is
 ** converted, so the expression computes in fl_i64 throughout; without, an
 ** int64 operand is converted to float (double with dbl).  k NULL: no
-** conversions.  exp_fn, when set, is the float exp the text's expf
-** becomes (the dialect's own). */
+** conversions.  d, when given, names the float exp and erf the text's
+** expf and erff become (the dialect's own). */
 static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
-                        const char *s, int dbl, int ints, const char *exp_fn) {
+                        const char *s, int dbl, int ints, const fk_dialect *d) {
   static const char *const fnames[][2] = {
     {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"fl_powf(", "pow("},
     {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
@@ -78,8 +78,13 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
       s += 3;
       continue;
     }
-    if (!dbl && exp_fn && strncmp(s, "expf(", 5) == 0) {
-      strbuf_printf(b, "%s(", exp_fn);
+    if (!dbl && d && d->exp_fn && strncmp(s, "expf(", 5) == 0) {
+      strbuf_printf(b, "%s(", d->exp_fn);
+      s += 5;
+      continue;
+    }
+    if (!dbl && d && d->erf_fn && strncmp(s, "erff(", 5) == 0) {
+      strbuf_printf(b, "%s(", d->erf_fn);
       s += 5;
       continue;
     }
@@ -232,7 +237,7 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
     render_text(b, k, in, op_info_of(in->op)->iexpr, 1, 1, NULL);
     strbuf_printf(b, ")");
   } else {
-    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0, d->exp_fn);
+    render_text(b, k, in, op_info_of(in->op)->expr, dbl, 0, d);
   }
   strbuf_printf(b, "%s", close);
 }

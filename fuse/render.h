@@ -21,6 +21,7 @@ typedef struct fk_dialect {
   const char *f16_open, *f16_close;
   const char *bf16_open, *bf16_close;
   const char *exp_fn;     /* what the op table's expf becomes; NULL: expf */
+  const char *erf_fn;     /* and its erff; NULL: erff */
 } fk_dialect;
 
 /* True when FULL division step in of reduce kernel k divides by a row

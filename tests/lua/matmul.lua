@@ -90,7 +90,8 @@ check("K = 0", mm, 1, fl.randn(3, 0), fl.randn(0, 4))
 -- compiled against the reference; `fused` says whether the product must
 -- have carried post-ops on both compiled calls (fl.blas_info().onednn_posts)
 -- or must have fallen back to the generated epilogue (the product's value
--- read elsewhere, a broadcast residual, a division, too many steps).
+-- read elsewhere, a broadcast residual, a division, too many steps, and
+-- GELU's erf form, faster generated).
 local function posts() return fl.blas_info().onednn_posts end
 local function check_post(name, fused, f, K, ...)
   local ref = fl.capture(f, ...):run_reference(...)
@@ -110,7 +111,7 @@ local res, res3 = fl.randn(12, 40), fl.randn(3, 12, 40)
 local L = function(x, w, b) return fl.linear(x, w, b) end
 for _, c in ipairs{
   {"relu", function(v) return fl.relu(v) end},
-  {"gelu", function(v) return fl.gelu(v) end},
+  {"gelu", function(v) return fl.gelu(v) end, false},
   {"gelu tanh", function(v) return fl.gelu(v, "tanh") end},
   {"tanh", function(v) return v:tanh() end},
   {"sigmoid", function(v) return v:sigmoid() end},
@@ -120,11 +121,14 @@ for _, c in ipairs{
   {"+ c", function(v) return v + 3 end},
   {"- c", function(v) return v - 2 end},
   {"c - v", function(v) return 1 - v end},
-  {"gelu, * c, + c", function(v) return fl.gelu(v) * 0.5 + 1 end},
+  {"gelu, * c, + c", function(v) return fl.gelu(v) * 0.5 + 1 end, false},
+  {"gelu tanh, * c, + c", function(v) return fl.gelu(v, "tanh") * 0.5 + 1 end},
 } do
-  check_post("linear then " .. c[1], true, function(x, w, b) return c[2](L(x, w, b)) end, 24, x, w, bb)
+  check_post("linear then " .. c[1], c[3] ~= false, function(x, w, b) return c[2](L(x, w, b)) end, 24, x, w, bb)
 end
-check_post("residual + gelu(linear)", true, function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, 24, x, w, bb, res)
+check_post("residual + gelu(linear)", false, function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end, 24, x, w, bb, res)
+check_post("residual + gelu tanh(linear)", true, function(x, w, b, r) return r + fl.gelu(L(x, w, b), "tanh") end, 24,
+           x, w, bb, res)
 check_post("linear * gate", true, function(x, w, b, r) return L(x, w, b) * r end, 24, x, w, bb, res)
 check_post("relu(linear + residual)", true, function(x, w, b, r) return fl.relu(L(x, w, b) + r) end, 24, x, w, bb, res)
 check_post("no bias, relu", true, function(x, w) return fl.relu(fl.linear(x, w)) end, 24, x, w)
