@@ -39,10 +39,15 @@
 /* most compiler processes one program starts at once */
 #define MAX_JOBS 8
 
-#ifndef FL_OPT
-#define FL_OPT "-O3"
-#endif
-#define FLAGS FL_OPT " -march=native -fopenmp -shared -fPIC -fno-math-errno"
+/* For GCC, -O3 without its versioning of loops for unit strides: the
+** generated kernels test for stride 1 themselves, so the copies GCC adds
+** to the strided fallback loops only cost compile time (a transformer
+** block's kernels: 1.36-1.50 s to compile at -O3, 0.79-0.86 s with it off,
+** a [4096, 1024] softmax 2.04-2.13 ms either way; bench/RESULTS.md).
+** Clang rejects the option, so it goes only to a compiler whose `-###`
+** answers as GCC's does. */
+#define FLAGS "-O3 -march=native -fopenmp -shared -fPIC -fno-math-errno"
+#define GCC_FLAGS " -fno-version-loops-for-strides"
 
 struct cache_obj {
   char key[33];
@@ -84,7 +89,8 @@ static int mvec_level(void) {
   return level;
 }
 
-const char *cache_flags(void) {
+/* FLAGS and libmvec's level: what every compiler gets */
+static const char *base_flags(void) {
   static char flags[256];
   if (!flags[0]) {
     int lv = mvec_level();
@@ -92,6 +98,15 @@ const char *cache_flags(void) {
     else snprintf(flags, sizeof flags, "%s", FLAGS);
   }
   return flags;
+}
+
+static int target_gcc(void);
+
+const char *cache_flags(void) {
+  static char gcc[256 + sizeof GCC_FLAGS];
+  if (!target_gcc()) return base_flags();
+  if (!gcc[0]) snprintf(gcc, sizeof gcc, "%s%s", base_flags(), GCC_FLAGS);
+  return gcc;
 }
 
 static const char *libs(void) { return mvec_level() ? "-lmvec -lm" : "-lm"; }
@@ -170,6 +185,7 @@ static int get_dir(char *out, size_t n, fl_err *e) {
 
 static pthread_mutex_t target_lock = PTHREAD_MUTEX_INITIALIZER;
 static char target_cc[512], target[8192];
+static int target_is_gcc;          /* the -### answer was GCC's */
 
 /* the flags naming the target in `cc -###` output, space-separated */
 static void target_flags(const char *out, char *buf, size_t n) {
@@ -231,13 +247,16 @@ static void get_target(char *out, size_t n) {
   pthread_mutex_lock(&target_lock);
   if (strcmp(target_cc, cc) != 0 || !target[0]) {
     size_t cap = 1 << 16;
-    char *cmd = malloc(strlen(cc) + strlen(cache_flags()) + 64), *buf = malloc(cap);
+    char *cmd = malloc(strlen(cc) + strlen(base_flags()) + 64), *buf = malloc(cap);
     target[0] = '\0';
+    target_is_gcc = 0;
     if (cmd && buf) {
-      sprintf(cmd, "%s %s -### -x c -c /dev/null -o /dev/null", cc, cache_flags());
+      sprintf(cmd, "%s %s -### -x c -c /dev/null -o /dev/null", cc, base_flags());
       /* the exit status does not matter: -### only prints */
+      buf[0] = '\0';
       cdisk_capture(cmd, buf, cap, cdisk_timeout());
       target_flags(buf, target, sizeof target);
+      target_is_gcc = strstr(buf, "COLLECT_GCC_OPTIONS") != NULL;
     }
     if (!target[0]) cpu_flags(target, sizeof target);
     free(cmd);
@@ -247,6 +266,15 @@ static void get_target(char *out, size_t n) {
   }
   snprintf(out, n, "%s", target);
   pthread_mutex_unlock(&target_lock);
+}
+
+static int target_gcc(void) {
+  int gcc;
+  get_target(NULL, 0);
+  pthread_mutex_lock(&target_lock);
+  gcc = target_is_gcc;
+  pthread_mutex_unlock(&target_lock);
+  return gcc;
 }
 
 const char *cache_target(void) {

@@ -81,7 +81,8 @@ cache_obj *cache_retain(cache_obj *o);
 /* Drops one reference; the object is unloaded with the last.  NULL ok. */
 void cache_release(cache_obj *o);
 
-/* The compiler command ($CC, else the configured default) and flags. */
+/* The compiler command ($CC, else the configured default) and flags
+** (GCC's one more than another compiler's: exec/cache.c). */
 const char *cache_compiler(void);
 const char *cache_flags(void);
 /* The target flags the compiler reports for cache_flags on this host

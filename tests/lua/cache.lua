@@ -204,6 +204,28 @@ do
   end
 end
 
+-- ---- GCC's own option only for GCC ----------------------------------------
+do
+  -- GCC's answer to -### carries COLLECT_GCC_OPTIONS; a compiler that
+  -- answers otherwise (Clang) must not get -fno-version-loops-for-strides
+  local ci = fl.cache_info()
+  local gcc = sh("cc -### -x c -c /dev/null -o /dev/null 2>&1"):find("COLLECT_GCC_OPTIONS", 1, true) ~= nil
+  if gcc then
+    t.ok(ci.flags:find("-fno-version-loops-for-strides", 1, true) ~= nil, "GCC gets its option: " .. ci.flags)
+  else
+    t.ok(true, "# SKIP cc is not GCC")
+  end
+  local other = base .. "/cc-other"
+  write(other, '#!/bin/sh\nfor a in "$@"; do case "$a" in -###) echo "\\"-target-cpu\\" \\"x86-64\\""; exit 0;; ' ..
+               '-fno-version-loops-for-strides) echo "unknown argument: $a" >&2; exit 1;; esac; done\nexec cc "$@"\n')
+  os.execute("chmod +x " .. q(other))
+  local d3 = base .. "/other"
+  os.execute("mkdir -m 0700 " .. q(d3))
+  local r = run("FUSELAB_CACHE_DIR=" .. q(d3) .. " CC=" .. q(other))
+  t.ok(r.result == 20 and r.MISSES == "1" and r.FALLBACKS == "0",
+       "a compiler that is not GCC compiles without GCC's option (fallbacks " .. tostring(r.FALLBACKS) .. ")")
+end
+
 -- ---- cache_clear: only fuselab's files ------------------------------------
 do
   for _, name in ipairs{"notes.c", "other.so", "README"} do write(d .. "/" .. name, "mine") end
