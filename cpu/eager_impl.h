@@ -246,7 +246,6 @@ static inline float eager_erf1p(float x) {
   return eager_pick(EAGER_MASK(ax < 0.75f), 1.0f + eager_erf_small(x), big);
 }
 
-
 /* --- kernels ----------------------------------------------------------- */
 /* eager_reduce.c: sum mean amax amin var argmax */
 int eager_reduce(fl_op, const fl_tensor *const *, int, const op_attrs *,
