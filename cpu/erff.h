@@ -20,6 +20,8 @@
 #ifndef FL_ERFF_H
 #define FL_ERFF_H
 
+#include "expf.h"              /* FL_EXPF_STR: the stringizing */
+
 #define FL_ERFF_DEFINE(name)                                                    \
   static inline float name(float x) {                                           \
     union { float f; uint32_t u; } a, s, b;                                     \
@@ -66,8 +68,6 @@
     return s.f;                                                                 \
   }
 
-#define FL_ERFF_STR_(...) #__VA_ARGS__
-#define FL_ERFF_STR(...) FL_ERFF_STR_(__VA_ARGS__)
-#define FL_ERFF_SOURCE(name) FL_ERFF_STR(FL_ERFF_DEFINE(name))
+#define FL_ERFF_SOURCE(name) FL_EXPF_STR(FL_ERFF_DEFINE(name))
 
 #endif

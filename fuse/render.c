@@ -78,15 +78,15 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
       s += 3;
       continue;
     }
-    if (!dbl && d && d->exp_fn && strncmp(s, "expf(", 5) == 0) {
-      strbuf_printf(b, "%s(", d->exp_fn);
-      s += 5;
-      continue;
-    }
-    if (!dbl && d && d->erf_fn && strncmp(s, "erff(", 5) == 0) {
-      strbuf_printf(b, "%s(", d->erf_fn);
-      s += 5;
-      continue;
+    if (!dbl && d) {             /* the dialect's own exp and erf */
+      const char *own = strncmp(s, "expf(", 5) == 0   ? d->exp_fn
+                        : strncmp(s, "erff(", 5) == 0 ? d->erf_fn
+                                                      : NULL;
+      if (own) {
+        strbuf_printf(b, "%s(", own);
+        s += 5;
+        continue;
+      }
     }
     if (dbl) {
       for (f = 0; f < sizeof fnames / sizeof fnames[0]; f++)
