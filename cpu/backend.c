@@ -471,7 +471,8 @@ static int launch(exec_run *r, int ki, fl_err *e) {
     threads = omp_get_max_threads();
 #endif
     for (d = k->nkept; d < k->nkept + k->nred; d++) nr *= r->args[d];
-    scratch = malloc((size_t)threads * (size_t)in->scratch * (size_t)(nr ? nr : 1) * sizeof(float));
+    scratch = aligned_alloc(64, (size_t)threads * (size_t)in->scratch *
+                                    (size_t)CPU_SCRATCH_STRIDE(nr ? nr : 1) * sizeof(float));
     if (!scratch)
       return err_set(e, FL_ENOMEM, "%s: cannot allocate its row scratch (%d x %lld floats)",
                      k->name, threads * in->scratch, (long long)nr);

@@ -20,7 +20,12 @@ void cpu_emit_preamble(strbuf *b);
 ** return 0; else 1.  *scratch (may be NULL) gets the number of float32
 ** values per reduced element and per thread the kernel keeps in a row
 ** scratch: when non-zero the caller passes, after the kernel's buffers,
-** one more of max_threads * scratch * (reduced elements) floats. */
+** one more of max_threads * scratch * CPU_SCRATCH_STRIDE(reduced elements)
+** floats, 64-byte aligned. */
 int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int k, const char *sym, int *scratch);
+
+/* A row scratch's elements per value kept: the reduced elements rounded up
+** to a 64-byte line, the expression the generated kernels compute. */
+#define CPU_SCRATCH_STRIDE(nr) (((nr) + 15) & ~(int64_t)15)
 
 #endif

@@ -225,6 +225,8 @@ int main(void) {
     ok(strstr(src, "#pragma omp parallel for") && strstr(src, "#pragma omp simd reduction(+:"),
        "rows in parallel, reductions vectorized without atomics");
     ok(!strstr(src, "4096") || strstr(src, "4096x1024"), "sizes are arguments, not literals");
+    ok(strstr(src, "const int64_t ns = (nr + 15) & ~(int64_t)15;") && strstr(src, "* ns + j1]"),
+       "row scratch rows start on a 64-byte line (the launcher's CPU_SCRATCH_STRIDE)");
     exec_program_free(pr);
     ir_free(g);
   }

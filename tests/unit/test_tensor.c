@@ -289,6 +289,25 @@ static void test_lifetime(void) {
     ok(1, "# SKIP FUSELAB_POISON_UNINIT is not 1 (make check sets it)");
   }
   ten_release(&t);
+  /* storage from 64 bytes up starts on a cache line, below the pool's
+  ** size as above it: a kernel's vector loads never straddle two lines */
+  {
+    static const int64_t n[] = {16, 100, 1000, 65536, 262144, 300000};
+    int aligned = 1, k, z;
+    for (k = 0; k < 6; k++)
+      for (z = 0; z < 2; z++) {
+        fl_meta mk = META(FL_F32, n[k]);
+        fl_tensor a2;
+        if ((z ? ten_empty(&a2, &mk, &e) : ten_uninit(&a2, &mk, &e)) != FL_OK) { aligned = 0; continue; }
+        if ((uintptr_t)ten_data(&a2) % 64 != 0) {
+          aligned = 0;
+          printf("#   %lld floats (%s): at %p\n", (long long)n[k], z ? "zeroed" : "uninit", ten_data(&a2));
+        }
+        if (z) for (i = 0; i < n[k]; i++) if (ten_get(&a2, i) != 0) { aligned = 0; break; }
+        ten_release(&a2);
+      }
+    ok(aligned, "storage of 64 bytes up is 64-byte aligned (and zeroed where asked)");
+  }
 }
 
 static void check_view(fl_op op, fl_meta im, const op_attrs *a,
