@@ -132,8 +132,9 @@ static void mat_arg(const mat *m, int nd, cpu_mm_arg *o) {
 
 /* The product through oneDNN: every batch in one call.  FL_EUNSUPPORTED
 ** when it cannot (the caller runs sgemm); posts are the caller's
-** epilogue, or none. */
-static int matmul_mm(const mat *A, const mat *B, int nb, const int64_t *bs, float *y,
+** epilogue, or none.  b_st: the storage B is read from in place, or NULL
+** (cpu_mm's b_st: a two-dimensional product's B may be kept packed). */
+static int matmul_mm(const mat *A, const mat *B, fl_storage *b_st, int nb, const int64_t *bs, float *y,
                      int fold, const cpu_mm_post *posts, int npost, fl_err *e) {
   cpu_mm m;
   int d;
@@ -156,6 +157,7 @@ static int matmul_mm(const mat *A, const mat *B, int nb, const int64_t *bs, floa
     for (d = 0; d < nb; d++) m.dst.shape[d] = bs[d];
     m.dst.shape[nb] = A->rows;
   }
+  if (m.nd == 2 && !B->owned) m.b_st = b_st;
   m.dst.shape[m.nd - 1] = B->cols;
   m.dst.stride[m.nd - 1] = 1;
   for (d = m.nd - 2; d >= 0; d--) m.dst.stride[d] = m.dst.stride[d + 1] * m.dst.shape[d + 1];
@@ -274,7 +276,7 @@ static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
   if (cpu_mm_enabled()) {
     fl_err e2;
     err_clear(&e2);
-    if ((rc = matmul_mm(&A, &B, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
+    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
         npost) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
@@ -344,6 +346,7 @@ static int linear_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
     m.b.p = wf; m.b.shape[0] = IN; m.b.shape[1] = O;
     m.b.stride[0] = tr == CblasNoTrans ? ld : 1;
     m.b.stride[1] = tr == CblasNoTrans ? 1 : ld;
+    if (wf == ten_data(w)) m.b_st = w->st;   /* the weight itself: it may be kept packed */
     m.dst.p = y; m.dst.shape[0] = rows; m.dst.shape[1] = O; m.dst.stride[0] = O; m.dst.stride[1] = 1;
     m.bias = bf;
     for (d = 0; d < npost; d++) m.post[d] = posts[d];

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "../graph/err.h"
+#include "../graph/tensor.h"
 
 #define CPU_MM_MAXD 8        /* rank of every operand (batch dims + 2) */
 #define CPU_MM_MAXPOST 4
@@ -54,6 +55,11 @@ typedef struct cpu_mm {
   const float *bias;                 /* N floats, or NULL */
   int npost;
   cpu_mm_post post[CPU_MM_MAXPOST];
+  /* the storage b is read from in place (a linear's weight), so a copy of
+  ** b in the layout oneDNN prefers can be kept while its values stay the
+  ** same (its id and version, graph/tensor.h); NULL: b is not kept (an
+  ** activation, a converted copy) */
+  fl_storage *b_st;
 } cpu_mm;
 
 /* 1 when products run through oneDNN: built with it, and not turned off
@@ -66,6 +72,11 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e);
 /* Products run through oneDNN so far in this process, and how many of
 ** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
+/* Weights kept in oneDNN's layout (FUSELAB_PACK_MB, default 256, bounds
+** their bytes; 0 turns it off): products that read such a copy, weights
+** held, and their bytes (fl.blas_info().packed_calls, .packed_weights,
+** .packed_bytes). */
+void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes);
 /* What products run on, in a sentence (fl.blas_info().matmul). */
 const char *cpu_mm_describe(void);
 

@@ -303,6 +303,7 @@ int cuda_copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
     kind = src->m.device == FL_DEV_CUDA ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
   else
     kind = src->m.device == FL_DEV_CUDA ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+  ten_wrote(dst);
   if ((rc = CUDA_CHECK(e, "copy", cudaMemcpyAsync(ten_data(dst), ten_data(src), n, kind, stream))) != FL_OK)
     return rc;
   pthread_mutex_lock(&lock);

@@ -165,6 +165,15 @@ static void *cpu_alloc_uninit(size_t n) {
   return p;
 }
 
+static uint64_t storage_ids;   /* the last storage id handed out */
+static void (*free_hook)(uint64_t id);
+
+void ten_set_free_hook(void (*hook)(uint64_t id)) { free_hook = hook; }
+
+void ten_wrote(fl_tensor *t) {
+  if (t && t->st) __atomic_add_fetch(&t->st->version, 1, __ATOMIC_RELAXED);
+}
+
 /* *t is overwritten, never released: the caller owns what it held.  On
 ** success *t holds the only reference to a fresh storage, zero-filled
 ** when zero is set. */
@@ -205,6 +214,9 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
   st->refs = 1;
   st->device = m->device;
   st->nbytes = nbytes;
+  st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
+  st->version = 0;
+  st->kept = 0;
   t->m = *m;
   t->offset = 0;
   t->st = st;
@@ -219,6 +231,7 @@ void ten_release(fl_tensor *t) {
   if (!t) return;
   if (t->st && --t->st->refs <= 0) {
     fl_storage *st = t->st;
+    if (st->kept && free_hook) free_hook(st->id);
     /* device memory without a registered release is leaked rather than
     ** handed to free(), which would crash */
     if ((st->device == FL_DEV_CPU || st->device == FL_DEV_CUDA) &&
@@ -287,6 +300,7 @@ double ten_get(const fl_tensor *t, int64_t i) {
 }
 
 void ten_set(fl_tensor *t, int64_t i, double v) {
+  ten_wrote(t);
   dtype_store(t->m.dtype, ten_elem_ptr(t, i), v);
 }
 
@@ -295,6 +309,7 @@ int64_t ten_get_i64(const fl_tensor *t, int64_t i) {
 }
 
 void ten_set_i64(fl_tensor *t, int64_t i, int64_t v) {
+  ten_wrote(t);
   dtype_store_i64(t->m.dtype, ten_elem_ptr(t, i), v);
 }
 
@@ -469,6 +484,7 @@ int ten_copy(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
     ten_release(&b);
     return err_set(e, FL_EINVAL, "copy_: tensor has no storage");
   }
+  ten_wrote(dst);
   memset(&tmp, 0, sizeof tmp);
   if (dst->st == b.st) {
     int same = dst->offset == b.offset && dst->m.dtype == b.m.dtype;
@@ -545,6 +561,7 @@ void ten_fill(fl_tensor *t, double v) {
   if (!t->st || !t->st->data || t->st->device != FL_DEV_CPU ||
       meta_numel(&t->m) == 0)
     return;
+  ten_wrote(t);
   dtype_store(t->m.dtype, pat, v);
   for (d = 0; d < t->m.ndim; d++) sa[d] = t->stride[d] * (int64_t)size;
   loop_init(&l, &t->m, sa, sb);

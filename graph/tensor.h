@@ -33,6 +33,10 @@ typedef struct fl_storage {
   fl_device device;
   size_t nbytes;
   void *data;          /* owned; freed with the last reference */
+  uint64_t id;         /* unique in the process, never reused */
+  uint64_t version;    /* counts in-place writes (ten_wrote) */
+  int kept;            /* something derived from it is kept elsewhere: the
+                          free hook hears when it goes (ten_set_free_hook) */
 } fl_storage;
 
 typedef struct fl_tensor {
@@ -94,6 +98,16 @@ void ten_set(fl_tensor *t, int64_t i, double v);
 /* The same as an exact integer (int64 values beyond 2^53 stay whole). */
 int64_t ten_get_i64(const fl_tensor *t, int64_t i);
 void ten_set_i64(fl_tensor *t, int64_t i, int64_t v);
+
+/* t's values are about to change in place: its storage's version moves
+** on, so what was derived from the old values (a product's packed copy
+** of a weight, cpu/mm.c) is not used again.  Every in-place writer calls
+** it: the Lua methods (copy_, fill_, zero_, add_ and the rest, slice
+** assignment) and ten_copy, ten_fill, ten_set, ten_set_i64 themselves. */
+void ten_wrote(fl_tensor *t);
+/* hook(id) runs as a storage whose kept flag is set is freed (one hook:
+** products' packed weights, cpu/mm.c). */
+void ten_set_free_hook(void (*hook)(uint64_t id));
 
 /* --- data movement ---------------------------------------------------- */
 /* Copy src into dst elementwise, converting dtype; src must broadcast to

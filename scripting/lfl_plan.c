@@ -252,7 +252,9 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 /* fl.blas_info() -> {config, core, was, why, matmul}: the BLAS kernels
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
-** onednn_calls / onednn_posts: how many ran there, with post-ops; conv:
+** onednn_calls / onednn_posts: how many ran there, with post-ops;
+** packed_calls / packed_weights / packed_bytes: products that read a
+** weight kept in oneDNN's layout, the weights and bytes kept; conv:
 ** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
 ** many ran on oneDNN, with post-ops */
 static int l_blas_info(lua_State *L) {
@@ -269,6 +271,13 @@ static int l_blas_info(lua_State *L) {
     cpu_mm_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
+  }
+  {
+    int64_t calls, weights, bytes;
+    cpu_mm_pack_info(&calls, &weights, &bytes);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "packed_calls");
+    lua_pushinteger(L, (lua_Integer)weights); lua_setfield(L, -2, "packed_weights");
+    lua_pushinteger(L, (lua_Integer)bytes); lua_setfield(L, -2, "packed_bytes");
   }
   lua_pushstring(L, cpu_conv_enabled() ? "oneDNN convolution (im2col + sgemm where it refuses)"
                                        : "im2col + OpenBLAS sgemm");

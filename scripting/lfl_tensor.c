@@ -657,13 +657,16 @@ static int t_cpu(lua_State *L) {
 
 /* Writing through a broadcast view would store several results into one
 ** element; refuse, as PyTorch does. */
-static void check_writable(lua_State *L, const fl_tensor *t, const char *what) {
+/* Every in-place method asks this before it writes, so it is also where
+** the storage's version moves on (ten_wrote). */
+static void check_writable(lua_State *L, fl_tensor *t, const char *what) {
   int i;
   check_host(L, t, what);
   for (i = 0; i < t->m.ndim; i++)
     if (t->stride[i] == 0 && t->m.shape[i] > 1)
       luaL_error(L, "%s: cannot write into an expanded tensor (dim %d has "
                  "stride 0); call :contiguous() first", what, i + 1);
+  ten_wrote(t);
 }
 
 /* dst <- src (broadcast to dst's shape, converted to dst's dtype); the

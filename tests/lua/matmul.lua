@@ -165,5 +165,110 @@ do   -- symbolic batch: one compiled graph for several sizes
   end
 end
 
+-- Weights kept in oneDNN's layout (cpu/mm.c, packed_b): from a weight's
+-- second use on, products read a packed copy.  Every call is checked
+-- against the reference with the weight's values of that moment, through
+-- each way of writing a weight in place (bound by reference, DESIGN), on
+-- a view of a larger tensor written through its base, and on new weights
+-- that may reuse a freed one's address.
+local function packed() return fl.blas_info().packed_calls end
+local function check_calls(name, f, K, n, ...)
+  local ref = fl.capture(f, ...):run_reference(...)
+  local cf = fl.compile(f)
+  local good = true
+  for _ = 1, n do good = good and close(cf(...), ref, K) and close(f(...), ref, K) end
+  t.ok(good, name .. ": " .. n .. " compiled and eager calls match the reference")
+end
+do
+  local xp, wp, bp = fl.randn(33, 129), fl.randn(67, 129), fl.randn(67)
+  local w2, w3 = fl.randn(512, 256), fl.randn(128, 256)   -- alive until the counts are read
+  local p0 = packed()
+  check_calls("linear 33x129 -> 67", L, 129, 3, xp, wp, bp)
+  check_calls("linear 256 -> 512, no bias", function(x, w) return fl.linear(x, w) end, 256, 3,
+              fl.randn(64, 256), w2)
+  check_calls("gelu tanh(linear) + residual", function(x, w, b, r) return r + fl.gelu(L(x, w, b), "tanh") end,
+              256, 3, fl.randn(64, 256), w3, fl.randn(128), fl.randn(64, 128))
+  if not blas_only then
+    t.ok(packed() - p0 >= 8, "weights used again read the packed copy (" .. (packed() - p0) .. " calls)")
+    local bi = fl.blas_info()
+    t.ok(bi.packed_weights >= 3 and bi.packed_bytes >= 4 * (67 * 129 + 512 * 256 + 128 * 256),
+         ("fl.blas_info() counts the copies: %d weights, %d bytes"):format(bi.packed_weights, bi.packed_bytes))
+    -- a weight's copy goes with it
+    w2, w3 = nil, nil
+    collectgarbage()
+    local after = fl.blas_info()
+    t.ok(after.packed_bytes <= bi.packed_bytes - 4 * (512 * 256 + 128 * 256),
+         ("two weights freed: their copies go too (%d -> %d bytes)"):format(bi.packed_bytes, after.packed_bytes))
+  end
+  -- every in-place write is seen: the next call reads the new values
+  local f = function(x) return fl.linear(x, wp, bp) end
+  local cf = fl.compile(f)
+  for _, c in ipairs{
+    {"w:mul_(-1.5)", function() wp:mul_(-1.5) end},
+    {"w:add_(y)", function() wp:add_(fl.randn(67, 129)) end},
+    {"w:copy_(y)", function() wp:copy_(fl.randn(67, 129)) end},
+    {"w:fill_(0.25)", function() wp:fill_(0.25) end},
+    {"w:zero_()", function() wp:zero_() end},
+    {"w[3] = y", function() wp[3] = fl.randn(129) end},
+    {"w[5] = 2", function() wp[5] = 2 end},
+    {"w:div_(3)", function() wp:div_(3) end},
+  } do
+    cf(xp); cf(xp)                     -- packed by now
+    c[2]()
+    local ref = fl.capture(f, xp):run_reference(xp)
+    local a, b, e = cf(xp), cf(xp), f(xp)
+    t.ok(close(a, ref, 129) and close(b, ref, 129) and close(e, ref, 129),
+         "after " .. c[1] .. ": compiled (twice) and eager read the new weight")
+  end
+  -- a weight that is a view: written through the tensor it views
+  local base = fl.randn(2, 67, 129)
+  local wv = base[2]
+  local fv = function(x) return fl.linear(x, wv, bp) end
+  local cfv = fl.compile(fv)
+  cfv(xp); cfv(xp)
+  base:mul_(0.5)
+  local ref = fl.capture(fv, xp):run_reference(xp)
+  t.ok(close(cfv(xp), ref, 129) and close(cfv(xp), ref, 129), "a weight viewing another tensor: writes to that tensor are seen")
+  -- new weights, some at freed weights' addresses: never another's copy
+  local good = true
+  for i = 1, 12 do
+    local wi = fl.full({67, 129}, i * 0.01)
+    local g = function(x) return fl.linear(x, wi) end
+    local r = fl.capture(g, xp):run_reference(xp)
+    for _ = 1, 3 do good = good and close(g(xp), r, 129) end
+    wi = nil
+    collectgarbage()
+  end
+  t.ok(good, "12 weights made and dropped in turn: each call reads its own")
+end
+do   -- FUSELAB_PACK_MB bounds the copies; 0 turns them off
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local code = [[local x = fl.randn(16, 256); local ws = {}
+for i = 1, 6 do ws[i] = fl.randn(512, 256) end
+local ok = true
+for r = 1, 3 do for i = 1, 6 do
+  local y, z = fl.linear(x, ws[i]), x:matmul(ws[i]:transpose(1, 2))
+  ok = ok and fl.allclose(y, z, 1e-4, 1e-4)
+end end
+local b = fl.blas_info()
+print(("packed %d %d %d %s"):format(b.packed_calls, b.packed_weights, b.packed_bytes, tostring(ok)))]]
+  local function child(env)
+    local p = assert(io.popen(("%s %s -e '%s' 2>&1"):format(env, exe, code)))
+    local out = p:read("a")
+    p:close()
+    local c, w, by, ok = out:match("packed (%d+) (%d+) (%d+) (%a+)")
+    return tonumber(c), tonumber(w), tonumber(by), ok == "true", out
+  end
+  if not blas_only then
+    local c, w, by, ok, out = child("FUSELAB_PACK_MB=1")
+    t.ok(ok and c and c > 0 and by <= 1048576 and w <= 2,
+         ("FUSELAB_PACK_MB=1: at most 1 MiB kept (%s calls, %s weights, %s bytes), right values"):format(c, w, by))
+    if not ok then t.diag(out) end
+    c, w, by, ok, out = child("FUSELAB_PACK_MB=0")
+    t.ok(ok and c == 0 and w == 0 and by == 0, "FUSELAB_PACK_MB=0: no copies kept, right values")
+    if not ok then t.diag(out) end
+  end
+end
+
 if not blas_only then C.rerun("FUSELAB_MATMUL=blas", "sgemm", "FUSELAB_MATMUL=blas", "matmul") end
 t.done()
