@@ -282,7 +282,7 @@ static pcache cache = {sizeof(key), sizeof(entry), entry_make, entry_free, {0}, 
 ** call, oneDNN's kernels first copy it into their blocked layout.  Where
 ** the same unchanged weight comes a second time, that copy is made once
 ** (a reorder into the layout the primitive picks for "any") and kept; the
-** next calls read it (bench/RESULTS.md: the products 3-15 % faster).  A
+** next calls read it (bench/packed.lua: each product 3-6 % faster).  A
 ** weight is known by its storage's id, never reused, and its version,
 ** which every in-place write moves on (ten_wrote): a changed weight is
 ** seen once again and packed again from its next call.  Activations are
