@@ -51,6 +51,7 @@ typedef struct entry {
   prim packed;
   dnnl_primitive_t reorder;    /* b -> its packed layout */
   dnnl_memory_t rfrom, rto;
+  dnnl_memory_desc_t pmd;      /* that layout */
   size_t pbytes;               /* one packed b */
 } entry;
 
@@ -294,8 +295,8 @@ static pcache cache = {sizeof(key), sizeof(entry), entry_make, entry_free, {0}, 
 typedef struct pslot {
   uint64_t id, version;        /* 0: free */
   const void *src;             /* b's element 0 */
-  const entry *en;             /* b's layout (its primitive) */
-  void *buf;                   /* b in en's packed layout; NULL: seen once */
+  const entry *en;             /* the last product to read it: buf is in en->pmd */
+  void *buf;                   /* b packed; NULL: seen once */
 } pslot;
 
 #define NPACK 256
@@ -321,8 +322,8 @@ static void slot_clear(pslot *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* An entry is going: its packed weights go with it (a later entry at the
-** same address is another layout).  Under lock. */
+/* An entry is going: the copies laid out by it go too (a later entry at
+** the same address is another layout).  Under lock. */
 static void packs_forget(const void *en) {
   int i;
   for (i = 0; i < NPACK; i++)
@@ -354,6 +355,7 @@ static int pack_make(entry *en, const cpu_mm *m) {
   if (!en->reorder || dnnl_memory_create(&en->rfrom, &plain, engine, DNNL_MEMORY_NONE) != dnnl_success ||
       dnnl_memory_create(&en->rto, &chosen, engine, DNNL_MEMORY_NONE) != dnnl_success)
     return 0;                  /* entry_free releases what was made */
+  en->pmd = chosen;
   en->pbytes = (dnnl_memory_desc_get_size(&chosen) + 63) / 64 * 64;
   en->pack = 1;
   return 1;
@@ -375,7 +377,10 @@ static pslot *slot_new(void) {
   return &packs[pack_next];
 }
 
-/* m's b packed for en, or NULL: run the plain primitive.  Under lock. */
+/* m's b packed for en, or NULL: run the plain primitive.  One copy per
+** weight: products of other row counts (a dynamic sequence length) whose
+** primitive picks the same layout share it; one that picks another lays
+** it out again for itself.  Under lock. */
 static void *packed_b(entry *en, const cpu_mm *m) {
   fl_storage *st = m->b_st;
   pslot *s = NULL;
@@ -383,7 +388,7 @@ static void *packed_b(entry *en, const cpu_mm *m) {
   int i;
   if (!st || en->pack < 0 || pack_limit() == 0) return NULL;
   for (i = 0; i < NPACK && !s; i++)
-    if (packs[i].id == st->id && packs[i].src == m->b.p && packs[i].en == en) s = &packs[i];
+    if (packs[i].id == st->id && packs[i].src == m->b.p) s = &packs[i];
   if (!s || s->version != st->version) {
     /* a weight seen for the first time, or written since it was packed */
     if (!s) s = slot_new();
@@ -394,9 +399,15 @@ static void *packed_b(entry *en, const cpu_mm *m) {
     s->en = en;
     return NULL;
   }
-  if (s->buf) return s->buf;
   if (!en->pack && !pack_make(en, m)) return NULL;
-  if (en->pack < 0 || pack_bytes + (int64_t)en->pbytes > pack_limit()) return NULL;
+  if (s->buf && (s->en == en || dnnl_memory_desc_equal(&s->en->pmd, &en->pmd))) return s->buf;
+  if (s->buf) {                /* laid out for another product */
+    pack_bytes -= (int64_t)s->en->pbytes;
+    free(s->buf);
+    s->buf = NULL;
+  }
+  s->en = en;
+  if (pack_bytes + (int64_t)en->pbytes > pack_limit()) return NULL;
   if (!(buf = aligned_alloc(64, en->pbytes))) return NULL;
   {
     dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, en->rfrom}, {DNNL_ARG_TO, en->rto}};

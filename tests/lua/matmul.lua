@@ -240,6 +240,22 @@ do
     collectgarbage()
   end
   t.ok(good, "12 weights made and dropped in turn: each call reads its own")
+  -- one copy per weight, whatever the row count (a dynamic batch)
+  local wd = fl.randn(96, 64)
+  local gd = function(x) return fl.linear(x, wd) end
+  local cgd = fl.compile(gd, {dynamic = true})
+  local before = fl.blas_info().packed_bytes
+  good = true
+  for _, n in ipairs{5, 17, 33, 5, 64} do
+    local xn = fl.randn(n, 64)
+    local r = fl.capture(gd, xn):run_reference(xn)
+    for _ = 1, 3 do good = good and close(cgd(xn), r, 64) end
+  end
+  local grew = fl.blas_info().packed_bytes - before
+  t.ok(good, "a weight read by products of 5, 17, 33 and 64 rows: right every call")
+  if not blas_only then
+    t.ok(grew <= 2 * 4 * 96 * 64, ("and kept once, not once per row count (%d bytes more)"):format(grew))
+  end
 end
 do   -- FUSELAB_PACK_MB bounds the copies; 0 turns them off
   local exe = os.getenv("FUSELAB") or arg[-1]
