@@ -489,6 +489,7 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
     c.groups = G; c.sh = g.sh; c.sw = g.sw; c.dh = g.dh; c.dw = g.dw;
     c.pt = g.pt; c.pl = g.pl; c.pb = g.pb; c.pr = g.pr;
     c.x = xf; c.wt = wf; c.bias = bf; c.y = y;
+    if (wf == ten_data(w)) c.w_st = w->st;   /* the weights themselves: they may be kept */
     for (n = 0; n < npost; n++) c.post[n] = posts[n];
     c.npost = npost;
     if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost) {

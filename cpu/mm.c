@@ -118,12 +118,9 @@ static void prim_free(prim *pr) {
   memset(pr, 0, sizeof *pr);
 }
 
-static void packs_forget(const void *en);
-
 static void entry_free(void *p) {
   entry *en = p;
   if (!en) return;
-  packs_forget(en);
   prim_free(&en->plain);
   prim_free(&en->packed);
   if (en->reorder) dnnl_primitive_destroy(en->reorder);
@@ -279,24 +276,28 @@ _Static_assert(offsetof(entry, k) == 0, "an entry's key comes first");
 static pcache cache = {sizeof(key), sizeof(entry), entry_make, entry_free, {0}, {0}, 0, 0};
 
 /* --- weights kept packed ----------------------------------------------
-** A linear's weight is b read in place, [K, N] with strides (1, K): every
-** call, oneDNN's kernels first copy it into their blocked layout.  Where
-** the same unchanged weight comes a second time, that copy is made once
-** (a reorder into the layout the primitive picks for "any") and kept; the
-** next calls read it (bench/packed.lua: each product 3-6 % faster).  A
-** weight is known by its storage's id, never reused, and its version,
-** which every in-place write moves on (ten_wrote): a changed weight is
-** seen once again and packed again from its next call.  Activations are
-** new storage every call, so they are only ever seen once.  A copy goes
-** when its weight's storage is freed (the free hook) or its entry is
-** dropped; the copies hold at most FUSELAB_PACK_MB MiB (default 256), and
-** weights past that run on the caller's layout: nothing is evicted, so
-** a model larger than the bound cannot make every call pack again. */
+** A linear's weight is b read in place, [K, N] with strides (1, K), and a
+** convolution's weights are oihw: every call, oneDNN's kernels copy them
+** into their blocked layout first.  Where the same unchanged weight comes
+** a second time, that copy is made once (a reorder into the layout the
+** primitive picks) and kept, and the next calls read it (bench/packed.lua:
+** each product 3-6 % faster).  A weight is known by its storage's id,
+** never reused, and its version, which every in-place write moves on
+** (ten_wrote): a changed weight is seen once again and packed again from
+** its next call.  Activations are new storage every call, so they are only
+** ever seen once.  One copy per weight, with its layout: every primitive
+** that picks that layout reads it (products of any row count, a dynamic
+** sequence length); one that picks another lays it out again for itself.
+** A copy goes when its weight's storage is freed (the free hook).  The
+** copies hold at most FUSELAB_PACK_MB MiB (default 256); weights past
+** that are read in place: nothing is evicted, so a model larger than the
+** bound cannot make every call pack again. */
 typedef struct pslot {
   uint64_t id, version;        /* 0: free */
-  const void *src;             /* b's element 0 */
-  const entry *en;             /* the last product to read it: buf is in en->pmd */
-  void *buf;                   /* b packed; NULL: seen once */
+  const void *src;             /* the weight's element 0 (a view's offset) */
+  dnnl_memory_desc_t md;       /* buf's layout */
+  size_t bytes;
+  void *buf;                   /* NULL: seen once */
 } pslot;
 
 #define NPACK 256
@@ -316,18 +317,10 @@ static int64_t pack_limit(void) {
   return limit;
 }
 
-static void slot_clear(pslot *s) {
-  if (s->buf) pack_bytes -= (int64_t)s->en->pbytes;
+static void slot_drop_buf(pslot *s) {
+  if (s->buf) pack_bytes -= (int64_t)s->bytes;
   free(s->buf);
-  memset(s, 0, sizeof *s);
-}
-
-/* An entry is going: the copies laid out by it go too (a later entry at
-** the same address is another layout).  Under lock. */
-static void packs_forget(const void *en) {
-  int i;
-  for (i = 0; i < NPACK; i++)
-    if (packs[i].en == en) slot_clear(&packs[i]);
+  s->buf = NULL;
 }
 
 /* A kept weight's storage is freed (graph/tensor.c's free hook). */
@@ -335,8 +328,73 @@ static void packs_storage_freed(uint64_t id) {
   int i;
   pthread_mutex_lock(&lock);
   for (i = 0; i < NPACK; i++)
-    if (packs[i].id == id) slot_clear(&packs[i]);
+    if (packs[i].id == id) {
+      slot_drop_buf(&packs[i]);
+      packs[i].id = 0;
+    }
   pthread_mutex_unlock(&lock);
+}
+
+/* A slot for a weight seen for the first time: a free one, else one only
+** seen once, else (every slot holding a copy) the next in turn. */
+static pslot *slot_new(void) {
+  int i, k;
+  for (k = 0; k < 2; k++)
+    for (i = 0; i < NPACK; i++) {
+      pslot *s = &packs[(pack_next + i) % NPACK];
+      if (k == 0 ? s->id == 0 : s->buf == NULL) {
+        pack_next = (pack_next + i + 1) % NPACK;
+        return s;
+      }
+    }
+  pack_next = (pack_next + 1) % NPACK;
+  return &packs[pack_next];
+}
+
+/* The slot of the weight at src in st where it was seen before with the
+** values it has now; else it is recorded as seen once, and NULL.  Under
+** lock. */
+static pslot *kept_find(fl_storage *st, const void *src) {
+  pslot *s = NULL;
+  int i;
+  if (!st || pack_limit() == 0) return NULL;
+  for (i = 0; i < NPACK && !s; i++)
+    if (packs[i].id == st->id && packs[i].src == src) s = &packs[i];
+  if (s && s->version == st->version) return s;
+  if (!s) s = slot_new();
+  slot_drop_buf(s);
+  s->id = st->id;
+  s->version = st->version;
+  s->src = src;
+  return NULL;
+}
+
+/* s's weight in layout md (bytes), through reorder (from: the weight,
+** set by the caller; to: set here to the copy) where the kept one has
+** another layout or there is none yet; NULL past the bound or when memory
+** is short.  Under lock. */
+static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md, size_t bytes,
+                       dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
+  dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  if (s->buf && dnnl_memory_desc_equal(&s->md, md)) {
+    dnnl_memory_set_data_handle(to, s->buf);
+    return s->buf;
+  }
+  slot_drop_buf(s);                       /* laid out for another primitive */
+  if (pack_bytes + (int64_t)bytes > pack_limit() || !(s->buf = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+    return NULL;
+  dnnl_memory_set_data_handle(to, s->buf);
+  if (dnnl_primitive_execute(reorder, stream, 2, a) != dnnl_success ||
+      dnnl_stream_wait(stream) != dnnl_success) {
+    free(s->buf);
+    s->buf = NULL;
+    return NULL;
+  }
+  s->md = *md;
+  s->bytes = (bytes + 63) / 64 * 64;
+  pack_bytes += (int64_t)s->bytes;
+  st->kept = 1;
+  return s->buf;
 }
 
 /* Make en's packed primitive and the reorder into it; 0 where oneDNN's
@@ -356,73 +414,18 @@ static int pack_make(entry *en, const cpu_mm *m) {
       dnnl_memory_create(&en->rto, &chosen, engine, DNNL_MEMORY_NONE) != dnnl_success)
     return 0;                  /* entry_free releases what was made */
   en->pmd = chosen;
-  en->pbytes = (dnnl_memory_desc_get_size(&chosen) + 63) / 64 * 64;
+  en->pbytes = dnnl_memory_desc_get_size(&chosen);
   en->pack = 1;
   return 1;
 }
 
-/* A slot for a weight seen for the first time: a free one, else one only
-** seen once, else (every slot holding a copy) the next in turn. */
-static pslot *slot_new(void) {
-  int i, k;
-  for (k = 0; k < 2; k++)
-    for (i = 0; i < NPACK; i++) {
-      pslot *s = &packs[(pack_next + i) % NPACK];
-      if (k == 0 ? s->id == 0 : s->buf == NULL) {
-        pack_next = (pack_next + i + 1) % NPACK;
-        return s;
-      }
-    }
-  pack_next = (pack_next + 1) % NPACK;
-  return &packs[pack_next];
-}
-
-/* m's b packed for en, or NULL: run the plain primitive.  One copy per
-** weight: products of other row counts (a dynamic sequence length) whose
-** primitive picks the same layout share it; one that picks another lays
-** it out again for itself.  Under lock. */
+/* m's b packed for en, or NULL: run the plain primitive.  Under lock. */
 static void *packed_b(entry *en, const cpu_mm *m) {
-  fl_storage *st = m->b_st;
-  pslot *s = NULL;
-  void *buf;
-  int i;
-  if (!st || en->pack < 0 || pack_limit() == 0) return NULL;
-  for (i = 0; i < NPACK && !s; i++)
-    if (packs[i].id == st->id && packs[i].src == m->b.p) s = &packs[i];
-  if (!s || s->version != st->version) {
-    /* a weight seen for the first time, or written since it was packed */
-    if (!s) s = slot_new();
-    slot_clear(s);
-    s->id = st->id;
-    s->version = st->version;
-    s->src = m->b.p;
-    s->en = en;
-    return NULL;
-  }
+  pslot *s;
+  if (!m->b_st || en->pack < 0 || !(s = kept_find(m->b_st, m->b.p))) return NULL;
   if (!en->pack && !pack_make(en, m)) return NULL;
-  if (s->buf && (s->en == en || dnnl_memory_desc_equal(&s->en->pmd, &en->pmd))) return s->buf;
-  if (s->buf) {                /* laid out for another product */
-    pack_bytes -= (int64_t)s->en->pbytes;
-    free(s->buf);
-    s->buf = NULL;
-  }
-  s->en = en;
-  if (pack_bytes + (int64_t)en->pbytes > pack_limit()) return NULL;
-  if (!(buf = aligned_alloc(64, en->pbytes))) return NULL;
-  {
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, en->rfrom}, {DNNL_ARG_TO, en->rto}};
-    dnnl_memory_set_data_handle(en->rfrom, (void *)m->b.p);
-    dnnl_memory_set_data_handle(en->rto, buf);
-    if (dnnl_primitive_execute(en->reorder, stream, 2, a) != dnnl_success ||
-        dnnl_stream_wait(stream) != dnnl_success) {
-      free(buf);
-      return NULL;
-    }
-  }
-  s->buf = buf;
-  st->kept = 1;
-  pack_bytes += (int64_t)en->pbytes;
-  return buf;
+  dnnl_memory_set_data_handle(en->rfrom, (void *)m->b.p);
+  return kept_copy(s, m->b_st, &en->pmd, en->pbytes, en->reorder, en->rfrom, en->rto);
 }
 
 static int start(void) {
@@ -756,17 +759,28 @@ static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
   return dnnl_primitive_execute(p, stream, 2, a) == dnnl_success;
 }
 
-/* Run en on c's data: the reorders in, the convolution, the reorder out. */
-static int centry_exec(centry *en, const cpu_conv *c) {
+/* Run en on c's data: the reorders in, the convolution, the reorder out;
+** with keep, weights read before with the same values come from their
+** kept copy (kept_find), not reordered again. */
+static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   int i, ok = 1;
+  void *kw = NULL;
   dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
   dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
   dnnl_memory_set_data_handle(en->side[2].user, c->y);
   if (c->bias) dnnl_memory_set_data_handle(en->bias, (void *)c->bias);
   for (i = 0; i < c->npost; i++)
     if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
+  if (keep && en->side[1].inner) {
+    pslot *s = kept_find(c->w_st, c->wt);
+    const dnnl_memory_desc_t *md;
+    if (s && dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success)
+      kw = kept_copy(s, c->w_st, md, dnnl_memory_desc_get_size(md), en->side[1].reorder, en->side[1].user,
+                     en->side[1].inner);
+    if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
+  }
   for (i = 0; i < 2 && ok; i++)
-    if (en->side[i].inner) ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
+    if (en->side[i].inner && !(i == 1 && kw)) ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
   if (en->sum1) {
     const float *r = c->post[en->sum1 - 1].src.p;
     dnnl_memory_set_data_handle(en->sum_src, (void *)r);
@@ -775,14 +789,16 @@ static int centry_exec(centry *en, const cpu_conv *c) {
   }
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
   if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
-  return dnnl_stream_wait(stream) == dnnl_success && ok;
+  ok = dnnl_stream_wait(stream) == dnnl_success && ok;
+  pack_calls += ok && kw;
+  return ok;
 }
 
 static double exec_seconds(centry *en, const cpu_conv *c) {
   struct timespec t0, t1;
-  if (!centry_exec(en, c)) return 1e30;                /* the first run touches the buffers */
+  if (!centry_exec(en, c, 0)) return 1e30;             /* the first run touches the buffers */
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (!centry_exec(en, c)) return 1e30;
+  if (!centry_exec(en, c, 0)) return 1e30;
   clock_gettime(CLOCK_MONOTONIC, &t1);
   return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
@@ -854,7 +870,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   en = p;
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
-  } else if (!centry_exec(en, c)) {
+  } else if (!centry_exec(en, c, 1)) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
     nconvs++;

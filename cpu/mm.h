@@ -73,9 +73,9 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e);
 ** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
 /* Weights kept in oneDNN's layout (FUSELAB_PACK_MB, default 256, bounds
-** their bytes; 0 turns it off): products that read such a copy, weights
-** held, and their bytes (fl.blas_info().packed_calls, .packed_weights,
-** .packed_bytes). */
+** their bytes; 0 turns it off): products and convolutions that read such
+** a copy, weights held, and their bytes (fl.blas_info().packed_calls,
+** .packed_weights, .packed_bytes). */
 void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes);
 /* What products run on, in a sentence (fl.blas_info().matmul). */
 const char *cpu_mm_describe(void);
@@ -91,6 +91,7 @@ typedef struct cpu_conv {
   float *y;
   int npost;
   cpu_mm_post post[CPU_MM_MAXPOST];
+  fl_storage *w_st;                  /* wt read in place from it, or NULL (cpu_mm's b_st) */
 } cpu_conv;
 
 /* 1 when convolutions run through oneDNN: built with it, and not turned

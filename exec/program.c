@@ -309,6 +309,7 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   out->m = *m;
   out->offset = 0;
   ten_set_contiguous_strides(out);
+  ten_wrote(out);                /* a slot kept from call to call is written again */
   return FL_OK;
 }
 
@@ -445,8 +446,10 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     const fl_tensor *o = &outs[i];
     if (o->st && o->m.device == be->dev && g->nodes[id].kind == IR_OP && p->stored[id] &&
         !r.vals[id].st && o->m.dtype == r.metas[id].dtype &&
-        meta_same_shape(&o->m, &r.metas[id]) && ten_is_contiguous(o))
+        meta_same_shape(&o->m, &r.metas[id]) && ten_is_contiguous(o)) {
       ten_share(&r.vals[id], o);
+      ten_wrote(&r.vals[id]);
+    }
   }
   for (i = 0; i < g->n && rc == FL_OK; i++) {
     const ir_node *nd = &g->nodes[i];

@@ -240,6 +240,21 @@ do
     collectgarbage()
   end
   t.ok(good, "12 weights made and dropped in turn: each call reads its own")
+  -- a weight computed inside the compiled graph (a batch norm folded into
+  -- it, a scale given per call) lives in a buffer the program keeps from
+  -- call to call and rewrites: each call reads that call's values
+  local ws, cs = fl.randn(96, 64), fl.randn(8, 3, 3, 3)
+  local gs = function(x, s) return fl.linear(x, ws * s) end
+  local gc = function(x, s) return fl.conv2d(x, cs * s, nil, {padding = 1}) end
+  local cgs, cgc = fl.compile(gs), fl.compile(gc)
+  local xs, xc = fl.randn(20, 64), fl.randn(2, 3, 9, 9)
+  good = true
+  for _, v in ipairs{1, 1, 2, 2, 2, -3, 0.5, 0.5} do
+    local sv, sc = fl.full({96, 1}, v), fl.full({8, 1, 1, 1}, v)
+    good = good and close(cgs(xs, sv), fl.capture(gs, xs, sv):run_reference(xs, sv), 64)
+           and close(cgc(xc, sc), fl.capture(gc, xc, sc):run_reference(xc, sc), 27)
+  end
+  t.ok(good, "weights computed in the graph, scaled anew each call: linear and conv read each call's values")
   -- one copy per weight, whatever the row count (a dynamic batch)
   local wd = fl.randn(96, 64)
   local gd = function(x) return fl.linear(x, wd) end

@@ -161,7 +161,41 @@ do
   end
 end
 
-if not conv_blas then C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv") end
+-- Convolution weights kept in oneDNN's layout (cpu/mm.c, kept_find):
+-- from their second unchanged use on, convs read the kept copy; every
+-- call matches the reference with the weights' values of that moment,
+-- written in place between calls as well.
+do
+  local x, w, b = fl.randn(2, 16, 12, 12), fl.randn(32, 16, 3, 3) * 0.1, fl.randn(32)
+  local f = function(x) return fl.conv2d(x, w, b, {padding = 1}):relu() end
+  local cf = fl.compile(f, {backend = "cpu"})
+  local p0 = fl.blas_info().packed_calls
+  local good = true
+  for _, step in ipairs{
+    function() end, function() end, function() end,
+    function() w:mul_(-0.5) end, function() end,
+    function() w[3] = fl.randn(16, 3, 3) end, function() end,
+    function() w:copy_(fl.randn(32, 16, 3, 3)) end, function() end, function() end,
+  } do
+    step()
+    local want = fl.capture(f, x):run_reference(x)
+    local got, eager = cf(x), f(x)
+    if not (close(got, want) and close(eager, want)) then
+      good = false
+      t.diag("kept weights: max err " .. maxerr(got, want) .. " / " .. maxerr(eager, want))
+    end
+  end
+  t.ok(good, "a conv's weights written in place between calls: compiled and eager read their new values")
+  if os.getenv("FUSELAB_CONV") == "any" then
+    t.ok(fl.blas_info().packed_calls - p0 >= 6,
+         "FUSELAB_CONV=any: convs read the kept weights (" .. (fl.blas_info().packed_calls - p0) .. " calls)")
+  end
+end
+
+if not conv_blas and os.getenv("FUSELAB_CONV") ~= "any" then
+  C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
+  if conv_on then C.rerun("FUSELAB_CONV=any", "oneDNN's own layouts", "oneDNN", "conv") end
+end
 
 -- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
 -- extern step per conv, not one per group
