@@ -170,8 +170,13 @@ static void (*free_hook)(uint64_t id);
 
 void ten_set_free_hook(void (*hook)(uint64_t id)) { free_hook = hook; }
 
+/* Plain loads and stores, no locked add: ten_set calls this per element
+** (the reference interpreter), and two threads writing one storage at
+** once may lose one step but still leave it at a version no copy has. */
 void ten_wrote(fl_tensor *t) {
-  if (t && t->st) __atomic_add_fetch(&t->st->version, 1, __ATOMIC_RELAXED);
+  if (t && t->st)
+    __atomic_store_n(&t->st->version, __atomic_load_n(&t->st->version, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
 }
 
 /* *t is overwritten, never released: the caller owns what it held.  On

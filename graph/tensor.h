@@ -103,7 +103,9 @@ void ten_set_i64(fl_tensor *t, int64_t i, int64_t v);
 ** on, so what was derived from the old values (a product's packed copy
 ** of a weight, cpu/mm.c) is not used again.  Every in-place writer calls
 ** it: the Lua methods (copy_, fill_, zero_, add_ and the rest, slice
-** assignment) and ten_copy, ten_fill, ten_set, ten_set_i64 themselves. */
+** assignment), ten_copy, ten_fill, ten_set, ten_set_i64 themselves, and
+** the executor for the buffers it keeps from call to call and for a
+** caller's tensor it writes a result into (exec/program.c). */
 void ten_wrote(fl_tensor *t);
 /* hook(id) runs as a storage whose kept flag is set is freed (one hook:
 ** products' packed weights, cpu/mm.c). */

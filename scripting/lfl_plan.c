@@ -253,8 +253,9 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
-** packed_calls / packed_weights / packed_bytes: products that read a
-** weight kept in oneDNN's layout, the weights and bytes kept; conv:
+** packed_calls / packed_weights / packed_bytes: products and convolutions
+** that read a weight kept in oneDNN's layout, the weights and bytes kept;
+** conv:
 ** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
 ** many ran on oneDNN, with post-ops */
 static int l_blas_info(lua_State *L) {

@@ -656,9 +656,9 @@ static int t_cpu(lua_State *L) {
 /* ---------------------------------------------------------------------- */
 
 /* Writing through a broadcast view would store several results into one
-** element; refuse, as PyTorch does. */
-/* Every in-place method asks this before it writes, so it is also where
-** the storage's version moves on (ten_wrote). */
+** element; refuse, as PyTorch does.  Every in-place method asks this
+** before it writes, so it is also where the storage's version moves on
+** (ten_wrote). */
 static void check_writable(lua_State *L, fl_tensor *t, const char *what) {
   int i;
   check_host(L, t, what);
