@@ -52,7 +52,6 @@ typedef struct entry {
   dnnl_primitive_t reorder;    /* b -> its packed layout */
   dnnl_memory_t rfrom, rto;
   dnnl_memory_desc_t pmd;      /* that layout */
-  size_t pbytes;               /* one packed b */
 } entry;
 
 #define NCACHE 256             /* layouts kept; past it the oldest goes */
@@ -296,7 +295,6 @@ typedef struct pslot {
   uint64_t id, version;        /* 0: free */
   const void *src;             /* the weight's element 0 (a view's offset) */
   dnnl_memory_desc_t md;       /* buf's layout */
-  size_t bytes;
   void *buf;                   /* NULL: seen once */
 } pslot;
 
@@ -317,8 +315,13 @@ static int64_t pack_limit(void) {
   return limit;
 }
 
+/* a copy's bytes in layout md, whole 64-byte lines */
+static int64_t kept_bytes(const dnnl_memory_desc_t *md) {
+  return (int64_t)((dnnl_memory_desc_get_size(md) + 63) / 64 * 64);
+}
+
 static void slot_drop_buf(pslot *s) {
-  if (s->buf) pack_bytes -= (int64_t)s->bytes;
+  if (s->buf) pack_bytes -= kept_bytes(&s->md);
   free(s->buf);
   s->buf = NULL;
 }
@@ -369,11 +372,11 @@ static pslot *kept_find(fl_storage *st, const void *src) {
   return NULL;
 }
 
-/* s's weight in layout md (bytes), through reorder (from: the weight,
+/* s's weight in layout md, through reorder (from: the weight,
 ** set by the caller; to: set here to the copy) where the kept one has
 ** another layout or there is none yet; NULL past the bound or when memory
 ** is short.  Under lock. */
-static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md, size_t bytes,
+static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md,
                        dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
   dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
   if (s->buf && dnnl_memory_desc_equal(&s->md, md)) {
@@ -381,7 +384,7 @@ static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md, s
     return s->buf;
   }
   slot_drop_buf(s);                       /* laid out for another primitive */
-  if (pack_bytes + (int64_t)bytes > pack_limit() || !(s->buf = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+  if (pack_bytes + kept_bytes(md) > pack_limit() || !(s->buf = aligned_alloc(64, (size_t)kept_bytes(md))))
     return NULL;
   dnnl_memory_set_data_handle(to, s->buf);
   if (dnnl_primitive_execute(reorder, stream, 2, a) != dnnl_success ||
@@ -391,8 +394,7 @@ static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md, s
     return NULL;
   }
   s->md = *md;
-  s->bytes = (bytes + 63) / 64 * 64;
-  pack_bytes += (int64_t)s->bytes;
+  pack_bytes += kept_bytes(md);
   st->kept = 1;
   return s->buf;
 }
@@ -414,7 +416,6 @@ static int pack_make(entry *en, const cpu_mm *m) {
       dnnl_memory_create(&en->rto, &chosen, engine, DNNL_MEMORY_NONE) != dnnl_success)
     return 0;                  /* entry_free releases what was made */
   en->pmd = chosen;
-  en->pbytes = dnnl_memory_desc_get_size(&chosen);
   en->pack = 1;
   return 1;
 }
@@ -425,7 +426,7 @@ static void *packed_b(entry *en, const cpu_mm *m) {
   if (!m->b_st || en->pack < 0 || !(s = kept_find(m->b_st, m->b.p))) return NULL;
   if (!en->pack && !pack_make(en, m)) return NULL;
   dnnl_memory_set_data_handle(en->rfrom, (void *)m->b.p);
-  return kept_copy(s, m->b_st, &en->pmd, en->pbytes, en->reorder, en->rfrom, en->rto);
+  return kept_copy(s, m->b_st, &en->pmd, en->reorder, en->rfrom, en->rto);
 }
 
 static int start(void) {
@@ -775,8 +776,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
     pslot *s = kept_find(c->w_st, c->wt);
     const dnnl_memory_desc_t *md;
     if (s && dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success)
-      kw = kept_copy(s, c->w_st, md, dnnl_memory_desc_get_size(md), en->side[1].reorder, en->side[1].user,
-                     en->side[1].inner);
+      kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
     if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
   }
   for (i = 0; i < 2 && ok; i++)

@@ -72,8 +72,9 @@ const char *cache_compiler(void) {
 }
 
 /* glibc's libmvec: SIMD expf/logf/sinf/cosf/powf (2.22), tanhf (2.35;
-** exp and erf are cpu/expf.h's and cpu/erff.h's, inlined).  The generated preamble declares what is there as `simd`, so
-** loops with transcendentals vectorize (cpu/codegen.c). */
+** exp and erf are cpu/expf.h's and cpu/erff.h's, inlined).  The generated
+** preamble declares what is there as `simd`, so loops with
+** transcendentals vectorize (cpu/codegen.c). */
 static int mvec_level(void) {
   static int level = -1;
   void *h;
