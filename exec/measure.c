@@ -96,6 +96,22 @@ static double others_since(const meas_window *w, int *from_load, double *stall) 
   return -1;
 }
 
+double meas_others_now(double window_s) {
+  long hz = sysconf(_SC_CLK_TCK);
+  long long b0 = sys_busy_ticks(), b1;
+  double t0 = clock_s(CLOCK_MONOTONIC), wall;
+  struct timespec ts;
+  if (b0 < 0 || hz <= 0) return -1;
+  if (window_s < 2.0 / (double)hz) window_s = 2.0 / (double)hz;
+  ts.tv_sec = (time_t)window_s;
+  ts.tv_nsec = (long)((window_s - (double)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &ts) != 0) {}
+  b1 = sys_busy_ticks();
+  wall = clock_s(CLOCK_MONOTONIC) - t0;
+  if (b1 < 0 || wall <= 0) return -1;
+  return (double)(b1 - b0) / (double)hz / wall;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;

@@ -49,6 +49,11 @@ double meas_now(void);
 /* Starts a window (what meas_summarize compares the machine against). */
 void meas_begin(meas_window *w);
 
+/* Cores other processes use now: this process sleeps window_s seconds
+** (at least 2 clock ticks) and counts the machine's non-idle ticks
+** meanwhile; -1 where /proc/stat is unreadable. */
+double meas_others_now(double window_s);
+
 /* The summary of the n samples t[0..n-1] (sorted in place) timed inside
 ** window w (NULL: the machine's load is unknown and only the spread can
 ** make it noisy).  n may be 0: every number 0, not noisy. */

@@ -21,6 +21,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "exec/measure.h"
 #include "scripting/lfl.h"
 #include "repl/repl.h"
 
@@ -389,18 +390,45 @@ static int pmain(lua_State *L) {
   return 1;
 }
 
-/* OpenMP's idle threads spin (libgomp: 300,000 rounds) before they sleep.
-** On a machine whose cores are busy they take the CPU from the one thread
-** all the others wait for: on 2 busy cores a 0.17 ms kernel took 13 ms
-** (README, "Threads on a busy machine").  Passive waiting sleeps at once,
-** which costs a few microseconds on an idle machine and saves those
-** milliseconds on a busy one.  libgomp reads OMP_WAIT_POLICY when it is
-** loaded, before main, so when the user chose neither it nor
-** GOMP_SPINCOUNT the binary sets passive and runs itself again, once
-** (the variable is set then); if that exec fails it goes on as it is. */
+/* OpenMP's idle threads spin before they sleep.  On a quiet machine a
+** short spin is what keeps a compiled call fast: waking a sleeping thread
+** costs 40-80 us under a hypervisor, and a 2-layer GPT call starts some
+** fifty parallel loops (passive waiting: 13.4 ms, a 10,000-round spin:
+** 11.3 ms; a 32768-float elementwise graph 0.105 vs 0.050 ms).  On a
+** machine whose cores other programs keep busy, a spinning thread takes
+** the CPU from the one thread the others wait for, and sleeping at once
+** is faster (GPT 20.5 vs 27.6 ms, the small graph 0.09 vs 0.30 ms;
+** libgomp's own 300,000 rounds made a 0.17 ms graph take 13 ms).  README,
+** "Timings you can trust, and threads on a busy machine"; bench/omp_wait.sh
+** measures both.
+**
+** libgomp reads its variables when it is loaded, before main, so when the
+** user chose neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT the binary looks
+** at the load as it starts, sets one of them, says why in
+** FUSELAB_OMP_WAIT (fl.blas_info().threads), and runs itself again, once;
+** if that exec fails it goes on as it is.  Busy: other processes use half
+** a core or more over 40 ms (/proc/stat, as fl.measure counts them). */
+#define OMP_QUIET_SPIN "10000"
+
 static void omp_wait_default(char **argv) {
+  char why[160], msg[240];
+  double others;
+  int busy;
   if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  others = meas_others_now(0.04);
+  busy = others < 0 || others >= MEAS_BUSY_CORES;  /* unknown: the safe side */
+  if (others < 0) snprintf(why, sizeof why, "the machine's load is unknown (no /proc/stat)");
+  else snprintf(why, sizeof why, "machine %s at start (other processes used %.2f cores)",
+                busy ? "busy" : "quiet", others);
+  if (busy) {
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    snprintf(msg, sizeof msg, "OMP_WAIT_POLICY=passive: idle threads sleep at once; %s", why);
+  }
+  else {
+    if (setenv("GOMP_SPINCOUNT", OMP_QUIET_SPIN, 1) != 0) return;
+    snprintf(msg, sizeof msg, "GOMP_SPINCOUNT=" OMP_QUIET_SPIN ": idle threads spin briefly, then sleep; %s", why);
+  }
+  setenv("FUSELAB_OMP_WAIT", msg, 1);
   execv("/proc/self/exe", argv);
 }
 

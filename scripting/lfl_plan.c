@@ -257,7 +257,27 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 ** that read a weight kept in oneDNN's layout, the weights and bytes kept;
 ** conv:
 ** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
-** many ran on oneDNN, with post-ops */
+** many ran on oneDNN, with post-ops; threads: how idle OpenMP threads wait */
+/* How OpenMP's idle threads wait: the fuselab binary's choice at start
+** (repl/main.c puts it, with the reason, in FUSELAB_OMP_WAIT) while the
+** variables still say what it chose; otherwise what the user set, or
+** libgomp's own default (the module loaded from a stock lua). */
+static void push_omp_wait(lua_State *L) {
+  const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+  const char *chose = getenv("FUSELAB_OMP_WAIT");
+  if (chose && ((pol && !spin && strncmp(chose, "OMP_WAIT_POLICY=", 16) == 0 &&
+                 strncmp(chose + 16, pol, strlen(pol)) == 0 && chose[16 + strlen(pol)] == ':') ||
+                (spin && !pol && strncmp(chose, "GOMP_SPINCOUNT=", 15) == 0 &&
+                 strncmp(chose + 15, spin, strlen(spin)) == 0 && chose[15 + strlen(spin)] == ':')))
+    lua_pushstring(L, chose);
+  else if (pol || spin)
+    lua_pushfstring(L, "%s%s%s%s%s: set by you", pol ? "OMP_WAIT_POLICY=" : "", pol ? pol : "",
+                    pol && spin ? " " : "", spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : "");
+  else
+    lua_pushstring(L, "libgomp's default: idle threads spin 300,000 rounds, then sleep");
+  lua_setfield(L, -2, "threads");
+}
+
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -289,6 +309,7 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
   }
+  push_omp_wait(L);
   return 1;
 }
 

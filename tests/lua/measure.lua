@@ -111,8 +111,45 @@ do
     "and gives the earlier runs' median with its IQR: " .. (out:match("[^\n]*earlier runs[^\n]*") or out))
 end
 
--- the fuselab binary (which runs this test) makes OpenMP's idle threads
--- sleep rather than spin unless the user chose a policy (repl/main.c)
-t.ok(os.getenv("OMP_WAIT_POLICY") ~= nil, "OMP_WAIT_POLICY is set: " .. tostring(os.getenv("OMP_WAIT_POLICY")))
+-- the fuselab binary (which runs this test) chooses how OpenMP's idle
+-- threads wait unless the user did (repl/main.c): a short spin on a quiet
+-- machine, sleeping at once on a busy one, and says which and why
+do
+  local pol, spin = os.getenv("OMP_WAIT_POLICY"), os.getenv("GOMP_SPINCOUNT")
+  t.ok(pol ~= nil or spin ~= nil, "a wait policy is set: " .. tostring(pol) .. " " .. tostring(spin))
+  local exe = os.getenv("FUSELAB") or arg[-1]
+  local function child(env)
+    local p = assert(io.popen(("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u FUSELAB_OMP_WAIT %s %s -e %q 2>&1"):format(
+      env, exe, 'print(os.getenv("OMP_WAIT_POLICY"), os.getenv("GOMP_SPINCOUNT")); print(fl.blas_info().threads)')))
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+  for _ = 1, 3 do
+    local out = child("")
+    local p2, s2, why = out:match("^(%S+)\t(%S+)\n([^\n]*)")
+    local used = why and tonumber(why:match("other processes used ([%d.]+) cores"))
+    t.ok(used ~= nil, "the choice names the load it saw: " .. out)
+    if used then
+      local busy = used >= 0.5
+      t.ok(p2 == (busy and "passive" or "nil") and s2 == (busy and "nil" or "10000"),
+        "the variables follow the load (" .. used .. " cores): " .. p2 .. " " .. s2)
+      t.ok(why:find(busy and "^OMP_WAIT_POLICY=passive: idle threads sleep at once; machine busy at start"
+                         or "^GOMP_SPINCOUNT=10000: idle threads spin briefly, then sleep; machine quiet at start"),
+        "blas_info().threads says which and why: " .. why)
+    end
+  end
+  -- a process that takes a whole core makes the machine busy
+  local p = assert(io.popen(("sh -c 'yes > /dev/null & y=$!; sleep 0.3; %s %s -e %q; kill $y' 2>&1"):format(
+    "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u FUSELAB_OMP_WAIT", exe, "print(fl.blas_info().threads)")))
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("^OMP_WAIT_POLICY=passive: idle threads sleep at once; machine busy at start %(other processes used [%d.]+ cores%)"),
+    "beside a busy loop the binary sleeps its idle threads: " .. out)
+  out = child("OMP_WAIT_POLICY=active")
+  t.ok(out == "active\tnil\nOMP_WAIT_POLICY=active: set by you\n", "the user's own policy is kept: " .. out)
+  out = child("GOMP_SPINCOUNT=500 FUSELAB_OMP_WAIT='GOMP_SPINCOUNT=10000: stale'")
+  t.ok(out == "nil\t500\nGOMP_SPINCOUNT=500: set by you\n", "a stale reason is not shown: " .. out)
+end
 
 t.done()
