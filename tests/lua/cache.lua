@@ -226,6 +226,28 @@ do
        "a compiler that is not GCC compiles without GCC's option (fallbacks " .. tostring(r.FALLBACKS) .. ")")
 end
 
+-- ---- 512-bit vectors where the target has AVX-512 ---------------------------
+do
+  local ci = fl.cache_info()
+  local wide = "-mprefer-vector-width=512"
+  local has = ci.target:find("%-mavx512f") or ci.target:find("%+avx512f")
+  t.is(ci.flags:find(wide, 1, true) ~= nil, has ~= nil,
+       "512-bit vectors exactly when the target has AVX-512F: " .. ci.flags)
+  -- what compilers answering for other targets get
+  for i, c in ipairs{
+    {'"-target-cpu" "skylake-avx512" "-target-feature" "+avx512f"', true, "Clang's +avx512f"},
+    {'"-target-cpu" "x86-64" "-target-feature" "-avx512f"', false, "Clang's -avx512f"},
+    {'cc1 -march=znver2 -mavx2 -mno-avx512f', false, "GCC's -mno-avx512f"},
+    {'cc1 -march=znver4 -mavx2 -mavx512f -mavx512vl', true, "GCC's -mavx512f"},
+  } do
+    local cc = base .. "/cc-isa" .. i
+    write(cc, "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in -###) echo '" .. c[1] .. "'; exit 0;; esac; done\nexec cc \"$@\"\n")
+    os.execute("chmod +x " .. q(cc))
+    local flags = sh(("CC=%s %s -e %s"):format(q(cc), q(FUSELAB), q("io.write(fl.cache_info().flags)")))
+    t.is(flags:find(wide, 1, true) ~= nil, c[2], c[3] .. ": " .. flags)
+  end
+end
+
 -- ---- cache_clear: only fuselab's files ------------------------------------
 do
   for _, name in ipairs{"notes.c", "other.so", "README"} do write(d .. "/" .. name, "mine") end
