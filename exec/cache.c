@@ -293,15 +293,13 @@ static int target_gcc(void) {
   return gcc;
 }
 
-/* the compiler targets AVX-512F (GCC's -mavx512f, Clang's +avx512f) */
+/* the compiler targets AVX-512F: a target token -mavx512f (GCC) or
+** +avx512f (Clang) */
 static int target_avx512(void) {
-  char tg[sizeof target];
-  const char *p;
+  char tg[sizeof target], *tok, *save = NULL;
   get_target(tg, sizeof tg);
-  for (p = tg; (p = strstr(p, "avx512f")) != NULL; p += 7)
-    if (p - tg >= 2 && (p[-1] == 'm' || p[-1] == '+') && (p[7] == ' ' || p[7] == '\0') &&
-        (p[-1] == '+' || p[-2] == '-'))
-      return 1;
+  for (tok = strtok_r(tg, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+    if (strcmp(tok, "-mavx512f") == 0 || strcmp(tok, "+avx512f") == 0) return 1;
   return 0;
 }
 

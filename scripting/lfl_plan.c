@@ -249,26 +249,22 @@ void lfl_pushplan(lua_State *L, fuse_plan *p) {
 
 /* ---- the cache ------------------------------------------------------------ */
 
-/* fl.blas_info() -> {config, core, was, why, matmul}: the BLAS kernels
-** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
-** before the first product; matmul: what float32 products run on (cpu/mm.h),
-** onednn_calls / onednn_posts: how many ran there, with post-ops;
-** packed_calls / packed_weights / packed_bytes: products and convolutions
-** that read a weight kept in oneDNN's layout, the weights and bytes kept;
-** conv:
-** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
-** many ran on oneDNN, with post-ops; threads: how idle OpenMP threads wait */
 /* How OpenMP's idle threads wait: the fuselab binary's choice at start
 ** (repl/main.c puts it, with the reason, in FUSELAB_OMP_WAIT) while the
 ** variables still say what it chose; otherwise what the user set, or
-** libgomp's own default (the module loaded from a stock lua). */
+** libgomp's own default (the module loaded from a stock lua).  chose_says:
+** the reason begins "name=value:". */
+static int chose_says(const char *chose, const char *name, const char *value) {
+  size_t n = strlen(name), v = strlen(value);
+  return strncmp(chose, name, n) == 0 && chose[n] == '=' && strncmp(chose + n + 1, value, v) == 0 &&
+         chose[n + 1 + v] == ':';
+}
+
 static void push_omp_wait(lua_State *L) {
   const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
   const char *chose = getenv("FUSELAB_OMP_WAIT");
-  if (chose && ((pol && !spin && strncmp(chose, "OMP_WAIT_POLICY=", 16) == 0 &&
-                 strncmp(chose + 16, pol, strlen(pol)) == 0 && chose[16 + strlen(pol)] == ':') ||
-                (spin && !pol && strncmp(chose, "GOMP_SPINCOUNT=", 15) == 0 &&
-                 strncmp(chose + 15, spin, strlen(spin)) == 0 && chose[15 + strlen(spin)] == ':')))
+  if (chose && ((pol && !spin && chose_says(chose, "OMP_WAIT_POLICY", pol)) ||
+                (spin && !pol && chose_says(chose, "GOMP_SPINCOUNT", spin))))
     lua_pushstring(L, chose);
   else if (pol || spin)
     lua_pushfstring(L, "%s%s%s%s%s: set by you", pol ? "OMP_WAIT_POLICY=" : "", pol ? pol : "",
@@ -278,6 +274,15 @@ static void push_omp_wait(lua_State *L) {
   lua_setfield(L, -2, "threads");
 }
 
+/* fl.blas_info() -> {config, core, was, why, matmul}: the BLAS kernels
+** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
+** before the first product; matmul: what float32 products run on (cpu/mm.h),
+** onednn_calls / onednn_posts: how many ran there, with post-ops;
+** packed_calls / packed_weights / packed_bytes: products and convolutions
+** that read a weight kept in oneDNN's layout, the weights and bytes kept;
+** conv:
+** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
+** many ran on oneDNN, with post-ops; threads: how idle OpenMP threads wait */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
