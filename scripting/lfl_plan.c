@@ -280,9 +280,9 @@ static void push_omp_wait(lua_State *L) {
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
 ** packed_calls / packed_weights / packed_bytes: products and convolutions
 ** that read a weight kept in oneDNN's layout, the weights and bytes kept;
-** conv:
-** what float32 convolutions run on, onednn_convs / onednn_conv_posts: how
-** many ran on oneDNN, with post-ops; threads: how idle OpenMP threads wait */
+** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts:
+** how many ran on oneDNN, with post-ops; threads: how idle OpenMP threads
+** wait */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
