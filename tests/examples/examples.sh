@@ -1,8 +1,10 @@
 #!/bin/sh
 # examples.sh -- the guided tour and every lesson run with the built
-# fuselab, each in an empty folder and under its time budget (the tour 60 s,
-# a lesson 30 s); a test fails on a non-zero exit (a Lua error is one), on
-# running past its budget, or on printing nothing.  Then :help lesson N must
+# fuselab, each in an empty folder; a test fails on a non-zero exit (a Lua
+# error is one), on printing nothing, or on a hang (ten times its class
+# budget: the tour 60 s, a lesson 30 s).  A run past its class budget but
+# not hung passes with a note: a busy machine or the sanitizer build is
+# slow, and a test must not fail for that (bench/ measures speed).  Then :help lesson N must
 # show each lesson's header, and the lessons may cite only files that ship.
 # TAP, one line per run.
 #
@@ -29,16 +31,18 @@ run() {
   dir=$tmp/run$n
   mkdir -p "$dir"
   t0=$(now)
-  (cd "$dir" && exec timeout -k 5 "$budget" "$FUSELAB" "$file" "$@") >"$dir/out" 2>"$dir/err"
+  (cd "$dir" && exec timeout -k 5 $((budget * 10)) "$FUSELAB" "$file" "$@") >"$dir/out" 2>"$dir/err"
   rc=$?
   secs=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   why=
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="over its budget of $budget s"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="hung: over ten times its budget of $budget s"
   elif [ $rc -ne 0 ]; then why="exit status $rc"
   elif [ ! -s "$dir/out" ]; then why="printed nothing"
   fi
   if [ -z "$why" ]; then
     echo "ok $n - $name ($secs s of $budget s)"
+    awk -v s="$secs" -v b="$budget" 'BEGIN { exit !(s > b) }' &&
+      echo "# $name: $secs s, past its class budget of $budget s on this machine"
   else
     failed=$((failed + 1))
     echo "not ok $n - $name: $why ($secs s)"
