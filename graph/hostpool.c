@@ -6,7 +6,7 @@
 ** when the garbage collector freed a batch of outputs at once), so the
 ** kernel that fills it first takes one page fault per page and the kernel
 ** zeroes each page: measured on a compiled softmax of [4096, 1024], 27% of
-** the call was the kernel's clear_page.  Here a freed buffer of 1 MiB or
+** the call was the kernel's clear_page.  Here a freed buffer of HOSTPOOL_MIN or
 ** more is kept, and the next request of the same size class gets it back
 ** with its pages already mapped, as PyTorch's caching allocators do for
 ** device memory.
@@ -33,7 +33,7 @@
 #define MIB ((size_t)1 << 20)
 #define HUGE (2 * MIB)
 #define SMALL_STEP ((size_t)64 << 10)
-#define MAX_KEPT 64
+#define MAX_KEPT 256         /* a collection frees up to 16 MiB / 256 KiB at once */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KEEP 0
@@ -104,11 +104,20 @@ void hostpool_advise_huge(void *p, size_t n) {
 }
 
 /* cap bytes from the kernel; huge-page-aligned when cap is a whole number
-** of huge pages.  Fresh anonymous memory reads as zero. */
+** of huge pages.  Fresh anonymous memory reads as zero.  Any other block
+** (those are below 4 MiB) is populated by the mmap itself: the kernel
+** that fills it writes every page anyway, and one call mapping them all
+** costs half of a fault per 4 KiB (512 KiB: 110-160 us against 230-410). */
 static void *map_fresh(size_t cap) {
   size_t extra = cap % HUGE == 0 ? HUGE : 0;
-  char *p = mmap(NULL, cap + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int populate = 0;
+  char *p;
   char *a;
+#ifdef MAP_POPULATE
+  if (!extra) populate = MAP_POPULATE;
+#endif
+  p = mmap(NULL, cap + extra, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
   if (p == MAP_FAILED) return NULL;
   if (!extra) return p;
   a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));

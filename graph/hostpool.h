@@ -6,8 +6,13 @@
 
 #include <stddef.h>
 
-/* Requests below this go to malloc: its heap reuses small blocks well. */
-#define HOSTPOOL_MIN ((size_t)1 << 20)
+/* Requests below this go to malloc's heap.  From about this size up glibc
+** hands a freed batch back to the kernel (its trim and mmap thresholds),
+** and the next outputs take a page fault per 4 KiB: a compiled MLP's
+** 512 KiB output took 128 a call, about 0.5 ms of 7.5 at 2.3 us a fault
+** on this kind of VM (bench/output_reuse.lua, bench/RESULTS.md).  Smaller
+** outputs fault too, less (64 KiB: 16 pages a call, 0.02 ms). */
+#define HOSTPOOL_MIN ((size_t)256 << 10)
 
 /* n >= HOSTPOOL_MIN bytes, zero-filled when zero is set; NULL when the
 ** system has no memory left even after the kept blocks were given back. */

@@ -47,10 +47,19 @@ fl_tensor *lfl_checkdata(lua_State *L, int idx, const char *what) {
 ** it, so a loop dropping large tensors would pile up gigabytes of garbage
 ** before Lua thought its heap had grown.  Storage bytes are counted here
 ** (per state): once as many bytes have been allocated as were live after
-** the last collection (at least LFL_GC_MIN), a full collection runs --
-** Lua's own "pause 200%" rule applied to tensor memory.  Garbage stays
-** below max(live, LFL_GC_MIN). */
-#define LFL_GC_MIN ((size_t)64 << 20)
+** the last collection, a full collection runs -- Lua's own "pause 200%"
+** rule applied to tensor memory.  The floor (LFL_GC_MIN) is modest
+** because garbage outputs hold memory the next outputs of a loop could
+** reuse: a compiled call whose last output is dropped at once (as
+** Python's reference counts do) writes into mapped pages, one whose old
+** outputs wait for the collection writes into fresh ones, a page fault
+** per 4 KiB (2.3 us each on this kind of VM, about 0.56 ms per MiB; with
+** a 64 MiB floor a compiled MLP's first 128 calls all faulted).  A full
+** collection costs about 0.1 ms on fuselab's own heap and grows with
+** Lua's, so the interval is also at least 8 times Lua's heap: the
+** collector's share stays near 6 us per MiB allocated.  Garbage stays
+** below max(live, 8 x Lua's heap, LFL_GC_MIN). */
+#define LFL_GC_MIN ((size_t)16 << 20)
 
 typedef struct mem_acct {
   size_t live;                 /* storage bytes held by live userdata */
@@ -78,12 +87,15 @@ static mem_acct *get_acct(lua_State *L) {
 
 void lfl_account(lua_State *L, size_t n) {
   mem_acct *a = get_acct(L);
+  size_t heap;
   a->live += n;
   a->since += n;
   if (a->since > a->limit) {
     lua_gc(L, LUA_GCCOLLECT);        /* finalizers lower a->live */
     a->since = 0;
+    heap = (size_t)lua_gc(L, LUA_GCCOUNT, 0) << 13;    /* KiB -> 8 x bytes */
     a->limit = a->live > LFL_GC_MIN ? a->live : LFL_GC_MIN;
+    if (heap > a->limit) a->limit = heap;
   }
 }
 
