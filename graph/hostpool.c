@@ -33,7 +33,7 @@
 #define MIB ((size_t)1 << 20)
 #define HUGE (2 * MIB)
 #define SMALL_STEP ((size_t)64 << 10)
-#define MAX_KEPT 256         /* a collection frees up to 16 MiB / 256 KiB at once */
+#define MAX_KEPT 256   /* a 16 MiB collection interval frees 64 blocks of 256 KiB at once */
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KEEP 0

@@ -87,15 +87,15 @@ static mem_acct *get_acct(lua_State *L) {
 
 void lfl_account(lua_State *L, size_t n) {
   mem_acct *a = get_acct(L);
-  size_t heap;
   a->live += n;
   a->since += n;
   if (a->since > a->limit) {
+    size_t heap8;
     lua_gc(L, LUA_GCCOLLECT);        /* finalizers lower a->live */
     a->since = 0;
-    heap = (size_t)lua_gc(L, LUA_GCCOUNT, 0) << 13;    /* KiB -> 8 x bytes */
+    heap8 = (size_t)lua_gc(L, LUA_GCCOUNT, 0) << 13;   /* KiB -> 8 x bytes */
     a->limit = a->live > LFL_GC_MIN ? a->live : LFL_GC_MIN;
-    if (heap > a->limit) a->limit = heap;
+    if (heap8 > a->limit) a->limit = heap8;
   }
 }
 
