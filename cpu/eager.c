@@ -1019,8 +1019,9 @@ int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
   op_attrs defaults;
   fl_meta om;
   int k, rc;
-  if ((op != OP_MATMUL && op != OP_LINEAR) || !out->st || !ten_is_contiguous(out) ||
-      !in || nin < 1 || nin > MAX_IN) {
+  /* a matmul also writes a strided out (FL_EUNSUPPORTED where it cannot) */
+  if ((op != OP_MATMUL && op != OP_LINEAR) || !out->st ||
+      (op == OP_LINEAR && !ten_is_contiguous(out)) || !in || nin < 1 || nin > MAX_IN) {
     ten_release(out);
     return eager_apply(op, in, nin, a, out, e);
   }

@@ -133,9 +133,10 @@ static void mat_arg(const mat *m, int nd, cpu_mm_arg *o) {
 /* The product through oneDNN: every batch in one call.  FL_EUNSUPPORTED
 ** when it cannot (the caller runs sgemm); posts are the caller's
 ** epilogue, or none.  b_st: the storage B is read from in place, or NULL
-** (cpu_mm's b_st: a two-dimensional product's B may be kept packed). */
+** (cpu_mm's b_st: a two-dimensional product's B may be kept packed).
+** ys: y's nb + 2 strides, or NULL for contiguous. */
 static int matmul_mm(const mat *A, const mat *B, fl_storage *b_st, int nb, const int64_t *bs, float *y,
-                     int fold, const cpu_mm_post *posts, int npost, fl_err *e) {
+                     const int64_t *ys, int fold, const cpu_mm_post *posts, int npost, fl_err *e) {
   cpu_mm m;
   int d;
   memset(&m, 0, sizeof m);
@@ -161,6 +162,7 @@ static int matmul_mm(const mat *A, const mat *B, fl_storage *b_st, int nb, const
   m.dst.shape[m.nd - 1] = B->cols;
   m.dst.stride[m.nd - 1] = 1;
   for (d = m.nd - 2; d >= 0; d--) m.dst.stride[d] = m.dst.stride[d + 1] * m.dst.shape[d + 1];
+  if (ys) memcpy(m.dst.stride, ys, (size_t)m.nd * sizeof *ys);
   m.dst.p = y;
   for (d = 0; d < npost; d++) m.post[d] = posts[d];
   m.npost = npost;
@@ -272,12 +274,27 @@ static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
     rc = FL_EUNSUPPORTED;
     goto done;
   }
+  if (!ten_is_contiguous(out)) {
+    /* a layout compiled code chose for what reads the result
+    ** (cpu/backend.c): oneDNN writes it, with rows dense, or no one */
+    fl_err e2;
+    if (out->m.dtype != FL_F32 || !cpu_mm_enabled() || out->m.ndim != nb + 2 ||
+        out->stride[nb + 1] != 1) {
+      rc = err_set(e, FL_EUNSUPPORTED, "%s: a strided result needs oneDNN", op_name(op));
+      goto done;
+    }
+    err_clear(&e2);
+    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, (float *)ten_data(out), out->stride, 0, posts, npost,
+                        &e2)) != FL_OK)
+      err_set(e, rc, "%s", e2.msg);
+    goto done;
+  }
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { rc = FL_ENOMEM; goto done; }
   if (cpu_mm_enabled()) {
     fl_err e2;
     err_clear(&e2);
-    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, y, B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
-        npost) {
+    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, y, NULL, B.nb == 0 && mat_rows_fold(&A), posts, npost,
+                        &e2)) == FL_OK || npost) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
       goto done;

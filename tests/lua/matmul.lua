@@ -301,5 +301,45 @@ print(("packed %d %d %d %s"):format(b.packed_calls, b.packed_weights, b.packed_b
   end
 end
 
+-- attention putting its heads back, a @ v then [b,h,t,d] -> [b,t,h*d]:
+-- compiled code writes the product in the transposed order so the reshape
+-- is a view (cpu/backend.c); where the layout must stay (two readers, a
+-- transpose of the last dims, sgemm) the result is the same
+do
+  local function merged(b, h, tq, hd)
+    return function(a, v) return a:matmul(v):transpose(1, 2):reshape(b, tq, h * hd) end
+  end
+  for _, s in ipairs{{8, 4, 128, 64}, {2, 3, 17, 5}, {1, 1, 1, 1}, {3, 2, 33, 16}, {1, 5, 7, 3}} do
+    local b, h, tq, hd = table.unpack(s)
+    check(("heads merged after a @ v, %dx%dx%dx%d"):format(b, h, tq, hd), merged(b, h, tq, hd), tq,
+          fl.randn(b, h, tq, tq), fl.randn(b, h, tq, hd))
+  end
+  local a, v = fl.randn(2, 3, 9, 9), fl.randn(2, 3, 9, 4)
+  check("heads merged, the product read twice", function(x, y)
+    local o = x:matmul(y)
+    return o:transpose(1, 2):reshape(2, 9, 12) + o:sum()
+  end, 9, a, v)
+  check("last dims transposed, then reshaped", function(x, y)
+    return x:matmul(y):transpose(2, 3):reshape(2, 3, 36)
+  end, 9, a, v)
+  check("heads merged, then a linear", function(x, y, w)
+    return fl.linear(x:matmul(y):transpose(1, 2):reshape(2, 9, 12), w)
+  end, 12, a, v, fl.randn(5, 12))
+  -- the copy it saves: 1 MiB each call, from the host pool
+  if not blas_only and os.getenv("FUSELAB_ASAN") ~= "1" then
+    local w = fl.randn(4, 256)
+    local cf = fl.compile(function(x, y)
+      return fl.linear(x:matmul(y):transpose(1, 2):reshape(8, 128, 256), w)
+    end)
+    local x, y = fl.randn(8, 4, 128, 128), fl.randn(8, 4, 128, 64)
+    cf(x, y); cf(x, y)
+    local p0 = fl.host_pool_info()
+    for _ = 1, 10 do cf(x, y) end
+    local p1 = fl.host_pool_info()
+    t.is(p1.reuses - p0.reuses + p1.maps - p0.maps, 0,
+         "heads merged from a 1 MiB product: 10 compiled calls take no pool block (no copy)")
+  end
+end
+
 if not blas_only then C.rerun("FUSELAB_MATMUL=blas", "sgemm", "FUSELAB_MATMUL=blas", "matmul") end
 t.done()
