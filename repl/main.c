@@ -66,11 +66,38 @@ static void laction(int sig) {
   lua_sethook(globalL, lstop, mask, 1);
 }
 
+/* A frame of fuselab's own embedded Lua (chunk "=compile.lua" and the
+** like; a user's file is "@path", typed input "=stdin"). */
+static int own_frame(const lua_Debug *ar) {
+  static const char *const own[] = {"=compile.lua", "=nn.lua", "=onnx.lua", "=checklist.lua"};
+  size_t i;
+  for (i = 0; i < sizeof own / sizeof *own; i++)
+    if (strcmp(ar->source, own[i]) == 0) return 1;
+  return 0;
+}
+
+/* The level the caller's frames start at, past the error's raise and
+** fuselab's own frames around it: an error raised inside a traced
+** function (fl.compile) already carries the frames of where it happened,
+** and what lies between is fuselab's, not the user's. */
+static int caller_level(lua_State *L) {
+  lua_Debug ar;
+  int level, last = 0;
+  for (level = 1; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "S", &ar)) break;
+    if (own_frame(&ar)) last = level;
+    else if (strcmp(ar.what, "C") != 0) break;
+  }
+  return last + 1;
+}
+
 /* Message handler: a string gets a traceback; another value its __tostring
-** or its type.  The "[C]: in ?" frame at the bottom is this program's own
-** protected call, not the user's code, so it is dropped. */
+** or its type.  A message that carries its own traceback gets the
+** caller's frames added to it, one traceback, not two.  The "[C]: in ?"
+** frame at the bottom is this program's own protected call, not the
+** user's code, so it is dropped. */
 static int msghandler(lua_State *L) {
-  static const char tail[] = "\n\t[C]: in ?";
+  static const char tail[] = "\n\t[C]: in ?", head[] = "stack traceback:";
   const char *msg = lua_tostring(L, 1);
   size_t len, tl = sizeof tail - 1;
   if (msg == NULL) {
@@ -79,7 +106,15 @@ static int msghandler(lua_State *L) {
     msg = lua_pushfstring(L, "(error object is a %s value)",
                           luaL_typename(L, 1));
   }
-  luaL_traceback(L, L, msg, 1);
+  if (strstr(msg, "\nstack traceback:\n")) {
+    const char *frames;
+    luaL_traceback(L, L, NULL, caller_level(L));
+    frames = lua_tostring(L, -1);
+    if (strncmp(frames, head, sizeof head - 1) == 0) frames += sizeof head - 1;
+    lua_pushfstring(L, "%s%s", msg, frames);
+  } else {
+    luaL_traceback(L, L, msg, 1);
+  }
   msg = lua_tolstring(L, -1, &len);
   if (len >= tl && memcmp(msg + len - tl, tail, tl) == 0)
     lua_pushlstring(L, msg, len - tl);

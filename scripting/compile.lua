@@ -207,6 +207,14 @@ end
 
 -- ---- tracing one call ---------------------------------------------------
 
+-- An error inside the traced function: its message and the frames down to
+-- the function's call; what called it (xpcall and the tracing here) is
+-- fuselab's, and the REPL adds the user's own caller frames.
+local function body_traceback(m)
+  if type(m) ~= "string" then return m end
+  return (debug.traceback(m, 2):gsub("\n\t%[C%]: in function 'xpcall'.*$", ""))
+end
+
 -- Trace fn(...) into graphs.  Returns the results (computed) and what the
 -- trace saw: {graphs, breaks, nodes of results, params, reads, fast=bool
 -- and why not}.  dyn[i] lists argument i's symbolic dims.
@@ -222,7 +230,7 @@ local function trace_body(tr, fn, names, dyn, args)
   local ups_before = scalar_upvalues(fn)
   local reads = {}
   local res = with_global_spy(fn, reads, function()
-    return pack(xpcall(fn, debug.traceback, unpack(targs, 1, args.n)))
+    return pack(xpcall(fn, body_traceback, unpack(targs, 1, args.n)))
   end)
   if not res[1] then error(res[2], 0) end
   targs = nil                     -- only what the function kept stays live

@@ -93,6 +93,17 @@ t_script_error() {
     has "$tmp/err" "stack traceback:"
 }
 
+# an error inside a compiled function: one traceback, from the function's
+# own frame to the script's, none of fuselab's tracing in between
+t_compiled_error() {
+  printf 'local cf = fl.compile(function(x) return x * 2 end)\ncf("bad")\n' >"$tmp/c.lua"
+  run "$tmp/c.lua"
+  status 1 && has "$tmp/err" "attempt to mul a 'string' with a 'number'" &&
+    has "$tmp/err" "in metamethod 'mul'" && has "$tmp/err" "c.lua:2: in main chunk" &&
+    [ "$(grep -c 'stack traceback:' "$tmp/err")" = 1 ] && ! grep -q 'compile.lua' "$tmp/err" ||
+    { cat "$tmp/err"; return 1; }
+}
+
 t_script_missing() {
   run "$tmp/no-such-file.lua"
   status 1 && has "$tmp/err" "cannot open"
@@ -189,6 +200,7 @@ check "-e runs code; fl, nn = fl.nn and require \"fuselab\" are set" t_e
 check "-e error: traceback on stderr, exit 1" t_e_error
 check "script with args: arg table and ..." t_script_args
 check "script error: message, traceback, exit 1" t_script_error
+check "error in a compiled function: one traceback, the user's frames" t_compiled_error
 check "missing script: exit 1" t_script_missing
 check "piped stdin runs as a script, no prompts" t_pipe
 check "piped stdin error: exit 1, nothing after it runs" t_pipe_error
