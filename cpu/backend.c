@@ -32,6 +32,8 @@ typedef struct cpu_kinfo {
   int npost;
   cpu_post post[CPU_MM_MAXPOST];
   int anchor_acc, store_acc;
+  int swap, swap0, swap1;    /* the product is written with dims swap0 and
+                                swap1 swapped (plan_layout) */
 } cpu_kinfo;
 
 /* --- epilogues as post-ops ----------------------------------------------
@@ -298,6 +300,52 @@ static void plan_posts(const fuse_plan *p, int k, cpu_kinfo *ki) {
   ki->npost = npost;
 }
 
+/* The only reader of node id, or -1 when it has none or several. */
+static int sole_reader(const ir_graph *g, int id) {
+  int i, j, who = -1;
+  for (i = id + 1; i < g->n; i++)
+    for (j = 0; j < g->nodes[i].nin; j++)
+      if (g->nodes[i].in[j] == id) {
+        if (who >= 0) return -1;
+        who = i;
+      }
+  return who;
+}
+
+/* A matmul read only by a transpose that a reshape then merges (attention
+** putting its heads back into the model dim, [b,h,t,d] -> [b,t,h*d]) is
+** written in the transposed order: the reshape is then a view of it, not
+** a copy made each call (0.23-0.38 ms of a transformer block's 10,
+** bench/RESULTS.md).  oneDNN writes any layout whose rows are dense, so
+** the swapped dims must not be the last.  Fills ki's swap. */
+static void plan_layout(const fuse_plan *p, int k, cpu_kinfo *ki) {
+  const ir_graph *g = p->g;
+  int id = p->kernels[k].anchor, tr, rs, nd = g->nodes[id].meta.ndim;
+  int64_t i0, i1;
+  ki->swap = 0;
+  if (p->kernels[k].kind != FK_EXTERN || g->nodes[id].op != OP_MATMUL || (tr = sole_reader(g, id)) < 0 ||
+      g->nodes[tr].kind != IR_OP || g->nodes[tr].op != OP_TRANSPOSE || (rs = sole_reader(g, tr)) < 0 ||
+      g->nodes[rs].kind != IR_OP || g->nodes[rs].op != OP_RESHAPE)
+    return;
+  i0 = g->nodes[tr].attrs.i[0];
+  i1 = g->nodes[tr].attrs.i[1];
+  if (i0 == i1 || i0 < 0 || i1 < 0 || i0 >= nd - 1 || i1 >= nd - 1) return;
+  ki->swap = 1;
+  ki->swap0 = (int)i0;
+  ki->swap1 = (int)i1;
+}
+
+/* t's strides for ki's swap: contiguous in the transposed order. */
+static void apply_layout(const cpu_kinfo *ki, fl_tensor *t) {
+  int64_t s = 1;
+  int d;
+  for (d = t->m.ndim - 1; d >= 0; d--) {
+    int src = d == ki->swap0 ? ki->swap1 : d == ki->swap1 ? ki->swap0 : d;
+    t->stride[src] = s;
+    s *= t->m.shape[src];
+  }
+}
+
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n);
 
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
@@ -308,6 +356,7 @@ static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
 static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, fl_err *e) {
   (void)e;
   plan_posts(p, k, kinfo);
+  plan_layout(p, k, kinfo);
   return cpu_emit_kernel(b, p, k, sym, &((cpu_kinfo *)kinfo)->scratch);
 }
 
@@ -341,49 +390,9 @@ static int copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) { return t
 static int no_sync(fl_err *e) { (void)e; return FL_OK; }
 static int nargs(const exec_program *pr, int k) { return fk_nargs(&pr->plan->kernels[k]); }
 
-/* The only reader of node id, or -1 when it has none or several. */
-static int sole_reader(const ir_graph *g, int id) {
-  int i, j, who = -1;
-  for (i = id + 1; i < g->n; i++)
-    for (j = 0; j < g->nodes[i].nin; j++)
-      if (g->nodes[i].in[j] == id) {
-        if (who >= 0) return -1;
-        who = i;
-      }
-  return who;
-}
-
-/* A matmul read only by a transpose that a reshape then merges (attention
-** putting its heads back into the model dim, [b,h,t,d] -> [b,t,h*d]) is
-** written in the transposed order: the reshape is then a view of it, not
-** a copy made each call (0.3-0.45 ms of a transformer block's 10,
-** bench/RESULTS.md).  oneDNN writes any layout whose rows are dense, so
-** the transposed dims must not be the last.  1 when t's strides changed. */
-static int layout_for_reader(const exec_run *r, int id, fl_tensor *t) {
-  const ir_graph *g = r->g;
-  int tr = sole_reader(g, id), rs, d, nd = t->m.ndim;
-  int64_t i0, i1, s, cs[FL_MAX_DIMS];
-  if (g->nodes[id].op != OP_MATMUL || t->m.dtype != FL_F32 || tr < 0 ||
-      g->nodes[tr].kind != IR_OP || g->nodes[tr].op != OP_TRANSPOSE)
-    return 0;
-  rs = sole_reader(g, tr);
-  if (rs < 0 || g->nodes[rs].kind != IR_OP || g->nodes[rs].op != OP_RESHAPE) return 0;
-  i0 = g->nodes[tr].attrs.i[0];
-  i1 = g->nodes[tr].attrs.i[1];
-  if (i0 == i1 || i0 < 0 || i1 < 0 || i0 >= nd - 1 || i1 >= nd - 1) return 0;
-  /* contiguous strides of the transposed shape, swapped back */
-  for (s = 1, d = nd - 1; d >= 0; d--) {
-    int src = d == i0 ? (int)i1 : d == i1 ? (int)i0 : d;
-    cs[src] = s;
-    s *= t->m.shape[src];
-  }
-  memcpy(t->stride, cs, (size_t)nd * sizeof *cs);
-  return 1;
-}
-
 /* The extern op of kernel k (a product), written into its planned buffer:
 ** the same memory every call, no fresh pages. */
-static int run_extern(exec_run *r, const fk_kernel *k, fl_err *e) {
+static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
   const ir_graph *g = r->g;
   const ir_node *nd = &g->nodes[k->anchor];
   const fl_tensor *args[64];
@@ -401,7 +410,8 @@ static int run_extern(exec_run *r, const fk_kernel *k, fl_err *e) {
   if (r->vals[k->anchor].st) ten_share(&t, &r->vals[k->anchor]);
   else if (r->pr->plan->slot[k->anchor] >= 0) {
     if ((rc = exec_buffer(r, k->anchor, &t, e)) != FL_OK) return rc;
-    laid = layout_for_reader(r, k->anchor, &t);
+    if ((laid = in->swap && t.m.dtype == FL_F32 && t.m.ndim > in->swap0 && t.m.ndim > in->swap1))
+      apply_layout(in, &t);
   }
   rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e);
   if (rc == FL_EUNSUPPORTED && laid) {      /* that layout refused: the plain one */
@@ -499,7 +509,7 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   void *scratch = NULL;
   int i, rc;
   if (in->npost > 0 && (rc = launch_posts(r, k, in, e)) != 0) return rc < 0 ? rc : FL_OK;
-  if (k->kind == FK_EXTERN && (rc = run_extern(r, k, e)) != FL_OK) return rc;
+  if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
   if (k->nbufs > 256) return err_set(e, FL_EUNSUPPORTED, "%s: too many buffers", k->name);
