@@ -410,7 +410,7 @@ static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_e
   if (r->vals[k->anchor].st) ten_share(&t, &r->vals[k->anchor]);
   else if (r->pr->plan->slot[k->anchor] >= 0) {
     if ((rc = exec_buffer(r, k->anchor, &t, e)) != FL_OK) return rc;
-    if ((laid = in->swap && t.m.dtype == FL_F32 && t.m.ndim > in->swap0 && t.m.ndim > in->swap1))
+    if ((laid = in->swap && t.m.dtype == FL_F32))
       apply_layout(in, &t);
   }
   rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e);
