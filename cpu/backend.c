@@ -320,10 +320,12 @@ static int sole_reader(const ir_graph *g, int id) {
 ** the swapped dims must not be the last.  Fills ki's swap. */
 static void plan_layout(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const ir_graph *g = p->g;
-  int id = p->kernels[k].anchor, tr, rs, nd = g->nodes[id].meta.ndim;
+  int id = p->kernels[k].anchor, tr, rs, nd;
   int64_t i0, i1;
   ki->swap = 0;
-  if (p->kernels[k].kind != FK_EXTERN || g->nodes[id].op != OP_MATMUL || (tr = sole_reader(g, id)) < 0 ||
+  if (p->kernels[k].kind != FK_EXTERN || id < 0) return;     /* no product to lay out */
+  nd = g->nodes[id].meta.ndim;
+  if (g->nodes[id].op != OP_MATMUL || (tr = sole_reader(g, id)) < 0 ||
       g->nodes[tr].kind != IR_OP || g->nodes[tr].op != OP_TRANSPOSE || (rs = sole_reader(g, tr)) < 0 ||
       g->nodes[rs].kind != IR_OP || g->nodes[rs].op != OP_RESHAPE)
     return;
