@@ -248,7 +248,7 @@ static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
   mat A, B;
   int64_t M, K, N, bs[FL_MAX_DIMS], Bt = 1, bi;
   float *y, *yo = NULL;
-  int nb, d, rc;
+  int nb, d, rc, strided;
   cpu_blas_pick();                 /* the right kernels before the first product */
   if (npost && (out->m.dtype != FL_F32 || !cpu_mm_enabled()))
     return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
@@ -274,27 +274,21 @@ static int matmul_posts(fl_op op, const fl_tensor *const *in, int nin, const cpu
     rc = FL_EUNSUPPORTED;
     goto done;
   }
-  if (!ten_is_contiguous(out)) {
-    /* a layout compiled code chose for what reads the result
-    ** (cpu/backend.c): oneDNN writes it, with rows dense, or no one */
-    fl_err e2;
-    if (out->m.dtype != FL_F32 || !cpu_mm_enabled() || out->m.ndim != nb + 2 ||
-        out->stride[nb + 1] != 1) {
-      rc = err_set(e, FL_EUNSUPPORTED, "%s: a strided result needs oneDNN", op_name(op));
-      goto done;
-    }
-    err_clear(&e2);
-    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, (float *)ten_data(out), out->stride, 0, posts, npost,
-                        &e2)) != FL_OK)
-      err_set(e, rc, "%s", e2.msg);
+  /* a strided out: a layout compiled code chose for what reads the
+  ** result (cpu/backend.c), which oneDNN writes with rows dense, or no one */
+  strided = !ten_is_contiguous(out);
+  if (strided && (out->m.dtype != FL_F32 || !cpu_mm_enabled() || out->m.ndim != nb + 2 ||
+                  out->stride[nb + 1] != 1)) {
+    rc = err_set(e, FL_EUNSUPPORTED, "%s: a strided result needs oneDNN", op_name(op));
     goto done;
   }
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { rc = FL_ENOMEM; goto done; }
   if (cpu_mm_enabled()) {
     fl_err e2;
     err_clear(&e2);
-    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, y, NULL, B.nb == 0 && mat_rows_fold(&A), posts, npost,
-                        &e2)) == FL_OK || npost) {
+    if ((rc = matmul_mm(&A, &B, in[1]->st, nb, bs, y, strided ? out->stride : NULL,
+                        !strided && B.nb == 0 && mat_rows_fold(&A), posts, npost, &e2)) == FL_OK ||
+        npost || strided) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
       goto done;

@@ -11,7 +11,9 @@
 ** and the next outputs take a page fault per 4 KiB: a compiled MLP's
 ** 512 KiB output took 128 a call, about 0.5 ms of 7.5 at 2.3 us a fault
 ** on this kind of VM (bench/output_reuse.lua, bench/RESULTS.md).  Smaller
-** outputs fault too, less (64 KiB: 16 pages a call, 0.02 ms). */
+** outputs fault only until the first collection: malloc's heap grows
+** until then, and reuses what it frees (64 KiB: 16 pages a call for the
+** first 200 calls, none after). */
 #define HOSTPOOL_MIN ((size_t)256 << 10)
 
 /* n >= HOSTPOOL_MIN bytes, zero-filled when zero is set; NULL when the
