@@ -77,7 +77,9 @@ void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
 ** a copy, weights held, and their bytes (fl.blas_info().packed_calls,
 ** .packed_weights, .packed_bytes). */
 void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes);
-/* What products run on, in a sentence (fl.blas_info().matmul). */
+/* What products run on, in a sentence (fl.blas_info().matmul); after the
+** first product it names oneDNN's kernels ("brg:avx512_core" keeps weights
+** in a blocked layout, "gemm:jit" reads them in place). */
 const char *cpu_mm_describe(void);
 
 /* y = post_n(...post_1(conv2d(x, w) + bias)): x [n, c, h, w], w

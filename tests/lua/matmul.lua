@@ -172,6 +172,7 @@ end
 -- a view of a larger tensor written through its base, and on new weights
 -- that may reuse a freed one's address.
 local function packed() return fl.blas_info().packed_calls end
+local function gemm_kernels() return fl.blas_info().matmul:match(", gemm:") ~= nil end
 local function check_calls(name, f, K, n, ...)
   local ref = fl.capture(f, ...):run_reference(...)
   local cf = fl.compile(f)
@@ -188,7 +189,12 @@ do
               fl.randn(64, 256), w2)
   check_calls("gelu tanh(linear) + residual", function(x, w, b, r) return r + fl.gelu(L(x, w, b), "tanh") end,
               256, 3, fl.randn(64, 256), w3, fl.randn(128), fl.randn(64, 128))
-  if not blas_only then
+  if not blas_only and gemm_kernels() then
+    -- oneDNN's sgemm kernels (a CPU without AVX-512) read [K, N] slower
+    -- than a linear's own layout: nothing is kept for them
+    t.ok(packed() - p0 == 0 and fl.blas_info().packed_weights == 0,
+         "gemm:jit products keep no copy of their weights (" .. (packed() - p0) .. " calls read one)")
+  elseif not blas_only then
     t.ok(packed() - p0 >= 8, "weights used again read the packed copy (" .. (packed() - p0) .. " calls)")
     local bi = fl.blas_info()
     t.ok(bi.packed_weights >= 3 and bi.packed_bytes >= 4 * (67 * 129 + 512 * 256 + 128 * 256),
@@ -292,7 +298,7 @@ print(("packed %d %d %d %s"):format(b.packed_calls, b.packed_weights, b.packed_b
   end
   if not blas_only then
     local c, w, by, ok, out = child("FUSELAB_PACK_MB=1")
-    t.ok(ok and c and c > 0 and by <= 1048576 and w <= 2,
+    t.ok(ok and c and (c > 0 or gemm_kernels()) and by <= 1048576 and w <= 2,
          ("FUSELAB_PACK_MB=1: at most 1 MiB kept (%s calls, %s weights, %s bytes), right values"):format(c, w, by))
     if not ok then t.diag(out) end
     c, w, by, ok, out = child("FUSELAB_PACK_MB=0")
