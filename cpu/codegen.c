@@ -125,6 +125,19 @@ void cpu_emit_preamble(strbuf *b) {
     "/* smallest amount of work worth starting threads for */\n"
     "#define FL_PAR_MIN 32768\n"
     "\n"
+    "/* A loop's unit-stride version is the one calls run; its strided copy\n"
+    "** is marked never taken, so the compiler builds that copy small (not\n"
+    "** vectorized, not unrolled): half the compile time of a masked\n"
+    "** softmax kernel (bench/RESULTS.md, \"The strided copies cold\"). */\n"
+    "#if defined(__has_builtin)\n"
+    "#if __has_builtin(__builtin_expect_with_probability)\n"
+    "#define FL_UNIT(c) __builtin_expect_with_probability((c), 1, 1.0)\n"
+    "#endif\n"
+    "#endif\n"
+    "#ifndef FL_UNIT\n"
+    "#define FL_UNIT(c) (c)\n"
+    "#endif\n"
+    "\n"
     "/* A reduce kernel's output of FL_STREAM_MIN elements (4 MiB, twice a\n"
     "** core's L2 where it was measured) or more that nothing later in the\n"
     "** program reads is staged FL_STG elements at a time in L1 and written\n"
@@ -334,11 +347,11 @@ static int fast_cond(gen *g, int depth, const char *used) {
   for (a = 0; a < k->nacc; a++) {
     if (k->acc[a].inner < 0 || (k->kind == FK_REDUCE && !k->acc[a].full)) continue;
     if (used && !used[a]) continue;
-    if (!n++) { ind(g, depth); strbuf_printf(g->b, "if ("); }
+    if (!n++) { ind(g, depth); strbuf_printf(g->b, "if (FL_UNIT("); }
     else strbuf_printf(g->b, " && ");
     strbuf_printf(g->b, "s%d_%d == %d", a, g->D - 1, k->acc[a].inner);
   }
-  if (n) strbuf_printf(g->b, ") {\n");
+  if (n) strbuf_printf(g->b, ")) {\n");
   return n;
 }
 
