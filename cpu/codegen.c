@@ -197,6 +197,11 @@ void cpu_emit_preamble(strbuf *b) {
   emit_source(b, FL_EXPF_SOURCE(fl_expf));
   strbuf_printf(b,
     "\n"
+    "/* the same exp for a value minus its row's max (a softmax's), at most\n"
+    "** 0: no overflow, results below 2^-126 are 0 (cpu/expf.h) */\n");
+  emit_source(b, FL_EXPF_SHIFTED_SOURCE(fl_expf_shifted));
+  strbuf_printf(b,
+    "\n"
     "/* erf within 1.3 ulp, the eager kernels' (cpu/erff.h): two polynomials,\n"
     "** no exp, 1.5x as fast as libmvec's erff in a GELU */\n");
   emit_source(b, FL_ERFF_SOURCE(fl_erff));
@@ -239,7 +244,8 @@ static void index_expr(gen *g, int a, int fast, int inloop) {
 }
 
 /* how C rounds to the 16-bit floats */
-static const fk_dialect dialect = {"(float)(_Float16)(", ")", "fl_bf2f(fl_f2bf(", "))", "fl_expf", "fl_erff"};
+static const fk_dialect dialect = {"(float)(_Float16)(", ")", "fl_bf2f(fl_f2bf(", "))", "fl_expf", "fl_erff",
+                                   "fl_expf_shifted"};
 
 
 static void emit_recip(gen *g, int i, int depth) {

@@ -218,6 +218,15 @@ int fk_by_recip(const fk_kernel *k, const fk_instr *in) {
   return !d->full && d->dtype != FL_I64 && in->dtype != FL_I64 && k->instr[in->arg[0]].dtype != FL_I64;
 }
 
+int fk_exp_shifted(const fk_kernel *k, const fk_instr *in) {
+  const fk_instr *sub, *m;
+  if (k->kind != FK_REDUCE || in->opc != FKI_ELEM || in->op != OP_EXP || in->dtype != FL_F32) return 0;
+  sub = &k->instr[in->arg[0]];
+  if (sub->opc != FKI_ELEM || sub->op != OP_SUB || sub->dtype != FL_F32) return 0;
+  m = &k->instr[sub->arg[1]];
+  return m->opc == FKI_REDUCE && m->red == FKR_MAX && m->arg[0] == sub->arg[0];
+}
+
 void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
                      const fk_instr *in, int dbl) {
   fl_dtype dt = in->dtype;
@@ -230,6 +239,8 @@ void fk_render_value(strbuf *b, const fk_dialect *d, const fk_kernel *k,
   else if (dt == FL_BF16 && in->node >= 0) { strbuf_printf(b, "%s", d->bf16_open); close = d->bf16_close; }
   if (fk_by_recip(k, in)) {
     strbuf_printf(b, "(v%d * r%d)", in->arg[0], in->arg[1]);
+  } else if (!dbl && d->exp_shifted_fn && fk_exp_shifted(k, in)) {
+    strbuf_printf(b, "%s(v%d)", d->exp_shifted_fn, in->arg[0]);
   } else if (ints) {
     /* an integer to a float type rounds once, to float32, as eager does */
     if (dt != FL_I64 && dt != FL_BOOL) strbuf_printf(b, "(float)");

@@ -22,7 +22,13 @@ typedef struct fk_dialect {
   const char *bf16_open, *bf16_close;
   const char *exp_fn;     /* what the op table's expf becomes; NULL: expf */
   const char *erf_fn;     /* and its erff; NULL: erff */
+  const char *exp_shifted_fn; /* exp of a value minus its row's max
+                                 (fk_exp_shifted); NULL: exp_fn */
 } fk_dialect;
+
+/* True when step in of k is exp(a - m), m the max of a over the reduced
+** dims (a softmax's): its argument is at most 0, or NaN. */
+int fk_exp_shifted(const fk_kernel *k, const fk_instr *in);
 
 /* True when FULL division step in of reduce kernel k divides by a row
 ** value: generators multiply by its reciprocal, computed once per row

@@ -48,7 +48,7 @@ static void ind(gen *g, int depth) { strbuf_printf(g->b, "%*s", 2 * depth, ""); 
 
 
 /* how CUDA rounds to the 16-bit floats (preamble intrinsics) */
-static const fk_dialect dialect = {"fl_rh(", ")", "fl_rb(", ")", NULL, NULL};
+static const fk_dialect dialect = {"fl_rh(", ")", "fl_rb(", ")", NULL, NULL, NULL};
 
 
 static void emit_recip(gen *g, int i, int depth) {

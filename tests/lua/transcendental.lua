@@ -108,6 +108,48 @@ do
   t.ok(fl.allclose(fl.tensor(y), f(s), 1e-6, 0), "and the rest as eager within 1e-6")
 end
 
+do
+  -- exp(a - max(a)) compiles to cpu/expf.h's shifted exp (one scale factor,
+  -- no overflow path): a grid of [-110, 0] by 1/1000 with 0 as the row's
+  -- max, -inf, and a second row holding a NaN.  Within 1 ulp of the
+  -- reference where e^x is normal (x >= -87.33); 0 or below 2^-126 under it.
+  local row = {0.0, -1 / 0, -1e30}
+  for i = -110000, 0 do row[#row + 1] = i / 1000 end
+  local nan_row = {}
+  for i = 1, #row do nan_row[i] = row[i] end
+  nan_row[7] = 0 / 0
+  local a = fl.tensor{row, nan_row}
+  local f = function(v) return (v - v:amax(-1, true)):exp() end
+  local cf = fl.compile(f)
+  t.ok(cf(a) and cf:code():find("fl_expf_shifted(", 1, true), "exp of a value minus its row's max uses the shifted exp")
+  local got, want = cf(a):tolist(), fl.capture(f, a):run_reference(a):tolist()
+  local nbad, bad, worst = 0, nil, 0
+  for i = 1, #row do
+    local g, w, ok = got[1][i], want[1][i], nil
+    if w >= 2 ^ -126 then
+      local d = math.abs(ord(g) - ord(w))
+      worst = math.max(worst, d)
+      ok = d <= 1
+    else
+      ok = g >= 0 and g < 2 ^ -126
+    end
+    if not ok then nbad, bad = nbad + 1, bad or ("x = %.9g: got %.9g, reference %.9g"):format(row[i], g, w) end
+  end
+  t.ok(nbad == 0, ("compiled exp(x - max): within 1 ulp where normal, under 2^-126 elsewhere (worst %d ulps)"):format(worst))
+  if nbad > 0 then t.diag(("%d inputs off, first: %s"):format(nbad, bad)) end
+  local allnan = true
+  for i = 1, #row do allnan = allnan and isnan(got[2][i]) end
+  t.ok(allnan, "a row with a NaN: NaN throughout, as the reference")
+  -- the softmax itself, rows of 3 to 2000 scores spread over [-120, 40]
+  local good = true
+  for _, n in ipairs{3, 17, 100, 2000} do
+    local s = fl.rand(7, n) * 160 - 120
+    local g = function(v) return v:softmax(-1) end
+    good = good and fl.allclose(fl.compile(g)(s), fl.capture(g, s):run_reference(s), 1e-6, 1e-37)
+  end
+  t.ok(good, "compiled softmax over [-120, 40] scores: the reference within 1e-6 relative")
+end
+
 -- a strided input goes through the same kernels (on a gathered copy)
 local xs = fl.tensor(inputs):narrow(1, 23, 20000):reshape(100, 200):transpose(1, 2)
 t.ok(fl.allclose(xs:tanh(), xs:contiguous():tanh(), 0, 0), "tanh of a transposed view")
