@@ -60,7 +60,7 @@
 ** for NaN, only has to fall between n = -126 and n = -128 (x = -87.68,
 ** -88.38).  Eight fewer operations a lane: the generated [4096, 1024]
 ** softmax 2.72-2.83 -> 2.33-2.46 ms on an AVX2 EPYC (bench/RESULTS.md,
-** "exp after the row's max"). */
+** "On an AMD EPYC"). */
 #define FL_EXPF_SHIFTED_DEFINE(name)                                            \
   static inline float name(float x) {                                           \
     union { float f; uint32_t u; } t, s;                                        \
