@@ -10,6 +10,9 @@
 */
 #include "config.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -476,13 +479,27 @@ int cpu_mm_enabled(void) {
   return on;
 }
 
+/* Products of fewer multiply-adds run on one thread: oneDNN would start
+** its team for them all the same, and waking a sleeping thread costs more
+** than such a product (on a VM just after an idle spell, a tiny ONNX
+** transformer's eager call took 4-5 ms instead of 0.4).  Two threads gain
+** from about 2^20 (bench/RESULTS.md, "Small products on one thread"). */
+#define MM_PAR_MIN (1 << 19)
+
+static int64_t macs(const cpu_mm *m) {
+  int64_t n = m->a.shape[m->nd - 1];     /* K */
+  int d;
+  for (d = 0; d < m->nd; d++) n *= m->dst.shape[d];
+  return n;
+}
+
 int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
   entry *en;
   void *p;
   cpu_mm mc;
   const cpu_mm *m = m0;
-  int i, rc = FL_OK;
+  int i, rc = FL_OK, threads = 0;
   if (!cpu_mm_enabled())
     return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN is turned off (FUSELAB_MATMUL=blas)");
   if (m->nd < 2 || m->nd > CPU_MM_MAXD || m->npost > CPU_MM_MAXPOST)
@@ -495,7 +512,12 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
   key_of(&k, m);
-  if ((rc = locked_entry(&cache, &k, m, "matmul", &p, e)) != FL_OK) return rc;
+#ifdef _OPENMP
+  /* a primitive made for one thread (brgemm sizes its work when made) and
+  ** run on one: the same key always gets the same count */
+  if (macs(m) < MM_PAR_MIN && (threads = omp_get_max_threads()) > 1) omp_set_num_threads(1);
+#endif
+  if ((rc = locked_entry(&cache, &k, m, "matmul", &p, e)) != FL_OK) goto out;
   en = p;
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN refuses this layout");
@@ -518,6 +540,10 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
     }
   }
   pthread_mutex_unlock(&lock);
+out:
+#ifdef _OPENMP
+  if (threads > 1) omp_set_num_threads(threads);
+#endif
   return rc;
 }
 

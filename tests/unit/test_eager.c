@@ -18,6 +18,9 @@
 **   int64 and bool results      exact
 ** NaN must match NaN, infinities must match exactly.
 */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -525,6 +528,9 @@ static void test_linear(void) {
     {"5,7", "4,7", 0, NC, 1, I64}, {"3,7", "1,7", 0, 0, 1, F32}};
   op_attrs a = attrs(OP_LINEAR);
   size_t c;
+#ifdef _OPENMP
+  int threads = omp_get_max_threads();
+#endif
   for (c = 0; c < sizeof cs / sizeof *cs; c++) {
     fl_tensor *in[3];
     char bs[16];
@@ -536,6 +542,12 @@ static void test_linear(void) {
     check(OP_LINEAR, in, 2, &a, MM, NULL);
     gc();
   }
+#ifdef _OPENMP
+  /* small products run on one thread (cpu/mm.c); the team size after them
+  ** is the caller's again */
+  ok(omp_get_max_threads() == threads, "linear: OpenMP's thread count is %d after the products, as before (%d)",
+     omp_get_max_threads(), threads);
+#endif
 }
 
 static void test_conv(void) {
