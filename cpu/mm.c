@@ -6,7 +6,7 @@
 ** executes.  A layout oneDNN refuses is remembered as refused, so the
 ** caller's fallback costs no second attempt.  One lock covers lookup and
 ** execution: the memory objects are per entry, and the products run on
-** every OpenMP thread anyway.
+** every OpenMP thread anyway (the smallest on one, MM_PAR_MIN).
 */
 #include "config.h"
 
