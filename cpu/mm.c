@@ -418,7 +418,7 @@ static int pack_make(entry *en, const cpu_mm *m) {
   dnnl_memory_desc_t plain, chosen;
   dnnl_primitive_desc_t rpd;
   en->pack = -1;
-  if (!prim_make(&en->packed, m, 1, &plain, &chosen) || dnnl_memory_desc_equal(&plain, &chosen) ||
+  if (!prim_make(&en->packed, m, 1, &plain, &chosen) ||     /* the caller's own is plain too */
       chosen.format_kind != dnnl_blocked || chosen.format_desc.blocking.inner_nblks == 0 ||
       dnnl_reorder_primitive_desc_create(&rpd, &plain, engine, &chosen, engine, NULL) != dnnl_success) {
     prim_free(&en->packed);
