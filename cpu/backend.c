@@ -364,6 +364,7 @@ static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *k
 
 static int compile(const char *head, const char *const *units, int nunits, void **image,
                    char **log, int *how, fl_err *e) {
+  cache_while_linking(cpu_mm_warm);   /* oneDNN's first-product setup, off the first call */
   return cache_load_units(head, units, nunits, (cache_obj **)image, log, how, e);
 }
 

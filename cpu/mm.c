@@ -547,6 +547,44 @@ out:
   return rc;
 }
 
+/* oneDNN's first product in a process generates its kernels and starts
+** its thread team: 17-25 ms on a Zen 4 core (gemm:jit), paid by a
+** program's first call.  A small product run where a core would idle
+** anyway (exec/cache.c calls this while the compiler links) takes that
+** off the first call.  Once per process; nothing is counted, cached or
+** named (fl.blas_info() still names the program's own kernels). */
+void cpu_mm_warm(void) {
+  static int done;
+  enum { M = 64, K = 128, N = 64 };
+  char impl[sizeof last_impl];
+  float *buf = NULL;
+  prim pr;
+  cpu_mm m;
+  memset(&pr, 0, sizeof pr);
+  memset(&m, 0, sizeof m);
+  pthread_mutex_lock(&lock);
+  if (done++ || !cpu_mm_enabled() || !start() || !(buf = calloc(M * K + K * N + M * N + N, sizeof *buf)))
+    goto out;
+  m.nd = 2;
+  m.a.shape[0] = M; m.a.shape[1] = K; m.a.stride[0] = K; m.a.stride[1] = 1;
+  m.b.shape[0] = K; m.b.shape[1] = N; m.b.stride[0] = 1; m.b.stride[1] = K;   /* a linear's weight */
+  m.dst.shape[0] = M; m.dst.shape[1] = N; m.dst.stride[0] = N; m.dst.stride[1] = 1;
+  m.bias = buf;
+  memcpy(impl, last_impl, sizeof impl);
+  if (prim_make(&pr, &m, 0, NULL, NULL)) {
+    dnnl_memory_set_data_handle(pr.mem[0], buf + N);
+    dnnl_memory_set_data_handle(pr.mem[1], buf + N + M * K);
+    dnnl_memory_set_data_handle(pr.mem[2], buf + N + M * K + K * N);
+    dnnl_memory_set_data_handle(pr.mem[3], buf);
+    if (dnnl_primitive_execute(pr.p, stream, pr.nargs, pr.args) == dnnl_success) dnnl_stream_wait(stream);
+  }
+  memcpy(last_impl, impl, sizeof impl);
+out:
+  prim_free(&pr);
+  pthread_mutex_unlock(&lock);
+  free(buf);
+}
+
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts) {
   pthread_mutex_lock(&lock);
   *calls = ncalls;
@@ -939,6 +977,7 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
   return err_set(e, FL_EUNSUPPORTED, "matmul: built without oneDNN");
 }
 
+void cpu_mm_warm(void) {}
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
 void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes) { *calls = *weights = *bytes = 0; }
 

@@ -71,6 +71,10 @@ int cpu_mm_enabled(void);
 ** that layout; the caller then computes it another way.  Primitives are
 ** made once per layout (shapes, strides, post-ops) and kept. */
 int cpu_mm_run(const cpu_mm *m, fl_err *e);
+/* Make oneDNN ready for products (its first one generates kernels and
+** starts threads) where nothing waits on it: once per process, run while
+** the compiler links (exec/cache.c, cache_while_linking). */
+void cpu_mm_warm(void);
 /* Products run through oneDNN so far in this process, and how many of
 ** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts);

@@ -75,6 +75,10 @@ int cache_load(const char *source, cache_obj **out, char **log, int *how,
 ** static in another unit. */
 int cache_load_units(const char *head, const char *const *units, int nunits, cache_obj **out,
                      char **log, int *how, fl_err *e);
+/* fn (or NULL) is called once per compile while the compiler links its
+** parts (or compiles its only part): work a program's first run would do
+** anyway, done while a core would otherwise idle. */
+void cache_while_linking(void (*fn)(void));
 /* Address of a symbol in the object, NULL when absent. */
 void *cache_sym(cache_obj *o, const char *name);
 cache_obj *cache_retain(cache_obj *o);

@@ -159,6 +159,10 @@ static ir_graph *views(int64_t a, int64_t b) {
   return g;
 }
 
+/* calls of the cache's while-linking hook */
+static int n_linking;
+static void count_linking(void) { n_linking++; }
+
 static int count_files(const char *dir, const char *suffix) {
   DIR *d = opendir(dir);
   struct dirent *de;
@@ -390,8 +394,11 @@ int main(void) {
     int how = -1;
     int (*ub)(int);
     cache_clear(&e);
+    cache_while_linking(count_linking);
+    n_linking = 0;
     is_int(cache_load_units(head, units, 3, &o, &log, &how, &e), FL_OK, "units: compiled and linked");
     is_int(how, CACHE_COMPILED, "units: the compiler ran");
+    is_int(n_linking, 1, "the while-linking hook ran once for the compile");
     ub = (int (*)(int))cache_sym(o, "u_b");
     ok(ub && ub(4) == 90 && cache_sym(o, "u_c"), "units: one unit calls another's function");
     free(log);
@@ -399,10 +406,18 @@ int main(void) {
     snprintf(whole, sizeof whole, "%s%s%s%s", head, units[0], units[1], units[2]);
     is_int(cache_load(whole, &o2, NULL, &how, &e), FL_OK, "the whole text as one source");
     is_int(how, CACHE_MEMORY, "the same key as its units");
+    is_int(n_linking, 1, "and not for a hit");
     cache_release(o);
     cache_release(o2);
     is_int(cache_load_units(head, broken, 2, &o, &log, &how, &e), FL_ECOMPILE, "a broken unit fails");
     ok(log && strstr(log, "nope"), "its error is in the log: %.60s", log ? log : "(none)");
+    is_int(n_linking, 1, "nor when a part fails before the link");
+    free(log);
+    log = NULL;
+    is_int(cache_load("int one_unit(void) { return 3; }\n", &o, &log, &how, &e), FL_OK, "one source");
+    is_int(n_linking, 2, "the hook ran while its only compile did");
+    cache_release(o);
+    cache_while_linking(NULL);
     free(log);
     is_int(count_files(cdir, ".o") + count_files(cdir, ".log"), 0, "no object or log files left");
     {

@@ -519,6 +519,24 @@ static void test_matmul(void) {
   }
 }
 
+/* cpu_mm_warm runs a product of its own: nothing counted, kept or named,
+** and a second call does nothing */
+static void test_mm_warm(void) {
+  int64_t calls0, posts0, calls1, posts1, pc0, pw0, pb0, pc1, pw1, pb1;
+  char desc[256];
+  cpu_mm_counts(&calls0, &posts0);
+  cpu_mm_pack_info(&pc0, &pw0, &pb0);
+  snprintf(desc, sizeof desc, "%s", cpu_mm_describe());
+  cpu_mm_warm();
+  cpu_mm_warm();
+  cpu_mm_counts(&calls1, &posts1);
+  cpu_mm_pack_info(&pc1, &pw1, &pb1);
+  ok(calls1 == calls0 && posts1 == posts0, "mm_warm: no product counted (%lld -> %lld)",
+     (long long)calls0, (long long)calls1);
+  ok(pc1 == pc0 && pw1 == pw0 && pb1 == pb0, "mm_warm: no weight kept");
+  is_str(cpu_mm_describe(), desc, "mm_warm: blas_info's sentence unchanged");
+}
+
 static void test_linear(void) {
   static const struct { const char *x, *w; int fx, fw, bias; fl_dtype dt; } cs[] = {
     {"5,7", "4,7", 0, 0, 1, F32}, {"7", "4,7", 0, 0, 1, F32},
@@ -1038,6 +1056,7 @@ int main(void) {
   test_norms();
   test_batch_norm();
   test_matmul();
+  test_mm_warm();
   test_linear();
   test_conv();
   test_pool();
