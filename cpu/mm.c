@@ -563,8 +563,9 @@ void cpu_mm_warm(void) {
   memset(&pr, 0, sizeof pr);
   memset(&m, 0, sizeof m);
   pthread_mutex_lock(&lock);
-  if (done++ || !cpu_mm_enabled() || !start() || !(buf = calloc(M * K + K * N + M * N + N, sizeof *buf)))
+  if (done || !cpu_mm_enabled() || !start() || !(buf = calloc(M * K + K * N + M * N + N, sizeof *buf)))
     goto out;
+  done = 1;
   m.nd = 2;
   m.a.shape[0] = M; m.a.shape[1] = K; m.a.stride[0] = K; m.a.stride[1] = 1;
   m.b.shape[0] = K; m.b.shape[1] = N; m.b.stride[0] = 1; m.b.stride[1] = K;   /* a linear's weight */
