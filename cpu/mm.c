@@ -645,6 +645,7 @@ typedef struct centry {
   cside side[3];               /* src, weights, dst */
   dnnl_memory_t bias, post[CPU_MM_MAXPOST];
   int sum1;                    /* 1 + the residual add run as a sum, or 0 */
+  int mm;                      /* run as a batched matmul (centry_make_mm) */
   dnnl_memory_t sum_src;       /* that residual, laid out as the caller's y */
   dnnl_primitive_t sum_reorder;   /* into side[2].inner, where there is one */
   dnnl_memory_t scratch;
@@ -653,9 +654,10 @@ typedef struct centry {
   dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
 } centry;
 
-static int64_t nconvs, nconv_posts; /* under lock */
+static int64_t nconvs, nconv_posts, nconv_mms; /* under lock */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
-                                        own, 2 the faster of the two per shape */
+                                        own, 2 the fastest per shape, 4 that with
+                                        every grouped 1x1 as a matmul */
 
 static void centry_clear(centry *en) {
   int i;
@@ -826,11 +828,116 @@ done:
   return ok;
 }
 
+/* A grouped 1x1 convolution (stride 1, no padding) is one product per
+** image and group, y[n, g] = w[g] @ x[n, g] over [channels, h * w]: one
+** batched matmul reading every operand in place.  oneDNN 2.6's own
+** convolution runs it on its gemm kernels one small product at a time
+** where a group's channels are not a multiple of its block (ShuffleNet's
+** 34 and 68 on AVX2: 0.5-0.65 ms at 11-14 GFLOP/s); as a matmul, 0.07-0.08
+** ms (bench/RESULTS.md).  The matmul's bias is per column, so the bias
+** (per row here) and a leading residual add are written into y first and
+** read back by a sum post-op; later post-ops must be elementwise.  0 where
+** that does not hold or oneDNN refuses; centry_pick times it against the
+** convolution. */
+static int mm_form(const cpu_conv *c) {
+  int i;
+  if (c->groups < 2 || c->c / c->groups < 2 || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
+      c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
+    return 0;
+  for (i = 0; i < c->npost; i++)
+    if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL) return 0;
+  return 1;
+}
+
+static int centry_make_mm(centry *en, const cpu_conv *c) {
+  int64_t G = c->groups, CG = c->c / G, OG = c->co / G, P = c->h * c->w;
+  int64_t wd[4] = {1, G, OG, CG}, ws[4] = {0, OG * CG, CG, 1};
+  int64_t xd[4] = {c->n, G, CG, P}, xs[4] = {c->c * P, CG * P, P, 1};
+  int64_t yd[4] = {c->n, G, OG, P}, ys[4] = {c->co * P, OG * P, P, 1};
+  dnnl_memory_desc_t wmd, xmd, ymd;
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  const dnnl_memory_desc_t *smd;
+  int i, ok = 0;
+  if (!mm_form(c) || !md_of(&wmd, 4, wd, ws) || !md_of(&xmd, 4, xd, xs) || !md_of(&ymd, 4, yd, ys) ||
+      dnnl_matmul_desc_init(&desc, &wmd, &xmd, NULL, &ymd) != dnnl_success ||
+      dnnl_primitive_attr_create(&attr) != dnnl_success)
+    return 0;
+  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+      dnnl_post_ops_create(&ops) != dnnl_success)
+    goto done;
+  /* y holds bias + residual when the product runs: a sum first */
+  if ((c->bias || (c->npost && c->post[0].kind == CPU_MM_ADD)) && dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success)
+    goto done;
+  for (i = 0; i < c->npost; i++) {
+    float al, be;
+    dnnl_alg_kind_t alg;
+    if (c->post[i].kind == CPU_MM_ADD) { en->sum1 = 1; continue; }   /* the leading residual */
+    alg = eltwise_alg(c->post[i].kind, &al, &be);
+    if (c->post[i].kind == CPU_MM_AFFINE) { al = c->post[i].alpha; be = c->post[i].beta; }
+    if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
+  }
+  if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success ||
+      dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) {
+    pd = NULL;
+    goto done;
+  }
+  {
+    const char *impl = NULL;    /* oneDNN's reference loops: the convolution does better */
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+        strncmp(impl, "ref", 3) == 0)
+      goto done;
+  }
+  if (dnnl_primitive_create(&en->prim, pd) != dnnl_success) { en->prim = NULL; goto done; }
+  if (dnnl_memory_create(&en->side[0].user, &xmd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[0].user = NULL; goto done; }
+  if (dnnl_memory_create(&en->side[1].user, &wmd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[1].user = NULL; goto done; }
+  if (dnnl_memory_create(&en->side[2].user, &ymd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[2].user = NULL; goto done; }
+#define ARG(id, mem) do { en->args[en->nargs].arg = (id); en->args[en->nargs++].memory = (mem); } while (0)
+  ARG(DNNL_ARG_SRC, en->side[1].user);       /* w: the product's left side */
+  ARG(DNNL_ARG_WEIGHTS, en->side[0].user);   /* x */
+  ARG(DNNL_ARG_DST, en->side[2].user);
+  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+    size_t n = dnnl_memory_desc_get_size(smd);
+    if (!(en->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
+    if (dnnl_memory_create(&en->scratch, smd, engine, en->scratch_buf) != dnnl_success) {
+      en->scratch = NULL;
+      goto done;
+    }
+    ARG(DNNL_ARG_SCRATCHPAD, en->scratch);
+  }
+#undef ARG
+  en->mm = 1;
+  ok = 1;
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) centry_clear(en);
+  return ok;
+}
+
+/* y = bias per channel + the leading residual (either may be absent): what
+** the matmul form's sum post-op reads. */
+static void mm_prefill(const cpu_conv *c, const float *res) {
+  int64_t P = c->oh * c->ow, plane;
+#pragma omp parallel for schedule(static) if (c->n * c->co * P >= (1 << 18))
+  for (plane = 0; plane < c->n * c->co; plane++) {
+    float *y = c->y + plane * P, b = c->bias ? c->bias[plane % c->co] : 0.0f;
+    const float *r = res ? res + plane * P : NULL;
+    int64_t i;
+    if (r) for (i = 0; i < P; i++) y[i] = r[i] + b;
+    else for (i = 0; i < P; i++) y[i] = b;
+  }
+}
+
 int cpu_conv_enabled(void) {
   if (conv_mode < 0) {
     const char *v = getenv("FUSELAB_CONV");
     conv_mode = !v ? 2 : strcmp(v, "blas") == 0 ? 0 : strcmp(v, "plain") == 0 ? 1
-              : strcmp(v, "any") == 0 ? 3 : 2;
+              : strcmp(v, "any") == 0 ? 3 : strcmp(v, "matmul") == 0 ? 4 : 2;
   }
   return conv_mode > 0;
 }
@@ -848,6 +955,14 @@ static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
 static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   int i, ok = 1;
   void *kw = NULL;
+  if (en->mm) {
+    dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
+    dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
+    dnnl_memory_set_data_handle(en->side[2].user, c->y);
+    if (c->bias || en->sum1) mm_prefill(c, en->sum1 ? c->post[0].src.p : NULL);
+    ok = dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
+    return dnnl_stream_wait(stream) == dnnl_success && ok;
+  }
   dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
   dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
   dnnl_memory_set_data_handle(en->side[2].user, c->y);
@@ -878,7 +993,6 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
 
 static double exec_seconds(centry *en, const cpu_conv *c) {
   struct timespec t0, t1;
-  if (!centry_exec(en, c, 0)) return 1e30;             /* the first run touches the buffers */
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (!centry_exec(en, c, 0)) return 1e30;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -887,28 +1001,41 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 
 /* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
 ** kernels, but their reorders in and out cost more than they save on some
-** shapes (a 1x1 conv over many channels: bench/conv_libs.lua); so both
-** are made and the faster one on c's own data is kept (a convolution
-** reads only its inputs: running it twice changes nothing).  Each is the
-** whole answer where the other is refused (a post-op oneDNN cannot read
-** across layouts).  FUSELAB_CONV=plain / any keeps one of them. */
+** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
+** grouped 1x1 may be faster still as a matmul (centry_make_mm); so each
+** that can be made is, and the fastest on c's own data is kept (a
+** convolution reads only its inputs: running it again changes nothing):
+** one run each to touch the buffers, then the best of runs taken in
+** turns: two each, or up to eight while they add up to under 2 ms (a
+** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides).  Each is the whole answer where the others are refused
+** (a post-op oneDNN cannot read across layouts).  FUSELAB_CONV=plain /
+** any keeps one of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul
+** form wherever it can be made. */
 static int centry_pick(centry *en, const cpu_conv *c) {
-  centry alt;
-  int any = 0, plain = 0;
-  memset(&alt, 0, sizeof alt);
-  if (conv_mode != 1) any = centry_make(en, c, 1);
-  if (conv_mode != 3) plain = centry_make(&alt, c, 0);
-  if (any && plain) {
-    if (exec_seconds(&alt, c) < exec_seconds(en, c)) {
-      centry_clear(en);
-      any = 0;
-    } else {
-      centry_clear(&alt);
-      plain = 0;
-    }
+  centry cand[3];
+  double best[3], spent;
+  int made[3], i, r, pick = -1;
+  memset(cand, 0, sizeof cand);
+  made[2] = (conv_mode == 2 || conv_mode == 4) && centry_make_mm(&cand[2], c);
+  made[0] = conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
+  made[1] = conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
+  for (i = 0; i < 3; i++) {
+    best[i] = 1e30;
+    if (made[i] && (made[0] + made[1] + made[2] == 1 || centry_exec(&cand[i], c, 0))) pick = i;
   }
-  if (plain) memcpy(&en->prim, &alt.prim, sizeof *en - offsetof(centry, prim));
-  return any || plain;
+  for (r = 0, spent = 0; made[0] + made[1] + made[2] > 1 && (r < 2 || (r < 8 && spent < 2e-3)); r++)
+    for (i = 0; i < 3; i++)
+      if (made[i]) {
+        double t = exec_seconds(&cand[i], c);
+        spent += t;
+        if (t < best[i]) best[i] = t;
+      }
+  for (i = 0; i < 3; i++)
+    if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
+  for (i = 0; i < 3; i++)
+    if (made[i] && i != pick) centry_clear(&cand[i]);
+  if (pick >= 0) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
+  return pick >= 0;
 }
 
 static void centry_make_cached(void *en, const void *call) {
@@ -957,15 +1084,17 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   } else {
     nconvs++;
     nconv_posts += c->npost > 0;
+    nconv_mms += en->mm;
   }
   pthread_mutex_unlock(&lock);
   return rc;
 }
 
-void cpu_conv_counts(int64_t *calls, int64_t *with_posts) {
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   pthread_mutex_lock(&lock);
   *calls = nconvs;
   *with_posts = nconv_posts;
+  *as_matmul = nconv_mms;
   pthread_mutex_unlock(&lock);
 }
 
@@ -991,6 +1120,8 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   return err_set(e, FL_EUNSUPPORTED, "conv2d: built without oneDNN");
 }
 
-void cpu_conv_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
+  *calls = *with_posts = *as_matmul = 0;
+}
 
 #endif

@@ -104,13 +104,16 @@ typedef struct cpu_conv {
 
 /* 1 when convolutions run through oneDNN: built with it, and not turned
 ** off by FUSELAB_CONV=blas (im2col + sgemm then).  FUSELAB_CONV=plain
-** keeps oneDNN on the callers' plain layouts (no reorders, to measure). */
+** keeps oneDNN on the callers' plain layouts (no reorders, to measure),
+** FUSELAB_CONV=any on its own, FUSELAB_CONV=matmul runs every grouped 1x1
+** as a batched matmul; by default each shape's first call times them. */
 int cpu_conv_enabled(void);
 /* Run c, as cpu_mm_run: FL_EUNSUPPORTED where this build or oneDNN cannot;
 ** one primitive per shapes and attributes, kept. */
 int cpu_conv_run(const cpu_conv *c, fl_err *e);
-/* Convolutions run through oneDNN so far, and how many with post-ops
-** (fl.blas_info().onednn_convs, .onednn_conv_posts). */
-void cpu_conv_counts(int64_t *calls, int64_t *with_posts);
+/* Convolutions run through oneDNN so far, how many with post-ops, and how
+** many as a batched matmul (fl.blas_info().onednn_convs,
+** .onednn_conv_posts, .onednn_conv_matmuls). */
+void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul);
 
 #endif

@@ -280,9 +280,9 @@ static void push_omp_wait(lua_State *L) {
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
 ** packed_calls / packed_weights / packed_bytes: products and convolutions
 ** that read a weight kept in oneDNN's layout, the weights and bytes kept;
-** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts:
-** how many ran on oneDNN, with post-ops; threads: how idle OpenMP threads
-** wait */
+** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
+** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
+** batched matmul; threads: how idle OpenMP threads wait */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -309,10 +309,11 @@ static int l_blas_info(lua_State *L) {
                                        : "im2col + OpenBLAS sgemm");
   lua_setfield(L, -2, "conv");
   {
-    int64_t calls, posts;
-    cpu_conv_counts(&calls, &posts);
+    int64_t calls, posts, mms;
+    cpu_conv_counts(&calls, &posts, &mms);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
+    lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "onednn_conv_matmuls");
   }
   push_omp_wait(L);
   return 1;
