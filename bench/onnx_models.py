@@ -2,12 +2,17 @@
 """onnx_models.py -- real networks for fuselab's ONNX loader, checked by onnxruntime.
 
   python3 bench/onnx_models.py OUTDIR [NAME ...]
+  python3 bench/onnx_models.py --retime OUTDIR [NAME ...]
 
 Needs the PyPI packages onnx, onnxruntime, numpy (and torch + onnxscript for
 the two exported models); run it from a venv outside the repository.  For
 every network it writes OUTDIR/NAME/{model.onnx, input_0.npy, output_K.npy,
 ort.json}: the model, a seeded random input, onnxruntime's outputs and its
-load and steady times (2 threads, median and spread of 20 runs).
+load and steady times (2 threads, median and spread of 20 runs).  With
+--retime it only times onnxruntime again on the files already there and
+rewrites ort.json: on a shared machine, times taken in another hour say
+little about this one's (ShuffleNet's steady time here: 3.5 ms one hour,
+7-9 ms another).
 
 The ImageNet networks come from the onnx package's "light" test models.
 Their weights are ConstantOfShape nodes filling every tensor with 0.02, so
@@ -110,11 +115,47 @@ def timed(sess, feeds, n=20):
     return out, ts[n // 2], ts[n // 4], ts[(3 * n) // 4]
 
 
+def session(path):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.inter_op_num_threads = 1
+    t = time.perf_counter()
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return sess, time.perf_counter() - t
+
+
+def write_times(d, load, med, q1, q3):
+    with open(os.path.join(d, "ort.json"), "w") as f:
+        json.dump({"load_s": load, "steady_s": med, "steady_q1_s": q1,
+                   "steady_q3_s": q3, "onnxruntime": ort.__version__}, f)
+
+
+def retime(out, names):
+    for name in names:
+        d = os.path.join(out, name)
+        if not os.path.exists(os.path.join(d, "model.onnx")):
+            print("%-18s missing" % name)
+            continue
+        sess, load = session(os.path.join(d, "model.onnx"))
+        feeds = {sess.get_inputs()[0].name: np.load(os.path.join(d, "input_0.npy"))}
+        timed(sess, feeds, 3)
+        _, med, q1, q3 = timed(sess, feeds)
+        write_times(d, load, med, q1, q3)
+        print("%-18s onnxruntime: load %.3f s, steady %.2f ms (IQR %.2f-%.2f)"
+              % (name, load, med * 1e3, q1 * 1e3, q3 * 1e3))
+
+
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    again = bool(args) and args[0] == "--retime"
+    if again:
+        args = args[1:]
+    if not args:
         sys.exit(__doc__)
-    out = sys.argv[1]
-    names = sys.argv[2:] or LIGHT + EXPORTED
+    out = args[0]
+    names = args[1:] or LIGHT + EXPORTED
+    if again:
+        return retime(out, names)
     rng = np.random.default_rng(20261201)
     for name in names:
         d = os.path.join(out, name)
@@ -131,21 +172,14 @@ def main():
             inp = [i for i in m.graph.input if i.name not in inits][0]
             shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
             x = rng.standard_normal(shape).astype(np.float32)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 2
-        opts.inter_op_num_threads = 1
-        t = time.perf_counter()
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        load = time.perf_counter() - t
+        sess, load = session(path)
         feeds = {sess.get_inputs()[0].name: x}
         ys, med, q1, q3 = timed(sess, feeds)
         y = ys[0]
         np.save(os.path.join(d, "input_0.npy"), x)
         for i, yi in enumerate(ys):
             np.save(os.path.join(d, "output_%d.npy" % i), yi)
-        with open(os.path.join(d, "ort.json"), "w") as f:
-            json.dump({"load_s": load, "steady_s": med, "steady_q1_s": q1,
-                       "steady_q3_s": q3, "onnxruntime": ort.__version__}, f)
+        write_times(d, load, med, q1, q3)
         print("%-18s onnxruntime: load %.3f s, steady %.2f ms (IQR %.2f-%.2f), output %s sum %.6g"
               % (name, load, med * 1e3, q1 * 1e3, q3 * 1e3, list(y.shape), float(y.sum())))
 

@@ -1,6 +1,7 @@
 -- onnx_real.lua -- real networks through fl.load_onnx, against onnxruntime.
 --
 --   python3 bench/onnx_models.py DIR          (a venv with onnx, onnxruntime)
+--   python3 bench/onnx_models.py --retime DIR (onnxruntime timed again, this hour)
 --   fuselab bench/onnx_real.lua DIR [NAME ...]
 --
 -- For every network DIR/NAME (model.onnx, input_0.npy, onnxruntime's
