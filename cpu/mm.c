@@ -161,13 +161,29 @@ static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
   }
 }
 
+/* The scratchpad pd asks for, in a buffer of our own (*mem over *buf), as
+** the next of args (*nargs of them); 0 when memory is short. */
+static int scratch_make(const_dnnl_primitive_desc_t pd, dnnl_memory_t *mem, void **buf,
+                        dnnl_exec_arg_t *args, int *nargs) {
+  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  size_t n;
+  if (!smd || !(n = dnnl_memory_desc_get_size(smd))) return 1;
+  if (!(*buf = aligned_alloc(64, (n + 63) / 64 * 64))) return 0;
+  if (dnnl_memory_create(mem, smd, engine, *buf) != dnnl_success) {
+    *mem = NULL;
+    return 0;
+  }
+  args[*nargs].arg = DNNL_ARG_SCRATCHPAD;
+  args[(*nargs)++].memory = *mem;
+  return 1;
+}
+
 /* Make the primitive of the call m into pr; with any_b, b in the layout
 ** oneDNN picks, written to *chosen (and the caller's to *plain).  1 when
 ** made; on 0, what was made is left for prim_free. */
 static int prim_make(prim *pr, const cpu_mm *m, int any_b, dnnl_memory_desc_t *plain,
                      dnnl_memory_desc_t *chosen) {
   dnnl_memory_desc_t amd, bmd, cmd, biasmd, pmd[CPU_MM_MAXPOST];
-  const dnnl_memory_desc_t *smd;
   dnnl_matmul_desc_t desc;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
@@ -230,18 +246,7 @@ static int prim_make(prim *pr, const cpu_mm *m, int any_b, dnnl_memory_desc_t *p
     if (m->post[i].kind == CPU_MM_ADD || m->post[i].kind == CPU_MM_MUL)
       MEM(4 + i, &pmd[i], DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1);
 #undef MEM
-  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
-    size_t n = dnnl_memory_desc_get_size(smd);
-    if (!(pr->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
-    if (dnnl_memory_create(&pr->scratch, smd, engine, pr->scratch_buf) != dnnl_success) {
-      pr->scratch = NULL;
-      goto done;
-    }
-    pr->args[pr->nargs].arg = DNNL_ARG_SCRATCHPAD;
-    pr->args[pr->nargs++].memory = pr->scratch;
-  }
-  ok = 1;
+  ok = scratch_make(pd, &pr->scratch, &pr->scratch_buf, pr->args, &pr->nargs);
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (ops) dnnl_post_ops_destroy(ops);
@@ -711,7 +716,6 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
-  const dnnl_memory_desc_t *smd;
   int64_t G = c->groups;
   int i, ok = 0;
   xd[0] = c->n; xd[1] = c->c; xd[2] = c->h; xd[3] = c->w;
@@ -808,18 +812,8 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       }
       ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, en->post[i]);
     }
-  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
-    size_t n = dnnl_memory_desc_get_size(smd);
-    if (!(en->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
-    if (dnnl_memory_create(&en->scratch, smd, engine, en->scratch_buf) != dnnl_success) {
-      en->scratch = NULL;
-      goto done;
-    }
-    ARG(DNNL_ARG_SCRATCHPAD, en->scratch);
-  }
 #undef ARG
-  ok = 1;
+  ok = scratch_make(pd, &en->scratch, &en->scratch_buf, en->args, &en->nargs);
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (ops) dnnl_post_ops_destroy(ops);
@@ -859,7 +853,6 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
-  const dnnl_memory_desc_t *smd;
   int i, ok = 0;
   if (!mm_form(c) || !md_of(&wmd, 4, wd, ws) || !md_of(&xmd, 4, xd, xs) || !md_of(&ymd, 4, yd, ys) ||
       dnnl_matmul_desc_init(&desc, &wmd, &xmd, NULL, &ymd) != dnnl_success ||
@@ -898,19 +891,8 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
   ARG(DNNL_ARG_SRC, en->side[1].user);       /* w: the product's left side */
   ARG(DNNL_ARG_WEIGHTS, en->side[0].user);   /* x */
   ARG(DNNL_ARG_DST, en->side[2].user);
-  smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  if (smd && dnnl_memory_desc_get_size(smd) > 0) {
-    size_t n = dnnl_memory_desc_get_size(smd);
-    if (!(en->scratch_buf = aligned_alloc(64, (n + 63) / 64 * 64))) goto done;
-    if (dnnl_memory_create(&en->scratch, smd, engine, en->scratch_buf) != dnnl_success) {
-      en->scratch = NULL;
-      goto done;
-    }
-    ARG(DNNL_ARG_SCRATCHPAD, en->scratch);
-  }
 #undef ARG
-  en->mm = 1;
-  ok = 1;
+  en->mm = ok = scratch_make(pd, &en->scratch, &en->scratch_buf, en->args, &en->nargs);
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (ops) dnnl_post_ops_destroy(ops);
