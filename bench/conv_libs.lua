@@ -3,7 +3,7 @@
 -- is read from FUSELAB_CONV once per process): im2col + OpenBLAS sgemm
 -- (FUSELAB_CONV=blas), oneDNN on the plain nchw/oihw layouts
 -- (FUSELAB_CONV=plain), oneDNN on its own layouts with reorders
--- (FUSELAB_CONV=any), grouped 1x1s as one batched matmul
+-- (FUSELAB_CONV=any), 1x1s as one batched matmul
 -- (FUSELAB_CONV=matmul; the others as the default) and the default, the
 -- fastest of those per shape (measured when the shape is first seen).
 -- Prints the best time of 5 rounds per shape in ms and the ratios of

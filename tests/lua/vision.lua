@@ -192,18 +192,18 @@ do
   end
 end
 
--- Grouped 1x1 convolutions (ShuffleNet's) may run as one batched matmul
+-- 1x1 convolutions (ShuffleNet's grouped ones) may run as one batched matmul
 -- (cpu/mm.c, centry_make_mm), the bias and a leading residual added
--- through a sum post-op: groups whose widths are off oneDNN's blocks of
--- 8, one and two images, with and without bias; bare, with a relu, with a
--- residual add and a relu; eager and compiled, each against the
--- reference.  The child run with FUSELAB_CONV=matmul takes that form for
+-- through a sum post-op: one to four groups whose widths are off
+-- oneDNN's blocks of 8, one and two images, with and without bias; bare,
+-- with a relu, with a residual add and a relu; eager and compiled, each
+-- against the reference.  The child run with FUSELAB_CONV=matmul takes that form for
 -- every one of them.
 do
   local mm0 = fl.blas_info().onednn_conv_matmuls
   local nbad, n = 0, 0
   for i = 1, 15 do
-    local g, cg, og = R(2, 4), R(2, 9), R(1, 9)
+    local g, cg, og = R(4), R(2, 9), R(1, 9)
     local N, H, W = R(2), R(1, 9), R(1, 9)
     local x = fl.rand(N, g * cg, H, W) * 2 - 1
     local w = fl.rand(g * og, cg, 1, 1) * 2 - 1
@@ -223,14 +223,14 @@ do
     n = n + 1
     if not (close(got, want) and close(eager, want)) then
       nbad = nbad + 1
-      t.diag(("grouped 1x1: x%s w%s%s kind %d: max err %s / %s"):format(str(x.shape), str(w.shape),
+      t.diag(("1x1: x%s w%s%s kind %d: max err %s / %s"):format(str(x.shape), str(w.shape),
              b and " +bias" or "", kind, got and tostring(maxerr(got, want)) or "no result", maxerr(eager, want)))
     end
   end
-  t.is(nbad, 0, n .. " grouped 1x1 convs (bare, relu, residual + relu) match the reference, eager and compiled")
+  t.is(nbad, 0, n .. " 1x1 convs (bare, relu, residual + relu) match the reference, eager and compiled")
   if os.getenv("FUSELAB_CONV") == "matmul" then
     local k = fl.blas_info().onednn_conv_matmuls - mm0
-    t.ok(k >= 2 * n, "FUSELAB_CONV=matmul: grouped 1x1 convs ran as batched matmuls (" .. k .. " calls)")
+    t.ok(k >= 2 * n, "FUSELAB_CONV=matmul: 1x1 convs ran as batched matmuls (" .. k .. " calls)")
   end
 end
 
@@ -238,7 +238,7 @@ if not os.getenv("FUSELAB_CONV") then
   C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
   if conv_on then
     C.rerun("FUSELAB_CONV=any", "oneDNN's own layouts", "oneDNN", "conv")
-    C.rerun("FUSELAB_CONV=matmul", "grouped 1x1s as matmuls", "ran as batched matmuls", "onednn_conv_matmuls")
+    C.rerun("FUSELAB_CONV=matmul", "1x1s as matmuls", "ran as batched matmuls", "onednn_conv_matmuls")
   end
 end
 
