@@ -828,14 +828,16 @@ done:
 ** runs it with an epilogue on its gemm kernels, slowly where a group's
 ** channels are not a multiple of its block (ShuffleNet's 4 groups of 34
 ** and 68 on AVX2: 0.5-0.65 ms at 11-14 GFLOP/s; as a matmul 0.07-0.08 ms)
-** or few (SqueezeNet's 16 -> 64: 0.5-0.6 ms, 12 GFLOP/s; bench/RESULTS.md).  The matmul's bias is per column, so the bias
+** or few (SqueezeNet's 16 -> 64 with a relu: 0.5-0.6 ms, 12 GFLOP/s;
+** bench/RESULTS.md).  Without groups or an epilogue its kernels do well,
+** and the form is not tried (one candidate fewer to time).  The matmul's bias is per column, so the bias
 ** (per row here) and a leading residual add are written into y first and
 ** read back by a sum post-op; later post-ops must be elementwise.  0 where
 ** that does not hold or oneDNN refuses; centry_pick times it against the
 ** convolution. */
 static int mm_form(const cpu_conv *c) {
   int i;
-  if (c->c / c->groups < 2 || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
+  if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
       c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
     return 0;
   for (i = 0; i < c->npost; i++)
@@ -988,9 +990,10 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** that can be made is, and the fastest on c's own data is kept (a
 ** convolution reads only its inputs: running it again changes nothing):
 ** one run each to touch the buffers, then the best of runs taken in
-** turns: one each, and up to eight while they add up to under 2 ms (a
-** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides; a
-** big one's first call is not made three times longer).  Each is the whole answer where the others are refused
+** turns: two each, and up to eight while they add up to under 2 ms (a
+** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides;
+** with one timed run each, DenseNet's steady time was 46-61 ms from one
+** process to the next, by which layout its big convs got).  Each is the whole answer where the others are refused
 ** (a post-op oneDNN cannot read across layouts).  FUSELAB_CONV=plain /
 ** any keeps one of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul
 ** form wherever it can be made. */
@@ -1006,7 +1009,7 @@ static int centry_pick(centry *en, const cpu_conv *c) {
     best[i] = 1e30;
     if (made[i] && (made[0] + made[1] + made[2] == 1 || centry_exec(&cand[i], c, 0))) pick = i;
   }
-  for (r = 0, spent = 0; made[0] + made[1] + made[2] > 1 && (r < 1 || (r < 8 && spent < 2e-3)); r++)
+  for (r = 0, spent = 0; made[0] + made[1] + made[2] > 1 && (r < 2 || (r < 8 && spent < 2e-3)); r++)
     for (i = 0; i < 3; i++)
       if (made[i]) {
         double t = exec_seconds(&cand[i], c);
