@@ -993,13 +993,15 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** turns: two each, and up to eight while they add up to under 2 ms (a
 ** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides;
 ** with one timed run each, DenseNet's steady time was 46-61 ms from one
-** process to the next, by which layout its big convs got).  Each is the whole answer where the others are refused
+** process to the next, by which layout its convs got), but one where the
+** fastest takes 4 ms or more: a few percent of noise there, and each run
+** more is the first call's (VGG-19's took 0.99 s with one, 1.37 with two).  Each is the whole answer where the others are refused
 ** (a post-op oneDNN cannot read across layouts).  FUSELAB_CONV=plain /
 ** any keeps one of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul
 ** form wherever it can be made. */
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
-  double best[3], spent;
+  double best[3], spent, fast;
   int made[3], i, r, pick = -1;
   memset(cand, 0, sizeof cand);
   made[2] = (conv_mode == 2 || conv_mode == 4) && centry_make_mm(&cand[2], c);
@@ -1009,12 +1011,14 @@ static int centry_pick(centry *en, const cpu_conv *c) {
     best[i] = 1e30;
     if (made[i] && (made[0] + made[1] + made[2] == 1 || centry_exec(&cand[i], c, 0))) pick = i;
   }
-  for (r = 0, spent = 0; made[0] + made[1] + made[2] > 1 && (r < 2 || (r < 8 && spent < 2e-3)); r++)
+  for (r = 0, spent = 0, fast = 1e30; made[0] + made[1] + made[2] > 1 &&
+       (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
     for (i = 0; i < 3; i++)
       if (made[i]) {
         double t = exec_seconds(&cand[i], c);
         spent += t;
         if (t < best[i]) best[i] = t;
+        if (t < fast) fast = t;
       }
   for (i = 0; i < 3; i++)
     if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
