@@ -827,8 +827,7 @@ done:
 ** matmul reading every operand in place.  oneDNN 2.6's own convolution
 ** runs it with an epilogue on its gemm kernels, slowly where a group's
 ** channels are not a multiple of its block (ShuffleNet's 4 groups of 34
-** and 68 on AVX2: 0.5-0.65 ms at 11-14 GFLOP/s; as a matmul 0.07-0.08 ms)
-** or few (SqueezeNet's 16 -> 64 with a relu: 0.5-0.6 ms, 12 GFLOP/s;
+** and 68 on AVX2: 0.5-0.65 ms at 11-14 GFLOP/s; as a matmul 0.07-0.08 ms;
 ** bench/RESULTS.md).  Without groups or an epilogue its kernels do well,
 ** and the form is not tried (one candidate fewer to time).  The matmul's bias is per column, so the bias
 ** (per row here) and a leading residual add are written into y first and
