@@ -829,15 +829,15 @@ done:
 ** channels are not a multiple of its block (ShuffleNet's 4 groups of 34
 ** and 68 on AVX2: 0.5-0.65 ms at 11-14 GFLOP/s; as a matmul 0.07-0.08 ms;
 ** bench/RESULTS.md).  Without groups or an epilogue its kernels do well,
-** and the form is not tried (one candidate fewer to time).  The matmul's bias is per column, so the bias
-** (per row here) and a leading residual add are written into y first and
-** read back by a sum post-op; later post-ops must be elementwise.  0 where
-** that does not hold or oneDNN refuses; centry_pick times it against the
-** convolution. */
+** and the form is not tried (one candidate fewer to time).  The matmul's
+** bias is per column, so the bias (per row here) and a leading residual
+** add are written into y first and read back by a sum post-op; later
+** post-ops must be elementwise.  0 where that does not hold or oneDNN
+** refuses; centry_pick times it against the convolutions. */
 static int mm_form(const cpu_conv *c) {
   int i;
-  if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
-      c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
+  if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
+      c->sh != 1 || c->sw != 1 || c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
     return 0;
   for (i = 0; i < c->npost; i++)
     if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL) return 0;
@@ -863,7 +863,8 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
       dnnl_post_ops_create(&ops) != dnnl_success)
     goto done;
   /* y holds bias + residual when the product runs: a sum first */
-  if ((c->bias || (c->npost && c->post[0].kind == CPU_MM_ADD)) && dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success)
+  if ((c->bias || (c->npost && c->post[0].kind == CPU_MM_ADD)) &&
+      dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success)
     goto done;
   for (i = 0; i < c->npost; i++) {
     float al, be;
@@ -885,9 +886,14 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
       goto done;
   }
   if (dnnl_primitive_create(&en->prim, pd) != dnnl_success) { en->prim = NULL; goto done; }
-  if (dnnl_memory_create(&en->side[0].user, &xmd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[0].user = NULL; goto done; }
-  if (dnnl_memory_create(&en->side[1].user, &wmd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[1].user = NULL; goto done; }
-  if (dnnl_memory_create(&en->side[2].user, &ymd, engine, DNNL_MEMORY_NONE) != dnnl_success) { en->side[2].user = NULL; goto done; }
+  {
+    const dnnl_memory_desc_t *md[3] = {&xmd, &wmd, &ymd};   /* side 0 x, 1 w, 2 y */
+    for (i = 0; i < 3; i++)
+      if (dnnl_memory_create(&en->side[i].user, md[i], engine, DNNL_MEMORY_NONE) != dnnl_success) {
+        en->side[i].user = NULL;
+        goto done;
+      }
+  }
 #define ARG(id, mem) do { en->args[en->nargs].arg = (id); en->args[en->nargs++].memory = (mem); } while (0)
   ARG(DNNL_ARG_SRC, en->side[1].user);       /* w: the product's left side */
   ARG(DNNL_ARG_WEIGHTS, en->side[0].user);   /* x */
@@ -994,10 +1000,11 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** with one timed run each, DenseNet's steady time was 46-61 ms from one
 ** process to the next, by which layout its convs got), but one where the
 ** fastest takes 4 ms or more: a few percent of noise there, and each run
-** more is the first call's (VGG-19's took 0.99 s with one, 1.37 with two).  Each is the whole answer where the others are refused
-** (a post-op oneDNN cannot read across layouts).  FUSELAB_CONV=plain /
-** any keeps one of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul
-** form wherever it can be made. */
+** more is the first call's (VGG-19's took 0.99 s with one, 1.37 with
+** two).  Each is the whole answer where the others are refused (a post-op
+** oneDNN cannot read across layouts).  FUSELAB_CONV=plain / any keeps one
+** of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul form wherever
+** it can be made. */
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
   double best[3], spent, fast;
