@@ -662,7 +662,7 @@ typedef struct centry {
 static int64_t nconvs, nconv_posts, nconv_mms; /* under lock */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
-                                        every 1x1 as a matmul */
+                                        the matmul form wherever it applies */
 
 static void centry_clear(centry *en) {
   int i;

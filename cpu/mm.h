@@ -105,8 +105,9 @@ typedef struct cpu_conv {
 /* 1 when convolutions run through oneDNN: built with it, and not turned
 ** off by FUSELAB_CONV=blas (im2col + sgemm then).  FUSELAB_CONV=plain
 ** keeps oneDNN on the callers' plain layouts (no reorders, to measure),
-** FUSELAB_CONV=any on its own, FUSELAB_CONV=matmul runs every 1x1
-** as a batched matmul; by default each shape's first call times them. */
+** FUSELAB_CONV=any on its own, FUSELAB_CONV=matmul runs every 1x1 with
+** groups or an epilogue as a batched matmul; by default each shape's
+** first call times them. */
 int cpu_conv_enabled(void);
 /* Run c, as cpu_mm_run: FL_EUNSUPPORTED where this build or oneDNN cannot;
 ** one primitive per shapes and attributes, kept. */
