@@ -178,6 +178,13 @@ static int scratch_make(const_dnnl_primitive_desc_t pd, dnnl_memory_t *mem, void
   return 1;
 }
 
+/* What making a primitive takes, and leaves once it is made (NULLs ok). */
+static void made_free(dnnl_primitive_desc_t pd, dnnl_post_ops_t ops, dnnl_primitive_attr_t attr) {
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+}
+
 /* Make the primitive of the call m into pr; with any_b, b in the layout
 ** oneDNN picks, written to *chosen (and the caller's to *plain).  1 when
 ** made; on 0, what was made is left for prim_free. */
@@ -248,9 +255,7 @@ static int prim_make(prim *pr, const cpu_mm *m, int any_b, dnnl_memory_desc_t *p
 #undef MEM
   ok = scratch_make(pd, &pr->scratch, &pr->scratch_buf, pr->args, &pr->nargs);
 done:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  made_free(pd, ops, attr);
   return ok;
 }
 
@@ -815,9 +820,7 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
 #undef ARG
   ok = scratch_make(pd, &en->scratch, &en->scratch_buf, en->args, &en->nargs);
 done:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  made_free(pd, ops, attr);
   if (!ok) centry_clear(en);
   return ok;
 }
@@ -901,9 +904,7 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
 #undef ARG
   en->mm = ok = scratch_make(pd, &en->scratch, &en->scratch_buf, en->args, &en->nargs);
 done:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  made_free(pd, ops, attr);
   if (!ok) centry_clear(en);
   return ok;
 }
