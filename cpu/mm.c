@@ -1009,17 +1009,18 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
   double best[3], spent, fast;
-  int made[3], i, r, pick = -1;
+  int made[3], n, i, r, pick = -1;
   memset(cand, 0, sizeof cand);
   made[2] = (conv_mode == 2 || conv_mode == 4) && centry_make_mm(&cand[2], c);
   made[0] = conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
   made[1] = conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
+  n = made[0] + made[1] + made[2];
   for (i = 0; i < 3; i++) {
     best[i] = 1e30;
-    if (made[i] && (made[0] + made[1] + made[2] == 1 || centry_exec(&cand[i], c, 0))) pick = i;
+    if (made[i] && n > 1) centry_exec(&cand[i], c, 0);   /* touch the buffers */
   }
-  for (r = 0, spent = 0, fast = 1e30; made[0] + made[1] + made[2] > 1 &&
-       (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
+  for (r = 0, spent = 0, fast = 1e30;
+       n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
     for (i = 0; i < 3; i++)
       if (made[i]) {
         double t = exec_seconds(&cand[i], c);
