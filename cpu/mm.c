@@ -997,10 +997,8 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** convolution reads only its inputs: running it again changes nothing):
 ** one run each to touch the buffers, then the best of runs taken in
 ** turns: two each, and up to eight while they add up to under 2 ms (a
-** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides;
-** with one timed run each, DenseNet's steady time was 46-61 ms from one
-** process to the next, by which layout its convs got), but one where the
-** fastest takes 4 ms or more: a few percent of noise there, and each run
+** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
+** but one where the fastest takes 4 ms or more: a few percent of noise there, and each run
 ** more is the first call's (VGG-19's took 0.99 s with one, 1.37 with
 ** two).  Each is the whole answer where the others are refused (a post-op
 ** oneDNN cannot read across layouts).  FUSELAB_CONV=plain / any keeps one
