@@ -998,12 +998,12 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** one run each to touch the buffers, then the best of runs taken in
 ** turns: two each, and up to eight while they add up to under 2 ms (a
 ** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
-** but one where the fastest takes 4 ms or more: a few percent of noise there, and each run
-** more is the first call's (VGG-19's took 0.99 s with one, 1.37 with
-** two).  Each is the whole answer where the others are refused (a post-op
-** oneDNN cannot read across layouts).  FUSELAB_CONV=plain / any keeps one
-** of oneDNN's convolutions, FUSELAB_CONV=matmul the matmul form wherever
-** it can be made. */
+** but one where the fastest takes 4 ms or more: a few percent of noise
+** there, and each run more is the first call's (VGG-19's took 0.99 s
+** with one, 1.37 with two).  Each is the whole answer where the others
+** are refused (a post-op oneDNN cannot read across layouts).
+** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
+** FUSELAB_CONV=matmul the matmul form wherever it can be made. */
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
   double best[3], spent, fast;
