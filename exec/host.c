@@ -20,9 +20,11 @@
 #include "graph/op.h"
 
 /* A value's name in the listing: an argument or parameter by its name,
-** a graph output "out<i>" (an argument returned keeps its name), a stored intermediate "buf<slot>", anything
-** else (kept inside one kernel) by its node id. */
-static void value_name(const fuse_plan *p, int id, char *buf, size_t n) {
+** a graph output "out<i>" (an argument returned keeps its name), a value
+** kept between calls "kept<id>", a stored intermediate "buf<slot>",
+** anything else (kept inside one kernel) by its node id. */
+static void value_name(const exec_program *pr, int id, char *buf, size_t n) {
+  const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
   const ir_node *nd = &g->nodes[id];
   int i;
@@ -42,6 +44,7 @@ static void value_name(const fuse_plan *p, int id, char *buf, size_t n) {
       return;
     }
   if (nd->kind == IR_CONST) snprintf(buf, n, "const%%%d", id);
+  else if (exec_value_kept(pr, id)) snprintf(buf, n, "kept%d", id);
   else if (p->slot[id] >= 0) snprintf(buf, n, "buf%d", p->slot[id]);
   else snprintf(buf, n, "%%%d", id);
 }
@@ -77,7 +80,7 @@ char *exec_program_host(const exec_program *pr) {
   strbuf_printf(&b, "call(");
   for (i = 0, first = 1; i < g->n; i++)
     if (g->nodes[i].kind == IR_INPUT) {
-      value_name(p, i, nm, sizeof nm);
+      value_name(pr, i, nm, sizeof nm);
       meta_str(&g->nodes[i].meta, mt, sizeof mt);
       strbuf_printf(&b, "%s%s: %s", first ? "" : ", ", nm, mt);
       first = 0;
@@ -87,7 +90,7 @@ char *exec_program_host(const exec_program *pr) {
     int col = 0;                       /* wrapped at about 100 columns */
     for (i = 0, first = 1; i < g->n; i++)
       if (g->nodes[i].kind == IR_PARAM) {
-        value_name(p, i, nm, sizeof nm);
+        value_name(pr, i, nm, sizeof nm);
         meta_str(&g->nodes[i].meta, mt, sizeof mt);
         if (first) col = 4 + (int)strlen("parameters (by reference): ");
         if (first) strbuf_printf(&b, "  # parameters (by reference): ");
@@ -104,36 +107,60 @@ char *exec_program_host(const exec_program *pr) {
       }
     if (!first) strbuf_printf(&b, "\n");
   }
-  if (p->nslots > 0) {
-    strbuf_printf(&b, "  # buffers: %d slot%s kept between calls", p->nslots, p->nslots == 1 ? "" : "s");
-    for (k = 0; k < p->nslots; k++) {
-      bytes_str(p->slot_bytes[k], by, sizeof by);
-      strbuf_printf(&b, "%s buf%d %s", k ? "," : ":", k, by);
+  {
+    /* the slots as runs grow them: the largest value each holds, the
+    ** kept values (memory of their own) not counted */
+    int64_t *sb = calloc((size_t)(p->nslots ? p->nslots : 1), sizeof *sb), kb = 0;
+    int used = 0, nkept = 0;
+    for (i = 0; sb && i < g->n; i++) {
+      int64_t nb = fuse_node_bytes(g, i);
+      if (exec_value_kept(pr, i)) { kb += nb; nkept++; }
+      else if (p->slot[i] >= 0 && nb > sb[p->slot[i]]) sb[p->slot[i]] = nb;
     }
-    strbuf_printf(&b, "\n");
+    for (k = 0; sb && k < p->nslots; k++) used += sb[k] > 0;
+    if (used > 0) {
+      strbuf_printf(&b, "  # buffers: %d slot%s kept between calls", used, used == 1 ? "" : "s");
+      for (k = 0, first = 1; k < p->nslots; k++) {
+        if (!sb[k]) continue;
+        bytes_str(sb[k], by, sizeof by);
+        strbuf_printf(&b, "%s buf%d %s", first ? ":" : ",", k, by);
+        first = 0;
+      }
+      strbuf_printf(&b, "\n");
+    }
+    if (nkept > 0) {
+      bytes_str(kb, by, sizeof by);
+      strbuf_printf(&b, "  # kept between calls: %d value%s computed from weights alone, %s;\n"
+                    "  # their kernels run on the first call and again only when a weight is\n"
+                    "  # written or the input shapes change\n", nkept, nkept == 1 ? "" : "s", by);
+    }
+    free(sb);
   }
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kr = &p->kernels[k];
+    const char *in = exec_kernel_kept(pr, k) ? "  " : "";
     int j, epilogue = 0;
+    if (*in && !exec_kernel_kept(pr, k - 1)) strbuf_printf(&b, "  if weights_changed:\n");
     /* values first stored here: a slot taken (again: a reuse) */
     for (j = kr->nin; j < kr->nbufs; j++) {
       int id = kr->bufs[j], s = p->slot[id], o;
       if (s < 0) continue;
-      value_name(p, id, nm, sizeof nm);
+      value_name(pr, id, nm, sizeof nm);
       meta_str(&g->nodes[id].meta, mt, sizeof mt);
       for (o = 0; o < id; o++)
-        if (p->slot[o] == s && p->kernel_of[o] >= 0 && p->kernel_of[o] < k) break;
-      strbuf_printf(&b, "  %s = empty(%s)%s\n", nm, mt,
+        if (p->slot[o] == s && p->kernel_of[o] >= 0 && p->kernel_of[o] < k && !exec_value_kept(pr, o)) break;
+      strbuf_printf(&b, "%s  %s = empty(%s)%s\n", in, nm, mt,
+                    *in ? "   # memory of its own" :
                     o < id ? "   # reuses the slot of a value no longer needed" : "");
     }
     if (kr->kind == FK_EXTERN && kr->anchor >= 0) {
-      strbuf_printf(&b, "  extern %s(", op_name(g->nodes[kr->anchor].op));
+      strbuf_printf(&b, "%s  extern %s(", in, op_name(g->nodes[kr->anchor].op));
     } else {
-      strbuf_printf(&b, "  k%d %s(", k, kr->name);
+      strbuf_printf(&b, "%s  k%d %s(", in, k, kr->name);
     }
     for (j = 0, first = 1; j < kr->nin; j++) {
       if (kr->bufs[j] == kr->anchor) continue;   /* the library's result, read by the epilogue */
-      value_name(p, kr->bufs[j], nm, sizeof nm);
+      value_name(pr, kr->bufs[j], nm, sizeof nm);
       strbuf_printf(&b, "%s%s", first ? "" : ", ", nm);
       first = 0;
     }
@@ -151,7 +178,7 @@ char *exec_program_host(const exec_program *pr) {
     }
     strbuf_printf(&b, " -> ");
     for (j = kr->nin; j < kr->nbufs; j++) {
-      value_name(p, kr->bufs[j], nm, sizeof nm);
+      value_name(pr, kr->bufs[j], nm, sizeof nm);
       strbuf_printf(&b, "%s%s", j > kr->nin ? ", " : "", nm);
     }
     bytes_str(kr->bytes, by, sizeof by);
@@ -163,8 +190,9 @@ char *exec_program_host(const exec_program *pr) {
     /* what this kernel read for the last time is freed (its slot reusable) */
     first = 1;
     for (i = 0; i < g->n; i++)
-      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && p->slot[i] >= 0 && !is_output(g, i)) {
-        value_name(p, i, nm, sizeof nm);
+      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && p->slot[i] >= 0 && !is_output(g, i) &&
+          !exec_value_kept(pr, i)) {
+        value_name(pr, i, nm, sizeof nm);
         strbuf_printf(&b, "%s%s", first ? "  del " : ", ", nm);
         first = 0;
       }
@@ -172,7 +200,7 @@ char *exec_program_host(const exec_program *pr) {
   }
   strbuf_printf(&b, "  return ");
   for (i = 0; i < g->nout; i++) {
-    value_name(p, g->outputs[i], nm, sizeof nm);
+    value_name(pr, g->outputs[i], nm, sizeof nm);
     strbuf_printf(&b, "%s%s", i ? ", " : "", nm);
   }
   strbuf_printf(&b, "\n\n");

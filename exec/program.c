@@ -39,6 +39,130 @@ void exec_c_ident(const char *s, char *out, size_t n) {
   out[i] = '\0';
 }
 
+/* --- values from weights alone ------------------------------------------- */
+
+/* A kernel whose every value is computed from params, consts and sizes
+** alone (a batch norm's scale folded into its convolution's weights, a
+** mask from fl.arange) gives the same values on every call until a
+** param's values or the input shapes change: it runs on the first call
+** and then only after such a change, and its values stay in memory of
+** their own between calls (a slot would be overwritten by later values).
+** This is Inductor's freezing without its price: the weights stay
+** params, and a weight written in place (its storage's version moves,
+** graph/tensor.h) is seen on the next call.  Never kept: random ops, and
+** a value some graph output is or views (the caller would hold, and
+** could write, the kept memory).  CPU only: a CUDA graph replays every
+** launch it captured.  FUSELAB_KEEP=0 launches every kernel every call
+** (to measure the difference). */
+static int keep_enabled(void) {
+  const char *v = getenv("FUSELAB_KEEP");
+  return !(v && strcmp(v, "0") == 0);
+}
+
+static int find_kept(exec_program *pr) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  size_t n = (size_t)(g->n ? g->n : 1);
+  char *pure = calloc(n, 1), *need = calloc(n, 1);
+  int i, j, k, any = 0;
+  if (!pure || !need) goto oom;
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    pure[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST ||
+              (nd->kind == IR_OP && !rng_op(nd->op));
+    for (j = 0; nd->kind == IR_OP && j < nd->nin && pure[i]; j++)
+      if (nd->in[j] >= 0 && !pure[nd->in[j]]) pure[i] = 0;
+  }
+  for (i = 0; i < g->nout; i++)
+    for (j = g->outputs[i]; j >= 0;) {
+      pure[j] = 0;
+      j = g->nodes[j].kind == IR_OP && fk_is_view(g, j) ? g->nodes[j].in[0] : -1;
+    }
+  if (!(pr->keep = calloc((size_t)(p->nkernels ? p->nkernels : 1), 1))) goto oom;
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    int ok = !kr->nrng && (kr->nnodes > 0 || kr->anchor >= 0);
+    for (j = 0; j < kr->nnodes && ok; j++) ok = pure[kr->nodes[j]];
+    if (ok && kr->anchor >= 0) ok = pure[kr->anchor];
+    pr->keep[k] = (char)ok;
+    any |= ok;
+    for (j = 0; j < kr->nnodes && ok; j++) need[kr->nodes[j]] = 1;
+    if (ok && kr->anchor >= 0) need[kr->anchor] = 1;
+  }
+  if (!any) {
+    free(pr->keep);
+    pr->keep = NULL;
+  } else {
+    /* the params they read: only those decide whether the kept are current */
+    for (i = g->n - 1; i >= 0; i--)
+      for (j = 0; need[i] && g->nodes[i].kind == IR_OP && j < g->nodes[i].nin; j++)
+        if (g->nodes[i].in[j] >= 0) need[g->nodes[i].in[j]] = 1;
+    pr->kept = calloc(n, sizeof *pr->kept);
+    pr->kept_ver = calloc(2 * n, sizeof *pr->kept_ver);
+    if (!pr->kept || !pr->kept_ver) goto oom;
+    for (i = 0; i < g->n; i++)
+      if (g->nodes[i].kind == IR_PARAM && !need[i]) pr->kept_ver[2 * i] = UINT64_MAX;
+  }
+  free(pure);
+  free(need);
+  return FL_OK;
+oom:
+  free(pure);
+  free(need);
+  return FL_ENOMEM;
+}
+
+int exec_kernel_kept(const exec_program *pr, int k) {
+  return pr->keep && k >= 0 && k < pr->plan->nkernels && pr->keep[k];
+}
+
+int exec_value_kept(const exec_program *pr, int id) {
+  const fuse_plan *p = pr->plan;
+  return pr->keep && id >= 0 && id < p->g->n && p->stored[id] && exec_kernel_kept(pr, p->kernel_of[id]);
+}
+
+/* 1 when kept[] still holds what the keep kernels would compute now */
+static int kept_current(const exec_program *pr) {
+  const ir_graph *g = pr->plan->g;
+  int i;
+  if (!pr->kept_ok) return 0;
+  for (i = 0; i < g->n; i++) {
+    const fl_storage *st = g->nodes[i].value.st;
+    if (g->nodes[i].kind != IR_PARAM || pr->kept_ver[2 * i] == UINT64_MAX) continue;
+    if (!st || st->id != pr->kept_ver[2 * i] || st->version != pr->kept_ver[2 * i + 1]) return 0;
+  }
+  return 1;
+}
+
+static void kept_stamp(exec_program *pr) {
+  const ir_graph *g = pr->plan->g;
+  int i;
+  for (i = 0; i < g->n; i++) {
+    const fl_storage *st = g->nodes[i].value.st;
+    if (g->nodes[i].kind != IR_PARAM || pr->kept_ver[2 * i] == UINT64_MAX) continue;
+    pr->kept_ver[2 * i] = st ? st->id : 0;
+    pr->kept_ver[2 * i + 1] = st ? st->version : 0;
+  }
+  pr->kept_ok = 1;
+}
+
+/* kernel k's values between kept[] and the run: saved after it ran
+** (save), or handed to the run instead of running it */
+static void kept_move(exec_program *pr, exec_run *r, int k, int save) {
+  const fk_kernel *kr = &pr->plan->kernels[k];
+  int j;
+  for (j = -1; j < kr->nnodes; j++) {
+    int id = j < 0 ? kr->anchor : kr->nodes[j];
+    if (id < 0) continue;
+    if (save && r->vals[id].st) {
+      ten_release(&pr->kept[id]);
+      ten_share(&pr->kept[id], &r->vals[id]);
+    } else if (!save && pr->kept[id].st && !r->vals[id].st) {
+      ten_share(&r->vals[id], &pr->kept[id]);
+    }
+  }
+}
+
 /* --- rendering ---------------------------------------------------------- */
 
 exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const char *prefix,
@@ -87,6 +211,7 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
   strbuf_printf(&all, "%s", pr->body ? pr->body : "");
   pr->source = strbuf_take(&all);
   if (!pr->body || !pr->source) goto oom;
+  if (be->dev == FL_DEV_CPU && keep_enabled() && find_kept(pr) != FL_OK) goto oom;
   return pr;
 oom:
   exec_program_free(pr);
@@ -211,13 +336,15 @@ void exec_program_free(exec_program *pr) {
     }
     if (pr->slots) for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
     if (pr->leaves) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->leaves[k]);
+    if (pr->kept) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->kept[k]);
   }
   free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->fns); free(pr->kinfo);
   free(pr->body); free(pr->source); free(pr->log);
   if (pr->image) pr->be->image_release(pr->image);
   free(pr->slots); free(pr->leaves);
   free(pr->bound_in); free(pr->bound_metas); free(pr->bound_args);
-  free(pr->kernel_ms); free(pr->last_ms);
+  free(pr->kernel_ms); free(pr->last_ms); free(pr->kernel_ran);
+  free(pr->keep); free(pr->kept); free(pr->kept_ver);
   fuse_plan_free(pr->plan);
   free(pr);
 }
@@ -230,9 +357,11 @@ int exec_program_set_profile(exec_program *pr, int on, fl_err *e) {
   if (!on) return FL_OK;
   if (!pr->kernel_ms) pr->kernel_ms = calloc(n, sizeof *pr->kernel_ms);
   if (!pr->last_ms) pr->last_ms = calloc(n, sizeof *pr->last_ms);
-  if (!pr->kernel_ms || !pr->last_ms) return err_set(e, FL_ENOMEM, "profile: out of memory");
+  if (!pr->kernel_ran) pr->kernel_ran = calloc(n, sizeof *pr->kernel_ran);
+  if (!pr->kernel_ms || !pr->last_ms || !pr->kernel_ran) return err_set(e, FL_ENOMEM, "profile: out of memory");
   memset(pr->kernel_ms, 0, n * sizeof *pr->kernel_ms);
   memset(pr->last_ms, 0, n * sizeof *pr->last_ms);
+  memset(pr->kernel_ran, 0, n * sizeof *pr->kernel_ran);
   pr->profiled_runs = 0;
   pr->profile = 1;
   return FL_OK;
@@ -245,7 +374,8 @@ void exec_program_print_profile(const exec_program *pr, FILE *f, const char *ind
     const fk_kernel *kr = &pr->plan->kernels[k];
     double ms = pr->last_ms[k];
     fprintf(f, "%sk%-3d %-44s %9.3f ms", indent, k, kr->name, ms);
-    if (ms > 0 && kr->bytes > 0) fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
+    if (exec_kernel_kept(pr, k) && pr->kept_last) fprintf(f, "  kept: its weights did not change");
+    else if (ms > 0 && kr->bytes > 0) fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
     fputc('\n', f);
   }
 }
@@ -290,7 +420,8 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   fl_tensor *st;
   /* ten_uninit names a size no buffer can hold; every buffer here is
   ** written whole by the kernel that stores it, so none is zero-filled */
-  if (s < 0 || s >= p->nslots || !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
+  if (s < 0 || s >= p->nslots || exec_value_kept(pr, id) ||
+      !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
     return ten_uninit(out, m, e);
   if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
     return err_set(e, FL_ENOMEM, "run: out of memory");
@@ -371,6 +502,7 @@ static int bind(exec_program *pr, const fl_tensor *const *inputs, fl_err *e) {
   }
   /* invalid until complete: a failure below leaves no stale binding */
   pr->bound_in[0].ndim = -1;
+  pr->kept_ok = 0;                            /* sizes may feed kept values */
   if ((rc = ir_infer_metas(g, inputs, pr->be->dev, pr->bound_metas, e)) != FL_OK) return rc;
   memset(pr->bound_args, 0, (size_t)(p->nkernels ? p->nkernels : 1) * (size_t)pr->maxargs *
          sizeof *pr->bound_args);
@@ -409,7 +541,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   exec_run r;
   char *is_out = NULL;
   uint64_t *start = NULL, key = 0;
-  int i, k, rc = FL_OK, into = flags & EXEC_INTO;
+  int i, k, rc = FL_OK, into = flags & EXEC_INTO, keep, reuse;
   memset(&r, 0, sizeof r);
   if (ninputs != g->ninputs)
     return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
@@ -422,6 +554,9 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   r.g = g;
   r.metas = pr->bound_metas;
   r.capture = (flags & EXEC_CAPTURE) != 0;
+  keep = pr->keep && !r.capture;
+  reuse = keep && kept_current(pr);
+  if (keep && !reuse) pr->kept_ok = 0;        /* until every keep kernel ran */
   r.vals = calloc((size_t)(g->n ? g->n : 1), sizeof *r.vals);
   r.args = malloc((size_t)pr->maxargs * sizeof *r.args);
   is_out = calloc((size_t)(g->n ? g->n : 1), 1);
@@ -465,11 +600,22 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     memcpy(r.args, pr->bound_args + (size_t)k * (size_t)pr->maxargs,
            (size_t)pr->maxargs * sizeof *r.args);
     if (p->kernels[k].nrng && start) fk_rng_args(&p->kernels[k], key, start, r.args);
-    if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = now_ms();
-    if (rc == FL_OK) rc = be->launch(&r, k, e);
-    if (pr->profile && rc == FL_OK && (rc = be->sync(e)) == FL_OK) {
-      pr->last_ms[k] = now_ms() - t0;
-      pr->kernel_ms[k] += pr->last_ms[k];
+    if (keep && pr->keep[k] && reuse) {
+      kept_move(pr, &r, k, 0);
+      pr->kept_skips++;
+      if (pr->profile) pr->last_ms[k] = 0;
+    } else {
+      if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = now_ms();
+      if (rc == FL_OK) rc = be->launch(&r, k, e);
+      if (pr->profile && rc == FL_OK && (rc = be->sync(e)) == FL_OK) {
+        pr->last_ms[k] = now_ms() - t0;
+        pr->kernel_ms[k] += pr->last_ms[k];
+        pr->kernel_ran[k]++;
+      }
+      if (rc == FL_OK && keep && pr->keep[k]) {
+        kept_move(pr, &r, k, 1);
+        pr->kept_runs++;
+      }
     }
     if (r.capture) continue;      /* a captured graph keeps every buffer */
     /* free what no later kernel reads: peak memory as planned */
@@ -492,6 +638,8 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   }
   if (rc == FL_OK && hold)
     for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
+  if (rc == FL_OK && keep && !reuse) kept_stamp(pr);
+  if (rc == FL_OK && keep) pr->kept_last = reuse;
   if (rc == FL_OK) pr->runs++;
   if (rc == FL_OK && pr->profile) pr->profiled_runs++;
 done:

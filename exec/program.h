@@ -96,6 +96,20 @@ struct exec_program {
   double *kernel_ms;     /* per kernel: summed over the profiled runs */
   double *last_ms;       /* per kernel: the last profiled run */
   int64_t profiled_runs;
+  int64_t *kernel_ran;   /* per kernel: profiled runs that launched it */
+  /* Values computed from weights alone (a batch norm folded into its
+  ** convolution's weights): kernels with keep[k] run when the params'
+  ** values or the input shapes changed since they last ran, and their
+  ** stored values stay between calls in kept[], memory of their own
+  ** rather than a slot.  keep is NULL where nothing is kept (no such
+  ** kernel, or a backend whose launches are captured: CUDA graphs). */
+  char *keep;            /* per kernel: 1 when it reads weights only */
+  fl_tensor *kept;       /* per node: its value kept from the last launch */
+  uint64_t *kept_ver;    /* per param node: storage id, version when kept */
+  int kept_ok;           /* kept[] holds the values for the bound shapes */
+  int kept_last;         /* the last run used kept[] instead of launching */
+  int64_t kept_runs;     /* launches of keep kernels, all runs */
+  int64_t kept_skips;    /* launches they saved, all runs */
   void *priv;            /* the backend's own state */
 };
 
@@ -171,6 +185,11 @@ int exec_program_set_profile(exec_program *pr, int on, fl_err *e);
 ** the plan's bytes (read + written, cost model), each line after indent. */
 void exec_program_print_profile(const exec_program *pr, FILE *f, const char *indent);
 
+/* 1 when kernel k of pr reads weights only (params, consts, sizes) and
+** its values are kept between calls: see exec_program.keep. */
+int exec_kernel_kept(const exec_program *pr, int k);
+/* 1 when node id's value is kept between calls (host.c's listing). */
+int exec_value_kept(const exec_program *pr, int id);
 /* Frees the program and drops its plan and image references; NULL ok. */
 void exec_program_free(exec_program *pr);
 

@@ -225,12 +225,18 @@ static int p_codegen(lua_State *L) {
 /* ---- programs ------------------------------------------------------------ */
 
 /* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory"|"remote",
-** compile_ms, runs} */
+** compile_ms, runs, kept, kept_runs, kept_skips}: kept kernels read
+** weights only (exec_program.keep); their launches, and those saved */
 static int k_stats(lua_State *L) {
   static const char *const hows[] = {"compiled", "disk", "memory", "remote"};
   exec_program *pr = checkprogram(L, 1);
-  lua_createtable(L, 0, 5);
+  int k, kept = 0;
+  for (k = 0; k < pr->plan->nkernels; k++) kept += exec_kernel_kept(pr, k);
+  lua_createtable(L, 0, 8);
   lua_pushinteger(L, pr->plan->nkernels); lua_setfield(L, -2, "kernels");
+  lua_pushinteger(L, kept); lua_setfield(L, -2, "kept");
+  lua_pushinteger(L, (lua_Integer)pr->kept_runs); lua_setfield(L, -2, "kept_runs");
+  lua_pushinteger(L, (lua_Integer)pr->kept_skips); lua_setfield(L, -2, "kept_skips");
   lua_pushboolean(L, pr->image != NULL); lua_setfield(L, -2, "compiled");
   if (pr->image) {
     lua_pushstring(L, hows[pr->how >= 0 && pr->how <= CACHE_REMOTE ? pr->how : 0]);

@@ -139,9 +139,11 @@ static int k_run(lua_State *L) {
 }
 
 /* k:profile(on) turns per-kernel timing on (counters reset) or off;
-** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =}, ...}: the
-** mean time of each kernel over the profiled runs, the last run's, and the
-** bandwidth of the mean from the plan's bytes (cost model). */
+** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =, ran =,
+** kept =}, ...}: the mean time of each kernel over the profiled runs, the
+** last run's, the bandwidth of the mean from the plan's bytes (cost
+** model), the profiled runs that launched it, and whether it is kept
+** (reads weights only: launched when they change). */
 static int k_profile(lua_State *L) {
   const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
@@ -165,6 +167,8 @@ static int k_profile(lua_State *L) {
     lua_pushnumber(L, pr->last_ms[k]); lua_setfield(L, -2, "last_ms");
     lua_pushnumber(L, ms > 0 ? (double)pr->plan->kernels[k].bytes / (ms * 1e6) : 0);
     lua_setfield(L, -2, "gbps");
+    lua_pushinteger(L, (lua_Integer)pr->kernel_ran[k]); lua_setfield(L, -2, "ran");
+    lua_pushboolean(L, exec_kernel_kept(pr, k)); lua_setfield(L, -2, "kept");
     lua_rawseti(L, -2, k + 1);
   }
   return 1;
