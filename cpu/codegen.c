@@ -46,6 +46,8 @@ typedef struct gen {
   int stream;          /* emitting the store pass that stages access
                           stream_acc's row in stg[] and streams it out */
   int stream_acc;      /* that access, or -1 when no store qualifies */
+  const int64_t *known; /* the arguments when the sizes cannot change (the
+                          source holds them as constants), else NULL */
 } gen;
 
 static const char *ctype(fl_dtype t) {
@@ -351,6 +353,15 @@ static void flat_index(gen *g) {
 static int fast_cond(gen *g, int depth, const char *used) {
   const fk_kernel *k = g->k;
   int a, n = 0;
+  if (g->known) {     /* decided here: only the loop that runs is written */
+    for (a = 0; a < k->nacc; a++) {
+      if (k->acc[a].inner < 0 || (k->kind == FK_REDUCE && !k->acc[a].full)) continue;
+      if (used && !used[a]) continue;
+      if (g->known[g->D + a * (g->D + 1) + g->D - 1] != k->acc[a].inner) return 0;
+      n++;
+    }
+    return n ? -1 : 0;
+  }
   for (a = 0; a < k->nacc; a++) {
     if (k->acc[a].inner < 0 || (k->kind == FK_REDUCE && !k->acc[a].full)) continue;
     if (used && !used[a]) continue;
@@ -646,7 +657,17 @@ static void emit_reduce(gen *g) {
     for (i = 0; i < k->ninstr; i++)
       if (g->need[i] == 1 && k->instr[i].opc == FKI_LOAD) used[k->instr[i].access] = 1;
     f = fast_cond(g, 2, used);
-    if (f && !st && g->stream_acc >= 0) {
+    if (f < 0 && !st && g->stream_acc >= 0) {
+      strbuf_printf(g->b, "    if (rows * nr >= FL_STREAM_MIN) {\n");
+      g->stream = 1;
+      reduce_pass(g, st, 1, 3);
+      g->stream = 0;
+      strbuf_printf(g->b, "    } else {\n");
+      reduce_pass(g, st, 1, 3);
+      strbuf_printf(g->b, "    }\n");
+    } else if (f < 0) {
+      reduce_pass(g, st, 1, 2);
+    } else if (f && !st && g->stream_acc >= 0) {
       strbuf_printf(g->b, "      if (rows * nr >= FL_STREAM_MIN) {\n");
       g->stream = 1;
       reduce_pass(g, st, 1, 4);
@@ -740,7 +761,9 @@ static void emit_pointwise(gen *g) {
     strbuf_printf(g->b, ";\n");
   }
   f = fast_cond(g, 2, NULL);
-  if (f) {
+  if (f < 0) {
+    pw_body(g, 1, 2);
+  } else if (f) {
     pw_body(g, 1, 3);
     strbuf_printf(g->b, "    } else {\n");
     pw_body(g, 0, 3);
@@ -753,7 +776,18 @@ static void emit_pointwise(gen *g) {
 
 static void node_line(gen *g, int id) { fk_render_node_line(g->b, g->p->g, id); }
 
-int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym, int *scratch) {
+/* `const int64_t <name> = <arg[i] or its known value>;`, name from fmt
+** with x (and y when y >= 0) */
+static void arg_line(strbuf *b, const char *fmt, int x, int y, int i, const int64_t *known) {
+  char name[32];
+  if (y >= 0) snprintf(name, sizeof name, fmt, x, y);
+  else snprintf(name, sizeof name, fmt, x);
+  if (known) strbuf_printf(b, "  const int64_t %s = %lld;\n", name, (long long)known[i]);
+  else strbuf_printf(b, "  const int64_t %s = arg[%d];\n", name, i);
+}
+
+int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym, const int64_t *known,
+                    int *scratch) {
   const fk_kernel *k = &p->kernels[kidx];
   char need[4096];
   int first[4096], spill[4096];
@@ -764,7 +798,7 @@ int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym, in
   if (k->ninstr > (int)sizeof need) return 0;
   memset(&g, 0, sizeof g);
   g.b = b; g.p = p; g.k = k; g.D = k->nkept + k->nred; g.need = need;
-  g.first = first; g.spill = spill;
+  g.first = first; g.spill = spill; g.known = known;
   for (i = 0; i < k->ninstr; i++) { first[i] = 0; spill[i] = -1; }
   if (scratch) *scratch = 0;
   strbuf_printf(b, "/* k%d: %s (%s)\n", kidx, k->name, kinds[k->kind]);
@@ -789,14 +823,17 @@ int cpu_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym, in
       if (!used) strbuf_printf(b, "  (void)p%d;\n", i);
     }
   }
-  for (d = 0; d < g.D; d++) strbuf_printf(b, "  const int64_t n%d = arg[%d];\n", d, d);
+  /* sizes, then each access's strides and offset: constants when they
+  ** cannot change (GCC then writes one loop where it wrote several, for
+  ** half the compile), else this call's */
+  if (known) strbuf_printf(b, "  (void)arg;\n");
+  for (d = 0; d < g.D; d++) arg_line(b, "n%d", d, -1, d, known);
   for (a = 0; a < k->nacc; a++) {
-    const int64_t base = g.D + a * (g.D + 1);
+    const int base = g.D + a * (g.D + 1);
     strbuf_printf(b, "  /* %s %%%d */\n", k->acc[a].store ? "store" : k->acc[a].rng ?
                   "stream position of" : "load", k->acc[a].node);
-    for (d = 0; d < g.D; d++)
-      strbuf_printf(b, "  const int64_t s%d_%d = arg[%lld];\n", a, d, (long long)(base + d));
-    strbuf_printf(b, "  const int64_t o%d = arg[%lld];\n", a, (long long)(base + g.D));
+    for (d = 0; d < g.D; d++) arg_line(b, "s%d_%d", a, d, base + d, known);
+    arg_line(b, "o%d", a, -1, base + g.D, known);
     for (d = 0; d < g.D; d++) strbuf_printf(b, "  (void)s%d_%d;\n", a, d);
   }
   if (k->nrng) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "program.h"
 #include "../fuse/render.h"
@@ -165,6 +166,82 @@ static void kept_move(exec_program *pr, exec_run *r, int k, int save) {
 
 /* --- rendering ---------------------------------------------------------- */
 
+/* 64-bit hash of a kernel's text without comments and its name */
+static int text_hash(const char *text, const char *sym, uint64_t *h) {
+  char *key = fk_kernel_key(text, sym);
+  if (!key) return -1;
+  *h = XXH3_64bits(key, strlen(key));
+  free(key);
+  return 0;
+}
+
+/* Kernels written with constant sizes compile in about half the time of
+** the form that takes them as arguments, but one such function serves one
+** size: where a structure recurs at more than two sizes (DenseNet's batch
+** norms, one per channel count), it is cheaper to compile it once taking
+** its sizes as arguments, the form every kernel of that structure then
+** gets.  Rendered again in that form with its launch info. */
+static int share_sizes(exec_program *pr, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  const exec_backend *be = pr->be;
+  int n = p->nkernels, k, j, rc = FL_OK;
+  uint64_t *dyn, *fix;
+  char *info, *first;
+  if (p->g->nsyms > 0 || p->g->has_asym || n < 3) return FL_OK;   /* nothing fixed, or too few */
+  dyn = calloc((size_t)n, sizeof *dyn);
+  fix = calloc((size_t)n, sizeof *fix);
+  info = malloc(be->kinfo_size ? be->kinfo_size : 1);
+  first = malloc((size_t)n);
+  if (!dyn || !fix || !info || !first) {
+    rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
+    goto out;
+  }
+  for (k = 0; k < n; k++) {
+    strbuf kb;
+    if (!pr->ktext[k]) continue;
+    memset(&kb, 0, sizeof kb);
+    if ((rc = be->render(&kb, p, k, pr->syms[k], info, 0, e)) < 0) { strbuf_free(&kb); goto out; }
+    rc = FL_OK;
+    if (kb.oom || text_hash(kb.p ? kb.p : "", pr->syms[k], &dyn[k]) ||
+        text_hash(pr->ktext[k], pr->syms[k], &fix[k])) {
+      strbuf_free(&kb);
+      rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
+      goto out;
+    }
+    strbuf_free(&kb);
+  }
+  for (k = 0; k < n; k++) {       /* first[k]: no earlier kernel has k's text */
+    first[k] = pr->ktext[k] != NULL;
+    for (j = 0; j < k && first[k]; j++) first[k] = !pr->ktext[j] || fix[j] != fix[k];
+  }
+  for (k = 0; k < n; k++) {
+    int sizes = 0, r;
+    strbuf kb;
+    if (!pr->ktext[k]) continue;
+    for (j = 0; j < n; j++) sizes += first[j] && dyn[j] == dyn[k];   /* k's structure's sizes */
+    if (sizes <= 2) continue;
+    memset(&kb, 0, sizeof kb);
+    if ((r = be->render(&kb, p, k, pr->syms[k], EXEC_KINFO(pr, k), 0, e)) < 0) {
+      rc = r;
+      strbuf_free(&kb);
+      goto out;
+    }
+    if (kb.oom || !kb.p) {
+      strbuf_free(&kb);
+      rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
+      goto out;
+    }
+    free(pr->ktext[k]);
+    pr->ktext[k] = strbuf_take(&kb);
+  }
+out:
+  free(dyn);
+  free(fix);
+  free(info);
+  free(first);
+  return rc;
+}
+
 exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const char *prefix,
                            fl_err *e) {
   exec_program *pr = calloc(1, sizeof *pr);
@@ -189,7 +266,7 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
     snprintf(sym, sizeof sym, "%sk%d_%s", pr->prefix, k, p->kernels[k].name);
     exec_c_ident(sym, sym, sizeof sym);
     memset(&kb, 0, sizeof kb);
-    rc = be->render(&kb, p, k, sym, EXEC_KINFO(pr, k), e);
+    rc = be->render(&kb, p, k, sym, EXEC_KINFO(pr, k), 1, e);
     if (rc < 0) {
       strbuf_free(&kb);
       strbuf_free(&b);
@@ -201,9 +278,15 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
       strbuf_free(&b);
       goto oom;
     }
-    if (rc > 0) strbuf_printf(&b, "%s", pr->ktext[k]);
     strbuf_free(&kb);
   }
+  if ((rc = share_sizes(pr, e)) != FL_OK) {
+    strbuf_free(&b);
+    exec_program_free(pr);
+    return NULL;
+  }
+  for (k = 0; k < p->nkernels; k++)
+    if (pr->ktext[k]) strbuf_printf(&b, "%s", pr->ktext[k]);
   if (!b.p && !b.oom) strbuf_printf(&b, "/* no generated kernels: every step is extern */\n");
   if (b.oom) { strbuf_free(&b); goto oom; }
   pr->body = strbuf_take(&b);

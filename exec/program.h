@@ -38,10 +38,12 @@ typedef struct exec_backend {
   fl_device dev;          /* where its buffers live */
   size_t kinfo_size;      /* bytes of launch info per kernel (render fills) */
   /* renderer: the fixed head for these plans, and kernel k of p named
-  ** sym (1 written, 0 nothing to generate, < 0 error in e) */
+  ** sym (1 written, 0 nothing to generate, < 0 error in e); fixed: sizes
+  ** the plan cannot change may be written as constants (else all are
+  ** arguments) */
   void (*preamble)(strbuf *b, const fuse_plan *const *plans, int n);
   int (*render)(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo,
-                fl_err *e);
+                int fixed, fl_err *e);
   /* compiler: head + units (each a translation unit after head) into a
   ** counted image; *log gets the compiler's output (malloc'd, or NULL),
   ** *how the CACHE_* place it came from */

@@ -171,6 +171,19 @@ void fk_rng_args(const fk_kernel *k, uint64_t key, const uint64_t *start,
 int fk_bind(const fk_kernel *k, const ir_graph *g, const fl_meta *metas,
             int64_t *args, fl_err *e);
 
+/* The arguments of a kernel whose sizes cannot change: those before the
+** random ones (sizes, strides, offsets).  A graph without symbolic sizes
+** runs only on its own shapes (a guard or the input check stops others),
+** so fk_bind gives the same values every call and the source may hold
+** them as constants. */
+static inline int fk_static_nargs(const fk_kernel *k) {
+  return k->nrng ? fk_rng_arg(k) : fk_nargs(k);
+}
+/* Fill args with them (room for fk_nargs) and return how many
+** (fk_static_nargs); 0 when the graph has symbolic sizes or they cannot
+** be computed (out of memory), and the kernel then takes them all. */
+int fk_static_args(const fk_kernel *k, const ir_graph *g, int64_t *args);
+
 /* Build the kernel for a group: members are the nodes computed in it (id
 ** order not required), anchor the extern op or -1, stored[id] marks values
 ** needed outside it.  0 on success; else -1 with `why` saying what makes

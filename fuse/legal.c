@@ -588,3 +588,15 @@ done:
   free(maps);
   return rc;
 }
+
+int fk_static_args(const fk_kernel *k, const ir_graph *g, int64_t *args) {
+  fl_meta *metas;
+  fl_err e;
+  int i, ok;
+  if (g->nsyms > 0 || g->has_asym || k->nnodes == 0) return 0;
+  if (!(metas = malloc((size_t)g->n * sizeof *metas))) return 0;
+  for (i = 0; i < g->n; i++) metas[i] = g->nodes[i].meta;
+  ok = fk_bind(k, g, metas, args, &e) == FL_OK;
+  free(metas);
+  return ok ? fk_static_nargs(k) : 0;
+}

@@ -67,7 +67,9 @@ static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
   cuda_emit_preamble(b, ext);
 }
 
-static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, fl_err *e) {
+static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, int fixed,
+                  fl_err *e) {
+  (void)fixed;
   return cuda_emit_kernel(b, p, k, sym, kinfo, e);
 }
 

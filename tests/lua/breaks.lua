@@ -140,7 +140,12 @@ keep = true
 local r = cst(xs)
 collectgarbage()
 t.ok(close(stash, xs * 3), "a tensor kept only in a replay still gets its value")
-t.ok(close(r, stashing(xs)), "and the result is right")
+-- b - s cancels: s, a float32 sum near 5000, has a last bit (4.9e-4) that
+-- depends on the order the kernel adds in, so the result is compared to
+-- 4 of those bits
+local want = stashing(xs)
+t.ok(fl.allclose(r, want, 0, 4 * 2 ^ -23 * math.abs((xs * 3):exp():sum():item())),
+     "and the result is right")
 
 local pick = 1
 local function picker(x)
