@@ -517,6 +517,19 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
   (void)nacc;
 }
 
+/* The unit-stride pass twice: with streaming stores when the output is
+** larger than the caches hold (FL_STREAM_MIN), plain ones below. */
+static void streamed_pass(gen *g, int stage, int depth) {
+  int pad = 2 * (depth - 1);
+  strbuf_printf(g->b, "%*sif (rows * nr >= FL_STREAM_MIN) {\n", pad, "");
+  g->stream = 1;
+  reduce_pass(g, stage, 1, depth);
+  g->stream = 0;
+  strbuf_printf(g->b, "%*s} else {\n", pad, "");
+  reduce_pass(g, stage, 1, depth);
+  strbuf_printf(g->b, "%*s}\n", pad, "");
+}
+
 static void emit_row_steps(gen *g, int stage, int depth) {
   const fk_kernel *k = g->k;
   int i;
@@ -658,23 +671,11 @@ static void emit_reduce(gen *g) {
       if (g->need[i] == 1 && k->instr[i].opc == FKI_LOAD) used[k->instr[i].access] = 1;
     f = fast_cond(g, 2, used);
     if (f < 0 && !st && g->stream_acc >= 0) {
-      strbuf_printf(g->b, "    if (rows * nr >= FL_STREAM_MIN) {\n");
-      g->stream = 1;
-      reduce_pass(g, st, 1, 3);
-      g->stream = 0;
-      strbuf_printf(g->b, "    } else {\n");
-      reduce_pass(g, st, 1, 3);
-      strbuf_printf(g->b, "    }\n");
+      streamed_pass(g, st, 3);
     } else if (f < 0) {
       reduce_pass(g, st, 1, 2);
     } else if (f && !st && g->stream_acc >= 0) {
-      strbuf_printf(g->b, "      if (rows * nr >= FL_STREAM_MIN) {\n");
-      g->stream = 1;
-      reduce_pass(g, st, 1, 4);
-      g->stream = 0;
-      strbuf_printf(g->b, "      } else {\n");
-      reduce_pass(g, st, 1, 4);
-      strbuf_printf(g->b, "      }\n");
+      streamed_pass(g, st, 4);
       strbuf_printf(g->b, "    } else {\n");
       g->fallback = 1;
       reduce_pass(g, st, 0, 3);
