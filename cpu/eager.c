@@ -422,7 +422,7 @@ static void ew_runs(const ew *w) {
     float splat[3][BLK];
     uint8_t *csplat = (uint8_t *)splat[0];
     double last[3];
-    int filled[3] = {0, 0, 0};
+    int64_t filled[3] = {0, 0, 0};
     int64_t c;
     EAGER_PRAGMA(omp for schedule(static))
     for (c = 0; c < nch; c++) {
@@ -441,12 +441,15 @@ static void ew_runs(const ew *w) {
         {
           double x = dtype_load(v->m.dtype,
                                 src + off * (int64_t)dtype_size(v->m.dtype));
-          if (!filled[k] || !(x == last[k])) {
+          /* only the chunk's len: a per-channel constant over 7x7 rows
+          ** changes every 49 elements, and a whole BLK refill each
+          ** time was most of an eager batch norm */
+          if (filled[k] < len || !(x == last[k])) {
             if (w->op == OP_WHERE && k == 0)
-              for (i = 0; i < BLK; i++) csplat[i] = x != 0.0;
+              for (i = 0; i < len; i++) csplat[i] = x != 0.0;
             else
-              for (i = 0; i < BLK; i++) splat[k][i] = (float)x;
-            filled[k] = 1;
+              for (i = 0; i < len; i++) splat[k][i] = (float)x;
+            filled[k] = len;
             last[k] = x;
           }
           p[k] = splat[k];

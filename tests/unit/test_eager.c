@@ -262,7 +262,12 @@ static void test_binary(void) {
     {"1023", "1", 0, 0}, {"0,3", "3", 0, 0}, {"2,3", "2,3", NC, 0},
     {"6,5", "5", NC, 0}, {"300,200", "200", 0, 0}, {"300,200", "300,1", 0, 0},
     {"50000", "", 0, WRAP}, {"", "50000", WRAP, 0}, {"7,9", "7,9", SPECIAL, 0},
-    {"7,9", "9", 0, SPECIAL}, {"", "", 0, 0}, {"2,1,3", "1,4,1", 0, 0}};
+    {"7,9", "9", 0, SPECIAL}, {"", "", 0, 0}, {"2,1,3", "1,4,1", 0, 0},
+    /* per-row constants that repeat (INTS: 8 values) over rows shorter
+    ** and longer than a chunk, one and two threads: a splat filled for a
+    ** short chunk must be refilled for a longer one of the same value */
+    {"40,49", "40,1", 0, INTS}, {"9,3000", "9,1", 0, INTS},
+    {"64,3000", "64,1", 0, INTS}, {"33,2049", "33,1", 0, INTS}};
   static const struct { fl_dtype a, b; int fa, fb; } dts[] = {
     {F16, F16, 0, 0}, {BF16, F32, 0, 0}, {I64, I64, 0, 0}, {I64, F32, 0, 0},
     {F32, I64, 0, WRAP}, {I64, F32, 0, WRAP}, {BOOL, BOOL, 0, 0},
@@ -294,7 +299,8 @@ static void test_where(void) {
   static const char *const shp[][3] = {
     {"4,7", "4,7", "4,7"}, {"4,1", "7", ""}, {"1023", "1023", "1"},
     {"300,200", "300,200", ""}, {"", "3,4", "3,4"}, {"0,2", "2", "2"},
-    {"2,3,1", "3,5", "1,5"}, {"300,1", "300,200", "200"}, {"", "40,50", ""}};
+    {"2,3,1", "3,5", "1,5"}, {"300,1", "300,200", "200"}, {"", "40,50", ""},
+    {"64,1", "64,3000", "64,3000"}};
   static const fl_dtype vt[] = {F16, I64, BOOL};
   op_attrs a = attrs(OP_WHERE);
   size_t s, k;
