@@ -278,7 +278,9 @@ do
                          {inputs = {fl.randn(32, 32)}, quiet = true})
   t.ok(r.max_abs_err <= 1e-6, "checklist: a function that draws matches eager (max abs err "
        .. tostring(r.max_abs_err) .. ")")
-  t.ok(not tostring(r.recommendation):find("differ"), "and is not called inaccurate")
+  -- "results differ", not "differ": "no clear difference here" is a
+  -- timing verdict a busy machine may give
+  t.ok(not tostring(r.recommendation):find("results differ"), "and is not called inaccurate")
 end
 
 t.done()
