@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -35,9 +34,6 @@ typedef struct cpu_kinfo {
   int anchor_acc, store_acc;
   int swap, swap0, swap1;    /* the product is written with dims swap0 and
                                 swap1 swapped (plan_layout) */
-  int nknown;                /* arguments the source holds as constants */
-  uint64_t known_hash;       /* and their hash: a call binding others is
-                                refused, not run on wrong indices */
 } cpu_kinfo;
 
 /* --- epilogues as post-ops ----------------------------------------------
@@ -359,19 +355,12 @@ static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
   cpu_emit_preamble(b);
 }
 
-static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, int fixed,
-                  fl_err *e) {
-  cpu_kinfo *ki = kinfo;
-  int64_t *known = malloc((size_t)(fk_nargs(&p->kernels[k]) + 1) * sizeof *known);
-  int rc;
-  if (!known) return err_set(e, FL_ENOMEM, "codegen(cpu): out of memory");
-  plan_posts(p, k, ki);
-  plan_layout(p, k, ki);
-  ki->nknown = fixed ? fk_static_args(&p->kernels[k], p->g, known) : 0;
-  ki->known_hash = XXH3_64bits(known, (size_t)ki->nknown * sizeof *known);
-  rc = cpu_emit_kernel(b, p, k, sym, ki->nknown ? known : NULL, &ki->scratch);
-  free(known);
-  return rc;
+static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo,
+                  const int64_t *known, fl_err *e) {
+  (void)e;
+  plan_posts(p, k, kinfo);
+  plan_layout(p, k, kinfo);
+  return cpu_emit_kernel(b, p, k, sym, known, &((cpu_kinfo *)kinfo)->scratch);
 }
 
 static int compile(const char *head, const char *const *units, int nunits, void **image,
@@ -527,8 +516,6 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
-  if (in->nknown && XXH3_64bits(r->args, (size_t)in->nknown * sizeof *r->args) != in->known_hash)
-    return err_set(e, FL_EUNSUPPORTED, "%s: compiled for other sizes than this call's", k->name);
   if (k->nbufs > 256) return err_set(e, FL_EUNSUPPORTED, "%s: too many buffers", k->name);
   for (i = 0; i < k->nacc; i++) {
     int id = k->acc[i].node;

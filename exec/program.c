@@ -175,69 +175,62 @@ static int text_hash(const char *text, const char *sym, uint64_t *h) {
   return 0;
 }
 
-/* Kernels written with constant sizes compile in about half the time of
-** the form that takes them as arguments, but one such function serves one
-** size: where a structure recurs at more than two sizes (DenseNet's batch
-** norms, one per channel count), it is cheaper to compile it once taking
-** its sizes as arguments, the form every kernel of that structure then
-** gets.  Rendered again in that form with its launch info. */
-static int share_sizes(exec_program *pr, fl_err *e) {
+/* Kernels of a graph without symbolic sizes may hold their sizes as
+** constants: GCC then writes one loop where it wrote several, in about
+** half the compile time.  But such a function serves one size, so where a
+** structure (its text in argument form) recurs at more than two sizes
+** (DenseNet's batch norms, one per channel count) it stays in argument
+** form, compiled once for all of them.  The others are rendered again
+** with their sizes, which pr->known keeps for the bind to check. */
+static int fix_sizes(exec_program *pr, fl_err *e) {
   const fuse_plan *p = pr->plan;
-  const exec_backend *be = pr->be;
   int n = p->nkernels, k, j, rc = FL_OK;
-  uint64_t *dyn, *fix;
-  char *info, *first;
-  if (p->g->nsyms > 0 || p->g->has_asym || n < 3) return FL_OK;   /* nothing fixed, or too few */
-  dyn = calloc((size_t)n, sizeof *dyn);
-  fix = calloc((size_t)n, sizeof *fix);
-  info = malloc(be->kinfo_size ? be->kinfo_size : 1);
-  first = malloc((size_t)n);
-  if (!dyn || !fix || !info || !first) {
-    rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
-    goto out;
+  uint64_t *form, *size;    /* hashes of the argument-form text, of the sizes */
+  char *first;
+  if (p->g->nsyms > 0 || p->g->has_asym) return FL_OK;
+  form = calloc((size_t)n + 1, sizeof *form);
+  size = calloc((size_t)n + 1, sizeof *size);
+  first = calloc((size_t)n + 1, 1);
+  if (!form || !size || !first) goto oom;
+  for (k = 0; k < n; k++) {
+    int na;
+    if (!pr->ktext[k]) continue;
+    if (text_hash(pr->ktext[k], pr->syms[k], &form[k]) ||
+        !(pr->known[k] = malloc((size_t)(fk_nargs(&p->kernels[k]) + 1) * sizeof **pr->known)))
+      goto oom;
+    na = fk_static_args(&p->kernels[k], p->g, pr->known[k]);
+    size[k] = XXH3_64bits(pr->known[k], (size_t)na * sizeof **pr->known);
+    if (!na) { free(pr->known[k]); pr->known[k] = NULL; }
+  }
+  for (k = 0; k < n; k++) {       /* first[k]: no earlier kernel has k's form and sizes */
+    first[k] = pr->known[k] != NULL;
+    for (j = 0; j < k && first[k]; j++)
+      first[k] = !pr->known[j] || form[j] != form[k] || size[j] != size[k];
+  }
+  for (k = 0; k < n; k++) {
+    int sizes = 0;
+    for (j = 0; j < n; j++) sizes += first[j] && form[j] == form[k];
+    if (pr->known[k] && sizes > 2) { free(pr->known[k]); pr->known[k] = NULL; }
   }
   for (k = 0; k < n; k++) {
     strbuf kb;
-    if (!pr->ktext[k]) continue;
+    if (!pr->known[k]) continue;
     memset(&kb, 0, sizeof kb);
-    if ((rc = be->render(&kb, p, k, pr->syms[k], info, 0, e)) < 0) { strbuf_free(&kb); goto out; }
+    if ((rc = pr->be->render(&kb, p, k, pr->syms[k], EXEC_KINFO(pr, k), pr->known[k], e)) < 0) {
+      strbuf_free(&kb);
+      goto out;
+    }
     rc = FL_OK;
-    if (kb.oom || text_hash(kb.p ? kb.p : "", pr->syms[k], &dyn[k]) ||
-        text_hash(pr->ktext[k], pr->syms[k], &fix[k])) {
-      strbuf_free(&kb);
-      rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
-      goto out;
-    }
-    strbuf_free(&kb);
-  }
-  for (k = 0; k < n; k++) {       /* first[k]: no earlier kernel has k's text */
-    first[k] = pr->ktext[k] != NULL;
-    for (j = 0; j < k && first[k]; j++) first[k] = !pr->ktext[j] || fix[j] != fix[k];
-  }
-  for (k = 0; k < n; k++) {
-    int sizes = 0, r;
-    strbuf kb;
-    if (!pr->ktext[k]) continue;
-    for (j = 0; j < n; j++) sizes += first[j] && dyn[j] == dyn[k];   /* k's structure's sizes */
-    if (sizes <= 2) continue;
-    memset(&kb, 0, sizeof kb);
-    if ((r = be->render(&kb, p, k, pr->syms[k], EXEC_KINFO(pr, k), 0, e)) < 0) {
-      rc = r;
-      strbuf_free(&kb);
-      goto out;
-    }
-    if (kb.oom || !kb.p) {
-      strbuf_free(&kb);
-      rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name);
-      goto out;
-    }
+    if (kb.oom || !kb.p) { strbuf_free(&kb); goto oom; }
     free(pr->ktext[k]);
     pr->ktext[k] = strbuf_take(&kb);
   }
+  goto out;
+oom:
+  rc = err_set(e, FL_ENOMEM, "codegen(%s): out of memory", pr->be->name);
 out:
-  free(dyn);
-  free(fix);
-  free(info);
+  free(form);
+  free(size);
   free(first);
   return rc;
 }
@@ -257,7 +250,8 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
   pr->alias = calloc(nk, sizeof *pr->alias);
   pr->fns = calloc(nk, sizeof *pr->fns);
   pr->kinfo = calloc(nk, be->kinfo_size ? be->kinfo_size : 1);
-  if (!pr->syms || !pr->ktext || !pr->alias || !pr->fns || !pr->kinfo) goto oom;
+  pr->known = calloc(nk, sizeof *pr->known);
+  if (!pr->syms || !pr->ktext || !pr->alias || !pr->fns || !pr->kinfo || !pr->known) goto oom;
   memset(&b, 0, sizeof b);
   memset(&all, 0, sizeof all);
   for (k = 0; k < p->nkernels; k++) {
@@ -266,7 +260,7 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
     snprintf(sym, sizeof sym, "%sk%d_%s", pr->prefix, k, p->kernels[k].name);
     exec_c_ident(sym, sym, sizeof sym);
     memset(&kb, 0, sizeof kb);
-    rc = be->render(&kb, p, k, sym, EXEC_KINFO(pr, k), 1, e);
+    rc = be->render(&kb, p, k, sym, EXEC_KINFO(pr, k), NULL, e);
     if (rc < 0) {
       strbuf_free(&kb);
       strbuf_free(&b);
@@ -280,7 +274,7 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
     }
     strbuf_free(&kb);
   }
-  if ((rc = share_sizes(pr, e)) != FL_OK) {
+  if ((rc = fix_sizes(pr, e)) != FL_OK) {
     strbuf_free(&b);
     exec_program_free(pr);
     return NULL;
@@ -416,12 +410,13 @@ void exec_program_free(exec_program *pr) {
       if (pr->syms) free(pr->syms[k]);
       if (pr->ktext) free(pr->ktext[k]);
       if (pr->alias) free(pr->alias[k]);
+      if (pr->known) free(pr->known[k]);
     }
     if (pr->slots) for (k = 0; k < pr->plan->nslots; k++) ten_release(&pr->slots[k]);
     if (pr->leaves) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->leaves[k]);
     if (pr->kept) for (k = 0; k < pr->plan->g->n; k++) ten_release(&pr->kept[k]);
   }
-  free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->fns); free(pr->kinfo);
+  free(pr->syms); free(pr->ktext); free(pr->alias); free(pr->fns); free(pr->kinfo); free(pr->known);
   free(pr->body); free(pr->source); free(pr->log);
   if (pr->image) pr->be->image_release(pr->image);
   free(pr->slots); free(pr->leaves);
@@ -592,9 +587,12 @@ static int bind(exec_program *pr, const fl_tensor *const *inputs, fl_err *e) {
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kr = &p->kernels[k];
     if (kr->nnodes == 0) continue;   /* a pure extern step binds nothing */
-    if ((rc = fk_bind(kr, g, pr->bound_metas, pr->bound_args + (size_t)k * (size_t)pr->maxargs,
-                      e)) != FL_OK)
-      return rc;
+    int64_t *args = pr->bound_args + (size_t)k * (size_t)pr->maxargs;
+    if ((rc = fk_bind(kr, g, pr->bound_metas, args, e)) != FL_OK) return rc;
+    /* a static graph's input check stops other shapes first; this keeps
+    ** a kernel holding its sizes from running on wrong indices */
+    if (pr->known[k] && memcmp(args, pr->known[k], (size_t)fk_static_nargs(kr) * sizeof *args))
+      return err_set(e, FL_EUNSUPPORTED, "%s: compiled for other sizes than this call's", kr->name);
   }
   pr->bound_in[0].ndim = 0;                   /* valid (no inputs: always) */
   for (i = 0; i < g->ninputs; i++) {

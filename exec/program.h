@@ -38,12 +38,12 @@ typedef struct exec_backend {
   fl_device dev;          /* where its buffers live */
   size_t kinfo_size;      /* bytes of launch info per kernel (render fills) */
   /* renderer: the fixed head for these plans, and kernel k of p named
-  ** sym (1 written, 0 nothing to generate, < 0 error in e); fixed: sizes
-  ** the plan cannot change may be written as constants (else all are
-  ** arguments) */
+  ** sym (1 written, 0 nothing to generate, < 0 error in e); known: the
+  ** kernel's first fk_static_nargs arguments, which the source may hold as
+  ** constants, or NULL (all are arguments) */
   void (*preamble)(strbuf *b, const fuse_plan *const *plans, int n);
   int (*render)(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo,
-                int fixed, fl_err *e);
+                const int64_t *known, fl_err *e);
   /* compiler: head + units (each a translation unit after head) into a
   ** counted image; *log gets the compiler's output (malloc'd, or NULL),
   ** *how the CACHE_* place it came from */
@@ -75,6 +75,9 @@ struct exec_program {
   char **alias;          /* per kernel: the symbol to load instead (the same
                             code compiled once in a batch), or NULL */
   void *kinfo;           /* per kernel: be->kinfo_size bytes of launch info */
+  int64_t **known;       /* per kernel: the sizes it was rendered with
+                            (fk_static_nargs of them), or NULL: it takes
+                            them as arguments */
   char *body;            /* the kernels, without the preamble */
   char *source;          /* preamble + body: what `print(k)` shows */
   char *log;             /* compiler output of the last compile, or NULL */

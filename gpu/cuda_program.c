@@ -67,9 +67,9 @@ static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
   cuda_emit_preamble(b, ext);
 }
 
-static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo, int fixed,
-                  fl_err *e) {
-  (void)fixed;
+static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *kinfo,
+                  const int64_t *known, fl_err *e) {
+  (void)known;     /* CUDA kernels take their sizes as arguments */
   return cuda_emit_kernel(b, p, k, sym, kinfo, e);
 }
 
