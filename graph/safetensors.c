@@ -13,7 +13,9 @@
 ** any tensor is allocated.  So no byte is read that the file does not
 ** have, and the tensors together never need more memory than the file's
 ** size.  The JSON itself is parsed by cJSON, over a NUL-terminated copy of
-** the header; control bytes are refused before cJSON sees them.
+** the header; control bytes, and NULs escaped as \u0000 (which cJSON
+** would decode into an early end of the name), are refused before cJSON
+** sees them, and a tensor name with an escaped control character after.
 **
 ** Messages: "safetensors: tensor 'name': <what was wrong>" or
 ** "safetensors: <what was wrong>" when no single tensor is at fault;
@@ -263,6 +265,33 @@ static int check_layout(entry *v, size_t n, uint64_t data_len, fl_err *e) {
   return FL_OK;
 }
 
+/* The header byte where a string holds an escaped NUL (\u0000), or -1.
+** cJSON decodes it into a NUL that ends the C string, so a key
+** "weight\u0000evil" would read as "weight": one file could name a
+** tensor one thing here and another for every other reader. */
+static long escaped_nul(const char *text, size_t len) {
+  int in_string = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == '"') in_string = !in_string;
+    else if (in_string && text[i] == '\\' && i + 1 < len) {
+      if (text[i + 1] == 'u' && i + 6 <= len && memcmp(text + i + 2, "0000", 4) == 0) return (long)i;
+      i++;   /* the escaped character, a quote or a backslash included */
+    }
+  }
+  return -1;
+}
+
+/* The first control character in a tensor name (C0, DEL, or a C1
+** control in UTF-8: U+0080..U+009F), or 0: such a name is no parameter's
+** name, and would reach messages and terminals as a command. */
+static int control_in(const char *name) {
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) return *p;
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return p[1];
+  }
+  return 0;
+}
+
 /* Parse and validate the header text (len bytes at text, NUL at
 ** text[len]) for a data region of data_len bytes.  On success *out is an
 ** array of *count entries sorted by offset, owned by the caller. */
@@ -272,7 +301,8 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
   cJSON *root, *it;
   entry *v = NULL;
   size_t n = 0, cap;
-  int rc = FL_OK;
+  long at;
+  int rc = FL_OK, c;
 
   *out = NULL;
   *count = 0;
@@ -281,6 +311,9 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
     if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
       return err_set(e, FL_EFORMAT, "control byte 0x%02x at header byte %zu", c, i);
   }
+  if ((at = escaped_nul(text, len)) >= 0)
+    return err_set(e, FL_EFORMAT, "a string holds an escaped NUL (\\u0000) at header byte %ld; "
+                   "names with NUL bytes are refused", at);
   root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   if (!root) {
     size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
@@ -319,6 +352,11 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
           goto done;
         }
       continue;
+    }
+    if ((c = control_in(it->string))) {
+      rc = terr(e, FL_EFORMAT, it->string, "the name holds a control character (0x%02x); "
+                "such names are refused", c);
+      goto done;
     }
     if (!(v[n].name = strdup(it->string))) {
       rc = err_set(e, FL_ENOMEM, "out of memory (a tensor name)");
