@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../graph/env.h"
 #include "mm.h"
 
 #ifdef HAVE_DNNL
@@ -325,11 +326,7 @@ static int64_t pack_bytes, pack_calls;
 static int64_t pack_limit(void) {
   static int64_t limit = -1;
   if (limit < 0) {
-    const char *v = getenv("FUSELAB_PACK_MB");
-    char *end;
-    long long mb = v && *v ? strtoll(v, &end, 10) : 256;
-    if (!v || !*v || *end || mb < 0 || mb > (1ll << 30)) mb = 256;
-    limit = (int64_t)mb << 20;
+    limit = (int64_t)(env_number("FUSELAB_PACK_MB", 256, 1 << 30, 0, "megabytes") * 1048576.0);
   }
   return limit;
 }

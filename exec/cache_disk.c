@@ -26,6 +26,7 @@
 
 #include <xxhash.h>
 
+#include "../graph/env.h"
 #include "../graph/err.h"
 #include "cache_disk.h"
 
@@ -285,12 +286,7 @@ int cdisk_entry_name(const char *name, const char *ext) {
 /* ---- processes under a deadline ------------------------------------------ */
 
 double cdisk_timeout(void) {
-  const char *s = getenv("FUSELAB_COMPILE_TIMEOUT");
-  char *end;
-  double t;
-  if (!s || !*s) return 120;
-  t = strtod(s, &end);
-  return *end || !(t > 0) ? 120 : t;
+  return env_number("FUSELAB_COMPILE_TIMEOUT", 120, 1e6, ENV_ABOVE_ZERO, "seconds");
 }
 
 double cdisk_now(void) {
@@ -420,12 +416,10 @@ int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
 /* ---- the size cap ---------------------------------------------------------- */
 
 int64_t cdisk_cap(void) {
-  const char *s = getenv("FUSELAB_CACHE_MAX_MB");
-  char *end;
-  long long mb;
-  if (!s || !*s) return (int64_t)2048 << 20;
-  mb = strtoll(s, &end, 10);
-  return *end || mb <= 0 ? (int64_t)2048 << 20 : (int64_t)mb << 20;
+  /* fractions are sizes too: 0.5 is 512 KiB (at least a byte) */
+  double mb = env_number("FUSELAB_CACHE_MAX_MB", 2048, 1e9, ENV_ABOVE_ZERO, "megabytes");
+  int64_t bytes = (int64_t)(mb * 1048576.0);
+  return bytes > 0 ? bytes : 1;
 }
 
 typedef struct efile { char name[64]; int64_t size; time_t mtime; } efile;

@@ -59,7 +59,8 @@ int cdisk_stale_tmp(const char *dir, const char *name, double timeout);
 /* 1 when name is <32 hex digits>.<ext> (ext NULL: any extension). */
 int cdisk_entry_name(const char *name, const char *ext);
 
-/* $FUSELAB_COMPILE_TIMEOUT in seconds (default 120). */
+/* $FUSELAB_COMPILE_TIMEOUT in seconds, fractions allowed (default 120;
+** anything but a number above 0 is warned about, then the default). */
 double cdisk_timeout(void);
 /* Compilers being waited on are killed once fl_interrupt is set (the
 ** REPL's Ctrl-C: the compiler's own process group is out of the
@@ -86,7 +87,9 @@ double cdisk_now(void);
 ** NUL-terminated; 1 when it exited 0 within timeout seconds. */
 int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout);
 
-/* $FUSELAB_CACHE_MAX_MB in bytes (default 2048 MB). */
+/* $FUSELAB_CACHE_MAX_MB in bytes, fractions of a MB allowed (default
+** 2048 MB; anything but a number above 0 is warned about, then the
+** default). */
 int64_t cdisk_cap(void);
 /* While the entries in dir (files <key>.<ext> owned by the user) take more
 ** than cap bytes, remove the least recently used key's files, never those

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "hostpool.h"
 
 #define MIB ((size_t)1 << 20)
@@ -65,15 +66,13 @@ static size_t the_limit;
 static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
 
 static void read_limit(void) {
-  const char *v = getenv("FUSELAB_HOST_POOL_MB");
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  char *end;
-  unsigned long long mb;
   size_t limit = 1024 * MIB;
   if (pages > 0 && psz > 0 && (size_t)pages / 8 < limit / (size_t)psz)
     limit = (size_t)pages / 8 * (size_t)psz;
-  if (v && *v && (mb = strtoull(v, &end, 10), *end == '\0') && mb <= SIZE_MAX / MIB)
-    limit = (size_t)mb * MIB;
+  /* (MIB is a power of 2: the default goes through the double exactly) */
+  limit = (size_t)(env_number("FUSELAB_HOST_POOL_MB", (double)limit / (double)MIB, 1 << 24, 0,
+                              "megabytes") * (double)MIB);
   the_limit = KEEP ? limit : 0;
 }
 

@@ -281,6 +281,45 @@ do
   t.ok(exists(d3 .. "/zz-foreign.bin"), "a foreign file is neither counted nor removed")
 end
 
+-- ---- numbers in the environment: read strictly, never silently as others --
+do
+  -- fuselab -e code with one variable set; what it printed, and stderr
+  local function with(var, value, code)
+    return sh(("env %s=%s %s -e %s"):format(var, q(value), q(FUSELAB), q(code)))
+  end
+  local function one(out) return (out:gsub("\n", " | ")) end
+  local cap = "io.write('CAP ', fl.cache_info().max_bytes, ' ', fl.cache_info().max_bytes, '\\n')"
+  local out = with("FUSELAB_CACHE_MAX_MB", "0.1", cap)
+  t.is(out, "CAP 104857 104857\n", "FUSELAB_CACHE_MAX_MB=0.1 is a tenth of a MB, with no warning")
+  out = with("FUSELAB_CACHE_MAX_MB", " 3 ", cap)
+  t.is(out, "CAP 3145728 3145728\n", "blanks around the number are allowed")
+  for _, bad in ipairs{"abc", "0", "-5", "1e3", "0x10", "2G", "1.2.3", "inf", "nan", ""} do
+    out = with("FUSELAB_CACHE_MAX_MB", bad, cap)
+    if bad == "" then
+      t.is(out, "CAP 2147483648 2147483648\n", "FUSELAB_CACHE_MAX_MB empty: the default, no warning")
+    else
+      t.ok(out:find("CAP 2147483648 2147483648", 1, true) and count(out, "warning") == 1 and
+           out:find('warning: FUSELAB_CACHE_MAX_MB="' .. bad .. '" is not a number of megabytes above 0; ' ..
+                    "using 2048 megabytes", 1, true),
+           ("FUSELAB_CACHE_MAX_MB=%s: the default, with one warning naming the variable and value: %s"):format(bad, one(out)))
+    end
+  end
+  out = with("FUSELAB_CACHE_MAX_MB", "\27]0;x\7", cap)
+  t.ok(out:find('FUSELAB_CACHE_MAX_MB="\\x1b]0;x\\x07"', 1, true) and not out:find("\27", 1, true),
+       "a value with control characters is escaped in the warning: " .. one(out))
+  out = with("FUSELAB_COMPILE_TIMEOUT", "soon", "local f = fl.compile(function(x) return x + 1 end) f(fl.ones(2))")
+  t.ok(count(out, "warning") == 1 and out:find('FUSELAB_COMPILE_TIMEOUT="soon" is not a number of seconds ' ..
+       "above 0; using 120 seconds", 1, true), "FUSELAB_COMPILE_TIMEOUT=soon: one warning: " .. one(out))
+  out = with("FUSELAB_COMPILE_TIMEOUT", "0.5e", "local f = fl.compile(function(x) return x + 1 end) f(fl.ones(2))")
+  t.ok(out:find('FUSELAB_COMPILE_TIMEOUT="0.5e"', 1, true), "FUSELAB_COMPILE_TIMEOUT=0.5e is not a number: " .. one(out))
+  out = with("FUSELAB_HOST_POOL_MB", "lots", "io.write('LIMIT ', fl.host_pool_info().limit, '\\n')")
+  t.ok(out:find('FUSELAB_HOST_POOL_MB="lots" is not a number of megabytes; using', 1, true),
+       "FUSELAB_HOST_POOL_MB=lots: a warning: " .. one(out))
+  out = with("FUSELAB_PACK_MB", "x", "local a = fl.randn(64, 64) local _ = a:matmul(a)")
+  t.ok(out:find('FUSELAB_PACK_MB="x" is not a number of megabytes; using 256 megabytes', 1, true),
+       "FUSELAB_PACK_MB=x: a warning: " .. one(out))
+end
+
 -- ---- a compiler that hangs ------------------------------------------------
 do
   local slow, pids = base .. "/cc-slow", base .. "/slow-pids"
