@@ -717,6 +717,8 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
       ten_share(&outs[i], &r.vals[id]);
     }
   }
+  /* the captured in-place updates, after every result is computed */
+  if (rc == FL_OK && g->nwb && !r.capture) rc = ir_writeback(g, inputs, outs, be->copy_into, e);
   if (rc == FL_OK && hold)
     for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
   if (rc == FL_OK && keep && !reuse) kept_stamp(pr);

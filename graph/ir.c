@@ -63,6 +63,7 @@ void ir_free(ir_graph *g) {
   for (i = 0; i < g->n; i++) node_clear(&g->nodes[i]);
   free(g->nodes);
   free(g->outputs);
+  free(g->wb);
   free(g->sx);
   free(g);
 }
@@ -347,6 +348,43 @@ int ir_add_output(ir_graph *g, int id, fl_err *e) {
   return FL_OK;
 }
 
+int ir_add_writeback(ir_graph *g, int src, int dst, fl_err *e) {
+  int *nw, rc;
+  if (dst < 0 || dst >= g->n || (g->nodes[dst].kind != IR_INPUT && g->nodes[dst].kind != IR_PARAM))
+    return err_set(e, FL_EINVAL, "graph: a write-back goes into an input or a param (%d)", dst);
+  if (!(nw = realloc(g->wb, (size_t)(g->nwb + 1) * sizeof *nw)))
+    return err_set(e, FL_ENOMEM, "graph: out of memory");
+  g->wb = nw;
+  if ((rc = ir_add_output(g, src, e)) != FL_OK) return rc;
+  g->wb[g->nwb++] = dst;
+  return FL_OK;
+}
+
+int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *outs,
+                 int (*copy)(fl_tensor *dst, const fl_tensor *src, fl_err *e), fl_err *e) {
+  int k, i, rc = FL_OK, nres = ir_nresults(g);
+  if (!copy) copy = ten_copy;
+  for (k = 0; k < g->nwb && rc == FL_OK; k++) {
+    const ir_node *d = &g->nodes[g->wb[k]];
+    fl_tensor *dst = (fl_tensor *)(d->kind == IR_INPUT ? inputs[d->index] : &d->value);
+    /* a result that is the written storage itself (an identity the
+    ** passes removed, a view) held the value from before the write */
+    for (i = 0; i < nres && rc == FL_OK; i++)
+      if (outs[i].st && outs[i].st == dst->st) {
+        fl_tensor c;
+        fl_meta m = outs[i].m;
+        c.st = NULL;
+        if ((rc = ten_empty(&c, &m, e)) != FL_OK) break;
+        if ((rc = copy(&c, &outs[i], e)) != FL_OK) { ten_release(&c); break; }
+        ten_release(&outs[i]);
+        outs[i] = c;
+      }
+    if (rc == FL_OK) rc = copy(dst, &outs[nres + k], e);
+    if (rc != FL_OK) err_prefix(e, "write-back into %s", d->name ? d->name : "an input");
+  }
+  return rc;
+}
+
 ir_graph *ir_clone(const ir_graph *g) {
   ir_graph *c = ir_new();
   int i;
@@ -367,6 +405,11 @@ ir_graph *ir_clone(const ir_graph *g) {
   }
   c->nout = g->nout;
   if (g->nout) memcpy(c->outputs, g->outputs, (size_t)g->nout * sizeof(int));
+  if (g->nwb) {
+    if (!(c->wb = malloc((size_t)g->nwb * sizeof *c->wb))) { ir_free(c); return NULL; }
+    memcpy(c->wb, g->wb, (size_t)g->nwb * sizeof *c->wb);
+    c->nwb = g->nwb;
+  }
   for (i = 0; i < g->n; i++) {
     const ir_node *s = &g->nodes[i];
     ir_node *d = &c->nodes[i];
@@ -573,8 +616,14 @@ char *ir_listing(const ir_graph *g) {
       break;
     }
   }
+  /* written back after the graph ran: the in-place updates it captured */
+  for (k = 0; k < g->nwb; k++) {
+    const ir_node *d = &g->nodes[g->wb[k]];
+    strbuf_printf(&b, "  write %%%d into %%%d (%s %s)\n", g->outputs[ir_nresults(g) + k], g->wb[k],
+                  d->kind == IR_INPUT ? "input" : "param", d->name ? d->name : "?");
+  }
   strbuf_printf(&b, "  return ");
-  for (i = 0; i < g->nout; i++) strbuf_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
+  for (i = 0; i < ir_nresults(g); i++) strbuf_printf(&b, "%s%%%d", i ? ", " : "", g->outputs[i]);
   strbuf_printf(&b, "\n}");
   return strbuf_take(&b);
 }
@@ -622,6 +671,7 @@ int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
   for (i = 0; i < g->n; i++) ten_release(&vals[i]);
   free(vals);
   free(uses);
+  if (rc == FL_OK && g->nwb) rc = ir_writeback(g, inputs, outs, NULL, e);
   return rc;
 }
 
@@ -671,6 +721,8 @@ void ir_fingerprint(const ir_graph *g, char hex[33]) {
     }
   }
   XXH3_128bits_update(st, g->outputs, (size_t)g->nout * sizeof(int));
+  XXH3_128bits_update(st, &g->nwb, sizeof g->nwb);
+  if (g->nwb) XXH3_128bits_update(st, g->wb, (size_t)g->nwb * sizeof(int));
   for (i = 0; i < g->nsx; i++) {
     /* the expressions, not their hints: one graph serves every size */
     const ir_sym *x = &g->sx[i];

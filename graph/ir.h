@@ -82,7 +82,15 @@ typedef struct ir_graph {
   int has_asym;             /* some node has a symbolic attribute */
   ir_opcost origin;         /* op-by-op cost of the graph this one was
                                derived from (known 0 when captured) */
+  int nwb;                  /* write-backs: the last nwb outputs are new
+                               values of inputs or params the traced code
+                               wrote in place (x:copy_, a view's fill_) */
+  int *wb;                  /* wb[k]: the IR_INPUT or IR_PARAM node that
+                               output nout - nwb + k is written into */
 } ir_graph;
+
+/* The graph's results: its outputs less the write-backs. */
+#define ir_nresults(g) ((g)->nout - (g)->nwb)
 
 /* --- size expressions (sym.c) ------------------------------------------ */
 /* New entries return their index (equal expressions share one), or a
@@ -146,6 +154,17 @@ int ir_add_op_sym(ir_graph *g, fl_op op, const int *in, int nin,
                   const op_attrs *a, const int *asym, const char *where,
                   const char *scope, fl_err *e);
 int ir_add_output(ir_graph *g, int id, fl_err *e);
+/* A write-back: node src becomes the last output, and every run of the
+** graph copies it into leaf dst (an IR_INPUT: the caller's tensor; an
+** IR_PARAM: the bound storage) after computing all outputs.  Results
+** are added first: write-backs stay the last outputs. */
+int ir_add_writeback(ir_graph *g, int src, int dst, fl_err *e);
+/* Apply g's write-backs after a run: outs holds all g->nout outputs,
+** inputs the run's inputs.  A result sharing storage with a written
+** leaf is copied first (it was computed before the write).  copy is the
+** backend's copy (NULL: ten_copy, host memory). */
+int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *outs,
+                 int (*copy)(fl_tensor *dst, const fl_tensor *src, fl_err *e), fl_err *e);
 
 /* Number of IR_OP nodes. */
 int ir_op_count(const ir_graph *g);

@@ -124,9 +124,14 @@ static int copy_node(rw *r, const ir_node *nd) {
 }
 
 static int finish_outputs(rw *r) {
-  int i;
-  for (i = 0; i < r->old->nout && !r->rc; i++) {
+  int i, nres = ir_nresults(r->old);
+  for (i = 0; i < nres && !r->rc; i++) {
     int rc = ir_add_output(r->g, r->map[r->old->outputs[i]], r->e);
+    if (rc) r->rc = rc;
+  }
+  /* write-backs go on into the same leaves, whatever the pass did */
+  for (i = 0; i < r->old->nwb && !r->rc; i++) {
+    int rc = ir_add_writeback(r->g, r->map[r->old->outputs[nres + i]], r->map[r->old->wb[i]], r->e);
     if (rc) r->rc = rc;
   }
   return r->rc;
@@ -773,6 +778,7 @@ static ir_graph *dce(const ir_graph *g, strbuf *log, fl_err *e) {
   int i, k, removed = 0;
   if (!live) { err_set(e, FL_ENOMEM, "optimize: out of memory"); return NULL; }
   for (i = 0; i < g->nout; i++) live[g->outputs[i]] = 1;
+  for (i = 0; i < g->nwb; i++) live[g->wb[i]] = 1;
   for (i = g->n - 1; i >= 0; i--) {
     const ir_node *nd = &g->nodes[i];
     /* a random op unused still advances the stream, as in eager code, so

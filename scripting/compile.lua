@@ -235,12 +235,17 @@ local function trace_body(tr, fn, names, dyn, args)
   if not res[1] then error(res[2], 0) end
   targs = nil                     -- only what the function kept stays live
   local why_not
+  local params = tr:params()
+  local info = tr:finish()
+  -- what each result is, now that the last segment gave the values: an
+  -- output of the last graph, a view of an argument or weight (it shares
+  -- that storage, as eager's does), or a value from elsewhere
   local rets = {}
   for i = 2, res.n do
     local v = res[i]
     if is_tensor(v) then
-      local node = tr:node_of(v)
-      if node then rets[i - 1] = {kind = "node", node = node}
+      local node, view = tr:result_of(v)
+      if node then rets[i - 1] = {kind = "node", node = node, view = view}
       else rets[i - 1] = {kind = "value", value = v} end
     elseif type(v) == "table" or type(v) == "function" or type(v) == "userdata" then
       why_not = why_not or ("result " .. (i - 1) .. " is a " .. type(v) .. "; the body re-runs in Lua each call")
@@ -249,8 +254,6 @@ local function trace_body(tr, fn, names, dyn, args)
       rets[i - 1] = {kind = "value", value = v}
     end
   end
-  local params = tr:params()
-  local info = tr:finish()
   for i, u in ipairs(scalar_upvalues(fn)) do
     local b = ups_before[i]
     if b and b.value ~= u.value then
@@ -621,7 +624,15 @@ local function build_entry(st, info, args, dyn)
   local outpos = {}
   for k, id in ipairs(g:outputs()) do outpos[id] = k end
   for i, r in ipairs(info.rets) do
-    if r.kind == "node" then
+    if r.kind == "node" and r.view then
+      -- a view of an argument (eager returns it sharing the storage): the
+      -- entry rebuilds it from the argument; of a weight: Lua does
+      if not outpos[r.node] then
+        return nil, ("result %d is a view of a weight (it shares its storage, as in eager); "
+          .. "the body re-runs in Lua each call"):format(i)
+      end
+      spec.rets[i] = {kind = "alias", k = outpos[r.node], node = r.node}
+    elseif r.kind == "node" then
       spec.rets[i] = {kind = "out", k = outpos[r.node]}
     else
       spec.consts[#spec.consts + 1] = r.value
@@ -637,7 +648,11 @@ local function build_entry(st, info, args, dyn)
     end
   end
   spec.program = st.last_program
-  return fl._entry_new(g, spec), text
+  local ok, e = pcall(fl._entry_new, g, spec)
+  if not ok then
+    return nil, tostring(e):gsub("^compile: ", "") .. "; the body re-runs in Lua each call"
+  end
+  return e, text
 end
 
 local function record_breaks(st, breaks)

@@ -101,6 +101,15 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
 /* Compute a lazy tensor: runs its segment's graph (a graph break, or an
 ** error under fullgraph/capture, named `what`). */
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what);
+/* An in-place write of val into dst while a trace records, captured as
+** graph ops (functionalization): 1 when done, 0 when it cannot be (no
+** trace, or a write the graph cannot express): the caller then writes
+** eagerly, after lfl_trace_before_write. */
+int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const char *what);
+/* Before an eager write into dst while a trace records: a graph break
+** when the current segment reads dst's storage, so what it computed
+** before the write sees the old values. */
+void lfl_trace_before_write(lua_State *L, fl_tensor *dst, const char *what);
 /* Symbolic sizes: the graph their expressions live in (the first
 ** segment's, NULL after a break), the trace's id, the user's file:line,
 ** the cache of SymInt userdata by expression (and of iotas), a variable's source

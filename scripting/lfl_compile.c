@@ -23,6 +23,7 @@
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "cpu/backend.h"
+#include "graph/view.h"
 #include "graph/ir.h"
 #include "exec/cache_disk.h"
 #include "exec/measure.h"
@@ -50,9 +51,75 @@ typedef struct symguard {
   char text[200];
 } symguard;
 
-/* A return slot: graph output k, the captured value #k, or argument k. */
-typedef struct retspec { int kind, k; } retspec;
-enum { RET_OUT, RET_CONST, RET_ARG };
+/* A return slot: graph output k, the captured value #k, argument k, or
+** a view of a tensor argument (node: the view in the graph, output k
+** its computed copy, which gives the shape): eager code returns a view
+** sharing the argument's storage, so the entry rebuilds one. */
+typedef struct retspec { int kind, k, node; } retspec;
+enum { RET_OUT, RET_CONST, RET_ARG, RET_ALIAS };
+
+static int reshape_like(fl_op op) {
+  return op == OP_RESHAPE || op == OP_VIEW || op == OP_SQUEEZE || op == OP_UNSQUEEZE;
+}
+
+/* The views from graph input to node (chain[0] is node), the input's
+** index, and whether they are all reshapes; -1 when node is not such a
+** view or one of its views has a symbolic attribute that is not a
+** reshape's (its size would have to be recomputed). */
+static int alias_chain(const ir_graph *g, int node, int *chain, int *n, int *all_reshape) {
+  int j;
+  *n = 0;
+  *all_reshape = 1;
+  while (g->nodes[node].kind == IR_OP) {
+    const ir_node *nd = &g->nodes[node];
+    if (!(op_info_of(nd->op)->flags & OPF_VIEW) || nd->nin < 1 || nd->in[0] < 0 || *n == 16) return -1;
+    if (!reshape_like(nd->op)) {
+      *all_reshape = 0;
+      for (j = 0; j < IR_NASYM; j++)
+        if (nd->asym[j]) return -1;
+    }
+    chain[(*n)++] = node;
+    node = nd->in[0];
+  }
+  return g->nodes[node].kind == IR_INPUT ? g->nodes[node].index : -1;
+}
+
+/* Push the view ret r of argument arg: out (the computed copy) gives its
+** shape; where eager code would copy (a reshape of a non-contiguous
+** tensor) the copy is the result. */
+static void push_alias(lua_State *L, const ir_graph *g, const retspec *r, const fl_tensor *arg,
+                       int outidx) {
+  const fl_tensor *out = lfl_totensor(L, outidx);
+  int chain[16], n, all, k, ok = 1;
+  fl_tensor cur, nxt;
+  fl_err e;
+  alias_chain(g, r->node, chain, &n, &all);
+  if (all) {
+    ok = ten_is_contiguous(arg);
+    if (ok) {
+      cur = *arg;
+      cur.m = out->m;
+      ten_set_contiguous_strides(&cur);
+      ten_share(lfl_newtensor(L), &cur);
+    }
+  } else {
+    ten_share(&cur, arg);
+    for (k = n - 1; k >= 0 && ok; k--) {
+      const ir_node *nd = &g->nodes[chain[k]];
+      const fl_meta *im = &cur.m;
+      fl_meta m;
+      err_clear(&e);
+      memset(&nxt, 0, sizeof nxt);
+      ok = op_infer(nd->op, &im, 1, &nd->attrs, &m, &e) == FL_OK &&
+           view_apply(nd->op, &cur, &nd->attrs, &m, &nxt, &e) == FL_OK;
+      ten_release(&cur);
+      cur = nxt;
+    }
+    if (ok) lfl_pushmoved(L, &cur);
+    else ten_release(&cur);
+  }
+  if (!ok) lua_pushvalue(L, outidx);
+}
 
 typedef struct entry {
   int nargs;
@@ -191,11 +258,20 @@ static int e_new(lua_State *L) {
     lua_rawgeti(L, -1, i + 1);
     lua_getfield(L, -1, "kind");
     kind = luaL_checkstring(L, -1);
-    en->ret[i].kind = strcmp(kind, "out") == 0 ? RET_OUT : strcmp(kind, "arg") == 0 ? RET_ARG : RET_CONST;
+    en->ret[i].kind = strcmp(kind, "out") == 0 ? RET_OUT : strcmp(kind, "arg") == 0 ? RET_ARG :
+                      strcmp(kind, "alias") == 0 ? RET_ALIAS : RET_CONST;
     lua_pop(L, 1);
     en->ret[i].k = get_int(L, lua_gettop(L), "k");
-    if (en->ret[i].kind == RET_OUT && (en->ret[i].k < 1 || en->ret[i].k > g->nout))
+    en->ret[i].node = get_int(L, lua_gettop(L), "node");
+    if ((en->ret[i].kind == RET_OUT || en->ret[i].kind == RET_ALIAS) &&
+        (en->ret[i].k < 1 || en->ret[i].k > ir_nresults(g)))
       return luaL_error(L, "compile: result %d names no graph output", i + 1);
+    if (en->ret[i].kind == RET_ALIAS) {
+      int chain[16], nc, all;
+      if (en->ret[i].node < 0 || en->ret[i].node >= g->n ||
+          alias_chain(g, en->ret[i].node, chain, &nc, &all) < 0)
+        return luaL_error(L, "compile: result %d is a view the compiled entry cannot rebuild", i + 1);
+    }
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
@@ -444,6 +520,10 @@ results:
       const retspec *r = &en->ret[i];
       if (r->kind == RET_OUT) lua_pushvalue(L, outbase + r->k);
       else if (r->kind == RET_ARG) lua_pushvalue(L, base + r->k - 1);
+      else if (r->kind == RET_ALIAS) {
+        int chain[16], nc, all, gi = alias_chain(en->g, r->node, chain, &nc, &all);
+        push_alias(L, en->g, r, lfl_totensor(L, base + en->input_arg[gi]), outbase + r->k);
+      }
       else lua_rawgeti(L, consts, r->k);
     }
   }

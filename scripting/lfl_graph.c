@@ -207,10 +207,10 @@ static int run_with(lua_State *L, ir_apply_fn apply) {
   if ((apply == eager_apply ? lfl_graph_run_eager(g, in, n, outs, &e)
                             : ir_run(g, apply, in, n, outs, &e)) != FL_OK)
     return lfl_raise(L, "graph", &e);
-  for (i = 0; i < g->nout; i++) {
-    lfl_pushmoved(L, &outs[i]);
-  }
-  return g->nout;
+  /* the write-backs are done: what is returned is the results */
+  for (i = ir_nresults(g); i < g->nout; i++) ten_release(&outs[i]);
+  for (i = 0; i < ir_nresults(g); i++) lfl_pushmoved(L, &outs[i]);
+  return ir_nresults(g);
 }
 
 static int g_run(lua_State *L) { return run_with(L, eager_apply); }
@@ -242,14 +242,37 @@ static int g_set_name(lua_State *L) {
   return 0;
 }
 
-/* g:outputs() -> node ids the graph returns, in order */
+/* g:outputs() -> node ids the graph returns, in order (not the
+** write-backs) */
 static int g_outputs(lua_State *L) {
   ir_graph *g = lfl_checkgraph(L, 1);
   int i;
-  lua_createtable(L, g->nout, 0);
-  for (i = 0; i < g->nout; i++) {
+  lua_createtable(L, ir_nresults(g), 0);
+  for (i = 0; i < ir_nresults(g); i++) {
     lua_pushinteger(L, g->outputs[i]);
     lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* g:writebacks() -> {{node=, into=, name=, kind="input"|"param"}...}: the
+** in-place updates the graph captured, each written after it ran */
+static int g_writebacks(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  int k;
+  lua_createtable(L, g->nwb, 0);
+  for (k = 0; k < g->nwb; k++) {
+    const ir_node *d = &g->nodes[g->wb[k]];
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, g->outputs[ir_nresults(g) + k]);
+    lua_setfield(L, -2, "node");
+    lua_pushinteger(L, g->wb[k]);
+    lua_setfield(L, -2, "into");
+    lua_pushstring(L, d->name ? d->name : "?");
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, d->kind == IR_INPUT ? "input" : "param");
+    lua_setfield(L, -2, "kind");
+    lua_rawseti(L, -2, k + 1);
   }
   return 1;
 }
@@ -281,17 +304,30 @@ static int g_set_outputs(lua_State *L) {
     lua_pop(L, 1);
     if (id < 0 || id >= g->n) return luaL_argerror(L, 2, "no such node");
   }
-  g->nout = 0;
-  for (i = 1; i <= n; i++) {
-    lua_rawgeti(L, 2, i);
-    if (ir_add_output(g, (int)lua_tointeger(L, -1), &e) != FL_OK) return lfl_raise(L, "graph", &e);
-    lua_pop(L, 1);
+  {
+    /* the write-backs stay, after the new results */
+    int nwb = g->nwb, k, *src = NULL, *dst = g->wb;
+    if (nwb && !(src = malloc((size_t)nwb * sizeof *src))) return luaL_error(L, "graph: out of memory");
+    for (k = 0; k < nwb; k++) src[k] = g->outputs[ir_nresults(g) + k];
+    g->nout = 0;
+    g->nwb = 0;
+    g->wb = NULL;
+    for (i = 1; i <= n; i++) {
+      lua_rawgeti(L, 2, i);
+      if (ir_add_output(g, (int)lua_tointeger(L, -1), &e) != FL_OK) break;
+      lua_pop(L, 1);
+    }
+    for (k = 0; k < nwb && i > n; k++)
+      if (ir_add_writeback(g, src[k], dst[k], &e) != FL_OK) break;
+    free(src);
+    free(dst);
+    if (i <= n || k < nwb) return lfl_raise(L, "graph", &e);
   }
   return 0;
 }
 
 static const luaL_Reg graph_methods[] = {
-  {"_set_name", g_set_name}, {"outputs", g_outputs},
+  {"_set_name", g_set_name}, {"outputs", g_outputs}, {"writebacks", g_writebacks},
   {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
   {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},

@@ -690,8 +690,27 @@ static void copy_into(lua_State *L, fl_tensor *dst, const fl_tensor *src,
   if (ten_copy(dst, src, &e) != FL_OK) lfl_raise(L, what, &e);
 }
 
+/* A write of the value at idx (a tensor or number) into x while a trace
+** records: captured as graph ops when it can be (lfl_trace_write), else
+** 0 after the break the eager write needs. */
+static int traced_write(lua_State *L, fl_tensor *t, int idx, const char *what) {
+  const fl_tensor *v;
+  if (!lfl_trace_active(L)) return 0;
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    lua_pushinteger(L, lua_toboolean(L, idx));
+    lua_replace(L, idx);
+  }
+  v = lua_type(L, idx) == LUA_TNUMBER ? lfl_pushscalar(L, idx) : lfl_totensor(L, idx);
+  if (v && lfl_trace_write(L, t, v, what)) return 1;
+  lfl_trace_before_write(L, t, what);
+  return 0;
+}
+
 static int t_copy_(lua_State *L) {
-  fl_tensor *t = lfl_checkdata(L, 1, "copy_");
+  fl_tensor *t = lfl_checktensor(L, 1);
+  if (lua_type(L, 2) != LUA_TNUMBER) lfl_checktensor(L, 2);
+  if (traced_write(L, t, 2, "copy_")) { lua_settop(L, 1); return 1; }
+  t = lfl_checkdata(L, 1, "copy_");
   check_writable(L, t, "copy_");
   if (lua_type(L, 2) == LUA_TNUMBER) ten_fill(t, lua_tonumber(L, 2));
   else {
@@ -703,8 +722,11 @@ static int t_copy_(lua_State *L) {
 }
 
 static int t_fill_(lua_State *L) {
-  fl_tensor *t = lfl_checkdata(L, 1, "fill_");
+  fl_tensor *t = lfl_checktensor(L, 1);
   double v;
+  if (lua_type(L, 2) != LUA_TBOOLEAN) luaL_checknumber(L, 2);
+  if (traced_write(L, t, 2, "fill_")) { lua_settop(L, 1); return 1; }
+  t = lfl_checkdata(L, 1, "fill_");
   if (lua_type(L, 2) == LUA_TBOOLEAN) v = lua_toboolean(L, 2);
   else v = (double)luaL_checknumber(L, 2);
   check_writable(L, t, "fill_");
@@ -720,7 +742,11 @@ static int t_fill_(lua_State *L) {
 }
 
 static int t_zero_(lua_State *L) {
-  fl_tensor *t = lfl_checkdata(L, 1, "zero_");
+  fl_tensor *t = lfl_checktensor(L, 1);
+  lua_settop(L, 1);
+  lua_pushinteger(L, 0);
+  if (traced_write(L, t, 2, "zero_")) { lua_settop(L, 1); return 1; }
+  t = lfl_checkdata(L, 1, "zero_");
   check_writable(L, t, "zero_");
   ten_fill(t, 0.0);
   lua_settop(L, 1);
@@ -737,18 +763,21 @@ static int dtype_rank(fl_dtype t) {
 static int t_inplace(lua_State *L) {
   fl_op op = (fl_op)lua_tointeger(L, lua_upvalueindex(1));
   const char *what = lua_tostring(L, lua_upvalueindex(2));
-  fl_tensor *t = lfl_checkdata(L, 1, what), *r;
+  fl_tensor *t = lfl_checktensor(L, 1), *r;
   const fl_tensor *in[2];
   op_attrs a;
+  int traced = lfl_trace_active(L) != NULL;
   lua_settop(L, 2);
-  check_writable(L, t, what);
-  /* the target was computed above (a graph break when tracing), so the
-  ** operand is too; the op runs eagerly */
-  if (lfl_istensor(L, 2)) lfl_checkdata(L, 2, what);
   in[0] = t;
   in[1] = lfl_checkoperand(L, 2);
   op_attrs_init(op, &a);
-  lfl_dispatch_eager(L, op, in, 2, &a);
+  /* under capture the op is recorded, then the result written as any
+  ** captured write; else (or where that cannot be) it runs eagerly */
+  if (traced) lfl_dispatch(L, op, in, 2, &a);
+  else {
+    check_writable(L, t, what);
+    lfl_dispatch_eager(L, op, in, 2, &a);
+  }
   r = lfl_totensor(L, -1);           /* the result lfl_dispatch pushed */
   if (!meta_same_shape(&r->m, &t->m)) {
     char s1[128], s2[128];
@@ -761,6 +790,13 @@ static int t_inplace(lua_State *L) {
     return luaL_error(L, "%s: result type %s can't be cast to the in-place "
                       "target's dtype %s", what, dtype_name(r->m.dtype),
                       dtype_name(t->m.dtype));
+  if (traced) {
+    if (lfl_trace_write(L, t, r, what)) { lua_settop(L, 1); return 1; }
+    lfl_trace_before_write(L, t, what);
+    t = lfl_checkdata(L, 1, what);
+    check_writable(L, t, what);
+    r = lfl_checkdata(L, -1, what);
+  }
   copy_into(L, t, r, what);
   lua_settop(L, 1);
   return 1;

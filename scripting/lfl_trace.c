@@ -29,6 +29,7 @@
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "graph/ir.h"
+#include "graph/view.h"
 #include "lfl_trace_impl.h"
 
 #define MAXEXT 4096        /* externals per segment */
@@ -81,6 +82,11 @@ int lfl_trace_new_segment(lua_State *L, lfl_trace *tr, int tidx) {
   lfl_trace_clear_externals(tr);
   tr->nmaybe = 0;
   tr->cur = 0;
+  if (tr->nwrites && tr->vcap) {
+    memset(tr->vof, 0, (size_t)tr->vcap * sizeof *tr->vof);
+    memset(tr->vcur, 0, (size_t)tr->vcap * sizeof *tr->vcur);
+  }
+  tr->nwrites = 0;
   if (tr->rec < 0) {
     tr->g = ir_new();
     if (!tr->g) return luaL_error(L, "capture: out of memory");
@@ -226,13 +232,14 @@ void lfl_trace_push_lazy(lua_State *L, lfl_trace *tr, int id) {
   lua_pop(L, 2);
 }
 
-int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *const *in,
-                     int nin, const op_attrs *a, const int *asym) {
-  int ids[64], k, d, id;
+/* Record op over node ids (or match it, replaying); returns its id.
+** No lazy is made: lfl_trace_record's caller gets one, the ops a write
+** adds stay inside the graph. */
+static int record_ids(lua_State *L, lfl_trace *tr, fl_op op, const int *ids, int nin,
+                      const op_attrs *a, const int *asym) {
   char where[256];
   fl_err e;
-  for (k = 0; k < nin; k++)
-    ids[k] = in[k] ? node_of(L, tr, in[k], op_name(op)) : -1;
+  int id, k, d;
   if (tr->rec >= 0) {
     step s;
     memset(&s, 0, sizeof s);
@@ -241,10 +248,7 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
     s.ids = ids;
     s.nin = nin;
     s.a = a;
-    if (lfl_resume_pick(tr, &s)) {
-      lfl_trace_push_lazy(L, tr, tr->cur++);
-      return 1;
-    }
+    if (lfl_resume_pick(tr, &s)) return tr->cur++;
     lfl_resume_diverge(L, tr, &s);
   }
   user_where(L, where, sizeof where);
@@ -264,7 +268,361 @@ int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *con
         if (p->sym[d]) lfl_trace_specialize(L, tr, p->sym[d] - 1, why);
     }
   }
-  lfl_trace_push_lazy(L, tr, id);
+  return id;
+}
+
+static int current_node(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *opname);
+
+static void flush_if_aliased(lua_State *L, lfl_trace *tr, const fl_tensor *t);
+
+int lfl_trace_record(lua_State *L, lfl_trace *tr, fl_op op, const fl_tensor *const *in,
+                     int nin, const op_attrs *a, const int *asym) {
+  int ids[64], k;
+  for (k = 0; k < nin; k++)
+    if (in[k]) flush_if_aliased(L, tr, in[k]);
+  for (k = 0; k < nin; k++)
+    ids[k] = in[k] ? current_node(L, tr, in[k], op_name(op)) : -1;
+  lfl_trace_push_lazy(L, tr, record_ids(L, tr, op, ids, nin, a, asym));
+  return 1;
+}
+
+/* ---- WRITES: in-place updates under capture ---------------------------
+** An in-place write while a trace records (x:copy_(y), a view's fill_,
+** kv:narrow(2, pos, 1):copy_(new)) does not run: it becomes pure ops of
+** the graph, as AOTAutograd's functionalization does.  A node's BASE is
+** the first node below it that is not a view (reshape, narrow, transpose
+** ... applied to it); a base's ROOT is itself, or for a value a write made,
+** the node it is the new version of; a root's LATEST is its newest
+** version.  A write into a view of base b builds b's new value from the
+** view's: each view undone in turn (a narrow becomes a cat of the parts
+** around the new slice, a transpose its transpose, a reshape a reshape
+** back), and that becomes the latest of b's root.  A node whose base is
+** no longer its root's latest is STALE: its views are applied again to the
+** latest when it is next used, so a read after a write sees the write.
+** At the segment's end a root that is a graph input or a param gets a
+** write-back (ir_add_writeback: each run copies the latest value into the
+** caller's storage), and a lazy that is a view of an input or a param is
+** given a real view of it, as eager code holds.  A write the graph cannot
+** express (through a strided slice or an expand, into a tensor made inside
+** the function, with symbolic sizes) is a graph break instead, and the
+** break's eager write lands where eager puts it: the views it goes
+** through are real views of the inputs. */
+
+static int is_view_node(const ir_graph *g, int id) {
+  const ir_node *nd = &g->nodes[id];
+  return nd->kind == IR_OP && (op_info_of(nd->op)->flags & OPF_VIEW) && nd->nin >= 1 &&
+         nd->in[0] >= 0;
+}
+
+/* The base of node id; chain[0..*n-1] = the views from id down (chain[0]
+** is id itself when it is a view).  -1 past 64 views. */
+static int base_of(const ir_graph *g, int id, int *chain, int *n) {
+  *n = 0;
+  while (is_view_node(g, id)) {
+    if (*n == 64) return -1;
+    chain[(*n)++] = id;
+    id = g->nodes[id].in[0];
+  }
+  return id;
+}
+
+static int root_of(const lfl_trace *tr, int b) {
+  return b < tr->vcap && tr->vof[b] ? tr->vof[b] - 1 : b;
+}
+
+static int latest_of(const lfl_trace *tr, int r) {
+  return r < tr->vcap && tr->vcur[r] ? tr->vcur[r] - 1 : r;
+}
+
+static void set_version(lua_State *L, lfl_trace *tr, int root, int v) {
+  int need = (root > v ? root : v) + 1;
+  if (need > tr->vcap) {
+    int cap = tr->vcap ? tr->vcap : 64, *a, *b;
+    while (cap < need) cap *= 2;
+    a = realloc(tr->vof, (size_t)cap * sizeof *a);
+    if (a) tr->vof = a;
+    b = a ? realloc(tr->vcur, (size_t)cap * sizeof *b) : NULL;
+    if (!a || !b) luaL_error(L, "capture: out of memory");
+    tr->vcur = b;
+    memset(tr->vof + tr->vcap, 0, (size_t)(cap - tr->vcap) * sizeof *a);
+    memset(tr->vcur + tr->vcap, 0, (size_t)(cap - tr->vcap) * sizeof *b);
+    tr->vcap = cap;
+  }
+  tr->vof[v] = root + 1;
+  tr->vcur[root] = v + 1;
+}
+
+/* Node id with its views applied again to its root's latest version when
+** its base was written since (else id). */
+static int refresh(lua_State *L, lfl_trace *tr, int id) {
+  int chain[64], n, b, cur, k;
+  if (!tr->nwrites) return id;
+  if ((b = base_of(seg_graph(tr), id, chain, &n)) < 0) return id;
+  cur = latest_of(tr, root_of(tr, b));
+  if (cur == b) return id;
+  for (k = n - 1; k >= 0; k--) {
+    const ir_node *v = &seg_graph(tr)->nodes[chain[k]];
+    op_attrs a = v->attrs;
+    int asym[IR_NASYM];
+    fl_op op = v->op;
+    memcpy(asym, v->asym, sizeof asym);
+    cur = record_ids(L, tr, op, &cur, 1, &a, asym);
+  }
+  return cur;
+}
+
+/* Lazy t (node id) now stands for node nid. */
+static void relabel(lua_State *L, fl_tensor *t, int id, int nid) {
+  lfl_ud_of(t)->node = nid;
+  lfl_trace_push_active(L);
+  lua_getiuservalue(L, -1, UV_LAZY);
+  if (lua_rawgeti(L, -1, id) == LUA_TUSERDATA && lua_touserdata(L, -1) == (void *)t) {
+    lua_rawseti(L, -2, nid);
+    lua_pushnil(L);
+    lua_rawseti(L, -2, id);
+  } else {
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+}
+
+/* node_of, and the current value of what it names (a stale lazy is
+** relabelled to its refreshed node). */
+static int current_node(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *opname) {
+  int id = node_of(L, tr, t, opname), nid;
+  const lfl_ud *u = (const lfl_ud *)t;
+  if (!tr->nwrites) return id;
+  nid = refresh(L, tr, id);
+  if (nid != id && lfl_islazy(t) && u->trace == tr->id && u->seg == tr->seg)
+    relabel(L, (fl_tensor *)t, id, nid);
+  return nid;
+}
+
+/* The external (argument or param) whose graph leaf is node id, or NULL. */
+static const ext *ext_of_node(const lfl_trace *tr, int id) {
+  int i;
+  for (i = 0; i < tr->next; i++)
+    if (tr->ext[i].node == id) return &tr->ext[i];
+  return NULL;
+}
+
+/* *out = the views chain[n-1..0] applied to base in eager order, sharing
+** its storage; FL_EUNSUPPORTED where eager code would copy (a reshape of
+** a non-contiguous tensor). */
+static int apply_views(const ir_graph *g, const int *chain, int n, const fl_tensor *base,
+                       fl_tensor *out) {
+  fl_tensor cur, nxt;
+  fl_err e;
+  int k, rc = FL_OK;
+  ten_share(&cur, base);
+  for (k = n - 1; k >= 0 && rc == FL_OK; k--) {
+    const ir_node *v = &g->nodes[chain[k]];
+    err_clear(&e);
+    memset(&nxt, 0, sizeof nxt);
+    rc = view_apply(v->op, &cur, &v->attrs, &v->meta, &nxt, &e);
+    ten_release(&cur);
+    cur = nxt;
+  }
+  if (rc == FL_OK) *out = cur;
+  else ten_release(&cur);
+  return rc;
+}
+
+/* A contiguous stand-in for a base computed by the graph: only its
+** metadata and strides (view_apply never reads data). */
+static void fake_base(const ir_node *nd, fl_tensor *t) {
+  memset(t, 0, sizeof *t);
+  t->m = nd->meta;
+  ten_set_contiguous_strides(t);
+}
+
+/* Node id is a view (or the leaf itself) of an argument or param whose
+** storage holds its root's latest value after the run: *out = that view
+** of the external's tensor. */
+static int view_of_external(const lfl_trace *tr, int id, fl_tensor *out) {
+  const ir_graph *g = seg_graph(tr);
+  int chain[64], n, b, r;
+  const ext *x;
+  if ((b = base_of(g, id, chain, &n)) < 0) return 0;
+  r = root_of(tr, b);
+  if (latest_of(tr, r) != b) return 0;
+  if (g->nodes[r].kind != IR_INPUT && g->nodes[r].kind != IR_PARAM) return 0;
+  if (!(x = ext_of_node(tr, r)) || !x->val.st) return 0;
+  if (g->nodes[r].meta.wrapped) return 0;
+  return apply_views(g, chain, n, &x->val, out) == FL_OK;
+}
+
+/* The view op child = op(parent) undone: parent's new value given the
+** child's new value nv (parent's old value is node parent).  -1 when
+** the graph cannot express it. */
+static int unview(lua_State *L, lfl_trace *tr, int child, int parent, int nv, int dry) {
+  const ir_graph *g = seg_graph(tr);
+  const ir_node *c = &g->nodes[child], *p = &g->nodes[parent];
+  fl_meta pm = p->meta;
+  op_attrs a;
+  fl_op op = c->op;
+  int d, ids[3], n = 0;
+  int64_t dim, start, len, size;
+  switch (op) {
+  case OP_RESHAPE: case OP_VIEW: case OP_SQUEEZE: case OP_UNSQUEEZE:
+    if (dry) return 0;
+    op_attrs_init(OP_RESHAPE, &a);
+    a.ndims = pm.ndim;
+    for (d = 0; d < pm.ndim; d++) a.dims[d] = pm.shape[d];
+    return record_ids(L, tr, OP_RESHAPE, &nv, 1, &a, NULL);
+  case OP_TRANSPOSE:
+    if (dry) return 0;
+    a = c->attrs;
+    return record_ids(L, tr, OP_TRANSPOSE, &nv, 1, &a, NULL);
+  case OP_PERMUTE:
+    if (dry) return 0;
+    op_attrs_init(OP_PERMUTE, &a);
+    a.ndims = c->attrs.ndims;
+    for (d = 0; d < c->attrs.ndims; d++) a.dims[c->attrs.dims[d]] = d;
+    return record_ids(L, tr, OP_PERMUTE, &nv, 1, &a, NULL);
+  case OP_EXPAND:
+    /* only an expand that repeats nothing can be written through */
+    if (!meta_same_shape(&c->meta, &pm)) return -1;
+    return dry ? 0 : nv;
+  case OP_NARROW: case OP_SLICE:
+    dim = c->attrs.i[0];
+    start = c->attrs.i[1];
+    len = c->attrs.i[2];
+    if (op == OP_SLICE && c->attrs.i[3] != 1) return -1;
+    if (dim < 0 || dim >= pm.ndim) return -1;
+    size = pm.shape[dim];
+    if (dry) return 0;
+    /* the parts of the old value around the slice, and the new slice */
+    if (start > 0) {
+      op_attrs_init(OP_NARROW, &a);
+      a.i[0] = dim; a.i[1] = 0; a.i[2] = start;
+      ids[n++] = record_ids(L, tr, OP_NARROW, &parent, 1, &a, NULL);
+    }
+    ids[n++] = nv;
+    if (start + len < size) {
+      op_attrs_init(OP_NARROW, &a);
+      a.i[0] = dim; a.i[1] = start + len; a.i[2] = size - start - len;
+      ids[n++] = record_ids(L, tr, OP_NARROW, &parent, 1, &a, NULL);
+    }
+    if (n == 1) return nv;
+    op_attrs_init(OP_CAT, &a);
+    a.i[0] = dim;
+    return record_ids(L, tr, OP_CAT, ids, n, &a, NULL);
+  default:
+    return -1;
+  }
+}
+
+static void record_break(lua_State *L, lfl_trace *tr, const char *what);
+static void flush(lua_State *L, lfl_trace *tr, const char *what);
+
+/* Before t enters the segment: when another tensor on its storage was
+** written in this segment, the segment ends first (a break), so t is
+** read after the write-back, as eager code reads it. */
+static void flush_if_aliased(lua_State *L, lfl_trace *tr, const fl_tensor *t) {
+  const lfl_ud *u = (const lfl_ud *)t;
+  int k;
+  if (!tr->nwrites || lfl_islazy(t) || !t->st) return;
+  (void)u;
+  for (k = 0; k < tr->next; k++) {
+    const ext *x = &tr->ext[k];
+    if (x->key == t && x->val.offset == t->offset && memcmp(&x->val.m, &t->m, sizeof t->m) == 0)
+      return;                    /* t itself: its node has the write */
+  }
+  for (k = 0; k < tr->next; k++) {
+    const ext *x = &tr->ext[k];
+    if (x->val.st == t->st && latest_of(tr, x->node) != x->node) {
+      record_break(L, tr, "aliased read");
+      flush(L, tr, "aliased read");
+      return;
+    }
+  }
+}
+
+static int has_sym(const ir_node *nd) {
+  int d;
+  for (d = 0; d < nd->meta.ndim; d++)
+    if (nd->sym[d]) return 1;
+  return 0;
+}
+
+int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const char *what) {
+  lfl_trace *tr = lfl_trace_active(L);
+  const lfl_ud *u = (const lfl_ud *)dst;
+  const ir_graph *g;
+  int id, v, b, r, chain[64], n, k, first, d;
+  op_attrs a;
+  fl_tensor probe, base;
+  if (!tr) return 0;
+  if (lfl_islazy(dst) ? (u->trace != tr->id || u->seg != tr->seg)
+                      : (dst->m.device != FL_DEV_CPU || u->fresh == tr->id || dst->m.wrapped))
+    return 0;
+  if (lfl_islazy(val) && (lfl_ud_of(val)->trace != tr->id || lfl_ud_of(val)->seg != tr->seg))
+    return 0;
+  if (!lfl_islazy(dst)) {
+    flush_if_aliased(L, tr, dst);
+    /* another tensor of this segment on the same storage would not see
+    ** the write until the write-back: an eager write after a break */
+    for (k = 0; k < tr->next; k++)
+      if (tr->ext[k].key != dst && tr->ext[k].val.st == dst->st) return 0;
+  }
+  id = current_node(L, tr, dst, what);
+  g = seg_graph(tr);
+  if ((b = base_of(g, id, chain, &n)) < 0) return 0;
+  r = root_of(tr, b);
+  if (g->nodes[r].kind == IR_CONST || g->nodes[r].meta.wrapped) return 0;
+  if (g->nodes[r].kind == IR_INPUT && g->nodes[r].meta.device != FL_DEV_CPU) return 0;
+  for (k = 0; k < n; k++)
+    if (has_sym(&g->nodes[chain[k]]) || unview(L, tr, chain[k], g->nodes[chain[k]].in[0], -1, 1) < 0)
+      return 0;
+  if (has_sym(&g->nodes[b])) return 0;
+  /* the views must be real ones in eager code too (a reshape of a
+  ** non-contiguous tensor copies, and a write into the copy is lost) */
+  if (g->nodes[r].kind == IR_INPUT || g->nodes[r].kind == IR_PARAM) {
+    const ext *x = ext_of_node(tr, r);
+    if (!x) return 0;
+    ten_share(&base, &x->val);
+  } else {
+    fake_base(&g->nodes[b], &base);
+  }
+  k = apply_views(g, chain, n, &base, &probe);
+  ten_release(&base);
+  if (k != FL_OK) return 0;
+  /* a write through an expanded view is refused as eager code refuses it */
+  for (d = 0; d < probe.m.ndim && k == FL_OK; d++)
+    if (probe.stride[d] == 0 && probe.m.shape[d] > 1) k = FL_EINVAL;
+  ten_release(&probe);
+  if (k != FL_OK) return 0;
+  first = g->n;
+  if (tr->rec >= 0) first = tr->cur;
+  /* the new value of the written tensor: val in its dtype, broadcast */
+  v = current_node(L, tr, val, what);
+  g = seg_graph(tr);
+  if (g->nodes[v].meta.dtype != g->nodes[id].meta.dtype) {
+    op_attrs_init(OP_TO, &a);
+    a.dtype = g->nodes[id].meta.dtype;
+    v = record_ids(L, tr, OP_TO, &v, 1, &a, NULL);
+    g = seg_graph(tr);
+  }
+  if (!meta_same_shape(&g->nodes[v].meta, &g->nodes[id].meta)) {
+    op_attrs_init(OP_EXPAND, &a);
+    a.ndims = g->nodes[id].meta.ndim;
+    for (d = 0; d < a.ndims; d++) a.dims[d] = g->nodes[id].meta.shape[d];
+    v = record_ids(L, tr, OP_EXPAND, &v, 1, &a, NULL);
+  }
+  for (k = 0; k < n; k++) {
+    v = unview(L, tr, chain[k], seg_graph(tr)->nodes[chain[k]].in[0], v, 0);
+    if (v < 0) return luaL_error(L, "%s: internal error: a checked view could not be undone", what);
+  }
+  /* the root's new version is a node of its own: not a view, not a leaf,
+  ** not a value Lua holds under another name */
+  g = seg_graph(tr);
+  if (v < first || is_view_node(g, v) || g->nodes[v].kind != IR_OP) {
+    op_attrs_init(OP_CONTIGUOUS, &a);
+    v = record_ids(L, tr, OP_CONTIGUOUS, &v, 1, &a, NULL);
+  }
+  set_version(L, tr, r, v);
+  tr->nwrites++;
   return 1;
 }
 
@@ -311,8 +669,8 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
 }
 
 /* Cut the current segment: outputs = the lazies still reachable, run,
-** give them their values; hand the graph to the trace's list.  A full
-** collection first, so values nobody can reach are not computed.  The
+** give them their values; hand the graph to the trace's list.  Values
+** nobody can reach are not computed (settle_lazies collected).  The
 ** next segment starts before the graph runs, so an error while running
 ** leaves the trace consistent (the old lazies just stay uncomputed). */
 static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
@@ -325,8 +683,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
   fl_err e;
   lfl_trace_push_active(L);
   tidx = lua_gettop(L);
-  lua_gc(L, LUA_GCCOLLECT);
-  lua_getiuservalue(L, tidx, UV_LAZY);
+  lua_getiuservalue(L, tidx, UV_LAZY);     /* settle_lazies collected */
   lazyidx = lua_gettop(L);
   g = tr->g;
   lfl_pushgraph(L, g);                       /* owns g from here on */
@@ -339,7 +696,17 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
   }
   for (i = 0; i < n; i++)
     if (ir_add_output(g, nodes[i], &e) != FL_OK) lfl_raise(L, "capture", &e);
-  buf = lfl_newslots(L, g->ninputs + n);       /* released even if the run raises */
+  /* at the call's end, views of arguments the caller gets are computed
+  ** too: a compiled entry rebuilds each as a view from that output's
+  ** shape without running the Lua */
+  for (i = 0; i < tr->nsubst && !what; i++)
+    if (ir_add_output(g, tr->subst[i], &e) != FL_OK) lfl_raise(L, "capture", &e);
+  /* the arguments and params written in place: their latest values */
+  for (i = 0; i < tr->next && tr->nwrites; i++) {
+    int r = tr->ext[i].node, v = latest_of(tr, r);
+    if (v != r && ir_add_writeback(g, v, r, &e) != FL_OK) lfl_raise(L, "capture", &e);
+  }
+  buf = lfl_newslots(L, g->ninputs + g->nout);       /* released even if the run raises */
   inputs = lua_newuserdatauv(L, (size_t)(g->ninputs + 1) * sizeof *inputs, 0);
   if (tr->plan) src = lua_newuserdatauv(L, (size_t)(2 * g->ninputs + 1) * sizeof *src, 0);
   for (i = 0; i < tr->next; i++)
@@ -385,7 +752,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     }
     lua_pop(L, 1);
   }
-  for (i = 0; i < g->ninputs + n; i++) ten_release(&buf[i]);
+  for (i = 0; i < g->ninputs + g->nout; i++) ten_release(&buf[i]);
   lfl_trace_push_list(L, tidx, UV_GRAPHS);
   lua_pushvalue(L, gidx);
   lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
@@ -395,8 +762,59 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
 
 static void push_break(lua_State *L, lfl_trace *tr, const char *what);
 
+/* Before a segment ends: a stale lazy (see WRITES) is refreshed, and a
+** lazy that is a view of an argument or a param gets a real view of it
+** (written back to by then), as eager code would hold: a write through
+** it after the break, or a write into the input after the call, is seen
+** where eager code sees it.  Its output index stays unique (-2 - node),
+** so a replay still tells it apart from the segment's outputs. */
+static void settle_lazies(lua_State *L, lfl_trace *tr) {
+  int tidx, lazy, n, i;
+  lfl_trace_push_active(L);
+  tidx = lua_gettop(L);
+  tr->nsubst = 0;
+  /* only what is alive: a recording's outputs are the lazies a full
+  ** collection leaves (a replay follows its record, and collects only
+  ** when it must refresh) */
+  if (tr->nwrites || tr->rec < 0) lua_gc(L, LUA_GCCOLLECT);
+  lua_getiuservalue(L, tidx, UV_LAZY);
+  lazy = lua_gettop(L);
+  n = tr->rec >= 0 ? tr->cur : tr->g->n;
+  for (i = 0; i < n; i++) {
+    fl_tensor *t, view;
+    lfl_ud *u;
+    int nid;
+    if (lua_rawgeti(L, lazy, i) != LUA_TUSERDATA) { lua_pop(L, 1); continue; }
+    t = lfl_totensor(L, -1);
+    u = t ? lfl_ud_of(t) : NULL;
+    if (u && lfl_islazy(t) && u->node == i && u->trace == tr->id && u->seg == tr->seg) {
+      nid = refresh(L, tr, i);
+      if (nid != i) relabel(L, t, i, nid);
+      if (view_of_external(tr, nid, &view)) {
+        int wrapped = t->m.wrapped;
+        if (tr->nsubst == tr->substcap) {
+          int cap = tr->substcap ? 2 * tr->substcap : 16, *ns = realloc(tr->subst, (size_t)cap * sizeof *ns);
+          if (!ns) { ten_release(&view); luaL_error(L, "capture: out of memory"); }
+          tr->subst = ns;
+          tr->substcap = cap;
+        }
+        tr->subst[tr->nsubst++] = nid;
+        lfl_ud_of(t)->t = view;
+        t->m.wrapped = wrapped;
+        u->node = -1;
+        u->out = -2 - nid;
+        lua_pushnil(L);
+        lua_rawseti(L, lazy, nid);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, tidx - 1);
+}
+
 /* End the current segment (what: the break, NULL at the end of the call). */
 static void flush(lua_State *L, lfl_trace *tr, const char *what) {
+  settle_lazies(L, tr);
   if (tr->rec >= 0) {
     step s;
     memset(&s, 0, sizeof s);
@@ -421,6 +839,9 @@ static const char *hint_for(const char *what) {
            "compiled function";
   if (strcmp(what, "fl.graph_break()") == 0)
     return "fl.graph_break() asks for a break here";
+  if (strcmp(what, "aliased read") == 0)
+    return "a tensor sharing storage with one written in place earlier in the "
+           "graph is read here; the graph ends so the write lands first";
   if (strchr(what, '_') && what[strlen(what) - 1] == '_')
     return "in-place ops have no lowering; write y = x + z instead of x:add_(z)";
   return "this operation has no lowering into a graph; it runs in Lua";
@@ -429,6 +850,8 @@ static const char *hint_for(const char *what) {
 static void break_reason(const char *what, char *reason, size_t n) {
   if (strcmp(what, "fl.graph_break()") == 0)
     snprintf(reason, n, "fl.graph_break() called");
+  else if (strcmp(what, "aliased read") == 0)
+    snprintf(reason, n, "aliased read: another view of storage written in place");
   else if (strchr(what, '_') && what[strlen(what) - 1] == '_')
     snprintf(reason, n, "%s: in-place op on a traced tensor", what);
   else
@@ -468,6 +891,18 @@ static void record_break(lua_State *L, lfl_trace *tr, const char *what) {
                reason, where[0] ? where : "?", hint_for(what));
   }
   if (tr->rec < 0) push_break(L, tr, what);
+}
+
+void lfl_trace_before_write(lua_State *L, fl_tensor *dst, const char *what) {
+  lfl_trace *tr = lfl_trace_active(L);
+  int k;
+  if (!tr || lfl_islazy(dst) || !dst->st) return;
+  for (k = 0; k < tr->next; k++)
+    if (tr->ext[k].val.st == dst->st) {
+      record_break(L, tr, what);
+      flush(L, tr, what);
+      return;
+    }
 }
 
 void lfl_trace_materialize(lua_State *L, fl_tensor *t, const char *what) {
@@ -588,6 +1023,9 @@ lfl_trace *lfl_trace_begin(lua_State *L, int mode, int fullgraph, int execidx,
     lfl_trace_clear_externals(tr);
     free(tr->ext);
     free(tr->maybe);
+    free(tr->vof);
+    free(tr->vcur);
+    free(tr->subst);
     ir_free(tr->g);
     for (i = 0; i < tr->nscope; i++) free(tr->scope[i]);
     memset(tr, 0, sizeof *tr);
@@ -804,6 +1242,37 @@ static int tr_node_of(lua_State *L) {
   return 1;
 }
 
+/* tr:result_of(x) -> node, is_view: after tr:finish(), the node of the
+** last graph a result x got its value from (an output, or for a view of
+** an argument or param, the view's node: x shares that tensor's
+** storage); nil for a tensor the trace did not compute. */
+static int tr_result_of(lua_State *L) {
+  lfl_trace *tr = checktrace(L, 1);
+  fl_tensor *t = lfl_totensor(L, 2);
+  const lfl_ud *u = t ? (const lfl_ud *)t : NULL;
+  const ir_graph *g;
+  if (!u || lfl_islazy(t) || u->trace != tr->id || u->seg != tr->seg - 1 ||
+      u->out == -1) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lfl_trace_push_list(L, 1, UV_GRAPHS);
+  lua_rawgeti(L, -1, (lua_Integer)luaL_len(L, -1));
+  g = lfl_checkgraph(L, -1);
+  if (u->out <= -2) {
+    lua_pushinteger(L, -2 - u->out);
+    lua_pushboolean(L, 1);
+    return 2;
+  }
+  if (u->out >= ir_nresults(g)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushinteger(L, g->outputs[u->out]);
+  lua_pushboolean(L, 0);
+  return 2;
+}
+
 /* tr:params() -> array of {node=, tensor=} for the params of the current
 ** segment, so the caller can search where they came from. */
 static int tr_params(lua_State *L) {
@@ -837,6 +1306,13 @@ static int tr_gc(lua_State *L) {
   free(tr->maybe);
   tr->maybe = NULL;
   tr->maybecap = tr->nmaybe = 0;
+  free(tr->vof);
+  free(tr->vcur);
+  tr->vof = tr->vcur = NULL;
+  tr->vcap = 0;
+  free(tr->subst);
+  tr->subst = NULL;
+  tr->nsubst = tr->substcap = 0;
   for (i = 0; i < tr->nscope; i++) free(tr->scope[i]);
   tr->nscope = 0;
   return 0;
@@ -887,7 +1363,7 @@ static int l_trace_reset(lua_State *L) {
 
 static const luaL_Reg trace_methods[] = {
   {"input", tr_input}, {"finish", tr_finish}, {"abort", tr_abort},
-  {"node_of", tr_node_of}, {"params", tr_params},
+  {"node_of", tr_node_of}, {"result_of", tr_result_of}, {"params", tr_params},
   {NULL, NULL}
 };
 

@@ -97,6 +97,12 @@ struct lfl_trace {
   int *maybe, nmaybe, maybecap;  /* replaying: nodes given a lazy (the
                               non-outputs alive at the flush are orphans) */
   int diverged;            /* a replay that recorded something */
+  int nwrites;             /* in-place writes captured in this segment */
+  int *subst, nsubst, substcap;  /* nodes whose lazies got a real view of
+                              an argument or param at this segment's end */
+  int *vof, *vcur, vcap;   /* per node id + 1, 0 for none: the root a
+                              written value is a version of; a root's
+                              latest version (see WRITES in lfl_trace.c) */
 };
 
 /* What the next step must be, for lfl_resume_pick(). */
