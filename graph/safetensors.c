@@ -613,12 +613,16 @@ static int make_header(const fl_tensor *const *ts, const slot *sl, size_t n,
 static int check_save(const char *const *names, const fl_tensor *const *ts, size_t n,
                       slot *sl, fl_err *e) {
   char q[256];
+  int c;
   for (size_t i = 0; i < n; i++) {
     const fl_tensor *t = ts[i];
     if (!names[i] || !names[i][0])
       return err_set(e, FL_EINVAL, "tensor %zu has an empty name", i + 1);
     if (strcmp(names[i], "__metadata__") == 0)
       return err_set(e, FL_EINVAL, "'__metadata__' cannot name a tensor");
+    if ((c = control_in(names[i])))   /* the reader would refuse the file */
+      return terr(e, FL_EINVAL, names[i], "the name holds a control character (0x%02x); "
+                  "such names are refused", c);
     if (!t || (int)t->m.dtype < 0 || t->m.dtype >= FL_NDTYPES || t->m.ndim < 0 ||
         t->m.ndim > FL_MAX_DIMS)
       return terr(e, FL_EINVAL, names[i], "not a valid tensor");

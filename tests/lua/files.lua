@@ -68,6 +68,18 @@ do -- a FIFO is neither replaced nor read, and nothing blocks
   t.ok(done and out:find("false\treport: " .. fifo .. ": is a FIFO", 1, true),
        "fl.report over a FIFO fails at once")
   t.ok(sh("test -p " .. q(pic)) and sh("test -p " .. q(fifo)), "... and both FIFOs are still there")
+  -- ONNX: the model file, and the external data file a model names
+  out, done = child("print(pcall(fl.load_onnx, " .. string.format("%q", fifo) .. "))")
+  t.ok(done and out:find("false\tload_onnx: " .. fifo .. ": is a FIFO", 1, true),
+       "fl.load_onnx of a FIFO fails at once: " .. out)
+  local P = require "onnx_proto"
+  local ext = path("ext.onnx")
+  P.write(ext, P.mlp{inits = {{name = "W", dims = {4, 3}, external = {location = "fifo", length = 48}},
+                              {name = "b", dims = {3}, floats = {0.1, 0.2, 0.3}}}})
+  out, done = child("print(pcall(fl.load_onnx, " .. string.format("%q", ext) .. "))")
+  t.ok(done and out:find("external data: " .. fifo .. ": is a FIFO", 1, true),
+       "fl.load_onnx of a model whose external data is a FIFO fails at once: " .. out)
+  os.remove(ext)
   os.remove(fifo)
   os.remove(pic)
 end
@@ -96,6 +108,9 @@ do -- devices: a null device is never replaced, /dev/zero never read
   out, done = child('print(pcall(fl.load_weights, {w = fl.ones(1)}, "/dev/zero"))')
   t.ok(done and out:find("load_weights: /dev/zero: is a character device", 1, true),
        "fl.load_weights of /dev/zero fails at once: " .. out)
+  out, done = child('print(pcall(fl.load_onnx, "/dev/zero"))')
+  t.ok(done and out:find("/dev/zero: is a character device, not a regular file", 1, true),
+       "fl.load_onnx of /dev/zero fails at once: " .. out)
 end
 
 do -- a directory is refused and left empty
@@ -173,21 +188,40 @@ end
 
 do -- names from a file reach messages escaped
   local p = path("evil.safetensors")
-  fl.save_weights({["\27[31mred"] = fl.ones(1)}, p)
+  -- a tensor name with a terminal command (\u001b, escaped in the JSON):
+  -- refused, and the message shows it escaped
+  local function raw(name_json)
+    local json = '{"' .. name_json .. '":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    local f = assert(io.open(p, "wb"))
+    f:write(string.pack("<I8", #json), json, string.pack("<f", 1))
+    f:close()
+  end
+  raw("\\u001b[31mred")
   local ok, err = pcall(fl.load_weights, {w = fl.ones(1)}, p)
-  t.ok(not ok and not err:find("\27", 1, true), "no raw ESC in the mismatch message")
-  t.ok(err:find("1 unexpected in the file (\\x1b[31mred)", 1, true),
+  t.ok(not ok and not err:find("\27", 1, true), "no raw ESC in the message: " .. tostring(err))
+  t.ok(err:find("tensor '\\x1b[31mred': the name holds a control character (0x1b)", 1, true),
        "... the name shows as \\x1b[31mred: " .. tostring(err))
-  local m = {["\27[31mred"] = fl.ones(2)}
-  ok, err = pcall(fl.load_weights, m, p)
-  t.ok(not ok and err:find("load_weights: \\x1b[31mred: shape [1] in file, [2] in model", 1, true),
-       "... and in a shape mismatch: " .. tostring(err))
-  -- other UTF-8 text passes; a C1 control (U+009B, a one-char CSI) and
-  -- a byte that is not UTF-8 do not
-  fl.save_weights({["poids_é\xc2\x9b\xff"] = fl.ones(1)}, p)
+  ok, err = pcall(fl.save_weights, {["\27[31mred"] = fl.ones(1)}, p)
+  t.ok(not ok and not err:find("\27", 1, true) and err:find("\\x1b[31mred': the name holds a control", 1, true),
+       "fl.save_weights refuses to write such a name: " .. tostring(err))
+  -- other UTF-8 text passes; a byte that is not UTF-8 is escaped, and a
+  -- C1 control (U+009B, a one-char CSI) is refused
+  fl.save_weights({["poids_é\xff"] = fl.ones(1)}, p)
   ok, err = pcall(fl.load_weights, {w = fl.ones(1)}, p)
-  t.ok(not ok and err:find("(poids_é\\xc2\\x9b\\xff)", 1, true),
-       "UTF-8 names pass, C1 controls and stray bytes are escaped: " .. tostring(err))
+  t.ok(not ok and err:find("1 unexpected in the file (poids_é\\xff)", 1, true),
+       "UTF-8 names pass, stray bytes are escaped: " .. tostring(err))
+  local m = {["poids_é\xff"] = fl.ones(2)}
+  ok, err = pcall(fl.load_weights, m, p)
+  t.ok(not ok and err:find("load_weights: poids_é\\xff: shape [1] in file, [2] in model", 1, true),
+       "... and in a shape mismatch: " .. tostring(err))
+  raw("poids\\u009b")
+  ok, err = pcall(fl.load_weights, {w = fl.ones(1)}, p)
+  t.ok(not ok and err:find("tensor 'poids\\xc2\\x9b': the name holds a control character (0x9b)", 1, true),
+       "a C1 control in a name is refused, escaped: " .. tostring(err))
+  raw("weight\\u0000evil")
+  ok, err = pcall(fl.load_weights, {weight = fl.zeros(1)}, p)
+  t.ok(not ok and err:find("load_weights: " .. p .. ": safetensors: a string holds an escaped NUL", 1, true),
+       "a NUL inside a name (\"weight\\u0000evil\") is refused, naming the file: " .. tostring(err))
   local evil = path("\27]0;title\7.npy")
   ok, err = pcall(fl.load, evil)
   t.ok(not ok and not err:find("\27", 1, true) and err:find("\\x1b]0;title\\x07.npy", 1, true),
