@@ -9,6 +9,8 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 
+#include "graph/file.h"
 #include "repl/repl.h"
 
 const char *const repl_meta_names[] = {
@@ -313,6 +316,47 @@ static void load_onnx(struct repl *r, const char *path) {
   lua_settop(L, 0);
 }
 
+/* The Lua file at path compiled onto the stack, as luaL_loadfile would
+** (a UTF-8 BOM and a first line starting with '#' skipped, that line
+** still counted), but read only from a regular file: a FIFO or a device
+** would block the REPL in a read that Ctrl-C cannot end.  The check and
+** the read go through one descriptor (graph/file.h), so nothing swapped in
+** between is read either.  A status and the chunk or the message. */
+static int load_file(lua_State *L, const char *path) {
+  fl_err e;
+  uint64_t size;
+  size_t got = 0, skip = 0;
+  char *buf;
+  int fd, status;
+  err_clear(&e);
+  if (file_open_read(path, &fd, &size, &e) != FL_OK) {
+    lua_pushfstring(L, "cannot open %s", e.msg);
+    return LUA_ERRFILE;
+  }
+  if (size > (uint64_t)1 << 30 || !(buf = malloc((size_t)size + 1))) {
+    close(fd);
+    lua_pushfstring(L, "cannot open %s: too large to read (%I bytes)", path, (lua_Integer)size);
+    return LUA_ERRFILE;
+  }
+  while (got < size) {
+    ssize_t k = read(fd, buf + got, (size_t)size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;                /* shrank since: what is there */
+    got += (size_t)k;
+  }
+  close(fd);
+  if (got >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) skip = 3;
+  if (got > skip && buf[skip] == '#') {
+    /* the '#' line becomes an empty one: line numbers stay right */
+    while (skip < got && buf[skip] != '\n') skip++;
+  }
+  lua_pushfstring(L, "@%s", path);
+  status = luaL_loadbufferx(L, buf + skip, got - skip, lua_tostring(L, -1), NULL);
+  lua_remove(L, -2);
+  free(buf);
+  return status;
+}
+
 /* Runs the file in this state, like dofile but with a traceback and
 ** Ctrl-C; what it returns is dropped.  A .onnx file is a model instead:
 ** loaded into the global `model` and printed. */
@@ -340,7 +384,7 @@ static void load(struct repl *r, const char *arg) {
     load_onnx(r, path);
     return;
   }
-  status = luaL_loadfile(L, path);
+  status = load_file(L, path);
   if (status == LUA_OK) status = repl_docall(L, 0, 0);
   repl_report(L, status, r->colour_err);
 }

@@ -193,6 +193,30 @@ EOF
     { echo "fewer entries than names asked"; return 1; }
 }
 
+# :load of a FIFO or a device: refused at once, naming the path and what
+# it is (a read would block the REPL where Ctrl-C cannot reach it);
+# under `timeout`, so a regression fails instead of hanging the suite
+t_load_fifo() {
+  mkfifo "$tmp/f.lua" || return 1
+  printf ':load %s\n:load /dev/zero\nprint("after")\n' "$tmp/f.lua" >"$tmp/in"
+  timeout 20 "$FUSELAB" -i <"$tmp/in" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  rm -f "$tmp/f.lua"
+  [ "$rc" -ne 124 ] || { echo "timed out: :load blocked"; return 1; }
+  has "$tmp/err" "cannot open $tmp/f.lua: is a FIFO (named pipe), not a regular file" &&
+    has "$tmp/err" "cannot open /dev/zero: is a character device, not a regular file" &&
+    has "$tmp/out" "after"
+}
+
+# :load still reads what luaL_loadfile read: a '#!' first line skipped
+# with line numbers kept, and a missing file named
+t_load_file() {
+  printf '#!/usr/bin/env fuselab\nloaded = 41\nerror("at line three")\n' >"$tmp/l.lua"
+  printf ':load %s\nprint(loaded + 1)\n:load %s\n' "$tmp/l.lua" "$tmp/none.lua" >"$tmp/in"
+  run -i && status 0 && has "$tmp/out" "42" && has "$tmp/err" "l.lua:3: at line three" &&
+    has "$tmp/err" "cannot open $tmp/none.lua: No such file or directory"
+}
+
 check "--version prints the configured version" t_version
 check "--help describes options, history file and NO_COLOR" t_help
 check "an unknown option exits 2 with a message" t_badopt
@@ -209,6 +233,8 @@ check "- with a syntax error exits 1" t_dash_syntax
 check "-i with piped input: REPL semantics, tables spelt out, no prompts" t_i_piped
 check "no colour codes written to pipes" t_no_colour_pipe
 check "-i: control characters in listed strings are escaped" t_i_escape
+check ":load of a FIFO or a device fails at once, naming what it is" t_load_fifo
+check ":load skips a '#!' line, keeps line numbers, names a missing file" t_load_file
 check ":help NAME finds every fl.*, nn.* name and every method" t_help_every_name
 
 # the terminal tests, numbered on from here
