@@ -5,7 +5,9 @@
 ** and nobody else can write (else a private temp directory stands in),
 ** owned by the user, not writable by others, whose appended seal names
 ** this key and whose checksum covers every byte; and what is loaded is
-** that very file (through its verified fd).  A file named <key>.so is
+** that very file (through its verified fd: a hard link to it, made from
+** the fd, in a private directory; the fd is then closed, so a live
+** program holds no descriptor).  A file named <key>.so is
 ** absent or such an object, renamed into place only after the compiler
 ** succeeded within its time; anything else under that name is removed and
 ** rebuilt.  The in-memory table holds only objects some program holds.
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/utsname.h>
@@ -56,7 +59,8 @@
 struct cache_obj {
   char key[33];
   void *handle;
-  int fd;                /* the verified file it was loaded through */
+  int fd;                /* the verified file it was loaded through, kept
+                            open only when loaded by its fd's name; or -1 */
   int refs;              /* holders; at 0 the object is unloaded */
   int in_table;          /* found by later requests for its key */
   cache_obj *next;
@@ -577,11 +581,13 @@ out:
   return rc;
 }
 
-/* Objects are loaded by the name /proc/self/fd/N of their verified fd, and
-** the loader hands an object already known by a name to whoever asks for
-** that name: so an fd stays open while its object may be loaded, also
-** after our dlclose when another handle keeps the object (kept here and
-** closed once the loader no longer knows it). */
+/* An object that could not be loaded through a link of its own
+** (cdisk_dlopen_fd) is loaded by the name /proc/self/fd/N of its verified
+** fd, and the loader hands an object already known by a name to whoever
+** asks for that name: so that fd stays open while its object may be
+** loaded, also after our dlclose when another handle keeps the object
+** (kept here and closed once the loader no longer knows it).  An fd that
+** never named an object is closed at once. */
 static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
 static int *held_fds, nheld, capheld;
 
@@ -607,21 +613,27 @@ static void unload(void *h, int fd) {
   pthread_mutex_unlock(&fd_lock);
 }
 
-/* The verified object at path, loaded (*fd its file): NULL when absent or
-** not ours (removed then, to be rebuilt).  A hit makes the entry recently
-** used. */
-static void *load_entry(const char *path, const char *key, int *fd) {
+/* The verified object at path in cd, loaded (*fd its file, *held as
+** cdisk_dlopen_fd says): NULL when absent or not ours (removed then, to be
+** rebuilt), or when it could not be tried for want of descriptors (kept).
+** A hit makes the entry recently used. */
+static void *load_entry(const char *cd, const char *path, const char *key, int *fd, int *held) {
   struct stat st;
   void *h = NULL;
+  int verified = 0;
   *fd = cdisk_open_entry(path, &st);
-  if (*fd == -1) return NULL;
-  if (*fd >= 0 && cdisk_verify_so(*fd, &st, key) && (h = cdisk_dlopen_fd(*fd))) {
+  if (*fd == -1 || *fd == -3) {
+    *fd = -1;
+    return NULL;
+  }
+  if (*fd >= 0 && (verified = cdisk_verify_so(*fd, &st, key)) && (h = cdisk_dlopen_fd(*fd, cd, key, held))) {
     futimens(*fd, NULL);
     return h;
   }
   if (*fd >= 0) close(*fd);
   *fd = -1;
-  cdisk_discard(path);   /* corrupt, foreign, or not a file at all */
+  /* a sound entry that could not be loaded for want of descriptors stays */
+  if (!(verified && cdisk_out_of_fds())) cdisk_discard(path);   /* corrupt, foreign, or not a file at all */
   return NULL;
 }
 
@@ -631,7 +643,7 @@ static int full_write(int fd, const void *buf, size_t n);
 ** proved by the same seal as a disk entry, renamed to path and loaded (*fd
 ** its file); NULL when Redis has none or it does not prove itself
 ** (rejected, then rebuilt by the caller). */
-static void *remote_entry(const char *cd, const char *key, const char *path, int *fd) {
+static void *remote_entry(const char *cd, const char *key, const char *path, int *fd, int *held) {
   char tmp[1200];
   const char *k, *bad = NULL;
   struct stat st;
@@ -654,14 +666,14 @@ static void *remote_entry(const char *cd, const char *key, const char *path, int
     return NULL;
   }
   if (!cdisk_verify_so(*fd, &st, key)) bad = "not an object sealed for its key";
-  else if (!(h = cdisk_dlopen_fd(*fd))) bad = "does not load";
+  else if (!(h = cdisk_dlopen_fd(*fd, cd, key, held))) bad = cdisk_out_of_fds() ? NULL : "does not load";
   else if (!(k = dlsym(h, "fl_cache_key")) || strcmp(k, key) != 0) bad = "built for another key";
-  if (bad) {
+  if (bad || !h) {
     if (h) unload(h, *fd);
     else close(*fd);
     *fd = -1;
     unlink(tmp);
-    crem_verdict(key, bad);
+    if (bad) crem_verdict(key, bad);   /* (no verdict when it could not be tried) */
     return NULL;
   }
   if (rename(tmp, path) != 0) unlink(tmp);        /* loaded all the same, just not kept */
@@ -679,6 +691,24 @@ static void publish(const char *key, int fd) {
   free(buf);
 }
 
+/* The error when a compile or a load failed for want of file descriptors
+** (err: EMFILE or ENFILE), whatever step noticed first: it names the
+** limit and what to do, since the compiler is not at fault. */
+static int no_fds(fl_err *e, int err, const char *what) {
+  struct rlimit rl;
+  char lim[64] = "";
+  if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(lim, sizeof lim, " of %llu", (unsigned long long)rl.rlim_cur);
+  if (err == ENFILE)
+    err_set(e, FL_EIO, "compile: too many open files in the system (ENFILE), so %s; the compiler "
+            "is not at fault", what);
+  else
+    err_set(e, FL_EIO, "compile: too many open files: this process is at its limit%s (ulimit -n, "
+            "RLIMIT_NOFILE), so %s; the compiler is not at fault: close files the program holds, "
+            "or raise the limit", lim, what);
+  return FL_EIO;
+}
+
 int cache_load(const char *source, cache_obj **out, char **log, int *how, fl_err *e) {
   return cache_load_units("", &source, 1, out, log, how, e);
 }
@@ -694,7 +724,7 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   const char *k;
   cache_obj *o;
   void *h;
-  int rc, dummy, fd;
+  int rc, dummy, fd, held = 1, err;
   if (!how) how = &dummy;
   if (log) *log = NULL;
   *out = NULL;
@@ -715,7 +745,7 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   pthread_mutex_unlock(&lock);
   snprintf(path, sizeof path, "%s/%s.so", cd, key);
   *how = CACHE_DISK;
-  if (!(h = load_entry(path, key, &fd)) && (h = remote_entry(cd, key, path, &fd))) {
+  if (!(h = load_entry(cd, path, key, &fd, &held)) && (h = remote_entry(cd, key, path, &fd, &held))) {
     *how = CACHE_REMOTE;
     rc = cdisk_evict(cd, cdisk_cap(), key);
     pthread_mutex_lock(&lock);
@@ -723,14 +753,18 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
     pthread_mutex_unlock(&lock);
   } else if (!h) {
     if ((rc = compile_to(cd, head, units, nunits, key, path, log, &fd, e)) != FL_OK) {
+      /* files it could not open, the compiler it could not start: not
+      ** the compiler's failure, and no message of its would say so */
+      if (rc != FL_EINTR && (err = cdisk_out_of_fds())) return no_fds(e, err, "nothing could be compiled");
       pthread_mutex_lock(&lock);
       n_fail++;
       pthread_mutex_unlock(&lock);
       return rc;
     }
-    if (!(h = cdisk_dlopen_fd(fd))) {
+    if (!(h = cdisk_dlopen_fd(fd, cd, key, &held))) {
       const char *de = dlerror();
       close(fd);
+      if ((err = cdisk_out_of_fds())) return no_fds(e, err, "the compiled kernels could not be loaded");
       return err_set(e, FL_ECOMPILE, "compile: cannot load %s: %s", path, de ? de : "bad object");
     }
     *how = CACHE_COMPILED;
@@ -750,6 +784,11 @@ int cache_load_units(const char *head, const char *const *units, int nunits, cac
   if (!(o = calloc(1, sizeof *o))) {
     unload(h, fd);
     return err_set(e, FL_ENOMEM, "cache: out of memory");
+  }
+  /* loaded through a link of its own: the loader needs the fd no more */
+  if (!held) {
+    close(fd);
+    fd = -1;
   }
   memcpy(o->key, key, sizeof key);
   o->handle = h;
@@ -931,7 +970,8 @@ int cache_get_blob(const char *key, const char *ext, void **data, size_t *n) {
   *n = 0;
   if (get_dir(cd, sizeof cd, NULL) != FL_OK) return 0;
   snprintf(path, sizeof path, "%s/%s.%s", cd, key, ext);
-  if ((fd = cdisk_open_entry(path, &st)) == -1) return 0;
+  /* absent, or not to be checked now (no descriptor left): kept, a miss */
+  if ((fd = cdisk_open_entry(path, &st)) == -1 || fd == -3) return 0;
   if (fd >= 0 && full_read(fd, head, sizeof head) && memcmp(head, BLOB_MAGIC, 8) == 0 &&
       memcmp(head + 8, key, 32) == 0 && full_read(fd, sz, 8)) {
     for (i = 7; i >= 0; i--) len = len << 8 | sz[i];

@@ -129,6 +129,7 @@ int cdisk_open_entry(const char *path, struct stat *st) {
   if (lstat(path, &l) != 0) return errno == ENOENT ? -1 : -2;
   if (!S_ISREG(l.st_mode)) return -2;      /* FIFO, device, symlink: never opened */
   fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return -3;
   if (fd < 0) return errno == ENOENT ? -1 : -2;
   if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_dev != l.st_dev ||
       st->st_ino != l.st_ino || st->st_uid != geteuid() || (st->st_mode & (S_IWGRP | S_IWOTH))) {
@@ -221,10 +222,38 @@ int cdisk_seal_so(const char *path, const char *key) {
   return rc;
 }
 
-void *cdisk_dlopen_fd(int fd) {
-  char name[64];
-  snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-  return dlopen(name, RTLD_NOW | RTLD_LOCAL);
+int cdisk_out_of_fds(void) {
+  int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    close(fd);
+    return 0;
+  }
+  return errno == EMFILE || errno == ENFILE ? errno : 0;
+}
+
+void *cdisk_dlopen_fd(int fd, const char *dir, const char *key, int *held) {
+  static unsigned long loads;     /* makes every name new */
+  char proc[64], tmp[1200], name[1300];
+  void *h;
+  int err;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  *held = 0;
+  if (dir && cdisk_tmpdir(dir, tmp, sizeof tmp) == 0) {
+    snprintf(name, sizeof name, "%s/%lu-%.32s.so", tmp, __atomic_fetch_add(&loads, 1, __ATOMIC_RELAXED), key);
+    /* AT_SYMLINK_FOLLOW: a link to the open file itself, never to
+    ** whatever its path names now */
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      err = errno;
+      unlink(name);
+      rmdir(tmp);
+      errno = err;
+      return h;
+    }
+    rmdir(tmp);
+  }
+  *held = 1;
+  return dlopen(proc, RTLD_NOW | RTLD_LOCAL);
 }
 
 /* ---- temp files -------------------------------------------------------- */

@@ -26,8 +26,14 @@ int cdisk_private_dir(char *out, size_t n);
 /* The regular file at path, owned by the user and writable by nobody
 ** else, opened O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC (a FIFO or
 ** device is never opened, so nothing blocks): its fd, *st filled; -1 when
-** nothing is there; -2 when something else is (see cdisk_discard). */
+** nothing is there; -2 when something else is (see cdisk_discard); -3
+** when it could not be opened for want of descriptors or memory (errno
+** says which): nothing is known about it, so it must not be discarded. */
 int cdisk_open_entry(const char *path, struct stat *st);
+/* EMFILE or ENFILE when the process cannot open one more file now (its
+** own limit, RLIMIT_NOFILE, or the system's), checked by opening one; 0
+** when it can. */
+int cdisk_out_of_fds(void);
 /* Remove what is at path unless it is a directory (unlink never follows a
 ** symlink, so a planted link's target is untouched). */
 void cdisk_discard(const char *path);
@@ -41,11 +47,17 @@ int cdisk_seal_so(const char *path, const char *key);
 /* 8 bytes little endian, as the seal and the remote entries store sizes. */
 void cdisk_put64(unsigned char *p, uint64_t v);
 uint64_t cdisk_get64(const unsigned char *p);
-/* dlopen the file behind fd (through /proc/self/fd, so what loads is what
-** was verified); NULL on failure.  The loader knows the object by that
-** name from then on and returns it for the same name, so fd must stay
-** open while the object may be loaded (cache.c keeps it). */
-void *cdisk_dlopen_fd(int fd);
+/* dlopen the very file behind fd (so what loads is what was verified);
+** NULL on failure (errno and dlerror say why).  Through a hard link to it
+** made from /proc/self/fd/N, under a name never used before in this
+** process, in a private directory of dir (the file's own file system),
+** removed once loaded: *held = 0, and fd may be closed at once.  The
+** loader hands an object already loaded to whoever asks for its name, so
+** a reused name would get a later request the wrong object.  Where no
+** link can be made (the file has no name left, the file system has no
+** links): by the name /proc/self/fd/N, *held = 1, and fd must stay open
+** while the object may be loaded (cache.c keeps it). */
+void *cdisk_dlopen_fd(int fd, const char *dir, const char *key, int *held);
 
 /* Exclusive creation: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; fd or -1. */
 int cdisk_create(const char *path);

@@ -95,8 +95,10 @@ static int k_compile(lua_State *L) {
   return 1;
 }
 
-/* k:try_compile() -> true, or false and the message with the log (the
-** form fl.compile uses to fall back to eager) */
+/* k:try_compile() -> true, or false, the message with the log, and --
+** when the compiler is not what failed (no file descriptors left, a full
+** disk, Ctrl-C) -- the message alone, for a warning to name the cause
+** (the form fl.compile uses to fall back to eager) */
 static int k_try_compile(lua_State *L) {
   const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
@@ -108,7 +110,9 @@ static int k_try_compile(lua_State *L) {
   }
   lua_pushboolean(L, 0);
   lua_pushfstring(L, "%s\n%s", e.msg, exec_program_log(pr));
-  return 2;
+  if (e.code == FL_ECOMPILE) return 2;
+  lua_pushstring(L, e.msg);
+  return 3;
 }
 
 /* k:run(x, ...) -> outputs */

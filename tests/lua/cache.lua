@@ -320,6 +320,90 @@ do
        "FUSELAB_PACK_MB=x: a warning: " .. one(out))
 end
 
+-- ---- live programs hold no file descriptor ----------------------------------
+do
+  local d5 = base .. "/fds"
+  os.execute("mkdir -m 0700 " .. q(d5))
+  -- a child under a low descriptor limit: 40 distinct programs kept alive
+  -- (each used to hold its object's fd: past the limit, every compile fell
+  -- back, blamed on the compiler), then the same from the disk cache
+  local many = base .. "/many.lua"
+  write(many, [[
+local pid = io.open("/proc/self/stat"):read("l"):match("^%d+")
+local function fds()
+  local p, n = io.popen("ls /proc/" .. pid .. "/fd"), 0
+  for _ in p:lines() do n = n + 1 end
+  p:close()
+  return n
+end
+local keep, falls, x = {}, 0, fl.ones(3)
+local before = fds()
+for i = 1, 40 do
+  local c = i
+  local cm = fl.compile(function(a) return a * c + c end)
+  if cm(x):sum():item() ~= 6 * c then falls = falls + 100 end
+  falls = falls + cm:stats().fallbacks
+  keep[i] = cm
+end
+print("FALLS " .. falls)
+print("GREW " .. fds() - before)
+]])
+  local function live()
+    local out = sh(("ulimit -n 32 && FUSELAB_CACHE_DIR=%s timeout 300 %s %s"):format(q(d5), q(FUSELAB), q(many)))
+    return out, tonumber(out:match("FALLS (%d+)")), tonumber(out:match("GREW (%-?%d+)"))
+  end
+  local out, falls, grew = live()
+  t.ok(falls == 0 and not out:find("warning", 1, true),
+       "40 live compiled programs under `ulimit -n 32`: none falls back: " .. out:gsub("\n", " | "))
+  t.ok(grew and grew <= 2, "... and they hold no descriptors (open fds grew by " .. tostring(grew) .. ")")
+  out, falls, grew = live()
+  t.ok(falls == 0 and grew and grew <= 2 and not out:find("warning", 1, true),
+       "the same 40 loaded from the disk cache: none falls back, no descriptors held: " .. out:gsub("\n", " | "))
+  local tmps = sh("find " .. q(d5) .. " -maxdepth 1 -name 'tmp-*'")
+  t.is(tmps, "", "no temp directories are left behind by the loads")
+
+  -- every descriptor taken by the program itself: the compile falls back
+  -- naming the real cause, and a sound cache entry is kept, not removed
+  local full = base .. "/full.lua"
+  write(full, [[
+local x = fl.ones(3)
+local warm = fl.compile(function(a) return a * 2 + 1 end)
+warm(x)
+warm = nil
+collectgarbage(); collectgarbage()
+local held = {}
+while true do
+  local f = io.open("/dev/null")
+  if not f then break end
+  held[#held + 1] = f
+end
+local p = fl.capture(function(a) return a * 5 - 1 end, x):fuse():codegen("cpu")
+local ok, log, cause = p:try_compile()
+print("OK " .. tostring(ok))
+print("CAUSE " .. tostring(cause))
+print("LOG " .. tostring(log):gsub("\n", " "))
+local again = fl.compile(function(a) return a * 2 + 1 end)
+print(("AGAIN %g %d"):format(again(x):sum():item(), again:stats().fallbacks))
+for _, f in ipairs(held) do f:close() end
+held = nil
+collectgarbage()
+again = fl.compile(function(a) return a * 2 + 1 end)
+print(("AFTER %g %d %d"):format(again(x):sum():item(), again:stats().fallbacks, again:stats().disk_cache_hits))
+]])
+  local d6 = base .. "/full"
+  os.execute("mkdir -m 0700 " .. q(d6))
+  out = sh(("ulimit -n 32 && FUSELAB_CACHE_DIR=%s timeout 300 %s %s"):format(q(d6), q(FUSELAB), q(full)))
+  local cause = out:match("CAUSE ([^\n]*)") or ""
+  t.ok(out:find("OK false", 1, true) and cause:find("too many open files", 1, true) and
+       cause:find("limit of 32", 1, true) and cause:find("the compiler is not at fault", 1, true),
+       "no descriptor left: try_compile's cause says too many open files: " .. cause)
+  t.ok((out:match("LOG ([^\n]*)") or ""):find("too many open files", 1, true) and not out:find("cc failed", 1, true),
+       "... so does the compile log, and nothing blames the compiler")
+  t.ok(out:find("AGAIN 9 ", 1, true), "... a graph whose object is on disk still runs (eagerly or not): " .. out:gsub("\n", " | "))
+  t.ok(out:find("AFTER 9 0 1", 1, true),
+       "... its entry was kept, and loads from disk once descriptors are free again: " .. out:gsub("\n", " | "))
+end
+
 -- ---- a compiler that hangs ------------------------------------------------
 do
   local slow, pids = base .. "/cc-slow", base .. "/slow-pids"
