@@ -96,35 +96,248 @@ local function scalar_upvalues(fn)
   return out
 end
 
--- Run body() while fn's global reads are recorded into reads (name ->
--- value, scalars only).  fn's _ENV is swapped for a recording proxy and
--- restored afterwards, also on error.
-local function with_global_spy(fn, reads, body)
-  local idx, env
-  if type(fn) == "function" then
+-- ---- what the traced code reads ------------------------------------------
+
+-- Values that never change under a model: the standard libraries,
+-- fuselab's own tables, whatever require loaded.
+local function library_values()
+  local lib = {}
+  for _, k in ipairs{"fl", "nn", "package", "string", "table", "math", "io", "os", "debug",
+                     "coroutine", "utf8"} do
+    if _G[k] ~= nil then lib[_G[k]] = true end
+  end
+  for _, v in pairs(package.loaded) do lib[v] = true end
+  if fl.nn then lib[fl.nn] = true end
+  return lib
+end
+
+-- fuselab's own Lua: what it reads is the modules' fields, guarded
+-- through the modules themselves.
+local OWN_CHUNKS = {["=nn.lua"] = true, ["=compile.lua"] = true, ["=checklist.lua"] = true,
+                    ["=onnx.lua"] = true}
+
+local function own_function(f)
+  local ok, info = pcall(debug.getinfo, f, "S")
+  return not ok or info.what == "C" or OWN_CHUNKS[info.source]
+end
+
+local function is_scalar(v)
+  local t = type(v)
+  return t == "number" or t == "boolean" or t == "string"
+end
+
+-- Keys of table t that settings live under (sorted_keys below, without
+-- the sort); nil for a table too big to be settings (data: a vocabulary).
+local TABLE_MAX, REACH_MAX = 256, 2048
+
+-- Everything fn can reach that its result may depend on, as guard groups
+-- {path = <to a table or function>, name =, items = {{step =, value =,
+-- name =}...}}: Lua cannot see which fields the traced code reads (Dynamo
+-- reads the bytecode; Lua's debug library has no hook on field reads), so
+-- every scalar (and function) reachable is guarded: module fields and
+-- fields of tables reachable from fn (keys starting with "_" are
+-- fuselab's own), upvalues of every function reachable (helpers, and
+-- methods through metatables), each named by its path ("self.dim",
+-- "m.blocks.1.eps", "helper[upvalue scale]").  Also returns the Lua
+-- functions reached (their global reads are recorded too).  The scalar
+-- upvalues of fn itself are guarded by scalar_upvalues.
+local function reach(fn)
+  local lib, seen, groups, funcs = library_values(), {}, {}, {}
+  local queue, head, count, cut = {}, 1, 0, false
+  local function push(v, path, name, class) queue[#queue + 1] = {v, path, name, class} end
+  if type(fn) == "table" then
+    push(fn, {{"self"}}, "self")
+  elseif type(fn) == "function" then
+    seen[fn] = true
+    funcs[#funcs + 1] = fn
     local i = 1
     while true do
       local name, v = debug.getupvalue(fn, i)
       if not name then break end
-      if name == "_ENV" then idx, env = i, v break end
+      if name ~= "_ENV" and not is_scalar(v) then push(v, {{"upvalue", i, name}}, name) end
       i = i + 1
     end
   end
-  if not idx or type(env) ~= "table" then return body() end
-  local spy = setmetatable({}, {
-    __index = function(_, k)
-      local v = env[k]
-      local t = type(v)
-      if (t == "number" or t == "boolean" or t == "string") and reads[k] == nil then
-        reads[k] = v
+  while head <= #queue and not cut do
+    local v, path, name, class = queue[head][1], queue[head][2], queue[head][3], queue[head][4]
+    head = head + 1
+    local tv = type(v)
+    if (tv == "table" or tv == "function") and not seen[v] and not lib[v] and #path <= 10 then
+      seen[v] = true
+      local items = {}
+      local function add(step, x, xname)
+        -- (the methods of fuselab's own classes do not change)
+        if is_scalar(x) or (type(x) == "function" and not (class and own_function(x))) then
+          count = count + 1
+          items[#items + 1] = {step = step, value = x, name = xname}
+        end
+        if type(x) == "table" or type(x) == "function" or fl._compiled_inner(x) then
+          local child = {table.unpack(path)}
+          child[#child + 1] = step
+          push(x, child, xname)
+        end
       end
-      return v
-    end,
-    __newindex = env,
-  })
-  debug.setupvalue(fn, idx, spy)
+      if tv == "table" then
+        local n = 0
+        for _ in next, v do n = n + 1 if n > TABLE_MAX then break end end
+        if n <= TABLE_MAX then
+          for k, x in next, v do
+            local tk = type(k)
+            if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then
+              add(k, x, name .. "." .. tostring(k))
+            end
+          end
+        end
+        local mt = getmetatable(v)
+        if type(mt) == "table" and type(rawget(mt, "__index")) == "table" then
+          local child = {table.unpack(path)}
+          child[#child + 1] = {"meta"}
+          child[#child + 1] = "__index"
+          push(rawget(mt, "__index"), child, name .. "[class]", true)
+        end
+      elseif not own_function(v) then
+        funcs[#funcs + 1] = v
+        local i = 1
+        while true do
+          local uname, x = debug.getupvalue(v, i)
+          if not uname then break end
+          if uname ~= "_ENV" then add({"up", i}, x, ("%s[upvalue %s]"):format(name, uname)) end
+          i = i + 1
+        end
+      end
+      if #items > 0 then groups[#groups + 1] = {path = path, name = name, items = items} end
+      if count > REACH_MAX then cut = true end
+    elseif tv == "userdata" and not seen[v] and fl._compiled_inner(v) then
+      -- a compiled function or module called inside: inlined, so what it
+      -- reads is read by this one
+      seen[v] = true
+      local child = {table.unpack(path)}
+      child[#child + 1] = {"inner"}
+      push(fl._compiled_inner(v), child, name)
+    end
+  end
+  return groups, funcs, cut
+end
+
+-- The value at the end of path (as the C guard walks it), or nil.
+local function resolve(fn, path)
+  local root, v = path[1]
+  if root[1] == "upvalue" then v = select(2, debug.getupvalue(fn, root[2]))
+  elseif root[1] == "self" then v = fn
+  else v = _G end
+  for i = 2, #path do
+    local step = path[i]
+    if v == nil then return nil end
+    if type(step) == "table" then
+      if step[1] == "up" and type(v) == "function" then v = select(2, debug.getupvalue(v, step[2]))
+      elseif step[1] == "meta" then v = getmetatable(v)
+      elseif step[1] == "inner" then v = fl._compiled_inner(v)
+      else v = nil end
+    elseif type(v) == "table" then v = rawget(v, step)
+    else v = nil end
+  end
+  return v
+end
+
+local function item_value(container, step)
+  if type(step) == "table" then
+    if type(container) ~= "function" then return nil end
+    return (select(2, debug.getupvalue(container, step[2])))
+  end
+  if type(container) ~= "table" then return nil end
+  return rawget(container, step)
+end
+
+-- The first guarded value the call itself changed, by name, or nil.
+local function changed_inside(fn, groups)
+  for _, g in ipairs(groups) do
+    local c = resolve(fn, g.path)
+    for _, it in ipairs(g.items) do
+      local now = item_value(c, it.step)
+      if not rawequal(now, it.value) then return it.name end
+    end
+  end
+end
+
+-- Run body() while the global reads of fn and of the functions in funcs
+-- (and of any Lua function read from a global meanwhile: a helper of
+-- another chunk) are recorded into reads (name -> value, scalars only).
+-- Each _ENV is swapped for a recording proxy and restored afterwards,
+-- also on error.  The proxy answers rawget, next, pairs and _G as the
+-- real table would (functions read through it see the real globals).
+local function with_global_spy(fn, funcs, reads, body)
+  local spies, is_spy, swapped = {}, {}, {}
+  local spy_function
+  local function spy_of(env)
+    if spies[env] then return spies[env] end
+    local spy = {}
+    local function real(t) if rawequal(t, spy) then return env end return t end
+    -- a scalar global the code saw (iterating _ENV sees every one)
+    local function record(k, v)
+      if k ~= nil and is_scalar(v) and reads[k] == nil and env == _G then reads[k] = v end
+    end
+    local wrap = {
+      [rawget] = function(t, k, ...)
+        local v = rawget(real(t), k, ...)
+        if rawequal(t, spy) then record(k, v) end
+        return v
+      end,
+      [next] = function(t, ...)
+        local k, v = next(real(t), ...)
+        if rawequal(t, spy) then record(k, v) end
+        return k, v
+      end,
+      [rawlen] = function(t, ...) return rawlen(real(t), ...) end,
+      [rawequal] = function(a, b) return rawequal(real(a), real(b)) end,
+      [rawset] = function(t, ...) return rawset(real(t), ...) end,
+    }
+    setmetatable(spy, {
+      __index = function(_, k)
+        local v = env[k]
+        if is_scalar(v) then
+          record(k, v)
+        elseif rawequal(v, env) then
+          return spy                      -- _G.x reads are reads too
+        elseif wrap[v] then
+          return wrap[v]
+        elseif type(v) == "function" then
+          spy_function(v)                 -- a helper about to be called
+        end
+        return v
+      end,
+      __newindex = env,
+      __pairs = function()
+        return function(_, k)
+          local nk, v = next(env, k)
+          record(nk, v)
+          return nk, v
+        end, spy, nil
+      end,
+      __len = function() return rawlen(env) end,
+    })
+    spies[env], is_spy[spy] = spy, true
+    return spy
+  end
+  spy_function = function(f)
+    if type(f) ~= "function" or own_function(f) then return end
+    local i = 1
+    while true do
+      local name, v = debug.getupvalue(f, i)
+      if not name then break end
+      if name == "_ENV" then
+        if type(v) == "table" and not is_spy[v] then   -- (upvalues may be shared)
+          swapped[#swapped + 1] = {f, i, v}
+          debug.setupvalue(f, i, spy_of(v))
+        end
+        break
+      end
+      i = i + 1
+    end
+  end
+  spy_function(fn)
+  for _, f in ipairs(funcs) do spy_function(f) end
   local res = pack(pcall(body))
-  debug.setupvalue(fn, idx, env)
+  for k = #swapped, 1, -1 do debug.setupvalue(swapped[k][1], swapped[k][2], swapped[k][3]) end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, res.n)
 end
@@ -194,6 +407,12 @@ local function find_params(fn, params)
         push(rawget(v, k), child)
       end
     end
+    if tv == "userdata" and not seen[v] and fl._compiled_inner(v) then
+      seen[v] = true            -- a compiled callee's weights are ours
+      local child = {table.unpack(path)}
+      child[#child + 1] = {"inner"}
+      push(fl._compiled_inner(v), child)
+    end
   end
 end
 
@@ -201,7 +420,9 @@ local function path_name(path)
   local parts = {}
   local root = path[1]
   if root[1] == "upvalue" then parts[1] = root[3] end
-  for i = 2, #path do parts[#parts + 1] = tostring(path[i]) end
+  for i = 2, #path do
+    if type(path[i]) ~= "table" then parts[#parts + 1] = tostring(path[i]) end
+  end
   return table.concat(parts, ".")
 end
 
@@ -228,8 +449,9 @@ local function trace_body(tr, fn, names, dyn, args)
     end
   end
   local ups_before = scalar_upvalues(fn)
+  local groups, funcs, cut = reach(fn)
   local reads = {}
-  local res = with_global_spy(fn, reads, function()
+  local res = with_global_spy(fn, funcs, reads, function()
     return pack(xpcall(fn, body_traceback, unpack(targs, 1, args.n)))
   end)
   if not res[1] then error(res[2], 0) end
@@ -260,8 +482,13 @@ local function trace_body(tr, fn, names, dyn, args)
       why_not = why_not or ("upvalue '" .. u.name .. "' is assigned inside the function; the body re-runs in Lua each call")
     end
   end
+  local inside = changed_inside(fn, groups)
+  if inside then
+    why_not = why_not or (inside .. " is assigned inside the function; the body re-runs in Lua each call")
+  end
   if #info.breaks > 0 then why_not = why_not or "graph breaks: the Lua between the graphs runs each call" end
   info.rets, info.params, info.reads, info.ups = rets, params, reads, ups_before
+  info.fields, info.fields_cut = groups, cut
   info.results = res
   info.why_not_fast = why_not
   return info
@@ -611,6 +838,17 @@ local function build_entry(st, info, args, dyn)
   for _, u in ipairs(info.ups) do
     spec.values[#spec.values + 1] = u
     text[#text + 1] = ("upvalue '%s' == %s"):format(u.name, tostring(u.value))
+  end
+  for _, grp in ipairs(info.fields) do
+    spec.values[#spec.values + 1] = {kind = "path", path = grp.path, name = grp.name, items = grp.items}
+    for _, it in ipairs(grp.items) do
+      local v = it.value
+      text[#text + 1] = type(v) == "function" and ("%s is the same function"):format(it.name)
+        or ("%s == %s"):format(it.name, type(v) == "string" and ("%q"):format(v) or tostring(v))
+    end
+  end
+  if info.fields_cut then
+    text[#text + 1] = ("(more than %d values reachable: the rest are not guarded)"):format(REACH_MAX)
   end
   spec.sym_guards = info.sym_guards
   for _, sg in ipairs(info.sym_guards or {}) do text[#text + 1] = "size guard: " .. sg.text end

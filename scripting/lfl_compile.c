@@ -313,6 +313,98 @@ static int e_new(lua_State *L) {
 
 /* ---- checking guards ------------------------------------------------------ */
 
+/* Push the value at the end of the path at pidx: path[1] = {"upvalue", i}
+** | {"global"} | {"self"}, then steps: a key (rawget in a table), {"up",
+** i} (upvalue i of a function), {"meta"} (a table's metatable).  nil
+** where the path no longer leads anywhere. */
+static void push_path(lua_State *L, int fnidx, int pidx) {
+  lua_Integer j, m = luaL_len(L, pidx);
+  const char *root;
+  lua_rawgeti(L, pidx, 1);
+  lua_rawgeti(L, -1, 1);
+  root = lua_tostring(L, -1);
+  if (root && strcmp(root, "upvalue") == 0) {
+    lua_rawgeti(L, -2, 2);
+    if (!lua_getupvalue(L, fnidx, (int)lua_tointeger(L, -1))) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (root && strcmp(root, "self") == 0) {
+    lua_pushvalue(L, fnidx);
+  } else {
+    lua_pushglobaltable(L);
+  }
+  lua_remove(L, -2);
+  lua_remove(L, -2);
+  for (j = 2; j <= m && !lua_isnil(L, -1); j++) {
+    if (lua_rawgeti(L, pidx, j) == LUA_TTABLE) {
+      const char *kind;
+      lua_rawgeti(L, -1, 1);
+      kind = lua_tostring(L, -1);
+      if (kind && strcmp(kind, "up") == 0 && lua_type(L, -3) == LUA_TFUNCTION) {
+        lua_rawgeti(L, -2, 2);
+        if (!lua_getupvalue(L, -4, (int)lua_tointeger(L, -1))) lua_pushnil(L);
+        lua_remove(L, -2);
+      } else if (kind && strcmp(kind, "meta") == 0) {
+        if (!lua_getmetatable(L, -3)) lua_pushnil(L);
+      } else if (kind && strcmp(kind, "inner") == 0 && luaL_testudata(L, -3, COMPILED_TYPE)) {
+        lua_getiuservalue(L, -3, CUV_FN);       /* what a compiled callable runs */
+      } else {
+        lua_pushnil(L);
+      }
+      lua_remove(L, -2);
+      lua_remove(L, -2);
+    } else if (lua_istable(L, -2)) {
+      lua_rawget(L, -2);
+    } else {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+    lua_remove(L, -2);
+  }
+}
+
+/* The guard group at gidx ({path=, items={{step=, value=, name=}...}}: the
+** fields of one table, or upvalues of one function, compile.lua's reach)
+** still holds its values; else the reason names the first that changed
+** ("self.dim: expected 2, got 1") and 0. */
+static int check_fields(lua_State *L, int fnidx, int gidx, char *reason, size_t rn) {
+  lua_Integer k, n;
+  int top = lua_gettop(L), ok = 1;
+  lua_getfield(L, gidx, "path");
+  push_path(L, fnidx, lua_gettop(L));            /* the container */
+  lua_getfield(L, gidx, "items");
+  n = luaL_len(L, -1);
+  for (k = 1; k <= n && ok; k++) {
+    lua_rawgeti(L, -1, k);                       /* item */
+    lua_getfield(L, -1, "step");
+    if (lua_istable(L, -1)) {                    /* {"up", i} */
+      lua_rawgeti(L, -1, 2);
+      if (lua_type(L, top + 2) != LUA_TFUNCTION ||
+          !lua_getupvalue(L, top + 2, (int)lua_tointeger(L, -1)))
+        lua_pushnil(L);
+      lua_remove(L, -2);
+    } else if (lua_istable(L, top + 2)) {
+      lua_rawget(L, top + 2);
+      lua_pushnil(L);                            /* keep the stack shape */
+      lua_insert(L, -2);
+    } else {
+      lua_pushnil(L);
+    }
+    lua_remove(L, -2);                           /* stack: item, now */
+    lua_getfield(L, -2, "value");
+    if (!lua_rawequal(L, -1, -2) || lua_type(L, -1) != lua_type(L, -2)) {
+      const char *want, *got;
+      lua_getfield(L, -3, "name");
+      want = luaL_tolstring(L, -2, NULL);
+      got = luaL_tolstring(L, -4, NULL);
+      snprintf(reason, rn, "%s: expected %s, got %s", lua_tostring(L, -3), want, got);
+      ok = 0;
+    }
+    lua_settop(L, top + 3);
+  }
+  lua_settop(L, top);
+  return ok;
+}
+
 /* Writes why arguments at base.. (nargs of them) fail e's guards into
 ** reason and returns 0; returns 1 when every guard holds.  *argi and *dim
 ** name a failed tensor size (for automatic dynamic shapes), else 0. */
@@ -399,6 +491,12 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
       lua_rawgeti(L, -1, k);
       lua_getfield(L, -1, "kind");
       kind = lua_tostring(L, -1);
+      if (kind && strcmp(kind, "path") == 0) {
+        int ok = check_fields(L, fnidx, lua_gettop(L) - 1, reason, rn);
+        lua_pop(L, 2);
+        if (!ok) { lua_pop(L, 1); return 0; }
+        continue;
+      }
       lua_getfield(L, -2, "name");
       name = lua_tostring(L, -1);
       lua_getfield(L, -3, "value");
@@ -432,7 +530,6 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
   if (lua_istable(L, -1)) {
     lua_Integer k, n = luaL_len(L, -1);
     for (k = 1; k <= n; k++) {
-      lua_Integer j, m;
       const void *want;
       const fl_tensor *t;
       lua_rawgeti(L, -1, k);
@@ -440,29 +537,7 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
       want = lua_touserdata(L, -1);
       lua_pop(L, 1);
       lua_getfield(L, -1, "path");
-      m = luaL_len(L, -1);
-      /* path[1] = {"upvalue", i} | {"global"} | {"self"}; then keys */
-      lua_rawgeti(L, -1, 1);
-      lua_rawgeti(L, -1, 1);
-      {
-        const char *root = lua_tostring(L, -1);
-        if (root && strcmp(root, "upvalue") == 0) {
-          lua_rawgeti(L, -2, 2);
-          if (!lua_getupvalue(L, fnidx, (int)lua_tointeger(L, -1))) lua_pushnil(L);
-          lua_remove(L, -2);
-        } else if (root && strcmp(root, "self") == 0) {
-          lua_pushvalue(L, fnidx);
-        } else {
-          lua_pushglobaltable(L);
-        }
-      }
-      lua_remove(L, -2);
-      lua_remove(L, -2);                     /* stack: ..., path, value */
-      for (j = 2; j <= m && lua_istable(L, -1); j++) {
-        lua_rawgeti(L, -2, j);
-        lua_rawget(L, -2);
-        lua_remove(L, -2);
-      }
+      push_path(L, fnidx, lua_gettop(L));     /* stack: ..., path, value */
       t = lfl_totensor(L, -1);
       if (t != want) {
         lua_getfield(L, -3, "name");
@@ -617,7 +692,17 @@ static int call_inner(lua_State *L, compiled *c) {
 static int c_call(lua_State *L) {
   compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
   double t0 = now_s(), dt;
-  int n = call_inner(L, c);
+  int n;
+  if (lfl_trace_active(L)) {
+    /* called while another function is captured: its body is traced
+    ** into that graph (Dynamo inlines a compiled callee); not a call of
+    ** its own, so nothing is counted here */
+    lua_getiuservalue(L, 1, CUV_FN);
+    lua_replace(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+  }
+  n = call_inner(L, c);
   dt = (now_s() - t0) * 1e3;
   if (c->timed == 0) c->first_ms = dt;
   else if (c->timed == 1) c->second_ms = dt;
@@ -695,6 +780,14 @@ static int c_tostring(lua_State *L) {
     return 1;
   }
   lua_pushliteral(L, "fl.compile");
+  return 1;
+}
+
+/* fl._compiled_inner(v) -> the function or module a compiled callable
+** runs, or nil for anything else */
+static int l_compiled_inner(lua_State *L) {
+  if (luaL_testudata(L, 1, COMPILED_TYPE)) lua_getiuservalue(L, 1, CUV_FN);
+  else lua_pushnil(L);
   return 1;
 }
 
@@ -780,7 +873,7 @@ static int l_shown(lua_State *L) {
 static const luaL_Reg compile_funcs[] = {
   {"_entry_new", e_new}, {"_compiled_new", c_new}, {"_shown", l_shown},
   {"_debug_dir", l_debug_dir}, {"_debug_subdir", l_debug_subdir},
-  {"_tensor_key", l_tensor_key}, {"_graph_key", l_graph_key},
+  {"_tensor_key", l_tensor_key}, {"_compiled_inner", l_compiled_inner}, {"_graph_key", l_graph_key},
   {NULL, NULL}
 };
 

@@ -470,8 +470,9 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
       if (o->st && o->st->refs == 2) fresh += o->st->nbytes;
     }
     lua_pop(L, 1);
-    ten_release(o);
   }
+  lfl_trace_alias_views(L, tr, g, lazyidx, outs);
+  for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
   p->segs++;
   tr->parent = ri;
   tr->rec = what ? r->child : -1;

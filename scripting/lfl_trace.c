@@ -668,6 +668,40 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
   lua_pushnil(L);
 }
 
+/* After segment g (of trace tr) ran: a lazy result that is a view of
+** another result (z:narrow(...) of z = y:exp(), both alive at a break;
+** a view of a value nobody holds cannot be told from a copy) is given a
+** real view of that value's output, as eager code
+** holds one, so a write through it after the break lands in the value it
+** views.  outs: the graph's outputs; the lazies took their values. */
+void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g, int lazyidx,
+                           const fl_tensor *outs) {
+  int *pos, i, chain[64], nc, b, nres = ir_nresults(g), any = 0;
+  for (i = 0; i < nres && !any; i++) any = is_view_node(g, g->outputs[i]);
+  if (!any) return;
+  pos = lua_newuserdatauv(L, (size_t)(g->n + 1) * sizeof *pos, 0);
+  for (i = 0; i < g->n; i++) pos[i] = -1;
+  for (i = nres - 1; i >= 0; i--) pos[g->outputs[i]] = i;
+  for (i = 0; i < nres; i++) {
+    fl_tensor *t, view;
+    lfl_ud *u;
+    int id = g->outputs[i];
+    if (!is_view_node(g, id) || (b = base_of(g, id, chain, &nc)) < 0 || pos[b] < 0) continue;
+    if (lua_rawgeti(L, lazyidx, id) == LUA_TUSERDATA && (t = lfl_totensor(L, -1)) != NULL) {
+      u = lfl_ud_of(t);
+      if (u->trace == tr->id && u->node == -1 && u->out == i && outs[pos[b]].st &&
+          apply_views(g, chain, nc, &outs[pos[b]], &view) == FL_OK) {
+        int wrapped = t->m.wrapped;
+        ten_release(t);
+        lfl_ud_of(t)->t = view;
+        t->m.wrapped = wrapped;
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
 /* Cut the current segment: outputs = the lazies still reachable, run,
 ** give them their values; hand the graph to the trace's list.  Values
 ** nobody can reach are not computed (settle_lazies collected).  The
@@ -752,6 +786,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     }
     lua_pop(L, 1);
   }
+  lfl_trace_alias_views(L, tr, g, lazyidx, buf + g->ninputs);
   for (i = 0; i < g->ninputs + g->nout; i++) ten_release(&buf[i]);
   lfl_trace_push_list(L, tidx, UV_GRAPHS);
   lua_pushvalue(L, gidx);

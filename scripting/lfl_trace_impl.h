@@ -138,6 +138,11 @@ void lfl_trace_stop(lua_State *L, lfl_trace *tr);
 ** protected call. */
 int lfl_trace_flush_k(lua_State *L);
 
+/* After a segment ran: lazies that view another output get real views
+** of it (outs: the graph's outputs). */
+void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g, int lazyidx,
+                           const fl_tensor *outs);
+
 /* ---- lfl_resume.c, for lfl_trace.c ---- */
 /* The record whose next step is s (the current one or a sibling with the
 ** same prefix) becomes tr->rec; 0 when none has it. */
