@@ -614,6 +614,29 @@ int exec_program_run_out(exec_program *pr, const fl_tensor *const *inputs, int n
   return exec_program_run_flags(pr, inputs, ninputs, outs, EXEC_INTO, NULL, e);
 }
 
+/* A write-back's copy (ir_writeback): the backend copies whole
+** contiguous buffers between its device and the host, so a strided host
+** destination is written from a contiguous host copy. */
+static int wb_copy(void *ctx, fl_tensor *dst, const fl_tensor *src, fl_err *e) {
+  const exec_backend *be = (const exec_backend *)ctx;
+  fl_tensor tmp;
+  fl_meta m = src->m;
+  int rc;
+  if (dst->m.device == FL_DEV_CPU && src->m.device == FL_DEV_CPU) return ten_copy(dst, src, e);
+  if (!ten_is_contiguous(src))
+    return err_set(e, FL_EUNSUPPORTED, "a write from a strided device tensor");
+  if (ten_is_contiguous(dst) && meta_same_shape(&dst->m, &src->m) && dst->m.dtype == src->m.dtype)
+    return be->copy_into(dst, src, e);
+  if (dst->m.device != FL_DEV_CPU)
+    return err_set(e, FL_EUNSUPPORTED, "a write into a strided or converted device tensor");
+  m.device = FL_DEV_CPU;
+  tmp.st = NULL;
+  if ((rc = ten_empty(&tmp, &m, e)) != FL_OK) return rc;
+  if ((rc = be->copy_into(&tmp, src, e)) == FL_OK) rc = ten_copy(dst, &tmp, e);
+  ten_release(&tmp);
+  return rc;
+}
+
 int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                            fl_tensor *outs, int flags, fl_tensor *hold, fl_err *e) {
   const exec_backend *be = pr->be;
@@ -718,7 +741,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     }
   }
   /* the captured in-place updates, after every result is computed */
-  if (rc == FL_OK && g->nwb && !r.capture) rc = ir_writeback(g, inputs, outs, be->copy_into, e);
+  if (rc == FL_OK && g->nwb && !r.capture) rc = ir_writeback(g, inputs, outs, wb_copy, (void *)be, e);
   if (rc == FL_OK && hold)
     for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
   if (rc == FL_OK && keep && !reuse) kept_stamp(pr);

@@ -360,10 +360,15 @@ int ir_add_writeback(ir_graph *g, int src, int dst, fl_err *e) {
   return FL_OK;
 }
 
+static int host_copy(void *ctx, fl_tensor *dst, const fl_tensor *src, fl_err *e) {
+  (void)ctx;
+  return ten_copy(dst, src, e);
+}
+
 int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *outs,
-                 int (*copy)(fl_tensor *dst, const fl_tensor *src, fl_err *e), fl_err *e) {
+                 ir_copy_fn copy, void *ctx, fl_err *e) {
   int k, i, rc = FL_OK, nres = ir_nresults(g);
-  if (!copy) copy = ten_copy;
+  if (!copy) copy = host_copy;
   for (k = 0; k < g->nwb && rc == FL_OK; k++) {
     const ir_node *d = &g->nodes[g->wb[k]];
     fl_tensor *dst = (fl_tensor *)(d->kind == IR_INPUT ? inputs[d->index] : &d->value);
@@ -375,11 +380,11 @@ int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *o
         fl_meta m = outs[i].m;
         c.st = NULL;
         if ((rc = ten_empty(&c, &m, e)) != FL_OK) break;
-        if ((rc = copy(&c, &outs[i], e)) != FL_OK) { ten_release(&c); break; }
+        if ((rc = copy(ctx, &c, &outs[i], e)) != FL_OK) { ten_release(&c); break; }
         ten_release(&outs[i]);
         outs[i] = c;
       }
-    if (rc == FL_OK) rc = copy(dst, &outs[nres + k], e);
+    if (rc == FL_OK) rc = copy(ctx, dst, &outs[nres + k], e);
     if (rc != FL_OK) err_prefix(e, "write-back into %s", d->name ? d->name : "an input");
   }
   return rc;
@@ -671,7 +676,7 @@ int ir_run(const ir_graph *g, ir_apply_fn apply, const fl_tensor *const *inputs,
   for (i = 0; i < g->n; i++) ten_release(&vals[i]);
   free(vals);
   free(uses);
-  if (rc == FL_OK && g->nwb) rc = ir_writeback(g, inputs, outs, NULL, e);
+  if (rc == FL_OK && g->nwb) rc = ir_writeback(g, inputs, outs, NULL, NULL, e);
   return rc;
 }
 

@@ -161,10 +161,11 @@ int ir_add_output(ir_graph *g, int id, fl_err *e);
 int ir_add_writeback(ir_graph *g, int src, int dst, fl_err *e);
 /* Apply g's write-backs after a run: outs holds all g->nout outputs,
 ** inputs the run's inputs.  A result sharing storage with a written
-** leaf is copied first (it was computed before the write).  copy is the
-** backend's copy (NULL: ten_copy, host memory). */
+** leaf is copied first (it was computed before the write).  copy(ctx,
+** dst, src) is the backend's copy (NULL: ten_copy, host memory). */
+typedef int (*ir_copy_fn)(void *ctx, fl_tensor *dst, const fl_tensor *src, fl_err *e);
 int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *outs,
-                 int (*copy)(fl_tensor *dst, const fl_tensor *src, fl_err *e), fl_err *e);
+                 ir_copy_fn copy, void *ctx, fl_err *e);
 
 /* Number of IR_OP nodes. */
 int ir_op_count(const ir_graph *g);

@@ -649,7 +649,7 @@ end
 -- function(inputs) -> outputs, the program (nil when the graph runs on the
 -- eager kernels: the compiler failed, which is a warning, counted, with
 -- its log kept) and the graph compiled (the plan's graph).
-local function build_runner(st, captured, inputs)
+local function build_runner_now(st, captured, inputs)
   if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
   local times, tstage = {}, fl.now()
   local function stage(name)
@@ -749,6 +749,26 @@ local function build_runner(st, captured, inputs)
     end, prog, g
   end
   return program_runner(prog), prog, g
+end
+
+-- Compiled never fails where eager works: a graph that a pass, fusion or
+-- a code generator cannot take (a softmax over a dim of size 0, whatever
+-- else the differential fuzzer finds) runs on the eager kernels, with one
+-- warning per function and the reason in cm:stats().compile_log.  An
+-- interrupt or running out of memory is not such a limit: it goes on up.
+local function build_runner(st, captured, inputs)
+  local res = pack(pcall(build_runner_now, st, captured, inputs))
+  if res[1] then return unpack(res, 2, res.n) end
+  local why = tostring(res[2])
+  if why:find("interrupted", 1, true) or why:find("not enough memory", 1, true) then error(res[2], 0) end
+  st.stats.fallbacks = st.stats.fallbacks + 1
+  st.compile_logs[#st.compile_logs + 1] = why
+  if not st.warned_fallback then
+    st.warned_fallback = true
+    io.stderr:write(("fuselab: warning: this graph cannot be compiled (%s); it runs on the eager kernels\n"):format(
+      (why:gsub("\n.*", ""):gsub("^[%w_./-]+:%d+: ", ""))))
+  end
+  return eager_runner(captured), nil, captured
 end
 
 -- The executor the trace calls for each segment: the segment cache.

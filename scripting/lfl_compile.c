@@ -98,7 +98,9 @@ static void push_alias(lua_State *L, const ir_graph *g, const retspec *r, const 
     ok = ten_is_contiguous(arg);
     if (ok) {
       cur = *arg;
-      cur.m = out->m;
+      cur.m = out->m;                       /* the shape; where it lives is arg's */
+      cur.m.device = arg->m.device;
+      cur.m.wrapped = 0;
       ten_set_contiguous_strides(&cur);
       ten_share(lfl_newtensor(L), &cur);
     }
