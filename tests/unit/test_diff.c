@@ -9,7 +9,9 @@
 ** matmul as an extern step, on random shapes with broadcasting, size-1 and
 ** odd sizes (7, 33, 1023), in float32 with some int64, bool, float16 and
 ** bfloat16 values.  Graph i uses seed FUSELAB_DIFF_SEED + i, so any graph
-** can be rebuilt alone.
+** can be rebuilt alone.  One graph in three also writes one of its
+** results back into an input of its shape and dtype (an in-place update
+** captured, ir_add_writeback): the input after the run is compared too.
 **
 ** Compiling each graph with cc would take ~0.3 s apiece on this machine;
 ** instead BATCH graphs (fused and unfused programs both) are generated
@@ -104,24 +106,59 @@ static void report(const item *it, const char *what) {
   free(s);
 }
 
+/* One graph in three (by seed): a result written back into an input of
+** its type, the last output of that type that is not the input itself. */
+static void add_random_writeback(ir_graph *g, uint64_t seed) {
+  int o, i;
+  fl_err e;
+  if (seed % 3 != 0 || g->nout >= 8) return;   /* (outputs: at most 8) */
+  for (o = g->nout - 1; o >= 0; o--) {
+    const ir_node *src = &g->nodes[g->outputs[o]];
+    for (i = 0; i < g->n; i++) {
+      const ir_node *in = &g->nodes[i];
+      if (in->kind != IR_INPUT || i == g->outputs[o] || in->meta.dtype != src->meta.dtype ||
+          !meta_same_shape(&in->meta, &src->meta))
+        continue;
+      ir_add_writeback(g, g->outputs[o], i, &e);
+      return;
+    }
+  }
+}
+
+/* Fresh copies of the inputs at in (each run writes back into its own). */
+static void copy_inputs(const ir_graph *g, const fl_tensor *in, fl_tensor *out,
+                        const fl_tensor **outp) {
+  int i;
+  fl_err e;
+  for (i = 0; i < g->ninputs; i++) {
+    out[i].st = NULL;
+    if (ten_empty(&out[i], &in[i].m, &e) == FL_OK) ten_copy(&out[i], &in[i], &e);
+    outp[i] = &out[i];
+  }
+}
+
 /* run item it's programs and the reference on the same inputs */
 static void check_item(item *it) {
-  fl_tensor in[RG_MAXN], want[8], got[8];
-  const fl_tensor *inp[RG_MAXN];
+  fl_tensor in[RG_MAXN], ref_in[RG_MAXN], run_in[RG_MAXN], want[8], got[8];
+  const fl_tensor *inp[RG_MAXN], *runp[RG_MAXN];
   fl_err e;
   char why[1400];
   int i, f, o;
   memset(in, 0, sizeof in);
+  memset(ref_in, 0, sizeof ref_in);
+  memset(run_in, 0, sizeof run_in);
   memset(want, 0, sizeof want);
   rg_fill_inputs(it->g, in, it->seed);
-  for (i = 0; i < it->g->ninputs; i++) inp[i] = &in[i];
+  copy_inputs(it->g, in, ref_in, inp);
   if (ir_run(it->g, ref_apply, inp, it->g->ninputs, want, &e) != FL_OK) {
     /* the oracle refuses (e.g. pow of negative integers): not a compiler test */
     goto done;
   }
   for (f = 0; f < 2; f++) {
     memset(got, 0, sizeof got);
-    if (exec_program_run(it->pr[f], inp, it->g->ninputs, got, &e) != FL_OK) {
+    for (i = 0; i < it->g->ninputs; i++) ten_release(&run_in[i]);
+    copy_inputs(it->g, in, run_in, runp);
+    if (exec_program_run(it->pr[f], runp, it->g->ninputs, got, &e) != FL_OK) {
       snprintf(why, sizeof why, "%s run failed: %s", f ? "unfused" : "fused", e.msg);
       report(it, why);
     } else {
@@ -133,10 +170,22 @@ static void check_item(item *it) {
           break;
         }
       }
+      for (i = 0; i < it->g->ninputs; i++) {
+        char w2[300];
+        if (mismatch(&run_in[i], &ref_in[i], w2, sizeof w2)) {
+          snprintf(why, sizeof why, "%s input %d after its write-back: %s", f ? "unfused" : "fused", i, w2);
+          report(it, why);
+          break;
+        }
+      }
     }
     for (o = 0; o < 8; o++) ten_release(&got[o]);
   }
 done:
+  for (i = 0; i < RG_MAXN; i++) {
+    ten_release(&ref_in[i]);
+    ten_release(&run_in[i]);
+  }
   for (i = 0; i < RG_MAXN; i++) ten_release(&in[i]);
   for (o = 0; o < 8; o++) ten_release(&want[o]);
 }
@@ -144,7 +193,7 @@ done:
 int main(void) {
   const char *eg = getenv("FUSELAB_DIFF_GRAPHS"), *es = getenv("FUSELAB_DIFF_SEED");
   const char *et = getenv("FUSELAB_DIFF_SECONDS");
-  long total = eg ? atol(eg) : 2000, done = 0, skipped = 0;
+  long total = eg ? atol(eg) : 2000, done = 0, skipped = 0, wbs = 0;
   uint64_t seed0 = es ? strtoull(es, NULL, 10) : 1;
   double limit = et ? atof(et) : 1200, t0 = (double)time(NULL);
   uint64_t next = seed0;
@@ -164,6 +213,8 @@ int main(void) {
       memset(it, 0, sizeof *it);
       it->seed = next++;
       if (!(it->g = rg_random_graph(it->seed))) { skipped++; continue; }
+      add_random_writeback(it->g, it->seed);
+      wbs += it->g->nwb;
       for (f = 0; f < 2; f++) {
         fuse_plan *p;
         char prefix[32];
@@ -220,8 +271,8 @@ int main(void) {
     cache_forget_memory();
     if ((double)time(NULL) - t0 > limit) timed_out = 1;
   }
-  ok(failures == 0, "%ld random graphs (seeds %llu..%llu), fused and unfused, match the reference",
-     done, (unsigned long long)seed0, (unsigned long long)(next - 1));
+  ok(failures == 0, "%ld random graphs (seeds %llu..%llu; %ld write back into an input), fused and "
+     "unfused, match the reference", done, (unsigned long long)seed0, (unsigned long long)(next - 1), wbs);
   /* the time bound shortens a run on a slow or busy machine, never fails
   ** it: what ran is said, and at least one batch always runs */
   ok(done > 0, "checked %ld of %ld graphs in %.0f s", done, total, (double)time(NULL) - t0);
