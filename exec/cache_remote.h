@@ -9,11 +9,14 @@
 ** under the team's secret ($FUSELAB_REMOTE_CACHE_SECRET, else the file
 ** $FUSELAB_REMOTE_CACHE_SECRET_FILE: a regular file of the user's, mode
 ** 0600 or stricter).  Anything else is rejected, counted and warned about
-** once.  Connects in at most 200 ms, every command answers in at most 2 s;
+** once.  Connects in at most 200 ms, every command is written and
+** answered within 2 s in all (however the server trickles its bytes);
 ** any failure warns once and turns the remote off for the rest of the
 ** process: never a hang, never a failed compile.  Entries live
 ** $FUSELAB_REMOTE_CACHE_TTL seconds (default 30 days); one larger than
-** $FUSELAB_REMOTE_CACHE_MAX_MB (default 64) is neither written nor read.
+** $FUSELAB_REMOTE_CACHE_MAX_MB (default 64) is neither written nor read,
+** and a reply larger than that is not received: reading stops at its
+** header.  What the server says reaches warnings escaped.
 ** With the variable unset nothing here connects or allocates.  Internal to
 ** exec/; thread-safe.
 */
