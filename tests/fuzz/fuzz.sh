@@ -59,7 +59,7 @@ fi
 if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -o "$work/fuzz_npy" \
-     "$src/tests/fuzz/fuzz_npy.c" "$src/graph/npy.c" "$src/graph/tensor.c" "$src/graph/hostpool.c" \
+     "$src/tests/fuzz/fuzz_npy.c" "$src/graph/npy.c" "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" \
      "$src/graph/dtype.c" "$src/graph/err.c" "$src/graph/file.c" -lm >"$work/build.log" 2>&1; then
   sed 's/^/# /' "$work/build.log" | tail -20
   echo "not ok 1 - fuzz npy # the target did not build"
@@ -125,7 +125,7 @@ if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -o "$st/fuzz_safetensors" \
      "$src/tests/fuzz/fuzz_safetensors.c" "$src/graph/safetensors.c" \
-     "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/dtype.c" "$src/graph/err.c" \
+     "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" "$src/graph/dtype.c" "$src/graph/err.c" \
      "$src/graph/file.c" $cjson -lm >"$st/build.log" 2>&1; then
   sed 's/^/# /' "$st/build.log" | tail -20
   echo "not ok 2 - fuzz safetensors # the target did not build"
@@ -193,7 +193,7 @@ if ! command -v protoc-c >/dev/null 2>&1 ||
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -I"$ox" -o "$ox/fuzz_onnx" \
      "$src/tests/fuzz/fuzz_onnx.c" "$src/io/onnx.c" "$ox/io/onnx.pb-c.c" \
-     "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/dtype.c" "$src/graph/err.c" \
+     "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" "$src/graph/dtype.c" "$src/graph/err.c" \
      "$src/graph/file.c" $pbc -lm >>"$ox/build.log" 2>&1; then
   sed 's/^/# /' "$ox/build.log" | tail -20
   echo "not ok 3 - fuzz onnx # the target did not build"
