@@ -605,6 +605,15 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
     g = seg_graph(tr);
   }
   if (!meta_same_shape(&g->nodes[v].meta, &g->nodes[id].meta)) {
+    const fl_meta *vm = &g->nodes[v].meta, *dm = &g->nodes[id].meta;
+    int off = dm->ndim - vm->ndim, bad = off < 0;
+    for (d = 0; !bad && d < vm->ndim; d++)
+      bad = vm->shape[d] != 1 && vm->shape[d] != dm->shape[d + off];
+    if (bad) {                       /* eager's words (ten_copy) */
+      char s1[128], s2[128];
+      return luaL_error(L, "%s: broadcast_to: cannot broadcast %s to %s", what,
+                        meta_shape_str(vm, s1, sizeof s1), meta_shape_str(dm, s2, sizeof s2));
+    }
     op_attrs_init(OP_EXPAND, &a);
     a.ndims = g->nodes[id].meta.ndim;
     for (d = 0; d < a.ndims; d++) a.dims[d] = g->nodes[id].meta.shape[d];

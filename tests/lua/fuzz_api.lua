@@ -1,7 +1,8 @@
 -- fuzz_api.lua -- random calls of the tensor API with hostile arguments:
 -- sizes huge (2^31, 2^53, 2^62, 2^63), negative, NaN, inf, fractional or
 -- not numbers; views of views (expand, transpose, narrow, permute,
--- unsqueeze, squeeze, reshape, view); empty tensors; every dtype.  Each call
+-- unsqueeze, squeeze, reshape, view); empty tensors; every dtype; in-place
+-- writes through such views under fl.compile and fl.capture.  Each call
 -- runs under pcall and must either return or raise a Lua error string that
 -- names the op (DESIGN §5); the process must survive it (the sanitized
 -- build runs the same calls under ASan and UBSan).
@@ -329,6 +330,23 @@ local calls = {
   end,
   function(x) return {"fill_"}, method("fill_", number_arg()), true end,
   function(x) return {"zero_"}, method("zero_"), true end,
+  -- in-place writes captured (fl.compile, fl.capture) through a view made
+  -- with hostile arguments: the graph gets the write and its write-back
+  function(x)
+    local op = pick{"copy_", "add_", "sub_", "mul_", "div_", "fill_"}
+    local y = (op == "fill_" or R() < 0.3) and number_arg() or any_tensor()
+    local view, d, s, l = pick{"narrow", "transpose", "self"}, dim_arg(), size_arg(), size_arg()
+    local body = function(v)
+      local w = view == "narrow" and v:narrow(d, s, l) or view == "transpose" and v:transpose(d, 1) or v
+      w[op](w, y)
+      return v * 1
+    end
+    local how = pick{"compile", "capture"}
+    return {op, op:sub(1, -2), view, "capture", "compile", "graph"}, function(v)
+      if how == "compile" then return fl.compile(body)(v) end
+      return fl.capture(body, v)
+    end, true, fl.is_tensor(y) and y or nil
+  end,
 }
 
 -- what a call shows in verbose mode and in failure messages
