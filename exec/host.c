@@ -198,8 +198,16 @@ char *exec_program_host(const exec_program *pr) {
       }
     if (!first) strbuf_printf(&b, "\n");
   }
+  /* the captured in-place updates: after every kernel, into the caller's
+  ** storage (ir_writeback) */
+  for (i = 0; i < g->nwb; i++) {
+    char dst[96];
+    value_name(pr, g->outputs[ir_nresults(g) + i], nm, sizeof nm);
+    value_name(pr, g->wb[i], dst, sizeof dst);
+    strbuf_printf(&b, "  %s.copy_(%s)    # write-back: the in-place update of %s\n", dst, nm, dst);
+  }
   strbuf_printf(&b, "  return ");
-  for (i = 0; i < g->nout; i++) {
+  for (i = 0; i < ir_nresults(g); i++) {
     value_name(pr, g->outputs[i], nm, sizeof nm);
     strbuf_printf(&b, "%s%s", i ? ", " : "", nm);
   }

@@ -451,12 +451,29 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     n = agnode(v->root, name, 1);
     v->outn[i] = n;
     sb_reset(&b->tmp);
-    strbuf_printf(&b->tmp, "<b>output %d</b><br/><font point-size=\"9\">", i);
+    if (i < ir_nresults(g)) {
+      strbuf_printf(&b->tmp, "<b>output %d</b><br/><font point-size=\"9\">", i);
+    } else {
+      /* a captured in-place update: copied into the input or weight after
+      ** the graph ran, drawn as an arrow back to it */
+      const ir_node *d = &g->nodes[g->wb[i - ir_nresults(g)]];
+      strbuf_printf(&b->tmp, "<b>write-back into ");
+      viz_esc(&b->tmp, d->name ? d->name : "?");
+      strbuf_printf(&b->tmp, "</b><br/><font point-size=\"9\">");
+    }
     viz_esc(&b->tmp, viz_type_str(g, src, ty, sizeof ty));
     strbuf_printf(&b->tmp, "</font>");
     set_html(b, n, "label");
     style_node(b, n, VIZ_OUTPUT);
     draw_edge(b, v, src, disp(v, src), n, v->show[src] >= 0);
+    if (i >= ir_nresults(g)) {
+      Agedge_t *ed = agedge(b->G, n, disp(v, g->wb[i - ir_nresults(g)]), NULL, 1);
+      set(ed, "style", "dashed");
+      set(ed, "constraint", "false");
+      set(ed, "color", "#b03030");
+      set(ed, "fontcolor", "#b03030");
+      set(ed, "label", "in place");
+    }
   }
   if (g->n == 0) {
     /* an empty graph still makes a picture that says what it is */
