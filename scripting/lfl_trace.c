@@ -86,7 +86,7 @@ int lfl_trace_new_segment(lua_State *L, lfl_trace *tr, int tidx) {
     memset(tr->vof, 0, (size_t)tr->vcap * sizeof *tr->vof);
     memset(tr->vcur, 0, (size_t)tr->vcap * sizeof *tr->vcur);
   }
-  tr->nwrites = 0;
+  tr->nwrites = tr->ninternal = 0;
   if (tr->rec < 0) {
     tr->g = ir_new();
     if (!tr->g) return luaL_error(L, "capture: out of memory");
@@ -436,16 +436,16 @@ static void fake_base(const ir_node *nd, fl_tensor *t) {
   ten_set_contiguous_strides(t);
 }
 
-/* Node id is a view (or the leaf itself) of an argument or param whose
-** storage holds its root's latest value after the run: *out = that view
-** of the external's tensor. */
+/* Node id is a view (or the leaf itself) of an argument or param, or of
+** a version a write made of one: after the run that storage holds the
+** latest value, which any view of it sees, as in eager code: *out = that
+** view of the external's tensor. */
 static int view_of_external(const lfl_trace *tr, int id, fl_tensor *out) {
   const ir_graph *g = seg_graph(tr);
   int chain[64], n, b, r;
   const ext *x;
   if ((b = base_of(g, id, chain, &n)) < 0) return 0;
   r = root_of(tr, b);
-  if (latest_of(tr, r) != b) return 0;
   if (g->nodes[r].kind != IR_INPUT && g->nodes[r].kind != IR_PARAM) return 0;
   if (!(x = ext_of_node(tr, r)) || !x->val.st) return 0;
   if (g->nodes[r].meta.wrapped) return 0;
@@ -632,6 +632,7 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
   }
   set_version(L, tr, r, v);
   tr->nwrites++;
+  tr->ninternal += g->nodes[r].kind == IR_OP;
   return 1;
 }
 
@@ -806,21 +807,24 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
 
 static void push_break(lua_State *L, lfl_trace *tr, const char *what);
 
-/* Before a segment ends: a stale lazy (see WRITES) is refreshed, and a
-** lazy that is a view of an argument or a param gets a real view of it
-** (written back to by then), as eager code would hold: a write through
-** it after the break, or a write into the input after the call, is seen
-** where eager code sees it.  Its output index stays unique (-2 - node),
-** so a replay still tells it apart from the segment's outputs. */
+/* Before a segment ends: a lazy that is a view of an argument or a param
+** gets a real view of it (written back to by then), as eager code would
+** hold: a write through it after the break, or a write into the input
+** after the call, is seen where eager code sees it.  Its output index
+** stays unique (-2 - node), so a replay still tells it apart from the
+** segment's outputs.  A stale lazy of a value the segment computed (see
+** WRITES) is refreshed: only those alive, so the segment is collected
+** first -- a replay too, where such writes happened (it must refresh
+** what its recording refreshed), and never else (a replay's flush does
+** not collect). */
 static void settle_lazies(lua_State *L, lfl_trace *tr) {
   int tidx, lazy, n, i;
   lfl_trace_push_active(L);
   tidx = lua_gettop(L);
   tr->nsubst = 0;
   /* only what is alive: a recording's outputs are the lazies a full
-  ** collection leaves (a replay follows its record, and collects only
-  ** when it must refresh) */
-  if (tr->nwrites || tr->rec < 0) lua_gc(L, LUA_GCCOLLECT);
+  ** collection leaves */
+  if (tr->ninternal || tr->rec < 0) lua_gc(L, LUA_GCCOLLECT);
   lua_getiuservalue(L, tidx, UV_LAZY);
   lazy = lua_gettop(L);
   n = tr->rec >= 0 ? tr->cur : tr->g->n;
@@ -832,10 +836,11 @@ static void settle_lazies(lua_State *L, lfl_trace *tr) {
     t = lfl_totensor(L, -1);
     u = t ? lfl_ud_of(t) : NULL;
     if (u && lfl_islazy(t) && u->node == i && u->trace == tr->id && u->seg == tr->seg) {
-      nid = refresh(L, tr, i);
-      if (nid != i) relabel(L, t, i, nid);
-      if (view_of_external(tr, nid, &view)) {
+      if (!view_of_external(tr, i, &view)) {
+        if ((nid = refresh(L, tr, i)) != i) relabel(L, t, i, nid);
+      } else {
         int wrapped = t->m.wrapped;
+        nid = i;
         if (tr->nsubst == tr->substcap) {
           int cap = tr->substcap ? 2 * tr->substcap : 16, *ns = realloc(tr->subst, (size_t)cap * sizeof *ns);
           if (!ns) { ten_release(&view); luaL_error(L, "capture: out of memory"); }
@@ -887,7 +892,10 @@ static const char *hint_for(const char *what) {
     return "a tensor sharing storage with one written in place earlier in the "
            "graph is read here; the graph ends so the write lands first";
   if (strchr(what, '_') && what[strlen(what) - 1] == '_')
-    return "in-place ops have no lowering; write y = x + z instead of x:add_(z)";
+    return "in-place writes are captured through narrow, slice (step 1), transpose, "
+           "permute, reshape and x[i]; this one goes through a strided slice or an "
+           "expand, into a tensor made inside the function, or has symbolic sizes, so "
+           "it runs eagerly: write through such a view, or compute the value out of place";
   return "this operation has no lowering into a graph; it runs in Lua";
 }
 
@@ -897,7 +905,7 @@ static void break_reason(const char *what, char *reason, size_t n) {
   else if (strcmp(what, "aliased read") == 0)
     snprintf(reason, n, "aliased read: another view of storage written in place");
   else if (strchr(what, '_') && what[strlen(what) - 1] == '_')
-    snprintf(reason, n, "%s: in-place op on a traced tensor", what);
+    snprintf(reason, n, "%s: an in-place write the graph cannot express", what);
   else
     snprintf(reason, n, "%s() needs a concrete value", what);
 }

@@ -98,6 +98,7 @@ struct lfl_trace {
                               non-outputs alive at the flush are orphans) */
   int diverged;            /* a replay that recorded something */
   int nwrites;             /* in-place writes captured in this segment */
+  int ninternal;           /* of them, into values the segment computed */
   int *subst, nsubst, substcap;  /* nodes whose lazies got a real view of
                               an argument or param at this segment's end */
   int *vof, *vcur, vcap;   /* per node id + 1, 0 for none: the root a

@@ -14,7 +14,9 @@
 -- What it measures: the guards of one function, which changes recompile
 -- (shape, a global number, rebinding a weight) and which do not (new
 -- values, a weight changed in place), the cost of a cached call against
--- an eager one, and the cost of each recompile.
+-- an eager one, and the cost of each recompile; then a module's field
+-- (nn.Softmax's dim) as a guard, and a weight the function itself updates
+-- in place, captured into the graph.
 --
 -- Run: fuselab examples/lessons/02_capture_and_guards.lua   (about 2 s)
 
@@ -91,3 +93,28 @@ print(("the first call took %.1f ms and a recompile %.1f ms on average: a broken
   first_ms, sum / #recompile_ms))
 print(("about %.0f cached calls.  New values and in-place weight updates cost nothing."):format(
   (sum / #recompile_ms) * 1e3 / math.max(cached_us, 1e-3)))
+
+-- A module's fields are read while tracing too: each is a guard, named by
+-- its path.  And a write the function makes into a weight is captured:
+-- the graph ends with a write-back into the weight's storage.
+print("\nA module attribute is a guard: csm = fl.compile(nn.Softmax(2))")
+local sm = nn.Softmax(2)
+local csm = fl.compile(sm)
+local xs = fl.randn(4, 16)
+csm(xs)
+sm.dim = 1
+assert(fl.allclose(csm(xs), sm(xs), 1e-5, 1e-6), "compiled result differs from eager")
+print(("  sm.dim = 1, csm(x): RECOMPILED: %s"):format(csm:stats().recompile_reasons[1]))
+
+local seen = fl.zeros(1, 16)                  -- a running sum the function keeps
+local function tally(x)
+  seen:add_(x:sum(1, true))
+  return x * 2
+end
+local ct = fl.compile(tally)
+for _ = 1, 3 do ct(fl.ones(4, 16)) end
+print(("  seen:add_(x:sum(1, true)) compiled: 3 calls, seen[1][1] = %g (eager gives 12), %d compile(s), %d break(s)"):format(
+  seen[1][1], ct:stats().compiles, ct:stats().graph_breaks))
+for line in tostring(ct:graphs()[1]):gmatch("[^\n]+") do
+  if line:find("^  write") then print("  the graph ends with: " .. line:gsub("^%s+", "")) end
+end

@@ -4,23 +4,28 @@
 -- doc/DESIGN.md §2, fl.compile): capture turns the code into one whole
 -- flow chart (originally "将分散的指令变成整体流程图") that the compiler
 -- optimizes as a
--- whole.  Code that needs a concrete value in Lua (item() in an if, an
--- in-place update) cannot be drawn into the chart: the graph breaks into
--- segments.  fl.compile then works as Dynamo does: each segment is a
+-- whole.  Code that needs a concrete value in Lua (item() in an if)
+-- cannot be drawn into the chart: the graph breaks into segments.  An
+-- in-place update can be drawn: it becomes pure ops plus a write-back
+-- into the tensor's storage at the graph's end (AOTAutograd's
+-- functionalization); only a write the chart cannot express (through a
+-- strided slice) still breaks.  fl.compile then works as Dynamo does: each segment is a
 -- compiled graph with its own guards, and the Lua between them runs on
 -- every call.  A later call does not trace again: the Lua body runs, each
 -- op is checked against the recorded segment (same op, same inputs, same
 -- shapes), and the compiled segment runs at the break.  Taking the other
 -- side of the if records that segment once more (a recompile).  What a
 -- break still costs: the Lua runs, and the segments fuse apart.  Next to
--- a transformer block that is small; on small tensors (the add_ example)
--- it is most of the time, and rewriting the code as one graph wins it.
+-- a transformer block that is small; on small tensors (the in-place
+-- example) it is most of the time, and one graph wins it.
 --
 -- What it measures: a transformer block followed by a data-dependent
 -- decision in Lua (a number read with item()): the graphs and the break
 -- fl.explain finds, the segments fl.compile records and replays (traces,
 -- replays, recompiles), and median times of eager, compiled-with-break
--- and the fl.where rewrite; then an in-place add_ and its rewrite.
+-- and the fl.where rewrite; then in-place writes: add_ on a tensor and
+-- a fill_ through a narrow view (captured: one graph, its write-back in
+-- the listing) against a fill_ through a strided slice (a break).
 --
 -- Run: fuselab examples/lessons/03_graph_breaks.lua   (about 5 s)
 
@@ -49,16 +54,22 @@ local function step_where(x)
   return head(h):softmax(-1)
 end
 
--- 2. An in-place update of a traced tensor has no lowering.
+-- 2. In-place writes: captured where the graph can express them.
+local last_row = fl.zeros(1, 64)            -- state the step keeps (a weight)
 local function residual_inplace(x)
   local h = (x * 0.5):sigmoid()
-  h:add_(x)                                 -- in place: graph break
+  h:add_(x)                                 -- in place: captured
+  h:narrow(2, 1, 8):fill_(0)                -- through a view: captured
+  last_row:copy_(h:narrow(1, 1, 1))         -- into a weight: a write-back
   return h:relu()
 end
 
-local function residual(x)
+local function residual_strided(x)
   local h = (x * 0.5):sigmoid()
-  return (h + x):relu()
+  h:add_(x)
+  h:slice(2, 1, 16, 2):fill_(0)             -- through a strided slice: a break
+  last_row:copy_(h:narrow(1, 1, 1))
+  return h:relu()
 end
 
 -- fl.explain without its printout: the numbers only.
@@ -138,21 +149,26 @@ print(("  compiled with the break: %.2fx eager; the rewrite: %.2fx eager"):forma
 print(("  the rewrite against the break: %s\n"):format(
   fl.compare_times(tm[3].t, tm[2].t, {names = {"the rewrite", "the version with the break"}}).text))
 
--- ---- 2. the in-place add ----------------------------------------------------
-print("== x:add_(y)  ->  x + y")
+-- ---- 2. in-place writes -----------------------------------------------------
+print("== h:add_(x); h:narrow(2, 1, 8):fill_(0)   against   h:slice(2, 1, 16, 2):fill_(0)")
 local v = fl.randn(64, 64)
-local r1, r2 = explain(residual_inplace, v), explain(residual, v)
-for _, b in ipairs(r1.break_reasons) do
-  print(("  break: %s\n    at %s\n    hint: %s"):format(b.reason, b.where, b.hint))
+local r1, r2 = explain(residual_inplace, v), explain(residual_strided, v)
+print(("  narrow view: %d graph(s), %d break(s); the graph ends with its write-back:"):format(
+  r1.graph_count, r1.graph_break_count))
+for line in tostring(fl.capture(residual_inplace, v)):gmatch("[^\n]+") do
+  if line:find("^  write") then print("   " .. line) end
 end
-local c1, c2 = fl.compile(residual_inplace), fl.compile(residual)
-assert(close(c1(v), residual_inplace(v)) and close(c2(v), residual(v)), "compiled differs from eager")
-assert(close(residual_inplace(v), residual(v)), "the rewrite changes the result")
+for _, b in ipairs(r2.break_reasons) do
+  print(("  strided slice: break: %s\n    at %s\n    hint: %s"):format(b.reason, b.where, b.hint))
+end
+local c1, c2 = fl.compile(residual_inplace), fl.compile(residual_strided)
+assert(close(c1(v), residual_inplace(v)) and close(c2(v), residual_strided(v)), "compiled differs from eager")
 local tr = timings({residual_inplace, c1, c2}, v, 9, 20)
-print(("  %-10s %8s %8s %9s %22s"):format("", "graphs", "breaks", "kernels", "median us per call"))
-print(("  %-10s %8d %8d %9d %22.1f"):format("before", r1.graph_count, r1.graph_break_count, c1:stats().kernels, tr[2].med))
-print(("  %-10s %8d %8d %9d %22.1f"):format("after", r2.graph_count, r2.graph_break_count, c2:stats().kernels, tr[3].med))
-print(("  (eager: %.1f us)\n"):format(tr[1].med))
+print(("  %-14s %8s %8s %9s %22s"):format("", "graphs", "breaks", "kernels", "median us per call"))
+print(("  %-14s %8d %8d %9d %22.1f"):format("narrow view", r1.graph_count, r1.graph_break_count, c1:stats().kernels, tr[2].med))
+print(("  %-14s %8d %8d %9d %22.1f"):format("strided slice", r2.graph_count, r2.graph_break_count, c2:stats().kernels, tr[3].med))
+print(("  (eager: %.1f us); one graph against the break: %s\n"):format(tr[1].med,
+  fl.compare_times(tr[2].t, tr[3].t, {names = {"the captured write", "the break"}}).text))
 
 print(("Measured: the block's break splits it into %d compiled segments; after the first call of each side, "
   .. "calls replay them without tracing (%d traces in %d calls); the fl.where rewrite is one graph "
