@@ -24,6 +24,7 @@ case $why in
 esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-hostile.XXXXXX") || exit 1
+: >"$tmp/allerr"
 spid=
 stop_server() {
   if [ -n "$spid" ]; then kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi
@@ -73,6 +74,7 @@ machine() {
   res=$(env FUSELAB_CACHE_DIR="$tmp/$name" FUSELAB_REMOTE_CACHE="redis://127.0.0.1:$port" "$@" \
     timeout 30 "$FUSELAB" -e "$CODE" 2>"$tmp/err" | grep '^RESULT')
   t1=$(date +%s%N)
+  cat "$tmp/err" >>"$tmp/allerr"
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 }
 field() { echo "$res" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -151,5 +153,11 @@ check "... the same for AUTH's error" \
   sh -c "[ '$(field ok)' = true ] && grep -q -F 'AUTH: ERR \\x1b[2J' '$tmp/err'"
 check "... no raw ESC, BEL or CSI byte on stderr" clean_text
 stop_server
+
+if grep -q 'Sanitizer\|runtime error' "$tmp/allerr"; then
+  not_ok "no sanitizer reports"; sed 's/^/#   /' "$tmp/allerr"
+else
+  ok "no sanitizer reports"
+fi
 
 echo "1..$n"
