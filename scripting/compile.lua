@@ -181,12 +181,17 @@ local function reach(fn)
         local n = 0
         for _ in next, v do n = n + 1 if n > TABLE_MAX then break end end
         if n <= TABLE_MAX then
-          for k, x in next, v do
+          local keys = {}
+          for k in next, v do
             local tk = type(k)
-            if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then
-              add(k, x, name .. "." .. tostring(k))
-            end
+            if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then keys[#keys + 1] = k end
           end
+          table.sort(keys, function(a, b)     -- strings, then integers: a fixed order
+            local ta, tb = type(a), type(b)
+            if ta ~= tb then return ta == "string" end
+            return a < b
+          end)
+          for _, k in ipairs(keys) do add(k, rawget(v, k), name .. "." .. tostring(k)) end
         end
         local mt = getmetatable(v)
         if type(mt) == "table" and type(rawget(mt, "__index")) == "table" then
@@ -686,7 +691,7 @@ local function build_runner_now(st, captured, inputs)
   end
   if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
   stage("generate code")
-  local ok, log = prog:try_compile()
+  local ok, log, cause = prog:try_compile()
   stage("compile (or load)")
   if not ok then
     dump(nil)
@@ -694,8 +699,12 @@ local function build_runner_now(st, captured, inputs)
     st.compile_logs[#st.compile_logs + 1] = log
     if not st.warned_compile then
       st.warned_compile = true
-      io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
-        .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
+      if cause then   -- not the compiler's failure: no descriptor left, a full disk, Ctrl-C
+        io.stderr:write("fuselab: warning: " .. cause .. "; this graph runs on the eager kernels\n")
+      else
+        io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
+          .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
+      end
     end
     return eager_runner(g), nil, g
   end

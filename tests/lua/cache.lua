@@ -400,6 +400,8 @@ print(("AFTER %g %d %d"):format(again(x):sum():item(), again:stats().fallbacks, 
   t.ok((out:match("LOG ([^\n]*)") or ""):find("too many open files", 1, true) and not out:find("cc failed", 1, true),
        "... so does the compile log, and nothing blames the compiler")
   t.ok(out:find("AGAIN 9 ", 1, true), "... a graph whose object is on disk still runs (eagerly or not): " .. out:gsub("\n", " | "))
+  t.ok(out:find("warning: compile: too many open files", 1, true) and
+       not out:find("compiling the generated C failed", 1, true), "... the warning names the cause")
   t.ok(out:find("AFTER 9 0 1", 1, true),
        "... its entry was kept, and loads from disk once descriptors are free again: " .. out:gsub("\n", " | "))
 end
