@@ -224,6 +224,58 @@ local function reach(fn)
   return groups, funcs, cut
 end
 
+-- The guard groups as the program the C check runs (lfl_compile.c's
+-- run_guards; the step codes are its G_* codes): the groups' paths merged
+-- into a tree, walked depth first, so each table is reached once per call.
+local G = {ROOT_SELF = 1, ROOT_UP = 2, ROOT_GLOBAL = 3, DOWN = 4, DOWN_UP = 5, DOWN_META = 6,
+           DOWN_INNER = 7, CHECK = 8, CHECK_UP = 9, POP = 10}
+
+local function step_key(step)
+  if type(step) == "table" then return step[1] .. ":" .. tostring(step[2] or "") end
+  return type(step) .. ":" .. tostring(step)
+end
+
+local function guard_program(groups)
+  local tree = {kids = {}, order = {}}
+  for _, grp in ipairs(groups) do
+    local node = tree
+    for _, step in ipairs(grp.path) do
+      local k = step_key(step)
+      if not node.kids[k] then
+        node.kids[k] = {kids = {}, order = {}, step = step}
+        node.order[#node.order + 1] = node.kids[k]
+      end
+      node = node.kids[k]
+    end
+    node.items = grp.items
+  end
+  local prog, names = {}, {}
+  local function put(v) prog[#prog + 1] = v end
+  local function walk(node, depth)
+    for _, it in ipairs(node.items or {}) do
+      if type(it.step) == "table" then put(G.CHECK_UP); put(it.step[2])
+      else put(G.CHECK); put(it.step) end
+      put(it.value)
+      names[#names + 1] = it.name
+    end
+    for _, kid in ipairs(node.order) do
+      local st = kid.step
+      if depth == 0 then
+        if st[1] == "self" then put(G.ROOT_SELF)
+        elseif st[1] == "upvalue" then put(G.ROOT_UP); put(st[2])
+        else put(G.ROOT_GLOBAL) end
+      elseif type(st) ~= "table" then put(G.DOWN); put(st)
+      elseif st[1] == "up" then put(G.DOWN_UP); put(st[2])
+      elseif st[1] == "meta" then put(G.DOWN_META)
+      else put(G.DOWN_INNER) end
+      walk(kid, depth + 1)
+      put(G.POP)
+    end
+  end
+  walk(tree, 0)
+  return {prog = prog, names = names}
+end
+
 -- The value at the end of path (as the C guard walks it), or nil.
 local function resolve(fn, path)
   local root, v = path[1]
@@ -868,8 +920,8 @@ local function build_entry(st, info, args, dyn)
     spec.values[#spec.values + 1] = u
     text[#text + 1] = ("upvalue '%s' == %s"):format(u.name, tostring(u.value))
   end
+  spec.guards = guard_program(info.fields)
   for _, grp in ipairs(info.fields) do
-    spec.values[#spec.values + 1] = {kind = "path", path = grp.path, name = grp.name, items = grp.items}
     for _, it in ipairs(grp.items) do
       local v = it.value
       text[#text + 1] = type(v) == "function" and ("%s is the same function"):format(it.name)

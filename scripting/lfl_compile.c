@@ -146,7 +146,9 @@ enum { EUV_GRAPH = 1,   /* the fl.Graph owning g */
        EUV_PARAMS,      /* array of {path={root, k1, ...}, key=<lightuserdata>, name=} */
        EUV_CONSTS,      /* array of captured return values */
        EUV_PROGRAM,     /* the fl.Program compiled from g, or nil */
-       EUV_COUNT = EUV_PROGRAM };
+       EUV_GUARDS,      /* {prog = {...}, names = {...}}: the guard program
+                           on what the function reaches (run_guards) */
+       EUV_COUNT = EUV_GUARDS };
 
 /* uservalues of a compiled callable */
 enum { CUV_FN = 1,      /* the function or module compiled */
@@ -303,6 +305,8 @@ static int e_new(lua_State *L) {
   lua_setiuservalue(L, eidx, EUV_PARAMS);
   lua_getfield(L, 2, "consts");
   lua_setiuservalue(L, eidx, EUV_CONSTS);
+  lua_getfield(L, 2, "guards");
+  lua_setiuservalue(L, eidx, EUV_GUARDS);
   lua_getfield(L, 2, "program");
   en->pr = lfl_toprogram(L, -1);
   en->lua_prog = !en->pr && !lua_isnil(L, -1);
@@ -364,44 +368,88 @@ static void push_path(lua_State *L, int fnidx, int pidx) {
   }
 }
 
-/* The guard group at gidx ({path=, items={{step=, value=, name=}...}}: the
-** fields of one table, or upvalues of one function, compile.lua's reach)
-** still holds its values; else the reason names the first that changed
-** ("self.dim: expected 2, got 1") and 0. */
-static int check_fields(lua_State *L, int fnidx, int gidx, char *reason, size_t rn) {
-  lua_Integer k, n;
-  int top = lua_gettop(L), ok = 1;
-  lua_getfield(L, gidx, "path");
-  push_path(L, fnidx, lua_gettop(L));            /* the container */
-  lua_getfield(L, gidx, "items");
-  n = luaL_len(L, -1);
-  for (k = 1; k <= n && ok; k++) {
-    lua_rawgeti(L, -1, k);                       /* item */
-    lua_getfield(L, -1, "step");
-    if (lua_istable(L, -1)) {                    /* {"up", i} */
-      lua_rawgeti(L, -1, 2);
-      if (lua_type(L, top + 2) != LUA_TFUNCTION ||
-          !lua_getupvalue(L, top + 2, (int)lua_tointeger(L, -1)))
-        lua_pushnil(L);
-      lua_remove(L, -2);
-    } else if (lua_istable(L, top + 2)) {
-      lua_rawget(L, top + 2);
-      lua_pushnil(L);                            /* keep the stack shape */
-      lua_insert(L, -2);
-    } else {
-      lua_pushnil(L);
+/* The guards on what the function reaches (compile.lua's reach: fields
+** of the module and of tables, upvalues of the functions it reaches), as
+** a small program over one flat array, so a call walks each table once
+** and reads with rawgeti: ROOT_* push where a path starts, DOWN* push a
+** field, an upvalue, a metatable or a compiled callee's function of the
+** value on top, CHECK* compare one of its fields or upvalues with the
+** value captured, POP goes back up.  compile.lua's guard_program writes
+** it; the codes are the same there. */
+enum { G_ROOT_SELF = 1, G_ROOT_UP, G_ROOT_GLOBAL, G_DOWN, G_DOWN_UP, G_DOWN_META,
+       G_DOWN_INNER, G_CHECK, G_CHECK_UP, G_POP };
+
+static lua_Integer next_int(lua_State *L, int pidx, lua_Integer *pc) {
+  lua_Integer v;
+  lua_rawgeti(L, pidx, (*pc)++);
+  v = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* 1 when every guard of the program at gidx holds; else 0 and the reason
+** names the first value that changed ("self.dim: expected 2, got 1"). */
+static int run_guards(lua_State *L, int fnidx, int gidx, char *reason, size_t rn) {
+  lua_Integer pc = 1, n, checks = 0;
+  int top = lua_gettop(L), pidx, ok = 1;
+  lua_getfield(L, gidx, "prog");
+  pidx = lua_gettop(L);
+  n = (lua_Integer)lua_rawlen(L, pidx);
+  luaL_checkstack(L, 40, "compile: guards nested too deep");
+  while (ok && pc <= n) {
+    int op = (int)next_int(L, pidx, &pc);
+    switch (op) {
+    case G_ROOT_SELF: lua_pushvalue(L, fnidx); break;
+    case G_ROOT_UP:
+      if (!lua_getupvalue(L, fnidx, (int)next_int(L, pidx, &pc))) lua_pushnil(L);
+      break;
+    case G_ROOT_GLOBAL: lua_pushglobaltable(L); break;
+    case G_DOWN:
+      lua_rawgeti(L, pidx, pc++);
+      if (lua_istable(L, -2)) lua_rawget(L, -2);
+      else { lua_pop(L, 1); lua_pushnil(L); }
+      break;
+    case G_DOWN_UP: {
+      int i = (int)next_int(L, pidx, &pc);
+      if (lua_type(L, -1) != LUA_TFUNCTION || !lua_getupvalue(L, -1, i)) lua_pushnil(L);
+      break;
     }
-    lua_remove(L, -2);                           /* stack: item, now */
-    lua_getfield(L, -2, "value");
-    if (!lua_rawequal(L, -1, -2) || lua_type(L, -1) != lua_type(L, -2)) {
-      const char *want, *got;
-      lua_getfield(L, -3, "name");
-      want = luaL_tolstring(L, -2, NULL);
-      got = luaL_tolstring(L, -4, NULL);
-      snprintf(reason, rn, "%s: expected %s, got %s", lua_tostring(L, -3), want, got);
+    case G_DOWN_META:
+      if (!lua_getmetatable(L, -1)) lua_pushnil(L);
+      break;
+    case G_DOWN_INNER:
+      if (luaL_testudata(L, -1, COMPILED_TYPE)) lua_getiuservalue(L, -1, CUV_FN);
+      else lua_pushnil(L);
+      break;
+    case G_CHECK: case G_CHECK_UP: {
+      if (op == G_CHECK_UP) {
+        int i = (int)next_int(L, pidx, &pc);
+        if (lua_type(L, -1) != LUA_TFUNCTION || !lua_getupvalue(L, -1, i)) lua_pushnil(L);
+      } else {
+        lua_rawgeti(L, pidx, pc++);
+        if (lua_istable(L, -2)) lua_rawget(L, -2);
+        else { lua_pop(L, 1); lua_pushnil(L); }
+      }
+      lua_rawgeti(L, pidx, pc++);                /* stack: ..., now, want */
+      checks++;
+      if (!lua_rawequal(L, -1, -2) || lua_type(L, -1) != lua_type(L, -2)) {
+        const char *want, *got;
+        lua_getfield(L, gidx, "names");
+        lua_rawgeti(L, -1, checks);
+        want = luaL_tolstring(L, -3, NULL);
+        got = luaL_tolstring(L, -5, NULL);
+        snprintf(reason, rn, "%s: expected %s, got %s", lua_tostring(L, -3), want, got);
+        ok = 0;
+      } else {
+        lua_pop(L, 2);
+      }
+      break;
+    }
+    case G_POP: lua_pop(L, 1); break;
+    default:
+      snprintf(reason, rn, "compile: a guard program with an unknown step");
       ok = 0;
     }
-    lua_settop(L, top + 3);
   }
   lua_settop(L, top);
   return ok;
@@ -493,12 +541,6 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
       lua_rawgeti(L, -1, k);
       lua_getfield(L, -1, "kind");
       kind = lua_tostring(L, -1);
-      if (kind && strcmp(kind, "path") == 0) {
-        int ok = check_fields(L, fnidx, lua_gettop(L) - 1, reason, rn);
-        lua_pop(L, 2);
-        if (!ok) { lua_pop(L, 1); return 0; }
-        continue;
-      }
       lua_getfield(L, -2, "name");
       name = lua_tostring(L, -1);
       lua_getfield(L, -3, "value");
@@ -549,6 +591,13 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
       }
       lua_pop(L, 3);
     }
+  }
+  lua_pop(L, 1);
+  /* what the function reaches: module fields, tables, upvalues */
+  if (lua_getiuservalue(L, eidx, EUV_GUARDS) == LUA_TTABLE) {
+    int ok = run_guards(L, fnidx, lua_gettop(L), reason, rn);
+    lua_pop(L, 1);
+    return ok;
   }
   lua_pop(L, 1);
   return 1;
