@@ -193,12 +193,18 @@ local function reach(fn)
           end)
           for _, k in ipairs(keys) do add(k, rawget(v, k), name .. "." .. tostring(k)) end
         end
+        -- its class (methods through __index) and what calling it runs
         local mt = getmetatable(v)
-        if type(mt) == "table" and type(rawget(mt, "__index")) == "table" then
-          local child = {table.unpack(path)}
-          child[#child + 1] = {"meta"}
-          child[#child + 1] = "__index"
-          push(rawget(mt, "__index"), child, name .. "[class]", true)
+        if type(mt) == "table" then
+          for _, mm in ipairs{"__index", "__call"} do
+            local x = rawget(mt, mm)
+            if type(x) == "table" or type(x) == "function" then
+              local child = {table.unpack(path)}
+              child[#child + 1] = {"meta"}
+              child[#child + 1] = mm
+              push(x, child, name .. (mm == "__index" and "[class]" or "[call]"), true)
+            end
+          end
         end
       elseif not own_function(v) then
         funcs[#funcs + 1] = v
