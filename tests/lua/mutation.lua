@@ -307,9 +307,9 @@ do
     end
     return x
   end
-  local deadline, ran, bad, errors = os.clock() + 20, 0, nil, 0
+  local deadline, ran, bad, errors = fl.now() + 40, 0, nil, 0
   for case = 1, 150 do
-    if os.clock() > deadline then break end
+    if fl.now() > deadline then break end
     local shape = {math.random(4), math.random(5)}
     if math.random(2) == 1 then shape[3] = math.random(3) end
     local chain = {}
