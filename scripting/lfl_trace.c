@@ -572,10 +572,16 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
   r = root_of(tr, b);
   if (g->nodes[r].kind == IR_CONST || g->nodes[r].meta.wrapped) return 0;
   if (g->nodes[r].kind == IR_INPUT && g->nodes[r].meta.device != FL_DEV_CPU) return 0;
-  for (k = 0; k < n; k++)
-    if (has_sym(&g->nodes[chain[k]]) || unview(L, tr, chain[k], g->nodes[chain[k]].in[0], -1, 1) < 0)
-      return 0;
-  if (has_sym(&g->nodes[b])) return 0;
+  /* symbolic sizes: transposes, permutes and a narrow along a dim of
+  ** fixed size undo without computing a size; the other views would need
+  ** one (a break instead) */
+  for (k = 0; k < n; k++) {
+    const ir_node *c = &g->nodes[chain[k]], *p = &g->nodes[c->in[0]];
+    int sized = c->op == OP_NARROW || c->op == OP_SLICE
+                ? c->attrs.i[0] >= 0 && c->attrs.i[0] < p->meta.ndim && p->sym[c->attrs.i[0]] != 0
+                : c->op != OP_TRANSPOSE && c->op != OP_PERMUTE && (has_sym(c) || has_sym(p));
+    if (sized || unview(L, tr, chain[k], c->in[0], -1, 1) < 0) return 0;
+  }
   /* the views must be real ones in eager code too (a reshape of a
   ** non-contiguous tensor copies, and a write into the copy is lost) */
   if (g->nodes[r].kind == IR_INPUT || g->nodes[r].kind == IR_PARAM) {
@@ -604,20 +610,35 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
     v = record_ids(L, tr, OP_TO, &v, 1, &a, NULL);
     g = seg_graph(tr);
   }
-  if (!meta_same_shape(&g->nodes[v].meta, &g->nodes[id].meta)) {
-    const fl_meta *vm = &g->nodes[v].meta, *dm = &g->nodes[id].meta;
-    int off = dm->ndim - vm->ndim, bad = off < 0;
-    for (d = 0; !bad && d < vm->ndim; d++)
+  {
+    const ir_node *vn = &g->nodes[v], *dn = &g->nodes[id];
+    const fl_meta *vm = &vn->meta, *dm = &dn->meta;
+    int off = dm->ndim - vm->ndim, bad = off < 0, same = off == 0;
+    for (d = 0; !bad && d < vm->ndim; d++) {
       bad = vm->shape[d] != 1 && vm->shape[d] != dm->shape[d + off];
+      /* two symbolic sizes seen equal are equal whenever the graph runs:
+      ** the op that made the value checked they broadcast (sizes >= 2) */
+      same = same && vm->shape[d] == dm->shape[d] && !vn->sym[d] == !dn->sym[d];
+    }
     if (bad) {                       /* eager's words (ten_copy) */
       char s1[128], s2[128];
       return luaL_error(L, "%s: broadcast_to: cannot broadcast %s to %s", what,
                         meta_shape_str(vm, s1, sizeof s1), meta_shape_str(dm, s2, sizeof s2));
     }
-    op_attrs_init(OP_EXPAND, &a);
-    a.ndims = g->nodes[id].meta.ndim;
-    for (d = 0; d < a.ndims; d++) a.dims[d] = g->nodes[id].meta.shape[d];
-    v = record_ids(L, tr, OP_EXPAND, &v, 1, &a, NULL);
+    if (!same) {
+      /* broadcast to the target's shape; a symbolic size is the target's
+      ** size expression (an attribute slot of the expand) */
+      int asym[IR_NASYM];
+      memset(asym, 0, sizeof asym);
+      op_attrs_init(OP_EXPAND, &a);
+      a.ndims = dm->ndim;
+      for (d = 0; d < a.ndims; d++) {
+        a.dims[d] = dm->shape[d];
+        if (d >= off && !vn->sym[d - off] != !dn->sym[d] && vm->shape[d - off] != 1) return 0;
+        asym[d] = dn->sym[d];
+      }
+      v = record_ids(L, tr, OP_EXPAND, &v, 1, &a, asym);
+    }
   }
   for (k = 0; k < n; k++) {
     v = unview(L, tr, chain[k], seg_graph(tr)->nodes[chain[k]].in[0], v, 0);
