@@ -775,6 +775,7 @@ static int t_inplace(lua_State *L) {
   ** captured write; else (or where that cannot be) it runs eagerly */
   if (traced) lfl_dispatch(L, op, in, 2, &a);
   else {
+    t = lfl_checkdata(L, 1, what);   /* a lazy of an ended capture: its value */
     check_writable(L, t, what);
     lfl_dispatch_eager(L, op, in, 2, &a);
   }
