@@ -507,6 +507,8 @@ local function trace_body(tr, fn, names, dyn, args)
   for i = 1, args.n do
     if is_tensor(args[i]) then
       targs[i] = tr:input(args[i], names[i], dyn[i])
+    elseif dyn[i] == true then          -- a number that is a graph input
+      targs[i] = tr:input_number(args[i], names[i])
     else
       targs[i] = args[i]
     end
@@ -594,7 +596,7 @@ local function new_stats()
           remote_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
           kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
-          specializations = {}, autotune = {}}
+          specializations = {}, autotune = {}, dynamic_numbers = {}}
 end
 
 local function eager_runner(g)
@@ -912,6 +914,11 @@ local function build_entry(st, info, args, dyn)
       for _, k in ipairs(d) do dset[k] = true end
       for k, n in ipairs(a.shape) do dims[k] = dset[k] and ("s(>=2)") or tostring(n) end
       text[#text + 1] = ("%s: %s[%s] on %s"):format(name, a.dtype, table.concat(dims, ","), a.device)
+    elseif dyn[i] == true then
+      -- a graph input: any value of its kind runs this graph
+      local int = math.type(a) == "integer"
+      spec.args[i] = {tensor = false, number = int and 2 or 1, name = name}
+      text[#text + 1] = ("%s: any %s (a graph input)"):format(name, int and "integer" or "float")
     else
       spec.args[i] = {tensor = false, name = name}
       spec.values[#spec.values + 1] = {kind = "arg", key = i, name = name, value = a}
@@ -1013,6 +1020,12 @@ local function slow(st, reason, argi, dim, ...)
   if recompiling then
     stats.recompile_reasons[#stats.recompile_reasons + 1] = reason
     debug_line("recompile: %s", reason)
+    if st.opts.dynamic == nil and argi < 0 and not st.dyn_num[-argi] then
+      -- automatic dynamic for numbers (as Dynamo's for a float): the
+      -- number that changed is a graph input from now on
+      st.dyn_num[-argi] = true
+      stats.dynamic_numbers[#stats.dynamic_numbers + 1] = st.names[-argi]
+    end
     if st.opts.dynamic == nil and argi > 0 then
       -- automatic dynamic shapes: every size that changed since the last
       -- trace becomes symbolic (0 and 1 never do: they change broadcasting)
@@ -1042,7 +1055,10 @@ local function slow(st, reason, argi, dim, ...)
   local dyn = {}
   for i = 1, args.n do
     local a = args[i]
-    if is_tensor(a) and st.sym_failed then
+    if type(a) == "number" and not st.num_failed and not st.replaying
+       and (st.dyn_num[i] or st.opts.dynamic == true) then
+      dyn[i] = true                     -- a graph input, not a constant
+    elseif is_tensor(a) and st.sym_failed then
       dyn[i] = {}
     elseif is_tensor(a) then
       local d = {}
@@ -1081,16 +1097,18 @@ local function slow(st, reason, argi, dim, ...)
   st.ntraces = st.ntraces + 1
   local okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
   local any_dyn = false
-  for _, d in pairs(dyn) do any_dyn = any_dyn or #d > 0 end
+  for _, d in pairs(dyn) do any_dyn = any_dyn or d == true or #d > 0 end
   if not okt and any_dyn then
     -- most likely the Lua code needed a plain number where a symbolic size
-    -- went (a loop bound, string.format's %d, math.floor): trace again
-    -- with every size static, and say so (a real error comes back again)
-    note_specialization(st, "a symbolic size reached Lua code that needs a plain number ("
-      .. tostring(info):match("^[^\n]*") .. "); these sizes are static")
+    -- or a number input went (a loop bound, string.format's %d,
+    -- math.floor, a comparison): trace again with every size and number
+    -- static, and say so (a real error comes back again)
+    note_specialization(st, "a symbolic size or number reached Lua code that needs a plain number ("
+      .. tostring(info):match("^[^\n]*") .. "); these are static")
     dyn = {}
     for i = 1, args.n do if is_tensor(args[i]) then dyn[i] = {} end end
-    st.sym_failed = true
+    st.sym_failed, st.num_failed = true, true
+    stats.dynamic_numbers = {}            -- none is an input any more
     okt, info = pcall(trace_call, st.fn, st.opts, st.names, dyn, st.exec, false, st.plan, ...)
   end
   if not okt then
@@ -1218,6 +1236,10 @@ function methods.explain(cm)
     for _, g in ipairs(s.guards) do lines[#lines + 1] = "  " .. g end
   end
   for _, r in ipairs(s.recompile_reasons) do lines[#lines + 1] = "recompiled: " .. r end
+  if #s.dynamic_numbers > 0 then
+    lines[#lines + 1] = "number arguments that are graph inputs (they changed value; any value reuses the graph): "
+      .. table.concat(s.dynamic_numbers, ", ")
+  end
   for _, r in ipairs(s.specializations) do lines[#lines + 1] = "specialized: " .. r end
   for _, b in ipairs(s.break_reasons) do
     lines[#lines + 1] = ("graph break: %s (%s)\n  hint: %s"):format(b.reason, b.where, b.hint)
@@ -1247,7 +1269,7 @@ function fl.compile(fn, opts)
     fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
-    auto_dyn = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
+    auto_dyn = {}, dyn_num = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
     ntraces = 0,
   }
   st.exec = make_exec(st)

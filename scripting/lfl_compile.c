@@ -40,6 +40,10 @@ typedef struct argspec {
   int ndim;
   int64_t shape[FL_MAX_DIMS];
   unsigned dyn;                  /* bit d: dim d is symbolic (any size >= 2) */
+  int number;                    /* a Lua number that is a graph input (a
+                                    0-d tensor, as Dynamo's automatic
+                                    dynamic makes a changed float one):
+                                    1 a float, 2 an integer */
   char name[32];                 /* for reasons: "x" */
 } argspec;
 
@@ -219,6 +223,8 @@ static int e_new(lua_State *L) {
     lua_getfield(L, t, "tensor");
     a->is_tensor = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    a->number = get_int(L, t, "number");
+    if (a->number) en->input_arg[en->ninputs++] = i;
     if (a->is_tensor) {
       int d;
       lua_getfield(L, t, "dtype");
@@ -251,7 +257,7 @@ static int e_new(lua_State *L) {
   }
   lua_pop(L, 1);
   if (en->ninputs != g->ninputs)
-    return luaL_error(L, "compile: %d tensor arguments but the graph has %d inputs",
+    return luaL_error(L, "compile: %d tensor (or number) arguments but the graph has %d inputs",
                       en->ninputs, g->ninputs);
   lua_getfield(L, 2, "rets");
   n = (int)luaL_len(L, -1);
@@ -457,7 +463,8 @@ static int run_guards(lua_State *L, int fnidx, int gidx, char *reason, size_t rn
 
 /* Writes why arguments at base.. (nargs of them) fail e's guards into
 ** reason and returns 0; returns 1 when every guard holds.  *argi and *dim
-** name a failed tensor size (for automatic dynamic shapes), else 0. */
+** name a failed tensor size (for automatic dynamic shapes); *argi is -k
+** when number argument k changed value; else both are 0. */
 static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
                  int nargs, char *reason, size_t rn, int *argi, int *dim) {
   int i, d;
@@ -469,6 +476,17 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
   for (i = 0; i < en->nargs; i++) {
     const argspec *a = &en->arg[i];
     const fl_tensor *t;
+    if (a->number) {
+      /* any value of its kind: the graph reads it as an input */
+      if (lua_type(L, base + i) != LUA_TNUMBER || (a->number == 2) != lua_isinteger(L, base + i)) {
+        snprintf(reason, rn, "%s: expected %s, got %s", a->name,
+                 a->number == 2 ? "an integer" : "a float",
+                 lua_type(L, base + i) != LUA_TNUMBER ? lfl_typename(L, base + i) :
+                 lua_isinteger(L, base + i) ? "an integer" : "a float");
+        return 0;
+      }
+      continue;
+    }
     if (!a->is_tensor) continue;
     t = lfl_totensor(L, base + i);
     if (t && lfl_islazy(t)) lfl_trace_resolve(L, (fl_tensor *)t);
@@ -513,7 +531,10 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
     int64_t vars[IR_MAX_SYMX], vals[IR_MAX_SYMX];
     fl_err e;
     int k;
-    for (i = 0; i < en->ninputs; i++) im[i] = &lfl_totensor(L, base + en->input_arg[i])->m;
+    static const fl_meta scalar_meta;             /* a number input: 0-d */
+    for (i = 0; i < en->ninputs; i++)
+      im[i] = en->arg[en->input_arg[i]].number ? &scalar_meta
+                                               : &lfl_totensor(L, base + en->input_arg[i])->m;
     ir_sym_vars(en->g, im, vars);
     err_clear(&e);
     if (ir_sym_eval(en->g, vars, vals, &e) != FL_OK) {
@@ -556,6 +577,9 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
         lua_remove(L, -2);
       }
       same = lua_rawequal(L, -1, -3) && lua_type(L, -1) == lua_type(L, -3);
+      if (!same && kind && strcmp(kind, "arg") == 0 && lua_type(L, -1) == LUA_TNUMBER &&
+          lua_type(L, -3) == LUA_TNUMBER)
+        *argi = -(int)lua_tointeger(L, -2);    /* a number argument changed value */
       if (!same) {
         const char *want = luaL_tolstring(L, -3, NULL);
         const char *got = luaL_tolstring(L, -2, NULL);
@@ -610,7 +634,10 @@ static void run_lua_program(lua_State *L, int eidx, const entry *en, int base) {
   lua_getiuservalue(L, eidx, EUV_PROGRAM);
   lua_getfield(L, -1, "run");
   lua_insert(L, -2);
-  for (i = 0; i < en->ninputs; i++) lua_pushvalue(L, base + en->input_arg[i]);
+  for (i = 0; i < en->ninputs; i++) {
+    if (en->arg[en->input_arg[i]].number) lfl_pushscalar(L, base + en->input_arg[i]);
+    else lua_pushvalue(L, base + en->input_arg[i]);
+  }
   lua_call(L, en->ninputs + 1, en->g->nout);
 }
 
@@ -620,12 +647,14 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   fl_tensor *outs;
   fl_err e;
   int i;
-  luaL_checkstack(L, en->nret + en->g->nout + 8, "compiled: too many results");
+  luaL_checkstack(L, en->nret + en->g->nout + en->ninputs + 8, "compiled: too many results");
   if (en->lua_prog) {
     run_lua_program(L, eidx, en, base);
     goto results;
   }
-  for (i = 0; i < en->ninputs; i++) in[i] = lfl_totensor(L, base + en->input_arg[i]);
+  for (i = 0; i < en->ninputs; i++)
+    in[i] = en->arg[en->input_arg[i]].number ? lfl_pushscalar(L, base + en->input_arg[i])
+                                             : lfl_totensor(L, base + en->input_arg[i]);
   outs = lua_newuserdatauv(L, (size_t)(en->g->nout + 1) * sizeof *outs, 0);
   memset(outs, 0, (size_t)(en->g->nout + 1) * sizeof *outs);
   err_clear(&e);

@@ -1184,6 +1184,7 @@ static int tr_input(lua_State *L) {
     return luaL_error(L, "capture: inputs must be declared first");
   id = ir_add_input(tr->g, &x->m, name, &e);
   if (id < 0) return lfl_raise(L, "capture", &e);
+  tr->g->nodes[id].meta.wrapped = x->m.wrapped;   /* a number stays weakest in promotion */
   if (lua_istable(L, 4)) {
     lua_Integer n = luaL_len(L, 4), k;
     for (k = 1; k <= n; k++) {
@@ -1216,6 +1217,18 @@ static int tr_input(lua_State *L) {
   tr->narg++;
   lfl_trace_push_lazy(L, tr, id);
   return 1;
+}
+
+/* tr:input_number(v, name) -> lazy proxy for a number argument that is a
+** graph input (a 0-d tensor of its kind, weakest in type promotion as a
+** Lua number is): Dynamo's automatic dynamic for a float or an int that
+** changed between calls. */
+static int tr_input_number(lua_State *L) {
+  luaL_checknumber(L, 2);
+  lfl_pushscalar(L, 2);
+  lua_replace(L, 2);
+  lua_settop(L, 3);
+  return tr_input(L);
 }
 
 /* Stop recording; the trace is no longer active.  Restores nothing else:
@@ -1437,6 +1450,7 @@ static int l_trace_reset(lua_State *L) {
 static const luaL_Reg trace_methods[] = {
   {"input", tr_input}, {"finish", tr_finish}, {"abort", tr_abort},
   {"node_of", tr_node_of}, {"result_of", tr_result_of}, {"params", tr_params},
+  {"input_number", tr_input_number},
   {NULL, NULL}
 };
 

@@ -79,15 +79,23 @@ end
 print("\n== Row 1: stable inference (one shape, always the same function)\n")
 local stable = fl.checklist(head, {inputs = {fl.randn(32, features)}, name = "head, batch 32 only"})
 
--- Frequent changes: an experimenter changes a setting between runs.  A
--- number the function is called with is a guard; each new value is a new
--- graph, in any mode.
-print("\n== Row 2: frequent changes (a temperature changed between runs)\n")
+-- Frequent changes: an experimenter switches a choice between runs (which
+-- activation).  A string or boolean the function is called with is a
+-- guard, in fuselab as in torch.compile: each new choice is a new graph,
+-- in any mode.  A float is different: after it changes once it becomes a
+-- graph input (torch.compile's automatic dynamic does the same), so a new
+-- temperature costs no compile.
+print("\n== Row 2: frequent changes (the activation switched between runs)\n")
 local function tempered(x, temperature) return (x / temperature):softmax(-1) end
+local function switched(x, act) return (x * 0.5)[act](x * 0.5):softmax(-1) end
 local x = fl.randn(32, features)
 local runs = {}
-for i, t in ipairs{0.7, 0.8, 0.9, 1.1, 1.3} do runs[i] = {x, t} end
-local changing = fl.checklist(tempered, {inputs = {x, 0.5}, shapes = runs, name = "tempered, new temperature each run"})
+for i, a in ipairs{"gelu", "tanh", "sigmoid", "silu", "relu"} do runs[i] = {x, a} end
+local changing = fl.checklist(switched, {inputs = {x, "relu"}, shapes = runs, name = "switched, new activation each run"})
+local ct = fl.compile(tempered)
+for _, t in ipairs{0.5, 0.7, 0.8, 0.9, 1.1, 1.3} do ct(x, t) end
+print(("\nSix temperatures, one function compiled: %d compiles (%s); the float became a graph input: %s"):format(
+  ct:stats().compiles, ct:stats().recompile_reasons[1], table.concat(ct:stats().dynamic_numbers, ", ")))
 
 print("\n== Row 3: dynamic input shapes (the batch sizes above)\n")
 local sweep = {}
@@ -102,7 +110,7 @@ end
 row("stable inference", stable, stable.break_even_calls
   and ("saves %d%% per call after %d calls"):format(math.floor(stable.saving * 100 + 0.5), stable.break_even_calls)
   or "compiled is not faster")
-row("frequent changes (new temperature)", changing,
+row("frequent changes (new activation)", changing,
   ("%d recompiles over %d runs, hit rate %d%%"):format(changing.recompiles, #runs + 1,
     math.floor(changing.cache_hit_rate * 100 + 0.5)))
 row("dynamic shapes (batch 8..64)", dynamic,

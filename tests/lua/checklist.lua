@@ -168,15 +168,22 @@ d, text = fl._checklist_recommend(case{recompiles_static = 0, recompiles = 0, ca
 t.ok(d == "eager" and text:find("no clear difference here", 1, true), "within the noise: " .. text)
 t.ok(rd.max_abs_err < 1e-3, "accurate over the sweep")
 
--- ---- frequent changes: a plain argument that changes every call is a
--- guard that fails every time, in either mode
-local function scaled(y, s) return (y * s + 1):relu() end
+-- ---- frequent changes: a choice the experimenter switches every run (a
+-- string: which activation) is a guard that fails every time, in either
+-- mode; a float that changes becomes a graph input after one recompile,
+-- as torch.compile's automatic dynamic makes it
+local function switched(y, act) return (y * 0.5 + 1)[act](y * 0.5 + 1) end
 local y = fl.randn(64, 64)
-local rc = fl.checklist(scaled, {inputs = {y, 0.5}, shapes = {{y, 1.5}, {y, 2.5}, {y, 3.5}},
-                                 quiet = true, calls = 3})
-t.ok(rc.recompiles >= 3, "a changing value recompiles in dynamic mode too (" .. rc.recompiles .. ")")
+local rc = fl.checklist(switched, {inputs = {y, "relu"}, shapes = {{y, "gelu"}, {y, "tanh"}, {y, "sigmoid"}},
+                                   quiet = true, calls = 3})
+t.ok(rc.recompiles >= 3, "a changing choice recompiles in dynamic mode too (" .. rc.recompiles .. ")")
 t.is(rc.decision, "eager", "frequent changes: eager")
 t.ok(rc.recommendation:find("^eager"), "the sentence says eager: " .. rc.recommendation)
+local function scaled(z, s) return (z * s + 1):relu() end
+local rf = fl.checklist(scaled, {inputs = {y, 0.5}, shapes = {{y, 1.5}, {y, 2.5}, {y, 3.5}},
+                                 quiet = true, calls = 3})
+t.is(rf.recompiles, 1, "a changing float: one recompile, then a graph input")
+t.ok(rf.recompiles_static >= 3, "with dynamic=false each value recompiles (" .. rf.recompiles_static .. ")")
 
 -- ---- outputs holding infinities and NaN: compiled and eager agree exactly
 -- (log(0) = -inf, log(-1) = NaN, an int64 timestamp), so nothing differs
