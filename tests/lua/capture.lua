@@ -281,4 +281,35 @@ do
   t.ok(k:source():find("\27", 1, true) == nil, "and never reach the generated source raw")
 end
 
+-- ---- numbers as graph inputs (automatic dynamic, as torch.compile's floats)
+do
+  local function tempered(x, temperature) return (x / temperature):softmax(-1) end
+  local x = fl.randn(4, 8)
+  local cf, cd = fl.compile(tempered), fl.compile(tempered, {dynamic = true})
+  local cs = fl.compile(tempered, {dynamic = false})
+  local ok = true
+  for _, temp in ipairs{0.5, 0.7, 0.8, 0.9, 1.1, 1.3} do
+    ok = ok and close(cf(x, temp), tempered(x, temp)) and close(cd(x, temp), tempered(x, temp))
+      and close(cs(x, temp), tempered(x, temp))
+  end
+  t.ok(ok, "six temperatures: compiled equals eager in every mode")
+  t.is(cf:stats().compiles, 2, "automatic: one recompile, then the float is a graph input")
+  t.is(cf:stats().dynamic_numbers, {"temperature"}, "stats name it")
+  t.ok(table.concat(cf:stats().guards, "\n"):find("temperature: any float (a graph input)", 1, true),
+       "the guards say so")
+  t.is(cd:stats().compiles, 1, "dynamic=true: an input from the start")
+  t.is(cs:stats().compiles, 6, "dynamic=false: a graph per value")
+  cf(x, 2)
+  t.is(cf:stats().recompile_reasons[2], "temperature: expected a float, got an integer",
+       "an integer where a float was: a guard that names it")
+  local function takes(y, n) return y:narrow(2, 1, n):sum() end
+  local ct = fl.compile(takes)
+  local okt = true
+  for _, n in ipairs{2, 3, 4} do okt = okt and close(ct(x, n), takes(x, n)) end
+  t.ok(okt and ct:stats().compiles == 3 and #ct:stats().dynamic_numbers == 0,
+       "an integer used as a size stays specialized")
+  t.ok(table.concat(ct:stats().specializations, "\n"):find("needs a plain number", 1, true),
+       "and the specialization says why")
+end
+
 t.done()
