@@ -66,6 +66,13 @@ static int cores_online(void) {
 
 double meas_now(void) { return clock_s(CLOCK_MONOTONIC); }
 
+double meas_break_even(double cold_ms, double eager_ms, double steady_ms) {
+  double gain = eager_ms - steady_ms, n;
+  if (!(gain > 0)) return -1;
+  n = ceil((cold_ms - steady_ms) / gain);
+  return n < 1 ? 1 : n;
+}
+
 void meas_begin(meas_window *w) {
   w->wall = clock_s(CLOCK_MONOTONIC);
   w->self_cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);

@@ -45,6 +45,12 @@ typedef struct meas_summary {
 
 /* Monotonic seconds (a clock read, nothing else). */
 double meas_now(void);
+/* The calls after which compiling has paid for itself: n compiled calls
+** (the cold one, then n - 1 steady ones) cost what n eager calls do when
+** n = (cold - steady) / (eager - steady), rounded up, at least 1; -1 when
+** steady is no faster than eager.  The one definition: the checklist,
+** the report and the lessons all print this number. */
+double meas_break_even(double cold_ms, double eager_ms, double steady_ms);
 
 /* Starts a window (what meas_summarize compares the machine against). */
 void meas_begin(meas_window *w);

@@ -552,11 +552,10 @@ function fl.checklist(fn, opts)
   r.fallbacks = cold_fallbacks + steady_cm:stats().fallbacks + dy.fallbacks
   r.fallbacks_static = st.fallbacks
 
-  -- break-even: n calls compiled (cold, then n-1 steady) cost what n eager
-  -- calls do when n = (cold - eager) / (eager - steady)
+  -- break-even: the one definition (fl._break_even, the report's too)
   local function break_even(steady, verdict)
     if verdict.verdict <= 0 then return nil end   -- not clearly faster: never
-    return math.max(1, math.ceil((r.cold_ms - r.eager_ms) / (r.eager_ms - steady)))
+    return fl._break_even(r.cold_ms, r.eager_ms, steady)
   end
   r.break_even_calls = break_even(r.steady_ms, r.verdict)
   r.break_even_dynamic = break_even(r.steady_dynamic_ms, r.verdict_dynamic)

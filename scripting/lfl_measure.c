@@ -234,8 +234,18 @@ static int l_compare_times(lua_State *L) {
   return 1;
 }
 
+/* fl._break_even(cold_ms, eager_ms, steady_ms) -> calls, or nil when
+** steady is no faster (meas_break_even) */
+static int l_break_even(lua_State *L) {
+  double n = meas_break_even(luaL_checknumber(L, 1), luaL_checknumber(L, 2), luaL_checknumber(L, 3));
+  if (n < 0) lua_pushnil(L);
+  else lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
 static const luaL_Reg measure_funcs[] = {
   {"compare_times", l_compare_times},
+  {"_break_even", l_break_even},
   {NULL, NULL}
 };
 

@@ -751,8 +751,7 @@ static void verdict(lua_State *L, rep *R) {
     snprintf(buf, sizeof buf, "The first call was warm (no compiler ran: its kernels came from a cache): the calls "
              "a cold compile needs to pay for itself are the go-live checklist's to count.");
   else if (r->cold_ms >= 0) {
-    double extra = r->cold_ms - r->eager_ms, gain = r->eager_ms - r->steady_ms;
-    double calls = extra <= 0 ? 1 : 1 + ceil(extra / gain);
+    double calls = meas_break_even(r->cold_ms, r->eager_ms, r->steady_ms);
     snprintf(buf, sizeof buf, "Compilation pays for itself after %.0f call%s.", calls, calls == 1 ? "" : "s");
   } else return;
   lua_pushstring(L, buf);

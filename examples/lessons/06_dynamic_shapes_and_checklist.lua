@@ -107,9 +107,10 @@ print(("%-38s %-8s %s"):format("row", "decision", "measured"))
 local function row(name, r, extra)
   print(("%-38s %-8s %s"):format(name, r.decision, extra))
 end
+-- a saving only where the checklist's verdict found one beyond the noise
 row("stable inference", stable, stable.break_even_calls
   and ("saves %d%% per call after %d calls"):format(math.floor(stable.saving * 100 + 0.5), stable.break_even_calls)
-  or "compiled is not faster")
+  or (stable.verdict.verdict == 0 and "no clear difference (within the noise)" or "compiled is slower"))
 row("frequent changes (new activation)", changing,
   ("%d recompiles over %d runs, hit rate %d%%"):format(changing.recompiles, #runs + 1,
     math.floor(changing.cache_hit_rate * 100 + 0.5)))

@@ -156,4 +156,9 @@ do
   t.ok(out == "nil\t500\nGOMP_SPINCOUNT=500: set by you\n", "a stale reason is not shown: " .. out)
 end
 
+-- the break-even count: one definition (the checklist's and the report's)
+t.is(fl._break_even(10, 2, 1), 9, "cold 10 ms, eager 2, steady 1: 9 calls (1 cold + 8 steady = 18 ms = 9 eager)")
+t.is(fl._break_even(1.5, 2, 1), 1, "a cold call no slower than eager pays at once")
+t.is(fl._break_even(10, 1, 1), nil, "no faster: never")
+
 t.done()
