@@ -427,9 +427,14 @@ local function report(r, name, nshapes, calls)
   else
     line("     break-even          never: compiled is not clearly faster")
   end
-  line("  3. cache hit rate      %s x %d rounds: static %s (%s), dynamic %s (%s)",
-    plural(nshapes, "input"), ROUNDS, pct(r.cache_hit_rate_static), plural(r.recompiles_static, "recompile"),
-    pct(r.cache_hit_rate), plural(r.recompiles, "recompile"))
+  if not r.cache_hit_rate_measured then
+    -- one input called again always hits: a rate of nothing measured
+    line("  3. cache hit rate      not measured: one input only (shapes = {...} sweeps changing inputs)")
+  else
+    line("  3. cache hit rate      %s x %d rounds: static %s (%s), dynamic %s (%s)",
+      plural(nshapes, "input"), ROUNDS, pct(r.cache_hit_rate_static), plural(r.recompiles_static, "recompile"),
+      pct(r.cache_hit_rate), plural(r.recompiles, "recompile"))
+  end
   if r.recompiles_static > 0 then
     line("     dynamic build       %s", r.timing.steady_dynamic.text)
   end
@@ -518,6 +523,7 @@ function fl.checklist(fn, opts)
   fl.set_rng_state(rng_after)
   if not ok then error(st, 0) end
   r.cache_hit_rate, r.cache_hit_rate_static = dy.hit_rate, st.hit_rate
+  r.cache_hit_rate_measured = #list > 1
   r.recompiles, r.recompiles_static = dy.recompiles, st.recompiles
   r.recompile_reasons, r.recompile_reasons_static = dy.reasons, st.reasons
   r.timing.steady_dynamic = timed(calls, dy.cm, inputs)

@@ -651,7 +651,14 @@ static void fill_checklist(lua_State *L, rep *R, int c) {
     r->break_even = lfl_viz_keep(L, R->keep);
     lua_pop(L, 1);
   }
-  if ((v = field_num(L, c, "cache_hit_rate", -1)) >= 0) {
+  lua_getfield(L, c, "cache_hit_rate_measured");
+  if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) {
+    /* one input called again always hits: not a rate to show */
+    lua_pushliteral(L, "not measured (one input: shapes = {...} sweeps changing ones)");
+    rows[n].item = "cache hit rate";
+    rows[n].value = lfl_viz_keep(L, R->keep);
+    rows[n++].verdict = 0;
+  } else if ((v = field_num(L, c, "cache_hit_rate", -1)) >= 0) {
     char buf[32];
     snprintf(buf, sizeof buf, "%.0f%%", v <= 1 ? v * 100 : v);
     lua_pushstring(L, buf);
@@ -659,6 +666,7 @@ static void fill_checklist(lua_State *L, rep *R, int c) {
     rows[n].value = lfl_viz_keep(L, R->keep);
     rows[n++].verdict = (v <= 1 ? v : v / 100) >= 0.9 ? 1 : (v <= 1 ? v : v / 100) < 0.5 ? -1 : 0;
   }
+  lua_pop(L, 1);
   if ((v = field_num(L, c, "recompiles", -1)) >= 0) {
     lua_pushfstring(L, "%d", (int)v);
     rows[n].item = "recompiles";

@@ -93,6 +93,11 @@ local quiet_text = printed(function()
   return fl.checklist(stable, {inputs = {fl.randn(64, 64)}, quiet = true, calls = 3})
 end)
 t.is(quiet_text, "", "quiet = true prints nothing")
+local one_text = printed(function()
+  return fl.checklist(function(z) return z:exp() end, {inputs = {fl.randn(8, 8)}, calls = 3})
+end)
+t.ok(one_text:find("cache hit rate      not measured", 1, true) and not one_text:find("static 100%", 1, true),
+     "one input and no shapes: the hit rate is not measured, and says so")
 
 -- ---- coverage: an in-place write the graph cannot express (through a
 -- strided slice) is a break; one it can is captured
