@@ -279,11 +279,30 @@ local function origins(before, after)
   return #parts > 0 and table.concat(parts, ", ") or "none compiled"
 end
 
-local function first_calls(fn, inputs)
+-- fl.cache_origins(before [, after]) -> "3 compiled, 1 from disk": where
+-- the kernels loaded between two fl.cache_info() readings came from.
+fl.cache_origins = function(before, after) return origins(before, after or fl.cache_info()) end
+
+-- fl.with_empty_cache(fn, ...) -> fn's results, run with a new, empty
+-- kernel cache: every kernel is compiled there and then (a cold start, the
+-- same on the first rehearsal and in front of the class); the user's
+-- cache is untouched and back in place after, also on error.
+function fl.with_empty_cache(fn, ...)
+  if type(fn) ~= "function" then error("with_empty_cache: expected a function, got " .. type(fn), 2) end
   local dir = fl._mkdtemp()
   local saved = fl._cache_use_dir(dir)
-  local res = pack(pcall(function()
-    fl._cache_forget_memory()
+  fl._cache_forget_memory()
+  local res = pack(pcall(fn, ...))
+  pcall(fl.cache_clear)             -- only the private directory's entries
+  fl._cache_forget_memory()
+  fl._cache_use_dir(saved)
+  os.remove(dir)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, res.n)
+end
+
+local function first_calls(fn, inputs)
+  return fl.with_empty_cache(function()
     local cold = fl.compile(fn)
     local c0 = fl.cache_info()
     local t0 = fl.now()
@@ -305,12 +324,7 @@ local function first_calls(fn, inputs)
     fl.synchronize()
     local warm_ms = ms_since(t0)
     return cold_ms, warm_ms, warm, cold_fallbacks, cold_from, origins(c0, fl.cache_info())
-  end))
-  pcall(fl.cache_clear)             -- only the private directory's entries
-  fl._cache_use_dir(saved)
-  os.remove(dir)
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, res.n)
+  end)
 end
 
 -- Calls a fresh fl.compile(fn, copts) on every argument list of the sweep,

@@ -93,6 +93,25 @@ local quiet_text = printed(function()
   return fl.checklist(stable, {inputs = {fl.randn(64, 64)}, quiet = true, calls = 3})
 end)
 t.is(quiet_text, "", "quiet = true prints nothing")
+-- cold means cold: an empty cache of its own each time, the user's back after
+do
+  local dir0, n0 = fl.cache_info().dir, fl.cache_info().entries
+  local okw, err = pcall(fl.with_empty_cache, function()
+    fl.compile(function(z) return z:cos() * 3 end)(fl.randn(5))
+    error("boom")
+  end)
+  t.ok(not okw and tostring(err):find("boom", 1, true) and fl.cache_info().dir == dir0
+       and fl.cache_info().entries == n0, "with_empty_cache: the user's cache is back, untouched, after an error")
+  local function cold_origin()
+    return fl.with_empty_cache(function()
+      local c0 = fl.cache_info()
+      fl.compile(function(z) return z:sin() * 7 end)(fl.randn(5))
+      return fl.cache_origins(c0)
+    end)
+  end
+  t.is(cold_origin(), "1 compiled", "a cold start compiles")
+  t.is(cold_origin(), "1 compiled", "and again the second time: a rehearsal leaves it cold")
+end
 local one_text = printed(function()
   return fl.checklist(function(z) return z:exp() end, {inputs = {fl.randn(8, 8)}, calls = 3})
 end)
