@@ -267,16 +267,20 @@ end
 -- earlier run).  Warm: the same directory with the loaded objects
 -- forgotten, as a new process finds it.  The user's directory is back in
 -- place before this returns or raises.
--- Where the kernels of one first call came from: "3 compiled", "2 from
+-- Where the programs of one first call came from: "3 compiled", "2 from
 -- disk, 1 from remote", from the process's cache counters before and after.
+-- The cache holds programs (one compiled object per graph, each with all
+-- its kernels), so these count programs, not kernels.
 local function origins(before, after)
   local parts = {}
-  local function add(n, what) if n > 0 then parts[#parts + 1] = ("%d %s"):format(n, what) end end
+  local function add(n, what)
+    if n > 0 then parts[#parts + 1] = ("%d program%s %s"):format(n, n == 1 and "" or "s", what) end
+  end
   add(after.misses - before.misses, "compiled")
   add(after.disk_hits - before.disk_hits, "from disk")
   add((after.remote and after.remote.hits or 0) - (before.remote and before.remote.hits or 0), "from remote")
   add(after.hits - before.hits, "from memory")
-  return #parts > 0 and table.concat(parts, ", ") or "none compiled"
+  return #parts > 0 and table.concat(parts, ", ") or "no program loaded"
 end
 
 -- fl.cache_origins(before [, after]) -> "3 compiled, 1 from disk": where
@@ -311,6 +315,7 @@ local function first_calls(fn, inputs)
     local cold_ms = ms_since(t0)
     local cold_from = origins(c0, fl.cache_info())
     local cold_fallbacks = cold:stats().fallbacks
+    cold_from = ("%d kernel%s: %s"):format(cold:stats().kernels, cold:stats().kernels == 1 and "" or "s", cold_from)
     -- drop every holder of the loaded objects, so the next load maps the
     -- file again as a new process would, rather than finding it mapped
     cold = nil
@@ -430,9 +435,9 @@ local function report(r, name, nshapes, calls)
   line("  1. operator coverage   %d/%d ops supported, %s%s", cov.supported, cov.total,
     plural(r.graph_breaks, "graph break"),
     #cov.unsupported > 0 and ("; not supported: " .. table.concat(cov.unsupported, ", ")) or "")
-  line("  2. first call (cold)   %.1f ms (one run): capture, generate, compile, run (kernels: %s)",
+  line("  2. first call (cold)   %.1f ms (one run): capture, generate, compile, run (%s)",
     r.cold_ms, r.cold_from)
-  line("     warm start          %.1f ms (one run), as a new process (kernels: %s)", r.warm_ms, r.warm_from)
+  line("     warm start          %.1f ms (one run), as a new process (%s)", r.warm_ms, r.warm_from)
   line("     steady state        compiled %s", r.timing.steady.text)
   line("                         eager    %s", r.timing.eager.text)
   line("                         %s", r.verdict.text)

@@ -54,7 +54,7 @@ local function step(what, x)
   if s.compiles > last.compiles then
     local why = s.recompiles > last.recompiles and s.recompile_reasons[#s.recompile_reasons]
     outcome = (why and ("RECOMPILED: " .. why) or "compiled (first call)")
-      .. " [kernels: " .. fl.cache_origins(c0) .. "]"
+      .. " [" .. fl.cache_origins(c0) .. "]"
   else
     outcome = "cache hit"
   end

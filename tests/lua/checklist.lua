@@ -109,8 +109,8 @@ do
       return fl.cache_origins(c0)
     end)
   end
-  t.is(cold_origin(), "1 compiled", "a cold start compiles")
-  t.is(cold_origin(), "1 compiled", "and again the second time: a rehearsal leaves it cold")
+  t.is(cold_origin(), "1 program compiled", "a cold start compiles")
+  t.is(cold_origin(), "1 program compiled", "and again the second time: a rehearsal leaves it cold")
 end
 local one_text = printed(function()
   return fl.checklist(function(z) return z:exp() end, {inputs = {fl.randn(8, 8)}, calls = 3})
