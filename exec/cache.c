@@ -34,6 +34,7 @@
 #include "cache.h"
 #include "cache_disk.h"
 #include "cache_remote.h"
+#include "exec/measure.h"
 
 #ifndef FL_CC_DEFAULT
 #define FL_CC_DEFAULT "cc"
@@ -479,9 +480,9 @@ static int compile_to(const char *cd, const char *head, const char *const *units
   size_t *len = NULL;
   int ok[MAX_JOBS + 1];
   pid_t pid[MAX_JOBS];
-  double limit = cdisk_timeout(), deadline = cdisk_now() + limit;
+  double limit = cdisk_timeout(), deadline = meas_now() + limit;
   char what[160];
-  cdisk_note note = {what, cdisk_now(), 0, 0};
+  cdisk_note note = {what, meas_now(), 0, 0};
   struct stat st;
   *fd = -1;
   {

@@ -29,6 +29,7 @@
 #include "../graph/env.h"
 #include "../graph/err.h"
 #include "cache_disk.h"
+#include "exec/measure.h"
 
 /* ---- trusting a directory ----------------------------------------------- */
 
@@ -351,7 +352,7 @@ pid_t cdisk_spawn(const char *cmd, int out_fd) {
 }
 
 static void note_draw(cdisk_note *note) {
-  double now = cdisk_now();
+  double now = meas_now();
   const char *off = getenv("FUSELAB_PROGRESS");
   if (!note || now - note->t0 < 1.0 || now - note->drawn < 0.25) return;
   if ((off && strcmp(off, "0") == 0) || !isatty(2)) return;
@@ -392,7 +393,7 @@ int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline, cdisk_note *n
     }
     if (left == 0) break;
     if (fl_interrupt) why = CDISK_INTR;
-    else if (cdisk_now() >= deadline) why = CDISK_TIMEOUT;
+    else if (meas_now() >= deadline) why = CDISK_TIMEOUT;
     if (why != CDISK_DONE) {
       for (i = 0; i < n; i++)
         if (!done[i]) {
@@ -415,7 +416,7 @@ int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline, cdisk_note *n
 int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
   int p[2], ok = 0, why;
   size_t got = 0;
-  double deadline = cdisk_now() + timeout;
+  double deadline = meas_now() + timeout;
   pid_t pid;
   buf[0] = '\0';
   if (pipe2(p, O_CLOEXEC) != 0) return 0;
@@ -424,7 +425,7 @@ int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout) {
   if (pid < 0) { close(p[0]); return 0; }
   for (;;) {
     struct pollfd pf = {p[0], POLLIN, 0};
-    int ms = (int)((deadline - cdisk_now()) * 1e3);
+    int ms = (int)((deadline - meas_now()) * 1e3);
     ssize_t r;
     char sink[512];
     if (ms <= 0 || fl_interrupt) break;

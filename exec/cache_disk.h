@@ -94,7 +94,6 @@ int cdisk_wait(const pid_t *pids, int n, int *ok, double deadline, cdisk_note *n
 ** pipe (stderr must be a tty), and FUSELAB_PROGRESS=0 turns it off. */
 struct cdisk_note { const char *what; double t0, drawn; int shown; };
 void cdisk_note_done(cdisk_note *note);
-double cdisk_now(void);
 /* Run cmd (as cdisk_spawn) and collect its output, at most n-1 bytes,
 ** NUL-terminated; 1 when it exited 0 within timeout seconds. */
 int cdisk_capture(const char *cmd, char *buf, size_t n, double timeout);

@@ -40,6 +40,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+#include "exec/measure.h"
 #endif
 
 #define MAGIC "FLRC1"
@@ -196,18 +197,12 @@ static void reply_free(reply *r) {
   r->str = NULL;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Wait for the socket to be ready for ev (POLLIN, POLLOUT) before the
 ** deadline: 0, or -1 with msg set. */
 static int wait_ready(int fd, short ev, double deadline, char *msg, size_t n) {
   for (;;) {
     struct pollfd p = {fd, ev, 0};
-    double left = deadline - now_s();
+    double left = deadline - meas_now();
     int rc;
     if (left <= 0) {
       snprintf(msg, n, "no complete answer within %g s", COMMAND_S);
@@ -291,7 +286,7 @@ static char *format_command(int argc, const char **argv, const size_t *lens, siz
 ** may quote the server). */
 static int command(int argc, const char **argv, const size_t *lens, size_t max_bulk,
                    reply *r, char *msg, size_t mn) {
-  double deadline = now_s() + COMMAND_S;
+  double deadline = meas_now() + COMMAND_S;
   char line[REPLY_LINE_MAX + 2], q[64];
   size_t have = 0, end, cmdlen;
   long long len;

@@ -14,12 +14,7 @@
 #include "../fuse/render.h"
 #include "../graph/rng.h"
 #include "../graph/view.h"
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "exec/measure.h"
 
 static char *dupstr(const char *s) {
   size_t n = strlen(s) + 1;
@@ -352,7 +347,7 @@ int exec_compile_batch(exec_program **prs, int n, fl_err *e) {
   void *image = NULL;
   char *log = NULL;
   strbuf head;
-  double t0 = now_ms();
+  double t0 = meas_now() * 1e3;
   int i, nunits = 0, how = 0, rc;
   memset(&head, 0, sizeof head);
   if (!plans || batch_units(prs, n, &units, &nunits)) {
@@ -380,7 +375,7 @@ int exec_compile_batch(exec_program **prs, int n, fl_err *e) {
     pr->image = rc == FL_OK ? be->image_retain(image) : NULL;
     pr->loaded = 0;
     pr->how = how;
-    pr->compile_ms = now_ms() - t0;
+    pr->compile_ms = meas_now() * 1e3 - t0;
   }
   if (image) be->image_release(image);
   free(log);
@@ -709,10 +704,10 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
       pr->kept_skips++;
       if (pr->profile) pr->last_ms[k] = 0;
     } else {
-      if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = now_ms();
+      if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = meas_now() * 1e3;
       if (rc == FL_OK) rc = be->launch(&r, k, e);
       if (pr->profile && rc == FL_OK && (rc = be->sync(e)) == FL_OK) {
-        pr->last_ms[k] = now_ms() - t0;
+        pr->last_ms[k] = meas_now() * 1e3 - t0;
         pr->kernel_ms[k] += pr->last_ms[k];
         pr->kernel_ran[k]++;
       }

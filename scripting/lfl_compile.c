@@ -688,12 +688,6 @@ results:
 
 /* ---- the callable ---------------------------------------------------------- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* cm(...): first entry whose guards hold runs; else, for a function whose
 ** Lua runs each call (graph breaks), its recorded segments replay; else
 ** the Lua slow path slow(state, reason, argi, dim, ...) decides (trace,
@@ -720,10 +714,10 @@ static int call_inner(lua_State *L, compiled *c) {
       if (c->debug >= 1)
         fprintf(stderr, "fuselab: cache hit: cached graph %d of %d (%d ops)\n", k, n,
                 ir_op_count(en->g));
-      if (c->debug >= 2) t0 = now_s();
+      if (c->debug >= 2) t0 = meas_now();
       nr = run_entry(L, eidx, en, 2);
       if (c->debug >= 2 && en->pr) {
-        double dt = now_s() - t0, t[RECENT_CALLS];
+        double dt = meas_now() - t0, t[RECENT_CALLS];
         long m = c->nruns < RECENT_CALLS ? c->nruns : RECENT_CALLS;
         char med[200] = "", fmt[160];
         if (m >= 3) {
@@ -771,7 +765,7 @@ static int call_inner(lua_State *L, compiled *c) {
 /* cm(...): call_inner, timed (the times the report and stats show). */
 static int c_call(lua_State *L) {
   compiled *c = (compiled *)luaL_checkudata(L, 1, COMPILED_TYPE);
-  double t0 = now_s(), dt;
+  double t0 = meas_now(), dt;
   int n;
   if (lfl_trace_active(L)) {
     /* called while another function is captured: its body is traced
@@ -783,7 +777,7 @@ static int c_call(lua_State *L) {
     return lua_gettop(L);
   }
   n = call_inner(L, c);
-  dt = (now_s() - t0) * 1e3;
+  dt = (meas_now() - t0) * 1e3;
   if (c->timed == 0) c->first_ms = dt;
   else if (c->timed == 1) c->second_ms = dt;
   else c->recent[(c->timed - 2) % RECENT_CALLS] = dt;

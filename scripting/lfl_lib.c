@@ -18,6 +18,7 @@
 #include "graph/npy.h"
 #include "graph/rng.h"
 #include "gpu/cuda.h"
+#include "exec/measure.h"
 
 /* ---------------------------------------------------------------------- */
 /* shared helpers                                                         */
@@ -645,9 +646,7 @@ static int l_set_rng_state(lua_State *L) {
 }
 
 static int l_now(lua_State *L) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+  lua_pushnumber(L, (lua_Number)meas_now());
   return 1;
 }
 

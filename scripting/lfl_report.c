@@ -32,12 +32,6 @@ static const char *const report_keys[] = {
   "subtitle", "inputs", "calls", "checklist", NULL
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- timings ------------------------------------------------------------- */
 
 /* Calls the value at f (with the value at self first when self != 0) on
@@ -51,11 +45,11 @@ static double time_call(lua_State *L, int f, int self, int in, const char *which
   n = (int)luaL_len(L, in);
   luaL_checkstack(L, n + 4, "report: too many inputs");
   for (i = 1; i <= n; i++) lua_geti(L, in, i);
-  t0 = now_s();
+  t0 = meas_now();
   if (lua_pcall(L, n + (self != 0), LUA_MULTRET, 0) != LUA_OK)
     luaL_error(L, "report: timing %s on opts.inputs failed: %s", which,
                luaL_tolstring(L, -1, NULL));
-  dt = now_s() - t0;
+  dt = meas_now() - t0;
   lua_settop(L, top);
   return dt * 1e3;
 }
@@ -529,13 +523,13 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
   }
   p = lfl_viz_plan_at(L, plan, "report");
   if (inputs && prog) {
-    double t0 = now_s(), compile_ms;
+    double t0 = meas_now(), compile_ms;
     int g;
     if (!pr->image) {
       push_method(L, prog, "compile");
       lua_call(L, 1, 0);
     }
-    compile_ms = (now_s() - t0) * 1e3;
+    compile_ms = (meas_now() - t0) * 1e3;
     lua_getfield(L, prog, "run");
     r->cold_ms = compile_ms + time_call(L, lua_gettop(L), prog, inputs, "the program");
     r->warm_ms = time_call(L, lua_gettop(L), prog, inputs, "the program");
