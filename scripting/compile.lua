@@ -1391,3 +1391,77 @@ function fl.mark_dynamic(x, d)
   fl._dynamic_marks[x] = m
   return x
 end
+
+-- ---- g:diff(g2): what a pass changed ------------------------------------------
+
+-- Each node's canonical form: its listing line with the source comment
+-- left out and every %id replaced by the canonical number of that node
+-- (interned in `canon`, shared by both graphs), so a node both graphs
+-- compute the same way has the same number whatever its id.  Returns the
+-- lines {id, text, canon} in order, and the write-back and return lines.
+local function canonical_lines(g, canon)
+  local lines, byid, tail = {}, {}, {}
+  local text = tostring(g)
+  local header = text:match("^graph%((.-)%) {")
+  for id, decl in (header or ""):gmatch("%%(%d+): ([^,]+)") do
+    local key = "input " .. decl
+    canon[key] = canon[key] or (#canon + 1)
+    if canon[key] == #canon + 1 then canon[#canon + 1] = key end
+    byid[tonumber(id)] = canon[key]
+  end
+  for line in text:gmatch("[^\n]+") do
+    local id, rhs = line:match("^  %%(%d+) = (.-)%s*$")
+    if id then
+      rhs = rhs:gsub("    # .*$", "")
+      local key = rhs:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
+      if not canon[key] then canon[#canon + 1] = key; canon[key] = #canon end
+      byid[tonumber(id)] = canon[key]
+      lines[#lines + 1] = {id = tonumber(id), text = line:gsub("    # .*$", ""), canon = canon[key]}
+    elseif line:match("^  write ") or line:match("^  return ") then
+      local key = line:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
+      tail[#tail + 1] = {text = line:gsub("^%s+", ""), canon = key}
+    end
+  end
+  return lines, tail
+end
+
+-- g:diff(g2) -> {added = {lines}, removed = {lines}, kept = n}: prints g2's
+-- listing with each node g does not compute marked "+", then g's nodes
+-- g2 no longer computes marked "-" (a node counts as the same when it is
+-- the same op with the same attributes, type and inputs, whatever its id).
+local GraphMethods = debug.getregistry()["fl.Graph"].__index
+function GraphMethods.diff(g1, g2)
+  if not (type(g2) == "userdata" and getmetatable(g2) == getmetatable(g1)) then
+    error("diff: expected a Graph to compare with, got " .. type(g2), 2)
+  end
+  local canon = {}
+  local a, ta = canonical_lines(g1, canon)
+  local b, tb = canonical_lines(g2, canon)
+  local in_a, in_b = {}, {}
+  for _, l in ipairs(a) do in_a[l.canon] = true end
+  for _, l in ipairs(b) do in_b[l.canon] = true end
+  local out, added, removed, kept = {}, {}, {}, 0
+  for _, l in ipairs(b) do
+    if in_a[l.canon] then
+      kept = kept + 1
+      out[#out + 1] = "  " .. l.text:sub(3)
+    else
+      added[#added + 1] = l.text
+      out[#out + 1] = "+ " .. l.text:sub(3)
+    end
+  end
+  for _, l in ipairs(a) do
+    if not in_b[l.canon] then
+      removed[#removed + 1] = l.text
+      out[#out + 1] = "- " .. l.text:sub(3)
+    end
+  end
+  local function joined(t, k) local r = {} for i, x in ipairs(t) do r[i] = x[k] end return table.concat(r, "; ") end
+  if joined(ta, "canon") ~= joined(tb, "canon") then
+    out[#out + 1] = ("  results: %s (was: %s)"):format(joined(tb, "text"), joined(ta, "text"))
+  end
+  table.insert(out, 1, ("%d node(s) kept, %d added (+), %d removed (-)"):format(kept, #added, #removed))
+  local text = table.concat(out, "\n")
+  print(text)
+  return fl._shown({added = added, removed = removed, kept = kept, text = text})
+end

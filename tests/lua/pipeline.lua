@@ -262,4 +262,19 @@ do
   t.is(#n:outputs(), 1, "capture: non-tensor results are not graph outputs")
 end
 
+-- g:diff: what a pass changed, by structure (ids shift as passes rebuild)
+do
+  local g = fl.capture(function(x) return (x:gelu() * 1 + 0):softmax(-1) end, fl.randn(2, 3))
+  local d = g:decompose{quiet = true}
+  local saved = print
+  print = function() end
+  local same = d:diff(d)
+  local r = d:diff(d:optimize{quiet = true})
+  print = saved
+  t.ok(#same.added == 0 and #same.removed == 0 and same.kept == #d:nodes() - 1, "a graph against itself: nothing changed")
+  local removed = table.concat(r.removed, "\n")
+  t.ok(removed:find("mul%(%%%d+, %%%d+%)") and removed:find("const 1 : int64") and r.kept >= 8,
+       "optimize's x * 1 shows as removed, the decomposed gelu as kept: " .. r.text)
+end
+
 t.done()
