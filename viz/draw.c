@@ -642,9 +642,16 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
     strbuf_printf(&b->tmp, "<font point-size=\"14\"><b>");
     if (st->label) viz_esc_max(&b->tmp, st->label, 80);
     else strbuf_printf(&b->tmp, "%s", i > 0 ? "after" : st->kernels ? "before" : "before (op by op)");
-    strbuf_printf(&b->tmp, "</b></font><br/><font point-size=\"11\">%d kernel%s \xc2\xb7 "
-                  "%d buffer%s \xc2\xb7 %s moved</font>",
-                  kernels, kernels == 1 ? "" : "s", buffers, buffers == 1 ? "" : "s",
+    strbuf_printf(&b->tmp, "</b></font><br/><font point-size=\"11\">");
+    if (!st->kernels && st->g && ir_op_count(st->g) != kernels) {
+      /* the drawing shows every op; views and constants run no kernel */
+      int ops = ir_op_count(st->g);
+      strbuf_printf(&b->tmp, "%d op%s drawn, %d of them kernel%s (views run none) \xc2\xb7 ",
+                    ops, ops == 1 ? "" : "s", kernels, kernels == 1 ? "" : "s");
+    } else {
+      strbuf_printf(&b->tmp, "%d kernel%s \xc2\xb7 ", kernels, kernels == 1 ? "" : "s");
+    }
+    strbuf_printf(&b->tmp, "%d buffer%s \xc2\xb7 %s moved</font>", buffers, buffers == 1 ? "" : "s",
                   viz_bytes_str(bytes, by, sizeof by));
     if (st->note) {
       strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
