@@ -201,25 +201,6 @@ int repl_apidoc(const char *name) {
   return show_matching(name, 1, 1) > 0;
 }
 
-/* Edit distance, ASCII, bounded length. */
-static int distance(const char *a, const char *b) {
-  int d[NAME_MAX_LEN + 1], i, j, la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > NAME_MAX_LEN || lb > NAME_MAX_LEN) return 99;
-  for (j = 0; j <= lb; j++) d[j] = j;
-  for (i = 1; i <= la; i++) {
-    int prev = d[0];
-    d[0] = i;
-    for (j = 1; j <= lb; j++) {
-      int t = d[j], c = prev + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-      if (d[j] + 1 < c) c = d[j] + 1;
-      if (d[j - 1] + 1 < c) c = d[j - 1] + 1;
-      d[j] = c;
-      prev = t;
-    }
-  }
-  return d[lb];
-}
-
 void repl_apidoc_suggest(const char *name) {
   const char *ql = name, *p;
   int best[5], bd[5], nb = 0, i, j, k, limit;
@@ -230,7 +211,7 @@ void repl_apidoc_suggest(const char *name) {
   if (limit > 3) limit = 3;
   for (i = 0; i < nnames; i++) {
     const char *last = names[i].path + names[i].last;
-    int dd = distance(ql, last), dup = 0;
+    int dd = repl_distance(ql, last) / 2, dup = 0;  /* whole edits */
     if (strstr(last, ql) != NULL && strlen(ql) >= 3) dd = dd < limit ? dd : limit;
     if (dd > limit) continue;
     for (j = 0; j < nb; j++)

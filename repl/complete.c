@@ -8,6 +8,7 @@
 ** methods).  Userdata whose __index is a function (tensors compute their
 ** fields) list their methods in the metatable's `methods` table and
 ** the fields they compute in its `__fields` array.
+** The same walk gives suggest.c the names a misspelt one could have been.
 ** All Lua work happens in one protected call: completion never raises,
 ** and a failure means no candidates.  Inside a string literal, and after
 ** `:load`, file names are completed instead.
@@ -98,7 +99,15 @@ struct want {
   const char *prefix; /* the start of the name typed so far */
   size_t plen;
   int methods;        /* after ':' only callables make sense */
+  repl_name_fn each;  /* when set, found names go here, not to cands */
+  void *ud;           /* each's own argument */
 };
+
+/* A name found: a candidate to complete, or one handed to w->each. */
+static void found(const struct want *w, const char *name, size_t nlen, int callable) {
+  if (w->each) w->each(w->ud, name, nlen);
+  else add(w->head, w->hlen, name, nlen, callable);
+}
 
 /* Names starting with '_' (_G, _VERSION, private fields) are shown only
 ** when the typed prefix starts with '_' too, to keep lists short. */
@@ -112,7 +121,7 @@ static void from_table(lua_State *L, int idx, const struct want *w) {
       if (kl >= w->plen && memcmp(k, w->prefix, w->plen) == 0 &&
           is_ident(k, kl) && (k[0] != '_' || w->plen > 0)) {
         int callable = is_callable(L, -1);
-        if (!w->methods || callable) add(w->head, w->hlen, k, kl, callable);
+        if (!w->methods || callable) found(w, k, kl, callable);
       }
     }
     lua_pop(L, 1);
@@ -130,7 +139,7 @@ static void from_fields(lua_State *L, int idx, const struct want *w) {
       size_t kl;
       const char *k = lua_tolstring(L, -1, &kl);
       if (kl >= w->plen && memcmp(k, w->prefix, w->plen) == 0 && is_ident(k, kl))
-        add(w->head, w->hlen, k, kl, 0);
+        found(w, k, kl, 0);
       lua_pop(L, 1);
     }
     lua_pop(L, 1);
@@ -138,18 +147,22 @@ static void from_fields(lua_State *L, int idx, const struct want *w) {
   lua_pop(L, 1);
 }
 
-/* The keys of the value at idx, then of its __index chain: an __index
-** table's keys; where __index is a function, the metatable's `methods`
-** table and its __fields list. */
-static void from_value(lua_State *L, int idx, const struct want *w) {
+/* The names the metatable at idx gives the values it governs: its
+** __index table's keys, then those up that table's own metatable chain;
+** where __index is a function (tensors compute their fields), the
+** metatable's `methods` table and its __fields list. */
+static void from_meta(lua_State *L, int idx, const struct want *w) {
   int depth;
   lua_pushvalue(L, idx);
-  if (lua_type(L, -1) == LUA_TTABLE) from_table(L, -1, w);
-  for (depth = 0; depth < MAX_DEPTH && lua_getmetatable(L, -1); depth++) {
+  for (depth = 0; depth < MAX_DEPTH; depth++) {
     lua_pushliteral(L, "__index");
-    if (lua_rawget(L, -2) == LUA_TTABLE) {  /* value, mt, __index */
+    if (lua_rawget(L, -2) == LUA_TTABLE) {  /* mt, __index */
       from_table(L, -1, w);
-      lua_replace(L, -3);
+      if (!lua_getmetatable(L, -1)) {
+        lua_pop(L, 1);
+        break;
+      }
+      lua_replace(L, -3);                    /* __index's mt, __index */
       lua_pop(L, 1);
       continue;
     }
@@ -158,10 +171,31 @@ static void from_value(lua_State *L, int idx, const struct want *w) {
     if (lua_rawget(L, -2) == LUA_TTABLE) from_table(L, -1, w);
     lua_pop(L, 1);
     if (!w->methods) from_fields(L, -1, w);
-    lua_pop(L, 1);
     break;
   }
   lua_pop(L, 1);
+}
+
+/* The keys of the value at idx, then what its metatable gives it. */
+static void from_value(lua_State *L, int idx, const struct want *w) {
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) == LUA_TTABLE) from_table(L, idx, w);
+  if (lua_getmetatable(L, idx)) {
+    from_meta(L, -1, w);
+    lua_pop(L, 1);
+  }
+}
+
+void repl_names_of(lua_State *L, int idx, int methods, int type,
+                   repl_name_fn each, void *ud) {
+  struct want w;
+  memset(&w, 0, sizeof w);
+  w.head = w.prefix = "";
+  w.methods = methods;
+  w.each = each;
+  w.ud = ud;
+  if (type) from_meta(L, idx, &w);
+  else from_value(L, idx, &w);
 }
 
 /* Protected: collect the candidates for the word (light userdata 1). */
@@ -169,6 +203,7 @@ static int collect(lua_State *L) {
   const char *word = lua_touserdata(L, 1);
   const char *sep = NULL, *p, *s;
   struct want w;
+  memset(&w, 0, sizeof w);
   for (p = word; *p; p++)
     if (*p == '.' || *p == ':') sep = p;
   lua_pushglobaltable(L);

@@ -92,7 +92,8 @@ static int caller_level(lua_State *L) {
 }
 
 /* Message handler: a string gets a traceback; another value its __tostring
-** or its type.  A message that carries its own traceback gets the
+** or its type.  A nil method, field or global gets the names it was
+** likely meant to be (suggest.c).  A message that carries its own traceback gets the
 ** caller's frames added to it, one traceback, not two.  The "[C]: in ?"
 ** frame at the bottom is this program's own protected call, not the
 ** user's code, so it is dropped. */
@@ -106,6 +107,8 @@ static int msghandler(lua_State *L) {
     msg = lua_pushfstring(L, "(error object is a %s value)",
                           luaL_typename(L, 1));
   }
+  /* a misspelt name gets the names it could have been */
+  if (repl_did_you_mean(L, msg, 1)) msg = lua_tostring(L, -1);
   if (strstr(msg, "\nstack traceback:\n")) {
     const char *frames;
     luaL_traceback(L, L, NULL, caller_level(L));

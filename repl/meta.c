@@ -113,7 +113,8 @@ static const char help_repl_fmt[] =
   "                 kernel when it returns; a third press quits); at the\n"
   "                 prompt, drops the line\n"
   "  Ctrl-D         leaves (on an empty line)\n"
-  "Errors print a traceback; the session goes on.\n"
+  "Errors print a traceback; the session goes on.  A misspelt method, field\n"
+  "or global ends with the nearest names: `...; did you mean decompose?`\n"
   "From the shell: fuselab file.lua args | -e code | -i file.lua | - (stdin);\n"
   "fuselab --help says more.\n";
 

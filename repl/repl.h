@@ -7,6 +7,7 @@
 ** loop.c      the read-eval-print loop: readline, continuation, auto-print
 ** show.c      how results are printed
 ** complete.c  Tab completion of globals, fields and methods
+** suggest.c   "did you mean ...?" for a misspelt name in an error
 ** meta.c      the `:` commands and their help texts
 ** apidoc.c    :help NAME and ? NAME, from doc/API.md compiled in
 */
@@ -64,6 +65,27 @@ void repl_show_init(int colour);
 /* --- complete.c -------------------------------------------------------- */
 /* Hook Tab completion for the session's state into readline. */
 void repl_complete_init(lua_State *L);
+/* Receives one name (not NUL-terminated) that completion would offer. */
+typedef void (*repl_name_fn)(void *ud, const char *name, size_t len);
+/* Hands each the names Tab offers after `v.` for the value v at idx
+** (after `v:` when methods: callables only); with type, idx is instead a
+** metatable and the names are those of the values it governs.  Names
+** starting with '_' are left out.  Runs no Lua code; may raise only a
+** memory error (call it protected). */
+void repl_names_of(lua_State *L, int idx, int methods, int type,
+                   repl_name_fn each, void *ud);
+
+/* --- suggest.c --------------------------------------------------------- */
+/* Edit distance between a and b in half steps: an insertion, deletion,
+** substitution or swap of neighbours costs 2, a change of case only 1. */
+int repl_distance(const char *a, const char *b);
+/* When msg (an error message) says a name is nil (method 'decompse',
+** field 'Linaer', global 'prnt') and a name of the receiver, else of
+** fuselab's objects, is close, pushes msg with "; did you mean NAME?" at
+** the end of its first line and returns 1; else pushes nothing, returns
+** 0.  level: the frame that raised the error, as lua_getstack counts.
+** Called from the message handler: it never raises. */
+int repl_did_you_mean(lua_State *L, const char *msg, int level);
 
 /* --- meta.c ------------------------------------------------------------ */
 /* Run the `:` command in line (which starts with ':'). */

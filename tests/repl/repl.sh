@@ -217,6 +217,66 @@ t_load_file() {
     has "$tmp/err" "cannot open $tmp/none.lua: No such file or directory"
 }
 
+# a misspelt method, field or global: the error ends with the nearest
+# names of the receiver (else of fuselab's objects, or the globals), the
+# names Tab completes; nothing is added when no name is close, or when the
+# name is right and only its value nil
+t_did_you_mean() {
+  cat >"$tmp/in" <<'EOF'
+g = fl.capture(function(x) return x:exp() end, fl.randn(3))
+g:decompse()
+nn.Linaer(2, 3)
+fl.nn.Linaer.new()
+fl.compil(print)
+x = fl.randn(3)
+x.shpe[1]
+x:resahpe(3, 1)
+m = nn.Linear(2, 3)
+m:forwrd(x)
+m.wieght + 1
+cm = fl.compile(function(a) return a + 1 end)
+cm:stat()
+p = g:fuse()
+p:codegn("cpu")
+p:codegen("cpu"):rnu(x)
+prnt(1)
+x:decompse()
+t = {}
+t:frobnicate()
+x.grad.data
+EOF
+  run -i && status 0 || return 1
+  grep '^stdin:1: attempt' "$tmp/err" >"$tmp/said"
+  cat >"$tmp/want" <<'EOF'
+stdin:1: attempt to call a nil value (method 'decompse'); did you mean decompose?
+stdin:1: attempt to call a nil value (field 'Linaer'); did you mean Linear?
+stdin:1: attempt to index a nil value (field 'Linaer'); did you mean Linear?
+stdin:1: attempt to call a nil value (field 'compil'); did you mean compile?
+stdin:1: attempt to index a nil value (field 'shpe'); did you mean shape?
+stdin:1: attempt to call a nil value (method 'resahpe'); did you mean reshape?
+stdin:1: attempt to call a nil value (method 'forwrd'); did you mean forward?
+stdin:1: attempt to perform arithmetic on a nil value (field 'wieght'); did you mean weight?
+stdin:1: attempt to call a nil value (method 'stat'); did you mean stats?
+stdin:1: attempt to call a nil value (method 'codegn'); did you mean codegen?
+stdin:1: attempt to call a nil value (method 'rnu'); did you mean run?
+stdin:1: attempt to call a nil value (global 'prnt'); did you mean print?
+stdin:1: attempt to call a nil value (method 'decompse')
+stdin:1: attempt to call a nil value (method 'frobnicate')
+stdin:1: attempt to index a nil value (field 'grad')
+EOF
+  diff "$tmp/want" "$tmp/said"
+}
+
+# the same message handler serves scripts: the suggestion there too, the
+# traceback after it
+t_did_you_mean_script() {
+  printf 'local g = fl.capture(function(x) return x:exp() end, fl.randn(3))\nlocal function f()\n  return g:optimise()\nend\nf()\n' >"$tmp/d.lua"
+  run "$tmp/d.lua"
+  status 1 &&
+    has "$tmp/err" "d.lua:3: attempt to call a nil value (method 'optimise'); did you mean optimize?" &&
+    has "$tmp/err" "stack traceback:" && has "$tmp/err" "in local 'f'"
+}
+
 check "--version prints the configured version" t_version
 check "--help describes options, history file and NO_COLOR" t_help
 check "an unknown option exits 2 with a message" t_badopt
@@ -236,6 +296,8 @@ check "-i: control characters in listed strings are escaped" t_i_escape
 check ":load of a FIFO or a device fails at once, naming what it is" t_load_fifo
 check ":load skips a '#!' line, keeps line numbers, names a missing file" t_load_file
 check ":help NAME finds every fl.*, nn.* name and every method" t_help_every_name
+check "a misspelt method, field or global: 'did you mean' the nearest name" t_did_you_mean
+check "a script's misspelt method gets the suggestion too" t_did_you_mean_script
 
 # the terminal tests, numbered on from here
 py=
