@@ -8,6 +8,7 @@
 */
 #include "config.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -42,7 +43,9 @@ static const char overview[] =
   "  :help [topic]   this text, or help on a topic\n"
   "  :help NAME      a function, method or module, from doc/API.md\n"
   "                  (:help fl.zeros, :help x:reshape, :help stats; ? NAME too)\n"
-  "  :load file      run a Lua file in this session (model.onnx: the global model)\n"
+  "  :load file      run a Lua file in this session\n"
+  "  :load m.onnx [as NAME]  load a model into the global NAME, else model\n"
+  "                  (model2, model3, ... when model already holds a value)\n"
   "  :time on|off    print the wall time each line takes (one run)\n"
   "  :time EXPR      run EXPR repeatedly: median, spread, noisy or not\n"
   "  :device         which devices fuselab can run on\n"
@@ -291,10 +294,39 @@ void repl_help_line(struct repl *r, const char *line) {
   fflush(stdout);
 }
 
-/* A model file: model = fl.load_onnx(path), printed as a result is. */
-static void load_onnx(struct repl *r, const char *path) {
+/* A global name Lua accepts: letters, digits and '_', and not a keyword
+** (`NAME = nil` compiles; compiled only, never run). */
+static int global_name(lua_State *L, const char *name) {
+  const char *p;
+  int ok;
+  if (!(isalpha((unsigned char)name[0]) || name[0] == '_')) return 0;
+  for (p = name; *p; p++)
+    if (!(isalnum((unsigned char)*p) || *p == '_')) return 0;
+  lua_pushfstring(L, "%s = nil", name);
+  ok = luaL_loadstring(L, lua_tostring(L, -1)) == LUA_OK;
+  lua_pop(L, 2);
+  return ok;
+}
+
+/* Whether the global name holds a value (read raw: no __index runs). */
+static int global_set(lua_State *L, const char *name) {
+  int set;
+  lua_pushglobaltable(L);
+  lua_pushstring(L, name);
+  set = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return set;
+}
+
+/* A model file: fl.load_onnx(path), bound to a global and printed as a
+** result is.  The global is name when one was given (`:load m.onnx as
+** net`), else `model`; a value `model` already holds is never replaced
+** silently: the model goes to the first free of model2, model3, ... and
+** the REPL says so. */
+static void load_onnx(struct repl *r, const char *path, const char *name) {
   lua_State *L = r->L;
-  int status;
+  char bound[64];
+  int status, n, replaced = 0;
   lua_getglobal(L, "fl");
   if (lua_type(L, -1) != LUA_TTABLE || lua_getfield(L, -1, "load_onnx") != LUA_TFUNCTION) {
     lua_settop(L, 0);
@@ -305,13 +337,32 @@ static void load_onnx(struct repl *r, const char *path) {
   lua_pushstring(L, path);
   status = repl_docall(L, 1, 1);
   if (status == LUA_OK) {
-    lua_pushvalue(L, -1);
-    lua_setglobal(L, "model");
-    puts("model =");
+    if (name) {
+      snprintf(bound, sizeof bound, "%s", name);
+      replaced = global_set(L, bound);
+    } else {
+      snprintf(bound, sizeof bound, "model");
+      for (n = 2; global_set(L, bound) && n < 10000; n++)
+        snprintf(bound, sizeof bound, "model%d", n);
+    }
+    lua_pushglobaltable(L);
+    lua_pushstring(L, bound);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    printf("%s =\n", bound);
+    fflush(stdout);
     /* printed through tostring, as results are */
     lua_getglobal(L, "print");
     lua_insert(L, -2);
     status = repl_docall(L, 1, 0);
+    if (name && replaced)
+      printf("bound to %s, replacing the value it held\n", bound);
+    else if (name || strcmp(bound, "model") == 0)
+      printf("bound to %s\n", bound);
+    else
+      printf("bound to %s: model already holds a value (:load FILE as NAME picks the name)\n",
+             bound);
   }
   repl_report(L, status, r->colour_err);
   lua_settop(L, 0);
@@ -358,19 +409,38 @@ static int load_file(lua_State *L, const char *path) {
   return status;
 }
 
+/* "FILE as NAME": the length of FILE (blanks before "as" dropped) and
+** NAME copied; 0 when arg does not end that way. */
+static int split_as(const char *arg, size_t *flen, char *name, size_t size) {
+  size_t n = strlen(arg), i = n, j;
+  while (i > 0 && (isalnum((unsigned char)arg[i - 1]) || arg[i - 1] == '_')) i--;
+  if (i == n || n - i >= size || i < 4) return 0;
+  j = i;
+  if (arg[j - 1] != ' ' && arg[j - 1] != '\t') return 0;
+  while (j > 0 && (arg[j - 1] == ' ' || arg[j - 1] == '\t')) j--;
+  if (j < 3 || strncmp(arg + j - 2, "as", 2) != 0 ||
+      (arg[j - 3] != ' ' && arg[j - 3] != '\t'))
+    return 0;
+  snprintf(name, size, "%s", arg + i);
+  for (j -= 2; j > 0 && (arg[j - 1] == ' ' || arg[j - 1] == '\t'); j--) {}
+  *flen = j;
+  return 1;
+}
+
 /* Runs the file in this state, like dofile but with a traceback and
 ** Ctrl-C; what it returns is dropped.  A .onnx file is a model instead:
-** loaded into the global `model` and printed. */
+** bound to a global (load_onnx says which) and printed. */
 static void load(struct repl *r, const char *arg) {
   lua_State *L = r->L;
-  char path[4096];
+  char path[4096], name[64];
   size_t n = strlen(arg);
   const char *home = getenv("HOME");
-  int status;
+  int status, named = 0;
   if (n == 0) {
-    fputs("usage: :load file\n", stderr);
+    fputs("usage: :load file.lua | :load model.onnx [as NAME]\n", stderr);
     return;
   }
+  named = split_as(arg, &n, name, sizeof name);
   /* a name with spaces may be quoted */
   if (n >= 2 && (arg[0] == '"' || arg[0] == '\'') && arg[n - 1] == arg[0]) {
     arg++;
@@ -382,7 +452,16 @@ static void load(struct repl *r, const char *arg) {
     snprintf(path, sizeof path, "%.*s", (int)n, arg);
   n = strlen(path);
   if (n > 5 && strcmp(path + n - 5, ".onnx") == 0) {
-    load_onnx(r, path);
+    if (named && !global_name(L, name)) {
+      fprintf(stderr, ":load %s as %s: '%s' is not a name a global can have\n", path, name, name);
+      return;
+    }
+    load_onnx(r, path, named ? name : NULL);
+    return;
+  }
+  if (named) {
+    fprintf(stderr, ":load %s as %s: only a model (.onnx) is bound to a name; a Lua "
+            "file sets its own globals\n", path, name);
     return;
   }
   status = load_file(L, path);

@@ -540,7 +540,7 @@ def _():
     finish(c)
 
 
-@test(":load model.onnx binds the global model and prints it")
+@test(":load model.onnx binds the global model, says so and prints it; then model2")
 def _():
     src = os.environ.get("FUSELAB_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
     onnx = os.path.join(src, "tests", "fuzz", "corpus_onnx", "mlp.onnx")
@@ -549,7 +549,12 @@ def _():
     out = enter(c, ":load " + onnx)
     if not any("onnx.Model 'mlp'" in l for l in out) or not any("MatMul x1" in l for l in out):
         raise Fail(":load model.onnx: %r" % out)
+    expect_in("bound to model", out)
     expect_in("3", enter(c, "#model._nodes"))
+    out = enter(c, ":load " + onnx)
+    expect_in("bound to model2: model already holds a value "
+              "(:load FILE as NAME picks the name)", out)
+    expect_in("true", enter(c, "model ~= model2"))
     out = enter(c, ":load " + os.path.join(TMP, "missing.onnx"))
     if not any("missing.onnx" in l for l in out):
         raise Fail(":load missing.onnx: %r" % out)

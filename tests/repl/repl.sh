@@ -277,6 +277,21 @@ t_did_you_mean_script() {
     has "$tmp/err" "stack traceback:" && has "$tmp/err" "in local 'f'"
 }
 
+# :load model.onnx says which global it bound and never replaces one
+# silently: model, then model2 while model holds a value; `as NAME` names it
+t_load_onnx_binds() {
+  o=$SRC/tests/fuzz/corpus_onnx/mlp.onnx
+  printf ':load %s\nm1 = model\n:load %s\nprint(model == m1, model2 ~= nil and model2 ~= m1)\n:load %s as net\nprint(net ~= nil)\n:load %s as net\n:load %s as end\n:load %s as x\n' \
+    "$o" "$o" "$o" "$o" "$o" "$tmp/l.lua" >"$tmp/in"
+  run -i && status 0 && has "$tmp/out" "bound to model" &&
+    has "$tmp/out" "bound to model2: model already holds a value" &&
+    has "$tmp/out" "true	true" && has "$tmp/out" "bound to net" &&
+    has "$tmp/out" "bound to net, replacing the value it held" &&
+    has "$tmp/err" "'end' is not a name a global can have" &&
+    has "$tmp/err" "only a model (.onnx) is bound to a name" &&
+    [ "$(grep -c '^model2* =$' "$tmp/out")" -eq 2 ] || { cat "$tmp/out"; return 1; }
+}
+
 check "--version prints the configured version" t_version
 check "--help describes options, history file and NO_COLOR" t_help
 check "an unknown option exits 2 with a message" t_badopt
@@ -298,6 +313,7 @@ check ":load skips a '#!' line, keeps line numbers, names a missing file" t_load
 check ":help NAME finds every fl.*, nn.* name and every method" t_help_every_name
 check "a misspelt method, field or global: 'did you mean' the nearest name" t_did_you_mean
 check "a script's misspelt method gets the suggestion too" t_did_you_mean_script
+check ":load model.onnx says which global it bound; model2 when model is taken" t_load_onnx_binds
 
 # the terminal tests, numbered on from here
 py=
