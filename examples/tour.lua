@@ -8,7 +8,8 @@
 -- shows; files go to the folder named at the start.
 --
 -- Run it yourself:  fuselab examples/tour.lua [folder]     (default ./fuselab-tour)
--- Then the lessons: examples/lessons/01..07, or :help lesson 1 in the REPL.
+-- Then the lessons in examples/lessons/ (the tour ends with their list), or
+-- :help lesson 1 in the REPL.
 
 local fl = fl or require "fuselab"
 local nn = nn or fl.nn
@@ -23,6 +24,24 @@ end
 -- interquartile range, and "noisy" when it is wide or the machine busy).
 local function timed(n, f, ...)
   return fl.measure(f, {args = {...}, runs = n})
+end
+
+-- The lessons beside this file: every examples/lessons/NN_*.lua, read from
+-- the folder, so a new lesson is listed without editing the tour.  The
+-- folder and the file names, in order; no names when it cannot be read.
+local function lessons()
+  local src = debug.getinfo(1, "S").source
+  local dir = (src:match("^@(.+)/[^/]*$") or ".") .. "/lessons"
+  local names = {}
+  local ls = io.popen(("ls '%s' 2>/dev/null"):format((dir:gsub("'", "'\\''"))))
+  if ls then
+    for name in ls:lines() do
+      if name:match("^%d%d_.+%.lua$") then names[#names + 1] = name end
+    end
+    ls:close()
+  end
+  table.sort(names)
+  return dir, names
 end
 
 local function write_file(path, text)
@@ -136,6 +155,12 @@ fl.checklist(model, {inputs = {x}, name = "the feed-forward block, batch 32"})
 
 section("Next")
 print(("The tour took %.1f s.  Next:"):format(fl.now() - t_start))
-print("  lessons   fuselab examples/lessons/01_eager_vs_graph.lua ... 07_gpu_kernels.lua")
-print("            (or :help lesson 1 in the REPL: what each one shows)")
+local lesson_dir, lesson_names = lessons()
+if #lesson_names > 0 then
+  print("  lessons   one claim each, measured on this machine; :help lesson N in the REPL")
+  print(("            says what each shows.  Run one: fuselab %s/FILE"):format(lesson_dir))
+  for _, name in ipairs(lesson_names) do print("              " .. name) end
+else
+  print("  lessons   examples/lessons/ in the source tree (:help lesson in the REPL lists them)")
+end
 print("  REPL      fuselab     then :help")

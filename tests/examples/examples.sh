@@ -4,7 +4,9 @@
 # error is one), on printing nothing, or on a hang (ten times its class
 # budget: the tour 60 s, a lesson 30 s).  A run past its class budget but
 # not hung passes with a note: a busy machine or the sanitizer build is
-# slow, and a test must not fail for that (bench/ measures speed).  Then :help lesson N must
+# slow, and a test must not fail for that (bench/ measures speed).  The tour's
+# closing list must name every lesson file, and Makefile.am must install
+# each.  Then :help lesson N must
 # show each lesson's header, and the lessons may cite only files that ship.
 # TAP, one line per run.
 #
@@ -60,6 +62,38 @@ if [ -s "$tmp/run1/fuselab-tour/graph.txt" ] && [ -s "$tmp/run1/fuselab-tour/ker
 else
   failed=$((failed + 1))
   echo "not ok $n - the tour wrote its folder fuselab-tour/"
+fi
+
+# the tour ends with every lesson there is: a lesson added to the folder
+# is listed without editing the tour
+n=$((n + 1))
+unlisted=
+for f in $lessons; do
+  grep -q -F "  $(basename "$f")" "$tmp/run1/out" || unlisted="$unlisted $(basename "$f")"
+done
+if [ -n "$lessons" ] && [ -z "$unlisted" ]; then
+  echo "ok $n - the tour lists every lesson in examples/lessons"
+else
+  failed=$((failed + 1))
+  echo "not ok $n - the tour lists every lesson in examples/lessons"
+  echo "# not in the tour's list:$unlisted"
+fi
+
+# every lesson is installed (Makefile.am's lessons_DATA), so an installed
+# fuselab's :help lesson N knows it too
+n=$((n + 1))
+uninstalled=
+sed -n '/^lessons_DATA *=/,/[^\\]$/p' "$SRC/Makefile.am" >"$tmp/installed" 2>/dev/null
+for f in $lessons; do
+  grep -q "examples/lessons/$(basename "$f")" "$tmp/installed" ||
+    uninstalled="$uninstalled $(basename "$f")"
+done
+if [ -f "$SRC/Makefile.am" ] && [ -z "$uninstalled" ]; then
+  echo "ok $n - Makefile.am installs every lesson"
+else
+  failed=$((failed + 1))
+  echo "not ok $n - Makefile.am installs every lesson"
+  echo "# not in lessons_DATA:$uninstalled"
 fi
 
 for f in $lessons; do
