@@ -120,7 +120,8 @@ int lfl_viz_raise(lua_State *L, const char *what, const fl_err *e) {
 /* ---- options ----------------------------------------------------------- */
 
 static const char *const draw_keys[] = {
-  "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels", "scale", NULL
+  "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels", "scale",
+  "kernel", "around", "depth", "block", "weights", NULL
 };
 
 /* "projector", "normal" or a number from 0.25 to 4: the picture's type and
@@ -158,6 +159,19 @@ static double opt_scale(lua_State *L, int idx, const char *what) {
     v = 1.0;   /* a bad variable is ignored: it must not break every picture */
   }
   if (idx) lua_pop(L, 1);
+  return v;
+}
+
+/* An integer option from lo to hi; def when absent. */
+static int opt_int(lua_State *L, int idx, const char *key, int def, int lo, int hi, const char *what) {
+  int v = def;
+  if (lua_getfield(L, idx, key) != LUA_TNIL) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < lo || lua_tointeger(L, -1) > hi)
+      luaL_error(L, "%s: option %s must be an integer from %d to %d, got %s", what, key, lo, hi,
+                 luaL_tolstring(L, -1, NULL));
+    v = (int)lua_tointeger(L, -1);
+  }
+  lua_pop(L, 1);
   return v;
 }
 
@@ -213,6 +227,21 @@ void lfl_viz_opts(lua_State *L, int idx, viz_opts *o, const char *const *keys,
     o->max_nodes = (int)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
+  /* a piece of a big graph: one kernel, a node's neighbourhood, a block */
+  if (lua_getfield(L, idx, "kernel") == LUA_TNUMBER && lua_isinteger(L, -1)) {
+    static char kname[32];                      /* k15: read before the next call */
+    snprintf(kname, sizeof kname, "k%lld", (long long)lua_tointeger(L, -1));
+    o->focus_kernel = kname;
+  } else {
+    o->focus_kernel = lfl_viz_opt_str(L, idx, "kernel", what);
+  }
+  lua_pop(L, 1);
+  o->focus_around = opt_int(L, idx, "around", -1, 0, 100000000, what);
+  o->focus_depth = opt_int(L, idx, "depth", 2, 0, 1000, what);
+  o->focus_block = opt_int(L, idx, "block", -1, 0, 100000000, what);
+  o->weights_box = opt_bool(L, idx, "weights", 1, what) ? 1 : 0;
+  if (!!o->focus_kernel + (o->focus_around >= 0) + (o->focus_block >= 0) > 1)
+    luaL_error(L, "%s: kernel=, around= and block= each draw a piece: give one of them", what);
 }
 
 /* ---- stages ------------------------------------------------------------- */

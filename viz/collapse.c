@@ -186,8 +186,134 @@ static int collapse(viz_view *v, int max_nodes) {
   return rc;
 }
 
+/* The op nodes of the piece o asks for, in mask (g->n bytes); the count,
+** or a negative status with e saying what was not found. */
+static int focus_mask(const viz_view *v, const viz_opts *o, unsigned char *mask, fl_err *e) {
+  const ir_graph *g = v->g;
+  const viz_stage *st = v->st;
+  int i, k, n = 0;
+  memset(mask, 0, (size_t)g->n);
+  if (o->focus_kernel) {
+    size_t len = strlen(o->focus_kernel);
+    int num = -1, used = 0;
+    /* "k15" is kernel 15, as plans and the generated code number them;
+    ** else a kernel's name ("fused_conv2d_relu_1x64x56x56": the first) */
+    if (sscanf(o->focus_kernel, "k%d%n", &num, &used) != 1 || (size_t)used != len) num = -1;
+    for (k = 0; k < st->nkernels; k++) {
+      const char *nm = st->kernels[k].name ? st->kernels[k].name : "";
+      if (num >= 0 ? k == num : strcmp(nm, o->focus_kernel) == 0) break;
+    }
+    if (k == st->nkernels)
+      return err_set(e, FL_EINVAL, "draw: no kernel named %s in this %s (k0 to k%d)", o->focus_kernel,
+                     st->nkernels ? "plan" : "graph (it has no kernels: draw a plan)", st->nkernels - 1);
+    for (i = 0; i < st->kernels[k].nnodes; i++) mask[st->kernels[k].nodes[i]] = 1;
+    for (i = 0; i < st->kernels[k].nviews; i++) mask[st->kernels[k].views[i]] = 1;
+  } else if (o->focus_around >= 0) {
+    int d, changed = 1;
+    if (o->focus_around >= g->n)
+      return err_set(e, FL_EINVAL, "draw: around = %d names no node (the graph has %%0 to %%%d)",
+                     o->focus_around, g->n - 1);
+    mask[o->focus_around] = 1;
+    for (d = 0; d < o->focus_depth && changed; d++) {
+      unsigned char *next = malloc((size_t)g->n);
+      if (!next) return err_set(e, FL_ENOMEM, "draw: out of memory");
+      memcpy(next, mask, (size_t)g->n);
+      for (i = 0; i < g->n; i++) {
+        const ir_node *nd = &g->nodes[i];
+        if (nd->kind != IR_OP) continue;
+        for (k = 0; k < nd->nin; k++) {
+          int j = nd->in[k];
+          if (j < 0) continue;
+          if (mask[i]) next[j] = 1;            /* what it reads */
+          if (mask[j]) next[i] = 1;            /* what reads it */
+        }
+      }
+      changed = memcmp(next, mask, (size_t)g->n) != 0;
+      memcpy(mask, next, (size_t)g->n);
+      free(next);
+    }
+  } else {
+    size_t parent;
+    for (i = 0; i < g->n; i++) {
+      const char *sc = g->nodes[i].scope;
+      size_t end = block_key(sc, &parent);
+      if (end && atoi(sc + parent + 1) == o->focus_block) mask[i] = 1;
+    }
+  }
+  for (i = 0; i < g->n; i++) {
+    if (g->nodes[i].kind != IR_OP) mask[i] = 0;   /* leaves follow their consumers */
+    n += mask[i];
+  }
+  if (n == 0)
+    return err_set(e, FL_EINVAL, "draw: block = %d: no op has a module scope with that block "
+                   "number (\"blocks.%d\")", o->focus_block, o->focus_block);
+  return n;
+}
+
+/* Everything outside the piece o asks for goes into two stubs, the ops
+** before it and the ops after it. */
+static int focus(viz_view *v, const viz_opts *o, fl_err *e) {
+  const ir_graph *g = v->g;
+  unsigned char *mask = malloc((size_t)(g->n ? g->n : 1));
+  int *vis = malloc((size_t)(g->n ? g->n : 1) * sizeof *vis);
+  int i, first = -1, s[2] = {-1, -1}, n;
+  if (!mask || !vis) { free(mask); free(vis); return err_set(e, FL_ENOMEM, "draw: out of memory"); }
+  if ((n = focus_mask(v, o, mask, e)) < 0) { free(mask); free(vis); return n; }
+  for (i = 0; i < g->n && first < 0; i++) if (mask[i]) first = i;
+  for (i = 0; i < g->n; i++) {
+    int side;
+    if (g->nodes[i].kind != IR_OP || mask[i]) continue;
+    side = i > first;
+    if (s[side] < 0 && (s[side] = add_summary(v)) < 0) { free(mask); free(vis); return err_set(e, FL_ENOMEM, "draw: out of memory"); }
+    v->show[i] = s[side];
+  }
+  settle(v, vis);
+  for (i = 0; i < 2; i++)
+    if (s[i] >= 0)
+      snprintf(v->sums[s[i]].title, sizeof v->sums[0].title, "\xe2\x8b\xaf %d ops %s, not drawn \xe2\x8b\xaf",
+               v->sums[s[i]].count, i ? "after (or beside) this piece" : "before this piece");
+  free(mask);
+  free(vis);
+  return FL_OK;
+}
+
+/* Ops of a fused plan that read weights alone (no graph input reaches
+** them: a batch norm folded into convolution weights) are computed once
+** and kept between calls; they go into one box, not one per kernel. */
+static int weights_box(viz_view *v) {
+  const ir_graph *g = v->g;
+  unsigned char *dep = calloc((size_t)(g->n ? g->n : 1), 1);
+  int *vis = malloc((size_t)(g->n ? g->n : 1) * sizeof *vis);
+  int i, k, n = 0, s;
+  if (!dep || !vis) { free(dep); free(vis); return FL_ENOMEM; }
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_INPUT) dep[i] = 1;
+    else if (nd->kind == IR_OP)
+      for (k = 0; k < nd->nin; k++)
+        if (nd->in[k] >= 0 && dep[nd->in[k]]) dep[i] = 1;
+    if (nd->kind == IR_OP && !dep[i] && v->show[i] < 0 && !(op_info_of(nd->op)->flags & OPF_RANDOM)) n++;
+  }
+  if (n >= 2 && (s = add_summary(v)) >= 0) {
+    for (i = 0; i < g->n; i++)
+      if (g->nodes[i].kind == IR_OP && !dep[i] && v->show[i] < 0 &&
+          !(op_info_of(g->nodes[i].op)->flags & OPF_RANDOM))
+        v->show[i] = s;
+    settle(v, vis);
+    snprintf(v->sums[s].title, sizeof v->sums[0].title, "computed from weights, once: %d ops",
+             v->sums[s].count);
+    snprintf(v->sums[s].note, sizeof v->sums[0].note,
+             "they read weights alone, so they run once and are kept between calls; "
+             "the kernels reading their results show no edge from here");
+    v->sums[s].no_edges_out = 1;
+  }
+  free(dep);
+  free(vis);
+  return FL_OK;
+}
+
 int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
-                  int max_nodes, fl_err *e) {
+                  int max_nodes, const viz_opts *o, fl_err *e) {
   const ir_graph *g = st ? st->g : NULL;
   size_t n;
   int i, k;
@@ -247,6 +373,12 @@ int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
     }
     free(ext);
   }
+  if (o && (o->focus_kernel || o->focus_around >= 0 || o->focus_block >= 0)) {
+    int rc = focus(v, o, e);           /* a piece: no further collapsing */
+    if (rc != FL_OK) { viz_view_free(v); return rc; }
+    return FL_OK;
+  }
+  if (st->kernels && (!o || o->weights_box) && weights_box(v) != FL_OK) goto oom;
   if (max_nodes > 0 && g->n + g->nout > max_nodes && collapse(v, max_nodes) != FL_OK)
     goto oom;
   return FL_OK;

@@ -28,6 +28,9 @@ void viz_opts_init(viz_opts *o) {
   o->rankdir = "TB";
   o->legend = 1;
   o->max_nodes = VIZ_DEFAULT_MAX_NODES;
+  o->focus_around = o->focus_block = -1;
+  o->focus_depth = 2;
+  o->weights_box = 1;
   o->edge_labels = 1;
   o->scale = 1.0;
 }
@@ -281,6 +284,7 @@ static void kernel_header(viz_builder *b, viz_view *v, int k) {
         entry = 0;
         continue;
       }
+      if (v->show[src] >= 0 && v->sums[v->show[src]].no_edges_out) continue;   /* the weights box */
       t = disp(v, src);
       if (t && !agedge(b->G, t, h, NULL, 0)) set(agedge(b->G, t, h, NULL, 1), "style", "invis");
     }
@@ -369,7 +373,13 @@ static void draw_summary(viz_builder *b, viz_view *v, int s) {
   snprintf(name, sizeof name, "%sc%d", v->pfx, s);
   sm->an = agnode(v->root, name, 1);
   sb_reset(&b->tmp);
-  strbuf_printf(&b->tmp, "<b>\xe2\x8b\xaf %d nodes collapsed \xe2\x8b\xaf</b>", sm->count);
+  if (sm->title[0]) {
+    strbuf_printf(&b->tmp, "<b>");
+    viz_esc(&b->tmp, sm->title);
+    strbuf_printf(&b->tmp, "</b>");
+  } else {
+    strbuf_printf(&b->tmp, "<b>\xe2\x8b\xaf %d nodes collapsed \xe2\x8b\xaf</b>", sm->count);
+  }
   if (sm->note[0]) {
     strbuf_printf(&b->tmp, "<br/><font point-size=\"9\">");
     viz_esc(&b->tmp, sm->note);
@@ -425,7 +435,10 @@ static int draw_stage(viz_builder *b, viz_view *v) {
   const ir_graph *g = v->g;
   int i, k;
   char name[48], ty[128];
-  for (k = 0; k < v->st->nkernels && v->st->kernels; k++) kernel_cluster(v, k);
+  /* a frame for each kernel with a node shown (an empty frame costs dot
+  ** time and shows nothing: its nodes are in a summary) */
+  for (i = 0; i < g->n && v->kern; i++)
+    if (v->show[i] < 0 && v->kern[i] >= 0 && !v->kclus[v->kern[i]]) kernel_cluster(v, v->kern[i]);
   for (i = 0; i < g->n; i++)
     if (v->show[i] < 0) draw_node(b, v, i);
   for (i = 0; i < v->nsums; i++)
@@ -441,6 +454,9 @@ static int draw_stage(viz_builder *b, viz_view *v) {
       t = disp(v, j);
       h = disp(v, i);
       if (t == h) continue;
+      /* the weights box feeds dozens of kernels across the graph: its
+      ** edges would be most of the picture (and of dot's time) */
+      if (v->show[j] >= 0 && v->sums[v->show[j]].no_edges_out) continue;
       draw_edge(b, v, j, t, h, v->show[i] >= 0 || v->show[j] >= 0);
     }
   }
@@ -539,10 +555,21 @@ static void title(viz_builder *b, int total, int collapsed, const char *note) {
     viz_esc_max(&b->tmp, b->o->title, 200);
     strbuf_printf(&b->tmp, "</b></font>");
   }
-  if (collapsed)
+  if (collapsed && (b->o->focus_kernel || b->o->focus_around >= 0 || b->o->focus_block >= 0)) {
+    char what[64];
+    if (b->o->focus_kernel) snprintf(what, sizeof what, "kernel %s", b->o->focus_kernel);
+    else if (b->o->focus_around >= 0)
+      snprintf(what, sizeof what, "%%%d and %d step%s around it", b->o->focus_around,
+               b->o->focus_depth, b->o->focus_depth == 1 ? "" : "s");
+    else snprintf(what, sizeof what, "block %d", b->o->focus_block);
+    strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"#555555\">a piece: %s; "
+                  "the other %d of %d nodes are the stubs</font>",
+                  b->o->title ? "<br/>" : "", what, collapsed, total);
+  } else if (collapsed) {
     strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"#555555\">%d of %d nodes "
                   "collapsed to stay within max_nodes %d</font>",
                   b->o->title ? "<br/>" : "", collapsed, total, b->max_nodes);
+  }
   if (note) {
     strbuf_printf(&b->tmp, "%s<font point-size=\"10\" color=\"%s\">", b->o->title || collapsed ?
                   "<br/>" : "", BREAK_PEN);

@@ -37,6 +37,18 @@ typedef struct viz_opts {
   int edge_labels;       /* 1: "[shape] bytes" on edges (default) */
   double scale;          /* type and line size: 1 (default, a screen or
                             print); VIZ_SCALE_PROJECTOR for a room */
+  /* a readable piece of a big graph (one stage only): the rest is drawn as
+  ** labelled stubs "N ops before" / "N ops after" */
+  const char *focus_kernel;  /* one kernel: "k15" or its whole name */
+  int focus_around;      /* a node id and every node within focus_depth
+                            edges of it; -1: none */
+  int focus_depth;       /* for focus_around (default 2) */
+  int focus_block;       /* one repeated block: the nodes whose module
+                            scope's block number is this ("blocks.3");
+                            -1: none */
+  int weights_box;       /* 1 (default): ops that read weights alone (a
+                            fused plan computes them once, kept between
+                            calls) drawn as one box */
 } viz_opts;
 
 /* Large enough to read from the back of a classroom. */

@@ -15,6 +15,10 @@
 typedef struct viz_summary {
   int count;              /* graph nodes folded into it (0: not drawn) */
   char note[200];         /* what they were, e.g. "blocks.1 … blocks.11" */
+  char title[96];         /* its heading instead of "N nodes collapsed"
+                             (a focus stub, the weights box), or "" */
+  int no_edges_out;       /* its values' edges to their readers are not
+                             drawn (the weights box: it feeds everything) */
   Agnode_t *an;
 } viz_summary;
 
@@ -48,10 +52,11 @@ typedef struct viz_builder {
 } viz_builder;
 
 /* Prepares v for st: checks kernel node ids, decides what is collapsed to
-** keep at most max_nodes nodes (max_nodes <= 0: no limit).  The view
+** keep at most max_nodes nodes (max_nodes <= 0: no limit), the piece o
+** focuses on and the weights box (o may be NULL: the defaults).  The view
 ** borrows st; viz_view_free releases what it allocated. */
 int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
-                  int max_nodes, fl_err *e);
+                  int max_nodes, const viz_opts *o, fl_err *e);
 void viz_view_free(viz_view *v);
 
 int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views);

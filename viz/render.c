@@ -345,13 +345,16 @@ int viz_render_mem(const viz_scene *s, const char *format, const viz_opts *o,
     viz_opts_init(&def);
     o = &def;
   }
+  if ((o->focus_kernel || o->focus_around >= 0 || o->focus_block >= 0) && s->nstages != 1)
+    return err_set(e, FL_EINVAL, "draw: kernel=, around= and block= draw a piece of one graph, "
+                   "and this picture has %d", s->nstages);
   if (o->rankdir && strcmp(o->rankdir, "TB") != 0 && strcmp(o->rankdir, "LR") != 0)
     return err_set(e, FL_EINVAL, "draw: rankdir \"%s\" (expected \"TB\" or \"LR\")", o->rankdir);
   max_nodes = o->max_nodes == 0 ? VIZ_DEFAULT_MAX_NODES : o->max_nodes;
   views = calloc((size_t)s->nstages, sizeof *views);
   if (!views) return err_set(e, FL_ENOMEM, "draw: out of memory");
   for (i = 0; i < s->nstages && rc == FL_OK; i++)
-    rc = viz_view_init(&views[i], &s->stages[i], i, s->nstages > 1, max_nodes, e);
+    rc = viz_view_init(&views[i], &s->stages[i], i, s->nstages > 1, max_nodes, o, e);
   if (rc == FL_OK) {
     gv_msg[0] = '\0';
     prev_f = agseterrf(gv_errf);

@@ -61,7 +61,7 @@ for _, m in ipairs(models) do
        listing:find("peak " .. human(s.peak_bytes_before) .. " -> " .. human(s.peak_bytes_after), 1, true),
        name .. ": the listing shows the same traffic and peak")
   -- each cluster of the picture shows its kernel's bytes
-  fl.draw(p, path(name .. ".dot"), {max_nodes = false})
+  fl.draw(p, path(name .. ".dot"), {max_nodes = false, weights = false})   -- every kernel framed
   local dot = t.slurp(path(name .. ".dot"))
   local agree, n = true, 0
   for i, k in ipairs(p:kernels()) do

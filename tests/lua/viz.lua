@@ -360,4 +360,37 @@ t.raises(function() fl.report(fl.compile(mlp), path("r.html"), {inputs = {fl.ran
          "timing the compiled function on opts.inputs failed",
          "report: inputs of the wrong shape: the timing names what failed")
 
+-- a piece of a big graph: one kernel, a node's neighbourhood, one block;
+-- the weights box of a fused plan
+do
+  local gpt = fl.models.transformer{vocab = 64, d = 32, heads = 4, layers = 4, seq = 16}
+  local g = fl.capture(gpt, (fl.rand(1, 8) * 64):to("int64"))
+  local dir = t.tmpdir()
+  fl.draw(g, dir .. "/b2.dot", {block = 2})
+  local dot = t.slurp(dir .. "/b2.dot")
+  t.ok(dot:find("blocks.2.attn.q_proj.weight", 1, true) and not dot:find("blocks.1.attn.q_proj.weight", 1, true)
+       and dot:find("ops before this piece", 1, true) and dot:find("ops after", 1, true),
+       "block = 2: block 2's nodes, the rest as two stubs")
+  local p = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
+  fl.draw(p, dir .. "/k3.dot", {kernel = 3})
+  local k3 = t.slurp(dir .. "/k3.dot")
+  local ks = p:kernels()
+  t.ok(k3:find("kh3", 1, true) and not k3:find("kh4 ", 1, true) and k3:find(ks[4].name, 1, true),
+       "kernel = 3: that kernel's frame, no other")
+  fl.draw(g, dir .. "/a.dot", {around = 20, depth = 1})
+  local a = t.slurp(dir .. "/a.dot")
+  t.ok(a:find("%%20") and a:find("a piece: %%20 and 1 step around it"), "around = 20: the node and its neighbours")
+  t.raises(function() fl.draw(p, dir .. "/x.dot", {kernel = 999}) end, "no kernel named k999",
+           "an unknown kernel is named")
+  t.raises(function() fl.draw(g, dir .. "/x.dot", {block = 2, kernel = 1}) end, "give one of them",
+           "two pieces at once are refused")
+  local cnn = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()):eval()
+  local cp = fl.capture(cnn, fl.randn(1, 3, 16, 16)):decompose{quiet = true}:optimize{quiet = true}:fuse()
+  fl.draw(cp, dir .. "/w.dot")
+  t.ok(t.slurp(dir .. "/w.dot"):find("computed from weights, once: %d+ ops"),
+       "a batch norm folded into the convolution's weights: one 'computed from weights' box")
+  fl.draw(cp, dir .. "/w2.dot", {weights = false})
+  t.ok(not t.slurp(dir .. "/w2.dot"):find("computed from weights", 1, true), "weights = false: each kernel drawn")
+end
+
 t.done()
