@@ -29,6 +29,7 @@
 
 #include "repl/repl.h"
 #include "graph/err.h"
+#include "exec/measure.h"
 
 #define CHUNKNAME   "=stdin"
 #define EOFMARK     "<eof>"
@@ -391,9 +392,9 @@ static void run(struct repl *r, int quiet) {
   double t0, dt;
   lua_pushnil(L);
   lua_setfield(L, LUA_REGISTRYINDEX, REPL_SHOWN_KEY);
-  t0 = repl_now();
+  t0 = meas_now();
   status = repl_docall(L, 0, LUA_MULTRET);
-  dt = repl_now() - t0;
+  dt = meas_now() - t0;
   n = lua_gettop(L) - base;
   if (status == LUA_OK && n > 0) repl_remember(L, base + 1);
   if (status == LUA_OK && n == 1 && already_shown(L, base + 1)) quiet = 1;

@@ -196,11 +196,6 @@ static int report(lua_State *L, int status) {
   return status;
 }
 
-double repl_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 
 /* --- options ------------------------------------------------------------- */

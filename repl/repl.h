@@ -45,8 +45,6 @@ int repl_docall(lua_State *L, int narg, int nres);
 /* When status is not LUA_OK, print the message on top of the stack to
 ** stderr (red on a colour terminal) and pop it.  Returns status. */
 int repl_report(lua_State *L, int status, int colour);
-/* Seconds on a monotonic clock. */
-double repl_now(void);
 
 /* --- loop.c ------------------------------------------------------------ */
 /* Read, evaluate and print until end of input or `:quit`. */
