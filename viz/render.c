@@ -24,11 +24,17 @@
 ** parses and cluster skeleton edges, and its text layout caches fonts in
 ** glib, fontconfig and pango for good: none of it is ours to free, and
 ** without this every program that draws would fail its leak check.  Our
-** own allocations never have these libraries on their stack.  Weak, so a
+** own allocations never have these libraries on their stack.  The
+** cluster skeletons dot's layout leaks are allocated in libcgraph and
+** libcdt, which have no frame pointers: LeakSanitizer's fast unwinding
+** stops there and never reaches libgvc (with full unwinding the same
+** leak is libgvc's), so those two are listed as well.  Weak, so a
 ** program may bring its own list. */
 __attribute__((weak)) const char *__lsan_default_suppressions(void);
 __attribute__((weak)) const char *__lsan_default_suppressions(void) {
   return "leak:libgvc.so\n"
+         "leak:libcgraph.so\n"
+         "leak:libcdt.so\n"
          "leak:libgvplugin_\n"
          "leak:libglib-2.0.so\n"
          "leak:libgobject-2.0.so\n"
