@@ -126,8 +126,26 @@ local function is_scalar(v)
   return t == "number" or t == "boolean" or t == "string"
 end
 
--- Keys of table t that settings live under (sorted_keys below, without
--- the sort); nil for a table too big to be settings (data: a vocabulary).
+-- Keys of table t in a fixed order (strings, then integers) so the name a
+-- param gets, and the order guards are listed in, does not depend on hash
+-- order.  Keys starting with "_" are
+-- fuselab's own bookkeeping (nn's _params, _path) and are not followed.
+local function sorted_keys(t)
+  local ks = {}
+  for k in next, t do
+    local tk = type(k)
+    if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then ks[#ks + 1] = k end
+  end
+  table.sort(ks, function(a, b)
+    local ta, tb = type(a), type(b)
+    if ta ~= tb then return ta == "string" end
+    return a < b
+  end)
+  return ks
+end
+
+-- A table of more keys is data (a vocabulary), not settings; at most this
+-- many values are guarded.
 local TABLE_MAX, REACH_MAX = 256, 2048
 
 -- Everything fn can reach that its result may depend on, as guard groups
@@ -181,17 +199,7 @@ local function reach(fn)
         local n = 0
         for _ in next, v do n = n + 1 if n > TABLE_MAX then break end end
         if n <= TABLE_MAX then
-          local keys = {}
-          for k in next, v do
-            local tk = type(k)
-            if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then keys[#keys + 1] = k end
-          end
-          table.sort(keys, function(a, b)     -- strings, then integers: a fixed order
-            local ta, tb = type(a), type(b)
-            if ta ~= tb then return ta == "string" end
-            return a < b
-          end)
-          for _, k in ipairs(keys) do add(k, rawget(v, k), name .. "." .. tostring(k)) end
+          for _, k in ipairs(sorted_keys(v)) do add(k, rawget(v, k), name .. "." .. tostring(k)) end
         end
         -- its class (methods through __index) and what calling it runs
         local mt = getmetatable(v)
@@ -410,23 +418,6 @@ end
 local SKIP_GLOBALS = {fl = true, nn = true, package = true, _G = true, string = true,
   table = true, math = true, io = true, os = true, debug = true, coroutine = true,
   utf8 = true, arg = true}
-
--- Keys of table t in a fixed order (strings, then integers) so the name a
--- param gets does not depend on hash order.  Keys starting with "_" are
--- fuselab's own bookkeeping (nn's _params, _path) and are not followed.
-local function sorted_keys(t)
-  local ks = {}
-  for k in next, t do
-    local tk = type(k)
-    if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then ks[#ks + 1] = k end
-  end
-  table.sort(ks, function(a, b)
-    local ta, tb = type(a), type(b)
-    if ta ~= tb then return ta == "string" end
-    return a < b
-  end)
-  return ks
-end
 
 -- Find, for each param {key=}, a path from the function to it: through the
 -- module (self), an upvalue, or a global, then table fields; breadth first,

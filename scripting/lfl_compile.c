@@ -88,16 +88,15 @@ static int alias_chain(const ir_graph *g, int node, int *chain, int *n, int *all
   return g->nodes[node].kind == IR_INPUT ? g->nodes[node].index : -1;
 }
 
-/* Push the view ret r of argument arg: out (the computed copy) gives its
-** shape; where eager code would copy (a reshape of a non-contiguous
-** tensor) the copy is the result. */
-static void push_alias(lua_State *L, const ir_graph *g, const retspec *r, const fl_tensor *arg,
-                       int outidx) {
+/* Push the view of argument arg that chain (alias_chain's) makes: out
+** (the computed copy) gives its shape; where eager code would copy (a
+** reshape of a non-contiguous tensor) the copy is the result. */
+static void push_alias(lua_State *L, const ir_graph *g, const int *chain, int n, int all,
+                       const fl_tensor *arg, int outidx) {
   const fl_tensor *out = lfl_totensor(L, outidx);
-  int chain[16], n, all, k, ok = 1;
+  int k, ok = 1;
   fl_tensor cur, nxt;
   fl_err e;
-  alias_chain(g, r->node, chain, &n, &all);
   if (all) {
     ok = ten_is_contiguous(arg);
     if (ok) {
@@ -677,7 +676,7 @@ results:
       else if (r->kind == RET_ARG) lua_pushvalue(L, base + r->k - 1);
       else if (r->kind == RET_ALIAS) {
         int chain[16], nc, all, gi = alias_chain(en->g, r->node, chain, &nc, &all);
-        push_alias(L, en->g, r, lfl_totensor(L, base + en->input_arg[gi]), outbase + r->k);
+        push_alias(L, en->g, chain, nc, all, lfl_totensor(L, base + en->input_arg[gi]), outbase + r->k);
       }
       else lua_rawgeti(L, consts, r->k);
     }
