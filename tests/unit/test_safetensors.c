@@ -25,6 +25,18 @@ static const char *tmp_path(const char *name) {
   return buf[k];
 }
 
+/* A safetensors file by hand: the 8-byte length, the header, the data. */
+static void write_st(const char *path, const char *header, const char *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  size_t h = strlen(header);
+  unsigned char len[8] = {(unsigned char)h, (unsigned char)(h >> 8)};
+  if (!f) return;
+  fwrite(len, 1, 8, f);
+  fwrite(header, 1, h, f);
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
 static unsigned char *read_all(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   unsigned char *b;
@@ -400,29 +412,17 @@ static void test_files(void) {
   alarm(0);
   unlink(tmp_path("fifo"));
   /* a key holding a terminal command is escaped in messages */
-  f = fopen(tmp_path("esc.safetensors"), "wb");
-  if (f) {
-    static const char j[] = "{\"\\u001b[31m\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]}}";
-    unsigned char len[8] = {(unsigned char)(sizeof j - 1)};
-    fwrite(len, 1, 8, f);
-    fwrite(j, 1, sizeof j - 1, f);
-    fwrite("\0\0\0\0\0\0\0\0", 1, 8, f);
-    fclose(f);
-  }
+  write_st(tmp_path("esc.safetensors"),
+           "{\"\\u001b[31m\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]}}",
+           "\0\0\0\0\0\0\0\0", 8);
   ok(st_load(tmp_path("esc.safetensors"), &l, &e) == FL_EFORMAT &&
      strstr(e.msg, "tensor '\\x1b[31m': the name holds a control character (0x1b)") &&
      !strchr(e.msg, 0x1b) && l.n == 0, "an ESC in a key is refused, and escaped in the message (%s)", e.msg);
   /* the file that named a tensor "weight" for us and "weight\0evil" for
   ** others: refused whole, the message naming the file */
-  f = fopen(tmp_path("nul.safetensors"), "wb");
-  if (f) {
-    static const char j[] = "{\"weight\\u0000evil\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
-    unsigned char len[8] = {(unsigned char)(sizeof j - 1)};
-    fwrite(len, 1, 8, f);
-    fwrite(j, 1, sizeof j - 1, f);
-    fwrite("\0\0\x80\x3f", 1, 4, f);
-    fclose(f);
-  }
+  write_st(tmp_path("nul.safetensors"),
+           "{\"weight\\u0000evil\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           "\0\0\x80\x3f", 4);
   ok(st_load(tmp_path("nul.safetensors"), &l, &e) == FL_EFORMAT &&
      strstr(e.msg, "nul.safetensors: safetensors: a string holds an escaped NUL") && l.n == 0 && !l.v,
      "st_load refuses a NUL escaped in a name, naming the file, nothing loaded (%s)", e.msg);
