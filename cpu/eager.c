@@ -301,6 +301,13 @@ static void binary_f32(fl_op op, float *restrict y, const float *restrict p,
   case OP_POW: for (i = 0; i < n; i++) y[i] = powf(p[i], q[i]); break;
   case OP_MAXIMUM: L2((u != u || u > v) ? u : v);
   case OP_MINIMUM: L2((u != u || u < v) ? u : v);
+  case OP_FMOD: for (i = 0; i < n; i++) y[i] = fmodf(p[i], q[i]); break;
+  case OP_REMAINDER:
+    for (i = 0; i < n; i++) {
+      const float r = fmodf(p[i], q[i]);
+      y[i] = (r != 0.0f && ((r < 0.0f) != (q[i] < 0.0f))) ? r + q[i] : r;
+    }
+    break;
   default: break;
   }
 }
@@ -532,6 +539,17 @@ static int ew_int(const ew *w, fl_err *e) {
     if (x < 0)
       return err_set(e, FL_EINVAL, "pow: integers to negative integer powers "
                      "are not allowed (exponent %lld)", (long long)x);
+  }
+  /* an integer divisor of 0 is refused, as PyTorch does (a kernel gives 0) */
+  if (w->op == OP_FMOD || w->op == OP_REMAINDER) {
+    int64_t c, n1 = meta_numel(&w->v[1].m), x[BLK];
+    for (c = 0; c < n1; c += BLK) {
+      int64_t len = n1 - c < BLK ? n1 - c : BLK, i;
+      eager_gather(&w->v[1], c, len, x, EAGER_I64);
+      for (i = 0; i < len; i++)
+        if (x[i] == 0)
+          return err_set(e, FL_EINVAL, "%s: integer division by zero", op_name(w->op));
+    }
   }
   EAGER_PRAGMA(omp parallel if (w->n > EAGER_PAR_MIN))
   {

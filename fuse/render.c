@@ -44,7 +44,7 @@ static void render_text(strbuf *b, const fk_kernel *k, const fk_instr *in,
   static const char *const fnames[][2] = {
     {"fabsf(", "fabs("}, {"fminf(", "fmin("}, {"fmaxf(", "fmax("}, {"fl_powf(", "pow("},
     {"expf(", "exp("}, {"logf(", "log("}, {"sqrtf(", "sqrt("}, {"tanhf(", "tanh("},
-    {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}};
+    {"erff(", "erf("}, {"sinf(", "sin("}, {"cosf(", "cos("}, {"fmodf(", "fmod("}};
   char lit[64];
   size_t f;
   while (*s) {
@@ -132,6 +132,17 @@ void fk_render_int_helpers(strbuf *b, const char *fn) {
     "  }\n"
     "  return (fl_i64)r;\n"
     "}\n"
+    "/* C's %% truncates; a divisor of 0 or -1 gives 0 where C would trap */\n"
+    "%s fl_i64 fl_ifmod(fl_i64 a, fl_i64 b)\n"
+    "{\n"
+    "  return (b == 0 || b == -1) ? 0 : a %% b;\n"
+    "}\n"
+    "/* floored: the divisor's sign, as Python's %% */\n"
+    "%s fl_i64 fl_irem(fl_i64 a, fl_i64 b)\n"
+    "{\n"
+    "  const fl_i64 r = fl_ifmod(a, b);\n"
+    "  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n"
+    "}\n"
     "/* real bounds saturate to int64 and truncate; NaN or infinite: none */\n"
     "%s fl_i64 fl_iclamp(fl_i64 x, double lo, double hi)\n"
     "{\n"
@@ -141,7 +152,7 @@ void fk_render_int_helpers(strbuf *b, const char *fn) {
     "                   : hi <= -9223372036854775808.0 ? FL_I64_MIN : (fl_i64)hi;\n"
     "  if (x < l) x = l;\n"
     "  return x > h ? h : x;\n"
-    "}\n", fn, fn, fn);
+    "}\n", fn, fn, fn, fn, fn);
 }
 
 void fk_render_rng_helpers(strbuf *b, const char *fn) {

@@ -169,6 +169,13 @@ double sc_sub(const double *x, const op_attrs *a) { (void)a; return x[0] - x[1];
 double sc_mul(const double *x, const op_attrs *a) { (void)a; return x[0] * x[1]; }
 double sc_div(const double *x, const op_attrs *a) { (void)a; return x[0] / x[1]; }
 double sc_pow(const double *x, const op_attrs *a) { (void)a; return pow(x[0], x[1]); }
+double sc_fmod(const double *x, const op_attrs *a) { (void)a; return fmod(x[0], x[1]); }
+/* floored: fmod moved to the divisor's sign (PyTorch's float remainder) */
+double sc_remainder(const double *x, const op_attrs *a) {
+  double r = fmod(x[0], x[1]);
+  (void)a;
+  return (r != 0 && ((r < 0) != (x[1] < 0))) ? r + x[1] : r;
+}
 
 /* NaN from either side wins, as torch.maximum / torch.minimum. */
 double sc_maximum(const double *x, const op_attrs *a) {
@@ -254,6 +261,18 @@ int64_t isc_pow(const int64_t *x, const op_attrs *a) {
     m *= m;
   }
   return (int64_t)r;
+}
+
+/* C's % truncates as fmod does; a divisor of 0 (and -1, whose INT64_MIN
+** quotient overflows) gives 0, where C would trap */
+int64_t isc_fmod(const int64_t *x, const op_attrs *a) {
+  (void)a;
+  return (x[1] == 0 || x[1] == -1) ? 0 : x[0] % x[1];
+}
+
+int64_t isc_remainder(const int64_t *x, const op_attrs *a) {
+  int64_t r = isc_fmod(x, a);
+  return (r != 0 && ((r < 0) != (x[1] < 0))) ? r + x[1] : r;
 }
 
 int64_t isc_maximum(const int64_t *x, const op_attrs *a) {

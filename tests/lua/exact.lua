@@ -68,6 +68,23 @@ agree("maximum, minimum, clamp", function(x, y)
   return fl.maximum(x, y), fl.minimum(x, y), x:clamp(0, 1e30)
 end, ts, i64{TS + 1, 0, 0, 0})
 
+-- ---- fmod truncates, remainder floors; INT64_MIN by -1 does not trap
+local q, r = agree("integer fmod and remainder", function(a, b) return fl.fmod(a, b), fl.remainder(a, b) end,
+                   i64{-7, 7, -7, 7, TS, math.mininteger, math.mininteger},
+                   i64{3, 3, -3, -3, 1000000007, -1, 7})
+t.is(table.concat(q:tolist(), " "), ("-1 1 -1 1 %d 0 %d"):format(TS % 1000000007, math.fmod(math.mininteger, 7)),
+     "fmod has the dividend's sign (C's %), exact beyond 2^53")
+t.is(table.concat(r:tolist(), " "), ("2 1 -1 -2 %d 0 %d"):format(TS % 1000000007, math.mininteger % 7),
+     "remainder has the divisor's sign (Lua's and Python's %)")
+local ok, err = pcall(fl.fmod, i64{1, 2}, i64{1, 0})
+t.ok(not ok and tostring(err):find("fmod: integer division by zero", 1, true),
+     "an integer divisor of 0 is refused eagerly, as PyTorch")
+local fq, fr = agree("float fmod and remainder", function(a, b) return a:fmod(b), a:remainder(b) end,
+                     fl.tensor{-7.5, 7.5, -7.5, 7.5, 1e30, 0 / 0, 1}, fl.tensor{2, 2, -2, -2, 3, 1, 0})
+t.is(table.concat(fq:tolist(), " ", 1, 4), "-1.5 1.5 -1.5 1.5", "float fmod: the dividend's sign")
+t.is(table.concat(fr:tolist(), " ", 1, 4), "0.5 1.5 -1.5 -0.5", "float remainder: the divisor's sign")
+t.ok(fr:tolist()[6] ~= fr:tolist()[6] and fq:tolist()[7] ~= fq:tolist()[7], "NaN in, or a divisor of 0: NaN")
+
 -- ---- integer powers
 local p = agree("integer pow with negative tensor exponents", function(b, e) return b ^ e end,
                 i64{1, -1, -1, 2, 0, 3}, i64{-1, -3, -2, -1, -2, 41})

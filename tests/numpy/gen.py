@@ -385,6 +385,10 @@ def gen_unary():
     case("abs", "a:abs()", [a], np.abs(a), EXACT)
     case("neg", "a:neg()", [a], -a, EXACT)
     case("relu", "a:relu()", [a], np.maximum(a, 0), EXACT)
+    # integer fmod truncates (C), remainder floors (Python): every sign pair
+    b = np.where(ints(17, lo=-9, hi=9) >= 0, ints(17, lo=1, hi=9), ints(17, lo=-9, hi=-1))
+    case("fmod", "a:fmod(b)", [a, b], np.fmod(a, b), EXACT)
+    case("remainder", "a:remainder(b)", [a, b], np.remainder(a, b), EXACT)
     # NaN and infinities go through as PyTorch lets them
     a = np.array([np.nan, -np.inf, np.inf, -1.0, 0.0, 2.0, np.nan], np.float32)
     case("relu", "a:relu()", [a], relu(f64(a)), EW, note="nan, inf")
@@ -416,6 +420,8 @@ BINARY = [
     ("pow", "a:pow(b)", np.power, positive, lambda *s, **k: randn(*s, scale=0.8, **k)),
     ("maximum", "a:maximum(b)", np.maximum, randn, randn),
     ("minimum", "a:minimum(b)", np.minimum, randn, randn),
+    ("fmod", "a:fmod(b)", np.fmod, lambda *s, **k: randn(*s, scale=4, **k), away_from_zero),
+    ("remainder", "a:remainder(b)", np.remainder, lambda *s, **k: randn(*s, scale=4, **k), away_from_zero),
 ]
 
 # (shape a, shape b): equal, trailing broadcast, both sides broadcast,
