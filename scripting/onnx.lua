@@ -1297,6 +1297,9 @@ OPS.Range = function(node, attrs)
     if d == 0 then node_error(node, "delta is 0") end
     local out = {}
     local n = math.max(0, -(-(l - s) // d))
+    -- a long range is data (an index vector), not a size vector: a tensor,
+    -- not a Lua table of millions of numbers
+    if n > 4096 then return {fl.arange(s, l, d, {dtype = "int64"})} end
     for i = 0, n - 1 do out[#out + 1] = s + i * d end
     return {host(out, false)}
   end
@@ -1488,12 +1491,10 @@ OPS.Mod = function(node, attrs)
   local fmod = attr(attrs, "fmod", 0) ~= 0
   return function(ins)
     local a, b = T(node, ins[1]), T(node, ins[2])
-    if a.dtype ~= "int64" or b.dtype ~= "int64" then unsupported(node, "Mod of %s", a.dtype) end
-    local r = a - int_div(a, b) * b                       -- truncated: a's sign
-    if fmod then return {r} end
-    local zero = i64(0)
-    local fix = r:ne(zero):to("int64") * (r:lt(zero)):ne(b:lt(zero)):to("int64")
-    return {r + fix * b}                                  -- floored: b's sign
+    if a.dtype ~= b.dtype then node_error(node, "operands of %s and %s", a.dtype, b.dtype) end
+    if fmod then return {fl.fmod(a, b)} end               -- truncated: a's sign
+    if a.dtype ~= "int64" then node_error(node, "fmod = 0 needs integers (%s: set fmod = 1)", a.dtype) end
+    return {fl.remainder(a, b)}                           -- floored: b's sign
   end
 end
 
@@ -1884,11 +1885,76 @@ function Model:__init(g, path)
     end
     node.attrs.kinds = nil
     node.run = lower(node, node.attrs, g.opset)
+  end
+  self._nodes = g.nodes
+  self:_fold(consts)
+  for _, node in ipairs(self._nodes) do
     if not counts[node.op] then counts[node.op] = 0; order[#order + 1] = node.op end
     counts[node.op] = counts[node.op] + 1
   end
-  self._nodes = g.nodes
   self._op_counts, self._op_order = counts, order
+end
+
+-- ops whose value is not a function of their inputs: never folded
+local RANDOM = set("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                   "Multinomial", "Bernoulli")
+
+-- Input-free subgraphs (Constant -> Range -> ... -> Reshape: weights a file
+-- generates rather than stores, shapes computed from constants) run once
+-- here, as onnxruntime's constant folding does, and what the rest of the
+-- graph reads from them becomes the module's weights: a call reads them like
+-- any initializer, a capture sees parameters instead of hundreds of ops
+-- rebuilding them on every call.  Nothing that reads an initializer is
+-- folded (fl.load_weights may change it), nor a random draw.
+function Model:_fold(consts)
+  local known = {}
+  for k, v in pairs(consts) do known[k] = v end
+  local folded, by = {}, {}
+  for _, node in ipairs(self._nodes) do
+    local ins, ok = {}, not RANDOM[node.op] and node.op ~= "Constant"
+    for i, name in ipairs(node.inputs) do
+      if ok and name ~= "" then
+        ins[i] = known[name]
+        if ins[i] == nil then ok = false end
+      end
+    end
+    if node.op == "Constant" or ok then
+      local outs = node.run(ins)
+      for i, name in ipairs(node.outputs) do
+        if name ~= "" then known[name] = outs[i]; by[name] = node end
+      end
+      folded[node] = true
+    end
+  end
+  -- a Constant read by the rest stays a Constant (its value is known to the
+  -- optimizer; a weight is bound by reference); the rest folded is dropped
+  local read = {}
+  for _, node in ipairs(self._nodes) do
+    if not folded[node] then
+      for _, name in ipairs(node.inputs) do
+        read[name] = true
+        if by[name] and by[name].op == "Constant" then folded[by[name]] = nil end
+      end
+    end
+  end
+  local keep, n = {}, 0
+  for _, node in ipairs(self._nodes) do
+    if folded[node] == nil then keep[#keep + 1] = node else n = n + 1 end
+  end
+  if n == 0 then return end
+  for _, v in ipairs(self.outputs) do read[v.name] = true end
+  for name in pairs(read) do
+    local v = known[name]
+    if v ~= nil and consts[name] == nil and folded[by[name]] ~= nil then
+      if Model[name] ~= nil or rawget(self, name) ~= nil then
+        error(fmt("onnx: folded value '%s': a name the module itself uses (unsupported)", name), 0)
+      end
+      if not is_tensor(v) then consts[name] = v
+      elseif FLOAT[v.dtype] then self:register_parameter(name, v)
+      else self:register_buffer(name, v) end
+    end
+  end
+  self._nodes, self._folded = keep, n
 end
 
 function Model:_head()
@@ -1915,6 +1981,9 @@ function Model.__tostring(self)
   end)
   for _, op in ipairs(order) do ops[#ops + 1] = fmt("%s x%d", op, self._op_counts[op]) end
   lines[#lines + 1] = fmt("  %d nodes: %s", #self._nodes, table.concat(ops, ", "))
+  if self._folded then
+    lines[#lines + 1] = fmt("  %d nodes without inputs folded at load into the weights below", self._folded)
+  end
   lines[#lines + 1] = fmt("  %d parameters (%d elements)", #self:parameters(), self:nparameters())
   return table.concat(lines, "\n")
 end
