@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "program.h"
+#include "roofline.h"
 #include "../fuse/render.h"
 #include "../graph/rng.h"
 #include "../graph/view.h"
@@ -441,14 +442,27 @@ int exec_program_set_profile(exec_program *pr, int on, fl_err *e) {
 }
 
 void exec_program_print_profile(const exec_program *pr, FILE *f, const char *indent) {
-  int k;
+  roof_peaks pk;
+  int k, roofs;
   if (!pr->last_ms || !pr->profiled_runs) return;
+  /* the roofs are this CPU's (measured once per machine, then cached) */
+  roofs = pr->be->dev == FL_DEV_CPU && roof_machine_peaks(&pk, 0, NULL) == FL_OK;
   for (k = 0; k < pr->plan->nkernels; k++) {
     const fk_kernel *kr = &pr->plan->kernels[k];
     double ms = pr->last_ms[k];
+    roof_kernel rk;
     fprintf(f, "%sk%-3d %-44s %9.3f ms", indent, k, kr->name, ms);
-    if (exec_kernel_kept(pr, k) && pr->kept_last) fprintf(f, "  kept: its weights did not change");
-    else if (ms > 0 && kr->bytes > 0) fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
+    if (exec_kernel_kept(pr, k) && pr->kept_last) {
+      fprintf(f, "  kept: its weights did not change");
+    } else if (ms > 0 && kr->bytes > 0) {
+      fprintf(f, "  %7.2f GB/s", (double)kr->bytes / (ms * 1e6));
+      if (roofs) {
+        roof_kernel_at(pr, k, ms, &pk, &rk);
+        if (rk.flops > 0) fprintf(f, "  %8.2f GFLOP/s", rk.gflops);
+        else fprintf(f, "  %8s GFLOP/s", "-");
+        fprintf(f, "  %4.0f%% of roof (%s)", rk.roof_pct, roof_bound_name(rk.bound));
+      }
+    }
     fputc('\n', f);
   }
 }

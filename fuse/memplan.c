@@ -43,6 +43,67 @@ void fuse_kernel_traffic(const ir_graph *g, const fk_kernel *k, int64_t *rd, int
   if (has_epilogue(k)) *wr += nbytes(g, k->anchor);
 }
 
+/* a * b, saturating (a count past 2^62 is beyond any machine anyway) */
+static int64_t flop_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return sz_mul(a, b, &r) && r <= (INT64_C(1) << 62) ? r : INT64_C(1) << 62;
+}
+
+/* The one count of floating-point work, next to the one count of bytes:
+** a product or convolution 2 per multiply-add (2 M N K; a convolution's K
+** is its window, C/groups kh kw, per output element), a bias 1 per output
+** element; an elementwise op 1 per result element; a reduction 1 per
+** element it reads; a composite what its primitives do per element
+** (softmax: max, subtract, exp, sum, divide); a pool its window per output;
+** views, copies, casts and gathers nothing.  Estimates for teaching a
+** roofline, not an instruction count: exp and erf cost one like add. */
+int64_t fuse_node_flops(const ir_graph *g, int id) {
+  const ir_node *nd = &g->nodes[id];
+  const fl_meta *in0;
+  int64_t out, rd, k;
+  op_kind kind;
+  if (nd->kind != IR_OP || fk_is_view(g, id)) return 0;
+  out = meta_numel(&nd->meta);
+  in0 = nd->nin > 0 && nd->in[0] >= 0 ? &g->nodes[nd->in[0]].meta : NULL;
+  rd = in0 ? meta_numel(in0) : out;
+  kind = op_info_of(nd->op)->kind;
+  switch (nd->op) {
+  case OP_TO: return 0;
+  case OP_MATMUL: case OP_LINEAR:
+    k = in0 && in0->ndim > 0 ? in0->shape[in0->ndim - 1] : 1;
+    return flop_mul(flop_mul(2, out), k) +
+           (nd->op == OP_LINEAR && nd->nin > 2 && nd->in[2] >= 0 ? out : 0);
+  case OP_CONV2D: {
+    const fl_meta *w = nd->nin > 1 && nd->in[1] >= 0 ? &g->nodes[nd->in[1]].meta : NULL;
+    k = w && w->ndim == 4 && w->shape[0] > 0 ? meta_numel(w) / w->shape[0] : 1;
+    return flop_mul(flop_mul(2, out), k) + (nd->nin > 2 && nd->in[2] >= 0 ? out : 0);
+  }
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: {
+    op_win2d w;
+    op_win2d_of(nd->op, &nd->attrs, 0, 0, &w);
+    return flop_mul(out, w.kh > 0 && w.kw > 0 ? flop_mul(w.kh, w.kw) : 1);
+  }
+  case OP_VAR: return flop_mul(3, rd);                 /* subtract, square, sum */
+  case OP_SOFTMAX: case OP_LOG_SOFTMAX: return flop_mul(5, rd);
+  case OP_LAYER_NORM: return flop_mul(7, rd);          /* mean, var (3), normalize, w, b */
+  case OP_RMS_NORM: return flop_mul(4, rd);            /* square, sum, scale, w */
+  case OP_BATCH_NORM: return flop_mul(4, out);         /* (x - mean) * rstd * w + b */
+  case OP_CUMSUM: return out;
+  default: break;
+  }
+  if (kind == OPK_ELEMWISE || kind == OPK_BROADCAST) return out;
+  if (kind == OPK_REDUCTION) return rd;
+  return 0;                                            /* injective: data movement */
+}
+
+int64_t fuse_kernel_flops(const ir_graph *g, const fk_kernel *k) {
+  int64_t f = 0;
+  int i;
+  for (i = 0; i < k->nnodes; i++) f += fuse_node_flops(g, k->nodes[i]);
+  if (k->kind == FK_EXTERN && k->anchor >= 0) f += fuse_node_flops(g, k->anchor);
+  return f < (INT64_C(1) << 62) ? f : INT64_C(1) << 62;
+}
+
 static int64_t kernel_bytes(const ir_graph *g, const fk_kernel *k) {
   int64_t r, w;
   fuse_kernel_traffic(g, k, &r, &w);

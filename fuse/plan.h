@@ -99,6 +99,10 @@ void fuse_plan_measure(fuse_plan *p);
 int64_t fuse_node_bytes(const ir_graph *g, int id);
 /* Bytes kernel k reads (*rd) and writes (*wr) from and to memory. */
 void fuse_kernel_traffic(const ir_graph *g, const fk_kernel *k, int64_t *rd, int64_t *wr);
+/* Floating-point operations of node id and of kernel k (an extern step's
+** product included), at the plan's sizes: the roofline's work. */
+int64_t fuse_node_flops(const ir_graph *g, int id);
+int64_t fuse_kernel_flops(const ir_graph *g, const fk_kernel *k);
 /* g run op by op (see ir_opcost); FL_ENOMEM when out of memory. */
 int fuse_graph_cost(const ir_graph *g, ir_opcost *c);
 /* The "before" of a comparison: g->origin when recorded, else g's own. */

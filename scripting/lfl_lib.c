@@ -750,6 +750,9 @@ static int l_is_tensor(lua_State *L) {
   return 1;
 }
 
+/* fl.machine_peaks, fl.draw_roofline (lfl_roofline.c) */
+void lfl_open_roofline(lua_State *L, int lib);
+
 static const luaL_Reg fl_funcs[] = {
   {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
   {"full", l_full}, {"arange", l_arange}, {"rand", l_rand},
@@ -805,5 +808,6 @@ int luaopen_fuselab(lua_State *L) {
   lfl_open_checklist(L, lib);
   lfl_open_onnx(L, lib);
   lfl_open_cuda(L, lib);
+  lfl_open_roofline(L, lib);
   return 1;
 }

@@ -14,6 +14,7 @@
 
 #include "lfl.h"
 #include "exec/program.h"
+#include "exec/roofline.h"
 
 static const lfl_progtype *backend(lua_State *L) {
   return (const lfl_progtype *)lua_touserdata(L, lua_upvalueindex(1));
@@ -144,15 +145,18 @@ static int k_run(lua_State *L) {
 
 /* k:profile(on) turns per-kernel timing on (counters reset) or off;
 ** k:profile() -> {runs = n, {name =, ms =, last_ms =, gbps =, ran =,
-** kept =}, ...}: the mean time of each kernel over the profiled runs, the
-** last run's, the bandwidth of the mean from the plan's bytes (cost
-** model), the profiled runs that launched it, and whether it is kept
-** (reads weights only: launched when they change). */
+** kept =, flops =, bytes =, gflops =, intensity =, bound =, roof_pct =},
+** ...}: the mean time of each kernel over the profiled runs, the last
+** run's, the bandwidth of the mean from the plan's bytes (cost model),
+** the profiled runs that launched it, and whether it is kept (reads
+** weights only: launched when they change); then where it stands on this
+** machine's roofline (exec/roofline.h), at its mean time per launch. */
 static int k_profile(lua_State *L) {
   const lfl_progtype *be = backend(L);
   exec_program *pr = lfl_checkprogram(L, 1, be);
+  roof_peaks pk;
   fl_err e;
-  int k;
+  int k, on_cpu = pr->be->dev == FL_DEV_CPU;
   if (!lua_isnone(L, 2)) {
     if (!lua_isboolean(L, 2))
       return luaL_error(L, "profile: expected true or false, got %s", luaL_typename(L, 2));
@@ -160,12 +164,21 @@ static int k_profile(lua_State *L) {
     if (exec_program_set_profile(pr, lua_toboolean(L, 2), &e) != FL_OK) return lfl_raise(L, "profile", &e);
     return 0;
   }
+  /* the roofs are this CPU's: a CUDA program's kernels get their counts only */
+  memset(&pk, 0, sizeof pk);
+  if (pr->profiled_runs > 0 && on_cpu) {
+    err_clear(&e);
+    if (roof_machine_peaks(&pk, 0, &e) != FL_OK) return lfl_raise(L, "profile", &e);
+  }
   lua_createtable(L, pr->plan->nkernels, 1);
   lua_pushinteger(L, (lua_Integer)pr->profiled_runs);
   lua_setfield(L, -2, "runs");
   for (k = 0; k < pr->plan->nkernels && pr->profiled_runs > 0; k++) {
     double ms = pr->kernel_ms[k] / (double)pr->profiled_runs;
-    lua_createtable(L, 0, 4);
+    roof_kernel rk;
+    roof_kernel_at(pr, k, pr->kernel_ran[k] > 0 ? pr->kernel_ms[k] / (double)pr->kernel_ran[k] : 0,
+                   &pk, &rk);
+    lua_createtable(L, 0, 12);
     lua_pushstring(L, pr->plan->kernels[k].name); lua_setfield(L, -2, "name");
     lua_pushnumber(L, ms); lua_setfield(L, -2, "ms");
     lua_pushnumber(L, pr->last_ms[k]); lua_setfield(L, -2, "last_ms");
@@ -173,6 +186,14 @@ static int k_profile(lua_State *L) {
     lua_setfield(L, -2, "gbps");
     lua_pushinteger(L, (lua_Integer)pr->kernel_ran[k]); lua_setfield(L, -2, "ran");
     lua_pushboolean(L, exec_kernel_kept(pr, k)); lua_setfield(L, -2, "kept");
+    lua_pushinteger(L, (lua_Integer)rk.flops); lua_setfield(L, -2, "flops");
+    lua_pushinteger(L, (lua_Integer)rk.bytes); lua_setfield(L, -2, "bytes");
+    lua_pushnumber(L, rk.gflops); lua_setfield(L, -2, "gflops");
+    lua_pushnumber(L, rk.intensity); lua_setfield(L, -2, "intensity");
+    if (on_cpu) {
+      lua_pushstring(L, roof_bound_name(rk.bound)); lua_setfield(L, -2, "bound");
+      lua_pushnumber(L, rk.roof_pct); lua_setfield(L, -2, "roof_pct");
+    }
     lua_rawseti(L, -2, k + 1);
   }
   return 1;
