@@ -1389,7 +1389,9 @@ end
 -- left out and every %id replaced by the canonical number of that node
 -- (interned in `canon`, shared by both graphs), so a node both graphs
 -- compute the same way has the same number whatever its id.  Returns the
--- lines {id, text, canon} in order, and the write-back and return lines.
+-- lines {id, text, canon, op, at} in order (op: the form without its
+-- inputs; at: the line's number in the listing), and the write-back and
+-- return lines.
 local function canonical_lines(g, canon)
   local lines, byid, tail = {}, {}, {}
   local text = tostring(g)
@@ -1400,38 +1402,57 @@ local function canonical_lines(g, canon)
     if canon[key] == #canon + 1 then canon[#canon + 1] = key end
     byid[tonumber(id)] = canon[key]
   end
-  for line in text:gmatch("[^\n]+") do
+  local at = 0
+  for line in text:gmatch("[^\n]*") do
+    at = at + 1
     local id, rhs = line:match("^  %%(%d+) = (.-)%s*$")
     if id then
       rhs = rhs:gsub("    # .*$", "")
       local key = rhs:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
       if not canon[key] then canon[#canon + 1] = key; canon[key] = #canon end
       byid[tonumber(id)] = canon[key]
-      lines[#lines + 1] = {id = tonumber(id), text = line:gsub("    # .*$", ""), canon = canon[key]}
+      lines[#lines + 1] = {id = tonumber(id), text = line:gsub("    # .*$", ""), canon = canon[key],
+                           op = rhs:gsub("%%%d+", "%%"), at = at}
     elseif line:match("^  write ") or line:match("^  return ") then
       local key = line:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
-      tail[#tail + 1] = {text = line:gsub("^%s+", ""), canon = key}
+      tail[#tail + 1] = {text = line:gsub("^%s+", ""), canon = key, at = at}
     end
   end
   return lines, tail
 end
 
--- g:diff(g2) -> {added = {lines}, removed = {lines}, kept = n}: prints g2's
--- listing with each node g does not compute marked "+", then g's nodes
--- g2 no longer computes marked "-" (a node counts as the same when it is
--- the same op with the same attributes, type and inputs, whatever its id).
-local GraphMethods = debug.getregistry()["fl.Graph"].__index
-function GraphMethods.diff(g1, g2)
-  if not (type(g2) == "userdata" and getmetatable(g2) == getmetatable(g1)) then
-    error("diff: expected a Graph to compare with, got " .. type(g2), 2)
-  end
+-- fl._graph_diff(g1, g2): what g:diff prints and the review report's pass
+-- stepper highlights, one definition for both.  A node of g2 is kept when
+-- g1 computes it (same op, attributes, type and inputs, whatever the ids),
+-- else added; a node of g1 that g2 no longer computes is removed.  An
+-- added node that is the same op, attributes and type as a removed one
+-- (new inputs only: a rewrite upstream renumbered them) is also changed,
+-- paired with it in order.  Line numbers are those of the listings
+-- tostring(g1) and tostring(g2), so a reader can point at a line.
+-- Returns {added = {texts}, removed = {texts}, kept = n, text = g:diff's
+-- text, changed = {{old = line, new = line}}, marks = {[new line] = "+"
+-- or "~"}, gone = {{line = old line, after = new line}} (the removed
+-- nodes no changed node stands for, each after the new line of the last
+-- node before it that is kept or changed), moved = results moved}.
+function fl._graph_diff(g1, g2)
   local canon = {}
   local a, ta = canonical_lines(g1, canon)
   local b, tb = canonical_lines(g2, canon)
   local in_a, in_b = {}, {}
   for _, l in ipairs(a) do in_a[l.canon] = true end
-  for _, l in ipairs(b) do in_b[l.canon] = true end
+  for _, l in ipairs(b) do in_b[l.canon] = in_b[l.canon] or l.at end
   local out, added, removed, kept = {}, {}, {}, 0
+  local marks, changed, gone = {}, {}, {}
+  -- removed nodes by their form without inputs, first come first paired
+  local waiting = {}
+  for _, l in ipairs(a) do
+    if not in_b[l.canon] then
+      local q = waiting[l.op] or {first = 1}
+      q[#q + 1] = l
+      waiting[l.op] = q
+    end
+  end
+  local partner = {}
   for _, l in ipairs(b) do
     if in_a[l.canon] then
       kept = kept + 1
@@ -1439,20 +1460,52 @@ function GraphMethods.diff(g1, g2)
     else
       added[#added + 1] = l.text
       out[#out + 1] = "+ " .. l.text:sub(3)
+      local q = waiting[l.op]
+      if q and q[q.first] then
+        partner[q[q.first]] = l.at
+        changed[#changed + 1] = {old = q[q.first].at, new = l.at}
+        q.first = q.first + 1
+        marks[l.at] = "~"
+      else
+        marks[l.at] = "+"
+      end
     end
   end
+  local after = 1   -- the header line
   for _, l in ipairs(a) do
-    if not in_b[l.canon] then
+    if in_b[l.canon] then after = in_b[l.canon]
+    else
       removed[#removed + 1] = l.text
       out[#out + 1] = "- " .. l.text:sub(3)
+      if partner[l] then after = partner[l]
+      else gone[#gone + 1] = {line = l.at, after = after} end
     end
   end
   local function joined(t, k) local r = {} for i, x in ipairs(t) do r[i] = x[k] end return table.concat(r, "; ") end
-  if joined(ta, "canon") ~= joined(tb, "canon") then
+  local moved = joined(ta, "canon") ~= joined(tb, "canon")
+  if moved then
     out[#out + 1] = ("  results: %s (was: %s)"):format(joined(tb, "text"), joined(ta, "text"))
+    for i, l in ipairs(tb) do
+      if not ta[i] or ta[i].canon ~= l.canon then
+        marks[l.at] = "~"
+        if ta[i] then changed[#changed + 1] = {old = ta[i].at, new = l.at} end
+      end
+    end
   end
   table.insert(out, 1, ("%d node(s) kept, %d added (+), %d removed (-)"):format(kept, #added, #removed))
-  local text = table.concat(out, "\n")
-  print(text)
-  return fl._shown({added = added, removed = removed, kept = kept, text = text})
+  return {added = added, removed = removed, kept = kept, text = table.concat(out, "\n"),
+          changed = changed, marks = marks, gone = gone, moved = moved}
+end
+
+-- g:diff(g2) -> {added = {lines}, removed = {lines}, kept = n, text = ...}:
+-- prints g2's listing with each node g does not compute marked "+", then
+-- g's nodes g2 no longer computes marked "-" (fl._graph_diff above).
+local GraphMethods = debug.getregistry()["fl.Graph"].__index
+function GraphMethods.diff(g1, g2)
+  if not (type(g2) == "userdata" and getmetatable(g2) == getmetatable(g1)) then
+    error("diff: expected a Graph to compare with, got " .. type(g2), 2)
+  end
+  local d = fl._graph_diff(g1, g2)
+  print(d.text)
+  return fl._shown({added = d.added, removed = d.removed, kept = d.kept, text = d.text})
 end

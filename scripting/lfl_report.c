@@ -92,6 +92,8 @@ typedef struct rep {
   meas_summary ck_steady, ck_eager;   /* the checklist's pair, timed side by side */
   int has_ck;
   int first_warm;              /* the compiled function's first call loaded its kernels */
+  viz_step *steps;             /* the pass stepper's, steps_cap of them */
+  int nsteps, steps_cap;
 } rep;
 
 /* Per-kernel timing on for the program at idx (a CPU program; others are
@@ -317,6 +319,321 @@ static double field_num(lua_State *L, int t, const char *key, double def) {
   return v;
 }
 
+/* ---- the pass stepper ------------------------------------------------------ */
+
+#define STEP_GRAPHS 8        /* graphs of a compiled function stepped through */
+
+/* The graph passes a compiled function's graphs went through, named as
+** the stepper shows them. */
+static viz_step *step_new(lua_State *L, rep *R, const char *prefix, const char *name) {
+  viz_step *st;
+  if (!R->steps) {
+    R->steps_cap = 4 * STEP_GRAPHS + 2;
+    R->steps = (viz_step *)lfl_viz_alloc(L, R->s, (size_t)R->steps_cap * sizeof *R->steps, "report");
+  }
+  if (R->nsteps >= R->steps_cap) return NULL;
+  st = &R->steps[R->nsteps++];
+  memset(st, 0, sizeof *st);
+  lua_pushfstring(L, "%s%s", prefix, name);
+  st->name = lfl_viz_keep(L, R->keep);
+  st->prev = -1;
+  st->added = st->removed = st->changed = -1;
+  return st;
+}
+
+static int op_count(lua_State *L, int g) {
+  int n;
+  push_method(L, g, "ops");
+  lua_call(L, 1, 1);
+  n = (int)luaL_len(L, -1);
+  lua_pop(L, 1);
+  return n;
+}
+
+/* `method` of the graph at g with {quiet = true}: pushes the new graph
+** and its log. */
+static void run_pass(lua_State *L, int g, const char *method) {
+  push_method(L, g, method);
+  lua_createtable(L, 0, 1);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "quiet");
+  lua_call(L, 2, 2);
+}
+
+static int count_lines(const char *s) {
+  int n = 1;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* The length of the array at field key of the table at t. */
+static int field_len(lua_State *L, int t, const char *key) {
+  int n;
+  lua_getfield(L, t, key);
+  n = lua_istable(L, -1) ? (int)luaL_len(L, -1) : 0;
+  lua_pop(L, 1);
+  return n;
+}
+
+/* n pairs from the array of tables at field key of d (fields a, b of each),
+** in a block owned by the scratch. */
+static const int *diff_pairs(lua_State *L, rep *R, int d, const char *key, const char *a,
+                             const char *b, int *n) {
+  int *v, i;
+  *n = field_len(L, d, key);
+  v = (int *)lfl_viz_alloc(L, R->s, (size_t)(*n ? *n : 1) * 2 * sizeof *v, "report");
+  lua_getfield(L, d, key);
+  for (i = 0; i < *n; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    v[2 * i] = (int)field_num(L, lua_gettop(L), a, 0);
+    v[2 * i + 1] = (int)field_num(L, lua_gettop(L), b, 0);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* A step showing the graph at g: its listing, and with a previous graph
+** (at pg, shown by the step before) what fl._graph_diff says changed,
+** the same diff g:diff prints. */
+static viz_step *step_graph(lua_State *L, rep *R, const char *prefix, const char *name, int g, int pg,
+                            const char *what) {
+  viz_step *st = step_new(L, R, prefix, name);
+  int ops, d, nl;
+  if (!st) return NULL;
+  luaL_tolstring(L, g, NULL);
+  st->listing = lfl_viz_keep(L, R->keep);
+  ops = op_count(L, g);
+  if (!pg) {
+    lua_pushfstring(L, "%s: %d ops%s", st->name, ops, what ? what : "");
+    st->summary = lfl_viz_keep(L, R->keep);
+    return st;
+  }
+  st->prev = R->nsteps - 2;
+  lua_getfield(L, LUA_REGISTRYINDEX, LFL_LIB_KEY);
+  lua_getfield(L, -1, "_graph_diff");
+  lua_remove(L, -2);
+  lua_pushvalue(L, pg);
+  lua_pushvalue(L, g);
+  lua_call(L, 2, 1);
+  d = lua_gettop(L);
+  lua_pushvalue(L, d);
+  lfl_viz_keep(L, R->keep);   /* anchors nothing the page borrows; keeps the stack flat */
+  st->added = field_len(L, d, "added");
+  st->removed = field_len(L, d, "removed");
+  st->gone = diff_pairs(L, R, d, "gone", "line", "after", &st->ngone);
+  st->was = diff_pairs(L, R, d, "changed", "new", "old", &st->nwas);
+  nl = count_lines(st->listing);
+  st->mark = (char *)lfl_viz_alloc(L, R->s, (size_t)nl, "report");
+  st->nmark = nl;
+  st->changed = 0;
+  lua_getfield(L, d, "marks");
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    lua_Integer line = lua_tointeger(L, -2);
+    const char *m = lua_tostring(L, -1);
+    if (line >= 1 && line <= nl && m) {
+      ((char *)st->mark)[line - 1] = m[0];
+      st->changed += m[0] == VIZ_LINE_CHANGED;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, d, "moved");
+  if (lua_toboolean(L, -1)) st->changed--;   /* the return line: not a node */
+  lua_pop(L, 1);
+  if (st->added == 0 && st->removed == 0)
+    lua_pushfstring(L, "%s: no change; %d ops", st->name, ops);
+  else
+    lua_pushfstring(L, "%s: %d node%s removed, %d added (%d of them changed: the same op with new "
+                    "inputs); %d \xe2\x86\x92 %d ops", st->name, st->removed, st->removed == 1 ? "" : "s",
+                    st->added, st->changed, op_count(L, pg), ops);
+  st->summary = lfl_viz_keep(L, R->keep);
+  lua_settop(L, d - 1);
+  return st;
+}
+
+/* What optimize's log says it did, counted by rewrite: one walk over the
+** graph makes all of them (graph/pass.c), so they are one step with these
+** lines under its summary.  The rules in the order the walk tries them. */
+static void optimize_notes(lua_State *L, rep *R, viz_step *st, const char *log) {
+  static const struct { const char *name, *says; } rule[] = {
+    {"fold_bn", "batch norm folded into the convolution before it"},
+    {"fold_scale", "per-channel scale or shift folded into the convolution before it"},
+    {"simplify", "algebraic simplification (x*1, x+0, double transpose, ...)"},
+    {"fold_linear", "matmul(x, transpose(w)) + b made one linear"},
+    {"const_fold", "ops over constants computed now (constant folding)"},
+    {"cse", "repeated ops merged (common subexpressions)"},
+    {"dce", "unused nodes removed (dead code)"},
+  };
+  enum { NRULES = sizeof rule / sizeof rule[0] };
+  int n[NRULES] = {0}, i, k = 0;
+  const char **notes;
+  const char *p = log;
+  while (p && *p) {
+    const char *nl = strchr(p, '\n'), *end = nl ? nl : p + strlen(p);
+    size_t len = (size_t)(end - p);
+    char line[512];
+    int dead = 0;
+    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+    if (strstr(line, "batch_norm folded into conv2d")) n[0]++;
+    else if (strstr(line, "folded into conv2d")) n[1]++;
+    else if (strstr(line, "= linear(x, w, b)")) n[3]++;
+    else if (strstr(line, "of constants folded")) n[4]++;
+    else if (strstr(line, "(cse)")) n[5]++;
+    else if (sscanf(line, "removed %d unused node", &dead) == 1) n[6] += dead;
+    else if (line[0] == '%') n[2]++;   /* "%12 add: x + 0 = x" */
+    p = nl ? nl + 1 : end;
+  }
+  notes = (const char **)lfl_viz_alloc(L, R->s, NRULES * sizeof *notes, "report");
+  for (i = 0; i < NRULES; i++) {
+    if (!n[i]) continue;
+    lua_pushfstring(L, "%s/%s: %d %s \xe2\x80\x94 %s", "optimize", rule[i].name, n[i],
+                    i == NRULES - 1 ? (n[i] == 1 ? "node" : "nodes") : (n[i] == 1 ? "rewrite" : "rewrites"),
+                    rule[i].says);
+    notes[k++] = lfl_viz_keep(L, R->keep);
+  }
+  if (!k) {
+    lua_pushliteral(L, "optimize found nothing to rewrite");
+    notes[k++] = lfl_viz_keep(L, R->keep);
+  }
+  st->notes = notes;
+  st->nnotes = k;
+}
+
+/* The captured graph at g, decomposed and optimized as fl.compile does
+** (graph/pass.c: the same graphs every time), one step each; leaves the
+** optimized graph on the stack. */
+static void steps_passes(lua_State *L, rep *R, const char *prefix, int g) {
+  int d, o;
+  viz_step *st;
+  step_graph(L, R, prefix, "capture", g, 0, " (the function as traced)");
+  run_pass(L, g, "decompose");
+  lua_pop(L, 1);
+  d = lua_gettop(L);
+  step_graph(L, R, prefix, "decompose", d, g, NULL);
+  run_pass(L, d, "optimize");
+  o = lua_gettop(L) - 1;
+  st = step_graph(L, R, prefix, "optimize", o, d, NULL);
+  if (st) optimize_notes(L, R, st, lua_tostring(L, o + 1));
+  lua_pop(L, 1);
+  lua_remove(L, d);
+}
+
+/* The plan's kernels: the text print(p) gives. */
+static void step_fusion(lua_State *L, rep *R, const char *prefix, int plan, const fuse_plan *p) {
+  viz_step *st = step_new(L, R, prefix, "fusion");
+  int i, fused = 0;
+  if (!st) return;
+  for (i = 0; i < p->ndec; i++) fused += p->dec[i].fused != 0;
+  luaL_tolstring(L, plan, NULL);
+  st->listing = lfl_viz_keep(L, R->keep);
+  lua_pushfstring(L, "%s: %d ops in %d kernel%s (%d run op by op); %d of %d candidate pairs fused; "
+                  "bytes moved %s \xe2\x86\x92 %s", st->name, p->stats.nodes, p->nkernels,
+                  p->nkernels == 1 ? "" : "s", p->stats.kernels_before, fused, p->ndec,
+                  bytes_str(L, R, p->stats.bytes_before), bytes_str(L, R, p->stats.bytes_after));
+  st->summary = lfl_viz_keep(L, R->keep);
+}
+
+/* The generated code is on the page once, in its own section. */
+static void step_code(lua_State *L, rep *R) {
+  viz_step *st;
+  if (!R->r.code || !*R->r.code || !(st = step_new(L, R, "", "code"))) return;
+  st->ref = "code";
+  lua_pushfstring(L, "code: %d lines of generated %s", count_lines(R->r.code),
+                  R->r.code_lang ? R->r.code_lang : "source");
+  st->summary = lfl_viz_keep(L, R->keep);
+}
+
+/* The plan (at plan) of the graph with fingerprint fp among the plans in
+** the array at plans, pushed; 0 (nothing pushed) when none. */
+static int plan_of(lua_State *L, int plans, const char *fp) {
+  lua_Integer j, n = luaL_len(L, plans);
+  char hex[33];
+  for (j = 1; j <= n; j++) {
+    const fuse_plan *p;
+    lua_rawgeti(L, plans, j);
+    p = lfl_toplan(L, -1);
+    if (p) {
+      ir_fingerprint(p->g, hex);
+      if (strcmp(hex, fp) == 0) return lua_gettop(L);
+    }
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+/* A compiled function's graphs, each from its capture: the captured graph
+** is the one a fast-path entry of cm keeps (its first user value), found
+** by what decompose and optimize make of it; a graph with no entry (a
+** function whose Lua runs each call) is stepped from the graph as
+** compiled. */
+static void steps_compiled(lua_State *L, rep *R, int state) {
+  int top = lua_gettop(L), graphs, plans, found;
+  lua_Integer i, n, ng;
+  char hex[33];
+  lua_getfield(L, state, "graphs");
+  graphs = lua_gettop(L);
+  lua_getfield(L, state, "plans");
+  plans = lua_gettop(L);
+  if (!lua_istable(L, graphs) || !lua_istable(L, plans)) { lua_settop(L, top); return; }
+  lua_newtable(L);   /* fingerprint of the compiled graph -> the captured one */
+  found = lua_gettop(L);
+  if (lua_getfield(L, state, "entries") == LUA_TTABLE) {
+    n = luaL_len(L, -1);
+    for (i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) == LUA_TUSERDATA && lua_getiuservalue(L, -1, 1) == LUA_TUSERDATA &&
+          luaL_testudata(L, -1, "fl.Graph")) {
+        int g = lua_gettop(L);
+        run_pass(L, g, "decompose");
+        lua_pop(L, 1);
+        run_pass(L, lua_gettop(L), "optimize");
+        lua_pop(L, 1);
+        ir_fingerprint(lfl_checkgraph(L, -1), hex);
+        lua_pushvalue(L, g);
+        lua_setfield(L, found, hex);
+        lua_settop(L, g);
+      }
+      lua_pop(L, 2);
+    }
+  }
+  lua_pop(L, 1);
+  ng = luaL_len(L, graphs);
+  for (i = 1; i <= ng && i <= STEP_GRAPHS; i++) {
+    char prefix[32];
+    int cg, plan;
+    lua_rawgeti(L, graphs, i);
+    cg = lua_gettop(L);
+    if (!luaL_testudata(L, cg, "fl.Graph")) { lua_settop(L, found); continue; }
+    ir_fingerprint(lfl_checkgraph(L, cg), hex);
+    if (ng > 1) snprintf(prefix, sizeof prefix, "graph %d: ", (int)i);
+    else prefix[0] = '\0';
+    if (lua_getfield(L, found, hex) == LUA_TUSERDATA) steps_passes(L, R, prefix, lua_gettop(L));
+    else step_graph(L, R, prefix, "compiled graph", cg, 0,
+                    " (after decompose and optimize; the graph as captured is kept only for a "
+                    "function that runs without its Lua)");
+    if ((plan = plan_of(L, plans, hex))) step_fusion(L, R, prefix, plan, lfl_toplan(L, plan));
+    lua_settop(L, found);
+  }
+  step_code(L, R);
+  lua_settop(L, top);
+}
+
+/* A Plan, a Program or a Graph: a plan does not know the stages it was
+** made from, so the steps start at its graph. */
+static void steps_plan(lua_State *L, rep *R, int plan, int kind) {
+  int top = lua_gettop(L);
+  push_method(L, plan, "graph");
+  lua_call(L, 1, 1);
+  step_graph(L, R, "", kind == LFL_VIZ_GRAPH ? "graph" : "the plan's graph", lua_gettop(L), 0,
+             kind == LFL_VIZ_GRAPH ? " (as given: the report fuses it without other passes)"
+                                   : " (a plan does not keep the stages it was made from)");
+  step_fusion(L, R, "", plan, lfl_toplan(L, plan));
+  step_code(L, R);
+  lua_settop(L, top);
+}
+
 /* Now, as a reader of the report wants it: "2024-05-01 14:03". */
 static void stamp(char *buf, size_t n) {
   time_t t = time(NULL);
@@ -456,6 +773,7 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
   if (lua_type(L, -1) == LUA_TSTRING && lua_rawlen(L, -1) > 0) r->code = lfl_viz_keep(L, R->keep);
   else lua_pop(L, 1);
   r->code_lang = "C";
+  steps_compiled(L, R, state);
   r->guards = string_list(L, R, stats, "guards", &r->nguards);
   r->recompiles = string_list(L, R, stats, "recompile_reasons", &r->nrecompiles);
   if (lua_getfield(L, stats, "break_reasons") == LUA_TTABLE) {
@@ -556,6 +874,7 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     r->code = exec_program_source(pr);
     r->code_lang = "C";
   }
+  steps_plan(L, R, plan, kind);
   stamp(when, sizeof when);
   lua_pushfstring(L, "%s of %d op nodes in %d kernel%s \xc2\xb7 %s",
                   kind == LFL_VIZ_PROGRAM ? "program" : "fusion plan", p->stats.nodes, p->nkernels,
@@ -835,6 +1154,8 @@ int lfl_viz_report(lua_State *L) {
   verdict(L, &R);
   R.r.summary = R.summary;
   R.r.nsummary = R.nsum;
+  R.r.steps = R.steps;
+  R.r.nsteps = R.nsteps;
   err_clear(&e);
   if (viz_report_write(&R.r, path, &e) != FL_OK) return lfl_viz_raise(L, "report", &e);
   lua_pushvalue(L, 2);

@@ -64,6 +64,31 @@ static const char css[] =
   ".verdict{font-weight:700}.v1{color:var(--good)}.v0{color:var(--mute)}.v-1{color:var(--bad)}\n"
   ".reco{margin-top:10px;padding:10px 14px;border-left:4px solid var(--accent);background:var(--soft)}\n"
   "footer{color:var(--mute);font-size:12px;margin-top:36px}\n"
+  /* the pass stepper: read from the back of a room (14 px and up) */
+  ".stepbar{display:flex;flex-wrap:wrap;align-items:center;gap:12px;padding:8px 0;"
+  "border-bottom:1px solid var(--line)}\n"
+  ".stepbar button{font:inherit;font-size:17px;padding:6px 18px;border:1px solid #b9c3d3;border-radius:6px;"
+  "background:var(--soft);cursor:pointer}\n"
+  ".stepbar button:disabled{opacity:.4;cursor:default}\n"
+  ".st-pos{font-size:18px;font-weight:600}.st-keys{color:var(--mute);font-size:14px}\n"
+  "ol.st-list{display:flex;flex-wrap:wrap;gap:6px;list-style:none;padding:0;margin:10px 0}\n"
+  "ol.st-list a{display:inline-block;padding:3px 12px;border-radius:16px;border:1px solid var(--line);"
+  "text-decoration:none;color:var(--ink);font-size:15px}\n"
+  "ol.st-list a.on{background:var(--accent);color:#fff;border-color:var(--accent)}\n"
+  ".legend{font-size:15px;margin:4px 0 10px}.legend span{padding:1px 8px;border-radius:4px;margin-right:6px}\n"
+  ".step h3{font-size:20px;margin:12px 0 4px}\n"
+  ".st-sum{font-size:18px;font-weight:600;margin:4px 0}\n"
+  "ul.st-notes{font-size:16px;margin:2px 0 10px;padding-left:22px}\n"
+  "pre.ir{font:15px/1.45 ui-monospace,'DejaVu Sans Mono',Menlo,Consolas,monospace;max-height:64vh;"
+  "overflow:auto;border:1px solid var(--line);border-radius:8px;background:#fbfbfd;padding:6px 0;margin:0}\n"
+  "pre.ir span{display:block;padding:0 12px 0 0;white-space:pre}\n"
+  "pre.ir span::before{content:'  ';color:var(--mute)}\n"
+  ".a{background:#dff3e4;color:#0b5a1c}pre.ir .a::before{content:'+ '}\n"
+  ".c{background:#fff0c9;color:#6e4700}pre.ir .c::before{content:'~ '}\n"
+  ".r,html:not(.js) pre.ir .x{background:#fde4e4;color:#9b1c1c;text-decoration:line-through}\n"
+  "pre.ir .r::before,html:not(.js) pre.ir .x::before{content:'- '}\n"
+  "html.js .nojs{display:none}\n"
+  "pre.st-code{max-height:64vh}pre.st-code code{font-size:15px}\n"
   "@media print{\n"
   " header{background:none;color:#000;padding:0}header .sub{color:#444}nav,.zoombar,.hint{display:none}\n"
   " main{max-width:none;padding:0}\n"
@@ -72,6 +97,8 @@ static const char css[] =
   " .zoom svg{width:100%;height:auto;max-height:24cm}\n"
   " pre.code{max-height:none;overflow:visible;white-space:pre-wrap}\n"
   " tr{break-inside:avoid}h2{break-after:avoid}\n"
+  " .stepbar,ol.st-list{display:none}.step[hidden]{display:block}\n"
+  " pre.ir{max-height:none;overflow:visible}\n"
   "}\n";
 
 /* Pan (drag), zoom (buttons, Ctrl+wheel) and reset (double-click) by
@@ -103,6 +130,44 @@ static const char js[] =
   " all.push(reset);\n"
   "});\n"
   "window.addEventListener('beforeprint',function(){all.forEach(function(f){f();});});\n"
+  "})();\n"
+  /* The pass stepper: one step shown at a time (Previous/Next, the arrow
+  ** keys, #step=N in the address, which shows that step where the stepper
+  ** is, without scrolling the page).  Each step's removed lines are copies
+  ** of the previous listing's lines, made when the step is first shown;
+  ** without this script every step is a section of its own. */
+  "(function(){\n"
+  "var steps=[].slice.call(document.querySelectorAll('#steps .step'));if(!steps.length)return;\n"
+  "document.documentElement.classList.add('js');\n"
+  "var cur=-1,prev=document.querySelector('#steps .st-prev'),next=document.querySelector('#steps .st-next'),"
+  "pos=document.querySelector('#steps .st-pos'),links=[].slice.call(document.querySelectorAll('#steps .st-list a'));\n"
+  "function pairs(s,k){var v=s.getAttribute(k);return v?v.split(',').map(function(p){return p.split(':').map(Number);}):[];}\n"
+  "function build(s){if(s.built)return;s.built=1;var pv=s.getAttribute('data-prev'),pre=s.querySelector('pre.ir');\n"
+  " var ref=s.querySelector('[data-ref]');if(ref){var src=document.querySelector('#'+ref.getAttribute('data-ref')+' pre');"
+  "if(src){var c=src.cloneNode(true);c.className='code st-code';ref.appendChild(c);}}\n"
+  " if(!pv||!pre)return;var old=document.getElementById('ir-'+pv).children,now=[].slice.call(pre.children),last={};\n"
+  " pairs(s,'data-was').forEach(function(p){var n=now[p[0]-1],o=old[p[1]-1];if(n&&o)n.title='was: '+o.textContent.trim();});\n"
+  " pairs(s,'data-gone').forEach(function(p){var o=old[p[0]-1],at=last[p[1]]||now[p[1]-1];if(!o||!at)return;"
+  "var c=o.cloneNode(true);c.className='r';at.parentNode.insertBefore(c,at.nextSibling);last[p[1]]=c;});\n"
+  "}\n"
+  "function show(i,scroll,init){i=Math.max(0,Math.min(steps.length-1,i));if(i===cur)return;cur=i;build(steps[i]);\n"
+  " steps.forEach(function(s,k){s.hidden=k!==i;});links.forEach(function(a,k){a.className=k===i?'on':'';});\n"
+  " prev.disabled=i===0;next.disabled=i===steps.length-1;pos.textContent='step '+(i+1)+' of '+steps.length;\n"
+  " if(!init&&history.replaceState)history.replaceState(null,'','#step='+(i+1));\n"
+  /* after the page is laid out (moving a scroll position while it loads
+  ** leaves headless Chromium's picture unpainted): the pane at the
+  ** step's first change, the page at the stepper */
+  " var s=steps[i];requestAnimationFrame(function(){var pre=s.querySelector('pre.ir'),"
+  "m=pre&&pre.querySelector('.a,.c,.r');if(pre)pre.scrollTop=m?Math.max(0,m.offsetTop-pre.offsetTop-60):0;"
+  "if(scroll)window.scrollTo(0,document.getElementById('steps').offsetTop);});}\n"
+  "function fromHash(){var m=/step[=-](\\d+)/.exec(location.hash);return m?+m[1]-1:-1;}\n"
+  "prev.addEventListener('click',function(){show(cur-1);});next.addEventListener('click',function(){show(cur+1);});\n"
+  "links.forEach(function(a,k){a.addEventListener('click',function(ev){ev.preventDefault();show(k);});});\n"
+  "document.addEventListener('keydown',function(ev){if(ev.altKey||ev.ctrlKey||ev.metaKey)return;"
+  "var t=ev.target.tagName;if(t==='INPUT'||t==='TEXTAREA')return;"
+  "if(ev.key==='ArrowRight'){show(cur+1);ev.preventDefault();}else if(ev.key==='ArrowLeft'){show(cur-1);ev.preventDefault();}});\n"
+  "window.addEventListener('hashchange',function(){var i=fromHash();if(i>=0)show(i,true);});\n"
+  "var h=fromHash();show(h>=0?h:0,false,h<0);\n"
   "})();\n";
 
 void viz_report_init(viz_report *r) {
@@ -198,6 +263,132 @@ static void graphs(strbuf *b, const viz_report *r) {
     strbuf_printf(b, "</div>\n<p class=\"hint\">Drag to pan \xc2\xb7 Ctrl+wheel or +/\xe2\x88\x92 to zoom "
                   "\xc2\xb7 double-click to see the whole graph.</p>\n");
   }
+  strbuf_printf(b, "</section>\n");
+}
+
+/* One listing line: escaped, in a span the stepper's script can count
+** (the n-th child is line n), classed by what the step did to it and,
+** for a reader without the script, whether the next step removes it. */
+static void ir_line(strbuf *b, const char *p, size_t len, char mark, int gone_next) {
+  const char *cls = mark == VIZ_LINE_ADDED ? "a" : mark == VIZ_LINE_CHANGED ? "c" : NULL;
+  char *ln = malloc(len + 1);
+  if (!ln) { b->oom = 1; return; }
+  memcpy(ln, p, len);
+  ln[len] = '\0';
+  if (cls && gone_next) strbuf_printf(b, "<span class=\"%s x\">", cls);
+  else if (cls || gone_next) strbuf_printf(b, "<span class=\"%s\">", cls ? cls : "x");
+  else strbuf_printf(b, "<span>");
+  viz_esc(b, ln);
+  strbuf_printf(b, "</span>");
+  free(ln);
+}
+
+/* "a:b,c:d" from n pairs */
+static void pairs_attr(strbuf *b, const char *name, const int *v, int n) {
+  int i;
+  if (!n) return;
+  strbuf_printf(b, " %s=\"", name);
+  for (i = 0; i < n; i++) strbuf_printf(b, "%s%d:%d", i ? "," : "", v[2 * i], v[2 * i + 1]);
+  strbuf_printf(b, "\"");
+}
+
+static int count_lines(const char *s) {
+  int n = 1;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* The pass stepper (tinygrad's VIZ is the model): capture, each pass,
+** fusion, the generated code, one step at a time.  Every step is a
+** section of the page, so without the script, or printed, all of them
+** read in order; the script shows one and builds its removed lines from
+** the previous listing (the page holds each listing once). */
+static void stepper(strbuf *b, const viz_report *r) {
+  char **gone_next;
+  int i, k;
+  section(b, "steps", "Pass by pass");
+  if (!r->nsteps) {
+    none(b, "no stages to step through");
+    strbuf_printf(b, "</section>\n");
+    return;
+  }
+  /* the lines each listing loses at the step that follows it */
+  gone_next = calloc((size_t)r->nsteps, sizeof *gone_next);
+  if (!gone_next) { b->oom = 1; return; }
+  for (i = 0; i < r->nsteps; i++) {
+    const viz_step *st = &r->steps[i];
+    int pv = st->prev, nl;
+    if (pv < 0 || pv >= r->nsteps || !r->steps[pv].listing || !st->ngone) continue;
+    nl = count_lines(r->steps[pv].listing);
+    if (!gone_next[pv] && !(gone_next[pv] = calloc((size_t)nl + 1, 1))) { b->oom = 1; break; }
+    for (k = 0; k < st->ngone; k++)
+      if (st->gone[2 * k] >= 1 && st->gone[2 * k] <= nl) gone_next[pv][st->gone[2 * k]] = 1;
+  }
+  strbuf_printf(b, "<div class=\"stepbar\"><button type=\"button\" class=\"st-prev\">\xe2\x97\x80 Previous"
+                "</button><span class=\"st-pos\">%d steps</span><button type=\"button\" class=\"st-next\">"
+                "Next \xe2\x96\xb6</button><span class=\"st-keys\">or the \xe2\x86\x90 \xe2\x86\x92 keys</span>"
+                "</div>\n<ol class=\"st-list\">", r->nsteps);
+  for (i = 0; i < r->nsteps; i++) {
+    strbuf_printf(b, "<li><a href=\"#step-%d\">%d. ", i + 1, i + 1);
+    viz_esc(b, r->steps[i].name);
+    strbuf_printf(b, "</a></li>");
+  }
+  strbuf_printf(b, "</ol>\n<p class=\"legend\"><span class=\"a\">+ added</span><span class=\"c\">~ changed "
+                "(same op, new inputs)</span><span class=\"r\">\xe2\x88\x92 removed</span><span class=\"nojs\">"
+                "(struck through: removed by the next step)</span></p>\n");
+  for (i = 0; i < r->nsteps && !b->oom; i++) {
+    const viz_step *st = &r->steps[i];
+    strbuf_printf(b, "<div class=\"step\" id=\"step-%d\" data-step=\"%d\" data-name=\"", i + 1, i + 1);
+    viz_esc(b, st->name);
+    strbuf_printf(b, "\"");
+    if (st->added >= 0)
+      strbuf_printf(b, " data-added=\"%d\" data-removed=\"%d\" data-changed=\"%d\"", st->added,
+                    st->removed, st->changed);
+    if (st->prev >= 0 && st->prev < r->nsteps && r->steps[st->prev].listing) {
+      strbuf_printf(b, " data-prev=\"%d\"", st->prev + 1);
+      pairs_attr(b, "data-gone", st->gone, st->ngone);
+      pairs_attr(b, "data-was", st->was, st->nwas);
+    }
+    strbuf_printf(b, "><h3>%d. ", i + 1);
+    viz_esc(b, st->name);
+    strbuf_printf(b, "</h3>\n<p class=\"st-sum\">");
+    viz_esc(b, st->summary ? st->summary : st->name);
+    strbuf_printf(b, "</p>\n");
+    if (st->nnotes) {
+      strbuf_printf(b, "<ul class=\"st-notes\">");
+      for (k = 0; k < st->nnotes; k++) {
+        strbuf_printf(b, "<li>");
+        viz_esc(b, st->notes[k]);
+        strbuf_printf(b, "</li>");
+      }
+      strbuf_printf(b, "</ul>\n");
+    }
+    if (st->listing) {
+      const char *p = st->listing;
+      int line = 1;
+      strbuf_printf(b, "<pre class=\"ir\" id=\"ir-%d\">", i + 1);
+      for (;;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (!nl && !len) break;   /* no empty line after the last newline */
+        ir_line(b, p, len, st->mark && line <= st->nmark ? st->mark[line - 1] : VIZ_LINE_SAME,
+                gone_next[i] && gone_next[i][line]);
+        line++;
+        if (!nl) break;
+        p = nl + 1;
+      }
+      strbuf_printf(b, "</pre>\n");
+    } else if (st->ref) {
+      strbuf_printf(b, "<div data-ref=\"");
+      viz_esc(b, st->ref);
+      strbuf_printf(b, "\"><p class=\"nojs\">Shown in the <a href=\"#");
+      viz_esc(b, st->ref);
+      strbuf_printf(b, "\">section below</a>.</p></div>\n");
+    }
+    strbuf_printf(b, "</div>\n");
+  }
+  for (i = 0; i < r->nsteps; i++) free(gone_next[i]);
+  free(gone_next);
   strbuf_printf(b, "</section>\n");
 }
 
@@ -452,12 +643,13 @@ char *viz_report_html(const viz_report *r, fl_err *e) {
     viz_esc(&b, r->subtitle);
     strbuf_printf(&b, "</p>");
   }
-  strbuf_printf(&b, "\n<nav><a href=\"#summary\">summary</a><a href=\"#graphs\">graphs</a>"
+  strbuf_printf(&b, "\n<nav><a href=\"#summary\">summary</a>%s<a href=\"#graphs\">graphs</a>"
                 "<a href=\"#kernels\">kernels</a><a href=\"#decisions\">decisions</a>"
                 "<a href=\"#code\">code</a><a href=\"#guards\">guards</a><a href=\"#breaks\">breaks</a>"
                 "<a href=\"#timings\">timings</a>%s</nav></div></header>\n<main>\n",
-                r->nchecklist || r->recommendation ? "<a href=\"#checklist\">checklist</a>" : "");
+                r->nsteps ? "<a href=\"#steps\">pass by pass</a>" : "", r->nchecklist || r->recommendation ? "<a href=\"#checklist\">checklist</a>" : "");
   summary(&b, r);
+  if (r->nsteps) stepper(&b, r);
   graphs(&b, r);
   kernels(&b, r);
   decisions(&b, r);

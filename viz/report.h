@@ -48,6 +48,32 @@ typedef struct viz_check_row {
   int verdict;               /* 1 good, 0 neutral, -1 a concern */
 } viz_check_row;
 
+/* One step of the pass stepper: a stage's listing (the text print(g)
+** gives; each listing is on the page once) and what the step changed, as
+** line numbers (1-based) from fl._graph_diff, so a big graph costs its
+** listings and not a copy per step. */
+enum { VIZ_LINE_SAME = 0, VIZ_LINE_ADDED = '+', VIZ_LINE_CHANGED = '~' };
+
+typedef struct viz_step {
+  const char *name;          /* "decompose", "graph 2: optimize" */
+  const char *summary;       /* the one line: "optimize: 53 nodes removed, ..." */
+  const char *const *notes;  /* lines under it (what optimize's log says it did), or NULL */
+  int nnotes;
+  const char *listing;       /* the stage's text, or NULL: see ref */
+  const char *ref;           /* NULL, or the id of a section holding the stage's text
+                                (the generated code is on the page once) */
+  const char *mark;          /* per listing line: VIZ_LINE_*; NULL: nothing marked */
+  int nmark;
+  int prev;                  /* the step (0-based) whose listing the lines below refer
+                                to, or -1 */
+  const int *gone;           /* pairs: a removed line of prev's listing, the line of this
+                                listing it shows after */
+  int ngone;
+  const int *was;            /* pairs: a changed line here, its line in prev's listing */
+  int nwas;
+  int added, removed, changed;   /* the counts fl._graph_diff gives; -1: not a graph pass */
+} viz_step;
+
 typedef struct viz_report {
   const char *title;               /* required */
   const char *subtitle;            /* what was compiled, when; or NULL */
@@ -85,6 +111,8 @@ typedef struct viz_report {
   const viz_check_row *checklist;  /* go-live checklist, or NULL */
   int nchecklist;
   const char *recommendation;      /* the checklist's conclusion */
+  const viz_step *steps;           /* the pass stepper: capture, each pass, fusion, code */
+  int nsteps;
 } viz_report;
 
 /* Zeroes r and marks every timing as not measured. */
