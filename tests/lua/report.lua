@@ -81,6 +81,74 @@ html = read(path)
 t.ok(html:find("<title>Given checklist</title>", 1, true), "title sets the page's title")
 t.ok(html:find(given.recommendation:sub(1, 20), 1, true), "a given checklist is the one shown")
 
+-- ---- the pass stepper: one step per stage, in order, each with the diff
+-- g:diff prints for the same pair of graphs
+local function steps(h)
+  local out = {}
+  for attrs in h:gmatch('<div class="step" (.-)>') do
+    local st = {}
+    for k, v in attrs:gmatch('data%-(%w+)="([^"]*)"') do st[k] = tonumber(v) or v:gsub("&#39;", "'") end
+    out[#out + 1] = st
+  end
+  return out
+end
+local function names(list)
+  local r = {}
+  for i, st in ipairs(list) do r[i] = st.name end
+  return table.concat(r, ", ")
+end
+-- g:diff's counts, its printing kept off the TAP stream
+local function gdiff(a, b)
+  local saved = print
+  print = function() end
+  local ok, d = pcall(a.diff, a, b)
+  print = saved
+  assert(ok, d)
+  return d
+end
+
+local lin = nn.Linear(16, 8)
+local function body(v) return (lin(v):gelu() * 1 + 0):sum(-1) end
+local cs = fl.compile(body, {backend = "cpu"})
+cs(x)
+fl.report(cs, path, {checklist = false})
+html = read(path)
+local st = steps(html)
+t.is(names(st), "capture, decompose, optimize, fusion, code", "one step per stage, in order")
+local g = fl.capture(body, x)
+local gd = g:decompose{quiet = true}
+local go = gd:optimize{quiet = true}
+for i, pair in ipairs{{g, gd}, {gd, go}} do
+  local d = gdiff(pair[1], pair[2])
+  local s = st[i + 1]
+  t.ok(s and s.added == #d.added and s.removed == #d.removed,
+    ("%s: %s added, %s removed as g:diff says (%d, %d)"):format(s and s.name or "?", s and s.added,
+      s and s.removed, #d.added, #d.removed))
+end
+t.ok(st[3] and st[3].prev == 2 and st[3].gone, "optimize's removed lines refer to decompose's listing")
+t.ok(html:find("optimize/simplify: 2 rewrites", 1, true), "what optimize did, by rewrite, from its log")
+t.ok(html:find('<span class="a[^"]*">  %%%d+ = linear%('),
+  "the linear optimize made is marked added")
+t.is(count(html, '<pre class="ir"'), 4, "each listing once: code is the code section's")
+t.ok(not html:find("src%s*=%s*[\"']?%a*:?//") and not html:find("href%s*=%s*[\"']?%a*:?//") and
+  not html:find("url%(") and
+  not html:find("@import", 1, true), "no external references")
+
+-- a pass that changes nothing says so
+local ce = fl.compile(function(v) return v:exp() end, {backend = "cpu"})
+ce(x)
+fl.report(ce, path, {checklist = false})
+html = read(path)
+t.ok(html:find("decompose: no change; 1 ops", 1, true) and html:find("optimize: no change; 1 ops", 1, true),
+  "decompose and optimize that change nothing say \"no change\"")
+st = steps(html)
+t.ok(st[2] and st[2].added == 0 and st[2].removed == 0 and not st[2].gone, "and mark nothing")
+
+-- a plan: it does not know the stages it was made from
+fl.report(go:fuse(), path, {checklist = false})
+st = steps(read(path))
+t.is(names(st), "the plan's graph, fusion, code", "a plan steps from its graph")
+
 os.remove(path)
 pcall(fl.cache_clear)
 fl._cache_use_dir(saved_cache)
