@@ -3,7 +3,8 @@
 # function, timings measured, checklist given, a hostile parameter name)
 # in a real browser: headless Chromium screenshots it (not blank) and
 # dumps its DOM (every section, both inline SVGs, the hostile name shown
-# as text); the file names nothing on the network.  Then the REPL's
+# as text); the file names nothing on the network; the pass stepper shows
+# one step, #step=3 another (a different picture).  Then the REPL's
 # `:draw` on the last result.  TAP; the browser part is skipped where
 # Chromium is absent.
 set -u
@@ -15,7 +16,8 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 html=$out/review.html
 hbreak=$out/review-break.html
-rm -f "$html" "$hbreak" "$out"/shot.png "$out"/dom.html "$out"/drawn.svg
+rm -f "$html" "$hbreak" "$out"/shot.png "$out"/shot1.png "$out"/shot3.png "$out"/dom.html \
+  "$out"/dom3.html "$out"/drawn.svg
 
 n=0
 failed=0
@@ -122,6 +124,24 @@ grep -q "&lt;/script&gt;&lt;script&gt;alert(1)" "$out/dom.html"
 ok $? "the hostile parameter name is shown as text"
 grep -q "stable inference: compile" "$out/dom.html"
 ok $? "the checklist's recommendation is there"
+
+# The pass stepper: step 1 shown, the others hidden by the script; at
+# #step=3 (optimize) the third shown, with the lines it removed copied in
+# from decompose's listing; and the picture differs from step 1's.
+grep -q '<div class="step" id="step-1"[^>]*><h3>' "$out/dom.html" &&
+  grep -q '<div class="step" id="step-3"[^>]*hidden' "$out/dom.html"
+ok $? "the stepper shows step 1 and hides the others"
+browser --dump-dom "file://$html#step=3" >"$out/dom3.html"
+grep -q '<div class="step" id="step-1"[^>]*hidden' "$out/dom3.html" &&
+  ! grep -q '<div class="step" id="step-3"[^>]*hidden' "$out/dom3.html" &&
+  grep -q 'step 3 of 5' "$out/dom3.html"
+ok $? "#step=3 shows the third step (optimize)"
+grep -q '<span class="r">' "$out/dom3.html"
+ok $? "with the lines optimize removed, struck through"
+browser --screenshot="$out/shot1.png" --window-size=1600,1200 "file://$html#step=1" >/dev/null
+browser --screenshot="$out/shot3.png" --window-size=1600,1200 "file://$html#step=3" >/dev/null
+[ -s "$out/shot1.png" ] && [ -s "$out/shot3.png" ] && ! cmp -s "$out/shot1.png" "$out/shot3.png"
+ok $? "the screenshot of #step=3 differs from step 1's"
 
 echo "1..$n"
 exit $failed
