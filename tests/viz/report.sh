@@ -21,7 +21,7 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 html=$out/review.html
-rm -f "$html" "$out/shot.png" "$out/dom.html"
+rm -f "$html" "$out/shot.png" "$out/dom.html" "$out/dom2.html"
 
 n=0
 failed=0
@@ -95,6 +95,14 @@ grep -q "&lt;/code&gt;&lt;/pre&gt;&lt;script&gt;alert(1)" "$out/dom.html"
 ok $? "generated code shown as text"
 grep -q '<span class="ln">7</span>' "$out/dom.html"
 ok $? "code lines numbered"
+grep -q 'id="steps"' "$out/dom.html" && grep -q 'step 1 of 3' "$out/dom.html"
+ok $? "DOM holds the pass stepper, at step 1"
+browser --dump-dom "file://$html#step=2" >"$out/dom2.html"
+grep -q '<span class="r">  %2 = mul(%0, %1)' "$out/dom2.html" &&
+  grep -q '<span class="c" title="was: %3 = relu(%2)' "$out/dom2.html"
+ok $? "#step=2: the removed line struck through in place, the changed one with what it was"
+grep -q '&lt;/pre&gt;&lt;script&gt;alert(1)' "$out/dom2.html"
+ok $? "a hostile name in a listing shown as text"
 
 echo "1..$n"
 exit $failed

@@ -65,6 +65,25 @@ int main(int argc, char **argv) {
                           "mlp.lua:12"}};
   viz_check_row chk[3] = {{"operator coverage", "5/5", 1}, {"break-even", "3 calls", 0},
                           {"accuracy vs eager", "max abs err 2.4e-07", 1}};
+  /* two steps of the pass stepper: a listing with a hostile name, then a
+  ** pass that replaced its line 3 (removed, shown after line 2) and
+  ** changed line 4 (was line 4) */
+  static const char mark2[] = {0, 0, '+', '~', 0, 0};
+  static const int gone2[] = {3, 2}, was2[] = {4, 4};
+  viz_step steps[3] = {
+    {.name = "capture", .summary = "capture: 2 ops",
+     .listing = "graph(%0: float32[8,128] x) {\n  %1 = param </pre><script>alert(1)</script> : float32[]\n"
+                "  %2 = mul(%0, %1) : float32[8,128]\n  %3 = relu(%2) : float32[8,128]\n  return %3\n}",
+     .prev = -1, .added = -1, .removed = -1, .changed = -1},
+    {.name = "optimize", .summary = "optimize: 2 nodes removed, 2 added (1 of them changed: the same "
+                                    "op with new inputs); 2 \xe2\x86\x92 2 ops",
+     .listing = "graph(%0: float32[8,128] x) {\n  %1 = param </pre><script>alert(1)</script> : float32[]\n"
+                "  %2 = add(%0, %1) : float32[8,128]\n  %3 = relu(%2) : float32[8,128]\n  return %3\n}",
+     .mark = mark2, .nmark = 6, .prev = 0, .gone = gone2, .ngone = 1, .was = was2, .nwas = 1,
+     .added = 2, .removed = 2, .changed = 1},
+    {.name = "code", .summary = "code: 7 lines of generated C", .ref = "code", .prev = -1,
+     .added = -1, .removed = -1, .changed = -1},
+  };
   viz_report r;
   viz_stage before, after;
   viz_opts o;
@@ -135,6 +154,8 @@ int main(int argc, char **argv) {
   r.checklist = chk;
   r.nchecklist = 3;
   r.recommendation = "stable shapes and a 3.6x steady-state speedup: compile";
+  r.steps = steps;
+  r.nsteps = 3;
   if (viz_report_write(&r, argv[1], &E)) {
     fprintf(stderr, "report_driver: %s\n", E.msg);
     return 1;
