@@ -528,8 +528,8 @@ static void step_fusion(lua_State *L, rep *R, const char *prefix, int plan, cons
   for (i = 0; i < p->ndec; i++) fused += p->dec[i].fused != 0;
   luaL_tolstring(L, plan, NULL);
   st->listing = lfl_viz_keep(L, R->keep);
-  lua_pushfstring(L, "%s: %d ops in %d kernel%s (%d run op by op); %d of %d candidate pairs fused; "
-                  "bytes moved %s \xe2\x86\x92 %s", st->name, p->stats.nodes, p->nkernels,
+  lua_pushfstring(L, "%s: %d ops in %d kernel%s, where the captured graph runs %d; %d of %d candidate "
+                  "pairs fused; bytes moved %s \xe2\x86\x92 %s", st->name, p->stats.nodes, p->nkernels,
                   p->nkernels == 1 ? "" : "s", p->stats.kernels_before, fused, p->ndec,
                   bytes_str(L, R, p->stats.bytes_before), bytes_str(L, R, p->stats.bytes_after));
   st->summary = lfl_viz_keep(L, R->keep);
@@ -610,9 +610,9 @@ static void steps_compiled(lua_State *L, rep *R, int state) {
     if (ng > 1) snprintf(prefix, sizeof prefix, "graph %d: ", (int)i);
     else prefix[0] = '\0';
     if (lua_getfield(L, found, hex) == LUA_TUSERDATA) steps_passes(L, R, prefix, lua_gettop(L));
-    else step_graph(L, R, prefix, "compiled graph", cg, 0,
-                    " (after decompose and optimize; the graph as captured is kept only for a "
-                    "function that runs without its Lua)");
+    else step_graph(L, R, prefix, "graph as compiled", cg, 0,
+                    " (decomposed and optimized: the captured graph is kept only when the function "
+                    "runs without its Lua)");
     if ((plan = plan_of(L, plans, hex))) step_fusion(L, R, prefix, plan, lfl_toplan(L, plan));
     lua_settop(L, found);
   }
