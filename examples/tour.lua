@@ -120,7 +120,7 @@ print(("  compiled %s\n  eager    %s"):format(compiled_t, eager_t))
 print(("measured now on this machine: %s"):format(
   fl.compare_times(compiled_t, eager_t, {names = {"compiled", "eager"}}).text))
 print(("memory traffic per call %.1f KiB -> %.1f KiB, %d buffers -> %d, %d kernels for %d ops"):format(
-  ps.bytes_before / 1024, ps.bytes_after / 1024, ps.buffers_before, ps.buffers_after, ps.kernels, ps.nodes))
+  ps.bytes_before / 1024, ps.bytes_after / 1024, ps.buffers_before, ps.buffers_after, ps.kernels, ps.ops))
 
 section("9. Pictures and a review report")
 os.execute(("mkdir -p '%s'"):format(out_dir:gsub("'", "'\\''")))

@@ -370,7 +370,7 @@ static void explain_excess(fuse_plan *p, int peak_at) {
 void fuse_plan_measure(fuse_plan *p) {
   const ir_graph *g = p->g;
   int k, i, nout_bufs = 0, peak_at;
-  ir_opcost ref;
+  ir_opcost ref, own;
   fuse_stats *st = &p->stats;
   memset(st, 0, sizeof *st);
   for (k = 0; k < p->nkernels; k++) {
@@ -390,7 +390,31 @@ void fuse_plan_measure(fuse_plan *p) {
   st->buffers_before = ref.buffers;
   st->bytes_before = ref.bytes;
   st->peak_bytes_before = ref.peak_bytes;
+  for (i = 0; i < p->ndec; i++)
+    if (p->dec[i].fused) st->bytes_decisions += p->dec[i].bytes_saved;
+  st->bytes_graph = fuse_graph_cost(g, &own) == FL_OK ? own.bytes : st->bytes_before;
   explain_excess(p, peak_at);
+}
+
+void fuse_bytes_causes(const fuse_stats *s, char *buf, size_t n) {
+  const int64_t passes = s->bytes_graph - s->bytes_before;
+  const int64_t shared = s->bytes_graph - s->bytes_after - s->bytes_decisions;
+  char d[32], sh[32], pa[32], gr[32];
+  int at;
+  buf[0] = 0;
+  if (passes == 0 && shared == 0) return;
+  fuse_bytes_str(s->bytes_decisions, d, sizeof d);
+  fuse_bytes_str(shared < 0 ? -shared : shared, sh, sizeof sh);
+  fuse_bytes_str(passes < 0 ? -passes : passes, pa, sizeof pa);
+  fuse_bytes_str(s->bytes_graph, gr, sizeof gr);
+  at = snprintf(buf, n, "the decisions save %s", d);
+  if (shared && at >= 0 && (size_t)at < n)
+    at += snprintf(buf + at, n - (size_t)at, shared > 0
+                   ? "; shared reads save %s more (a fused kernel reads a buffer once for all its ops)"
+                   : "; %s of what they count is not saved (a buffer read again)", sh);
+  if (passes && at >= 0 && (size_t)at < n)
+    snprintf(buf + at, n - (size_t)at, "; the passes before fusion %s %s (the planned graph "
+             "op by op moves %s)", passes > 0 ? "added" : "removed", pa, gr);
 }
 
 /* "512 B", "4 KiB", "1.5 MiB", "12.3 GiB": three significant digits at

@@ -628,13 +628,18 @@ char *fuse_plan_listing(const fuse_plan *p, int decisions) {
   }
   human(p->stats.bytes_before, h1, sizeof h1);
   human(p->stats.bytes_after, h2, sizeof h2);
-  strbuf_printf(&b, "stats (before: the captured graph op by op): kernels %d -> %d, nodes %d, "
+  strbuf_printf(&b, "stats (before: the captured graph op by op): kernels %d -> %d, ops %d, "
             "traffic %s -> %s, buffers %d -> %d, ",
             p->stats.kernels_before, p->stats.kernels, p->stats.nodes, h1, h2, p->stats.buffers_before,
             p->stats.buffers_after);
   human(p->stats.peak_bytes_before, h1, sizeof h1);
   human(p->stats.peak_bytes_after, h2, sizeof h2);
   strbuf_printf(&b, "peak %s -> %s", h1, h2);
+  {
+    char why[320];
+    fuse_bytes_causes(&p->stats, why, sizeof why);
+    if (why[0]) strbuf_printf(&b, "\nbytes saved, by cause: %s", why);
+  }
   if (p->stats.note[0]) strbuf_printf(&b, "\nnote: this plan %s", p->stats.note);
   return strbuf_take(&b);
 }

@@ -50,6 +50,11 @@ typedef struct fuse_stats {
   int64_t bytes_before, bytes_after;
   int buffers_before, buffers_after;
   int64_t peak_bytes_before, peak_bytes_after;
+  /* bytes_before - bytes_after by cause (fuse_bytes_causes):
+  ** decisions: the fused pairs' bytes_saved summed; graph: the planned
+  ** graph op by op, which the passes before fusion (decompose, optimize)
+  ** made larger or smaller than the captured graph's bytes_before */
+  int64_t bytes_decisions, bytes_graph;
   char note[480];            /* why bytes_after > bytes_before (or the peak
                                 after the one before), else "" */
 } fuse_stats;
@@ -83,6 +88,12 @@ fuse_plan *fuse_plan_build(const ir_graph *g, const fuse_opts *o, fl_err *e);
 fuse_plan *fuse_plan_ref(fuse_plan *p);
 /* Drops one reference; frees at the last.  NULL is fine. */
 void fuse_plan_free(fuse_plan *p);
+
+/* Where bytes_before - bytes_after comes from, when the fusion decisions
+** alone do not add up to it: "" when they do, else one sentence naming the
+** decisions' sum, the reads a fused kernel shares between its ops, and what
+** the passes before fusion added (or removed).  The parts sum exactly. */
+void fuse_bytes_causes(const fuse_stats *s, char *buf, size_t n);
 
 /* Readable listing: kernels with their nodes, reads, writes and traffic,
 ** then (decisions != 0) every decision, then the stats.  malloc'd, owned

@@ -11,6 +11,7 @@
 #include "cpu/eager.h"
 #include "graph/ir.h"
 #include "graph/pass.h"
+#include "fuse/kernel.h"
 #include "fuse/plan.h"
 #include "graph/ref.h"
 
@@ -155,6 +156,8 @@ static int g_nodes(lua_State *L) {
       lua_pushstring(L, op_name(nd->op)); lua_setfield(L, -2, "op");
       lua_pushstring(L, op_kind_name(op_info_of(nd->op)->kind));
       lua_setfield(L, -2, "op_kind");
+      /* a view moves no data and launches nothing (doc/API.md, "Counting") */
+      if (fk_is_view(g, i)) { lua_pushboolean(L, 1); lua_setfield(L, -2, "view"); }
       lua_createtable(L, nd->nin, 0);
       for (k = 0; k < nd->nin; k++) {
         lua_pushinteger(L, nd->in[k]);

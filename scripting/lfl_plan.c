@@ -134,9 +134,11 @@ static int p_decisions(lua_State *L) {
 static int p_stats(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
   const fuse_stats *s = &p->stats;
-  lua_createtable(L, 0, 8);
+  lua_createtable(L, 0, 12);
   lua_pushinteger(L, s->kernels); lua_setfield(L, -2, "kernels");
-  lua_pushinteger(L, s->nodes); lua_setfield(L, -2, "nodes");
+  /* nodes and ops as g:stats() counts them (doc/API.md, "Counting") */
+  lua_pushinteger(L, p->g->n); lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, s->nodes); lua_setfield(L, -2, "ops");
   lua_pushinteger(L, s->kernels_before); lua_setfield(L, -2, "kernels_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_before); lua_setfield(L, -2, "bytes_before");
   lua_pushinteger(L, (lua_Integer)s->bytes_after); lua_setfield(L, -2, "bytes_after");
@@ -145,6 +147,18 @@ static int p_stats(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_before); lua_setfield(L, -2, "peak_bytes_before");
   lua_pushinteger(L, (lua_Integer)s->peak_bytes_after); lua_setfield(L, -2, "peak_bytes_after");
   if (s->note[0]) { lua_pushstring(L, s->note); lua_setfield(L, -2, "note"); }
+  /* bytes_before - bytes_after = decisions + shared_reads - passes */
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, (lua_Integer)s->bytes_decisions); lua_setfield(L, -2, "decisions");
+  lua_pushinteger(L, (lua_Integer)(s->bytes_graph - s->bytes_after - s->bytes_decisions));
+  lua_setfield(L, -2, "shared_reads");
+  lua_pushinteger(L, (lua_Integer)(s->bytes_graph - s->bytes_before)); lua_setfield(L, -2, "passes");
+  {
+    char why[320];
+    fuse_bytes_causes(s, why, sizeof why);
+    if (why[0]) { lua_pushstring(L, why); lua_setfield(L, -2, "text"); }
+  }
+  lua_setfield(L, -2, "bytes_saved_by");
   return 1;
 }
 

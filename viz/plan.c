@@ -202,9 +202,12 @@ int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
   pr->summary[1].key = "buffers";
   pr->summary[2].key = "bytes moved";
   pr->summary[3].key = "peak memory";
-  pr->summary[4].key = "op nodes";
+  pr->summary[4].key = "ops";
   pr->summary[5].key = "pairs fused";
-  for (i = 0; i < 6; i++) pr->summary[i].value = pr->values[i];
+  /* the decisions' "saves" sum to the bytes line, or this row says why not */
+  pr->summary[6].key = "bytes saved, by cause";
+  fuse_bytes_causes(s, pr->values[6], sizeof pr->values[6]);
+  for (i = 0; i < 7; i++) pr->summary[i].value = pr->values[i];
   snprintf(pr->before_label, sizeof pr->before_label,
            "before fusion: %d kernels \xc2\xb7 %d buffers \xc2\xb7 %s moved", kb, bb,
            viz_bytes_str(mb, a, sizeof a));
@@ -218,7 +221,7 @@ int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
     return rc;
   }
   r->summary = pr->summary;
-  r->nsummary = 6;
+  r->nsummary = pr->values[6][0] ? 7 : 6;
   r->before_svg = pr->before_svg;
   r->before_label = pr->before_label;
   r->after_svg = pr->after_svg;

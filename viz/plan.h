@@ -45,8 +45,8 @@ typedef struct viz_plan_report {
   viz_kernel_row *rows;
   viz_decision_row *dec;
   char (*names)[96];             /* 2 per decision: producer, consumer */
-  viz_kv summary[6];
-  char values[6][64];
+  viz_kv summary[7];
+  char values[7][320];
   char before_label[160], after_label[160];
   char *before_svg, *after_svg;
 } viz_plan_report;

@@ -33,7 +33,8 @@ local x = fl.randn(1, 3, 224, 224)
 -- 1. Capture: the module's forward runs once under the tracer.
 local g = fl.capture(m, x)
 local gs = g:stats()
-print(("\n1. captured: %d ops in one graph, no graph break"):format(gs.nodes))
+print(("\n1. captured: one graph, no graph break: %d nodes = %d ops + %d inputs and weights")
+  :format(gs.nodes, gs.ops, gs.inputs + gs.params + gs.consts))
 
 -- 2. Passes: decompose the composites, then optimize (constants, batch
 -- norm into the convolution weights, matmul + add into linear, dead code).
@@ -48,7 +49,7 @@ for line in log:gmatch("[^\n]+") do
     or line:match("dce") and "dead code removed" or "other simplifications"
   kinds[k] = (kinds[k] or 0) + 1
 end
-print(("2. after decompose: %d ops; after optimize: %d ops:"):format(gd:stats().nodes, go:stats().nodes))
+print(("2. after decompose: %d ops; after optimize: %d ops:"):format(gd:stats().ops, go:stats().ops))
 for k, n in pairs(kinds) do print(("   %5d  %s"):format(n, k)) end
 print("   optimize adds ops: the folded weights are computed in the graph from the")
 print("   parameters, which stay bound by reference (a weight changed in place is seen),")
@@ -59,7 +60,8 @@ print("   where a conv's result is smaller than its weights, the result is scale
 local p = go:fuse()
 local s = p:stats()
 local MiB = 1024 * 1024
-print(("3. fused: %d kernels where the captured graph runs %d ops one by one;"):format(s.kernels, s.kernels_before))
+print(("3. fused: %d kernels, where the captured graph run op by op launches %d"):format(s.kernels, s.kernels_before))
+print(("   (its %d ops less %d views, which move no data);"):format(gs.ops, gs.ops - s.kernels_before))
 print(("   bytes moved %.1f MiB -> %.1f MiB (%.0f%% less), peak memory %.1f -> %.1f MiB"):format(
   s.bytes_before / MiB, s.bytes_after / MiB, 100 * (1 - s.bytes_after / s.bytes_before),
   s.peak_bytes_before / MiB, s.peak_bytes_after / MiB))

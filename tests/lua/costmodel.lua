@@ -151,4 +151,62 @@ do
        not listing:find("fused%s+fused"), "the explain listing says each decision once, not \"fused fused\"")
 end
 
+-- ---- one count, one sum.  Nodes, ops and kernels as doc/API.md's
+-- "Counting" defines them, checked against independent paths: the
+-- planned graph op by op is a plan with fusion off; what the bytes line
+-- says by cause adds up and names the planned graph's own traffic.
+do
+  local src = os.getenv("FUSELAB_SRC") or "."
+  local m = fl.load_onnx(src .. "/examples/models/resnet50.onnx")
+  local g = fl.capture(m, fl.randn(1, 3, 224, 224))
+  local gs = g:stats()
+  t.is(gs.nodes, gs.ops + gs.inputs + gs.params + gs.consts, "ResNet-50: nodes = ops + inputs + weights + constants")
+  local views = 0
+  for _, nd in ipairs(g:nodes()) do
+    if nd.kind == "op" and nd.view then views = views + 1 end
+  end
+  local go = g:decompose{quiet = true}:optimize{quiet = true}
+  local p = go:fuse()
+  local s = p:stats()
+  t.is(s.kernels_before, gs.ops - views, "ResNet-50: kernels before = its ops less its views")
+  local view_outputs = 0
+  for _, id in ipairs(g:outputs()) do if g:nodes()[id + 1].view then view_outputs = view_outputs + 1 end end
+  t.is(s.kernels_before + view_outputs, #g:fuse{fuse = false}:kernels(),
+       "ResNet-50: a plan with fusion off launches the kernels before, plus a copy per output that is a view")
+  t.is(s.nodes, go:stats().nodes, "p:stats().nodes counts its graph's nodes as g:stats() does")
+  t.is(s.ops, go:stats().ops, "p:stats().ops counts its graph's ops as g:stats() does")
+  t.is(s.kernels, #p:kernels(), "p:stats().kernels = #p:kernels()")
+end
+for _, case in ipairs{
+  {"tour model, decompose():fuse()", function(g) return g:decompose{quiet = true} end},
+  {"tour model, decompose():optimize():fuse()", function(g) return g:decompose{quiet = true}:optimize{quiet = true} end},
+  {"tour model, fuse()", function(g) return g end},
+} do
+  local nn = fl.nn
+  fl.manual_seed(0)
+  local model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64), nn.LayerNorm(64))
+  local gp = case[2](fl.capture(model, fl.randn(64, 64)))
+  local p = gp:fuse()
+  local s = p:stats()
+  local by = s.bytes_saved_by
+  local sum = 0
+  for _, d in ipairs(p:decisions()) do if d.fused then sum = sum + d.bytes_saved end end
+  t.is(by.decisions, sum, case[1] .. ": by cause, decisions = the fused decisions' bytes_saved summed")
+  t.is(by.passes, gp:fuse{fuse = false}:stats().bytes_after - s.bytes_before,
+       case[1] .. ": by cause, passes = the planned graph op by op less the captured graph's bytes")
+  t.is(by.decisions + by.shared_reads - by.passes, s.bytes_before - s.bytes_after,
+       case[1] .. ": the causes add up to the bytes line")
+  local listing = tostring(p)
+  if by.decisions ~= s.bytes_before - s.bytes_after then
+    t.ok(by.text and listing:find("bytes saved, by cause: " .. by.text, 1, true),
+         case[1] .. ": the decisions do not sum to the bytes line, and the listing says why")
+    local html = path("causes.html")
+    fl.report(p, html)
+    local f = assert(io.open(html)); local doc = f:read("a"); f:close()
+    t.ok(doc:find("bytes saved, by cause", 1, true), case[1] .. ": so does the report's summary")
+  else
+    t.ok(not by.text and not listing:find("by cause", 1, true), case[1] .. ": the decisions sum to the bytes line, nothing to explain")
+  end
+end
+
 t.done()

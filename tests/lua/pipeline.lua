@@ -27,8 +27,8 @@ end
 
 local function stats_text(p)
   local s = p:stats()
-  return ("kernels %d nodes %d bytes %d->%d buffers %d->%d peak %d->%d"):format(
-    s.kernels, s.nodes, s.bytes_before, s.bytes_after, s.buffers_before, s.buffers_after,
+  return ("kernels %d ops %d bytes %d->%d buffers %d->%d peak %d->%d"):format(
+    s.kernels, s.ops, s.bytes_before, s.bytes_after, s.buffers_before, s.buffers_after,
     s.peak_bytes_before, s.peak_bytes_after)
 end
 
