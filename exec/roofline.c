@@ -118,7 +118,7 @@ static void cache_key(const machine *m, char hex[33]) {
 ** JSON: {"format", "version", "cpu", "isa", "threads", "product_key",
 ** "copy_gbs", "copy_spread", "copy_runs", "copy_mib", "product_gflops",
 ** "product_spread", "product_runs", "product_n", "product_path", "noisy",
-** "noise", "measured_at"}.  The blob around it (cache.h) checks it is
+** "noise", "tries", "measured_at"}.  The blob around it (cache.h) checks it is
 ** whole; the fields say it is this machine's. */
 
 static char *to_json(const roof_peaks *p, const machine *m) {
@@ -141,6 +141,7 @@ static char *to_json(const roof_peaks *p, const machine *m) {
   cJSON_AddNumberToObject(o, "product_n", p->product_n);
   cJSON_AddStringToObject(o, "product_path", p->product_path);
   cJSON_AddBoolToObject(o, "noisy", p->noisy);
+  cJSON_AddNumberToObject(o, "tries", p->tries);
   cJSON_AddStringToObject(o, "noise", p->noise);
   cJSON_AddNumberToObject(o, "measured_at", (double)time(NULL));
   s = cJSON_PrintUnformatted(o);
@@ -186,9 +187,10 @@ static int from_json(const char *text, const machine *m, roof_peaks *out) {
     p.product_spread = num(o, "product_spread", 0, 1e3);
     p.product_runs = (int)num(o, "product_runs", 1, 1e6);
     p.product_n = (int)num(o, "product_n", 1, 1e6);
+    p.tries = (int)num(o, "tries", 1, 1e6);
     ok = isfinite(p.copy_gbs) && isfinite(p.product_gflops) && isfinite(p.copy_spread) &&
          isfinite(p.product_spread) && isfinite(p.copy_mib) && p.copy_runs > 0 &&
-         p.product_runs > 0 && p.product_n > 0 &&
+         p.product_runs > 0 && p.product_n > 0 && p.tries > 0 &&
          cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(o, "noisy"));
   }
   if (ok) {
@@ -426,8 +428,8 @@ int roof_machine_peaks(roof_peaks *out, int remeasure, fl_err *e) {
   char key[33], *text;
   void *data = NULL;
   size_t n = 0;
-  roof_peaks p;
-  int rc = FL_OK;
+  roof_peaks p, old;
+  int rc = FL_OK, have_old = 0;
   pthread_mutex_lock(&lock);
   identify(&m);
   /* memory: valid while the machine is set up as it was measured (the
@@ -440,15 +442,34 @@ int roof_machine_peaks(roof_peaks *out, int remeasure, fl_err *e) {
   }
   cache_key(&m, key);
   if (!remeasure && cache_get_blob(key, ROOF_EXT, &data, &n)) {
-    int ok = from_json((const char *)data, &m, &p);
+    have_old = from_json((const char *)data, &m, &old);
     free(data);
-    if (ok) {
+    if (have_old && (!old.noisy || old.tries >= ROOF_NOISY_TRIES)) {
+      p = old;
       p.from_cache = 1;
       goto keep;
     }
   }
   if ((rc = measure(&p, &m, e)) != FL_OK) goto out;
   p.from_cache = 0;
+  p.tries = 1;
+  if (have_old && p.noisy) {
+    /* busy then, busy now: each peak the better of the two (other work
+    ** only slows a run down), measured again next time until the tries
+    ** are spent */
+    p.tries = old.tries + 1;
+    if (old.copy_gbs > p.copy_gbs) {
+      p.copy_gbs = old.copy_gbs;
+      p.copy_spread = old.copy_spread;
+      p.copy_runs = old.copy_runs;
+    }
+    if (old.product_gflops > p.product_gflops) {
+      p.product_gflops = old.product_gflops;
+      p.product_spread = old.product_spread;
+      p.product_runs = old.product_runs;
+      p.product_n = old.product_n;
+    }
+  }
   /* a cache that cannot be written costs a measurement next time, no more */
   if ((text = to_json(&p, &m))) {
     (void)cache_put_blob(key, ROOF_EXT, text, strlen(text), NULL);

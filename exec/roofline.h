@@ -20,7 +20,10 @@
 ** instruction set, the thread count, the product path and the fuselab
 ** version, so another machine, or this one set up otherwise, measures
 ** afresh.  A file that is damaged, foreign or malformed is ignored and
-** measured again.
+** measured again.  A measurement made while the machine was busy
+** (noisy) is kept but measured again by the next processes, up to
+** ROOF_NOISY_TRIES measurements in all, each peak the best of them (other
+** work only ever slows a run down); a quiet measurement is final.
 */
 #ifndef FL_EXEC_ROOFLINE_H
 #define FL_EXEC_ROOFLINE_H
@@ -30,6 +33,8 @@
 #include "../graph/err.h"
 #include "program.h"
 
+#define ROOF_NOISY_TRIES 3
+
 typedef struct roof_peaks {
   double copy_gbs;          /* triad bandwidth, GB/s of bytes read + written
                                (as the cost model counts them) */
@@ -38,6 +43,7 @@ typedef struct roof_peaks {
   double product_spread;
   int copy_runs, product_runs;
   int noisy;                /* either measurement was noisy (measure.h) */
+  int tries;                /* measurements this result is the best of */
   char noise[160];          /* why, in a few words, or "" */
   char cpu[128];            /* the CPU's model name */
   char product_path[96];    /* "oneDNN", "OpenBLAS sgemm (Haswell kernels)" */

@@ -14,7 +14,7 @@
 #include "viz/roofline.h"
 
 static void push_peaks(lua_State *L, const roof_peaks *p) {
-  lua_createtable(L, 0, 16);
+  lua_createtable(L, 0, 18);
   lua_pushnumber(L, p->copy_gbs); lua_setfield(L, -2, "copy_gbs");
   lua_pushnumber(L, p->product_gflops); lua_setfield(L, -2, "product_gflops");
   lua_pushnumber(L, roof_ridge(p)); lua_setfield(L, -2, "ridge");
@@ -29,6 +29,7 @@ static void push_peaks(lua_State *L, const roof_peaks *p) {
   lua_pushinteger(L, p->copy_runs); lua_setfield(L, -2, "copy_runs");
   lua_pushinteger(L, p->product_runs); lua_setfield(L, -2, "product_runs");
   lua_pushboolean(L, p->noisy); lua_setfield(L, -2, "noisy");
+  lua_pushinteger(L, p->tries); lua_setfield(L, -2, "tries");
   if (p->noise[0]) { lua_pushstring(L, p->noise); lua_setfield(L, -2, "noise"); }
   lua_pushnumber(L, p->measure_s); lua_setfield(L, -2, "measure_s");
   if (p->warning) { lua_pushstring(L, p->warning); lua_setfield(L, -2, "warning"); }
@@ -189,7 +190,7 @@ static int l_draw_roofline(lua_State *L) {
   viz_roof_chart ch;
   roof_call *c;
   fl_err e;
-  char sub[400], note[300];
+  char sub[400], note[600];
   if (!lua_isnoneornil(L, 3))
     return luaL_error(L, "draw_roofline: expected 2 arguments (a compiled function or a Program, "
                       "and a path), got %d", lua_gettop(L));
@@ -208,13 +209,14 @@ static int l_draw_roofline(lua_State *L) {
   } else {
     add_compiled(L, c, 1, &pk);
   }
-  snprintf(sub, sizeof sub, "roofs measured here: triad over %.0f MiB, median of %d runs; "
-           "%dx%dx%d products, median of %d%s \xc2\xb7 a point: a kernel's mean time per launch",
-           pk.copy_mib, pk.copy_runs, pk.product_n, pk.product_n, pk.product_n, pk.product_runs,
-           pk.from_cache ? " (cached)" : "");
-  note[0] = '\0';
-  if (pk.noisy) snprintf(note, sizeof note, "The peaks were measured on a noisy machine (%s): "
-                         "fl.machine_peaks{remeasure = true} measures them again.", pk.noise);
+  snprintf(sub, sizeof sub, "roofs measured on this machine%s: a triad over %.0f MiB, median of "
+           "%d runs (IQR %.0f%%); a %d\xc2\xb3 product, median of %d (IQR %.0f%%)",
+           pk.from_cache ? " (cached)" : "", pk.copy_mib, pk.copy_runs, 100 * pk.copy_spread,
+           pk.product_n, pk.product_runs, 100 * pk.product_spread);
+  snprintf(note, sizeof note, "A point: one kernel at its mean time per launch; its percent: the "
+           "share of the roof above it it reaches.%s%s%s", pk.noisy ? " The peaks were measured "
+           "on a noisy machine (" : "", pk.noisy ? pk.noise : "", pk.noisy ? "): "
+           "fl.machine_peaks{remeasure = true} measures them again." : "");
   memset(&ch, 0, sizeof ch);
   ch.cpu = pk.cpu;
   ch.threads = pk.threads;
@@ -222,7 +224,7 @@ static int l_draw_roofline(lua_State *L) {
   ch.product_gflops = pk.product_gflops;
   ch.product_path = pk.product_path[0] ? pk.product_path : NULL;
   ch.subtitle = sub;
-  ch.note = note[0] ? note : NULL;
+  ch.note = note;
   ch.pts = c->pts;
   ch.npts = c->n;
   if (viz_roof_render_file(&ch, path, &e) != FL_OK) return lfl_raise(L, "draw_roofline", &e);

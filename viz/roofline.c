@@ -21,7 +21,7 @@
 #define FONT "Helvetica,Arial,sans-serif"
 /* Canvas and plot frame in points (72 per inch; the PNG is rendered at 96
 ** dpi, 4/3 pixel a point): 1390 pt is about 1850 px, so a 1920-px
-** projector shows it unscaled and the smallest text, 12 pt, is 16 px. */
+** projector shows it unscaled and the smallest text, 15 pt, is 20 px. */
 #define CANVAS_W 1390.0
 #define CANVAS_H 960.0
 #define PX0 150.0

@@ -6,7 +6,7 @@
 ** every fuselab picture: each mark is a node pinned where it belongs and
 ** laid out by neato's no-op mode (`neato -n`), so the .dot file renders
 ** the same picture.  Sized for a 1920-pixel projector: the PNG is about
-** 1850 pixels wide and its smallest text 16 pixels.
+** 1850 pixels wide and its smallest text (15 points) 20 pixels.
 ** Knows nothing of programs or measurements: the caller fills a chart.
 */
 #ifndef FL_VIZ_ROOFLINE_H

@@ -38,7 +38,7 @@ local child = base .. "/peaks.lua"
 write(child, [[
 local p = fl.machine_peaks()
 for _, k in ipairs{"copy_gbs", "product_gflops", "cpu", "threads", "from_cache", "warning",
-                   "measure_s", "product_path"} do
+                   "measure_s", "product_path", "noisy", "tries"} do
   print(k:upper() .. " " .. tostring(p[k]))
 end
 ]])
@@ -66,10 +66,22 @@ local files = roofs(d1)
 t.is(#files, 1, "one cache file written")
 t.ok(read(files[1] or ""):find('"copy_gbs":', 1, true), "the entry holds the numbers (JSON)")
 
-local r2 = run(d1, "OMP_NUM_THREADS=2")
-t.is(r2.FROM_CACHE, "true", "second process: from the cache")
-t.is(r2.COPY_GBS, r1.COPY_GBS, "the cached bandwidth")
-t.is(r2.PRODUCT_GFLOPS, r1.PRODUCT_GFLOPS, "the cached product peak")
+-- a quiet measurement is final; one made on a busy machine is measured
+-- again by the next processes (at most 3 in all), each peak the best seen
+local last, r2, runs = r1, nil, 0
+repeat
+  r2 = run(d1, "OMP_NUM_THREADS=2")
+  runs = runs + 1
+  if r2.FROM_CACHE == "false" then
+    t.is(last.NOISY, "true", "measured again only after a noisy measurement (try " .. tostring(r2.TRIES) .. ")")
+    t.ok(r2.copy >= last.copy * (1 - 1e-9) and r2.product >= last.product * (1 - 1e-9),
+         "each peak the best of the tries")
+    last = r2
+  end
+until r2.FROM_CACHE == "true" or runs > 3
+t.is(r2.FROM_CACHE, "true", "a later process: from the cache (after " .. runs .. " run(s))")
+t.near(r2.copy, last.copy, 1e-9 * last.copy, "the cached bandwidth")
+t.near(r2.product, last.product, 1e-9 * last.product, "the cached product peak")
 t.is(tonumber(r2.MEASURE_S), 0, "nothing measured")
 
 -- another thread count is another machine set-up: its own entry
@@ -92,8 +104,8 @@ local good = read(files[1])
 write(files[1], good:sub(1, 60) .. "garbage" .. good:sub(68))
 local r5 = run(d1, "OMP_NUM_THREADS=2")
 t.is(r5.FROM_CACHE, "false", "a damaged entry: measured again")
-local r6 = run(d1, "OMP_NUM_THREADS=2")
-t.is(r6.FROM_CACHE, "true", "and rewritten: the next process reads it")
+local now = read(files[1])
+t.ok(now:find('"copy_gbs":', 1, true) and not now:find("garbage", 1, true), "and rewritten whole")
 write(files[1], "{}")
 t.is(run(d1, "OMP_NUM_THREADS=2").FROM_CACHE, "false", "a truncated entry: measured again")
 
