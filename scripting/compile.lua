@@ -1408,11 +1408,13 @@ local function canonical_lines(g, canon)
     local id, rhs = line:match("^  %%(%d+) = (.-)%s*$")
     if id then
       rhs = rhs:gsub("    # .*$", "")
-      local key = rhs:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
+      -- a param's name is not a reference, even one like "tensor%8"
+      local leaf = rhs:match("^param ") or rhs:match("^const ")
+      local key = leaf and rhs or rhs:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
       if not canon[key] then canon[#canon + 1] = key; canon[key] = #canon end
       byid[tonumber(id)] = canon[key]
       lines[#lines + 1] = {id = tonumber(id), text = line:gsub("    # .*$", ""), canon = canon[key],
-                           op = rhs:gsub("%%%d+", "%%"), at = at}
+                           op = leaf and rhs or rhs:gsub("%%%d+", "%%"), at = at}
     elseif line:match("^  write ") or line:match("^  return ") then
       local key = line:gsub("%%(%d+)", function(ref) return "#" .. tostring(byid[tonumber(ref)]) end)
       tail[#tail + 1] = {text = line:gsub("^%s+", ""), canon = key, at = at}
