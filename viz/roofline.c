@@ -87,7 +87,7 @@ static void esc(strbuf *b, const char *s, size_t max) {
 
 /* Rough text extent of n characters at fs points in Helvetica (digits and
 ** lower case average a bit over half the size). */
-static double text_w(size_t n, double fs) { return (double)n * fs * 0.56 + 6; }
+static double text_w(size_t n, double fs) { return (double)n * fs * 0.6 + 6; }
 
 static size_t utf8_len(const char *s) {
   size_t n = 0;
@@ -332,7 +332,7 @@ static void points(chart *c, const viz_roof_chart *rc) {
       int side;
       for (side = 0; side < 2 && !found; side++) {
         rbox bx;
-        bx.x0 = side == 0 ? px + 13 : px - 13 - w;
+        bx.x0 = side == 0 ? px + 16 : px - 16 - w;
         bx.x1 = bx.x0 + w;
         bx.y0 = py + dy - h / 2;
         bx.y1 = bx.y0 + h;
@@ -341,7 +341,7 @@ static void points(chart *c, const viz_roof_chart *rc) {
       }
     }
     if (!found) {
-      best = (rbox){px + 13, py - h / 2, px + 13 + w, py + h / 2};
+      best = (rbox){px + 16, py - h / 2, px + 16 + w, py + h / 2};
       c->failed++;
     }
     use(c, best);
