@@ -312,6 +312,29 @@ static int weights_box(viz_view *v) {
   return FL_OK;
 }
 
+/* Marks the leaves (weights, constants) to draw inside their readers'
+** labels when on: shown, not an output, every reader an op drawn as itself. */
+static int inline_leaves(viz_view *v, int on) {
+  const ir_graph *g = v->g;
+  int i, k;
+  if (!on) return FL_OK;
+  v->inl = calloc((size_t)(g->n ? g->n : 1), 1);
+  if (!v->inl) return FL_ENOMEM;
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if ((nd->kind == IR_PARAM || nd->kind == IR_CONST) && v->show[i] < 0 && v->first_use[i] >= 0)
+      v->inl[i] = 1;
+  }
+  for (i = 0; i < g->nout; i++) v->inl[g->outputs[i]] = 0;
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind != IR_OP) continue;
+    for (k = 0; k < nd->nin; k++)
+      if (nd->in[k] >= 0 && v->show[i] >= 0) v->inl[nd->in[k]] = 0;
+  }
+  return FL_OK;
+}
+
 int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
                   int max_nodes, const viz_opts *o, fl_err *e) {
   const ir_graph *g = st ? st->g : NULL;
@@ -376,11 +399,12 @@ int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
   if (o && (o->focus_kernel || o->focus_around >= 0 || o->focus_block >= 0)) {
     int rc = focus(v, o, e);           /* a piece: no further collapsing */
     if (rc != FL_OK) { viz_view_free(v); return rc; }
-    return FL_OK;
+    return inline_leaves(v, o->inline_leaves != 0) == FL_OK ? FL_OK : (viz_view_free(v), err_set(e, FL_ENOMEM, "draw: out of memory"));
   }
   if (st->kernels && (!o || o->weights_box) && weights_box(v) != FL_OK) goto oom;
   if (max_nodes > 0 && g->n + g->nout > max_nodes && collapse(v, max_nodes) != FL_OK)
     goto oom;
+  if (inline_leaves(v, o && o->inline_leaves > 0) != FL_OK) goto oom;
   return FL_OK;
 oom:
   viz_view_free(v);
@@ -392,6 +416,7 @@ void viz_view_free(viz_view *v) {
   free(v->removed);
   free(v->first_use);
   free(v->show);
+  free(v->inl);
   free(v->sums);
   free(v->an);
   free(v->outn);

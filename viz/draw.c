@@ -31,6 +31,7 @@ void viz_opts_init(viz_opts *o) {
   o->focus_around = o->focus_block = -1;
   o->focus_depth = 2;
   o->weights_box = 1;
+  o->inline_leaves = -1;
   o->edge_labels = 1;
   o->scale = 1.0;
 }
@@ -324,6 +325,41 @@ static void style_node(viz_builder *b, Agnode_t *n, viz_class c) {
   if (c == VIZ_INPUT || c == VIZ_OUTPUT) set(n, "penwidth", scaled(b, 1.6, num, sizeof num));
 }
 
+/* A weight or constant drawn inside its reader's label, not as a box. */
+static int inlined(const viz_view *v, int id) { return v->inl && v->inl[id]; }
+
+/* The reader's lines for the leaves it reads: "w blocks.1.attn.q_proj.weight
+** [64,64]", "+ 1e-05", in the leaf's own colour. */
+static void inlined_inputs(viz_builder *b, viz_view *v, int id) {
+  const ir_graph *g = v->g;
+  const ir_node *nd = &g->nodes[id];
+  char ty[128];
+  int k;
+  for (k = 0; k < nd->nin; k++) {
+    const ir_node *in;
+    if (nd->in[k] < 0 || !inlined(v, nd->in[k])) continue;
+    in = &g->nodes[nd->in[k]];
+    strbuf_printf(&b->tmp, "<br/><font point-size=\"9\" color=\"%s\">",
+                  in->kind == IR_PARAM ? "#7a5a1e" : "#555555");
+    if (in->kind == IR_CONST && meta_numel(&in->meta) == 1 && in->value.st) {
+      strbuf_printf(&b->tmp, "%.6g", ten_get(&in->value, 0));
+    } else {
+      /* the module path's last two parts ("q_proj.weight"): the reader's
+      ** tooltip and the listing have the rest, and width is what a
+      ** projector scales down */
+      const char *nm = in->name ? in->name : in->kind == IR_CONST ? "const" : "param";
+      const char *p = nm + strlen(nm);
+      int dots = 0;
+      while (p > nm && !(p[-1] == '.' && ++dots == 2)) p--;
+      if (p > nm) strbuf_printf(&b->tmp, "\xe2\x80\xa6");
+      viz_esc_max(&b->tmp, p, 40);
+      strbuf_printf(&b->tmp, " ");
+      viz_esc(&b->tmp, viz_shape_str(g, nd->in[k], ty, sizeof ty));
+    }
+    strbuf_printf(&b->tmp, "</font>");
+  }
+}
+
 static void draw_node(viz_builder *b, viz_view *v, int id) {
   const ir_graph *g = v->g;
   const ir_node *nd = &g->nodes[id];
@@ -362,6 +398,7 @@ static void draw_node(viz_builder *b, viz_view *v, int id) {
   strbuf_printf(&b->tmp, "<br/><font point-size=\"9\">");
   viz_esc(&b->tmp, ty);
   strbuf_printf(&b->tmp, "</font>");
+  if (nd->kind == IR_OP && v->inl) inlined_inputs(b, v, id);
   set_html(b, n, "label");
   style_node(b, n, viz_class_in(g, id));
   if (nd->where) set(n, "tooltip", nd->where);
@@ -440,7 +477,7 @@ static int draw_stage(viz_builder *b, viz_view *v) {
   for (i = 0; i < g->n && v->kern; i++)
     if (v->show[i] < 0 && v->kern[i] >= 0 && !v->kclus[v->kern[i]]) kernel_cluster(v, v->kern[i]);
   for (i = 0; i < g->n; i++)
-    if (v->show[i] < 0) draw_node(b, v, i);
+    if (v->show[i] < 0 && !inlined(v, i)) draw_node(b, v, i);
   for (i = 0; i < v->nsums; i++)
     if (v->sums[i].count > 0) draw_summary(b, v, i);
   for (k = 0; k < v->st->nkernels && v->st->kernels; k++) kernel_header(b, v, k);
@@ -450,7 +487,7 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     for (k = 0; k < nd->nin; k++) {
       int j = nd->in[k];
       Agnode_t *t, *h;
-      if (j < 0) continue;
+      if (j < 0 || inlined(v, j)) continue;
       t = disp(v, j);
       h = disp(v, i);
       if (t == h) continue;
@@ -502,9 +539,14 @@ static int draw_stage(viz_builder *b, viz_view *v) {
 
 /* ---- legend, title, breaks ---------------------------------------------- */
 
-static void legend(viz_builder *b) {
+static void legend(viz_builder *b, const viz_view *last) {
   Agnode_t *n = agnode(b->G, "legend", 1);
   int c;
+  /* under the last stage's outputs (invisible edges): beside a tall graph
+  ** it makes the picture wider, and the width is what a projector scales
+  ** down */
+  for (c = 0; last && c < last->g->nout; c++)
+    if (last->outn[c]) set(agedge(b->G, last->outn[c], n, NULL, 1), "style", "invis");
   sb_reset(&b->tmp);
   strbuf_printf(&b->tmp, "<TABLE BORDER=\"1\" COLOR=\"#bbbbbb\" CELLBORDER=\"0\" "
                 "CELLSPACING=\"2\" CELLPADDING=\"2\" BGCOLOR=\"#ffffff\">"
@@ -738,7 +780,7 @@ int viz_build_scene(viz_builder *b, const viz_scene *s, viz_view *views) {
     collapsed += v->collapsed;
     if (i > 0 && !s->compare) graph_break(b, &views[i - 1], v, s->breaks ? &s->breaks[i - 1] : NULL, i - 1);
   }
-  if (b->o->legend) legend(b);
+  if (b->o->legend) legend(b, s->nstages > 0 ? &views[s->nstages - 1] : NULL);
   title(b, total, collapsed, s->nstages == 1 ? s->stages[0].note : NULL);
   return b->tmp.oom ? err_set(b->e, FL_ENOMEM, "draw: out of memory building the picture") : FL_OK;
 }

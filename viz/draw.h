@@ -49,6 +49,11 @@ typedef struct viz_opts {
   int weights_box;       /* 1 (default): ops that read weights alone (a
                             fused plan computes them once, kept between
                             calls) drawn as one box */
+  int inline_leaves;     /* 1: weights and constants a shown op reads are
+                            lines of that op's label, not boxes of their
+                            own (a transformer block's dozen weights side
+                            by side make it three screens wide); -1: the
+                            default, on for a piece (kernel, around, block) */
 } viz_opts;
 
 /* Large enough to read from the back of a classroom. */

@@ -31,6 +31,7 @@ typedef struct viz_view {
   int *removed;           /* 1: intermediate kept inside its kernel */
   int *first_use;         /* first op reading the node, or -1 */
   int *show;              /* -1: drawn as itself; k: folded into sums[k] */
+  unsigned char *inl;     /* 1: a leaf drawn in its readers' labels, or NULL */
   viz_summary *sums;
   int nsums, capsums;
   int collapsed;          /* nodes folded into summaries */

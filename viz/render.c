@@ -87,6 +87,7 @@ static int gv_errf(char *msg) {
 ** then lays out in pixels and draws cluster frames that miss their last
 ** rank. */
 #define PNG_DPI 96.0
+#define PROJECTOR_PX 1920.0
 
 /* After a layout: when the PNG would exceed the limits above, sets
 ** "size" so the drawing is scaled down to fit them and returns 1 (the
@@ -104,6 +105,9 @@ static int png_fit(Agraph_t *G) {
   if (w <= 0 || h <= 0) return 0;
   s = 1.0;
   if (w * h > PNG_MAX_PIXELS) s = sqrt(PNG_MAX_PIXELS / (w * h));
+  /* never narrower than a projector's 1920 pixels for the sake of the
+  ** pixel budget: a tall picture shown full width keeps its type size */
+  if (s < 1.0 && w * s < PROJECTOR_PX) s = w > PROJECTOR_PX ? PROJECTOR_PX / w : 1.0;
   if (w * s > PNG_MAX_SIDE) s = PNG_MAX_SIDE / w;
   if (h * s > PNG_MAX_SIDE) s = PNG_MAX_SIDE / h;
   if (s >= 1.0) return 0;

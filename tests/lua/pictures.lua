@@ -109,4 +109,52 @@ do
            "a scale out of range is refused")
 end
 
+-- Projector: the smallest text inside a node, in pixels, when the picture
+-- is shown 1920 pixels wide (a PNG narrower than that is shown as it is).
+-- The SVG gives the sizes in points and the width they scale with; the
+-- PNG's header its pixel width.
+local function png_width(file)
+  local f = assert(io.open(file, "rb")); local h = f:read(24); f:close()
+  return (string.unpack(">I4", h, 17))
+end
+local function smallest_node_px(svg_file, png_file)
+  local svg = t.slurp(svg_file)
+  local wpt = tonumber(svg:match('<svg width="([%d.]+)pt"'))
+  local px = math.min(1920, png_width(png_file)) / wpt
+  local smallest = math.huge
+  for body in svg:gmatch('<g id="[^"]*" class="node">(.-)</g>') do
+    for fs in body:gmatch('font%-size="([%d.]+)"') do smallest = math.min(smallest, tonumber(fs) * px) end
+  end
+  return smallest, wpt
+end
+do
+  local src = os.getenv("FUSELAB_SRC") or "."
+  local gpt = fl.models.transformer{vocab = 64, d = 64, heads = 4, layers = 2, seq = 64}
+  local gp = fl.capture(gpt, fl.zeros({1, 32}, {dtype = "int64"})):decompose{quiet = true}:optimize{quiet = true}:fuse()
+  local m = fl.load_onnx(src .. "/examples/models/resnet50.onnx")
+  local rp = fl.capture(m, fl.randn(1, 3, 224, 224)):decompose{quiet = true}:optimize{quiet = true}:fuse()
+  local piece
+  for i, k in ipairs(rp:kernels()) do
+    if not piece and k.name:find("conv2d_add_relu", 1, true) then piece = i - 1 end
+  end
+  for _, c in ipairs{{"lesson 04's GPT block", gp, {block = 1}}, {"lesson 08's ResNet-50 kernel", rp, {kernel = piece}}} do
+    for _, ext in ipairs{"svg", "png"} do
+      local o = {scale = "projector", title = c[1]}
+      for k, v in pairs(c[3]) do o[k] = v end
+      fl.draw(c[2], path("proj." .. ext), o)
+    end
+    local px, wpt = smallest_node_px(path("proj.svg"), path("proj.png"))
+    t.ok(px >= 14, ("%s at projector scale: node text at least 14 px on a 1920-px-wide screen (%.1f px; %d pt wide)")
+         :format(c[1], px, wpt))
+  end
+  -- the same GPT block with every weight a box of its own is too wide: the
+  -- check above can fail
+  fl.draw(gp, path("boxes.svg"), {block = 1, scale = "projector", leaves = "boxes"})
+  fl.draw(gp, path("boxes.png"), {block = 1, scale = "projector", leaves = "boxes"})
+  local px = smallest_node_px(path("boxes.svg"), path("boxes.png"))
+  t.ok(px < 14, ("leaves = \"boxes\": the weights beside their readers make the block too wide (%.1f px)"):format(px))
+  t.raises(function() fl.draw(gp, path("x.svg"), {leaves = "hidden"}) end,
+           'draw: leaves "hidden" %(expected "inline" or "boxes"%)', "an unknown leaves= names the choices")
+end
+
 t.done()

@@ -366,11 +366,15 @@ do
   local gpt = fl.models.transformer{vocab = 64, d = 32, heads = 4, layers = 4, seq = 16}
   local g = fl.capture(gpt, (fl.rand(1, 8) * 64):to("int64"))
   local dir = t.tmpdir()
-  fl.draw(g, dir .. "/b2.dot", {block = 2})
+  fl.draw(g, dir .. "/b2.dot", {block = 2, leaves = "boxes"})
   local dot = t.slurp(dir .. "/b2.dot")
   t.ok(dot:find("blocks.2.attn.q_proj.weight", 1, true) and not dot:find("blocks.1.attn.q_proj.weight", 1, true)
        and dot:find("ops before this piece", 1, true) and dot:find("ops after", 1, true),
        "block = 2: block 2's nodes, the rest as two stubs")
+  fl.draw(g, dir .. "/b2i.dot", {block = 2})
+  local inl = t.slurp(dir .. "/b2i.dot")
+  t.ok(inl:find("\xe2\x80\xa6q_proj.weight [32,32]", 1, true) and not inl:find("blocks.2.attn.q_proj.weight", 1, true)
+       and #inl < #dot, "a piece draws the weights an op reads in its box, by their last two names")
   local p = g:decompose{quiet = true}:optimize{quiet = true}:fuse()
   fl.draw(p, dir .. "/k3.dot", {kernel = 3})
   local k3 = t.slurp(dir .. "/k3.dot")
