@@ -503,10 +503,15 @@ const char *roof_bound_name(int bound) { return bound == ROOF_COMPUTE ? "compute
 void roof_kernel_at(const exec_program *pr, int k, double ms, const roof_peaks *pk,
                     roof_kernel *out) {
   const fk_kernel *kr = &pr->plan->kernels[k];
+  roof_kernel_of(kr->name, fuse_kernel_flops(pr->plan->g, kr), kr->bytes, ms, pk, out);
+}
+
+void roof_kernel_of(const char *name, int64_t flops, int64_t bytes, double ms,
+                    const roof_peaks *pk, roof_kernel *out) {
   memset(out, 0, sizeof *out);
-  out->name = kr->name;
-  out->flops = fuse_kernel_flops(pr->plan->g, kr);
-  out->bytes = kr->bytes;
+  out->name = name;
+  out->flops = flops;
+  out->bytes = bytes;
   out->intensity = out->bytes > 0 ? (double)out->flops / (double)out->bytes : 0;
   out->bound = out->intensity >= roof_ridge(pk) && out->flops > 0 ? ROOF_COMPUTE : ROOF_MEMORY;
   out->attainable = roof_attainable(pk, out->intensity);

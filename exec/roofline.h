@@ -86,6 +86,9 @@ typedef struct roof_kernel {
 /* Kernel k of pr at ms per launch (ms <= 0: not timed) against pk. */
 void roof_kernel_at(const exec_program *pr, int k, double ms, const roof_peaks *pk,
                     roof_kernel *out);
+/* The same from the counts alone (a report's kernel row). */
+void roof_kernel_of(const char *name, int64_t flops, int64_t bytes, double ms,
+                    const roof_peaks *pk, roof_kernel *out);
 /* Every kernel of pr (out: pr->plan->nkernels entries), each at its mean
 ** time per launch over the profiled runs; FL_EINVAL naming the cause when
 ** pr was never profiled (k:profile(true), then runs). */

@@ -22,6 +22,7 @@
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "exec/measure.h"
+#include "exec/roofline.h"
 #include "viz/report.h"
 #include "viz/style.h"
 
@@ -89,6 +90,7 @@ typedef struct rep {
   /* the steady state and eager as measured, for one verdict on the page */
   meas_summary steady, eager;
   int has_steady, has_eager;
+  roof_peaks peaks;            /* r.peaks points here once measured */
   meas_summary ck_steady, ck_eager;   /* the checklist's pair, timed side by side */
   int has_ck;
   int first_warm;              /* the compiled function's first call loaded its kernels */
@@ -127,16 +129,25 @@ static const char *summary_note(lua_State *L, rep *R, const meas_summary *s, con
   return lfl_viz_keep(L, R->keep);
 }
 
-/* The mean time of each kernel of plan p, when a timed program ran it;
-** else NULL (the table shows a dash). */
+/* The mean time of each kernel of plan p per call (t[k]) and per launch
+** (t[nkernels + k]), when a timed program ran it; else NULL (the table
+** shows a dash).  A CPU program's times also set the machine's peaks, for
+** the roofline columns. */
 static const double *kernel_times(lua_State *L, rep *R, const fuse_plan *p) {
   double *t;
   int i, k;
   for (i = 0; i < R->ntimed; i++) {
     const exec_program *pr = R->timed[i];
     if (pr->plan != p || pr->profiled_runs == 0) continue;
-    t = (double *)lfl_viz_alloc(L, R->s, (size_t)(p->nkernels > 0 ? p->nkernels : 1) * sizeof *t, "report");
-    for (k = 0; k < p->nkernels; k++) t[k] = pr->kernel_ms[k] / (double)pr->profiled_runs;
+    t = (double *)lfl_viz_alloc(L, R->s, (size_t)(2 * p->nkernels + 1) * sizeof *t, "report");
+    for (k = 0; k < p->nkernels; k++) {
+      int64_t ran = pr->kernel_ran ? pr->kernel_ran[k] : pr->profiled_runs;
+      t[k] = pr->kernel_ms[k] / (double)pr->profiled_runs;
+      t[p->nkernels + k] = ran > 0 ? pr->kernel_ms[k] / (double)ran : 0;
+    }
+    if (!R->r.peaks && strcmp(pr->be->name, "cpu") == 0 &&
+        roof_machine_peaks(&R->peaks, 0, NULL) == FL_OK)
+      R->r.peaks = &R->peaks;
     return t;
   }
   return NULL;
@@ -245,6 +256,8 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
       rows[nk].bytes_read = vk->bytes_read;
       rows[nk].bytes_written = vk->bytes_written;
       rows[nk].time_ms = times ? times[k] : vk->time_ms;
+      rows[nk].launch_ms = times ? times[p->nkernels + k] : 0;
+      rows[nk].flops = fuse_kernel_flops(p->g, &p->kernels[k]);
       nk++;
     }
     for (k = 0; k < p->ndec; k++) {

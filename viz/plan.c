@@ -174,6 +174,8 @@ int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
     pr->rows[k].bytes_read = vk->bytes_read;
     pr->rows[k].bytes_written = vk->bytes_written;
     pr->rows[k].time_ms = vk->time_ms;
+    pr->rows[k].launch_ms = times_ms && times_ms[p->nkernels + k] > 0 ? times_ms[p->nkernels + k] : 0;
+    pr->rows[k].flops = fuse_kernel_flops(p->g, &p->kernels[k]);
   }
   for (i = 0; i < p->ndec; i++) {
     const fuse_decision *d = &p->dec[i];

@@ -53,6 +53,8 @@ typedef struct viz_plan_report {
 
 /* Fills r's summary, graphs, kernels and decisions from p, leaving r's
 ** other fields as they are (code, guards, timings come from elsewhere).
+** times_ms, when given, holds 2 x nkernels times: per call, then per
+** launch (the roofline's). 
 ** r points into pr until viz_plan_report_free(pr). */
 int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
                          const double *times_ms, const viz_opts *o, fl_err *e);

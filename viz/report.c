@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/roofline.h"
 #include "graph/file.h"
 #include "viz/report.h"
 #include "viz/style.h"
@@ -392,9 +393,21 @@ static void stepper(strbuf *b, const viz_report *r) {
   strbuf_printf(b, "</section>\n");
 }
 
+/* A kernel's GFLOP/s and its share of the roof over its intensity
+** (exec/roofline.h's rule), "-" when it was not timed. */
+static void roof_cells(strbuf *b, const roof_peaks *pk, const viz_kernel_row *k) {
+  roof_kernel rk;
+  roof_kernel_of(k->name, k->flops, k->bytes_read + k->bytes_written, k->launch_ms, pk, &rk);
+  if (!rk.timed)
+    strbuf_printf(b, "<td class=\"n\">-</td><td class=\"n\">-</td>");
+  else
+    strbuf_printf(b, "<td class=\"n\">%.2f</td><td class=\"n\">%.0f%% (%s)</td>", rk.gflops,
+                  rk.roof_pct, rk.flops > 0 ? roof_bound_name(rk.bound) : "copy");
+}
+
 static void kernels(strbuf *b, const viz_report *r) {
   char rd[32], wr[32], tot[32], t[32];
-  int i, nodes = 0, timed = 0;
+  int i, nodes = 0, timed = 0, roof = 0;
   int64_t sr = 0, sw = 0;
   double st = 0;
   section(b, "kernels", "Kernels");
@@ -403,9 +416,19 @@ static void kernels(strbuf *b, const viz_report *r) {
     strbuf_printf(b, "</section>\n");
     return;
   }
+  for (i = 0; i < r->nkernels && r->peaks; i++) roof |= r->kernels[i].launch_ms > 0;
+  if (roof)
+    strbuf_printf(b, "<p class=\"note\">Roofline: this machine (%s, %d threads) copies at "
+                  "%.1f GB/s and multiplies at %.0f GFLOP/s, so a kernel below %.1f flop/byte is "
+                  "bound by memory, above it by compute; <i>of roof</i> is its GFLOP/s (GB/s "
+                  "when it computes nothing) against the most the machine allows at its "
+                  "intensity (<code>fl.draw_roofline</code> draws it).</p>\n",
+                  r->peaks->cpu, r->peaks->threads, r->peaks->copy_gbs,
+                  r->peaks->product_gflops, roof_ridge(r->peaks));
   strbuf_printf(b, "<table><thead><tr><th class=\"n\">#</th><th>kernel</th><th>kind</th>"
                 "<th class=\"n\">nodes</th><th class=\"n\">read</th><th class=\"n\">written</th>"
-                "<th class=\"n\">moved</th><th class=\"n\">time</th></tr></thead><tbody>\n");
+                "<th class=\"n\">moved</th><th class=\"n\">time</th>%s</tr></thead><tbody>\n",
+                roof ? "<th class=\"n\">GFLOP/s</th><th class=\"n\">of roof</th>" : "");
   for (i = 0; i < r->nkernels; i++) {
     const viz_kernel_row *k = &r->kernels[i];
     strbuf_printf(b, "<tr><td class=\"n\">%d</td><td><code>", i);
@@ -414,10 +437,12 @@ static void kernels(strbuf *b, const viz_report *r) {
     viz_esc(b, k->kind);
     ms_str(k->time_ms, t, sizeof t);
     strbuf_printf(b, "</td><td class=\"n\">%d</td><td class=\"n\">%s</td><td class=\"n\">%s</td>"
-                  "<td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n", k->nodes,
+                  "<td class=\"n\">%s</td><td class=\"n\">%s</td>", k->nodes,
                   viz_bytes_str(k->bytes_read, rd, sizeof rd),
                   viz_bytes_str(k->bytes_written, wr, sizeof wr),
                   viz_bytes_str(k->bytes_read + k->bytes_written, tot, sizeof tot), t);
+    if (roof) roof_cells(b, r->peaks, k);
+    strbuf_printf(b, "</tr>\n");
     nodes += k->nodes;
     sr += k->bytes_read;
     sw += k->bytes_written;
@@ -426,9 +451,10 @@ static void kernels(strbuf *b, const viz_report *r) {
   ms_str(timed ? st : -1, t, sizeof t);
   strbuf_printf(b, "<tr class=\"total\"><td></td><td>%d kernels</td><td></td><td class=\"n\">%d</td>"
                 "<td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td>"
-                "<td class=\"n\">%s</td></tr>\n</tbody></table>\n</section>\n",
+                "<td class=\"n\">%s</td>%s</tr>\n</tbody></table>\n</section>\n",
                 r->nkernels, nodes, viz_bytes_str(sr, rd, sizeof rd),
-                viz_bytes_str(sw, wr, sizeof wr), viz_bytes_str(sr + sw, tot, sizeof tot), t);
+                viz_bytes_str(sw, wr, sizeof wr), viz_bytes_str(sr + sw, tot, sizeof tot), t,
+                roof ? "<td></td><td></td>" : "");
 }
 
 static void decisions(strbuf *b, const viz_report *r) {

@@ -27,6 +27,10 @@ typedef struct viz_kernel_row {
   int nodes;                 /* graph nodes it computes */
   int64_t bytes_read, bytes_written;
   double time_ms;            /* < 0: not measured */
+  int64_t flops;             /* the cost model's floating-point operations */
+  double launch_ms;          /* per launch (a kernel computed from weights once
+                                runs once in many calls), for the roofline;
+                                <= 0: not measured */
 } viz_kernel_row;
 
 typedef struct viz_decision_row {
@@ -85,6 +89,9 @@ typedef struct viz_report {
   const char *after_label;
   const viz_kernel_row *kernels;
   int nkernels;
+  /* this machine's peaks (exec/roofline.h), or NULL: the kernel table then
+  ** has no roofline columns */
+  const struct roof_peaks *peaks;
   const viz_decision_row *decisions;
   int ndecisions;
   const char *code;                /* generated source, or NULL */

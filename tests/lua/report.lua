@@ -149,6 +149,31 @@ fl.report(go:fuse(), path, {checklist = false})
 st = steps(read(path))
 t.is(names(st), "the plan's graph, fusion, code", "a plan steps from its graph")
 
+
+-- ---- the roofline in the kernel table: timed CPU kernels get their
+-- GFLOP/s and share of the machine's roof (the same rule as k:profile),
+-- a plan never timed gets no such columns
+do
+  local rp = dir .. "/fl_roof_" .. os.time() .. ".html"
+  local f = function(a, b) return ((a:matmul(b)):relu() * 2):sum(-1) end
+  local a, b = fl.randn(128, 256), fl.randn(256, 128)
+  local cm = fl.compile(f)
+  cm(a, b)
+  fl.report(cm, rp, {inputs = {a, b}, checklist = false})
+  local h = read(rp)
+  local pk = fl.machine_peaks()
+  t.ok(h:find("Roofline: this machine", 1, true) and h:find(("copies at %.1f GB/s"):format(pk.copy_gbs), 1, true),
+       "a timed report states the machine's measured peaks over the kernel table")
+  local pcts = {}
+  for pct, bound in h:gmatch(">(%d+)%% %((%a+)%)</td>") do pcts[#pcts + 1] = {tonumber(pct), bound} end
+  t.ok(#pcts >= 1 and pcts[1][1] >= 0 and pcts[1][1] < 1000 and (pcts[1][2] == "memory" or pcts[1][2] == "compute" or pcts[1][2] == "copy"),
+       ("each timed kernel has its share of the roof (%d rows, first %s%% %s)"):format(#pcts,
+         pcts[1] and pcts[1][1] or "?", pcts[1] and pcts[1][2] or "?"))
+  os.remove(rp)
+  fl.report(fl.capture(f, a, b):fuse(), rp)
+  t.ok(not read(rp):find("of roof", 1, true), "a plan never timed has no roofline columns")
+  os.remove(rp)
+end
 os.remove(path)
 pcall(fl.cache_clear)
 fl._cache_use_dir(saved_cache)
