@@ -186,8 +186,9 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e);
 
 /* Per-kernel timing on (counters reset) or off. */
 int exec_program_set_profile(exec_program *pr, int on, fl_err *e);
-/* One line per kernel of the last profiled run: time, and bandwidth from
-** the plan's bytes (read + written, cost model), each line after indent. */
+/* One line per kernel of the last profiled run: time, bandwidth from the
+** plan's bytes (read + written, cost model), GFLOP/s and its share of the
+** machine's roof (exec/roofline.h), each line after indent. */
 void exec_program_print_profile(const exec_program *pr, FILE *f, const char *indent);
 
 /* 1 when kernel k of pr reads weights only (params, consts, sizes) and

@@ -286,7 +286,7 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   sum_add(L, R, "bytes moved", "%s \xe2\x86\x92 %s", bytes_str(L, R, mb), bytes_str(L, R, ma));
   /* graphs run one after another: the largest peak is the function's */
   sum_add(L, R, "peak memory", "%s \xe2\x86\x92 %s", bytes_str(L, R, pb), bytes_str(L, R, pa));
-  sum_add(L, R, "op nodes", "%d", nodes);
+  sum_add(L, R, "ops", "%d", nodes);
   sum_add(L, R, "pairs fused", "%d of %d", fused, nd);
   r->before_svg = scene_svg(L, R, &before);
   r->after_svg = scene_svg(L, R, l);
@@ -889,12 +889,12 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
   }
   steps_plan(L, R, plan, kind);
   stamp(when, sizeof when);
-  lua_pushfstring(L, "%s of %d op nodes in %d kernel%s \xc2\xb7 %s",
+  lua_pushfstring(L, "%s of %d ops in %d kernel%s \xc2\xb7 %s",
                   kind == LFL_VIZ_PROGRAM ? "program" : "fusion plan", p->stats.nodes, p->nkernels,
                   p->nkernels == 1 ? "" : "s", when);
   r->subtitle = lfl_viz_keep(L, R->keep);
   if (!r->title) {
-    lua_pushfstring(L, "Review: fusion plan (%d op nodes \xe2\x86\x92 %d kernel%s)",
+    lua_pushfstring(L, "Review: fusion plan (%d ops \xe2\x86\x92 %d kernel%s)",
                     p->stats.nodes, p->nkernels, p->nkernels == 1 ? "" : "s");
     r->title = lfl_viz_keep(L, R->keep);
   }
