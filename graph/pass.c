@@ -26,7 +26,14 @@ typedef struct rw {
   int wcap;
   char *own;            /* optimize: old id -> became a node of its own (not
                            shared with other nodes through cse or simplify) */
+  unsigned rules;       /* optimize: the rewrites to try (1 << PASS_*) */
 } rw;
+
+const char *const pass_rule_names[PASS_NRULES] = {
+  "fold_bn", "simplify", "fold_linear", "fold_scale", "const_fold", "cse", "dce"
+};
+
+#define RULE(r, x) ((r)->rules & (1u << (x)))
 
 /* Emit op over new-graph ids (-1 = absent), copying the current node's
 ** source position and module scope.  Returns the new id or -1. */
@@ -696,7 +703,7 @@ static int optimize_forward(rw *r) {
     }
     if ((r->rc = op_infer(nd->op, ms, nd->nin, &nd->attrs, &out, r->e))) break;
     /* conv + batch_norm */
-    if (nd->op == OP_BATCH_NORM && (id = fold_conv_bn(r, nd, in, &out, olduses)) >= 0) {
+    if (RULE(r, PASS_FOLD_BN) && nd->op == OP_BATCH_NORM && (id = fold_conv_bn(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
       r->own[i] = 1;
       strbuf_printf(&r->log, "%%%d batch_norm folded into conv2d %%%d's %s -> %%%d\n",
@@ -704,12 +711,12 @@ static int optimize_forward(rw *r) {
       continue;
     }
     if (r->rc) break;
-    if ((id = simplify(r, nd, in, &out, &why)) >= 0) {
+    if (RULE(r, PASS_SIMPLIFY) && (id = simplify(r, nd, in, &out, &why)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: %s\n", i, op_name(nd->op), why);
       continue;
     }
-    if ((id = fold_linear(r, nd, in, &out, olduses)) >= 0) {
+    if (RULE(r, PASS_FOLD_LINEAR) && (id = fold_linear(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
       r->own[i] = 1;
       strbuf_printf(&r->log, "%%%d add: matmul(x, transpose(w)) + b = linear(x, w, b)\n", i);
@@ -717,7 +724,7 @@ static int optimize_forward(rw *r) {
     }
     if (r->rc) break;
     /* conv + a per-channel scale or shift (a decomposed batch_norm) */
-    if ((id = fold_conv_elemwise(r, nd, in, &out, olduses)) >= 0) {
+    if (RULE(r, PASS_FOLD_SCALE) && (id = fold_conv_elemwise(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
       r->own[i] = 1;
       strbuf_printf(&r->log, "%%%d %s folded into conv2d's %s -> %%%d\n",
@@ -731,7 +738,7 @@ static int optimize_forward(rw *r) {
     ** nothing as loop indices and a T x T table of loads folded */
     for (k = 0; k < nd->nin && allconst; k++)
       if (in[k] >= 0 && ir_is_iota(&r->g->nodes[in[k]])) allconst = 0;
-    if (allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
+    if (RULE(r, PASS_CONST_FOLD) && allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
         !(op_info_of(nd->op)->flags & OPF_RANDOM)) {
       const fl_tensor *args[64];
       fl_tensor v = {0};
@@ -746,7 +753,7 @@ static int optimize_forward(rw *r) {
       continue;
     }
     /* two rand(4) are two draws, never one */
-    if (!sym_attrs(nd) && !(op_info_of(nd->op)->flags & OPF_RANDOM) &&
+    if (RULE(r, PASS_CSE) && !sym_attrs(nd) && !(op_info_of(nd->op)->flags & OPF_RANDOM) &&
         (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: same as an earlier %s (cse)\n", i,
@@ -806,10 +813,15 @@ static ir_graph *dce(const ir_graph *g, strbuf *log, fl_err *e) {
 }
 
 ir_graph *pass_optimize(const ir_graph *old, char **log, fl_err *e) {
+  return pass_optimize_rules(old, PASS_ALL_RULES, log, e);
+}
+
+ir_graph *pass_optimize_rules(const ir_graph *old, unsigned rules, char **log, fl_err *e) {
   rw r;
   ir_graph *mid, *out;
   char *l;
   if (rw_begin(&r, old, e)) return NULL;
+  r.rules = rules;
   if (!optimize_forward(&r)) finish_outputs(&r);
   mid = rw_end(&r, &l);
   if (!mid) return NULL;
@@ -817,8 +829,13 @@ ir_graph *pass_optimize(const ir_graph *old, char **log, fl_err *e) {
     strbuf sb = {0};
     if (strcmp(l, "(nothing changed)\n") != 0) strbuf_printf(&sb, "%s", l);
     free(l);
-    out = dce(mid, &sb, e);
-    ir_free(mid);
+    /* without dce the dead nodes stay, as the walk left them */
+    if (RULE(&r, PASS_DCE)) {
+      out = dce(mid, &sb, e);
+      ir_free(mid);
+    } else {
+      out = mid;
+    }
     if (!out) { strbuf_free(&sb); return NULL; }
     if (sb.n == 0) strbuf_printf(&sb, "(nothing changed)\n");
     *log = strbuf_take(&sb);

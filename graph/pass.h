@@ -25,4 +25,15 @@ ir_graph *pass_decompose(const ir_graph *g, char **log, fl_err *e);
 ** now), and dead-code elimination. */
 ir_graph *pass_optimize(const ir_graph *g, char **log, fl_err *e);
 
+/* optimize's rewrites, in the order its walk tries them on each node; a
+** mask of (1 << rule) runs only those (all of them: pass_optimize), so a
+** teacher (and the report's pass stepper) can show what each one does. */
+enum {
+  PASS_FOLD_BN, PASS_SIMPLIFY, PASS_FOLD_LINEAR, PASS_FOLD_SCALE, PASS_CONST_FOLD,
+  PASS_CSE, PASS_DCE, PASS_NRULES
+};
+#define PASS_ALL_RULES ((1u << PASS_NRULES) - 1)
+extern const char *const pass_rule_names[PASS_NRULES];   /* "fold_bn", ... */
+ir_graph *pass_optimize_rules(const ir_graph *g, unsigned rules, char **log, fl_err *e);
+
 #endif

@@ -61,11 +61,44 @@ static void lua_print(lua_State *L, const char *text) {
 }
 
 /* g:decompose{quiet=} / g:optimize{quiet=} -> new graph, log */
-static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, fl_err *),
-                    const char *what) {
+/* opts.rules of g:optimize: a list of pass_rule_names, as a mask */
+static unsigned optimize_rules(lua_State *L) {
+  unsigned mask = 0;
+  lua_Integer i, n;
+  if (!lua_istable(L, 2) || lua_getfield(L, 2, "rules") == LUA_TNIL) {
+    if (lua_istable(L, 2)) lua_pop(L, 1);
+    return PASS_ALL_RULES;
+  }
+  if (!lua_istable(L, -1)) luaL_error(L, "optimize: rules must be a list of rule names, got %s", luaL_typename(L, -1));
+  n = luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    const char *s;
+    int k;
+    lua_rawgeti(L, -1, i);
+    s = lua_tostring(L, -1);
+    for (k = 0; s && k < PASS_NRULES && strcmp(s, pass_rule_names[k]) != 0; k++) {}
+    if (!s || k == PASS_NRULES) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (k = 0; k < PASS_NRULES; k++) {
+        luaL_addstring(&b, k ? ", " : "");
+        luaL_addstring(&b, pass_rule_names[k]);
+      }
+      luaL_pushresult(&b);
+      luaL_error(L, "optimize: unknown rule %s (rules: %s)", s ? s : luaL_typename(L, -2), lua_tostring(L, -1));
+    }
+    mask |= 1u << k;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return mask;
+}
+
+static int run_pass(lua_State *L, int optimize, const char *what) {
   ir_graph *g = lfl_checkgraph(L, 1), *h;
   char *log = NULL;
   int quiet = 0;
+  unsigned rules = optimize ? optimize_rules(L) : 0;
   fl_err e;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "quiet");
@@ -74,7 +107,7 @@ static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, f
   }
   err_clear(&e);
   lfl_pushgraph(L, NULL);                    /* owner first, then the graph */
-  h = pass(g, &log, &e);
+  h = optimize ? pass_optimize_rules(g, rules, &log, &e) : pass_decompose(g, &log, &e);
   if (!h) return lfl_raise(L, what, &e);
   /* the derived graph is compared with the one it came from, as captured */
   if (g->origin.known) h->origin = g->origin;
@@ -99,8 +132,8 @@ static int run_pass(lua_State *L, ir_graph *(*pass)(const ir_graph *, char **, f
   return 2;
 }
 
-static int g_decompose(lua_State *L) { return run_pass(L, pass_decompose, "decompose"); }
-static int g_optimize(lua_State *L) { return run_pass(L, pass_optimize, "optimize"); }
+static int g_decompose(lua_State *L) { return run_pass(L, 0, "decompose"); }
+static int g_optimize(lua_State *L) { return run_pass(L, 1, "optimize"); }
 
 /* g:stats() -> {nodes, ops, inputs, params, consts, outputs, bytes,
 ** peak_bytes}: bytes and peak_bytes are this graph run op by op, the cost

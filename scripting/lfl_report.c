@@ -23,6 +23,7 @@
 #include "exec/cache.h"
 #include "exec/measure.h"
 #include "exec/roofline.h"
+#include "graph/pass.h"
 #include "viz/report.h"
 #include "viz/style.h"
 
@@ -466,70 +467,100 @@ static viz_step *step_graph(lua_State *L, rep *R, const char *prefix, const char
   return st;
 }
 
-/* What optimize's log says it did, counted by rewrite: one walk over the
-** graph makes all of them (graph/pass.c), so they are one step with these
-** lines under its summary.  The rules in the order the walk tries them. */
-static void optimize_notes(lua_State *L, rep *R, viz_step *st, const char *log) {
-  static const struct { const char *name, *says; } rule[] = {
-    {"fold_bn", "batch norm folded into the convolution before it"},
-    {"fold_scale", "per-channel scale or shift folded into the convolution before it"},
-    {"simplify", "algebraic simplification (x*1, x+0, double transpose, ...)"},
-    {"fold_linear", "matmul(x, transpose(w)) + b made one linear"},
-    {"const_fold", "ops over constants computed now (constant folding)"},
-    {"cse", "repeated ops merged (common subexpressions)"},
-    {"dce", "unused nodes removed (dead code)"},
-  };
-  enum { NRULES = sizeof rule / sizeof rule[0] };
-  int n[NRULES] = {0}, i, k = 0;
-  const char **notes;
-  const char *p = log;
-  while (p && *p) {
-    const char *nl = strchr(p, '\n'), *end = nl ? nl : p + strlen(p);
-    size_t len = (size_t)(end - p);
-    char line[512];
-    int dead = 0;
-    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
-    if (strstr(line, "batch_norm folded into conv2d")) n[0]++;
-    else if (strstr(line, "folded into conv2d")) n[1]++;
-    else if (strstr(line, "= linear(x, w, b)")) n[3]++;
-    else if (strstr(line, "of constants folded")) n[4]++;
-    else if (strstr(line, "(cse)")) n[5]++;
-    else if (sscanf(line, "removed %d unused node", &dead) == 1) n[6] += dead;
-    else if (line[0] == '%') n[2]++;   /* "%12 add: x + 0 = x" */
-    p = nl ? nl + 1 : end;
+/* What each of optimize's rewrites does (graph/pass.h's order). */
+static const char *const rule_says[PASS_NRULES] = {
+  "batch norm folded into the convolution before it",
+  "algebraic simplification (x*1, x+0, double transpose, ...)",
+  "matmul(x, transpose(w)) + b made one linear",
+  "per-channel scale or shift folded into the convolution before it",
+  "ops over constants computed now (constant folding)",
+  "repeated ops merged (common subexpressions)",
+  "unused nodes removed (dead code)",
+};
+
+/* g:optimize{rules = the first n rules, quiet = true}: graph and log on the stack */
+static void run_rules(lua_State *L, int g, int n) {
+  int k;
+  push_method(L, g, "optimize");
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "quiet");
+  lua_createtable(L, n, 0);
+  for (k = 0; k < n; k++) {
+    lua_pushstring(L, pass_rule_names[k]);
+    lua_rawseti(L, -2, k + 1);
   }
-  notes = (const char **)lfl_viz_alloc(L, R->s, NRULES * sizeof *notes, "report");
-  for (i = 0; i < NRULES; i++) {
-    if (!n[i]) continue;
-    lua_pushfstring(L, "%s/%s: %d %s \xe2\x80\x94 %s", "optimize", rule[i].name, n[i],
-                    i == NRULES - 1 ? (n[i] == 1 ? "node" : "nodes") : (n[i] == 1 ? "rewrite" : "rewrites"),
-                    rule[i].says);
-    notes[k++] = lfl_viz_keep(L, R->keep);
+  lua_setfield(L, -2, "rules");
+  lua_call(L, 2, 2);
+}
+
+/* optimize one rewrite at a time: step k is optimize with its first k
+** rules (the last is g:optimize() itself), shown against the step before,
+** so each rewrite's own changes are marked; the rules that change nothing
+** are named under the last step instead of a step each. */
+static void steps_optimize(lua_State *L, rep *R, const char *prefix, int d) {
+  int k, shown = d, idle = 0;
+  char name[48];
+  const char *unused[PASS_NRULES];
+  viz_step *last = NULL;
+  for (k = 1; k <= PASS_NRULES; k++) {
+    int o, changed;
+    run_rules(L, d, k);
+    lua_pop(L, 1);
+    o = lua_gettop(L);
+    luaL_tolstring(L, o, NULL);
+    luaL_tolstring(L, shown, NULL);
+    changed = strcmp(lua_tostring(L, -1), lua_tostring(L, -2)) != 0;
+    lua_pop(L, 2);
+    if (!changed) {
+      unused[idle++] = pass_rule_names[k - 1];
+      lua_pop(L, 1);
+      continue;
+    }
+    snprintf(name, sizeof name, "optimize/%s", pass_rule_names[k - 1]);
+    last = step_graph(L, R, prefix, name, o, shown, NULL);
+    if (last) {
+      const char **note = (const char **)lfl_viz_alloc(L, R->s, 2 * sizeof *note, "report");
+      note[0] = rule_says[k - 1];
+      last->notes = note;
+      last->nnotes = 1;
+    }
+    if (shown != d) lua_remove(L, shown);
+    shown = lua_gettop(L);
   }
-  if (!k) {
-    lua_pushliteral(L, "optimize found nothing to rewrite");
-    notes[k++] = lfl_viz_keep(L, R->keep);
+  if (shown == d) {                    /* nothing to rewrite: one step */
+    last = step_graph(L, R, prefix, "optimize", d, d, NULL);
+    idle = 0;
   }
-  st->notes = notes;
-  st->nnotes = k;
+  if (last && idle) {
+    luaL_Buffer b;
+    const char **note = (const char **)lfl_viz_alloc(L, R->s, 2 * sizeof *note, "report");
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "no change from ");
+    for (k = 0; k < idle; k++) {
+      if (k) luaL_addstring(&b, ", ");
+      luaL_addstring(&b, unused[k]);
+    }
+    luaL_pushresult(&b);
+    note[0] = last->nnotes ? last->notes[0] : NULL;
+    note[last->nnotes ? 1 : 0] = lfl_viz_keep(L, R->keep);
+    last->notes = note;
+    last->nnotes = last->nnotes ? 2 : 1;
+  }
+  if (shown != d) lua_remove(L, shown);
 }
 
 /* The captured graph at g, decomposed and optimized as fl.compile does
-** (graph/pass.c: the same graphs every time), one step each; leaves the
-** optimized graph on the stack. */
+** (graph/pass.c: the same graphs every time), decompose one step,
+** optimize one step per rewrite. */
 static void steps_passes(lua_State *L, rep *R, const char *prefix, int g) {
-  int d, o;
-  viz_step *st;
+  int d;
   step_graph(L, R, prefix, "capture", g, 0, " (the function as traced)");
   run_pass(L, g, "decompose");
   lua_pop(L, 1);
   d = lua_gettop(L);
   step_graph(L, R, prefix, "decompose", d, g, NULL);
-  run_pass(L, d, "optimize");
-  o = lua_gettop(L) - 1;
-  st = step_graph(L, R, prefix, "optimize", o, d, NULL);
-  if (st) optimize_notes(L, R, st, lua_tostring(L, o + 1));
-  lua_pop(L, 1);
+  steps_optimize(L, R, prefix, d);
   lua_remove(L, d);
 }
 

@@ -238,12 +238,16 @@ static void section(strbuf *b, const char *id, const char *title) {
   strbuf_printf(b, "<section id=\"%s\"><h2>%s</h2>\n", id, title);
 }
 
+/* a value too long for a card (a sentence): a line under the cards */
+#define CARD_MAX 28
+
 static void summary(strbuf *b, const viz_report *r) {
   int i;
   section(b, "summary", "Summary");
   if (!r->nsummary) none(b, "no numbers given");
   else strbuf_printf(b, "<div class=\"cards\">\n");
   for (i = 0; i < r->nsummary; i++) {
+    if (strlen(r->summary[i].value) > CARD_MAX) continue;
     strbuf_printf(b, "<div class=\"card\"><div class=\"v\">");
     viz_esc(b, r->summary[i].value);
     strbuf_printf(b, "</div><div class=\"k\">");
@@ -251,6 +255,14 @@ static void summary(strbuf *b, const viz_report *r) {
     strbuf_printf(b, "</div></div>\n");
   }
   if (r->nsummary) strbuf_printf(b, "</div>\n");
+  for (i = 0; i < r->nsummary; i++) {
+    if (strlen(r->summary[i].value) <= CARD_MAX) continue;
+    strbuf_printf(b, "<p class=\"note\"><b>");
+    viz_esc(b, r->summary[i].key);
+    strbuf_printf(b, ":</b> ");
+    viz_esc(b, r->summary[i].value);
+    strbuf_printf(b, "</p>\n");
+  }
   strbuf_printf(b, "</section>\n");
 }
 
