@@ -433,3 +433,11 @@ char *fuse_bytes_str(int64_t bytes, char *buf, size_t n) {
   else snprintf(buf, n, "%.2g %s", v, unit[u]);
   return buf;
 }
+
+/* ---- the peak's rules one step at a time (fuse/memtrace.h) -------------
+** The memory picture walks the same schedule the two peaks above walk;
+** these hand it the rules themselves, so it never restates them. */
+int fuse_mem_op_source(const ir_graph *g, int id, int in) { return op_source(g, id, in); }
+int fuse_mem_first_read(const ir_graph *g, int id, int in) { return first_read(g, id, in); }
+int fuse_mem_freed_after(const fuse_plan *p, int i, int k) { return freed_after(p, i, k); }
+int fuse_mem_has_epilogue(const fk_kernel *k) { return has_epilogue(k); }

@@ -533,6 +533,9 @@ static const luaL_Reg viz_funcs[] = {
   {NULL, NULL}
 };
 
+/* fl.draw_memory and p:memory (lfl_memory.c) */
+void lfl_open_memory(lua_State *L, int lib);
+
 void lfl_open_viz(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
   if (luaL_newmetatable(L, SCRATCH_TYPE)) {
@@ -545,4 +548,5 @@ void lfl_open_viz(lua_State *L, int lib) {
   lua_pushvalue(L, lib);
   luaL_setfuncs(L, viz_funcs, 0);
   lua_pop(L, 1);
+  lfl_open_memory(L, lib);
 }

@@ -11,14 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <graphviz/gvc.h>
-
-#include "graph/file.h"
-#include "graph/strbuf.h"
-#include "viz/draw.h"
+#include "viz/chart.h"
 #include "viz/roofline.h"
 
-#define FONT "Helvetica,Arial,sans-serif"
+#define FONT VIZ_CHART_FONT
 /* Canvas and plot frame in points (72 per inch; the PNG is rendered at 96
 ** dpi, 4/3 pixel a point): 1390 pt is about 1850 px, so a 1920-px
 ** projector shows it unscaled and the smallest text, 15 pt, is 20 px. */
@@ -50,8 +46,7 @@
 typedef struct rbox { double x0, y0, x1, y1; } rbox;
 
 typedef struct chart {
-  strbuf b;
-  int nodes;
+  viz_chart v;                 /* the DOT text and node count (chart.h) */
   double px1;                  /* the plot frame's right edge */
   int key;                     /* points labelled k<i>, names in a key beside */
   int failed;                  /* labels that found no free place */
@@ -68,32 +63,9 @@ static double Y(const chart *c, double v) {
   return PY0 + (log10(v) - c->ly0) / (c->ly1 - c->ly0) * (PY1 - PY0);
 }
 
-/* A DOT string's body: quotes and backslashes escaped (a label's \N or
-** \G must not be read as Graphviz's escapes). */
-static void esc(strbuf *b, const char *s, size_t max) {
-  size_t i, n = strlen(s);
-  int cut = n > max;
-  if (cut) {
-    n = max;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;   /* a UTF-8 boundary */
-  }
-  for (i = 0; i < n; i++) {
-    if (s[i] == '"' || s[i] == '\\') strbuf_printf(b, "\\%c", s[i]);
-    else if ((unsigned char)s[i] < 0x20) strbuf_printf(b, " ");
-    else strbuf_printf(b, "%c", s[i]);
-  }
-  if (cut) strbuf_printf(b, "\xe2\x80\xa6");
-}
-
-/* Rough text extent of n characters at fs points in Helvetica (digits and
-** lower case average a bit over half the size). */
-static double text_w(size_t n, double fs) { return (double)n * fs * 0.6 + 6; }
-
-static size_t utf8_len(const char *s) {
-  size_t n = 0;
-  for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-  return n;
-}
+#define esc viz_chart_esc
+#define text_w viz_chart_text_w
+#define utf8_len viz_chart_utf8_len
 
 static void use(chart *c, rbox bx) {
   if (c->nused == c->capused) {
@@ -116,37 +88,21 @@ static int free_at(const chart *c, rbox bx) {
   return 1;
 }
 
-/* A text node centred at x, y; its name n<k>. */
 static int text(chart *c, double x, double y, double fs, const char *color, const char *s,
                 size_t max) {
-  strbuf_printf(&c->b, "  n%d [shape=plaintext, margin=0, width=0, height=0, fontsize=%.0f, "
-                "fontcolor=\"%s\", pos=\"%.1f,%.1f!\", label=\"", c->nodes, fs, color, x, y);
-  esc(&c->b, s, max);
-  strbuf_printf(&c->b, "\"];\n");
-  return c->nodes++;
+  return viz_chart_text(&c->v, x, y, fs, color, s, max);
 }
 
-/* A text node whose left edge is at x. */
 static int text_left(chart *c, double x, double y, double fs, const char *color, const char *s,
                      size_t max) {
-  size_t n = utf8_len(s);
-  if (n > max) n = max + 1;
-  return text(c, x + text_w(n, fs) / 2, y, fs, color, s, max);
+  return viz_chart_text_left(&c->v, x, y, fs, color, s, max);
 }
 
-/* An invisible anchor for the end of a line. */
-static int anchor(chart *c, double x, double y) {
-  strbuf_printf(&c->b, "  n%d [shape=point, style=invis, width=0.01, height=0.01, "
-                "pos=\"%.1f,%.1f!\"];\n", c->nodes, x, y);
-  return c->nodes++;
-}
+static int anchor(chart *c, double x, double y) { return viz_chart_anchor(&c->v, x, y); }
 
 static void line(chart *c, double x0, double y0, double x1, double y1, const char *color,
                  double width, const char *style) {
-  int a = anchor(c, x0, y0), b = anchor(c, x1, y1);
-  strbuf_printf(&c->b, "  n%d -> n%d [dir=none, headclip=false, tailclip=false, color=\"%s\", "
-                "penwidth=%.1f%s%s];\n", a, b, color, width, style ? ", style=" : "",
-                style ? style : "");
+  viz_chart_line(&c->v, x0, y0, x1, y1, color, width, style);
 }
 
 /* "0.01", "1", "1000", "1e+06" */
@@ -188,10 +144,10 @@ static void ranges(chart *c, const viz_roof_chart *rc, double ridge) {
 static void axes(chart *c) {
   int d;
   char t[32];
-  strbuf_printf(&c->b, "  n%d [shape=box, label=\"\", fixedsize=true, width=%.3f, height=%.3f, "
-                "color=\"#555555\", penwidth=1.5, pos=\"%.1f,%.1f!\"];\n", c->nodes,
+  strbuf_printf(&c->v.b, "  n%d [shape=box, label=\"\", fixedsize=true, width=%.3f, height=%.3f, "
+                "color=\"#555555\", penwidth=1.5, pos=\"%.1f,%.1f!\"];\n", c->v.nodes,
                 (c->px1 - PX0) / 72, (PY1 - PY0) / 72, (PX0 + c->px1) / 2, (PY0 + PY1) / 2);
-  c->nodes++;
+  c->v.nodes++;
   for (d = (int)c->lx0; d <= (int)c->lx1; d++) {
     double x = X(c, pow(10, d));
     if (d > c->lx0 && d < c->lx1) line(c, x, PY0, x, PY1, GRID_COLOR, 1, NULL);
@@ -269,9 +225,9 @@ static void legend(chart *c) {
   static const char *const what[] = {"memory-bound kernel", "compute-bound kernel"};
   static const char *const col[] = {MEM_COLOR, COMPUTE_COLOR};
   for (i = 0; i < 2; i++, y -= 28) {
-    strbuf_printf(&c->b, "  n%d [shape=circle, style=filled, fillcolor=\"%s\", color=\"%s\", "
+    strbuf_printf(&c->v.b, "  n%d [shape=circle, style=filled, fillcolor=\"%s\", color=\"%s\", "
                   "label=\"\", fixedsize=true, width=0.2, height=0.2, pos=\"%.1f,%.1f!\"];\n",
-                  c->nodes++, col[i], col[i], x, y);
+                  c->v.nodes++, col[i], col[i], x, y);
     text_left(c, x + 14, y, FS_POINT, "#222222", what[i], 40);
   }
   use(c, (rbox){PX0, y + 14, PX0 + 30 + text_w(20, FS_POINT), PY1});
@@ -304,7 +260,7 @@ static int by_height(const void *a, const void *b) {
 static void points(chart *c, const viz_roof_chart *rc) {
   const viz_roof_point **order = malloc((size_t)(rc->npts ? rc->npts : 1) * sizeof *order);
   int i, n = 0, k;
-  if (!order) { c->b.oom = 1; return; }
+  if (!order) { c->v.b.oom = 1; return; }
   for (i = 0; i < rc->npts; i++)
     if (plotted(&rc->pts[i])) order[n++] = &rc->pts[i];
   /* from the top down: the fastest kernels, which matter most, are
@@ -322,10 +278,10 @@ static void points(chart *c, const viz_roof_chart *rc) {
     int found = 0, dot;
     point_label(c, p, s, sizeof s);
     w = text_w(utf8_len(s), FS_POINT);
-    dot = c->nodes;
-    strbuf_printf(&c->b, "  n%d [shape=circle, style=filled, fillcolor=\"%s\", color=\"white\", "
+    dot = c->v.nodes;
+    strbuf_printf(&c->v.b, "  n%d [shape=circle, style=filled, fillcolor=\"%s\", color=\"white\", "
                   "penwidth=1.5, label=\"\", fixedsize=true, width=0.24, height=0.24, "
-                  "pos=\"%.1f,%.1f!\"];\n", c->nodes++, col, px, py);
+                  "pos=\"%.1f,%.1f!\"];\n", c->v.nodes++, col, px, py);
     /* right of the dot, else left, then ever further up or down */
     for (k = 0; k <= 30 && !found; k++) {
       double dy = (k + 1) / 2 * h * (k % 2 ? 1 : -1);
@@ -350,33 +306,14 @@ static void points(chart *c, const viz_roof_chart *rc) {
       /* moved away: a leader from the dot to the label's near end */
       double lx = best.x0 > px ? best.x0 - 2 : best.x1 + 2;
       int a = anchor(c, lx, (best.y0 + best.y1) / 2);
-      strbuf_printf(&c->b, "  n%d -> n%d [dir=none, color=\"#999999\", penwidth=1, "
+      strbuf_printf(&c->v.b, "  n%d -> n%d [dir=none, color=\"#999999\", penwidth=1, "
                     "headclip=false];\n", dot, a);
     }
   }
   free(order);
 }
 
-/* Escaped for a Graphviz HTML label. */
-static void html(strbuf *b, const char *s, size_t max) {
-  size_t i, n = strlen(s);
-  int cut = utf8_len(s) > max;
-  if (cut) {
-    size_t chars = 0;
-    for (n = 0; s[n] && chars < max; n++) chars += ((unsigned char)s[n] & 0xC0) != 0x80;
-    while (s[n] && ((unsigned char)s[n] & 0xC0) == 0x80) n++;
-  }
-  for (i = 0; i < n; i++) {
-    switch (s[i]) {
-    case '&': strbuf_printf(b, "&amp;"); break;
-    case '<': strbuf_printf(b, "&lt;"); break;
-    case '>': strbuf_printf(b, "&gt;"); break;
-    case '"': strbuf_printf(b, "&quot;"); break;
-    default: strbuf_printf(b, "%c", (unsigned char)s[i] < 0x20 ? ' ' : s[i]);
-    }
-  }
-  if (cut) strbuf_printf(b, "\xe2\x80\xa6");
-}
+#define html viz_chart_html
 
 /* The key beside the frame: every plotted kernel in run order, its name
 ** and share of the roof, in its point's colour. */
@@ -384,28 +321,28 @@ static void key(chart *c, const viz_roof_chart *rc) {
   double x0 = c->px1 + 24, lh = FS_NOTE * 1.32, w = 0;
   int i, rows = 0, left = 0, total = 0;
   size_t chars = (size_t)((CANVAS_W - 12 - x0 - 6) / (FS_NOTE * 0.6)) - 7;
-  strbuf_printf(&c->b, "  n%d [shape=plaintext, margin=0, fontsize=%.0f, label=<<table border=\"0\" "
-                "cellborder=\"0\" cellspacing=\"0\" cellpadding=\"1\">", c->nodes, FS_NOTE);
+  strbuf_printf(&c->v.b, "  n%d [shape=plaintext, margin=0, fontsize=%.0f, label=<<table border=\"0\" "
+                "cellborder=\"0\" cellspacing=\"0\" cellpadding=\"1\">", c->v.nodes, FS_NOTE);
   for (i = 0; i < rc->npts; i++) {
     const viz_roof_point *p = &rc->pts[i];
     double lw;
     if (!plotted(p)) continue;
     total++;
     if (rows >= KEY_LINES) { left++; continue; }
-    strbuf_printf(&c->b, "<tr><td align=\"left\"><font color=\"%s\">",
+    strbuf_printf(&c->v.b, "<tr><td align=\"left\"><font color=\"%s\">",
                   p->compute_bound ? COMPUTE_COLOR : MEM_COLOR);
-    html(&c->b, p->name, chars);
-    strbuf_printf(&c->b, " \xc2\xb7 %.0f%%</font></td></tr>", p->roof_pct);
+    html(&c->v.b, p->name, chars);
+    strbuf_printf(&c->v.b, " \xc2\xb7 %.0f%%</font></td></tr>", p->roof_pct);
     lw = text_w((utf8_len(p->name) < chars ? utf8_len(p->name) : chars + 1) + 7, FS_NOTE);
     if (lw > w) w = lw;
     rows++;
   }
   if (left) {
-    strbuf_printf(&c->b, "<tr><td align=\"left\">and %d more (k:profile() lists them)</td></tr>", left);
+    strbuf_printf(&c->v.b, "<tr><td align=\"left\">and %d more (k:profile() lists them)</td></tr>", left);
     rows++;
   }
-  strbuf_printf(&c->b, "</table>>, pos=\"%.1f,%.1f!\"];\n", x0 + w / 2, PY1 - rows * lh / 2);
-  c->nodes++;
+  strbuf_printf(&c->v.b, "</table>>, pos=\"%.1f,%.1f!\"];\n", x0 + w / 2, PY1 - rows * lh / 2);
+  c->v.nodes++;
   (void)total;
 }
 
@@ -469,11 +406,11 @@ static void bottom(chart *c, const viz_roof_chart *rc) {
   if (rc->note) add_wrapped(&l, rc->note);
   if (l.n) {
     w = text_w(l.widest, FS_NOTE);
-    strbuf_printf(&c->b, "  n%d [shape=plaintext, margin=0, width=0, height=0, fontsize=%.0f, "
-                  "fontcolor=\"#333333\", pos=\"%.1f,%.1f!\", label=\"%s\"];\n", c->nodes++,
+    strbuf_printf(&c->v.b, "  n%d [shape=plaintext, margin=0, width=0, height=0, fontsize=%.0f, "
+                  "fontcolor=\"#333333\", pos=\"%.1f,%.1f!\", label=\"%s\"];\n", c->v.nodes++,
                   FS_NOTE, 40 + w / 2, PY0 - 92 - (l.n - 1) * FS_NOTE * 0.6, l.b.p);
   }
-  if (l.b.oom) c->b.oom = 1;
+  if (l.b.oom) c->v.b.oom = 1;
   strbuf_free(&l.b);
 }
 
@@ -484,7 +421,7 @@ static char *dot_pass(const viz_roof_chart *rc, int with_key, int *failed) {
   memset(&c, 0, sizeof c);
   c.key = with_key;
   c.px1 = with_key ? PX1_KEY : PX1;
-  strbuf_printf(&c.b, "/* fuselab roofline: every node is pinned; render with neato -n, e.g.\n"
+  strbuf_printf(&c.v.b, "/* fuselab roofline: every node is pinned; render with neato -n, e.g.\n"
                 "** neato -n -Tpng roofline.dot -o roofline.png */\n"
                 "digraph roofline {\n"
                 "  graph [splines=line, outputorder=edgesfirst, bgcolor=white, "
@@ -504,10 +441,10 @@ static char *dot_pass(const viz_roof_chart *rc, int with_key, int *failed) {
   points(&c, rc);
   if (with_key) key(&c, rc);
   bottom(&c, rc);
-  strbuf_printf(&c.b, "}\n");
+  strbuf_printf(&c.v.b, "}\n");
   free(c.used);
   *failed = c.failed;
-  return strbuf_take(&c.b);
+  return strbuf_take(&c.v.b);
 }
 
 /* Names beside their points when there are few and they all find room;
@@ -526,106 +463,23 @@ static char *dot_source(const viz_roof_chart *rc) {
 
 /* ---- rendering ------------------------------------------------------------- */
 
-static char gv_msg[400];
-
-static int gv_errf(char *msg) {
-  size_t have = strlen(gv_msg);
-  snprintf(gv_msg + have, sizeof gv_msg - have, "%s%s", have ? "; " : "", msg);
-  return 0;
-}
-
-/* Kept for the process, as render.c keeps its own: a context made after
-** another was freed measures text roughly. */
-static GVC_t *context(void) {
-  static GVC_t *gvc;
-  if (!gvc) gvc = gvContext();
-  return gvc;
-}
-
 int viz_roof_render_mem(const viz_roof_chart *rc, const char *format, char **out, size_t *len,
                         fl_err *e) {
-  char *src, *buf = NULL;
-  size_t blen = 0;
-  FILE *ms;
-  Agraph_t *G;
-  GVC_t *gvc;
-  agusererrf prev_f;
-  agerrlevel_t prev_l;
-  int rc_ = FL_OK;
+  char *src;
   *out = NULL;
   *len = 0;
-  if (!format || (strcmp(format, "svg") && strcmp(format, "png") && strcmp(format, "pdf") &&
-                  strcmp(format, "dot")))
-    return err_set(e, FL_EINVAL, "draw_roofline: unknown picture format \"%s\" (formats: .dot "
-                   ".svg .png .pdf)", format ? format : "(none)");
+  if (viz_chart_format_ok(format, "draw_roofline", e) != FL_OK) return e->code;
   if (!(rc->copy_gbs > 0) || !(rc->product_gflops > 0))
     return err_set(e, FL_EINVAL, "draw_roofline: the peaks must be above 0 (bandwidth %g GB/s, "
                    "product %g GFLOP/s)", rc->copy_gbs, rc->product_gflops);
   if (!(src = dot_source(rc))) return err_set(e, FL_ENOMEM, "draw_roofline: out of memory");
-  if (strcmp(format, "dot") == 0) {
-    *out = src;
-    *len = strlen(src);
-    return FL_OK;
-  }
-  if (!(gvc = context())) {
-    free(src);
-    return err_set(e, FL_ENOMEM, "draw_roofline: could not start Graphviz");
-  }
-  gv_msg[0] = '\0';
-  prev_f = agseterrf(gv_errf);
-  prev_l = agseterr(AGERR);
-  G = agmemread(src);
-  free(src);
-  if (!G) {
-    rc_ = err_set(e, FL_ENOMEM, "draw_roofline: Graphviz could not read the chart: %s", gv_msg);
-  } else if (gvLayout(gvc, G, "nop") != 0) {
-    rc_ = err_set(e, FL_EUNSUPPORTED, "draw_roofline: Graphviz's neato -n layout failed: %s",
-                  gv_msg[0] ? gv_msg : "no message (is the neato layout plugin installed?)");
-  } else {
-    if (!(ms = open_memstream(&buf, &blen))) {
-      rc_ = err_set(e, FL_ENOMEM, "draw_roofline: out of memory");
-    } else {
-      if (gvRender(gvc, G, format, ms) != 0)
-        rc_ = err_set(e, FL_EUNSUPPORTED, "draw_roofline: Graphviz cannot render %s here: %s",
-                      format, gv_msg[0] ? gv_msg : "no renderer plugin for it");
-      if (fclose(ms) != 0 && rc_ == FL_OK) rc_ = err_set(e, FL_ENOMEM, "draw_roofline: out of memory");
-    }
-    gvFreeLayout(gvc, G);
-  }
-  if (G) agclose(G);
-  agseterrf(prev_f);
-  agseterr(prev_l);
-  if (rc_ != FL_OK) {
-    free(buf);
-    return rc_;
-  }
-  *out = buf;
-  *len = blen;
-  return FL_OK;
+  return viz_chart_render(src, format, "draw_roofline", out, len, e);
+}
+
+static int render(const void *rc, const char *format, char **out, size_t *len, fl_err *e) {
+  return viz_roof_render_mem((const viz_roof_chart *)rc, format, out, len, e);
 }
 
 int viz_roof_render_file(const viz_roof_chart *rc, const char *path, fl_err *e) {
-  const char *fmt = viz_format_of(path);
-  char *data = NULL;
-  size_t len = 0;
-  file_out w;
-  int rc_;
-  if (!path || !path[0]) return err_set(e, FL_EINVAL, "draw_roofline: no file name given");
-  if (!fmt) {
-    const char *ext = strrchr(path, '.');
-    if (ext && strchr(ext, '/')) ext = NULL;
-    return err_set(e, FL_EINVAL, "draw_roofline: \"%s\": unknown picture format %s%s%s "
-                   "(formats: .dot .svg .png .pdf)", path, ext ? "\"" : "", ext ? ext : "(no extension)",
-                   ext ? "\"" : "");
-  }
-  /* created first: a path that cannot be written fails before the layout */
-  if (file_create(&w, path, e) != FL_OK) return err_prefix(e, "draw_roofline");
-  if ((rc_ = viz_roof_render_mem(rc, fmt, &data, &len, e)) != FL_OK) {
-    file_abort(&w);
-    return rc_;
-  }
-  if ((rc_ = file_write(&w, data, len, e)) == FL_OK) rc_ = file_commit(&w, e);
-  else file_abort(&w);
-  free(data);
-  return rc_ == FL_OK ? FL_OK : err_prefix(e, "draw_roofline");
+  return viz_chart_write(path, "draw_roofline", render, rc, e);
 }
