@@ -226,7 +226,7 @@ static void peak_lines(strbuf *b, const char *what, const fuse_mem_curve *c) {
   for (i = 0; i < c->nbufs && i < 8; i++) {
     const fuse_mem_buf *bf = &c->bufs[i];
     fuse_bytes_str(bf->bytes, s, sizeof s);
-    strbuf_printf(b, "  %%%-5d %-14s %10s%s%s\n", bf->id, bf->name, s, bf->scope ? "  " : "",
+    strbuf_printf(b, "  %%%-5d %-14s %10s%s%s\n", bf->id, bf->name, s, bf->scope ? "  in " : "",
                   bf->scope ? bf->scope : "");
   }
   if (c->nbufs > 8) strbuf_printf(b, "  and %d more\n", c->nbufs - 8);

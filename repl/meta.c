@@ -27,7 +27,7 @@
 #include "repl/repl.h"
 
 const char *const repl_meta_names[] = {
-  "help", "load", "time", "device", "draw", "projector", "quit", NULL
+  "help", "load", "time", "device", "draw", "memory", "projector", "quit", NULL
 };
 
 const char *const repl_help_topics[] = {
@@ -52,6 +52,9 @@ static const char overview[] =
   "  :draw [file]    draw the last result (a Graph, Plan, Program or compiled\n"
   "                  function) to file (.svg .png .pdf .dot; fuselab-draw.svg)\n"
   "                  and open it ($FUSELAB_VIEWER, else xdg-open on a desktop)\n"
+  "  :memory [expr]  bytes alive at each step of a Graph, Plan, Program or\n"
+  "                  compiled function (the last result when no expr): each\n"
+  "                  peak, op by op and fused, with the buffers alive there\n"
   "  :projector on|off  large type and lines in every picture (for a room)\n"
   "  :quit           leave (Ctrl-D on an empty line does too)\n"
   "\n"
@@ -675,6 +678,45 @@ static void draw(struct repl *r, const char *arg) {
   lua_settop(L, top);
 }
 
+/* :memory [expr] -- fl._memory_text(expr's value, or the last result):
+** the peaks op by op and fused, the buffers alive at each, and the steps
+** near them (fl.draw_memory draws the same). */
+static void memory(struct repl *r, const char *arg) {
+  lua_State *L = r->L;
+  int top = lua_gettop(L), status;
+  lua_getglobal(L, "fl");
+  if (!lua_istable(L, -1) || lua_getfield(L, -1, "_memory_text") != LUA_TFUNCTION) {
+    fputs("fl.draw_memory is not in this build\n", stderr);
+    lua_settop(L, top);
+    return;
+  }
+  if (arg[0] == '\0') {
+    lua_getfield(L, LUA_REGISTRYINDEX, LAST_KEY);
+    if (lua_isnil(L, -1)) {
+      fputs(":memory counts the last result, and no line has returned one yet: type\n"
+            ":memory p (a Graph, Plan, Program or compiled function), or its name first\n",
+            stderr);
+      lua_settop(L, top);
+      return;
+    }
+  } else {
+    lua_pushfstring(L, "return %s", arg);
+    status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=:memory");
+    lua_remove(L, -2);
+    if (status == LUA_OK) status = repl_docall(L, 0, 1);
+    if (status != LUA_OK) {
+      repl_report(L, status, r->colour_err);
+      lua_settop(L, top);
+      return;
+    }
+  }
+  lua_pushinteger(L, 12);
+  status = repl_docall(L, 2, 1);
+  if (status == LUA_OK) fputs(lua_tostring(L, -1), stdout);
+  repl_report(L, status, r->colour_err);
+  lua_settop(L, top);
+}
+
 /* The command named by the first word of line, by exact name or unique
 ** prefix; NULL after saying what is wrong. */
 static const char *lookup(const char *word, size_t n) {
@@ -709,6 +751,7 @@ void repl_meta(struct repl *r, const char *line) {
   else if (strcmp(cmd, "time") == 0) timing(r, buf);
   else if (strcmp(cmd, "device") == 0) device(r);
   else if (strcmp(cmd, "draw") == 0) draw(r, buf);
+  else if (strcmp(cmd, "memory") == 0) memory(r, buf);
   else if (strcmp(cmd, "projector") == 0) projector(buf);
   else if (strcmp(cmd, "quit") == 0) r->quit = 1;
   fflush(stdout);
