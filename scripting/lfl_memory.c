@@ -57,20 +57,22 @@ static void note_origin(lua_State *L, int src, const void *made) {
 
 /* The wrapped g:decompose, g:optimize and g:fuse: the pass itself
 ** (upvalue 1) on a copy of the arguments, so the source graph (argument
-** 1) is still at hand for the note. */
-static int derive_keep(lua_State *L) {
+** 1) is still at hand for the note.  Called from C, the pass cannot name
+** itself in an argument error ("bad argument #2 to '?'"): its name
+** (upvalue 2) is put back. */
+static int derive(lua_State *L) {
   int n = lua_gettop(L), nres, i;
-  if (n < 1 || !luaL_testudata(L, 1, "fl.Graph")) {   /* a misuse: the pass says why */
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, n, LUA_MULTRET);
-    return lua_gettop(L);
-  }
   lua_pushvalue(L, lua_upvalueindex(1));
   for (i = 1; i <= n; i++) lua_pushvalue(L, i);
-  lua_call(L, n, LUA_MULTRET);
+  if (lua_pcall(L, n, LUA_MULTRET, 0) != LUA_OK) {
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      lua_pushfstring(L, "to '%s'", lua_tostring(L, lua_upvalueindex(2)));
+      luaL_gsub(L, lua_tostring(L, -2), "to '?'", lua_tostring(L, -1));
+    }
+    return lua_error(L);
+  }
   nres = lua_gettop(L) - n;
-  if (nres >= 1) {
+  if (nres >= 1 && luaL_testudata(L, 1, "fl.Graph")) {
     const fuse_plan *p = lfl_toplan(L, n + 1);
     if (p) note_origin(L, 1, p);
     else if (luaL_testudata(L, n + 1, "fl.Graph")) note_origin(L, 1, lfl_checkgraph(L, n + 1));
@@ -83,7 +85,8 @@ static void wrap_method(lua_State *L, int methods, const char *name) {
     lua_pop(L, 1);
     return;
   }
-  lua_pushcclosure(L, derive_keep, 1);
+  lua_pushstring(L, name);
+  lua_pushcclosure(L, derive, 2);
   lua_setfield(L, methods, name);
 }
 
