@@ -228,6 +228,16 @@ static void test_binary(void) {
     release_all(ins, 2);
   }
   {
+    /* fmod: the dividend's sign; remainder: the divisor's (Python's %) */
+    fl_tensor ins[] = {mk(FL_F32, SH(4), V(-7.5, 7.5, -7.5, 7.5)),
+                       mk(FL_F32, SH(4), V(2, 2, -2, -2))};
+    a = attrs(OP_FMOD);
+    CHECK("fmod truncates", OP_FMOD, &a, FL_F32, SH(4), -1.5, 1.5, -1.5, 1.5);
+    a = attrs(OP_REMAINDER);
+    CHECK("remainder floors", OP_REMAINDER, &a, FL_F32, SH(4), 0.5, 1.5, -1.5, -0.5);
+    release_all(ins, 2);
+  }
+  {
     fl_tensor ins[] = {mk(FL_F32, SH(4), V(1, 2, 3, NAN)),
                        mk(FL_F32, SH(4), V(2, 2, 2, NAN))};
     a = attrs(OP_EQ);

@@ -155,6 +155,8 @@ static void test_elementwise(void) {
   EXPECT(OP_POW, NULL, "[2,3]", FL_F32, "int ** float number", &xi, &fnum);
   EXPECT(OP_MAXIMUM, NULL, "[2,3]", FL_F32, "broadcast", &col, &x);
   EXPECT(OP_MINIMUM, NULL, "[2,3]", FL_F16, "0-dim float16 with float16", &f16s, &xh);
+  EXPECT(OP_FMOD, NULL, "[2,3]", FL_I64, "int fmod int stays int", &xi, &col);
+  EXPECT(OP_REMAINDER, NULL, "[2,3]", FL_F32, "remainder broadcasts, float with int", &x, &col);
   EXPECT(OP_DIV, NULL, "[2,3]", FL_F32, "int / int is float32", &xi, &col);
   EXPECT(OP_DIV, NULL, "[4]", FL_F32, "bool / bool is float32", &xb, &xb);
   EXPECT(OP_DIV, NULL, "[2,3]", FL_F16, "float16 / int number", &xh, &inum);
