@@ -42,7 +42,9 @@ typedef struct opcase {
   int tried;
 } opcase;
 
-static opcase cases[512];
+#define MAX_CASES 1024   /* one per op, dtype and epilogue: 8 per row of ops.def at most */
+static opcase cases[MAX_CASES];
+typedef char cases_fit[OP_COUNT * 8 <= MAX_CASES ? 1 : -1];   /* a new op row cannot overflow it */
 static int ncases;
 
 static int add_in(ir_graph *g, fl_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -196,9 +198,9 @@ static void *run_job(void *arg) {
 
 static void test_every_op(void) {
   static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16, FL_I64};
-  exec_program *prs[512];
-  char *names[512];
-  int bad[512];
+  exec_program *prs[MAX_CASES];
+  char *names[MAX_CASES];
+  int bad[MAX_CASES];
   int op, d, epi, n = 0, i, ngraphs = 0, nops = 0;
   char why[1200];
   for (op = 0; op < OP_COUNT; op++) {
