@@ -83,6 +83,9 @@ fl_tensor *lfl_checkoperand(lua_State *L, int idx);
 /* Fill the metatable at meta (__gc, __index...) and the method table at
 ** methods with the tensor's own methods (queries, to, in-place ops). */
 void lfl_open_tensor(lua_State *L, int meta, int methods);
+/* The object (graph or plan) made from the Graph at src came from src's
+** captured graph: what "op by op" means in p:memory() (lfl_memory.c). */
+void lfl_note_origin(lua_State *L, int src, const void *made);
 /* Push t's shape as a Lua array (x.shape). */
 void lfl_pushshape(lua_State *L, const fl_tensor *t);
 

@@ -113,6 +113,7 @@ static int run_pass(lua_State *L, int optimize, const char *what) {
   if (g->origin.known) h->origin = g->origin;
   else if (fuse_graph_cost(g, &h->origin) != FL_OK) h->origin.known = 0;
   ((lgraph *)lua_touserdata(L, -1))->g = h;
+  lfl_note_origin(L, 1, h);
   lua_pushstring(L, log);
   free(log);
   if (!quiet) {

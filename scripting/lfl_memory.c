@@ -9,8 +9,8 @@
 ** "Op by op" is the graph the plan's peak_bytes_before was counted from:
 ** for a plan of g:decompose():optimize() that is g as captured, which the
 ** plan does not hold (it keeps only g's numbers).  So the passes that
-** derive graphs and plans (g:decompose, g:optimize, g:fuse) are wrapped
-** here to note, per result, the captured graph it came from, in a
+** derive graphs and plans (g:decompose, g:optimize, g:fuse) note, per
+** result, the captured graph it came from (lfl_note_origin), in a
 ** registry table whose values are weak: the note never keeps a graph
 ** alive, and fuse_mem_trace_build uses it only when its cost op by op is
 ** the one the plan recorded.  Without it, "op by op" is the planned
@@ -32,17 +32,20 @@
 
 /* Pushes the captured Graph noted for the C object p, or nil. */
 static void push_origin(lua_State *L, const void *p) {
-  lua_getfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY) != LUA_TTABLE) return;   /* nil: not opened */
   lua_rawgetp(L, -1, p);
   lua_remove(L, -2);
 }
 
 /* Notes that the object made from the Graph at src (a graph or a plan, C
 ** pointer made) came from src's captured graph: the one noted for src, or
-** src itself when src was never derived. */
-static void note_origin(lua_State *L, int src, const void *made) {
+** src itself when src was never derived.  Called by the passes that derive
+** them (g:decompose, g:optimize, g:fuse) and here. */
+void lfl_note_origin(lua_State *L, int src, const void *made) {
   const ir_graph *g = lfl_checkgraph(L, src);
   src = lua_absindex(L, src);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY) != LUA_TTABLE) { lua_pop(L, 1); return; }
+  lua_pop(L, 1);
   push_origin(L, g);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
@@ -53,41 +56,6 @@ static void note_origin(lua_State *L, int src, const void *made) {
   lua_insert(L, -2);
   lua_rawsetp(L, -2, made);
   lua_pop(L, 1);
-}
-
-/* The wrapped g:decompose, g:optimize and g:fuse: the pass itself
-** (upvalue 1) on a copy of the arguments, so the source graph (argument
-** 1) is still at hand for the note.  Called from C, the pass cannot name
-** itself in an argument error ("bad argument #2 to '?'"): its name
-** (upvalue 2) is put back. */
-static int derive(lua_State *L) {
-  int n = lua_gettop(L), nres, i;
-  lua_pushvalue(L, lua_upvalueindex(1));
-  for (i = 1; i <= n; i++) lua_pushvalue(L, i);
-  if (lua_pcall(L, n, LUA_MULTRET, 0) != LUA_OK) {
-    if (lua_type(L, -1) == LUA_TSTRING) {
-      lua_pushfstring(L, "to '%s'", lua_tostring(L, lua_upvalueindex(2)));
-      luaL_gsub(L, lua_tostring(L, -2), "to '?'", lua_tostring(L, -1));
-    }
-    return lua_error(L);
-  }
-  nres = lua_gettop(L) - n;
-  if (nres >= 1 && luaL_testudata(L, 1, "fl.Graph")) {
-    const fuse_plan *p = lfl_toplan(L, n + 1);
-    if (p) note_origin(L, 1, p);
-    else if (luaL_testudata(L, n + 1, "fl.Graph")) note_origin(L, 1, lfl_checkgraph(L, n + 1));
-  }
-  return nres;
-}
-
-static void wrap_method(lua_State *L, int methods, const char *name) {
-  if (lua_getfield(L, methods, name) != LUA_TFUNCTION) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_pushstring(L, name);
-  lua_pushcclosure(L, derive, 2);
-  lua_setfield(L, methods, name);
 }
 
 /* ---- one call's trace, freed when the call returns or unwinds ----------- */
@@ -127,7 +95,7 @@ static const fuse_plan *stage_plan(lua_State *L, mem_call *c, int idx, const cha
     const ir_graph *g = lfl_checkgraph(L, idx);
     err_clear(&e);
     if (!(c->own = fuse_plan_build(g, NULL, &e))) lfl_raise(L, what, &e);
-    note_origin(L, idx, c->own);
+    lfl_note_origin(L, idx, c->own);
     return c->own;
   }
   if (kind == LFL_VIZ_PLAN || kind == LFL_VIZ_PROGRAM) return lfl_viz_plan_at(L, idx, what);
@@ -319,12 +287,6 @@ void lfl_open_memory(lua_State *L, int lib) {
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
   lua_setfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY);
-  luaL_getmetatable(L, "fl.Graph");
-  lua_getfield(L, -1, "__index");
-  wrap_method(L, lua_gettop(L), "decompose");
-  wrap_method(L, lua_gettop(L), "optimize");
-  wrap_method(L, lua_gettop(L), "fuse");
-  lua_pop(L, 2);
   luaL_getmetatable(L, "fl.Plan");
   lua_getfield(L, -1, "__index");
   lua_pushcfunction(L, p_memory);

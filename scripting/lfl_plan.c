@@ -86,6 +86,7 @@ static int g_fuse(lua_State *L) {
   err_clear(&e);
   lp->p = fuse_plan_build(g, &o, &e);
   if (!lp->p) return lfl_raise(L, "fuse", &e);
+  lfl_note_origin(L, 1, lp->p);
   if (o.explain) {
     char *s = fuse_plan_listing(lp->p, 1);
     if (lua_getglobal(L, "print") == LUA_TFUNCTION) {
