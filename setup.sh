@@ -54,6 +54,19 @@ if [ "$mode" = tour ]; then
   exec ./build/fuselab examples/tour.lua
 fi
 
+# PyPI's onnx for tests/onnx/current.sh (ONNX's current node tests, opsets
+# up to 28), in a virtual environment outside the tree; without PyPI that
+# test is a skip that says so.
+venv=${FUSELAB_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fuselab-test-venv}
+onnx_ver=$(sed -n 's/^ONNX_VERSION=//p' tests/onnx/current.sh)
+if ! "$venv/bin/python" -c "import onnx, sys; sys.exit(onnx.__version__ != '$onnx_ver')" 2>/dev/null; then
+  echo "setup: installing onnx $onnx_ver from PyPI into $venv (for tests/onnx/current.sh)"
+  { python3 -m venv "$venv" && "$venv/bin/pip" install -q "onnx==$onnx_ver"; } >/dev/null 2>&1 ||
+    echo "setup: could not install onnx $onnx_ver: tests/onnx/current.sh will skip"
+fi
+FUSELAB_ONNX_NODE_PYTHON=$venv/bin/python
+export FUSELAB_ONNX_NODE_PYTHON
+
 # The whole suite: plain, then sanitized.  Keep going after a failure so
 # the summary counts everything.
 status=0

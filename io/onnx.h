@@ -93,7 +93,7 @@ typedef struct onnx_model {
 } onnx_model;
 
 /* The newest ai.onnx opset whose semantics the loader knows. */
-#define ONNX_MAX_OPSET 21
+#define ONNX_MAX_OPSET 28
 
 /* Release everything m owns and clear it; accepts NULL and a cleared m. */
 void onnx_model_free(onnx_model *m);

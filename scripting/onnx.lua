@@ -481,8 +481,10 @@ local function cast_to(node, v, to)
   return x:to(target)
 end
 
+-- saturate and round_mode (opset 23 on) only change casts to the float8
+-- and float4 types, which are refused here anyway
 OPS.Cast = function(node, attrs)
-  known_attrs(node, attrs, set("to", "saturate"))
+  known_attrs(node, attrs, set("to", "saturate", "round_mode"))
   -- before opset 6 "to" was a name ("FLOAT")
   local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
   if not FL_DTYPE[to] then unsupported(node, "casting to %s", to) end
@@ -490,7 +492,7 @@ OPS.Cast = function(node, attrs)
 end
 
 OPS.CastLike = function(node, attrs)
-  known_attrs(node, attrs, set("saturate"))
+  known_attrs(node, attrs, set("saturate", "round_mode"))
   return function(ins)
     local like = ins[2]
     local to = ONNX_DTYPE[dtype_of(like)] or dtype_of(like)
@@ -545,8 +547,28 @@ end
 
 OPS.ReduceSum = function(node, attrs, opset) return reduce(red("sum"))(node, attrs, opset, 13) end
 OPS.ReduceMean = reduce(red("mean"))
-OPS.ReduceMax = reduce(red("amax"))
-OPS.ReduceMin = reduce(red("amin"))
+-- The max of an empty set is -inf, the min +inf (ONNX: the identity of the
+-- reduction; the dtype's lowest or highest for integers), where amax and
+-- amin refuse to reduce a dim of size 0.
+local function red_or_identity(method, identity, int_identity)
+  local f = red(method)
+  return function(y, dims, keep)
+    local reduced, empty = {}, false
+    for _, d in ipairs(dims or {}) do
+      reduced[d] = true
+      empty = empty or y.shape[d] == 0
+    end
+    if not empty then return f(y, dims, keep) end
+    local s = {}
+    for k, n in ipairs(y.shape) do
+      if not reduced[k] then s[#s + 1] = n elseif keep then s[#s + 1] = 1 end
+    end
+    return fl.full(s, y.dtype == "int64" and int_identity or identity, {dtype = y.dtype})
+  end
+end
+
+OPS.ReduceMax = reduce(red_or_identity("amax", -math.huge, math.mininteger))
+OPS.ReduceMin = reduce(red_or_identity("amin", math.huge, math.maxinteger))
 OPS.ReduceSumSquare = reduce(red("sum"), function(x) return x * x end)
 OPS.ReduceL1 = reduce(red("sum"), function(x) return x:abs() end)
 OPS.ReduceL2 = function(node, attrs, opset)
@@ -1275,7 +1297,9 @@ OPS.Gather = function(node, attrs)
 end
 
 OPS.Range = function(node, attrs)
-  known_attrs(node, attrs, {})
+  -- stash_type (opset 27): the precision the values are computed in; they
+  -- are computed in double here and rounded once, at least as exact
+  known_attrs(node, attrs, set("stash_type"))
   return function(ins)
     local dt = dtype_of(ins[1])
     if FLOAT[dt] then
@@ -1493,8 +1517,7 @@ OPS.Mod = function(node, attrs)
     local a, b = T(node, ins[1]), T(node, ins[2])
     if a.dtype ~= b.dtype then node_error(node, "operands of %s and %s", a.dtype, b.dtype) end
     if fmod then return {fl.fmod(a, b)} end               -- truncated: a's sign
-    if a.dtype ~= "int64" then node_error(node, "fmod = 0 needs integers (%s: set fmod = 1)", a.dtype) end
-    return {fl.remainder(a, b)}                           -- floored: b's sign
+    return {fl.remainder(a, b)}                           -- floored: b's sign (floats too, as opset 28 says)
   end
 end
 
@@ -1517,15 +1540,17 @@ OPS.DepthToSpace = function(node, attrs)
 end
 
 OPS.SpaceToDepth = function(node, attrs)
-  known_attrs(node, attrs, set("blocksize"))
-  local b = attrs.blocksize
+  known_attrs(node, attrs, set("blocksize", "mode"))
+  local b, mode = attrs.blocksize, attr(attrs, "mode", "DCR")   -- mode: opset 28, DCR before
   if not b then node_error(node, "attribute 'blocksize' is required") end
+  if mode ~= "DCR" and mode ~= "CRD" then node_error(node, "mode '%s'", mode) end
   return function(ins)
     local x = T(node, ins[1])
     if x:dim() ~= 4 then node_error(node, "input of %d dims", x:dim()) end
     local N, C, H, W = table.unpack(x.shape)
     if H % b ~= 0 or W % b ~= 0 then node_error(node, "spatial dims not divisible by %d", b) end
-    local y = x:reshape({N, C, H // b, b, W // b, b}):permute({1, 4, 6, 2, 3, 5})
+    -- DCR: channel (bh, bw, c); CRD: channel (c, bh, bw)
+    local y = x:reshape({N, C, H // b, b, W // b, b}):permute(mode == "DCR" and {1, 4, 6, 2, 3, 5} or {1, 2, 4, 6, 3, 5})
     return {y:contiguous():reshape({N, C * b * b, H // b, W // b})}
   end
 end
