@@ -691,6 +691,136 @@ OPS.LayerNormalization = function(node, attrs)
   end
 end
 
+-- RMSNormalization (opset 23) as its function body: x over the root mean
+-- square of the dims from axis on (+ epsilon), computed in float32 (the
+-- stash type), then cast back and scaled.
+OPS.RMSNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "epsilon", "stash_type"))
+  if attr(attrs, "stash_type", 1) ~= 1 then unsupported(node, "stash_type %d", attrs.stash_type) end
+  local eps = attr(attrs, "epsilon", 1e-5)
+  return function(ins)
+    local x, scale = T(node, ins[1]), T(node, ins[2], "scale")
+    need_float(node, x)
+    local r = x:dim()
+    local d = axis(node, attr(attrs, "axis", -1), r)
+    local xs = x.dtype == "float32" and x or x:to("float32")
+    local dims = {}
+    for k = d, r do dims[#dims + 1] = k end
+    local y = xs / ((xs * xs):mean(dims, true) + fl.full({}, eps)):sqrt()
+    if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+    return {y * scale}
+  end
+end
+
+-- Attention (opsets 23 to 25) as ONNX's reference computes it: heads split
+-- from 3-d inputs, the cache concatenated, grouped-query heads repeated
+-- (h0 h0 h1 h1), Q and K each scaled by sqrt(scale), softcap, one additive
+-- bias from the mask, the causal frontier (bottom-right: key j for query i
+-- when j <= i + offset, offset the past length or nonpad - q length), the
+-- sliding window and the padding; a softmax whose fully masked rows are 0,
+-- not NaN.  Outputs Y, present_key, present_value, qk_matmul_output.
+OPS.Attention = function(node, attrs, opset)
+  known_attrs(node, attrs, set("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode",
+                               "scale", "softcap", "softmax_precision", "left_window_size",
+                               "right_window_size"))
+  local causal = attr(attrs, "is_causal", 0) ~= 0
+  local mode = attr(attrs, "qk_matmul_output_mode", 0)
+  local softcap = attr(attrs, "softcap", 0)
+  local left, right = attr(attrs, "left_window_size", -1), attr(attrs, "right_window_size", -1)
+  local precision = attrs.softmax_precision and FL_DTYPE[DTYPE_CODE[attrs.softmax_precision]]
+  if attrs.softmax_precision and not precision then
+    unsupported(node, "softmax_precision %s", tostring(attrs.softmax_precision))
+  end
+  local NEG = -math.huge
+  return function(ins)
+    local q, k, v = T(node, ins[1], "Q"), T(node, ins[2], "K"), T(node, ins[3], "V")
+    local mask, pk, pv = ins[4] and T(node, ins[4], "attn_mask"), ins[5] and T(node, ins[5], "past_key"),
+      ins[6] and T(node, ins[6], "past_value")
+    local nonpad = ins[7] and T(node, ins[7], "nonpad_kv_seqlen")
+    need_float(node, q)
+    if (pk == nil) ~= (pv == nil) then node_error(node, "past_key and past_value go together") end
+    if nonpad and pk then node_error(node, "nonpad_kv_seqlen with a past cache") end
+    local three = q:dim() == 3
+    if three then
+      local qh, kh = attrs.q_num_heads, attrs.kv_num_heads
+      if not qh or not kh then node_error(node, "3-d inputs need q_num_heads and kv_num_heads") end
+      local function heads(x, h)
+        local b, s, hid = table.unpack(x.shape)
+        return x:reshape({b, s, h, hid // h}):permute({1, 3, 2, 4})
+      end
+      q, k, v = heads(q, qh), heads(k, kh), heads(v, kh)
+    elseif q:dim() ~= 4 then
+      node_error(node, "Q of %d dims (3 or 4)", q:dim())
+    end
+    local sc = attrs.scale or 1 / math.sqrt(q.shape[4])
+    sc = scalar(q, math.sqrt(sc))
+    if pk then k, v = fl.cat({pk, k}, 3), fl.cat({pv, v}, 3) end
+    local present_k, present_v = k, v
+    local B, H, S, L = q.shape[1], q.shape[2], q.shape[3], k.shape[3]
+    -- the additive bias, [.., S, L]
+    local zero, ninf = scalar(q, 0), scalar(q, NEG)
+    local bias = fl.zeros({S, L}, {dtype = q.dtype})
+    if mask then
+      local pad = L - mask.shape[mask:dim()]
+      if pad > 0 then
+        local pads = {}
+        for d = 1, 2 * mask:dim() do pads[d] = 0 end
+        pads[2 * mask:dim()] = pad                          -- after the last dim
+        mask = mask.dtype == "bool" and fl.pad(mask:to("int64"), pads):to("bool")
+          or fl.pad(mask, pads, {value = NEG})
+      end
+      if mask.dtype == "bool" then mask = fl.where(mask, zero, ninf) end
+      bias = bias + mask
+    end
+    local offset
+    if nonpad and not pk then offset = nonpad:reshape({-1, 1, 1, 1}) - S
+    else offset = pk and pk.shape[3] or 0 end
+    local i = fl.arange(S):reshape({S, 1})
+    local j = fl.arange(L):reshape({1, L})
+    local pos = i + offset                  -- [S,1], or [B,1,S,1] per batch
+    if causal then bias = bias + fl.where(j:le(pos), zero, ninf) end
+    if left >= 0 or right >= 0 then
+      local diff = pos - j
+      local ok = fl.ones(diff.shape, {dtype = "bool"})
+      if left >= 0 then ok = ok * diff:le(left) end
+      if right >= 0 then ok = ok * (-diff):le(right) end
+      bias = bias + fl.where(ok, zero, ninf)
+    end
+    if nonpad then
+      bias = bias + fl.where(fl.arange(L):reshape({1, 1, 1, L}):lt(nonpad:reshape({-1, 1, 1, 1})), zero, ninf)
+    end
+    local kh = k.shape[2]
+    if H ~= kh then
+      if H % kh ~= 0 then node_error(node, "%d query heads over %d key heads", H, kh) end
+      local rep = H // kh
+      local function repeat_heads(x)
+        local b, h, s, d = table.unpack(x.shape)
+        return x:reshape({b, h, 1, s, d}):expand({b, h, rep, s, d}):reshape({b, h * rep, s, d})
+      end
+      k, v = repeat_heads(k), repeat_heads(v)
+    end
+    local qk = (q * sc):matmul((k * sc):transpose(3, 4))
+    if softcap > 0 then qk = (qk / scalar(qk, softcap)):tanh() * scalar(qk, softcap) end
+    local qk_out = qk
+    local x = qk + bias
+    if mode == 2 then qk_out = x end
+    if precision and precision ~= x.dtype then x = x:to(precision) end
+    -- softmax with fully masked rows 0: decided on the bias, as ONNX does
+    local m = x:amax(x:dim(), true)
+    local safe = fl.where(m:eq(scalar(m, NEG)), scalar(m, 0), m)
+    local e = (x - safe):exp()
+    local s = e:sum(x:dim(), true)
+    local p = e / fl.where(s:eq(scalar(s, 0)), scalar(s, 1), s)
+    local masked = bias:amax(bias:dim(), true):eq(scalar(bias, NEG))
+    p = fl.where(masked, scalar(p, 0), p)
+    if mode == 3 then qk_out = p end
+    p = p:to(q.dtype)
+    local y = p:matmul(v)
+    if three then y = y:permute({1, 3, 2, 4}):reshape({B, S, -1}) end
+    return {y, present_k, present_v, qk_out:to(q.dtype)}
+  end
+end
+
 -- LRN: x / (bias + alpha / size * sum of squares over a channel window)^beta.
 -- The window sum is an average pool (zeros counted, so sum = avg * size)
 -- over x^2 seen as [N, 1, C, H*W]; an even size pads one side more, which
