@@ -138,10 +138,14 @@ local function attr(attrs, name, default)
 end
 
 -- Check that the node sets no attribute outside `known` (name -> true).
+-- The first unknown attribute by name: the same message every run (pairs
+-- has no order).
 local function known_attrs(node, attrs, known)
+  local bad
   for k in pairs(attrs) do
-    if not known[k] then unsupported(node, "attribute '%s'", k) end
+    if not known[k] and (bad == nil or k < bad) then bad = k end
   end
+  if bad then unsupported(node, "attribute '%s'", bad) end
 end
 
 local function set(...)
@@ -579,6 +583,19 @@ OPS.ReduceLogSum = function(node, attrs, opset)
   local r = reduce(red("sum"), nil, true)(node, attrs, opset)
   return function(ins) return {r(ins)[1]:log()} end
 end
+-- The product as exp(sum(log|x|)) with the sign of the count of negatives:
+-- there is no product reduction among fuselab's ops, and this stays within
+-- a few float ulps of it (a zero gives exp(-inf) = 0); integers are refused
+-- (they must be exact).
+OPS.ReduceProd = function(node, attrs, opset)
+  local r = reduce(function(y, dims, keep)
+    local mag = (dims and y:abs():log():sum(dims, keep) or y:abs():log()):exp()
+    local neg = y:lt(scalar(y, 0)):to("float32")
+    local odd = fl.remainder(dims and neg:sum(dims, keep) or neg, fl.full({}, 2.0)):eq(fl.full({}, 1.0))
+    return fl.where(odd, -mag, mag)
+  end, nil, true)(node, attrs, opset)
+  return r
+end
 OPS.ReduceLogSumExp = function(node, attrs, opset)
   local r = reduce(red("sum"), function(x) return x:exp() end, true)(node, attrs, opset)
   return function(ins) return {r(ins)[1]:log()} end
@@ -821,6 +838,48 @@ OPS.Attention = function(node, attrs, opset)
   end
 end
 
+-- RotaryEmbedding (opset 23) as its reference: the first rotary_embedding_dim
+-- features of each head turned by the angle the caches give its position
+-- (halves, or even and odd features when interleaved); the rest as is.
+OPS.RotaryEmbedding = function(node, attrs)
+  known_attrs(node, attrs, set("interleaved", "rotary_embedding_dim", "num_heads"))
+  local interleaved = attr(attrs, "interleaved", 0) ~= 0
+  return function(ins)
+    local x, cos, sin = T(node, ins[1], "input"), T(node, ins[2], "cos_cache"), T(node, ins[3], "sin_cache")
+    local pos = ins[4] and T(node, ins[4], "position_ids")
+    need_float(node, x)
+    local shape = x.shape
+    if x:dim() == 4 then
+      x = x:permute({1, 3, 2, 4})                 -- [batch, seq, heads, head_size]
+    elseif x:dim() == 3 then
+      local h = attrs.num_heads
+      if not h or h < 1 then node_error(node, "a 3-d input needs num_heads") end
+      x = x:reshape({shape[1], shape[2], h, shape[3] // h})
+    else
+      node_error(node, "input of %d dims (3 or 4)", x:dim())
+    end
+    local hs = x.shape[4]
+    local rd = attr(attrs, "rotary_embedding_dim", 0)
+    if rd == 0 then rd = hs end
+    if rd % 2 ~= 0 or rd > hs then node_error(node, "rotary_embedding_dim %d for heads of %d", rd, hs) end
+    if pos then cos, sin = fl.embedding(pos, cos), fl.embedding(pos, sin) end
+    if cos.shape[cos:dim()] ~= rd // 2 then
+      node_error(node, "cos_cache's last dim %d, not rotary_embedding_dim / 2 = %d", cos.shape[cos:dim()], rd // 2)
+    end
+    cos, sin = cos:unsqueeze(3), sin:unsqueeze(3)  -- [batch, seq, 1, rd/2]
+    local xr = x:narrow(4, 1, rd)
+    local x1, x2
+    if interleaved then x1, x2 = xr:slice(4, 1, rd, 2), xr:slice(4, 2, rd, 2)
+    else x1, x2 = xr:narrow(4, 1, rd // 2), xr:narrow(4, rd // 2 + 1, rd // 2) end
+    local re, im = cos * x1 - sin * x2, sin * x1 + cos * x2
+    local rot = interleaved and fl.cat({re:unsqueeze(5), im:unsqueeze(5)}, 5):reshape(xr.shape)
+      or fl.cat({re, im}, 4)
+    local y = rd < hs and fl.cat({rot, x:narrow(4, rd + 1, hs - rd)}, 4) or rot
+    if #shape == 3 then return {y:reshape(shape)} end
+    return {y:permute({1, 3, 2, 4})}
+  end
+end
+
 -- LRN: x / (bias + alpha / size * sum of squares over a channel window)^beta.
 -- The window sum is an average pool (zeros counted, so sum = avg * size)
 -- over x^2 seen as [N, 1, C, H*W]; an even size pads one side more, which
@@ -947,7 +1006,7 @@ end
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
-                                "kernel_shape", "pads", "storage_order", "strides"))
+                                "kernel_shape", "pads", "storage_order", "strides", kind == "lp" and "p" or nil))
     if attr(attrs, "storage_order", 0) ~= 0 then unsupported(node, "storage_order=1") end
     if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
     local k = attrs.kernel_shape
@@ -972,6 +1031,14 @@ local function pool(kind)
       local y
       if kind == "max" then
         y = x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
+      elseif kind == "lp" then
+        -- (sum of |x|^p over the window)^(1/p): an average pool counting the
+        -- zero padding, times the window's size
+        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
+        local pw = attr(attrs, "p", 2)
+        local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
+                                                 count_include_pad = true})
+        y = (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
       else
         if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
         y = x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
@@ -983,6 +1050,7 @@ local function pool(kind)
 end
 OPS.MaxPool = pool("max")
 OPS.AveragePool = pool("avg")
+OPS.LpPool = pool("lp")
 
 local function global_pool(method)
   return function(node, attrs)
@@ -999,6 +1067,18 @@ local function global_pool(method)
 end
 OPS.GlobalAveragePool = global_pool("mean")
 OPS.GlobalMaxPool = global_pool("amax")
+OPS.GlobalLpPool = function(node, attrs)
+  known_attrs(node, attrs, set("p"))
+  local pw = attr(attrs, "p", 2)
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local dims = {}
+    for d = 3, x:dim() do dims[#dims + 1] = d end
+    if #dims == 0 then node_error(node, "input of %d dims", x:dim()) end
+    return {x:abs():pow(pw):sum(dims, true):pow(1 / pw)}
+  end
+end
 
 -- ---------------------------------------------------------------------------
 -- shapes and data movement
