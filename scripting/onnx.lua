@@ -32,8 +32,24 @@ local CONST = setmetatable({}, {__mode = "k"})
 -- errors
 -- ---------------------------------------------------------------------------
 
+-- A name from the file as text: control bytes (an escape sequence could
+-- retitle or clear the reader's terminal) shown as \xNN.
+local function clean(s)
+  return (tostring(s):gsub("[%c\127]", function(c) return fmt("\\x%02x", c:byte()) end))
+end
+fl._onnx_clean = clean
+
 local function node_error(node, msg, ...)
-  error(fmt("onnx: node '%s' (%s, opset %d): ", node.name, node.op, node.opset) .. fmt(msg, ...), 0)
+  error(fmt("onnx: node '%s' (%s, opset %d): ", clean(node.name), clean(node.op), node.opset) .. fmt(msg, ...), 0)
+end
+
+-- The most elements one node may make (a Range, a Resize): past it a
+-- crafted file would take minutes and gigabytes before failing.
+local MAX_ELEMS = 1 << 31
+local function check_count(node, n, what)
+  if n > MAX_ELEMS then
+    node_error(node, "%s of %.0f elements: more than one node may make (2^31)", what, n)
+  end
 end
 
 local function unsupported(node, msg, ...)
@@ -1349,6 +1365,9 @@ OPS.Slice = function(node, attrs, opset)
       local n = shape[d]
       local st = steps and steps[i] or 1
       if st == 0 then node_error(node, "a step of 0") end
+      -- a step longer than the dim takes one element whatever its size;
+      -- clamped, -INT64_MIN never overflows below
+      if type(n) == "number" then st = math.max(-(n + 1), math.min(n + 1, st)) end
       -- ONNX's clamping: [0, n] going forward, [-1, n-1] going back
       local lo, hi = st > 0 and 0 or -1, st > 0 and n or n - 1
       local function clampi(a)
@@ -1518,7 +1537,7 @@ OPS.Range = function(node, attrs)
       local s, l, d = number(node, ins[1], "start"), number(node, ins[2], "limit"), number(node, ins[3], "delta")
       if d == 0 then node_error(node, "delta is 0") end
       local n = math.max(0, math.ceil((l - s) / d))
-      if n > 1 << 24 then node_error(node, "%d elements", n) end
+      if n > 1 << 24 then node_error(node, "a float Range of %.0f elements (2^24 at most: float32 counts exactly to there)", n) end
       local out = {}
       for i = 0, n - 1 do out[#out + 1] = s + i * d end
       if n == 0 then return {fl.zeros({0}, {dtype = dt})} end
@@ -1530,7 +1549,13 @@ OPS.Range = function(node, attrs)
     local s, l, d = ints(node, ins[1], "start")[1], ints(node, ins[2], "limit")[1], ints(node, ins[3], "delta")[1]
     if d == 0 then node_error(node, "delta is 0") end
     local out = {}
-    local n = math.max(0, -(-(l - s) // d))
+    -- l - s may pass int64 (INT64_MIN to INT64_MAX): count in double then,
+    -- the elements themselves all lie between s and l
+    local n
+    if (l >= s) == (l - s >= 0) then n = math.max(0, -(-(l - s) // d))
+    else n = math.max(0, math.ceil(((l + 0.0) - (s + 0.0)) / d)) end
+    check_count(node, n, "Range")
+    n = math.tointeger(n)
     -- a long range is data (an index vector), not a size vector: a tensor,
     -- not a Lua table of millions of numbers
     if n > 4096 then return {fl.arange(s, l, d, {dtype = "int64"})} end
@@ -1557,11 +1582,24 @@ local function i64(v) return fl.full({}, v, {dtype = "int64"}) end
 -- loss[n, d..] = -x[n, target, d..] * weight[target], 0 where target is
 -- ignore_index; the class picked by a one-hot mask over dim 2 (a sum of
 -- one value and zeros: exact).
+-- Eagerly, an index outside [lo, hi] (other than ign) is an error, as in
+-- onnxruntime, not a row of zeros; a compiled kernel cannot stop, and
+-- gives the zeros (doc/API.md).
+local function check_indices(node, idx, lo, hi, what, ign)
+  if fl._tracing() or idx:numel() == 0 then return end
+  local bad = idx:lt(i64(lo)):to("int64") + idx:gt(i64(hi)):to("int64")
+  if ign then bad = bad * idx:ne(i64(ign)):to("int64") end
+  if bad:sum():item() > 0 then
+    node_error(node, "%s out of range [%d, %d]", what, lo, hi)
+  end
+end
+
 local function nll(node, x, tgt, w, red, ign)
   if tgt.dtype ~= "int64" then node_error(node, "target must be int64, got %s", tgt.dtype) end
   local r = x:dim()
   if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
   local C = x.shape[2]
+  if type(C) == "number" then check_indices(node, tgt, 0, C - 1, "a target", ign) end
   local mask = iota(C, 2, r):eq(tgt:unsqueeze(2))
   local zero = scalar(x, 0)
   local loss = -fl.where(mask, x, zero):sum(2)
@@ -1624,6 +1662,7 @@ OPS.GatherElements = function(node, attrs)
         x = x:narrow(k, 1, idx.shape[k])
       end
     end
+    if type(n) == "number" then check_indices(node, idx, -n, n - 1, "an index") end
     local it = fl.where(idx:lt(i64(0)), idx + i64(n), idx)
     local dt = x.dtype
     if dt == "bool" then x = x:to("int64") end
@@ -1735,6 +1774,7 @@ OPS.DepthToSpace = function(node, attrs)
   known_attrs(node, attrs, set("blocksize", "mode"))
   local b, mode = attrs.blocksize, attr(attrs, "mode", "DCR")
   if not b then node_error(node, "attribute 'blocksize' is required") end
+  if math.type(b) ~= "integer" or b < 1 then node_error(node, "blocksize %s (a positive integer)", tostring(b)) end
   if mode ~= "DCR" and mode ~= "CRD" then node_error(node, "mode '%s'", mode) end
   return function(ins)
     local x = T(node, ins[1])
@@ -1753,6 +1793,7 @@ OPS.SpaceToDepth = function(node, attrs)
   known_attrs(node, attrs, set("blocksize", "mode"))
   local b, mode = attrs.blocksize, attr(attrs, "mode", "DCR")   -- mode: opset 28, DCR before
   if not b then node_error(node, "attribute 'blocksize' is required") end
+  if math.type(b) ~= "integer" or b < 1 then node_error(node, "blocksize %s (a positive integer)", tostring(b)) end
   if mode ~= "DCR" and mode ~= "CRD" then node_error(node, "mode '%s'", mode) end
   return function(ins)
     local x = T(node, ins[1])
@@ -1923,6 +1964,13 @@ end
 local function resize_nearest(node, x, scales, sizes, coord, mode)
   local r = x:dim()
   local y = x
+  local total = 1.0
+  for d = 1, r do
+    local n = sizes and sizes[d] or (type(x.shape[d]) == "number" and math.floor(x.shape[d] * scales[d]) or 1)
+    total = total * math.max(n, 0)
+    check_count(node, n, "Resize to a dim")
+  end
+  check_count(node, total, "Resize to a tensor")
   for d = 1, r do
     local n_in = x.shape[d]
     if type(n_in) ~= "number" then unsupported(node, "resizing a dynamic dim") end
@@ -2066,11 +2114,20 @@ local Model = nn.class("onnx.Model")
 local function shape_text(v)
   if not v.dims then return "?" end
   local s = {}
-  for i, d in ipairs(v.dims) do s[i] = v.dim_names[i] or (d >= 0 and tostring(d) or "?") end
+  for i, d in ipairs(v.dims) do s[i] = v.dim_names[i] and clean(v.dim_names[i]) or (d >= 0 and tostring(d) or "?") end
   return "[" .. table.concat(s, ",") .. "]"
 end
 
 local OPTIONS = {}
+
+-- The fields a Model (and nn.Module) keeps on itself: a weight of the same
+-- name from the file would be overwritten by them, or overwrite them.
+local RESERVED = set("onnx_path", "onnx_name", "opset", "producer", "inputs", "outputs", "training",
+                     "_path", "_params", "_buffers", "_children", "_consts", "_dynamic_dims", "_nodes",
+                     "_op_counts", "_op_order", "_folded")
+local function own_name(self, name)
+  return RESERVED[name] or Model[name] ~= nil or rawget(self, name) ~= nil
+end
 
 function Model:__init(g, path)
   self.onnx_path = path
@@ -2081,8 +2138,8 @@ function Model:__init(g, path)
   local consts = {}
   for _, init in ipairs(g.initializers) do
     -- initializers are fields of the module, by their names
-    if Model[init.name] ~= nil or rawget(self, init.name) ~= nil then
-      error(fmt("onnx: initializer '%s': a name the module itself uses (unsupported)", init.name), 0)
+    if own_name(self, init.name) then
+      error(fmt("onnx: initializer '%s': a name the module itself uses (unsupported)", clean(init.name)), 0)
     end
     if FL_DTYPE[init.dtype] then
       if FLOAT[init.tensor.dtype] then self:register_parameter(init.name, init.tensor)
@@ -2094,12 +2151,12 @@ function Model:__init(g, path)
   self._consts = consts
   for _, v in ipairs(g.inputs) do
     if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
-      error(fmt("onnx: graph input '%s': dtype %s is unsupported", v.name, v.dtype), 0)
+      error(fmt("onnx: graph input '%s': dtype %s is unsupported", clean(v.name), clean(v.dtype)), 0)
     end
   end
   for _, v in ipairs(g.outputs) do
     if v.dtype ~= "unknown" and not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
-      error(fmt("onnx: graph output '%s': dtype %s is unsupported", v.name, v.dtype), 0)
+      error(fmt("onnx: graph output '%s': dtype %s is unsupported", clean(v.name), clean(v.dtype)), 0)
     end
   end
   -- symbolic dims: dynamic under fl.compile (compile.lua reads _dynamic_dims)
@@ -2114,7 +2171,7 @@ function Model:__init(g, path)
     node.opset = g.opset
     if node.name == "" then node.name = node.outputs[1] or "?" end
     local lower = OPS[node.op]
-    if not lower then unsupported(node, "op %s", node.op) end
+    if not lower then unsupported(node, "op %s", clean(node.op)) end
     for k, kind in pairs(node.attrs.kinds or {}) do
       if kind == "graph" or kind == "other" then unsupported(node, "attribute '%s' of kind %s", k, kind) end
     end
@@ -2181,8 +2238,8 @@ function Model:_fold(consts)
   for name in pairs(read) do
     local v = known[name]
     if v ~= nil and consts[name] == nil and folded[by[name]] ~= nil then
-      if Model[name] ~= nil or rawget(self, name) ~= nil then
-        error(fmt("onnx: folded value '%s': a name the module itself uses (unsupported)", name), 0)
+      if own_name(self, name) then
+        error(fmt("onnx: folded value '%s': a name the module itself uses (unsupported)", clean(name)), 0)
       end
       if not is_tensor(v) then consts[name] = v
       elseif FLOAT[v.dtype] then self:register_parameter(name, v)
@@ -2197,12 +2254,12 @@ function Model:_head()
 end
 
 function Model.__tostring(self)
-  local lines = {fmt("onnx.Model '%s' (opset %d%s)", self.onnx_name, self.opset,
-                     self.producer ~= "" and (", from " .. self.producer) or "")}
+  local lines = {fmt("onnx.Model '%s' (opset %d%s)", clean(self.onnx_name), self.opset,
+                     self.producer ~= "" and (", from " .. clean(self.producer)) or "")}
   local function vals(title, list)
     lines[#lines + 1] = "  " .. title .. ":"
     for _, v in ipairs(list) do
-      lines[#lines + 1] = fmt("    %s: %s %s", v.name, FL_DTYPE[v.dtype] or v.dtype, shape_text(v))
+      lines[#lines + 1] = fmt("    %s: %s %s", clean(v.name), FL_DTYPE[v.dtype] or clean(v.dtype), shape_text(v))
     end
   end
   vals("inputs", self.inputs)
@@ -2214,7 +2271,7 @@ function Model.__tostring(self)
     if ca ~= cb then return ca > cb end
     return a < b
   end)
-  for _, op in ipairs(order) do ops[#ops + 1] = fmt("%s x%d", op, self._op_counts[op]) end
+  for _, op in ipairs(order) do ops[#ops + 1] = fmt("%s x%d", clean(op), self._op_counts[op]) end
   lines[#lines + 1] = fmt("  %d nodes: %s", #self._nodes, table.concat(ops, ", "))
   if self._folded then
     lines[#lines + 1] = fmt("  %d nodes without inputs folded at load into the weights below", self._folded)
@@ -2229,7 +2286,7 @@ function Model:forward(...)
     error(fmt("onnx.Model: expected %d inputs (%s), got %d", #self.inputs,
               table.concat((function()
                 local t = {}
-                for i, v in ipairs(self.inputs) do t[i] = v.name end
+                for i, v in ipairs(self.inputs) do t[i] = clean(v.name) end
                 return t
               end)(), ", "), args.n), 0)
   end
@@ -2244,11 +2301,11 @@ function Model:forward(...)
   for i, v in ipairs(self.inputs) do
     local x = args[i]
     if not is_tensor(x) then
-      error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, v.name, type(x)), 0)
+      error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, clean(v.name), type(x)), 0)
     end
     local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64")
     if want and x.dtype ~= want then
-      error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, v.name, want,
+      error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, clean(v.name), want,
                 WIDE[v.dtype] and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
     end
     if v.dims then
@@ -2257,7 +2314,7 @@ function Model:forward(...)
         if v.dims[d] >= 0 and not v.dim_names[d] and x.shape[d] ~= v.dims[d] then ok = false end
       end
       if not ok then
-        error(fmt("onnx.Model: input %d ('%s') must be %s, got [%s]", i, v.name, shape_text(v),
+        error(fmt("onnx.Model: input %d ('%s') must be %s, got [%s]", i, clean(v.name), shape_text(v),
                   table.concat(x.shape, ",")), 0)
       end
     end
@@ -2289,7 +2346,7 @@ function Model:forward(...)
     end
     local got = wide or ONNX_DTYPE[r.dtype]
     if v.dtype ~= "unknown" and got ~= v.dtype then
-      error(fmt("onnx: output '%s': computed %s, the model declares %s", v.name, got, v.dtype), 0)
+      error(fmt("onnx: output '%s': computed %s, the model declares %s", clean(v.name), got, v.dtype), 0)
     end
     res[i] = r
   end

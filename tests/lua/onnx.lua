@@ -262,4 +262,76 @@ do
   t.raises(load_bytes("ext_len.onnx", ext("w.bin", 8, 12)), "length 12", "external data length mismatch")
 end
 
+-- ---- hostile files and the semantics of opsets 18 to 28 --------------------
+do
+  local function load(name, m) return fl.load_onnx(P.write(path(name), P.model(m))) end
+  local function i64s(name, v) return {name = name, dims = {#v}, ints = v, dtype = "int64"} end
+  local function range(s, l, d, out)
+    return {opset = 13, nodes = {{op = "Range", inputs = {"s", "l", "d"}, outputs = {"y"}, name = "r"}},
+      inits = {{name = "s", dims = {}, ints = {s}, dtype = "int64"}, {name = "l", dims = {}, ints = {l}, dtype = "int64"},
+               {name = "d", dims = {}, ints = {d}, dtype = "int64"}},
+      inputs = {}, outputs = {{name = "y", dtype = out or "int64"}}}
+  end
+  local t0 = fl.now()
+  t.raises(function() load("range_huge.onnx", range(0, 3000000000, 1))() end,
+           "node 'r' %(Range, opset 13%): Range of 3000000000 elements: more than one node may make",
+           "an int64 Range of 3e9 elements is refused before it is built")
+  t.ok(fl.now() - t0 < 5, "... at once, not after filling gigabytes")
+  local r = load("range_ovf.onnx", range(math.mininteger, math.maxinteger, math.maxinteger // 2 + 1))()
+  t.is(r:tolist(), {math.mininteger, math.mininteger + (1 << 62), 0, 1 << 62},
+       "a Range whose span passes int64 counts as onnxruntime does (4 elements)")
+  t.raises(function()
+    load("range_fhuge.onnx", {opset = 13, nodes = {{op = "Range", inputs = {"s", "l", "d"}, outputs = {"y"}, name = "r"}},
+      inits = {{name = "s", dims = {}, floats = {0}}, {name = "l", dims = {}, floats = {1e12}}, {name = "d", dims = {}, floats = {0.5}}},
+      inputs = {}, outputs = {{name = "y"}}})()
+  end, "a float Range of 1999999991808 elements", "a huge float Range is refused by a message that names its size")
+  t.raises(function()
+    load("d2s0.onnx", {opset = 13, nodes = {{op = "DepthToSpace", inputs = {"x"}, outputs = {"y"}, name = "d", attrs = {blocksize = 0}}},
+      inputs = {{name = "x", dims = {1, 4, 2, 2}}}, outputs = {{name = "y"}}})
+  end, "node 'd' %(DepthToSpace, opset 13%): blocksize 0 %(a positive integer%)", "DepthToSpace with a zero block")
+  for _, nm in ipairs{"_nodes", "_consts", "_dynamic_dims", "_op_counts", "_op_order", "_params", "training"} do
+    t.raises(function()
+      load("res.onnx", {opset = 13, nodes = {{op = "Add", inputs = {"x", nm}, outputs = {"y"}, name = "a"}},
+        inits = {{name = nm, dims = {2}, floats = {1, 2}}}, inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}})
+    end, "initializer '" .. nm .. "': a name the module itself uses", "an initializer named " .. nm .. " is refused at load")
+  end
+  t0 = fl.now()
+  t.raises(function()
+    load("rz_huge.onnx", {opset = 13, nodes = {{op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "nearest"}}},
+      inits = {{name = "scales", dims = {4}, floats = {1, 1, 1e9, 1e9}}},
+      inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}})(fl.randn(1, 1, 2, 2))
+  end, "Resize to a tensor of 4000000000000000000 elements: more than one node may make", "Resize by 1e9 is refused")
+  t.ok(fl.now() - t0 < 5, "... at once")
+  local ok, err = pcall(load, "esc.onnx", {opset = 13, nodes = {{op = "Foo\27]0;x\7", inputs = {"x"}, outputs = {"y"}, name = "n\27[2J"}},
+    inputs = {{name = "x", dims = {2}}}, outputs = {{name = "y"}}})
+  t.ok(not ok and not tostring(err):find("[\27\7]") and tostring(err):find("n\\x1b[2J", 1, true),
+       "names from the file reach an error as text: no escape sequence gets through")
+  local em = load("esc2.onnx", {opset = 13, name = "g\27[2J", nodes = {{op = "Relu", inputs = {"x\27]0;t\7"}, outputs = {"y"}, name = "r"}},
+    inputs = {{name = "x\27]0;t\7", dims = {2}}}, outputs = {{name = "y"}}})
+  t.ok(not tostring(em):find("[\27\7]") and tostring(em):find("x\\x1b]0;t\\x07", 1, true), "... and print(model)")
+  local sl = load("slice_min.onnx", {opset = 13, nodes = {{op = "Slice", inputs = {"x", "s", "e", "a", "st"}, outputs = {"y"}, name = "sl"}},
+    inits = {i64s("s", {-1}), i64s("e", {math.mininteger}), i64s("a", {1}), i64s("st", {math.mininteger})},
+    inputs = {{name = "x", dims = {2, 3}}}, outputs = {{name = "y"}}})
+  t.is(sl(fl.arange(6):reshape(2, 3):to("float32")):tolist(), {{2}, {5}}, "Slice with step INT64_MIN takes one element, as onnxruntime")
+  local ge = load("ge.onnx", {opset = 13, nodes = {{op = "GatherElements", inputs = {"x", "i"}, outputs = {"y"}, name = "g", attrs = {axis = 1}}},
+    inits = {{name = "i", dims = {2, 1}, ints = {0, 7}, dtype = "int64"}},
+    inputs = {{name = "x", dims = {2, 3}}}, outputs = {{name = "y"}}})
+  t.raises(function() ge(fl.randn(2, 3)) end, "node 'g' %(GatherElements, opset 13%): an index out of range %[%-3, 2%]",
+           "GatherElements with an index out of range is an error, not a zero")
+  local nl = load("nll.onnx", {opset = 13, nodes = {{op = "NegativeLogLikelihoodLoss", inputs = {"x", "t"}, outputs = {"y"}, name = "n"}},
+    inputs = {{name = "x", dims = {2, 3}}, {name = "t", dims = {2}, dtype = "int64"}}, outputs = {{name = "y"}}})
+  t.raises(function() nl(fl.randn(2, 3), fl.tensor({1, 3}, {dtype = "int64"})) end, "a target out of range %[0, 2%]",
+           "NegativeLogLikelihoodLoss with a class out of range is an error")
+  -- opset 18 on: the max of nothing is -inf; opset 28: Mod of floats floors
+  local rm = load("rmax.onnx", {opset = 18, nodes = {{op = "ReduceMax", inputs = {"x", "ax"}, outputs = {"y"}, name = "m", attrs = {keepdims = 0}}},
+    inits = {i64s("ax", {1})}, inputs = {{name = "x", dims = {2, 0}}}, outputs = {{name = "y"}}})
+  t.is(rm(fl.zeros(2, 0)):tolist(), {-math.huge, -math.huge}, "ReduceMax over an empty set is -inf")
+  local md = load("mod.onnx", {opset = 28, nodes = {{op = "Mod", inputs = {"a", "b"}, outputs = {"y"}, name = "m"}},
+    inputs = {{name = "a", dims = {4}}, {name = "b", dims = {4}}}, outputs = {{name = "y"}}})
+  t.is(md(fl.tensor{-7.5, 7.5, -7.5, 7.5}, fl.tensor{2.0, 2.0, -2.0, -2.0}):tolist(), {0.5, 1.5, -1.5, -0.5},
+       "Mod of floats with fmod = 0 floors (opset 28), as Python's %")
+  t.is(fl.compile(md, {backend = "cpu"})(fl.tensor{-7.5, 7.5, -7.5, 7.5}, fl.tensor{2.0, 2.0, -2.0, -2.0}):tolist(),
+       {0.5, 1.5, -1.5, -0.5}, "... compiled")
+end
+
 t.done()
