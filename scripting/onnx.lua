@@ -1886,6 +1886,136 @@ end
 
 -- GatherND with batch_dims 0: the last dim of indices addresses data's
 -- first dims; as one row index into data seen as [prod(those), rest].
+-- CumSum: the axis is an input (a constant in every export: transformers'
+-- decoder masks count positions with it).
+OPS.CumSum = function(node, attrs)
+  known_attrs(node, attrs, set("exclusive", "reverse"))
+  local ex, rev = attr(attrs, "exclusive", 0) ~= 0, attr(attrs, "reverse", 0) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local a = ints(node, ins[2], "axis")
+    if #a ~= 1 then node_error(node, "axis must hold one value") end
+    return {x:cumsum(axis(node, a[1], x:dim()), {exclusive = ex, reverse = rev})}
+  end
+end
+
+-- GroupNormalization (opsets 18 and 21): the channels in num_groups groups,
+-- each normalized over its channels and the spatial dims (in float32, the
+-- stash type), then a per-channel scale and bias (opset 18's scale and bias
+-- are per group, repeated over its channels).
+OPS.GroupNormalization = function(node, attrs, opset)
+  known_attrs(node, attrs, set("epsilon", "num_groups", "stash_type"))
+  if attr(attrs, "stash_type", 1) ~= 1 then unsupported(node, "stash_type %d", attrs.stash_type) end
+  local eps, G = attr(attrs, "epsilon", 1e-5), attrs.num_groups
+  if math.type(G) ~= "integer" or G < 1 then node_error(node, "num_groups %s (a positive integer)", tostring(G)) end
+  return function(ins)
+    local x, scale, bias = T(node, ins[1]), T(node, ins[2], "scale"), T(node, ins[3], "bias")
+    need_float(node, x)
+    local s = x.shape
+    if #s < 3 then node_error(node, "input of %d dims (N, C, ...)", #s) end
+    local N, C = s[1], s[2]
+    if C % G ~= 0 then node_error(node, "%d channels in %d groups", C, G) end
+    local xs = (x.dtype == "float32" and x or x:to("float32")):reshape({N, G, -1})
+    local mean = xs:mean(3, true)
+    local c = xs - mean
+    local y = (c / ((c * c):mean(3, true) + fl.full({}, eps)):sqrt()):reshape(s)
+    if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+    if opset < 21 then                                    -- per group: repeat over its channels
+      scale = scale:reshape({G, 1}):expand({G, C // G}):reshape({C})
+      bias = bias:reshape({G, 1}):expand({G, C // G}):reshape({C})
+    end
+    local cs = {C}
+    for _ = 3, #s do cs[#cs + 1] = 1 end
+    return {y * scale:reshape(cs) + bias:reshape(cs)}
+  end
+end
+
+-- Scatters as one-hot masks (no scatter op among fuselab's): hit[p] says
+-- some update lands on position p, and the updates landing there combine
+-- by the reduction: none (a duplicate index sums, where ONNX leaves the
+-- order open), add, max, min.  mul is refused (no product reduction).
+-- u: the updates [U, R], x: the data [P, R], m: the mask, [U, P] (update
+-- row k lands on row p) or [U, P, R] (element (k, q) lands on (p, q)).
+local function scatter_combine(node, x, m, u, reduction)
+  local mu = m:dim() == 2 and m:unsqueeze(3) or m        -- [U, P, 1 or R]
+  local hit = mu:to("int64"):sum(1):gt(i64(0))           -- [P, 1 or R]
+  if reduction == "none" or reduction == "add" then
+    local dt = x.dtype == "bool" and "int64" or x.dtype
+    local s = fl.where(mu, u:unsqueeze(2):to(dt), fl.full({}, 0, {dtype = dt})):sum(1)   -- [P, R]
+    if reduction == "add" then return (x:to(dt) + s):to(x.dtype) end
+    return fl.where(hit, s:to(x.dtype), x)
+  elseif reduction == "max" or reduction == "min" then
+    local big = reduction == "max" and -math.huge or math.huge
+    if x.dtype == "int64" then big = reduction == "max" and math.mininteger or math.maxinteger end
+    local e = fl.where(mu, u:unsqueeze(2), fl.full({}, big, {dtype = x.dtype}))
+    local v = reduction == "max" and e:amax(1) or e:amin(1)
+    return fl.where(hit, reduction == "max" and fl.maximum(x, v) or fl.minimum(x, v), x)
+  end
+  unsupported(node, "reduction '%s'", reduction)
+end
+
+OPS.ScatterElements = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "reduction"))
+  local reduction = attr(attrs, "reduction", "none")
+  return function(ins)
+    local x, idx, upd = T(node, ins[1], "data"), T(node, ins[2], "indices"), T(node, ins[3], "updates")
+    local r = x:dim()
+    local d = axis(node, attr(attrs, "axis", 0), r)
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    if idx:dim() ~= r or upd:dim() ~= r then node_error(node, "indices and updates of the data's rank") end
+    for k = 1, r do
+      if idx.shape[k] ~= upd.shape[k] then node_error(node, "indices and updates of other shapes") end
+      if k ~= d and idx.shape[k] ~= x.shape[k] then unsupported(node, "indices narrower than the data off the axis") end
+    end
+    local n = x.shape[d]
+    if type(n) == "number" then check_indices(node, idx, -n, n - 1, "an index") end
+    local it = fl.where(idx:lt(i64(0)), idx + i64(n), idx)
+    -- the axis first, the other dims as one: data [n, R], updates [U, R]
+    local perm = {d}
+    for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
+    local xt, ut, itt = x:permute(perm):contiguous(), upd:permute(perm):contiguous(), it:permute(perm):contiguous()
+    local R = xt:numel() // n
+    local U = ut.shape[1]
+    -- update (k, q) lands on (it[k, q], q): per column q, a mask [U, n]
+    local m = itt:reshape({U, R}):unsqueeze(2):eq(fl.arange(n):reshape({1, n, 1}))   -- [U, n, R]
+    local y = scatter_combine(node, xt:reshape({n, R}), m, ut:reshape({U, R}), reduction)
+    local back = {}
+    for k = 2, d do back[#back + 1] = k end
+    back[#back + 1] = 1
+    for k = d + 1, r do back[#back + 1] = k end
+    return {y:reshape(xt.shape):permute(back):contiguous()}
+  end
+end
+
+OPS.Scatter = OPS.ScatterElements          -- its name before opset 11
+
+OPS.ScatterND = function(node, attrs)
+  known_attrs(node, attrs, set("reduction"))
+  local reduction = attr(attrs, "reduction", "none")
+  return function(ins)
+    local x, idx, upd = T(node, ins[1], "data"), T(node, ins[2], "indices"), T(node, ins[3], "updates")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local r, q = x:dim(), idx:dim()
+    local k = idx.shape[q]
+    if type(k) ~= "number" or k < 1 or k > r then node_error(node, "index tuples of %s for data of rank %d", tostring(k), r) end
+    -- the first k dims of the data as one of P positions, the rest as R
+    local P, R, lin = 1, 1, nil
+    for t = 1, k do
+      local n = x.shape[t]
+      local it = idx:narrow(q, t, 1):squeeze(q)
+      if type(n) == "number" then check_indices(node, it, -n, n - 1, "an index") end
+      it = fl.where(it:lt(i64(0)), it + i64(n), it)
+      lin = lin and lin * i64(n) + it or it
+      P = P * n
+    end
+    for t = k + 1, r do R = R * x.shape[t] end
+    local U = lin:numel()
+    local m = lin:reshape({U, 1}):eq(fl.arange(P):reshape({1, P}))                 -- [U, P]
+    local y = scatter_combine(node, x:reshape({P, R}), m, upd:reshape({U, R}), reduction)
+    return {y:reshape(x.shape)}
+  end
+end
+
 OPS.GatherND = function(node, attrs)
   known_attrs(node, attrs, set("batch_dims"))
   if attr(attrs, "batch_dims", 0) ~= 0 then unsupported(node, "batch_dims=%d", attrs.batch_dims) end

@@ -334,4 +334,15 @@ do
        {0.5, 1.5, -1.5, -0.5}, "... compiled")
 end
 
+-- ---- CumSum (transformers' decoder masks), its axis a constant input
+do
+  local cs = fl.load_onnx(P.write(path("cumsum.onnx"), P.model{opset = 14, nodes = {
+    {op = "CumSum", inputs = {"x", "ax"}, outputs = {"y"}, name = "c", attrs = {exclusive = 1, reverse = 1}}},
+    inits = {{name = "ax", dims = {}, ints = {-1}, dtype = "int64"}},
+    inputs = {{name = "x", dims = {2, 3}}}, outputs = {{name = "y"}}}))
+  local x = fl.tensor{{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}
+  t.is(cs(x):tolist(), {{5, 3, 0}, {11, 6, 0}}, "CumSum exclusive and reversed along the last axis")
+  t.is(fl.compile(cs, {backend = "cpu"})(x):tolist(), {{5, 3, 0}, {11, 6, 0}}, "... compiled")
+end
+
 t.done()
