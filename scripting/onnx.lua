@@ -1547,6 +1547,15 @@ OPS.Range = function(node, attrs)
       if dtype_of(ins[i]) ~= "int64" then unsupported(node, "Range of dtype %s", dtype_of(ins[i])) end
     end
     local s, l, d = ints(node, ins[1], "start")[1], ints(node, ins[2], "limit")[1], ints(node, ins[3], "delta")[1]
+    if type(s) ~= "number" or type(l) ~= "number" or type(d) ~= "number" then
+      -- a limit from an input's shape under capture (the exporters' Shape ->
+      -- Gather -> Range): a symbolic arange, one compile for every size
+      if type(s) ~= "number" or d ~= 1 then
+        unsupported(node, "a Range over a symbolic size with a start or step not constant 0..n, 1")
+      end
+      local r = fl.arange(l - s)
+      return {s ~= 0 and r + fl.full({}, s, {dtype = "int64"}) or r}
+    end
     if d == 0 then node_error(node, "delta is 0") end
     local out = {}
     -- l - s may pass int64 (INT64_MIN to INT64_MAX): count in double then,

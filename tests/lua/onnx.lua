@@ -345,4 +345,27 @@ do
   t.is(fl.compile(cs, {backend = "cpu"})(x):tolist(), {{5, 3, 0}, {11, 6, 0}}, "... compiled")
 end
 
+-- ---- Shape -> Gather -> Range (the exporters' position ids): symbolic under
+-- capture, one compile for every size
+do
+  local sr = fl.load_onnx(P.write(path("symrange.onnx"), P.model{opset = 13, nodes = {
+    {op = "Shape", inputs = {"x"}, outputs = {"s"}, name = "sh"},
+    {op = "Gather", inputs = {"s", "zero"}, outputs = {"n"}, name = "g", attrs = {axis = 0}},
+    {op = "Range", inputs = {"start", "n", "one"}, outputs = {"r"}, name = "rg"},
+    {op = "Cast", inputs = {"r"}, outputs = {"rf"}, name = "c", attrs = {to = 1}},
+    {op = "Unsqueeze", inputs = {"rf", "ax"}, outputs = {"ru"}, name = "u"},
+    {op = "Add", inputs = {"x", "ru"}, outputs = {"y"}, name = "a"}},
+    inits = {{name = "zero", dims = {}, ints = {0}, dtype = "int64"}, {name = "start", dims = {}, ints = {0}, dtype = "int64"},
+             {name = "one", dims = {}, ints = {1}, dtype = "int64"}, {name = "ax", dims = {1}, ints = {1}, dtype = "int64"}},
+    inputs = {{name = "x", dims = {"N", 4}}}, outputs = {{name = "y"}}}))
+  local cm = fl.compile(sr, {backend = "cpu"})
+  local good = true
+  for _, n in ipairs{2, 3, 5, 9} do
+    local x = fl.randn(n, 4)
+    good = good and fl.allclose(cm(x), sr(x)) and fl.allclose(sr(x), x + fl.arange(n):to("float32"):unsqueeze(2))
+  end
+  t.ok(good, "a Range over a dim's size runs compiled for every size")
+  t.is(cm:stats().compiles, 1, "... with one compile (the Range is symbolic)")
+end
+
 t.done()
