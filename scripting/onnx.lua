@@ -2076,14 +2076,26 @@ local function floats(node, v, what)
   return l
 end
 
+-- Output position o's coordinate in the input (ONNX's
+-- coordinate_transformation_mode).  The resized length is n_in x scale
+-- before rounding, as ONNX's reference takes it (a scale of 0.6 over 4
+-- aligns corners over 2.4, not 2).
+local function resize_coord(node, o, n_in, n_out, scale, coord)
+  local len = n_in * scale
+  if coord == "half_pixel" then return (o + 0.5) / scale - 0.5
+  elseif coord == "asymmetric" then return o / scale
+  elseif coord == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
+  elseif coord == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
+  elseif coord == "align_corners" then return len == 1 and 0 or o * (n_in - 1) / (len - 1)
+  elseif coord == "half_pixel_symmetric" then
+    local offset = n_in / 2 * (1 - n_out / (n_in * scale))
+    return offset + (o + 0.5) / scale - 0.5
+  end
+  unsupported(node, "coordinate_transformation_mode '%s'", coord)
+end
+
 local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
-  local x
-  if coord == "half_pixel" then x = (o + 0.5) / scale - 0.5
-  elseif coord == "asymmetric" then x = o / scale
-  elseif coord == "pytorch_half_pixel" then x = n_out > 1 and (o + 0.5) / scale - 0.5 or 0
-  elseif coord == "tf_half_pixel_for_nn" then x = (o + 0.5) / scale
-  elseif coord == "align_corners" then x = n_out == 1 and 0 or o * (n_in - 1) / (n_out - 1)
-  else unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local x = resize_coord(node, o, n_in, n_out, scale, coord)
   local f = math.floor(x)
   local i
   if x == f then i = f
@@ -2100,7 +2112,10 @@ local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
   return math.max(0, math.min(n_in - 1, math.tointeger(i) or i))
 end
 
-local function resize_nearest(node, x, scales, sizes, coord, mode)
+-- Nearest (mode) or linear (linear true) resizing, one dim at a time: the
+-- dim moved to the front, its input rows gathered by index (two rows and
+-- their weights when linear: edges repeat, as ONNX's reference pads them).
+local function resize_nearest(node, x, scales, sizes, coord, mode, linear)
   local r = x:dim()
   local y = x
   local total = 1.0
@@ -2123,16 +2138,32 @@ local function resize_nearest(node, x, scales, sizes, coord, mode)
     end
     if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
     if n_out ~= n_in or scale ~= 1 then
-      local idx = {}
-      for o = 0, n_out - 1 do idx[#idx + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode) end
-      local it = #idx > 0 and fl.tensor(idx, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"})
+      local idx, idx1, wts = {}, {}, {}
+      for o = 0, n_out - 1 do
+        if linear then
+          local c = resize_coord(node, o, n_in, n_out, scale, coord)
+          local f = math.floor(c)
+          idx[#idx + 1] = math.max(0, math.min(n_in - 1, f))
+          idx1[#idx1 + 1] = math.max(0, math.min(n_in - 1, f + 1))
+          wts[#wts + 1] = c - f
+        else
+          idx[#idx + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode)
+        end
+      end
+      local function itensor(v) return #v > 0 and fl.tensor(v, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}) end
+      local it = itensor(idx)
       -- gather along d: move d to the front, rows of a 2-D table
       local perm = {d}
       for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
       local yt = r > 1 and y:permute(perm):contiguous() or y
       local rest = {}
       for k = 2, r do rest[#rest + 1] = yt.shape[k] end
-      local g = fl.embedding(it, yt:reshape({n_in, prod(rest, 1, #rest)}))
+      local y2 = yt:reshape({n_in, prod(rest, 1, #rest)})
+      local g = fl.embedding(it, y2)
+      if linear and n_out > 0 then
+        local w = fl.tensor(wts, {dtype = "float32"}):to(x.dtype):reshape({n_out, 1})
+        g = g * (scalar(g, 1) - w) + fl.embedding(itensor(idx1), y2) * w
+      end
       local gs = {n_out}
       for _, k in ipairs(rest) do gs[#gs + 1] = k end
       g = g:reshape(gs)
@@ -2148,9 +2179,14 @@ end
 
 OPS.Resize = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "coordinate_transformation_mode", "nearest_mode",
-                              "cubic_coeff_a", "exclude_outside", "extrapolation_value"))
+                              "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+                              "antialias", "keep_aspect_ratio_policy", "axes"))
+  -- opset 18's attributes, which exporters write at their defaults
+  if attr(attrs, "antialias", 0) ~= 0 then unsupported(node, "antialias = 1") end
+  local policy = attr(attrs, "keep_aspect_ratio_policy", "stretch")
+  if policy ~= "stretch" then unsupported(node, "keep_aspect_ratio_policy '%s'", policy) end
   local mode = attr(attrs, "mode", "nearest")
-  if mode ~= "nearest" then unsupported(node, "mode '%s' (nearest only)", mode) end
+  if mode ~= "nearest" and mode ~= "linear" then unsupported(node, "mode '%s' (nearest and linear only)", mode) end
   local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
   if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
   local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
@@ -2164,8 +2200,18 @@ OPS.Resize = function(node, attrs, opset)
       if ins[4] ~= nil then sizes = (ints(node, ins[4], "sizes")) end
     end
     if not scales and not sizes then node_error(node, "neither scales nor sizes") end
+    if attrs.axes then
+      -- scales or sizes for the listed axes only: the others keep their size
+      local full = {}
+      for d = 1, x:dim() do full[d] = scales and 1.0 or x.shape[d] end
+      local given = scales or sizes
+      if #given ~= #attrs.axes then node_error(node, "%d scales or sizes for %d axes", #given, #attrs.axes) end
+      for i, a in ipairs(attrs.axes) do full[axis(node, a, x:dim())] = given[i] end
+      if scales then scales = full else sizes = full end
+    end
     if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
-    return {resize_nearest(node, x, scales, sizes, coord, nmode)}
+    if mode == "linear" then need_float(node, x) end
+    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode == "linear")}
   end
 end
 

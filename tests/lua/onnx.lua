@@ -161,10 +161,10 @@ do
   t.is(fl.compile(rz, {backend = "cpu"})(rx):tolist(), want_r, "... compiled, its scales a constant")
   t.raises(function()
     fl.load_onnx(P2.write(path("resize_lin.onnx"), P2.model{opset = 13, nodes = {
-      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "linear"}}},
+      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "cubic"}}},
       inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
       inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
-  end, "node 'rz' %(Resize, opset 13%): mode 'linear' %(nearest only%) is unsupported", "Resize linear refused")
+  end, "node 'rz' %(Resize, opset 13%): mode 'cubic' %(nearest and linear only%) is unsupported", "Resize cubic refused")
 end
 
 -- ---- batch compile (how the conformance runner compiles its cases) ----------------
@@ -366,6 +366,27 @@ do
   end
   t.ok(good, "a Range over a dim's size runs compiled for every size")
   t.is(cm:stats().compiles, 1, "... with one compile (the Range is symbolic)")
+end
+
+-- ---- Resize at opset 18 as exporters write it (antialias, keep_aspect_ratio_policy
+-- at their defaults, axes), and linear mode
+do
+  local function rz(name, attrs, scales)
+    return fl.load_onnx(P.write(path(name), P.model{opset = 18, nodes = {
+      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = attrs}},
+      inits = {{name = "scales", dims = {#scales}, floats = scales}},
+      inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
+  end
+  local x = fl.tensor({{{{1, 2}, {3, 4}}}}, {dtype = "float32"})
+  local near = rz("rz18.onnx", {mode = "nearest", antialias = 0, keep_aspect_ratio_policy = "stretch", axes = {2, 3}}, {2, 2})
+  t.is(near(x):tolist(), {{{{1, 1, 2, 2}, {1, 1, 2, 2}, {3, 3, 4, 4}, {3, 3, 4, 4}}}},
+       "Resize with opset 18's attributes at their defaults and axes = {2, 3}")
+  local lin = rz("rzlin.onnx", {mode = "linear", coordinate_transformation_mode = "align_corners"}, {1, 1, 2, 2})
+  local want = {{{{1, 4 / 3, 5 / 3, 2}, {5 / 3, 2, 7 / 3, 8 / 3}, {7 / 3, 8 / 3, 3, 10 / 3}, {3, 10 / 3, 11 / 3, 4}}}}
+  t.ok(fl.allclose(lin(x), fl.tensor(want), 1e-6, 1e-6), "Resize linear, align_corners: bilinear values")
+  t.ok(fl.allclose(fl.compile(lin, {backend = "cpu"})(x), fl.tensor(want), 1e-6, 1e-6), "... compiled")
+  t.raises(function() rz("rzaa.onnx", {mode = "linear", antialias = 1}, {1, 1, 0.5, 0.5}) end,
+           "antialias = 1 is unsupported", "antialias = 1 is refused by name")
 end
 
 t.done()
