@@ -1019,6 +1019,73 @@ OPS.Conv = function(node, attrs)
   end
 end
 
+-- ConvTranspose as the convolution it is the gradient of: the input with
+-- stride - 1 zeros between its elements, padded by dilation x (k - 1) less
+-- the transposed pads (a negative pad crops), convolved at stride 1 with
+-- the weight flipped and its in and out channels swapped within each group.
+OPS.ConvTranspose = function(node, attrs)
+  known_attrs(node, attrs, set("auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                              "output_shape", "pads", "strides"))
+  local groups = attr(attrs, "group", 1)
+  return function(ins)
+    local x, w = T(node, ins[1]), T(node, ins[2])
+    local b = ins[3] ~= nil and T(node, ins[3]) or nil
+    need_float(node, x)
+    local r = x:dim()
+    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d transposed convolution (1-d and 2-d only)", r - 2) end
+    local nsp = r - 2
+    if w:dim() ~= r then node_error(node, "weight of %d dims for input of %d", w:dim(), r) end
+    local Cin, Coutg = w.shape[1], w.shape[2]
+    if x.shape[2] ~= Cin or Cin % groups ~= 0 then node_error(node, "%s input channels for a weight of %d", tostring(x.shape[2]), Cin) end
+    local k, s, d, op = {}, attr(attrs, "strides", {}), attr(attrs, "dilations", {}), attr(attrs, "output_padding", {})
+    local pads, auto, oshape = attrs.pads or {}, attr(attrs, "auto_pad", "NOTSET"), attrs.output_shape
+    local pb, pe = {}, {}
+    for i = 1, nsp do
+      k[i], s[i], d[i], op[i] = w.shape[2 + i], s[i] or 1, d[i] or 1, op[i] or 0
+      local n = x.shape[2 + i]
+      if type(n) ~= "number" then unsupported(node, "a transposed convolution over a dynamic size") end
+      local full = s[i] * (n - 1) + op[i] + (k[i] - 1) * d[i] + 1
+      if oshape or auto == "SAME_UPPER" or auto == "SAME_LOWER" then
+        local want = oshape and oshape[#oshape - nsp + i] or n * s[i]
+        local total = full - want          -- negative: the output grows (pads below 0)
+        local half = total // 2
+        if auto == "SAME_UPPER" then pb[i], pe[i] = half, total - half
+        else pb[i], pe[i] = total - half, half end
+      elseif auto == "NOTSET" or auto == "VALID" then
+        pb[i], pe[i] = auto == "VALID" and 0 or (pads[i] or 0), auto == "VALID" and 0 or (pads[i + nsp] or 0)
+      else
+        node_error(node, "auto_pad '%s'", auto)
+      end
+    end
+    if nsp == 1 then
+      x, w = x:unsqueeze(3), w:unsqueeze(3)
+      table.insert(k, 1, 1); table.insert(s, 1, 1); table.insert(d, 1, 1); table.insert(op, 1, 0)
+      table.insert(pb, 1, 0); table.insert(pe, 1, 0)
+    end
+    -- zeros between the elements: [N, C, H, 1, W, 1] padded to s, then folded
+    local N, C, H, W = table.unpack(x.shape)
+    if s[1] > 1 or s[2] > 1 then
+      x = x:reshape({N, C, H, 1, W, 1})
+      x = fl.pad(x, {0, 0, 0, 0, 0, 0, 0, 0, 0, s[1] - 1, 0, s[2] - 1})
+      x = x:reshape({N, C, H * s[1], W * s[2]}):narrow(3, 1, (H - 1) * s[1] + 1):narrow(4, 1, (W - 1) * s[2] + 1)
+    end
+    local padv = {}
+    for i = 1, 2 do
+      padv[2 + i] = (k[i] - 1) * d[i] - pb[i]
+      padv[4 + 2 + i] = (k[i] - 1) * d[i] - pe[i] + op[i]
+    end
+    padv[1], padv[2], padv[5], padv[6] = 0, 0, 0, 0
+    x = fl.pad(x, padv)
+    -- weight [Cin, Cout/g, kh, kw] -> [Cout, Cin/g, kh, kw], flipped
+    local G, Cing = groups, Cin // groups
+    local wt = w:reshape({G, Cing, Coutg, k[1], k[2]}):permute({1, 3, 2, 4, 5})
+      :reshape({G * Coutg, Cing, k[1], k[2]}):flip({3, 4})
+    local y = fl.conv2d(x, wt, b, {stride = {1, 1}, padding = {0, 0, 0, 0}, dilation = d, groups = G})
+    if nsp == 1 then y = y:squeeze(3) end
+    return {y}
+  end
+end
+
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",

@@ -389,4 +389,68 @@ do
            "antialias = 1 is unsupported", "antialias = 1 is refused by name")
 end
 
+-- ---- ConvTranspose against its definition (each input element scattered
+-- through the kernel), over random strides, pads, dilations, groups and
+-- output paddings; eager and compiled
+do
+  math.randomseed(43)
+  local function naive(x, w, st, pb, pe, dl, op, G)
+    local N, Cin, H, W = table.unpack(x.shape)
+    local _, Coutg, KH, KW = table.unpack(w.shape)
+    local OH = st[1] * (H - 1) + op[1] + (KH - 1) * dl[1] + 1 - pb[1] - pe[1]
+    local OW = st[2] * (W - 1) + op[2] + (KW - 1) * dl[2] + 1 - pb[2] - pe[2]
+    local xs, ws = x:tolist(), w:tolist()
+    local y = {}
+    for n = 1, N do
+      y[n] = {}
+      for c = 1, Coutg * G do
+        y[n][c] = {}
+        for i = 1, OH do y[n][c][i] = {} for j = 1, OW do y[n][c][i][j] = 0 end end
+      end
+    end
+    local Cing = Cin // G
+    for n = 1, N do for ci = 1, Cin do
+      local g = (ci - 1) // Cing
+      for ih = 0, H - 1 do for iw = 0, W - 1 do
+        for oc = 1, Coutg do for kh = 0, KH - 1 do for kw = 0, KW - 1 do
+          local oh, ow = ih * st[1] - pb[1] + kh * dl[1], iw * st[2] - pb[2] + kw * dl[2]
+          if oh >= 0 and oh < OH and ow >= 0 and ow < OW then
+            local row = y[n][g * Coutg + oc][oh + 1]
+            row[ow + 1] = row[ow + 1] + xs[n][ci][ih + 1][iw + 1] * ws[ci][oc][kh + 1][kw + 1]
+          end
+        end end end
+      end end
+    end end
+    return fl.tensor(y)
+  end
+  local bad, cbad, cases = 0, 0, 0
+  for c = 1, 24 do
+    local G = ({1, 1, 2})[math.random(3)]
+    local Cin, Coutg = G * math.random(1, 2), math.random(1, 3)
+    local H, W = math.random(1, 4), math.random(1, 4)
+    local KH, KW = math.random(1, 3), math.random(1, 3)
+    local st, dl = {math.random(1, 3), math.random(1, 3)}, {math.random(1, 2), math.random(1, 2)}
+    local op = {math.random(0, st[1] - 1), math.random(0, st[2] - 1)}
+    op = {math.min(op[1], math.max(st[1], dl[1]) - 1), math.min(op[2], math.max(st[2], dl[2]) - 1)}
+    local pb, pe = {math.random(0, KH - 1), math.random(0, KW - 1)}, {math.random(0, KH - 1), math.random(0, KW - 1)}
+    local m = fl.load_onnx(P.write(path("ct.onnx"), P.model{opset = 11, nodes = {
+      {op = "ConvTranspose", inputs = {"x", "w"}, outputs = {"y"}, name = "ct",
+       attrs = {strides = st, dilations = dl, output_padding = op, group = G,
+                pads = {pb[1], pb[2], pe[1], pe[2]}}}},
+      inits = {{name = "w", dims = {Cin, Coutg, KH, KW}, floats = (function()
+        local v = {} for i = 1, Cin * Coutg * KH * KW do v[i] = math.random() * 2 - 1 end return v end)()}},
+      inputs = {{name = "x", dims = {1, Cin, H, W}}}, outputs = {{name = "y"}}}))
+    local x = fl.randn(1, Cin, H, W)
+    local want = naive(x, m.w, st, pb, pe, dl, op, G)
+    local okr, y = pcall(m, x)
+    if okr and y.shape[3] > 0 and y.shape[4] > 0 then
+      cases = cases + 1
+      if not fl.allclose(y, want, 1e-5, 1e-5) then bad = bad + 1 end
+      if not fl.allclose(fl.compile(m, {backend = "cpu"})(x), want, 1e-5, 1e-5) then cbad = cbad + 1 end
+    end
+  end
+  t.ok(cases >= 15 and bad == 0, ("ConvTranspose equals its definition eagerly (%d random cases, %d wrong)"):format(cases, bad))
+  t.ok(cases >= 15 and cbad == 0, ("... and compiled (%d wrong)"):format(cbad))
+end
+
 t.done()
