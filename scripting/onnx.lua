@@ -1962,6 +1962,141 @@ end
 
 -- GatherND with batch_dims 0: the last dim of indices addresses data's
 -- first dims; as one row index into data seen as [prod(those), rest].
+-- TopK by k rounds of argmax (no sort among fuselab's ops): each round
+-- takes the first largest that is left (ties go to the smaller index, as
+-- ONNX asks) and sets it below everything; smallest is the largest of -x.
+-- k is a constant (the exporters' k).  A value equal to the sentinel (-inf,
+-- or int64's lowest) may be chosen twice.
+OPS.TopK = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "largest", "sorted"))
+  local largest = attr(attrs, "largest", 1) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local k = opset < 10 and attrs.k or ints(node, ins[2], "K")[1]
+    local d = axis(node, attr(attrs, "axis", -1), x:dim())
+    local n = x.shape[d]
+    if math.type(k) ~= "integer" or k < 0 or (type(n) == "number" and k > n) then
+      node_error(node, "K = %s for a dim of %s", tostring(k), tostring(n))
+    end
+    if x.dtype == "bool" then unsupported(node, "TopK of bools") end
+    local cur = largest and x or -x
+    local low = fl.full({}, x.dtype == "int64" and math.mininteger or -math.huge, {dtype = x.dtype})
+    local zero = fl.full({}, 0, {dtype = x.dtype})
+    local pos = iota(n, d, x:dim())
+    local vals, idxs = {}, {}
+    for i = 1, k do
+      local a = cur:argmax(d, true)
+      local hit = pos:eq(a)
+      vals[i] = fl.where(hit, x, zero):sum(d, true)
+      idxs[i] = a
+      cur = fl.where(hit, low, cur)
+    end
+    if k == 0 then
+      local s = {table.unpack(x.shape)}
+      s[d] = 0
+      return {fl.zeros(s, {dtype = x.dtype}), fl.zeros(s, {dtype = "int64"})}
+    end
+    return {fl.cat(vals, d), fl.cat(idxs, d)}
+  end
+end
+
+-- Einsum by broadcasting: each operand's letters laid along one order of
+-- every letter (the output's first), a letter repeated within an operand
+-- reduced to its diagonal, the operands multiplied, the letters not in the
+-- output summed.  "..." stands for the same leading dims in each operand.
+OPS.Einsum = function(node, attrs)
+  known_attrs(node, attrs, set("equation"))
+  local eq = attrs.equation
+  if type(eq) ~= "string" then node_error(node, "attribute 'equation' is required") end
+  eq = eq:gsub("%s", "")
+  local lhs, rhs = eq:match("^([^%-]*)%->(.*)$")
+  if not lhs then lhs = eq end
+  local terms = {}
+  for term in (lhs .. ","):gmatch("([^,]*),") do terms[#terms + 1] = term end
+  return function(ins)
+    if #ins ~= #terms then node_error(node, "%d operands for %d terms", #ins, #terms) end
+    local ELL = "ABCDEFGHIJ"                          -- the letters "..." stands for
+    local nell = 0
+    local subs = {}
+    for i, term in ipairs(terms) do
+      local x = T(node, ins[i])
+      local letters = term:gsub("%.%.%.", "")
+      if #letters > x:dim() then node_error(node, "term '%s' for an input of %d dims", term, x:dim()) end
+      if term:find("...", 1, true) then nell = math.max(nell, x:dim() - #letters) end
+      subs[i] = {x = x, term = term}
+    end
+    local sizes, order, seen = {}, {}, {}
+    for _, s in ipairs(subs) do
+      local e = s.x:dim() - #(s.term:gsub("%.%.%.", ""))
+      local ell = ELL:sub(nell - e + 1, nell)        -- right-aligned, as broadcasting
+      s.letters = s.term:gsub("%.%.%.", ell)
+      for j = 1, #s.letters do
+        local c = s.letters:sub(j, j)
+        if not c:match("[%a]") then node_error(node, "equation '%s'", eq) end
+        local n = s.x.shape[j]
+        if sizes[c] == nil or sizes[c] == 1 then sizes[c] = n
+        elseif n ~= 1 and n ~= sizes[c] then node_error(node, "letter %s of sizes %s and %s", c, tostring(sizes[c]), tostring(n)) end
+      end
+    end
+    local out
+    if rhs then out = rhs:gsub("%.%.%.", ELL:sub(1, nell))
+    else
+      local count = {}
+      for _, s in ipairs(subs) do for c in s.letters:gmatch(".") do count[c] = (count[c] or 0) + 1 end end
+      local once = {}
+      for c, n in pairs(count) do if n == 1 and not ELL:find(c, 1, true) then once[#once + 1] = c end end
+      table.sort(once)
+      out = ELL:sub(1, nell) .. table.concat(once)
+    end
+    for c in out:gmatch(".") do
+      if not sizes[c] then node_error(node, "output letter %s in no input", c) end
+      order[#order + 1] = c; seen[c] = #order
+    end
+    local nout = #order
+    for _, s in ipairs(subs) do
+      for c in s.letters:gmatch(".") do
+        if not seen[c] then order[#order + 1] = c; seen[c] = #order end
+      end
+    end
+    local prodt
+    for _, s in ipairs(subs) do
+      local x, letters = s.x, s.letters
+      -- a repeated letter: its diagonal (x times the identity, one copy summed)
+      local j = 1
+      while j <= #letters do
+        local c = letters:sub(j, j)
+        local k2 = letters:find(c, j + 1, true)
+        if k2 then
+          local n = x.shape[j]
+          local r = x:dim()
+          local eye = iota(n, j, r):eq(iota(n, k2, r)):to(x.dtype)
+          x = (x * eye):sum(k2)
+          letters = letters:sub(1, k2 - 1) .. letters:sub(k2 + 1)
+        else
+          j = j + 1
+        end
+      end
+      -- lay its letters along the common order, size 1 where absent
+      local perm, shape = {}, {}
+      local where = {}
+      for q = 1, #letters do where[letters:sub(q, q)] = q end
+      for _, c in ipairs(order) do if where[c] then perm[#perm + 1] = where[c] end end
+      if #perm > 0 then x = x:permute(perm) end
+      local q = 0
+      for _, c in ipairs(order) do
+        if where[c] then q = q + 1; shape[#shape + 1] = x.shape[q] else shape[#shape + 1] = 1 end
+      end
+      x = x:reshape(shape)
+      prodt = prodt and prodt * x or x
+    end
+    local dims = {}
+    for q = nout + 1, #order do dims[#dims + 1] = q end
+    local y = #dims > 0 and prodt:sum(dims) or prodt
+    if nout == 0 and y:dim() > 0 then y = y:reshape({}) end
+    return {y}
+  end
+end
+
 -- CumSum: the axis is an input (a constant in every export: transformers'
 -- decoder masks count positions with it).
 OPS.CumSum = function(node, attrs)

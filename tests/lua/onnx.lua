@@ -453,4 +453,43 @@ do
   t.ok(cases >= 15 and cbad == 0, ("... and compiled (%d wrong)"):format(cbad))
 end
 
+-- ---- TopK (k rounds of argmax) and Einsum (broadcast, multiply, sum) against
+-- their definitions, eager and compiled
+do
+  local tk = fl.load_onnx(P.write(path("topk.onnx"), P.model{opset = 11, nodes = {
+    {op = "TopK", inputs = {"x", "k"}, outputs = {"v", "i"}, name = "t", attrs = {axis = 1, largest = 1}}},
+    inits = {{name = "k", dims = {1}, ints = {3}, dtype = "int64"}},
+    inputs = {{name = "x", dims = {2, 5}}}, outputs = {{name = "v"}, {name = "i", dtype = "int64"}}}))
+  local x = fl.tensor{{1.0, 5.0, 3.0, 5.0, 2.0}, {-1.0, -2.0, 0.0, 7.0, 0.0}}
+  for _, f in ipairs{tk, fl.compile(tk, {backend = "cpu"})} do
+    local v, i = f(x)
+    t.is({v:tolist(), i:tolist()}, {{{5, 5, 3}, {7, 0, 0}}, {{1, 3, 2}, {3, 2, 4}}},
+         "TopK: the k largest, ties to the smaller index" .. (f == tk and "" or " (compiled)"))
+  end
+  local function ein(eqn, shapes, want_fn)
+    local inputs, names, vals = {}, {}, {}
+    for i, sh in ipairs(shapes) do
+      names[i] = "x" .. i
+      inputs[i] = {name = names[i], dims = sh}
+      vals[i] = fl.randn(table.unpack(sh))
+    end
+    local m = fl.load_onnx(P.write(path("ein.onnx"), P.model{opset = 12, nodes = {
+      {op = "Einsum", inputs = names, outputs = {"y"}, name = "e", attrs = {equation = eqn}}},
+      inputs = inputs, outputs = {{name = "y"}}}))
+    local want = want_fn(table.unpack(vals))
+    local y, yc = m(table.unpack(vals)), fl.compile(m, {backend = "cpu"})(table.unpack(vals))
+    t.ok(fl.allclose(y, want, 1e-5, 1e-5) and fl.allclose(yc, want, 1e-5, 1e-5) and
+         #y.shape == #want.shape, "Einsum '" .. eqn .. "' eager and compiled")
+  end
+  ein("ij,jk->ik", {{3, 4}, {4, 5}}, function(a, b) return a:matmul(b) end)
+  ein("ij,jk", {{3, 4}, {4, 5}}, function(a, b) return a:matmul(b) end)
+  ein("ij->ji", {{3, 4}}, function(a) return a:transpose(1, 2) end)
+  ein("ii->i", {{4, 4}}, function(a) return (a * fl.arange(4):reshape(4, 1):eq(fl.arange(4):reshape(1, 4)):to("float32")):sum(2) end)
+  ein("ii", {{4, 4}}, function(a) return (a * fl.arange(4):reshape(4, 1):eq(fl.arange(4):reshape(1, 4)):to("float32")):sum() end)
+  ein("...ij,...jk->...ik", {{2, 3, 4}, {2, 4, 5}}, function(a, b) return a:matmul(b) end)
+  ein("bhqd,bhkd->bhqk", {{1, 2, 3, 4}, {1, 2, 5, 4}}, function(a, b) return a:matmul(b:transpose(3, 4)) end)
+  ein("i,i->", {{6}, {6}}, function(a, b) return (a * b):sum() end)
+  ein("ij->", {{3, 4}}, function(a) return a:sum() end)
+end
+
 t.done()
