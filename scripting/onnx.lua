@@ -1962,6 +1962,159 @@ end
 
 -- GatherND with batch_dims 0: the last dim of indices addresses data's
 -- first dims; as one row index into data seen as [prod(those), rest].
+-- RNN, GRU and LSTM as ONNX defines them, one time step after another
+-- (unrolled under capture: the sequence length is known): gates from the
+-- packed weights (RNN i; GRU z r h; LSTM i o f c), each direction's own
+-- weights, a sequence_lens mask that keeps a finished sequence's state and
+-- zeros its outputs, clip on the gate inputs, peepholes, layout 1.
+local RNN_ACT = {
+  Sigmoid = function(x) return x:sigmoid() end,
+  Tanh = function(x) return x:tanh() end,
+  Relu = function(x) return x:relu() end,
+  Softsign = function(x) return x / (x:abs() + scalar(x, 1)) end,
+  Softplus = function(x) return (x:exp() + scalar(x, 1)):log() end,
+  HardSigmoid = function(x, a, b) return (x * scalar(x, a or 0.2) + scalar(x, b or 0.5)):clamp(0, 1) end,
+  LeakyRelu = function(x, a) return fl.where(x:lt(scalar(x, 0)), x * scalar(x, a or 0.01), x) end,
+  Affine = function(x, a, b) return x * scalar(x, a or 1) + scalar(x, b or 0) end,
+}
+
+local function recurrent(kind)
+  local NG = ({RNN = 1, GRU = 3, LSTM = 4})[kind]
+  local DEFAULT = ({RNN = {"Tanh"}, GRU = {"Sigmoid", "Tanh"}, LSTM = {"Sigmoid", "Tanh", "Tanh"}})[kind]
+  return function(node, attrs)
+    known_attrs(node, attrs, set("activation_alpha", "activation_beta", "activations", "clip", "direction",
+                                "hidden_size", "input_forget", "layout", "linear_before_reset"))
+    local dir = attr(attrs, "direction", "forward")
+    if dir ~= "forward" and dir ~= "reverse" and dir ~= "bidirectional" then node_error(node, "direction '%s'", dir) end
+    local nd = dir == "bidirectional" and 2 or 1
+    if attr(attrs, "input_forget", 0) ~= 0 then unsupported(node, "input_forget = 1") end
+    local lbr = attr(attrs, "linear_before_reset", 0) ~= 0
+    local layout = attr(attrs, "layout", 0)
+    local clip = attrs.clip
+    local names = attrs.activations or {}
+    local acts = {}
+    for d = 1, nd do
+      for g = 1, #DEFAULT do
+        local k = (d - 1) * #DEFAULT + g
+        local nm = names[k] or DEFAULT[g]
+        local f = RNN_ACT[nm]
+        if not f then unsupported(node, "activation %s", tostring(nm)) end
+        local a, b = attrs.activation_alpha and attrs.activation_alpha[k], attrs.activation_beta and attrs.activation_beta[k]
+        acts[k] = function(x) return f(x, a, b) end
+      end
+    end
+    return function(ins)
+      local X, W, R = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "R")
+      need_float(node, X)
+      if layout == 1 then X = X:transpose(1, 2) end         -- [seq, batch, input]
+      local S, B = X.shape[1], X.shape[2]
+      if type(S) ~= "number" then unsupported(node, "a dynamic sequence length") end
+      local H = R.shape[3]
+      if attrs.hidden_size and attrs.hidden_size ~= H then node_error(node, "hidden_size %d, R of %d", attrs.hidden_size, H) end
+      local Bias = ins[4] and T(node, ins[4], "B")
+      local lv = ins[5]
+      if lv ~= nil and not is_tensor(lv) and lv.wide then lv = lv.t end   -- int32 lengths are exact
+      local lens = lv and T(node, lv, "sequence_lens")
+      local h0 = ins[6] and T(node, ins[6], "initial_h")
+      local c0 = kind == "LSTM" and ins[7] and T(node, ins[7], "initial_c")
+      local P = kind == "LSTM" and ins[8] and T(node, ins[8], "P")
+      if layout == 1 then
+        h0 = h0 and h0:transpose(1, 2)
+        c0 = c0 and c0:transpose(1, 2)
+      end
+      local zero = fl.zeros({B, H}, {dtype = X.dtype})
+      local Y, Yh, Yc = {}, {}, {}
+      for d = 1, nd do
+        local reverse = dir == "reverse" or d == 2
+        local Wd, Rd = W:narrow(1, d, 1):squeeze(1), R:narrow(1, d, 1):squeeze(1)
+        local function gate(M, g) return M:narrow(1, (g - 1) * H + 1, H) end
+        local function bias(part, g)                     -- part 0: Wb, 1: Rb
+          if not Bias then return nil end
+          return Bias:narrow(1, d, 1):squeeze(1):narrow(1, part * NG * H + (g - 1) * H + 1, H)
+        end
+        local function act(g, x) return acts[(d - 1) * #DEFAULT + g](x) end
+        local function clipped(x) return clip and x:clamp(-clip, clip) or x end
+        local h = h0 and h0:narrow(1, d, 1):squeeze(1) or zero
+        local c = c0 and c0:narrow(1, d, 1):squeeze(1) or zero
+        local xw = {}                                    -- X W^T per gate, all steps at once
+        for g = 1, NG do
+          xw[g] = X:matmul(gate(Wd, g):transpose(1, 2))
+          local wb = bias(0, g)
+          if wb then xw[g] = xw[g] + wb end
+        end
+        local out = {}
+        for step = 1, S do
+          local t = reverse and S - step + 1 or step
+          local function pre(g, hh)
+            local v = xw[g]:narrow(1, t, 1):squeeze(1) + hh:matmul(gate(Rd, g):transpose(1, 2))
+            local rb = bias(1, g)
+            return rb and v + rb or v
+          end
+          local hn, cn
+          if kind == "RNN" then
+            hn = act(1, clipped(pre(1, h)))
+          elseif kind == "GRU" then
+            local z = act(1, clipped(pre(1, h)))
+            local r = act(1, clipped(pre(2, h)))
+            local hh
+            if lbr then
+              local rh = h:matmul(gate(Rd, 3):transpose(1, 2))
+              local rb = bias(1, 3)
+              if rb then rh = rh + rb end
+              local xv = xw[3]:narrow(1, t, 1):squeeze(1)
+              hh = act(2, clipped(xv + r * rh))
+            else
+              hh = act(2, clipped(pre(3, r * h)))
+            end
+            hn = (scalar(z, 1) - z) * hh + z * h
+          else
+            local p = P and P:narrow(1, d, 1):squeeze(1)
+            local function peep(k, cc) return p and p:narrow(1, (k - 1) * H + 1, H) * cc or nil end
+            local vi, vf = pre(1, h), pre(3, h)
+            if p then vi, vf = vi + peep(1, c), vf + peep(3, c) end
+            local i, f = act(1, clipped(vi)), act(1, clipped(vf))
+            local g = act(2, clipped(pre(4, h)))
+            cn = f * c + i * g
+            local vo = pre(2, h)
+            if p then vo = vo + peep(2, cn) end
+            local o = act(1, clipped(vo))
+            hn = o * act(3, cn)
+          end
+          if lens then                                    -- a finished sequence keeps its state
+            local live = lens:reshape({B, 1}):gt(fl.full({}, t - 1, {dtype = "int64"}))
+            hn = fl.where(live, hn, h)
+            if cn then cn = fl.where(live, cn, c) end
+            out[t] = fl.where(live, hn, zero)
+          else
+            out[t] = hn
+          end
+          h, c = hn, cn or c
+        end
+        Y[d] = fl.stack and fl.stack(out, 1) or fl.cat((function()
+          local u = {}
+          for k = 1, S do u[k] = out[k]:unsqueeze(1) end
+          return u
+        end)(), 1)
+        Yh[d], Yc[d] = h:unsqueeze(1), c:unsqueeze(1)
+      end
+      local y = fl.cat((function()
+        local u = {}
+        for d = 1, nd do u[d] = Y[d]:unsqueeze(2) end
+        return u
+      end)(), 2)                                          -- [seq, dirs, batch, hidden]
+      local yh, yc = fl.cat(Yh, 1), fl.cat(Yc, 1)
+      if layout == 1 then
+        y = y:permute({3, 1, 2, 4})
+        yh, yc = yh:transpose(1, 2), yc:transpose(1, 2)
+      end
+      return {y, yh, kind == "LSTM" and yc or nil}
+    end
+  end
+end
+OPS.RNN = recurrent("RNN")
+OPS.GRU = recurrent("GRU")
+OPS.LSTM = recurrent("LSTM")
+
 -- TopK by k rounds of argmax (no sort among fuselab's ops): each round
 -- takes the first largest that is left (ties go to the smaller index, as
 -- ONNX asks) and sets it below everything; smallest is the largest of -x.

@@ -492,4 +492,41 @@ do
   ein("ij->", {{3, 4}}, function(a) return a:sum() end)
 end
 
+-- ---- sequence_lens: a short sequence in a batch gives what it gives alone,
+-- forward and backward (bidirectional), its padded steps zero
+do
+  math.randomseed(7)
+  local function rnd(n) local v = {} for i = 1, n do v[i] = math.random() - 0.5 end return v end
+  local I, Hd, S = 3, 4, 5
+  for _, kind in ipairs{"GRU", "LSTM", "RNN"} do
+    local NG = ({RNN = 1, GRU = 3, LSTM = 4})[kind]
+    local function model(name, with_lens)
+      local ins = {"x", "w", "r", "b", with_lens and "l" or ""}
+      local inits = {{name = "w", dims = {2, NG * Hd, I}, floats = rnd(2 * NG * Hd * I)},
+                     {name = "r", dims = {2, NG * Hd, Hd}, floats = rnd(2 * NG * Hd * Hd)},
+                     {name = "b", dims = {2, 2 * NG * Hd}, floats = rnd(4 * NG * Hd)}}
+      local inputs = {{name = "x", dims = with_lens and {S, 3, I} or {"T", 1, I}}}
+      if with_lens then inputs[2] = {name = "l", dims = {3}, dtype = "int64"} end
+      return P.model{opset = 14, nodes = {{op = kind, inputs = ins, outputs = {"y", "yh"}, name = "rnn",
+        attrs = {hidden_size = Hd, direction = "bidirectional"}}}, inits = inits, inputs = inputs,
+        outputs = {{name = "y"}, {name = "yh"}}}
+    end
+    math.randomseed(11)
+    local batched = fl.load_onnx(P.write(path("rnn_b.onnx"), model("b", true)))
+    math.randomseed(11)
+    local alone = fl.load_onnx(P.write(path("rnn_a.onnx"), model("a", false)))
+    local x = fl.randn(S, 3, I)
+    local lens = {5, 2, 3}
+    local y, yh = batched(x, fl.tensor(lens, {dtype = "int64"}))
+    local good = true
+    for b = 1, 3 do
+      local ya, yha = alone(x:narrow(2, b, 1):narrow(1, 1, lens[b]):contiguous())
+      good = good and fl.allclose(y:narrow(3, b, 1):narrow(1, 1, lens[b]), ya, 1e-5, 1e-6)
+        and fl.allclose(yh:narrow(2, b, 1), yha, 1e-5, 1e-6)
+      if lens[b] < S then good = good and y:narrow(3, b, 1):narrow(1, lens[b] + 1, S - lens[b]):abs():amax():item() == 0 end
+    end
+    t.ok(good, kind .. " bidirectional with sequence_lens: each sequence as it runs alone, padding zero")
+  end
+end
+
 t.done()
