@@ -109,23 +109,32 @@ end
 
 -- The integer list a value holds (a shape, axes, indices): from a host
 -- vector, a widened constant or an int64 tensor with concrete values.
+-- The values of tensor t that sizes or axes need, under capture too: there
+-- reading them is a graph break (fl.compile runs the graph so far, then
+-- goes on with the values: Dynamo's break on .tolist()), which one graph
+-- (fl.capture) cannot take: that is the "unsupported" the message names.
+local function concrete(node, t, what, kind)
+  if fl._tracing() then
+    local ok = pcall(t.tolist, t)
+    if not ok then
+      unsupported(node, "%s computed from graph inputs under capture (a data-dependent %s)", what, kind)
+    end
+  end
+  local h = host_of_tensor(t)
+  if not h then node_error(node, "%s must be 0-d or 1-d", what) end
+  return h
+end
+
 local function ints(node, v, what)
   if v == nil then return nil end
   if is_tensor(v) then
     if v.dtype ~= "int64" then node_error(node, "%s must be int64, got %s", what, v.dtype) end
-    if fl._tracing() then
-      unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
-    end
-    local h = host_of_tensor(v)
-    if not h then node_error(node, "%s must be 0-d or 1-d", what) end
+    local h = concrete(node, v, what, "shape")
     return h.v, h.scalar
   end
   if v.wide then
     -- a constant's values are known; one computed from inputs is data
-    if not v.const and fl._tracing() then
-      unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
-    end
-    local h = host_of_tensor(v.t)
+    local h = v.const and host_of_tensor(v.t) or concrete(node, v.t, what, "shape")
     return h.v, h.scalar
   end
   return v.v, v.scalar
@@ -134,10 +143,8 @@ end
 -- A number from a host value, a constant, or (eagerly only) a tensor.
 local function number(node, v, what)
   if not is_tensor(v) then return ints(node, v, what)[1] end
-  if fl._tracing() then
-    unsupported(node, "%s computed from graph inputs under capture (a data-dependent value)", what)
-  end
   if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  if fl._tracing() then return concrete(node, v:reshape({-1}), what, "value").v[1] end
   return v:reshape({}):item()
 end
 
