@@ -37,7 +37,6 @@ local CONST = setmetatable({}, {__mode = "k"})
 local function clean(s)
   return (tostring(s):gsub("[%c\127]", function(c) return fmt("\\x%02x", c:byte()) end))
 end
-fl._onnx_clean = clean
 
 local function node_error(node, msg, ...)
   error(fmt("onnx: node '%s' (%s, opset %d): ", clean(node.name), clean(node.op), node.opset) .. fmt(msg, ...), 0)
@@ -611,13 +610,12 @@ end
 -- a few float ulps of it (a zero gives exp(-inf) = 0); integers are refused
 -- (they must be exact).
 OPS.ReduceProd = function(node, attrs, opset)
-  local r = reduce(function(y, dims, keep)
+  return reduce(function(y, dims, keep)
     local mag = (dims and y:abs():log():sum(dims, keep) or y:abs():log()):exp()
     local neg = y:lt(scalar(y, 0)):to("float32")
     local odd = fl.remainder(dims and neg:sum(dims, keep) or neg, fl.full({}, 2.0)):eq(fl.full({}, 1.0))
     return fl.where(odd, -mag, mag)
   end, nil, true)(node, attrs, opset)
-  return r
 end
 OPS.ReduceLogSumExp = function(node, attrs, opset)
   local r = reduce(red("sum"), function(x) return x:exp() end, true)(node, attrs, opset)
