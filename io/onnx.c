@@ -681,8 +681,8 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
     const char *d = p->opset_import[i]->domain ? p->opset_import[i]->domain : "";
     int64_t ver = p->opset_import[i]->has_version ? p->opset_import[i]->version : 0;
     if (d[0] && strcmp(d, "ai.onnx") != 0) continue;   /* judged where a node uses it */
-    if (ver < 1 || ver > ONNX_MAX_OPSET)
-      return err_set(e, FL_EUNSUPPORTED, "opset %lld of ai.onnx is unsupported (1 to %d)",
+    if (ver < 1 || ver > ONNX_ABSURD_OPSET)
+      return err_set(e, FL_EUNSUPPORTED, "opset %lld of ai.onnx is unsupported (1 to %d known)",
                      (long long)ver, ONNX_MAX_OPSET);
     m->opset = ver;
     have_opset = 1;

@@ -92,8 +92,12 @@ typedef struct onnx_model {
   onnx_node *node;        /* topologically sorted (file order when it is) */
 } onnx_model;
 
-/* The newest ai.onnx opset whose semantics the loader knows. */
+/* The newest ai.onnx opset whose semantics the loader knows.  A newer one
+** loads (its ops with this opset's semantics: later opsets mostly add
+** types) and the Lua loader warns; past ONNX_ABSURD_OPSET it is a
+** malformed file. */
 #define ONNX_MAX_OPSET 28
+#define ONNX_ABSURD_OPSET 100
 
 /* Release everything m owns and clear it; accepts NULL and a cleared m. */
 void onnx_model_free(onnx_model *m);

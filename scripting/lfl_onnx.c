@@ -149,6 +149,8 @@ static int l_onnx_read(lua_State *L) {
   lua_setfield(L, -2, "ir_version");
   lua_pushinteger(L, m->opset);
   lua_setfield(L, -2, "opset");
+  lua_pushinteger(L, ONNX_MAX_OPSET);
+  lua_setfield(L, -2, "max_opset");
   lua_createtable(L, m->nin, 0);
   for (int i = 0; i < m->nin; i++) {
     push_value(L, &m->in[i]);

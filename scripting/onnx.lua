@@ -2678,6 +2678,12 @@ function Model:__init(g, path)
   self.onnx_path = path
   self.onnx_name = g.name
   self.opset = g.opset
+  if g.opset > g.max_opset then
+    -- every op below is still lowered (an unknown one fails the load)
+    io.stderr:write(fmt("fuselab: warning: %s: opset %d is newer than %d, the newest fuselab knows; "
+                        .. "its ops load with opset %d's semantics\n", clean(path), g.opset,
+                        g.max_opset, g.max_opset))
+  end
   self.producer = g.producer
   self.inputs, self.outputs = g.inputs, g.outputs
   local consts = {}

@@ -529,4 +529,21 @@ do
   end
 end
 
+-- ---- an opset newer than the newest known loads, with one warning
+do
+  local f = P.write(path("op30.onnx"), P.model{opset = 30, nodes = {{op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "r"}},
+    inputs = {{name = "x", dims = {3}}}, outputs = {{name = "y"}}})
+  local bin = os.getenv("FUSELAB") or "./fuselab"
+  local pipe = io.popen(("%s -e 'print(fl.load_onnx(%q)(fl.tensor{-1.0, 0.0, 2.0}):tolist()[3])' 2>&1"):format(bin, f))
+  local out = pipe:read("a")
+  pipe:close()
+  local _, nwarn = out:gsub("warning", "")
+  t.ok(out:find("opset 30 is newer than 28, the newest fuselab knows", 1, true) and nwarn == 1 and out:find("\n2%.0\n"),
+       "opset 30 loads and runs, with one warning naming the opsets")
+  t.raises(function()
+    fl.load_onnx(P.write(path("op3000.onnx"), P.model{opset = 3000, nodes = {{op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "r"}},
+      inputs = {{name = "x", dims = {3}}}, outputs = {{name = "y"}}}))
+  end, "opset 3000 of ai.onnx is unsupported %(1 to 28 known%)", "an absurd opset is refused")
+end
+
 t.done()
