@@ -1824,6 +1824,124 @@ local function rounding(fn)
 end
 local function floor_of(x, t) return t - t:gt(x):to("float32") end
 OPS.Floor = rounding(floor_of)
+
+-- GridSample (opsets 16 to 22; 2-d and 3-d) as ONNX's reference: each
+-- output point's normalized position denormalized per dim (align_corners:
+-- the corner pixels' centres at -1 and 1), out-of-range positions clamped
+-- (border) or reflected (reflection), then the nearest pixel (rounded half
+-- to even, as PyTorch) or the 2^r corners around it weighted (linear); a
+-- pixel outside is 0 (zeros), the edge (border) or reflected again.  The
+-- pixels are gathered from the input flattened to [N x pixels, C].
+OPS.GridSample = function(node, attrs, opset)
+  known_attrs(node, attrs, set("align_corners", "mode", "padding_mode"))
+  local align = attr(attrs, "align_corners", 0) ~= 0
+  local mode = attr(attrs, "mode", opset < 20 and "bilinear" or "linear")
+  if mode == "bilinear" then mode = "linear" end
+  if mode ~= "linear" and mode ~= "nearest" then unsupported(node, "mode '%s' (linear and nearest only)", mode) end
+  local pad = attr(attrs, "padding_mode", "zeros")
+  if pad ~= "zeros" and pad ~= "border" and pad ~= "reflection" then node_error(node, "padding_mode '%s'", pad) end
+  local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
+  local function reflect(v, lo, hi)                   -- lo, hi numbers; v float32
+    local rng = hi - lo
+    if rng <= 0 then return fl.full(v.shape, lo) end
+    local function fold(dx, near, far)                -- dx >= 0 past the near edge (numbers)
+      local sgn = fl.full({}, far > near and 1.0 or -1.0)
+      local n = floor(dx / fl.full({}, rng))
+      local r = dx - n * fl.full({}, rng)
+      local even = fl.remainder(n, fl.full({}, 2.0)):eq(fl.full({}, 0.0))
+      return fl.where(even, fl.full({}, near) + r * sgn, fl.full({}, far) - r * sgn)
+    end
+    local below = v:lt(fl.full({}, lo))
+    local above = v:gt(fl.full({}, hi))
+    local b = fold(fl.full({}, lo) - v, lo, hi)
+    local a = fold(v - fl.full({}, hi), hi, lo)
+    return fl.where(below, b, fl.where(above, a, v))
+  end
+  return function(ins)
+    local x, grid = T(node, ins[1], "X"), T(node, ins[2], "grid")
+    need_float(node, x)
+    local r = x:dim() - 2
+    if r ~= 2 and r ~= 3 then unsupported(node, "a %d-d sample (2-d and 3-d only)", r) end
+    if grid:dim() ~= r + 2 or grid.shape[r + 2] ~= r then node_error(node, "grid of shape [%s]", table.concat(grid.shape, ",")) end
+    local N, C = x.shape[1], x.shape[2]
+    local dims, npix = {}, 1
+    for i = 1, r do
+      dims[i] = x.shape[2 + i]
+      if type(dims[i]) ~= "number" then unsupported(node, "a dynamic input size") end
+      npix = npix * dims[i]
+    end
+    local g = grid:to("float32")
+    local outs = {}
+    for i = 2, r + 1 do outs[#outs + 1] = grid.shape[i] end
+    -- per input dim i (the grid's last axis runs x, y, z: reversed)
+    local coord = {}
+    for i = 1, r do
+      local d = dims[i]
+      local nrm = g:narrow(r + 2, r - i + 1, 1):squeeze(r + 2)
+      local c = align and (nrm + fl.full({}, 1.0)) * fl.full({}, (d - 1) / 2)
+        or ((nrm + fl.full({}, 1.0)) * fl.full({}, d) - fl.full({}, 1.0)) / fl.full({}, 2.0)
+      if mode == "nearest" then                           -- round half to even
+        local f = floor(c)
+        local diff = c - f
+        local odd = fl.remainder(f, fl.full({}, 2.0)):ne(fl.full({}, 0.0))
+        local up = diff:gt(fl.full({}, 0.5)):to("int64") + diff:eq(fl.full({}, 0.5)):to("int64") * odd:to("int64")
+        c = f + up:gt(i64(0)):to("float32")
+      end
+      local lo, hi = align and 0 or -0.5, align and d - 1 or d - 0.5
+      if pad == "border" then c = c:clamp(0, d - 1)
+      elseif pad == "reflection" then c = reflect(c, lo, hi) end
+      coord[i] = {c = c, lo = lo, hi = hi}
+    end
+    local flat = x:reshape({N, C, npix}):permute({1, 3, 2}):reshape({N * npix, C})
+    local nbase = fl.arange(N):reshape(#outs == 2 and {N, 1, 1} or {N, 1, 1, 1}) * i64(npix)
+    -- the pixel at integer positions idx[i] (float32 tensors), weight w
+    local function pixel(idx)
+      local lin, ok = nil, nil
+      for i = 1, r do
+        local d, v = dims[i], idx[i]
+        if pad == "reflection" then v = floor(reflect(v, coord[i].lo, coord[i].hi)) end
+        local inside = v:ge(fl.full({}, 0.0)) * v:le(fl.full({}, d - 1))
+        ok = ok and ok * inside or inside
+        local vi = v:clamp(0, d - 1):to("int64")
+        lin = lin and lin * i64(d) + vi or vi
+      end
+      local rows = fl.embedding((nbase + lin):reshape({-1}), flat)   -- [N x points, C]
+      local s = {N}
+      for _, o in ipairs(outs) do s[#s + 1] = o end
+      s[#s + 1] = C
+      local val = rows:reshape(s)
+      if pad == "zeros" then val = val * ok:to(x.dtype):unsqueeze(r + 2) end
+      return val
+    end
+    local y
+    if mode == "nearest" then
+      local idx = {}
+      for i = 1, r do idx[i] = coord[i].c end
+      y = pixel(idx)
+    else
+      local f, w = {}, {}
+      for i = 1, r do
+        f[i] = floor(coord[i].c)
+        w[i] = coord[i].c - f[i]
+      end
+      for corner = 0, (1 << r) - 1 do
+        local idx, wt = {}, nil
+        for i = 1, r do
+          local bit = (corner >> (r - i)) & 1
+          idx[i] = bit == 1 and f[i] + fl.full({}, 1.0) or f[i]
+          local wi = bit == 1 and w[i] or fl.full({}, 1.0) - w[i]
+          wt = wt and wt * wi or wi
+        end
+        local v = pixel(idx) * wt:to(x.dtype):unsqueeze(r + 2)
+        y = y and y + v or v
+      end
+    end
+    -- [N, out..., C] -> [N, C, out...]
+    local perm = {1, r + 2}
+    for i = 2, r + 1 do perm[#perm + 1] = i end
+    return {y:permute(perm):contiguous()}
+  end
+end
 OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
 OPS.Round = rounding(function(x, t)
   local f = floor_of(x, t)
