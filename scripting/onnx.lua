@@ -1953,6 +1953,132 @@ OPS.Round = rounding(function(x, t)
   return f + up:gt(i64(0)):to("float32")
 end)
 
+-- Swish (opset 24) and SwiGLU (opset 28): x sigmoid(alpha x), the latter
+-- gating B with it.
+OPS.Swish = unary(function(x, p)
+  return p.alpha == 1 and x:silu() or x * (x * scalar(x, p.alpha)):sigmoid()
+end, {alpha = 1.0})
+OPS.SwiGLU = function(node, attrs)
+  known_attrs(node, attrs, set("alpha"))
+  local alpha = attr(attrs, "alpha", 1.0)
+  return function(ins)
+    local a, b = T(node, ins[1], "A"), T(node, ins[2], "B")
+    need_float(node, a)
+    if #a.shape ~= #b.shape then node_error(node, "A and B of other shapes") end
+    for i = 1, #a.shape do if a.shape[i] ~= b.shape[i] then node_error(node, "A and B of other shapes") end end
+    local g = alpha == 1 and a:silu() or a * (a * scalar(a, alpha)):sigmoid()
+    return {g * b}
+  end
+end
+
+-- LpNormalization: x over its L1 or L2 norm along axis (0 where the norm is).
+OPS.LpNormalization = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "p"))
+  local p = attr(attrs, "p", 2)
+  if p ~= 1 and p ~= 2 then node_error(node, "p = %s (1 or 2)", tostring(p)) end
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local d = axis(node, attr(attrs, "axis", -1), x:dim())
+    local n = p == 1 and x:abs():sum(d, true) or (x * x):sum(d, true):sqrt()
+    local zero = n:eq(scalar(n, 0))
+    return {fl.where(zero, scalar(x, 0), x / fl.where(zero, scalar(n, 1), n))}
+  end
+end
+
+-- CenterCropPad (opset 18): each listed axis cropped to its centre or
+-- zero-padded around it (an odd difference: the extra element after).
+OPS.CenterCropPad = function(node, attrs)
+  known_attrs(node, attrs, set("axes"))
+  return function(ins)
+    local x = T(node, ins[1], "input_data")
+    local shape = ints(node, ins[2], "shape")
+    local r = x:dim()
+    local axes = attrs.axes or {}
+    if #axes == 0 then for d = 1, r do axes[d] = d - 1 end end
+    if #shape ~= #axes then node_error(node, "%d sizes for %d axes", #shape, #axes) end
+    for i, a in ipairs(axes) do
+      local d = axis(node, a, r)
+      local n, want = x.shape[d], shape[i]
+      if type(n) ~= "number" then unsupported(node, "a dynamic dim") end
+      if want < n then
+        x = x:narrow(d, (n - want) // 2 + 1, want)
+      elseif want > n then
+        local pads = {}
+        for k = 1, 2 * r do pads[k] = 0 end
+        pads[d], pads[r + d] = (want - n) // 2, want - n - (want - n) // 2
+        x = fl.pad(x, pads)
+      end
+    end
+    return {x:contiguous()}
+  end
+end
+
+-- ReverseSequence: the first len[b] steps of each batch entry reversed,
+-- the rest copied (a gather along time per entry, its indices computed).
+OPS.ReverseSequence = function(node, attrs)
+  known_attrs(node, attrs, set("batch_axis", "time_axis"))
+  return function(ins)
+    local x = T(node, ins[1])
+    local lv = ins[2]
+    if lv ~= nil and not is_tensor(lv) and lv.wide then lv = lv.t end
+    local lens = T(node, lv, "sequence_lens")
+    local r = x:dim()
+    local ba, ta = axis(node, attr(attrs, "batch_axis", 1), r), axis(node, attr(attrs, "time_axis", 0), r)
+    if ba == ta or (ba > 2 or ta > 2) then node_error(node, "batch_axis and time_axis must be 0 and 1") end
+    local xt = ta == 1 and x or x:transpose(1, 2)        -- [time, batch, ...]
+    local T_, B = xt.shape[1], xt.shape[2]
+    local t = fl.arange(T_):reshape({T_, 1})
+    local l = lens:reshape({1, B})
+    local src = fl.where(t:lt(l), l - t - i64(1), t)     -- [time, batch]
+    local rest = xt:numel() // (T_ * B)
+    local flat = xt:reshape({T_ * B, rest})
+    local idx = src * i64(B) + fl.arange(B):reshape({1, B})
+    local y = fl.embedding(idx:reshape({-1}), flat):reshape(xt.shape)
+    return {ta == 1 and y or y:transpose(1, 2):contiguous()}
+  end
+end
+
+-- AffineGrid (opset 20): each output position's normalized coordinates
+-- (align_corners: the corner pixels' centres at -1 and 1) through theta,
+-- [N, H, W, 2] (x, y) or [N, D, H, W, 3].
+OPS.AffineGrid = function(node, attrs)
+  known_attrs(node, attrs, set("align_corners"))
+  local align = attr(attrs, "align_corners", 0) ~= 0
+  return function(ins)
+    local theta = T(node, ins[1], "theta")
+    need_float(node, theta)
+    local size = ints(node, ins[2], "size")
+    local r = #size - 2
+    if r ~= 2 and r ~= 3 then node_error(node, "size of %d values (4 or 5)", #size) end
+    local N = size[1]
+    local function lin(n)                                -- n normalized positions
+      if n == 1 then return fl.zeros({1}) end
+      local k = fl.arange(n):to("float32")
+      if align then return k * fl.full({}, 2 / (n - 1)) - fl.full({}, 1.0) end
+      return (k * fl.full({}, 2.0) + fl.full({}, 1.0)) / fl.full({}, n) - fl.full({}, 1.0)
+    end
+    -- base [pts, r + 1]: (x, y[, z], 1), x the fastest (the last spatial dim)
+    local spatial = {}
+    for i = 1, r do spatial[i] = size[2 + i] end
+    local cols, pts = {}, 1
+    for _, n in ipairs(spatial) do pts = pts * n end
+    for c = 1, r do                                      -- c = 1: x (the last dim)
+      local d = r - c + 1
+      local shape = {}
+      for i = 1, r do shape[i] = i == d and spatial[i] or 1 end
+      cols[c] = lin(spatial[d]):reshape(shape):expand(spatial):reshape({pts, 1})
+    end
+    cols[r + 1] = fl.ones({pts, 1})
+    local base = fl.cat(cols, 2):to(theta.dtype)         -- [pts, r + 1]
+    local g = base:unsqueeze(1):matmul(theta:transpose(2, 3))   -- [N, pts, r]
+    local out = {N}
+    for _, n in ipairs(spatial) do out[#out + 1] = n end
+    out[#out + 1] = r
+    return {g:reshape(out)}
+  end
+end
+
 OPS.Shrink = unary(function(x, p)
   local lo, hi = scalar(x, -p.lambd), scalar(x, p.lambd)
   return fl.where(x:lt(lo), x + scalar(x, p.bias), fl.where(x:gt(hi), x - scalar(x, p.bias), scalar(x, 0)))
