@@ -2716,10 +2716,20 @@ local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
   return math.max(0, math.min(n_in - 1, math.tointeger(i) or i))
 end
 
--- Nearest (mode) or linear (linear true) resizing, one dim at a time: the
--- dim moved to the front, its input rows gathered by index (two rows and
--- their weights when linear: edges repeat, as ONNX's reference pads them).
-local function resize_nearest(node, x, scales, sizes, coord, mode, linear)
+-- Cubic convolution weights (Keys, coefficient A) of the taps at offsets
+-- -1, 0, 1, 2 from floor(x), t = x - floor(x).
+local function cubic_weights(t, A)
+  local function near(s) return ((A + 2) * s - (A + 3)) * s * s + 1 end          -- |s| <= 1
+  local function far(s) return ((A * s - 5 * A) * s + 8 * A) * s - 4 * A end     -- 1 < |s| < 2
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)}
+end
+
+-- Resizing one dim at a time: the dim moved to the front, its input rows
+-- gathered by index, one row per output for nearest (mode, the rounding),
+-- two or four with weights for linear and cubic (interp): rows past the
+-- edge repeat it, as ONNX's reference pads, or with exclude they weigh
+-- nothing and the rest are renormalized.
+local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, exclude)
   local r = x:dim()
   local y = x
   local total = 1.0
@@ -2735,27 +2745,35 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, linear)
     local n_out, scale
     if sizes then
       n_out = math.tointeger(sizes[d])
-      scale = n_out / n_in
+      scale = scales and scales[d] or n_out / n_in       -- both: a kept aspect ratio
     else
       scale = scales[d]
       n_out = math.floor(n_in * scale)
     end
     if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
     if n_out ~= n_in or scale ~= 1 then
-      local idx, idx1, wts = {}, {}, {}
+      local ntap = interp == "cubic" and 4 or interp == "linear" and 2 or 1
+      local taps = {}
+      for k = 1, ntap do taps[k] = {idx = {}, w = {}} end
       for o = 0, n_out - 1 do
-        if linear then
+        if interp == "nearest" then
+          taps[1].idx[o + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode)
+        else
           local c = resize_coord(node, o, n_in, n_out, scale, coord)
           local f = math.floor(c)
-          idx[#idx + 1] = math.max(0, math.min(n_in - 1, f))
-          idx1[#idx1 + 1] = math.max(0, math.min(n_in - 1, f + 1))
-          wts[#wts + 1] = c - f
-        else
-          idx[#idx + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode)
+          local ws = interp == "linear" and {1 - (c - f), c - f} or cubic_weights(c - f, A)
+          local first = interp == "linear" and f or f - 1
+          local sum = 0
+          for k = 1, ntap do
+            local i = first + k - 1
+            if exclude and (i < 0 or i > n_in - 1) then ws[k] = 0 end
+            sum = sum + ws[k]
+            taps[k].idx[o + 1] = math.max(0, math.min(n_in - 1, i))
+          end
+          for k = 1, ntap do taps[k].w[o + 1] = exclude and sum ~= 0 and ws[k] / sum or ws[k] end
         end
       end
       local function itensor(v) return #v > 0 and fl.tensor(v, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}) end
-      local it = itensor(idx)
       -- gather along d: move d to the front, rows of a 2-D table
       local perm = {d}
       for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
@@ -2763,10 +2781,13 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, linear)
       local rest = {}
       for k = 2, r do rest[#rest + 1] = yt.shape[k] end
       local y2 = yt:reshape({n_in, prod(rest, 1, #rest)})
-      local g = fl.embedding(it, y2)
-      if linear and n_out > 0 then
-        local w = fl.tensor(wts, {dtype = "float32"}):to(x.dtype):reshape({n_out, 1})
-        g = g * (scalar(g, 1) - w) + fl.embedding(itensor(idx1), y2) * w
+      local g
+      for k = 1, ntap do
+        local gk = fl.embedding(itensor(taps[k].idx), y2)
+        if interp ~= "nearest" and n_out > 0 then
+          gk = gk * fl.tensor(taps[k].w, {dtype = "float32"}):to(x.dtype):reshape({n_out, 1})
+        end
+        g = g and g + gk or gk
       end
       local gs = {n_out}
       for _, k in ipairs(rest) do gs[#gs + 1] = k end
@@ -2788,9 +2809,12 @@ OPS.Resize = function(node, attrs, opset)
   -- opset 18's attributes, which exporters write at their defaults
   if attr(attrs, "antialias", 0) ~= 0 then unsupported(node, "antialias = 1") end
   local policy = attr(attrs, "keep_aspect_ratio_policy", "stretch")
-  if policy ~= "stretch" then unsupported(node, "keep_aspect_ratio_policy '%s'", policy) end
+  if policy ~= "stretch" and policy ~= "not_larger" and policy ~= "not_smaller" then
+    node_error(node, "keep_aspect_ratio_policy '%s'", policy)
+  end
   local mode = attr(attrs, "mode", "nearest")
-  if mode ~= "nearest" and mode ~= "linear" then unsupported(node, "mode '%s' (nearest and linear only)", mode) end
+  if mode ~= "nearest" and mode ~= "linear" and mode ~= "cubic" then node_error(node, "mode '%s'", mode) end
+  local A, exclude = attr(attrs, "cubic_coeff_a", -0.75), attr(attrs, "exclude_outside", 0) ~= 0
   local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
   if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
   local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
@@ -2814,8 +2838,33 @@ OPS.Resize = function(node, attrs, opset)
       if scales then scales = full else sizes = full end
     end
     if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
-    if mode == "linear" then need_float(node, x) end
-    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode == "linear")}
+    if sizes and policy ~= "stretch" then
+      -- one scale for the given axes, the smallest (not_larger) or largest
+      -- (not_smaller) of theirs, each size rounded from it (half to even)
+      local pick
+      local axes = {}
+      sizes = {table.unpack(sizes)}                    -- a constant's own table: not ours to change
+      for i, a in ipairs(attrs.axes or {}) do axes[axis(node, a, x:dim())] = true end
+      for d = 1, x:dim() do
+        if not attrs.axes or axes[d] then
+          local s = sizes[d] / x.shape[d]
+          if not pick or (policy == "not_larger" and s < pick) or (policy == "not_smaller" and s > pick) then pick = s end
+        end
+      end
+      scales = {}
+      for d = 1, x:dim() do
+        if not attrs.axes or axes[d] then
+          local v = pick * x.shape[d]
+          local f = math.floor(v)
+          local n = (v - f > 0.5 or (v - f == 0.5 and f % 2 == 1)) and f + 1 or f
+          sizes[d], scales[d] = n, pick
+        else
+          scales[d] = 1.0
+        end
+      end
+    end
+    if mode ~= "nearest" then need_float(node, x) end
+    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode, A, exclude)}
   end
 end
 
@@ -2828,7 +2877,7 @@ OPS.Upsample = function(node, attrs, opset)
     local x = T(node, ins[1])
     local scales = opset < 9 and attrs.scales or floats(node, ins[2], "scales")
     if #scales ~= x:dim() then node_error(node, "scales for another rank") end
-    return {resize_nearest(node, x, scales, nil, "asymmetric", "floor")}
+    return {resize_nearest(node, x, scales, nil, "asymmetric", "floor", "nearest")}
   end
 end
 
