@@ -161,10 +161,12 @@ do
   t.is(fl.compile(rz, {backend = "cpu"})(rx):tolist(), want_r, "... compiled, its scales a constant")
   t.raises(function()
     fl.load_onnx(P2.write(path("resize_lin.onnx"), P2.model{opset = 13, nodes = {
-      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz", attrs = {mode = "cubic"}}},
+      {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz",
+       attrs = {mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize"}}},
       inits = {{name = "scales", dims = {4}, floats = {1, 1, 2, 2}}},
       inputs = {{name = "x", dims = {1, 1, 2, 2}}}, outputs = {{name = "y"}}}))
-  end, "node 'rz' %(Resize, opset 13%): mode 'cubic' %(nearest and linear only%) is unsupported", "Resize cubic refused")
+  end, "node 'rz' %(Resize, opset 13%): coordinate_transformation_mode 'tf_crop_and_resize' is unsupported",
+  "Resize tf_crop_and_resize refused by name")
 end
 
 -- ---- batch compile (how the conformance runner compiles its cases) ----------------
