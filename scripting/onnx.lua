@@ -1953,6 +1953,126 @@ OPS.Round = rounding(function(x, t)
   return f + up:gt(i64(0)):to("float32")
 end)
 
+-- Ops whose output size depends on the input's values (NonZero, Compress,
+-- Unique) read those values (a graph break under fl.compile, as Dynamo's
+-- on nonzero(); refused by fl.capture's one graph) and compute in Lua.
+local function data_values(node, t, what)
+  if fl._tracing() and not pcall(t.tolist, t) then
+    unsupported(node, "%s: an output size computed from graph inputs under capture (from their values)", what)
+  end
+  return t:reshape({-1}):tolist()
+end
+
+-- the rows of x (moved to the front along d) picked by the 0-based idx list
+local function take_along(x, d, idx)
+  local r = x:dim()
+  local perm = {d}
+  for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
+  local xt = x:permute(perm):contiguous()
+  local rest = {}
+  for k = 2, r do rest[#rest + 1] = xt.shape[k] end
+  local it = #idx > 0 and fl.tensor(idx, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"})
+  local g = fl.embedding(it, xt:reshape({xt.shape[1], prod(rest, 1, #rest)}))
+  local gs = {#idx}
+  for _, k in ipairs(rest) do gs[#gs + 1] = k end
+  g = g:reshape(gs)
+  local back = {}
+  for k = 2, d do back[#back + 1] = k end
+  back[#back + 1] = 1
+  for k = d + 1, r do back[#back + 1] = k end
+  return (r > 1 and g:permute(back) or g):contiguous()
+end
+
+OPS.NonZero = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1])
+    local shape, r = x.shape, x:dim()
+    if r == 0 then unsupported(node, "a 0-d input") end
+    local vals = data_values(node, x, "NonZero")
+    local rows = {}
+    for d = 1, r do rows[d] = {} end
+    for i, v in ipairs(vals) do
+      if v ~= 0 and v ~= false then                  -- its row-major coordinates
+        local rem = i - 1
+        for d = r, 1, -1 do
+          rows[d][#rows[d] + 1] = rem % shape[d]
+          rem = rem // shape[d]
+        end
+      end
+    end
+    if #rows[1] == 0 then return {fl.zeros({r, 0}, {dtype = "int64"})} end
+    return {fl.tensor(rows, {dtype = "int64"})}
+  end
+end
+
+OPS.Compress = function(node, attrs)
+  known_attrs(node, attrs, set("axis"))
+  return function(ins)
+    local x, c = T(node, ins[1]), T(node, ins[2], "condition")
+    local keep = data_values(node, c, "Compress")
+    if attrs.axis == nil then x = x:reshape({-1}) end
+    local d = attrs.axis and axis(node, attrs.axis, x:dim()) or 1
+    local idx = {}
+    for i, v in ipairs(keep) do
+      if i > x.shape[d] then break end
+      if v ~= 0 and v ~= false then idx[#idx + 1] = i - 1 end
+    end
+    return {take_along(x, d, idx)}
+  end
+end
+
+-- Unique: the distinct values (or slices along axis), sorted or in the
+-- order they first appear, with the first index of each, the index of
+-- each input element's unique value, and the counts.
+OPS.Unique = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "sorted"))
+  local sorted = attr(attrs, "sorted", 1) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    local flat = attrs.axis == nil
+    local xs = flat and x:reshape({-1}) or x
+    local d = flat and 1 or axis(node, attrs.axis, x:dim())
+    local n = xs.shape[d]
+    -- each slice along d as a list of its values
+    local moved = flat and xs:reshape({n, 1}) or take_along(xs, d, (function()
+      local a = {} for i = 0, n - 1 do a[#a + 1] = i end return a end)())
+    if not flat then
+      local perm = {d}
+      for k = 1, x:dim() do if k ~= d then perm[#perm + 1] = k end end
+      moved = moved:permute(perm):contiguous():reshape({n, -1})
+    end
+    local vals = data_values(node, moved, "Unique")
+    local w = n > 0 and #vals // n or 0
+    local function slice(i) return table.pack(table.unpack(vals, (i - 1) * w + 1, i * w)) end
+    local function key(s) return table.concat(s, ",", 1, s.n) end
+    local first, order, inverse, counts = {}, {}, {}, {}
+    for i = 1, n do
+      local k = key(slice(i))
+      if not first[k] then first[k] = i; order[#order + 1] = i end
+    end
+    if sorted then
+      table.sort(order, function(a, b)
+        local sa, sb = slice(a), slice(b)
+        for j = 1, sa.n do if sa[j] ~= sb[j] then return sa[j] < sb[j] end end
+        return false
+      end)
+    end
+    local pos = {}
+    for u, i in ipairs(order) do pos[key(slice(i))] = u - 1; counts[u] = 0 end
+    for i = 1, n do
+      local u = pos[key(slice(i))]
+      inverse[i] = u
+      counts[u + 1] = counts[u + 1] + 1
+    end
+    local idx = {}
+    for u, i in ipairs(order) do idx[u] = i - 1 end
+    local y = take_along(xs, d, idx)
+    local function ivec(v) return #v > 0 and fl.tensor(v, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}) end
+    return {y, ivec(idx), ivec(inverse), ivec(counts)}
+  end
+end
+
 -- Swish (opset 24) and SwiGLU (opset 28): x sigmoid(alpha x), the latter
 -- gating B with it.
 OPS.Swish = unary(function(x, p)
