@@ -391,6 +391,25 @@ OPS.Cos = unary(function(x) return x:cos() end)
 OPS.Tan = unary(function(x) return x:sin() / x:cos() end)
 OPS.Sinh = unary(function(x) return (x:exp() - (-x):exp()) / scalar(x, 2) end)
 OPS.Cosh = unary(function(x) return (x:exp() + (-x):exp()) / scalar(x, 2) end)
+-- The inverse hyperbolic functions from log and sqrt; near 0, where the
+-- log of a number close to 1 keeps few of its digits, their odd series to
+-- x^5 (the next term is below 1e-14 of x there).
+local function small(x, series, other)
+  return fl.where(x:abs():lt(scalar(x, 0.01)), series, other)
+end
+OPS.Asinh = unary(function(x)
+  local a = x:abs()
+  local y = (a + (a * a + scalar(x, 1)):sqrt()):log()
+  local x2 = x * x
+  return small(x, x * (scalar(x, 1) - x2 * (scalar(x, 1 / 6) - x2 * scalar(x, 3 / 40))),
+               fl.where(x:lt(scalar(x, 0)), -y, y))
+end)
+OPS.Acosh = unary(function(x) return (x + (x * x - scalar(x, 1)):sqrt()):log() end)
+OPS.Atanh = unary(function(x)
+  local x2 = x * x
+  return small(x, x * (scalar(x, 1) + x2 * (scalar(x, 1 / 3) + x2 * scalar(x, 1 / 5))),
+               ((scalar(x, 1) + x) / (scalar(x, 1) - x)):log() * scalar(x, 0.5))
+end)
 OPS.Reciprocal = unary(function(x) return scalar(x, 1) / x end)
 OPS.Softsign = unary(function(x) return x / (x:abs() + scalar(x, 1)) end)
 OPS.Softplus = unary(function(x) return (x:exp() + scalar(x, 1)):log() end)

@@ -548,4 +548,21 @@ do
   end, "opset 3000 of ai.onnx is unsupported %(1 to 28 known%)", "an absurd opset is refused")
 end
 
+-- ---- Asinh, Acosh, Atanh: float32's precision near 0 too (their series there)
+do
+  local worst = 0
+  for _, op in ipairs{"Asinh", "Atanh", "Acosh"} do
+    local m = fl.load_onnx(P.write(path("inv.onnx"), P.model{opset = 13, nodes = {{op = op, inputs = {"x"}, outputs = {"y"}, name = "a"}},
+      inputs = {{name = "x", dims = {6}}}, outputs = {{name = "y"}}}))
+    local xs = op == "Acosh" and {1.5, 2.0, 10.0, 1.25, 3.0, 100.0} or {1e-6, -3e-3, 0.2, -0.7, 0.009, -0.0099}
+    local ys = {m(fl.tensor(xs)):tolist(), fl.compile(m, {backend = "cpu"})(fl.tensor(xs)):tolist()}
+    for i, v in ipairs(xs) do
+      local want = op == "Asinh" and math.log(math.abs(v) + math.sqrt(v * v + 1)) * (v < 0 and -1 or 1)
+        or op == "Atanh" and 0.5 * math.log((1 + v) / (1 - v)) or math.log(v + math.sqrt(v * v - 1))
+      for _, y in ipairs(ys) do worst = math.max(worst, math.abs(y[i] - want) / math.abs(want)) end
+    end
+  end
+  t.ok(worst < 1e-6, ("Asinh, Atanh, Acosh within 1e-6 relative, eager and compiled, near 0 too (worst %.1e)"):format(worst))
+end
+
 t.done()
