@@ -50,7 +50,10 @@ for line in log:gmatch("[^\n]+") do
   kinds[k] = (kinds[k] or 0) + 1
 end
 print(("2. after decompose: %d ops; after optimize: %d ops:"):format(gd:stats().ops, go:stats().ops))
-for k, n in pairs(kinds) do print(("   %5d  %s"):format(n, k)) end
+local by_count = {}
+for k in pairs(kinds) do by_count[#by_count + 1] = k end
+table.sort(by_count, function(a, b) return kinds[a] > kinds[b] or (kinds[a] == kinds[b] and a < b) end)
+for _, k in ipairs(by_count) do print(("   %5d  %s"):format(kinds[k], k)) end
 print("   optimize adds ops: the folded weights are computed in the graph from the")
 print("   parameters, which stay bound by reference (a weight changed in place is seen),")
 print("   so every call recomputes them: traffic about the size of the weights, counted below;")
