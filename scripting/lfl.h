@@ -86,6 +86,9 @@ void lfl_open_tensor(lua_State *L, int meta, int methods);
 /* The object (graph or plan) made from the Graph at src came from src's
 ** captured graph: what "op by op" means in p:memory() (lfl_memory.c). */
 void lfl_note_origin(lua_State *L, int src, const void *made);
+/* The memory chart of plan p as SVG (malloc'd), or NULL with e set. */
+struct fuse_plan;
+char *lfl_memory_svg(lua_State *L, const struct fuse_plan *p, fl_err *e);
 /* Push t's shape as a Lua array (x.shape). */
 void lfl_pushshape(lua_State *L, const fl_tensor *t);
 

@@ -148,6 +148,24 @@ static void stage_trace(lua_State *L, mem_call *c, int idx, const char *what, ch
   lua_pop(L, 1);
 }
 
+/* The chart of plan p as SVG (malloc'd) for the report, or NULL with e set. */
+char *lfl_memory_svg(lua_State *L, const fuse_plan *p, fl_err *e) {
+  fuse_mem_trace t;
+  viz_mem_chart mc;
+  const ir_graph *cap = NULL;
+  char *svg = NULL;
+  size_t len;
+  push_origin(L, p);
+  if (luaL_testudata(L, -1, "fl.Graph")) cap = lfl_checkgraph(L, -1);
+  if (fuse_mem_trace_build(p, cap, &t, e) != FL_OK) { lua_pop(L, 1); return NULL; }
+  lua_pop(L, 1);
+  memset(&mc, 0, sizeof mc);
+  mc.t = &t;
+  if (viz_mem_render_mem(&mc, "svg", &svg, &len, e) != FL_OK) svg = NULL;
+  fuse_mem_trace_free(&t);
+  return svg;
+}
+
 /* ---- p:memory() ----------------------------------------------------------- */
 
 static void push_steps(lua_State *L, const fuse_mem_curve *cv) {

@@ -195,8 +195,25 @@ static const char *kind_name(fk_kind k) {
 ** (what fl.compile made, in order).  One plan: exactly what the C layer
 ** reports for a plan.  Several: every kernel and decision, tagged with
 ** its graph, and the pictures of all graphs before and after. */
+/* The memory chart of the first graph's plan (a report of several says
+** which); a chart that cannot be made leaves the section out. */
+static void fill_memory(lua_State *L, rep *R, const lfl_viz_list *l) {
+  fl_err e;
+  char *svg;
+  if (l->n < 1 || !l->plan[0]) return;
+  err_clear(&e);
+  if (!(svg = lfl_memory_svg(L, l->plan[0], &e))) return;
+  lua_pushstring(L, svg);
+  free(svg);
+  R->r.memory_svg = lfl_viz_keep(L, R->keep);
+  lua_pushfstring(L, "op results alive at each step, op by op against fused%s",
+                  l->n > 1 ? " (graph 1)" : "");
+  R->r.memory_label = lfl_viz_keep(L, R->keep);
+}
+
 static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   viz_report *r = &R->r;
+  fill_memory(L, R, l);
   lfl_viz_list before;
   viz_kernel_row *rows;
   viz_decision_row *dec;

@@ -266,6 +266,14 @@ static void summary(strbuf *b, const viz_report *r) {
   strbuf_printf(b, "</section>\n");
 }
 
+/* The memory chart (fl.draw_memory's picture), when the caller made one. */
+static void memory(strbuf *b, const viz_report *r) {
+  if (!r->memory_svg) return;
+  section(b, "memory", "Memory alive at each step");
+  embed_svg(b, r->memory_svg, r->memory_label ? r->memory_label : "memory", "memory-chart");
+  strbuf_printf(b, "</section>\n");
+}
+
 static void graphs(strbuf *b, const viz_report *r) {
   section(b, "graphs", "Graphs before and after fusion");
   if (!r->before_svg && !r->after_svg) none(b, "no graphs given");
@@ -682,13 +690,16 @@ char *viz_report_html(const viz_report *r, fl_err *e) {
     strbuf_printf(&b, "</p>");
   }
   strbuf_printf(&b, "\n<nav><a href=\"#summary\">summary</a>%s<a href=\"#graphs\">graphs</a>"
-                "<a href=\"#kernels\">kernels</a><a href=\"#decisions\">decisions</a>"
+                "%s<a href=\"#kernels\">kernels</a><a href=\"#decisions\">decisions</a>"
                 "<a href=\"#code\">code</a><a href=\"#guards\">guards</a><a href=\"#breaks\">breaks</a>"
                 "<a href=\"#timings\">timings</a>%s</nav></div></header>\n<main>\n",
-                r->nsteps ? "<a href=\"#steps\">pass by pass</a>" : "", r->nchecklist || r->recommendation ? "<a href=\"#checklist\">checklist</a>" : "");
+                r->nsteps ? "<a href=\"#steps\">pass by pass</a>" : "",
+                r->memory_svg ? "<a href=\"#memory\">memory</a>" : "",
+                r->nchecklist || r->recommendation ? "<a href=\"#checklist\">checklist</a>" : "");
   summary(&b, r);
   if (r->nsteps) stepper(&b, r);
   graphs(&b, r);
+  memory(&b, r);
   kernels(&b, r);
   decisions(&b, r);
   code(&b, r);

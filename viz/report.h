@@ -84,6 +84,8 @@ typedef struct viz_report {
   const viz_kv *summary;           /* headline numbers */
   int nsummary;
   const char *before_svg;          /* from viz_render_mem(..., "svg"), or NULL */
+  const char *memory_svg;          /* bytes alive at each step (viz/memory.h), or NULL */
+  const char *memory_label;
   const char *before_label;        /* "captured: 42 kernels ..." */
   const char *after_svg;
   const char *after_label;

@@ -186,6 +186,17 @@ do
   t.ok(not read(rp):find("of roof", 1, true), "a plan never timed has no roofline columns")
   os.remove(rp)
 end
+-- ---- the memory chart (fl.draw_memory's) in its own section
+do
+  local rp = dir .. "/fl_mem_" .. os.time() .. ".html"
+  local g = fl.capture(function(a) return ((a * 2):exp() + a):sum(-1) end, fl.randn(64, 64))
+  fl.report(g:fuse(), rp)
+  local h = read(rp)
+  local sec = h:match('<section id="memory">.-</section>') or ""
+  t.ok(sec:find("<svg", 1, true) and sec:find("op by op", 1, true) and sec:find("fused", 1, true)
+       and h:find('href="#memory"', 1, true), "the report has the memory chart, both curves named, and a link to it")
+  os.remove(rp)
+end
 os.remove(path)
 pcall(fl.cache_clear)
 fl._cache_use_dir(saved_cache)
