@@ -565,4 +565,75 @@ do
   t.ok(worst < 1e-6, ("Asinh, Atanh, Acosh within 1e-6 relative, eager and compiled, near 0 too (worst %.1e)"):format(worst))
 end
 
+-- ---- NonZero, Compress, Unique (sizes from the data) and GridSample against
+-- their definitions computed here in Lua; eager, and compiled (a graph break
+-- for the first three)
+do
+  math.randomseed(5)
+  local function load(name, m) return fl.load_onnx(P.write(path(name), P.model(m))) end
+  local x = fl.tensor{{0.0, 2.0, 0.0, 1.0}, {3.0, 0.0, 0.0, 3.0}, {0.0, 2.0, 1.0, 0.0}}
+  local nz = load("nz.onnx", {opset = 13, nodes = {{op = "NonZero", inputs = {"x"}, outputs = {"y"}, name = "n"}},
+    inputs = {{name = "x", dims = {3, 4}}}, outputs = {{name = "y", dtype = "int64"}}})
+  local want = {{0, 0, 1, 1, 2, 2}, {1, 3, 0, 3, 1, 2}}
+  t.is(nz(x):tolist(), want, "NonZero: row-major coordinates of the nonzero elements")
+  local cnz = fl.compile(nz, {backend = "cpu"})
+  t.is(cnz(x):tolist(), want, "... compiled (a graph break where the values are read)")
+  local x2 = fl.tensor{{1.0, 0.0}, {0.0, 0.0}, {0.0, 5.0}}
+  local nz2 = load("nz2.onnx", {opset = 13, nodes = {{op = "NonZero", inputs = {"x"}, outputs = {"y"}, name = "n"}},
+    inputs = {{name = "x", dims = {3, 2}}}, outputs = {{name = "y", dtype = "int64"}}})
+  t.is(fl.compile(nz2, {backend = "cpu"})(x2):tolist(), {{0, 2}, {0, 1}}, "... on other data, another size")
+  local cp = load("cp.onnx", {opset = 13, nodes = {{op = "Compress", inputs = {"x", "c"}, outputs = {"y"}, name = "c", attrs = {axis = 1}}},
+    inputs = {{name = "x", dims = {3, 4}}, {name = "c", dims = {4}, dtype = "bool"}}, outputs = {{name = "y"}}})
+  local c = fl.tensor({true, false, true, true}, {dtype = "bool"})
+  t.is(cp(x, c):tolist(), {{0, 0, 1}, {3, 0, 3}, {0, 1, 0}}, "Compress along axis 1 keeps the columns marked")
+  t.is(fl.compile(cp, {backend = "cpu"})(x, c):tolist(), {{0, 0, 1}, {3, 0, 3}, {0, 1, 0}}, "... compiled")
+  local un = load("un.onnx", {opset = 13, nodes = {{op = "Unique", inputs = {"x"}, outputs = {"y", "i", "v", "n"}, name = "u", attrs = {sorted = 1}}},
+    inputs = {{name = "x", dims = {3, 4}}}, outputs = {{name = "y"}, {name = "i", dtype = "int64"}, {name = "v", dtype = "int64"}, {name = "n", dtype = "int64"}}})
+  -- by hand: the flattened values, their sorted distinct values, first
+  -- index, inverse and counts
+  local flat = {}
+  for _, row in ipairs(x:tolist()) do for _, v in ipairs(row) do flat[#flat + 1] = v end end
+  local first, distinct = {}, {}
+  for i, v in ipairs(flat) do if not first[v] then first[v] = i - 1; distinct[#distinct + 1] = v end end
+  table.sort(distinct)
+  local pos, counts, inverse, idx = {}, {}, {}, {}
+  for u, v in ipairs(distinct) do pos[v] = u - 1; counts[u] = 0; idx[u] = first[v] end
+  for i, v in ipairs(flat) do inverse[i] = pos[v]; counts[pos[v] + 1] = counts[pos[v] + 1] + 1 end
+  local y, i, v, n = un(x)
+  t.is({y:tolist(), i:tolist(), v:tolist(), n:tolist()}, {distinct, idx, inverse, counts},
+       "Unique (sorted): values, first indices, inverse indices and counts as computed by hand")
+  local cy, ci, cv, cn = fl.compile(un, {backend = "cpu"})(x)
+  t.is({cy:tolist(), ci:tolist(), cv:tolist(), cn:tolist()}, {distinct, idx, inverse, counts}, "... compiled")
+  -- GridSample bilinear, zeros padding, align_corners 0: each output point
+  -- by hand from its four neighbours
+  local X = fl.randn(1, 2, 4, 5)
+  local G = fl.rand(1, 3, 3, 2) * 2.4 - 1.2
+  local gs = load("gs.onnx", {opset = 16, nodes = {{op = "GridSample", inputs = {"x", "g"}, outputs = {"y"}, name = "gs",
+    attrs = {mode = "bilinear", padding_mode = "zeros", align_corners = 0}}},
+    inputs = {{name = "x", dims = {1, 2, 4, 5}}, {name = "g", dims = {1, 3, 3, 2}}}, outputs = {{name = "y"}}})
+  local xs, gv = X:tolist()[1], G:tolist()[1]
+  local H, W = 4, 5
+  local function px(ch, yy, xx)
+    if yy < 0 or yy >= H or xx < 0 or xx >= W then return 0 end
+    return xs[ch][yy + 1][xx + 1]
+  end
+  local ref = {{}, {}}
+  for ch = 1, 2 do
+    for a = 1, 3 do
+      ref[ch][a] = {}
+      for b = 1, 3 do
+        local gx, gy = gv[a][b][1], gv[a][b][2]
+        local fx, fy = ((gx + 1) * W - 1) / 2, ((gy + 1) * H - 1) / 2
+        local x0, y0 = math.floor(fx), math.floor(fy)
+        local wx, wy = fx - x0, fy - y0
+        ref[ch][a][b] = px(ch, y0, x0) * (1 - wx) * (1 - wy) + px(ch, y0, x0 + 1) * wx * (1 - wy)
+          + px(ch, y0 + 1, x0) * (1 - wx) * wy + px(ch, y0 + 1, x0 + 1) * wx * wy
+      end
+    end
+  end
+  local refT = fl.tensor({ref})
+  t.ok(fl.allclose(gs(X, G), refT, 1e-5, 1e-5) and fl.allclose(fl.compile(gs, {backend = "cpu"})(X, G), refT, 1e-5, 1e-5),
+       "GridSample bilinear with zero padding against its definition, eager and compiled")
+end
+
 t.done()
