@@ -287,6 +287,19 @@ static void triad_once(void *p) {
   sink = t->a[t->n / 2];
 }
 
+/* Three 64-byte-aligned float arrays of bytes each, or none (FL_ENOMEM,
+** naming the measurement). */
+static int alloc3(float **a, float **b, float **c, size_t bytes, const char *what, fl_err *e) {
+  *a = aligned_alloc(64, bytes);
+  *b = aligned_alloc(64, bytes);
+  *c = aligned_alloc(64, bytes);
+  if (*a && *b && *c) return FL_OK;
+  free(*a); free(*b); free(*c);
+  *a = *b = *c = NULL;
+  return err_set(e, FL_ENOMEM, "machine_peaks: cannot allocate 3 x %.0f MiB for the %s "
+                 "measurement", (double)bytes / 1048576.0, what);
+}
+
 static int measure_copy(roof_peaks *p, meas_summary *s, fl_err *e) {
   double total = 4.0 * llc_bytes();
   triad_arg t;
@@ -295,14 +308,7 @@ static int measure_copy(roof_peaks *p, meas_summary *s, fl_err *e) {
   if (total > TRIAD_MAX_MIB * 1048576.0) total = TRIAD_MAX_MIB * 1048576.0;
   t.n = (int64_t)(total / 3.0 / sizeof(float)) / 64 * 64;
   bytes = (size_t)t.n * sizeof(float);
-  t.a = aligned_alloc(64, bytes);
-  t.b = aligned_alloc(64, bytes);
-  t.c = aligned_alloc(64, bytes);
-  if (!t.a || !t.b || !t.c) {
-    free(t.a); free(t.b); free(t.c);
-    return err_set(e, FL_ENOMEM, "machine_peaks: cannot allocate 3 x %.0f MiB for the bandwidth "
-                   "measurement", (double)bytes / 1048576.0);
-  }
+  if (alloc3(&t.a, &t.b, &t.c, bytes, "bandwidth", e) != FL_OK) return e->code;
   first_touch(t.a, t.b, t.c, t.n);
   triad_once(&t);                                  /* threads up, pages mapped */
   time_runs(triad_once, &t, s);
@@ -367,14 +373,7 @@ static int measure_product(roof_peaks *p, meas_summary *s, fl_err *e) {
   cpu_blas_pick();
   for (;;) {
     bytes = (size_t)m.n * (size_t)m.n * sizeof(float);
-    m.a = aligned_alloc(64, bytes);
-    m.b = aligned_alloc(64, bytes);
-    m.c = aligned_alloc(64, bytes);
-    if (!m.a || !m.b || !m.c) {
-      free(m.a); free(m.b); free(m.c);
-      return err_set(e, FL_ENOMEM, "machine_peaks: cannot allocate 3 x %.0f MiB for the product "
-                     "measurement", (double)bytes / 1048576.0);
-    }
+    if (alloc3(&m.a, &m.b, &m.c, bytes, "product", e) != FL_OK) return e->code;
     for (i = 0; i < (size_t)m.n * (size_t)m.n; i++) {
       m.a[i] = (float)(i % 7) * 0.25f;
       m.b[i] = (float)(i % 5) * 0.5f;

@@ -2053,14 +2053,10 @@ OPS.Unique = function(node, attrs)
     local xs = flat and x:reshape({-1}) or x
     local d = flat and 1 or axis(node, attrs.axis, x:dim())
     local n = xs.shape[d]
-    -- each slice along d as a list of its values
-    local moved = flat and xs:reshape({n, 1}) or take_along(xs, d, (function()
-      local a = {} for i = 0, n - 1 do a[#a + 1] = i end return a end)())
-    if not flat then
-      local perm = {d}
-      for k = 1, x:dim() do if k ~= d then perm[#perm + 1] = k end end
-      moved = moved:permute(perm):contiguous():reshape({n, -1})
-    end
+    -- each slice along d as a row
+    local perm = {d}
+    for k = 1, xs:dim() do if k ~= d then perm[#perm + 1] = k end end
+    local moved = xs:permute(perm):contiguous():reshape({n, -1})
     local vals = data_values(node, moved, "Unique")
     local w = n > 0 and #vals // n or 0
     local function slice(i) return table.pack(table.unpack(vals, (i - 1) * w + 1, i * w)) end
@@ -2912,30 +2908,17 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
           for k = 1, ntap do taps[k].w[o + 1] = exclude and sum ~= 0 and ws[k] / sum or ws[k] end
         end
       end
-      local function itensor(v) return #v > 0 and fl.tensor(v, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}) end
-      -- gather along d: move d to the front, rows of a 2-D table
-      local perm = {d}
-      for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
-      local yt = r > 1 and y:permute(perm):contiguous() or y
-      local rest = {}
-      for k = 2, r do rest[#rest + 1] = yt.shape[k] end
-      local y2 = yt:reshape({n_in, prod(rest, 1, #rest)})
+      local wshape = {}                                 -- a tap's weights along d
+      for k = 1, r do wshape[k] = k == d and n_out or 1 end
       local g
       for k = 1, ntap do
-        local gk = fl.embedding(itensor(taps[k].idx), y2)
+        local gk = take_along(y, d, taps[k].idx)
         if interp ~= "nearest" and n_out > 0 then
-          gk = gk * fl.tensor(taps[k].w, {dtype = "float32"}):to(x.dtype):reshape({n_out, 1})
+          gk = gk * fl.tensor(taps[k].w, {dtype = "float32"}):to(x.dtype):reshape(wshape)
         end
         g = g and g + gk or gk
       end
-      local gs = {n_out}
-      for _, k in ipairs(rest) do gs[#gs + 1] = k end
-      g = g:reshape(gs)
-      local back = {}
-      for k = 2, d do back[#back + 1] = k end
-      back[#back + 1] = 1
-      for k = d + 1, r do back[#back + 1] = k end
-      y = r > 1 and g:permute(back) or g
+      y = g
     end
   end
   return y:contiguous()
