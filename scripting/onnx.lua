@@ -113,15 +113,13 @@ end
 -- goes on with the values: Dynamo's break on .tolist()), which one graph
 -- (fl.capture) cannot take: that is the "unsupported" the message names.
 local function concrete(node, t, what, kind)
-  if fl._tracing() then
-    local ok = pcall(t.tolist, t)
-    if not ok then
-      unsupported(node, "%s computed from graph inputs under capture (a data-dependent %s)", what, kind)
-    end
+  if t:dim() > 1 then node_error(node, "%s must be 0-d or 1-d", what) end
+  local ok, l = pcall(t.tolist, t)
+  if not ok then
+    if not fl._tracing() then error(l, 0) end
+    unsupported(node, "%s computed from graph inputs under capture (a data-dependent %s)", what, kind)
   end
-  local h = host_of_tensor(t)
-  if not h then node_error(node, "%s must be 0-d or 1-d", what) end
-  return h
+  return t:dim() == 0 and host({l}, true) or host(l, false)
 end
 
 local function ints(node, v, what)
@@ -1976,10 +1974,12 @@ end)
 -- Unique) read those values (a graph break under fl.compile, as Dynamo's
 -- on nonzero(); refused by fl.capture's one graph) and compute in Lua.
 local function data_values(node, t, what)
-  if fl._tracing() and not pcall(t.tolist, t) then
+  local ok, l = pcall(function() return t:reshape({-1}):tolist() end)
+  if not ok then
+    if not fl._tracing() then error(l, 0) end
     unsupported(node, "%s: an output size computed from graph inputs under capture (from their values)", what)
   end
-  return t:reshape({-1}):tolist()
+  return l
 end
 
 -- the rows of x (moved to the front along d) picked by the 0-based idx list
