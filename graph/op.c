@@ -11,11 +11,15 @@
 #include "size.h"
 
 const op_info op_table[OP_COUNT] = {
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) \
-  {name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr},
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) \
+  {name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves},
 #include "ops.def"
 #undef OP
 };
+
+int op_differentiable(fl_op op) {
+  return op >= 0 && op < OP_COUNT && op_table[op].grad != gr_none;
+}
 
 int op_int_compute(fl_op op, const fl_dtype *dt, int nin) {
   int k, any = 0;

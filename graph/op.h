@@ -9,7 +9,7 @@
 #include "tensor.h"
 
 typedef enum fl_op {
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) OP_##id,
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) OP_##id,
 #include "ops.def"
 #undef OP
   OP_COUNT
@@ -56,6 +56,19 @@ typedef double (*op_scalar_fn)(const double *x, const op_attrs *a);
 /* The same in int64 arithmetic (wrapping on overflow). */
 typedef int64_t (*op_iscalar_fn)(const int64_t *x, const op_attrs *a);
 
+/* Derivative rule (graph/grad.h). */
+struct gr_ctx;
+typedef void (*op_grad_fn)(const struct gr_ctx *c, int *gin);
+/* What a rule reads besides the output's gradient (the saves column):
+** inputs by position, the output, and an extra tensor the forward made
+** for backward (dropout's mask).  Only these are kept alive for it. */
+enum {
+  GS_IN0 = 1, GS_IN1 = 2, GS_IN2 = 4, GS_IN3 = 8, GS_IN4 = 16,
+  GS_INS = 31,          /* every input (five at most are saved) */
+  GS_OUT = 1 << 5,
+  GS_EXTRA = 1 << 6
+};
+
 typedef struct op_info {
   const char *name;
   int min_args, max_args;
@@ -67,6 +80,8 @@ typedef struct op_info {
   const char *expr;             /* elementwise ops only, else NULL */
   op_iscalar_fn iscalar;        /* elementwise ops with an int64 form */
   const char *iexpr;            /* its expression, else NULL */
+  op_grad_fn grad;              /* derivative rule; gr_none: none */
+  int saves;                    /* GS_*: what the rule reads */
 } op_info;
 
 extern const op_info op_table[OP_COUNT];
@@ -114,10 +129,14 @@ int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
 int op_broadcast_shapes(const char *opname, const fl_meta *a,
                         const fl_meta *b, fl_meta *out, fl_err *e);
 
-/* The shape rules and reference kernels named in ops.def. */
-#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr) \
+/* 1 when op has a derivative (its grad column is not gr_none). */
+int op_differentiable(fl_op op);
+
+/* The shape rules, reference kernels and derivative rules named in ops.def. */
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) \
   int infer(fl_op, const fl_meta *const *, int, const op_attrs *, fl_meta *, fl_err *); \
-  int ref(fl_op, const fl_tensor *const *, int, const op_attrs *, fl_tensor *, fl_err *);
+  int ref(fl_op, const fl_tensor *const *, int, const op_attrs *, fl_tensor *, fl_err *); \
+  void grad(const struct gr_ctx *, int *);
 #include "ops.def"
 #undef OP
 

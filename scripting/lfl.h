@@ -41,6 +41,8 @@ typedef struct lfl_ud {
   unsigned fresh;   /* made by fl.arange while trace `fresh` recorded: a
                        constant of its graph (eager code makes it anew on
                        every call), not a param bound by reference */
+  struct ag_fn *ag; /* autograd (lfl_autograd.c): the leaf's accumulator
+                       or the op that made it; NULL: no grad required */
 } lfl_ud;
 #define lfl_ud_of(t) ((lfl_ud *)(t))
 #define lfl_islazy(t) (lfl_ud_of(t)->node >= 0)
@@ -91,6 +93,25 @@ struct fuse_plan;
 char *lfl_memory_svg(lua_State *L, const struct fuse_plan *p, fl_err *e);
 /* Push t's shape as a Lua array (x.shape). */
 void lfl_pushshape(lua_State *L, const fl_tensor *t);
+
+/* --- autograd (lfl_autograd.c) ---------------------------------------- */
+int lfl_requires_grad(const fl_tensor *t);
+/* After op ran eagerly into out: record it on the tape when grad mode is
+** on and an input requires grad.  key/block: the random stream's state
+** before the op (dropout draws its mask again from there). */
+void lfl_ag_record(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
+                   const op_attrs *a, fl_tensor *out, uint64_t key, uint64_t block);
+/* Raises when writing src (NULL: a number) into t in place would lose a
+** gradient: t requires grad, or src does and t not (grad mode on). */
+void lfl_ag_check_write(lua_State *L, const fl_tensor *t, const fl_tensor *src,
+                        const char *what);
+/* __gc: the tensor's hold on the tape. */
+void lfl_ag_release(fl_tensor *t);
+/* x.grad, x.requires_grad, x.grad_fn, x.is_leaf: 1 when k is one of them
+** (its value pushed); setting x.grad, x.requires_grad: 1 when handled. */
+int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k);
+int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v);
+void lfl_open_autograd(lua_State *L, int methods, int lib);
 
 /* --- capture (lfl_trace.c) ------------------------------------------- */
 typedef struct lfl_trace lfl_trace;

@@ -171,7 +171,8 @@ static int parse_dtype(lua_State *L, int idx, fl_dtype *out, const char *what) {
 
 void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
                  const char *what) {
-  static const char *const keys[] = {"dtype", "device", NULL};
+  /* requires_grad: read by the factories' wrapper (lfl_autograd.c) */
+  static const char *const keys[] = {"dtype", "device", "requires_grad", NULL};
   if (lua_isnoneornil(L, idx)) return;
   if (lua_type(L, idx) != LUA_TTABLE) luaL_typeerror(L, idx, "options table");
   lfl_checkkeys(L, idx, keys, what);
@@ -790,6 +791,7 @@ int luaopen_fuselab(lua_State *L) {
   lib = lua_gettop(L);
   lfl_open_tensor(L, meta, methods);
   lfl_open_ops(L, meta, methods, lib);
+  lfl_open_autograd(L, methods, lib);
   lua_pushvalue(L, methods);
   lua_setfield(L, lib, "Tensor");
   lua_newtable(L);                     /* filled by the nn modules */

@@ -12,6 +12,7 @@
 
 #include "lfl.h"
 #include "cpu/eager.h"
+#include "graph/rng.h"
 
 /* ---------------------------------------------------------------------- */
 /* THE dispatch point                                                     */
@@ -35,6 +36,7 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
                        int nin, const op_attrs *a) {
   fl_err e;
   fl_tensor *out;
+  uint64_t key, block;
   int rc, k;
   while (nin > 1 && in[nin - 1] == NULL) nin--;
   for (k = 0; k < nin; k++)
@@ -46,6 +48,7 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
       return lfl_cuda_eager(L, op, in, nin, a);
   err_clear(&e);
   out = lfl_newtensor(L);            /* owns the result from the start */
+  rng_get_state(&key, &block);       /* where a dropout's mask is drawn */
   rc = eager_apply(op, in, nin, a, out, &e);
   if (rc == FL_ENOMEM) {
     lfl_collect(L);                  /* garbage may hold the memory */
@@ -55,6 +58,7 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
   if (rc != FL_OK) return lfl_raise(L, op_name(op), &e);
   if (out->st && out->st->refs == 1)  /* new storage, not a view */
     lfl_account(L, out->st->nbytes);
+  lfl_ag_record(L, op, in, nin, a, out, key, block);
   return 1;
 }
 

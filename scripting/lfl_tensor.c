@@ -199,6 +199,7 @@ fl_tensor *lfl_checkoperand(lua_State *L, int idx) {
 static int t_gc(lua_State *L) {
   fl_tensor *t = (fl_tensor *)luaL_checkudata(L, 1, LFL_TENSOR);
   if (lfl_islazy(t)) lfl_trace_forget(L, t);   /* an orphan maybe */
+  lfl_ag_release(t);
   unaccount(L, t);
   ten_release(t);                    /* leaves st NULL: idempotent */
   return 0;
@@ -224,7 +225,8 @@ void lfl_pushshape(lua_State *L, const fl_tensor *t) {
 
 /* The fields __index computes; the metatable lists them as __fields, so
 ** the REPL can complete x.sh as it completes methods. */
-static const char *const tensor_fields[] = {"shape", "dtype", "device", NULL};
+static const char *const tensor_fields[] = {"shape", "dtype", "device", "grad",
+                                            "requires_grad", "grad_fn", "is_leaf", NULL};
 
 /* x[i] as in Torch7: the i-th slice along dim 1 (1-based, negative from
 ** the end), a view that shares x's storage; of a 1-D tensor, the element
@@ -279,7 +281,7 @@ static int t_index(lua_State *L) {
   if (strcmp(k, "shape") == 0) lfl_pushshape(L, t);
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dtype_name(t->m.dtype));
   else if (strcmp(k, "device") == 0) lua_pushstring(L, device_name(t->m.device));
-  else lua_pushnil(L);
+  else if (!lfl_ag_index(L, t, k)) lua_pushnil(L);
   return 1;
 }
 
@@ -306,8 +308,10 @@ static int t_newindex(lua_State *L) {
     lua_call(L, 2, 0);
     return 0;
   }
+  if (lua_type(L, 2) == LUA_TSTRING && lfl_ag_newindex(L, t, lua_tostring(L, 2), 3))
+    return 0;
   return luaL_error(L, "fl.Tensor: cannot assign field '%s' (tensor fields "
-                    "are read-only; use reshape, to or copy_)",
+                    "are read-only but grad and requires_grad; use reshape, to or copy_)",
                     luaL_tolstring(L, 2, NULL));
 }
 
@@ -709,6 +713,7 @@ static int traced_write(lua_State *L, fl_tensor *t, int idx, const char *what) {
 static int t_copy_(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   if (lua_type(L, 2) != LUA_TNUMBER) lfl_checktensor(L, 2);
+  lfl_ag_check_write(L, t, lfl_totensor(L, 2), "copy_");
   if (traced_write(L, t, 2, "copy_")) { lua_settop(L, 1); return 1; }
   t = lfl_checkdata(L, 1, "copy_");
   check_writable(L, t, "copy_");
@@ -725,6 +730,7 @@ static int t_fill_(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   double v;
   if (lua_type(L, 2) != LUA_TBOOLEAN) luaL_checknumber(L, 2);
+  lfl_ag_check_write(L, t, NULL, "fill_");
   if (traced_write(L, t, 2, "fill_")) { lua_settop(L, 1); return 1; }
   t = lfl_checkdata(L, 1, "fill_");
   if (lua_type(L, 2) == LUA_TBOOLEAN) v = lua_toboolean(L, 2);
@@ -745,6 +751,7 @@ static int t_zero_(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   lua_settop(L, 1);
   lua_pushinteger(L, 0);
+  lfl_ag_check_write(L, t, NULL, "zero_");
   if (traced_write(L, t, 2, "zero_")) { lua_settop(L, 1); return 1; }
   t = lfl_checkdata(L, 1, "zero_");
   check_writable(L, t, "zero_");
@@ -770,6 +777,7 @@ static int t_inplace(lua_State *L) {
   lua_settop(L, 2);
   in[0] = t;
   in[1] = lfl_checkoperand(L, 2);
+  lfl_ag_check_write(L, t, in[1], what);
   op_attrs_init(op, &a);
   /* under capture the op is recorded, then the result written as any
   ** captured write; else (or where that cannot be) it runs eagerly */

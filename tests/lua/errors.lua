@@ -113,7 +113,7 @@ bad(function() return fl.zeros(2, {dtype = "float64"}) end,
     "zeros: unknown dtype 'float64' %(expected float32, float16, bfloat16, int64 or bool%)",
     "unknown dtype")
 bad(function() return fl.zeros(2, {dtpye = "int64"}) end,
-    "zeros: unknown option 'dtpye' %(expected dtype, device%)", "option typo")
+    "zeros: unknown option 'dtpye' %(expected dtype, device, requires_grad%)", "option typo")
 bad(function() return fl.zeros(2, {device = "tpu"}) end,
     "zeros: unknown device 'tpu' %(expected cpu or cuda%)", "unknown device")
 bad(function() return fl.rand(3, {dtype = "int64"}) end,

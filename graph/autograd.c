@@ -1,0 +1,355 @@
+/*
+** autograd.c -- the tape and backward of autograd.h.
+*/
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "grad.h"
+
+static int grad_on = 1;
+static uint64_t next_seq = 1;
+
+int ag_grad_enabled(void) { return grad_on; }
+void ag_set_grad_enabled(int on) { grad_on = on != 0; }
+
+static ag_fn *fn_new(ag_kind kind, int nin, fl_err *e) {
+  ag_fn *f = calloc(1, sizeof *f);
+  int slots = nin + 2;
+  if (f) {
+    f->in_meta = calloc((size_t)(nin ? nin : 1), sizeof *f->in_meta);
+    f->next = calloc((size_t)(nin ? nin : 1), sizeof *f->next);
+    f->saved = calloc((size_t)slots, sizeof *f->saved);
+    f->ver = calloc((size_t)slots, sizeof *f->ver);
+  }
+  if (!f || !f->in_meta || !f->next || !f->saved || !f->ver) {
+    if (f) { free(f->in_meta); free(f->next); free(f->saved); free(f->ver); }
+    free(f);
+    err_set(e, FL_ENOMEM, "autograd: out of memory recording an op");
+    return NULL;
+  }
+  f->refs = 1;
+  f->kind = kind;
+  f->nin = nin;
+  f->seq = next_seq++;
+  f->node = -1;
+  return f;
+}
+
+ag_fn *ag_leaf(const fl_meta *m, fl_err *e) {
+  ag_fn *f = fn_new(AG_LEAF, 0, e);
+  if (f) f->out_meta = *m;
+  return f;
+}
+
+static void save(ag_fn *f, int slot, const fl_tensor *t) {
+  if (!t || !t->st) return;
+  ten_share(&f->saved[slot], t);
+  f->ver[slot] = t->st->version;
+}
+
+ag_fn *ag_record(fl_op op, const op_attrs *a, const fl_tensor *const *in, int nin,
+                 ag_fn *const *next, const fl_tensor *out, const fl_tensor *extra,
+                 fl_err *e) {
+  int saves = op_info_of(op)->saves, k;
+  ag_fn *f = fn_new(AG_OP, nin, e);
+  if (!f) return NULL;
+  f->op = op;
+  f->attrs = *a;
+  f->out_meta = out->m;
+  for (k = 0; k < nin; k++) {
+    if (in[k]) f->in_meta[k] = in[k]->m;
+    else f->in_meta[k].ndim = -1;
+    if ((f->next[k] = next[k]) != NULL) ag_ref(next[k]);
+    if (k < 5 && (saves & (GS_IN0 << k))) save(f, k, in[k]);
+  }
+  if (saves & GS_OUT) save(f, nin, out);
+  if (saves & GS_EXTRA) save(f, nin + 1, extra);
+  return f;
+}
+
+void ag_ref(ag_fn *f) { if (f) f->refs++; }
+
+static void release_saved(ag_fn *f) {
+  int k;
+  for (k = 0; k < f->nin + 2; k++) ten_release(&f->saved[k]);
+}
+
+/* Iterative: freeing the head of a long chain frees the chain. */
+void ag_unref(ag_fn *f) {
+  ag_fn **stack = NULL;
+  int n = 0, cap = 0;
+  if (!f || --f->refs > 0) return;
+  for (;;) {
+    int k;
+    for (k = 0; k < f->nin; k++) {
+      ag_fn *x = f->next[k];
+      if (x && --x->refs == 0) {
+        if (n == cap) {
+          int nc = cap ? cap * 2 : 16;
+          ag_fn **ns = realloc(stack, (size_t)nc * sizeof *ns);
+          if (!ns) { x->refs = 1; continue; }   /* leaks x rather than crash */
+          stack = ns;
+          cap = nc;
+        }
+        stack[n++] = x;
+      }
+    }
+    release_saved(f);
+    ten_release(&f->grad);
+    free(f->in_meta);
+    free(f->next);
+    free(f->saved);
+    free(f->ver);
+    free(f);
+    if (n == 0) break;
+    f = stack[--n];
+  }
+  free(stack);
+}
+
+const char *ag_fn_name(const ag_fn *f, char *buf, size_t n) {
+  const char *s;
+  size_t i = 0;
+  int up = 1;
+  if (f->kind == AG_LEAF) { snprintf(buf, n, "AccumulateGrad"); return buf; }
+  /* log_softmax -> LogSoftmaxBackward */
+  for (s = op_name(f->op); *s && i + 1 < n; s++) {
+    if (*s == '_') { up = 1; continue; }
+    buf[i++] = up ? (char)toupper((unsigned char)*s) : *s;
+    up = 0;
+  }
+  buf[i] = '\0';
+  if (i + 9 < n) strcat(buf, "Backward");
+  return buf;
+}
+
+/* --- backward --------------------------------------------------------- */
+
+typedef struct walk {
+  ag_fn **fns;          /* every fn reached, then sorted newest first */
+  int n, cap;
+} walk;
+
+static int push(walk *w, ag_fn *f, fl_err *e) {
+  if (w->n == w->cap) {
+    int nc = w->cap ? w->cap * 2 : 64;
+    ag_fn **nf = realloc(w->fns, (size_t)nc * sizeof *nf);
+    if (!nf) return err_set(e, FL_ENOMEM, "backward: out of memory");
+    w->fns = nf;
+    w->cap = nc;
+  }
+  w->fns[w->n++] = f;
+  return FL_OK;
+}
+
+static int newest_first(const void *p, const void *q) {
+  uint64_t a = (*(ag_fn *const *)p)->seq, b = (*(ag_fn *const *)q)->seq;
+  return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* Every fn reachable from the roots, marked, newest first. */
+static int reach(walk *w, ag_fn *const *roots, int n, fl_err *e) {
+  int k, i, rc;
+  for (k = 0; k < n; k++)
+    if (roots[k] && !roots[k]->mark) {
+      roots[k]->mark = 1;
+      if ((rc = push(w, roots[k], e)) != FL_OK) return rc;
+    }
+  for (i = 0; i < w->n; i++) {
+    ag_fn *f = w->fns[i];
+    for (k = 0; k < f->nin; k++)
+      if (f->next[k] && !f->next[k]->mark) {
+        f->next[k]->mark = 1;
+        if ((rc = push(w, f->next[k], e)) != FL_OK) return rc;
+      }
+  }
+  qsort(w->fns, (size_t)w->n, sizeof *w->fns, newest_first);
+  return FL_OK;
+}
+
+static void unmark(walk *w) {
+  int i;
+  for (i = 0; i < w->n; i++) { w->fns[i]->mark = 0; w->fns[i]->node = -1; }
+  free(w->fns);
+}
+
+/* v joins f's gradient (a sum when several uses reach it). */
+static void accumulate(gbuild *b, ag_fn *f, int v) {
+  if (v < 0) return;
+  f->node = f->node < 0 ? v : gb_op2(b, OP_ADD, f->node, v);
+}
+
+/* The rule of one fn, its gradients passed on to the fns of its inputs. */
+static int step(gbuild *b, ag_fn *f) {
+  const op_info *oi = op_info_of(f->op);
+  int in[64], gin[64], out = -1, extra = -1, k;
+  unsigned char need[64];
+  gr_ctx c;
+  char s1[64];
+  if (oi->grad == gr_none) return FL_OK;
+  if (f->freed && oi->saves)
+    return err_set(b->e, FL_EINVAL, "backward: %s's saved values were freed by an earlier "
+                   "backward (pass retain_graph = true to the first backward to run "
+                   "backward through the graph twice)", op_name(f->op));
+  for (k = 0; k < f->nin + 2; k++)
+    if (f->saved[k].st && f->saved[k].st->version != f->ver[k]) {
+      const char *what = k < f->nin ? "input" : k == f->nin ? "output" : "mask";
+      return err_set(b->e, FL_EINVAL, "backward: %s's %s %s%s was modified in place after %s "
+                     "used it (version %llu, saved at %llu): its gradient needs the old "
+                     "values; clone it first, or change it after backward",
+                     op_name(f->op), what, k < f->nin ? "" : "",
+                     meta_shape_str(&f->saved[k].m, s1, sizeof s1), op_name(f->op),
+                     (unsigned long long)f->saved[k].st->version,
+                     (unsigned long long)f->ver[k]);
+    }
+  for (k = 0; k < f->nin; k++) {
+    in[k] = f->saved[k].st ? gb_tensor(b, &f->saved[k]) : -1;
+    need[k] = f->next[k] != NULL;
+    gin[k] = -1;
+  }
+  if (f->saved[f->nin].st) out = gb_tensor(b, &f->saved[f->nin]);
+  if (f->saved[f->nin + 1].st) extra = gb_tensor(b, &f->saved[f->nin + 1]);
+  memset(&c, 0, sizeof c);
+  c.b = b;
+  c.op = f->op;
+  c.a = &f->attrs;
+  c.nin = f->nin;
+  c.in = in;
+  c.in_meta = f->in_meta;
+  c.out = out;
+  c.out_meta = &f->out_meta;
+  c.extra = extra;
+  c.g = f->node;
+  c.need = need;
+  oi->grad(&c, gin);
+  for (k = 0; k < f->nin && !b->rc; k++)
+    if (need[k] && gin[k] >= 0)
+      accumulate(b, f->next[k], gb_cast(b, gb_sum_to(b, gin[k], &f->in_meta[k]),
+                                        f->in_meta[k].dtype));
+  if (b->rc && b->e->msg[0] && strncmp(b->e->msg, "backward", 8) != 0) {
+    char msg[FL_ERR_MSG];
+    snprintf(msg, sizeof msg, "%s", b->e->msg);
+    err_set(b->e, b->rc, "backward of %s: %s", op_name(f->op), msg);
+  }
+  return b->rc;
+}
+
+typedef struct built {
+  ir_graph *g;
+  ag_fn **who;          /* output j is the gradient of who[j] */
+  int n;
+} built;
+
+/* The backward graph: outputs the gradients of the wanted fns (want
+** NULL: the leaves and retained fns reached). */
+static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, int n,
+                 ag_fn *const *want, int nwant, built *out, fl_err *e) {
+  gbuild b;
+  int i, k, rc;
+  memset(out, 0, sizeof *out);
+  if ((rc = reach(w, roots, n, e)) != FL_OK) return rc;
+  if (!(out->g = ir_new()) || !(out->who = calloc((size_t)w->n + (size_t)nwant + 1, sizeof *out->who)))
+    return err_set(e, FL_ENOMEM, "backward: out of memory");
+  gb_init(&b, out->g, e);
+  for (k = 0; k < n; k++)
+    if (roots[k]) accumulate(&b, roots[k], gb_tensor(&b, seeds[k]));
+  for (i = 0; i < w->n && !b.rc; i++) {
+    ag_fn *f = w->fns[i];
+    if (f->node < 0) continue;
+    if (f->kind == AG_OP && (rc = step(&b, f)) != FL_OK) return rc;
+  }
+  if (b.rc) return b.rc;
+  if (want) {
+    for (k = 0; k < nwant; k++)
+      if (want[k]->mark && want[k]->node >= 0) {
+        if ((rc = ir_add_output(out->g, want[k]->node, e)) != FL_OK) return rc;
+        out->who[out->n++] = want[k];
+      }
+  } else {
+    for (i = 0; i < w->n; i++) {
+      ag_fn *f = w->fns[i];
+      if (f->node < 0 || !(f->kind == AG_LEAF || f->retain)) continue;
+      if ((rc = ir_add_output(out->g, f->node, e)) != FL_OK) return rc;
+      out->who[out->n++] = f;
+    }
+  }
+  return FL_OK;
+}
+
+ir_graph *ag_backward_graph(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
+                            fl_err *e) {
+  walk w = {0};
+  built bt;
+  int rc = build(&w, roots, seeds, n, NULL, 0, &bt, e);
+  unmark(&w);
+  free(bt.who);
+  if (rc != FL_OK) { ir_free(bt.g); return NULL; }
+  return bt.g;
+}
+
+/* A gradient a leaf keeps must not share storage with anything else (the
+** seed, a saved value): later changes to either would show in the other. */
+static int own(fl_tensor *t, fl_err *e) {
+  fl_tensor c = {0};
+  int rc;
+  if (!t->st || (t->st->refs == 1 && ten_is_contiguous(t) && t->offset == 0 &&
+                 t->st->nbytes == (size_t)meta_numel(&t->m) * dtype_size(t->m.dtype)))
+    return FL_OK;
+  if ((rc = ten_uninit(&c, &t->m, e)) != FL_OK) return rc;
+  if ((rc = ten_copy(&c, t, e)) != FL_OK) { ten_release(&c); return rc; }
+  ten_release(t);
+  *t = c;
+  return FL_OK;
+}
+
+int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
+                ag_fn *const *want, int nwant, fl_tensor *wout, int retain,
+                ir_apply_fn apply, fl_err *e) {
+  walk w = {0};
+  built bt;
+  fl_tensor *res = NULL;
+  int rc, i, j;
+  rc = build(&w, roots, seeds, n, want, nwant, &bt, e);
+  if (rc == FL_OK && !(res = calloc((size_t)bt.n + 1, sizeof *res)))
+    rc = err_set(e, FL_ENOMEM, "backward: out of memory");
+  if (rc == FL_OK) rc = ir_run(bt.g, apply, NULL, 0, res, e);
+  ir_free(bt.g);                     /* its references to saved values go */
+  bt.g = NULL;
+  if (rc == FL_OK) {
+    for (j = 0; j < bt.n && rc == FL_OK; j++) {
+      ag_fn *f = bt.who[j];
+      if (want) {
+        for (i = 0; i < nwant; i++)
+          if (want[i] == f && !wout[i].st) ten_share(&wout[i], &res[j]);
+      } else if (!f->grad.st) {
+        if ((rc = own(&res[j], e)) == FL_OK) { f->grad = res[j]; memset(&res[j], 0, sizeof res[j]); }
+      } else {
+        const fl_tensor *two[2];
+        fl_tensor sum = {0};
+        op_attrs a;
+        two[0] = &f->grad;
+        two[1] = &res[j];
+        op_attrs_init(OP_ADD, &a);
+        if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
+          ten_release(&f->grad);
+          f->grad = sum;
+        }
+      }
+    }
+    if (!retain)
+      for (i = 0; i < w.n; i++)
+        if (w.fns[i]->kind == AG_OP && w.fns[i]->node >= 0) {
+          release_saved(w.fns[i]);
+          w.fns[i]->freed = 1;
+        }
+  }
+  if (res) for (j = 0; j < bt.n; j++) ten_release(&res[j]);
+  free(res);
+  free(bt.who);
+  ir_free(bt.g);
+  unmark(&w);
+  return rc;
+}

@@ -1,0 +1,674 @@
+/*
+** grad.c -- the derivative rules of the op table (grad.h).  Each states
+** the vector-Jacobian product of one op with the ops of the table itself,
+** so eager autograd runs it with the eager kernels and a compiled backward
+** fuses it like any graph.  Formulas and tie rules are PyTorch's
+** (derivatives.yaml and FunctionsManual): where they differ from the
+** textbook it is said.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "grad.h"
+
+#define B (c->b)
+
+static int mul(const gr_ctx *c, int x, int y) { return gb_op2(B, OP_MUL, x, y); }
+static int add(const gr_ctx *c, int x, int y) { return gb_op2(B, OP_ADD, x, y); }
+static int sub(const gr_ctx *c, int x, int y) { return gb_op2(B, OP_SUB, x, y); }
+static int dvd(const gr_ctx *c, int x, int y) { return gb_op2(B, OP_DIV, x, y); }
+static int k(const gr_ctx *c, double v) { return gb_const(B, v); }
+static int where(const gr_ctx *c, int cond, int x, int y) {
+  return gb_op3(B, OP_WHERE, cond, x, y);
+}
+/* x cast to the float dtype of the gradient (masks are bool) */
+static int as_g(const gr_ctx *c, int x) {
+  return B->rc ? -1 : gb_cast(B, x, gb_meta(B, c->g)->dtype);
+}
+
+void gr_none(const gr_ctx *c, int *gin) {
+  (void)gin;
+  if (!B->rc)
+    B->rc = err_set(B->e, FL_EINVAL, "%s has no derivative", op_name(c->op));
+}
+
+/* --- elementwise, one input ------------------------------------------- */
+
+void gr_to(const gr_ctx *c, int *gin) {
+  gin[0] = gb_cast(B, c->g, c->in_meta[0].dtype);
+}
+/* sgn(x): 0 at 0 */
+void gr_abs(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  int s = sub(c, as_g(c, gb_op2(B, OP_GT, x, k(c, 0))), as_g(c, gb_op2(B, OP_LT, x, k(c, 0))));
+  gin[0] = mul(c, c->g, s);
+}
+void gr_neg(const gr_ctx *c, int *gin) { gin[0] = gb_op1(B, OP_NEG, c->g); }
+void gr_exp(const gr_ctx *c, int *gin) { gin[0] = mul(c, c->g, c->out); }
+void gr_log(const gr_ctx *c, int *gin) { gin[0] = dvd(c, c->g, c->in[0]); }
+void gr_sqrt(const gr_ctx *c, int *gin) { gin[0] = dvd(c, c->g, mul(c, c->out, k(c, 2))); }
+/* d rsqrt = -1/2 y^3 */
+void gr_rsqrt(const gr_ctx *c, int *gin) {
+  int y = c->out;
+  gin[0] = mul(c, c->g, mul(c, mul(c, mul(c, y, y), y), k(c, -0.5)));
+}
+void gr_sin(const gr_ctx *c, int *gin) { gin[0] = mul(c, c->g, gb_op1(B, OP_COS, c->in[0])); }
+void gr_cos(const gr_ctx *c, int *gin) {
+  gin[0] = gb_op1(B, OP_NEG, mul(c, c->g, gb_op1(B, OP_SIN, c->in[0])));
+}
+void gr_tanh(const gr_ctx *c, int *gin) {
+  gin[0] = mul(c, c->g, sub(c, k(c, 1), mul(c, c->out, c->out)));
+}
+void gr_sigmoid(const gr_ctx *c, int *gin) {
+  gin[0] = mul(c, c->g, mul(c, c->out, sub(c, k(c, 1), c->out)));
+}
+/* threshold_backward: the gradient passes where the result is > 0 */
+void gr_relu(const gr_ctx *c, int *gin) {
+  gin[0] = where(c, gb_op2(B, OP_GT, c->out, k(c, 0)), c->g, k(c, 0));
+}
+/* Phi(x) + x phi(x) */
+void gr_gelu(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  int cdf = mul(c, add(c, gb_op1(B, OP_ERF, mul(c, x, k(c, M_SQRT1_2))), k(c, 1)), k(c, 0.5));
+  int pdf = mul(c, gb_op1(B, OP_EXP, mul(c, mul(c, x, x), k(c, -0.5))), k(c, 0.39894228040143267794));
+  gin[0] = mul(c, c->g, add(c, cdf, mul(c, x, pdf)));
+}
+/* PyTorch's GeluBackward for approximate='tanh' */
+void gr_gelu_tanh(const gr_ctx *c, int *gin) {
+  const double beta = 0.79788456080286535588, kappa = 0.044715;
+  int x = c->in[0];
+  int x2 = mul(c, x, x);
+  int inner = mul(c, add(c, x, mul(c, mul(c, x2, x), k(c, kappa))), k(c, beta));
+  int t = gb_op1(B, OP_TANH, inner);
+  int left = mul(c, add(c, t, k(c, 1)), k(c, 0.5));
+  int right = mul(c, mul(c, mul(c, x, k(c, 0.5)), sub(c, k(c, 1), mul(c, t, t))),
+                  mul(c, add(c, mul(c, x2, k(c, 3 * kappa)), k(c, 1)), k(c, beta)));
+  gin[0] = mul(c, c->g, add(c, left, right));
+}
+/* s (1 + x (1 - s)) */
+void gr_silu(const gr_ctx *c, int *gin) {
+  int x = c->in[0], s = gb_op1(B, OP_SIGMOID, x);
+  gin[0] = mul(c, c->g, mul(c, s, add(c, mul(c, x, sub(c, k(c, 1), s)), k(c, 1))));
+}
+void gr_erf(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  gin[0] = mul(c, c->g, mul(c, gb_op1(B, OP_EXP, gb_op1(B, OP_NEG, mul(c, x, x))),
+                            k(c, 1.12837916709551257390)));
+}
+/* the gradient passes where lo <= x <= hi (bounds included, NaN not) */
+void gr_clamp(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  int le = gb_op2(B, OP_LE, x, k(c, c->a->f[1]));
+  int in = where(c, le, gb_op2(B, OP_GE, x, k(c, c->a->f[0])), le);
+  gin[0] = where(c, in, c->g, k(c, 0));
+}
+
+/* --- elementwise over broadcast operands ------------------------------ */
+
+void gr_add(const gr_ctx *c, int *gin) { gin[0] = gin[1] = c->g; }
+void gr_sub(const gr_ctx *c, int *gin) {
+  gin[0] = c->g;
+  if (c->need[1]) gin[1] = gb_op1(B, OP_NEG, c->g);
+}
+void gr_mul(const gr_ctx *c, int *gin) {
+  if (c->need[0]) gin[0] = mul(c, c->g, c->in[1]);
+  if (c->need[1]) gin[1] = mul(c, c->g, c->in[0]);
+}
+/* d/dy (x / y) = -x / y^2 = -out / y */
+void gr_div(const gr_ctx *c, int *gin) {
+  if (c->need[0]) gin[0] = dvd(c, c->g, c->in[1]);
+  if (c->need[1]) gin[1] = gb_op1(B, OP_NEG, mul(c, c->g, dvd(c, c->out, c->in[1])));
+}
+/* PyTorch: 0 for the base where the exponent is 0; 0 for the exponent
+** where the base is 0 and the exponent >= 0 (not NaN from log 0). */
+void gr_pow(const gr_ctx *c, int *gin) {
+  int x = c->in[0], y = c->in[1];
+  if (c->need[0]) {
+    int d = mul(c, y, gb_op2(B, OP_POW, x, sub(c, y, k(c, 1))));
+    gin[0] = where(c, gb_op2(B, OP_EQ, y, k(c, 0)), k(c, 0), mul(c, c->g, d));
+  }
+  if (c->need[1]) {
+    int zero = gb_op2(B, OP_EQ, x, k(c, 0));
+    zero = where(c, zero, gb_op2(B, OP_GE, y, k(c, 0)), zero);
+    gin[1] = where(c, zero, k(c, 0), mul(c, c->g, mul(c, c->out, gb_op1(B, OP_LOG, x))));
+  }
+}
+/* ties share the gradient evenly (PyTorch's max/min of two tensors) */
+static void minmax(const gr_ctx *c, int *gin, fl_op lose0, fl_op lose1) {
+  int x = c->in[0], y = c->in[1];
+  int split = where(c, gb_op2(B, OP_EQ, x, y), mul(c, c->g, k(c, 0.5)), c->g);
+  if (c->need[0]) gin[0] = where(c, gb_op2(B, lose0, x, y), k(c, 0), split);
+  if (c->need[1]) gin[1] = where(c, gb_op2(B, lose1, x, y), k(c, 0), split);
+}
+void gr_maximum(const gr_ctx *c, int *gin) { minmax(c, gin, OP_LT, OP_GT); }
+void gr_minimum(const gr_ctx *c, int *gin) { minmax(c, gin, OP_GT, OP_LT); }
+/* fmod(x, y) = x - trunc(x/y) y, remainder the same with floor: the
+** quotient is (x - out) / y without a trunc or floor op */
+void gr_fmod(const gr_ctx *c, int *gin) {
+  gin[0] = c->g;
+  if (c->need[1])
+    gin[1] = gb_op1(B, OP_NEG, mul(c, c->g, dvd(c, sub(c, c->in[0], c->out), c->in[1])));
+}
+void gr_where(const gr_ctx *c, int *gin) {
+  int cond = c->in[0];
+  if (c->need[1]) gin[1] = where(c, cond, c->g, k(c, 0));
+  if (c->need[2]) gin[2] = where(c, cond, k(c, 0), c->g);
+}
+
+/* --- reductions ------------------------------------------------------- */
+
+/* The reduced dims of a reduction over x (ndims 0: all) into red[]. */
+static int reduced_dims(const gr_ctx *c, unsigned char *red) {
+  int d, n = c->in_meta[0].ndim;
+  memset(red, 0, FL_MAX_DIMS);
+  if (c->a->ndims == 0) memset(red, 1, (size_t)n);
+  for (d = 0; d < c->a->ndims; d++) red[c->a->dims[d]] = 1;
+  return n;
+}
+/* An output-shaped value back at its kept-dims shape, then expanded to x's. */
+static int unreduce(const gr_ctx *c, int v, int expand) {
+  unsigned char red[FL_MAX_DIMS];
+  int64_t shape[FL_MAX_DIMS];
+  int d, n = reduced_dims(c, red);
+  for (d = 0; d < n; d++) shape[d] = red[d] ? 1 : c->in_meta[0].shape[d];
+  v = gb_reshape(B, v, n, shape);
+  return expand ? gb_expand(B, v, n, c->in_meta[0].shape) : v;
+}
+static int64_t reduced_count(const gr_ctx *c) {
+  unsigned char red[FL_MAX_DIMS];
+  int64_t cnt = 1;
+  int d, n = reduced_dims(c, red);
+  for (d = 0; d < n; d++) if (red[d]) cnt *= c->in_meta[0].shape[d];
+  return cnt;
+}
+
+void gr_sum(const gr_ctx *c, int *gin) { gin[0] = unreduce(c, c->g, 1); }
+void gr_mean(const gr_ctx *c, int *gin) {
+  gin[0] = mul(c, unreduce(c, c->g, 1), k(c, 1.0 / (double)reduced_count(c)));
+}
+/* ties share the gradient evenly, as PyTorch's amax/amin */
+void gr_amax(const gr_ctx *c, int *gin) {
+  int hit = as_g(c, gb_op2(B, OP_EQ, c->in[0], unreduce(c, c->out, 0)));
+  op_attrs a = *c->a;
+  int cnt;
+  a.keepdim = 1;
+  cnt = gb_op(B, OP_SUM, &a, 1, &hit);
+  gin[0] = mul(c, dvd(c, hit, cnt), unreduce(c, c->g, 0));
+}
+/* 2 (x - mean) / (N - correction) */
+void gr_var(const gr_ctx *c, int *gin) {
+  op_attrs a = *c->a;
+  int x = c->in[0], mu;
+  a.keepdim = 1;
+  mu = gb_op(B, OP_MEAN, &a, 1, &x);
+  gin[0] = mul(c, mul(c, sub(c, x, mu), unreduce(c, c->g, 0)),
+               k(c, 2.0 / ((double)reduced_count(c) - c->a->f[0])));
+}
+
+/* --- composites ------------------------------------------------------- */
+
+void gr_softmax(const gr_ctx *c, int *gin) {
+  int y = c->out, d = (int)c->a->i[0];
+  gin[0] = mul(c, y, sub(c, c->g, gb_reduce_dim(B, OP_SUM, mul(c, c->g, y), d)));
+}
+void gr_log_softmax(const gr_ctx *c, int *gin) {
+  int d = (int)c->a->i[0];
+  gin[0] = sub(c, c->g, mul(c, gb_op1(B, OP_EXP, c->out), gb_reduce_dim(B, OP_SUM, c->g, d)));
+}
+/* xhat = (x - mu) rstd; dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) */
+void gr_layer_norm(const gr_ctx *c, int *gin) {
+  int x = c->in[0], w = c->nin > 1 ? c->in[1] : -1;
+  int from = c->in_meta[0].ndim - (int)c->a->i[0];
+  int mu = gb_reduce_tail(B, OP_MEAN, x, from);
+  int xc = sub(c, x, mu);
+  int rstd = gb_op1(B, OP_RSQRT, add(c, gb_reduce_tail(B, OP_MEAN, mul(c, xc, xc), from),
+                                     k(c, c->a->f[0])));
+  int xhat = mul(c, xc, rstd);
+  int gw = w >= 0 ? mul(c, c->g, w) : c->g;
+  if (c->need[0]) {
+    int m1 = gb_reduce_tail(B, OP_MEAN, gw, from);
+    int m2 = gb_reduce_tail(B, OP_MEAN, mul(c, gw, xhat), from);
+    gin[0] = mul(c, rstd, sub(c, sub(c, gw, m1), mul(c, xhat, m2)));
+  }
+  if (c->nin > 1 && c->need[1]) gin[1] = mul(c, c->g, xhat);
+  if (c->nin > 2 && c->need[2]) gin[2] = c->g;
+}
+/* r = rsqrt(mean(x^2) + eps): dx = r (gw - x r^2 mean(gw x)) */
+void gr_rms_norm(const gr_ctx *c, int *gin) {
+  int x = c->in[0], w = c->nin > 1 ? c->in[1] : -1;
+  int from = c->in_meta[0].ndim - (int)c->a->i[0];
+  int r = gb_op1(B, OP_RSQRT, add(c, gb_reduce_tail(B, OP_MEAN, mul(c, x, x), from),
+                                  k(c, c->a->f[0])));
+  int gw = w >= 0 ? mul(c, c->g, w) : c->g;
+  if (c->need[0]) {
+    int m = gb_reduce_tail(B, OP_MEAN, mul(c, gw, x), from);
+    gin[0] = mul(c, r, sub(c, gw, mul(c, mul(c, x, mul(c, r, r)), m)));
+  }
+  if (c->nin > 1 && c->need[1]) gin[1] = mul(c, c->g, mul(c, x, r));
+}
+
+/* Per-channel sum of an [N, C, ...] value: every dim but 1, to [C]. */
+static int chan_sum(const gr_ctx *c, int v) {
+  int dims[FL_MAX_DIMS], nd = 0, d;
+  for (d = 0; d < c->in_meta[0].ndim; d++) if (d != 1) dims[nd++] = d;
+  return gb_reduce(B, OP_SUM, v, dims, nd, 0);
+}
+/* y = (x - m) rsqrt(v + eps) w + b with m, v, w, b per channel: the
+** gradients of all five, so training batch norm (m and v computed from
+** x by mean and var) differentiates through them as any other ops. */
+void gr_batch_norm(const gr_ctx *c, int *gin) {
+  int n = c->in_meta[0].ndim, ch[5], kk;
+  int64_t shape[FL_MAX_DIMS];
+  int r, xc, gw;
+  for (kk = 0; kk < n; kk++) shape[kk] = kk == 1 ? c->in_meta[0].shape[1] : 1;
+  for (kk = 1; kk < 5; kk++)
+    ch[kk] = kk < c->nin && c->in[kk] >= 0 ? gb_reshape(B, c->in[kk], n, shape) : -1;
+  r = gb_op1(B, OP_RSQRT, add(c, ch[2], k(c, c->a->f[0])));
+  xc = sub(c, c->in[0], ch[1]);
+  gw = ch[3] >= 0 ? mul(c, c->g, ch[3]) : c->g;
+  if (c->need[0]) gin[0] = mul(c, gw, r);
+  if (c->need[1]) gin[1] = gb_op1(B, OP_NEG, chan_sum(c, mul(c, gw, r)));
+  if (c->need[2])
+    gin[2] = chan_sum(c, mul(c, mul(c, gw, xc), mul(c, mul(c, mul(c, r, r), r), k(c, -0.5))));
+  if (c->nin > 3 && c->need[3]) gin[3] = chan_sum(c, mul(c, c->g, mul(c, xc, r)));
+  if (c->nin > 4 && c->need[4]) gin[4] = chan_sum(c, c->g);
+}
+
+/* --- products --------------------------------------------------------- */
+
+static int mT(const gr_ctx *c, int x) {
+  int n = gb_meta(B, x)->ndim;
+  return gb_transpose(B, x, n - 2, n - 1);
+}
+/* 1-d operands are [1, k] on the left and [k, 1] on the right, as matmul
+** treats them; the gradient is reshaped to the product of those. */
+void gr_matmul(const gr_ctx *c, int *gin) {
+  const fl_meta *ma = &c->in_meta[0], *mb = &c->in_meta[1];
+  int a = c->in[0], b = c->in[1], g = c->g;
+  if (ma->ndim == 1 && mb->ndim == 1) {      /* a dot product */
+    if (c->need[0]) gin[0] = mul(c, g, b);
+    if (c->need[1]) gin[1] = mul(c, g, a);
+    return;
+  }
+  if (ma->ndim == 1) { int64_t s[2] = {1, ma->shape[0]}; a = gb_reshape(B, a, 2, s); }
+  if (mb->ndim == 1) { int64_t s[2] = {mb->shape[0], 1}; b = gb_reshape(B, b, 2, s); }
+  if (B->rc) return;
+  {
+    const fl_meta *ab[2];
+    fl_meta m2;
+    op_attrs a0;
+    ab[0] = gb_meta(B, a);
+    ab[1] = gb_meta(B, b);
+    op_attrs_init(OP_MATMUL, &a0);
+    if ((B->rc = op_infer(OP_MATMUL, ab, 2, &a0, &m2, B->e)) != FL_OK) return;
+    g = gb_reshape(B, g, m2.ndim, m2.shape);
+  }
+  if (c->need[0]) gin[0] = gb_sum_to(B, gb_op2(B, OP_MATMUL, g, mT(c, b)), gb_meta(B, a));
+  if (c->need[1]) gin[1] = gb_sum_to(B, gb_op2(B, OP_MATMUL, mT(c, a), g), gb_meta(B, b));
+}
+/* linear(x, w, b) = x w^T + b: dw = g^T x over all batch rows at once */
+void gr_linear(const gr_ctx *c, int *gin) {
+  const fl_meta *mx = &c->in_meta[0], *mw = &c->in_meta[1];
+  int64_t rows = 1, s[2];
+  int d;
+  if (c->need[0]) gin[0] = gb_op2(B, OP_MATMUL, c->g, c->in[1]);
+  if (c->need[1]) {
+    for (d = 0; d + 1 < mx->ndim; d++) rows *= mx->shape[d];
+    s[0] = rows;
+    s[1] = mw->shape[0];
+    {
+      int g2 = gb_reshape(B, c->g, 2, s);
+      s[1] = mw->shape[1];
+      gin[1] = gb_op2(B, OP_MATMUL, gb_transpose(B, g2, 0, 1), gb_reshape(B, c->in[0], 2, s));
+    }
+  }
+  if (c->nin > 2 && c->need[2]) gin[2] = c->g;
+}
+
+/* --- convolution and pools -------------------------------------------- */
+
+static int pad_dims(const gr_ctx *c, int x, const int64_t *before, const int64_t *after, int n) {
+  op_attrs a;
+  int d;
+  op_attrs_init(OP_PAD, &a);
+  a.ndims = n;
+  for (d = 0; d < n; d++) { a.dims[d] = before[d]; a.i[d] = after[d]; }
+  return gb_op(B, OP_PAD, &a, 1, &x);
+}
+/* s - 1 zeros between the elements of dims 2 and 3 of [N, C, H, W] */
+static int stuff(const gr_ctx *c, int x, int64_t sh, int64_t sw) {
+  const fl_meta *m;
+  int64_t s6[6], pb[6] = {0}, pe[6] = {0}, s4[4];
+  if (B->rc || (sh == 1 && sw == 1)) return x;
+  m = gb_meta(B, x);
+  s6[0] = m->shape[0]; s6[1] = m->shape[1]; s6[2] = m->shape[2]; s6[3] = 1;
+  s6[4] = m->shape[3]; s6[5] = 1;
+  pe[3] = sh - 1;
+  pe[5] = sw - 1;
+  x = pad_dims(c, gb_reshape(B, x, 6, s6), pb, pe, 6);
+  s4[0] = s6[0]; s4[1] = s6[1]; s4[2] = s6[2] * sh; s4[3] = s6[4] * sw;
+  x = gb_reshape(B, x, 4, s4);
+  {   /* the trailing zeros after the last element go */
+    int64_t b4[4] = {0}, e4[4] = {0};
+    e4[2] = -(sh - 1);
+    e4[3] = -(sw - 1);
+    return pad_dims(c, x, b4, e4, 4);
+  }
+}
+/* The input gradient of a convolution of x (meta mx) by w [Co, C/g, kh,
+** kw] under window wn: the transposed convolution of g, as a stride-1
+** convolution of g with zeros stuffed between its elements, padded by
+** the dilated kernel less the forward pads (the bottom and right also by
+** what the forward's floor dropped; negative crops), by w flipped with
+** its in and out channels swapped within each group. */
+static int conv_input_grad(const gr_ctx *c, int g, int w, const fl_meta *mx, const op_win2d *wn) {
+  const fl_meta *mw = gb_meta(B, w), *mg = gb_meta(B, g);
+  int64_t G = wn->groups, Co = mw->shape[0], Cg = mw->shape[1], kh = mw->shape[2], kw = mw->shape[3];
+  int64_t OH = mg->shape[2], OW = mg->shape[3], H = mx->shape[2], W = mx->shape[3];
+  int64_t pb[4] = {0}, pe[4] = {0}, s5[5], s4[4];
+  int perm[5] = {0, 2, 1, 3, 4}, wt, y;
+  op_attrs a;
+  g = stuff(c, g, wn->sh, wn->sw);
+  pb[2] = wn->dh * (kh - 1) - wn->pt;
+  pb[3] = wn->dw * (kw - 1) - wn->pl;
+  pe[2] = H - ((OH - 1) * wn->sh + 1) - pb[2] + wn->dh * (kh - 1);
+  pe[3] = W - ((OW - 1) * wn->sw + 1) - pb[3] + wn->dw * (kw - 1);
+  g = pad_dims(c, g, pb, pe, 4);
+  s5[0] = G; s5[1] = Co / G; s5[2] = Cg; s5[3] = kh; s5[4] = kw;
+  wt = gb_permute(B, gb_reshape(B, w, 5, s5), 5, perm);
+  s4[0] = G * Cg; s4[1] = Co / G; s4[2] = kh; s4[3] = kw;
+  wt = gb_reshape(B, wt, 4, s4);
+  op_attrs_init(OP_FLIP, &a);
+  a.ndims = 2;
+  a.dims[0] = 2;
+  a.dims[1] = 3;
+  wt = gb_op(B, OP_FLIP, &a, 1, &wt);
+  op_attrs_init(OP_CONV2D, &a);
+  a.i[0] = a.i[1] = 1;
+  a.i[6] = wn->dh;
+  a.i[7] = wn->dw;
+  a.i[8] = G;
+  {
+    int in[2];
+    in[0] = g;
+    in[1] = wt;
+    y = gb_op(B, OP_CONV2D, &a, 2, in);
+  }
+  return y;
+}
+/* dW[co, ci, a, b] = sum g[n, co, oh, ow] x[n, ci, oh sh + a dh, ...]:
+** a convolution of x with g in which the batch is the channel (per
+** group: input [C/g, g N, H, W], weight [Co, N, OH, OW]), at the forward's
+** dilation as stride and stride as dilation; what lies past the kernel
+** (the forward's floor) is cut. */
+static int conv_weight_grad(const gr_ctx *c, int g, int x, const fl_meta *mw, const op_win2d *wn) {
+  const fl_meta *mx = gb_meta(B, x);
+  int64_t G = wn->groups, N = mx->shape[0], C = mx->shape[1], H = mx->shape[2], W = mx->shape[3];
+  int64_t s5[5], s4[4], pb[4] = {0}, pe[4] = {0};
+  int perm5[5] = {2, 1, 0, 3, 4}, perm4[4] = {1, 0, 2, 3}, xt, gt, y, in[2];
+  op_attrs a;
+  s5[0] = N; s5[1] = G; s5[2] = C / G; s5[3] = H; s5[4] = W;
+  xt = gb_permute(B, gb_reshape(B, x, 5, s5), 5, perm5);      /* [C/g, g, N, H, W] */
+  s4[0] = C / G; s4[1] = G * N; s4[2] = H; s4[3] = W;
+  xt = gb_reshape(B, xt, 4, s4);
+  gt = gb_permute(B, g, 4, perm4);                            /* [Co, N, OH, OW] */
+  op_attrs_init(OP_CONV2D, &a);
+  a.i[0] = wn->dh; a.i[1] = wn->dw;
+  a.i[2] = wn->pt; a.i[3] = wn->pl; a.i[4] = wn->pb; a.i[5] = wn->pr;
+  a.i[6] = wn->sh; a.i[7] = wn->sw;
+  a.i[8] = G;
+  in[0] = xt;
+  in[1] = gt;
+  y = gb_op(B, OP_CONV2D, &a, 2, in);                          /* [C/g, Co, kh', kw'] */
+  y = gb_permute(B, y, 4, perm4);
+  if (B->rc) return -1;
+  pe[2] = mw->shape[2] - gb_meta(B, y)->shape[2];
+  pe[3] = mw->shape[3] - gb_meta(B, y)->shape[3];
+  return pad_dims(c, y, pb, pe, 4);
+}
+void gr_conv2d(const gr_ctx *c, int *gin) {
+  op_win2d wn;
+  op_win2d_of(OP_CONV2D, c->a, c->in_meta[1].shape[2], c->in_meta[1].shape[3], &wn);
+  if (c->need[0]) gin[0] = conv_input_grad(c, c->g, c->in[1], &c->in_meta[0], &wn);
+  if (c->need[1]) gin[1] = conv_weight_grad(c, c->g, c->in[0], &c->in_meta[1], &wn);
+  if (c->nin > 2 && c->need[2]) {
+    int dims[3] = {0, 2, 3};
+    gin[2] = gb_reduce(B, OP_SUM, c->g, dims, 3, 0);
+  }
+}
+
+/* A [1, 1, kh, kw] tensor of ones, C times: the depthwise weight of a
+** window sum. */
+static int ones_weight(const gr_ctx *c, int64_t C, int64_t kh, int64_t kw) {
+  fl_tensor t = {0};
+  fl_meta m;
+  int id;
+  memset(&m, 0, sizeof m);
+  m.dtype = gb_meta(B, c->g)->dtype;
+  m.ndim = 4;
+  m.shape[0] = C; m.shape[1] = 1; m.shape[2] = kh; m.shape[3] = kw;
+  if (B->rc) return -1;
+  if ((B->rc = ten_empty(&t, &m, B->e)) != FL_OK) return -1;
+  ten_fill(&t, 1.0);
+  id = gb_tensor(B, &t);
+  ten_release(&t);
+  return id;
+}
+/* Every window's divisor, whatever count_include_pad and ceil_mode make
+** it, read off the pool itself: avg_pool(ones) / sum_pool(ones) = 1 /
+** divisor (0 where a window holds no input element). */
+void gr_avg_pool2d(const gr_ctx *c, int *gin) {
+  const fl_meta *mx = &c->in_meta[0];
+  op_win2d wn;
+  fl_tensor t = {0};
+  fl_meta m1 = *mx;
+  int ones, w, avg, cnt, scale, in[2];
+  op_attrs a;
+  op_win2d_of(OP_AVG_POOL2D, c->a, 0, 0, &wn);
+  m1.shape[0] = m1.shape[1] = 1;
+  if (B->rc) return;
+  if ((B->rc = ten_empty(&t, &m1, B->e)) != FL_OK) return;
+  ten_fill(&t, 1.0);
+  ones = gb_tensor(B, &t);
+  ten_release(&t);
+  avg = gb_op(B, OP_AVG_POOL2D, c->a, 1, &ones);
+  w = ones_weight(c, 1, wn.kh, wn.kw);
+  op_attrs_init(OP_CONV2D, &a);
+  a.i[0] = wn.sh; a.i[1] = wn.sw;
+  a.i[2] = wn.pt; a.i[3] = wn.pl; a.i[4] = wn.pb; a.i[5] = wn.pr;
+  a.i[6] = a.i[7] = a.i[8] = 1;
+  if (!B->rc && wn.ceil_mode) {      /* a ceil-mode window past the end */
+    const fl_meta *ma = gb_meta(B, avg);
+    a.i[4] += (ma->shape[2] - 1) * wn.sh + wn.kh - (mx->shape[2] + wn.pt + wn.pb) > 0
+              ? (ma->shape[2] - 1) * wn.sh + wn.kh - (mx->shape[2] + wn.pt + wn.pb) : 0;
+    a.i[5] += (ma->shape[3] - 1) * wn.sw + wn.kw - (mx->shape[3] + wn.pl + wn.pr) > 0
+              ? (ma->shape[3] - 1) * wn.sw + wn.kw - (mx->shape[3] + wn.pl + wn.pr) : 0;
+  }
+  in[0] = ones;
+  in[1] = w;
+  cnt = gb_op(B, OP_CONV2D, &a, 2, in);
+  scale = where(c, gb_op2(B, OP_GT, cnt, k(c, 0)), dvd(c, avg, cnt), k(c, 0));
+  wn.groups = mx->shape[1];
+  wn.dh = wn.dw = 1;
+  gin[0] = conv_input_grad(c, mul(c, c->g, scale), ones_weight(c, mx->shape[1], wn.kh, wn.kw),
+                           mx, &wn);
+}
+/* Each window's gradient goes to its first largest element, scanning the
+** window row by row, as PyTorch's max_pool2d_with_indices records it:
+** tap by tap, the strided slice of x (padded with -inf) under that tap
+** is compared with the output, and the gradient of the windows it wins,
+** not yet taken by an earlier tap, is scattered back by the transposed
+** slice (zeros stuffed between, then padded into place). */
+void gr_max_pool2d(const gr_ctx *c, int *gin) {
+  const fl_meta *mx = &c->in_meta[0], *mo = c->out_meta;
+  op_win2d wn;
+  int64_t OH = mo->shape[2], OW = mo->shape[3], H = mx->shape[2], W = mx->shape[3];
+  int64_t eh, ew, pb[4] = {0}, pe[4] = {0};
+  int xp, taken = -1, acc = -1, i, j;
+  op_attrs a;
+  op_win2d_of(OP_MAX_POOL2D, c->a, 0, 0, &wn);
+  /* padded so every window lies inside */
+  eh = (OH - 1) * wn.sh + (wn.kh - 1) * wn.dh + 1 - (H + wn.pt);
+  ew = (OW - 1) * wn.sw + (wn.kw - 1) * wn.dw + 1 - (W + wn.pl);
+  pb[2] = wn.pt; pb[3] = wn.pl;
+  pe[2] = eh > 0 ? eh : 0; pe[3] = ew > 0 ? ew : 0;
+  op_attrs_init(OP_PAD, &a);
+  a.ndims = 4;
+  for (i = 0; i < 4; i++) { a.dims[i] = pb[i]; a.i[i] = pe[i]; }
+  a.f[0] = -INFINITY;
+  xp = gb_op(B, OP_PAD, &a, 1, &c->in[0]);
+  for (i = 0; i < wn.kh; i++)
+    for (j = 0; j < wn.kw; j++) {
+      int tap, hit, part;
+      int64_t b4[4] = {0}, e4[4] = {0};
+      op_attrs s;
+      op_attrs_init(OP_SLICE, &s);
+      s.i[0] = 2; s.i[1] = i * wn.dh; s.i[2] = OH; s.i[3] = wn.sh;
+      tap = gb_op(B, OP_SLICE, &s, 1, &xp);
+      s.i[0] = 3; s.i[1] = j * wn.dw; s.i[2] = OW; s.i[3] = wn.sw;
+      tap = gb_op(B, OP_SLICE, &s, 1, &tap);
+      hit = gb_op2(B, OP_EQ, tap, c->out);
+      if (taken >= 0) hit = where(c, taken, gb_op2(B, OP_NE, taken, taken), hit);
+      taken = taken < 0 ? hit : where(c, taken, taken, hit);
+      part = stuff(c, where(c, hit, c->g, k(c, 0)), wn.sh, wn.sw);
+      /* window tap (i, j) of output (0, 0) sits at x[i dh - pt, j dw - pl] */
+      b4[2] = i * wn.dh - wn.pt;
+      b4[3] = j * wn.dw - wn.pl;
+      if (B->rc) return;
+      e4[2] = H - b4[2] - gb_meta(B, part)->shape[2];
+      e4[3] = W - b4[3] - gb_meta(B, part)->shape[3];
+      part = pad_dims(c, part, b4, e4, 4);
+      acc = acc < 0 ? part : add(c, acc, part);
+    }
+  gin[0] = acc;
+}
+
+/* --- views and data movement ------------------------------------------ */
+
+/* reshape, view, squeeze, unsqueeze, contiguous: back to x's shape */
+void gr_reshape(const gr_ctx *c, int *gin) {
+  gin[0] = gb_reshape(B, c->g, c->in_meta[0].ndim, c->in_meta[0].shape);
+}
+void gr_transpose(const gr_ctx *c, int *gin) {
+  gin[0] = gb_transpose(B, c->g, (int)c->a->i[0], (int)c->a->i[1]);
+}
+void gr_permute(const gr_ctx *c, int *gin) {
+  int inv[FL_MAX_DIMS], d;
+  for (d = 0; d < c->a->ndims; d++) inv[c->a->dims[d]] = d;
+  gin[0] = gb_permute(B, c->g, c->a->ndims, inv);
+}
+/* expand: the caller's sum down to x's shape is the whole rule */
+void gr_expand(const gr_ctx *c, int *gin) { gin[0] = c->g; }
+/* narrow and slice: zeros around (and, with a step, between) */
+void gr_slice(const gr_ctx *c, int *gin) {
+  const fl_meta *mx = &c->in_meta[0];
+  int n = mx->ndim, dim = (int)c->a->i[0], g = c->g;
+  int64_t start = c->a->i[1], len = c->a->i[2], step = c->op == OP_SLICE ? c->a->i[3] : 1;
+  int64_t pb[FL_MAX_DIMS] = {0}, pe[FL_MAX_DIMS] = {0}, taken;
+  if (step > 1 && len > 0) {       /* [.., len, 1, ..] padded to step, merged */
+    int64_t s[FL_MAX_DIMS + 1];
+    int d;
+    for (d = 0; d < n; d++) s[d < dim + 1 ? d : d + 1] = gb_meta(B, g)->shape[d];
+    s[dim + 1] = 1;
+    {
+      int64_t b1[FL_MAX_DIMS + 1] = {0}, e1[FL_MAX_DIMS + 1] = {0};
+      e1[dim + 1] = step - 1;
+      g = pad_dims(c, gb_reshape(B, g, n + 1, s), b1, e1, n + 1);
+    }
+    s[dim] = len * step;
+    for (d = dim + 1; d < n; d++) s[d] = s[d + 1];
+    g = gb_reshape(B, g, n, s);
+    taken = len * step;
+  } else {
+    taken = len;
+  }
+  pb[dim] = start;
+  pe[dim] = mx->shape[dim] - start - taken;   /* negative: the stuffed tail cut */
+  gin[0] = pad_dims(c, g, pb, pe, n);
+}
+/* constant padding only: the gradient is the padded region cut away */
+void gr_pad(const gr_ctx *c, int *gin) {
+  int64_t pb[FL_MAX_DIMS], pe[FL_MAX_DIMS];
+  int d, n = c->a->ndims;
+  if (c->a->i[8] != 0) {
+    if (!B->rc)
+      B->rc = err_set(B->e, FL_EUNSUPPORTED, "pad: no derivative of the %s mode yet "
+                      "(constant padding only)", c->a->i[8] == 1 ? "reflect" : "edge");
+    return;
+  }
+  for (d = 0; d < n; d++) { pb[d] = -c->a->dims[d]; pe[d] = -c->a->i[d]; }
+  gin[0] = pad_dims(c, c->g, pb, pe, n);
+}
+void gr_flip(const gr_ctx *c, int *gin) { gin[0] = gb_op(B, OP_FLIP, c->a, 1, &c->g); }
+void gr_cat(const gr_ctx *c, int *gin) {
+  int dim = (int)c->a->i[0], kk;
+  int64_t off = 0;
+  for (kk = 0; kk < c->nin; kk++) {
+    int64_t len = c->in_meta[kk].shape[dim];
+    if (c->need[kk]) {
+      op_attrs a;
+      op_attrs_init(OP_NARROW, &a);
+      a.i[0] = dim; a.i[1] = off; a.i[2] = len;
+      gin[kk] = gb_op(B, OP_NARROW, &a, 1, &c->g);
+    }
+    off += len;
+  }
+}
+/* A row per index, 1.0 at the index (negative ones from the end): [numel
+** of idx, n].  Summing rows of a gradient through it (a product) makes
+** repeated indices accumulate. */
+static int one_hot(const gr_ctx *c, int idx, int64_t n) {
+  fl_tensor t = {0};
+  fl_meta m;
+  int64_t i, s2[2];
+  int io, hot;
+  const fl_meta *mi;
+  if (B->rc) return -1;
+  memset(&m, 0, sizeof m);
+  m.dtype = FL_I64;
+  m.ndim = 1;
+  m.shape[0] = n;
+  if ((B->rc = ten_empty(&t, &m, B->e)) != FL_OK) return -1;
+  for (i = 0; i < n; i++) ((int64_t *)ten_data(&t))[i] = i;
+  io = gb_tensor(B, &t);
+  ten_release(&t);
+  idx = where(c, gb_op2(B, OP_LT, idx, gb_iconst(B, 0)), add(c, idx, gb_iconst(B, n)), idx);
+  mi = gb_meta(B, idx);
+  s2[0] = meta_numel(mi);
+  s2[1] = 1;
+  hot = gb_op2(B, OP_EQ, gb_reshape(B, idx, 2, s2), io);
+  return as_g(c, hot);
+}
+void gr_embedding(const gr_ctx *c, int *gin) {
+  const fl_meta *mw = &c->in_meta[1];
+  int64_t s2[2];
+  int hot = one_hot(c, c->in[0], mw->shape[0]);
+  if (B->rc) return;
+  s2[0] = gb_meta(B, hot)->shape[0];
+  s2[1] = mw->shape[1];
+  gin[1] = gb_op2(B, OP_MATMUL, gb_transpose(B, hot, 0, 1), gb_reshape(B, c->g, 2, s2));
+}
+/* out = x.shape[:dim] ++ idx.shape ++ x.shape[dim+1:]: as [A, I, R], the
+** gradient is onehot^T [n, I] times it, [A, n, R] */
+void gr_gather(const gr_ctx *c, int *gin) {
+  const fl_meta *mx = &c->in_meta[0];
+  int dim = (int)c->a->i[0], d;
+  int64_t A = 1, R = 1, s3[3];
+  int hot = one_hot(c, c->in[1], mx->shape[dim]);
+  if (B->rc) return;
+  for (d = 0; d < dim; d++) A *= mx->shape[d];
+  for (d = dim + 1; d < mx->ndim; d++) R *= mx->shape[d];
+  s3[0] = A;
+  s3[1] = gb_meta(B, hot)->shape[0];
+  s3[2] = R;
+  gin[0] = gb_reshape(B, gb_op2(B, OP_MATMUL, gb_transpose(B, hot, 0, 1),
+                                gb_reshape(B, c->g, 3, s3)), mx->ndim, mx->shape);
+}
+/* the sum of the gradients at and after each element: the same scan reversed */
+void gr_cumsum(const gr_ctx *c, int *gin) {
+  op_attrs a = *c->a;
+  a.i[2] = !a.i[2];
+  gin[0] = gb_op(B, OP_CUMSUM, &a, 1, &c->g);
+}
+/* the mask the forward drew, already scaled by 1/(1-p) */
+void gr_dropout(const gr_ctx *c, int *gin) { gin[0] = mul(c, c->g, c->extra); }

@@ -1,0 +1,494 @@
+/*
+** lfl_autograd.c -- autograd at the Lua surface, with PyTorch's names:
+** x.requires_grad, x.grad, x.grad_fn, x.is_leaf, x:requires_grad_(),
+** x:backward(), x:detach(), x:retain_grad(), fl.no_grad, fl.enable_grad,
+** fl.grad, and {requires_grad = true} on the factories.  The tape itself
+** is graph/autograd.c; this file only attaches its fns to tensors and
+** records every op lfl_dispatch_eager runs (the one dispatch point).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lfl.h"
+#include "cpu/eager.h"
+#include "graph/autograd.h"
+#include "graph/rng.h"
+
+#define AG(t) (lfl_ud_of(t)->ag)
+
+int lfl_requires_grad(const fl_tensor *t) { return t && AG(t) != NULL; }
+
+void lfl_ag_release(fl_tensor *t) {
+  ag_unref(AG(t));
+  AG(t) = NULL;
+}
+
+static int float_dtype(const fl_tensor *t) { return dtype_is_float(t->m.dtype); }
+
+/* The dropout mask the forward drew (its scaled keep pattern): the same
+** draw again over ones, from the stream position the forward started at. */
+static int dropout_mask(const fl_tensor *x, const op_attrs *a, uint64_t key,
+                        uint64_t block, fl_tensor *mask, fl_err *e) {
+  fl_tensor ones = {0};
+  const fl_tensor *in[1];
+  uint64_t k2, b2;
+  int rc;
+  fl_meta m = x->m;
+  m.wrapped = 0;
+  if ((rc = ten_empty(&ones, &m, e)) != FL_OK) return rc;
+  ten_fill(&ones, 1.0);
+  in[0] = &ones;
+  rng_get_state(&k2, &b2);
+  rng_set_state(key, block);
+  rc = eager_apply(OP_DROPOUT, in, 1, a, mask, e);
+  rng_set_state(k2, b2);
+  ten_release(&ones);
+  return rc;
+}
+
+void lfl_ag_record(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
+                   const op_attrs *a, fl_tensor *out, uint64_t key, uint64_t block) {
+  ag_fn *next[64], *f;
+  fl_tensor mask = {0};
+  fl_err e;
+  int k, any = 0;
+  if (!ag_grad_enabled() || !op_differentiable(op) || !float_dtype(out)) return;
+  for (k = 0; k < nin && k < 64; k++) {
+    next[k] = in[k] ? AG(in[k]) : NULL;
+    if (next[k]) any = 1;
+  }
+  if (!any) return;
+  err_clear(&e);
+  if (op == OP_DROPOUT && dropout_mask(in[0], a, key, block, &mask, &e) != FL_OK)
+    lfl_raise(L, "dropout", &e);
+  f = ag_record(op, a, in, nin, next, out, mask.st ? &mask : NULL, &e);
+  ten_release(&mask);
+  if (!f) lfl_raise(L, op_name(op), &e);
+  AG(out) = f;
+}
+
+void lfl_ag_check_write(lua_State *L, const fl_tensor *t, const fl_tensor *src,
+                        const char *what) {
+  if (!ag_grad_enabled()) return;
+  if (lfl_requires_grad(t))
+    luaL_error(L, "%s: an in-place change of a tensor that requires grad%s (its "
+               "history would be lost); do it inside fl.no_grad(function() ... end), "
+               "as an optimizer does, or out of place", what,
+               AG(t)->kind == AG_LEAF ? " (a leaf)" : "");
+  if (src && lfl_requires_grad(src))
+    luaL_error(L, "%s: writing a value that requires grad into a tensor that does "
+               "not would lose its gradient; use the out-of-place op", what);
+}
+
+/* ---------------------------------------------------------------------- */
+/* fields                                                                  */
+/* ---------------------------------------------------------------------- */
+
+typedef struct { ag_fn *f; } gradfn_ud;
+#define GRADFN "fl.GradFn"
+
+static void push_gradfn(lua_State *L, ag_fn *f) {
+  gradfn_ud *u;
+  if (!f) { lua_pushnil(L); return; }
+  u = (gradfn_ud *)lua_newuserdatauv(L, sizeof *u, 0);
+  u->f = NULL;
+  luaL_setmetatable(L, GRADFN);
+  ag_ref(f);
+  u->f = f;
+}
+
+static int gf_gc(lua_State *L) {
+  gradfn_ud *u = (gradfn_ud *)luaL_checkudata(L, 1, GRADFN);
+  ag_unref(u->f);
+  u->f = NULL;
+  return 0;
+}
+
+static int gf_tostring(lua_State *L) {
+  gradfn_ud *u = (gradfn_ud *)luaL_checkudata(L, 1, GRADFN);
+  char name[64], s[128];
+  ag_fn *f = u->f;
+  int k;
+  luaL_Buffer b;
+  if (!f) { lua_pushstring(L, "<released grad_fn>"); return 1; }
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '<');
+  luaL_addstring(&b, ag_fn_name(f, name, sizeof name));
+  if (f->kind == AG_OP) {
+    luaL_addstring(&b, ": ");
+    luaL_addstring(&b, op_name(f->op));
+    luaL_addchar(&b, '(');
+    for (k = 0; k < f->nin; k++) {
+      if (k) luaL_addstring(&b, ", ");
+      if (f->in_meta[k].ndim < 0) { luaL_addstring(&b, "none"); continue; }
+      luaL_addstring(&b, dtype_name(f->in_meta[k].dtype));
+      luaL_addstring(&b, meta_shape_str(&f->in_meta[k], s, sizeof s));
+      if (!f->next[k]) luaL_addstring(&b, " no grad");
+    }
+    luaL_addstring(&b, ") -> ");
+    luaL_addstring(&b, dtype_name(f->out_meta.dtype));
+    luaL_addstring(&b, meta_shape_str(&f->out_meta, s, sizeof s));
+    if (f->freed) luaL_addstring(&b, ", saved values freed");
+  } else {
+    luaL_addstring(&b, " of ");
+    luaL_addstring(&b, dtype_name(f->out_meta.dtype));
+    luaL_addstring(&b, meta_shape_str(&f->out_meta, s, sizeof s));
+  }
+  luaL_addchar(&b, '>');
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* g.name, g.next_functions ({fn or false per input}), g.op */
+static int gf_index(lua_State *L) {
+  gradfn_ud *u = (gradfn_ud *)luaL_checkudata(L, 1, GRADFN);
+  const char *k = luaL_checkstring(L, 2);
+  char name[64];
+  int i;
+  if (!u->f) return 0;
+  if (strcmp(k, "name") == 0) lua_pushstring(L, ag_fn_name(u->f, name, sizeof name));
+  else if (strcmp(k, "op") == 0) {
+    if (u->f->kind == AG_OP) lua_pushstring(L, op_name(u->f->op)); else lua_pushnil(L);
+  } else if (strcmp(k, "next_functions") == 0) {
+    lua_createtable(L, u->f->nin, 0);
+    for (i = 0; i < u->f->nin; i++) {
+      if (u->f->next[i]) push_gradfn(L, u->f->next[i]); else lua_pushboolean(L, 0);
+      lua_rawseti(L, -2, i + 1);
+    }
+  } else lua_pushnil(L);
+  return 1;
+}
+
+int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k) {
+  ag_fn *f = AG(t);
+  if (strcmp(k, "requires_grad") == 0) lua_pushboolean(L, f != NULL);
+  else if (strcmp(k, "is_leaf") == 0) lua_pushboolean(L, !f || f->kind == AG_LEAF);
+  else if (strcmp(k, "grad_fn") == 0) push_gradfn(L, f && f->kind == AG_OP ? f : NULL);
+  else if (strcmp(k, "grad") == 0) {
+    if (f && f->grad.st) {
+      fl_tensor *g = lfl_newtensor(L);
+      ten_share(g, &f->grad);
+    } else lua_pushnil(L);
+  } else return 0;
+  return 1;
+}
+
+static void set_requires_grad(lua_State *L, fl_tensor *t, int on, const char *what) {
+  fl_err e;
+  if (!on) {
+    if (AG(t) && AG(t)->kind == AG_OP)
+      luaL_error(L, "%s: only a leaf's requires_grad can be turned off (this tensor "
+                 "comes from %s; use x:detach())", what, op_name(AG(t)->op));
+    lfl_ag_release(t);
+    return;
+  }
+  if (AG(t)) return;
+  if (!dtype_is_float(t->m.dtype))
+    luaL_error(L, "%s: only floating-point tensors can require gradients (this one "
+               "is %s)", what, dtype_name(t->m.dtype));
+  if (t->m.device != FL_DEV_CPU)
+    luaL_error(L, "%s: autograd runs on the CPU only (this tensor is on %s)", what, "cuda");
+  if (lfl_islazy(t))
+    luaL_error(L, "%s: a tensor of a capture in progress cannot start requiring "
+               "gradients", what);
+  err_clear(&e);
+  if (!(AG(t) = ag_leaf(&t->m, &e))) lfl_raise(L, what, &e);
+}
+
+int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v) {
+  if (strcmp(k, "requires_grad") == 0) {
+    if (lua_type(L, v) != LUA_TBOOLEAN)
+      luaL_error(L, "requires_grad: expected a boolean, got %s", lfl_typename(L, v));
+    set_requires_grad(L, t, lua_toboolean(L, v), "requires_grad");
+    return 1;
+  }
+  if (strcmp(k, "grad") == 0) {
+    ag_fn *f = AG(t);
+    fl_tensor *g;
+    if (lua_isnil(L, v)) { if (f) ten_release(&f->grad); return 1; }
+    g = lfl_checktensor(L, v);
+    if (!f || (f->kind != AG_LEAF && !f->retain))
+      luaL_error(L, "grad: this tensor keeps no gradient (it does not require grad, or "
+                 "is not a leaf: call x:retain_grad() first)");
+    if (!meta_same_shape(&g->m, &t->m) || g->m.dtype != t->m.dtype) {
+      char s1[128], s2[128];
+      luaL_error(L, "grad: assigned gradient %s%s differs from the tensor's %s%s",
+                 dtype_name(g->m.dtype), meta_shape_str(&g->m, s1, sizeof s1),
+                 dtype_name(t->m.dtype), meta_shape_str(&t->m, s2, sizeof s2));
+    }
+    g = lfl_checkdata(L, v, "grad");
+    ten_release(&f->grad);
+    ten_share(&f->grad, g);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* methods                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static int t_requires_grad_(lua_State *L) {
+  fl_tensor *t = lfl_checktensor(L, 1);
+  set_requires_grad(L, t, lua_isnone(L, 2) ? 1 : lua_toboolean(L, 2), "requires_grad_");
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int t_detach(lua_State *L) {
+  fl_tensor *t = lfl_checkdata(L, 1, "detach");
+  fl_tensor *d = lfl_newtensor(L);
+  ten_share(d, t);
+  return 1;
+}
+
+static int t_retain_grad(lua_State *L) {
+  fl_tensor *t = lfl_checktensor(L, 1);
+  if (!AG(t))
+    return luaL_error(L, "retain_grad: this tensor does not require grad");
+  if (AG(t)->kind == AG_OP) AG(t)->retain = 1;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* {retain_graph = bool}: the only option backward and fl.grad share */
+static int retain_opt(lua_State *L, int idx, const char *what) {
+  static const char *const keys[] = {"retain_graph", "grad_outputs", "create_graph",
+                                     "allow_unused", NULL};
+  int r = 0;
+  if (lua_isnoneornil(L, idx)) return 0;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lfl_checkkeys(L, idx, keys, what);
+  if (lua_getfield(L, idx, "retain_graph") != LUA_TNIL) r = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lua_getfield(L, idx, "create_graph") != LUA_TNIL && lua_toboolean(L, -1))
+    luaL_error(L, "%s: create_graph (gradients of gradients) is not supported", what);
+  lua_pop(L, 1);
+  return r;
+}
+
+/* The seed of root t: grad at idx, or 1 for a one-element output. */
+static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const char *what) {
+  fl_tensor *s;
+  if (!AG(t))
+    luaL_error(L, "%s: this tensor does not require grad and has no grad_fn "
+               "(nothing it came from requires grad, or it was made under fl.no_grad)", what);
+  if (idx && !lua_isnoneornil(L, idx)) {
+    fl_tensor *g = lfl_checkdata(L, idx, what);
+    if (!meta_same_shape(&g->m, &t->m)) {
+      char s1[128], s2[128];
+      luaL_error(L, "%s: the gradient's shape %s differs from the output's %s", what,
+                 meta_shape_str(&g->m, s1, sizeof s1), meta_shape_str(&t->m, s2, sizeof s2));
+    }
+    if (!dtype_is_float(g->m.dtype))
+      luaL_error(L, "%s: the gradient must be floating point, got %s", what,
+                 dtype_name(g->m.dtype));
+    if (g->m.dtype == t->m.dtype) return g;
+    {
+      fl_meta m = t->m;
+      m.wrapped = 0;
+      s = lfl_pushempty(L, &m, what);
+      fl_err e;
+      err_clear(&e);
+      if (ten_copy(s, g, &e) != FL_OK) lfl_raise(L, what, &e);
+      return s;
+    }
+  }
+  if (meta_numel(&t->m) != 1) {
+    char s1[128];
+    luaL_error(L, "%s: the output has shape %s: backward() without a gradient needs "
+               "one element (a loss); pass y:backward(grad) with the output's shape",
+               what, meta_shape_str(&t->m, s1, sizeof s1));
+  }
+  {
+    fl_meta m = t->m;
+    m.wrapped = 0;
+    s = lfl_pushempty(L, &m, what);
+    ten_fill(s, 1.0);
+  }
+  return s;
+}
+
+static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, int n,
+                        ag_fn **want, int nwant, fl_tensor *wout, int retain,
+                        const char *what) {
+  fl_err e;
+  int rc;
+  err_clear(&e);
+  rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, eager_apply, &e);
+  if (rc == FL_ENOMEM) {
+    lfl_collect(L);
+    err_clear(&e);
+    rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, eager_apply, &e);
+  }
+  if (rc != FL_OK) return lfl_raise(L, what, &e);
+  return 0;
+}
+
+/* y:backward([grad] [, {retain_graph = bool}]) */
+static int t_backward(lua_State *L) {
+  fl_tensor *t = lfl_checktensor(L, 1);
+  const fl_tensor *seed;
+  ag_fn *root;
+  int opts = lua_istable(L, 2) ? 2 : 3, retain;
+  retain = retain_opt(L, opts, "backward");
+  seed = seed_of(L, t, opts == 3 ? 2 : 0, "backward");
+  root = AG(t);
+  run_backward(L, &root, &seed, 1, NULL, 0, NULL, retain, "backward");
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* library                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* fl.no_grad(fn, ...) / fl.enable_grad(fn, ...): fn's results, grad mode
+** restored however fn ends. */
+static int with_grad(lua_State *L, int on) {
+  int was = ag_grad_enabled(), rc, n;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  ag_set_grad_enabled(on);
+  rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  ag_set_grad_enabled(was);
+  if (rc != LUA_OK) return lua_error(L);
+  n = lua_gettop(L);
+  return n;
+}
+static int l_no_grad(lua_State *L) { return with_grad(L, 0); }
+static int l_enable_grad(lua_State *L) { return with_grad(L, 1); }
+static int l_is_grad_enabled(lua_State *L) { lua_pushboolean(L, ag_grad_enabled()); return 1; }
+static int l_set_grad_enabled(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TBOOLEAN);
+  ag_set_grad_enabled(lua_toboolean(L, 1));
+  return 0;
+}
+
+/* A tensor or an array of tensors at idx as a list on the stack (a table
+** at its own slot); returns the count. */
+static int tensor_list(lua_State *L, int idx, const char *what, const char *name) {
+  int n, k;
+  if (lfl_istensor(L, idx)) {
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, 1);
+    lua_replace(L, idx);
+  }
+  if (!lua_istable(L, idx)) luaL_error(L, "%s: %s must be a tensor or a list of tensors", what, name);
+  n = (int)lua_rawlen(L, idx);
+  if (n < 1 || n > 256) luaL_error(L, "%s: %s: 1 to 256 tensors, got %d", what, name, n);
+  for (k = 1; k <= n; k++) {
+    lua_rawgeti(L, idx, k);
+    if (!lfl_istensor(L, -1)) luaL_error(L, "%s: %s[%d] is not a tensor", what, name, k);
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* fl.grad(outputs, inputs [, {grad_outputs =, retain_graph =, allow_unused =}]):
+** the gradients of the outputs with respect to each input, as a list;
+** no .grad changes. */
+static int l_grad(lua_State *L) {
+  ag_fn *roots[256], *want[256];
+  const fl_tensor *seeds[256];
+  fl_tensor *wout;
+  int nout, nin, k, retain, allow = 0, go = 0;
+  lua_settop(L, 3);
+  nout = tensor_list(L, 1, "grad", "outputs");
+  nin = tensor_list(L, 2, "grad", "inputs");
+  retain = retain_opt(L, 3, "grad");
+  if (!lua_isnil(L, 3)) {
+    if (lua_getfield(L, 3, "allow_unused") != LUA_TNIL) allow = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (lua_getfield(L, 3, "grad_outputs") != LUA_TNIL) {
+      go = lua_gettop(L);
+      if (tensor_list(L, go, "grad", "grad_outputs") != nout)
+        luaL_error(L, "grad: grad_outputs must give one gradient per output");
+    } else lua_pop(L, 1);
+  }
+  for (k = 0; k < nout; k++) {
+    fl_tensor *t;
+    lua_rawgeti(L, 1, k + 1);
+    t = lfl_totensor(L, -1);
+    if (go) lua_rawgeti(L, go, k + 1);
+    seeds[k] = seed_of(L, t, go ? lua_gettop(L) : 0, "grad");
+    roots[k] = AG(t);
+  }
+  for (k = 0; k < nin; k++) {
+    fl_tensor *t;
+    lua_rawgeti(L, 2, k + 1);
+    t = lfl_totensor(L, -1);
+    if (!AG(t)) luaL_error(L, "grad: inputs[%d] does not require grad", k + 1);
+    want[k] = AG(t);
+    lua_pop(L, 1);
+  }
+  wout = lfl_newslots(L, nin);
+  run_backward(L, roots, seeds, nout, want, nin, wout, retain, "grad");
+  lua_createtable(L, nin, 0);
+  for (k = 0; k < nin; k++) {
+    if (!wout[k].st) {
+      if (!allow)
+        luaL_error(L, "grad: inputs[%d] was not used to compute the outputs (pass "
+                   "allow_unused = true to get nil for it)", k + 1);
+      lua_pushboolean(L, 0);
+    } else lfl_pushmoved(L, &wout[k]);
+    lua_rawseti(L, -2, k + 1);
+  }
+  return 1;
+}
+
+/* fl.zeros(..., {requires_grad = true}) and the other factories: the
+** original (upvalue 1, a C function without upvalues, run in this very
+** call so its argument errors name it), then requires_grad_ when the
+** last argument asks. */
+static int factory(lua_State *L) {
+  lua_CFunction make = lua_tocfunction(L, lua_upvalueindex(1));
+  int n = lua_gettop(L), rg = 0;
+  if (n > 0 && lua_type(L, n) == LUA_TTABLE) {
+    lua_getfield(L, n, "requires_grad");
+    rg = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  n = make(L);
+  if (rg && n == 1) {
+    fl_tensor *t = lfl_checktensor(L, -1);
+    set_requires_grad(L, t, 1, "requires_grad");
+  }
+  return 1;
+}
+
+void lfl_open_autograd(lua_State *L, int methods, int lib) {
+  static const luaL_Reg tmethods[] = {
+    {"requires_grad_", t_requires_grad_}, {"detach", t_detach},
+    {"retain_grad", t_retain_grad}, {"backward", t_backward}, {NULL, NULL}
+  };
+  static const luaL_Reg funcs[] = {
+    {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
+    {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
+    {"grad", l_grad}, {NULL, NULL}
+  };
+  static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
+                                          "eye", "arange", "tensor", NULL};
+  int i;
+  methods = lua_absindex(L, methods);
+  lib = lua_absindex(L, lib);
+  if (luaL_newmetatable(L, GRADFN)) {
+    lua_pushcfunction(L, gf_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, gf_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, gf_index);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, tmethods, 0);
+  lua_pop(L, 1);
+  lua_pushvalue(L, lib);
+  luaL_setfuncs(L, funcs, 0);
+  for (i = 0; factories[i]; i++) {
+    lua_getfield(L, -1, factories[i]);
+    lua_pushcclosure(L, factory, 1);
+    lua_setfield(L, -2, factories[i]);
+  }
+  lua_pop(L, 1);
+}
