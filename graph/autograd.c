@@ -182,6 +182,21 @@ static void accumulate(gbuild *b, ag_fn *f, int v) {
   f->node = f->node < 0 ? v : gb_op2(b, OP_ADD, f->node, v);
 }
 
+/* A saved value as a constant of the backward graph, named for the
+** pictures: "saved by mul: input 1", "saved by exp: output". */
+static int saved_node(gbuild *b, ag_fn *f, int slot) {
+  char name[96];
+  int id;
+  if (!f->saved[slot].st) return -1;
+  id = gb_tensor(b, &f->saved[slot]);
+  if (id < 0) return id;
+  if (slot < f->nin) snprintf(name, sizeof name, "saved by %s: input %d", op_name(f->op), slot + 1);
+  else snprintf(name, sizeof name, "saved by %s: %s", op_name(f->op),
+                slot == f->nin ? "output" : "mask");
+  if (ir_set_name(b->g, id, name, b->e) != FL_OK) b->rc = FL_ENOMEM;
+  return id;
+}
+
 /* The rule of one fn, its gradients passed on to the fns of its inputs. */
 static int step(gbuild *b, ag_fn *f) {
   const op_info *oi = op_info_of(f->op);
@@ -206,12 +221,12 @@ static int step(gbuild *b, ag_fn *f) {
                      (unsigned long long)f->ver[k]);
     }
   for (k = 0; k < f->nin; k++) {
-    in[k] = f->saved[k].st ? gb_tensor(b, &f->saved[k]) : -1;
+    in[k] = saved_node(b, f, k);
     need[k] = f->next[k] != NULL;
     gin[k] = -1;
   }
-  if (f->saved[f->nin].st) out = gb_tensor(b, &f->saved[f->nin]);
-  if (f->saved[f->nin + 1].st) extra = gb_tensor(b, &f->saved[f->nin + 1]);
+  out = saved_node(b, f, f->nin);
+  extra = saved_node(b, f, f->nin + 1);
   memset(&c, 0, sizeof c);
   c.b = b;
   c.op = f->op;
@@ -255,7 +270,12 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, in
     return err_set(e, FL_ENOMEM, "backward: out of memory");
   gb_init(&b, out->g, e);
   for (k = 0; k < n; k++)
-    if (roots[k]) accumulate(&b, roots[k], gb_tensor(&b, seeds[k]));
+    if (roots[k]) {
+      int s = gb_tensor(&b, seeds[k]);
+      if (s >= 0 && ir_set_name(out->g, s, "gradient of the output", e) != FL_OK)
+        return FL_ENOMEM;
+      accumulate(&b, roots[k], s);
+    }
   for (i = 0; i < w->n && !b.rc; i++) {
     ag_fn *f = w->fns[i];
     if (f->node < 0) continue;

@@ -606,7 +606,8 @@ char *ir_listing(const ir_graph *g) {
       else if (meta_numel(&nd->meta) == 1 && nd->value.st)
         strbuf_printf(&b, "  %%%d = const %.9g : %s\n", i, ten_get(&nd->value, 0), ty);
       else
-        strbuf_printf(&b, "  %%%d = const : %s\n", i, ty);
+        strbuf_printf(&b, "  %%%d = const : %s%s%s\n", i, ty, nd->name ? "    # " : "",
+                      nd->name ? nd->name : "");
       break;
     case IR_OP:
       strbuf_printf(&b, "  %%%d = %s(", i, op_name(nd->op));

@@ -112,6 +112,9 @@ void lfl_ag_release(fl_tensor *t);
 int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k);
 int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v);
 void lfl_open_autograd(lua_State *L, int methods, int lib);
+/* Push fl.backward_graph of the tensor at idx and return 1 when it has a
+** grad_fn, else 0 (nothing pushed). */
+int lfl_ag_push_graph(lua_State *L, int idx);
 
 /* --- capture (lfl_trace.c) ------------------------------------------- */
 typedef struct lfl_trace lfl_trace;

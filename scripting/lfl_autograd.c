@@ -436,6 +436,34 @@ static int l_grad(lua_State *L) {
   return 1;
 }
 
+/* fl.backward_graph(y [, grad]): the graph y:backward() would run, unrun:
+** its constants are the values the forward saved (named by the op that
+** saved them) and the output's gradient; its outputs the leaves'
+** gradients.  What a class reads to see what backward keeps. */
+static int l_backward_graph(lua_State *L) {
+  fl_tensor *t = lfl_checktensor(L, 1);
+  const fl_tensor *seed;
+  ag_fn *root;
+  ir_graph *g;
+  fl_err e;
+  lua_settop(L, 2);
+  seed = seed_of(L, t, 2, "backward_graph");
+  root = AG(t);
+  err_clear(&e);
+  if (!(g = ag_backward_graph(&root, &seed, 1, &e))) return lfl_raise(L, "backward_graph", &e);
+  lfl_pushgraph(L, g);
+  return 1;
+}
+
+int lfl_ag_push_graph(lua_State *L, int idx) {
+  fl_tensor *t = lfl_totensor(L, idx);
+  if (!t || !AG(t) || AG(t)->kind != AG_OP) return 0;
+  lua_pushcfunction(L, l_backward_graph);
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 1);
+  return 1;
+}
+
 /* fl.zeros(..., {requires_grad = true}) and the other factories: the
 ** original (upvalue 1, a C function without upvalues, run in this very
 ** call so its argument errors name it), then requires_grad_ when the
@@ -464,7 +492,7 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
   static const luaL_Reg funcs[] = {
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
     {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
-    {"grad", l_grad}, {NULL, NULL}
+    {"grad", l_grad}, {"backward_graph", l_backward_graph}, {NULL, NULL}
   };
   static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
                                           "eye", "arange", "tensor", NULL};

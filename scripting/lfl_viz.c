@@ -456,8 +456,15 @@ void lfl_viz_collect(lua_State *L, lfl_viz_scratch *s, int keep, int idx, lfl_vi
     }
     break;
   default:
+    if (lfl_ag_push_graph(L, idx)) {     /* a tensor's tape: its backward graph */
+      lua_pushvalue(L, -1);
+      luaL_ref(L, keep);
+      add_graph(L, l, lfl_checkgraph(L, -1), NULL, what);
+      break;
+    }
     luaL_error(L, "%s: cannot draw a %s (expected a Graph, Plan, Program, compiled "
-               "function or the table fl.explain returns%s)", what, lfl_viz_typeof(L, idx),
+               "function, a tensor with a grad_fn or the table fl.explain returns%s)",
+               what, lfl_viz_typeof(L, idx),
                lua_istable(L, idx) ? "; a module is drawn from its graph: "
                "fl.draw(fl.capture(model, x), path)" : "");
   }

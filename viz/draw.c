@@ -385,7 +385,11 @@ static void draw_node(viz_builder *b, viz_view *v, int id) {
     strbuf_printf(&b->tmp, "</b>");
     break;
   case IR_CONST:
-    if (meta_numel(&nd->meta) == 1 && nd->value.st)
+    if (nd->name) {                  /* a backward graph's saved value */
+      strbuf_printf(&b->tmp, "<b>");
+      viz_esc_max(&b->tmp, nd->name, 40);
+      strbuf_printf(&b->tmp, "</b>");
+    } else if (meta_numel(&nd->meta) == 1 && nd->value.st)
       strbuf_printf(&b->tmp, "<b>%.6g</b>", ten_get(&nd->value, 0));
     else
       strbuf_printf(&b->tmp, "<b>const</b>");
