@@ -27,12 +27,13 @@ local TIME_BUDGET_S = 1.5
 local OPTION_NAMES = {"inputs", "shapes", "calls", "quiet", "name"}
 
 -- Raises "checklist: msg" at the line that called fl.checklist: the first
--- stack level outside this file (error and getinfo count levels alike).
+-- stack level outside this file and fl.no_grad (error and getinfo count
+-- levels alike).
 local function fail(msg)
   local level = 2
   while true do
     local info = debug.getinfo(level, "S")
-    if not info or info.source ~= "=checklist.lua" then break end
+    if not info or (info.source ~= "=checklist.lua" and info.what ~= "C") then break end
     level = level + 1
   end
   error("checklist: " .. msg, level)
@@ -479,7 +480,7 @@ local function default_name(fn)
   return (tostring(fn):match("^[^\n{]*"):gsub("%s+$", ""))
 end
 
-function fl.checklist(fn, opts)
+local function checklist(fn, opts)
   check_opts(fn, opts)
   local inputs = pack(unpack(opts.inputs))
   local calls = opts.calls or 20
@@ -596,6 +597,14 @@ end
 -- on new inputs like those of cm's last traced call (fl.report puts it on
 -- its page); nil and why when there are none to make.  The random stream
 -- is put back: a report draws nothing its caller would see.
+-- The checklist answers for inference: eager is timed and compared as
+-- PyTorch's inference benchmarks run it, under no_grad (a model's
+-- parameters require grad; a tape would slow eager down and keep every
+-- activation alive).
+function fl.checklist(fn, opts)
+  return fl.no_grad(checklist, fn, opts)
+end
+
 function fl._report_checklist(cm)
   local st = cm.state
   local last = st.last_args
