@@ -211,11 +211,13 @@ static int step(gbuild *b, ag_fn *f) {
                    "backward through the graph twice)", op_name(f->op));
   for (k = 0; k < f->nin + 2; k++)
     if (f->saved[k].st && f->saved[k].st->version != f->ver[k]) {
-      const char *what = k < f->nin ? "input" : k == f->nin ? "output" : "mask";
+      char what[32];
+      if (k < f->nin) snprintf(what, sizeof what, "input %d", k + 1);
+      else snprintf(what, sizeof what, "%s", k == f->nin ? "output" : "mask");
       return err_set(b->e, FL_EINVAL, "backward: %s's %s %s%s was modified in place after %s "
                      "used it (version %llu, saved at %llu): its gradient needs the old "
                      "values; clone it first, or change it after backward",
-                     op_name(f->op), what, k < f->nin ? "" : "",
+                     op_name(f->op), what, dtype_name(f->saved[k].m.dtype),
                      meta_shape_str(&f->saved[k].m, s1, sizeof s1), op_name(f->op),
                      (unsigned long long)f->saved[k].st->version,
                      (unsigned long long)f->ver[k]);
