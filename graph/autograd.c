@@ -11,6 +11,9 @@
 
 static int grad_on = 1;
 static uint64_t next_seq = 1;
+static long live;               /* fns not yet freed: tests see leaks */
+
+long ag_live(void) { return live; }
 
 int ag_grad_enabled(void) { return grad_on; }
 void ag_set_grad_enabled(int on) { grad_on = on != 0; }
@@ -30,6 +33,7 @@ static ag_fn *fn_new(ag_kind kind, int nin, fl_err *e) {
     err_set(e, FL_ENOMEM, "autograd: out of memory recording an op");
     return NULL;
   }
+  live++;
   f->refs = 1;
   f->kind = kind;
   f->nin = nin;
@@ -104,6 +108,7 @@ void ag_unref(ag_fn *f) {
     free(f->saved);
     free(f->ver);
     free(f);
+    live--;
     if (n == 0) break;
     f = stack[--n];
   }

@@ -52,6 +52,9 @@ ag_fn *ag_record(fl_op op, const op_attrs *a, const fl_tensor *const *in, int ni
                  ag_fn *const *next, const fl_tensor *out, const fl_tensor *extra,
                  fl_err *e);
 void ag_ref(ag_fn *f);
+/* How many fns are alive now (a tape freed after backward returns it to
+** where it was). */
+long ag_live(void);
 /* Drop a reference; the last frees the fn, its saved values and the
 ** references it holds (iteratively: a chain of a million ops is fine). */
 void ag_unref(ag_fn *f);

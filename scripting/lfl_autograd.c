@@ -356,6 +356,8 @@ static int with_grad(lua_State *L, int on) {
 }
 static int l_no_grad(lua_State *L) { return with_grad(L, 0); }
 static int l_enable_grad(lua_State *L) { return with_grad(L, 1); }
+/* fl._autograd_live(): fns alive now (tests: the tape is freed) */
+static int l_autograd_live(lua_State *L) { lua_pushinteger(L, ag_live()); return 1; }
 static int l_is_grad_enabled(lua_State *L) { lua_pushboolean(L, ag_grad_enabled()); return 1; }
 static int l_set_grad_enabled(lua_State *L) {
   luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -492,7 +494,8 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
   static const luaL_Reg funcs[] = {
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
     {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
-    {"grad", l_grad}, {"backward_graph", l_backward_graph}, {NULL, NULL}
+    {"grad", l_grad}, {"backward_graph", l_backward_graph},
+    {"_autograd_live", l_autograd_live}, {NULL, NULL}
   };
   static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
                                           "eye", "arange", "tensor", NULL};

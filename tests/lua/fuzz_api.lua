@@ -329,6 +329,34 @@ local calls = {
     return {op, op:sub(1, -2)}, method(op, y), true, y
   end,
   function(x) return {"fill_"}, method("fill_", number_arg()), true end,
+  -- autograd: a tape over hostile tensors, then backward with a hostile
+  -- gradient (any shape, any dtype, none for a non-scalar), a second
+  -- backward, fl.grad with an unrelated input, .grad assigned garbage
+  function(x)
+    local op, y = pick{"exp", "tanh", "relu", "sum", "mean", "amax", "softmax", "matmul", "mul"},
+                  any_tensor()
+    local g = R() < 0.5 and any_tensor() or nil
+    local retain, again = R() < 0.5, R() < 0.3
+    return {"backward", "requires_grad_", op, "detach"}, function()
+      local v = x:detach():requires_grad_()
+      local z
+      if op == "softmax" then z = v:softmax(pick{1, -1})
+      elseif op == "matmul" or op == "mul" then z = v[op](v, y)
+      else z = v[op](v) end
+      z:backward(g, {retain_graph = retain})
+      if again then z:backward(g) end
+      return v.grad
+    end, true, y, g
+  end,
+  function(x)
+    local y, g = any_tensor(), pick{any_tensor(), 3, "x", false}
+    return {"grad", "requires_grad_", "mul"}, function()
+      local v = x:detach():requires_grad_()
+      local r = fl.grad((v * y):sum(), {v, y}, {allow_unused = R() < 0.5})
+      v.grad = g
+      return r
+    end, true, y
+  end,
   function(x) return {"zero_"}, method("zero_"), true end,
   -- in-place writes captured (fl.compile, fl.capture) through a view made
   -- with hostile arguments: the graph gets the write and its write-back
@@ -342,7 +370,9 @@ local calls = {
       return v * 1
     end
     local how = pick{"compile", "capture"}
-    return {op, op:sub(1, -2), view, "capture", "compile", "graph"}, function(v)
+    -- a captured copy_ converts y's dtype with a recorded `to`, whose size
+    -- check may be the one that refuses
+    return {op, op:sub(1, -2), view, "capture", "compile", "graph", "to"}, function(v)
       if how == "compile" then return fl.compile(body)(v) end
       return fl.capture(body, v)
     end, true, fl.is_tensor(y) and y or nil
