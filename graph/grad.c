@@ -305,6 +305,10 @@ void gr_matmul(const gr_ctx *c, int *gin) {
   }
   if (c->need[0]) gin[0] = gb_sum_to(B, gb_op2(B, OP_MATMUL, g, mT(c, b)), gb_meta(B, a));
   if (c->need[1]) gin[1] = gb_sum_to(B, gb_op2(B, OP_MATMUL, mT(c, a), g), gb_meta(B, b));
+  /* back to 1-d here: the caller's sum to [k] would take a [k, 1]
+  ** gradient's k for a broadcast leading dim and sum it away */
+  if (ma->ndim == 1 && gin[0] >= 0) gin[0] = gb_reshape(B, gin[0], 1, ma->shape);
+  if (mb->ndim == 1 && gin[1] >= 0) gin[1] = gb_reshape(B, gin[1], 1, mb->shape);
 }
 /* linear(x, w, b) = x w^T + b: dw = g^T x over all batch rows at once */
 void gr_linear(const gr_ctx *c, int *gin) {
