@@ -264,8 +264,16 @@ any_stride:
 
 /* --- reduce ---------------------------------------------------------------- */
 
+/* exhaustive (no default): a new accumulator kind fails -Wswitch here
+** rather than become a min */
 static const char *red_op(fk_red r) {
-  return r == FKR_SUM ? "fl_sum()" : r == FKR_MAX ? "fl_max()" : "fl_min()";
+  switch (r) {
+  case FKR_SUM: return "fl_sum()";
+  case FKR_MAX: return "fl_max()";
+  case FKR_MIN: return "fl_min()";
+  case FKR_ARGMAX: break;            /* its own block reduction */
+  }
+  return NULL;
 }
 
 /* the value type of a reduction's accumulator: a sum of int64 values wraps
