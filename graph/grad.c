@@ -62,9 +62,11 @@ void gr_tanh(const gr_ctx *c, int *gin) {
 void gr_sigmoid(const gr_ctx *c, int *gin) {
   gin[0] = mul(c, c->g, mul(c, c->out, sub(c, k(c, 1), c->out)));
 }
-/* threshold_backward: the gradient passes where the result is > 0 */
+/* threshold_backward(grad, result, 0): zero where the result is <= 0, so
+** a NaN (relu keeps it) passes its gradient, as in PyTorch; "> 0" would
+** stop it */
 void gr_relu(const gr_ctx *c, int *gin) {
-  gin[0] = where(c, gb_op2(B, OP_GT, c->out, k(c, 0)), c->g, k(c, 0));
+  gin[0] = where(c, gb_op2(B, OP_LE, c->out, k(c, 0)), k(c, 0), c->g);
 }
 /* Phi(x) + x phi(x) */
 void gr_gelu(const gr_ctx *c, int *gin) {

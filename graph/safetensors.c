@@ -114,6 +114,15 @@ static void free_entries(entry *v, size_t n) {
   free(v);
 }
 
+static void free_meta(st_meta *m, size_t n) {
+  if (!m) return;
+  for (size_t i = 0; i < n; i++) {
+    free(m[i].key);
+    free(m[i].value);
+  }
+  free(m);
+}
+
 void st_list_free(st_list *l) {
   if (!l) return;
   for (size_t i = 0; i < l->n; i++) {
@@ -121,8 +130,11 @@ void st_list_free(st_list *l) {
     ten_release(&l->v[i].t);
   }
   free(l->v);
+  free_meta(l->meta, l->nmeta);
   l->v = NULL;
   l->n = 0;
+  l->meta = NULL;
+  l->nmeta = 0;
 }
 
 /* ---- header ------------------------------------------------------------- */
@@ -292,11 +304,44 @@ static int control_in(const char *name) {
   return 0;
 }
 
+/* The "__metadata__" object's entries, copied; every value a string. */
+static int parse_meta(const cJSON *it, st_meta **out, size_t *count, fl_err *e) {
+  const cJSON *kv;
+  st_meta *m;
+  size_t n = 0, cap;
+  if (!cJSON_IsObject(it)) return err_set(e, FL_EFORMAT, "'__metadata__' is not an object");
+  cJSON_ArrayForEach(kv, it)
+    if (!cJSON_IsString(kv)) {
+      char q[256];
+      return err_set(e, FL_EFORMAT, "'__metadata__' value of '%s' is not a string",
+                     quote(kv->string ? kv->string : "", q, sizeof q));
+    }
+  cap = (size_t)cJSON_GetArraySize(it);
+  if (!cap) return FL_OK;
+  if (!(m = calloc(cap, sizeof *m))) return err_set(e, FL_ENOMEM, "out of memory (metadata)");
+  cJSON_ArrayForEach(kv, it) {
+    if (n == cap) break;
+    m[n].key = strdup(kv->string ? kv->string : "");
+    m[n].value = strdup(kv->valuestring);
+    n++;
+    if (!m[n - 1].key || !m[n - 1].value) {
+      free_meta(m, n);
+      return err_set(e, FL_ENOMEM, "out of memory (metadata)");
+    }
+  }
+  free_meta(*out, *count);   /* a second "__metadata__": the last one counts */
+  *out = m;
+  *count = n;
+  return FL_OK;
+}
+
 /* Parse and validate the header text (len bytes at text, NUL at
 ** text[len]) for a data region of data_len bytes.  On success *out is an
-** array of *count entries sorted by offset, owned by the caller. */
+** array of *count entries sorted by offset and *meta an array of *nmeta
+** metadata entries, both owned by the caller. */
 static int parse_header(const char *text, size_t len, uint64_t data_len,
-                        entry **out, size_t *count, fl_err *e) {
+                        entry **out, size_t *count, st_meta **meta, size_t *nmeta,
+                        fl_err *e) {
   const char *end = NULL;
   cJSON *root, *it;
   entry *v = NULL;
@@ -306,6 +351,8 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
 
   *out = NULL;
   *count = 0;
+  *meta = NULL;
+  *nmeta = 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)text[i];
     if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
@@ -339,18 +386,7 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
   cJSON_ArrayForEach(it, root) {
     if (!it->string) continue;   /* cJSON gives every object member a key */
     if (strcmp(it->string, "__metadata__") == 0) {
-      const cJSON *kv;
-      if (!cJSON_IsObject(it)) {
-        rc = err_set(e, FL_EFORMAT, "'__metadata__' is not an object");
-        goto done;
-      }
-      cJSON_ArrayForEach(kv, it)
-        if (!cJSON_IsString(kv)) {
-          char q[256];
-          rc = err_set(e, FL_EFORMAT, "'__metadata__' value of '%s' is not a string",
-                       quote(kv->string ? kv->string : "", q, sizeof q));
-          goto done;
-        }
+      if ((rc = parse_meta(it, meta, nmeta, e)) != FL_OK) goto done;
       continue;
     }
     if ((c = control_in(it->string))) {
@@ -371,6 +407,11 @@ static int parse_header(const char *text, size_t len, uint64_t data_len,
   v = NULL;
 done:
   free_entries(v, n);
+  if (rc != FL_OK) {
+    free_meta(*meta, *nmeta);
+    *meta = NULL;
+    *nmeta = 0;
+  }
   cJSON_Delete(root);
   return rc;
 }
@@ -464,7 +505,8 @@ static int load_body(const char *text, uint64_t hlen, uint64_t total, const sour
                      st_list *out, fl_err *e) {
   entry *v = NULL;
   size_t n = 0;
-  int rc = parse_header(text, (size_t)hlen, total - 8 - hlen, &v, &n, e);
+  int rc = parse_header(text, (size_t)hlen, total - 8 - hlen, &v, &n, &out->meta,
+                        &out->nmeta, e);
   if (rc == FL_OK) rc = materialize(v, n, src, out, e);
   free_entries(v, n);
   if (rc != FL_OK) st_list_free(out);
@@ -572,13 +614,18 @@ static int by_slot_name(const void *a, const void *b) {
 ** that 8 + length is a multiple of 8 (the data then starts aligned).
 ** *json is malloc'd; the caller frees it. */
 static int make_header(const fl_tensor *const *ts, const slot *sl, size_t n,
+                       const char *const *keys, const char *const *values, size_t nmeta,
                        char **json, size_t *len, fl_err *e) {
   cJSON *root = cJSON_CreateObject(), *meta = NULL;
   uint64_t at = 0;
   char *text = NULL, *padded;
   size_t tl, pl;
-  int ok = root && (meta = cJSON_AddObjectToObject(root, "__metadata__")) != NULL &&
-           cJSON_AddStringToObject(meta, "format", "pt") != NULL;
+  int ok = root && (meta = cJSON_AddObjectToObject(root, "__metadata__")) != NULL, fmt = 0;
+  for (size_t i = 0; ok && i < nmeta; i++) {
+    ok = cJSON_AddStringToObject(meta, keys[i], values[i]) != NULL;
+    fmt = fmt || strcmp(keys[i], "format") == 0;
+  }
+  if (ok && !fmt) ok = cJSON_AddStringToObject(meta, "format", "pt") != NULL;
   for (size_t i = 0; ok && i < n; i++) {
     const fl_tensor *t = ts[sl[i].i];
     uint64_t nb = (uint64_t)meta_numel(&t->m) * dtype_size(t->m.dtype);
@@ -659,8 +706,29 @@ static int write_file(int fd, const fl_tensor *const *ts, const slot *sl, size_t
   return FL_OK;
 }
 
+/* Metadata keys: non-empty, once each; values any string. */
+static int check_meta(const char *const *keys, const char *const *values, size_t nmeta,
+                      fl_err *e) {
+  char q[256];
+  for (size_t i = 0; i < nmeta; i++) {
+    if (!keys[i] || !keys[i][0]) return err_set(e, FL_EINVAL, "metadata key %zu is empty", i + 1);
+    if (!values[i])
+      return err_set(e, FL_EINVAL, "metadata '%s' has no value", quote(keys[i], q, sizeof q));
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(keys[i], keys[j]) == 0)
+        return err_set(e, FL_EINVAL, "metadata key '%s' given twice", quote(keys[i], q, sizeof q));
+  }
+  return FL_OK;
+}
+
 int st_save(const char *path, const char *const *names, const fl_tensor *const *ts,
             size_t n, fl_err *e) {
+  return st_save_meta(path, names, ts, n, NULL, NULL, 0, e);
+}
+
+int st_save_meta(const char *path, const char *const *names, const fl_tensor *const *ts,
+                 size_t n, const char *const *keys, const char *const *values, size_t nmeta,
+                 fl_err *e) {
   slot *sl = NULL;
   size_t hlen = 0;
   char *json = NULL, q[512];
@@ -673,7 +741,8 @@ int st_save(const char *path, const char *const *names, const fl_tensor *const *
     goto done;
   }
   if ((rc = check_save(names, ts, n, sl, e)) != FL_OK) goto done;
-  if ((rc = make_header(ts, sl, n, &json, &hlen, e)) != FL_OK) goto done;
+  if ((rc = check_meta(keys, values, nmeta, e)) != FL_OK) goto done;
+  if ((rc = make_header(ts, sl, n, keys, values, nmeta, &json, &hlen, e)) != FL_OK) goto done;
   /* file_create's messages name the path themselves */
   if ((rc = file_create(&w, path, e)) != FL_OK) goto out;
   if ((rc = write_file(w.fd, ts, sl, n, json, hlen, e)) != FL_OK) {
@@ -690,23 +759,30 @@ out:
 }
 
 int st_save_list(const char *path, const st_list *l, fl_err *e) {
-  const char **names;
+  const char **names, **keys;
   const fl_tensor **ts;
   int rc;
-  size_t n = l ? l->n : 0;
+  size_t n = l ? l->n : 0, nm = l ? l->nmeta : 0;
   names = malloc((n ? n : 1) * sizeof *names);
   ts = malloc((n ? n : 1) * sizeof *ts);
-  if (!names || !ts) {
+  keys = malloc((nm ? 2 * nm : 1) * sizeof *keys);
+  if (!names || !ts || !keys) {
     free(names);
     free(ts);
+    free(keys);
     return err_set(e, FL_ENOMEM, "%s: out of memory (%zu tensors)", path ? path : "?", n);
   }
   for (size_t i = 0; i < n; i++) {
     names[i] = l->v[i].name;
     ts[i] = &l->v[i].t;
   }
-  rc = st_save(path, names, ts, n, e);
+  for (size_t i = 0; i < nm; i++) {
+    keys[i] = l->meta[i].key;
+    keys[nm + i] = l->meta[i].value;
+  }
+  rc = st_save_meta(path, names, ts, n, keys, keys + nm, nm, e);
   free(names);
   free(ts);
+  free(keys);
   return rc;
 }

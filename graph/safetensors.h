@@ -21,14 +21,23 @@ typedef struct st_tensor {
   fl_tensor t;     /* one storage reference, owned by the list */
 } st_tensor;
 
-/* What a file holds, in file order of the data (ascending offsets). */
+/* One "__metadata__" entry (string to string). */
+typedef struct st_meta {
+  char *key;       /* owned by the list; NUL-terminated */
+  char *value;     /* owned by the list; NUL-terminated */
+} st_meta;
+
+/* What a file holds, in file order of the data (ascending offsets), and
+** its metadata in header order. */
 typedef struct st_list {
   st_tensor *v;    /* owned */
   size_t n;
+  st_meta *meta;   /* owned */
+  size_t nmeta;
 } st_list;
 
-/* Release every name and tensor of l and clear it; accepts NULL and an
-** empty list. */
+/* Release every name, tensor and metadata entry of l and clear it;
+** accepts NULL and an empty list. */
 void st_list_free(st_list *l);
 
 /* Parse a whole image of n bytes.  On success *out owns the tensors (free
@@ -55,7 +64,14 @@ int st_load(const char *path, st_list *out, fl_err *e);
 int st_save(const char *path, const char *const *names,
             const fl_tensor *const *tensors, size_t n, fl_err *e);
 
-/* st_save of a whole list (e.g. one st_load returned). */
+/* st_save with nmeta metadata entries keys[i] = values[i] (only read)
+** beside "format": "pt" (a "format" key given replaces it).  Empty or
+** duplicate keys are FL_EINVAL. */
+int st_save_meta(const char *path, const char *const *names,
+                 const fl_tensor *const *tensors, size_t n, const char *const *keys,
+                 const char *const *values, size_t nmeta, fl_err *e);
+
+/* st_save of a whole list (e.g. one st_load returned), its metadata too. */
 int st_save_list(const char *path, const st_list *l, fl_err *e);
 
 #endif

@@ -272,7 +272,9 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
   fl_tensor *s;
   if (!AG(t))
     luaL_error(L, "%s: this tensor does not require grad and has no grad_fn "
-               "(nothing it came from requires grad, or it was made under fl.no_grad)", what);
+               "(nothing it came from requires grad, it was made under fl.no_grad, "
+               "or it is the result of a fl.compile'd function: compiled training is "
+               "not built yet, so train with the function uncompiled)", what);
   if (idx && !lua_isnoneornil(L, idx)) {
     fl_tensor *g = lfl_checkdata(L, idx, what);
     if (!meta_same_shape(&g->m, &t->m)) {

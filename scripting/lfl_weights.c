@@ -1,7 +1,10 @@
 /*
 ** lfl_weights.c -- fl.save_weights(model, path) and fl.load_weights(model,
 ** path): a model's parameters and buffers, by their PyTorch names (its
-** :state_dict()), to and from a safetensors file.
+** :state_dict()), to and from a safetensors file; and the file itself as
+** tables, with its string metadata: fl.save_safetensors(tensors, path
+** [, metadata]) and fl.load_safetensors(path) (what a training
+** checkpoint is written with).
 **
 ** Loading is all or nothing: the file is read and every name, dtype and
 ** shape checked against the model before the first value is copied.
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "lfl.h"
+#include "graph/autograd.h"
 #include "graph/safetensors.h"
 
 #define ST_GUARD "fl.safetensors_list"   /* metatable of the list guard */
@@ -102,19 +106,65 @@ static fl_tensor *push_model_tensor(lua_State *L, int map, const char *name, con
   return t;
 }
 
-/* fl.save_weights(model, path): every parameter and buffer, by name. */
-static int l_save_weights(lua_State *L) {
+/* The metadata table at idx (string keys and values; nil: none) as two
+** arrays of nmeta strings in userdata, anchored by the table.  Keys are
+** sorted, so the same table always writes the same header. */
+static size_t push_meta(lua_State *L, int idx, const char ***keys, const char ***values,
+                        const char *what) {
+  size_t n = 0, i;
+  idx = lua_absindex(L, idx);
+  if (lua_isnoneornil(L, idx)) {
+    *keys = *values = NULL;
+    return 0;
+  }
+  if (!lua_istable(L, idx)) luaL_error(L, "%s: metadata must be a table of strings, got %s", what,
+                                       luaL_typename(L, idx));
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    size_t len;
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: metadata must map strings to strings, found %s = %s", what,
+                 luaL_typename(L, -2), luaL_typename(L, -1));
+    lua_tolstring(L, -1, &len);
+    if (strlen(lua_tostring(L, -1)) != len)
+      luaL_error(L, "%s: metadata '%s' holds a NUL byte", what, lua_tostring(L, -2));
+    n++;
+    lua_pop(L, 1);
+  }
+  *keys = (const char **)lua_newuserdatauv(L, (n ? 2 * n : 1) * sizeof **keys, 0);
+  i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    (*keys)[i++] = lua_tostring(L, -2);       /* anchored by the table */
+    lua_pop(L, 1);
+  }
+  qsort(*keys, n, sizeof **keys, by_string);
+  *values = *keys + n;
+  for (i = 0; i < n; i++) {
+    lua_getfield(L, idx, (*keys)[i]);
+    (*values)[i] = lua_tostring(L, -1);       /* anchored by the table */
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* fl.save_weights(model, path) and fl.save_safetensors(tensors, path [,
+** metadata]): every tensor of the state, by name (meta: the stack index
+** of the metadata table, 0 for none). */
+static int save_state(lua_State *L, int meta, const char *what) {
   const char *path = luaL_checkstring(L, 2);
-  const char **names;
+  const char **names, **keys = NULL, **values = NULL;
   const fl_tensor **ts;
   lua_Integer n, i;
+  size_t nmeta = 0;
   int map, list, keep;
   fl_err e;
 
-  lua_settop(L, 2);
-  push_state(L, 1, "save_weights");
-  map = 3;
-  list = 4;
+  lua_settop(L, 3);
+  push_state(L, 1, what);
+  map = 4;
+  list = 5;
+  if (meta) nmeta = push_meta(L, meta, &keys, &values, what);
   n = (lua_Integer)lua_rawlen(L, list);
   names = (const char **)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *names, 0);
   ts = (const fl_tensor **)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ts, 0);
@@ -123,10 +173,10 @@ static int l_save_weights(lua_State *L) {
   for (i = 1; i <= n; i++) {
     fl_tensor *t;
     if (lua_rawgeti(L, list, i) != LUA_TSTRING)
-      return luaL_error(L, "save_weights: name %I of the state is not a string", i);
+      return luaL_error(L, "%s: name %I of the state is not a string", what, i);
     names[i - 1] = lua_tostring(L, -1);       /* anchored by the list */
     lua_pop(L, 1);
-    t = push_model_tensor(L, map, names[i - 1], "save_weights");
+    t = push_model_tensor(L, map, names[i - 1], what);
     if (t->m.device != FL_DEV_CPU) {          /* write a CPU copy */
       lua_getfield(L, -1, "cpu");
       lua_insert(L, -2);
@@ -137,9 +187,55 @@ static int l_save_weights(lua_State *L) {
     lua_rawseti(L, keep, i);
   }
   err_clear(&e);
-  if (st_save(path, names, ts, (size_t)n, &e) != FL_OK)
-    return luaL_error(L, "save_weights: %s", e.msg);
+  if (st_save_meta(path, names, ts, (size_t)n, keys, values, nmeta, &e) != FL_OK)
+    return luaL_error(L, "%s: %s", what, e.msg);
   return 0;
+}
+
+static int l_save_weights(lua_State *L) {
+  lua_settop(L, 2);
+  return save_state(L, 0, "save_weights");
+}
+
+static int l_save_safetensors(lua_State *L) { return save_state(L, 3, "save_safetensors"); }
+
+/* fl.load_safetensors(path) -> tensors (name -> tensor), metadata (key ->
+** string), names (in the file's data order). */
+static int l_load_safetensors(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  st_list *l = push_guard(L);
+  fl_err e;
+  err_clear(&e);
+  if (st_load(path, l, &e) != FL_OK) return luaL_error(L, "load_safetensors: %s", e.msg);
+  lua_createtable(L, 0, (int)l->n);
+  lua_createtable(L, 0, (int)l->nmeta);
+  lua_createtable(L, (int)l->n, 0);
+  for (size_t k = 0; k < l->n; k++) {
+    fl_tensor *t = lfl_newtensor(L);
+    *t = l->v[k].t;
+    memset(&l->v[k].t, 0, sizeof l->v[k].t);
+    if (t->st) lfl_account(L, t->st->nbytes);
+    lua_setfield(L, -4, l->v[k].name);
+    lua_pushstring(L, l->v[k].name);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  }
+  for (size_t k = 0; k < l->nmeta; k++) {
+    lua_pushstring(L, l->meta[k].value);
+    lua_setfield(L, -3, l->meta[k].key);
+  }
+  return 3;
+}
+
+/* Call copy_ (the function under the two values on top) with grad mode
+** off: a parameter requires grad, and a load is no step of its history
+** (PyTorch's load_state_dict copies under no_grad too).  Grad mode is
+** restored whatever happens. */
+static void copy_no_grad(lua_State *L) {
+  int was = ag_grad_enabled(), rc;
+  ag_set_grad_enabled(0);
+  rc = lua_pcall(L, 2, 0, 0);
+  ag_set_grad_enabled(was);
+  if (rc != LUA_OK) lua_error(L);
 }
 
 /* Append up to MAX_LISTED names of the list at idx for which present(name)
@@ -279,7 +375,7 @@ static int l_load_weights(lua_State *L) {
     lua_getfield(L, -1, "copy_");
     lua_insert(L, -2);
     lua_getfield(L, fmap, name);
-    lua_call(L, 2, 0);
+    copy_no_grad(L);
     lua_pop(L, 1);
   }
   lua_pushvalue(L, 1);
@@ -289,10 +385,13 @@ static int l_load_weights(lua_State *L) {
 static const luaL_Reg weight_funcs[] = {
   {"save_weights", l_save_weights},
   {"load_weights", l_load_weights},
+  {"save_safetensors", l_save_safetensors},
+  {"load_safetensors", l_load_safetensors},
   {NULL, NULL}
 };
 
-/* Register fl.save_weights and fl.load_weights in the table at fl_index. */
+/* Register fl.save_weights, fl.load_weights, fl.save_safetensors and
+** fl.load_safetensors in the table at fl_index. */
 int lfl_open_weights(lua_State *L, int fl_index) {
   fl_index = lua_absindex(L, fl_index);
   lua_pushvalue(L, fl_index);

@@ -15,8 +15,10 @@
 -- attribute nodes to modules.
 --
 -- Modules start in training mode, as PyTorch's do.  Training mode changes
--- only nn.Dropout (inverted dropout, the fl.dropout op); BatchNorm2d
--- always uses its running statistics (fuselab runs inference).
+-- nn.Dropout (inverted dropout, the fl.dropout op) and nn.BatchNorm2d
+-- (the batch's statistics, and the running ones updated); eval mode is
+-- what a deployed model runs.  Every parameter requires grad from the
+-- moment it is registered (PyTorch's nn.Parameter); buffers never do.
 
 local fl = ...
 local nn = fl.nn or {}
@@ -155,9 +157,25 @@ local function append_once(list, name)
   list[#list + 1] = name
 end
 
+-- A parameter is a leaf that requires grad, as nn.Parameter is.  Where
+-- autograd cannot follow (an integer tensor, a tensor on the GPU, a
+-- tensor of a capture in progress) it is kept as it is: such a model
+-- still runs, it only cannot be trained there.
+-- A tensor computed from others (not a leaf) becomes a leaf sharing its
+-- values, as nn.Parameter(t) does.
+local function as_parameter(t)
+  if not fl.is_tensor(t) then return t end
+  if t.requires_grad then
+    if t.is_leaf then return t end
+    t = t:detach()
+  end
+  if t.device ~= "cpu" or not t.dtype:find("float") or fl._tracing() then return t end
+  return t:requires_grad_()
+end
+
 function Module:register_parameter(name, t)
   append_once(self._params, name)
-  self[name] = t
+  self[name] = as_parameter(t)
 end
 
 function Module:register_buffer(name, t)
@@ -273,6 +291,8 @@ function Module:eval() return self:train(false) end
 -- PyTorch's Module.to does.  A tensor under two names (tied weights) is
 -- moved once and stays shared; a weight already there is kept as it is.
 -- Compiled functions then bind the resident weights: no copy per call.
+-- A moved parameter is a new leaf (its .grad starts empty), requiring
+-- grad where autograd runs (the CPU), as the parameter it replaces did.
 function Module:to(...)
   local args, moved = table.pack(...), {}
   local function visit(m)
@@ -280,7 +300,11 @@ function Module:to(...)
       for _, name in ipairs(m[kind]) do
         local t = m[name]
         if t ~= nil then
-          if moved[t] == nil then moved[t] = t:to(table.unpack(args, 1, args.n)) end
+          if moved[t] == nil then
+            local u = fl.no_grad(t.to, t, table.unpack(args, 1, args.n))
+            if u ~= t and kind == "_params" and t.requires_grad then u = as_parameter(u) end
+            moved[t] = u
+          end
           m[name] = moved[t]
         end
       end
@@ -288,6 +312,28 @@ function Module:to(...)
     for _, name in ipairs(m._children) do visit(m[name]) end
   end
   visit(self)
+  return self
+end
+
+-- m:zero_grad([set_to_none]): every parameter's .grad set to nil
+-- (PyTorch's default, set_to_none = true), or zeroed in place with false.
+function Module:zero_grad(set_to_none)
+  for _, p in ipairs(self:parameters()) do
+    if set_to_none == false then
+      local g = p.grad
+      if g then g:zero_() end
+    else
+      p.grad = nil
+    end
+  end
+  return self
+end
+
+-- m:requires_grad_([on]): every parameter's requires_grad (freezing a
+-- part of a model with false); returns m.
+function Module:requires_grad_(on)
+  if on == nil then on = true end
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(on) end
   return self
 end
 
@@ -583,27 +629,63 @@ function Conv2d:forward(x)
                                                dilation = self.dilation, groups = self.groups})
 end
 
--- nn.BatchNorm2d(c [, {eps=}]): inference semantics in both modes, over
--- the running_mean / running_var buffers; num_batches_tracked is kept
--- so PyTorch's state_dict loads unchanged.
+-- nn.BatchNorm2d(c [, {eps=, momentum=, affine=, track_running_stats=}]):
+-- PyTorch's semantics.  In training mode the input is normalized with
+-- its own per-channel mean and biased variance (over N, H and W), and the
+-- running statistics move toward the batch's, the variance unbiased:
+--   running = (1 - momentum) * running + momentum * batch
+-- with momentum = false for the cumulative average (PyTorch's None:
+-- momentum 1/num_batches_tracked).  In eval mode the running statistics
+-- normalize (inference), as they always did.  Without
+-- track_running_stats there are no buffers and both modes use the batch.
 local BatchNorm2d = class("nn.BatchNorm2d")
 nn.BatchNorm2d = BatchNorm2d
 
 function BatchNorm2d:__init(c, opts)
-  opts = options(opts, {"eps"}, "nn.BatchNorm2d")
+  opts = options(opts, {"eps", "momentum", "affine", "track_running_stats"}, "nn.BatchNorm2d")
   self.num_features = check_int(c, "nn.BatchNorm2d: num_features")
   self.eps = opts.eps or 1e-5
+  local m = opts.momentum
+  if m == nil then m = 0.1 end
+  if m ~= false and (type(m) ~= "number" or m < 0 or m > 1) then
+    error(fmt("nn.BatchNorm2d: momentum must be a number in [0, 1] or false (the cumulative "
+              .. "average), got %s", tostring(m)), 0)
+  end
+  self.momentum = m
+  self.affine = opts.affine ~= false
+  self.track_running_stats = opts.track_running_stats ~= false
   c = self.num_features
-  self:register_parameter("weight", fl.ones(c))
-  self:register_parameter("bias", fl.zeros(c))
-  self:register_buffer("running_mean", fl.zeros(c))
-  self:register_buffer("running_var", fl.ones(c))
-  self:register_buffer("num_batches_tracked", fl.zeros({}, {dtype = "int64"}))
+  if self.affine then
+    self:register_parameter("weight", fl.ones(c))
+    self:register_parameter("bias", fl.zeros(c))
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", fl.zeros(c))
+    self:register_buffer("running_var", fl.ones(c))
+    self:register_buffer("num_batches_tracked", fl.zeros({}, {dtype = "int64"}))
+  end
 end
 
 function BatchNorm2d:_head()
-  if self.eps ~= 1e-5 then return fmt("nn.BatchNorm2d(%d, eps=%g)", self.num_features, self.eps) end
-  return fmt("nn.BatchNorm2d(%d)", self.num_features)
+  local s = fmt("nn.BatchNorm2d(%d", self.num_features)
+  if self.eps ~= 1e-5 then s = s .. fmt(", eps=%g", self.eps) end
+  if self.momentum ~= 0.1 then s = s .. ", momentum=" .. tostring(self.momentum) end
+  if not self.affine then s = s .. ", affine=false" end
+  if not self.track_running_stats then s = s .. ", track_running_stats=false" end
+  return s .. ")"
+end
+
+-- The running statistics moved toward the batch's, outside autograd (a
+-- buffer is state, not part of the loss), in place so that whatever
+-- holds the buffers (a compiled function) sees the new values.
+function BatchNorm2d:_update_stats(mean, var, n)
+  fl.no_grad(function()
+    self.num_batches_tracked:add_(1)
+    local f = self.momentum
+    if f == false then f = 1 / self.num_batches_tracked:item() end
+    self.running_mean:mul_(1 - f):add_(mean * f)
+    self.running_var:mul_(1 - f):add_(var * (f * n / (n - 1)))
+  end)
 end
 
 function BatchNorm2d:forward(x)
@@ -611,7 +693,21 @@ function BatchNorm2d:forward(x)
   if x:dim() ~= 4 or not size_eq(x:size(2), self.num_features) then
     self:error("input %s: expected [N, %d, H, W]", shape_str(x), self.num_features)
   end
-  return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+  if not self.training and self.track_running_stats then
+    return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+  end
+  -- the batch's statistics, from fl ops: batch_norm's derivative treats
+  -- mean and var as inputs, so the gradient flows through them too
+  local n = x:size(1) * x:size(3) * x:size(4)
+  if n <= 1 then
+    self:error("expected more than 1 value per channel when training, got input %s", shape_str(x))
+  end
+  local mean = x:mean({1, 3, 4})
+  local var = x:var({1, 3, 4}, {correction = 0})
+  if self.training and self.track_running_stats then
+    self:_update_stats(mean:detach(), var:detach(), n)
+  end
+  return fl.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
 end
 
 -- Pooling: nn.MaxPool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),

@@ -41,10 +41,12 @@ do
     local conv = nn.Conv2d(ci, co, k, {padding = k // 2})
     local bn = nn.BatchNorm2d(co)
     bn:eval()
-    bn.running_mean:copy_(fl.randn(co))
-    bn.running_var:copy_(fl.rand(co) + 0.5)
-    bn.weight:copy_(fl.randn(co))
-    bn.bias:copy_(fl.randn(co))
+    fl.no_grad(function()   -- parameters require grad
+      bn.running_mean:copy_(fl.randn(co))
+      bn.running_var:copy_(fl.rand(co) + 0.5)
+      bn.weight:copy_(fl.randn(co))
+      bn.bias:copy_(fl.randn(co))
+    end)
     local f = function(x) return fl.relu(bn(conv(x))) end
     local x = fl.randn(R(1, 2), ci, R(3, 9), R(3, 9))
     local kp = program(f, x)

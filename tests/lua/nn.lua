@@ -184,8 +184,10 @@ end
 
 do
   local l = nn.Linear(3, 2)
-  l.weight:copy_(farange(6):reshape(2, 3))        -- {{0,1,2},{3,4,5}}
-  l.bias:copy_(fl.ones(2))
+  fl.no_grad(function()                           -- parameters require grad
+    l.weight:copy_(farange(6):reshape(2, 3))      -- {{0,1,2},{3,4,5}}
+    l.bias:copy_(fl.ones(2))
+  end)
   local x = farange(3):reshape(1, 3)              -- {{0,1,2}}
   t.near(l(x), {{6, 15}}, 1e-6, "Linear: x W^T + b")
   t.near(l:forward(x), l(x), 0, "m:forward(x) is m(x)")
@@ -195,7 +197,7 @@ do
   local ln = nn.LayerNorm(4)(fl.randn(3, 4) * 5 + 2)
   t.near(ln:mean(-1), {0, 0, 0}, 1e-5, "LayerNorm: zero mean")
   local emb = nn.Embedding(4, 2)
-  emb.weight:copy_(farange(8):reshape(4, 2))
+  fl.no_grad(emb.weight.copy_, emb.weight, farange(8):reshape(4, 2))
   t.near(emb(fl.arange(4):narrow(1, 3, 2)), {{4, 5}, {6, 7}}, 0, "Embedding picks rows (0-based ids)")
 end
 
