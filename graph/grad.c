@@ -7,6 +7,7 @@
 ** textbook it is said.
 */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grad.h"
@@ -504,13 +505,16 @@ void gr_avg_pool2d(const gr_ctx *c, int *gin) {
 ** tap by tap, the strided slice of x (padded with -inf) under that tap
 ** is compared with the output, and the gradient of the windows it wins,
 ** not yet taken by an earlier tap, is scattered back by the transposed
-** slice (zeros stuffed between, then padded into place). */
+** slice (zeros stuffed between, then padded into place).  A window whose
+** maximum is NaN matches no tap by ==; PyTorch's kernel takes every NaN
+** it meets (v > max || isnan(v)), so the LAST NaN of the window wins:
+** a backward scan marks, per tap, the NaNs no later tap has. */
 void gr_max_pool2d(const gr_ctx *c, int *gin) {
   const fl_meta *mx = &c->in_meta[0], *mo = c->out_meta;
   op_win2d wn;
   int64_t OH = mo->shape[2], OW = mo->shape[3], H = mx->shape[2], W = mx->shape[3];
   int64_t eh, ew, pb[4] = {0}, pe[4] = {0};
-  int xp, taken = -1, acc = -1, i, j;
+  int xp, taken = -1, later = -1, acc = -1, i, j, t, ntap, *tap, *lastnan;
   op_attrs a;
   op_win2d_of(OP_MAX_POOL2D, c->a, 0, 0, &wn);
   /* padded so every window lies inside */
@@ -523,29 +527,47 @@ void gr_max_pool2d(const gr_ctx *c, int *gin) {
   for (i = 0; i < 4; i++) { a.dims[i] = pb[i]; a.i[i] = pe[i]; }
   a.f[0] = -INFINITY;
   xp = gb_op(B, OP_PAD, &a, 1, &c->in[0]);
-  for (i = 0; i < wn.kh; i++)
-    for (j = 0; j < wn.kw; j++) {
-      int tap, hit, part;
-      int64_t b4[4] = {0}, e4[4] = {0};
-      op_attrs s;
-      op_attrs_init(OP_SLICE, &s);
-      s.i[0] = 2; s.i[1] = i * wn.dh; s.i[2] = OH; s.i[3] = wn.sh;
-      tap = gb_op(B, OP_SLICE, &s, 1, &xp);
-      s.i[0] = 3; s.i[1] = j * wn.dw; s.i[2] = OW; s.i[3] = wn.sw;
-      tap = gb_op(B, OP_SLICE, &s, 1, &tap);
-      hit = gb_op2(B, OP_EQ, tap, c->out);
-      if (taken >= 0) hit = where(c, taken, gb_op2(B, OP_NE, taken, taken), hit);
-      taken = taken < 0 ? hit : where(c, taken, taken, hit);
-      part = stuff(c, where(c, hit, c->g, k(c, 0)), wn.sh, wn.sw);
-      /* window tap (i, j) of output (0, 0) sits at x[i dh - pt, j dw - pl] */
-      b4[2] = i * wn.dh - wn.pt;
-      b4[3] = j * wn.dw - wn.pl;
-      if (B->rc) return;
-      e4[2] = H - b4[2] - gb_meta(B, part)->shape[2];
-      e4[3] = W - b4[3] - gb_meta(B, part)->shape[3];
-      part = pad_dims(c, part, b4, e4, 4);
-      acc = acc < 0 ? part : add(c, acc, part);
-    }
+  if (B->rc) return;
+  ntap = (int)(wn.kh * wn.kw);
+  if (!(tap = malloc(2 * (size_t)ntap * sizeof *tap))) {
+    B->rc = err_set(B->e, FL_ENOMEM, "max_pool2d: out of memory");
+    return;
+  }
+  lastnan = tap + ntap;
+  for (t = 0; t < ntap; t++) {        /* tap t = (i, j), row by row */
+    op_attrs s;
+    op_attrs_init(OP_SLICE, &s);
+    s.i[0] = 2; s.i[1] = (t / wn.kw) * wn.dh; s.i[2] = OH; s.i[3] = wn.sh;
+    tap[t] = gb_op(B, OP_SLICE, &s, 1, &xp);
+    s.i[0] = 3; s.i[1] = (t % wn.kw) * wn.dw; s.i[2] = OW; s.i[3] = wn.sw;
+    tap[t] = gb_op(B, OP_SLICE, &s, 1, &tap[t]);
+  }
+  for (t = ntap - 1; t >= 0; t--) {
+    int isnan_t = gb_op2(B, OP_NE, tap[t], tap[t]);
+    lastnan[t] = later < 0 ? isnan_t
+                           : where(c, later, gb_op2(B, OP_NE, later, later), isnan_t);
+    later = later < 0 ? isnan_t : where(c, later, later, isnan_t);
+  }
+  for (t = 0; t < ntap && !B->rc; t++) {
+    int hit, part;
+    int64_t b4[4] = {0}, e4[4] = {0};
+    i = t / (int)wn.kw;
+    j = t % (int)wn.kw;
+    hit = gb_op2(B, OP_EQ, tap[t], c->out);
+    if (taken >= 0) hit = where(c, taken, gb_op2(B, OP_NE, taken, taken), hit);
+    taken = taken < 0 ? hit : where(c, taken, taken, hit);
+    hit = where(c, hit, hit, lastnan[t]);
+    part = stuff(c, where(c, hit, c->g, k(c, 0)), wn.sh, wn.sw);
+    /* window tap (i, j) of output (0, 0) sits at x[i dh - pt, j dw - pl] */
+    b4[2] = i * wn.dh - wn.pt;
+    b4[3] = j * wn.dw - wn.pl;
+    if (B->rc) break;
+    e4[2] = H - b4[2] - gb_meta(B, part)->shape[2];
+    e4[3] = W - b4[3] - gb_meta(B, part)->shape[3];
+    part = pad_dims(c, part, b4, e4, 4);
+    acc = acc < 0 ? part : add(c, acc, part);
+  }
+  free(tap);
   gin[0] = acc;
 }
 
