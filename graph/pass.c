@@ -9,19 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "build.h"
 #include "pass.h"
 #include "ref.h"
 #include "strbuf.h"
 
 /* Rewriting state shared by both passes. */
 typedef struct rw {
+  gbuild b;             /* the graph being built, its first failure (the
+                           constructors do nothing after it), and the
+                           where/scope of the old node being rewritten */
   const ir_graph *old;
-  ir_graph *g;          /* the graph being built */
   int *map;             /* old id -> new id */
   strbuf log;
-  fl_err *e;
-  int rc;               /* first failure; emitters do nothing after it */
-  const ir_node *cur;   /* old node being rewritten: where/scope source */
+  const ir_node *cur;   /* old node being rewritten */
   signed char *wmemo;   /* optimize: new id -> depends on weights only (-1: unknown) */
   int wcap;
   char *own;            /* optimize: old id -> became a node of its own (not
@@ -35,20 +36,23 @@ const char *const pass_rule_names[PASS_NRULES] = {
 
 #define RULE(r, x) ((r)->rules & (1u << (x)))
 
-/* Emit op over new-graph ids (-1 = absent), copying the current node's
-** source position and module scope.  Returns the new id or -1. */
+/* The old node being rewritten: what the nodes made for it inherit
+** (its source position and module scope). */
+static void set_cur(rw *r, const ir_node *nd) {
+  r->cur = nd;
+  r->b.where = nd ? nd->where : NULL;
+  r->b.scope = nd ? nd->scope : NULL;
+}
+
+/* Emit op over new-graph ids (-1 = absent) with the current node's source
+** position and module scope (build.h).  Returns the new id or -1. */
 static int emit_sym(rw *r, fl_op op, const op_attrs *a, int nin, const int *in,
                     const int *asym) {
-  int id;
-  if (r->rc) return -1;
-  id = ir_add_op_sym(r->g, op, in, nin, a, asym, r->cur ? r->cur->where : NULL,
-                     r->cur ? r->cur->scope : NULL, r->e);
-  if (id < 0) { r->rc = id; return -1; }
-  return id;
+  return gb_op_sym(&r->b, op, a, nin, in, asym);
 }
 
 static int emit(rw *r, fl_op op, const op_attrs *a, int nin, const int *in) {
-  return emit_sym(r, op, a, nin, in, NULL);
+  return gb_op(&r->b, op, a, nin, in);
 }
 
 /* A node whose attributes hold size expressions (reshape(B, T*h)): its
@@ -60,69 +64,23 @@ static int sym_attrs(const ir_node *nd) {
   return 0;
 }
 
-static int emit1(rw *r, fl_op op, int x) {
-  op_attrs a;
-  op_attrs_init(op, &a);
-  return emit(r, op, &a, 1, &x);
-}
-
-static int emit2(rw *r, fl_op op, int x, int y) {
-  op_attrs a;
-  int in[2] = {x, y};
-  op_attrs_init(op, &a);
-  return emit(r, op, &a, 2, in);
-}
-
-/* A wrapped 0-dim float32 constant: the weakest operand in type
-** promotion, so `x * 0.5` keeps x's dtype (float16 stays float16). */
-static int konst(rw *r, double v) {
-  fl_tensor t = {0};
-  fl_meta m;
-  int id, rc;
-  if (r->rc) return -1;
-  memset(&m, 0, sizeof m);
-  m.dtype = FL_F32;
-  m.wrapped = 1;
-  rc = ten_empty(&t, &m, r->e);
-  if (rc) { r->rc = rc; return -1; }
-  ten_set(&t, 0, v);
-  id = ir_add_const(r->g, &t, r->e);
-  ten_release(&t);
-  if (id < 0) { r->rc = id; return -1; }
-  return id;
-}
-
-/* Reduction over dims [from, ndim) keeping them, as norms need. */
-static int reduce_tail(rw *r, fl_op op, int x, int from) {
-  op_attrs a;
-  int d, nd = r->g->nodes[x].meta.ndim;
-  op_attrs_init(op, &a);
-  for (d = from; d < nd; d++) a.dims[a.ndims++] = d;
-  a.keepdim = 1;
-  if (op == OP_VAR) a.f[0] = 0;
-  return emit(r, op, &a, 1, &x);
-}
-
-static int reduce_dim(rw *r, fl_op op, int x, int dim) {
-  op_attrs a;
-  op_attrs_init(op, &a);
-  a.ndims = 1;
-  a.dims[0] = dim;
-  a.keepdim = 1;
-  return emit(r, op, &a, 1, &x);
-}
+#define emit1(r, op, x) gb_op1(&(r)->b, op, x)
+#define emit2(r, op, x, y) gb_op2(&(r)->b, op, x, y)
+#define konst(r, v) gb_const(&(r)->b, v)
+#define reduce_tail(r, op, x, from) gb_reduce_tail(&(r)->b, op, x, from)
+#define reduce_dim(r, op, x, dim) gb_reduce_dim(&(r)->b, op, x, dim)
 
 /* Copies one old node into the new graph unchanged (inputs remapped). */
 static int copy_node(rw *r, const ir_node *nd) {
   int in[64], k;
   switch (nd->kind) {
   case IR_INPUT: {
-    int id = ir_add_input(r->g, &nd->meta, nd->name, r->e);
-    if (id >= 0) memcpy(r->g->nodes[id].sym, nd->sym, sizeof nd->sym);
+    int id = ir_add_input(r->b.g, &nd->meta, nd->name, r->b.e);
+    if (id >= 0) memcpy(r->b.g->nodes[id].sym, nd->sym, sizeof nd->sym);
     return id;
   }
-  case IR_PARAM: return ir_add_param(r->g, &nd->value, nd->name, r->e);
-  case IR_CONST: return ir_add_const(r->g, &nd->value, r->e);
+  case IR_PARAM: return ir_add_param(r->b.g, &nd->value, nd->name, r->b.e);
+  case IR_CONST: return ir_add_const(r->b.g, &nd->value, r->b.e);
   case IR_OP:
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
     return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
@@ -132,32 +90,32 @@ static int copy_node(rw *r, const ir_node *nd) {
 
 static int finish_outputs(rw *r) {
   int i, nres = ir_nresults(r->old);
-  for (i = 0; i < nres && !r->rc; i++) {
-    int rc = ir_add_output(r->g, r->map[r->old->outputs[i]], r->e);
-    if (rc) r->rc = rc;
+  for (i = 0; i < nres && !r->b.rc; i++) {
+    int rc = ir_add_output(r->b.g, r->map[r->old->outputs[i]], r->b.e);
+    if (rc) r->b.rc = rc;
   }
   /* write-backs go on into the same leaves, whatever the pass did */
-  for (i = 0; i < r->old->nwb && !r->rc; i++) {
-    int rc = ir_add_writeback(r->g, r->map[r->old->outputs[nres + i]], r->map[r->old->wb[i]], r->e);
-    if (rc) r->rc = rc;
+  for (i = 0; i < r->old->nwb && !r->b.rc; i++) {
+    int rc = ir_add_writeback(r->b.g, r->map[r->old->outputs[nres + i]], r->map[r->old->wb[i]], r->b.e);
+    if (rc) r->b.rc = rc;
   }
-  return r->rc;
+  return r->b.rc;
 }
 
 static int rw_begin(rw *r, const ir_graph *old, fl_err *e) {
   memset(r, 0, sizeof *r);
   r->old = old;
-  r->e = e;
-  r->g = ir_new();
+  r->b.e = e;
+  r->b.g = ir_new();
   r->map = malloc((size_t)(old->n ? old->n : 1) * sizeof(int));
-  if (r->g && old->nsx && (r->g->sx = malloc((size_t)old->nsx * sizeof *old->sx))) {
+  if (r->b.g && old->nsx && (r->b.g->sx = malloc((size_t)old->nsx * sizeof *old->sx))) {
     /* the same size expressions, so node sym[] and asym[] keep meaning */
-    memcpy(r->g->sx, old->sx, (size_t)old->nsx * sizeof *old->sx);
-    r->g->nsx = r->g->capsx = old->nsx;
+    memcpy(r->b.g->sx, old->sx, (size_t)old->nsx * sizeof *old->sx);
+    r->b.g->nsx = r->b.g->capsx = old->nsx;
   }
-  if (r->g) r->g->nsyms = old->nsyms;
-  if (!r->g || !r->map || (old->nsx && !r->g->sx)) {
-    ir_free(r->g);
+  if (r->b.g) r->b.g->nsyms = old->nsyms;
+  if (!r->b.g || !r->map || (old->nsx && !r->b.g->sx)) {
+    ir_free(r->b.g);
     free(r->map);
     return err_set(e, FL_ENOMEM, "pass: out of memory");
   }
@@ -166,10 +124,10 @@ static int rw_begin(rw *r, const ir_graph *old, fl_err *e) {
 
 /* Ends a pass: on success hands over the graph and log, else frees all. */
 static ir_graph *rw_end(rw *r, char **log) {
-  ir_graph *g = r->g;
+  ir_graph *g = r->b.g;
   free(r->map);
   free(r->wmemo);
-  if (r->rc) {
+  if (r->b.rc) {
     strbuf_free(&r->log);
     ir_free(g);
     return NULL;
@@ -198,7 +156,7 @@ static int dec_softmax(rw *r, const ir_node *nd, int x) {
 /* layer_norm: (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b over
 ** the last i0 dims (population variance, as PyTorch). */
 static int dec_layer_norm(rw *r, const ir_node *nd, const int *in) {
-  int from = r->g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
+  int from = r->b.g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
   int mu = reduce_tail(r, OP_MEAN, in[0], from);
   int xc = emit2(r, OP_SUB, in[0], mu);
   int v = reduce_tail(r, OP_MEAN, emit2(r, OP_MUL, xc, xc), from);
@@ -210,7 +168,7 @@ static int dec_layer_norm(rw *r, const ir_node *nd, const int *in) {
 
 /* rms_norm: x * rsqrt(mean(x^2) + eps) * w */
 static int dec_rms_norm(rw *r, const ir_node *nd, const int *in) {
-  int from = r->g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
+  int from = r->b.g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
   int ms = reduce_tail(r, OP_MEAN, emit2(r, OP_MUL, in[0], in[0]), from);
   int y = emit2(r, OP_MUL, in[0], emit1(r, OP_RSQRT, emit2(r, OP_ADD, ms, konst(r, nd->attrs.f[0]))));
   if (nd->nin > 1 && in[1] >= 0) y = emit2(r, OP_MUL, y, in[1]);
@@ -247,7 +205,7 @@ static int dec_linear(rw *r, const ir_node *nd, const int *in) {
 /* batch_norm (inference): per-channel vectors [C] are reshaped to
 ** [C,1,...,1] so they broadcast over dim 1 of x [N,C,...]. */
 static int dec_batch_norm(rw *r, const ir_node *nd, const int *in) {
-  int nd_x = r->g->nodes[in[0]].meta.ndim, k, ch[5];
+  int nd_x = r->b.g->nodes[in[0]].meta.ndim, k, ch[5];
   op_attrs a;
   op_attrs_init(OP_RESHAPE, &a);
   a.ndims = nd_x - 1;
@@ -268,11 +226,11 @@ ir_graph *pass_decompose(const ir_graph *old, char **log, fl_err *e) {
   rw r;
   int i, k;
   if (rw_begin(&r, old, e)) return NULL;
-  for (i = 0; i < old->n && !r.rc; i++) {
+  for (i = 0; i < old->n && !r.b.rc; i++) {
     const ir_node *nd = &old->nodes[i];
-    int in[64], first = r.g->n, id;
-    r.cur = nd;
-    if (nd->kind != IR_OP) { id = copy_node(&r, nd); if (id < 0) r.rc = id; r.map[i] = id; continue; }
+    int in[64], first = r.b.g->n, id;
+    set_cur(&r, nd);
+    if (nd->kind != IR_OP) { id = copy_node(&r, nd); if (id < 0) r.b.rc = id; r.map[i] = id; continue; }
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r.map[nd->in[k]];
     switch (nd->op) {
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: id = dec_softmax(&r, nd, in[0]); break;
@@ -284,15 +242,15 @@ ir_graph *pass_decompose(const ir_graph *old, char **log, fl_err *e) {
     case OP_BATCH_NORM: id = dec_batch_norm(&r, nd, in); break;
     default: id = copy_node(&r, nd); r.map[i] = id; continue;
     }
-    if (r.rc) break;
+    if (r.b.rc) break;
     r.map[i] = id;
     strbuf_printf(&r.log, "%%%d %s ->", i, op_name(nd->op));
-    for (k = first; k < r.g->n; k++)
-      if (r.g->nodes[k].kind == IR_OP)
-        strbuf_printf(&r.log, " %s", op_name(r.g->nodes[k].op));
-    strbuf_printf(&r.log, "  (%%%d..%%%d)\n", first, r.g->n - 1);
+    for (k = first; k < r.b.g->n; k++)
+      if (r.b.g->nodes[k].kind == IR_OP)
+        strbuf_printf(&r.log, " %s", op_name(r.b.g->nodes[k].op));
+    strbuf_printf(&r.log, "  (%%%d..%%%d)\n", first, r.b.g->n - 1);
   }
-  if (!r.rc) finish_outputs(&r);
+  if (!r.b.rc) finish_outputs(&r);
   return rw_end(&r, log);
 }
 
@@ -316,7 +274,7 @@ static int same_type(const ir_graph *g, int a, const fl_meta *m) {
 ** `x * 1` with x [3] and 1 [2,3] broadcasts, so it is not x. */
 static int simplify(rw *r, const ir_node *nd, const int *in, const fl_meta *out,
                     const char **why) {
-  const ir_graph *g = r->g;
+  const ir_graph *g = r->b.g;
   double c0, c1;
   switch (nd->op) {
   case OP_MUL: case OP_ADD: case OP_SUB: case OP_DIV:
@@ -429,17 +387,17 @@ static int emit_fold(rw *r, fl_op op, const op_attrs *a, int nin, const int *in)
   const fl_tensor *args[8];
   fl_tensor v = {0};
   int k, id, allwrapped = 1;
-  if (r->rc) return -1;
+  if (r->b.rc) return -1;
   for (k = 0; k < nin; k++) {
-    if (in[k] < 0 || r->g->nodes[in[k]].kind != IR_CONST) return emit(r, op, a, nin, in);
-    args[k] = &r->g->nodes[in[k]].value;
-    allwrapped &= r->g->nodes[in[k]].meta.wrapped;
+    if (in[k] < 0 || r->b.g->nodes[in[k]].kind != IR_CONST) return emit(r, op, a, nin, in);
+    args[k] = &r->b.g->nodes[in[k]].value;
+    allwrapped &= r->b.g->nodes[in[k]].meta.wrapped;
   }
-  if ((r->rc = ref_apply(op, args, nin, a, &v, r->e))) return -1;
+  if ((r->b.rc = ref_apply(op, args, nin, a, &v, r->b.e))) return -1;
   v.m.wrapped = allwrapped;
-  id = ir_add_const(r->g, &v, r->e);
+  id = ir_add_const(r->b.g, &v, r->b.e);
   ten_release(&v);
-  if (id < 0) { r->rc = id; return -1; }
+  if (id < 0) { r->b.rc = id; return -1; }
   return id;
 }
 
@@ -453,7 +411,7 @@ static int emit_fold2(rw *r, fl_op op, int x, int y) {
 /* x reshaped to [n, 1, ..., 1] (ndim dims); x itself when it has that
 ** shape already. */
 static int chan_shape(rw *r, int x, int64_t n, int ndim) {
-  const fl_meta *m = &r->g->nodes[x].meta;
+  const fl_meta *m = &r->b.g->nodes[x].meta;
   op_attrs a;
   int d, same = m->ndim == ndim;
   op_attrs_init(OP_RESHAPE, &a);
@@ -471,7 +429,7 @@ static int weights_only(rw *r, int id) {
   const ir_node *nd;
   int k, yes = 1;
   if (id >= r->wcap) {
-    int cap = r->g->cap > id ? r->g->cap : id + 1, j;
+    int cap = r->b.g->cap > id ? r->b.g->cap : id + 1, j;
     signed char *w = realloc(r->wmemo, (size_t)cap);
     if (!w) return 0;                        /* not folding is always right */
     for (j = r->wcap; j < cap; j++) w[j] = -1;
@@ -479,7 +437,7 @@ static int weights_only(rw *r, int id) {
     r->wcap = cap;
   }
   if (r->wmemo[id] >= 0) return r->wmemo[id];
-  nd = &r->g->nodes[id];
+  nd = &r->b.g->nodes[id];
   if (nd->kind == IR_INPUT) yes = 0;
   else if (nd->kind == IR_OP)
     for (k = 0; k < nd->nin && yes; k++)
@@ -512,19 +470,19 @@ static int64_t chan_count(const fl_meta *v, const fl_meta *out, fl_dtype dt) {
 ** emitted is dead, and dce removes it). */
 static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
                        fl_op aop, int t, int64_t nt) {
-  const ir_node *c = &r->g->nodes[conv];
+  const ir_node *c = &r->b.g->nodes[conv];
   int x = c->in[0], w = c->in[1], b = c->nin > 2 ? c->in[2] : -1, in[3], id;
   op_attrs ca = c->attrs;
-  int64_t co = r->g->nodes[w].meta.shape[0];
+  int64_t co = r->b.g->nodes[w].meta.shape[0];
   fl_meta cm = c->meta;
   /* Weights bound by reference are scaled again on every run; where the
   ** conv's result has fewer elements than its weights (late layers at small
   ** batch: ResNet-50's [1, 2048, 7, 7] from 1M weights), scaling the
   ** result is the smaller pass, and it fuses into the conv's epilogue kernel. */
-  if (m >= 0 && r->g->nodes[w].kind != IR_CONST && meta_numel(&cm) < meta_numel(&r->g->nodes[w].meta)) {
+  if (m >= 0 && r->b.g->nodes[w].kind != IR_CONST && meta_numel(&cm) < meta_numel(&r->b.g->nodes[w].meta)) {
     id = emit_fold2(r, mop, conv, chan_shape(r, m, nm, 3));
     if (t >= 0) id = emit_fold2(r, aop, id, chan_shape(r, t, nt, 3));
-    return r->rc || id < 0 || !same_type(r->g, id, &cm) ? -1 : id;
+    return r->b.rc || id < 0 || !same_type(r->b.g, id, &cm) ? -1 : id;
   }
   if (m >= 0) {
     w = emit_fold2(r, mop, w, chan_shape(r, m, nm, 4));
@@ -537,20 +495,20 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
     } else {
       if (b < 0) {                             /* no bias: start from zeros */
         fl_tensor z = {0};
-        fl_meta bm = r->g->nodes[w].meta;
-        if (r->rc) return -1;
+        fl_meta bm = r->b.g->nodes[w].meta;
+        if (r->b.rc) return -1;
         bm.ndim = 1;
         bm.shape[0] = co;
         bm.wrapped = 0;
-        if ((r->rc = ten_empty(&z, &bm, r->e))) return -1;
-        b = ir_add_const(r->g, &z, r->e);
+        if ((r->b.rc = ten_empty(&z, &bm, r->b.e))) return -1;
+        b = ir_add_const(r->b.g, &z, r->b.e);
         ten_release(&z);
-        if (b < 0) { r->rc = b; return -1; }
+        if (b < 0) { r->b.rc = b; return -1; }
       }
       b = emit_fold2(r, aop, b, tv);
     }
   }
-  if (r->rc) return -1;
+  if (r->b.rc) return -1;
   in[0] = x;
   in[1] = w;
   in[2] = b;
@@ -558,7 +516,7 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
   if (id < 0) return -1;
   /* the rewrite must not change the result's type (a float16 conv with
   ** float32 statistics would) */
-  return same_type(r->g, id, &cm) ? id : -1;
+  return same_type(r->b.g, id, &cm) ? id : -1;
 }
 
 /* The new-graph conv2d that old node `old` (an input of the op being
@@ -567,7 +525,7 @@ static int sole_conv(rw *r, int old, const int *olduses) {
   int id = r->map[old];
   const ir_node *c;
   if (old < 0 || olduses[old] != 1 || !r->own[old] || id < 0) return -1;
-  c = &r->g->nodes[id];
+  c = &r->b.g->nodes[id];
   if (c->kind != IR_OP || c->op != OP_CONV2D || !weights_only(r, c->in[1])) return -1;
   if (c->nin > 2 && c->in[2] >= 0 && !weights_only(r, c->in[2])) return -1;
   return id;
@@ -585,8 +543,8 @@ static int fold_conv_elemwise(rw *r, const ir_node *nd, const int *in, const fl_
     conv = sole_conv(r, nd->in[side], olduses);
     if (conv < 0) continue;
     v = in[1 - side];
-    if (!weights_only(r, v) || !same_type(r->g, conv, out)) continue;
-    n = chan_count(&r->g->nodes[v].meta, out, out->dtype);
+    if (!weights_only(r, v) || !same_type(r->b.g, conv, out)) continue;
+    n = chan_count(&r->b.g->nodes[v].meta, out, out->dtype);
     if (!n) continue;
     if (nd->op == OP_MUL || nd->op == OP_DIV)
       return conv_affine(r, conv, nd->op, v, n, OP_ADD, -1, 0);
@@ -604,25 +562,25 @@ static int fold_linear(rw *r, const ir_node *nd, const int *in, const fl_meta *o
   if (nd->op != OP_ADD || nd->nin != 2 || in[0] < 0 || in[1] < 0) return -1;
   for (side = 0; side < 2; side++) {
     int old = nd->in[side], b = in[1 - side], w, id, lin[3];
-    const ir_node *m = &r->g->nodes[in[side]], *t;
-    const fl_meta *bm = &r->g->nodes[b].meta;
+    const ir_node *m = &r->b.g->nodes[in[side]], *t;
+    const fl_meta *bm = &r->b.g->nodes[b].meta;
     op_attrs a;
     if (olduses[old] != 1 || !r->own[old] || m->kind != IR_OP || m->op != OP_MATMUL) continue;
-    t = &r->g->nodes[m->in[1]];
+    t = &r->b.g->nodes[m->in[1]];
     if (t->kind != IR_OP || t->op != OP_TRANSPOSE) continue;
     w = t->in[0];
-    if (r->g->nodes[w].meta.ndim != 2 || r->g->nodes[m->in[0]].meta.ndim < 2 ||
+    if (r->b.g->nodes[w].meta.ndim != 2 || r->b.g->nodes[m->in[0]].meta.ndim < 2 ||
         (t->attrs.i[0] + 2) % 2 == (t->attrs.i[1] + 2) % 2)
       continue;
     if (bm->ndim != 1 || bm->wrapped || bm->dtype != out->dtype ||
-        bm->shape[0] != r->g->nodes[w].meta.shape[0] || !same_type(r->g, in[side], out))
+        bm->shape[0] != r->b.g->nodes[w].meta.shape[0] || !same_type(r->b.g, in[side], out))
       continue;
     lin[0] = m->in[0];
     lin[1] = w;
     lin[2] = b;
     op_attrs_init(OP_LINEAR, &a);
     id = emit(r, OP_LINEAR, &a, 3, lin);
-    if (id >= 0 && same_type(r->g, id, out)) return id;
+    if (id >= 0 && same_type(r->b.g, id, out)) return id;
     return -1;
   }
   return -1;
@@ -640,12 +598,12 @@ static int fold_conv_bn(rw *r, const ir_node *bn, const int *in, const fl_meta *
                         const int *olduses) {
   int conv = sole_conv(r, bn->in[0], olduses), k, s, t;
   int64_t co;
-  if (conv < 0 || in[1] < 0 || in[2] < 0 || !same_type(r->g, conv, out)) return -1;
+  if (conv < 0 || in[1] < 0 || in[2] < 0 || !same_type(r->b.g, conv, out)) return -1;
   co = out->shape[1];
   for (k = 1; k < bn->nin; k++) {
     const fl_meta *m;
     if (in[k] < 0) continue;
-    m = &r->g->nodes[in[k]].meta;
+    m = &r->b.g->nodes[in[k]].meta;
     if (!weights_only(r, in[k]) || m->ndim != 1 || m->shape[0] != co || m->dtype != out->dtype)
       return -1;
   }
@@ -653,13 +611,13 @@ static int fold_conv_bn(rw *r, const ir_node *bn, const int *in, const fl_meta *
   if (bn->nin > 3 && in[3] >= 0) s = emit_fold2(r, OP_MUL, s, in[3]);
   t = emit_fold2(r, OP_MUL, in[1], s);
   t = bn->nin > 4 && in[4] >= 0 ? emit_fold2(r, OP_SUB, in[4], t) : emit_fold1(r, OP_NEG, t);
-  if (r->rc) return -1;
+  if (r->b.rc) return -1;
   return conv_affine(r, conv, OP_MUL, s, co, OP_ADD, t, co);
 }
 
 /* what conv_affine scaled, for the log */
 static const char *fold_target(rw *r, int id) {
-  return r->g->nodes[id].op == OP_CONV2D ? "weights"
+  return r->b.g->nodes[id].op == OP_CONV2D ? "weights"
                                          : "result (per channel: smaller than its weights)";
 }
 
@@ -678,30 +636,30 @@ static int optimize_forward(rw *r) {
   if (!olduses || !t.head || !t.next || !r->own) {
     free(olduses); free(t.head); free(t.next); free(r->own);
     r->own = NULL;
-    return r->rc = err_set(r->e, FL_ENOMEM, "optimize: out of memory");
+    return r->b.rc = err_set(r->b.e, FL_ENOMEM, "optimize: out of memory");
   }
   for (k = 0; k < (int)t.nb; k++) t.head[k] = -1;
   ir_count_uses(old, olduses);
-  for (i = 0; i < old->n && !r->rc; i++) {
+  for (i = 0; i < old->n && !r->b.rc; i++) {
     const ir_node *nd = &old->nodes[i];
     int in[64], allconst = 1, allwrapped = 1, id;
     const char *why = NULL;
     fl_meta out;
     const fl_meta *ms[64];
-    r->cur = nd;
+    set_cur(r, nd);
     if (nd->kind != IR_OP) {
       id = copy_node(r, nd);
-      if (id < 0) r->rc = id;
+      if (id < 0) r->b.rc = id;
       r->map[i] = id;
       continue;
     }
     for (k = 0; k < nd->nin; k++) {
       in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
-      ms[k] = in[k] < 0 ? NULL : &r->g->nodes[in[k]].meta;
-      if (in[k] >= 0 && r->g->nodes[in[k]].kind != IR_CONST) allconst = 0;
-      if (in[k] >= 0 && !r->g->nodes[in[k]].meta.wrapped) allwrapped = 0;
+      ms[k] = in[k] < 0 ? NULL : &r->b.g->nodes[in[k]].meta;
+      if (in[k] >= 0 && r->b.g->nodes[in[k]].kind != IR_CONST) allconst = 0;
+      if (in[k] >= 0 && !r->b.g->nodes[in[k]].meta.wrapped) allwrapped = 0;
     }
-    if ((r->rc = op_infer(nd->op, ms, nd->nin, &nd->attrs, &out, r->e))) break;
+    if ((r->b.rc = op_infer(nd->op, ms, nd->nin, &nd->attrs, &out, r->b.e))) break;
     /* conv + batch_norm */
     if (RULE(r, PASS_FOLD_BN) && nd->op == OP_BATCH_NORM && (id = fold_conv_bn(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
@@ -710,7 +668,7 @@ static int optimize_forward(rw *r) {
                     i, nd->in[0], fold_target(r, id), id);
       continue;
     }
-    if (r->rc) break;
+    if (r->b.rc) break;
     if (RULE(r, PASS_SIMPLIFY) && (id = simplify(r, nd, in, &out, &why)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: %s\n", i, op_name(nd->op), why);
@@ -722,7 +680,7 @@ static int optimize_forward(rw *r) {
       strbuf_printf(&r->log, "%%%d add: matmul(x, transpose(w)) + b = linear(x, w, b)\n", i);
       continue;
     }
-    if (r->rc) break;
+    if (r->b.rc) break;
     /* conv + a per-channel scale or shift (a decomposed batch_norm) */
     if (RULE(r, PASS_FOLD_SCALE) && (id = fold_conv_elemwise(r, nd, in, &out, olduses)) >= 0) {
       r->map[i] = id;
@@ -731,30 +689,30 @@ static int optimize_forward(rw *r) {
                     i, op_name(nd->op), fold_target(r, id), id);
       continue;
     }
-    if (r->rc) break;
+    if (r->b.rc) break;
     /* constant folding: evaluate with the reference interpreter now (not
     ** a random op: it draws anew at every run) */
     /* ... but not over an iota: gt(arange(T)[:, None], arange(T)) costs
     ** nothing as loop indices and a T x T table of loads folded */
     for (k = 0; k < nd->nin && allconst; k++)
-      if (in[k] >= 0 && ir_is_iota(&r->g->nodes[in[k]])) allconst = 0;
+      if (in[k] >= 0 && ir_is_iota(&r->b.g->nodes[in[k]])) allconst = 0;
     if (RULE(r, PASS_CONST_FOLD) && allconst && nd->nin > 0 && meta_numel(&out) <= (1 << 16) && !sym_attrs(nd) &&
         !(op_info_of(nd->op)->flags & OPF_RANDOM)) {
       const fl_tensor *args[64];
       fl_tensor v = {0};
-      for (k = 0; k < nd->nin; k++) args[k] = in[k] < 0 ? NULL : &r->g->nodes[in[k]].value;
-      if ((r->rc = ref_apply(nd->op, args, nd->nin, &nd->attrs, &v, r->e))) break;
+      for (k = 0; k < nd->nin; k++) args[k] = in[k] < 0 ? NULL : &r->b.g->nodes[in[k]].value;
+      if ((r->b.rc = ref_apply(nd->op, args, nd->nin, &nd->attrs, &v, r->b.e))) break;
       v.m.wrapped = allwrapped;  /* 2 * 0.5 stays a weak scalar */
-      id = ir_add_const(r->g, &v, r->e);
+      id = ir_add_const(r->b.g, &v, r->b.e);
       ten_release(&v);
-      if (id < 0) { r->rc = id; break; }
+      if (id < 0) { r->b.rc = id; break; }
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s of constants folded\n", i, op_name(nd->op));
       continue;
     }
     /* two rand(4) are two draws, never one */
     if (RULE(r, PASS_CSE) && !sym_attrs(nd) && !(op_info_of(nd->op)->flags & OPF_RANDOM) &&
-        (id = cse_find(&t, r->g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
+        (id = cse_find(&t, r->b.g, nd->op, &nd->attrs, nd->nin, in)) >= 0) {
       r->map[i] = id;
       strbuf_printf(&r->log, "%%%d %s: same as an earlier %s (cse)\n", i,
                     op_name(nd->op), op_name(nd->op));
@@ -764,8 +722,8 @@ static int optimize_forward(rw *r) {
     if (id < 0) break;
     r->map[i] = id;
     r->own[i] = 1;
-    if (!sym_attrs(nd) && cse_add(&t, r->g, id)) {
-      r->rc = err_set(r->e, FL_ENOMEM, "optimize: out of memory");
+    if (!sym_attrs(nd) && cse_add(&t, r->b.g, id)) {
+      r->b.rc = err_set(r->b.e, FL_ENOMEM, "optimize: out of memory");
       break;
     }
   }
@@ -774,7 +732,7 @@ static int optimize_forward(rw *r) {
   free(t.next);
   free(r->own);
   r->own = NULL;
-  return r->rc;
+  return r->b.rc;
 }
 
 /* Dead-code elimination: keep inputs (the call signature) and whatever
@@ -797,19 +755,19 @@ static ir_graph *dce(const ir_graph *g, strbuf *log, fl_err *e) {
       if (nd->in[k] >= 0) live[nd->in[k]] = 1;
   }
   if (rw_begin(&r, g, e)) { free(live); return NULL; }
-  for (i = 0; i < g->n && !r.rc; i++) {
+  for (i = 0; i < g->n && !r.b.rc; i++) {
     if (!live[i]) { r.map[i] = -1; removed += g->nodes[i].kind == IR_OP; continue; }
-    r.cur = &g->nodes[i];
+    set_cur(&r, &g->nodes[i]);
     r.map[i] = copy_node(&r, &g->nodes[i]);
-    if (r.map[i] < 0) r.rc = r.map[i];
+    if (r.map[i] < 0) r.b.rc = r.map[i];
   }
-  if (!r.rc) finish_outputs(&r);
-  if (removed && !r.rc) strbuf_printf(log, "removed %d unused node(s) (dce)\n", removed);
+  if (!r.b.rc) finish_outputs(&r);
+  if (removed && !r.b.rc) strbuf_printf(log, "removed %d unused node(s) (dce)\n", removed);
   free(live);
   free(r.map);
   strbuf_free(&r.log);
-  if (r.rc) { ir_free(r.g); return NULL; }
-  return r.g;
+  if (r.b.rc) { ir_free(r.b.g); return NULL; }
+  return r.b.g;
 }
 
 ir_graph *pass_optimize(const ir_graph *old, char **log, fl_err *e) {
