@@ -366,11 +366,13 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
         }
       }
     }
+    /* only a fn that saved something is marked: one that saved nothing
+    ** (add, sum, views) runs again, and its grad_fn must not say freed */
     if (!retain)
       for (i = 0; i < w.n; i++)
         if (w.fns[i]->kind == AG_OP && w.fns[i]->node >= 0) {
           release_saved(w.fns[i]);
-          w.fns[i]->freed = 1;
+          if (op_info_of(w.fns[i]->op)->saves) w.fns[i]->freed = 1;
         }
   }
   if (res) for (j = 0; j < bt.n; j++) ten_release(&res[j]);
