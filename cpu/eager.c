@@ -816,21 +816,52 @@ static int pad(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
   if ((rc = ten_contiguous(&xc, in[0], e)) != FL_OK) return err_prefix(e, op_name(op));
   src = (const char *)ten_data(&xc);
   rowmajor_strides(im, ist);
-  EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
-  for (i = 0; i < n; i++) {
-    int64_t r = i, at = 0, c;
-    int k, inside = 1;
-    for (k = nd - 1; k >= 0; k--) {
-      c = r % om->shape[k] - before[k];
-      r /= om->shape[k];
-      if (c < 0 || c >= m[k]) {
-        if (mode == 0) { inside = 0; break; }
-        if (mode == 2) c = c < 0 ? 0 : m[k] - 1;
-        else c = c < 0 ? -c : 2 * (m[k] - 1) - c;
+  if (nd == 0) {
+    memcpy(dst, src, es);
+    ten_release(&xc);
+    return FL_OK;
+  }
+  /* a row (the last dim) at a time: its source row found once, its middle
+  ** copied as one run when the mode is constant */
+  {
+    const int64_t W = om->shape[nd - 1], rows = n / W;
+    const int last = nd - 1;
+    EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
+    for (i = 0; i < rows; i++) {
+      int64_t r = i, at = 0, c, j;
+      int k, inside = 1;
+      char *drow = dst + (size_t)(i * W) * es;
+      for (k = last - 1; k >= 0; k--) {
+        c = r % om->shape[k] - before[k];
+        r /= om->shape[k];
+        if (c < 0 || c >= m[k]) {
+          if (mode == 0) { inside = 0; break; }
+          if (mode == 2) c = c < 0 ? 0 : m[k] - 1;
+          else c = c < 0 ? -c : 2 * (m[k] - 1) - c;
+        }
+        at += (crop[k] + c) * ist[k];
       }
-      at += (crop[k] + c) * ist[k];
+      if (!inside) {
+        for (j = 0; j < W; j++) memcpy(drow + (size_t)j * es, cval, es);
+        continue;
+      }
+      at += crop[last] * ist[last];
+      if (mode == 0) {
+        int64_t lo = before[last], hi = before[last] + m[last];
+        for (j = 0; j < lo && j < W; j++) memcpy(drow + (size_t)j * es, cval, es);
+        if (hi > lo) memcpy(drow + (size_t)lo * es, src + (size_t)at * es, (size_t)(hi - lo) * es);
+        for (j = hi; j < W; j++) memcpy(drow + (size_t)j * es, cval, es);
+        continue;
+      }
+      for (j = 0; j < W; j++) {
+        c = j - before[last];
+        if (c < 0 || c >= m[last]) {
+          if (mode == 2) c = c < 0 ? 0 : m[last] - 1;
+          else c = c < 0 ? -c : 2 * (m[last] - 1) - c;
+        }
+        memcpy(drow + (size_t)j * es, src + (size_t)(at + c) * es, es);
+      }
     }
-    memcpy(dst + (size_t)i * es, inside ? src + (size_t)at * es : (const char *)cval, es);
   }
   ten_release(&xc);
   return FL_OK;
