@@ -950,6 +950,7 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   const fl_meta *im = &in[0]->m;
   int64_t n = meta_numel(im), dim = a->i[0], len, inner = 1, lines, l;
   int d, ints = out->m.dtype == FL_I64, excl = a->i[1] != 0, rev = a->i[2] != 0;
+  int f32 = out->m.dtype == FL_F32;
   const double *xd = NULL;
   double *xo = NULL;
   int64_t *xi = NULL;
@@ -964,6 +965,8 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   } else if (!(xd = eager_f64(in[0], &xo, op_name(op), e))) {
     return e ? e->code : FL_ENOMEM;
   }
+  /* out is contiguous: float32 and int64 results are stored directly
+  ** (ten_set per element cost 9 ms for 0.5 M elements) */
   EAGER_PRAGMA(omp parallel for schedule(static) if (n > EAGER_PAR_MIN))
   for (l = 0; l < lines; l++) {
     int64_t base = (l / inner) * len * inner + l % inner, k;
@@ -972,7 +975,8 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
     for (k = 0; k < len; k++) {
       int64_t at = base + (rev ? len - 1 - k : k) * inner;
       if (!excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
-      if (ints) ten_set_i64(out, at, (int64_t)is);
+      if (ints) ((int64_t *)ten_data(out))[at] = (int64_t)is;
+      else if (f32) ((float *)ten_data(out))[at] = (float)s;
       else ten_set(out, at, s);
       if (excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
     }

@@ -500,6 +500,40 @@ void gr_avg_pool2d(const gr_ctx *c, int *gin) {
   gin[0] = conv_input_grad(c, mul(c, c->g, scale), ones_weight(c, mx->shape[1], wn.kh, wn.kw),
                            mx, &wn);
 }
+/* Windows that tile x exactly (stride = kernel, no padding or dilation,
+** nothing left over), the common 2x2 pool: x regrouped as [N, C, OH, OW,
+** kh kw], the first element equal to its window's max found by a running
+** count of the hits, the gradient placed there and regrouped back: about
+** fifteen ops over x instead of ten per tap. */
+static int max_pool_tiled(const gr_ctx *c, const op_win2d *wn) {
+  const fl_meta *mx = &c->in_meta[0], *mo = c->out_meta;
+  int64_t N = mx->shape[0], C = mx->shape[1], OH = mo->shape[2], OW = mo->shape[3];
+  int64_t s6[6], s5[5];
+  int perm[6] = {0, 1, 2, 4, 3, 5}, xw, o5, hit, first, nan, last, gw;
+  op_attrs a;
+  s6[0] = N; s6[1] = C; s6[2] = OH; s6[3] = wn->kh; s6[4] = OW; s6[5] = wn->kw;
+  xw = gb_permute(B, gb_reshape(B, c->in[0], 6, s6), 6, perm);
+  s5[0] = N; s5[1] = C; s5[2] = OH; s5[3] = OW; s5[4] = wn->kh * wn->kw;
+  xw = gb_reshape(B, xw, 5, s5);
+  s5[4] = 1;
+  o5 = gb_reshape(B, c->out, 5, s5);
+  hit = gb_op2(B, OP_EQ, xw, o5);
+  op_attrs_init(OP_CUMSUM, &a);
+  a.i[0] = 4;
+  first = gb_op(B, OP_CUMSUM, &a, 1, (int[]){as_g(c, hit)});
+  first = where(c, hit, gb_op2(B, OP_EQ, first, k(c, 1)), hit);
+  /* a window whose max is NaN: its last NaN, as the general rule below */
+  nan = gb_op2(B, OP_NE, xw, xw);
+  a.i[2] = 1;
+  last = gb_op(B, OP_CUMSUM, &a, 1, (int[]){as_g(c, nan)});
+  last = where(c, nan, gb_op2(B, OP_EQ, last, k(c, 1)), nan);
+  first = where(c, gb_op2(B, OP_NE, o5, o5), last, first);
+  gw = where(c, first, gb_reshape(B, c->g, 5, s5), k(c, 0));
+  s6[0] = N; s6[1] = C; s6[2] = OH; s6[3] = OW; s6[4] = wn->kh; s6[5] = wn->kw;
+  gw = gb_permute(B, gb_reshape(B, gw, 6, s6), 6, perm);
+  return gb_reshape(B, gw, 4, mx->shape);
+}
+
 /* Each window's gradient goes to its first largest element, scanning the
 ** window row by row, as PyTorch's max_pool2d_with_indices records it:
 ** tap by tap, the strided slice of x (padded with -inf) under that tap
@@ -517,6 +551,11 @@ void gr_max_pool2d(const gr_ctx *c, int *gin) {
   int xp, taken = -1, later = -1, acc = -1, i, j, t, ntap, *tap, *lastnan;
   op_attrs a;
   op_win2d_of(OP_MAX_POOL2D, c->a, 0, 0, &wn);
+  if (wn.sh == wn.kh && wn.sw == wn.kw && wn.dh == 1 && wn.dw == 1 && !wn.pt && !wn.pl &&
+      !wn.pb && !wn.pr && OH * wn.kh == H && OW * wn.kw == W) {
+    gin[0] = max_pool_tiled(c, &wn);
+    return;
+  }
   /* padded so every window lies inside */
   eh = (OH - 1) * wn.sh + (wn.kh - 1) * wn.dh + 1 - (H + wn.pt);
   ew = (OW - 1) * wn.sw + (wn.kw - 1) * wn.dw + 1 - (W + wn.pl);
