@@ -70,11 +70,13 @@ void lfl_ag_record(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
 void lfl_ag_check_write(lua_State *L, const fl_tensor *t, const fl_tensor *src,
                         const char *what) {
   if (!ag_grad_enabled()) return;
+  if (lfl_requires_grad(t) && AG(t)->kind == AG_LEAF)
+    luaL_error(L, "%s: a leaf tensor that requires grad cannot change in place while "
+               "grad mode is on; do it inside fl.no_grad(function() ... end), as an "
+               "optimizer does", what);
   if (lfl_requires_grad(t))
-    luaL_error(L, "%s: an in-place change of a tensor that requires grad%s (its "
-               "history would be lost); do it inside fl.no_grad(function() ... end), "
-               "as an optimizer does, or out of place", what,
-               AG(t)->kind == AG_LEAF ? " (a leaf)" : "");
+    luaL_error(L, "%s: an in-place change of a tensor that requires grad would lose "
+               "its history; use the out-of-place op", what);
   if (src && lfl_requires_grad(src))
     luaL_error(L, "%s: writing a value that requires grad into a tensor that does "
                "not would lose its gradient; use the out-of-place op", what);
