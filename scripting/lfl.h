@@ -105,6 +105,9 @@ void lfl_ag_record(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
 ** gradient: t requires grad, or src does and t not (grad mode on). */
 void lfl_ag_check_write(lua_State *L, const fl_tensor *t, const fl_tensor *src,
                         const char *what);
+/* "requires grad" (a leaf) or "grad_fn MulBackward" into buf, for the
+** printed form; NULL when t requires no grad. */
+const char *lfl_ag_label(const fl_tensor *t, char *buf, size_t n);
 /* __gc: the tensor's hold on the tape. */
 void lfl_ag_release(fl_tensor *t);
 /* x.grad, x.requires_grad, x.grad_fn, x.is_leaf: 1 when k is one of them

@@ -18,6 +18,14 @@
 
 int lfl_requires_grad(const fl_tensor *t) { return t && AG(t) != NULL; }
 
+const char *lfl_ag_label(const fl_tensor *t, char *buf, size_t n) {
+  char name[64];
+  if (!AG(t)) return NULL;
+  if (AG(t)->kind == AG_LEAF) snprintf(buf, n, "requires grad");
+  else snprintf(buf, n, "grad_fn %s", ag_fn_name(AG(t), name, sizeof name));
+  return buf;
+}
+
 void lfl_ag_release(fl_tensor *t) {
   ag_unref(AG(t));
   AG(t) = NULL;

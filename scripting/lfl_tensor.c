@@ -601,6 +601,10 @@ static void push_tostring(lua_State *L, const fl_tensor *t) {
     luaL_addstring(&b, " on ");
     luaL_addstring(&b, device_name(t->m.device));
   }
+  if (lfl_ag_label(t, s, sizeof s)) {  /* ", requires grad" or its grad_fn */
+    luaL_addstring(&b, ", ");
+    luaL_addstring(&b, s);
+  }
   luaL_addchar(&b, ']');
   luaL_pushresult(&b);
 }
