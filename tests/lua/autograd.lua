@@ -672,6 +672,9 @@ do
   check("conv2d depthwise (groups = C)", conv{groups = 3, padding = 1}, {N({2, 3, 4, 4}), N({3, 1, 3, 3}), N({3})})
   check("conv2d depthwise, 2 filters per channel, stride 2", conv{groups = 3, stride = 2},
         {N({1, 3, 6, 5}), N({6, 1, 2, 2}), N({6})})
+  check("conv2d groups 2, stride 2, dilation {2, 1}, padding {1, 0, 2, 1}",
+        conv{groups = 2, stride = 2, dilation = {2, 1}, padding = {1, 0, 2, 1}},
+        {N({2, 4, 7, 6}), N({4, 2, 3, 2}), N({4})})
   check("conv2d of a permuted (channels-last) view", function(x, w) return fl.conv2d(x:permute(1, 4, 2, 3), w) end,
         {N({1, 4, 4, 2}), N({3, 2, 3, 3})})
   check("conv2d, weight only", conv{stride = 2, padding = 1}, {const(N({2, 2, 5, 5})), N({3, 2, 3, 3})})
@@ -694,6 +697,9 @@ do
   check("max_pool2d asymmetric padding {1, 0, 0, 1}", mp(2, {padding = {1, 0, 0, 1}}), {distinct({1, 2, 5, 5})})
   check("max_pool2d overlapping windows (stride 1)", mp(3, {stride = 1}), {distinct({1, 1, 5, 5})})
   check("max_pool2d 3 padding 1 over a 2x2 input", mp(3, {padding = 1}), {distinct({1, 2, 2, 2})})
+  check("max_pool2d {3, 2} stride {2, 1} dilation {1, 2} padding {1, 0, 1, 1} ceil_mode",
+        mp({3, 2}, {stride = {2, 1}, dilation = {1, 2}, padding = {1, 0, 1, 1}, ceil_mode = true}),
+        {distinct({2, 1, 6, 5})})
   check("max_pool2d of a transposed view", function(x) return x:transpose(3, 4):max_pool2d(2) end,
         {distinct({1, 2, 4, 6})})
   -- ties: the first largest element in the window (row by row) takes it
@@ -731,6 +737,11 @@ do
         ap(2, {padding = {1, 0, 0, 1}, count_include_pad = false}), {N({1, 2, 5, 5})})
   check("avg_pool2d 3 stride 2 padding 1 ceil_mode over a 2x2 input",
         ap(3, {stride = 2, padding = 1, ceil_mode = true}), {N({1, 2, 2, 2})})
+  check("avg_pool2d {3, 2} stride {2, 1} padding {1, 0, 1, 1} ceil_mode, count_include_pad false",
+        ap({3, 2}, {stride = {2, 1}, padding = {1, 0, 1, 1}, ceil_mode = true, count_include_pad = false}),
+        {N({2, 1, 6, 5})})
+  check("avg_pool2d {3, 2} stride {2, 1} padding {1, 0, 1, 1} ceil_mode",
+        ap({3, 2}, {stride = {2, 1}, padding = {1, 0, 1, 1}, ceil_mode = true}), {N({2, 1, 6, 5})})
   check("avg_pool2d of a transposed view", function(x) return x:transpose(3, 4):avg_pool2d(2) end,
         {N({1, 2, 4, 6})})
   closed("avg_pool2d: grad = g / 4 in each window", ap(2), {N({1, 1, 2, 4})},
