@@ -653,18 +653,66 @@ void gr_slice(const gr_ctx *c, int *gin) {
   pe[dim] = mx->shape[dim] - start - taken;   /* negative: the stuffed tail cut */
   gin[0] = pad_dims(c, g, pb, pe, n);
 }
-/* constant padding only: the gradient is the padded region cut away */
+static int narrow_dim(const gr_ctx *c, int x, int dim, int64_t start, int64_t len) {
+  op_attrs a;
+  op_attrs_init(OP_NARROW, &a);
+  a.i[0] = dim; a.i[1] = start; a.i[2] = len;
+  return gb_op(B, OP_NARROW, &a, 1, &x);
+}
+/* x placed along dim with before and after zeros around it */
+static int pad_dim(const gr_ctx *c, int x, int dim, int64_t before, int64_t after) {
+  int64_t pb[FL_MAX_DIMS] = {0}, pe[FL_MAX_DIMS] = {0};
+  if (B->rc) return -1;
+  pb[dim] = before;
+  pe[dim] = after;
+  return pad_dims(c, x, pb, pe, gb_meta(B, x)->ndim);
+}
+/* The gradient of a padding strip of len elements folded back onto the m
+** elements it copied (the strip before the data when !after): reflect
+** copies source k to the k-th element outward (the edge itself is not
+** repeated), so the strip, flipped, lands on sources 1..len (m-1-len..m-2
+** after); edge copies the first (last) element into all of it, so it sums
+** there. */
+static int fold_strip(const gr_ctx *c, int strip, int dim, int64_t len, int64_t m,
+                      int reflect, int after) {
+  if (reflect) {
+    op_attrs a;
+    op_attrs_init(OP_FLIP, &a);
+    a.ndims = 1;
+    a.dims[0] = dim;
+    strip = gb_op(B, OP_FLIP, &a, 1, &strip);
+    return after ? pad_dim(c, strip, dim, m - 1 - len, 1) : pad_dim(c, strip, dim, 1, m - 1 - len);
+  }
+  strip = gb_reduce_dim(B, OP_SUM, strip, dim);
+  return after ? pad_dim(c, strip, dim, m - 1, 0) : pad_dim(c, strip, dim, 0, m - 1);
+}
+/* The forward crops (negative pads) first, then pads.  Constant padding:
+** the padded region cut away, the cropped one padded back with zeros.
+** Reflect and edge pad each dim independently of the others (corners are
+** copies of copies), so their gradient folds each padded dim's strips
+** back onto the elements they copied, dim after dim, then pads the crop
+** back. */
 void gr_pad(const gr_ctx *c, int *gin) {
   int64_t pb[FL_MAX_DIMS], pe[FL_MAX_DIMS];
-  int d, n = c->a->ndims;
-  if (c->a->i[8] != 0) {
-    if (!B->rc)
-      B->rc = err_set(B->e, FL_EUNSUPPORTED, "pad: no derivative of the %s mode yet "
-                      "(constant padding only)", c->a->i[8] == 1 ? "reflect" : "edge");
+  int d, n = c->a->ndims, mode = (int)c->a->i[8], g = c->g;
+  if (mode == 0) {
+    for (d = 0; d < n; d++) { pb[d] = -c->a->dims[d]; pe[d] = -c->a->i[d]; }
+    gin[0] = pad_dims(c, g, pb, pe, n);
     return;
   }
-  for (d = 0; d < n; d++) { pb[d] = -c->a->dims[d]; pe[d] = -c->a->i[d]; }
-  gin[0] = pad_dims(c, c->g, pb, pe, n);
+  for (d = 0; d < n && !B->rc; d++) {
+    int64_t b = c->a->dims[d] > 0 ? c->a->dims[d] : 0, e = c->a->i[d] > 0 ? c->a->i[d] : 0;
+    int64_t m = gb_meta(B, g)->shape[d] - b - e;       /* the cropped size */
+    int core;
+    pb[d] = c->a->dims[d] < 0 ? -c->a->dims[d] : 0;
+    pe[d] = c->a->i[d] < 0 ? -c->a->i[d] : 0;
+    if (!b && !e) continue;
+    core = narrow_dim(c, g, d, b, m);
+    if (b) core = add(c, core, fold_strip(c, narrow_dim(c, g, d, 0, b), d, b, m, mode == 1, 0));
+    if (e) core = add(c, core, fold_strip(c, narrow_dim(c, g, d, b + m, e), d, e, m, mode == 1, 1));
+    g = core;
+  }
+  gin[0] = pad_dims(c, g, pb, pe, n);
 }
 void gr_flip(const gr_ctx *c, int *gin) { gin[0] = gb_op(B, OP_FLIP, c->a, 1, &c->g); }
 void gr_cat(const gr_ctx *c, int *gin) {
