@@ -113,6 +113,11 @@ void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
   size_t es = dtype_size(t->m.dtype);
   size_t ds = to == EAGER_F32 ? 4 : to == EAGER_F64 || to == EAGER_I64 ? 8 : to == EAGER_U8 ? 1 : es;
   const char *base = (const char *)t->st->data;
+  /* the copy converts nothing: raw, or to the dtype the values have (bool
+  ** is stored as 0/1 bytes, what EAGER_U8 holds) */
+  const int same = to == EAGER_RAW || (to == EAGER_F32 && t->m.dtype == FL_F32) ||
+                   (to == EAGER_I64 && t->m.dtype == FL_I64) ||
+                   (to == EAGER_U8 && t->m.dtype == FL_BOOL);
   int nd = 0, d, last;
   if (n <= 0) return;
   /* merge dims that are contiguous with each other and drop size-1 dims:
@@ -138,6 +143,33 @@ void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
   }
   while (done < n) {
     int64_t cnt = shape[last] - idx[last];
+    /* short rows (a broadcast's or a window's, 1 to 16 long) copied as
+    ** they are: a whole block of the two inner dims per step, not a call
+    ** per row */
+    if (nd >= 2 && shape[last] <= 16 && idx[last] == 0 && idx[last - 1] == 0 && same &&
+        n - done >= shape[last] * shape[last - 1]) {
+      int64_t r, j, R = shape[last - 1], W = shape[last], sr = str[last - 1], sw = str[last];
+      const char *p = base + off * (int64_t)es;
+      char *q = (char *)dst + done * (int64_t)es;
+#define BLOCK(T)                                                               \
+      for (r = 0; r < R; r++)                                                  \
+        for (j = 0; j < W; j++)                                                \
+          ((T *)(void *)q)[r * W + j] = ((const T *)(const void *)p)[r * sr + j * sw]
+      if (es == 4) BLOCK(uint32_t);
+      else if (es == 8) BLOCK(uint64_t);
+      else if (es == 2) BLOCK(uint16_t);
+      else BLOCK(uint8_t);
+#undef BLOCK
+      done += R * W;
+      off += R * sr;
+      idx[last - 1] = R;
+      for (d = last - 1; d > 0 && idx[d] == shape[d]; d--) {
+        off += str[d - 1] - idx[d] * str[d];
+        idx[d] = 0;
+        idx[d - 1]++;
+      }
+      continue;
+    }
     if (cnt > n - done) cnt = n - done;
     copy_run(t->m.dtype, base + off * (int64_t)es, str[last], cnt,
              (char *)dst + done * (int64_t)ds, to);
@@ -951,6 +983,7 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   int64_t n = meta_numel(im), dim = a->i[0], len, inner = 1, lines, l;
   int d, ints = out->m.dtype == FL_I64, excl = a->i[1] != 0, rev = a->i[2] != 0;
   int f32 = out->m.dtype == FL_F32;
+  void *o = ten_data(out);
   const double *xd = NULL;
   double *xo = NULL;
   int64_t *xi = NULL;
@@ -975,8 +1008,8 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
     for (k = 0; k < len; k++) {
       int64_t at = base + (rev ? len - 1 - k : k) * inner;
       if (!excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
-      if (ints) ((int64_t *)ten_data(out))[at] = (int64_t)is;
-      else if (f32) ((float *)ten_data(out))[at] = (float)s;
+      if (ints) ((int64_t *)o)[at] = (int64_t)is;
+      else if (f32) ((float *)o)[at] = (float)s;
       else ten_set(out, at, s);
       if (excl) { if (ints) is += (uint64_t)xi[at]; else s += xd[at]; }
     }
