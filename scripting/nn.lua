@@ -677,14 +677,17 @@ end
 
 -- The running statistics moved toward the batch's, outside autograd (a
 -- buffer is state, not part of the loss), in place so that whatever
--- holds the buffers (a compiled function) sees the new values.
-function BatchNorm2d:_update_stats(mean, var, n)
+-- holds the buffers (a compiled function) sees the new values.  The
+-- variance that moves them is the unbiased one, computed as such rather
+-- than scaled by n / (n - 1): under fl.compile the batch size then stays
+-- symbolic.
+function BatchNorm2d:_update_stats(x, mean)
   fl.no_grad(function()
     self.num_batches_tracked:add_(1)
     local f = self.momentum
     if f == false then f = 1 / self.num_batches_tracked:item() end
     self.running_mean:mul_(1 - f):add_(mean * f)
-    self.running_var:mul_(1 - f):add_(var * (f * n / (n - 1)))
+    self.running_var:mul_(1 - f):add_(x:var({1, 3, 4}) * f)
   end)
 end
 
@@ -696,17 +699,16 @@ function BatchNorm2d:forward(x)
   if not self.training and self.track_running_stats then
     return fl.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
   end
-  -- the batch's statistics, from fl ops: batch_norm's derivative treats
-  -- mean and var as inputs, so the gradient flows through them too
-  local n = x:size(1) * x:size(3) * x:size(4)
-  if n <= 1 then
+  -- (a symbolic size is not asked: it would specialize the graph)
+  local n, h, w = x:size(1), x:size(3), x:size(4)
+  if math.type(n) and math.type(h) and math.type(w) and n * h * w <= 1 then
     self:error("expected more than 1 value per channel when training, got input %s", shape_str(x))
   end
+  -- the batch's statistics, from fl ops: batch_norm's derivative treats
+  -- mean and var as inputs, so the gradient flows through them too
   local mean = x:mean({1, 3, 4})
   local var = x:var({1, 3, 4}, {correction = 0})
-  if self.training and self.track_running_stats then
-    self:_update_stats(mean:detach(), var:detach(), n)
-  end
+  if self.training and self.track_running_stats then self:_update_stats(x, mean) end
   return fl.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
 end
 

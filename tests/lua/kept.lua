@@ -54,15 +54,15 @@ do
     local writes = 0
     local steps = {
       false, false,
-      function() bn.weight:mul_(-0.5) end,
+      function() fl.no_grad(bn.weight.mul_, bn.weight, -0.5) end,   -- a parameter
       false,
       function() bn.running_var:add_(0.25) end,
       function() bn.running_mean:copy_(fl.randn(co)) end,
       false, false,
-      function() conv.weight[1] = fl.randn(ci, k, k) end,
-      function() conv.bias:mul_(2) end,
+      function() fl.no_grad(function() conv.weight[1] = fl.randn(ci, k, k) end) end,
+      function() fl.no_grad(conv.bias.mul_, conv.bias, 2) end,
       false,
-      function() bn.bias:fill_(0.125) end,
+      function() fl.no_grad(bn.bias.fill_, bn.bias, 0.125) end,
     }
     for i, step in ipairs(steps) do
       if step then step(); writes = writes + 1 end

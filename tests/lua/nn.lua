@@ -212,10 +212,12 @@ do -- causal attention: position i sees only tokens 1..i
   t.near(y2:narrow(2, 1, 3), y1:narrow(2, 1, 3), 1e-6, "causal: earlier positions ignore a later token")
   t.ok(max_abs(y2:narrow(2, 4, 1) - y1:narrow(2, 4, 1)) > 1e-4, "causal: the changed position moves")
   local full = nn.MultiheadAttention(8, 2)
-  for _, name in ipairs({"q_proj", "k_proj", "v_proj", "out_proj"}) do
-    full[name].weight:copy_(attn[name].weight)
-    full[name].bias:copy_(attn[name].bias)
-  end
+  fl.no_grad(function()
+    for _, name in ipairs({"q_proj", "k_proj", "v_proj", "out_proj"}) do
+      full[name].weight:copy_(attn[name].weight)
+      full[name].bias:copy_(attn[name].bias)
+    end
+  end)
   t.ok(max_abs(full(x2):narrow(2, 1, 3) - y1:narrow(2, 1, 3)) > 1e-4,
        "not causal: every position sees the change")
   t.is(nn.causal_mask(3):tolist(), {{0, -math.huge, -math.huge}, {0, 0, -math.huge}, {0, 0, 0}},
@@ -247,10 +249,13 @@ do
   bn.running_mean:copy_(fl.full({2}, 1.0))
   bn.running_var:copy_(fl.full({2}, 4.0))
   local img = fl.full({1, 2, 2, 2}, 3.0)
-  local a = bn(img)
   bn:eval()
-  t.near(bn(img), a, 0, "BatchNorm2d: running statistics in both modes")
-  t.near(a:amax():item(), (3 - 1) / math.sqrt(4 + 1e-5), 1e-5, "BatchNorm2d: (x - mean) / sqrt(var + eps)")
+  t.near(bn(img):amax():item(), (3 - 1) / math.sqrt(4 + 1e-5), 1e-5,
+         "BatchNorm2d in eval: (x - running_mean) / sqrt(running_var + eps)")
+  t.near(bn.running_mean, {1, 1}, 0, "BatchNorm2d in eval: the running statistics stay")
+  bn:train()
+  t.near(bn(img):abs():amax():item(), 0, 1e-6, "BatchNorm2d in training: the batch's own statistics")
+  t.near(bn.running_mean, {1.2, 1.2}, 1e-6, "BatchNorm2d in training: the running mean moves by momentum 0.1")
 end
 
 ---------------------------------------------------------------------------

@@ -153,7 +153,7 @@ do
   local bn = m.modules[2]
   bn.running_mean:copy_(fl.randn(32) * 0.1)
   bn.running_var:copy_(fl.rand(32) + 0.5)
-  bn.weight:copy_(fl.randn(32))
+  fl.no_grad(bn.weight.copy_, bn.weight, fl.randn(32))   -- a parameter
   local x = fl.randn(1, 16, 2, 2)
   local g = fl.capture(m, x)
   local h, log = g:optimize{quiet = true}
@@ -162,7 +162,7 @@ do
   local cm = fl.compile(m)
   t.ok(close(cm(x), m(x)), "small result: compiled matches eager")
   bn.running_var:mul_(3)
-  m.modules[1].weight:mul_(-0.5)
+  fl.no_grad(m.modules[1].weight.mul_, m.modules[1].weight, -0.5)
   t.ok(close(cm(x), m(x)), "small result: in-place changes are seen")
   t.is(cm:stats().compiles, 1, "small result: without a recompile")
 end
