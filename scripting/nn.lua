@@ -292,7 +292,8 @@ function Module:eval() return self:train(false) end
 -- moved once and stays shared; a weight already there is kept as it is.
 -- Compiled functions then bind the resident weights: no copy per call.
 -- A moved parameter is a new leaf (its .grad starts empty), requiring
--- grad where autograd runs (the CPU), as the parameter it replaces did.
+-- grad where autograd runs (the CPU) as the parameter it replaces did; one
+-- coming back from the GPU (where nothing requires grad) requires it again.
 function Module:to(...)
   local args, moved = table.pack(...), {}
   local function visit(m)
@@ -302,7 +303,9 @@ function Module:to(...)
         if t ~= nil then
           if moved[t] == nil then
             local u = fl.no_grad(t.to, t, table.unpack(args, 1, args.n))
-            if u ~= t and kind == "_params" and t.requires_grad then u = as_parameter(u) end
+            if u ~= t and kind == "_params" and (t.requires_grad or t.device ~= "cpu") then
+              u = as_parameter(u)
+            end
             moved[t] = u
           end
           m[name] = moved[t]

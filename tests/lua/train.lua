@@ -493,6 +493,11 @@ do
   t.ok(cleared, "m:zero_grad(): every .grad is nil")
   m:requires_grad_(false)
   t.ok(not m:parameters()[1].requires_grad, "m:requires_grad_(false) freezes every parameter")
+  local l = nn.Linear(2, 3)
+  l.bias:requires_grad_(false)
+  l:to("float16")
+  t.ok(l.weight.dtype == "float16" and l.weight.requires_grad and l.weight.is_leaf and
+       not l.bias.requires_grad, "m:to(dtype): parameters stay leaves that require grad, a frozen one frozen")
   t.raises(function() fl.no_grad(function() nn.Linear(2, 2).weight:add_(1) end); nn.Linear(2, 2).weight:add_(1) end,
            "add_: .*requires grad", "a parameter changes in place only under no_grad")
 end
