@@ -3085,6 +3085,15 @@ local OPTIONS = {}
 local RESERVED = set("onnx_path", "onnx_name", "opset", "producer", "inputs", "outputs", "training",
                      "_path", "_params", "_buffers", "_children", "_consts", "_dynamic_dims", "_nodes",
                      "_op_counts", "_op_order", "_folded")
+-- An ONNX file is an inference model: its weights are parameters (named,
+-- listed, saved and loaded as any module's) that require no grad, so eager
+-- calls record no tape; m:requires_grad_() makes them trainable.
+local function inference_parameter(self, name, t)
+  self:register_parameter(name, t)
+  local p = self[name]
+  if fl.is_tensor(p) and p.requires_grad then p:requires_grad_(false) end
+end
+
 local function own_name(self, name)
   return RESERVED[name] or Model[name] ~= nil or rawget(self, name) ~= nil
 end
@@ -3108,7 +3117,7 @@ function Model:__init(g, path)
       error(fmt("onnx: initializer '%s': a name the module itself uses (unsupported)", clean(init.name)), 0)
     end
     if FL_DTYPE[init.dtype] then
-      if FLOAT[init.tensor.dtype] then self:register_parameter(init.name, init.tensor)
+      if FLOAT[init.tensor.dtype] then inference_parameter(self, init.name, init.tensor)
       else self:register_buffer(init.name, init.tensor) end
     else
       consts[init.name] = {wide = init.dtype, t = init.tensor, const = true}
@@ -3208,7 +3217,7 @@ function Model:_fold(consts)
         error(fmt("onnx: folded value '%s': a name the module itself uses (unsupported)", clean(name)), 0)
       end
       if not is_tensor(v) then consts[name] = v
-      elseif FLOAT[v.dtype] then self:register_parameter(name, v)
+      elseif FLOAT[v.dtype] then inference_parameter(self, name, v)
       else self:register_buffer(name, v) end
     end
   end
