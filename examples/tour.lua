@@ -163,4 +163,6 @@ if #lesson_names > 0 then
 else
   print("  lessons   examples/lessons/ in the source tree (:help lesson in the REPL lists them)")
 end
+print("  training  fuselab examples/train_digits.lua: autograd, cross-entropy and AdamW on")
+print("            real handwritten digits, 98 % right in a second; :help backward, :help AdamW")
 print("  REPL      fuselab     then :help")

@@ -15,6 +15,12 @@
 -- compiled time is the cost of one call of a compiled graph.  At larger
 -- sizes the kernels themselves start to count (fusion is lesson 04).
 --
+-- Last, the same answers: the handwritten-digit classifier shipped in
+-- examples/models/digits_mlp.safetensors (trained by
+-- examples/train_digits.lua) labels the 360 held-out images eagerly and
+-- compiled; its accuracy is a check that can fail -- a wrong kernel
+-- changes labels -- so the lesson exits non-zero unless both agree.
+--
 -- Run: fuselab examples/lessons/01_eager_vs_graph.lua   (about 2 s)
 
 local fl = fl or require "fuselab"
@@ -68,4 +74,24 @@ elseif first.verdict < 0 then
   print("The claim does not hold on this run: the compiled graph was slower even on tiny tensors.")
 else
   print("No verdict on this run: on tiny tensors " .. first.text .. ".")
+end
+
+-- Same answers on real data: a trained classifier, eager and compiled.
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local data = here .. "/../data"
+if not io.open(data .. "/digits.txt") then data = (os.getenv("FUSELAB_SRC") or ".") .. "/examples/data" end
+local _, _, Xtest, Ytest = dofile(data .. "/digits.lua")(data)
+local net = fl.nn.Sequential(fl.nn.Linear(64, 128), fl.nn.ReLU(), fl.nn.Linear(128, 10))
+fl.load_weights(net, data .. "/../models/digits_mlp.safetensors")
+net:eval()
+local eager_pred, compiled_pred = fl.no_grad(function()
+  return net(Xtest):argmax(2), fl.compile(net)(Xtest):argmax(2)
+end)
+local function acc(p) return p:eq(Ytest):to("float32"):mean():item() * 100 end
+local same = eager_pred:eq(compiled_pred):to("int64"):sum():item()
+print(("\nThe digits classifier on %d held-out images: eager %.1f %% right, compiled %.1f %% right, "
+  .. "%d of %d labels the same."):format(Ytest.shape[1], acc(eager_pred), acc(compiled_pred), same, Ytest.shape[1]))
+if same ~= Ytest.shape[1] or acc(eager_pred) < 95 then
+  io.stderr:write("lesson 01: the compiled classifier does not give eager's answers\n")
+  os.exit(1)
 end
