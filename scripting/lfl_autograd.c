@@ -6,11 +6,13 @@
 ** is graph/autograd.c; this file only attaches its fns to tensors and
 ** records every op lfl_dispatch_eager runs (the one dispatch point).
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lfl.h"
 #include "cpu/eager.h"
+#include "exec/measure.h"
 #include "graph/autograd.h"
 #include "graph/rng.h"
 
@@ -321,18 +323,51 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
   return s;
 }
 
+/* FUSELAB_DEBUG=autograd: each backward prints the time its graph spent
+** in each op (stderr), to see what a backward costs. */
+static double op_ms[OP_COUNT];
+static int op_calls[OP_COUNT];
+
+static int timed_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                       fl_tensor *out, fl_err *e) {
+  double t0 = meas_now();
+  int rc = eager_apply(op, in, nin, a, out, e);
+  op_ms[op] += (meas_now() - t0) * 1e3;
+  op_calls[op]++;
+  return rc;
+}
+
+static int debug_autograd(void) {
+  const char *d = getenv("FUSELAB_DEBUG");
+  return d && strstr(d, "autograd") != NULL;
+}
+
+static void print_op_times(void) {
+  double total = 0;
+  int k;
+  for (k = 0; k < OP_COUNT; k++) total += op_ms[k];
+  fprintf(stderr, "backward: %.2f ms in ops:", total);
+  for (k = 0; k < OP_COUNT; k++)
+    if (op_calls[k]) fprintf(stderr, " %s %d x %.2f ms;", op_name((fl_op)k), op_calls[k], op_ms[k]);
+  fprintf(stderr, "\n");
+  memset(op_ms, 0, sizeof op_ms);
+  memset(op_calls, 0, sizeof op_calls);
+}
+
 static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, int n,
                         ag_fn **want, int nwant, fl_tensor *wout, int retain,
                         const char *what) {
   fl_err e;
   int rc;
+  ir_apply_fn apply = debug_autograd() ? timed_apply : eager_apply;
   err_clear(&e);
-  rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, eager_apply, &e);
+  rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, apply, &e);
   if (rc == FL_ENOMEM) {
     lfl_collect(L);
     err_clear(&e);
-    rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, eager_apply, &e);
+    rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, apply, &e);
   }
+  if (apply == timed_apply) print_op_times();
   if (rc != FL_OK) return lfl_raise(L, what, &e);
   return 0;
 }

@@ -34,7 +34,7 @@ RTOL, ATOL = 1e-4, 1e-6
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "BOOL": torch.bool,
           "F16": torch.float16, "BF16": torch.bfloat16}
 
-out = sys.argv[1]
+out = None          # DIR, set by main()
 count = 0
 failed = 0
 
@@ -247,53 +247,60 @@ def check_model(name, make, loss_fn):
             f"losses within {lworst:.2g}{note}", f"{where}; losses {fl_losses} vs {losses}")
 
 
-torch.set_default_dtype(torch.float32)
-check_model("mlp", mlp, ce_loss)
-check_model("cnn", cnn, ce_loss)
-check_model("gpt", GPT, gpt_loss)
+def main():
+    global out
+    out = sys.argv[1]
+    torch.set_default_dtype(torch.float32)
+    check_model("mlp", mlp, ce_loss)
+    check_model("cnn", cnn, ce_loss)
+    check_model("gpt", GPT, gpt_loss)
 
-# ---- cross_entropy's options ----------------------------------------------
-for case in ["ignore", "ignore_smooth", "weight_smooth_ignore2", "sum_smooth", "none_weight", "nd",
-             "probs_smooth"]:
-    ts, meta = load(f"ce_{case}")
-    x = ts["x"].clone().requires_grad_()
-    kw = {}
-    if "label_smoothing" in meta:
-        kw["label_smoothing"] = float(meta["label_smoothing"])
-    if "ignore_index" in meta:
-        kw["ignore_index"] = int(meta["ignore_index"])
-    if "reduction" in meta:
-        kw["reduction"] = meta["reduction"]
-    if "weight" in ts:
-        kw["weight"] = ts["weight"]
-    loss = F.cross_entropy(x, ts["y"], **kw)
-    if "seed" in ts:
-        loss.backward(ts["seed"])
-    else:
-        loss.backward()
-    ok1, w1, where1 = compare({"loss": ts["loss"]}, {"loss": loss.detach()})
-    ok2, w2, where2 = compare({"grad": ts["grad"]}, {"grad": x.grad})
-    opts = ", ".join(f"{k}={v if not torch.is_tensor(v) else 'tensor'}" for k, v in kw.items())
-    tap(ok1 and ok2, f"cross_entropy {case} ({opts or 'defaults'}): loss within {w1:.2g}, "
-        f"the logits' gradient {w2:.2g}", f"{where1} {where2}")
+    # ---- cross_entropy's options ----------------------------------------------
+    for case in ["ignore", "ignore_smooth", "weight_smooth_ignore2", "sum_smooth", "none_weight", "nd",
+                 "probs_smooth"]:
+        ts, meta = load(f"ce_{case}")
+        x = ts["x"].clone().requires_grad_()
+        kw = {}
+        if "label_smoothing" in meta:
+            kw["label_smoothing"] = float(meta["label_smoothing"])
+        if "ignore_index" in meta:
+            kw["ignore_index"] = int(meta["ignore_index"])
+        if "reduction" in meta:
+            kw["reduction"] = meta["reduction"]
+        if "weight" in ts:
+            kw["weight"] = ts["weight"]
+        loss = F.cross_entropy(x, ts["y"], **kw)
+        if "seed" in ts:
+            loss.backward(ts["seed"])
+        else:
+            loss.backward()
+        ok1, w1, where1 = compare({"loss": ts["loss"]}, {"loss": loss.detach()})
+        ok2, w2, where2 = compare({"grad": ts["grad"]}, {"grad": x.grad})
+        opts = ", ".join(f"{k}={v if not torch.is_tensor(v) else 'tensor'}" for k, v in kw.items())
+        tap(ok1 and ok2, f"cross_entropy {case} ({opts or 'defaults'}): loss within {w1:.2g}, "
+            f"the logits' gradient {w2:.2g}", f"{where1} {where2}")
 
-# ---- schedulers -----------------------------------------------------------
-_, meta = load("sched")
-for key, make in [("step", lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)),
-                  ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5,
-                                                                                  eta_min=0.01))]:
-    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
-    s = make(opt)
-    seq = []
-    for _ in range(12):
-        seq.append(s.get_last_lr()[0])
-        opt.step()
-        s.step()
-    got = [float(v) for v in meta[key].split(",")]
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, seq))
-    tap(got == seq or worst <= 1e-15,
-        f"{'StepLR' if key == 'step' else 'CosineAnnealingLR'}: 12 learning rates, "
-        f"{'bit for bit' if got == seq else f'within {worst:.2g}'}", f"{got}\n{seq}")
+    # ---- schedulers -----------------------------------------------------------
+    _, meta = load("sched")
+    for key, make in [("step", lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)),
+                      ("cosine", lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5,
+                                                                                      eta_min=0.01))]:
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
+        s = make(opt)
+        seq = []
+        for _ in range(12):
+            seq.append(s.get_last_lr()[0])
+            opt.step()
+            s.step()
+        got = [float(v) for v in meta[key].split(",")]
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, seq))
+        tap(got == seq or worst <= 1e-15,
+            f"{'StepLR' if key == 'step' else 'CosineAnnealingLR'}: 12 learning rates, "
+            f"{'bit for bit' if got == seq else f'within {worst:.2g}'}", f"{got}\n{seq}")
 
-print(f"1..{count}")
-sys.exit(1 if failed else 0)
+    print(f"1..{count}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":   # bench/train_eager.py imports the models
+    main()

@@ -1,0 +1,49 @@
+-- train_eager.lua -- the fuselab side of bench/train_eager.py: eager
+-- training steps (forward, cross-entropy, backward, AdamW) of one model
+-- from the starting weights and data the driver's first run wrote.
+--   build/fuselab bench/train_eager.lua <mlp|cnn|gpt> <dir> <steps> [init]
+-- With "init": builds the model, writes <dir>/<model>_init.safetensors
+-- and <dir>/<model>_data.safetensors, and exits.  Else prints
+-- "ms <median ms of a step after two warm-up steps> loss <the last loss>".
+local name, dir, steps, init = arg[1], arg[2], tonumber(arg[3]), arg[4] == "init"
+assert(name and dir and steps, "usage: train_eager.lua <mlp|cnn|gpt> <dir> <steps> [init]")
+local nn = fl.nn
+
+local models = {
+  mlp = function() return nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)) end,
+  cnn = function() return fl.models.cnn{channels = {3, 16, 32}, classes = 10, input = 32} end,
+  gpt = function() return fl.models.transformer{vocab = 512, d = 128, heads = 4, layers = 2, seq = 64} end,
+}
+local function data()
+  if name == "mlp" then return {x = fl.randn(256, 512), y = (fl.rand(256) * 512):to("int64")} end
+  if name == "cnn" then return {x = fl.randn(32, 3, 32, 32), y = (fl.rand(32) * 10):to("int64")} end
+  return {x = (fl.rand(16, 64) * 512):to("int64"), y = (fl.rand(16, 64) * 512):to("int64")}
+end
+local function loss_of(m, d)
+  local out = m(d.x)
+  if name == "gpt" then return fl.cross_entropy(out:reshape(-1, 512), d.y:reshape(-1)) end
+  return fl.cross_entropy(out, d.y)
+end
+
+fl.manual_seed(1)
+local m = models[name]()
+if init then
+  fl.save_weights(m, dir .. "/" .. name .. "_init.safetensors")
+  fl.save_safetensors(data(), dir .. "/" .. name .. "_data.safetensors")
+  return
+end
+fl.load_weights(m, dir .. "/" .. name .. "_init.safetensors")
+local d = fl.load_safetensors(dir .. "/" .. name .. "_data.safetensors")
+m:train()
+local opt = fl.optim.AdamW(m:parameters(), {lr = 1e-3})
+local times, loss = {}, nil
+for i = 1, steps + 2 do
+  local t0 = fl.now()
+  opt:zero_grad()
+  local l = loss_of(m, d)
+  l:backward()
+  opt:step()
+  loss = l:item()
+  if i > 2 then times[#times + 1] = (fl.now() - t0) * 1e3 end
+end
+print(("ms %.3f loss %.6f"):format(fl.measure(times).median_ms, loss))

@@ -1,0 +1,117 @@
+"""train_eager.py -- eager training against PyTorch's eager training.
+
+  python bench/train_eager.py [--fuselab build/fuselab] [--rounds 5] [--steps 10]
+
+One training step is forward, cross-entropy, backward and AdamW (lr 1e-3,
+PyTorch's single-tensor update: foreach=False, as fuselab's), on three
+models, each side starting from the same weights and data (fuselab writes
+them, PyTorch loads them):
+  mlp  Linear(512, 2048) - ReLU - Linear(2048, 512), batch 256
+  cnn  fl.models.cnn{channels = {3, 16, 32}}: two blocks of conv 3x3 -
+       BatchNorm2d (training) - ReLU - MaxPool2d(2), then Linear, batch 32
+       of 3x32x32
+  gpt  fl.models.transformer{vocab = 512, d = 128, heads = 4, layers = 2,
+       seq = 64}, batch 16 of 64 tokens
+Each round runs each side in a fresh process, alternating which goes
+first (this machine is shared and noisy); a run reports the median of
+`steps` steps after two warm-up steps.  Both sides use 2 threads.  Prints,
+per model, the medians over rounds, their spread, the ratio PyTorch /
+fuselab (> 1: fuselab faster) and the last losses (they must agree: the
+same work was done).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def torch_side(name, d, steps):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "numpy"))
+    import torch_train as tt                      # the GPT as fuselab builds it
+    torch.set_num_threads(2)
+    tt.out = d
+    init, _ = tt.load(f"{name}_init")
+    data, _ = tt.load(f"{name}_data")
+    if name == "mlp":
+        m = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512))
+    elif name == "cnn":
+        m = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+    else:
+        m = tt.GPT(vocab=512, d=128, heads=4, layers=2, seq=64)
+    m.load_state_dict(init)
+    m.train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=False)
+    x, y = data["x"], data["y"]
+    times, loss = [], None
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        out = m(x)
+        if name == "gpt":
+            out, yy = out.reshape(-1, 512), y.reshape(-1)
+        else:
+            yy = y
+        l = F.cross_entropy(out, yy)
+        l.backward()
+        opt.step()
+        loss = l.item()
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    print(f"ms {statistics.median(times):.3f} loss {loss:.6f}")
+
+
+def run(cmd, env):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"train_eager: {' '.join(cmd)} failed:\n{r.stderr}")
+    parts = r.stdout.split()
+    return float(parts[1]), float(parts[3])
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--torch":
+        torch_side(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fuselab", default=os.path.join(ROOT, "build", "fuselab"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default="mlp,cnn,gpt")
+    a = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    lua = os.path.join(HERE, "train_eager.lua")
+    print(f"{'model':5} {'fuselab ms':>18} {'PyTorch ms':>18} {'PyTorch/fuselab':>16}  last losses")
+    with tempfile.TemporaryDirectory() as d:
+        for name in a.models.split(","):
+            subprocess.run([a.fuselab, lua, name, d, "0", "init"], check=True, env=env)
+            fl, pt = [], []
+            for r in range(a.rounds):
+                sides = [("fl", [a.fuselab, lua, name, d, str(a.steps)]),
+                         ("pt", [sys.executable, __file__, "--torch", name, d, str(a.steps)])]
+                if r % 2:
+                    sides.reverse()
+                for who, cmd in sides:
+                    ms, loss = run(cmd, env)
+                    (fl if who == "fl" else pt).append((ms, loss))
+            fms, pms = [t for t, _ in fl], [t for t, _ in pt]
+            ratios = sorted(p / f for f, p in zip(fms, pms))
+            print(f"{name:5} {statistics.median(fms):8.2f} ({min(fms):.2f}-{max(fms):.2f}) "
+                  f"{statistics.median(pms):8.2f} ({min(pms):.2f}-{max(pms):.2f}) "
+                  f"{statistics.median(ratios):7.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  "
+                  f"{fl[-1][1]:.5f} {pt[-1][1]:.5f}")
+
+
+if __name__ == "__main__":
+    main()
