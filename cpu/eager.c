@@ -1033,6 +1033,7 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_LINEAR: return eager_linear;
   case OP_CONV2D: return eager_conv2d;
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: return eager_pool2d;
+  case OP_MAX_POOL2D_BACKWARD: return eager_max_pool2d_backward;
   case OP_CAT: return cat;
   case OP_EMBEDDING: return embedding;
   case OP_PAD: return pad;

@@ -795,3 +795,49 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   }
   return FL_OK;
 }
+
+/* max_pool2d_backward(g, x), the oracle's rule (ref_max_pool2d_backward):
+** a plane per iteration, each window's gradient added onto the element it
+** picked; planes are disjoint, so threads never share an element. */
+int eager_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
+                              const op_attrs *a, fl_tensor *out, fl_err *e) {
+  const fl_tensor *gt = in[0], *x = in[1];
+  int64_t H = x->m.shape[2], W = x->m.shape[3], OH = gt->m.shape[2], OW = gt->m.shape[3];
+  int64_t planes = x->m.shape[0] * x->m.shape[1], p;
+  op_win2d g;
+  float *xo = NULL, *go = NULL, *yo = NULL, *y;
+  const float *xf, *gf;
+  (void)nin;
+  op_win2d_of(OP_MAX_POOL2D, a, 0, 0, &g);
+  if (!(xf = eager_f32(x, &xo, op_name(op), e))) return FL_ENOMEM;
+  if (!(gf = eager_f32(gt, &go, op_name(op), e))) { free(xo); return FL_ENOMEM; }
+  if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(xo); free(go); return FL_ENOMEM; }
+  EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
+  for (p = 0; p < planes; p++) {
+    const float *xp = xf + p * H * W, *gp = gf + p * OH * OW;
+    float *yp = y + p * H * W;
+    int64_t oh, ow, kh, kw;
+    memset(yp, 0, (size_t)(H * W) * sizeof *yp);
+    for (oh = 0; oh < OH; oh++)
+      for (ow = 0; ow < OW; ow++) {
+        int64_t pick = -1, h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+        float mx = 0;
+        for (kh = 0; kh < g.kh; kh++) {
+          int64_t ih = h0 + kh * g.dh;
+          if (ih < 0 || ih >= H) continue;
+          for (kw = 0; kw < g.kw; kw++) {
+            int64_t iw = w0 + kw * g.dw;
+            float v;
+            if (iw < 0 || iw >= W) continue;
+            v = xp[ih * W + iw];
+            if (pick < 0 || v > mx || v != v) { mx = v; pick = ih * W + iw; }
+          }
+        }
+        if (pick >= 0) yp[pick] += gp[oh * OW + ow];
+      }
+  }
+  eager_out_done(out, yo);
+  free(xo);
+  free(go);
+  return FL_OK;
+}

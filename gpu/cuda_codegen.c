@@ -563,7 +563,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   switch (an->op) {
   case OP_MATMUL: case OP_LINEAR: nx += CUM_COUNT; break;
   case OP_CONV2D: nx += CUC_COUNT; break;
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D: nx += CUP_COUNT; break;
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_MAX_POOL2D_BACKWARD: nx += CUP_COUNT; break;
   case OP_EMBEDDING: nx += CUE_COUNT; break;
   case OP_PAD: nx += CUD_COUNT; break;
   case OP_FLIP: nx += CUF_COUNT; break;
@@ -620,6 +620,10 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_MAX_POOL2D: case OP_AVG_POOL2D:
     strbuf_printf(g->b, "  fl_pool2d<%s>(p%d, X + %d, X[%d], %d, out);\n", acc, s0, CUX_OP, CUX_TOTAL,
                   an->op == OP_AVG_POOL2D);
+    break;
+  case OP_MAX_POOL2D_BACKWARD:
+    strbuf_printf(g->b, "  fl_max_pool2d_backward<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1,
+                  CUX_OP, CUX_TOTAL);
     break;
   case OP_EMBEDDING:
     strbuf_printf(g->b, "  fl_embedding(p%d, p%d, X + %d, X[%d], out);\n", s0, s1, CUX_OP, CUX_TOTAL);

@@ -76,6 +76,7 @@ enum {
   CUP_C = 0, CUP_H, CUP_W, CUP_OH, CUP_OW, CUP_KH, CUP_KW, CUP_SH, CUP_SW,
   CUP_PH, CUP_PW, CUP_XS = 11, CUP_XO = 15,
   CUP_PB = 16, CUP_PR, CUP_DH, CUP_DW, CUP_CIP,  /* pads bottom, right; dilation; count_include_pad */
+  CUP_GS = 21, CUP_GO = 25,        /* max_pool2d_backward: the gradient's strides, offset */
   CUP_COUNT
 };
 /* embedding: index tensor of up to 8 dims, weight [V, D] */

@@ -300,18 +300,24 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     if (Y[CUC_HASBIAS]) { Y[CUC_SBIAS] = op[2].m.ndim ? op[2].stride[0] : 0; Y[CUC_OBIAS] = rel[2]; }
     break;
   }
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D: {
-    const fl_tensor *x = &op[0];
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_MAX_POOL2D_BACKWARD: {
+    int back = an->op == OP_MAX_POOL2D_BACKWARD;
+    const fl_tensor *x = &op[back];
+    const fl_meta *pm = back ? &op[0].m : om;  /* the pool's output */
     int b3 = x->m.ndim == 3;
     Y[CUP_C] = x->m.shape[b3 ? 0 : 1]; Y[CUP_H] = x->m.shape[b3 ? 1 : 2]; Y[CUP_W] = x->m.shape[b3 ? 2 : 3];
-    Y[CUP_OH] = om->shape[om->ndim - 2]; Y[CUP_OW] = om->shape[om->ndim - 1];
-    op_win2d_of(an->op, &an->attrs, 0, 0, &wg);
+    Y[CUP_OH] = pm->shape[pm->ndim - 2]; Y[CUP_OW] = pm->shape[pm->ndim - 1];
+    op_win2d_of(back ? OP_MAX_POOL2D : an->op, &an->attrs, 0, 0, &wg);
     Y[CUP_KH] = wg.kh; Y[CUP_KW] = wg.kw; Y[CUP_SH] = wg.sh; Y[CUP_SW] = wg.sw;
     Y[CUP_PH] = wg.pt; Y[CUP_PW] = wg.pl; Y[CUP_PB] = wg.pb; Y[CUP_PR] = wg.pr;
     Y[CUP_DH] = wg.dh; Y[CUP_DW] = wg.dw; Y[CUP_CIP] = wg.count_include_pad;
     Y[CUP_XS] = b3 ? 0 : x->stride[0];
     for (d = 0; d < 3; d++) Y[CUP_XS + 1 + d] = x->stride[d + (b3 ? 0 : 1)];
-    Y[CUP_XO] = rel[0];
+    Y[CUP_XO] = rel[back];
+    if (back) {
+      for (d = 0; d < 4; d++) Y[CUP_GS + d] = op[0].stride[d];
+      Y[CUP_GO] = rel[0];
+    }
     break;
   }
   case OP_EMBEDDING: {

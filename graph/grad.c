@@ -500,118 +500,14 @@ void gr_avg_pool2d(const gr_ctx *c, int *gin) {
   gin[0] = conv_input_grad(c, mul(c, c->g, scale), ones_weight(c, mx->shape[1], wn.kh, wn.kw),
                            mx, &wn);
 }
-/* Windows that tile x exactly (stride = kernel, no padding or dilation,
-** nothing left over), the common 2x2 pool: x viewed as [N, C, OH, kh, OW,
-** kw] (a view: no copy), a window's elements in scan order are (a, b)
-** row by row, so how many hits come up to (a, b) is the hits of the rows
-** before a plus those of row a up to b: two running counts, over kw and
-** (exclusive, of the row totals) over kh.  The gradient goes where that
-** count first reaches 1 (the first max; for a window whose max is NaN,
-** the same scan from the end finds its last NaN, as the general rule
-** below), in x's own layout.  About twenty contiguous ops over x instead
-** of ten per tap with scatters. */
-static int scan_first(const gr_ctx *c, int hit, int reverse) {
-  op_attrs a;
-  int h = as_g(c, hit), row, upto;
-  op_attrs_init(OP_CUMSUM, &a);
-  a.i[0] = 5;
-  a.i[2] = reverse;
-  row = gb_op(B, OP_CUMSUM, &a, 1, &h);
-  upto = gb_reduce_dim(B, OP_SUM, h, 5);
-  a.i[0] = 3;
-  a.i[1] = 1;                        /* the rows before this one */
-  upto = add(c, gb_op(B, OP_CUMSUM, &a, 1, &upto), row);
-  return mul(c, h, as_g(c, gb_op2(B, OP_EQ, upto, k(c, 1))));
-}
-static int max_pool_tiled(const gr_ctx *c, const op_win2d *wn) {
-  const fl_meta *mx = &c->in_meta[0], *mo = c->out_meta;
-  int64_t s6[6];
-  int xw, o6, nanwin, pick;
-  s6[0] = mx->shape[0]; s6[1] = mx->shape[1]; s6[2] = mo->shape[2]; s6[3] = wn->kh;
-  s6[4] = mo->shape[3]; s6[5] = wn->kw;
-  xw = gb_reshape(B, c->in[0], 6, s6);
-  s6[3] = s6[5] = 1;
-  o6 = gb_reshape(B, c->out, 6, s6);
-  nanwin = gb_op2(B, OP_NE, o6, o6);
-  pick = where(c, nanwin, scan_first(c, gb_op2(B, OP_NE, xw, xw), 1),
-               scan_first(c, gb_op2(B, OP_EQ, xw, o6), 0));
-  return gb_reshape(B, mul(c, pick, gb_reshape(B, c->g, 6, s6)), 4, mx->shape);
-}
-
-/* Each window's gradient goes to its first largest element, scanning the
-** window row by row, as PyTorch's max_pool2d_with_indices records it:
-** tap by tap, the strided slice of x (padded with -inf) under that tap
-** is compared with the output, and the gradient of the windows it wins,
-** not yet taken by an earlier tap, is scattered back by the transposed
-** slice (zeros stuffed between, then padded into place).  A window whose
-** maximum is NaN matches no tap by ==; PyTorch's kernel takes every NaN
-** it meets (v > max || isnan(v)), so the LAST NaN of the window wins:
-** a backward scan marks, per tap, the NaNs no later tap has. */
+/* Each window's gradient goes to the element the pool picked (its first
+** largest, its last NaN when the max is NaN), as PyTorch's
+** max_pool2d_with_indices records it: one op of the table does it. */
 void gr_max_pool2d(const gr_ctx *c, int *gin) {
-  const fl_meta *mx = &c->in_meta[0], *mo = c->out_meta;
-  op_win2d wn;
-  int64_t OH = mo->shape[2], OW = mo->shape[3], H = mx->shape[2], W = mx->shape[3];
-  int64_t eh, ew, pb[4] = {0}, pe[4] = {0};
-  int xp, taken = -1, later = -1, acc = -1, i, j, t, ntap, *tap, *lastnan;
-  op_attrs a;
-  op_win2d_of(OP_MAX_POOL2D, c->a, 0, 0, &wn);
-  if (wn.sh == wn.kh && wn.sw == wn.kw && wn.dh == 1 && wn.dw == 1 && !wn.pt && !wn.pl &&
-      !wn.pb && !wn.pr && OH * wn.kh == H && OW * wn.kw == W) {
-    gin[0] = max_pool_tiled(c, &wn);
-    return;
-  }
-  /* padded so every window lies inside */
-  eh = (OH - 1) * wn.sh + (wn.kh - 1) * wn.dh + 1 - (H + wn.pt);
-  ew = (OW - 1) * wn.sw + (wn.kw - 1) * wn.dw + 1 - (W + wn.pl);
-  pb[2] = wn.pt; pb[3] = wn.pl;
-  pe[2] = eh > 0 ? eh : 0; pe[3] = ew > 0 ? ew : 0;
-  op_attrs_init(OP_PAD, &a);
-  a.ndims = 4;
-  for (i = 0; i < 4; i++) { a.dims[i] = pb[i]; a.i[i] = pe[i]; }
-  a.f[0] = -INFINITY;
-  xp = gb_op(B, OP_PAD, &a, 1, &c->in[0]);
-  if (B->rc) return;
-  ntap = (int)(wn.kh * wn.kw);
-  if (!(tap = malloc(2 * (size_t)ntap * sizeof *tap))) {
-    B->rc = err_set(B->e, FL_ENOMEM, "max_pool2d: out of memory");
-    return;
-  }
-  lastnan = tap + ntap;
-  for (t = 0; t < ntap; t++) {        /* tap t = (i, j), row by row */
-    op_attrs s;
-    op_attrs_init(OP_SLICE, &s);
-    s.i[0] = 2; s.i[1] = (t / wn.kw) * wn.dh; s.i[2] = OH; s.i[3] = wn.sh;
-    tap[t] = gb_op(B, OP_SLICE, &s, 1, &xp);
-    s.i[0] = 3; s.i[1] = (t % wn.kw) * wn.dw; s.i[2] = OW; s.i[3] = wn.sw;
-    tap[t] = gb_op(B, OP_SLICE, &s, 1, &tap[t]);
-  }
-  for (t = ntap - 1; t >= 0; t--) {
-    int isnan_t = gb_op2(B, OP_NE, tap[t], tap[t]);
-    lastnan[t] = later < 0 ? isnan_t
-                           : where(c, later, gb_op2(B, OP_NE, later, later), isnan_t);
-    later = later < 0 ? isnan_t : where(c, later, later, isnan_t);
-  }
-  for (t = 0; t < ntap && !B->rc; t++) {
-    int hit, part;
-    int64_t b4[4] = {0}, e4[4] = {0};
-    i = t / (int)wn.kw;
-    j = t % (int)wn.kw;
-    hit = gb_op2(B, OP_EQ, tap[t], c->out);
-    if (taken >= 0) hit = where(c, taken, gb_op2(B, OP_NE, taken, taken), hit);
-    taken = taken < 0 ? hit : where(c, taken, taken, hit);
-    hit = where(c, hit, hit, lastnan[t]);
-    part = stuff(c, where(c, hit, c->g, k(c, 0)), wn.sh, wn.sw);
-    /* window tap (i, j) of output (0, 0) sits at x[i dh - pt, j dw - pl] */
-    b4[2] = i * wn.dh - wn.pt;
-    b4[3] = j * wn.dw - wn.pl;
-    if (B->rc) break;
-    e4[2] = H - b4[2] - gb_meta(B, part)->shape[2];
-    e4[3] = W - b4[3] - gb_meta(B, part)->shape[3];
-    part = pad_dims(c, part, b4, e4, 4);
-    acc = acc < 0 ? part : add(c, acc, part);
-  }
-  free(tap);
-  gin[0] = acc;
+  int in[2];
+  in[0] = c->g;
+  in[1] = c->in[0];
+  gin[0] = gb_op(B, OP_MAX_POOL2D_BACKWARD, c->a, 2, in);
 }
 
 /* --- views and data movement ------------------------------------------ */

@@ -269,6 +269,9 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
     }
     break;
   }
+  case OP_MAX_POOL2D_BACKWARD:               /* x's shape, x's sizes */
+    for (d = 0; d < nd->meta.ndim; d++) nd->sym[d] = g->nodes[nd->in[1]].sym[d];
+    break;
   case OP_CONV2D: case OP_MAX_POOL2D: case OP_AVG_POOL2D:
     nd->sym[0] = x->sym[0];                  /* the batch */
     for (d = 1; d < x->meta.ndim; d++) nd->symlost |= x->sym[d] != 0 && d >= 2;
@@ -541,7 +544,7 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   case OP_TO:
     snprintf(buf, n, "%s", dtype_name(a->dtype));
     break;
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D: {
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_MAX_POOL2D_BACKWARD: {
     op_win2d w;
     int at;
     op_win2d_of(nd->op, a, 0, 0, &w);

@@ -58,7 +58,7 @@ void op_attrs_init(fl_op op, op_attrs *a) {
   case OP_VAR: a->f[0] = 1.0; break;
   case OP_DROPOUT: a->f[0] = 0.5; break;   /* PyTorch's default p */
   case OP_CONV2D: a->i[0] = a->i[1] = 1; a->i[6] = a->i[7] = 1; a->i[8] = 1; break;
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D:
+  case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_MAX_POOL2D_BACKWARD:
     a->i[8] = a->i[9] = 1;
     a->i[11] = 1;                           /* count_include_pad, PyTorch's default */
     break;

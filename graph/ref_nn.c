@@ -7,6 +7,7 @@
 ** rewrite, so they can be checked by eye.
 */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ref.h"
@@ -283,6 +284,42 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
         if (ints) ten_set_i64(out, (p * g.OH + oh) * g.OW + ow, imx);
         else ten_set(out, (p * g.OH + oh) * g.OW + ow, mx);
       }
+  return FL_OK;
+}
+
+/* max_pool2d_backward(g, x): each window's gradient onto the element the
+** pool picked: the first in scan order that is larger than all before it,
+** or the last NaN (PyTorch's `val > max || isnan(val)` from the window's
+** first element). */
+int ref_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
+                            const op_attrs *a, fl_tensor *out, fl_err *e) {
+  pool_geom g;
+  int64_t p, oh, ow, kh, kw, i, n = meta_numel(&out->m);
+  double *acc;
+  int rc;
+  (void)nin;
+  if ((rc = pool_geometry(OP_MAX_POOL2D, in[1], a, in[0], &g, e)) != FL_OK) return rc;
+  if (!(acc = calloc((size_t)(n ? n : 1), sizeof *acc)))
+    return err_set(e, FL_ENOMEM, "%s: out of memory", op_name(op));
+  for (p = 0; p < g.planes; p++)
+    for (oh = 0; oh < g.OH; oh++)
+      for (ow = 0; ow < g.OW; ow++) {
+        int64_t pick = -1;
+        double mx = 0;
+        for (kh = 0; kh < g.w.kh; kh++)
+          for (kw = 0; kw < g.w.kw; kw++) {
+            int64_t ih = oh * g.w.sh - g.w.pt + kh * g.w.dh;
+            int64_t iw = ow * g.w.sw - g.w.pl + kw * g.w.dw, at;
+            double v;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+            at = (p * g.H + ih) * g.W + iw;
+            v = ten_get(in[1], at);
+            if (pick < 0 || v > mx || isnan(v)) { mx = v; pick = at; }
+          }
+        if (pick >= 0) acc[pick] += ten_get(in[0], (p * g.OH + oh) * g.OW + ow);
+      }
+  for (i = 0; i < n; i++) ten_set(out, i, acc[i]);
+  free(acc);
   return FL_OK;
 }
 

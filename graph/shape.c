@@ -980,6 +980,26 @@ int infer_pool2d(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* max_pool2d_backward(g, x): x's shape and dtype; g must have the shape of
+** max_pool2d(x) under the same attributes. */
+int infer_max_pool2d_backward(fl_op op, const fl_meta *const *in, int nin,
+                              const op_attrs *a, fl_meta *out, fl_err *e) {
+  fl_meta pm;
+  shbuf s1, s2;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if ((rc = infer_pool2d(OP_MAX_POOL2D, in + 1, 1, a, &pm, e))) return rc;
+  if (!dtype_is_float(in[1]->dtype) || in[0]->dtype != in[1]->dtype)
+    return err_set(e, FL_EINVAL, "%s: gradient %s and input %s must share a float dtype",
+                   op_name(op), dtype_name(in[0]->dtype), dtype_name(in[1]->dtype));
+  if (!meta_same_shape(in[0], &pm))
+    return err_set(e, FL_EINVAL, "%s: gradient %s differs from the pool's output %s",
+                   op_name(op), SH(in[0], s1), SH(&pm, s2));
+  init_out(out, in, nin, in[1]->dtype);
+  copy_shape(out, in[1]);
+  return FL_OK;
+}
+
 /* batch_norm(x [N,C,...], mean [C], var [C], weight [C]?, bias [C]?) */
 int infer_batch_norm(fl_op op, const fl_meta *const *in, int nin,
                      const op_attrs *a, fl_meta *out, fl_err *e) {

@@ -1150,6 +1150,15 @@ local nondiff = {
   argmax = function(x) return x:argmax(2) end,
   rand = function() return fl.rand(3, 4) end,
   randn = function() return fl.randn(3, 4) end,
+  -- no Lua name: it is what max_pool2d's backward graph runs, its result
+  -- the gradient, which requires no grad
+  max_pool2d_backward = function(x)
+    local v = x:detach():reshape(1, 1, 3, 4):requires_grad_()
+    local y = v:max_pool2d(2):sum()
+    assert(tostring(fl.backward_graph(y)):find("max_pool2d_backward", 1, true))
+    y:backward()
+    return v.grad
+  end,
 }
 do
   local x = N({3, 4}):requires_grad_()
@@ -1187,6 +1196,17 @@ do
   t.is(missing, {}, "every differentiable op has a passing gradient check")
   t.is(nd_missing, {}, "every op without a derivative is checked to give no grad")
 end
+-- a backward graph compiled: max_pool2d's gradient over overlapping
+-- windows as C code equals eager backward's
+do
+  fl.manual_seed(4)
+  local x = fl.randn(2, 3, 9, 7):relu():requires_grad_()
+  local y = (x:max_pool2d({3, 3}, {stride = 2, padding = 1}) * fl.randn(2, 3, 5, 4)):sum()
+  local out = fl.backward_graph(y):fuse():codegen("cpu"):run()
+  y:backward()
+  t.ok(fl.allclose(out, x.grad, 1e-6, 1e-7), "max_pool2d's backward graph compiled to C equals eager backward")
+end
+
 t.diag(("worst finite-difference error: %.3g of its bound (%s)"):format(worst.ratio, worst.name or "-"))
 t.diag(ncases .. " cases")
 t.done()

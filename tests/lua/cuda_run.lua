@@ -124,6 +124,18 @@ do
   t.ok(close(y + 1, fl.full({3}, 2)), "the device works after it")
 end
 
+-- a backward graph on the device: max_pool2d's gradient over overlapping
+-- windows (3x3, stride 2, padding 1; ties after relu go to the first max)
+do
+  fl.manual_seed(4)
+  local x = fl.randn(2, 3, 9, 7):relu():requires_grad_()
+  local y = (x:max_pool2d({3, 3}, {stride = 2, padding = 1}) * fl.randn(2, 3, 5, 4)):sum()
+  local out = fl.backward_graph(y):fuse():codegen("cuda"):run()
+  y:backward()
+  t.ok(out.device == "cuda" and close(out, x.grad),
+       "max_pool2d's backward graph on cuda gives eager backward's gradient")
+end
+
 -- a model loaded from ONNX, its weights moved with m:cuda(), a dynamic batch
 do
   local src = os.getenv("FUSELAB_SRC") or ".."

@@ -623,6 +623,27 @@ static void test_pool(void) {
       check(op, &x, 1, &a, RED, buf);
       gc();
     }
+  /* the pool's gradient, over the same windows: g of the pool's shape */
+  for (c = 0; c < sizeof cs / sizeof *cs; c++) {
+    op_attrs a = attrs(OP_MAX_POOL2D_BACKWARD);
+    fl_tensor *in[2];
+    fl_meta pm;
+    const fl_meta *xm[1];
+    char buf[64], gs[64];
+    if (cs[c].dt == I64) continue;
+    a.i[0] = cs[c].k0; a.i[1] = cs[c].k1; a.i[2] = cs[c].s0;
+    a.i[3] = cs[c].s1; a.i[4] = a.i[6] = cs[c].p0; a.i[5] = a.i[7] = cs[c].p1;
+    in[1] = T(cs[c].dt, cs[c].x, cs[c].flags);
+    xm[0] = &in[1]->m;
+    if (infer_pool2d(OP_MAX_POOL2D, xm, 1, &a, &pm, NULL) != FL_OK) continue;
+    snprintf(gs, sizeof gs, "%lld,%lld,%lld,%lld", (long long)pm.shape[0], (long long)pm.shape[1],
+             (long long)pm.shape[2], (long long)pm.shape[3]);
+    in[0] = T(cs[c].dt, gs, 0);
+    snprintf(buf, sizeof buf, "backward k%dx%d s%d,%d p%d,%d", cs[c].k0, cs[c].k1,
+             cs[c].s0, cs[c].s1, cs[c].p0, cs[c].p1);
+    check(OP_MAX_POOL2D_BACKWARD, in, 2, &a, RED, buf);
+    gc();
+  }
 }
 
 /* --- data movement ------------------------------------------------------------ */

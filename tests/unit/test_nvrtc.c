@@ -97,6 +97,11 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
     in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
     a.i[0] = a.i[1] = 2; a.i[2] = a.i[3] = 2;
     break;
+  case OP_MAX_POOL2D_BACKWARD:   /* overlapping windows: 3x3, stride 2, pad 1 */
+    in[0] = add_in(g, dt, 4, 2, 3, 4, 4);
+    in[1] = add_in(g, dt, 4, 2, 3, 8, 8); n = 2;
+    a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
+    break;
   case OP_BATCH_NORM:
     in[0] = add_in(g, dt, 4, 2, 3, 4, 4);
     in[1] = add_par(g, dt, 1, 3, 0, 0, 0); in[2] = add_par(g, dt, 1, 3, 0, 0, 0);

@@ -663,6 +663,27 @@ static void test_vision(void) {
     release_all(ins, 1);
   }
   {
+    /* each window's gradient onto its first largest element (ties: the
+    ** first), overlapping windows summed; a NaN window: its last NaN */
+    fl_tensor ins[] = {mk(FL_F32, SH(1, 1, 2, 2), V(10, 20, 30, 40)),
+                       mk(FL_F32, SH(1, 1, 3, 3), V(1, 5, 5, 0, 2, 0, 7, 0, 1))};
+    a = attrs(OP_MAX_POOL2D_BACKWARD);
+    a.i[0] = a.i[1] = 2;
+    a.i[2] = a.i[3] = 1;
+    CHECK("max_pool2d_backward: first max, overlaps summed", OP_MAX_POOL2D_BACKWARD, &a,
+          FL_F32, SH(1, 1, 3, 3), 0, 30, 0, 0, 40, 0, 30, 0, 0);
+    release_all(ins, 2);
+  }
+  {
+    fl_tensor ins[] = {mk(FL_F32, SH(1, 1, 1, 1), V(5)),
+                       mk(FL_F32, SH(1, 1, 2, 2), V(1, NAN, NAN, 2))};
+    a = attrs(OP_MAX_POOL2D_BACKWARD);
+    a.i[0] = a.i[1] = 2;
+    CHECK("max_pool2d_backward: a NaN window's last NaN", OP_MAX_POOL2D_BACKWARD, &a,
+          FL_F32, SH(1, 1, 2, 2), 0, 0, 5, 0);
+    release_all(ins, 2);
+  }
+  {
     fl_tensor ins[] = {mk(FL_F32, SH(1, 1, 2, 2), V(1, NAN, 3, 2))};
     a = attrs(OP_MAX_POOL2D);
     a.i[0] = a.i[1] = 2;

@@ -366,6 +366,15 @@ static void test_conv_pool(void) {
   a.i[4] = a.i[5] = 0;
   EXPECT_ERR(OP_MAX_POOL2D, &a, "max_pool2d: input [1,3,2,2] is too small for kernel "
              "[3,3] with padding [0,0,0,0]", &small);
+  {   /* the pool's gradient: x's shape, the gradient of the pool's output's */
+    fl_meta g16 = F32(I(2), I(3), I(16), I(16)), g15 = F32(I(2), I(3), I(15), I(16));
+    op_attrs_init(OP_MAX_POOL2D_BACKWARD, &a);
+    a.i[0] = a.i[1] = 2;
+    EXPECT(OP_MAX_POOL2D_BACKWARD, &a, "[2,3,32,32]", FL_F32, "max_pool2d_backward: x's shape",
+           &g16, &x);
+    EXPECT_ERR(OP_MAX_POOL2D_BACKWARD, &a, "max_pool2d_backward: gradient [2,3,15,16] "
+               "differs from the pool's output [2,3,16,16]", &g15, &x);
+  }
   EXPECT_ERR(OP_AVG_POOL2D, &a, "avg_pool2d: expected a 4-D input [N,C,H,W], got "
              "[3,8,8]", &x3);
 
