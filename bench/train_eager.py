@@ -36,7 +36,9 @@ def torch_side(name, d, steps):
     import torch.nn as nn
     import torch.nn.functional as F
     sys.path.insert(0, os.path.join(ROOT, "tests", "numpy"))
-    import torch_train as tt                      # the GPT as fuselab builds it
+    sys.path.insert(0, os.path.join(ROOT, "tests", "ref"))
+    import torch_train as tt                      # its safetensors reader
+    import make_ref                               # the models as fuselab builds them
     torch.set_num_threads(2)
     tt.out = d
     init, _ = tt.load(f"{name}_init")
@@ -44,12 +46,9 @@ def torch_side(name, d, steps):
     if name == "mlp":
         m = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512))
     elif name == "cnn":
-        m = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+        m = make_ref.cnn([3, 16, 32], 10, 32)
     else:
-        m = tt.GPT(vocab=512, d=128, heads=4, layers=2, seq=64)
+        m = make_ref.Transformer(512, 128, 4, 2, 64)
     m.load_state_dict(init)
     m.train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=False)

@@ -11,29 +11,9 @@ local fl = ...
 local nn = fl.nn
 local fmt = string.format
 
-local function shape_str(t)
-  local s = {}
-  for i, n in ipairs(t.shape) do s[i] = tostring(n) end
-  return "[" .. table.concat(s, ",") .. "]"
-end
-
-local function same_shape(a, b)
-  if a:dim() ~= b:dim() then return false end
-  for d = 1, a:dim() do if a:size(d) ~= b:size(d) then return false end end
-  return true
-end
-
--- An options table with only the allowed keys: catches typos.
-local function check_opts(opts, allowed, what)
-  if type(opts) ~= "table" then error(fmt("%s: expected an options table, got %s", what, type(opts)), 0) end
-  for k in pairs(opts) do
-    local known = false
-    for _, a in ipairs(allowed) do known = known or k == a end
-    if not known then
-      error(fmt("%s: unknown option '%s' (expected %s)", what, tostring(k), table.concat(allowed, ", ")), 0)
-    end
-  end
-end
+local util = nn._util
+local shape_str, same_shape = util.shape_str, util.same_shape
+local function check_opts(opts, allowed, what) util.options(opts, allowed, what, true) end
 
 -- Numbers, booleans, strings and lists of numbers as metadata strings
 -- (safetensors metadata is string to string), read back by decode.

@@ -16,27 +16,9 @@ local fl = ...
 local nn = fl.nn
 local fmt = string.format
 
-local function shape_str(shape)
-  local s = {}
-  for i, n in ipairs(shape) do s[i] = tostring(n) end
-  return "[" .. table.concat(s, ",") .. "]"
-end
+local shape_str, options = nn._util.shape_str, nn._util.options
 
-local function desc(x) return x.dtype .. " " .. shape_str(x.shape) end
-
--- An options table (or nil) with only the allowed keys: catches typos.
-local function options(opts, allowed, what)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(fmt("%s: expected an options table, got %s", what, type(opts)), 0) end
-  for k in pairs(opts) do
-    local known = false
-    for _, a in ipairs(allowed) do known = known or k == a end
-    if not known then
-      error(fmt("%s: unknown option '%s' (expected %s)", what, tostring(k), table.concat(allowed, ", ")), 0)
-    end
-  end
-  return opts
-end
+local function desc(x) return x.dtype .. " " .. shape_str(x) end
 
 local function check_float(x, role, what)
   if not fl.is_tensor(x) then error(fmt("%s: %s must be a tensor, got %s", what, role, type(x)), 0) end

@@ -33,10 +33,17 @@ local fmt = string.format
 
 local size_eq = fl.size_eq
 
+-- "[2,3]": a tensor's shape, or a list of sizes
 local function shape_str(t)
   local s = {}
-  for i, n in ipairs(t.shape) do s[i] = tostring(n) end
+  for i, n in ipairs(fl.is_tensor(t) and t.shape or t) do s[i] = tostring(n) end
   return "[" .. table.concat(s, ",") .. "]"
+end
+
+local function same_shape(a, b)
+  if a:dim() ~= b:dim() then return false end
+  for d = 1, a:dim() do if a:size(d) ~= b:size(d) then return false end end
+  return true
 end
 
 -- Argument and configuration errors are raised at level 0: the message
@@ -55,9 +62,10 @@ local function check_int(v, what, min)
   return v
 end
 
--- An options table (or nil) with only the allowed keys: catches typos.
-local function options(opts, allowed, what)
-  if opts == nil then return {} end
+-- An options table (or nil, unless required) with only the allowed keys:
+-- catches typos.
+local function options(opts, allowed, what, required)
+  if opts == nil and not required then return {} end
   if type(opts) ~= "table" then error(fmt("%s: expected an options table, got %s", what, type(opts)), 0) end
   for k in pairs(opts) do
     local known = false
@@ -1038,5 +1046,8 @@ function models.cnn(cfg)
   m:add(Linear(ch[#ch] * h * w, classes))
   return m
 end
+
+-- The helpers loss.lua, optim.lua and checkpoint.lua share with this file.
+nn._util = {shape_str = shape_str, same_shape = same_shape, options = options}
 
 return nn

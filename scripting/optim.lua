@@ -23,17 +23,7 @@ local fmt = string.format
 -- helpers
 -- ---------------------------------------------------------------------------
 
-local function shape_str(t)
-  local s = {}
-  for i, n in ipairs(t.shape) do s[i] = tostring(n) end
-  return "[" .. table.concat(s, ",") .. "]"
-end
-
-local function same_shape(a, b)
-  if a:dim() ~= b:dim() then return false end
-  for d = 1, a:dim() do if a:size(d) ~= b:size(d) then return false end end
-  return true
-end
+local shape_str, same_shape = nn._util.shape_str, nn._util.same_shape
 
 -- A new tensor with t's values (PyTorch's clone).
 local function clone(t)
@@ -512,12 +502,7 @@ local function scheduler_class(name)
   return cls
 end
 
-local function check_opts(opts, allowed, what)
-  if type(opts) ~= "table" then error(fmt("%s: expected an options table, got %s", what, type(opts)), 0) end
-  local set = {}
-  for _, k in ipairs(allowed) do set[k] = true end
-  check_keys(opts, set, what)
-end
+local function check_opts(opts, allowed, what) nn._util.options(opts, allowed, what, true) end
 
 -- StepLR: lr times gamma every step_size epochs.
 local StepLR = scheduler_class("fl.optim.lr_scheduler.StepLR")

@@ -23,12 +23,17 @@ safetensors files are read here (the format is 8 bytes, JSON, data).
 """
 import json
 import math
+import os
 import struct
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# the GPT as fl.models.transformer builds it, shared with tests/ref
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+from make_ref import Transformer  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-6
 DTYPES = {"F32": torch.float32, "I64": torch.int64, "BOOL": torch.bool,
@@ -115,57 +120,9 @@ def cnn():
         nn.Flatten(), nn.Linear(6 * 2 * 2, 5))
 
 
-class MHA(nn.Module):
-    """fuselab's nn.MultiheadAttention: separate q, k, v, out projections."""
-
-    def __init__(self, d, heads):
-        super().__init__()
-        self.h, self.hd = heads, d // heads
-        self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
-        self.v_proj, self.out_proj = nn.Linear(d, d), nn.Linear(d, d)
-
-    def forward(self, x):
-        B, T, d = x.shape
-
-        def heads(t):
-            return t.reshape(B, T, self.h, self.hd).transpose(1, 2)
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        scores = q.matmul(k.transpose(2, 3)) * (1 / math.sqrt(self.hd))
-        i = torch.arange(T).reshape(T, 1)
-        j = torch.arange(T).reshape(1, T)
-        scores = scores + torch.where(j > i, -math.inf, 0.0)
-        o = scores.softmax(-1).matmul(v).transpose(1, 2).reshape(B, T, d)
-        return self.out_proj(o)
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = MHA(d, heads)
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
+def GPT(vocab=13, d=16, heads=2, layers=2, seq=8):
     """fl.models.transformer{vocab = 13, d = 16, heads = 2, layers = 2, seq = 8}"""
-
-    def __init__(self, vocab=13, d=16, heads=2, layers=2, seq=8):
-        super().__init__()
-        self.tok_emb = nn.Embedding(vocab, d)
-        self.pos_emb = nn.Embedding(seq, d)
-        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx):
-        T = idx.shape[-1]
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
-        return self.head(self.ln_f(self.blocks(x)))
+    return Transformer(vocab, d, heads, layers, seq)
 
 
 def ce_loss(m, d):
