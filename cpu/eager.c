@@ -975,6 +975,48 @@ static int gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   return FL_OK;
 }
 
+/* index_add (the oracle's rule, ref_index_add): threads split the
+** output's outer rows and its columns, so no two share an element, and
+** each sums its indices in order (the same result on any thread count). */
+static int index_add(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                     fl_tensor *out, fl_err *e) {
+  int64_t A = in[0]->m.shape[0], I = in[0]->m.shape[1], R = in[0]->m.shape[2], n = a->i[0];
+  int64_t i, t, ncol = (R + 63) / 64, tasks;
+  const int64_t *ix;
+  const float *sf;
+  float *so = NULL, *yo = NULL, *y;
+  fl_tensor ic;
+  int rc;
+  (void)nin;
+  if ((rc = ten_contiguous(&ic, in[1], e)) != FL_OK) return err_prefix(e, op_name(op));
+  ix = (const int64_t *)ten_data(&ic);
+  for (i = 0; i < I; i++)
+    if (ix[i] < -n || ix[i] >= n) {
+      rc = err_set(e, FL_EINVAL, "%s: index %lld out of range for %lld rows (valid %lld..%lld)",
+                   op_name(op), (long long)ix[i], (long long)n, (long long)-n, (long long)n - 1);
+      ten_release(&ic);
+      return rc;
+    }
+  if (!(sf = eager_f32(in[0], &so, op_name(op), e))) { ten_release(&ic); return FL_ENOMEM; }
+  if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(so); ten_release(&ic); return FL_ENOMEM; }
+  memset(y, 0, (size_t)meta_numel(&out->m) * sizeof *y);
+  tasks = A * ncol;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (A * I * R > EAGER_PAR_MIN))
+  for (t = 0; t < tasks; t++) {
+    int64_t x = t / ncol, r0 = t % ncol * 64, r1 = r0 + 64 < R ? r0 + 64 : R, k, r;
+    for (k = 0; k < I; k++) {
+      int64_t v = ix[k] < 0 ? ix[k] + n : ix[k];
+      const float *s = sf + (x * I + k) * R;
+      float *d = y + (x * n + v) * R;
+      for (r = r0; r < r1; r++) d[r] += s[r];
+    }
+  }
+  eager_out_done(out, yo);
+  free(so);
+  ten_release(&ic);
+  return FL_OK;
+}
+
 /* cumsum: one running sum per line (double, or wrapping int64), lines
 ** in parallel. */
 static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
@@ -1039,6 +1081,7 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_PAD: return pad;
   case OP_FLIP: return flip;
   case OP_GATHER: return gather;
+  case OP_INDEX_ADD: return index_add;
   case OP_CUMSUM: return cumsum;
   case OP_RAND: case OP_RANDN: case OP_DROPOUT: return eager_random;
   default:

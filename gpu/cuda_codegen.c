@@ -568,6 +568,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_PAD: nx += CUD_COUNT; break;
   case OP_FLIP: nx += CUF_COUNT; break;
   case OP_GATHER: nx += CUG_COUNT; break;
+  case OP_INDEX_ADD: nx += CUI_COUNT; break;
   case OP_CUMSUM: nx += CUS_COUNT; break;
   case OP_CAT:
     if (an->nin > CUDA_CAT_MAX)
@@ -648,6 +649,10 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     break;
   case OP_FLIP:
     strbuf_printf(g->b, "  fl_strided<%s>(p%d, X + %d, X[%d], out);\n", acc, s0, CUX_OP, CUX_TOTAL);
+    break;
+  case OP_INDEX_ADD:
+    strbuf_printf(g->b, "  fl_index_add<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1, CUX_OP,
+                  CUX_TOTAL);
     break;
   case OP_GATHER:
     strbuf_printf(g->b, "  fl_gather<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1, CUX_OP, CUX_TOTAL);

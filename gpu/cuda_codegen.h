@@ -111,6 +111,12 @@ enum {
   CUG_XSTR = CUG_OSIZE + FL_MAX_DIMS, CUG_ISTR = CUG_XSTR + FL_MAX_DIMS,
   CUG_COUNT = CUG_ISTR + FL_MAX_DIMS
 };
+/* index_add: src [A, I, R] (its strides, offset), idx [I] (stride,
+** offset), n */
+enum {
+  CUI_A = 0, CUI_I, CUI_R, CUI_N, CUI_SS, CUI_SO = CUI_SS + 3, CUI_IS, CUI_IO,
+  CUI_COUNT
+};
 
 /* cumsum: lines (outer * inner), the length along dim, inner, x's offset,
 ** exclusive, reverse, then per dim x's size and stride */

@@ -375,6 +375,16 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     }
     break;
   }
+  case OP_INDEX_ADD: {
+    const fl_tensor *s = &op[0], *ix = &op[1];
+    Y[CUI_A] = s->m.shape[0]; Y[CUI_I] = s->m.shape[1]; Y[CUI_R] = s->m.shape[2];
+    Y[CUI_N] = an->attrs.i[0];
+    for (d = 0; d < 3; d++) Y[CUI_SS + d] = s->stride[d];
+    Y[CUI_SO] = rel[0];
+    Y[CUI_IS] = ix->stride[0];
+    Y[CUI_IO] = rel[1];
+    break;
+  }
   case OP_GATHER: {
     const fl_tensor *x = &op[0], *ix = &op[1];
     int dim = (int)an->attrs.i[0], ni = ix->m.ndim, j = 0;

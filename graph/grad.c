@@ -629,55 +629,43 @@ void gr_cat(const gr_ctx *c, int *gin) {
     off += len;
   }
 }
-/* A row per index, 1.0 at the index (negative ones from the end): [numel
-** of idx, n].  Summing rows of a gradient through it (a product) makes
-** repeated indices accumulate. */
-static int one_hot(const gr_ctx *c, int idx, int64_t n) {
-  fl_tensor t = {0};
-  fl_meta m;
-  int64_t i, s2[2];
-  int io, hot;
-  const fl_meta *mi;
+/* rows of g ([A, I, R]) summed into the n rows idx names: repeated
+** indices accumulate (one op, index_add, not a one-hot product) */
+static int rows_added(const gr_ctx *c, int g3, int idx, int64_t n) {
+  op_attrs a;
+  int64_t s1[1];
+  int in[2];
   if (B->rc) return -1;
-  memset(&m, 0, sizeof m);
-  m.dtype = FL_I64;
-  m.ndim = 1;
-  m.shape[0] = n;
-  if ((B->rc = ten_empty(&t, &m, B->e)) != FL_OK) return -1;
-  for (i = 0; i < n; i++) ((int64_t *)ten_data(&t))[i] = i;
-  io = gb_tensor(B, &t);
-  ten_release(&t);
-  idx = where(c, gb_op2(B, OP_LT, idx, gb_iconst(B, 0)), add(c, idx, gb_iconst(B, n)), idx);
-  mi = gb_meta(B, idx);
-  s2[0] = meta_numel(mi);
-  s2[1] = 1;
-  hot = gb_op2(B, OP_EQ, gb_reshape(B, idx, 2, s2), io);
-  return as_g(c, hot);
+  s1[0] = meta_numel(gb_meta(B, idx));
+  in[0] = g3;
+  in[1] = gb_reshape(B, idx, 1, s1);
+  op_attrs_init(OP_INDEX_ADD, &a);
+  a.i[0] = n;
+  return gb_op(B, OP_INDEX_ADD, &a, 2, in);
 }
 void gr_embedding(const gr_ctx *c, int *gin) {
   const fl_meta *mw = &c->in_meta[1];
-  int64_t s2[2];
-  int hot = one_hot(c, c->in[0], mw->shape[0]);
-  if (B->rc) return;
-  s2[0] = gb_meta(B, hot)->shape[0];
+  int64_t s3[3], s2[2];
+  s3[0] = 1;
+  s3[1] = meta_numel(&c->in_meta[0]);
+  s3[2] = mw->shape[1];
+  s2[0] = mw->shape[0];
   s2[1] = mw->shape[1];
-  gin[1] = gb_op2(B, OP_MATMUL, gb_transpose(B, hot, 0, 1), gb_reshape(B, c->g, 2, s2));
+  gin[1] = gb_reshape(B, rows_added(c, gb_reshape(B, c->g, 3, s3), c->in[0], mw->shape[0]), 2, s2);
 }
 /* out = x.shape[:dim] ++ idx.shape ++ x.shape[dim+1:]: as [A, I, R], the
-** gradient is onehot^T [n, I] times it, [A, n, R] */
+** gradient is its rows added into [A, n, R] */
 void gr_gather(const gr_ctx *c, int *gin) {
   const fl_meta *mx = &c->in_meta[0];
   int dim = (int)c->a->i[0], d;
   int64_t A = 1, R = 1, s3[3];
-  int hot = one_hot(c, c->in[1], mx->shape[dim]);
-  if (B->rc) return;
   for (d = 0; d < dim; d++) A *= mx->shape[d];
   for (d = dim + 1; d < mx->ndim; d++) R *= mx->shape[d];
   s3[0] = A;
-  s3[1] = gb_meta(B, hot)->shape[0];
+  s3[1] = meta_numel(&c->in_meta[1]);
   s3[2] = R;
-  gin[0] = gb_reshape(B, gb_op2(B, OP_MATMUL, gb_transpose(B, hot, 0, 1),
-                                gb_reshape(B, c->g, 3, s3)), mx->ndim, mx->shape);
+  gin[0] = gb_reshape(B, rows_added(c, gb_reshape(B, c->g, 3, s3), c->in[1], mx->shape[dim]),
+                      mx->ndim, mx->shape);
 }
 /* the sum of the gradients at and after each element: the same scan reversed */
 void gr_cumsum(const gr_ctx *c, int *gin) {

@@ -15,6 +15,7 @@
 ** where signed overflow would be undefined), as in PyTorch.
 */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ref.h"
@@ -859,6 +860,33 @@ int ref_gather(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
     xc[dim] = v < 0 ? v + size : v;
     copy_elem(out, i, x, ref_ravel(xm, xc));
   }
+  return FL_OK;
+}
+
+/* index_add: the rows of src summed into the rows idx names, in index
+** order; an index outside -n..n-1 is an error. */
+int ref_index_add(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                  fl_tensor *out, fl_err *e) {
+  int64_t A = in[0]->m.shape[0], I = in[0]->m.shape[1], R = in[0]->m.shape[2], n = a->i[0];
+  int64_t x, i, r, total = meta_numel(&out->m);
+  double *acc;
+  (void)nin;
+  for (i = 0; i < I; i++) {
+    int64_t v = ten_get_i64(in[1], i);
+    if (v < -n || v >= n)
+      return err_set(e, FL_EINVAL, "%s: index %lld out of range for %lld rows (valid %lld..%lld)",
+                     op_name(op), (long long)v, (long long)n, (long long)-n, (long long)n - 1);
+  }
+  if (!(acc = calloc((size_t)(total ? total : 1), sizeof *acc)))
+    return err_set(e, FL_ENOMEM, "%s: out of memory", op_name(op));
+  for (x = 0; x < A; x++)
+    for (i = 0; i < I; i++) {
+      int64_t v = ten_get_i64(in[1], i);
+      if (v < 0) v += n;
+      for (r = 0; r < R; r++) acc[(x * n + v) * R + r] += ten_get(in[0], (x * I + i) * R + r);
+    }
+  for (i = 0; i < total; i++) ten_set(out, i, acc[i]);
+  free(acc);
   return FL_OK;
 }
 

@@ -911,6 +911,28 @@ int infer_gather(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* index_add(src [A, I, R], idx [I]) -> [A, n, R], src's float dtype. */
+int infer_index_add(fl_op op, const fl_meta *const *in, int nin,
+                    const op_attrs *a, fl_meta *out, fl_err *e) {
+  shbuf s1, s2;
+  int rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (in[0]->ndim != 3 || !dtype_is_float(in[0]->dtype))
+    return err_set(e, FL_EINVAL, "%s: src must be a 3-d float tensor [A, I, R], got %s %s",
+                   op_name(op), dtype_name(in[0]->dtype), SH(in[0], s1));
+  if (in[1]->ndim != 1 || in[1]->dtype != FL_I64 || in[1]->shape[0] != in[0]->shape[1])
+    return err_set(e, FL_EINVAL, "%s: idx must be int64 [%lld] (src %s), got %s %s", op_name(op),
+                   (long long)in[0]->shape[1], SH(in[0], s1), dtype_name(in[1]->dtype),
+                   SH(in[1], s2));
+  if (a->i[0] < 0)
+    return err_set(e, FL_EINVAL, "%s: the size n must be >= 0, got %lld", op_name(op),
+                   (long long)a->i[0]);
+  init_out(out, in, nin, in[0]->dtype);
+  copy_shape(out, in[0]);
+  out->shape[1] = a->i[0];
+  return FL_OK;
+}
+
 /* cumsum: the input's shape; float or int64 (a bool or int64 input sums in
 ** int64, as PyTorch's) */
 int infer_cumsum(fl_op op, const fl_meta *const *in, int nin,

@@ -1159,6 +1159,14 @@ local nondiff = {
     y:backward()
     return v.grad
   end,
+  -- no Lua name either: the gradient of embedding and gather
+  index_add = function(x)
+    local w = x:detach():requires_grad_()
+    local y = fl.embedding(fl.tensor{2, 0, 2}, w):sum()
+    assert(tostring(fl.backward_graph(y)):find("index_add", 1, true))
+    y:backward()
+    return w.grad
+  end,
 }
 do
   local x = N({3, 4}):requires_grad_()
@@ -1205,6 +1213,11 @@ do
   local out = fl.backward_graph(y):fuse():codegen("cpu"):run()
   y:backward()
   t.ok(fl.allclose(out, x.grad, 1e-6, 1e-7), "max_pool2d's backward graph compiled to C equals eager backward")
+  local w = fl.randn(7, 5, {requires_grad = true})
+  local e = (fl.embedding(fl.tensor{{3, 1, 3}, {0, 3, 6}}, w) * fl.randn(2, 3, 5)):sum()
+  local gw = fl.backward_graph(e):fuse():codegen("cpu"):run()
+  e:backward()
+  t.ok(fl.allclose(gw, w.grad, 1e-6, 1e-7), "embedding's backward graph compiled to C: repeated ids add up")
 end
 
 t.diag(("worst finite-difference error: %.3g of its bound (%s)"):format(worst.ratio, worst.name or "-"))

@@ -134,6 +134,12 @@ do
   y:backward()
   t.ok(out.device == "cuda" and close(out, x.grad),
        "max_pool2d's backward graph on cuda gives eager backward's gradient")
+  -- embedding's: rows of repeated ids summed (index_add)
+  local w = fl.randn(7, 5, {requires_grad = true})
+  local e = (fl.embedding(fl.tensor{{3, 1, 3}, {0, 3, 6}}, w) * fl.randn(2, 3, 5)):sum()
+  local gw = fl.backward_graph(e):fuse():codegen("cuda"):run()
+  e:backward()
+  t.ok(gw.device == "cuda" and close(gw, w.grad), "embedding's backward graph on cuda: repeated ids add up")
 end
 
 -- a model loaded from ONNX, its weights moved with m:cuda(), a dynamic batch

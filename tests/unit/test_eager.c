@@ -753,6 +753,29 @@ static void test_movement(void) {
         gc();
       }
   }
+  /* index_add (gather's gradient): repeated and negative indices, a strided
+  ** src, an empty one */
+  {
+    static const struct { const char *src; int64_t n; int flags; fl_dtype dt; } ia[] = {
+      {"2,7,5", 4, 0, F32}, {"1,300,70", 9, 0, F32}, {"3,6,4", 2, NC, F32},
+      {"2,5,3", 3, 0, F16}, {"2,0,3", 5, 0, F32}};
+    size_t k;
+    for (k = 0; k < sizeof ia / sizeof *ia; k++) {
+      op_attrs a = attrs(OP_INDEX_ADD);
+      fl_tensor *in[2];
+      char spec[16];
+      int64_t i, I;
+      in[0] = T(ia[k].dt, ia[k].src, ia[k].flags);
+      I = in[0]->m.shape[1];
+      snprintf(spec, sizeof spec, "%lld", (long long)I);
+      in[1] = T(I64, spec, 0);
+      for (i = 0; i < I; i++)
+        ten_set_i64(in[1], i, (int64_t)(uniform() * 2 * (double)ia[k].n) - ia[k].n);
+      a.i[0] = ia[k].n;
+      check(OP_INDEX_ADD, in, 2, &a, RED, ia[k].src);
+      gc();
+    }
+  }
 }
 
 /* A view op: eager shares x's storage; values as the oracle's copy. */
@@ -945,6 +968,10 @@ static void test_errors(void) {
   ten_set_i64(in[1], 0, 0); ten_set_i64(in[1], 1, -11); ten_set_i64(in[1], 2, 1);
   in[0] = T(F32, "10,4", 0);
   refuses(OP_GATHER, in, 2, &a, "gather: index -11 out of range for dim 1 of size 10");
+  a = attrs(OP_INDEX_ADD);
+  a.i[0] = 4;
+  in[0] = T(F32, "1,3,2", 0);
+  refuses(OP_INDEX_ADD, in, 2, &a, "index_add: index -11 out of range for 4 rows");
   a = attrs(OP_POW);
   in[0] = T(I64, "3", 0);
   in[1] = T(I64, "", 0);          /* a Lua number; tensor exponents compute */

@@ -125,6 +125,10 @@ static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
   case OP_FLIP: a.ndims = 1; a.dims[0] = 1; break;
   case OP_CUMSUM: a.i[0] = 1; a.i[2] = 1; break;
   case OP_GATHER: in[1] = add_in(g, FL_I64, 2, 2, 3, 0, 0); n = 2; a.i[0] = 1; break;
+  case OP_INDEX_ADD:   /* src [2, 4, 33] into 5 rows */
+    in[0] = add_in(g, dt, 3, 2, 4, 33, 0);
+    in[1] = add_in(g, FL_I64, 1, 4, 0, 0, 0); n = 2; a.i[0] = 5;
+    break;
   case OP_RAND: case OP_RANDN:
     /* no inputs: x stays as an unused graph input */
     n = 0; a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33; a.dtype = dt;

@@ -870,6 +870,15 @@ static void test_views(void) {
     CHECK("gather dim 1", OP_GATHER, &a, FL_F32, SH(3, 2, 2), 1, 0, 0, 1, 3, 2, 2, 3, 5, 4, 4, 5);
     release_all(ins, 2);
   }
+  {
+    /* rows 0..3 of src into 3 rows: indices 2, 0, -1 (= 2), 2 */
+    fl_tensor ins[] = {iota(FL_F32, SH(1, 4, 2)), mk(FL_I64, SH(4), V(2, 0, -1, 2))};
+    a = attrs(OP_INDEX_ADD);
+    a.i[0] = 3;
+    CHECK("index_add: repeated and negative indices accumulate", OP_INDEX_ADD, &a, FL_F32,
+          SH(1, 3, 2), 2, 3, 0, 0, 0 + 4 + 6, 1 + 5 + 7);
+    release_all(ins, 2);
+  }
 }
 
 /* --- errors ------------------------------------------------------------- */

@@ -563,6 +563,14 @@ static void test_movement(void) {
   EXPECT_ERR(OP_GATHER, &a, "gather: indices must be int64, got float32 [5]", &x, &fidx);
   a.i[0] = 3;
   EXPECT_ERR(OP_GATHER, &a, "gather: dim 3 out of range for 3-D input [2,3,4]", &x, &idx);
+  {
+    fl_meta i3 = I64(I(3)), i4 = I64(I(4));
+    op_attrs_init(OP_INDEX_ADD, &a);
+    a.i[0] = 7;
+    EXPECT(OP_INDEX_ADD, &a, "[2,7,4]", FL_F32, "index_add: [A, I, R] into n rows", &x, &i3);
+    EXPECT_ERR(OP_INDEX_ADD, &a, "index_add: idx must be int64 [3] (src [2,3,4]), got int64 [4]",
+               &x, &i4);
+  }
 }
 
 static void test_arity(void) {
