@@ -115,6 +115,8 @@ void lfl_ag_release(fl_tensor *t);
 int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k);
 int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v);
 void lfl_open_autograd(lua_State *L, int methods, int lib);
+/* fl._adam_step, fl._sgd_step: fused optimizer updates (lfl_optim.c). */
+void lfl_open_optim(lua_State *L, int lib);
 /* Push fl.backward_graph of the tensor at idx and return 1 when it has a
 ** grad_fn, else 0 (nothing pushed). */
 int lfl_ag_push_graph(lua_State *L, int idx);

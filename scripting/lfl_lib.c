@@ -792,6 +792,7 @@ int luaopen_fuselab(lua_State *L) {
   lfl_open_tensor(L, meta, methods);
   lfl_open_ops(L, meta, methods, lib);
   lfl_open_autograd(L, methods, lib);
+  lfl_open_optim(L, lib);
   lua_pushvalue(L, methods);
   lua_setfield(L, lib, "Tensor");
   lua_newtable(L);                     /* filled by the nn modules */

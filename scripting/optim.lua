@@ -30,6 +30,9 @@ local function clone(t)
   return fl.zeros(t.shape, {dtype = t.dtype, device = t.device}):copy_(t)
 end
 
+-- v rounded to float32 (what a float32 kernel computes with)
+local function f32(v) return (string.unpack("<f", string.pack("<f", v))) end
+
 local function zeros_like(t) return fl.zeros(t.shape, {dtype = t.dtype, device = t.device}) end
 
 -- Keys of opts must be among allowed: catches typos ("momentun").
@@ -313,6 +316,16 @@ end
 --   momentum * buf + (1 - dampening) * g;  g = g + momentum * buf
 --   (nesterov) or buf;  p = p - lr * g
 local function sgd_update(p, grad, st, g)
+  -- float32 on the CPU: one fused pass (cpu/optim.c), the same arithmetic
+  local first = g.momentum ~= 0 and st.momentum_buffer == nil
+  if first then st.momentum_buffer = zeros_like(p) end
+  if fl._sgd_step(p, grad, g.momentum ~= 0 and st.momentum_buffer or nil,
+                  {lr = g.lr, momentum = g.momentum, dampening = g.dampening,
+                   weight_decay = g.weight_decay, nesterov = g.nesterov,
+                   maximize = g.maximize, first = first}) then
+    return
+  end
+  if first then st.momentum_buffer = nil end
   if g.maximize then grad = -grad end
   if g.weight_decay ~= 0 then grad = grad + p * g.weight_decay end
   if g.momentum ~= 0 then
@@ -371,12 +384,22 @@ local function adam_update(p, grad, st, g)
   end
   st.step = st.step + 1
   local lr, beta1, beta2 = g.lr, g.betas[1], g.betas[2]
+  if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = zeros_like(p) end
+  -- float32 on the CPU: one fused pass (cpu/optim.c), the same arithmetic
+  if fl._adam_step(p, grad, st.exp_avg, st.exp_avg_sq, g.amsgrad and st.max_exp_avg_sq or nil,
+                   {lr = lr, beta1 = beta1, beta2 = beta2, eps = g.eps, weight_decay = g.weight_decay,
+                    decoupled = g.decoupled_weight_decay, maximize = g.maximize, step = st.step}) then
+    return
+  end
   if g.weight_decay ~= 0 then
     if g.decoupled_weight_decay then p:mul_(1 - lr * g.weight_decay)
     else grad = grad + p * g.weight_decay end
   end
   local m, v = st.exp_avg, st.exp_avg_sq
-  m:add_((grad - m) * (1 - beta1))          -- lerp, as PyTorch's for a weight < 0.5
+  -- lerp(m, grad, w) as PyTorch's kernel: the weight a float32, and 1 - w
+  -- taken in float32 too
+  local w = f32(1 - beta1)
+  if w < 0.5 then m:add_((grad - m) * w) else m:copy_(grad - (grad - m) * f32(1 - w)) end
   v:mul_(beta2):add_(grad * (1 - beta2) * grad)
   local bias_correction1 = 1 - beta1 ^ st.step
   local bias_correction2 = 1 - beta2 ^ st.step

@@ -667,4 +667,41 @@ do
            "unknown option 'mom' in a parameter group", "SGD: an unknown option in a group")
 end
 
+-- the fused update (one pass, float32 contiguous parameters) and the same
+-- formula as tensor ops (taken for a strided parameter) agree exactly
+do
+  local function run(make_opt, strided)
+    fl.manual_seed(5)
+    local base = fl.randn(6, 5)
+    local p = base
+    if strided then
+      p = fl.zeros(5, 6):transpose(1, 2)
+      p:copy_(base)
+    end
+    p:requires_grad_()
+    local opt = make_opt({p})
+    for _ = 1, 3 do
+      opt:zero_grad()
+      local l = (p * p * fl.arange(5):to("float32"):reshape(1, 5)):sum() + p:sin():sum()
+      l:backward()
+      opt:step()
+    end
+    return p:detach():contiguous()
+  end
+  local cases = {
+    {"Adam with weight decay", function(ps) return fl.optim.Adam(ps, {lr = 0.01, weight_decay = 0.1}) end},
+    {"AdamW amsgrad, beta1 0.4", function(ps)
+      return fl.optim.AdamW(ps, {lr = 0.01, amsgrad = true, betas = {0.4, 0.99}})
+    end},
+    {"SGD nesterov", function(ps)
+      return fl.optim.SGD(ps, {lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01})
+    end},
+    {"SGD maximize", function(ps) return fl.optim.SGD(ps, {lr = 0.05, maximize = true}) end},
+  }
+  for _, c in ipairs(cases) do
+    local d = (run(c[2], false) - run(c[2], true)):abs():amax():item()
+    t.is(d, 0.0, c[1] .. ": the fused step equals the step as tensor ops")
+  end
+end
+
 t.done()
