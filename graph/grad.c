@@ -262,18 +262,21 @@ static int chan_sum(const gr_ctx *c, int v) {
 void gr_batch_norm(const gr_ctx *c, int *gin) {
   int n = c->in_meta[0].ndim, ch[5], kk;
   int64_t shape[FL_MAX_DIMS];
-  int r, xc, gw;
+  int r, rc, xc = -1, gw;
   for (kk = 0; kk < n; kk++) shape[kk] = kk == 1 ? c->in_meta[0].shape[1] : 1;
   for (kk = 1; kk < 5; kk++)
     ch[kk] = kk < c->nin && c->in[kk] >= 0 ? gb_reshape(B, c->in[kk], n, shape) : -1;
-  r = gb_op1(B, OP_RSQRT, add(c, ch[2], k(c, c->a->f[0])));
-  xc = sub(c, c->in[0], ch[1]);
+  /* r per channel ([C] and [1, C, 1, ...]): the sums below are per channel
+  ** too, so r multiplies their [C] results, not the whole tensor */
+  rc = gb_op1(B, OP_RSQRT, add(c, c->in[2], k(c, c->a->f[0])));
+  r = gb_reshape(B, rc, n, shape);
   gw = ch[3] >= 0 ? mul(c, c->g, ch[3]) : c->g;
+  if (c->need[2] || (c->nin > 3 && c->need[3])) xc = sub(c, c->in[0], ch[1]);
   if (c->need[0]) gin[0] = mul(c, gw, r);
-  if (c->need[1]) gin[1] = gb_op1(B, OP_NEG, chan_sum(c, mul(c, gw, r)));
+  if (c->need[1]) gin[1] = gb_op1(B, OP_NEG, mul(c, chan_sum(c, gw), rc));
   if (c->need[2])
-    gin[2] = chan_sum(c, mul(c, mul(c, gw, xc), mul(c, mul(c, mul(c, r, r), r), k(c, -0.5))));
-  if (c->nin > 3 && c->need[3]) gin[3] = chan_sum(c, mul(c, c->g, mul(c, xc, r)));
+    gin[2] = mul(c, chan_sum(c, mul(c, gw, xc)), mul(c, mul(c, mul(c, rc, rc), rc), k(c, -0.5)));
+  if (c->nin > 3 && c->need[3]) gin[3] = mul(c, chan_sum(c, mul(c, c->g, xc)), rc);
   if (c->nin > 4 && c->need[4]) gin[4] = chan_sum(c, c->g);
 }
 
