@@ -26,9 +26,9 @@ typedef struct gr_ctx {
   const unsigned char *need;/* need[k]: input k wants a gradient */
 } gr_ctx;
 
-/* A rule (op_grad_fn, op.h) fills gin[k] with the node of input k's gradient, or -1 for
-** none (zero, or not needed).  The caller sums a gradient down to its
-** input's shape (broadcasting) and casts it to its dtype; the rule may
-** leave both to it.  Errors go to c->b (b->rc). */
+/* A rule (op_grad_fn, op.h) fills gin[k] with the node of input k's
+** gradient, or -1 for none (zero, or not needed).  The caller sums a
+** gradient down to its input's shape (broadcasting) and casts it to its
+** dtype; the rule may leave both to it.  Errors go to c->b (b->rc). */
 
 #endif
