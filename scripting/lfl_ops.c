@@ -957,7 +957,7 @@ static const struct binding {
 /* Lua operators: numbers broadcast on either side through b_binary. */
 static const struct { const char *event; fl_op op; } operators[] = {
   {"__add", OP_ADD}, {"__sub", OP_SUB}, {"__mul", OP_MUL},
-  {"__div", OP_DIV}, {"__pow", OP_POW}, {"__unm", OP_NEG},
+  {"__div", OP_DIV}, {"__pow", OP_POW}, {"__mod", OP_REMAINDER}, {"__unm", OP_NEG},
 };
 
 static const struct binding *find_special(fl_op op) {

@@ -906,6 +906,49 @@ def gen_movement():
          note="a 0-d index")
 
 
+def np_max_pool_backward(x, g, k, s, p):
+    """PyTorch's max_pool2d gradient: each window's onto the element its
+    kernel picks scanning row by row (`v > max or isnan(v)` from the
+    window's first element: the first largest, the last NaN)."""
+    out = np.zeros(x.shape, np.float64)
+    N, C, H, W = x.shape
+    for n in range(N):
+        for c in range(C):
+            for oh in range(g.shape[2]):
+                for ow in range(g.shape[3]):
+                    pick, mx = None, None
+                    for kh in range(k):
+                        for kw in range(k):
+                            ih, iw = oh * s - p + kh, ow * s - p + kw
+                            if 0 <= ih < H and 0 <= iw < W:
+                                v = x[n, c, ih, iw]
+                                if pick is None or v > mx or np.isnan(v):
+                                    pick, mx = (ih, iw), v
+                    out[n, c, pick[0], pick[1]] += g[n, c, oh, ow]
+    return out
+
+
+def gen_backward():
+    """The ops backward graphs use, reached through backward (they have no
+    Lua name): max_pool2d_backward, index_add."""
+    x = np.maximum(randn(2, 3, 7, 6), 0)          # relu'd: windows of tied zeros
+    x[0, 0, 2, 2] = np.nan
+    g = randn(2, 3, 4, 3)
+    expr = ("(function() local v = a:detach():requires_grad_();"
+            " (v:max_pool2d(3, {stride = 2, padding = 1}) * b):sum():backward();"
+            " return v.grad end)()")
+    case("max_pool2d_backward", expr, [x, g], np_max_pool_backward(f64(x), f64(g), 3, 2, 1), RED)
+    w = randn(6, 4)
+    idx = rng.integers(-6, 6, (3, 5)).astype(np.int64)
+    up = randn(3, 5, 4)
+    want = np.zeros((6, 4))
+    np.add.at(want, idx % 6, f64(up))
+    expr = ("(function() local v = a:detach():requires_grad_();"
+            " (fl.embedding(b % 6, v) * c):sum():backward();"
+            " return v.grad end)()")
+    case("index_add", expr, [w, idx, up], want, RED, note="repeated ids accumulate")
+
+
 def generate(d):
     global outdir
     outdir = d
@@ -920,6 +963,7 @@ def generate(d):
     gen_random()
     gen_vision_ext()
     gen_movement()
+    gen_backward()
     write_manifest()
     if torch_checked:
         sys.stderr.write("gen.py: %d conv2d and pool cases equal PyTorch's\n" % torch_checked)
