@@ -186,8 +186,9 @@ static int64_t reduced_count(const gr_ctx *c) {
 }
 
 void gr_sum(const gr_ctx *c, int *gin) { gin[0] = unreduce(c, c->g, 1); }
+/* PyTorch's mean_backward: the expanded gradient divided by the count */
 void gr_mean(const gr_ctx *c, int *gin) {
-  gin[0] = mul(c, unreduce(c, c->g, 1), k(c, 1.0 / (double)reduced_count(c)));
+  gin[0] = dvd(c, unreduce(c, c->g, 1), k(c, (double)reduced_count(c)));
 }
 /* ties share the gradient evenly, as PyTorch's amax/amin */
 void gr_amax(const gr_ctx *c, int *gin) {
@@ -204,8 +205,10 @@ void gr_var(const gr_ctx *c, int *gin) {
   int x = c->in[0], mu;
   a.keepdim = 1;
   mu = gb_op(B, OP_MEAN, &a, 1, &x);
-  gin[0] = mul(c, mul(c, sub(c, x, mu), unreduce(c, c->g, 0)),
-               k(c, 2.0 / ((double)reduced_count(c) - c->a->f[0])));
+  /* PyTorch's order: (2 / dof) * grad on the reduced gradient, then one
+  ** product over x */
+  gin[0] = mul(c, mul(c, k(c, 2.0 / ((double)reduced_count(c) - c->a->f[0])), unreduce(c, c->g, 0)),
+               sub(c, x, mu));
 }
 
 /* --- composites ------------------------------------------------------- */
