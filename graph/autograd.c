@@ -8,6 +8,7 @@
 
 #include "autograd.h"
 #include "grad.h"
+#include "pass.h"
 
 static int grad_on = 1;
 static uint64_t next_seq = 1;
@@ -302,6 +303,17 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, in
       if ((rc = ir_add_output(out->g, f->node, e)) != FL_OK) return rc;
       out->who[out->n++] = f;
     }
+  }
+  /* values saved but not read this time (a rule skips the gradient of an
+  ** input that needs none: linear's weight without x's gradient) go, and
+  ** with them their hold on memory */
+  {
+    char *log = NULL;
+    ir_graph *d = pass_optimize_rules(out->g, 1u << PASS_DCE, &log, e);
+    free(log);
+    if (!d) return e && e->code ? e->code : FL_ENOMEM;
+    ir_free(out->g);
+    out->g = d;
   }
   return FL_OK;
 }

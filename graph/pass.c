@@ -80,7 +80,11 @@ static int copy_node(rw *r, const ir_node *nd) {
     return id;
   }
   case IR_PARAM: return ir_add_param(r->b.g, &nd->value, nd->name, r->b.e);
-  case IR_CONST: return ir_add_const(r->b.g, &nd->value, r->b.e);
+  case IR_CONST: {                   /* a backward graph's saved value keeps its name */
+    int id = ir_add_const(r->b.g, &nd->value, r->b.e);
+    if (id >= 0 && nd->name && ir_set_name(r->b.g, id, nd->name, r->b.e) != FL_OK) return -1;
+    return id;
+  }
   case IR_OP:
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
     return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
