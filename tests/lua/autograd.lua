@@ -1220,6 +1220,16 @@ do
   t.ok(fl.allclose(gw, w.grad, 1e-6, 1e-7), "embedding's backward graph compiled to C: repeated ids add up")
 end
 
+-- a backward graph keeps only the saved values its rules read: linear's
+-- weight serves x's gradient alone, so without one it is not kept
+do
+  local x, w = fl.randn(3, 4), fl.randn(2, 4, {requires_grad = true})
+  local listing = tostring(fl.backward_graph(fl.linear(x, w):sum()))
+  t.ok(listing:find("saved by linear: input 1", 1, true) and
+       not listing:find("saved by linear: input 2", 1, true),
+       "the backward graph keeps x for w's gradient, not w")
+end
+
 t.diag(("worst finite-difference error: %.3g of its bound (%s)"):format(worst.ratio, worst.name or "-"))
 t.diag(ncases .. " cases")
 t.done()
