@@ -295,9 +295,13 @@ int lfl_sizes_sym(lua_State *L, int idx, int64_t *sizes, int *asym, int *next,
                   const char *what);
 int lfl_sizes(lua_State *L, int idx, int64_t *sizes, int *next,
               const char *what);
-/* Options {dtype=, device=} from a table at idx (absent: defaults kept). */
+/* A factory's options {dtype=, device=, requires_grad=} from a table at
+** idx (absent: defaults kept; requires_grad is the factories' wrapper's,
+** lfl_autograd.c); lfl_move_options, x:to's, takes {dtype=, device=}. */
 void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
                  const char *what);
+void lfl_move_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
+                      const char *what);
 /* Raise unless device can hold tensors in this build ("no CUDA device"). */
 void lfl_checkdevice(lua_State *L, fl_device dev, const char *what);
 /* Raise "<what>: unknown option 'x' (expected a, b)" when the table at idx

@@ -206,7 +206,7 @@ static int t_to(lua_State *L) {
   fl_device dev = t->m.device;
   int i, top = lua_gettop(L);
   for (i = 2; i <= top; i++) {
-    if (lua_type(L, i) == LUA_TTABLE) lfl_options(L, i, &dt, &dev, "to");
+    if (lua_type(L, i) == LUA_TTABLE) lfl_move_options(L, i, &dt, &dev, "to");
     else if (lua_type(L, i) == LUA_TSTRING) {
       const char *s = lua_tostring(L, i);
       if (strcmp(s, "cuda") == 0) dev = FL_DEV_CUDA;

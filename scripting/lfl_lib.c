@@ -169,10 +169,8 @@ static int parse_dtype(lua_State *L, int idx, fl_dtype *out, const char *what) {
   return 0;
 }
 
-void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
-                 const char *what) {
-  /* requires_grad: read by the factories' wrapper (lfl_autograd.c) */
-  static const char *const keys[] = {"dtype", "device", "requires_grad", NULL};
+static void options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
+                    const char *what, const char *const *keys) {
   if (lua_isnoneornil(L, idx)) return;
   if (lua_type(L, idx) != LUA_TTABLE) luaL_typeerror(L, idx, "options table");
   lfl_checkkeys(L, idx, keys, what);
@@ -189,6 +187,19 @@ void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
                  luaL_tolstring(L, -1, NULL));
   }
   lua_pop(L, 1);
+}
+
+void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
+                 const char *what) {
+  /* requires_grad: read by the factories' wrapper (lfl_autograd.c) */
+  static const char *const keys[] = {"dtype", "device", "requires_grad", NULL};
+  options(L, idx, dtype, dev, what, keys);
+}
+
+void lfl_move_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
+                      const char *what) {
+  static const char *const keys[] = {"dtype", "device", NULL};
+  options(L, idx, dtype, dev, what, keys);
 }
 
 void lfl_checkdevice(lua_State *L, fl_device dev, const char *what) {

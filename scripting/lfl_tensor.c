@@ -634,7 +634,7 @@ static int t_to(lua_State *L) {
   if (top < 2) return luaL_error(L, "to: expected a dtype or a device");
   for (i = 2; i <= top; i++) {
     if (lua_type(L, i) == LUA_TTABLE) {
-      lfl_options(L, i, &dt, &dev, "to");
+      lfl_move_options(L, i, &dt, &dev, "to");
     } else {
       const char *s = luaL_checkstring(L, i);
       if (strcmp(s, "cpu") == 0) dev = FL_DEV_CPU;
