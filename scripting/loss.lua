@@ -94,16 +94,25 @@ end
 local function picked(logp, target, wb, cdim, ignore_index)
   local C = logp:size(cdim)
   local valid = target:ne(ignore_index)
-  local shape = {}
-  for d = 1, logp:dim() do shape[d] = d == cdim and C or 1 end
-  local classes = fl.arange(C, {device = logp.device}):reshape(shape)
-  -- an ignored element's id becomes -1, which matches no class
-  local hit = fl.where(valid, target, -1):unsqueeze(cdim):eq(classes)
-  if wb then
-    local w = fl.where(hit, wb, 0):sum(cdim)
-    return -fl.where(hit, logp * wb, 0):sum(cdim), w, valid
+  -- each element's class taken from its row of log-probabilities: the
+  -- classes last, the rows flat, one gather (its gradient is index_add,
+  -- linear in the size; a one-hot mask of all classes was not)
+  local rows = logp
+  if cdim ~= logp:dim() then
+    local perm = {}
+    for d = 1, logp:dim() do if d ~= cdim then perm[#perm + 1] = d end end
+    perm[#perm + 1] = cdim
+    rows = logp:permute(perm)
   end
-  return -fl.where(hit, logp, 0):sum(cdim), valid:to(logp.dtype), valid
+  local M = target:numel()
+  local t = fl.where(valid, target, 0):reshape(M)      -- an ignored id reads class 0
+  local at = fl.arange(M, {device = logp.device}) * C + t
+  local lp = fl.gather(rows:reshape(M * C), 1, at):reshape(target.shape)
+  if wb then
+    local w = fl.where(valid, fl.gather(wb:reshape(C), 1, t):reshape(target.shape), 0)
+    return fl.where(valid, -(lp * w), 0), w, valid
+  end
+  return fl.where(valid, -lp, 0), valid:to(logp.dtype), valid
 end
 
 -- PyTorch's reduction of a weighted nll: the mean divides by the total
