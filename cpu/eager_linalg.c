@@ -807,8 +807,12 @@ int eager_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
   op_win2d g;
   float *xo = NULL, *go = NULL, *yo = NULL, *y;
   const float *xf, *gf;
+  int tiled;
   (void)nin;
   op_win2d_of(OP_MAX_POOL2D, a, 0, 0, &g);
+  /* windows that tile the plane exactly (the common 2x2, stride 2) */
+  tiled = g.sh == g.kh && g.sw == g.kw && g.dh == 1 && g.dw == 1 && !g.pt && !g.pl &&
+          OH * g.kh == H && OW * g.kw == W;
   if (!(xf = eager_f32(x, &xo, op_name(op), e))) return FL_ENOMEM;
   if (!(gf = eager_f32(gt, &go, op_name(op), e))) { free(xo); return FL_ENOMEM; }
   if (!(y = eager_out_f32(out, &yo, op_name(op), e))) { free(xo); free(go); return FL_ENOMEM; }
@@ -817,6 +821,23 @@ int eager_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
     const float *xp = xf + p * H * W, *gp = gf + p * OH * OW;
     float *yp = y + p * H * W;
     int64_t oh, ow, kh, kw;
+    if (tiled) {             /* each element in one window: one pass, no memset */
+      for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++) {
+          int64_t pick = -1, at;
+          float mx = 0;
+          for (kh = 0; kh < g.kh; kh++)
+            for (kw = 0; kw < g.kw; kw++) {
+              float v;
+              at = (oh * g.kh + kh) * W + ow * g.kw + kw;
+              v = xp[at];
+              yp[at] = 0.0f;
+              if (pick < 0 || v > mx || v != v) { mx = v; pick = at; }
+            }
+          yp[pick] = gp[oh * OW + ow];
+        }
+      continue;
+    }
     memset(yp, 0, (size_t)(H * W) * sizeof *yp);
     for (oh = 0; oh < OH; oh++)
       for (ow = 0; ow < OW; ow++) {
