@@ -302,6 +302,10 @@ void lfl_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
                  const char *what);
 void lfl_move_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
                       const char *what);
+/* Field k of the table at t: a number (def when absent or not a number),
+** a truth value (Lua's). */
+double lfl_num_field(lua_State *L, int t, const char *k, double def);
+int lfl_bool_field(lua_State *L, int t, const char *k);
 /* Raise unless device can hold tensors in this build ("no CUDA device"). */
 void lfl_checkdevice(lua_State *L, fl_device dev, const char *what);
 /* Raise "<what>: unknown option 'x' (expected a, b)" when the table at idx

@@ -202,6 +202,21 @@ void lfl_move_options(lua_State *L, int idx, fl_dtype *dtype, fl_device *dev,
   options(L, idx, dtype, dev, what, keys);
 }
 
+double lfl_num_field(lua_State *L, int t, const char *k, double def) {
+  double v = def;
+  if (lua_getfield(L, t, k) == LUA_TNUMBER) v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+int lfl_bool_field(lua_State *L, int t, const char *k) {
+  int v;
+  lua_getfield(L, t, k);
+  v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
 void lfl_checkdevice(lua_State *L, fl_device dev, const char *what) {
   fl_err e;
   if (dev == FL_DEV_CPU) return;

@@ -52,21 +52,6 @@ void lfl_push_summary(lua_State *L, const meas_summary *s) {
   lua_setmetatable(L, -2);
 }
 
-static double num_field(lua_State *L, int t, const char *k, double def) {
-  double v = def;
-  if (lua_getfield(L, t, k) == LUA_TNUMBER) v = lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-static int bool_field(lua_State *L, int t, const char *k) {
-  int v;
-  lua_getfield(L, t, k);
-  v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 /* The summary table at idx (as lfl_push_summary makes it) read back. */
 int lfl_to_summary(lua_State *L, int idx, meas_summary *s, const char *where) {
   idx = lua_absindex(L, idx);
@@ -75,18 +60,18 @@ int lfl_to_summary(lua_State *L, int idx, meas_summary *s, const char *where) {
                       luaL_typename(L, idx));
   lua_pop(L, 1);
   memset(s, 0, sizeof *s);
-  s->median = num_field(L, idx, "median_ms", 0);
-  s->q1 = num_field(L, idx, "q1_ms", s->median);
-  s->q3 = num_field(L, idx, "q3_ms", s->median);
-  s->min = num_field(L, idx, "min_ms", s->q1);
-  s->max = num_field(L, idx, "max_ms", s->q3);
-  s->n = (int)num_field(L, idx, "runs", 1);
-  s->spread = num_field(L, idx, "spread", 0);
-  s->others = num_field(L, idx, "others", -1);
-  s->stall = num_field(L, idx, "stall", -1);
-  s->cores = (int)num_field(L, idx, "cores", 1);
-  s->busy = bool_field(L, idx, "busy");
-  s->noisy = bool_field(L, idx, "noisy");
+  s->median = lfl_num_field(L, idx, "median_ms", 0);
+  s->q1 = lfl_num_field(L, idx, "q1_ms", s->median);
+  s->q3 = lfl_num_field(L, idx, "q3_ms", s->median);
+  s->min = lfl_num_field(L, idx, "min_ms", s->q1);
+  s->max = lfl_num_field(L, idx, "max_ms", s->q3);
+  s->n = (int)lfl_num_field(L, idx, "runs", 1);
+  s->spread = lfl_num_field(L, idx, "spread", 0);
+  s->others = lfl_num_field(L, idx, "others", -1);
+  s->stall = lfl_num_field(L, idx, "stall", -1);
+  s->cores = (int)lfl_num_field(L, idx, "cores", 1);
+  s->busy = lfl_bool_field(L, idx, "busy");
+  s->noisy = lfl_bool_field(L, idx, "noisy");
   return 0;
 }
 
@@ -172,7 +157,7 @@ static int l_measure(lua_State *L) {
     else if (!lua_isnil(L, -1)) return luaL_error(L, "measure: option args must be a list");
     runs = int_opt(L, 2, "runs", 20, 1, MAX_RUNS);
     warmup = int_opt(L, 2, "warmup", 1, 0, MAX_RUNS);
-    budget = num_field(L, 2, "budget_s", budget);
+    budget = lfl_num_field(L, 2, "budget_s", budget);
   } else {
     runs = 20;
     warmup = 1;

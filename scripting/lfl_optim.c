@@ -7,22 +7,6 @@
 #include "lfl.h"
 #include "cpu/optim.h"
 
-static double num_field(lua_State *L, int t, const char *k) {
-  double v;
-  lua_getfield(L, t, k);
-  v = lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-static int bool_field(lua_State *L, int t, const char *k) {
-  int v;
-  lua_getfield(L, t, k);
-  v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 /* A tensor with its values (not lazy), or NULL for nil. */
 static fl_tensor *opt_tensor(lua_State *L, int idx, const char *what) {
   return lua_isnoneornil(L, idx) ? NULL : lfl_checkdata(L, idx, what);
@@ -38,14 +22,14 @@ static int l_adam_step(lua_State *L) {
   fl_err e;
   int rc;
   luaL_checktype(L, 6, LUA_TTABLE);
-  o.lr = num_field(L, 6, "lr");
-  o.beta1 = num_field(L, 6, "beta1");
-  o.beta2 = num_field(L, 6, "beta2");
-  o.eps = num_field(L, 6, "eps");
-  o.weight_decay = num_field(L, 6, "weight_decay");
-  o.decoupled = bool_field(L, 6, "decoupled");
-  o.maximize = bool_field(L, 6, "maximize");
-  o.step = (int64_t)num_field(L, 6, "step");
+  o.lr = lfl_num_field(L, 6, "lr", 0);
+  o.beta1 = lfl_num_field(L, 6, "beta1", 0);
+  o.beta2 = lfl_num_field(L, 6, "beta2", 0);
+  o.eps = lfl_num_field(L, 6, "eps", 0);
+  o.weight_decay = lfl_num_field(L, 6, "weight_decay", 0);
+  o.decoupled = lfl_bool_field(L, 6, "decoupled");
+  o.maximize = lfl_bool_field(L, 6, "maximize");
+  o.step = (int64_t)lfl_num_field(L, 6, "step", 0);
   err_clear(&e);
   rc = cpu_adam_step(p, g, m, v, x, &o, &e);
   if (rc != FL_OK && rc != FL_EUNSUPPORTED) return lfl_raise(L, "adam", &e);
@@ -62,13 +46,13 @@ static int l_sgd_step(lua_State *L) {
   fl_err e;
   int rc;
   luaL_checktype(L, 4, LUA_TTABLE);
-  o.lr = num_field(L, 4, "lr");
-  o.momentum = num_field(L, 4, "momentum");
-  o.dampening = num_field(L, 4, "dampening");
-  o.weight_decay = num_field(L, 4, "weight_decay");
-  o.nesterov = bool_field(L, 4, "nesterov");
-  o.maximize = bool_field(L, 4, "maximize");
-  o.first = bool_field(L, 4, "first");
+  o.lr = lfl_num_field(L, 4, "lr", 0);
+  o.momentum = lfl_num_field(L, 4, "momentum", 0);
+  o.dampening = lfl_num_field(L, 4, "dampening", 0);
+  o.weight_decay = lfl_num_field(L, 4, "weight_decay", 0);
+  o.nesterov = lfl_bool_field(L, 4, "nesterov");
+  o.maximize = lfl_bool_field(L, 4, "maximize");
+  o.first = lfl_bool_field(L, 4, "first");
   err_clear(&e);
   rc = cpu_sgd_step(p, g, b, &o, &e);
   if (rc != FL_OK && rc != FL_EUNSUPPORTED) return lfl_raise(L, "sgd", &e);
