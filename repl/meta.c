@@ -31,7 +31,7 @@ const char *const repl_meta_names[] = {
 };
 
 const char *const repl_help_topics[] = {
-  "tensors", "ops", "repl", "compile", "lesson", NULL
+  "tensors", "ops", "train", "repl", "compile", "lesson", NULL
 };
 
 static const char overview[] =
@@ -58,7 +58,7 @@ static const char overview[] =
   "  :projector on|off  large type and lines in every picture (for a room)\n"
   "  :quit           leave (Ctrl-D on an empty line does too)\n"
   "\n"
-  "Topics: tensors  ops  repl  compile  lesson [N]     (:help tensors)\n";
+  "Topics: tensors  ops  train  repl  compile  lesson [N]     (:help tensors)\n";
 
 static const char help_tensors[] =
   "Tensors\n"
@@ -79,7 +79,7 @@ static const char help_tensors[] =
 
 static const char help_ops[] =
   "Operations (methods, x:exp(), and most also as fl.exp(x))\n"
-  "  operators    + - * / ^ and unary -; numbers and tensors broadcast (NumPy rules)\n"
+  "  operators    + - * / ^ % and unary -; numbers and tensors broadcast (NumPy rules)\n"
   "  elementwise  abs neg exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf\n"
   "               add sub mul div pow maximum minimum clamp  fl.where(c, a, b)\n"
   "  compare      eq ne lt le gt ge\n"
@@ -103,6 +103,23 @@ static const char help_ops[] =
   "  m(x) or m:forward(x); m:parameters()\n"
   "Semantics follow PyTorch (var is unbiased, gelu is exact): results can be\n"
   "checked against it.\n";
+
+static const char help_train[] =
+  "Training (PyTorch's names and formulas)\n"
+  "  w = fl.randn(3, 4, {requires_grad = true})   or w:requires_grad_()\n"
+  "  loss = fl.cross_entropy(m(x), y)   fl.mse_loss  fl.l1_loss  fl.nll_loss\n"
+  "  loss:backward()   w.grad   w.grad = nil   loss.grad_fn   x:detach()\n"
+  "  fl.no_grad(function() ... end)   fl.grad(outputs, inputs)\n"
+  "  fl.draw(loss, \"autograd.svg\")   what backward computes and keeps\n"
+  "  (fl.backward_graph(loss) is that graph; FUSELAB_DEBUG=autograd times it)\n"
+  "\n"
+  "  opt = fl.optim.AdamW(m:parameters(), {lr = 1e-3})   SGD  Adam\n"
+  "  opt:zero_grad()  loss:backward()  opt:step()\n"
+  "  fl.optim.lr_scheduler.StepLR(opt, {step_size = 10})  CosineAnnealingLR\n"
+  "  fl.nn.utils.clip_grad_norm_(m:parameters(), 1.0)\n"
+  "  m:train()  m:eval()   BatchNorm2d and Dropout follow the mode\n"
+  "  fl.save_checkpoint(path, {model = m, optimizer = opt})   load_checkpoint\n"
+  "A whole run: fuselab examples/train_digits.lua (98 % on handwritten digits).\n";
 
 static const char help_repl_fmt[] =
   "The REPL\n"
@@ -257,6 +274,7 @@ static void help(struct repl *r, const char *topic) {
   if (topic[0] == '\0') fputs(overview, stdout);
   else if (strcmp(topic, "tensors") == 0) fputs(help_tensors, stdout);
   else if (strcmp(topic, "ops") == 0) fputs(help_ops, stdout);
+  else if (strcmp(topic, "train") == 0) fputs(help_train, stdout);
   else if (strcmp(topic, "repl") == 0) {
     char *h = r->history ? NULL : repl_history_path();
     const char *where = r->history ? r->history : h;

@@ -476,7 +476,7 @@ def _():
     for word in (":load", ":time", ":device", ":quit", "tensors", "compile"):
         if word not in out:
             raise Fail(":help lacks %r" % word)
-    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"),
+    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("train", "backward"),
                         ("repl", "Ctrl-C"), ("compile", "fl.compile")):
         if word not in "\n".join(enter(c, ":help " + topic)):
             raise Fail(":help %s lacks %r" % (topic, word))
