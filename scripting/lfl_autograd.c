@@ -218,6 +218,8 @@ int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v) {
     ag_fn *f = AG(t);
     fl_tensor *g;
     if (lua_isnil(L, v)) { if (f) ten_release(&f->grad); return 1; }
+    if (!lfl_istensor(L, v))
+      luaL_error(L, "grad: expected a tensor or nil, got %s", lfl_typename(L, v));
     g = lfl_checktensor(L, v);
     if (!f || (f->kind != AG_LEAF && !f->retain))
       luaL_error(L, "grad: this tensor keeps no gradient (it does not require grad, or "
@@ -263,14 +265,16 @@ static int t_retain_grad(lua_State *L) {
   return 1;
 }
 
-/* {retain_graph = bool}: the only option backward and fl.grad share */
+/* {retain_graph = bool, create_graph = false} of backward, and of fl.grad
+** with its own keys too: returns retain_graph */
 static int retain_opt(lua_State *L, int idx, const char *what) {
-  static const char *const keys[] = {"retain_graph", "grad_outputs", "create_graph",
-                                     "allow_unused", NULL};
+  static const char *const grad_keys[] = {"retain_graph", "grad_outputs", "create_graph",
+                                          "allow_unused", NULL};
+  static const char *const backward_keys[] = {"retain_graph", "create_graph", NULL};
   int r = 0;
   if (lua_isnoneornil(L, idx)) return 0;
   luaL_checktype(L, idx, LUA_TTABLE);
-  lfl_checkkeys(L, idx, keys, what);
+  lfl_checkkeys(L, idx, strcmp(what, "grad") == 0 ? grad_keys : backward_keys, what);
   if (lua_getfield(L, idx, "retain_graph") != LUA_TNIL) r = lua_toboolean(L, -1);
   lua_pop(L, 1);
   if (lua_getfield(L, idx, "create_graph") != LUA_TNIL && lua_toboolean(L, -1))

@@ -30,6 +30,8 @@ static int l_adam_step(lua_State *L) {
   o.decoupled = lfl_bool_field(L, 6, "decoupled");
   o.maximize = lfl_bool_field(L, 6, "maximize");
   o.step = (int64_t)lfl_num_field(L, 6, "step", 0);
+  if (o.step < 1) return luaL_error(L, "adam: step must be >= 1, got %d", (int)o.step);
+  lfl_ag_check_write(L, p, g, "adam");
   err_clear(&e);
   rc = cpu_adam_step(p, g, m, v, x, &o, &e);
   if (rc != FL_OK && rc != FL_EUNSUPPORTED) return lfl_raise(L, "adam", &e);
@@ -53,6 +55,7 @@ static int l_sgd_step(lua_State *L) {
   o.nesterov = lfl_bool_field(L, 4, "nesterov");
   o.maximize = lfl_bool_field(L, 4, "maximize");
   o.first = lfl_bool_field(L, 4, "first");
+  lfl_ag_check_write(L, p, g, "sgd");
   err_clear(&e);
   rc = cpu_sgd_step(p, g, b, &o, &e);
   if (rc != FL_OK && rc != FL_EUNSUPPORTED) return lfl_raise(L, "sgd", &e);
