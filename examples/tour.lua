@@ -64,6 +64,7 @@ fl.manual_seed(0)
 -- A transformer's feed-forward block: Linear -> GELU -> Linear -> LayerNorm.
 local model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64), nn.LayerNorm(64))
 model:eval()
+model:requires_grad_(false)   -- serving, not training: eager keeps no autograd tape
 local x = fl.randn(32, 64)
 print(model)
 print(("input x: %s %s"):format(x.dtype, "[" .. table.concat(x.shape, ",") .. "]"))

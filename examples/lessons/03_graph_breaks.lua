@@ -36,6 +36,9 @@ fl.manual_seed(3)
 local D, HEADS, VOCAB = 64, 4, 128
 local block = nn.TransformerBlock(D, HEADS)
 local head = nn.Linear(D, VOCAB)
+-- inference: no autograd tape in the eager runs the compiled ones are timed against
+block:requires_grad_(false)
+head:requires_grad_(false)
 
 -- 1. A block, then a decision in Lua: rescale the hidden state when its
 -- mean magnitude is large.  item() hands Lua a number: graph break.
