@@ -319,13 +319,14 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, in
 }
 
 ir_graph *ag_backward_graph(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
-                            fl_err *e) {
+                            ag_fn ***who, fl_err *e) {
   walk w = {0};
   built bt;
   int rc = build(&w, roots, seeds, n, NULL, 0, &bt, e);
   unmark(&w);
-  free(bt.who);
-  if (rc != FL_OK) { ir_free(bt.g); return NULL; }
+  if (rc != FL_OK) { free(bt.who); ir_free(bt.g); return NULL; }
+  if (who) *who = bt.who;
+  else free(bt.who);
   return bt.g;
 }
 

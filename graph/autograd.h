@@ -76,8 +76,10 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
                 ir_apply_fn apply, fl_err *e);
 
 /* The backward graph ag_backward would run, unrun (for pictures and
-** listings): its outputs are the leaves' gradients in reach order. */
+** listings): its outputs are the leaves' gradients in reach order, output
+** j that of (*who)[j] when who is given (a malloc'd array the caller
+** frees). */
 ir_graph *ag_backward_graph(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
-                            fl_err *e);
+                            ag_fn ***who, fl_err *e);
 
 #endif

@@ -494,17 +494,66 @@ static int l_grad(lua_State *L) {
 ** saved them) and the output's gradient; its outputs the leaves'
 ** gradients.  What a class reads to see what backward keeps. */
 static int l_backward_graph(lua_State *L) {
+  static const char *const keys[] = {"params", NULL};
   fl_tensor *t = lfl_checktensor(L, 1);
   const fl_tensor *seed;
-  ag_fn *root;
+  ag_fn *root, **who = NULL;
   ir_graph *g;
   fl_err e;
-  lua_settop(L, 2);
+  int opts = 0, gi, j;
+  lua_settop(L, 3);
+  if (lua_istable(L, 2)) {         /* (y, opts): no gradient given */
+    lua_pushvalue(L, 2);
+    lua_replace(L, 3);
+    lua_pushnil(L);
+    lua_replace(L, 2);
+  }
+  if (!lua_isnil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lfl_checkkeys(L, 3, keys, "backward_graph");
+    opts = 3;
+  }
   seed = seed_of(L, t, 2, "backward_graph");
   root = AG(t);
   err_clear(&e);
-  if (!(g = ag_backward_graph(&root, &seed, 1, &e))) return lfl_raise(L, "backward_graph", &e);
-  lfl_pushgraph(L, g);
+  if (!(g = ag_backward_graph(&root, &seed, 1, &who, &e))) return lfl_raise(L, "backward_graph", &e);
+  lfl_pushgraph(L, g);             /* owns g from here */
+  gi = lua_gettop(L);
+  if (opts && lua_getfield(L, opts, "params") != LUA_TNIL) {
+    int map;
+    if (!lua_istable(L, -1)) {
+      free(who);
+      return luaL_error(L, "backward_graph: params must be a module or a table of named "
+                        "tensors, got %s", lfl_typename(L, -1));
+    }
+    /* a module: its named_parameters(); else a table name -> tensor */
+    if (lua_getfield(L, -1, "named_parameters") == LUA_TFUNCTION) {
+      lua_insert(L, -2);
+      lua_call(L, 1, 1);
+    } else lua_pop(L, 1);
+    if (!lua_istable(L, -1)) {
+      free(who);
+      return luaL_error(L, "backward_graph: params must be a module or a table of named tensors");
+    }
+    map = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, map)) {
+      fl_tensor *p = lfl_totensor(L, -1);
+      if (p && AG(p) && lua_type(L, -2) == LUA_TSTRING)
+        for (j = 0; j < g->nout; j++)
+          if (who[j] == AG(p)) {
+            char name[256];
+            snprintf(name, sizeof name, "grad of %s", lua_tostring(L, -2));
+            if (ir_set_name(g, g->outputs[j], name, &e) != FL_OK) {
+              free(who);
+              return lfl_raise(L, "backward_graph", &e);
+            }
+          }
+      lua_pop(L, 1);
+    }
+  }
+  free(who);
+  lua_settop(L, gi);
   return 1;
 }
 

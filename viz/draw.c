@@ -508,7 +508,11 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     n = agnode(v->root, name, 1);
     v->outn[i] = n;
     sb_reset(&b->tmp);
-    if (i < ir_nresults(g)) {
+    if (i < ir_nresults(g) && g->nodes[src].kind == IR_OP && g->nodes[src].name) {
+      strbuf_printf(&b->tmp, "<b>");  /* a backward graph's "grad of 0.weight" */
+      viz_esc_max(&b->tmp, g->nodes[src].name, 40);
+      strbuf_printf(&b->tmp, "</b><br/><font point-size=\"9\">");
+    } else if (i < ir_nresults(g)) {
       strbuf_printf(&b->tmp, "<b>output %d</b><br/><font point-size=\"9\">", i);
     } else {
       /* a captured in-place update: copied into the input or weight after

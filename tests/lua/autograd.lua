@@ -1230,6 +1230,18 @@ do
        "the backward graph keeps x for w's gradient, not w")
 end
 
+-- the outputs named for their parameters
+do
+  local m = fl.nn.Sequential(fl.nn.Linear(4, 3), fl.nn.ReLU(), fl.nn.Linear(3, 2))
+  local y = m(fl.randn(5, 4)):sum()
+  local g = fl.backward_graph(y, {params = m})
+  local names = {}
+  for _, n in ipairs(g:nodes()) do if n.name then names[n.name] = true end end
+  t.ok(names["grad of 0.weight"] and names["grad of 2.bias"], "fl.backward_graph{params = m} names each gradient")
+  t.raises(function() fl.backward_graph(y, {params = 5}) end, "params must be a module",
+           "params of the wrong type: an error naming it")
+end
+
 t.diag(("worst finite-difference error: %.3g of its bound (%s)"):format(worst.ratio, worst.name or "-"))
 t.diag(ncases .. " cases")
 t.done()
