@@ -255,6 +255,27 @@ static int pool_geometry(fl_op op, const fl_tensor *x, const op_attrs *a,
 /* The max over the in-bounds elements of each dilated window (the padding
 ** is -inf, so it never wins; a window of padding only is -inf); NaN wins,
 ** as in PyTorch. */
+/* The element window (oh, ow) of plane p picks, as PyTorch's kernel scans
+** it: from the first element in the input, each later one that is larger
+** or NaN (so the first largest, or the last NaN); its index into x, or -1
+** when the window holds none.  *mx gets its value (-inf for none). */
+static int64_t window_pick(const fl_tensor *x, const pool_geom *g, int64_t p, int64_t oh,
+                           int64_t ow, double *mx) {
+  int64_t kh, kw, pick = -1;
+  *mx = -INFINITY;
+  for (kh = 0; kh < g->w.kh; kh++)
+    for (kw = 0; kw < g->w.kw; kw++) {
+      int64_t ih = oh * g->w.sh - g->w.pt + kh * g->w.dh;
+      int64_t iw = ow * g->w.sw - g->w.pl + kw * g->w.dw, at;
+      double v;
+      if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) continue;
+      at = (p * g->H + ih) * g->W + iw;
+      v = ten_get(x, at);
+      if (pick < 0 || v > *mx || isnan(v)) { *mx = v; pick = at; }
+    }
+  return pick;
+}
+
 int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a, fl_tensor *out, fl_err *e) {
   pool_geom g;
@@ -267,19 +288,14 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
       for (ow = 0; ow < g.OW; ow++) {
         double mx = -INFINITY;
         int64_t imx = INT64_MIN;  /* integer images: compared exactly */
-        for (kh = 0; kh < g.w.kh; kh++)
+        if (!ints) window_pick(in[0], &g, p, oh, ow, &mx);
+        for (kh = 0; kh < g.w.kh && ints; kh++)
           for (kw = 0; kw < g.w.kw; kw++) {
             int64_t ih = oh * g.w.sh - g.w.pt + kh * g.w.dh;
             int64_t iw = ow * g.w.sw - g.w.pl + kw * g.w.dw, at;
-            double v;
             if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
             at = (p * g.H + ih) * g.W + iw;
-            if (ints) {
-              if (ten_get_i64(in[0], at) > imx) imx = ten_get_i64(in[0], at);
-              continue;
-            }
-            v = ten_get(in[0], at);
-            if (v > mx || isnan(v)) mx = v;
+            if (ten_get_i64(in[0], at) > imx) imx = ten_get_i64(in[0], at);
           }
         if (ints) ten_set_i64(out, (p * g.OH + oh) * g.OW + ow, imx);
         else ten_set(out, (p * g.OH + oh) * g.OW + ow, mx);
@@ -294,7 +310,7 @@ int ref_max_pool2d(fl_op op, const fl_tensor *const *in, int nin,
 int ref_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
                             const op_attrs *a, fl_tensor *out, fl_err *e) {
   pool_geom g;
-  int64_t p, oh, ow, kh, kw, i, n = meta_numel(&out->m);
+  int64_t p, oh, ow, i, n = meta_numel(&out->m);
   double *acc;
   int rc;
   (void)nin;
@@ -304,18 +320,8 @@ int ref_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
   for (p = 0; p < g.planes; p++)
     for (oh = 0; oh < g.OH; oh++)
       for (ow = 0; ow < g.OW; ow++) {
-        int64_t pick = -1;
-        double mx = 0;
-        for (kh = 0; kh < g.w.kh; kh++)
-          for (kw = 0; kw < g.w.kw; kw++) {
-            int64_t ih = oh * g.w.sh - g.w.pt + kh * g.w.dh;
-            int64_t iw = ow * g.w.sw - g.w.pl + kw * g.w.dw, at;
-            double v;
-            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-            at = (p * g.H + ih) * g.W + iw;
-            v = ten_get(in[1], at);
-            if (pick < 0 || v > mx || isnan(v)) { mx = v; pick = at; }
-          }
+        double mx;
+        int64_t pick = window_pick(in[1], &g, p, oh, ow, &mx);
         if (pick >= 0) acc[pick] += ten_get(in[0], (p * g.OH + oh) * g.OW + ow);
       }
   for (i = 0; i < n; i++) ten_set(out, i, acc[i]);

@@ -48,7 +48,8 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
       return lfl_cuda_eager(L, op, in, nin, a);
   err_clear(&e);
   out = lfl_newtensor(L);            /* owns the result from the start */
-  rng_get_state(&key, &block);       /* where a dropout's mask is drawn */
+  if (op == OP_DROPOUT) rng_get_state(&key, &block);  /* where its mask is drawn */
+  else key = block = 0;
   rc = eager_apply(op, in, nin, a, out, &e);
   if (rc == FL_ENOMEM) {
     lfl_collect(L);                  /* garbage may hold the memory */
