@@ -796,6 +796,30 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   return FL_OK;
 }
 
+/* One output row of a 2x2, stride-2 max pool's gradient: each window's
+** gradient onto its first largest element, or its last NaN, as the
+** general loop below; selects, not branches, so that the loop vectorizes. */
+EAGER_WIDE
+static void max2x2_backward_row(const float *restrict r0, const float *restrict gr,
+                                float *restrict y0, int64_t W, int64_t OW) {
+  const float *restrict r1 = r0 + W;
+  float *restrict y1 = y0 + W;
+  int64_t ow;
+  EAGER_SIMD
+  for (ow = 0; ow < OW; ow++) {
+    float a0 = r0[2 * ow], a1 = r0[2 * ow + 1], a2 = r1[2 * ow], a3 = r1[2 * ow + 1];
+    float mx = a0, gv = gr[ow], pick = 0.0f;
+    int c;
+    c = (a1 > mx) | (a1 != a1); mx = c ? a1 : mx; pick = c ? 1.0f : pick;
+    c = (a2 > mx) | (a2 != a2); mx = c ? a2 : mx; pick = c ? 2.0f : pick;
+    c = (a3 > mx) | (a3 != a3); pick = c ? 3.0f : pick;
+    y0[2 * ow] = pick == 0.0f ? gv : 0.0f;
+    y0[2 * ow + 1] = pick == 1.0f ? gv : 0.0f;
+    y1[2 * ow] = pick == 2.0f ? gv : 0.0f;
+    y1[2 * ow + 1] = pick == 3.0f ? gv : 0.0f;
+  }
+}
+
 /* max_pool2d_backward(g, x), the oracle's rule (ref_max_pool2d_backward):
 ** a plane per iteration, each window's gradient added onto the element it
 ** picked; planes are disjoint, so threads never share an element. */
@@ -821,6 +845,11 @@ int eager_max_pool2d_backward(fl_op op, const fl_tensor *const *in, int nin,
     const float *xp = xf + p * H * W, *gp = gf + p * OH * OW;
     float *yp = y + p * H * W;
     int64_t oh, ow, kh, kw;
+    if (tiled && g.kh == 2 && g.kw == 2) {   /* the common 2x2 */
+      for (oh = 0; oh < OH; oh++)
+        max2x2_backward_row(xp + 2 * oh * W, gp + oh * OW, yp + 2 * oh * W, W, OW);
+      continue;
+    }
     if (tiled) {             /* each element in one window: one pass, no memset */
       for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {

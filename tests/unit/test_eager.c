@@ -608,7 +608,10 @@ static void test_pool(void) {
     {"2,3,8,8", 2, 2, 2, 2, 0, 0, 0, F32}, {"2,3,8,8", 3, 3, 1, 1, 1, 1, 0, F32},
     {"2,3,8,8", 3, 3, 2, 2, 1, 1, SPECIAL, F32}, {"1,1,7,5", 3, 2, 2, 1, 1, 0, 0, F32},
     {"1,2,5,5", 2, 2, 0, 0, 0, 0, NC, F32}, {"2,2,6,6", 2, 2, 2, 2, 1, 1, 0, F16},
-    {"2,2,6,6", 3, 3, 1, 1, 1, 1, 0, I64}, {"1,1,1,1", 1, 1, 1, 1, 0, 0, 0, F32}};
+    {"2,2,6,6", 3, 3, 1, 1, 1, 1, 0, I64}, {"1,1,1,1", 1, 1, 1, 1, 0, 0, 0, F32},
+    /* 2x2, stride 2 (the gradient's vectorized path): NaN, ties, a view */
+    {"2,3,8,10", 2, 2, 2, 2, 0, 0, SPECIAL, F32}, {"3,2,6,34", 2, 2, 2, 2, 0, 0, INTS, F32},
+    {"2,3,8,8", 2, 2, 2, 2, 0, 0, NC, F32}};
   fl_op op;
   size_t c;
   for (op = OP_MAX_POOL2D; op <= OP_AVG_POOL2D; op++)
@@ -772,7 +775,11 @@ static void test_movement(void) {
       for (i = 0; i < I; i++)
         ten_set_i64(in[1], i, (int64_t)(uniform() * 2 * (double)ia[k].n) - ia[k].n);
       a.i[0] = ia[k].n;
-      check(OP_INDEX_ADD, in, 2, &a, RED, ia[k].src);
+      /* eager adds in float, in index order (as PyTorch); the oracle in
+      ** double: the 1,300,70 case sums ~33 N(0,1) terms per element, each
+      ** rounding at most half an ulp of a partial sum below ~16 (1e-6), so
+      ** the absolute bound is 33 x 1e-6 */
+      check_ex(OP_INDEX_ADD, in, 2, &a, (double)I / (double)ia[k].n * 1e-6 + RED, RED, ia[k].src);
       gc();
     }
   }
