@@ -259,9 +259,34 @@ static int chan_sum(const gr_ctx *c, int v) {
   for (d = 0; d < c->in_meta[0].ndim; d++) if (d != 1) dims[nd++] = d;
   return gb_reduce(B, OP_SUM, v, dims, nd, 0);
 }
+/* With batch_stats (m and v are x's own mean and population variance):
+** xc = x - m, s1 = sum g, s2 = sum g xc per channel, a = w r;
+** dx = a g + xc (-a r^2 s2 / M) + (-a s1 / M), dw = r s2, db = s1: the
+** gradient through m and v folded in, two reductions and six passes over
+** x where differentiating m and v as ops of their own takes five and ten. */
+static void batch_norm_stats(const gr_ctx *c, int *gin, const int *ch, int rc,
+                             const int64_t *shape) {
+  int n = c->in_meta[0].ndim;
+  double cnt = 1;
+  int d, xc, s1, s2, a;
+  for (d = 0; d < n; d++) if (d != 1) cnt *= (double)c->in_meta[0].shape[d];
+  xc = sub(c, c->in[0], ch[1]);
+  s1 = chan_sum(c, c->g);
+  s2 = chan_sum(c, mul(c, c->g, xc));
+  a = ch[3] >= 0 ? mul(c, c->in[3], rc) : rc;
+  if (c->need[0]) {
+    int ka = gb_reshape(B, a, n, shape);
+    int kb = gb_reshape(B, mul(c, mul(c, a, mul(c, rc, rc)), mul(c, s2, k(c, -1.0 / cnt))), n, shape);
+    int kc = gb_reshape(B, mul(c, a, mul(c, s1, k(c, -1.0 / cnt))), n, shape);
+    gin[0] = add(c, add(c, mul(c, c->g, ka), mul(c, xc, kb)), kc);
+  }
+  if (c->nin > 3 && c->need[3]) gin[3] = mul(c, s2, rc);
+  if (c->nin > 4 && c->need[4]) gin[4] = s1;
+}
+
 /* y = (x - m) rsqrt(v + eps) w + b with m, v, w, b per channel: the
-** gradients of all five, so training batch norm (m and v computed from
-** x by mean and var) differentiates through them as any other ops. */
+** gradients of all five, so batch norm with statistics computed from x
+** by mean and var differentiates through them as any other ops. */
 void gr_batch_norm(const gr_ctx *c, int *gin) {
   int n = c->in_meta[0].ndim, ch[5], kk;
   int64_t shape[FL_MAX_DIMS];
@@ -273,6 +298,7 @@ void gr_batch_norm(const gr_ctx *c, int *gin) {
   ** too, so r multiplies their [C] results, not the whole tensor */
   rc = gb_op1(B, OP_RSQRT, add(c, c->in[2], k(c, c->a->f[0])));
   r = gb_reshape(B, rc, n, shape);
+  if (c->a->i[0]) { batch_norm_stats(c, gin, ch, rc, shape); return; }
   gw = ch[3] >= 0 ? mul(c, c->g, ch[3]) : c->g;
   if (c->need[2] || (c->nin > 3 && c->need[3])) xc = sub(c, c->in[0], ch[1]);
   if (c->need[0]) gin[0] = mul(c, gw, r);
@@ -342,11 +368,15 @@ void gr_linear(const gr_ctx *c, int *gin) {
 
 static int pad_dims(const gr_ctx *c, int x, const int64_t *before, const int64_t *after, int n) {
   op_attrs a;
-  int d;
+  int d, any = 0;
   op_attrs_init(OP_PAD, &a);
   a.ndims = n;
-  for (d = 0; d < n; d++) { a.dims[d] = before[d]; a.i[d] = after[d]; }
-  return gb_op(B, OP_PAD, &a, 1, &x);
+  for (d = 0; d < n; d++) {
+    a.dims[d] = before[d];
+    a.i[d] = after[d];
+    any |= before[d] || after[d];
+  }
+  return any ? gb_op(B, OP_PAD, &a, 1, &x) : x;   /* nothing to pad: no copy */
 }
 /* s - 1 zeros between the elements of dims 2 and 3 of [N, C, H, W] */
 static int stuff(const gr_ctx *c, int x, int64_t sh, int64_t sw) {
@@ -386,17 +416,26 @@ static int conv_input_grad(const gr_ctx *c, int g, int w, const fl_meta *mx, con
   pb[3] = wn->dw * (kw - 1) - wn->pl;
   pe[2] = H - ((OH - 1) * wn->sh + 1) - pb[2] + wn->dh * (kh - 1);
   pe[3] = W - ((OW - 1) * wn->sw + 1) - pb[3] + wn->dw * (kw - 1);
+  /* the convolution pads (no copy of g); a negative pad crops first */
+  op_attrs_init(OP_CONV2D, &a);
+  a.i[2] = pb[2] > 0 ? pb[2] : 0;
+  a.i[3] = pb[3] > 0 ? pb[3] : 0;
+  a.i[4] = pe[2] > 0 ? pe[2] : 0;
+  a.i[5] = pe[3] > 0 ? pe[3] : 0;
+  pb[2] -= a.i[2]; pb[3] -= a.i[3]; pe[2] -= a.i[4]; pe[3] -= a.i[5];
   g = pad_dims(c, g, pb, pe, 4);
   s5[0] = G; s5[1] = Co / G; s5[2] = Cg; s5[3] = kh; s5[4] = kw;
   wt = gb_permute(B, gb_reshape(B, w, 5, s5), 5, perm);
   s4[0] = G * Cg; s4[1] = Co / G; s4[2] = kh; s4[3] = kw;
   wt = gb_reshape(B, wt, 4, s4);
-  op_attrs_init(OP_FLIP, &a);
-  a.ndims = 2;
-  a.dims[0] = 2;
-  a.dims[1] = 3;
-  wt = gb_op(B, OP_FLIP, &a, 1, &wt);
-  op_attrs_init(OP_CONV2D, &a);
+  {
+    op_attrs f;
+    op_attrs_init(OP_FLIP, &f);
+    f.ndims = 2;
+    f.dims[0] = 2;
+    f.dims[1] = 3;
+    wt = gb_op(B, OP_FLIP, &f, 1, &wt);
+  }
   a.i[0] = a.i[1] = 1;
   a.i[6] = wn->dh;
   a.i[7] = wn->dw;

@@ -536,7 +536,7 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
     else snprintf(buf + len, n - len, "]");
     break;
   case OP_LAYER_NORM: case OP_RMS_NORM: case OP_BATCH_NORM:
-    snprintf(buf, n, "eps=%g", a->f[0]);
+    snprintf(buf, n, "eps=%g%s", a->f[0], nd->op == OP_BATCH_NORM && a->i[0] ? ", batch_stats" : "");
     break;
   case OP_CLAMP:
     snprintf(buf, n, "min=%g, max=%g", a->f[0], a->f[1]);

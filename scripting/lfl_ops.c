@@ -555,8 +555,11 @@ static int b_pool(lua_State *L) {
   return lfl_dispatch(L, op, in, 1, &a);
 }
 
-/* fl.batch_norm(x, mean, var [, w [, b [, eps]]]), inference form. */
+/* fl.batch_norm(x, mean, var [, w [, b [, eps | {eps =, batch_stats =}]]]):
+** batch_stats says mean and var are x's own statistics (training), which
+** only the gradient rule reads (ops.def). */
 static int b_batch_norm(lua_State *L) {
+  static const char *const keys[] = {"eps", "batch_stats", NULL};
   const fl_tensor *in[5];
   op_attrs a;
   op_attrs_init(OP_BATCH_NORM, &a);
@@ -566,7 +569,18 @@ static int b_batch_norm(lua_State *L) {
   lua_settop(L, 6);
   in[3] = opt_tensor(L, 4);
   in[4] = opt_tensor(L, 5);
-  a.f[0] = opt_number(L, 6, a.f[0], "batch_norm", "eps");
+  if (lua_istable(L, 6)) {
+    lfl_checkkeys(L, 6, keys, "batch_norm");
+    lua_getfield(L, 6, "eps");
+    a.f[0] = opt_number(L, -1, a.f[0], "batch_norm", "eps");
+    lua_getfield(L, 6, "batch_stats");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return luaL_error(L, "batch_norm: batch_stats must be a boolean, got %s", lfl_typename(L, -1));
+    a.i[0] = lua_toboolean(L, -1);
+    lua_settop(L, 6);
+  } else {
+    a.f[0] = opt_number(L, 6, a.f[0], "batch_norm", "eps");
+  }
   return lfl_dispatch(L, OP_BATCH_NORM, in, 5, &a);
 }
 

@@ -715,12 +715,14 @@ function BatchNorm2d:forward(x)
   if math.type(n) and math.type(h) and math.type(w) and n * h * w <= 1 then
     self:error("expected more than 1 value per channel when training, got input %s", shape_str(x))
   end
-  -- the batch's statistics, from fl ops: batch_norm's derivative treats
-  -- mean and var as inputs, so the gradient flows through them too
-  local mean = x:mean({1, 3, 4})
-  local var = x:var({1, 3, 4}, {correction = 0})
-  if self.training and self.track_running_stats then self:_update_stats(x, mean) end
-  return fl.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
+  -- the batch's statistics, detached: with batch_stats, batch_norm's
+  -- derivative carries theirs in x's gradient (two reductions, where
+  -- differentiating mean and var as ops of their own takes five)
+  local xd = x:detach()
+  local mean = xd:mean({1, 3, 4})
+  local var = xd:var({1, 3, 4}, {correction = 0})
+  if self.training and self.track_running_stats then self:_update_stats(xd, mean) end
+  return fl.batch_norm(x, mean, var, self.weight, self.bias, {eps = self.eps, batch_stats = true})
 end
 
 -- Pooling: nn.MaxPool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),

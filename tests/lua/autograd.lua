@@ -597,6 +597,24 @@ do
   check("batch_norm with batch statistics", function(x, w, b)
     return fl.batch_norm(x, x:mean({1, 3, 4}), x:var({1, 3, 4}, {correction = 0}), w, b)
   end, {N({3, 2, 2, 3}), N({2}), N({2})})
+  -- batch_stats: the statistics detached, x's gradient carrying theirs
+  -- (nn.BatchNorm2d's training form); finite differences recompute them
+  local function stats_bn(dims, opts)
+    return function(x, w, b)
+      local xd = x:detach()
+      return fl.batch_norm(x, xd:mean(dims), xd:var(dims, {correction = 0}), w, b,
+                           {eps = opts and opts.eps, batch_stats = true})
+    end
+  end
+  check("batch_norm with batch_stats", stats_bn({1, 3, 4}), {N({3, 2, 2, 3}), N({2}), N({2})})
+  check("batch_norm with batch_stats of [N, C], eps 0.1", stats_bn({1}, {eps = 0.1}),
+        {N({5, 3}), N({3}), N({3})})
+  check("batch_norm with batch_stats of [N, C, L], weight only", stats_bn({1, 3}),
+        {N({2, 3, 4}), N({3})})
+  check("batch_norm with batch_stats, no weight or bias", stats_bn({1, 3, 4}), {N({2, 3, 2, 2})})
+  check("batch_norm with batch_stats of a shifted input", function(x, w, b)
+    return stats_bn({1, 3, 4})(x + 10, w, b)
+  end, {N({4, 2, 3, 3}), N({2}), N({2})})
 end
 
 ---------------------------------------------------------------------------

@@ -561,6 +561,21 @@ do
            "expected more than 1 value per channel when training", "BatchNorm2d: one value per channel")
   t.raises(function() nn.BatchNorm2d(2, {momentum = 2}) end,
            "^nn.BatchNorm2d: momentum must be a number in %[0, 1%] or false", "BatchNorm2d: momentum")
+  -- training's batch_norm says its statistics are the batch's: the tape
+  -- holds batch_norm alone, not mean and var as ops of their own
+  local yt = nn.BatchNorm2d(Cn)(fl.randn(Nn, Cn, H, W, {requires_grad = true}))
+  t.is(yt.grad_fn.name, "BatchNormBackward", "training: batch_norm is the recorded op")
+  local listing = tostring(fl.backward_graph(yt:sum()))
+  local _, sums = listing:gsub("= sum%(", "")
+  t.ok(sums == 2 and not listing:find("mean%(") and not listing:find("var%("),
+       "training: batch_norm's gradient sums twice, never recomputing mean or var")
+  local xb, z3 = fl.randn(2, 3, 2, 2), fl.zeros(3)
+  t.raises(function() fl.batch_norm(xb, z3, z3 + 1, nil, nil, {batch_stats = 1}) end,
+           "batch_norm: batch_stats must be a boolean, got number", "batch_norm: batch_stats of the wrong type")
+  t.raises(function() fl.batch_norm(xb, z3, z3 + 1, nil, nil, {epsilon = 1}) end,
+           "batch_norm: unknown option 'epsilon' %(expected eps, batch_stats%)", "batch_norm: an unknown option")
+  t.raises(function() fl.batch_norm(xb, z3, z3 + 1, nil, nil, {eps = "a"}) end,
+           "batch_norm: eps must be a number, got string", "batch_norm: eps of the wrong type")
 
   local d = nn.Dropout(0.5)
   local ones = fl.ones(1000)
