@@ -20,16 +20,11 @@
 #endif
 
 #include "cpu/eager.h"
+#include "exec/measure.h"
 
 #define N (16 * 1024 * 1024)       /* elements of the elementwise tensors */
 
 static int reps = 10;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, const fl_err *e) {
   fprintf(stderr, "bench/eager: %s: %s\n", what, e->msg);
@@ -66,9 +61,9 @@ static double time_op(fl_op op, const fl_tensor *const *in, int nin,
   for (r = 0; r <= reps; r++) {
     fl_tensor out;
     fl_err e = {0};
-    double t0 = now(), dt;
+    double t0 = meas_now(), dt;
     if (eager_apply(op, in, nin, a, &out, &e) != FL_OK) die(op_name(op), &e);
-    dt = now() - t0;
+    dt = meas_now() - t0;
     ten_release(&out);
     if (r > 0 && dt < best) best = dt;
   }
@@ -79,7 +74,7 @@ static double time_memcpy(float *dst, const float *src, int parallel) {
   double best = 1e30;
   int r;
   for (r = 0; r <= reps; r++) {
-    double t0 = now(), dt;
+    double t0 = meas_now(), dt;
     if (parallel) {
       int64_t c, nch = 64, ch = N / 64;
 #ifdef _OPENMP
@@ -90,7 +85,7 @@ static double time_memcpy(float *dst, const float *src, int parallel) {
     } else {
       memcpy(dst, src, (size_t)N * sizeof *dst);
     }
-    dt = now() - t0;
+    dt = meas_now() - t0;
     if (r > 0 && dt < best) best = dt;
   }
   return best;
@@ -178,11 +173,11 @@ int main(int argc, char **argv) {
     int r;
     if (ten_empty(&out, &m1.m, &e) != FL_OK) die("allocate", &e);
     for (r = 0; r <= reps; r++) {
-      double t0 = now(), dt;
+      double t0 = meas_now(), dt;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024,
                   1.0f, ten_data(&m1), 1024, ten_data(&m2), 1024, 0.0f,
                   ten_data(&out), 1024);
-      dt = now() - t0;
+      dt = meas_now() - t0;
       if (r > 0 && dt < best) best = dt;
     }
     ten_release(&out);

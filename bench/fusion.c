@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cpu/eager.h"
+#include "exec/measure.h"
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "tests/unit/fuse_graphs.h"
@@ -43,12 +44,6 @@ static void flush_caches(void) {
 #pragma omp parallel for reduction(^:acc)
   for (i = 0; i < n; i += 8) acc ^= w[i];
   evict_sink = acc;
-}
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void die(const char *what, const fl_err *e) {
@@ -102,9 +97,9 @@ static double time_prog(exec_program *pr, const fl_tensor **inp, int nin, int ou
   for (r = 0; r < reps; r++) {
     if (!out) for (i = 0; i < nout; i++) ten_release(&o[i]);
     flush_caches();
-    t = now();
+    t = meas_now();
     if ((out ? exec_program_run_out : exec_program_run)(pr, inp, nin, o, &e)) die("run", &e);
-    t = now() - t;
+    t = meas_now() - t;
     if (t < best) best = t;
   }
   for (i = 0; i < nout; i++) ten_release(&o[i]);
@@ -118,9 +113,9 @@ static double time_eager(const ir_graph *g, const fl_tensor **inp, int nin) {
   int r, i;
   for (r = 0; r <= reps; r++) {
     memset(o, 0, sizeof o);
-    t = now();
+    t = meas_now();
     if (ir_run(g, eager_apply, inp, nin, o, &e)) die("eager", &e);
-    t = now() - t;
+    t = meas_now() - t;
     if (r && t < best) best = t;
     for (i = 0; i < g->nout; i++) ten_release(&o[i]);
   }
@@ -135,18 +130,18 @@ static double copy_bw_of(size_t n) {
   memset(a, 1, n);
   memset(b, 2, n);
   for (r = 0; r < reps; r++) {
-    t = now();
+    t = meas_now();
     memcpy(b, a, n);
-    t = now() - t;
+    t = meas_now() - t;
     if (t < best) best = t;
   }
   for (r = 0; r < reps; r++) {
     float *restrict fa = (float *)a, *restrict fb = (float *)b;
     int64_t i, m = (int64_t)(n / 4);
-    t = now();
+    t = meas_now();
 #pragma omp parallel for simd schedule(static)
     for (i = 0; i < m; i++) fb[i] = fa[i];
-    t = now() - t;
+    t = meas_now() - t;
     if (t < best) best = t;
   }
   free(a);
@@ -231,9 +226,9 @@ static void elementwise(void) {
         if (exec_program_run(fs, sinp, 2, so, &e)) die("run", &e);
         ts = 1e30;
         for (r = 0; r < reps; r++) {
-          t0 = now();
+          t0 = meas_now();
           for (q = 0; q < 256; q++) exec_program_run_out(fs, sinp, 2, so, &e);
-          t0 = now() - t0;
+          t0 = meas_now() - t0;
           if (t0 < ts) ts = t0;
         }
         ten_release(&so[0]);
@@ -339,19 +334,19 @@ static void latency(const char *what, ir_graph *g) {
   setenv("FUSELAB_CACHE_DIR", tmpl, 1);
   cache_reset_dir();
   cache_forget_memory();
-  t0 = now();
+  t0 = meas_now();
   p = fuse_plan_build(g, NULL, &e);
   pr = exec_codegen(&cpu_backend, p, NULL, &e);
-  plan_ms = (now() - t0) * 1e3;
-  t0 = now();
+  plan_ms = (meas_now() - t0) * 1e3;
+  t0 = meas_now();
   if (exec_program_compile(pr, &e)) die("compile", &e);
-  cold = (now() - t0) * 1e3;
+  cold = (meas_now() - t0) * 1e3;
   exec_program_free(pr);
   cache_forget_memory();
-  t0 = now();
+  t0 = meas_now();
   pr = exec_codegen(&cpu_backend, p, NULL, &e);
   if (exec_program_compile(pr, &e)) die("compile", &e);
-  warm = (now() - t0) * 1e3;
+  warm = (meas_now() - t0) * 1e3;
   printf("%-34s plan+codegen %.1f ms, cold compile %.0f ms, warm (disk, new process) %.1f ms\n",
          what, plan_ms, cold, warm);
   exec_program_free(pr);

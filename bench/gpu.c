@@ -27,12 +27,7 @@
 #include "gpu/cuda.h"
 #include "gpu/cuda_program.h"
 #include "exec/cache.h"
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "exec/measure.h"
 
 static void die(const char *what, const fl_err *e) {
   fprintf(stderr, "bench/gpu: %s: %s\n", what, e->msg);
@@ -259,14 +254,14 @@ static void bench_overhead(void) {
       ten_release(&out[0]);
     }
     cuda_sync(&e);
-    t0 = now_ms();
+    t0 = meas_now() * 1e3;
     for (r = 0; r < 500; r++) {
       memset(out, 0, sizeof out);
       if (cuda_program_run(pr, inp, 1, out, &e) != FL_OK) die("run", &e);
       ten_release(&out[0]);
     }
     cuda_sync(&e);
-    per[mode] = (now_ms() - t0) / 500 * 1e3;
+    per[mode] = (meas_now() * 1e3 - t0) / 500 * 1e3;
   }
   printf("4. 20-kernel graph per call: default %.1f us, reduce-overhead (CUDA graph) %.1f us: %.1fx lower "
          "(target >= 3)\n", per[0], per[1], per[0] / per[1]);

@@ -25,16 +25,11 @@
 #endif
 
 #include "cpu/eager.h"
+#include "exec/measure.h"
 
 #define N (4 * 1024 * 1024)   /* elements: 16 MiB a tensor */
 
 static int reps = 9;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -104,9 +99,9 @@ static double time_libm(float (*f)(float), float *y, const float *x) {
   double t[64];
   int r, k;
   for (r = 0; r <= reps; r++) {
-    double t0 = now();
+    double t0 = meas_now();
     for (k = 0; k < N; k++) y[k] = f(x[k]);
-    if (r > 0) t[r - 1] = now() - t0;
+    if (r > 0) t[r - 1] = meas_now() - t0;
   }
   return median(t, reps);
 }
@@ -119,12 +114,12 @@ static double time_eager(fl_op op, const fl_tensor *in, const op_attrs *a,
     fl_tensor out;
     fl_err e = {0};
     const fl_tensor *ins[1] = {in};
-    double t0 = now();
+    double t0 = meas_now();
     if (eager_apply(op, ins, 1, a, &out, &e) != FL_OK) {
       fprintf(stderr, "bench/transcendental: %s: %s\n", op_name(op), e.msg);
       exit(1);
     }
-    if (r > 0) t[r - 1] = now() - t0;
+    if (r > 0) t[r - 1] = meas_now() - t0;
     if (r == reps) *keep = out; else ten_release(&out);
   }
   return median(t, reps);

@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../exec/measure.h"
 #include "../graph/env.h"
 #include "mm.h"
 
@@ -979,11 +979,9 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
 }
 
 static double exec_seconds(centry *en, const cpu_conv *c) {
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double t0 = meas_now();
   if (!centry_exec(en, c, 0)) return 1e30;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  return meas_now() - t0;
 }
 
 /* Make en's primitive.  oneDNN's own (blocked) layouts make the fast

@@ -319,12 +319,6 @@ double cdisk_timeout(void) {
   return env_number("FUSELAB_COMPILE_TIMEOUT", 120, 1e6, ENV_ABOVE_ZERO, "seconds");
 }
 
-double cdisk_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 pid_t cdisk_spawn(const char *cmd, int out_fd) {
   extern char **environ;
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};

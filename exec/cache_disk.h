@@ -82,7 +82,7 @@ double cdisk_timeout(void);
 pid_t cdisk_spawn(const char *cmd, int out_fd);
 enum { CDISK_DONE = 0, CDISK_TIMEOUT = 1, CDISK_INTR = 2 };
 /* Wait for pids[0..n) (-1 entries count as failed) until deadline (a
-** CLOCK_MONOTONIC time in seconds).  ok[i] = exited with status 0.  Past
+** meas_now() time, exec/measure.h).  ok[i] = exited with status 0.  Past
 ** the deadline, or when interrupted, every process group still running is
 ** killed with SIGKILL and reaped.  A CDISK_ code.  note, when not NULL,
 ** is the progress line of a long wait (below). */

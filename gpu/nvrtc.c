@@ -11,12 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_check.h"
 #include "nvrtc.h"
 #include "cuda_rt.h"
 #include "../exec/cache.h"
+#include "../exec/measure.h"
 
 #ifndef FL_CUDA_INCLUDE
 #define FL_CUDA_INCLUDE "/usr/local/cuda/include"
@@ -33,12 +33,6 @@ typedef struct entry {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static entry *table;
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static char *dupn(const void *p, size_t n) {
   char *d = malloc(n + 1);
@@ -162,7 +156,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
   const char *parts[7];
   nvrtcProgram prog = NULL;
   nvrtcResult crc;
-  double t0 = now_ms();
+  double t0 = meas_now() * 1e3;
   entry *en;
   void *blob;
   size_t bn, ln = 0;
@@ -193,7 +187,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
   if (en) {
     if (rc != FL_OK) return err_set(e, FL_ENOMEM, "nvrtc: out of memory");
     img->how = CACHE_MEMORY;
-    img->ms = now_ms() - t0;
+    img->ms = meas_now() * 1e3 - t0;
     return FL_OK;
   }
   if (cache_get_blob_shared(key, BLOB_EXT, &blob, &bn, &how)) {
@@ -202,7 +196,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
     if (!bad) {
       img->how = how;
       remember(key, img);
-      img->ms = now_ms() - t0;
+      img->ms = meas_now() * 1e3 - t0;
       return FL_OK;
     }
   }
@@ -251,7 +245,7 @@ int nvrtc_compile(const char *source, const char *name, int arch, nvrtc_image *i
     free(b);
   }
   remember(key, img);
-  img->ms = now_ms() - t0;
+  img->ms = meas_now() * 1e3 - t0;
   return FL_OK;
 fail:
   if (prog) nvrtcDestroyProgram(&prog);

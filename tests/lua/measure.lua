@@ -161,4 +161,16 @@ t.is(fl._break_even(10, 2, 1), 9, "cold 10 ms, eager 2, steady 1: 9 calls (1 col
 t.is(fl._break_even(1.5, 2, 1), 1, "a cold call no slower than eager pays at once")
 t.is(fl._break_even(10, 1, 1), nil, "no faster: never")
 
+-- one clock: meas_now (exec/measure.c) is the only reader of the monotonic
+-- clock among the sources the binary and its benches link
+do
+  local src = os.getenv("FUSELAB_SRC") or "."
+  local p = io.popen("cd '" .. src .. "' && grep -l 'CLOCK_MONOTONIC' " ..
+                     "graph/*.c cpu/*.c gpu/*.c fuse/*.c exec/*.c io/*.c scripting/*.c " ..
+                     "bench/eager.c bench/fusion.c bench/transcendental.c bench/gpu.c 2>/dev/null")
+  local files = p:read("a")
+  p:close()
+  t.is(files, "exec/measure.c\n", "one clock: only exec/measure.c reads CLOCK_MONOTONIC")
+end
+
 t.done()
