@@ -314,6 +314,9 @@ static pcache cache = {sizeof(key), sizeof(entry), entry_make, entry_free, {0}, 
 typedef struct pslot {
   uint64_t id, version;        /* 0: free */
   const void *src;             /* the weight's element 0 (a view's offset) */
+  dnnl_memory_desc_t from;     /* the layout it was read in: one storage is
+                                  read as w and as w^T (a square linear's
+                                  weight forward and in its gradient) */
   dnnl_memory_desc_t md;       /* buf's layout */
   void *buf;                   /* NULL: seen once */
 } pslot;
@@ -395,7 +398,9 @@ static pslot *kept_find(fl_storage *st, const void *src) {
 static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md,
                        dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
   dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-  if (s->buf && dnnl_memory_desc_equal(&s->md, md)) {
+  const dnnl_memory_desc_t *fmd;
+  if (dnnl_memory_get_memory_desc(from, &fmd) != dnnl_success) return NULL;
+  if (s->buf && dnnl_memory_desc_equal(&s->md, md) && dnnl_memory_desc_equal(&s->from, fmd)) {
     dnnl_memory_set_data_handle(to, s->buf);
     return s->buf;
   }
@@ -410,6 +415,7 @@ static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md,
     return NULL;
   }
   s->md = *md;
+  s->from = *fmd;
   pack_bytes += kept_bytes(md);
   st->kept = 1;
   return s->buf;

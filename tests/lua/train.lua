@@ -719,4 +719,28 @@ do
   end
 end
 
+---------------------------------------------------------------------------
+-- gradient accumulation: forward, backward, forward again.  A square
+-- weight is read as w forward and as w^T by its input's gradient; the
+-- copy oneDNN keeps in its own layout must be the one of each reading
+-- (the second forward once read the gradient's copy: wrong values)
+---------------------------------------------------------------------------
+do
+  for _, d in ipairs{16, 64} do
+    fl.manual_seed(7)
+    local m = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, d))
+    local x = fl.randn(8, d)
+    local y1 = m(x)
+    local ref = fl.no_grad(function() return y1 + 0 end)
+    y1:sum():backward()
+    local w = m:named_parameters()["0.weight"]
+    local g1 = w.grad + 0
+    local y2 = m(x)
+    t.ok(fl.allclose(y2, ref, 0, 0), ("Linear(%d, %d): the forward after a backward is the same"):format(d, d))
+    y2:sum():backward()
+    t.ok(fl.allclose(w.grad, g1 * 2, 1e-6, 1e-6),
+         ("Linear(%d, %d): a second backward accumulates the same gradient"):format(d, d))
+  end
+end
+
 t.done()
