@@ -561,7 +561,9 @@ static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
     fuse_plan_free(p);
     return NULL;
   }
-  for (tries = 0; tries < 16 && rc == FL_EUNSUPPORTED; tries++) {
+  /* each failed try materializes one more view: at most one per node
+  ** (a backward graph has a reshape of a transposed view per head) */
+  for (tries = 0; tries <= n && rc == FL_EUNSUPPORTED; tries++) {
     plan_clear_kernels(p);
     rc = plan_once(p, &pl, promote, e);
     planner_free(&pl);

@@ -65,6 +65,7 @@ void ir_free(ir_graph *g) {
   free(g->outputs);
   free(g->wb);
   free(g->sx);
+  free(g->joint_wrt);
   free(g);
 }
 
@@ -406,6 +407,12 @@ ir_graph *ir_clone(const ir_graph *g) {
   c->nsyms = g->nsyms;
   c->has_asym = g->has_asym;
   c->origin = g->origin;
+  if (g->joint_nres) {
+    size_t ng = (size_t)(ir_nresults(g) - g->joint_nres);
+    if (!(c->joint_wrt = malloc((ng ? ng : 1) * sizeof *c->joint_wrt))) { ir_free(c); return NULL; }
+    memcpy(c->joint_wrt, g->joint_wrt, ng * sizeof *c->joint_wrt);
+    c->joint_nres = g->joint_nres;
+  }
   if (g->nsx) {
     if (!(c->sx = malloc((size_t)g->nsx * sizeof *c->sx))) { ir_free(c); return NULL; }
     memcpy(c->sx, g->sx, (size_t)g->nsx * sizeof *c->sx);

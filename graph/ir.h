@@ -51,6 +51,9 @@ typedef struct ir_node {
                                specializes those symbols) */
   fl_tensor value;          /* IR_PARAM, IR_CONST: a shared reference */
   int index;                /* IR_INPUT: argument position */
+  int requires_grad;        /* IR_INPUT, IR_PARAM: the tensor captured
+                               required grad (g:joint differentiates
+                               with respect to these) */
   char *name;               /* input/param name ("x", "fc1.weight") or NULL */
   char *where;              /* "file:line" of the user's code, or NULL */
   char *scope;              /* module path ("blocks.3.attn") or NULL */
@@ -87,6 +90,12 @@ typedef struct ir_graph {
                                wrote in place (x:copy_, a view's fill_) */
   int *wb;                  /* wb[k]: the IR_INPUT or IR_PARAM node that
                                output nout - nwb + k is written into */
+  int joint_nres;           /* a joint graph (graph/joint.h): its outputs
+                               are the forward's joint_nres results, then
+                               the gradients of the leaves that require
+                               grad, then the write-backs; 0 otherwise */
+  int *joint_wrt;           /* a joint graph: the leaf node each gradient
+                               output is of, in output order */
 } ir_graph;
 
 /* The graph's results: its outputs less the write-backs. */

@@ -77,9 +77,14 @@ static int copy_node(rw *r, const ir_node *nd) {
   case IR_INPUT: {
     int id = ir_add_input(r->b.g, &nd->meta, nd->name, r->b.e);
     if (id >= 0) memcpy(r->b.g->nodes[id].sym, nd->sym, sizeof nd->sym);
+    if (id >= 0) r->b.g->nodes[id].requires_grad = nd->requires_grad;
     return id;
   }
-  case IR_PARAM: return ir_add_param(r->b.g, &nd->value, nd->name, r->b.e);
+  case IR_PARAM: {
+    int id = ir_add_param(r->b.g, &nd->value, nd->name, r->b.e);
+    if (id >= 0) r->b.g->nodes[id].requires_grad = nd->requires_grad;
+    return id;
+  }
   case IR_CONST: {                   /* a backward graph's saved value keeps its name */
     int id = ir_add_const(r->b.g, &nd->value, r->b.e);
     if (id >= 0 && nd->name && ir_set_name(r->b.g, id, nd->name, r->b.e) != FL_OK) return -1;
@@ -102,6 +107,14 @@ static int finish_outputs(rw *r) {
   for (i = 0; i < r->old->nwb && !r->b.rc; i++) {
     int rc = ir_add_writeback(r->b.g, r->map[r->old->outputs[nres + i]], r->map[r->old->wb[i]], r->b.e);
     if (rc) r->b.rc = rc;
+  }
+  /* a joint graph stays one: its gradients' leaves are copied too */
+  if (r->old->joint_nres && !r->b.rc) {
+    int ng = nres - r->old->joint_nres;
+    if (!(r->b.g->joint_wrt = malloc((size_t)(ng ? ng : 1) * sizeof(int))))
+      return r->b.rc = err_set(r->b.e, FL_ENOMEM, "pass: out of memory");
+    for (i = 0; i < ng; i++) r->b.g->joint_wrt[i] = r->map[r->old->joint_wrt[i]];
+    r->b.g->joint_nres = r->old->joint_nres;
   }
   return r->b.rc;
 }

@@ -250,8 +250,11 @@ static int t_requires_grad_(lua_State *L) {
 }
 
 static int t_detach(lua_State *L) {
-  fl_tensor *t = lfl_checkdata(L, 1, "detach");
-  fl_tensor *d = lfl_newtensor(L);
+  fl_tensor *t = lfl_checktensor(L, 1), *d;
+  /* a value being captured: the graph records no gradient either way (its
+  ** joint graph's rules decide what flows where), so it is its own detach */
+  if (lfl_islazy(t)) { lua_settop(L, 1); return 1; }
+  d = lfl_newtensor(L);
   ten_share(d, t);
   return 1;
 }

@@ -14,6 +14,8 @@
 #include "fuse/kernel.h"
 #include "fuse/plan.h"
 #include "graph/ref.h"
+#include "graph/joint.h"
+#include "fuse/partition.h"
 
 #define GRAPH_TYPE "fl.Graph"
 
@@ -363,7 +365,90 @@ static int g_set_outputs(lua_State *L) {
   return 0;
 }
 
+/* g:joint() -> the joint forward+backward graph of a captured loss */
+static int g_joint(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1), *j;
+  fl_err e;
+  err_clear(&e);
+  lfl_pushgraph(L, NULL);                    /* owner first, then the graph */
+  if (!(j = ir_joint(g, &e))) return lfl_raise(L, "joint", &e);
+  ((lgraph *)lua_touserdata(L, -1))->g = j;
+  return 1;
+}
+
+/* j:partition{policy = "mincut" | "save_all" | "recompute_all"} -> fw, bw,
+** info {saved = {{name, bytes, why, node}}, recomputed = {{op, reason,
+** node}}, saved_bytes, eager_saved_bytes} */
+static int g_partition(lua_State *L) {
+  static const char *const keys[] = {"policy", NULL};
+  static const char *const names[] = {"mincut", "save_all", "recompute_all"};
+  ir_graph *j = lfl_checkgraph(L, 1), *fw, *bw;
+  part_policy pol = PART_MINCUT;
+  part_info info;
+  fl_err e;
+  char desc[64];
+  int i, k;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lfl_checkkeys(L, 2, keys, "partition");
+    if (lua_getfield(L, 2, "policy") != LUA_TNIL) {
+      const char *s = lua_tostring(L, -1);
+      for (k = 0; k < 3 && !(s && lua_type(L, -1) == LUA_TSTRING && strcmp(s, names[k]) == 0); k++) {}
+      if (k == 3)
+        return luaL_error(L, "partition: unknown policy %s (expected mincut, save_all or recompute_all)",
+                          lua_type(L, -1) == LUA_TSTRING ? s : luaL_typename(L, -1));
+      pol = (part_policy)k;
+    }
+    lua_pop(L, 1);
+  }
+  err_clear(&e);
+  if (fuse_partition(j, pol, &fw, &bw, &info, &e) != FL_OK) return lfl_raise(L, "partition", &e);
+  lfl_pushgraph(L, fw);
+  lfl_pushgraph(L, bw);
+  lua_createtable(L, 0, 4);
+  lua_createtable(L, info.nsaved, 0);
+  for (i = 0; i < info.nsaved; i++) {
+    const ir_node *nd = &j->nodes[info.saved[i].node];
+    lua_createtable(L, 0, 4);
+    if (nd->kind == IR_INPUT) lua_pushstring(L, nd->name ? nd->name : "input");
+    else {
+      fk_describe(j, info.saved[i].node, desc, sizeof desc);
+      lua_pushfstring(L, "%%%d %s", info.saved[i].node, desc);
+    }
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, info.saved[i].bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushstring(L, info.saved[i].why);
+    lua_setfield(L, -2, "why");
+    lua_pushinteger(L, info.saved[i].node);
+    lua_setfield(L, -2, "node");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "saved");
+  lua_createtable(L, info.nrec, 0);
+  for (i = 0; i < info.nrec; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, op_name(j->nodes[info.rec[i].node].op));
+    lua_setfield(L, -2, "op");
+    lua_pushstring(L, info.rec[i].reason);
+    lua_setfield(L, -2, "reason");
+    lua_pushinteger(L, info.rec[i].node);
+    lua_setfield(L, -2, "node");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "recomputed");
+  lua_pushinteger(L, info.saved_bytes);
+  lua_setfield(L, -2, "saved_bytes");
+  lua_pushinteger(L, info.eager_saved_bytes);
+  lua_setfield(L, -2, "eager_saved_bytes");
+  lua_pushstring(L, names[pol]);
+  lua_setfield(L, -2, "policy");
+  part_info_free(&info);
+  return 3;
+}
+
 static const luaL_Reg graph_methods[] = {
+  {"joint", g_joint}, {"partition", g_partition},
   {"_set_name", g_set_name}, {"outputs", g_outputs}, {"writebacks", g_writebacks},
   {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},

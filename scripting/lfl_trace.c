@@ -191,6 +191,8 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
     id = ir_add_const(tr->g, t, &e);
   } else {
     id = ir_add_param(tr->g, t, NULL, &e);
+    /* what g:joint() differentiates with respect to */
+    if (id >= 0) tr->g->nodes[id].requires_grad = lfl_requires_grad(t);
   }
   if (id < 0) lfl_raise(L, opname, &e);
   tr->ext[tr->next].key = t;
@@ -1185,6 +1187,7 @@ static int tr_input(lua_State *L) {
   id = ir_add_input(tr->g, &x->m, name, &e);
   if (id < 0) return lfl_raise(L, "capture", &e);
   tr->g->nodes[id].meta.wrapped = x->m.wrapped;   /* a number stays weakest in promotion */
+  tr->g->nodes[id].requires_grad = lfl_requires_grad(x);
   if (lua_istable(L, 4)) {
     lua_Integer n = luaL_len(L, 4), k;
     for (k = 1; k <= n; k++) {

@@ -1,0 +1,224 @@
+/*
+** joint.c -- the joint forward+backward graph (joint.h).  The forward's
+** nodes are copied first, unchanged; then, from the loss's gradient (1),
+** every op in reverse id order (a reverse topological order) applies its
+** row's derivative rule to the forward nodes themselves -- the values a
+** rule reads are the forward's, so the partitioner sees exactly which
+** forward values the backward needs.  Nodes no output needs are dropped.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build.h"
+#include "grad.h"
+#include "joint.h"
+
+static int leaf_wants(const ir_node *nd) {
+  return (nd->kind == IR_INPUT || nd->kind == IR_PARAM) && nd->requires_grad &&
+         dtype_is_float(nd->meta.dtype);
+}
+
+/* gsum[x] += v (a new add when x already has a gradient) */
+static void accumulate(gbuild *b, int *gsum, int x, int v) {
+  if (v < 0) return;
+  gsum[x] = gsum[x] < 0 ? v : gb_op2(b, OP_ADD, gsum[x], v);
+}
+
+/* The rule of forward op node id, its input gradients added into gsum. */
+static int step(gbuild *b, const ir_graph *g, int id, const char *rg, int *gsum) {
+  const ir_node *nd = &g->nodes[id];
+  const op_info *oi = op_info_of(nd->op);
+  int gin[64], k;
+  unsigned char need[64];
+  fl_meta in_meta[64];
+  gr_ctx c;
+  if (oi->grad == gr_none) return FL_OK;
+  if (nd->op == OP_DROPOUT)
+    return b->rc = err_set(b->e, FL_EUNSUPPORTED, "joint: dropout's gradient needs the mask its forward "
+                   "drew, which a joint graph cannot name yet (put the model in eval mode, or "
+                   "use eager autograd)");
+  for (k = 0; k < nd->nin; k++) {
+    need[k] = nd->in[k] >= 0 && rg[nd->in[k]];
+    gin[k] = -1;
+    if (nd->in[k] >= 0) in_meta[k] = g->nodes[nd->in[k]].meta;
+    else { memset(&in_meta[k], 0, sizeof in_meta[k]); in_meta[k].ndim = -1; }
+  }
+  memset(&c, 0, sizeof c);
+  c.b = b;
+  c.op = nd->op;
+  c.a = &nd->attrs;
+  c.nin = nd->nin;
+  c.in = nd->in;
+  c.in_meta = in_meta;
+  c.out = id;
+  c.out_meta = &nd->meta;
+  c.extra = -1;
+  c.g = gsum[id];
+  c.need = need;
+  oi->grad(&c, gin);
+  for (k = 0; k < nd->nin && !b->rc; k++)
+    if (need[k] && gin[k] >= 0)
+      accumulate(b, gsum, nd->in[k], gb_cast(b, gb_sum_to(b, gin[k], &in_meta[k]), in_meta[k].dtype));
+  if (b->rc && b->e->msg[0] && strncmp(b->e->msg, "joint", 5) != 0) {
+    char msg[FL_ERR_MSG];
+    snprintf(msg, sizeof msg, "%s", b->e->msg);
+    err_set(b->e, b->rc, "joint: the gradient of %%%d %s: %s", id, op_name(nd->op), msg);
+  }
+  return b->rc;
+}
+
+/* A copy of g keeping only the nodes its outputs need (ids renumbered in
+** order), its joint fields mapped. */
+static ir_graph *prune(const ir_graph *g, fl_err *e) {
+  ir_graph *h = ir_new();
+  char *live = calloc((size_t)(g->n ? g->n : 1), 1);
+  int *map = malloc((size_t)(g->n ? g->n : 1) * sizeof *map);
+  int i, k, rc = FL_OK, nres = ir_nresults(g);
+  if (!h || !live || !map) { rc = err_set(e, FL_ENOMEM, "joint: out of memory"); goto out; }
+  for (i = 0; i < g->nout; i++) live[g->outputs[i]] = 1;
+  for (i = 0; i < g->nwb; i++) live[g->wb[i]] = 1;
+  for (i = g->n - 1; i >= 0; i--) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_INPUT) live[i] = 1;            /* the signature stays */
+    if (!live[i] || nd->kind != IR_OP) continue;
+    for (k = 0; k < nd->nin; k++) if (nd->in[k] >= 0) live[nd->in[k]] = 1;
+  }
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    const ir_node *nd = &g->nodes[i];
+    int id = -1, in[64];
+    map[i] = -1;
+    if (!live[i]) continue;
+    switch (nd->kind) {
+    case IR_INPUT: id = ir_add_input(h, &nd->meta, nd->name, e); break;
+    case IR_PARAM: id = ir_add_param(h, &nd->value, nd->name, e); break;
+    case IR_CONST:
+      id = ir_add_const(h, &nd->value, e);
+      if (id >= 0 && nd->name && ir_set_name(h, id, nd->name, e) != FL_OK) id = -1;
+      break;
+    case IR_OP:
+      for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : map[nd->in[k]];
+      id = ir_add_op(h, nd->op, in, nd->nin, &nd->attrs, nd->where, nd->scope, e);
+      break;
+    }
+    if (id < 0) { rc = id; break; }
+    if (nd->kind != IR_OP) {
+      h->nodes[id].requires_grad = nd->requires_grad;
+      h->nodes[id].meta.wrapped = nd->meta.wrapped;
+    }
+    map[i] = id;
+  }
+  for (i = 0; i < nres && rc == FL_OK; i++) rc = ir_add_output(h, map[g->outputs[i]], e);
+  for (i = 0; i < g->nwb && rc == FL_OK; i++)
+    rc = ir_add_writeback(h, map[g->outputs[nres + i]], map[g->wb[i]], e);
+  if (rc == FL_OK) {
+    int ng = nres - g->joint_nres;
+    if (!(h->joint_wrt = malloc((size_t)(ng ? ng : 1) * sizeof *h->joint_wrt))) {
+      rc = err_set(e, FL_ENOMEM, "joint: out of memory");
+    } else {
+      for (i = 0; i < ng; i++) h->joint_wrt[i] = map[g->joint_wrt[i]];
+      h->joint_nres = g->joint_nres;
+    }
+  }
+out:
+  free(live);
+  free(map);
+  if (rc != FL_OK) { ir_free(h); return NULL; }
+  return h;
+}
+
+ir_graph *ir_joint(const ir_graph *g, fl_err *e) {
+  ir_graph *j = NULL, *pruned;
+  char *rg = NULL;
+  int *gsum = NULL, i, k, n = g->n, nres = ir_nresults(g), nleaf = 0, seed, rc = FL_OK;
+  gbuild b;
+  if (nres < 1) { err_set(e, FL_EINVAL, "joint: the graph returns nothing (expected a loss)"); return NULL; }
+  {
+    const fl_meta *m = &g->nodes[g->outputs[0]].meta;
+    char s[64];
+    if (m->ndim != 0 || !dtype_is_float(m->dtype)) {
+      err_set(e, FL_EINVAL, "joint: the graph's first result must be a float scalar (the loss), "
+              "got %s%s", dtype_name(m->dtype), meta_shape_str(m, s, sizeof s));
+      return NULL;
+    }
+  }
+  if (g->nsyms) {
+    err_set(e, FL_EUNSUPPORTED, "joint: the graph has symbolic sizes; capture it with static "
+            "shapes to build its joint graph");
+    return NULL;
+  }
+  if (!(j = ir_clone(g)) || !(rg = calloc((size_t)(n ? n : 1), 1)) ||
+      !(gsum = malloc((size_t)(n ? n : 1) * sizeof *gsum))) {
+    err_set(e, FL_ENOMEM, "joint: out of memory");
+    goto fail;
+  }
+  /* which values depend on a leaf that requires grad, through ops with a rule */
+  for (i = 0; i < n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    gsum[i] = -1;
+    if (nd->kind != IR_OP) { rg[i] = (char)leaf_wants(nd); nleaf += rg[i]; continue; }
+    if (op_info_of(nd->op)->grad == gr_none || !dtype_is_float(nd->meta.dtype)) continue;
+    for (k = 0; k < nd->nin; k++) if (nd->in[k] >= 0 && rg[nd->in[k]]) rg[i] = 1;
+  }
+  if (!nleaf) {
+    err_set(e, FL_EINVAL, "joint: no input or parameter of the graph requires grad (capture "
+            "a module whose parameters require grad, or inputs made with {requires_grad = true})");
+    goto fail;
+  }
+  if (!rg[g->outputs[0]]) {
+    err_set(e, FL_EINVAL, "joint: the loss does not depend on any value that requires grad");
+    goto fail;
+  }
+  /* the outputs are rebuilt: results, gradients, write-backs */
+  j->nout = 0;
+  j->nwb = 0;
+  free(j->wb);
+  j->wb = NULL;
+  gb_init(&b, j, e);
+  seed = gb_const(&b, 1.0);
+  if (seed >= 0 && ir_set_name(j, seed, "gradient of the loss", e) != FL_OK) b.rc = FL_ENOMEM;
+  if (seed >= 0) gsum[g->outputs[0]] = gb_cast(&b, seed, g->nodes[g->outputs[0]].meta.dtype);
+  for (i = n - 1; i >= 0 && !b.rc; i--)
+    if (g->nodes[i].kind == IR_OP && gsum[i] >= 0 && rg[i]) step(&b, g, i, rg, gsum);
+  if ((rc = b.rc) != FL_OK) goto fail;
+  for (i = 0; i < nres && rc == FL_OK; i++) rc = ir_add_output(j, g->outputs[i], e);
+  if (!(j->joint_wrt = malloc((size_t)nleaf * sizeof *j->joint_wrt))) {
+    err_set(e, FL_ENOMEM, "joint: out of memory");
+    goto fail;
+  }
+  for (i = 0, k = 0; i < n && rc == FL_OK; i++) {
+    int v;
+    if (g->nodes[i].kind == IR_OP || !rg[i]) continue;
+    /* a leaf the loss does not reach has a zero gradient, as fl.grad with
+    ** allow_unused does not: PyTorch's .grad stays None there */
+    if ((v = gsum[i]) < 0) continue;
+    rc = ir_add_output(j, v, e);
+    j->joint_wrt[k++] = i;
+  }
+  for (i = 0; i < g->nwb && rc == FL_OK; i++)
+    rc = ir_add_writeback(j, g->outputs[nres + i], g->wb[i], e);
+  if (rc != FL_OK) goto fail;
+  j->joint_nres = nres;
+  if (!(pruned = prune(j, e))) goto fail;
+  ir_free(j);
+  free(rg);
+  free(gsum);
+  return pruned;
+fail:
+  ir_free(j);
+  free(rg);
+  free(gsum);
+  return NULL;
+}
+
+void ir_joint_forward(const ir_graph *j, char *fwd) {
+  int i, k, nres = ir_nresults(j);
+  memset(fwd, 0, (size_t)j->n);
+  for (i = 0; i < j->joint_nres; i++) fwd[j->outputs[i]] = 1;
+  for (i = 0; i < j->nwb; i++) fwd[j->outputs[nres + i]] = fwd[j->wb[i]] = 1;
+  for (i = j->n - 1; i >= 0; i--) {
+    const ir_node *nd = &j->nodes[i];
+    if (!fwd[i] || nd->kind != IR_OP) continue;
+    for (k = 0; k < nd->nin; k++) if (nd->in[k] >= 0) fwd[nd->in[k]] = 1;
+  }
+}

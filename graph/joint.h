@@ -1,0 +1,25 @@
+/*
+** joint.h -- the joint forward+backward graph of a captured loss, as
+** AOTAutograd traces it: the forward's nodes, then the derivative rules of
+** the op table (grad.h) applied to them in reverse, in one graph.  Its
+** outputs are the forward's results, then the gradient of every leaf (input
+** or parameter) that required grad when captured, then the forward's
+** write-backs; joint_nres says where the gradients start.  The partitioner
+** (fuse/partition.h) splits it into a forward and a backward graph.
+*/
+#ifndef FL_JOINT_H
+#define FL_JOINT_H
+
+#include "ir.h"
+
+/* The joint graph of g, whose first result must be a float scalar (the
+** loss; its gradient is 1).  NULL with e filled: no leaf requires grad, a
+** loss that is not a scalar, symbolic sizes, an op whose gradient needs a
+** value the graph cannot recompute (dropout's mask). */
+ir_graph *ir_joint(const ir_graph *g, fl_err *e);
+
+/* fwd[i] = 1 for the nodes of j's forward half: those its results and
+** write-backs need.  j is a joint graph (joint_nres > 0). */
+void ir_joint_forward(const ir_graph *j, char *fwd);
+
+#endif

@@ -1,0 +1,179 @@
+-- joint.lua -- the joint forward+backward graph (g:joint) and its
+-- partitions (j:partition): the joint graph's gradients equal eager
+-- autograd's; every policy's forward then backward gives the same loss and
+-- gradients, run op by op, by the reference interpreter and compiled;
+-- mincut saves strictly fewer bytes than save_all where a pointwise op
+-- sits between products, recompute_all only the inputs; bad input is
+-- named.  Tolerances: the joint graph runs the eager kernels on the same
+-- values as eager autograd (rtol 1e-5, atol 1e-6); the reference
+-- interpreter and compiled kernels differ from them by float32 rounding
+-- order (rtol 1e-4, atol 1e-5).
+local t = require "tap"
+local nn = fl.nn
+
+local function close(a, b, rtol, atol, what)
+  local ok = fl.allclose(a, b, rtol, atol)
+  t.ok(ok, what)
+  if not ok then t.diag(("max |a - b| = %g"):format((a - b):abs():amax():item())) end
+end
+
+-- eager autograd: the loss and the gradients of the leaves, in the
+-- order the joint graph returns them (graph order of first use)
+local function eager(loss_fn, params, ...)
+  for _, p in ipairs(params) do p.grad = nil end
+  local l = loss_fn(...)
+  l:backward()
+  local gs = {}
+  for i, p in ipairs(params) do gs[i] = p.grad end
+  return l, gs
+end
+
+-- a partition's forward, then its backward on what the forward saved
+local function run_split(fw, bw, info, nres, run, inputs, nwb)
+  local outs = table.pack(fw[run](fw, table.unpack(inputs)))
+  local args, k = {}, nres + 1
+  for _, s in ipairs(info.saved) do
+    if s.node < #inputs then args[#args + 1] = inputs[s.node + 1]
+    else args[#args + 1] = outs[k]; k = k + 1 end
+  end
+  -- (a graph run op by op also returns its write-backs' new values)
+  t.ok(k - 1 == outs.n or k - 1 + (nwb or 0) == outs.n,
+       "the forward returns its results, then exactly the saved values")
+  return outs[1], table.pack(bw[run](bw, table.unpack(args)))
+end
+
+-- compiled: p:codegen("cpu"):run
+local function compiled(g)
+  local k = g:fuse():codegen("cpu")
+  return {run = function(_, ...) return k:run(...) end}
+end
+
+local function check_model(name, loss_fn, params, inputs, opts)
+  opts = opts or {}
+  local l, gs = eager(loss_fn, params, table.unpack(inputs))
+  local g = fl.capture(loss_fn, table.unpack(inputs))
+  local j = g:joint()
+  local outs = table.pack(j:run(table.unpack(inputs)))
+  t.is(outs.n, 1 + #params, name .. ": the joint graph returns the loss and one gradient per parameter")
+  close(outs[1], l, 1e-5, 1e-6, name .. ": the joint graph's loss is eager's")
+  for i, p in ipairs(params) do
+    close(outs[1 + i], gs[i], 1e-5, 1e-6, ("%s: the joint graph's gradient %d %s is eager autograd's"):format(name, i, t.show(p.shape)))
+  end
+  local saved = {}
+  for _, pol in ipairs{"save_all", "mincut", "recompute_all"} do
+    local fw, bw, info = j:partition{policy = pol}
+    saved[pol] = info
+    t.is(info.policy, pol, name .. ": info names the policy")
+    local total = 0
+    for _, s in ipairs(info.saved) do total = total + s.bytes end
+    t.is(total, info.saved_bytes, name .. " " .. pol .. ": saved_bytes is the sum of what info.saved lists")
+    for _, run in ipairs{"run", "run_reference"} do
+      local tol = run == "run" and {1e-5, 1e-6} or {1e-4, 1e-5}
+      local loss, grads = run_split(fw, bw, info, 1, run, inputs, #fw:writebacks())
+      close(loss, l, tol[1], tol[2], ("%s %s %s: the forward's loss"):format(name, pol, run))
+      local all = grads.n == #params
+      for i = 1, #params do all = all and fl.allclose(grads[i], gs[i], tol[1], tol[2]) end
+      t.ok(all, ("%s %s %s: the backward's %d gradients equal eager autograd's"):format(name, pol, run, #params))
+    end
+    if not opts.no_compile then
+      local loss, grads = run_split(compiled(fw), compiled(bw), info, 1, "run", inputs, #fw:writebacks())
+      close(loss, l, 1e-4, 1e-5, ("%s %s: compiled forward's loss"):format(name, pol))
+      local all = grads.n == #params
+      for i = 1, #params do all = all and fl.allclose(grads[i], gs[i], 1e-4, 1e-5) end
+      t.ok(all, ("%s %s: the compiled backward's gradients equal eager autograd's"):format(name, pol))
+    end
+  end
+  t.is(saved.save_all.saved_bytes, saved.mincut.eager_saved_bytes, name .. ": eager_saved_bytes is save_all's")
+  t.ok(saved.mincut.saved_bytes <= saved.save_all.saved_bytes,
+       ("%s: mincut saves %d B, at most save_all's %d"):format(name, saved.mincut.saved_bytes, saved.save_all.saved_bytes))
+  local inputs_only = true
+  for _, s in ipairs(saved.recompute_all.saved) do inputs_only = inputs_only and s.node < #inputs end
+  t.ok(inputs_only and #saved.recompute_all.recomputed > 0, name .. ": recompute_all saves only inputs and recomputes")
+  return j, saved
+end
+
+fl.manual_seed(3)
+
+-- an MLP with GELU: the pointwise op between two products is recomputed
+do
+  local m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+  local x, y = fl.randn(5, 8), (fl.rand(5) * 4):to("int64")
+  local _, saved = check_model("MLP with GELU", function(a, b) return fl.cross_entropy(m(a), b) end,
+                               m:parameters(), {x, y})
+  t.ok(saved.mincut.saved_bytes < saved.save_all.saved_bytes,
+       ("MLP with GELU: mincut saves strictly fewer bytes (%d) than save_all (%d)"):format(
+         saved.mincut.saved_bytes, saved.save_all.saved_bytes))
+  local gelu = false
+  for _, r in ipairs(saved.mincut.recomputed) do gelu = gelu or r.op == "gelu" end
+  t.ok(gelu, "MLP with GELU: mincut recomputes the gelu and says so")
+  local product = false
+  for _, s in ipairs(saved.mincut.saved) do product = product or s.why:find("product") ~= nil end
+  t.ok(product, "MLP with GELU: mincut saves the product before the gelu, saying a product is never recomputed")
+end
+
+-- a 2-layer GPT (eval mode: no dropout), cross-entropy over the tokens
+do
+  local m = fl.models.transformer{vocab = 32, d = 16, heads = 2, layers = 2, seq = 8}
+  m:eval()
+  local ids, tgt = (fl.rand(2, 8) * 32):to("int64"), (fl.rand(2, 8) * 32):to("int64")
+  local _, saved = check_model("GPT", function(a, b) return fl.cross_entropy(m(a):reshape(-1, 32), b:reshape(-1)) end,
+                               m:parameters(), {ids, tgt})
+  t.ok(saved.mincut.saved_bytes < saved.save_all.saved_bytes,
+       ("GPT: mincut saves strictly fewer bytes (%d) than save_all (%d)"):format(
+         saved.mincut.saved_bytes, saved.save_all.saved_bytes))
+end
+
+-- a CNN with BatchNorm in training: the running statistics are
+-- write-backs the forward keeps; x's gradient through batch_stats
+do
+  local m = fl.models.cnn{channels = {3, 4, 8}, classes = 5, input = 8}
+  local x, y = fl.randn(4, 3, 8, 8), (fl.rand(4) * 5):to("int64")
+  local _, bufs = m:named_buffers()
+  local rm = m:named_buffers()[bufs[1]]
+  local rm0 = rm + 0
+  check_model("CNN with BatchNorm (training)", function(a, b) return fl.cross_entropy(m(a), b) end,
+              m:parameters(), {x, y})
+  t.ok(not fl.allclose(rm, rm0, 0, 0), "CNN: the forward runs move the running statistics (" .. bufs[1] .. ")")
+end
+
+-- an input that requires grad gets its gradient too
+do
+  local w = fl.randn(4, 3, {requires_grad = true})
+  local x = fl.randn(2, 4, {requires_grad = true})
+  local f = function(a) return (a:matmul(w)):tanh():sum() end
+  local g = fl.capture(f, x)
+  local j = g:joint()
+  local outs = table.pack(j:run(x))
+  local l = f(x)
+  l:backward()
+  t.is(outs.n, 3, "input and parameter that require grad: two gradients")
+  close(outs[2], x.grad, 1e-5, 1e-6, "the input's gradient")
+  close(outs[3], w.grad, 1e-5, 1e-6, "the parameter's gradient")
+end
+
+-- bad input
+do
+  local m = nn.Linear(3, 2)
+  local x = fl.randn(4, 3)
+  t.raises(function() fl.capture(m, x):joint() end,
+           "joint: the graph's first result must be a float scalar %(the loss%), got float32%[4,2%]",
+           "joint of a non-scalar result")
+  local frozen = nn.Linear(3, 2)
+  frozen:requires_grad_(false)
+  t.raises(function() fl.capture(function(a) return frozen(a):sum() end, x):joint() end,
+           "joint: no input or parameter of the graph requires grad", "joint without a leaf that requires grad")
+  local g = fl.capture(function(a) return m(a):sum() end, x)
+  t.raises(function() g:partition() end, "partition: not a joint graph %(make one with g:joint%(%)%)",
+           "partition of a graph that is not a joint graph")
+  t.raises(function() g:joint():partition{policy = "greedy"} end,
+           "partition: unknown policy greedy %(expected mincut, save_all or recompute_all%)", "an unknown policy")
+  t.raises(function() g:joint():partition{policy = 3} end, "partition: unknown policy 3 %(expected", "a policy of the wrong type")
+  t.raises(function() g:joint():partition{polcy = "mincut"} end, "partition: unknown option 'polcy'", "an unknown option")
+  local d = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+  t.raises(function() fl.capture(function(a) return d(a):sum() end, x):joint() end,
+           "joint: dropout's gradient needs the mask", "dropout in training: named, not wrong")
+  -- the session goes on: a joint graph still builds
+  t.ok(g:joint():partition() ~= nil, "after the errors a partition still builds")
+end
+
+t.done()
