@@ -121,7 +121,7 @@ int lfl_viz_raise(lua_State *L, const char *what, const fl_err *e) {
 
 static const char *const draw_keys[] = {
   "rankdir", "title", "legend", "group_modules", "max_nodes", "edge_labels", "scale",
-  "kernel", "around", "depth", "block", "weights", "leaves", NULL
+  "kernel", "around", "depth", "block", "weights", "leaves", "partition", NULL
 };
 
 /* "projector", "normal" or a number from 0.25 to 4: the picture's type and
@@ -246,6 +246,7 @@ void lfl_viz_opts(lua_State *L, int idx, viz_opts *o, const char *const *keys,
       luaL_error(L, "%s: leaves \"%s\" (expected \"inline\" or \"boxes\")", what, lv);
     o->inline_leaves = !lv ? -1 : lv[0] == 'i';
   }
+  o->partition = lfl_viz_opt_str(L, idx, "partition", what);
   if (!!o->focus_kernel + (o->focus_around >= 0) + (o->focus_block >= 0) > 1)
     luaL_error(L, "%s: kernel=, around= and block= each draw a piece: give one of them", what);
 }

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "viz/draw_impl.h"
+#include "graph/joint.h"
+#include "fuse/partition.h"
 
 static int add_summary(viz_view *v) {
   if (v->nsums == v->capsums) {
@@ -335,6 +337,46 @@ static int inline_leaves(viz_view *v, int on) {
   return FL_OK;
 }
 
+/* A joint graph's halves, and what crosses between them: under o's
+** partition policy what it saves and recomputes, else (as eager autograd)
+** every forward value a backward node reads, saved. */
+static int joint_marks(viz_view *v, const viz_opts *o, fl_err *e) {
+  const ir_graph *g = v->g;
+  size_t n = (size_t)(g->n ? g->n : 1);
+  int i, k;
+  v->jside = calloc(n, 1);
+  v->jsaved = calloc(n, 1);
+  v->jrec = calloc(n, 1);
+  if (!v->jside || !v->jsaved || !v->jrec) return err_set(e, FL_ENOMEM, "draw: out of memory");
+  ir_joint_forward(g, v->jside);
+  for (i = 0; i < g->n; i++)
+    v->jside[i] = g->nodes[i].kind != IR_OP ? 0 : v->jside[i] ? 1 : 2;
+  if (o && o->partition) {
+    static const char *const names[] = {"mincut", "save_all", "recompute_all"};
+    ir_graph *fw, *bw;
+    part_info info;
+    for (k = 0; k < 3 && strcmp(o->partition, names[k]) != 0; k++) {}
+    if (k == 3)
+      return err_set(e, FL_EINVAL, "draw: partition \"%s\" (expected mincut, save_all or "
+                     "recompute_all)", o->partition);
+    if (fuse_partition(g, (part_policy)k, &fw, &bw, &info, e) != FL_OK) return e->code;
+    for (i = 0; i < info.nsaved; i++) v->jsaved[info.saved[i].node] = 1;
+    for (i = 0; i < info.nrec; i++) v->jrec[info.rec[i].node] = 1;
+    ir_free(fw);
+    ir_free(bw);
+    part_info_free(&info);
+    return FL_OK;
+  }
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (v->jside[i] != 2) continue;
+    for (k = 0; k < nd->nin; k++)
+      if (nd->in[k] >= 0 && (v->jside[nd->in[k]] == 1 || g->nodes[nd->in[k]].kind == IR_INPUT))
+        v->jsaved[nd->in[k]] = 1;
+  }
+  return FL_OK;
+}
+
 int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
                   int max_nodes, const viz_opts *o, fl_err *e) {
   const ir_graph *g = st ? st->g : NULL;
@@ -396,6 +438,12 @@ int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
     }
     free(ext);
   }
+  if (o && o->partition && !g->joint_nres) {
+    viz_view_free(v);
+    return err_set(e, FL_EINVAL, "draw: partition= is for a joint graph (g:joint()), and "
+                   "stage %d is not one", index + 1);
+  }
+  if (g->joint_nres && joint_marks(v, o, e) != FL_OK) { viz_view_free(v); return e->code; }
   if (o && (o->focus_kernel || o->focus_around >= 0 || o->focus_block >= 0)) {
     int rc = focus(v, o, e);           /* a piece: no further collapsing */
     if (rc != FL_OK) { viz_view_free(v); return rc; }
@@ -421,5 +469,8 @@ void viz_view_free(viz_view *v) {
   free(v->an);
   free(v->outn);
   free(v->kclus);
+  free(v->jside);
+  free(v->jsaved);
+  free(v->jrec);
   memset(v, 0, sizeof *v);
 }

@@ -20,6 +20,12 @@
 #define KERNEL_PEN "#3d6aa8"
 #define BREAK_PEN "#c62828"
 #define COLLAPSED_PEN "#a0a0a0"
+/* a joint graph: forward blue, backward orange, the saved edges red */
+#define JOINT_FW_FILL "#dcebfa"
+#define JOINT_FW_PEN "#3b6fb6"
+#define JOINT_BW_FILL "#fde4cc"
+#define JOINT_BW_PEN "#c2611f"
+#define JOINT_SAVED_PEN "#b01e3c"
 
 static Agnode_t *disp(viz_view *v, int id);
 
@@ -403,8 +409,23 @@ static void draw_node(viz_builder *b, viz_view *v, int id) {
   viz_esc(&b->tmp, ty);
   strbuf_printf(&b->tmp, "</font>");
   if (nd->kind == IR_OP && v->inl) inlined_inputs(b, v, id);
+  if (v->jrec && v->jrec[id])
+    strbuf_printf(&b->tmp, "<br/><font point-size=\"9\" color=\"%s\">recomputed by the backward</font>",
+                  JOINT_SAVED_PEN);
   set_html(b, n, "label");
   style_node(b, n, viz_class_in(g, id));
+  if (v->jside && v->jside[id]) {     /* a joint graph: its two halves */
+    char num[16];
+    int fw = v->jside[id] == 1;
+    set(n, "fillcolor", fw ? JOINT_FW_FILL : JOINT_BW_FILL);
+    set(n, "color", fw ? JOINT_FW_PEN : JOINT_BW_PEN);
+    b->any_joint = 1;
+    b->used[viz_class_in(g, id)] = 0;   /* the halves' colours replace the kinds' */
+    if (v->jrec && v->jrec[id]) {
+      set(n, "style", "filled,dashed");
+      set(n, "penwidth", scaled(b, 2, num, sizeof num));
+    }
+  }
   if (nd->where) set(n, "tooltip", nd->where);
 }
 
@@ -439,7 +460,7 @@ static Agnode_t *disp(viz_view *v, int id) {
   return v->show[id] < 0 ? v->an[id] : v->sums[v->show[id]].an;
 }
 
-static void draw_edge(viz_builder *b, viz_view *v, int src, Agnode_t *t, Agnode_t *h,
+static void draw_edge(viz_builder *b, viz_view *v, int src, int dst, Agnode_t *t, Agnode_t *h,
                       int summary) {
   Agedge_t *ed;
   char sh[96], by[32], lab[160], num[16];
@@ -461,6 +482,18 @@ static void draw_edge(viz_builder *b, viz_view *v, int src, Agnode_t *t, Agnode_
     set(ed, "style", "dashed");
     set(ed, "color", KERNEL_PEN);
     b->any_dashed = 1;
+  }
+  /* a joint graph's cut: a forward value the backward reads, saved */
+  if (v->jside && dst >= 0 && v->jside[dst] == 2 && v->jsaved[src] &&
+      (v->jside[src] == 1 || v->g->nodes[src].kind == IR_INPUT)) {
+    set(ed, "color", JOINT_SAVED_PEN);
+    set(ed, "fontcolor", JOINT_SAVED_PEN);
+    set(ed, "penwidth", scaled(b, 3, num, sizeof num));
+    b->any_saved = 1;
+    viz_shape_str(v->g, src, sh, sizeof sh);
+    snprintf(lab, sizeof lab, "saved %s %s", sh, viz_bytes_str(viz_node_bytes(v->g, src), by, sizeof by));
+    set(ed, "label", lab);
+    return;
   }
   if (!b->o->edge_labels) return;
   viz_shape_str(v->g, src, sh, sizeof sh);
@@ -498,7 +531,7 @@ static int draw_stage(viz_builder *b, viz_view *v) {
       /* the weights box feeds dozens of kernels across the graph: its
       ** edges would be most of the picture (and of dot's time) */
       if (v->show[j] >= 0 && v->sums[v->show[j]].no_edges_out) continue;
-      draw_edge(b, v, j, t, h, v->show[i] >= 0 || v->show[j] >= 0);
+      draw_edge(b, v, j, i, t, h, v->show[i] >= 0 || v->show[j] >= 0);
     }
   }
   for (i = 0; i < g->nout; i++) {
@@ -508,7 +541,12 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     n = agnode(v->root, name, 1);
     v->outn[i] = n;
     sb_reset(&b->tmp);
-    if (i < ir_nresults(g) && g->nodes[src].kind == IR_OP && g->nodes[src].name) {
+    if (g->joint_nres && i >= g->joint_nres && i < ir_nresults(g)) {
+      const ir_node *leaf = &g->nodes[g->joint_wrt[i - g->joint_nres]];
+      strbuf_printf(&b->tmp, "<b>grad of ");      /* a joint graph's gradient */
+      viz_esc_max(&b->tmp, leaf->name ? leaf->name : "?", 40);
+      strbuf_printf(&b->tmp, "</b><br/><font point-size=\"9\">");
+    } else if (i < ir_nresults(g) && g->nodes[src].kind == IR_OP && g->nodes[src].name) {
       strbuf_printf(&b->tmp, "<b>");  /* a backward graph's "grad of 0.weight" */
       viz_esc_max(&b->tmp, g->nodes[src].name, 40);
       strbuf_printf(&b->tmp, "</b><br/><font point-size=\"9\">");
@@ -526,7 +564,7 @@ static int draw_stage(viz_builder *b, viz_view *v) {
     strbuf_printf(&b->tmp, "</font>");
     set_html(b, n, "label");
     style_node(b, n, VIZ_OUTPUT);
-    draw_edge(b, v, src, disp(v, src), n, v->show[src] >= 0);
+    draw_edge(b, v, src, -1, disp(v, src), n, v->show[src] >= 0);
     if (i >= ir_nresults(g)) {
       Agedge_t *ed = agedge(b->G, n, disp(v, g->wb[i - ir_nresults(g)]), NULL, 1);
       set(ed, "style", "dashed");
@@ -585,6 +623,16 @@ static void legend(viz_builder *b, const viz_view *last) {
   if (b->any_break)
     strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\">- - -</FONT></TD><TD ALIGN=\"LEFT\">"
                   "<FONT POINT-SIZE=\"9\">graph break</FONT></TD></TR>", BREAK_PEN);
+  if (b->any_joint)
+    strbuf_printf(&b->tmp, "<TR><TD BGCOLOR=\"%s\" BORDER=\"1\" COLOR=\"%s\"> </TD><TD ALIGN=\"LEFT\">"
+                  "<FONT POINT-SIZE=\"9\">forward</FONT></TD></TR>"
+                  "<TR><TD BGCOLOR=\"%s\" BORDER=\"1\" COLOR=\"%s\"> </TD><TD ALIGN=\"LEFT\">"
+                  "<FONT POINT-SIZE=\"9\">backward (from the op table's derivative rules)</FONT></TD></TR>",
+                  JOINT_FW_FILL, JOINT_FW_PEN, JOINT_BW_FILL, JOINT_BW_PEN);
+  if (b->any_saved)
+    strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\"><B>\xe2\x94\x81\xe2\x94\x81\xe2\x96\xb6</B></FONT></TD>"
+                  "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">saved: kept from forward to backward"
+                  "</FONT></TD></TR>", JOINT_SAVED_PEN);
   strbuf_printf(&b->tmp, "</TABLE>");
   set(n, "shape", "plaintext");
   set(n, "margin", "0");

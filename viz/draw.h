@@ -54,6 +54,10 @@ typedef struct viz_opts {
                             own (a transformer block's dozen weights side
                             by side make it three screens wide); -1: the
                             default, on for a piece (kernel, around, block) */
+  const char *partition; /* a joint graph (g:joint()): the policy whose saved
+                            values and recomputed ops are marked ("mincut",
+                            "save_all", "recompute_all"); NULL: every value
+                            the backward reads crosses, as eager saves it */
 } viz_opts;
 
 /* Large enough to read from the back of a classroom. */

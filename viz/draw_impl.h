@@ -39,6 +39,10 @@ typedef struct viz_view {
   Agnode_t **outn;        /* picture node of each output */
   Agraph_t **kclus;       /* cluster of each kernel */
   Agraph_t *root;         /* the (sub)graph this stage is drawn in */
+  /* a joint graph: each node's half (1 forward, 2 backward, 0 a leaf),
+  ** the forward values saved for the backward and those it recomputes;
+  ** NULL for any other graph */
+  char *jside, *jsaved, *jrec;
 } viz_view;
 
 typedef struct viz_builder {
@@ -48,6 +52,7 @@ typedef struct viz_builder {
   int used[VIZ_NCLASSES]; /* classes drawn: the legend lists only those */
   int any_dashed, any_summary, any_break, any_kernel;
   int any_summary_edge;   /* an edge into or out of a summary was drawn */
+  int any_joint, any_saved;  /* a joint graph's halves, its saved values */
   strbuf tmp;             /* label under construction */
   fl_err *e;
 } viz_builder;

@@ -151,6 +151,28 @@ do
   close(outs[3], w.grad, 1e-5, 1e-6, "the parameter's gradient")
 end
 
+-- the picture: two halves, the saved values on the cut, recomputed ops
+do
+  local m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+  local x, y = fl.randn(5, 8), (fl.rand(5) * 4):to("int64")
+  local j = fl.capture(function(a, b) return fl.cross_entropy(m(a), b) end, x, y):joint()
+  local dir = t.tmpdir()
+  local all = t.slurp(fl.draw(j, dir .. "/joint.dot"))
+  local cut = t.slurp(fl.draw(j, dir .. "/mincut.dot", {partition = "mincut"}))
+  t.ok(all:find("#dcebfa", 1, true) and all:find("#fde4cc", 1, true), "joint picture: forward and backward in two colours")
+  t.ok(all:find("grad of m.0.weight", 1, true), "joint picture: each gradient output named for its parameter")
+  t.ok(all:find("saved [5,16] 320 B", 1, true) and all:find("saved: kept from forward to backward", 1, true),
+       "joint picture: the saved values marked on the edges that cross, with their bytes, and in the legend")
+  local _, n_all = all:gsub("saved %[", "")
+  local _, n_cut = cut:gsub("saved %[", "")
+  t.ok(cut:find("recomputed by the backward", 1, true) and n_cut < n_all,
+       ("joint picture, mincut: recomputed ops marked, fewer saved edges (%d) than eager's (%d)"):format(n_cut, n_all))
+  t.raises(function() fl.draw(j, dir .. "/x.dot", {partition = "greedy"}) end,
+           "draw: partition \"greedy\" %(expected mincut", "joint picture: an unknown policy")
+  t.raises(function() fl.draw(fl.capture(m, x), dir .. "/x.dot", {partition = "mincut"}) end,
+           "draw: partition= is for a joint graph", "partition= on a graph that is not a joint graph")
+end
+
 -- bad input
 do
   local m = nn.Linear(3, 2)
