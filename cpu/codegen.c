@@ -126,6 +126,8 @@ void cpu_emit_preamble(strbuf *b) {
     "\n"
     "/* smallest amount of work worth starting threads for */\n"
     "#define FL_PAR_MIN 32768\n"
+    "/* rows a column reduction accumulates at once (one lane each) */\n"
+    "#define FL_COLB 64\n"
     "\n"
     "/* A loop's unit-stride version is the one calls run; its strided copy\n"
     "** is marked never taken, so the compiler builds that copy small (not\n"
@@ -595,9 +597,174 @@ static int stream_acc_of(const gen *g) {
   return s;
 }
 
+/* ---- column reductions ----------------------------------------------
+** A reduction over dims outer to its rows (a bias's gradient, the sum of a
+** [B, N] tensor over B: each row's elements N apart) walks memory a stride
+** apart per element when it runs row by row: a cache line per element.
+** Such a kernel runs FL_COLB rows at a time instead, the reduced dims
+** outermost and the rows innermost, each row's accumulator one lane of an
+** array: every load is the next element of the row before, as the eager
+** kernel's column sums do (cpu/eager_reduce.c).  Per-row values (a
+** stage's result, the steps after it) are computed per element there. */
+
+/* Kernels the column loop can run: no row scratch, streaming or argmax. */
+static int cols_eligible(const gen *g) {
+  const fk_kernel *k = g->k;
+  int i;
+  if (k->nkept < 1 || g->D <= k->nkept || g->nspill || g->stream_acc >= 0) return 0;
+  for (i = 0; i < k->ninstr; i++)
+    if (k->instr[i].opc == FKI_REDUCE && k->instr[i].red == FKR_ARGMAX) return 0;
+  return 1;
+}
+
+/* When the column loop runs: every full access unit-stride (or broadcast)
+** along the rows' last dim and strided along the last reduced dim, and
+** rows at least 16 wide.  Emits "if (cond) {" and returns 1, or decides
+** it here when the strides are known: -1 always, 0 never. */
+static int cols_cond(gen *g) {
+  const fk_kernel *k = g->k;
+  int a, n = 0, r = g->k->nkept - 1, last = g->D - 1;
+  if (g->known) {
+    if (g->known[r] < 16) return 0;
+    for (a = 0; a < k->nacc; a++) {
+      const int64_t *st = g->known + g->D + a * (g->D + 1);
+      if (!k->acc[a].full) continue;
+      if ((st[r] != 1 && st[r] != 0) || st[last] == 1) return 0;
+      n++;
+    }
+    return n ? -1 : 0;
+  }
+  strbuf_printf(g->b, "  if (FL_UNIT(n%d >= 16", r);
+  for (a = 0; a < k->nacc; a++) {
+    if (!k->acc[a].full) continue;
+    strbuf_printf(g->b, " && (s%d_%d == 1 || s%d_%d == 0) && s%d_%d != 1", a, r, a, r, a, last);
+    n++;
+  }
+  strbuf_printf(g->b, ")) {\n");
+  return 1;
+}
+
+/* Inside the rows loop: row rb + r's index and bases, its stage-0 steps,
+** and the results and row steps of the stages before `upto`. */
+static void cols_rowpre(gen *g, int upto, int nstages, int depth) {
+  const fk_kernel *k = g->k;
+  int d, a, t, i;
+  ind(g, depth);
+  strbuf_printf(g->b, "int64_t rest = rb + r;\n");
+  for (d = k->nkept - 1; d >= 0; d--) {
+    ind(g, depth);
+    if (d > 0) strbuf_printf(g->b, "const int64_t i%d = rest %% n%d;  rest /= n%d;\n", d, d, d);
+    else strbuf_printf(g->b, "const int64_t i0 = rest;\n");
+  }
+  for (a = 0; a < k->nacc; a++) {
+    ind(g, depth);
+    strbuf_printf(g->b, "const int64_t b%d = o%d", a, a);
+    for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " + i%d * s%d_%d", d, a, d);
+    strbuf_printf(g->b, ";\n");
+  }
+  emit_row_steps(g, 0, depth);
+  for (t = 1; t < upto && t <= nstages; t++) {
+    for (i = 0; i < k->ninstr; i++) {
+      const fk_instr *in = &k->instr[i];
+      const char *vt = fk_value_type(in->dtype);
+      if (in->opc != FKI_REDUCE || in->stage != t) continue;
+      ind(g, depth);
+      if (in->red == FKR_SUM) strbuf_printf(g->b, "const %s v%d = (%s)acc%d[r];\n", vt, i, vt, i);
+      else if (in->dtype == FL_I64) strbuf_printf(g->b, "const fl_i64 v%d = acc%d[r];\n", i, i);
+      else strbuf_printf(g->b, "const %s v%d = nan%d[r] ? NAN : acc%d[r];\n", vt, i, i, i);
+      emit_recip(g, i, depth);
+    }
+    emit_row_steps(g, t, depth);
+  }
+}
+
+/* The reduced dims' loops, outermost first, around the rows loop. */
+static int cols_open(gen *g, int depth) {
+  int d;
+  for (d = g->k->nkept; d < g->D; d++, depth++) {
+    ind(g, depth);
+    strbuf_printf(g->b, "for (int64_t j%d = 0; j%d < n%d; j%d++) {\n", d, d, d, d);
+  }
+  ind(g, depth);
+  strbuf_printf(g->b, "#pragma omp simd\n");
+  ind(g, depth);
+  strbuf_printf(g->b, "for (int64_t r = 0; r < rn; r++) {\n");
+  return depth + 1;
+}
+
+static void cols_close(gen *g, int depth) {
+  int d;
+  for (d = g->D; d >= g->k->nkept; d--) {
+    depth--;
+    ind(g, depth);
+    strbuf_printf(g->b, "}\n");
+  }
+}
+
+static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
+  const fk_kernel *k = g->k;
+  int i, a, s, depth;
+  strbuf_printf(g->b, "    /* a column reduction: FL_COLB rows at a time, the rows innermost */\n");
+  strbuf_printf(g->b, "#pragma omp parallel for schedule(static) if (rows > FL_COLB && rows * nr >= FL_PAR_MIN)\n");
+  strbuf_printf(g->b, "    for (int64_t rb = 0; rb < rows; rb += FL_COLB) {\n");
+  strbuf_printf(g->b, "      const int64_t rn = rows - rb < FL_COLB ? rows - rb : FL_COLB;\n");
+  for (s = 1; s <= nstages; s++) {
+    strbuf_printf(g->b, "      /* pass %d over the reduced dims */\n", s);
+    for (i = 0; i < k->ninstr; i++) {
+      const fk_instr *in = &k->instr[i];
+      if (in->opc != FKI_REDUCE || in->stage != s) continue;
+      if (in->red == FKR_SUM)
+        strbuf_printf(g->b, "      %s acc%d[FL_COLB];\n      for (int64_t r = 0; r < rn; r++) acc%d[r] = 0;\n",
+                      int_sum(k, in) ? "fl_u64" : "double", i, i);
+      else
+        strbuf_printf(g->b, "      %s acc%d[FL_COLB];\n      int nan%d[FL_COLB];\n"
+                      "      for (int64_t r = 0; r < rn; r++) { acc%d[r] = %s; nan%d[r] = 0; }\n",
+                      in->dtype == FL_I64 ? "fl_i64" : fk_value_type(in->dtype), i, i, i,
+                      in->dtype == FL_I64 ? (in->red == FKR_MAX ? "FL_I64_MIN" : "FL_I64_MAX")
+                                          : (in->red == FKR_MAX ? "-INFINITY" : "INFINITY"), i);
+    }
+    memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
+    g->pass = s;
+    for (i = 0; i < k->ninstr; i++)
+      if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == s) mark(g, k->instr[i].arg[0]);
+    depth = cols_open(g, 3);
+    cols_rowpre(g, s, nstages, depth);
+    for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
+    for (i = 0; i < k->ninstr; i++) {
+      const fk_instr *in = &k->instr[i];
+      int x = in->arg[0];
+      if (in->opc != FKI_REDUCE || in->stage != s) continue;
+      ind(g, depth);
+      if (in->red == FKR_SUM) strbuf_printf(g->b, "acc%d[r] += v%d;\n", i, x);
+      else
+        strbuf_printf(g->b, "acc%d[r] = v%d %c acc%d[r] ? v%d : acc%d[r];  nan%d[r] |= v%d != v%d;\n",
+                      i, x, in->red == FKR_MAX ? '>' : '<', i, x, i, i, x, x);
+    }
+    cols_close(g, depth);
+  }
+  if (fullstores) {
+    strbuf_printf(g->b, "      /* pass %d: the stores */\n", nstages + 1);
+    memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
+    g->pass = g->nspill_pass_store;
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].store && k->acc[a].full) mark(g, k->acc[a].value);
+    depth = cols_open(g, 3);
+    cols_rowpre(g, nstages + 1, nstages, depth);
+    for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].store && k->acc[a].full) emit_store(g, a, depth, 0, 1);
+    cols_close(g, depth);
+  }
+  strbuf_printf(g->b, "      for (int64_t r = 0; r < rn; r++) {\n");
+  cols_rowpre(g, nstages + 1, nstages, 4);
+  for (a = 0; a < k->nacc; a++)
+    if (k->acc[a].store && !k->acc[a].full) emit_store(g, a, 4, 0, 0);
+  strbuf_printf(g->b, "      }\n    }\n");
+}
+
 static void emit_reduce(gen *g) {
   const fk_kernel *k = g->k;
-  int i, d, a, s, nstages = 0, fullstores = 0;
+  int i, d, a, s, nstages = 0, fullstores = 0, cols = 0;
   char used[64];
   for (i = 0; i < k->ninstr; i++)
     if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage > nstages) nstages = k->instr[i].stage;
@@ -609,6 +776,11 @@ static void emit_reduce(gen *g) {
   strbuf_printf(g->b, ";\n  const int64_t nr = 1");
   for (d = k->nkept; d < g->D; d++) strbuf_printf(g->b, " * n%d", d);
   strbuf_printf(g->b, ";\n  (void)nr;\n");
+  if (cols_eligible(g) && (cols = cols_cond(g)) != 0) {
+    emit_reduce_cols(g, nstages, fullstores);
+    if (cols < 0) return;
+    strbuf_printf(g->b, "  } else {\n");
+  }
   strbuf_printf(g->b, "#pragma omp parallel for schedule(static) if (rows > 1 && rows * nr >= FL_PAR_MIN)\n");
   strbuf_printf(g->b, "  for (int64_t row = 0; row < rows; row++) {\n");
   if (g->nspill) {
@@ -707,6 +879,7 @@ static void emit_reduce(gen *g) {
   for (a = 0; a < k->nacc; a++)
     if (k->acc[a].store && !k->acc[a].full) emit_store(g, a, 2, 0, 0);
   strbuf_printf(g->b, "  }\n");
+  if (cols > 0) strbuf_printf(g->b, "  }\n");
 }
 
 /* a load the unit-stride loop reads at one place (a broadcast operand) */

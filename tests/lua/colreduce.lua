@@ -1,0 +1,119 @@
+-- colreduce.lua -- reductions over dims outer to their rows (a bias's
+-- gradient: [B, N] summed over B) run the column loop of the C code
+-- generator (cpu/codegen.c): rows innermost, FL_COLB at a time.  Each case
+-- is compiled with fixed sizes (the strides known: only the column loop is
+-- written) and run against the reference interpreter, over sizes around
+-- the tile (1, 15, 16, 17, 63, 64, 65, 300 rows), several reduced dims,
+-- every reduction kind the loop takes, fused producers and stores, NaN,
+-- int64, and a transposed view.  Tolerances: float sums accumulate in
+-- double as the reference does (rtol 1e-6, atol 1e-6); max, min and int64
+-- are exact.
+local t = require "tap"
+
+fl.manual_seed(11)
+
+-- equal within tol (relative and absolute), NaN where the other is NaN
+local function same(a, b, tol)
+  if t.show(a.shape) ~= t.show(b.shape) then return false end
+  local x, y = a:to("float32"):reshape(-1):tolist(), b:to("float32"):reshape(-1):tolist()
+  for i = 1, #x do
+    if x[i] ~= x[i] or y[i] ~= y[i] then
+      if (x[i] ~= x[i]) ~= (y[i] ~= y[i]) then return false end
+    elseif math.abs(x[i] - y[i]) > tol + tol * math.abs(y[i]) then
+      return false
+    end
+  end
+  return true
+end
+
+local function check(name, fn, inputs, opts)
+  opts = opts or {}
+  local g = fl.capture(fn, table.unpack(inputs))
+  local k = g:fuse():codegen("cpu")
+  local src = tostring(k)
+  local uses = src:find("a column reduction", 1, true) ~= nil
+  if opts.cols ~= nil then
+    t.is(uses, opts.cols, name .. (opts.cols and ": runs the column loop" or ": runs row by row"))
+  end
+  local got = table.pack(k:run(table.unpack(inputs)))
+  local want = table.pack(g:run_reference(table.unpack(inputs)))
+  local ok = got.n == want.n
+  for i = 1, want.n do
+    local tol = opts.exact and 0 or 1e-6
+    ok = ok and same(got[i], want[i], tol)
+  end
+  t.ok(ok, name .. ": compiled equals the reference")
+end
+
+-- a column sum of [B, N] for B, N around the tile
+for _, N in ipairs{15, 16, 17, 64, 65, 300} do
+  for _, B in ipairs{1, 7, 33} do
+    check(("sum over dim 1 of [%d, %d]"):format(B, N), function(x) return x:sum(1) end,
+          {fl.randn(B, N)}, {cols = N >= 16 and B > 1})
+  end
+end
+
+-- every reduction kind, kept and not
+do
+  local x = fl.randn(40, 70)
+  check("mean over dim 1, keepdim", function(a) return a:mean(1, true) end, {x}, {cols = true})
+  check("amax over dim 1", function(a) return a:amax(1) end, {x}, {cols = true, exact = true})
+  check("amin over dim 1", function(a) return a:amin(1) end, {x}, {cols = true, exact = true})
+  check("var over dim 1 (two passes)", function(a) return a:var(1) end, {x}, {cols = true})
+  -- (softmax keeps exp(x - max) in a row scratch between its passes: row by row)
+  check("softmax over dim 1", function(a) return a:softmax(1) end, {x})
+  check("log_softmax over dim 1", function(a) return a:log_softmax(1) end, {x})
+end
+
+-- NaN: a column's max is NaN where one of its elements is
+do
+  local v = fl.randn(20, 32):tolist()
+  v[5][3], v[1][30] = 0 / 0, 0 / 0
+  local x = fl.tensor(v)
+  check("amax over dim 1 with NaN in two columns", function(a) return a:amax(1) end, {x},
+        {cols = true, exact = true})
+  check("sum over dim 1 with NaN", function(a) return a:sum(1) end, {x}, {cols = true})
+end
+
+-- several reduced and kept dims
+do
+  local x = fl.randn(6, 5, 48)
+  check("sum over dims 1 and 2 of [6, 5, 48]", function(a) return a:sum({1, 2}) end, {x}, {cols = true})
+  check("sum over dim 2 of [6, 5, 48] (rows [6, 48])", function(a) return a:sum(2) end, {x}, {cols = true})
+  check("mean over dim 1 of [6, 5, 48], keepdim", function(a) return a:mean(1, true) end, {x}, {cols = true})
+  check("sum over the last dim stays row by row", function(a) return a:sum(3) end, {x}, {cols = false})
+end
+
+-- fused producers, a stored elementwise result beside the sum (a bias's
+-- gradient next to the masked gradient), a transposed view, int64
+do
+  local x, y = fl.randn(64, 100), fl.randn(64, 100)
+  check("where(x <= 0, 0, y) stored, and its sum over dim 1", function(a, b)
+    local m = fl.where(a:le(0), 0.0, b)
+    return m, m:sum(1)
+  end, {x, y}, {cols = true})
+  check("(x * 2 + 1):sum(1)", function(a) return (a * 2 + 1):sum(1) end, {x}, {cols = true})
+  check("a transposed view summed over its last dim", function(a) return a:transpose(1, 2):sum(2) end,
+        {fl.randn(100, 64)}, {cols = true})
+  local i = (fl.rand(50, 20) * 1000):to("int64")
+  check("int64 sum over dim 1", function(a) return a:sum(1) end, {i}, {cols = true, exact = true})
+  check("int64 amax over dim 1", function(a) return a:amax(1) end, {i}, {cols = true, exact = true})
+end
+
+-- symbolic sizes: the strides are read at run time, and the kernel picks
+-- the column loop or the row loop by them (one compile for all sizes)
+do
+  local f = function(a) return (a * 2):sum(1) end
+  local cm = fl.compile(f, {backend = "cpu", dynamic = true})
+  for _, shape in ipairs{{40, 70}, {3, 17}, {65, 16}, {2, 5}, {64, 300}} do
+    local x = fl.randn(shape[1], shape[2])
+    t.ok(same(cm(x), f(x), 1e-5), ("dynamic sizes [%d, %d]: compiled equals eager"):format(shape[1], shape[2]))
+    local xt = fl.randn(shape[2], shape[1]):transpose(1, 2)
+    t.ok(same(cm(xt), f(xt), 1e-5), ("dynamic sizes, a transposed [%d, %d]: compiled equals eager"):format(shape[1], shape[2]))
+  end
+  local code = cm:code()
+  t.ok(code:find("a column reduction", 1, true) and code:find("} else {", 1, true),
+       "dynamic sizes: both loops written, the strides choose")
+end
+
+t.done()
