@@ -150,15 +150,17 @@ int gb_cast(gbuild *b, int x, fl_dtype dt) {
   return gb_op(b, OP_TO, &a, 1, &x);
 }
 
-int gb_sum_to(gbuild *b, int x, const fl_meta *m) {
+int gb_sum_to(gbuild *b, int x, const fl_meta *to) {
   const fl_meta *xm;
+  fl_meta m;
   int dims[FL_MAX_DIMS], nd = 0, lead, d;
   if (b->rc) return -1;
+  m = *to;          /* a copy: `to` may be a node's, and new nodes move them */
   xm = gb_meta(b, x);
-  if (meta_same_shape(xm, m)) return x;
-  lead = xm->ndim - m->ndim;
+  if (meta_same_shape(xm, &m)) return x;
+  lead = xm->ndim - m.ndim;
   for (d = 0; d < xm->ndim; d++)
-    if (d < lead || (m->shape[d - lead] == 1 && xm->shape[d] != 1)) dims[nd++] = d;
+    if (d < lead || (m.shape[d - lead] == 1 && xm->shape[d] != 1)) dims[nd++] = d;
   if (nd) x = gb_reduce(b, OP_SUM, x, dims, nd, 1);
-  return gb_reshape(b, x, m->ndim, m->shape);
+  return gb_reshape(b, x, m.ndim, m.shape);
 }

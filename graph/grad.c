@@ -338,8 +338,13 @@ void gr_matmul(const gr_ctx *c, int *gin) {
     if ((B->rc = op_infer(OP_MATMUL, ab, 2, &a0, &m2, B->e)) != FL_OK) return;
     g = gb_reshape(B, g, m2.ndim, m2.shape);
   }
-  if (c->need[0]) gin[0] = gb_sum_to(B, gb_op2(B, OP_MATMUL, g, mT(c, b)), gb_meta(B, a));
-  if (c->need[1]) gin[1] = gb_sum_to(B, gb_op2(B, OP_MATMUL, mT(c, a), g), gb_meta(B, b));
+  {
+    /* copies, taken before the products: a new node may move the nodes
+    ** (and the order C evaluates arguments in is not fixed) */
+    fl_meta am = *gb_meta(B, a), bm = *gb_meta(B, b);
+    if (c->need[0]) gin[0] = gb_sum_to(B, gb_op2(B, OP_MATMUL, g, mT(c, b)), &am);
+    if (c->need[1]) gin[1] = gb_sum_to(B, gb_op2(B, OP_MATMUL, mT(c, a), g), &bm);
+  }
   /* back to 1-d here: the caller's sum to [k] would take a [k, 1]
   ** gradient's k for a broadcast leading dim and sum it away */
   if (ma->ndim == 1 && gin[0] >= 0) gin[0] = gb_reshape(B, gin[0], 1, ma->shape);
