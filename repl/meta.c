@@ -24,6 +24,7 @@
 #include <lauxlib.h>
 
 #include "graph/file.h"
+#include "graph/op.h"
 #include "repl/repl.h"
 
 const char *const repl_meta_names[] = {
@@ -77,13 +78,13 @@ static const char help_tensors[] =
   "  fl.save(x, \"x.npy\")  fl.load(\"x.npy\")    NumPy files, to and from PyTorch\n"
   "  fl.allclose(a, b, rtol, atol)   fl.now()   fl.synchronize()\n";
 
-static const char help_ops[] =
+/* :help ops: the elementwise, compare and reduction lines are the op
+** table's own rows (help_op_rows), so a row added to graph/ops.def is
+** listed without an edit here; the rest names signatures. */
+static const char help_ops_head[] =
   "Operations (methods, x:exp(), and most also as fl.exp(x))\n"
-  "  operators    + - * / ^ % and unary -; numbers and tensors broadcast (NumPy rules)\n"
-  "  elementwise  abs neg exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu erf\n"
-  "               add sub mul div pow maximum minimum clamp  fl.where(c, a, b)\n"
-  "  compare      eq ne lt le gt ge\n"
-  "  reductions   sum mean amax amin var argmax      (dim, keepdim)\n"
+  "  operators    + - * / ^ % and unary -; numbers and tensors broadcast (NumPy rules)\n";
+static const char help_ops[] =
   "  composites   softmax(dim) log_softmax(dim) layer_norm(shape, w, b, eps)\n"
   "               rms_norm(shape, w, eps)\n"
   "  linear alg.  matmul (batched, broadcast)  fl.linear(x, w, b)\n"
@@ -92,7 +93,7 @@ static const char help_ops[] =
   "               flip(dims) fl.pad(x, pads, {mode=, value=}) fl.gather(x, dim, idx)\n"
   "  vision       fl.conv2d(x, w, b, {stride=, padding=, dilation=, groups=})\n"
   "               max_pool2d(k, {ceil_mode=, ...}) avg_pool2d(k, ...)\n"
-  "               fl.batch_norm(x, mean, var, w, b, eps)\n"
+  "               fl.batch_norm(x, mean, var, w, b, eps | {eps=, batch_stats=})\n"
   "  in place     copy_(y) fill_(v) zero_() add_(y) mul_(y)\n"
   "  other        fl.embedding(idx, weight)\n"
   "\n"
@@ -103,6 +104,49 @@ static const char help_ops[] =
   "  m(x) or m:forward(x); m:parameters()\n"
   "Semantics follow PyTorch (var is unbiased, gelu is exact): results can be\n"
   "checked against it.\n";
+
+/* One group of op table rows a user can call (fl.<name> exists): "  label
+** name name ...", wrapped at 80 columns under the label; `extra` ends the
+** last line. */
+static void op_group(lua_State *L, const char *label, int (*in_group)(fl_op), const char *extra) {
+  int col = printf("  %-13s", label), op, first = 1, top = lua_gettop(L);
+  lua_getglobal(L, "fl");
+  for (op = 0; op < OP_COUNT; op++) {
+    const char *name = op_name((fl_op)op);
+    int bound;
+    if (!in_group((fl_op)op)) continue;
+    bound = lua_istable(L, top + 1) && lua_getfield(L, top + 1, name) != LUA_TNIL;
+    lua_settop(L, top + 1);
+    if (!bound) continue;
+    if (!first && col + 1 + (int)strlen(name) > 80) {
+      printf("\n  %-13s", "");
+      col = 15;
+      first = 1;
+    }
+    col += printf("%s%s", first ? "" : " ", name);
+    first = 0;
+  }
+  lua_settop(L, top);
+  if (extra) printf("%s%s", col + 2 + (int)strlen(extra) > 80 ? "\n               " : "  ", extra);
+  printf("\n");
+}
+
+static int is_compare(fl_op op) { return op_info_of(op)->infer == infer_compare; }
+static int is_elementwise(fl_op op) {
+  const op_info *oi = op_info_of(op);
+  return (oi->kind == OPK_ELEMWISE || oi->kind == OPK_BROADCAST) &&
+         !(oi->flags & (OPF_RANDOM | OPF_COMPOSITE)) && !is_compare(op) && op != OP_TO && op != OP_WHERE;
+}
+static int is_reduction(fl_op op) {
+  const op_info *oi = op_info_of(op);
+  return oi->kind == OPK_REDUCTION && !(oi->flags & OPF_COMPOSITE);
+}
+
+static void help_op_rows(lua_State *L) {
+  op_group(L, "elementwise", is_elementwise, "fl.where(c, a, b)");
+  op_group(L, "compare", is_compare, NULL);
+  op_group(L, "reductions", is_reduction, "(dim, keepdim)");
+}
 
 static const char help_train[] =
   "Training (PyTorch's names and formulas)\n"
@@ -273,7 +317,11 @@ static void help_name(const char *name);
 static void help(struct repl *r, const char *topic) {
   if (topic[0] == '\0') fputs(overview, stdout);
   else if (strcmp(topic, "tensors") == 0) fputs(help_tensors, stdout);
-  else if (strcmp(topic, "ops") == 0) fputs(help_ops, stdout);
+  else if (strcmp(topic, "ops") == 0) {
+    fputs(help_ops_head, stdout);
+    help_op_rows(r->L);
+    fputs(help_ops, stdout);
+  }
   else if (strcmp(topic, "train") == 0) fputs(help_train, stdout);
   else if (strcmp(topic, "repl") == 0) {
     char *h = r->history ? NULL : repl_history_path();

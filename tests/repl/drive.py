@@ -476,7 +476,10 @@ def _():
     for word in (":load", ":time", ":device", ":quit", "tensors", "compile"):
         if word not in out:
             raise Fail(":help lacks %r" % word)
-    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("train", "backward"),
+    # (:help ops lists the op table's elementwise rows: fmod and remainder
+    # were missing from a hand-written list)
+    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("ops", "fmod remainder"),
+                        ("ops", "amax amin var argmax"), ("train", "backward"),
                         ("repl", "Ctrl-C"), ("compile", "fl.compile")):
         if word not in "\n".join(enter(c, ":help " + topic)):
             raise Fail(":help %s lacks %r" % (topic, word))
