@@ -11,10 +11,12 @@
 #include "size.h"
 
 const op_info op_table[OP_COUNT] = {
+#define NONE NULL        /* an op without a scalar or int64 form */
 #define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) \
   {name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves},
 #include "ops.def"
 #undef OP
+#undef NONE
 };
 
 int op_differentiable(fl_op op) {

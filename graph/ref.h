@@ -15,61 +15,24 @@
 int ref_apply(fl_op op, const fl_tensor *const *in, int nin,
               const op_attrs *a, fl_tensor *out, fl_err *e);
 
-/* Scalar references of the elementwise rows of ops.def. */
-double sc_copy(const double *x, const op_attrs *a);
-double sc_abs(const double *x, const op_attrs *a);
-double sc_neg(const double *x, const op_attrs *a);
-double sc_exp(const double *x, const op_attrs *a);
-double sc_log(const double *x, const op_attrs *a);
-double sc_sqrt(const double *x, const op_attrs *a);
-double sc_rsqrt(const double *x, const op_attrs *a);
-double sc_sin(const double *x, const op_attrs *a);
-double sc_cos(const double *x, const op_attrs *a);
-double sc_tanh(const double *x, const op_attrs *a);
-double sc_sigmoid(const double *x, const op_attrs *a);
-double sc_relu(const double *x, const op_attrs *a);
-double sc_gelu(const double *x, const op_attrs *a);
-double sc_gelu_tanh(const double *x, const op_attrs *a);
-double sc_silu(const double *x, const op_attrs *a);
-double sc_erf(const double *x, const op_attrs *a);
-double sc_clamp(const double *x, const op_attrs *a);
-double sc_add(const double *x, const op_attrs *a);
-double sc_sub(const double *x, const op_attrs *a);
-double sc_mul(const double *x, const op_attrs *a);
-double sc_div(const double *x, const op_attrs *a);
-double sc_pow(const double *x, const op_attrs *a);
-double sc_fmod(const double *x, const op_attrs *a);
-double sc_remainder(const double *x, const op_attrs *a);
-double sc_maximum(const double *x, const op_attrs *a);
-double sc_minimum(const double *x, const op_attrs *a);
-double sc_eq(const double *x, const op_attrs *a);
-double sc_ne(const double *x, const op_attrs *a);
-double sc_lt(const double *x, const op_attrs *a);
-double sc_le(const double *x, const op_attrs *a);
-double sc_gt(const double *x, const op_attrs *a);
-double sc_ge(const double *x, const op_attrs *a);
-double sc_where(const double *x, const op_attrs *a);
-
-/* The int64 forms (ops.def's iscalar): exact, wrapping on overflow. */
-int64_t isc_copy(const int64_t *x, const op_attrs *a);
-int64_t isc_abs(const int64_t *x, const op_attrs *a);
-int64_t isc_neg(const int64_t *x, const op_attrs *a);
-int64_t isc_relu(const int64_t *x, const op_attrs *a);
-int64_t isc_clamp(const int64_t *x, const op_attrs *a);
-int64_t isc_add(const int64_t *x, const op_attrs *a);
-int64_t isc_sub(const int64_t *x, const op_attrs *a);
-int64_t isc_mul(const int64_t *x, const op_attrs *a);
-int64_t isc_pow(const int64_t *x, const op_attrs *a);
-int64_t isc_maximum(const int64_t *x, const op_attrs *a);
-int64_t isc_fmod(const int64_t *x, const op_attrs *a);
-int64_t isc_remainder(const int64_t *x, const op_attrs *a);
-int64_t isc_minimum(const int64_t *x, const op_attrs *a);
-int64_t isc_eq(const int64_t *x, const op_attrs *a);
-int64_t isc_ne(const int64_t *x, const op_attrs *a);
-int64_t isc_lt(const int64_t *x, const op_attrs *a);
-int64_t isc_le(const int64_t *x, const op_attrs *a);
-int64_t isc_gt(const int64_t *x, const op_attrs *a);
-int64_t isc_ge(const int64_t *x, const op_attrs *a);
-int64_t isc_where(const int64_t *x, const op_attrs *a);
+/* The scalar references of the elementwise rows of ops.def (double), and
+** their int64 forms (exact, wrapping on overflow), declared from the
+** table itself.  A row's NONE declares nothing: FL_IS_NONE(x) is 1 for
+** the token NONE (pasted onto FL_PROBE_, it becomes "~, 1"), 0 for a
+** function's name. */
+#define FL_PROBE_NONE ~, 1
+#define FL_SECOND_(a, b, ...) b
+#define FL_SECOND(...) FL_SECOND_(__VA_ARGS__, 0, ~)
+#define FL_IS_NONE(x) FL_SECOND(FL_PROBE_##x)
+#define FL_WHEN_0(...) __VA_ARGS__
+#define FL_WHEN_1(...)
+#define FL_CAT_(a, b) a##b
+#define FL_CAT(a, b) FL_CAT_(a, b)
+#define FL_UNLESS_NONE(x, ...) FL_CAT(FL_WHEN_, FL_IS_NONE(x))(__VA_ARGS__)
+#define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) \
+  FL_UNLESS_NONE(sc, double sc(const double *x, const op_attrs *a);)               \
+  FL_UNLESS_NONE(isc, int64_t isc(const int64_t *x, const op_attrs *a);)
+#include "ops.def"
+#undef OP
 
 #endif
