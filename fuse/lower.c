@@ -4,14 +4,16 @@
 ** node computed in the kernel has exactly one step holding its value, and
 ** a stored value covers its buffer exactly once (no element written twice,
 ** none left out).  Composites (softmax, log_softmax, layer_norm, rms_norm,
-** var, mean, batch_norm) are lowered here into accumulators and op-table
-** expressions, so both code generators only ever print op-table `expr`s.
+** batch_norm: their one definition, graph/compose.c) and var and mean are
+** lowered here into accumulators and op-table expressions, so both code
+** generators only ever print op-table `expr`s.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernel.h"
+#include "../graph/compose.h"
 #include "../graph/rng.h"
 
 /* growing step/access arrays while building */
@@ -209,6 +211,47 @@ static int lower_random(builder *b, int id, const int *v,
   return elem(b, nd->op, &a, nd->meta.dtype, id, c, -1, -1);
 }
 
+/* The composites from their one definition (graph/compose.c), as steps:
+** float32 in between, reductions over the kernel's reduced dims (a mean
+** is the sum over their count), the last step the node's value in its
+** own dtype. */
+typedef struct low_ctx {
+  builder *b;
+  int n;                /* the count of reduced elements, once made */
+} low_ctx;
+
+static int low_op(void *ctx, fl_op op, int x, int y) {
+  return elem(((low_ctx *)ctx)->b, op, NULL, FL_F32, -1, x, y, -1);
+}
+static int low_reduce(void *ctx, fl_op op, int x) {
+  low_ctx *c = ctx;
+  int s;
+  if (op == OP_AMAX) return reduce(c->b, FKR_MAX, x, FL_F32, -1);
+  s = reduce(c->b, FKR_SUM, x, FL_F32, -1);
+  if (op != OP_MEAN) return s;
+  if (c->n < 0) c->n = nred(c->b);
+  return elem(c->b, OP_DIV, NULL, FL_F32, -1, s, c->n, -1);
+}
+static int low_konst(void *ctx, double v) { return constant(((low_ctx *)ctx)->b, v, FL_F32); }
+
+static int lower_composite(builder *b, const ir_node *nd, int id, const int *v) {
+  low_ctx lc;
+  cbuild c;
+  int r;
+  lc.b = b;
+  lc.n = -1;
+  c.ctx = &lc;
+  c.op = low_op;
+  c.reduce = low_reduce;
+  c.konst = low_konst;
+  r = compose(&c, nd->op, &nd->attrs, v, nd->nin);
+  if (b->oom || r < 0) return r < 0 ? -2 : r;
+  /* the last step is new (an elementwise op): it becomes the node's value */
+  b->k->instr[r].dtype = nd->meta.dtype;
+  b->k->instr[r].node = id;
+  return r;
+}
+
 /* Lower one member into steps; its value ends in b->val[id]. */
 static int lower_node(builder *b, int id, const int *v,
                       int64_t (*accst)[FL_MAX_DIMS + 1]) {
@@ -237,48 +280,9 @@ static int lower_node(builder *b, int id, const int *v,
              elem(b, OP_SUB, NULL, f, -1, n, constant(b, a->f[0], f), -1),
              constant(b, 0.0, f), -1);
     return elem(b, OP_DIV, NULL, dt, id, q, r, -1);
-  case OP_SOFTMAX: case OP_LOG_SOFTMAX:
-    /* y = exp(x - max) / sum(exp(x - max)); log form: (x - max) - log(sum) */
-    r = reduce(b, FKR_MAX, v[0], f, -1);
-    t = elem(b, OP_SUB, NULL, f, -1, v[0], r, -1);
-    q = elem(b, OP_EXP, NULL, f, -1, t, -1, -1);
-    s = reduce(b, FKR_SUM, q, f, -1);
-    if (nd->op == OP_SOFTMAX) return elem(b, OP_DIV, NULL, dt, id, q, s, -1);
-    return elem(b, OP_SUB, NULL, dt, id, t, elem(b, OP_LOG, NULL, f, -1, s, -1, -1), -1);
-  case OP_LAYER_NORM:
-    /* y = (x - mean) * rsqrt(var + eps) * w + b, var over the same rows */
-    n = nred(b);
-    s = reduce(b, FKR_SUM, v[0], f, -1);
-    t = elem(b, OP_SUB, NULL, f, -1, v[0], elem(b, OP_DIV, NULL, f, -1, s, n, -1), -1);
-    q = reduce(b, FKR_SUM, elem(b, OP_MUL, NULL, f, -1, t, t, -1), f, -1);
-    q = elem(b, OP_DIV, NULL, f, -1, q, n, -1);
-    r = elem(b, OP_RSQRT, NULL, f, -1,
-             elem(b, OP_ADD, NULL, f, -1, q, constant(b, a->f[0], f), -1), -1, -1);
-    if (v[1] < 0 && v[2] < 0) return elem(b, OP_MUL, NULL, dt, id, t, r, -1);
-    t = elem(b, OP_MUL, NULL, f, -1, t, r, -1);
-    if (v[2] < 0) return elem(b, OP_MUL, NULL, dt, id, t, v[1], -1);
-    if (v[1] >= 0) t = elem(b, OP_MUL, NULL, f, -1, t, v[1], -1);
-    return elem(b, OP_ADD, NULL, dt, id, t, v[2], -1);
-  case OP_RMS_NORM:
-    /* y = x * rsqrt(mean(x^2) + eps) * w */
-    n = nred(b);
-    q = reduce(b, FKR_SUM, elem(b, OP_MUL, NULL, f, -1, v[0], v[0], -1), f, -1);
-    q = elem(b, OP_DIV, NULL, f, -1, q, n, -1);
-    r = elem(b, OP_RSQRT, NULL, f, -1,
-             elem(b, OP_ADD, NULL, f, -1, q, constant(b, a->f[0], f), -1), -1, -1);
-    if (v[1] < 0) return elem(b, OP_MUL, NULL, dt, id, v[0], r, -1);
-    t = elem(b, OP_MUL, NULL, f, -1, v[0], r, -1);
-    return elem(b, OP_MUL, NULL, dt, id, t, v[1], -1);
+  case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_LAYER_NORM: case OP_RMS_NORM:
   case OP_BATCH_NORM:
-    /* (x - mean) / sqrt(var + eps) * w + b, per channel (dim 1) */
-    t = elem(b, OP_SUB, NULL, f, -1, v[0], v[1], -1);
-    r = elem(b, OP_SQRT, NULL, f, -1,
-             elem(b, OP_ADD, NULL, f, -1, v[2], constant(b, a->f[0], f), -1), -1, -1);
-    if (v[3] < 0 && v[4] < 0) return elem(b, OP_DIV, NULL, dt, id, t, r, -1);
-    t = elem(b, OP_DIV, NULL, f, -1, t, r, -1);
-    if (v[4] < 0) return elem(b, OP_MUL, NULL, dt, id, t, v[3], -1);
-    if (v[3] >= 0) t = elem(b, OP_MUL, NULL, f, -1, t, v[3], -1);
-    return elem(b, OP_ADD, NULL, dt, id, t, v[4], -1);
+    return lower_composite(b, nd, id, v);
   default:
     break;
   }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "build.h"
+#include "compose.h"
 #include "pass.h"
 #include "ref.h"
 #include "strbuf.h"
@@ -156,40 +157,39 @@ static ir_graph *rw_end(rw *r, char **log) {
 
 /* ---- decompose ------------------------------------------------------- */
 
-/* softmax(x, d)     = e / sum(e, d)          with e = exp(x - amax(x, d))
-** log_softmax(x, d) = (x - m) - log(sum(exp(x - m), d))
-** Subtracting the row max keeps exp from overflowing, as every real
-** implementation does. */
-static int dec_softmax(rw *r, const ir_node *nd, int x) {
-  int d = (int)nd->attrs.i[0];
-  int m = reduce_dim(r, OP_AMAX, x, d);
-  int z = emit2(r, OP_SUB, x, m);
-  int ez = emit1(r, OP_EXP, z);
-  int s = reduce_dim(r, OP_SUM, ez, d);
-  if (nd->op == OP_SOFTMAX) return emit2(r, OP_DIV, ez, s);
-  return emit2(r, OP_SUB, z, emit1(r, OP_LOG, s));
-}
+/* The composites softmax, log_softmax, layer_norm, rms_norm and
+** batch_norm come from their one definition (graph/compose.c), built here
+** as graph nodes: a reduction over the softmax's dim, or the norm's
+** trailing dims, kept. */
+typedef struct dec_ctx {
+  rw *r;
+  const ir_node *nd;
+  int ndim;             /* of x */
+} dec_ctx;
 
-/* layer_norm: (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b over
-** the last i0 dims (population variance, as PyTorch). */
-static int dec_layer_norm(rw *r, const ir_node *nd, const int *in) {
-  int from = r->b.g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
-  int mu = reduce_tail(r, OP_MEAN, in[0], from);
-  int xc = emit2(r, OP_SUB, in[0], mu);
-  int v = reduce_tail(r, OP_MEAN, emit2(r, OP_MUL, xc, xc), from);
-  int y = emit2(r, OP_MUL, xc, emit1(r, OP_RSQRT, emit2(r, OP_ADD, v, konst(r, nd->attrs.f[0]))));
-  if (nd->nin > 1 && in[1] >= 0) y = emit2(r, OP_MUL, y, in[1]);
-  if (nd->nin > 2 && in[2] >= 0) y = emit2(r, OP_ADD, y, in[2]);
-  return y;
+static int dec_op(void *ctx, fl_op op, int x, int y) {
+  rw *r = ((dec_ctx *)ctx)->r;
+  return y < 0 ? emit1(r, op, x) : emit2(r, op, x, y);
 }
+static int dec_reduce(void *ctx, fl_op op, int x) {
+  dec_ctx *d = ctx;
+  if (d->nd->op == OP_SOFTMAX || d->nd->op == OP_LOG_SOFTMAX)
+    return reduce_dim(d->r, op, x, (int)d->nd->attrs.i[0]);
+  return reduce_tail(d->r, op, x, d->ndim - (int)d->nd->attrs.i[0]);
+}
+static int dec_konst(void *ctx, double v) { return konst(((dec_ctx *)ctx)->r, v); }
 
-/* rms_norm: x * rsqrt(mean(x^2) + eps) * w */
-static int dec_rms_norm(rw *r, const ir_node *nd, const int *in) {
-  int from = r->b.g->nodes[in[0]].meta.ndim - (int)nd->attrs.i[0];
-  int ms = reduce_tail(r, OP_MEAN, emit2(r, OP_MUL, in[0], in[0]), from);
-  int y = emit2(r, OP_MUL, in[0], emit1(r, OP_RSQRT, emit2(r, OP_ADD, ms, konst(r, nd->attrs.f[0]))));
-  if (nd->nin > 1 && in[1] >= 0) y = emit2(r, OP_MUL, y, in[1]);
-  return y;
+static int dec_composite(rw *r, const ir_node *nd, const int *in) {
+  dec_ctx d;
+  cbuild c;
+  d.r = r;
+  d.nd = nd;
+  d.ndim = r->b.g->nodes[in[0]].meta.ndim;
+  c.ctx = &d;
+  c.op = dec_op;
+  c.reduce = dec_reduce;
+  c.konst = dec_konst;
+  return compose(&c, nd->op, &nd->attrs, in, nd->nin);
 }
 
 /* gelu(x) = x * 0.5 * (1 + erf(x / sqrt 2)); the tanh form likewise. */
@@ -219,8 +219,8 @@ static int dec_linear(rw *r, const ir_node *nd, const int *in) {
   return y;
 }
 
-/* batch_norm (inference): per-channel vectors [C] are reshaped to
-** [C,1,...,1] so they broadcast over dim 1 of x [N,C,...]. */
+/* batch_norm: per-channel vectors [C] are reshaped to [C,1,...,1] so
+** they broadcast over dim 1 of x [N,C,...]; then its definition. */
 static int dec_batch_norm(rw *r, const ir_node *nd, const int *in) {
   int nd_x = r->b.g->nodes[in[0]].meta.ndim, k, ch[5];
   op_attrs a;
@@ -228,15 +228,10 @@ static int dec_batch_norm(rw *r, const ir_node *nd, const int *in) {
   a.ndims = nd_x - 1;
   a.dims[0] = -1;
   for (k = 1; k < a.ndims; k++) a.dims[k] = 1;
+  ch[0] = in[0];
   for (k = 1; k < 5; k++)
     ch[k] = (k < nd->nin && in[k] >= 0) ? emit(r, OP_RESHAPE, &a, 1, &in[k]) : -1;
-  {
-    int y = emit2(r, OP_SUB, in[0], ch[1]);
-    y = emit2(r, OP_MUL, y, emit1(r, OP_RSQRT, emit2(r, OP_ADD, ch[2], konst(r, nd->attrs.f[0]))));
-    if (ch[3] >= 0) y = emit2(r, OP_MUL, y, ch[3]);
-    if (ch[4] >= 0) y = emit2(r, OP_ADD, y, ch[4]);
-    return y;
-  }
+  return dec_composite(r, nd, ch);
 }
 
 ir_graph *pass_decompose(const ir_graph *old, char **log, fl_err *e) {
@@ -250,9 +245,9 @@ ir_graph *pass_decompose(const ir_graph *old, char **log, fl_err *e) {
     if (nd->kind != IR_OP) { id = copy_node(&r, nd); if (id < 0) r.b.rc = id; r.map[i] = id; continue; }
     for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r.map[nd->in[k]];
     switch (nd->op) {
-    case OP_SOFTMAX: case OP_LOG_SOFTMAX: id = dec_softmax(&r, nd, in[0]); break;
-    case OP_LAYER_NORM: id = dec_layer_norm(&r, nd, in); break;
-    case OP_RMS_NORM: id = dec_rms_norm(&r, nd, in); break;
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_LAYER_NORM: case OP_RMS_NORM:
+      id = dec_composite(&r, nd, in);
+      break;
     case OP_GELU: case OP_GELU_TANH: id = dec_gelu(&r, nd, in[0]); break;
     case OP_SILU: id = emit2(&r, OP_MUL, in[0], emit1(&r, OP_SIGMOID, in[0])); break;
     case OP_LINEAR: id = dec_linear(&r, nd, in); break;
