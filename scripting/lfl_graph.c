@@ -376,6 +376,16 @@ static int g_joint(lua_State *L) {
   return 1;
 }
 
+/* t[key] = v for the table on top */
+static void field_int(lua_State *L, const char *key, int64_t v) {
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_setfield(L, -2, key);
+}
+static void field_str(lua_State *L, const char *key, const char *v) {
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, key);
+}
+
 /* j:partition{policy = "mincut" | "save_all" | "recompute_all"} -> fw, bw,
 ** info {saved = {{name, bytes, why, node}}, recomputed = {{op, reason,
 ** node}}, saved_bytes, eager_saved_bytes} */
@@ -416,33 +426,24 @@ static int g_partition(lua_State *L) {
       lua_pushfstring(L, "%%%d %s", info.saved[i].node, desc);
     }
     lua_setfield(L, -2, "name");
-    lua_pushinteger(L, info.saved[i].bytes);
-    lua_setfield(L, -2, "bytes");
-    lua_pushstring(L, info.saved[i].why);
-    lua_setfield(L, -2, "why");
-    lua_pushinteger(L, info.saved[i].node);
-    lua_setfield(L, -2, "node");
+    field_int(L, "bytes", info.saved[i].bytes);
+    field_str(L, "why", info.saved[i].why);
+    field_int(L, "node", info.saved[i].node);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "saved");
   lua_createtable(L, info.nrec, 0);
   for (i = 0; i < info.nrec; i++) {
     lua_createtable(L, 0, 3);
-    lua_pushstring(L, op_name(j->nodes[info.rec[i].node].op));
-    lua_setfield(L, -2, "op");
-    lua_pushstring(L, info.rec[i].reason);
-    lua_setfield(L, -2, "reason");
-    lua_pushinteger(L, info.rec[i].node);
-    lua_setfield(L, -2, "node");
+    field_str(L, "op", op_name(j->nodes[info.rec[i].node].op));
+    field_str(L, "reason", info.rec[i].reason);
+    field_int(L, "node", info.rec[i].node);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "recomputed");
-  lua_pushinteger(L, info.saved_bytes);
-  lua_setfield(L, -2, "saved_bytes");
-  lua_pushinteger(L, info.eager_saved_bytes);
-  lua_setfield(L, -2, "eager_saved_bytes");
-  lua_pushstring(L, names[pol]);
-  lua_setfield(L, -2, "policy");
+  field_int(L, "saved_bytes", info.saved_bytes);
+  field_int(L, "eager_saved_bytes", info.eager_saved_bytes);
+  field_str(L, "policy", names[pol]);
   part_info_free(&info);
   return 3;
 }
