@@ -163,7 +163,12 @@ static const char help_train[] =
   "  fl.nn.utils.clip_grad_norm_(m:parameters(), 1.0)\n"
   "  m:train()  m:eval()   BatchNorm2d and Dropout follow the mode\n"
   "  fl.save_checkpoint(path, {model = m, optimizer = opt})   load_checkpoint\n"
-  "A whole run: fuselab examples/train_digits.lua (98 % on handwritten digits).\n";
+  "\n"
+  "  Compiled, step by step (AOTAutograd): j = fl.capture(loss_fn, x, y):joint()\n"
+  "  fw, bw, info = j:partition{policy = \"mincut\"}   save_all  recompute_all\n"
+  "  fl.draw(j, \"joint.svg\", {partition = \"mincut\"})   what is saved, recomputed\n"
+  "A whole run: fuselab examples/train_digits.lua (98 % on handwritten digits);\n"
+  "compiled training: lesson 09 (:help lesson 9).\n";
 
 static const char help_repl_fmt[] =
   "The REPL\n"

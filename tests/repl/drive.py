@@ -479,7 +479,7 @@ def _():
     # (:help ops lists the op table's elementwise rows: fmod and remainder
     # were missing from a hand-written list)
     for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("ops", "fmod remainder"),
-                        ("ops", "amax amin var argmax"), ("train", "backward"),
+                        ("ops", "amax amin var argmax"), ("train", "backward"), ("train", "j:partition"),
                         ("repl", "Ctrl-C"), ("compile", "fl.compile")):
         if word not in "\n".join(enter(c, ":help " + topic)):
             raise Fail(":help %s lacks %r" % (topic, word))
