@@ -231,7 +231,6 @@ static int step(gbuild *b, ag_fn *f) {
   for (k = 0; k < f->nin; k++) {
     in[k] = saved_node(b, f, k);
     need[k] = f->next[k] != NULL;
-    gin[k] = -1;
   }
   out = saved_node(b, f, f->nin);
   extra = saved_node(b, f, f->nin + 1);
@@ -247,16 +246,8 @@ static int step(gbuild *b, ag_fn *f) {
   c.extra = extra;
   c.g = f->node;
   c.need = need;
-  oi->grad(&c, gin);
-  for (k = 0; k < f->nin && !b->rc; k++)
-    if (need[k] && gin[k] >= 0)
-      accumulate(b, f->next[k], gb_cast(b, gb_sum_to(b, gin[k], &f->in_meta[k]),
-                                        f->in_meta[k].dtype));
-  if (b->rc && b->e->msg[0] && strncmp(b->e->msg, "backward", 8) != 0) {
-    char msg[FL_ERR_MSG];
-    snprintf(msg, sizeof msg, "%s", b->e->msg);
-    err_set(b->e, b->rc, "backward of %s: %s", op_name(f->op), msg);
-  }
+  if (gr_apply(&c, gin, "backward") == FL_OK)
+    for (k = 0; k < f->nin; k++) accumulate(b, f->next[k], gin[k]);
   return b->rc;
 }
 

@@ -7,6 +7,7 @@
 ** textbook it is said.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -725,3 +726,22 @@ void gr_cumsum(const gr_ctx *c, int *gin) {
 }
 /* the mask the forward drew, already scaled by 1/(1-p) */
 void gr_dropout(const gr_ctx *c, int *gin) { gin[0] = mul(c, c->g, c->extra); }
+
+int gr_apply(const gr_ctx *c, int *gin, const char *who) {
+  gbuild *b = c->b;
+  size_t n = strlen(who);
+  int k;
+  for (k = 0; k < c->nin; k++) gin[k] = -1;
+  op_info_of(c->op)->grad(c, gin);
+  for (k = 0; k < c->nin && !b->rc; k++)
+    if (c->need[k] && gin[k] >= 0)
+      gin[k] = gb_cast(b, gb_sum_to(b, gin[k], &c->in_meta[k]), c->in_meta[k].dtype);
+    else
+      gin[k] = -1;
+  if (b->rc && b->e->msg[0] && strncmp(b->e->msg, who, n) != 0) {
+    char msg[FL_ERR_MSG];
+    snprintf(msg, sizeof msg, "%s", b->e->msg);
+    err_set(b->e, b->rc, "%s of %s: %s", who, op_name(c->op), msg);
+  }
+  return b->rc;
+}

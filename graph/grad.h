@@ -31,4 +31,9 @@ typedef struct gr_ctx {
 ** gradient down to its input's shape (broadcasting) and casts it to its
 ** dtype; the rule may leave both to it.  Errors go to c->b (b->rc). */
 
+/* c's op's rule, each wanted gradient then summed to its input's shape
+** and cast to its dtype: gin[k] the node, or -1.  An error from the rule
+** is prefixed "<who> of <op>: " (who: "backward", "joint"). */
+int gr_apply(const gr_ctx *c, int *gin, const char *who);
+
 #endif

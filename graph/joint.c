@@ -28,19 +28,17 @@ static void accumulate(gbuild *b, int *gsum, int x, int v) {
 /* The rule of forward op node id, its input gradients added into gsum. */
 static int step(gbuild *b, const ir_graph *g, int id, const char *rg, int *gsum) {
   const ir_node *nd = &g->nodes[id];
-  const op_info *oi = op_info_of(nd->op);
   int gin[64], k;
   unsigned char need[64];
   fl_meta in_meta[64];
   gr_ctx c;
-  if (oi->grad == gr_none) return FL_OK;
+  if (op_info_of(nd->op)->grad == gr_none) return FL_OK;
   if (nd->op == OP_DROPOUT)
     return b->rc = err_set(b->e, FL_EUNSUPPORTED, "joint: dropout's gradient needs the mask its forward "
-                   "drew, which a joint graph cannot name yet (put the model in eval mode, or "
-                   "use eager autograd)");
+                           "drew, which a joint graph cannot name yet (put the model in eval mode, or "
+                           "use eager autograd)");
   for (k = 0; k < nd->nin; k++) {
     need[k] = nd->in[k] >= 0 && rg[nd->in[k]];
-    gin[k] = -1;
     if (nd->in[k] >= 0) in_meta[k] = g->nodes[nd->in[k]].meta;
     else { memset(&in_meta[k], 0, sizeof in_meta[k]); in_meta[k].ndim = -1; }
   }
@@ -56,15 +54,8 @@ static int step(gbuild *b, const ir_graph *g, int id, const char *rg, int *gsum)
   c.extra = -1;
   c.g = gsum[id];
   c.need = need;
-  oi->grad(&c, gin);
-  for (k = 0; k < nd->nin && !b->rc; k++)
-    if (need[k] && gin[k] >= 0)
-      accumulate(b, gsum, nd->in[k], gb_cast(b, gb_sum_to(b, gin[k], &in_meta[k]), in_meta[k].dtype));
-  if (b->rc && b->e->msg[0] && strncmp(b->e->msg, "joint", 5) != 0) {
-    char msg[FL_ERR_MSG];
-    snprintf(msg, sizeof msg, "%s", b->e->msg);
-    err_set(b->e, b->rc, "joint: the gradient of %%%d %s: %s", id, op_name(nd->op), msg);
-  }
+  if (gr_apply(&c, gin, "joint") == FL_OK)
+    for (k = 0; k < nd->nin; k++) accumulate(b, gsum, nd->in[k], gin[k]);
   return b->rc;
 }
 
