@@ -138,32 +138,6 @@ static int64_t saved_bytes(const ir_graph *j, const char *save) {
   return b;
 }
 
-/* Copies node i of j into h with inputs through map (leaves as leaves). */
-static int copy_node(ir_graph *h, const ir_graph *j, int i, const int *map, fl_err *e) {
-  const ir_node *nd = &j->nodes[i];
-  int in[64], k, id = -1;
-  switch (nd->kind) {
-  case IR_INPUT:
-    id = ir_add_input(h, &nd->meta, nd->name, e);
-    if (id >= 0) h->nodes[id].requires_grad = nd->requires_grad;
-    break;
-  case IR_PARAM:
-    id = ir_add_param(h, &nd->value, nd->name, e);
-    if (id >= 0) h->nodes[id].requires_grad = nd->requires_grad;
-    break;
-  case IR_CONST:
-    id = ir_add_const(h, &nd->value, e);
-    if (id >= 0 && nd->name && ir_set_name(h, id, nd->name, e) != FL_OK) return -1;
-    break;
-  case IR_OP:
-    for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : map[nd->in[k]];
-    id = ir_add_op(h, nd->op, in, nd->nin, &nd->attrs, nd->where, nd->scope, e);
-    break;
-  }
-  if (id >= 0 && nd->kind != IR_OP) h->nodes[id].meta.wrapped = nd->meta.wrapped;
-  return id;
-}
-
 /* The forward: j's forward nodes; its results, the saved ops, write-backs. */
 static ir_graph *build_fw(const ir_graph *j, const char *fwd, const char *save, fl_err *e) {
   ir_graph *h = ir_new();
@@ -173,7 +147,7 @@ static ir_graph *build_fw(const ir_graph *j, const char *fwd, const char *save, 
   for (i = 0; i < j->n && rc == FL_OK; i++) {
     map[i] = -1;
     if (fwd[i] || j->nodes[i].kind == IR_INPUT) {
-      if ((map[i] = copy_node(h, j, i, map, e)) < 0) rc = map[i];
+      if ((map[i] = ir_copy_node(h, j, i, map, e)) < 0) rc = map[i];
     }
   }
   for (i = 0; i < j->joint_nres && rc == FL_OK; i++) rc = ir_add_output(h, map[j->outputs[i]], e);
@@ -220,14 +194,14 @@ static ir_graph *build_bw(const ir_graph *j, const char *fwd, const char *save,
       for (k2 = 0; k2 < nd->nin && rc == FL_OK; k2++) {
         int s = nd->in[k2];
         if (s >= 0 && map[s] < 0 && is_free_leaf(&j->nodes[s]) &&
-            (map[s] = copy_node(h, j, s, map, e)) < 0)
+            (map[s] = ir_copy_node(h, j, s, map, e)) < 0)
           rc = map[s];
       }
-    if (rc == FL_OK && (map[i] = copy_node(h, j, i, map, e)) < 0) rc = map[i];
+    if (rc == FL_OK && (map[i] = ir_copy_node(h, j, i, map, e)) < 0) rc = map[i];
   }
   for (i = j->joint_nres; i < nres && rc == FL_OK; i++) {
     int s = j->outputs[i];
-    if (map[s] < 0 && (map[s] = copy_node(h, j, s, map, e)) < 0) rc = map[s];
+    if (map[s] < 0 && (map[s] = ir_copy_node(h, j, s, map, e)) < 0) rc = map[s];
     if (rc == FL_OK) rc = ir_add_output(h, map[s], e);
   }
 out:

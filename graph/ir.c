@@ -794,3 +794,27 @@ int ir_infer_metas(const ir_graph *g, const fl_tensor *const *in, fl_device dev,
   }
   return FL_OK;
 }
+
+int ir_copy_node(ir_graph *h, const ir_graph *g, int i, const int *map, fl_err *e) {
+  const ir_node *nd = &g->nodes[i];
+  int in[64], k, id = -1;
+  switch (nd->kind) {
+  case IR_INPUT:
+    id = ir_add_input(h, &nd->meta, nd->name, e);
+    if (id >= 0) memcpy(h->nodes[id].sym, nd->sym, sizeof nd->sym);
+    break;
+  case IR_PARAM: id = ir_add_param(h, &nd->value, nd->name, e); break;
+  case IR_CONST:
+    id = ir_add_const(h, &nd->value, e);
+    if (id >= 0 && nd->name && ir_set_name(h, id, nd->name, e) != FL_OK) return FL_ENOMEM;
+    break;
+  case IR_OP:
+    for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : map[nd->in[k]];
+    return ir_add_op(h, nd->op, in, nd->nin, &nd->attrs, nd->where, nd->scope, e);
+  }
+  if (id >= 0) {
+    h->nodes[id].requires_grad = nd->requires_grad;
+    h->nodes[id].meta.wrapped = nd->meta.wrapped;
+  }
+  return id;
+}

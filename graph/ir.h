@@ -154,6 +154,11 @@ int ir_add_const(ir_graph *g, const fl_tensor *t, fl_err *e);
 int ir_is_iota(const ir_node *n);
 /* Infers the node's metadata with op_infer; `where` and `scope` may be
 ** NULL. */
+/* Node i of g appended to h, its inputs through map (map[k]: h's node for
+** g's node k); a leaf keeps its name, value, requires_grad and wrapped
+** flag, an op its attributes, source position and scope.  Its id in h, or
+** a negative status with e filled. */
+int ir_copy_node(ir_graph *h, const ir_graph *g, int i, const int *map, fl_err *e);
 int ir_add_op(ir_graph *g, fl_op op, const int *in, int nin,
               const op_attrs *a, const char *where, const char *scope,
               fl_err *e);

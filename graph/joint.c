@@ -76,28 +76,8 @@ static ir_graph *prune(const ir_graph *g, fl_err *e) {
     for (k = 0; k < nd->nin; k++) if (nd->in[k] >= 0) live[nd->in[k]] = 1;
   }
   for (i = 0; i < g->n && rc == FL_OK; i++) {
-    const ir_node *nd = &g->nodes[i];
-    int id = -1, in[64];
     map[i] = -1;
-    if (!live[i]) continue;
-    switch (nd->kind) {
-    case IR_INPUT: id = ir_add_input(h, &nd->meta, nd->name, e); break;
-    case IR_PARAM: id = ir_add_param(h, &nd->value, nd->name, e); break;
-    case IR_CONST:
-      id = ir_add_const(h, &nd->value, e);
-      if (id >= 0 && nd->name && ir_set_name(h, id, nd->name, e) != FL_OK) id = -1;
-      break;
-    case IR_OP:
-      for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : map[nd->in[k]];
-      id = ir_add_op(h, nd->op, in, nd->nin, &nd->attrs, nd->where, nd->scope, e);
-      break;
-    }
-    if (id < 0) { rc = id; break; }
-    if (nd->kind != IR_OP) {
-      h->nodes[id].requires_grad = nd->requires_grad;
-      h->nodes[id].meta.wrapped = nd->meta.wrapped;
-    }
-    map[i] = id;
+    if (live[i] && (map[i] = ir_copy_node(h, g, i, map, e)) < 0) rc = map[i];
   }
   for (i = 0; i < nres && rc == FL_OK; i++) rc = ir_add_output(h, map[g->outputs[i]], e);
   for (i = 0; i < g->nwb && rc == FL_OK; i++)

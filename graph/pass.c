@@ -74,28 +74,10 @@ static int sym_attrs(const ir_node *nd) {
 /* Copies one old node into the new graph unchanged (inputs remapped). */
 static int copy_node(rw *r, const ir_node *nd) {
   int in[64], k;
-  switch (nd->kind) {
-  case IR_INPUT: {
-    int id = ir_add_input(r->b.g, &nd->meta, nd->name, r->b.e);
-    if (id >= 0) memcpy(r->b.g->nodes[id].sym, nd->sym, sizeof nd->sym);
-    if (id >= 0) r->b.g->nodes[id].requires_grad = nd->requires_grad;
-    return id;
-  }
-  case IR_PARAM: {
-    int id = ir_add_param(r->b.g, &nd->value, nd->name, r->b.e);
-    if (id >= 0) r->b.g->nodes[id].requires_grad = nd->requires_grad;
-    return id;
-  }
-  case IR_CONST: {                   /* a backward graph's saved value keeps its name */
-    int id = ir_add_const(r->b.g, &nd->value, r->b.e);
-    if (id >= 0 && nd->name && ir_set_name(r->b.g, id, nd->name, r->b.e) != FL_OK) return -1;
-    return id;
-  }
-  case IR_OP:
-    for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
-    return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
-  }
-  return -1;
+  if (nd->kind != IR_OP)             /* a backward graph's saved value keeps its name */
+    return ir_copy_node(r->b.g, r->old, (int)(nd - r->old->nodes), r->map, r->b.e);
+  for (k = 0; k < nd->nin; k++) in[k] = nd->in[k] < 0 ? -1 : r->map[nd->in[k]];
+  return emit_sym(r, nd->op, &nd->attrs, nd->nin, in, nd->asym);
 }
 
 static int finish_outputs(rw *r) {
