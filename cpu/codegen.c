@@ -607,6 +607,32 @@ static int stream_acc_of(const gen *g) {
 ** kernel's column sums do (cpu/eager_reduce.c).  Per-row values (a
 ** stage's result, the steps after it) are computed per element there. */
 
+/* Row `row`'s index in the kept dims (i0, i1, ...) and each access's base
+** b<a> there. */
+static void emit_row_index(gen *g, const char *row, int depth) {
+  const fk_kernel *k = g->k;
+  int d, a;
+  ind(g, depth);
+  strbuf_printf(g->b, "int64_t rest = %s;\n", row);
+  for (d = k->nkept - 1; d >= 0; d--) {
+    ind(g, depth);
+    if (d > 0) {
+      strbuf_printf(g->b, "const int64_t i%d = rest %% n%d;\n", d, d);
+      ind(g, depth);
+      strbuf_printf(g->b, "rest /= n%d;\n", d);
+    } else {
+      strbuf_printf(g->b, "const int64_t i0 = rest;\n");
+    }
+  }
+  if (k->nkept == 0) { ind(g, depth); strbuf_printf(g->b, "(void)rest;\n"); }
+  for (a = 0; a < k->nacc; a++) {
+    ind(g, depth);
+    strbuf_printf(g->b, "const int64_t b%d = o%d", a, a);
+    for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " + i%d * s%d_%d", d, a, d);
+    strbuf_printf(g->b, ";\n");
+  }
+}
+
 /* Kernels the column loop can run: no row scratch, streaming or argmax. */
 static int cols_eligible(const gen *g) {
   const fk_kernel *k = g->k;
@@ -648,20 +674,8 @@ static int cols_cond(gen *g) {
 ** and the results and row steps of the stages before `upto`. */
 static void cols_rowpre(gen *g, int upto, int nstages, int depth) {
   const fk_kernel *k = g->k;
-  int d, a, t, i;
-  ind(g, depth);
-  strbuf_printf(g->b, "int64_t rest = rb + r;\n");
-  for (d = k->nkept - 1; d >= 0; d--) {
-    ind(g, depth);
-    if (d > 0) strbuf_printf(g->b, "const int64_t i%d = rest %% n%d;  rest /= n%d;\n", d, d, d);
-    else strbuf_printf(g->b, "const int64_t i0 = rest;\n");
-  }
-  for (a = 0; a < k->nacc; a++) {
-    ind(g, depth);
-    strbuf_printf(g->b, "const int64_t b%d = o%d", a, a);
-    for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " + i%d * s%d_%d", d, a, d);
-    strbuf_printf(g->b, ";\n");
-  }
+  int t, i;
+  emit_row_index(g, "rb + r", depth);
   emit_row_steps(g, 0, depth);
   for (t = 1; t < upto && t <= nstages; t++) {
     for (i = 0; i < k->ninstr; i++) {
@@ -793,17 +807,7 @@ static void emit_reduce(gen *g) {
     strbuf_printf(g->b, "    float *restrict sc = (float *)buf[%d] + (int64_t)omp_get_thread_num() * %d * ns;\n",
                   k->nbufs, g->nspill);
   }
-  strbuf_printf(g->b, "    int64_t rest = row;\n");
-  for (d = k->nkept - 1; d >= 0; d--) {
-    if (d > 0) strbuf_printf(g->b, "    const int64_t i%d = rest %% n%d;\n    rest /= n%d;\n", d, d, d);
-    else strbuf_printf(g->b, "    const int64_t i0 = rest;\n");
-  }
-  if (k->nkept == 0) strbuf_printf(g->b, "    (void)rest;\n");
-  for (a = 0; a < k->nacc; a++) {
-    strbuf_printf(g->b, "    const int64_t b%d = o%d", a, a);
-    for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " + i%d * s%d_%d", d, a, d);
-    strbuf_printf(g->b, ";\n");
-  }
+  emit_row_index(g, "row", 2);
   emit_row_steps(g, 0, 2);
   for (s = 1; s <= nstages + (fullstores ? 1 : 0); s++) {
     int st = s <= nstages ? s : 0, f;
