@@ -75,6 +75,42 @@ int file_open_read(const char *path, int *fd, uint64_t *size, fl_err *e) {
   return FL_OK;
 }
 
+int file_read_all(const char *path, uint64_t max, char **buf, size_t *n, fl_err *e) {
+  int fd, rc;
+  uint64_t size, got = 0;
+  char *b;
+  *buf = NULL;
+  *n = 0;
+  if ((rc = file_open_read(path, &fd, &size, e)) != FL_OK) return rc;
+  if (size > max) {
+    char why[128];
+    close(fd);
+    snprintf(why, sizeof why, "%llu bytes, more than the %llu read for this kind of file",
+             (unsigned long long)size, (unsigned long long)max);
+    return path_err(e, FL_EFORMAT, path, why);
+  }
+  if (!(b = malloc((size_t)size + 1))) {
+    close(fd);
+    return err_set(e, FL_ENOMEM, "out of memory reading %llu bytes", (unsigned long long)size);
+  }
+  while (got < size) {
+    ssize_t r = read(fd, b + got, (size_t)(size - got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {   /* shrunk while read, or an I/O error */
+      int err = r < 0 ? errno : EIO;
+      close(fd);
+      free(b);
+      return path_err(e, FL_EIO, path, r < 0 ? strerror(err) : "shorter than its size (changed while read)");
+    }
+    got += (uint64_t)r;
+  }
+  close(fd);
+  b[size] = 0;
+  *buf = b;
+  *n = (size_t)size;
+  return FL_OK;
+}
+
 /* The directory part of p with its slash ("a/b" -> "a/", "/b" -> "/"),
 ** "" when p has none: what a name in p's directory is appended to. */
 static char *dir_prefix(const char *p) {

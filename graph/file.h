@@ -30,6 +30,11 @@
 ** read "<path>: <why>", the path escaped. */
 int file_open_read(const char *path, int *fd, uint64_t *size, fl_err *e);
 
+/* Read a whole regular file of at most max bytes into a new buffer (NUL
+** appended, not counted in *n; free it).  A larger file is FL_EFORMAT
+** naming the limit. */
+int file_read_all(const char *path, uint64_t max, char **buf, size_t *n, fl_err *e);
+
 /* A file being written in place of another. */
 typedef struct file_out {
   int fd;         /* the temp file, open for writing; -1 when closed */

@@ -319,5 +319,7 @@ int lfl_open_nn(lua_State *L, int fl_index);
 int lfl_open_weights(lua_State *L, int fl_index);
 /* fl.load_onnx (onnx.lua) over the reader (lfl_onnx.c); after lfl_open_nn. */
 void lfl_open_onnx(lua_State *L, int lib);
+/* fl.tokenizer (lfl_tokenizer.c) */
+void lfl_open_tokenizer(lua_State *L, int lib);
 
 #endif

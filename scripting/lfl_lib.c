@@ -836,6 +836,7 @@ int luaopen_fuselab(lua_State *L) {
   lfl_open_measure(L, lib);
   lfl_open_checklist(L, lib);
   lfl_open_onnx(L, lib);
+  lfl_open_tokenizer(L, lib);
   lfl_open_cuda(L, lib);
   lfl_open_roofline(L, lib);
   return 1;
