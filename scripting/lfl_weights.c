@@ -4,7 +4,8 @@
 ** :state_dict()), to and from a safetensors file; and the file itself as
 ** tables, with its string metadata: fl.save_safetensors(tensors, path
 ** [, metadata]) and fl.load_safetensors(path) (what a training
-** checkpoint is written with).
+** checkpoint is written with); fl.load_json(path), the JSON files that
+** come with checkpoints (config.json, the shards' index).
 **
 ** Loading is all or nothing: the file is read and every name, dtype and
 ** shape checked against the model before the first value is copied.
@@ -17,8 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "lfl.h"
 #include "graph/autograd.h"
+#include "graph/file.h"
 #include "graph/safetensors.h"
 
 #define ST_GUARD "fl.safetensors_list"   /* metatable of the list guard */
@@ -382,7 +386,51 @@ static int l_load_weights(lua_State *L) {
   return 1;
 }
 
+/* A JSON value as Lua: objects and arrays as tables (arrays from 1),
+** integral numbers as integers, null as nil (absent, as Lua can hold it). */
+static void push_json(lua_State *L, const cJSON *j) {
+  luaL_checkstack(L, 3, "load_json: nested too deep");
+  if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+    const cJSON *it;
+    lua_Integer i = 1;
+    lua_newtable(L);
+    cJSON_ArrayForEach(it, j) {
+      if (cJSON_IsObject(j) && cJSON_IsNull(it)) continue;
+      push_json(L, it);
+      if (cJSON_IsObject(j)) lua_setfield(L, -2, it->string);
+      else lua_rawseti(L, -2, i++);
+    }
+  } else if (cJSON_IsString(j)) lua_pushstring(L, j->valuestring);
+  else if (cJSON_IsBool(j)) lua_pushboolean(L, cJSON_IsTrue(j));
+  else if (cJSON_IsNumber(j)) {
+    double d = j->valuedouble;
+    if (d == (double)(lua_Integer)d && d > -9.0e15 && d < 9.0e15) lua_pushinteger(L, (lua_Integer)d);
+    else lua_pushnumber(L, d);
+  } else lua_pushboolean(L, 0);          /* null inside an array keeps its place */
+}
+
+/* fl.load_json(path) -> value (files up to 64 MiB). */
+static int l_load_json(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  char *buf, q[256];
+  size_t n;
+  cJSON *j;
+  fl_err e = {0};
+  if (file_read_all(path, (uint64_t)64 << 20, &buf, &n, &e) != FL_OK) return luaL_error(L, "load_json: %s", e.msg);
+  j = cJSON_ParseWithLength(buf, n);
+  if (!j) {
+    size_t at = (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - buf : 0);
+    free(buf);
+    return luaL_error(L, "load_json: %s: not valid JSON (near byte %d)", err_quote(path, q, sizeof q), (int)at);
+  }
+  free(buf);
+  push_json(L, j);                       /* cJSON nests at most 1000 deep: the stack holds it */
+  cJSON_Delete(j);
+  return 1;
+}
+
 static const luaL_Reg weight_funcs[] = {
+  {"load_json", l_load_json},
   {"save_weights", l_save_weights},
   {"load_weights", l_load_weights},
   {"save_safetensors", l_save_safetensors},
