@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "hostpool.h"
 #include "tensor.h"
@@ -222,6 +223,8 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
   st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
   st->version = 0;
   st->kept = 0;
+  st->map_base = NULL;
+  st->map_len = 0;
   t->m = *m;
   t->offset = 0;
   t->st = st;
@@ -230,6 +233,28 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
 }
 
 int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 1, e); }
+
+int ten_mapped(fl_tensor *t, void *base, size_t len, void *data, size_t nbytes, fl_err *e) {
+  fl_storage *st = malloc(sizeof *st);
+  memset(t, 0, sizeof *t);
+  if (!st) return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes", sizeof *st);
+  st->refs = 1;
+  st->device = FL_DEV_CPU;
+  st->nbytes = nbytes;
+  st->data = data;
+  st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
+  st->version = 0;
+  st->kept = 0;
+  st->map_base = base;
+  st->map_len = len;
+  t->m.ndim = 1;
+  t->m.shape[0] = (int64_t)nbytes;
+  t->m.dtype = FL_BOOL;         /* one byte per element */
+  t->m.device = FL_DEV_CPU;
+  t->st = st;
+  ten_set_contiguous_strides(t);
+  return FL_OK;
+}
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 0, e); }
 
 void ten_release(fl_tensor *t) {
@@ -237,6 +262,12 @@ void ten_release(fl_tensor *t) {
   if (t->st && --t->st->refs <= 0) {
     fl_storage *st = t->st;
     if (st->kept && free_hook) free_hook(st->id);
+    if (st->map_base) {
+      munmap(st->map_base, st->map_len);
+      free(st);
+      memset(t, 0, sizeof *t);
+      return;
+    }
     /* device memory without a registered release is leaked rather than
     ** handed to free(), which would crash */
     if ((st->device == FL_DEV_CPU || st->device == FL_DEV_CUDA) &&

@@ -37,6 +37,8 @@ typedef struct fl_storage {
   uint64_t version;    /* counts in-place writes (ten_wrote) */
   int kept;            /* something derived from it is kept elsewhere: the
                           free hook hears when it goes (ten_set_free_hook) */
+  void *map_base;      /* a file mapped (ten_mapped): unmapped, not freed */
+  size_t map_len;
 } fl_storage;
 
 typedef struct fl_tensor {
@@ -67,6 +69,11 @@ int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e);
 /* The same without the zero-fill, for memory a kernel overwrites whole
 ** (every eager and compiled kernel's output, copies). */
 int ten_uninit(fl_tensor *t, const fl_meta *m, fl_err *e);
+/* A CPU storage over nbytes at data inside the mapping [base, base + len)
+** (mmap'ed by the caller), which it then owns: the last reference unmaps
+** it.  *t is a 1-d uint8 tensor over the whole storage, for views to share
+** (ten_share, then set meta, strides and offset). */
+int ten_mapped(fl_tensor *t, void *base, size_t len, void *data, size_t nbytes, fl_err *e);
 /* 1 when FUSELAB_POISON_UNINIT is set (the test suite sets it): every
 ** device's ten_uninit memory is then filled with 0xFF bytes, NaN as float,
 ** so a kernel that leaves an element unwritten gives a wrong answer. */

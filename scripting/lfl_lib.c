@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "lfl.h"
-#include "graph/npy.h"
+#include "io/npy.h"
 #include "graph/rng.h"
 #include "gpu/cuda.h"
 #include "exec/measure.h"

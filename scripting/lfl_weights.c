@@ -23,7 +23,7 @@
 #include "lfl.h"
 #include "graph/autograd.h"
 #include "graph/file.h"
-#include "graph/safetensors.h"
+#include "io/safetensors.h"
 
 #define ST_GUARD "fl.safetensors_list"   /* metatable of the list guard */
 
@@ -203,14 +203,30 @@ static int l_save_weights(lua_State *L) {
 
 static int l_save_safetensors(lua_State *L) { return save_state(L, 3, "save_safetensors"); }
 
-/* fl.load_safetensors(path) -> tensors (name -> tensor), metadata (key ->
+/* fl.load_safetensors(path [, {map = true}]) -> tensors (name -> tensor), metadata (key ->
 ** string), names (in the file's data order). */
 static int l_load_safetensors(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  st_list *l = push_guard(L);
+  int map = 0;
+  st_list *l;
   fl_err e;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+      if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "map") != 0)
+        return luaL_error(L, "load_safetensors: unknown option '%s' (expected map)", luaL_tolstring(L, -2, NULL));
+      lua_pop(L, 1);
+    }
+    lua_getfield(L, 2, "map");
+    map = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 1);
+  l = push_guard(L);
   err_clear(&e);
-  if (st_load(path, l, &e) != FL_OK) return luaL_error(L, "load_safetensors: %s", e.msg);
+  if ((map ? st_load_mapped(path, l, &e) : st_load(path, l, &e)) != FL_OK)
+    return luaL_error(L, "load_safetensors: %s", e.msg);
   lua_createtable(L, 0, (int)l->n);
   lua_createtable(L, 0, (int)l->nmeta);
   lua_createtable(L, (int)l->n, 0);
@@ -218,7 +234,7 @@ static int l_load_safetensors(lua_State *L) {
     fl_tensor *t = lfl_newtensor(L);
     *t = l->v[k].t;
     memset(&l->v[k].t, 0, sizeof l->v[k].t);
-    if (t->st) lfl_account(L, t->st->nbytes);
+    if (t->st && !t->st->map_base) lfl_account(L, t->st->nbytes);   /* a mapping is the file's pages */
     lua_setfield(L, -4, l->v[k].name);
     lua_pushstring(L, l->v[k].name);
     lua_rawseti(L, -2, (lua_Integer)k + 1);

@@ -59,7 +59,7 @@ fi
 if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -o "$work/fuzz_npy" \
-     "$src/tests/fuzz/fuzz_npy.c" "$src/graph/npy.c" "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" \
+     "$src/tests/fuzz/fuzz_npy.c" "$src/io/npy.c" "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" \
      "$src/graph/dtype.c" "$src/graph/err.c" "$src/graph/file.c" -lm >"$work/build.log" 2>&1; then
   sed 's/^/# /' "$work/build.log" | tail -20
   echo "not ok 1 - fuzz npy # the target did not build"
@@ -124,7 +124,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
      -I"$src" -o "$st/fuzz_safetensors" \
-     "$src/tests/fuzz/fuzz_safetensors.c" "$src/graph/safetensors.c" \
+     "$src/tests/fuzz/fuzz_safetensors.c" "$src/io/safetensors.c" \
      "$src/graph/tensor.c" "$src/graph/hostpool.c" "$src/graph/env.c" "$src/graph/dtype.c" "$src/graph/err.c" \
      "$src/graph/file.c" $cjson -lm >"$st/build.log" 2>&1; then
   sed 's/^/# /' "$st/build.log" | tail -20

@@ -12,7 +12,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "graph/safetensors.h"
+#include "io/safetensors.h"
 #include "tap.h"
 
 static char dir[256];   /* a fresh temp dir for the files of this run */

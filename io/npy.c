@@ -25,8 +25,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "file.h"
-#include "npy.h"
+#include "graph/file.h"
+#include "io/npy.h"
 
 /* Element encodings a file may hold.  The first four map one to one onto
 ** fuselab dtypes; float64 and int32 are converted on load (to float32 and

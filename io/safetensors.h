@@ -10,7 +10,7 @@
 #ifndef FL_SAFETENSORS_H
 #define FL_SAFETENSORS_H
 
-#include "tensor.h"
+#include "graph/tensor.h"
 
 /* Largest header accepted (the reference implementation's limit too). */
 #define ST_MAX_HEADER 100000000u
@@ -53,6 +53,14 @@ int st_parse(const void *buf, size_t n, st_list *out, fl_err *e);
 ** first, checked against the file's size, then each tensor straight into
 ** its storage. */
 int st_load(const char *path, st_list *out, fl_err *e);
+
+/* st_load with the file mapped (private, copy on write) instead of read:
+** each tensor whose bytes are aligned for its dtype is a view of the
+** mapping, the others are copied; the mapping goes with the last view.
+** Pages are read when first touched.  A file truncated by someone else
+** while mapped makes those reads fault (SIGBUS): map only files you
+** control (a downloaded checkpoint); st_load reads them all at once. */
+int st_load_mapped(const char *path, st_list *out, fl_err *e);
 
 /* Write n tensors under their names (both only read; any strides, CPU
 ** tensors) to path, sorted by name, the header padded with spaces so the

@@ -7,7 +7,7 @@
 #ifndef FL_NPY_H
 #define FL_NPY_H
 
-#include "tensor.h"
+#include "graph/tensor.h"
 
 /* Parse a whole .npy image of n bytes into a new contiguous tensor *out.
 ** Every header field and the data length are checked; a malformed or

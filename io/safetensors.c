@@ -27,13 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
-#include "file.h"
-#include "safetensors.h"
+#include "graph/file.h"
+#include "io/safetensors.h"
 
 /* The dtypes fuselab holds, by their safetensors names; indexed by
 ** fl_dtype (the writer relies on that order). */
@@ -439,6 +440,7 @@ typedef struct source {
   const unsigned char *buf;   /* whole image, or NULL for fd */
   int fd;
   uint64_t data_start;        /* offset of the data region in the image */
+  const fl_tensor *map;       /* the file mapped (st_load_mapped), or NULL */
 } source;
 
 static int read_at(int fd, void *buf, size_t n, uint64_t off, fl_err *e) {
@@ -468,6 +470,15 @@ static int materialize(entry *v, size_t n, const source *src, st_list *out, fl_e
     s->name = v[i].name;
     v[i].name = NULL;
     out->n = i + 1;
+    if (src->map && host_little_endian() &&
+        (src->data_start + v[i].begin) % dtype_size(v[i].m.dtype) == 0) {
+      /* a view of the mapping: the file's bytes are the tensor's */
+      ten_share(&s->t, src->map);
+      s->t.m = v[i].m;
+      ten_set_contiguous_strides(&s->t);
+      s->t.offset = (int64_t)((src->data_start + v[i].begin) / dtype_size(v[i].m.dtype));
+      continue;
+    }
     if ((rc = ten_empty(&s->t, &v[i].m, e)) != FL_OK)
       return err_prefix(e, "tensor '%s'", quote(s->name, q, sizeof q));
     if (nbytes == 0) continue;
@@ -562,6 +573,47 @@ fail:
   if (rc != FL_OK) err_prefix(e, "%s: safetensors", err_quote(path, q, sizeof q));
   free(text);
   close(fd);
+  return rc;
+}
+
+int st_load_mapped(const char *path, st_list *out, fl_err *e) {
+  unsigned char *base;
+  uint64_t hlen = 0, total;
+  char *text = NULL, q[512];
+  source src = {0};
+  fl_tensor map = {0};
+  int fd, rc;
+  memset(out, 0, sizeof *out);
+  if (!path) return err_set(e, FL_EINVAL, "no path");
+  if ((rc = file_open_read(path, &fd, &total, e)) != FL_OK) return rc;
+  if (total < 8 || total > SIZE_MAX) {
+    close(fd);
+    return st_load(path, out, e);        /* its messages for a short file */
+  }
+  /* private: writes to a weight (an optimizer's) stay in this process */
+  base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return st_load(path, out, e);
+  if ((rc = check_prefix(base, 8, total, &hlen, e)) != FL_OK ||
+      (rc = ten_mapped(&map, base, (size_t)total, base, (size_t)total, e)) != FL_OK) {
+    if (!map.st) munmap(base, (size_t)total);
+    goto done;
+  }
+  if (!(text = malloc((size_t)hlen + 1))) {
+    rc = err_set(e, FL_ENOMEM, "out of memory (%llu-byte header)", (unsigned long long)hlen);
+    goto done;
+  }
+  memcpy(text, base + 8, (size_t)hlen);
+  text[hlen] = '\0';
+  src.buf = base;
+  src.fd = -1;
+  src.data_start = 8 + hlen;
+  src.map = &map;
+  rc = load_body(text, hlen, total, &src, out, e);
+done:
+  if (rc != FL_OK) err_prefix(e, "%s: safetensors", err_quote(path, q, sizeof q));
+  free(text);
+  ten_release(&map);                     /* the tensors hold the mapping now */
   return rc;
 }
 
