@@ -32,7 +32,7 @@ const char *const repl_meta_names[] = {
 };
 
 const char *const repl_help_topics[] = {
-  "tensors", "ops", "train", "repl", "compile", "lesson", NULL
+  "tensors", "ops", "train", "llm", "repl", "compile", "lesson", NULL
 };
 
 static const char overview[] =
@@ -59,7 +59,7 @@ static const char overview[] =
   "  :projector on|off  large type and lines in every picture (for a room)\n"
   "  :quit           leave (Ctrl-D on an empty line does too)\n"
   "\n"
-  "Topics: tensors  ops  train  repl  compile  lesson [N]     (:help tensors)\n";
+  "Topics: tensors  ops  train  llm  repl  compile  lesson [N]     (:help tensors)\n";
 
 static const char help_tensors[] =
   "Tensors\n"
@@ -169,6 +169,20 @@ static const char help_train[] =
   "  fl.draw(j, \"joint.svg\", {partition = \"mincut\"})   what is saved, recomputed\n"
   "A whole run: fuselab examples/train_digits.lua (98 % on handwritten digits);\n"
   "compiled training: lesson 09 (:help lesson 9).\n";
+
+static const char help_llm[] =
+  "Language models (GPT-2 and the Llama family)\n"
+  "  m, tok = fl.models.load_pretrained(\"dir\")   config.json, safetensors, tokenizer\n"
+  "  ids = tok:encode(\"Hello\")   tok:decode(ids)   fl.tokenizer(\"tokenizer.json\")\n"
+  "  logits = m(fl.tensor(ids, {dtype = \"int64\"}))\n"
+  "  out, st = m:generate(ids, {max_new_tokens = 32, temperature = 0.8, top_k = 40,\n"
+  "                             top_p = 0.95, seed = 1, compile = true})\n"
+  "  fl.generate(m, tok, \"The compiler\", {max_new_tokens = 40})   streams the text\n"
+  "  fl.checklist(m, {prompt = \"...\", tok = tok})   should decoding be compiled?\n"
+  "  m = fl.models.gpt2{}  fl.models.llama{}   the same models, random weights\n"
+  "The KV cache is static: one compiled decode step serves every position\n"
+  "(st.step_compiles), the prefill compiles once for every prompt length.\n"
+  "Prefill against decode, bytes per token, what compiling buys: lesson 10.\n";
 
 static const char help_repl_fmt[] =
   "The REPL\n"
@@ -328,6 +342,7 @@ static void help(struct repl *r, const char *topic) {
     fputs(help_ops, stdout);
   }
   else if (strcmp(topic, "train") == 0) fputs(help_train, stdout);
+  else if (strcmp(topic, "llm") == 0) fputs(help_llm, stdout);
   else if (strcmp(topic, "repl") == 0) {
     char *h = r->history ? NULL : repl_history_path();
     const char *where = r->history ? r->history : h;

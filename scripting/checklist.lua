@@ -602,6 +602,10 @@ end
 -- parameters require grad; a tape would slow eager down and keep every
 -- activation alive).
 function fl.checklist(fn, opts)
+  -- a language model with a prompt: the decoding checklist (llm.lua)
+  if type(fn) == "table" and fn.spec and fn.generate and type(opts) == "table" and opts.prompt ~= nil then
+    return fl.no_grad(fl._checklist_lm, fn, opts)
+  end
   return fl.no_grad(checklist, fn, opts)
 end
 

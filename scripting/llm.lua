@@ -503,6 +503,24 @@ local function stop_set(stop, default)
   return set
 end
 
+-- The model's cache of length L, made on first use and kept.
+function LM:_cache(L)
+  self._caches = self._caches or {}
+  local cache = self._caches[L] or self:new_cache(L)
+  self._caches[L] = cache
+  return cache
+end
+
+-- m:decode_step(L [, {compile =, mode =}]) -> step, cache: the function
+-- generate calls for each token, step(id [1, 1], pos [1]) -> logits
+-- [1, 1, vocab], over the model's cache of length L (compiled once when
+-- compile is set), and that cache.
+function LM:decode_step(L, opts)
+  local o = options(opts, {"compile", "mode"}, "decode_step")
+  local r = self:_runners(self:_cache(L), o)
+  return r.step, r.cache
+end
+
 -- The compiled (or eager) prefill and decode step over one cache.
 function LM:_runners(cache, o)
   local key = (o.compile and "c" or "e") .. (o.mode or "") .. cache.len
@@ -529,7 +547,9 @@ function LM:generate(ids, opts)
   local s = self.spec
   ids = id_list(ids, "generate")
   local new = o.max_new_tokens or 32
-  local L = o.max_length or math.min(#ids + new, s.positions)
+  -- the cache's length rounded up to 128 positions: requests of other
+  -- lengths then share one cache and one compiled step
+  local L = o.max_length or math.min(s.positions, 128 * math.ceil((#ids + new) / 128))
   if #ids + new > L then
     error(fmt("generate: %d prompt tokens and %d new ones exceed the cache of %d (the model has %d positions)",
               #ids, new, L, s.positions), 0)
@@ -539,15 +559,12 @@ function LM:generate(ids, opts)
       error(fmt("generate: ids[%d] = %s is not a token id (0 to %d)", i, tostring(v), s.vocab - 1), 0)
     end
   end
-  self._caches = self._caches or {}
-  local cache = self._caches[L] or self:new_cache(L)
-  self._caches[L] = cache
-  local r = self:_runners(cache, o)
+  local r = self:_runners(self:_cache(L), o)
   local stop = stop_set(o.stop, self.eos_token_id)
   local draw = rng(o.seed or 0)
   local out = {}
   for i, v in ipairs(ids) do out[i] = v end
-  local stats = {prompt_tokens = #ids, cache_bytes = cache.bytes}
+  local stats = {prompt_tokens = #ids, cache_bytes = r.cache.bytes, cache_len = L}
   fl.no_grad(function()
     local t0 = fl.now()
     local T = #ids
@@ -687,7 +704,7 @@ local function read_tensors(dir)
     end
     table.sort(order)
     for _, file in ipairs(order) do
-      local t = fl.load_safetensors(dir .. "/" .. file)
+      local t = fl.load_safetensors(dir .. "/" .. file, {map = true})
       for name, v in pairs(t) do
         if from[name] then
           error(fmt("load_pretrained: tensor '%s' is in both %s and %s", name, from[name], file), 0)
@@ -703,7 +720,7 @@ local function read_tensors(dir)
     end
     return W, "model.safetensors.index.json"
   elseif exists(single) then
-    return (fl.load_safetensors(single)), "model.safetensors"
+    return (fl.load_safetensors(single, {map = true})), "model.safetensors"
   end
   error(fmt("load_pretrained: %s has neither model.safetensors nor model.safetensors.index.json", dir), 0)
 end
@@ -745,7 +762,8 @@ function models.load_pretrained(dir, opts)
     if t.dtype ~= "float32" and t.dtype ~= "float16" and t.dtype ~= "bfloat16" then
       error(fmt("load_pretrained: %s/%s: tensor '%s' is %s (float32, float16 or bfloat16)", dir, file, n, t.dtype), 0)
     end
-    -- half-precision weights are widened once: every product accumulates in float32
+    -- float32 weights are the file's pages (mapped, copy on write); half
+    -- precision ones are widened once: every product accumulates in float32
     W[n] = t.dtype == "float32" and t or t:to("float32")
   end
   for n in pairs(raw) do
@@ -757,4 +775,109 @@ function models.load_pretrained(dir, opts)
   local tok
   if exists(dir .. "/tokenizer.json") or exists(dir .. "/vocab.json") then tok = fl.tokenizer(dir) end
   return m, tok
+end
+
+-- ---------------------------------------------------------------------------
+-- the go-live checklist of a language model
+-- ---------------------------------------------------------------------------
+
+-- fl.checklist(m, {prompt = ids or text [, tok =] [, max_new_tokens = 32]
+-- [, lengths = {...}] [, quiet =] [, name =]}): should decoding this model
+-- be compiled?  Time to the first token (eager, compiled cold from an
+-- empty cache, compiled warm as a new process finds it), one decode step
+-- eager and compiled (medians, spreads, a verdict), compiles across prompts
+-- of several lengths (the cache hit rate), greedy tokens against eager's,
+-- the KV cache's bytes; then a recommendation with the numbers.
+local LM_OPTIONS = {"prompt", "tok", "max_new_tokens", "lengths", "quiet", "name"}
+
+function fl._checklist_lm(m, opts)
+  local o = options(opts, LM_OPTIONS, "checklist")
+  local s = m.spec
+  local prompt = o.prompt
+  if type(prompt) == "string" then
+    if not o.tok then error("checklist: a text prompt needs tok = the model's tokenizer", 0) end
+    prompt = o.tok:encode(prompt)
+  end
+  prompt = id_list(prompt, "checklist")
+  local new = o.max_new_tokens or 32
+  local L = math.min(s.positions, #prompt + new)
+  if #prompt + new > s.positions then error(fmt("checklist: the prompt and %d new tokens exceed the model's %d positions", new, s.positions), 0) end
+  local gopts = {max_new_tokens = new, stop = {}, max_length = L}
+  local function gen(compile)
+    local g = {}
+    for k, v in pairs(gopts) do g[k] = v end
+    g.compile = compile
+    return m:generate(prompt, g)
+  end
+  local r = {weight_bytes = 0}
+  for _, p in ipairs(m:parameters()) do r.weight_bytes = r.weight_bytes + p:numel() * 4 end
+  -- eager first: its tokens are the reference
+  gen(false)
+  local eager_ids, est = gen(false)
+  r.ttft_eager_ms = est.first_token_s * 1e3
+  -- compiled from an empty cache (cold), then as a new process would (warm)
+  m._run = nil
+  local comp_ids, cold = fl.with_empty_cache(function() return gen(true) end)
+  r.ttft_cold_ms = (cold.first_token_s + (cold.step_first_s or 0)) * 1e3
+  m._run = nil
+  local _, warm = gen(true)
+  r.ttft_warm_ms = (warm.first_token_s + (warm.step_first_s or 0)) * 1e3
+  comp_ids = select(1, gen(true))
+  local same = 0
+  while same < new and eager_ids[#prompt + same + 1] == comp_ids[#prompt + same + 1] do same = same + 1 end
+  r.tokens_equal, r.new_tokens = same, new
+  -- one decode step, eager and compiled, at the last position
+  local step = m:decode_step(L, {compile = true})
+  local id, at = fl.tensor({{prompt[#prompt]}}, {dtype = "int64"}), fl.tensor({#prompt}, {dtype = "int64"})
+  local scratch = m:new_cache(L)
+  local te = fl.measure(function() m(id, at, scratch) end, {runs = 20})
+  local tc = fl.measure(function() step(id, at) end, {runs = 20})
+  r.step_eager, r.step_compiled = te, tc
+  r.tokens_per_s_eager, r.tokens_per_s_compiled = 1e3 / te.median_ms, 1e3 / tc.median_ms
+  r.verdict = fl.compare_times(tc, te, {names = {"compiled", "eager"}})
+  r.noisy = te.noisy or tc.noisy
+  -- prompts of changing lengths: the prefill's compiles
+  local lengths = o.lengths or {math.max(1, #prompt // 4), math.max(1, #prompt // 2), #prompt}
+  local calls = 0
+  for _, n in ipairs(lengths) do
+    if n > #prompt then error(fmt("checklist: length %d is longer than the prompt (%d tokens)", n, #prompt), 0) end
+    local g = {max_new_tokens = 2, stop = {}, max_length = L, compile = true}
+    local _, ls = m:generate({table.unpack(prompt, 1, n)}, g)
+    calls = calls + 1
+    r.prefill_compiles, r.step_compiles = ls.prefill_compiles, ls.step_compiles
+  end
+  calls = calls + 3                                -- the cold, warm and check runs above
+  r.calls, r.cache_hit_rate = calls, 1 - r.prefill_compiles / calls
+  r.kv_cache_bytes = select(2, m:decode_step(L, {compile = true})).bytes
+  r.bound_tokens_per_s = fl.machine_peaks().copy_gbs * 1e9 / r.weight_bytes
+  -- the recommendation
+  if same < new then
+    r.decision = "eager"
+    r.recommendation = fmt("do not compile: the compiled greedy tokens leave eager's after %d of %d", same, new)
+  elseif r.verdict.verdict == 1 then
+    r.decision = "compile"
+    r.recommendation = fmt("compile the decode step (%s) and the prefill with dynamic lengths (%d compile for %d prompts); "
+                           .. "the first token costs %.0f ms cold, %.0f ms warm", r.verdict.text, r.prefill_compiles,
+                           #lengths, r.ttft_cold_ms, r.ttft_warm_ms)
+  else
+    r.decision = "eager"
+    r.recommendation = fmt("no clear gain from compiling here (%s): decoding is bound by reading %.0f MB of weights "
+                           .. "per token (%.0f tokens/s at this machine's copy bandwidth)", r.verdict.text,
+                           r.weight_bytes / 1e6, r.bound_tokens_per_s)
+  end
+  if not o.quiet then
+    local line = function(f, ...) print(fmt(f, ...)) end
+    line("checklist: %s", o.name or m:_head())
+    line("  time to first token: eager %.1f ms; compiled cold %.1f ms (compiling), warm %.1f ms (from the cache)",
+         r.ttft_eager_ms, r.ttft_cold_ms, r.ttft_warm_ms)
+    line("  one decode step: eager %s; compiled %s", tostring(te), tostring(tc))
+    line("    = %.1f and %.1f tokens/s; reading the weights once per token caps it at %.0f", r.tokens_per_s_eager,
+         r.tokens_per_s_compiled, r.bound_tokens_per_s)
+    line("  compiles: prefill %d, decode step %d over %d calls (prompts of %s tokens): cache hit rate %.0f%%",
+         r.prefill_compiles, r.step_compiles, calls, table.concat(lengths, ", "), 100 * r.cache_hit_rate)
+    line("  accuracy: %d of %d greedy tokens equal eager's", same, new)
+    line("  memory: KV cache %.2f MB for %d positions; weights %.1f MB", r.kv_cache_bytes / 1e6, L, r.weight_bytes / 1e6)
+    line("  recommendation: %s", r.recommendation)
+  end
+  return r
 end

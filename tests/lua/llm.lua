@@ -144,6 +144,22 @@ do
   t.raises(function() g(fl.tensor({1.5})) end, "expected an int64 tensor", "float ids are refused")
 end
 
+-- the decoding checklist: every field measured, the recommendation decided
+do
+  local m, tok = loaded.gpt2[1], loaded.gpt2[2]
+  local r = fl.checklist(m, {prompt = "Hello, world! How are you?", tok = tok, max_new_tokens = 8, quiet = true,
+                             lengths = {2, 5}})
+  t.is(r.tokens_equal, 8, "checklist: compiled greedy tokens equal eager's")
+  t.ok(r.prefill_compiles == 1 and r.step_compiles == 1, "checklist: one compile each over the sweep")
+  t.ok(r.cache_hit_rate > 0.7, string.format("checklist: cache hit rate %.2f", r.cache_hit_rate))
+  t.ok(r.ttft_cold_ms > 0 and r.ttft_warm_ms > 0 and r.ttft_eager_ms > 0, "checklist: the three first-token times")
+  t.ok(r.tokens_per_s_eager > 0 and r.tokens_per_s_compiled > 0 and r.step_eager.runs > 0, "checklist: steady decoding timed")
+  local L = #tok:encode("Hello, world! How are you?") + 8
+  t.is(r.kv_cache_bytes, 2 * 2 * 4 * L * 8 * 4, "checklist: KV cache bytes (2 layers, keys and values, 4 heads of 8, float32)")
+  t.ok(r.decision == "compile" or r.decision == "eager", "checklist: a decision: " .. r.recommendation)
+  t.raises(function() fl.checklist(m, {prompt = "x", max_new_tokens = 4}) end, "a text prompt needs tok", "a text prompt without its tokenizer")
+end
+
 -- bad checkpoints: each names the file and the field, and nothing loads
 do
   local tmp = t.tmpdir()

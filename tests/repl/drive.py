@@ -480,6 +480,7 @@ def _():
     # were missing from a hand-written list)
     for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("ops", "fmod remainder"),
                         ("ops", "amax amin var argmax"), ("train", "backward"), ("train", "j:partition"),
+                        ("llm", "load_pretrained"), ("llm", "step_compiles"),
                         ("repl", "Ctrl-C"), ("compile", "fl.compile")):
         if word not in "\n".join(enter(c, ":help " + topic)):
             raise Fail(":help %s lacks %r" % (topic, word))
