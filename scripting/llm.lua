@@ -224,9 +224,8 @@ local function attend(q, k, v, pos, cache, layer, window)
     keys, vals, kpos = kc, vc, fl.arange(L)
   end
   local qp, kp = pos:reshape(-1, 1), kpos:reshape(1, -1)               -- [T, 1], [1, Lk]
-  local ok = kp:le(qp)
-  if window then ok = fl.where(ok, kp:gt(qp - window), false) end
-  local mask = fl.where(ok, 0.0, -math.huge)                           -- [T, Lk]
+  local mask = fl.where(kp:le(qp), 0.0, -math.huge)                    -- [T, Lk]
+  if window then mask = mask + fl.where(kp:gt(qp - window), 0.0, -math.huge) end
   local rep = H // Hkv
   local qg = q:reshape(B, Hkv, rep, T, hd)
   local scores = qg:matmul(keys:unsqueeze(3):transpose(4, 5)) * (1 / math.sqrt(hd)) + mask

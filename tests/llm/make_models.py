@@ -12,6 +12,8 @@ into tests/llm/data/tok.  Writes, with seeded random weights:
           heads, SwiGLU 64, untied head), saved as bfloat16, with a
           Llama 3 tokenizer.json;
   qwen2/  a Qwen2ForCausalLM (biases on q, k, v; tied embeddings) in float16;
+  mistral/ a MistralForCausalLM with a sliding window of 6 positions and one
+          key/value head, float32, with a Llama 2 tokenizer.json;
 and ref.lua: for each model and prompt length, HF's logits (float32, from
 the weights as saved) of the last position and their sum over all, and the
 64 tokens greedy decoding gives (generate with a cache).
@@ -21,7 +23,8 @@ import shutil
 import sys
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOK = os.path.join(HERE, "data", "tok")
@@ -76,6 +79,16 @@ def build(out):
     m.save_pretrained(d)
     shutil.copy(os.path.join(TOK, "llama3", "tokenizer.json"), d)
     models["qwen2"] = (Qwen2ForCausalLM, d)
+
+    cfg = MistralConfig(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128,
+                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=6, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=1)
+    m = spread(MistralForCausalLM(cfg).eval())
+    d = os.path.join(out, "mistral")
+    m.save_pretrained(d)
+    shutil.copy(os.path.join(TOK, "llama", "tokenizer.json"), d)
+    models["mistral"] = (MistralForCausalLM, d)
     return models
 
 

@@ -1,7 +1,8 @@
 -- llm.lua -- language models against Hugging Face transformers: a tiny
 -- random GPT-2 (float32, sharded), a Llama (bfloat16, grouped-query heads)
--- and a Qwen2 (float16, q/k/v biases, tied head, rope_parameters of
--- transformers 5), saved by tests/llm/make_models.py with save_pretrained.
+-- a Qwen2 (float16, q/k/v biases, tied head, rope_parameters of
+-- transformers 5) and a Mistral (a sliding window of 6 positions, one
+-- key/value head), saved by tests/llm/make_models.py with save_pretrained.
 -- Checked: last-position logits within 1e-4 of the largest logit (plus
 -- 1e-5) and the sum of all logits within 1e-5 relative, for prompts of 1,
 -- 5, 17 and 40 tokens; greedy decoding equal to transformers' generate for
@@ -23,7 +24,7 @@ local function maxdiff(a, b)
 end
 
 local loaded = {}
-for _, name in ipairs({"gpt2", "llama", "qwen2"}) do
+for _, name in ipairs({"gpt2", "llama", "qwen2", "mistral"}) do
   local m, tok = fl.models.load_pretrained(dir .. "/" .. name)
   loaded[name] = {m, tok}
   t.ok(tok ~= nil, name .. ": the tokenizer comes with the model: " .. tostring(tok))
@@ -63,8 +64,18 @@ do
   t.is(last.step_compiles, 1, "the decode step compiled once for all of them")
 end
 
+-- 256 tokens from one compiled step (the cache rounded up to 384 positions)
+do
+  local m = fl.models.gpt2{n_embd = 16, n_layer = 1, n_head = 2, vocab_size = 50, n_positions = 512, seed = 3}
+  local a = m:generate({1, 2, 3}, {max_new_tokens = 256, stop = {}})
+  local b, st = m:generate({1, 2, 3}, {max_new_tokens = 256, stop = {}, compile = true, mode = "reduce-overhead"})
+  t.is(b, a, "256 compiled greedy tokens equal eager's")
+  t.ok(st.step_compiles == 1 and st.cache_len == 384,
+       string.format("one compile for 255 decode steps (%d), a cache of %d", st.step_compiles, st.cache_len))
+end
+
 -- the cache: prefill then one token at a time gives the uncached logits
-for _, name in ipairs({"gpt2", "llama"}) do
+for _, name in ipairs({"gpt2", "llama", "mistral"}) do
   local m = loaded[name][1]
   fl.manual_seed(3)
   local seq = {}
