@@ -64,6 +64,14 @@ if ! "$venv/bin/python" -c "import onnx, sys; sys.exit(onnx.__version__ != '$onn
   { python3 -m venv "$venv" && "$venv/bin/pip" install -q "onnx==$onnx_ver"; } >/dev/null 2>&1 ||
     echo "setup: could not install onnx $onnx_ver: tests/onnx/current.sh will skip"
 fi
+# and Hugging Face's tokenizers (and transformers, which reads GPT-2's
+# vocab.json + merges.txt) for tests/llm/tokenizer_live.sh; no torch
+tok_ver=0.23.3 tf_ver=5.25.0
+if [ -x "$venv/bin/pip" ] && ! "$venv/bin/python" -c "import tokenizers, transformers, sys; sys.exit(tokenizers.__version__ != '$tok_ver' or transformers.__version__ != '$tf_ver')" 2>/dev/null; then
+  echo "setup: installing tokenizers $tok_ver and transformers $tf_ver from PyPI into $venv (for tests/llm/tokenizer_live.sh)"
+  "$venv/bin/pip" install -q "tokenizers==$tok_ver" "transformers==$tf_ver" >/dev/null 2>&1 ||
+    echo "setup: could not install tokenizers: tests/llm/tokenizer_live.sh will skip"
+fi
 FUSELAB_ONNX_NODE_PYTHON=$venv/bin/python
 export FUSELAB_ONNX_NODE_PYTHON
 
