@@ -892,15 +892,48 @@ static int hoisted(const gen *g, int i, int fast) {
   return fast && g->D > 0 && in->opc == FKI_LOAD && g->k->acc[in->access].inner == 0;
 }
 
+/* A kernel storing where(cond, x, c) into the leaf c itself (the plan's
+** inplace, when the call put it there), cond read once per row: a row it
+** does not select already holds c's values, so it is skipped -- a KV
+** cache's new row costs a row, not the cache.  The row's condition step
+** and the buffers of the store and of c, or -1. */
+static int inplace_rows(const gen *g, int *sbuf, int *cbuf) {
+  const fk_kernel *k = g->k;
+  int a, stores = 0, cond = -1;
+  if (!g->p->inplace || k->kind != FK_POINTWISE) return -1;
+  for (a = 0; a < k->nacc; a++) {
+    const fk_access *ac = &k->acc[a];
+    const fk_instr *w;
+    int c;
+    if (!ac->store) continue;
+    stores++;
+    if ((c = g->p->inplace[ac->node]) < 0) continue;
+    w = &k->instr[ac->value];
+    if (w->opc != FKI_ELEM || w->op != OP_WHERE || w->narg != 3) continue;
+    if (!hoisted(g, w->arg[0], 1) || k->instr[w->arg[2]].opc != FKI_LOAD ||
+        k->acc[k->instr[w->arg[2]].access].node != c)
+      continue;
+    cond = w->arg[0];
+    *sbuf = ac->buf;
+    *cbuf = k->acc[k->instr[w->arg[2]].access].buf;
+  }
+  return stores == 1 ? cond : -1;
+}
+
 static void pw_body(gen *g, int fast, int depth) {
   const fk_kernel *k = g->k;
-  int i, a;
+  int i, a, sb = 0, cb = 0, cond;
   if (g->D > 0) {
     /* broadcast operands are read before the loop: inside it, GCC took
     ** them for loads each iteration and gave up vectorizing loops that call
     ** a SIMD function (LRN's pow with its exponent from memory ran scalar) */
     for (i = 0; i < k->ninstr; i++)
       if (hoisted(g, i, fast)) emit_step(g, i, depth, fast, 1);
+    if (fast && (cond = inplace_rows(g, &sb, &cb)) >= 0) {
+      ind(g, depth);
+      strbuf_printf(g->b, "if (buf[%d] == buf[%d] && !(v%d)) continue;   /* in place: the row is c's already */\n",
+                    sb, cb, cond);
+    }
     if (fast) { ind(g, depth); strbuf_printf(g->b, "#pragma omp simd\n"); }
     ind(g, depth);
     strbuf_printf(g->b, "for (int64_t j = j0; j < j1; j++) {\n");
@@ -914,7 +947,7 @@ static void pw_body(gen *g, int fast, int depth) {
 
 static void emit_pointwise(gen *g) {
   const fk_kernel *k = g->k;
-  int d, a, f, D = g->D;
+  int d, a, f, D = g->D, sb = 0, cb = 0;
   if (D == 0) {
     for (a = 0; a < k->nacc; a++) strbuf_printf(g->b, "  const int64_t b%d = o%d;\n", a, a);
     pw_body(g, 0, 1);
@@ -923,7 +956,12 @@ static void emit_pointwise(gen *g) {
   strbuf_printf(g->b, "  const int64_t outer = 1");
   for (d = 0; d < D - 1; d++) strbuf_printf(g->b, " * n%d", d);
   strbuf_printf(g->b, ";\n  const int64_t tiles = (n%d + %d - 1) / %d;\n", D - 1, TILE, TILE);
-  strbuf_printf(g->b, "#pragma omp parallel for schedule(static) if (outer * n%d >= FL_PAR_MIN)\n", D - 1);
+  /* in place, only the selected rows are written: no threads to wake */
+  if (inplace_rows(g, &sb, &cb) >= 0)
+    strbuf_printf(g->b, "#pragma omp parallel for schedule(static) if (outer * n%d >= FL_PAR_MIN && buf[%d] != buf[%d])\n",
+                  D - 1, sb, cb);
+  else
+    strbuf_printf(g->b, "#pragma omp parallel for schedule(static) if (outer * n%d >= FL_PAR_MIN)\n", D - 1);
   strbuf_printf(g->b, "  for (int64_t t = 0; t < outer * tiles; t++) {\n");
   strbuf_printf(g->b, "    const int64_t j0 = (t %% tiles) * %d;\n", TILE);
   strbuf_printf(g->b, "    const int64_t j1 = j0 + %d < n%d ? j0 + %d : n%d;\n", TILE, D - 1, TILE, D - 1);

@@ -507,6 +507,16 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   fl_tensor *st;
   /* ten_uninit names a size no buffer can hold; every buffer here is
   ** written whole by the kernel that stores it, so none is zero-filled */
+  if (p->inplace && p->inplace[id] >= 0 && !exec_value_kept(pr, id)) {
+    /* stored into the leaf its write-back copies it to (plan_inplace) */
+    const fl_tensor *leaf = &r->vals[p->inplace[id]];
+    if (leaf->st && leaf->m.device == m->device && leaf->m.dtype == m->dtype &&
+        meta_same_shape(&leaf->m, m) && ten_is_contiguous(leaf)) {
+      ten_share(out, leaf);
+      ten_wrote(out);
+      return FL_OK;
+    }
+  }
   if (s < 0 || s >= p->nslots || exec_value_kept(pr, id) ||
       !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
     return ten_uninit(out, m, e);

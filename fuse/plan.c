@@ -573,10 +573,58 @@ static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
   return p;
 }
 
+/* The node whose buffer id reads: id with its chain of views undone. */
+static int view_base(const ir_graph *g, int id) {
+  while (id >= 0 && g->nodes[id].kind == IR_OP && fk_is_view(g, id) && g->nodes[id].in[0] >= 0)
+    id = g->nodes[id].in[0];
+  return id;
+}
+
+/* Reinplacing (as Inductor does after functionalization): a captured
+** in-place update `c:copy_(f(c, ...))` is a pure op S and a write-back of
+** S into the leaf c, which costs a buffer for S and a copy of it into c.
+** When S's kernel is pointwise, S has c's exact shape and dtype (so any
+** read of c in that kernel is at the element it stores), nothing after
+** that kernel reads c or a view of c, no result is c or a view of it, and
+** c is written back once, the kernel may store S into c itself.  Whether
+** it does is decided per call (exec_buffer: c's tensor must be there,
+** contiguous); the write-back then finds nothing to copy.  A where whose
+** condition is constant along a row and whose other operand is c itself
+** then writes only the rows it selects (cpu/codegen.c): a KV cache's new
+** row costs a row, not the cache. */
+static int plan_inplace(fuse_plan *p, fl_err *e) {
+  const ir_graph *g = p->g;
+  int n = g->n, nres = ir_nresults(g), w, i, j, b, d;
+  if (!(p->inplace = malloc((size_t)(n ? n : 1) * sizeof(int)))) return err_set(e, FL_ENOMEM, "fuse: out of memory");
+  for (i = 0; i < n; i++) p->inplace[i] = -1;
+  for (w = 0; w < g->nwb; w++) {
+    int s = g->outputs[nres + w], c = g->wb[w], kk, ok = 1, stored = 0;
+    const ir_node *ns = &g->nodes[s], *nc = &g->nodes[c];
+    const fk_kernel *k;
+    if (ns->kind != IR_OP || (kk = p->kernel_of[s]) < 0) continue;
+    k = &p->kernels[kk];
+    if (k->kind != FK_POINTWISE || ns->meta.dtype != nc->meta.dtype || !meta_same_shape(&ns->meta, &nc->meta))
+      continue;
+    for (d = 0; d < ns->meta.ndim; d++) ok = ok && !ns->sym[d] && !nc->sym[d];
+    for (i = 0; i < g->nwb; i++) ok = ok && (i == w || (g->wb[i] != c && g->outputs[nres + i] != s));
+    for (i = 0; i < nres; i++) ok = ok && g->outputs[i] != s && view_base(g, g->outputs[i]) != c;
+    for (i = 0; i < k->nviews; i++) ok = ok && view_base(g, k->views[i]) != c;
+    for (b = k->nin; b < k->nbufs; b++) stored |= k->bufs[b] == s;
+    for (j = kk + 1; j < p->nkernels && ok; j++) {
+      const fk_kernel *kj = &p->kernels[j];
+      for (b = 0; b < kj->nbufs; b++) ok = ok && view_base(g, kj->bufs[b]) != c;
+      for (b = 0; b < kj->nviews; b++) ok = ok && view_base(g, kj->views[b]) != c;
+    }
+    if (ok && stored) p->inplace[s] = c;
+  }
+  return FL_OK;
+}
+
 fuse_plan *fuse_plan_build(const ir_graph *g, const fuse_opts *o, fl_err *e) {
   fuse_plan *p;
   if (!g) { err_set(e, FL_EINVAL, "fuse: no graph"); return NULL; }
   if (!(p = plan_new(g, o, e))) return NULL;
+  if (plan_inplace(p, e) != FL_OK) { fuse_plan_free(p); return NULL; }
   fuse_plan_measure(p);
   return p;
 }
@@ -591,7 +639,7 @@ void fuse_plan_free(fuse_plan *p) {
   plan_clear_kernels(p);
   ir_free(p->g);
   free(p->kernel_of); free(p->stored); free(p->last_use); free(p->slot);
-  free(p->slot_bytes);
+  free(p->slot_bytes); free(p->inplace);
   free(p);
 }
 
@@ -615,7 +663,10 @@ char *fuse_plan_listing(const fuse_plan *p, int decisions) {
     strbuf_printf(&b, "  reads");
     for (i = 0; i < kk->nin; i++) strbuf_printf(&b, " %%%d", kk->bufs[i]);
     strbuf_printf(&b, "  writes");
-    for (i = kk->nin; i < kk->nbufs; i++) strbuf_printf(&b, " %%%d", kk->bufs[i]);
+    for (i = kk->nin; i < kk->nbufs; i++) {
+      strbuf_printf(&b, " %%%d", kk->bufs[i]);
+      if (p->inplace && p->inplace[kk->bufs[i]] >= 0) strbuf_printf(&b, " (into %%%d in place)", p->inplace[kk->bufs[i]]);
+    }
     strbuf_printf(&b, "  %s\n", h1);
   }
   if (decisions && p->ndec) {

@@ -73,6 +73,10 @@ typedef struct fuse_plan {
                                 is an input, param, output or not stored */
   int nslots;
   int64_t *slot_bytes;
+  int *inplace;              /* per node: the leaf a write-back copies it
+                                into, when its kernel may store it there
+                                directly (the copy then has nothing to do),
+                                else -1 (plan_inplace in plan.c) */
   int ndec;
   fuse_decision *dec;
   fuse_stats stats;

@@ -369,6 +369,17 @@ static int host_copy(void *ctx, fl_tensor *dst, const fl_tensor *src, fl_err *e)
   return ten_copy(dst, src, e);
 }
 
+/* a and b are the same elements of the same storage */
+static int same_memory(const fl_tensor *a, const fl_tensor *b) {
+  int d;
+  if (!a->st || a->st != b->st || a->offset != b->offset || a->m.dtype != b->m.dtype ||
+      !meta_same_shape(&a->m, &b->m))
+    return 0;
+  for (d = 0; d < a->m.ndim; d++)
+    if (a->m.shape[d] > 1 && a->stride[d] != b->stride[d]) return 0;
+  return 1;
+}
+
 int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *outs,
                  ir_copy_fn copy, void *ctx, fl_err *e) {
   int k, i, rc = FL_OK, nres = ir_nresults(g);
@@ -388,7 +399,8 @@ int ir_writeback(const ir_graph *g, const fl_tensor *const *inputs, fl_tensor *o
         ten_release(&outs[i]);
         outs[i] = c;
       }
-    if (rc == FL_OK) rc = copy(ctx, dst, &outs[nres + k], e);
+    /* stored in place already (plan_inplace): the same memory, nothing to copy */
+    if (rc == FL_OK && !same_memory(dst, &outs[nres + k])) rc = copy(ctx, dst, &outs[nres + k], e);
     if (rc != FL_OK) err_prefix(e, "write-back into %s", d->name ? d->name : "an input");
   }
   return rc;

@@ -407,4 +407,59 @@ do
        calls, cm:stats().compiles))
 end
 
+-- In place (plan_inplace): a write-back whose pointwise kernel may store
+-- into the leaf itself does, and a where selecting rows then writes only
+-- those rows.  Each case against eager over several calls, at positions
+-- given as tensors: the KV-cache write read by a product (in place, rows
+-- skipped); the cache also read by a product of the old values; the old
+-- cache returned as a view (never in place: the result must keep its
+-- values); a cache that is a transposed view (the call falls back to the
+-- copy); two writes.  `expect` is whether the plan stores in place (nil:
+-- either is right, equality is what counts).
+do
+  local function run(name, body, mk_cache, expect)
+    local ce, cc = mk_cache(), mk_cache()
+    cc:copy_(ce)
+    local cf = fl.compile(body)
+    local ok = true
+    for call = 1, 6 do
+      local new = fl.randn(1, 2, 1, 4) + call
+      local pos = fl.tensor({(call * 3) % 8}, {dtype = "int64"})
+      local a, b = table.pack(body(ce, new, pos)), table.pack(cf(cc, new, pos))
+      ok = ok and close(ce, cc) and a.n == b.n
+      for i = 1, a.n do ok = ok and close(a[i], b[i]) end
+    end
+    local g = fl.capture(body, mk_cache(), fl.randn(1, 2, 1, 4), fl.tensor({1}, {dtype = "int64"}))
+    local inplace = tostring(g:optimize{quiet = true}:fuse()):find("in place") ~= nil
+    t.ok(ok and (expect == nil or inplace == expect),
+         string.format("in place: %s: compiled equals eager over 6 calls (%s in place)", name,
+                       inplace and "stored" or "not stored"))
+  end
+  local function rows(c, pos) return fl.arange(c.shape[3]):reshape(-1, 1):eq(pos:reshape(1, 1)) end
+  local w = fl.randn(4, 3)
+  run("a KV-cache row", function(c, new, pos)
+    c:copy_(fl.where(rows(c, pos), new, c))
+    return new:matmul(c:transpose(3, 4))
+  end, function() return fl.randn(1, 2, 8, 4) end, true)
+  run("the old cache read by a product too", function(c, new, pos)
+    local old = c:matmul(w)
+    c:copy_(fl.where(rows(c, pos), new, c))
+    return old, new:matmul(c:transpose(3, 4))
+  end, function() return fl.randn(1, 2, 8, 4) end, nil)
+  run("the old cache returned as a view", function(c, new, pos)
+    local r = c:narrow(3, 1, 2)
+    c:copy_(fl.where(rows(c, pos), new, c))
+    return r, new:matmul(c:transpose(3, 4))
+  end, function() return fl.randn(1, 2, 8, 4) end, false)
+  run("a transposed cache", function(c, new, pos)
+    c:copy_(fl.where(rows(c, pos), new, c))
+    return new:matmul(c:transpose(3, 4))
+  end, function() return fl.randn(1, 2, 4, 8):transpose(3, 4) end, nil)
+  run("two writes of one cache", function(c, new, pos)
+    c:copy_(fl.where(rows(c, pos), new, c))
+    c:copy_(c * 0.5)
+    return new:matmul(c:transpose(3, 4))
+  end, function() return fl.randn(1, 2, 8, 4) end, nil)
+end
+
 t.done()
