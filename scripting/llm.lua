@@ -17,8 +17,10 @@
 -- layer, allocated once for the longest sequence; every call writes its
 -- keys and values at the positions it is given (a tensor, so one compiled
 -- decode step serves every position) and attends over the whole cache with
--- a mask from those positions.  The write is `cache:copy_(fl.where(...))`,
--- which fl.compile captures as an in-place update of the cache.
+-- a mask from those positions.  Captured, the write is
+-- `cache:copy_(fl.where(slot, k, cache))`, an in-place update the plan
+-- stores into the cache itself, row by row (plan_inplace); eagerly, the
+-- rows are copied where they go.
 local fl = ...
 local nn, models = fl.nn, fl.models
 local class, options, shape_str = nn.class, nn._util.options, nn._util.shape_str
@@ -212,7 +214,12 @@ local function attend(q, k, v, pos, cache, layer, window)
     local L = cache.len
     local slot = fl.arange(L):reshape(L, 1):eq(pos:reshape(1, T))      -- [L, T]: slot l takes token t
     local kc, vc = cache.k[layer], cache.v[layer]
-    if size_one(T) then
+    local first = not fl._tracing() and pos:numel() > 0 and pos[1]      -- x[i] of a 1-d tensor: a number
+    if first and pos[pos:numel()] == first + pos:numel() - 1 then
+      -- eager, consecutive positions: the rows copied where they go
+      kc:narrow(3, first + 1, T):copy_(k)
+      vc:narrow(3, first + 1, T):copy_(v)
+    elseif size_one(T) then
       kc:copy_(fl.where(slot, k, kc))                                    -- [L, 1] against [B, Hkv, L, hd]
       vc:copy_(fl.where(slot, v, vc))
     else
