@@ -212,7 +212,7 @@ local function attend(q, k, v, pos, cache, layer, window)
   local keys, vals, kpos = k, v, pos
   if cache then
     local L = cache.len
-    local slot = fl.arange(L):reshape(L, 1):eq(pos:reshape(1, T))      -- [L, T]: slot l takes token t
+    local slot = fl.arange(L, {device = q.device}):reshape(L, 1):eq(pos:reshape(1, T))  -- [L, T]: slot l takes token t
     local kc, vc = cache.k[layer], cache.v[layer]
     local first = not fl._tracing() and pos:numel() > 0 and pos[1]      -- x[i] of a 1-d tensor: a number
     if first and pos[pos:numel()] == first + pos:numel() - 1 then
@@ -228,7 +228,7 @@ local function attend(q, k, v, pos, cache, layer, window)
       kc:copy_(fl.where(written, onehot:matmul(k), kc))
       vc:copy_(fl.where(written, onehot:matmul(v), vc))
     end
-    keys, vals, kpos = kc, vc, fl.arange(L)
+    keys, vals, kpos = kc, vc, fl.arange(L, {device = q.device})
   end
   local qp, kp = pos:reshape(-1, 1), kpos:reshape(1, -1)               -- [T, 1], [1, Lk]
   local mask = fl.where(kp:le(qp), 0.0, -math.huge)                    -- [T, Lk]
@@ -322,7 +322,7 @@ end
 local function rotary(x, pos, theta)
   local hd = x.shape[4]
   local half = hd // 2
-  local inv = (fl.arange(half):to("float32") * (-2 * math.log(theta) / hd)):exp()
+  local inv = (fl.arange(half, {device = x.device}):to("float32") * (-2 * math.log(theta) / hd)):exp()
   local ang = pos:to("float32"):reshape(-1, 1) * inv:reshape(1, half)        -- [T, half]
   ang = fl.cat({ang, ang}, 2)
   local x1, x2 = x:narrow(4, 1, half), x:narrow(4, half + 1, half)
@@ -414,7 +414,10 @@ function LM:forward(ids, pos, cache)
   local unbatched = ids:dim() == 1
   if unbatched then ids = ids:unsqueeze(1) end
   local T = ids.shape[2]
-  pos = pos or fl.arange(T)
+  local dev = self:_head_weight().device                 -- ids and positions go where the weights are
+  if ids.device ~= dev then ids = ids:to(dev) end
+  if pos and pos.device ~= dev then pos = pos:to(dev) end
+  pos = pos or fl.arange(T, {device = dev})
   local body = self.transformer or self.model
   local h = body(ids, pos, cache)
   local logits = fl.linear(h, self:_head_weight())
@@ -430,6 +433,8 @@ function LM:new_cache(L, B)
   if math.type(L) ~= "integer" or L < 1 or L > s.positions then
     error(fmt("new_cache: length %s is not 1 to the model's %d positions", tostring(L), s.positions), 0)
   end
+  -- in host memory: device tensors take no in-place writes yet, so with
+  -- m:cuda() a compiled step copies the cache to the device and back
   local c = {len = L, batch = B, k = {}, v = {}}
   for i = 1, s.layers do
     c.k[i] = fl.zeros(B, s.kv_heads, L, s.head_dim)
@@ -522,14 +527,14 @@ end
 -- [1, 1, vocab], over the model's cache of length L (compiled once when
 -- compile is set), and that cache.
 function LM:decode_step(L, opts)
-  local o = options(opts, {"compile", "mode"}, "decode_step")
+  local o = options(opts, {"compile", "mode", "backend"}, "decode_step")
   local r = self:_runners(self:_cache(L), o)
   return r.step, r.cache
 end
 
 -- The compiled (or eager) prefill and decode step over one cache.
 function LM:_runners(cache, o)
-  local key = (o.compile and "c" or "e") .. (o.mode or "") .. cache.len
+  local key = (o.compile and "c" or "e") .. (o.mode or "") .. (o.backend or "") .. cache.len
   self._run = self._run or {}
   local r = self._run[key]
   if r then return r end
@@ -537,8 +542,8 @@ function LM:_runners(cache, o)
   local function step(id, pos) return self:forward(id, pos, cache) end
   r = {cache = cache}
   if o.compile then
-    r.prefill = fl.compile(prefill, {dynamic = true})
-    r.step = fl.compile(step, {mode = o.mode})
+    r.prefill = fl.compile(prefill, {dynamic = true, backend = o.backend})
+    r.step = fl.compile(step, {mode = o.mode, backend = o.backend})
   else
     r.prefill, r.step = prefill, step
   end
@@ -549,7 +554,7 @@ end
 -- m:generate(ids, opts) -> all ids (prompt then new), stats.
 function LM:generate(ids, opts)
   local o = options(opts, {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "compile", "mode",
-                           "max_length", "on_token"}, "generate")
+                           "backend", "max_length", "on_token"}, "generate")
   local s = self.spec
   ids = id_list(ids, "generate")
   local new = o.max_new_tokens or 32

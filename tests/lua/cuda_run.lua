@@ -158,4 +158,20 @@ do
   t.is(cm:stats().fallbacks, 0, "ONNX mlp on cuda: no fallback")
 end
 
+-- a language model's decode step compiled for cuda with CUDA graphs: the
+-- greedy tokens of the CPU's eager decoding, each step a graph replay
+do
+  local dir = (os.getenv("FUSELAB_SRC") or ".") .. "/tests/llm/data/models/llama"
+  local m = fl.models.load_pretrained(dir)
+  local want = m:generate({40, 280, 322}, {max_new_tokens = 12, stop = {}})
+  local opts = {max_new_tokens = 12, stop = {}, compile = true, backend = "cuda", mode = "reduce-overhead"}
+  m:generate({40, 280, 322}, opts)                    -- compiles and captures the graph
+  local i0 = fl.cuda_info()
+  local got, st = m:generate({40, 280, 322}, opts)
+  local i1 = fl.cuda_info()
+  t.is(got, want, "llama decoding on cuda (CUDA graphs): the CPU's greedy tokens")
+  t.ok(st.step_compiles == 1 and i1.graph_replays - i0.graph_replays == 11,
+       string.format("one compile, 11 decode steps replayed as graphs (%d)", i1.graph_replays - i0.graph_replays))
+end
+
 t.done()
