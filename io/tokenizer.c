@@ -233,7 +233,7 @@ static int read_vocab(tok_tokenizer *t, const cJSON *v, const char *file, fl_err
   if (!cJSON_IsObject(v)) return fmt_err(e, FL_EFORMAT, file, "vocab: not an object of token: id");
   cJSON_ArrayForEach(it, v) {
     double d = it->valuedouble;
-    if (!cJSON_IsNumber(it) || d != (double)(int64_t)d || d < 0 || d >= TOK_MAX_VOCAB) {
+    if (!cJSON_IsNumber(it) || !(d >= 0 && d < TOK_MAX_VOCAB) || d != (double)(int64_t)d) {
       char why[200], q[64];
       snprintf(why, sizeof why, "vocab: token '%s' has id %s (ids are integers 0 to %d)",
                err_quote(it->string, q, sizeof q), cJSON_IsNumber(it) ? "out of range" : "not a number",
@@ -683,12 +683,26 @@ static int read_model(tok_tokenizer *t, const cJSON *m, const char *file, fl_err
 }
 
 int tok_load_json(const char *path, tok_tokenizer **out, fl_err *e) {
+  char *buf;
+  size_t n;
+  int rc;
+  *out = NULL;
+  if ((rc = file_read_all(path, MAX_JSON, &buf, &n, e)) != FL_OK) return rc;
+  rc = tok_parse_json(buf, n, path, out, e);
+  free(buf);
+  return rc;
+}
+
+int tok_parse_json(const char *text, size_t n, const char *path, tok_tokenizer **out, fl_err *e) {
   tok_tokenizer *t = tok_new();
   cJSON *j = NULL;
   int rc;
   *out = NULL;
   if (!t) return err_set(e, FL_ENOMEM, "tokenizer: out of memory");
-  if ((rc = read_json(path, &j, e)) != FL_OK) goto fail;
+  if (!(j = cJSON_ParseWithLength(text, n))) {
+    rc = fmt_err(e, FL_EFORMAT, path, "not valid JSON");
+    goto fail;
+  }
   if ((rc = read_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"), path, e)) != FL_OK ||
       (rc = read_added(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), path, e)) != FL_OK ||
       (rc = read_steps(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), "normalizers", read_norm, path, e)) != FL_OK ||
@@ -722,9 +736,11 @@ void tok_free(tok_tokenizer *t) {
   free(t->special);
   free(t->vocab.slot);
   free(t->merges.slot);
-  free_steps(t->norm, t->nnorm);
-  free_steps(t->pre, t->npre);
-  free_steps(t->dec, t->ndec);
+  /* the slot past the last step too: a step refused half read (its
+  ** strings set, then a field found wrong) is not counted */
+  free_steps(t->norm, t->nnorm < MAX_STEPS ? t->nnorm + 1 : MAX_STEPS);
+  free_steps(t->pre, t->npre < MAX_STEPS ? t->npre + 1 : MAX_STEPS);
+  free_steps(t->dec, t->ndec < MAX_STEPS ? t->ndec + 1 : MAX_STEPS);
   for (size_t i = 0; i < t->nadd; i++) free(t->add[i].s);
   free(t->add);
   free(t);

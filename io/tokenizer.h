@@ -35,6 +35,8 @@ int tok_load_bpe(const char *vocab_path, const char *merges_path, const char *co
 
 /* A tokenizer.json file. */
 int tok_load_json(const char *path, tok_tokenizer **out, fl_err *e);
+/* The same from n bytes of its text; path names it in messages. */
+int tok_parse_json(const char *text, size_t n, const char *path, tok_tokenizer **out, fl_err *e);
 
 void tok_free(tok_tokenizer *t);
 

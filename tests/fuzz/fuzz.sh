@@ -2,8 +2,11 @@
 # fuzz.sh -- build the file readers' libFuzzer targets with ASan and UBSan
 # and run each briefly over its seed corpus: the .npy reader over
 # tests/fuzz/corpus, the safetensors reader over tests/fuzz/corpus_st, the
-# ONNX reader (io/onnx.c over protobuf-c) over tests/fuzz/corpus_onnx.
-# TAP output: three tests, "fuzz npy", "fuzz safetensors" and "fuzz onnx",
+# ONNX reader (io/onnx.c over protobuf-c) over tests/fuzz/corpus_onnx, the
+# tokenizer reader with its encoder and decoder (io/tokenizer.c over cJSON,
+# PCRE2 and libunistring) over tests/fuzz/corpus_tok.
+# TAP output: four tests, "fuzz npy", "fuzz safetensors", "fuzz onnx" and
+# "fuzz tokenizer",
 # each failing on
 # any crash, leak, sanitizer report or timeout.  They are skipped only when
 # clang or its libFuzzer runtime is missing (Debian: clang and
@@ -19,12 +22,13 @@ cc=${CLANG:-clang}
 secs=${FUZZ_TIME:-20}
 status=0
 
-echo "1..3"
+echo "1..4"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_npy.XXXXXX") || {
   echo "not ok 1 - fuzz npy # cannot create a temp dir"
   echo "not ok 2 - fuzz safetensors # cannot create a temp dir"
   echo "not ok 3 - fuzz onnx # cannot create a temp dir"
+  echo "not ok 4 - fuzz tokenizer # cannot create a temp dir"
   exit 1
 }
 cleanup() { [ -n "$FUZZ_KEEP" ] || rm -rf "$work"; }
@@ -35,6 +39,7 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   echo "ok 1 # SKIP clang with libFuzzer not available ($cc not found)"
   echo "ok 2 # SKIP clang with libFuzzer not available ($cc not found)"
   echo "ok 3 # SKIP clang with libFuzzer not available ($cc not found)"
+  echo "ok 4 # SKIP clang with libFuzzer not available ($cc not found)"
   exit 0
 fi
 
@@ -52,6 +57,7 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" 
   echo "ok 1 # SKIP clang with libFuzzer not available"
   echo "ok 2 # SKIP clang with libFuzzer not available"
   echo "ok 3 # SKIP clang with libFuzzer not available"
+  echo "ok 4 # SKIP clang with libFuzzer not available"
   exit 0
 fi
 
@@ -245,9 +251,73 @@ rc=$?
 runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$ox/run.log")
 if [ "$rc" -eq 0 ]; then
   echo "ok 3 - fuzz onnx (${runs:-?} inputs in ${secs}s, no crash)"
+else
+  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$ox/run.log" | head -20 | sed 's/^/# /'
+  tail -n 15 "$ox/run.log" | sed 's/^/# /'
+  echo "not ok 3 - fuzz onnx (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+  status=1
+fi
+
+# ---- the tokenizer reader, encoder and decoder ----------------------------
+tk="$work/tok"
+mkdir "$tk"
+tkdeps=$(pkg-config --cflags --libs libcjson libpcre2-8 libxxhash 2>/dev/null || echo -lcjson -lpcre2-8 -lxxhash)
+# $tkdeps is a list of flags: split on purpose.
+# shellcheck disable=SC2086
+if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+     -I"$src" -o "$tk/fuzz_tokenizer" \
+     "$src/tests/fuzz/fuzz_tokenizer.c" "$src/io/tokenizer.c" "$src/graph/err.c" "$src/graph/file.c" \
+     $tkdeps -lunistring -lm >"$tk/build.log" 2>&1; then
+  sed 's/^/# /' "$tk/build.log" | tail -20
+  echo "not ok 4 - fuzz tokenizer # the target did not build"
+  exit 1
+fi
+mkdir "$tk/corpus"
+cp "$src"/tests/fuzz/corpus_tok/* "$tk/corpus/" 2>/dev/null
+
+# The format's keys and the values each step takes.
+cat >"$tk/tok.dict" <<'EOF'
+"\"model\":{\"type\":\"BPE\",\"vocab\":{"
+"\"merges\":["
+"\"byte_fallback\":true"
+"\"ignore_merges\":true"
+"\"unk_token\":"
+"\"added_tokens\":[{\"id\":"
+"\"content\":"
+"\"special\":true"
+"\"lstrip\":true"
+"\"normalizer\":"
+"\"pre_tokenizer\":"
+"\"decoder\":"
+"\"post_processor\":"
+"{\"type\":\"Sequence\""
+"{\"type\":\"ByteLevel\"}"
+"{\"type\":\"Metaspace\"}"
+"{\"type\":\"Split\",\"pattern\":{\"Regex\":\""
+"\"behavior\":\"MergedWithNext\""
+"\"behavior\":\"Contiguous\""
+"\"invert\":true"
+"{\"type\":\"NFKC\"}"
+"\"<0x41>\""
+"\\p{L}+"
+"(?!\\S)"
+EOF
+
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$tk/fuzz_tokenizer" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+    -dict="$tk/tok.dict" -artifact_prefix="$tk/" \
+    "$tk/corpus" >"$tk/run.log" 2>&1
+rc=$?
+
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tk/run.log")
+if [ "$rc" -eq 0 ]; then
+  echo "ok 4 - fuzz tokenizer (${runs:-?} inputs in ${secs}s, no crash)"
   exit "$status"
 fi
-grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$ox/run.log" | head -20 | sed 's/^/# /'
-tail -n 15 "$ox/run.log" | sed 's/^/# /'
-echo "not ok 3 - fuzz onnx (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
+grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$tk/run.log" | head -20 | sed 's/^/# /'
+tail -n 15 "$tk/run.log" | sed 's/^/# /'
+echo "not ok 4 - fuzz tokenizer (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
 exit 1

@@ -91,6 +91,8 @@ do
   t.raises(function() fl.tokenizer(tmp) end, "merges: merge 2 names 'c', which is not in the vocabulary", "a merge of unknown tokens names its line")
   write("vocab.json", '{"a": 0, "b": 1, "ab": 99999999999}')
   t.raises(function() fl.tokenizer(tmp) end, "vocab.json: vocab: token 'ab' has id out of range", "an absurd id is refused, naming the token")
+  write("vocab.json", '{"a": 0, "b": 1, "ab": 4.4e77}')
+  t.raises(function() fl.tokenizer(tmp) end, "token 'ab' has id out of range", "an id past every integer is refused (no conversion of it)")
   write("vocab.json", '{"a": 0, "b": 0}')
   t.raises(function() fl.tokenizer(tmp) end, "id 0 is given to two tokens", "two tokens with one id are refused")
   write("vocab.json", '{"a": 0, "b": 1')
