@@ -212,23 +212,26 @@ local function attend(q, k, v, pos, cache, layer, window)
   local keys, vals, kpos = k, v, pos
   if cache then
     local L = cache.len
-    local slot = fl.arange(L, {device = q.device}):reshape(L, 1):eq(pos:reshape(1, T))  -- [L, T]: slot l takes token t
     local kc, vc = cache.k[layer], cache.v[layer]
+    local lpos = fl.arange(L, {device = q.device})
     local first = not fl._tracing() and pos:numel() > 0 and pos[1]      -- x[i] of a 1-d tensor: a number
     if first and pos[pos:numel()] == first + pos:numel() - 1 then
       -- eager, consecutive positions: the rows copied where they go
       kc:narrow(3, first + 1, T):copy_(k)
       vc:narrow(3, first + 1, T):copy_(v)
-    elseif size_one(T) then
-      kc:copy_(fl.where(slot, k, kc))                                    -- [L, 1] against [B, Hkv, L, hd]
-      vc:copy_(fl.where(slot, v, vc))
     else
-      local onehot = slot:to("float32")
-      local written = onehot:sum(2, true):gt(0)                          -- [L, 1]
-      kc:copy_(fl.where(written, onehot:matmul(k), kc))
-      vc:copy_(fl.where(written, onehot:matmul(v), vc))
+      local slot = lpos:reshape(L, 1):eq(pos:reshape(1, T))             -- [L, T]: slot l takes token t
+      if size_one(T) then
+        kc:copy_(fl.where(slot, k, kc))                                  -- [L, 1] against [B, Hkv, L, hd]
+        vc:copy_(fl.where(slot, v, vc))
+      else
+        local onehot = slot:to("float32")
+        local written = onehot:sum(2, true):gt(0)                        -- [L, 1]
+        kc:copy_(fl.where(written, onehot:matmul(k), kc))
+        vc:copy_(fl.where(written, onehot:matmul(v), vc))
+      end
     end
-    keys, vals, kpos = kc, vc, fl.arange(L, {device = q.device})
+    keys, vals, kpos = kc, vc, lpos
   end
   local qp, kp = pos:reshape(-1, 1), kpos:reshape(1, -1)               -- [T, 1], [1, Lk]
   local mask = fl.where(kp:le(qp), 0.0, -math.huge)                    -- [T, Lk]
