@@ -61,6 +61,27 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" 
   exit 0
 fi
 
+# fuzz_run N NAME DIR BIN DICT: run target BIN over DIR/corpus for $secs
+# seconds and print its TAP line (the sanitizers' report when it fails);
+# returns non-zero on any crash, leak or timeout.
+fuzz_run() {
+  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$4" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+      -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+      -dict="$5" -artifact_prefix="$3/" "$3/corpus" >"$3/run.log" 2>&1
+  fr=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$3/run.log")
+  if [ "$fr" -eq 0 ]; then
+    echo "ok $1 - fuzz $2 (${runs:-?} inputs in ${secs}s, no crash)"
+    return 0
+  fi
+  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$3/run.log" | head -20 | sed 's/^/# /'
+  tail -n 15 "$3/run.log" | sed 's/^/# /'
+  echo "not ok $1 - fuzz $2 (libFuzzer exit $fr; FUZZ_KEEP=1 keeps $work)"
+  return 1
+}
+
 # Only the reader and what it stands on: no config.h, no Lua.
 if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -102,23 +123,7 @@ cat >"$work/npy.dict" <<'EOF'
 "9223372036854775807"
 EOF
 
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$work/fuzz_npy" -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-    -dict="$work/npy.dict" -artifact_prefix="$work/" \
-    "$work/corpus" >"$work/run.log" 2>&1
-rc=$?
-
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/run.log")
-if [ "$rc" -eq 0 ]; then
-  echo "ok 1 - fuzz npy (${runs:-?} inputs in ${secs}s, no crash)"
-else
-  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$work/run.log" | head -20 | sed 's/^/# /'
-  tail -n 15 "$work/run.log" | sed 's/^/# /'
-  echo "not ok 1 - fuzz npy (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
-  status=1
-fi
+fuzz_run 1 npy "$work" "$work/fuzz_npy" "$work/npy.dict" || status=1
 fi   # the npy target built
 
 # ---- the safetensors reader (cJSON parses its header) -------------------
@@ -167,23 +172,7 @@ cat >"$st/st.dict" <<'EOF'
 "\\u0000"
 EOF
 
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$st/fuzz_safetensors" -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-    -dict="$st/st.dict" -artifact_prefix="$st/" \
-    "$st/corpus" >"$st/run.log" 2>&1
-rc=$?
-
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$st/run.log")
-if [ "$rc" -eq 0 ]; then
-  echo "ok 2 - fuzz safetensors (${runs:-?} inputs in ${secs}s, no crash)"
-else
-  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$st/run.log" | head -20 | sed 's/^/# /'
-  tail -n 15 "$st/run.log" | sed 's/^/# /'
-  echo "not ok 2 - fuzz safetensors (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
-  status=1
-fi
+fuzz_run 2 safetensors "$st" "$st/fuzz_safetensors" "$st/st.dict" || status=1
 fi   # the safetensors target built
 
 # ---- the ONNX reader (protobuf-c parses the wire format) ----------------
@@ -240,23 +229,7 @@ cat >"$ox/onnx.dict" <<'EOF'
 "\x80\x80\x80\x80\x10"
 EOF
 
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$ox/fuzz_onnx" -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-    -dict="$ox/onnx.dict" -artifact_prefix="$ox/" \
-    "$ox/corpus" >"$ox/run.log" 2>&1
-rc=$?
-
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$ox/run.log")
-if [ "$rc" -eq 0 ]; then
-  echo "ok 3 - fuzz onnx (${runs:-?} inputs in ${secs}s, no crash)"
-else
-  grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$ox/run.log" | head -20 | sed 's/^/# /'
-  tail -n 15 "$ox/run.log" | sed 's/^/# /'
-  echo "not ok 3 - fuzz onnx (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
-  status=1
-fi
+fuzz_run 3 onnx "$ox" "$ox/fuzz_onnx" "$ox/onnx.dict" || status=1
 
 # ---- the tokenizer reader, encoder and decoder ----------------------------
 tk="$work/tok"
@@ -304,20 +277,5 @@ cat >"$tk/tok.dict" <<'EOF'
 "(?!\\S)"
 EOF
 
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$tk/fuzz_tokenizer" -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-    -dict="$tk/tok.dict" -artifact_prefix="$tk/" \
-    "$tk/corpus" >"$tk/run.log" 2>&1
-rc=$?
-
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tk/run.log")
-if [ "$rc" -eq 0 ]; then
-  echo "ok 4 - fuzz tokenizer (${runs:-?} inputs in ${secs}s, no crash)"
-  exit "$status"
-fi
-grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$tk/run.log" | head -20 | sed 's/^/# /'
-tail -n 15 "$tk/run.log" | sed 's/^/# /'
-echo "not ok 4 - fuzz tokenizer (libFuzzer exit $rc; FUZZ_KEEP=1 keeps $work)"
-exit 1
+fuzz_run 4 tokenizer "$tk" "$tk/fuzz_tokenizer" "$tk/tok.dict" || status=1
+exit "$status"
