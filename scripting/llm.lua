@@ -25,6 +25,7 @@ local fl = ...
 local nn, models = fl.nn, fl.models
 local class, options, shape_str = nn.class, nn._util.options, nn._util.shape_str
 local fmt = string.format
+local rope_frequencies
 
 -- ---------------------------------------------------------------------------
 -- the two architectures: the names and shapes of their parameters
@@ -37,6 +38,47 @@ local function need(cfg, key, what, default)
     error(fmt("%s: field '%s' is %s (a positive integer is needed)", what, key, tostring(v)), 0)
   end
   return v
+end
+
+-- The rotary embedding's inverse frequencies theta^(-2i/hd), i < hd/2, as
+-- transformers computes them (rope_parameters in transformers 5, top-level
+-- rope_theta and rope_scaling before): "default"; "linear" divides them by
+-- factor; "llama3" (Llama 3.1 and later) divides the low frequencies by
+-- factor, keeps the high ones and interpolates between.  A Lua list.
+rope_frequencies = function(c, hd, what)
+  local rp = type(c.rope_parameters) == "table" and c.rope_parameters or c.rope_scaling or {}
+  local theta = rp.rope_theta or c.rope_theta or 10000.0
+  local kind = rp.rope_type or rp.type or "default"
+  if hd % 2 ~= 0 then error(fmt("%s: head_dim %d is odd (rotary embeddings pair dims)", what, hd), 0) end
+  if (rp.partial_rotary_factor or c.partial_rotary_factor or 1) ~= 1 then
+    error(what .. ": partial_rotary_factor is unsupported (the whole head rotates)", 0)
+  end
+  local function num(k)
+    if type(rp[k]) ~= "number" or rp[k] <= 0 then
+      error(fmt("%s: rope type '%s' needs a positive '%s'", what, kind, k), 0)
+    end
+    return rp[k]
+  end
+  local inv = {}
+  for i = 0, hd // 2 - 1 do inv[i + 1] = 1 / theta ^ (2 * i / hd) end
+  if kind == "linear" then
+    local f = num("factor")
+    for i = 1, #inv do inv[i] = inv[i] / f end
+  elseif kind == "llama3" then
+    local f, lo, hi = num("factor"), num("low_freq_factor"), num("high_freq_factor")
+    local old = num("original_max_position_embeddings")
+    for i = 1, #inv do
+      local wavelen = 2 * math.pi / inv[i]
+      if wavelen > old / lo then inv[i] = inv[i] / f
+      elseif wavelen >= old / hi then
+        local smooth = (old / wavelen - lo) / (hi - lo)
+        inv[i] = (1 - smooth) * inv[i] / f + smooth * inv[i]
+      end
+    end
+  elseif kind ~= "default" then
+    error(fmt("%s: rope type '%s' is unsupported (default, linear and llama3)", what, tostring(kind)), 0)
+  end
+  return inv
 end
 
 -- cfg as config.json spells it -> the sizes the modules use, checked.
@@ -90,13 +132,8 @@ ARCH.llama = {
                eps = c.rms_norm_eps or 1e-6, tied = c.tie_word_embeddings == true,
                qkv_bias = c.attention_bias == true or c.model_type == "qwen2", mlp_bias = c.mlp_bias == true,
                windows = {}}
-    -- rotary parameters: top level before transformers 5, rope_parameters after
-    local rp = type(c.rope_parameters) == "table" and c.rope_parameters or c.rope_scaling or {}
-    s.theta = rp.rope_theta or c.rope_theta or 10000.0
-    local rtype = rp.rope_type or rp.type or "default"
-    if rtype ~= "default" then
-      error(fmt("%s: rope type '%s' is unsupported (plain rotary embeddings only)", what, tostring(rtype)), 0)
-    end
+    s.head_dim = need(c, "head_dim", what, d // heads)
+    s.inv_freq = rope_frequencies(c, s.head_dim, what)
     -- sliding windows: per layer (layer_types) or for all (Mistral's sliding_window)
     for i = 1, s.layers do
       local lt = type(c.layer_types) == "table" and c.layer_types[i]
@@ -104,12 +141,10 @@ ARCH.llama = {
         s.windows[i] = need(c, "sliding_window", what)
       end
     end
-    s.head_dim = need(c, "head_dim", what, d // heads)
     if heads % s.kv_heads ~= 0 then
       error(fmt("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", what, heads, s.kv_heads), 0)
     end
     if (c.hidden_act or "silu") ~= "silu" then error(fmt("%s: hidden_act '%s' is unsupported (silu)", what, c.hidden_act), 0) end
-    if s.head_dim % 2 ~= 0 then error(fmt("%s: head_dim %d is odd (rotary embeddings pair dims)", what, s.head_dim), 0) end
     return s
   end,
   params = function(s)
@@ -319,13 +354,13 @@ end
 
 -- Llama ------------------------------------------------------------------------
 
--- Rotary embeddings as HF's Llama: frequencies theta^(-2i/hd) times the
--- position (float32), cos and sin repeated over both halves, and
--- x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1).
-local function rotary(x, pos, theta)
-  local hd = x.shape[4]
-  local half = hd // 2
-  local inv = (fl.arange(half, {device = x.device}):to("float32") * (-2 * math.log(theta) / hd)):exp()
+-- Rotary embeddings as HF's Llama: the inverse frequencies (a constant of
+-- the model) times the position (float32), cos and sin repeated over both
+-- halves, and x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1).
+local function rotary(x, pos, s)
+  local half = x.shape[4] // 2
+  s.inv_t = s.inv_t or fl.tensor(s.inv_freq)
+  local inv = s.inv_t.device == x.device and s.inv_t or s.inv_t:to(x.device)
   local ang = pos:to("float32"):reshape(-1, 1) * inv:reshape(1, half)        -- [T, half]
   ang = fl.cat({ang, ang}, 2)
   local x1, x2 = x:narrow(4, 1, half), x:narrow(4, half + 1, half)
@@ -342,8 +377,8 @@ function LlamaAttn:_head()
 end
 function LlamaAttn:forward(x, pos, cache, layer)
   local s = self.s
-  local q = rotary(split_heads(self.q_proj(x), s.heads, s.head_dim), pos, s.theta)
-  local k = rotary(split_heads(self.k_proj(x), s.kv_heads, s.head_dim), pos, s.theta)
+  local q = rotary(split_heads(self.q_proj(x), s.heads, s.head_dim), pos, s)
+  local k = rotary(split_heads(self.k_proj(x), s.kv_heads, s.head_dim), pos, s)
   local v = split_heads(self.v_proj(x), s.kv_heads, s.head_dim)
   return self.o_proj(merge_heads(attend(q, k, v, pos, cache, layer, s.windows[layer])))
 end

@@ -14,6 +14,9 @@ into tests/llm/data/tok.  Writes, with seeded random weights:
   qwen2/  a Qwen2ForCausalLM (biases on q, k, v; tied embeddings) in float16;
   mistral/ a MistralForCausalLM with a sliding window of 6 positions and one
           key/value head, float32, with a Llama 2 tokenizer.json;
+  llama31/ a LlamaForCausalLM with Llama 3.1's rope scaling ("llama3": factor
+          4 over an original context of 16 positions, so prompts of 17 and 40
+          tokens reach the scaled frequencies), head_dim 16, tied head;
 and ref.lua: for each model and prompt length, HF's logits (float32, from
 the weights as saved) of the last position and their sum over all, and the
 64 tokens greedy decoding gives (generate with a cache).
@@ -89,6 +92,18 @@ def build(out):
     m.save_pretrained(d)
     shutil.copy(os.path.join(TOK, "llama", "tokenizer.json"), d)
     models["mistral"] = (MistralForCausalLM, d)
+
+    cfg = LlamaConfig(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
+                      rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 4.0,
+                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 16})
+    m = spread(LlamaForCausalLM(cfg).eval())
+    d = os.path.join(out, "llama31")
+    m.save_pretrained(d)
+    shutil.copy(os.path.join(TOK, "llama3", "tokenizer.json"), d)
+    models["llama31"] = (LlamaForCausalLM, d)
     return models
 
 

@@ -1,8 +1,9 @@
 -- llm.lua -- language models against Hugging Face transformers: a tiny
 -- random GPT-2 (float32, sharded), a Llama (bfloat16, grouped-query heads)
 -- a Qwen2 (float16, q/k/v biases, tied head, rope_parameters of
--- transformers 5) and a Mistral (a sliding window of 6 positions, one
--- key/value head), saved by tests/llm/make_models.py with save_pretrained.
+-- transformers 5), a Mistral (a sliding window of 6 positions, one
+-- key/value head) and a Llama with Llama 3.1's rope scaling, saved by
+-- tests/llm/make_models.py with save_pretrained.
 -- Checked: last-position logits within 1e-4 of the largest logit (plus
 -- 1e-5) and the sum of all logits within 1e-5 relative, for prompts of 1,
 -- 5, 17 and 40 tokens; greedy decoding equal to transformers' generate for
@@ -24,7 +25,7 @@ local function maxdiff(a, b)
 end
 
 local loaded = {}
-for _, name in ipairs({"gpt2", "llama", "qwen2", "mistral"}) do
+for _, name in ipairs({"gpt2", "llama", "qwen2", "mistral", "llama31"}) do
   local m, tok = fl.models.load_pretrained(dir .. "/" .. name)
   loaded[name] = {m, tok}
   t.ok(tok ~= nil, name .. ": the tokenizer comes with the model: " .. tostring(tok))
@@ -190,6 +191,12 @@ do
   copy(dir .. "/llama", d)
   edit(d .. "/config.json", function(s) return (s:gsub('"num_hidden_layers": 2', '"num_hidden_layers": 3')) end)
   t.raises(function() fl.models.load_pretrained(d) end, "tensor 'model.layers.2.input_layernorm.weight' is missing", "a missing tensor")
+  copy(dir .. "/llama31", d)
+  edit(d .. "/config.json", function(s) return (s:gsub('"llama3"', '"yarn"')) end)
+  t.raises(function() fl.models.load_pretrained(d) end, "rope type 'yarn' is unsupported %(default, linear and llama3%)", "a rope type not read")
+  copy(dir .. "/llama31", d)
+  edit(d .. "/config.json", function(s) return (s:gsub('"low_freq_factor": 1.0,', '')) end)
+  t.raises(function() fl.models.load_pretrained(d) end, "rope type 'llama3' needs a positive 'low_freq_factor'", "a rope parameter missing")
   copy(dir .. "/llama", d)
   edit(d .. "/config.json", function(s) return (s:gsub('"hidden_size": 32', '"hidden_size": -32')) end)
   t.raises(function() fl.models.load_pretrained(d) end, "field 'hidden_size' is %-32", "a negative size")
