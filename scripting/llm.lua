@@ -626,8 +626,8 @@ function LM:generate(ids, opts)
     while true do
       out[#out + 1] = nxt
       made = made + 1
-      if o.on_token then o.on_token(nxt, out) end
-      if made >= new or stop[nxt] then break end
+      local go_on = not o.on_token or o.on_token(nxt, out) ~= false     -- false: the caller stops here
+      if made >= new or stop[nxt] or not go_on then break end
       local pos = #out - 1
       local ts = fl.now()
       logits = r.step(fl.tensor({{nxt}}, {dtype = "int64"}), fl.tensor({pos}, {dtype = "int64"}))
@@ -655,23 +655,38 @@ function fl.generate(m, tok, prompt, opts)
   opts = opts or {}
   if type(prompt) ~= "string" then error("fl.generate: prompt must be a string", 0) end
   local ids = tok:encode(prompt)
-  local start, shown = #ids, ""
-  local g = {}
+  local start, shown, text, cut = #ids, "", "", nil
+  local g, strs = {}, {}
   for k, v in pairs(opts) do if k ~= "stream" then g[k] = v end end
   local stream = opts.stream ~= false
-  g.on_token = function(_, all)
+  -- stop: ids for m:generate, strings looked for in the text
+  if opts.stop ~= nil then
+    local ids_stop = {}
+    for _, v in ipairs(type(opts.stop) == "table" and opts.stop or {opts.stop}) do
+      if type(v) == "string" then strs[#strs + 1] = v else ids_stop[#ids_stop + 1] = v end
+    end
+    g.stop = ids_stop
+    if #ids_stop == 0 and #strs > 0 then g.stop = nil end   -- strings only: the model's eos still ends it
+  end
+  local function decoded(all)
     local new = {}
     for i = start + 1, #all do new[#new + 1] = all[i] end
-    local text = tok:decode(new, {skip_special_tokens = true})
+    local t = tok:decode(new, {skip_special_tokens = true})
+    for _, s in ipairs(strs) do
+      local at = t:find(s, 1, true)
+      if at and (not cut or at < cut) then cut = at end
+    end
+    return cut and t:sub(1, cut - 1) or t
+  end
+  g.on_token = function(_, all)
+    text = decoded(all)
     if not text:find("\239\191\189$") and #text > #shown then
       if stream then io.write(text:sub(#shown + 1)); io.flush() end
       shown = text
     end
+    if cut then return false end
   end
-  local all, stats = m:generate(ids, g)
-  local new = {}
-  for i = start + 1, #all do new[#new + 1] = all[i] end
-  local text = tok:decode(new, {skip_special_tokens = true})
+  local _, stats = m:generate(ids, g)
   if stream then io.write(text:sub(#shown + 1), "\n") end
   return text, stats
 end

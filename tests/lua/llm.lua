@@ -125,6 +125,11 @@ do
   local want = tok:decode({table.unpack(m:generate(prompt, {max_new_tokens = 12, stop = {}}), #prompt + 1)})
   t.is(table.concat(written):gsub("\n$", ""), want, "fl.generate streams the decoded new text")
   t.is(text, want, "and returns it")
+  -- a stop string ends the text before it, and the generation with it
+  local s = want:sub(5, 7)
+  local cut, st = fl.generate(m, tok, "Hello world", {max_new_tokens = 12, stop = {s}, stream = false})
+  t.is(cut, want:sub(1, want:find(s, 1, true) - 1), string.format("a stop string %q ends the text before it", s))
+  t.ok(st.new_tokens < 12, "and the generation (" .. st.new_tokens .. " tokens)")
 end
 
 -- names are the checkpoint's: save_weights writes them, a fresh model loads them
