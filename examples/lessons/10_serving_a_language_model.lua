@@ -25,8 +25,8 @@
 -- prefill compiled once for all (the cache hit rate of the seed's
 -- checklist); 6. the decode step's graph drawn, the cache writes visible.
 --
--- Run: fuselab examples/lessons/10_serving_a_language_model.lua   (about
--- 15 s; FUSELAB_MODEL_DIR=dir to use a real checkpoint)
+-- Run: fuselab examples/lessons/10_serving_a_language_model.lua   (a few
+-- seconds; FUSELAB_MODEL_DIR=dir to use a real checkpoint)
 
 local fl = fl or require "fuselab"
 
