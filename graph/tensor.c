@@ -180,6 +180,19 @@ void ten_wrote(fl_tensor *t) {
                      __ATOMIC_RELAXED);
 }
 
+/* A storage record with one reference and a fresh id over data (NULL:
+** set by the caller), or NULL when out of memory. */
+static fl_storage *storage_new(void *data, size_t nbytes, fl_device dev) {
+  fl_storage *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->refs = 1;
+  st->device = dev;
+  st->nbytes = nbytes;
+  st->data = data;
+  st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
+  return st;
+}
+
 /* *t is overwritten, never released: the caller owns what it held.  On
 ** success *t holds the only reference to a fresh storage, zero-filled
 ** when zero is set. */
@@ -200,8 +213,7 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
   else if (m->device != FL_DEV_CPU)
     return err_set(e, FL_ENODEV, "no CUDA device: cannot allocate %zu bytes "
                    "there", nbytes);
-  st = malloc(sizeof *st);
-  if (!st)
+  if (!(st = storage_new(NULL, nbytes, m->device)))
     return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes", sizeof *st);
   st->data = alloc(nbytes);
   if (!st->data && m->device != FL_DEV_CPU) {
@@ -217,14 +229,6 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
     return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes (%lld elements of %s)",
                    nbytes, (long long)meta_numel(m), dtype_name(m->dtype));
   }
-  st->refs = 1;
-  st->device = m->device;
-  st->nbytes = nbytes;
-  st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
-  st->version = 0;
-  st->kept = 0;
-  st->map_base = NULL;
-  st->map_len = 0;
   t->m = *m;
   t->offset = 0;
   t->st = st;
@@ -235,16 +239,9 @@ static int alloc_storage(fl_tensor *t, const fl_meta *m, int zero, fl_err *e) {
 int ten_empty(fl_tensor *t, const fl_meta *m, fl_err *e) { return alloc_storage(t, m, 1, e); }
 
 int ten_mapped(fl_tensor *t, void *base, size_t len, void *data, size_t nbytes, fl_err *e) {
-  fl_storage *st = malloc(sizeof *st);
+  fl_storage *st = storage_new(data, nbytes, FL_DEV_CPU);
   memset(t, 0, sizeof *t);
   if (!st) return err_set(e, FL_ENOMEM, "cannot allocate %zu bytes", sizeof *st);
-  st->refs = 1;
-  st->device = FL_DEV_CPU;
-  st->nbytes = nbytes;
-  st->data = data;
-  st->id = __atomic_add_fetch(&storage_ids, 1, __ATOMIC_RELAXED);
-  st->version = 0;
-  st->kept = 0;
   st->map_base = base;
   st->map_len = len;
   t->m.ndim = 1;
