@@ -524,26 +524,32 @@ static int load_body(const char *text, uint64_t hlen, uint64_t total, const sour
   return rc;
 }
 
-int st_parse(const void *buf, size_t n, st_list *out, fl_err *e) {
-  const unsigned char *p = buf;
+/* A whole image of n bytes in memory; map: the mapping it lies in (its
+** tensors become views of it), or NULL to copy them out. */
+static int parse_image(const unsigned char *p, size_t n, const fl_tensor *map, st_list *out, fl_err *e) {
   uint64_t hlen;
   char *text;
   source src = {0};
   int rc;
-  memset(out, 0, sizeof *out);
-  if (!buf && n) return err_set(e, FL_EINVAL, "safetensors: no buffer");
-  if ((rc = check_prefix(p, n, n, &hlen, e)) != FL_OK) return err_prefix(e, "safetensors");
+  if ((rc = check_prefix(p, n, n, &hlen, e)) != FL_OK) return rc;
   if (!(text = malloc((size_t)hlen + 1)))
-    return err_set(e, FL_ENOMEM, "safetensors: out of memory (%llu-byte header)",
-                   (unsigned long long)hlen);
+    return err_set(e, FL_ENOMEM, "out of memory (%llu-byte header)", (unsigned long long)hlen);
   memcpy(text, p + 8, (size_t)hlen);
   text[hlen] = '\0';
   src.buf = p;
   src.fd = -1;
   src.data_start = 8 + hlen;
+  src.map = map;
   rc = load_body(text, hlen, n, &src, out, e);
   free(text);
-  if (rc != FL_OK) err_prefix(e, "safetensors");
+  return rc;
+}
+
+int st_parse(const void *buf, size_t n, st_list *out, fl_err *e) {
+  int rc;
+  memset(out, 0, sizeof *out);
+  if (!buf && n) return err_set(e, FL_EINVAL, "safetensors: no buffer");
+  if ((rc = parse_image(buf, n, NULL, out, e)) != FL_OK) err_prefix(e, "safetensors");
   return rc;
 }
 
@@ -578,9 +584,8 @@ fail:
 
 int st_load_mapped(const char *path, st_list *out, fl_err *e) {
   unsigned char *base;
-  uint64_t hlen = 0, total;
-  char *text = NULL, q[512];
-  source src = {0};
+  uint64_t total;
+  char q[512];
   fl_tensor map = {0};
   int fd, rc;
   memset(out, 0, sizeof *out);
@@ -594,25 +599,9 @@ int st_load_mapped(const char *path, st_list *out, fl_err *e) {
   base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return st_load(path, out, e);
-  if ((rc = check_prefix(base, 8, total, &hlen, e)) != FL_OK ||
-      (rc = ten_mapped(&map, base, (size_t)total, base, (size_t)total, e)) != FL_OK) {
-    if (!map.st) munmap(base, (size_t)total);
-    goto done;
-  }
-  if (!(text = malloc((size_t)hlen + 1))) {
-    rc = err_set(e, FL_ENOMEM, "out of memory (%llu-byte header)", (unsigned long long)hlen);
-    goto done;
-  }
-  memcpy(text, base + 8, (size_t)hlen);
-  text[hlen] = '\0';
-  src.buf = base;
-  src.fd = -1;
-  src.data_start = 8 + hlen;
-  src.map = &map;
-  rc = load_body(text, hlen, total, &src, out, e);
-done:
+  if ((rc = ten_mapped(&map, base, (size_t)total, base, (size_t)total, e)) != FL_OK) munmap(base, (size_t)total);
+  else rc = parse_image(base, (size_t)total, &map, out, e);
   if (rc != FL_OK) err_prefix(e, "%s: safetensors", err_quote(path, q, sizeof q));
-  free(text);
   ten_release(&map);                     /* the tensors hold the mapping now */
   return rc;
 }
