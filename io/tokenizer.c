@@ -383,17 +383,28 @@ static int read_steps(tok_tokenizer *t, const cJSON *o, const char *seq_key, ste
   return rd(t, o, file, e);
 }
 
-static int too_many(fl_err *e, const char *file, const char *field) {
-  return fmt_err(e, FL_EUNSUPPORTED, file, field);
+/* The next free step of a list of n (zeroed), its type read: a list
+** full or a step without a type is refused, naming the field. */
+static int new_step(step *list, int n, const cJSON *o, const char *field, const char *file,
+                    step **out, const char **type, fl_err *e) {
+  char why[96];
+  if (n == MAX_STEPS) {
+    snprintf(why, sizeof why, "%s: more than %d steps is unsupported", field, MAX_STEPS);
+    return fmt_err(e, FL_EUNSUPPORTED, file, why);
+  }
+  *out = memset(&list[n], 0, sizeof list[n]);
+  if (!(*type = jstr(o, "type"))) {
+    snprintf(why, sizeof why, "%s: a step without a type", field);
+    return fmt_err(e, FL_EFORMAT, file, why);
+  }
+  return FL_OK;
 }
 
 static int read_norm(tok_tokenizer *t, const cJSON *o, const char *file, fl_err *e) {
-  const char *type = jstr(o, "type");
+  const char *type;
   step *s;
-  if (t->nnorm == MAX_STEPS) return too_many(e, file, "normalizer: more than 16 steps is unsupported");
-  s = &t->norm[t->nnorm];
-  memset(s, 0, sizeof *s);
-  if (!type) return fmt_err(e, FL_EFORMAT, file, "normalizer: a step without a type");
+  int rc = new_step(t->norm, t->nnorm, o, "normalizer", file, &s, &type, e);
+  if (rc != FL_OK) return rc;
   if (!strcmp(type, "NFC")) s->kind = N_NFC;
   else if (!strcmp(type, "NFKC")) s->kind = N_NFKC;
   else if (!strcmp(type, "NFD")) s->kind = N_NFD;
@@ -426,12 +437,10 @@ static int read_scheme(const cJSON *o) {
 }
 
 static int read_pre(tok_tokenizer *t, const cJSON *o, const char *file, fl_err *e) {
-  const char *type = jstr(o, "type");
+  const char *type;
   step *s;
-  if (t->npre == MAX_STEPS) return too_many(e, file, "pre_tokenizer: more than 16 steps is unsupported");
-  s = &t->pre[t->npre];
-  memset(s, 0, sizeof *s);
-  if (!type) return fmt_err(e, FL_EFORMAT, file, "pre_tokenizer: a step without a type");
+  int rc = new_step(t->pre, t->npre, o, "pre_tokenizer", file, &s, &type, e);
+  if (rc != FL_OK) return rc;
   if (!strcmp(type, "ByteLevel")) {
     s->kind = P_BYTELEVEL;
     s->flag = jbool(o, "add_prefix_space", 0);
@@ -461,12 +470,10 @@ static int read_pre(tok_tokenizer *t, const cJSON *o, const char *file, fl_err *
 }
 
 static int read_dec(tok_tokenizer *t, const cJSON *o, const char *file, fl_err *e) {
-  const char *type = jstr(o, "type");
+  const char *type;
   step *s;
-  if (t->ndec == MAX_STEPS) return too_many(e, file, "decoder: more than 16 steps is unsupported");
-  s = &t->dec[t->ndec];
-  memset(s, 0, sizeof *s);
-  if (!type) return fmt_err(e, FL_EFORMAT, file, "decoder: a step without a type");
+  int rc = new_step(t->dec, t->ndec, o, "decoder", file, &s, &type, e);
+  if (rc != FL_OK) return rc;
   if (!strcmp(type, "ByteLevel")) s->kind = D_BYTELEVEL;
   else if (!strcmp(type, "ByteFallback")) s->kind = D_BYTEFALLBACK;
   else if (!strcmp(type, "Fuse")) s->kind = D_FUSE;
@@ -499,7 +506,7 @@ static int read_post(tok_tokenizer *t, const cJSON *o, const char *file, fl_err 
   t->ntmpl = 0;
   cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "single")) {
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
-    if (t->ntmpl == MAX_STEPS) return too_many(e, file, "post_processor: a template of more than 16 items is unsupported");
+    if (t->ntmpl == MAX_STEPS) return fmt_err(e, FL_EUNSUPPORTED, file, "post_processor: a template of more than 16 items is unsupported");
     if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) { t->tmpl[t->ntmpl++] = -1; continue; }
     if (!sp || !jstr(sp, "id")) return fmt_err(e, FL_EFORMAT, file, "post_processor: a template item neither Sequence nor SpecialToken");
     const cJSON *def = cJSON_GetObjectItemCaseSensitive(specials, jstr(sp, "id"));
@@ -508,7 +515,7 @@ static int read_post(tok_tokenizer *t, const cJSON *o, const char *file, fl_err 
     cJSON_ArrayForEach(id, ids) {
       if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (double)t->nvocab)
         return fmt_err(e, FL_EFORMAT, file, "post_processor: a special token's id is outside the vocabulary");
-      if (t->ntmpl == MAX_STEPS) return too_many(e, file, "post_processor: a template of more than 16 items is unsupported");
+      if (t->ntmpl == MAX_STEPS) return fmt_err(e, FL_EUNSUPPORTED, file, "post_processor: a template of more than 16 items is unsupported");
       t->tmpl[t->ntmpl++] = (int32_t)id->valuedouble;
     }
   }
@@ -574,15 +581,19 @@ static tok_tokenizer *tok_new(void) {
 
 /* ---- loading ------------------------------------------------------------- */
 
+static int parse_json(const char *text, size_t n, const char *path, cJSON **out, fl_err *e) {
+  if (!(*out = cJSON_ParseWithLength(text, n))) return fmt_err(e, FL_EFORMAT, path, "not valid JSON");
+  return FL_OK;
+}
+
 static int read_json(const char *path, cJSON **out, fl_err *e) {
   char *buf;
   size_t n;
   int rc = file_read_all(path, MAX_JSON, &buf, &n, e);
   if (rc != FL_OK) return rc;
-  *out = cJSON_ParseWithLength(buf, n);
+  rc = parse_json(buf, n, path, out, e);
   free(buf);
-  if (!*out) return fmt_err(e, FL_EFORMAT, path, "not valid JSON");
-  return FL_OK;
+  return rc;
 }
 
 int tok_load_bpe(const char *vocab_path, const char *merges_path, const char *config_path,
@@ -699,10 +710,7 @@ int tok_parse_json(const char *text, size_t n, const char *path, tok_tokenizer *
   int rc;
   *out = NULL;
   if (!t) return err_set(e, FL_ENOMEM, "tokenizer: out of memory");
-  if (!(j = cJSON_ParseWithLength(text, n))) {
-    rc = fmt_err(e, FL_EFORMAT, path, "not valid JSON");
-    goto fail;
-  }
+  if ((rc = parse_json(text, n, path, &j, e)) != FL_OK) goto fail;
   if ((rc = read_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"), path, e)) != FL_OK ||
       (rc = read_added(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), path, e)) != FL_OK ||
       (rc = read_steps(t, cJSON_GetObjectItemCaseSensitive(j, "normalizer"), "normalizers", read_norm, path, e)) != FL_OK ||
