@@ -25,7 +25,6 @@ local fl = ...
 local nn, models = fl.nn, fl.models
 local class, options, shape_str = nn.class, nn._util.options, nn._util.shape_str
 local fmt = string.format
-local rope_frequencies
 
 -- ---------------------------------------------------------------------------
 -- the two architectures: the names and shapes of their parameters
@@ -45,7 +44,7 @@ end
 -- rope_theta and rope_scaling before): "default"; "linear" divides them by
 -- factor; "llama3" (Llama 3.1 and later) divides the low frequencies by
 -- factor, keeps the high ones and interpolates between.  A Lua list.
-rope_frequencies = function(c, hd, what)
+local function rope_frequencies(c, hd, what)
   local rp = type(c.rope_parameters) == "table" and c.rope_parameters or c.rope_scaling or {}
   local theta = rp.rope_theta or c.rope_theta or 10000.0
   local kind = rp.rope_type or rp.type or "default"

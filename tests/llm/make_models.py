@@ -51,47 +51,43 @@ def spread(m, conv1d=False):
     return m
 
 
+def save(models, out, name, m, tok_files, **kw):
+    """m saved as out/name with save_pretrained(**kw), beside the tokenizer files."""
+    d = os.path.join(out, name)
+    m.save_pretrained(d, **kw)
+    for f in tok_files:
+        shutil.copy(os.path.join(TOK, f), d)
+    models[name] = (type(m), d)
+
+
 def build(out):
     torch.manual_seed(0)
     models = {}
     cfg = GPT2Config(vocab_size=700, n_positions=128, n_embd=32, n_layer=2, n_head=4, bos_token_id=0,
                      eos_token_id=0)
     m = spread(GPT2LMHeadModel(cfg).eval(), conv1d=True)
-    d = os.path.join(out, "gpt2")
-    m.save_pretrained(d, max_shard_size="100KB")
-    for f in ("vocab.json", "merges.txt"):
-        shutil.copy(os.path.join(TOK, "gpt2", f), d)
-    models["gpt2"] = (GPT2LMHeadModel, d)
+    save(models, out, "gpt2", m, ("gpt2/vocab.json", "gpt2/merges.txt"), max_shard_size="100KB")
 
     cfg = LlamaConfig(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=0,
                       eos_token_id=1)
     m = spread(LlamaForCausalLM(cfg).eval()).to(torch.bfloat16)
-    d = os.path.join(out, "llama")
-    m.save_pretrained(d)
-    shutil.copy(os.path.join(TOK, "llama3", "tokenizer.json"), d)
-    models["llama"] = (LlamaForCausalLM, d)
+    save(models, out, "llama", m, ("llama3/tokenizer.json",))
 
     cfg = Qwen2Config(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                       rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=0,
                       eos_token_id=1, use_sliding_window=False)
     m = spread(Qwen2ForCausalLM(cfg).eval()).to(torch.float16)
-    d = os.path.join(out, "qwen2")
-    m.save_pretrained(d)
-    shutil.copy(os.path.join(TOK, "llama3", "tokenizer.json"), d)
-    models["qwen2"] = (Qwen2ForCausalLM, d)
+    save(models, out, "qwen2", m, ("llama3/tokenizer.json",))
 
     cfg = MistralConfig(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128,
                         rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=6, tie_word_embeddings=False,
                         bos_token_id=0, eos_token_id=1)
     m = spread(MistralForCausalLM(cfg).eval())
-    d = os.path.join(out, "mistral")
-    m.save_pretrained(d)
-    shutil.copy(os.path.join(TOK, "llama", "tokenizer.json"), d)
-    models["mistral"] = (MistralForCausalLM, d)
+    save(models, out, "mistral", m, ("llama/tokenizer.json",))
 
     cfg = LlamaConfig(vocab_size=800, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
@@ -100,10 +96,7 @@ def build(out):
                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                        "original_max_position_embeddings": 16})
     m = spread(LlamaForCausalLM(cfg).eval())
-    d = os.path.join(out, "llama31")
-    m.save_pretrained(d)
-    shutil.copy(os.path.join(TOK, "llama3", "tokenizer.json"), d)
-    models["llama31"] = (LlamaForCausalLM, d)
+    save(models, out, "llama31", m, ("llama3/tokenizer.json",))
     return models
 
 
