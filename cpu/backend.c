@@ -323,7 +323,8 @@ static void plan_layout(const fuse_plan *p, int k, cpu_kinfo *ki) {
   int id = p->kernels[k].anchor, tr, rs, nd;
   int64_t i0, i1;
   ki->swap = 0;
-  if (p->kernels[k].kind != FK_EXTERN || id < 0) return;     /* no product to lay out */
+  /* no product to lay out, or an epilogue reads it in the plan's layout */
+  if (p->kernels[k].kind != FK_EXTERN || id < 0 || p->kernels[k].nnodes > 0) return;
   nd = g->nodes[id].meta.ndim;
   if (g->nodes[id].op != OP_MATMUL || (tr = sole_reader(g, id)) < 0 ||
       g->nodes[tr].kind != IR_OP || g->nodes[tr].op != OP_TRANSPOSE || (rs = sole_reader(g, tr)) < 0 ||

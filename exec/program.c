@@ -46,9 +46,10 @@ void exec_c_ident(const char *s, char *out, size_t n) {
 ** their own between calls (a slot would be overwritten by later values).
 ** This is Inductor's freezing without its price: the weights stay
 ** params, and a weight written in place (its storage's version moves,
-** graph/tensor.h) is seen on the next call.  Never kept: random ops, and
-** a value some graph output is or views (the caller would hold, and
-** could write, the kept memory).  CPU only: a CUDA graph replays every
+** graph/tensor.h) is seen on the next call.  Which kernels the plan
+** decides (fuse/plan.c plan_keep: never random ops nor a value a graph
+** output is or views, and only while the memory held fits its peak).
+** CPU only: a CUDA graph replays every
 ** launch it captured.  FUSELAB_KEEP=0 launches every kernel every call
 ** (to measure the difference). */
 static int keep_enabled(void) {
@@ -60,27 +61,15 @@ static int find_kept(exec_program *pr) {
   const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
   size_t n = (size_t)(g->n ? g->n : 1);
-  char *pure = calloc(n, 1), *need = calloc(n, 1);
+  char *need = calloc(n, 1);
   int i, j, k, any = 0;
-  if (!pure || !need) goto oom;
-  for (i = 0; i < g->n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    pure[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST ||
-              (nd->kind == IR_OP && !rng_op(nd->op));
-    for (j = 0; nd->kind == IR_OP && j < nd->nin && pure[i]; j++)
-      if (nd->in[j] >= 0 && !pure[nd->in[j]]) pure[i] = 0;
-  }
-  for (i = 0; i < g->nout; i++)
-    for (j = g->outputs[i]; j >= 0;) {
-      pure[j] = 0;
-      j = g->nodes[j].kind == IR_OP && fk_is_view(g, j) ? g->nodes[j].in[0] : -1;
-    }
+  if (!need) goto oom;
+  /* which kernels: the plan's choice (fuse/plan.c plan_keep), which its
+  ** memory walk holds from the start */
   if (!(pr->keep = calloc((size_t)(p->nkernels ? p->nkernels : 1), 1))) goto oom;
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kr = &p->kernels[k];
-    int ok = !kr->nrng && (kr->nnodes > 0 || kr->anchor >= 0);
-    for (j = 0; j < kr->nnodes && ok; j++) ok = pure[kr->nodes[j]];
-    if (ok && kr->anchor >= 0) ok = pure[kr->anchor];
+    int ok = p->keep && p->keep[k];
     pr->keep[k] = (char)ok;
     any |= ok;
     for (j = 0; j < kr->nnodes && ok; j++) need[kr->nodes[j]] = 1;
@@ -100,11 +89,9 @@ static int find_kept(exec_program *pr) {
     for (i = 0; i < g->n; i++)
       if (g->nodes[i].kind == IR_PARAM && !need[i]) pr->kept_ver[2 * i] = UINT64_MAX;
   }
-  free(pure);
   free(need);
   return FL_OK;
 oom:
-  free(pure);
   free(need);
   return FL_ENOMEM;
 }
@@ -541,6 +528,35 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   return FL_OK;
 }
 
+/* A product whose epilogue is stored over it (fuse/plan.c plan_alias)
+** into a graph output is written into the output's memory: the extern
+** writes it there and the epilogue rewrites it in place, one buffer where
+** there were two.  Not when that memory is also an operand of the product
+** (a caller's output given in place): the product then gets its own. */
+static int product_in_output(exec_run *r, int k, const char *is_out, fl_err *e) {
+  const fuse_plan *p = r->pr->plan;
+  const fk_kernel *kk = &p->kernels[k];
+  const ir_node *an;
+  int i, o = -1, rc;
+  if (!p->alias || kk->kind != FK_EXTERN || kk->nnodes == 0 || r->vals[kk->anchor].st) return FL_OK;
+  for (i = kk->nin; i < kk->nbufs; i++)
+    if (p->alias[kk->bufs[i]] == kk->anchor && is_out[kk->bufs[i]]) o = kk->bufs[i];
+  if (o < 0) return FL_OK;
+  if (!r->vals[o].st && (rc = exec_buffer(r, o, &r->vals[o], e)) != FL_OK) return rc;
+  if (!ten_is_contiguous(&r->vals[o])) return FL_OK;
+  an = &r->g->nodes[kk->anchor];
+  for (i = 0; i < an->nin; i++) {
+    if (an->in[i] < 0) continue;
+    if ((rc = exec_value(r, an->in[i], 0, e)) != FL_OK) return rc;
+    if (r->vals[an->in[i]].st == r->vals[o].st) return FL_OK;
+  }
+  ten_share(&r->vals[kk->anchor], &r->vals[o]);
+  r->vals[kk->anchor].m = r->metas[kk->anchor];
+  r->vals[kk->anchor].offset = r->vals[o].offset;
+  ten_set_contiguous_strides(&r->vals[kk->anchor]);
+  return FL_OK;
+}
+
 int exec_bind_leaves(exec_program *pr, fl_err *e) {
   const exec_backend *be = pr->be;
   const ir_graph *g = pr->plan->g;
@@ -729,6 +745,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
       if (pr->profile) pr->last_ms[k] = 0;
     } else {
       if (pr->profile && (rc = be->sync(e)) == FL_OK) t0 = meas_now() * 1e3;
+      if (rc == FL_OK) rc = product_in_output(&r, k, is_out, e);
       if (rc == FL_OK) rc = be->launch(&r, k, e);
       if (pr->profile && rc == FL_OK && (rc = be->sync(e)) == FL_OK) {
         pr->last_ms[k] = meas_now() * 1e3 - t0;

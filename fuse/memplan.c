@@ -193,154 +193,208 @@ static void last_uses(fuse_plan *p) {
   for (i = 0; i < g->nout; i++) p->last_use[g->outputs[i]] = p->nkernels;
 }
 
-/* Peak of live bytes when every buffer is allocated by its kernel and freed
-** after its last reader (outputs live to the end): the same rule as the
-** op-by-op peak of fuse_graph_cost, so the two compare. */
 /* Node i's buffer is freed once kernel k has run (one nobody reads dies
 ** in the kernel that writes it). */
 static int freed_after(const fuse_plan *p, int i, int k) {
   return p->last_use[i] == k || (p->last_use[i] < 0 && p->kernel_of[i] == k);
 }
 
-static int64_t live_peak(const fuse_plan *p, int *at) {
+/* An op result the plan stores, which the walk and the slots count. */
+static int counted(const fuse_plan *p, int i) { return p->stored[i] && p->g->nodes[i].kind == IR_OP; }
+
+/* Computed by a kept kernel: held from the first call on. */
+static int held(const fuse_plan *p, int i) {
+  return p->keep && p->kernel_of[i] >= 0 && p->keep[p->kernel_of[i]];
+}
+
+/* The epilogue of kernel kk reads node s itself (not only its extern). */
+static int epilogue_reads(const fk_kernel *kk, int s) {
+  int j;
+  for (j = 0; j < kk->nacc; j++) if (!kk->acc[j].store && kk->acc[j].node == s) return 1;
+  return 0;
+}
+
+/* Operand s of extern kernel k is dead once the library call has read it:
+** nothing after k reads it and the epilogue does not either. */
+static int call_frees(const fuse_plan *p, const fk_kernel *kk, int k, int s) {
+  return s >= 0 && counted(p, s) && !held(p, s) && p->last_use[s] == k && s != kk->anchor &&
+         !epilogue_reads(kk, s);
+}
+
+/* The one walk (plan.h).  Kernel k: an extern with an epilogue first
+** writes its product; the operands its call alone read are then freed;
+** the kernel's stored values are written (one stored over the product,
+** p->alias, takes none); then what k read last dies.  Kept values are
+** alive from the start and never die. */
+int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop, int *peak_at) {
   const ir_graph *g = p->g;
+  char *on = calloc((size_t)(g->n ? g->n : 1), 1);
+  char *over = calloc((size_t)(g->n ? g->n : 1), 1);  /* product taken over by its epilogue */
+  int *first = malloc((size_t)(p->nkernels + 1) * sizeof *first);
+  int *dies = malloc((size_t)(g->n ? g->n : 1) * sizeof *dies);  /* by the kernel after which */
   int64_t live = 0, peak = 0;
-  int k, i;
-  *at = -1;
+  int k, i, j;
+  *peak_at = -1;
+  if (!on || !over || !first || !dies) { free(on); free(over); free(first); free(dies); return -1; }
+  /* what dies after each kernel, listed once (a walk is linear) */
+  for (k = 0; k <= p->nkernels; k++) first[k] = 0;
+  for (i = 0; i < g->n; i++) {
+    int d = !counted(p, i) ? -1 : p->last_use[i] >= 0 ? p->last_use[i] : p->kernel_of[i];
+    if (d >= 0 && d < p->nkernels && freed_after(p, i, d)) first[d + 1]++;
+  }
+  for (k = 0; k < p->nkernels; k++) first[k + 1] += first[k];
+  for (i = 0; i < g->n; i++) {
+    int d = !counted(p, i) ? -1 : p->last_use[i] >= 0 ? p->last_use[i] : p->kernel_of[i];
+    if (d >= 0 && d < p->nkernels && freed_after(p, i, d)) dies[first[d]++] = i;
+  }
+  for (k = p->nkernels; k > 0; k--) first[k] = first[k - 1];
+  first[0] = 0;
+#define TAKE(id) do { on[id] = 1; live += nbytes(g, id); } while (0)
+#define DROP(id) do { on[id] = 0; if (!over[id]) live -= nbytes(g, id); } while (0)
+  for (i = 0; i < g->n; i++) if (counted(p, i) && held(p, i)) TAKE(i);
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
-    for (i = kk->nin; i < kk->nbufs; i++) live += nbytes(g, kk->bufs[i]);
-    /* the product an epilogue reads back is alive during the kernel */
-    if (has_epilogue(kk)) live += nbytes(g, kk->anchor);
-    if (live > peak) { peak = live; *at = k; }
-    for (i = 0; i < g->n; i++)
-      if (p->stored[i] && g->nodes[i].kind == IR_OP && freed_after(p, i, k)) live -= nbytes(g, i);
+    int64_t top;
+    if (has_epilogue(kk) && !on[kk->anchor]) TAKE(kk->anchor);
+    top = live;
+    if (k == stop && alive)
+      for (i = 0; i < g->n; i++) alive[i] = on[i] ? nbytes(g, i) : 0;
+    if (has_epilogue(kk))
+      for (j = 0; j < g->nodes[kk->anchor].nin; j++) {
+        int s = op_source(g, kk->anchor, j);
+        if (s >= 0 && on[s] && call_frees(p, kk, k, s)) DROP(s);
+      }
+    for (i = kk->nin; i < kk->nbufs; i++) {
+      int id = kk->bufs[i], a = p->alias ? p->alias[id] : -1;
+      if (on[id]) continue;
+      if (a >= 0 && on[a]) { on[id] = 1; over[a] = 1; }
+      else TAKE(id);
+    }
+    if (live > top) {
+      top = live;
+      if (k == stop && alive)
+        for (i = 0; i < g->n; i++) alive[i] = on[i] && !over[i] ? nbytes(g, i) : 0;
+    }
+    if (at) at[k] = top;
+    if (top > peak) { peak = top; *peak_at = k; }
+    for (j = first[k]; j < first[k + 1]; j++)
+      if (on[dies[j]] && !held(p, dies[j])) DROP(dies[j]);
   }
+#undef TAKE
+#undef DROP
+  free(on);
+  free(over);
+  free(first);
+  free(dies);
   return peak;
 }
 
-/* True when node i's buffer is alive while kernel k runs. */
-static int alive_at(const fuse_plan *p, int i, int k) {
-  if (!p->stored[i] || p->g->nodes[i].kind != IR_OP || p->kernel_of[i] < 0) return 0;
-  if (p->kernel_of[i] > k) return 0;
-  return p->last_use[i] >= k || (p->last_use[i] < 0 && p->kernel_of[i] == k);
-}
-
-/* Says what is alive at the peak kernel k, and why when an extern's
-** operand is kept only because its epilogue runs first. */
+/* Says what is alive at the peak kernel k. */
 static void explain_peak(fuse_plan *p, int k) {
   const ir_graph *g = p->g;
   const fk_kernel *kk = &p->kernels[k];
   fuse_stats *st = &p->stats;
+  int64_t *alive = calloc((size_t)(g->n ? g->n : 1), sizeof *alive);
   strbuf b;
   char h[32];
-  int i, j, n = 0, kept = -1;
+  int i, n = 0, m = 0, at;
+  if (!alive) return;
   memset(&b, 0, sizeof b);
+  fuse_plan_walk(p, NULL, alive, k, &at);
   fuse_bytes_str(st->peak_bytes_after - st->peak_bytes_before, h, sizeof h);
   strbuf_printf(&b, "needs %s more memory at its peak than the captured graph op by op: "
                 "while k%d %s runs, ", h, k, kk->name);
   for (i = 0; i < g->n; i++)
-    if (alive_at(p, i, k)) {
-      fuse_bytes_str(nbytes(g, i), h, sizeof h);
+    if (alive[i]) {
+      fuse_bytes_str(alive[i], h, sizeof h);
       strbuf_printf(&b, "%s%%%d (%s)", n++ ? ", " : "", i, h);
     }
   strbuf_printf(&b, " are alive");
-  /* buffers made from parameters alone (a batch_norm folded into a conv's
-  ** weights) exist only in the plan: the captured graph read the params */
-  {
-    char *fromp = calloc((size_t)(g->n ? g->n : 1), 1);
-    int m = 0;
-    for (i = 0; fromp && i < g->n; i++) {
-      const ir_node *nd = &g->nodes[i];
-      fromp[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST;
-      if (nd->kind == IR_OP) {
-        fromp[i] = 1;
-        for (j = 0; j < nd->nin; j++) if (nd->in[j] >= 0 && !fromp[nd->in[j]]) fromp[i] = 0;
-      }
-    }
-    for (i = 0; fromp && i < g->n; i++)
-      if (alive_at(p, i, k) && fromp[i])
-        strbuf_printf(&b, "%s%%%d", m++ ? ", " : "; of them ", i);
-    if (m) strbuf_printf(&b, " %s computed from parameters alone, each call", m == 1 ? "is" : "are");
-    free(fromp);
-  }
-  /* an operand of the extern no later kernel and not the epilogue reads */
-  if (has_epilogue(kk))
-    for (i = 0; i < g->nodes[kk->anchor].nin && kept < 0; i++) {
-      int s = op_source(g, kk->anchor, i), in_epi = 0;
-      if (s < 0 || !alive_at(p, s, k) || p->last_use[s] != k) continue;
-      for (j = 0; j < kk->nacc; j++) in_epi |= !kk->acc[j].store && kk->acc[j].node == s;
-      if (!in_epi) kept = s;
-    }
-  if (kept >= 0)
-    strbuf_printf(&b, "; %%%d only because %s's epilogue runs before its operands are freed",
-                  kept, op_name(g->nodes[kk->anchor].op));
+  /* values kept between calls exist only in the plan: the captured graph
+  ** read the params they are computed from */
+  for (i = 0; i < g->n; i++)
+    if (alive[i] && held(p, i)) strbuf_printf(&b, "%s%%%d", m++ ? ", " : "; of them ", i);
+  if (m) strbuf_printf(&b, " %s computed from parameters alone and kept between calls",
+                       m == 1 ? "is" : "are");
   if (b.p) snprintf(st->note, sizeof st->note, "%s", b.p);
   free(b.p);
+  free(alive);
 }
 
-/* Greedy slots: a kernel's outputs take the smallest free slot big enough
-** (else grow the biggest free one, else a new slot); then the buffers
-** whose last reader it was are freed. */
+/* Node id's buffer into a slot (none for graph outputs, kept values and
+** what already has one): the smallest free one big enough, else the
+** biggest free one grown, else a new one. */
+static void take_slot(fuse_plan *p, int id, char *busy, int64_t *bytes) {
+  const ir_graph *g = p->g;
+  int64_t need = nbytes(g, id);
+  int s, best = -1, big = -1;
+  if (is_output(g, id) || held(p, id) || p->slot[id] >= 0) return;
+  for (s = 0; s < p->nslots; s++) {
+    if (busy[s]) continue;
+    if (bytes[s] >= need && (best < 0 || bytes[s] < bytes[best])) best = s;
+    if (big < 0 || bytes[s] > bytes[big]) big = s;
+  }
+  if (best < 0) best = big;
+  if (best < 0) best = p->nslots++;
+  if (bytes[best] < need) bytes[best] = need;
+  busy[best] = 1;
+  p->slot[id] = best;
+}
+
+/* Slots as the walk counts memory: a kernel's new buffers (an extern's
+** product first, then after its operands are freed the stored values;
+** one stored over the product shares its slot) take the smallest free
+** slot big enough, else grow the biggest free one, else a new slot; then
+** the buffers whose last reader it was are freed.  Graph outputs and kept
+** values have memory of their own (exec/program.c). */
 static void assign_slots(fuse_plan *p) {
   const ir_graph *g = p->g;
   char *busy = calloc((size_t)(g->n ? g->n : 1), 1);
+  char *over = calloc((size_t)(g->n ? g->n : 1), 1);  /* slot handed on: not freed by it */
   int64_t *bytes = calloc((size_t)(g->n ? g->n : 1), sizeof *bytes);
-  int k, i, s;
+  int k, i, j;
   p->nslots = 0;
   for (i = 0; i < g->n; i++) p->slot[i] = -1;
-  if (!busy || !bytes) { free(busy); free(bytes); return; }
+  if (!busy || !bytes || !over) { free(busy); free(bytes); free(over); return; }
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
-    for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = kk->bufs[i], best = -1, big = -1;
-      int64_t need = nbytes(g, id);
-      if (is_output(g, id) || p->slot[id] >= 0) continue;
-      for (s = 0; s < p->nslots; s++) {
-        if (busy[s]) continue;
-        if (bytes[s] >= need && (best < 0 || bytes[s] < bytes[best])) best = s;
-        if (big < 0 || bytes[s] > bytes[big]) big = s;
+    if (has_epilogue(kk)) {
+      int into_out = 0;   /* stored over by a graph output: lives in its memory */
+      for (i = kk->nin; i < kk->nbufs && p->alias; i++)
+        into_out |= p->alias[kk->bufs[i]] == kk->anchor && is_output(g, kk->bufs[i]);
+      if (!into_out) take_slot(p, kk->anchor, busy, bytes);
+      for (j = 0; j < g->nodes[kk->anchor].nin; j++) {
+        int s = op_source(g, kk->anchor, j);
+        if (s >= 0 && p->slot[s] >= 0 && !over[s] && call_frees(p, kk, k, s)) {
+          busy[p->slot[s]] = 0;
+          over[s] = 1;          /* its slot is no longer its own to free */
+        }
       }
-      if (best < 0) best = big;
-      if (best < 0) best = p->nslots++;
-      if (bytes[best] < need) bytes[best] = need;
-      busy[best] = 1;
-      p->slot[id] = best;
+    }
+    for (i = kk->nin; i < kk->nbufs; i++) {
+      int id = kk->bufs[i], a = p->alias ? p->alias[id] : -1;
+      if (a >= 0 && p->slot[a] >= 0 && p->slot[id] < 0) {
+        p->slot[id] = p->slot[a];
+        over[a] = 1;
+      } else {
+        take_slot(p, id, busy, bytes);
+      }
     }
     for (i = 0; i < g->n; i++)
-      if (p->slot[i] >= 0 && p->last_use[i] == k) busy[p->slot[i]] = 0;
-    /* an intermediate nobody reads is dead at once */
-    for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = kk->bufs[i];
-      if (p->slot[id] >= 0 && p->last_use[id] < 0) busy[p->slot[id]] = 0;
-    }
+      if (p->slot[i] >= 0 && !over[i] && freed_after(p, i, k)) busy[p->slot[i]] = 0;
   }
   free(p->slot_bytes);
   p->slot_bytes = malloc((size_t)(p->nslots ? p->nslots : 1) * sizeof *p->slot_bytes);
   if (p->slot_bytes) memcpy(p->slot_bytes, bytes, (size_t)p->nslots * sizeof *bytes);
   free(busy);
   free(bytes);
-}
-
-/* True when node m is an add of a vector (the bias decompose() split off
-** linear) to the product of matmul a. */
-static int bias_add(const ir_graph *g, int a, int m) {
-  const ir_node *nd = &g->nodes[m];
-  int j;
-  if (nd->kind != IR_OP || nd->op != OP_ADD || g->nodes[a].op != OP_MATMUL) return 0;
-  for (j = 0; j < nd->nin; j++) {
-    int s = op_source(g, m, j);
-    if (s >= 0 && s != a && g->nodes[s].meta.ndim == 1) return 1;
-  }
-  return 0;
+  free(over);
 }
 
 /* Why a plan moves more than the op-by-op reference (empty when not). */
 static void explain_excess(fuse_plan *p, int peak_at) {
-  const ir_graph *g = p->g;
   fuse_stats *st = &p->stats;
   char h[32];
-  int k;
   st->note[0] = '\0';
   if (st->bytes_after <= st->bytes_before) {
     if (st->peak_bytes_after > st->peak_bytes_before && peak_at >= 0) explain_peak(p, peak_at);
@@ -351,16 +405,6 @@ static void explain_excess(fuse_plan *p, int peak_at) {
     snprintf(st->note, sizeof st->note, "moves %s more than the captured graph op by op: "
              "fusion is off, so every primitive the passes made runs as its own kernel", h);
     return;
-  }
-  for (k = 0; k < p->nkernels; k++) {
-    const fk_kernel *kk = &p->kernels[k];
-    if (has_epilogue(kk) && bias_add(g, kk->anchor, kk->nodes[0])) {
-      snprintf(st->note, sizeof st->note, "moves %s more than the captured graph op by op: "
-               "%%%d matmul writes its product and %%%d add reads it back to add the bias "
-               "(decompose() split linear, which adds it in the library call); "
-               "optimize() before fuse() re-forms linear", h, kk->anchor, kk->nodes[0]);
-      return;
-    }
   }
   snprintf(st->note, sizeof st->note, "moves %s more than the captured graph op by op: "
            "decompose() split composite ops that ran as one kernel each into primitives "
@@ -384,7 +428,7 @@ void fuse_plan_measure(fuse_plan *p) {
   for (i = 0; i < g->n; i++)
     if (p->stored[i] && g->nodes[i].kind == IR_OP && is_output(g, i)) nout_bufs++;
   st->buffers_after = p->nslots + nout_bufs;
-  st->peak_bytes_after = live_peak(p, &peak_at);
+  st->peak_bytes_after = fuse_plan_walk(p, NULL, NULL, -1, &peak_at);
   fuse_reference_cost(g, &ref);
   st->kernels_before = ref.kernels;
   st->buffers_before = ref.buffers;
@@ -439,5 +483,4 @@ char *fuse_bytes_str(int64_t bytes, char *buf, size_t n) {
 ** these hand it the rules themselves, so it never restates them. */
 int fuse_mem_op_source(const ir_graph *g, int id, int in) { return op_source(g, id, in); }
 int fuse_mem_first_read(const ir_graph *g, int id, int in) { return first_read(g, id, in); }
-int fuse_mem_freed_after(const fuse_plan *p, int i, int k) { return freed_after(p, i, k); }
-int fuse_mem_has_epilogue(const fk_kernel *k) { return has_epilogue(k); }
+

@@ -1,11 +1,10 @@
 /*
 ** memtrace.c -- bytes alive at each step (memtrace.h).  Each curve is one
 ** walk of its schedule with the planner's own rules (memplan.c's
-** fuse_graph_cost for op by op, live_peak for fused, through the
-** fuse_mem_* wrappers there), so the tops of the curves are the peaks
-** p:stats() reports.  A second walk stops at the peak to name what is
-** alive there: a per-node count of bytes added and freed, which sums to
-** the peak by construction.
+** fuse_graph_cost for op by op, through the fuse_mem_* wrappers there,
+** and fuse_plan_walk itself for fused), so the tops of the curves are the
+** peaks p:stats() reports.  A second walk stops at the peak to name what
+** is alive there, which sums to the peak by construction.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,39 +69,6 @@ static int64_t walk_ops(const ir_graph *g, const int *last, fuse_mem_step *steps
   return peak;
 }
 
-/* One walk of p's kernels in run order, as live_peak counts them. */
-static int64_t walk_kernels(const fuse_plan *p, fuse_mem_step *steps, int64_t *alive, int stop,
-                            int *peak_at) {
-  const ir_graph *g = p->g;
-  int64_t live = 0, peak = 0;
-  int k, i;
-  *peak_at = -1;
-  for (k = 0; k < p->nkernels; k++) {
-    const fk_kernel *kk = &p->kernels[k];
-    for (i = kk->nin; i < kk->nbufs; i++) {
-      live += fuse_node_bytes(g, kk->bufs[i]);
-      if (alive) alive[kk->bufs[i]] += fuse_node_bytes(g, kk->bufs[i]);
-    }
-    if (fuse_mem_has_epilogue(kk)) {   /* the product an epilogue reads back */
-      live += fuse_node_bytes(g, kk->anchor);
-      if (alive) alive[kk->anchor] += fuse_node_bytes(g, kk->anchor);
-    }
-    if (steps) {
-      snprintf(steps[k].name, sizeof steps[k].name, "k%d %s", k, kk->name);
-      steps[k].id = k;
-      steps[k].bytes = live;
-    }
-    if (live > peak) { peak = live; *peak_at = k; }
-    if (k == stop) return peak;
-    for (i = 0; i < g->n; i++)
-      if (p->stored[i] && g->nodes[i].kind == IR_OP && fuse_mem_freed_after(p, i, k)) {
-        live -= fuse_node_bytes(g, i);
-        if (alive) alive[i] -= fuse_node_bytes(g, i);
-      }
-  }
-  return peak;
-}
-
 static int by_bytes(const void *a, const void *b) {
   const fuse_mem_buf *x = a, *y = b;
   if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
@@ -151,16 +117,23 @@ static int before_curve(const ir_graph *g, fuse_mem_curve *c) {
 
 static int after_curve(const fuse_plan *p, fuse_mem_curve *c) {
   int64_t *alive = calloc((size_t)(p->g->n ? p->g->n : 1), sizeof *alive);
-  int at, rc = FL_ENOMEM;
+  int64_t *at = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *at);
+  int k, rc = FL_ENOMEM;
   c->g = p->g;
   c->steps = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *c->steps);
-  if (alive && c->steps) {
+  if (alive && at && c->steps) {
     c->n = p->nkernels;
-    c->peak = walk_kernels(p, c->steps, NULL, -1, &c->peak_at);
-    if (c->peak_at >= 0) walk_kernels(p, NULL, alive, c->peak_at, &at);
-    rc = take_alive(c, alive);
+    c->peak = fuse_plan_walk(p, at, NULL, -1, &c->peak_at);
+    for (k = 0; k < p->nkernels; k++) {
+      snprintf(c->steps[k].name, sizeof c->steps[k].name, "k%d %s", k, p->kernels[k].name);
+      c->steps[k].id = k;
+      c->steps[k].bytes = at[k];
+    }
+    if (c->peak_at >= 0) fuse_plan_walk(p, NULL, alive, c->peak_at, &k);
+    rc = c->peak < 0 ? FL_ENOMEM : take_alive(c, alive);
   }
   free(alive);
+  free(at);
   return rc;
 }
 
@@ -263,7 +236,9 @@ char *fuse_mem_text(const fuse_mem_trace *t, int rows) {
                                      : "op by op (the captured graph)";
   memset(&b, 0, sizeof b);
   strbuf_printf(&b, "Memory: op results alive at each step (each freed after its last reader, "
-                "outputs to the end, views free)\n");
+                "outputs to the end, views free; fused: an extern's operands freed once its "
+                "call has read them, an epilogue stored over its product, kept values held "
+                "from the start)\n");
   peak_lines(&b, before, &t->before);
   peak_lines(&b, "fused (the plan's kernels in run order)", &t->after);
   if (rows > 0) {

@@ -66,7 +66,5 @@ void fuse_mem_bufs_str(const fuse_mem_curve *c, int most, char *buf, size_t n);
 /* --- the peak's rules one step at a time (fuse/memplan.c) -------------- */
 int fuse_mem_op_source(const ir_graph *g, int id, int in);
 int fuse_mem_first_read(const ir_graph *g, int id, int in);
-int fuse_mem_freed_after(const fuse_plan *p, int i, int k);
-int fuse_mem_has_epilogue(const fk_kernel *k);
 
 #endif

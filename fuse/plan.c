@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "../graph/pass.h"
 #include "../graph/strbuf.h"
 
 void fuse_opts_default(fuse_opts *o) {
@@ -30,6 +31,8 @@ typedef struct planner {
   char *is_out;
   fuse_decision *dec;
   int ndec, capdec;
+  const fuse_decision *refused;  /* pairs the memory objective took back */
+  int nrefused;
 } planner;
 
 /* Ops the generator has no loop nest for: they run as an extern step
@@ -359,6 +362,18 @@ static int candidates(planner *pl) {
   return 0;
 }
 
+/* A pair the memory objective took back: d gets its reason. */
+static int refused_pair(const planner *pl, fuse_decision *d) {
+  int i;
+  for (i = 0; i < pl->nrefused; i++)
+    if (pl->refused[i].a == d->a && pl->refused[i].b == d->b) {
+      snprintf(d->reason, sizeof d->reason, "%s", pl->refused[i].reason);
+      d->memory = 1;
+      return 1;
+    }
+  return 0;
+}
+
 /* Decide every candidate; refused ones are tried again after later merges
 ** (a cycle through a third node disappears once that node joins). */
 static void decide(planner *pl) {
@@ -383,7 +398,9 @@ static void decide(planner *pl) {
         continue;
       }
       already = find(pl, d->a) == find(pl, d->b);
-      if (already) {
+      if (!already && refused_pair(pl, d)) {
+        done[i] = 1;
+      } else if (already) {
         /* other merges put both in one kernel: nothing was decided here */
         done[i] = 2;
       } else if (try_merge(pl, d->a, d->b, why, sizeof why)) {
@@ -423,6 +440,8 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
   memset(pl, 0, sizeof *pl);
   pl->g = g;
   pl->o = p->opts;
+  pl->refused = p->refused;
+  pl->nrefused = p->nrefused;
   pl->compute = calloc((size_t)n, 1);
   pl->grp = malloc((size_t)n * sizeof(int));
   pl->anchor = malloc((size_t)n * sizeof(int));
@@ -540,7 +559,44 @@ static void plan_clear_kernels(fuse_plan *p) {
   p->nkernels = p->ndec = 0;
 }
 
-static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
+/* g:decompose()'s linear, matmul(x, transpose(w)) + b, is planned as the
+** linear it was: one library call that adds the bias while it writes its
+** product, where the matmul and an add in its epilogue write the product
+** and read it back.  optimize() re-forms it too; fuse does it whatever
+** the pass order, so a decomposed graph never moves more than the
+** captured one for it.  NULL with *out unset when there is nothing to
+** re-form (or on an error: then the plan is of g as given). */
+static ir_graph *reform_linear(const ir_graph *g, char **log) {
+  unsigned rules = (1u << PASS_FOLD_LINEAR) | (1u << PASS_DCE);
+  ir_graph *r;
+  ir_opcost ref;
+  fl_err e;
+  int i, j, found = 0;
+  for (i = 0; i < g->n && !found; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind != IR_OP || nd->op != OP_ADD) continue;
+    for (j = 0; j < nd->nin && !found; j++) {
+      const ir_node *m = nd->in[j] >= 0 ? &g->nodes[nd->in[j]] : NULL;
+      found = m && m->kind == IR_OP && m->op == OP_MATMUL && m->in[1] >= 0 &&
+              g->nodes[m->in[1]].kind == IR_OP && g->nodes[m->in[1]].op == OP_TRANSPOSE;
+    }
+  }
+  if (!found) return NULL;
+  err_clear(&e);
+  if (!(r = pass_optimize_rules(g, rules, log, &e))) return NULL;
+  if (!strstr(*log, "= linear(")) {
+    ir_free(r);
+    free(*log);
+    *log = NULL;
+    return NULL;
+  }
+  fuse_reference_cost(g, &ref);
+  r->origin = ref;          /* "before" stays the graph the caller captured */
+  return r;
+}
+
+static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, const fuse_decision *refused,
+                           int nrefused, fl_err *e) {
   fuse_plan *p = calloc(1, sizeof *p);
   char *promote = NULL;
   planner pl;
@@ -549,7 +605,18 @@ static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
   p->refs = 1;
   if (o) p->opts = *o; else fuse_opts_default(&p->opts);
   if (p->opts.max_nodes < 1) p->opts.max_nodes = 1;
-  p->g = ir_clone(g);
+  if (nrefused > 0) {
+    if (!(p->refused = malloc((size_t)nrefused * sizeof *p->refused))) {
+      err_set(e, FL_ENOMEM, "fuse: out of memory");
+      free(p);
+      return NULL;
+    }
+    memcpy(p->refused, refused, (size_t)nrefused * sizeof *refused);
+    p->nrefused = nrefused;
+  }
+  if (p->opts.fuse) p->g = reform_linear(g, &p->rewrites);   /* off: one kernel per op */
+  if (!p->g) p->g = ir_clone(g);
+  n = p->g ? p->g->n : n;
   p->kernel_of = malloc((size_t)(n ? n : 1) * sizeof(int));
   p->stored = calloc((size_t)(n ? n : 1), 1);
   p->last_use = malloc((size_t)(n ? n : 1) * sizeof(int));
@@ -571,6 +638,12 @@ static fuse_plan *plan_new(const ir_graph *g, const fuse_opts *o, fl_err *e) {
   free(promote);
   if (rc != FL_OK) { fuse_plan_free(p); return NULL; }
   return p;
+}
+
+static int is_graph_out(const ir_graph *g, int id) {
+  int i;
+  for (i = 0; i < g->nout; i++) if (g->outputs[i] == id) return 1;
+  return 0;
 }
 
 /* The node whose buffer id reads: id with its chain of views undone. */
@@ -620,12 +693,388 @@ static int plan_inplace(fuse_plan *p, fl_err *e) {
   return FL_OK;
 }
 
+/* Kernels whose every value comes from params, consts and sizes alone (a
+** batch norm's scale folded into its convolution's weights, a mask from
+** fl.arange): exec/program.c runs them once and keeps their values between
+** calls, so the memory plan holds them from the start.  Never kept: random
+** ops, and a value some graph output is or views (the caller would hold,
+** and could write, the kept memory). */
+static int plan_keep(fuse_plan *p, fl_err *e) {
+  const ir_graph *g = p->g;
+  char *pure = calloc((size_t)(g->n ? g->n : 1), 1);
+  int i, j, k;
+  p->keep = calloc((size_t)(p->nkernels ? p->nkernels : 1), 1);
+  if (!pure || !p->keep) { free(pure); return err_set(e, FL_ENOMEM, "fuse: out of memory"); }
+  for (i = 0; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    pure[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST ||
+              (nd->kind == IR_OP && !(op_info_of(nd->op)->flags & OPF_RANDOM));
+    for (j = 0; nd->kind == IR_OP && j < nd->nin && pure[i]; j++)
+      if (nd->in[j] >= 0 && !pure[nd->in[j]]) pure[i] = 0;
+  }
+  for (i = 0; i < g->nout; i++)
+    for (j = g->outputs[i]; j >= 0;) {
+      pure[j] = 0;
+      j = g->nodes[j].kind == IR_OP && fk_is_view(g, j) ? g->nodes[j].in[0] : -1;
+    }
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    int ok = !kr->nrng && (kr->nnodes > 0 || kr->anchor >= 0);
+    for (j = 0; j < kr->nnodes && ok; j++) ok = pure[kr->nodes[j]];
+    if (ok && kr->anchor >= 0) ok = pure[kr->anchor];
+    p->keep[k] = (char)ok;
+  }
+  free(pure);
+  return FL_OK;
+}
+
+/* An extern's epilogue stored over its product (Inductor's in-place
+** buffer reuse): the product P is read by this kernel alone and is not a
+** graph output, nothing is kept, and the one value O the kernel stores has P's
+** shape and dtype and is computed element for element from it: every op
+** of the epilogue is elementwise at P's shape, P is read directly (no
+** view) and no view in the kernel reaches P or the epilogue.  Each
+** element of P is then read before the same element of O is written, in
+** the same iteration, so the two share one buffer (the memory walk and
+** the slots count one) and the epilogue needs no memory of its own.  When
+** O is a graph output, P is written into O's memory (exec/program.c). */
+static int plan_alias(fuse_plan *p, fl_err *e) {
+  const ir_graph *g = p->g;
+  int i, j, k, v;
+  char *dep = malloc((size_t)(g->n ? g->n : 1));  /* reads P, within the kernel */
+  if (!dep || !(p->alias = malloc((size_t)(g->n ? g->n : 1) * sizeof(int)))) {
+    free(dep);
+    return err_set(e, FL_ENOMEM, "fuse: out of memory");
+  }
+  for (i = 0; i < g->n; i++) p->alias[i] = -1;
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kk = &p->kernels[k];
+    int P = kk->anchor, O = -1, ok = kk->kind == FK_EXTERN && kk->nnodes > 0 && !p->keep[k];
+    for (i = 0; ok && i < kk->nacc; i++) {
+      const fk_access *a = &kk->acc[i];
+      if (a->store) { ok = O < 0; O = a->node; }
+      else if (a->node == P) ok = !a->rng && a->via_node >= 0 && g->nodes[a->via_node].in[a->via_in] == P;
+    }
+    ok = ok && O >= 0 && !is_graph_out(g, P) &&
+         g->nodes[O].meta.dtype == g->nodes[P].meta.dtype && meta_same_shape(&g->nodes[O].meta, &g->nodes[P].meta);
+    for (i = 0; ok && i < g->nout; i++) ok = view_base(g, g->outputs[i]) != P;
+    /* the ops on the way from P to O: elementwise at P's shape, no view
+    ** (ops of the kernel that do not read P, per-channel statistics of
+    ** a batch norm, may have any shape) */
+    for (i = 0; ok && i < g->n; i++) dep[i] = i == P;
+    for (i = 0; ok && i < kk->nnodes; i++) {
+      int m = kk->nodes[i];
+      const ir_node *nd = &g->nodes[m];
+      op_kind kind = op_info_of(nd->op)->kind;
+      for (j = 0; ok && j < nd->nin; j++) {
+        int s = nd->in[j];
+        if (s < 0) continue;
+        if (g->nodes[s].kind == IR_OP && fk_is_view(g, s) && s != P) ok = !dep[view_base(g, s)];
+        else dep[m] |= dep[s];
+      }
+      if (ok && dep[m])
+        ok = !fk_is_view(g, m) && (kind == OPK_ELEMWISE || kind == OPK_BROADCAST) &&
+             meta_same_shape(&nd->meta, &g->nodes[P].meta);
+    }
+    /* no other kernel reads P, not even through a view */
+    for (j = 0; ok && j < p->nkernels; j++) {
+      if (j == k) continue;
+      for (v = 0; ok && v < p->kernels[j].nbufs; v++) ok = view_base(g, p->kernels[j].bufs[v]) != P;
+      for (v = 0; ok && v < p->kernels[j].nviews; v++) ok = view_base(g, p->kernels[j].views[v]) != P;
+    }
+    if (ok) p->alias[O] = P;
+  }
+  free(dep);
+  return FL_OK;
+}
+
+/* Kept values are memory held between calls: each is kept only while the
+** plan's peak stays within the larger of the peak with nothing kept and
+** the captured graph's op by op; past that the largest are computed
+** again each call instead (their kernel runs every call, its memory
+** freed after its last reader).  The per-channel vectors of a folded
+** batch norm and fl.arange's masks are small and stay kept. */
+static void plan_keep_budget(fuse_plan *p, fl_err *e) {
+  int64_t with, none, budget;
+  int k, at, nk = p->nkernels;
+  char *want = malloc((size_t)(nk ? nk : 1));
+  ir_opcost ref;
+  if (!want) return;
+  memcpy(want, p->keep, (size_t)nk);
+  with = p->stats.peak_bytes_after;
+  memset(p->keep, 0, (size_t)nk);
+  none = fuse_plan_walk(p, NULL, NULL, -1, &at);
+  fuse_reference_cost(p->g, &ref);
+  budget = none > ref.peak_bytes ? none : ref.peak_bytes;
+  memcpy(p->keep, want, (size_t)nk);
+  while (with > budget) {
+    int64_t most = -1;
+    int drop = -1, i;
+    for (k = 0; k < nk; k++) {
+      int64_t b = 0;
+      if (!p->keep[k]) continue;
+      for (i = p->kernels[k].nin; i < p->kernels[k].nbufs; i++) b += fuse_node_bytes(p->g, p->kernels[k].bufs[i]);
+      if (b > most) { most = b; drop = k; }
+    }
+    if (drop < 0) break;
+    p->keep[drop] = 0;
+    with = fuse_plan_walk(p, NULL, NULL, -1, &at);
+  }
+  free(want);
+  free(p->alias);
+  p->alias = NULL;
+  if (plan_alias(p, e) == FL_OK) fuse_plan_measure(p);
+}
+
+/* What depends on the kernel order, from scratch: write-backs in place,
+** kept kernels, epilogues over their products, the measure. */
+static int plan_finish(fuse_plan *p, fl_err *e) {
+  free(p->inplace); free(p->keep); free(p->alias);
+  p->inplace = p->alias = NULL;
+  p->keep = NULL;
+  if (plan_inplace(p, e) != FL_OK || plan_keep(p, e) != FL_OK || plan_alias(p, e) != FL_OK) return e->code;
+  fuse_plan_measure(p);
+  plan_keep_budget(p, e);
+  return FL_OK;
+}
+
+/* The kernels in another order that keeps every dependence (Inductor's
+** reorder for peak memory): of the kernels whose inputs are all computed,
+** the one that frees the most bytes less what it writes runs first, and
+** one whose values no reader can take yet runs last.  Random kernels keep
+** their order among themselves (each draws from the stream where the last
+** one stopped).  Fills order[]; 0, or -1 when out of memory. */
+static int order_for_peak(const fuse_plan *p, int *order) {
+  const ir_graph *g = p->g;
+  int nk = p->nkernels, n = g->n, k, i, j, done = 0, last_rng = -1, nedge = 0, rc = -1;
+  size_t ck = (size_t)(nk ? nk : 1), cn = (size_t)(n ? n : 1);
+  int *indeg = calloc(ck, sizeof *indeg), *left = calloc(cn, sizeof *left);
+  int *first = malloc((ck + 1) * sizeof *first), *succ = NULL, *fill = calloc(ck, sizeof *fill);
+  char *ran = calloc(ck, 1), *out = calloc(cn, 1);
+  if (!indeg || !left || !first || !fill || !ran || !out) goto done;
+  /* successors as lists (a kernel's readers, and the next random kernel);
+  ** a pair twice is two edges, counted alike both ways */
+  for (i = 0; i < g->nout; i++) out[g->outputs[i]] = 1;
+  for (k = 0; k < nk; k++) {
+    const fk_kernel *kk = &p->kernels[k];
+    for (i = 0; i < kk->nin; i++) {
+      int a = p->kernel_of[kk->bufs[i]];
+      left[kk->bufs[i]]++;
+      if (a >= 0 && a != k) { fill[a]++; indeg[k]++; nedge++; }
+    }
+    if (kk->nrng) {
+      if (last_rng >= 0) { fill[last_rng]++; indeg[k]++; nedge++; }
+      last_rng = k;
+    }
+  }
+  if (!(succ = malloc((size_t)(nedge ? nedge : 1) * sizeof *succ))) goto done;
+  for (k = 0, first[0] = 0; k < nk; k++) { first[k + 1] = first[k] + fill[k]; fill[k] = first[k]; }
+  for (k = 0, last_rng = -1; k < nk; k++) {
+    const fk_kernel *kk = &p->kernels[k];
+    for (i = 0; i < kk->nin; i++) {
+      int a = p->kernel_of[kk->bufs[i]];
+      if (a >= 0 && a != k) succ[fill[a]++] = k;
+    }
+    if (kk->nrng) {
+      if (last_rng >= 0) succ[fill[last_rng]++] = k;
+      last_rng = k;
+    }
+  }
+  while (done < nk) {
+    int64_t best = 0;
+    int pick = -1, tier = 3;
+    for (k = 0; k < nk; k++) {
+      const fk_kernel *kk = &p->kernels[k];
+      int64_t net, frees = 0;
+      int t;
+      if (ran[k] || indeg[k]) continue;
+      for (i = 0; i < kk->nin; i++) {
+        int s = kk->bufs[i];
+        if (left[s] == 1 && !out[s] && p->stored[s] && g->nodes[s].kind == IR_OP) frees += fuse_node_bytes(g, s);
+      }
+      net = frees;
+      for (i = kk->nin; i < kk->nbufs; i++) net -= fuse_node_bytes(g, kk->bufs[i]);
+      /* tier 0 frees at least what it writes (most first); tier 1 frees
+      ** something or lets a reader run next; tier 2 would only hold memory
+      ** until its readers' other inputs exist (weights flipped for a
+      ** backward convolution): it waits.  Tiers 1 and 2 go in the planned
+      ** order. */
+      t = net >= 0 ? 0 : frees > 0 ? 1 : 2;
+      for (j = first[k]; j < first[k + 1] && t == 2; j++)
+        if (indeg[succ[j]] == 1) t = 1;
+      if (t < tier || (t == tier && t == 0 && net > best)) { pick = k; best = net; tier = t; }
+    }
+    if (pick < 0) goto done;      /* a cycle: cannot happen in a plan */
+    ran[pick] = 1;
+    order[done++] = pick;
+    for (i = 0; i < p->kernels[pick].nin; i++) left[p->kernels[pick].bufs[i]]--;
+    for (j = first[pick]; j < first[pick + 1]; j++) indeg[succ[j]]--;
+  }
+  rc = 0;
+done:
+  free(indeg); free(left); free(first); free(succ); free(fill); free(ran); free(out);
+  return rc;
+}
+
+/* Runs the kernels in order_for_peak's order when its peak is lower. */
+static void plan_reorder(fuse_plan *p, fl_err *e) {
+  int nk = p->nkernels, k, i, same = 1, *inv = NULL;
+  int *order = malloc((size_t)(nk ? nk : 1) * sizeof *order);
+  fk_kernel *was = malloc((size_t)(nk ? nk : 1) * sizeof *was);
+  int64_t before = p->stats.peak_bytes_after;
+  if (!order || !was || nk < 3 || order_for_peak(p, order) != 0) goto done;
+  for (k = 0; k < nk; k++) same &= order[k] == k;
+  if (same) goto done;
+  if (!(inv = malloc((size_t)nk * sizeof *inv))) goto done;
+  memcpy(was, p->kernels, (size_t)nk * sizeof *was);
+  for (k = 0; k < nk; k++) { p->kernels[k] = was[order[k]]; inv[order[k]] = k; }
+  for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = inv[p->kernel_of[i]];
+  if (plan_finish(p, e) == FL_OK && p->stats.peak_bytes_after < before) goto done;
+  /* no lower: back to the planned order */
+  memcpy(p->kernels, was, (size_t)nk * sizeof *was);
+  for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = order[p->kernel_of[i]];
+  plan_finish(p, e);
+done:
+  free(order);
+  free(was);
+  free(inv);
+}
+
+/* Plan g with the pairs in refused[0..nrefused) taken back, and measure. */
+static fuse_plan *plan_measured(const ir_graph *g, const fuse_opts *o, const fuse_decision *refused,
+                                int nrefused, fl_err *e) {
+  fuse_plan *p = plan_new(g, o, refused, nrefused, e);
+  if (!p) return NULL;
+  if (plan_finish(p, e) != FL_OK) {
+    fuse_plan_free(p);
+    return NULL;
+  }
+  if (p->opts.fuse) plan_reorder(p, e);
+  return p;
+}
+
+/* p planned again with its fused decisions pick[0..n) taken back too;
+** each says why, with both peaks.  NULL when that cannot be planned. */
+static fuse_plan *plan_without(const fuse_plan *p, const ir_graph *g, const fuse_opts *o,
+                               const int *pick, int n, int at) {
+  fuse_decision *ref = malloc((size_t)(p->nrefused + n + 1) * sizeof *ref);
+  fuse_plan *q;
+  fl_err e;
+  int i, j;
+  if (!ref) return NULL;
+  if (p->nrefused) memcpy(ref, p->refused, (size_t)p->nrefused * sizeof *ref);
+  for (i = 0; i < n; i++) ref[p->nrefused + i] = p->dec[pick[i]];
+  err_clear(&e);
+  q = plan_measured(g, o, ref, p->nrefused + n, &e);
+  free(ref);
+  if (!q) return NULL;
+  for (i = p->nrefused; i < q->nrefused; i++) {
+    fuse_decision *r = &q->refused[i];
+    char da[64], db[64], h1[32], h2[32], hb[32];
+    fk_describe(q->g, r->a, da, sizeof da);
+    fk_describe(q->g, r->b, db, sizeof db);
+    fuse_bytes_str(p->stats.peak_bytes_after, h1, sizeof h1);
+    fuse_bytes_str(q->stats.peak_bytes_after, h2, sizeof h2);
+    fuse_bytes_str(p->stats.peak_bytes_before, hb, sizeof hb);
+    snprintf(r->reason, sizeof r->reason, "cannot fuse %%%d (%s) with %%%d (%s): the plan with it "
+             "needs %s at its peak (while k%d %s runs), above the captured graph's %s; without "
+             "it, %s", r->a, da, r->b, db, h1, at, p->kernels[at].name, hb, h2);
+    r->fused = 0;
+    r->bytes_saved = 0;
+    r->memory = 1;
+    for (j = 0; j < q->ndec; j++)
+      if (q->dec[j].a == r->a && q->dec[j].b == r->b) q->dec[j] = *r;
+  }
+  return q;
+}
+
+/* The memory objective: a plan needing more memory at its peak than the
+** captured graph op by op takes fusions back, for as long as that lowers
+** the peak (Inductor refuses fusions that raise the peak the same way).
+** Each round tries, and keeps the lowest of: for each value alive at the
+** peak that a fused kernel computed early (a mask for a backward computed
+** with the forward that reads the same input), every fusion that joined
+** it; each fusion of the kernel at the peak alone.  Last, when still
+** above, none of the fusions, if that is lower.  Every pair taken back
+** says why in p:decisions(), with both peaks.  A plan above the captured
+** graph's peak is rare: the rounds cost nothing otherwise. */
+static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_opts *o) {
+  int round, i, j;
+  int *pick = malloc((size_t)(p->ndec + 1) * sizeof *pick);
+  for (round = 0; pick && round < 8 && p->stats.peak_bytes_after > p->stats.peak_bytes_before; round++) {
+    fuse_plan *best = NULL, *q;
+    int64_t *alive = calloc((size_t)(p->g->n ? p->g->n : 1), sizeof *alive);
+    int at, tried = 0, v, n;
+    if (!alive) break;
+    fuse_plan_walk(p, NULL, NULL, -1, &at);
+    if (at >= 0) fuse_plan_walk(p, NULL, alive, at, &i);
+    for (v = -1; at >= 0 && v < p->g->n && tried < 16; v++) {
+      n = 0;
+      if (v < 0) continue;
+      if (alive[v] && p->kernel_of[v] != at) {
+        for (j = 0; j < p->ndec; j++)
+          if (p->dec[j].fused && (p->dec[j].a == v || p->dec[j].b == v)) pick[n++] = j;
+      }
+      if (!n) continue;
+      tried++;
+      q = plan_without(p, g, o, pick, n, at);
+      if (q && q->stats.peak_bytes_after < (best ? best : p)->stats.peak_bytes_after) {
+        fuse_plan_free(best);
+        best = q;
+      } else {
+        fuse_plan_free(q);
+      }
+    }
+    for (j = 0; at >= 0 && j < p->ndec && tried < 32; j++) {
+      if (!p->dec[j].fused || p->kernel_of[p->dec[j].b] != at) continue;
+      tried++;
+      q = plan_without(p, g, o, &j, 1, at);
+      if (q && q->stats.peak_bytes_after < (best ? best : p)->stats.peak_bytes_after) {
+        fuse_plan_free(best);
+        best = q;
+      } else {
+        fuse_plan_free(q);
+      }
+    }
+    free(alive);
+    if (!best) break;
+    fuse_plan_free(p);
+    p = best;
+  }
+  if (pick && p->stats.peak_bytes_after > p->stats.peak_bytes_before) {
+    /* pairs that others had joined come up again once those are taken
+    ** back: take back until none is fused */
+    fuse_plan *q = NULL, *r;
+    int n, at, tries;
+    fuse_plan_walk(p, NULL, NULL, -1, &at);
+    for (tries = 0; at >= 0 && tries < 4; tries++) {
+      const fuse_plan *from = q ? q : p;
+      int *more = malloc((size_t)(from->ndec + 1) * sizeof *more);
+      if (!more) break;
+      for (j = 0, n = 0; j < from->ndec; j++) if (from->dec[j].fused) more[n++] = j;
+      r = n ? plan_without(from, g, o, more, n, at) : NULL;
+      free(more);
+      if (!r) break;
+      fuse_plan_free(q);
+      q = r;
+    }
+    if (q && q->stats.peak_bytes_after < p->stats.peak_bytes_after &&
+        q->stats.bytes_after <= q->stats.bytes_before) {
+      fuse_plan_free(p);
+      p = q;
+    } else {
+      fuse_plan_free(q);
+    }
+  }
+  free(pick);
+  return p;
+}
+
 fuse_plan *fuse_plan_build(const ir_graph *g, const fuse_opts *o, fl_err *e) {
   fuse_plan *p;
   if (!g) { err_set(e, FL_EINVAL, "fuse: no graph"); return NULL; }
-  if (!(p = plan_new(g, o, e))) return NULL;
-  if (plan_inplace(p, e) != FL_OK) { fuse_plan_free(p); return NULL; }
-  fuse_plan_measure(p);
+  if (!(p = plan_measured(g, o, NULL, 0, e))) return NULL;
+  if (p->opts.fuse) p = plan_within_peak(p, g, o);
   return p;
 }
 
@@ -639,7 +1088,8 @@ void fuse_plan_free(fuse_plan *p) {
   plan_clear_kernels(p);
   ir_free(p->g);
   free(p->kernel_of); free(p->stored); free(p->last_use); free(p->slot);
-  free(p->slot_bytes); free(p->inplace);
+  free(p->slot_bytes); free(p->inplace); free(p->alias); free(p->keep); free(p->rewrites);
+  free(p->refused);
   free(p);
 }
 
@@ -654,6 +1104,8 @@ char *fuse_plan_listing(const fuse_plan *p, int decisions) {
   strbuf_printf(&b, "FusionPlan: %d kernel%s for %d op%s (fuse %s, max_nodes %d)\n",
             p->nkernels, p->nkernels == 1 ? "" : "s", p->stats.nodes,
             p->stats.nodes == 1 ? "" : "s", p->opts.fuse ? "on" : "off", p->opts.max_nodes);
+  if (p->rewrites)   /* the pass's log: one line per rewrite, ids of the graph given */
+    strbuf_printf(&b, "planned as linear (ids of the graph given):\n%s", p->rewrites);
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
     human(kk->bytes, h1, sizeof h1);

@@ -27,6 +27,8 @@ typedef struct fuse_opts {
 typedef struct fuse_decision {
   int a, b;          /* producer (or first sibling) and consumer node ids */
   int fused;         /* 1 when a and b run in one kernel */
+  int memory;        /* 1 when refused because the plan with it would move
+                        more bytes or need more memory at its peak */
   int horizontal;    /* 1 for sibling reductions over the same input */
   int64_t bytes_saved; /* traffic the fusion saves (0 when refused) */
   char reason[480];  /* "fused %3 (exp) with %4 (sum over dim 1): ..." or
@@ -42,7 +44,10 @@ typedef struct fuse_decision {
 ** output buffers; before = one per op, after = slots of the memory planner
 ** (a slot is reused once the buffer in it is dead) plus the outputs.
 ** peak: most bytes of op results alive at once when each is freed after
-** its last reader and outputs live to the end. */
+** its last reader and outputs live to the end; after, as the plan runs
+** (fuse_plan_walk): an extern's operands are freed once its library call
+** has read them, an epilogue stored over its product takes no new memory,
+** and kept values are held from the start. */
 typedef struct fuse_stats {
   int kernels_before;        /* ops of the captured graph that are not views */
   int kernels;               /* kernels in this plan */
@@ -77,8 +82,21 @@ typedef struct fuse_plan {
                                 into, when its kernel may store it there
                                 directly (the copy then has nothing to do),
                                 else -1 (plan_inplace in plan.c) */
+  int *alias;                /* per node: the product an extern kernel's
+                                epilogue stores this value over, element
+                                for element (the product's only reader:
+                                one buffer for both), else -1 (plan_alias) */
+  char *keep;                /* per kernel: 1 when all it computes comes from
+                                params, consts and sizes alone: it runs once
+                                and its values are kept between calls
+                                (exec/program.c), memory held all along */
+  char *rewrites;            /* what fuse rewrote in the graph before
+                                planning (a decomposed linear re-formed),
+                                ids of the graph given; NULL when nothing */
   int ndec;
   fuse_decision *dec;
+  int nrefused;              /* pairs taken back for memory (plan_within_peak) */
+  fuse_decision *refused;    /* with their reasons, kept across replanning */
   fuse_stats stats;
 } fuse_plan;
 
@@ -107,6 +125,14 @@ char *fuse_plan_listing(const fuse_plan *p, int decisions);
 /* Fills the stats, kernel bytes, last uses and slots (memplan.c); the
 ** planner calls it. */
 void fuse_plan_measure(fuse_plan *p);
+
+/* The memory plan's one walk of p's kernels in run order (memplan.c):
+** returns the peak of bytes alive; at[k] (may be NULL) the most alive
+** while kernel k runs; *peak_at the first kernel reaching the peak (-1
+** when none); alive (may be NULL, per node) the bytes of each buffer alive
+** at the top of kernel `stop` (-1: none).  p:stats(), the slots and the
+** memory picture all count with it. */
+int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop, int *peak_at);
 
 /* --- the cost model (memplan.c): the only place bytes are counted ------ */
 

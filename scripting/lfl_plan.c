@@ -112,21 +112,23 @@ static int p_tostring(lua_State *L) {
   return 1;
 }
 
-/* p:decisions() -> {{a=, b=, fused=, reason=, bytes_saved=, horizontal=}...}
-** with a and b node ids as in the listing (%N). */
+/* p:decisions() -> {{a=, b=, fused=, reason=, bytes_saved=, horizontal=,
+** memory=}...} with a and b node ids as in the listing (%N); memory: taken
+** back because the plan with it peaks above the captured graph. */
 static int p_decisions(lua_State *L) {
   fuse_plan *p = checkplan(L, 1);
   int i;
   lua_createtable(L, p->ndec, 0);
   for (i = 0; i < p->ndec; i++) {
     const fuse_decision *d = &p->dec[i];
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushinteger(L, d->a); lua_setfield(L, -2, "a");
     lua_pushinteger(L, d->b); lua_setfield(L, -2, "b");
     lua_pushboolean(L, d->fused); lua_setfield(L, -2, "fused");
     lua_pushboolean(L, d->horizontal); lua_setfield(L, -2, "horizontal");
     lua_pushstring(L, d->reason); lua_setfield(L, -2, "reason");
     lua_pushinteger(L, (lua_Integer)d->bytes_saved); lua_setfield(L, -2, "bytes_saved");
+    lua_pushboolean(L, d->memory); lua_setfield(L, -2, "memory");
     lua_rawseti(L, -2, i + 1);
   }
   return 1;

@@ -48,7 +48,9 @@ do
       bn.bias:copy_(fl.randn(co))
     end)
     local f = function(x) return fl.relu(bn(conv(x))) end
-    local x = fl.randn(R(1, 2), ci, R(3, 9), R(3, 9))
+    -- maps larger than the weights: keeping the folded weights fits the
+    -- plan's peak (the budget case is below)
+    local x = fl.randn(R(1, 2), ci, R(10, 16), R(10, 16))
     local kp = program(f, x)
     local cf = fl.compile(f, {backend = "cpu"})
     local writes = 0
@@ -106,6 +108,34 @@ if not off then
   local code = kp:code()
   t.ok(code:find("if weights_changed:", 1, true) and code:find("kept between calls:", 1, true) and
        code:find("extern conv2d%(x, kept%d+"), "the host program shows the kept kernels and values")
+end
+
+-- kept values are memory held between calls: a 4 MiB product of weights
+-- kept through a later 1 MiB chain would raise the plan's peak above the
+-- captured graph's, so it is computed on every call instead (and freed
+-- after its reader), with the same results
+if not off then
+  local w = fl.randn(1024, 1024)
+  local f = function(x, y) return x:matmul(w * 2), (y + 1) * 3 end
+  local x, y = fl.randn(1, 1024), fl.randn(512, 512)
+  local p = fl.capture(f, x, y):fuse()
+  local kp = p:codegen("cpu")
+  local a, b = kp:run(x, y)
+  local a2 = kp:run(x, y)
+  local s = p:stats()
+  t.ok(kp:stats().kept == 0 and close(a, x:matmul(w * 2)) and close(a2, a) and close(b, (y + 1) * 3) and
+       s.peak_bytes_after <= s.peak_bytes_before,
+       ("a 4 MiB value from weights that would raise the peak is not kept (%d kept; peak %d -> %d)"):format(
+         kp:stats().kept, s.peak_bytes_before, s.peak_bytes_after))
+  -- small enough to fit: kept, and held in the plan's memory from the start
+  local w2 = fl.randn(16, 1024)
+  local g = function(x, y) return x:matmul((w2 * 2):transpose(1, 2)), (y + 1) * 3 end
+  local p2 = fl.capture(g, x, y):fuse()
+  local kp2 = p2:codegen("cpu")
+  kp2:run(x, y); kp2:run(x, y)
+  local m = p2:memory()
+  t.ok(kp2:stats().kept == 1 and m.after[1].bytes >= 16 * 1024 * 4,
+       ("a 64 KiB value from weights is kept, and the memory picture holds it from the first step (%d B)"):format(m.after[1].bytes))
 end
 
 -- a value the caller receives is never kept: written in place by the

@@ -93,9 +93,10 @@ static void *compile_half(void *arg) {
   return NULL;
 }
 
-static void report(const item *it, const char *what) {
+/* Prints graph it with what went wrong, counted in *count. */
+static void report_in(const item *it, const char *what, long *count) {
   char *s = ir_listing(it->g);
-  failures++;
+  (*count)++;
   printf("# FAILED graph seed %llu: %s\n", (unsigned long long)it->seed, what);
   printf("# reproduce: FUSELAB_DIFF_SEED=%llu FUSELAB_DIFF_GRAPHS=1 tests/unit/test_diff\n",
          (unsigned long long)it->seed);
@@ -104,6 +105,12 @@ static void report(const item *it, const char *what) {
     for (line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) printf("#   %s\n", line);
   }
   free(s);
+}
+
+static void report(const item *it, const char *what) {
+  long n = 0;
+  report_in(it, what, &n);
+  failures++;
 }
 
 /* One graph in three (by seed): a result written back into an input of
@@ -190,10 +197,70 @@ done:
   for (o = 0; o < 8; o++) ten_release(&want[o]);
 }
 
+/* The memory plan's two promises, checked from the plan's own fields
+** without its walk: (1) no two buffers alive at once share a slot.  Each
+** stored node lives over half-steps: an extern's product from 2k (its
+** library call), any other value from 2k+1 (the kernel's stores); an
+** operand the library call alone read last dies after 2k, anything else
+** after 2 last_use + 1; an epilogue stored over its product (p->alias)
+** and an output taking its kernel's dead operand's slot are the sharing
+** the plan means.  (2) the fused plan moves no more bytes and needs no
+** more memory at its peak than the graph run op by op. */
+/* A graph returning a view (of an input, or of another value) is left out
+** of promise (2): op by op that view costs nothing, where a compiled
+** program copies it into memory the caller owns. */
+static int view_output(const ir_graph *g) {
+  int i;
+  for (i = 0; i < g->nout; i++)
+    if (g->nodes[g->outputs[i]].kind != IR_OP || fk_is_view(g, g->outputs[i])) return 1;
+  return 0;
+}
+
+static int slot_overlap(const fuse_plan *p, char *why, size_t n) {
+  const ir_graph *g = p->g;
+  int *from = malloc((size_t)(g->n ? g->n : 1) * sizeof *from);
+  int *to = malloc((size_t)(g->n ? g->n : 1) * sizeof *to);
+  int i, j, k, bad = 0;
+  if (!from || !to) { free(from); free(to); return 0; }
+  for (i = 0; i < g->n; i++) {
+    k = p->kernel_of[i];
+    from[i] = to[i] = -1;
+    if (p->slot[i] < 0 || k < 0) continue;
+    from[i] = p->kernels[k].kind == FK_EXTERN && p->kernels[k].anchor == i ? 2 * k : 2 * k + 1;
+    to[i] = p->last_use[i] < 0 ? 2 * k + 1 : 2 * p->last_use[i] + 1;
+  }
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kk = &p->kernels[k];
+    const ir_node *an;
+    if (kk->kind != FK_EXTERN || kk->nnodes == 0) continue;
+    an = &g->nodes[kk->anchor];
+    for (j = 0; j < an->nin; j++) {
+      int s = an->in[j], a, read = 0;
+      while (s >= 0 && g->nodes[s].kind == IR_OP && fk_is_view(g, s)) s = g->nodes[s].in[0];
+      if (s < 0 || p->slot[s] < 0 || p->last_use[s] != k || s == kk->anchor) continue;
+      for (a = 0; a < kk->nacc; a++) read |= !kk->acc[a].store && kk->acc[a].node == s;
+      if (!read) to[s] = 2 * k;
+    }
+  }
+  for (i = 0; i < g->n && !bad; i++)
+    for (j = i + 1; j < g->n && !bad; j++) {
+      if (from[i] < 0 || from[j] < 0 || p->slot[i] != p->slot[j]) continue;
+      if ((p->alias && (p->alias[i] == j || p->alias[j] == i))) continue;
+      if (from[i] <= to[j] && from[j] <= to[i]) {
+        snprintf(why, n, "%%%d (half-steps %d..%d) and %%%d (%d..%d) share slot %d", i, from[i],
+                 to[i], j, from[j], to[j], p->slot[i]);
+        bad = 1;
+      }
+    }
+  free(from);
+  free(to);
+  return bad;
+}
+
 int main(void) {
   const char *eg = getenv("FUSELAB_DIFF_GRAPHS"), *es = getenv("FUSELAB_DIFF_SEED");
   const char *et = getenv("FUSELAB_DIFF_SECONDS");
-  long total = eg ? atol(eg) : 2000, done = 0, skipped = 0, wbs = 0;
+  long total = eg ? atol(eg) : 2000, done = 0, skipped = 0, wbs = 0, mem_peak = 0, mem_bytes = 0, mem_slots = 0;
   uint64_t seed0 = es ? strtoull(es, NULL, 10) : 1;
   double limit = et ? atof(et) : 1200, t0 = (double)time(NULL);
   uint64_t next = seed0;
@@ -221,6 +288,23 @@ int main(void) {
         fuse_opts_default(&o);
         o.fuse = !f;
         if (!(p = fuse_plan_build(it->g, &o, &e))) { report(it, e.msg); break; }
+        {
+          char why[200];
+          const fuse_stats *st = &p->stats;
+          if (slot_overlap(p, why, sizeof why)) report_in(it, why, &mem_slots);
+          if (o.fuse && !view_output(it->g) &&
+              (st->bytes_after > st->bytes_before || st->peak_bytes_after > st->peak_bytes_before)) {
+            snprintf(why, sizeof why, "fused plan: bytes %lld -> %lld, peak %lld -> %lld",
+                     (long long)st->bytes_before, (long long)st->bytes_after,
+                     (long long)st->peak_bytes_before, (long long)st->peak_bytes_after);
+            report_in(it, why, st->peak_bytes_after > st->peak_bytes_before ? &mem_peak : &mem_bytes);
+            if (getenv("FUSELAB_DIFF_LISTING")) {
+              char *l = fuse_plan_listing(p, 1);
+              printf("%s\n", l ? l : "");
+              free(l);
+            }
+          }
+        }
         snprintf(prefix, sizeof prefix, "g%llu%c_", (unsigned long long)it->seed, f ? 'u' : 'f');
         it->pr[f] = exec_codegen(&cpu_backend, p, prefix, &e);
         fuse_plan_free(p);
@@ -271,6 +355,9 @@ int main(void) {
     cache_forget_memory();
     if ((double)time(NULL) - t0 > limit) timed_out = 1;
   }
+  ok(mem_slots == 0, "no two buffers alive at once share a slot (%ld plans do)", mem_slots);
+  ok(mem_peak + mem_bytes == 0, "no fused plan needs more memory at its peak (%ld do) or moves more "
+     "bytes (%ld do) than its graph op by op", mem_peak, mem_bytes);
   ok(failures == 0, "%ld random graphs (seeds %llu..%llu; %ld write back into an input), fused and "
      "unfused, match the reference", done, (unsigned long long)seed0, (unsigned long long)(next - 1), wbs);
   /* the time bound shortens a run on a slow or busy machine, never fails
