@@ -1,0 +1,37 @@
+-- memory_nets.lua -- the memory promise on the ImageNet networks ONNX ships as
+-- its "light" test models (PyPI onnx's backend test data; their weights
+-- are ConstantOfShape fills, which planning never reads): for every pass
+-- order a student can call, the fused plan moves no more bytes and needs
+-- no more memory at its peak than the captured graph run op by op.
+-- fl.compile plans what decompose():optimize():fuse() plans (checked on
+-- the teaching models in tests/lua/costmodel.lua), so that order stands
+-- for it here.  Usage: fuselab memory_nets.lua LIGHT_DIR NAME...
+local t = require "tap"
+local dir = assert(arg[1], "usage: memory_nets.lua LIGHT_DIR NAME...")
+local orders = {
+  {"fuse()", function(g) return g:fuse() end},
+  {"decompose():fuse()", function(g) return g:decompose{quiet = true}:fuse() end},
+  {"optimize():fuse()", function(g) return g:optimize{quiet = true}:fuse() end},
+  {"decompose():optimize():fuse()", function(g) return g:decompose{quiet = true}:optimize{quiet = true}:fuse() end},
+  {"optimize():decompose():fuse()", function(g) return g:optimize{quiet = true}:decompose{quiet = true}:fuse() end},
+}
+local function mib(b) return ("%.2f MiB"):format(b / 2 ^ 20) end
+for i = 2, #arg do
+  local name = arg[i]
+  local g = fl.capture(fl.load_onnx(dir .. "/light_" .. name .. ".onnx"), fl.randn(1, 3, 224, 224))
+  local bad, line = {}, nil
+  for _, o in ipairs(orders) do
+    local s = o[2](g):stats()
+    if s.bytes_after > s.bytes_before or s.peak_bytes_after > s.peak_bytes_before then
+      bad[#bad + 1] = ("%s: bytes %d -> %d, peak %d -> %d"):format(o[1], s.bytes_before, s.bytes_after,
+                                                                 s.peak_bytes_before, s.peak_bytes_after)
+    end
+    if o[1] == "decompose():optimize():fuse()" then
+      line = ("moved %s -> %s, peak %s -> %s"):format(mib(s.bytes_before), mib(s.bytes_after),
+                                                     mib(s.peak_bytes_before), mib(s.peak_bytes_after))
+    end
+  end
+  t.ok(#bad == 0, ("%s: no pass order moves more or peaks higher than op by op (as fl.compile: %s)%s"):format(
+       name, line, #bad > 0 and ": " .. table.concat(bad, "; ") or ""))
+end
+t.done()
