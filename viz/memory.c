@@ -286,9 +286,9 @@ static char *dot_source(const viz_mem_chart *mc) {
   flags(&c, t);
   legend(&c, t);
   viz_chart_text(&c.v, (PX0 + PX1) / 2, PY0 - 86 * c.f, fs(&c, FS_NOTE), "#333333",
-                      mc->note ? mc->note : "Each op result is freed after its last reader, "
-                      "outputs live to the end, views cost nothing: the rule of p:stats()'s "
-                      "peak_bytes_before and _after.", 200);
+                      mc->note ? mc->note : "p:stats()'s rule: a result dies after its last "
+                      "reader, outputs live on, views are free; fused, a call's operands die after "
+                      "it, epilogues overwrite their product, kept values stay.", 200);
   strbuf_printf(&c.v.b, "}\n");
   return strbuf_take(&c.v.b);
 }
