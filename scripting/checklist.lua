@@ -461,6 +461,12 @@ local function report(r, name, nshapes, calls)
   line("  4. accuracy vs eager   max abs err %.3g, max rel err %.3g%s", r.max_abs_err, r.max_rel_err,
     r.accuracy_nan and " (NaN differences!)" or "")
   line("     fallbacks           %d", r.fallbacks)
+  if r.peak_bytes_before then
+    local B = fl._bytes_str
+    line("     memory              bytes moved %s -> %s, peak %s -> %s (op by op -> fused)%s",
+      B(r.bytes_before), B(r.bytes_after), B(r.peak_bytes_before), B(r.peak_bytes_after),
+      (r.bytes_after <= r.bytes_before and r.peak_bytes_after <= r.peak_bytes_before) and ": both down or equal" or "")
+  end
   if r.noisy then
     line("  timings are noisy (%s): verdicts need a wider margin; a quiet machine gives firmer numbers",
       r.noise)
@@ -577,6 +583,13 @@ local function checklist(fn, opts)
   r.accuracy_nan = acc.nan
   r.fallbacks = cold_fallbacks + steady_cm:stats().fallbacks + dy.fallbacks
   r.fallbacks_static = st.fallbacks
+  -- memory: the compiled function's first plan, in the one cost model
+  local plan = steady_cm.plans and steady_cm:plans()[1]
+  if plan then
+    local ps = plan:stats()
+    r.bytes_before, r.bytes_after = ps.bytes_before, ps.bytes_after
+    r.peak_bytes_before, r.peak_bytes_after = ps.peak_bytes_before, ps.peak_bytes_after
+  end
 
   -- break-even: the one definition (fl._break_even, the report's too)
   local function break_even(steady, verdict)

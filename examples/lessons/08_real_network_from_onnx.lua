@@ -4,16 +4,17 @@
 -- through fl.load_onnx, §2): what the earlier lessons showed on small
 -- functions holds on a network people really deploy.  ResNet-50 exported
 -- to ONNX is captured into one graph, the passes simplify it (batch norm
--- folded into the convolutions), fusion cuts its kernel launches and its
--- memory traffic, and the compiled program gives the eager answer.
+-- folded into the convolutions), fusion cuts its kernel launches, its
+-- memory traffic and its peak memory (never raising either: the seed's
+-- third conclusion), and the compiled program gives the eager answer.
 --
 -- What it measures: ResNet-50 from ONNX (examples/models/resnet50.onnx:
 -- the real architecture, 53 convolutions, weights made by a small seeded
 -- generator in the file, which fuselab runs once at load; its output
 -- depends on its input, so comparing compiled with eager can fail; see
--- examples/models/README).  Ops at each stage, kernels and bytes moved before and
--- after fusion (one cost model: the captured graph run op by op is the
--- "before"), the fusion decisions grouped by reason, pictures and a review
+-- examples/models/README).  Ops at each stage, kernels, bytes moved and peak
+-- memory before and after fusion (one cost model: the captured graph run op
+-- by op is the "before"; resnet50/memory.png draws both curves), the fusion decisions grouped by reason, pictures and a review
 -- report written to resnet50/, and eager against compiled: the outputs
 -- compared and both timed (medians with their spread).
 --
@@ -55,9 +56,10 @@ for k in pairs(kinds) do by_count[#by_count + 1] = k end
 table.sort(by_count, function(a, b) return kinds[a] > kinds[b] or (kinds[a] == kinds[b] and a < b) end)
 for _, k in ipairs(by_count) do print(("   %5d  %s"):format(kinds[k], k)) end
 print("   optimize adds ops: the folded weights are computed in the graph from the")
-print("   parameters, which stay bound by reference (a weight changed in place is seen),")
-print("   so every call recomputes them: traffic about the size of the weights, counted below;")
-print("   where a conv's result is smaller than its weights, the result is scaled instead")
+print("   parameters, which stay bound by reference (a weight changed in place is seen);")
+print("   a compiled program computes them once and keeps them until a weight changes,")
+print("   memory the plan holds from its first step; where a conv's result is smaller")
+print("   than its weights, the result is scaled instead")
 
 -- 3. Fusion, with the planner's reason for every pair it looked at.
 local p = go:fuse()
@@ -69,6 +71,20 @@ print(("   bytes moved %.1f MiB -> %.1f MiB (%.0f%% less), peak memory %.1f -> %
   s.bytes_before / MiB, s.bytes_after / MiB, 100 * (1 - s.bytes_after / s.bytes_before),
   s.peak_bytes_before / MiB, s.peak_bytes_after / MiB))
 if s.note then print("   note: " .. s.note:sub(1, 240) .. (#s.note > 240 and " ..." or "")) end
+-- Fusion never costs memory (doc/DESIGN.md): the planner frees an extern's
+-- operands once its call has read them, stores an epilogue over the
+-- product it reads (a conv's residual add and ReLU need no buffer of their
+-- own), orders kernels to lower the peak and takes back a fusion that
+-- would raise it.  p:memory() has both curves; fl.draw_memory draws them.
+assert(s.bytes_after <= s.bytes_before and s.peak_bytes_after <= s.peak_bytes_before,
+       "fusion made ResNet-50 move more bytes or need more memory")
+local taken_back = 0
+for _, d in ipairs(p:decisions()) do if d.memory then taken_back = taken_back + 1 end end
+print("   both go down: epilogues stored over their convolution's product, operands freed")
+print(("   as soon as a convolution has read them; %d fusion%s taken back for memory"):format(
+  taken_back, taken_back == 1 and "" or "s"))
+os.execute("mkdir -p resnet50")
+fl.draw_memory(p, "resnet50/memory.png")
 
 local groups, order = {}, {}
 for _, d in ipairs(p:decisions()) do
@@ -83,7 +99,6 @@ for i = 1, math.min(#order, 8) do print(("   %5d  %s"):format(groups[order[i]], 
 
 -- 4. Pictures and the review report, in resnet50/ (repeated blocks fold
 -- into "N nodes collapsed" boxes past max_nodes).
-os.execute("mkdir -p resnet50")
 fl.draw(g, "resnet50/captured.svg", {title = "ResNet-50 as captured"})
 fl.draw(p, "resnet50/fused.svg", {title = "ResNet-50 fused"})
 -- On a projector the whole network is unreadable: draw one kernel, the
@@ -120,4 +135,4 @@ local tc = fl.measure(cm, {args = {x}, runs = 5})
 print(("5. eager %s, compiled %s"):format(tostring(te), tostring(tc)))
 print("   " .. fl.compare_times(tc, te, {names = {"compiled", "eager"}}).text)
 fl.report(cm, "resnet50/review.html", {checklist = false, title = "ResNet-50 from ONNX"})
-print("\nPictures and report written to resnet50/: captured.svg, fused.svg, one_kernel.png (for a projector), review.html")
+print("\nPictures and report written to resnet50/: captured.svg, fused.svg, memory.png, one_kernel.png (for a projector), review.html")
