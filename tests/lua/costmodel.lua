@@ -134,13 +134,7 @@ end
 -- the fused plan moves no more bytes and needs no more memory at its peak
 -- than the captured graph op by op
 do
-  local orders = {
-    {"fuse()", function(g) return g:fuse() end},
-    {"decompose():fuse()", function(g) return g:decompose{quiet = true}:fuse() end},
-    {"optimize():fuse()", function(g) return g:optimize{quiet = true}:fuse() end},
-    {"decompose():optimize():fuse()", function(g) return g:decompose{quiet = true}:optimize{quiet = true}:fuse() end},
-    {"optimize():decompose():fuse()", function(g) return g:optimize{quiet = true}:decompose{quiet = true}:fuse() end},
-  }
+  local orders = require "pass_orders"
   for _, m in ipairs(models) do
     local name, model, x = m[1], m[2], m[3]
     local g = fl.capture(model, x)

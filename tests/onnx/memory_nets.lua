@@ -8,13 +8,7 @@
 -- for it here.  Usage: fuselab memory_nets.lua LIGHT_DIR NAME...
 local t = require "tap"
 local dir = assert(arg[1], "usage: memory_nets.lua LIGHT_DIR NAME...")
-local orders = {
-  {"fuse()", function(g) return g:fuse() end},
-  {"decompose():fuse()", function(g) return g:decompose{quiet = true}:fuse() end},
-  {"optimize():fuse()", function(g) return g:optimize{quiet = true}:fuse() end},
-  {"decompose():optimize():fuse()", function(g) return g:decompose{quiet = true}:optimize{quiet = true}:fuse() end},
-  {"optimize():decompose():fuse()", function(g) return g:optimize{quiet = true}:decompose{quiet = true}:fuse() end},
-}
+local orders = require "pass_orders"
 local function mib(b) return ("%.2f MiB"):format(b / 2 ^ 20) end
 for i = 2, #arg do
   local name = arg[i]
