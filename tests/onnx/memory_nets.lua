@@ -13,18 +13,10 @@ local function mib(b) return ("%.2f MiB"):format(b / 2 ^ 20) end
 for i = 2, #arg do
   local name = arg[i]
   local g = fl.capture(fl.load_onnx(dir .. "/light_" .. name .. ".onnx"), fl.randn(1, 3, 224, 224))
-  local bad, line = {}, nil
-  for _, o in ipairs(orders) do
-    local s = o[2](g):stats()
-    if s.bytes_after > s.bytes_before or s.peak_bytes_after > s.peak_bytes_before then
-      bad[#bad + 1] = ("%s: bytes %d -> %d, peak %d -> %d"):format(o[1], s.bytes_before, s.bytes_after,
-                                                                 s.peak_bytes_before, s.peak_bytes_after)
-    end
-    if o[1] == "decompose():optimize():fuse()" then
-      line = ("moved %s -> %s, peak %s -> %s"):format(mib(s.bytes_before), mib(s.bytes_after),
-                                                     mib(s.peak_bytes_before), mib(s.peak_bytes_after))
-    end
-  end
+  local bad, stats = orders.check(g)
+  local s = stats["decompose():optimize():fuse()"]
+  local line = ("moved %s -> %s, peak %s -> %s"):format(mib(s.bytes_before), mib(s.bytes_after),
+                                                       mib(s.peak_bytes_before), mib(s.peak_bytes_after))
   t.ok(#bad == 0, ("%s: no pass order moves more or peaks higher than op by op (as fl.compile: %s)%s"):format(
        name, line, #bad > 0 and ": " .. table.concat(bad, "; ") or ""))
 end
