@@ -531,12 +531,12 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
 /* A product whose epilogue is stored over it (fuse/plan.c plan_alias)
 ** into a graph output is written into the output's memory: the extern
 ** writes it there and the epilogue rewrites it in place, one buffer where
-** there were two.  Not when that memory is also an operand of the product
-** (a caller's output given in place): the product then gets its own. */
+** there were two.  Not when that memory is also read by the kernel (a
+** caller's output given in place over an input): the product then gets
+** memory of its own. */
 static int product_in_output(exec_run *r, int k, const char *is_out, fl_err *e) {
   const fuse_plan *p = r->pr->plan;
   const fk_kernel *kk = &p->kernels[k];
-  const ir_node *an;
   int i, o = -1, rc;
   if (!p->alias || kk->kind != FK_EXTERN || kk->nnodes == 0 || r->vals[kk->anchor].st) return FL_OK;
   for (i = kk->nin; i < kk->nbufs; i++)
@@ -544,11 +544,13 @@ static int product_in_output(exec_run *r, int k, const char *is_out, fl_err *e) 
   if (o < 0) return FL_OK;
   if (!r->vals[o].st && (rc = exec_buffer(r, o, &r->vals[o], e)) != FL_OK) return rc;
   if (!ten_is_contiguous(&r->vals[o])) return FL_OK;
-  an = &r->g->nodes[kk->anchor];
-  for (i = 0; i < an->nin; i++) {
-    if (an->in[i] < 0) continue;
-    if ((rc = exec_value(r, an->in[i], 0, e)) != FL_OK) return rc;
-    if (r->vals[an->in[i]].st == r->vals[o].st) return FL_OK;
+  /* the kernel's inputs: the product's operands and what the epilogue
+  ** reads besides the product (a residual) */
+  for (i = 0; i < kk->nin; i++) {
+    int id = kk->bufs[i];
+    if (id == kk->anchor) continue;
+    if ((rc = exec_value(r, id, 0, e)) != FL_OK) return rc;
+    if (r->vals[id].st == r->vals[o].st) return FL_OK;
   }
   ten_share(&r->vals[kk->anchor], &r->vals[o]);
   r->vals[kk->anchor].m = r->metas[kk->anchor];

@@ -202,6 +202,12 @@ static int freed_after(const fuse_plan *p, int i, int k) {
 /* An op result the plan stores, which the walk and the slots count. */
 static int counted(const fuse_plan *p, int i) { return p->stored[i] && p->g->nodes[i].kind == IR_OP; }
 
+/* The kernel after which node i's buffer is freed (freed_after), or -1. */
+static int dies_after(const fuse_plan *p, int i) {
+  int d = !counted(p, i) ? -1 : p->last_use[i] >= 0 ? p->last_use[i] : p->kernel_of[i];
+  return d < p->nkernels ? d : -1;
+}
+
 /* Computed by a kept kernel: held from the first call on. */
 static int held(const fuse_plan *p, int i) {
   return p->keep && p->kernel_of[i] >= 0 && p->keep[p->kernel_of[i]];
@@ -238,15 +244,9 @@ int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop
   if (!on || !over || !first || !dies) { free(on); free(over); free(first); free(dies); return -1; }
   /* what dies after each kernel, listed once (a walk is linear) */
   for (k = 0; k <= p->nkernels; k++) first[k] = 0;
-  for (i = 0; i < g->n; i++) {
-    int d = !counted(p, i) ? -1 : p->last_use[i] >= 0 ? p->last_use[i] : p->kernel_of[i];
-    if (d >= 0 && d < p->nkernels && freed_after(p, i, d)) first[d + 1]++;
-  }
+  for (i = 0; i < g->n; i++) if (dies_after(p, i) >= 0) first[dies_after(p, i) + 1]++;
   for (k = 0; k < p->nkernels; k++) first[k + 1] += first[k];
-  for (i = 0; i < g->n; i++) {
-    int d = !counted(p, i) ? -1 : p->last_use[i] >= 0 ? p->last_use[i] : p->kernel_of[i];
-    if (d >= 0 && d < p->nkernels && freed_after(p, i, d)) dies[first[d]++] = i;
-  }
+  for (i = 0; i < g->n; i++) if (dies_after(p, i) >= 0) dies[first[dies_after(p, i)]++] = i;
   for (k = p->nkernels; k > 0; k--) first[k] = first[k - 1];
   first[0] = 0;
 #define TAKE(id) do { on[id] = 1; live += nbytes(g, id); } while (0)
