@@ -259,8 +259,17 @@ int fuse_partition(const ir_graph *j, part_policy pol, ir_graph **fw, ir_graph *
   if (!fwd || !need || !save || !rec) { rc = err_set(e, FL_ENOMEM, "partition: out of memory"); goto out; }
   ir_joint_forward(j, fwd);
   needed(j, fwd, need);
-  /* what eager autograd keeps: every value the backward reads */
+  /* what eager autograd keeps: every value the backward reads, a view as
+  ** the storage it shows (a view saved would be copied out of a compiled
+  ** forward, where the backward makes it again for free) */
   for (i = 0; i < n; i++) save[i] = need[i];
+  for (i = 0; i < n; i++)
+    if (save[i] && j->nodes[i].kind == IR_OP && fk_is_view(j, i)) {
+      int b = i;
+      while (b >= 0 && j->nodes[b].kind == IR_OP && fk_is_view(j, b)) b = j->nodes[b].in[0];
+      save[i] = 0;
+      if (b >= 0) save[b] = 1;
+    }
   recomputed(j, need, save, rec);
   info->eager_saved_bytes = saved_bytes(j, save);
   if (pol == PART_RECOMPUTE_ALL) {

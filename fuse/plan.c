@@ -368,7 +368,7 @@ static int refused_pair(const planner *pl, fuse_decision *d) {
   for (i = 0; i < pl->nrefused; i++)
     if (pl->refused[i].a == d->a && pl->refused[i].b == d->b) {
       snprintf(d->reason, sizeof d->reason, "%s", pl->refused[i].reason);
-      d->memory = 1;
+      d->memory = pl->refused[i].memory;
       return 1;
     }
   return 0;
@@ -840,11 +840,12 @@ static int plan_finish(fuse_plan *p, fl_err *e) {
 
 /* The kernels in another order that keeps every dependence (Inductor's
 ** reorder for peak memory): of the kernels whose inputs are all computed,
-** the one that frees the most bytes less what it writes runs first, and
-** one whose values no reader can take yet runs last.  Random kernels keep
+** greedy: the one that frees the most bytes less what it writes runs
+** first; either way one whose values no reader can take yet runs last
+** (else the planned order).  Random kernels keep
 ** their order among themselves (each draws from the stream where the last
 ** one stopped).  Fills order[]; 0, or -1 when out of memory. */
-static int order_for_peak(const fuse_plan *p, int *order) {
+static int order_for_peak(const fuse_plan *p, int greedy, int *order) {
   const ir_graph *g = p->g;
   int nk = p->nkernels, n = g->n, k, i, j, done = 0, last_rng = -1, nedge = 0, rc = -1;
   size_t ck = (size_t)(nk ? nk : 1), cn = (size_t)(n ? n : 1);
@@ -902,6 +903,7 @@ static int order_for_peak(const fuse_plan *p, int *order) {
       t = net >= 0 ? 0 : frees > 0 ? 1 : 2;
       for (j = first[k]; j < first[k + 1] && t == 2; j++)
         if (indeg[succ[j]] == 1) t = 1;
+      if (!greedy) t = t == 2;   /* only the waiting: else the planned order */
       if (t < tier || (t == tier && t == 0 && net > best)) { pick = k; best = net; tier = t; }
     }
     if (pick < 0) goto done;      /* a cycle: cannot happen in a plan */
@@ -916,23 +918,33 @@ done:
   return rc;
 }
 
-/* Runs the kernels in order_for_peak's order when its peak is lower. */
+/* Runs the kernels in the order of the two of order_for_peak that peaks
+** lowest, when that is lower than the planned order. */
 static void plan_reorder(fuse_plan *p, fl_err *e) {
-  int nk = p->nkernels, k, i, same = 1, *inv = NULL;
-  int *order = malloc((size_t)(nk ? nk : 1) * sizeof *order);
+  int nk = p->nkernels, k, i, v, best = -1;
+  int *order = malloc((size_t)(nk ? nk : 1) * 2 * sizeof *order), *inv = malloc((size_t)(nk ? nk : 1) * sizeof *inv);
   fk_kernel *was = malloc((size_t)(nk ? nk : 1) * sizeof *was);
-  int64_t before = p->stats.peak_bytes_after;
-  if (!order || !was || nk < 3 || order_for_peak(p, order) != 0) goto done;
-  for (k = 0; k < nk; k++) same &= order[k] == k;
-  if (same) goto done;
-  if (!(inv = malloc((size_t)nk * sizeof *inv))) goto done;
+  int64_t low = p->stats.peak_bytes_after;
+  if (!order || !inv || !was || nk < 3) goto done;
   memcpy(was, p->kernels, (size_t)nk * sizeof *was);
-  for (k = 0; k < nk; k++) { p->kernels[k] = was[order[k]]; inv[order[k]] = k; }
-  for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = inv[p->kernel_of[i]];
-  if (plan_finish(p, e) == FL_OK && p->stats.peak_bytes_after < before) goto done;
-  /* no lower: back to the planned order */
-  memcpy(p->kernels, was, (size_t)nk * sizeof *was);
-  for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = order[p->kernel_of[i]];
+  for (v = 0; v < 2; v++) {
+    int *o = order + v * nk, same = 1;
+    if (order_for_peak(p, v, o) != 0) continue;
+    for (k = 0; k < nk; k++) same &= o[k] == k;
+    if (same) continue;
+    /* this order, measured */
+    for (k = 0; k < nk; k++) { p->kernels[k] = was[o[k]]; inv[o[k]] = k; }
+    for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = inv[p->kernel_of[i]];
+    if (plan_finish(p, e) == FL_OK && p->stats.peak_bytes_after < low) { low = p->stats.peak_bytes_after; best = v; }
+    /* and back */
+    memcpy(p->kernels, was, (size_t)nk * sizeof *was);
+    for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = o[p->kernel_of[i]];
+  }
+  if (best >= 0) {
+    int *o = order + best * nk;
+    for (k = 0; k < nk; k++) { p->kernels[k] = was[o[k]]; inv[o[k]] = k; }
+    for (i = 0; i < p->g->n; i++) if (p->kernel_of[i] >= 0) p->kernel_of[i] = inv[p->kernel_of[i]];
+  }
   plan_finish(p, e);
 done:
   free(order);
@@ -971,6 +983,7 @@ static fuse_plan *plan_without(const fuse_plan *p, const ir_graph *g, const fuse
   for (i = p->nrefused; i < q->nrefused; i++) {
     fuse_decision *r = &q->refused[i];
     char da[64], db[64], h1[32], h2[32], hb[32];
+    if (!r->fused) continue;     /* refused already, for its own reason */
     fk_describe(q->g, r->a, da, sizeof da);
     fk_describe(q->g, r->b, db, sizeof db);
     fuse_bytes_str(p->stats.peak_bytes_after, h1, sizeof h1);
@@ -1011,9 +1024,13 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
     for (v = -1; at >= 0 && v < p->g->n && tried < 16; v++) {
       n = 0;
       if (v < 0) continue;
+      /* v alone: every pair with it, fused or not (one taken back would
+      ** let v join the kernel of another) */
       if (alive[v] && p->kernel_of[v] != at) {
+        int fused = 0;
         for (j = 0; j < p->ndec; j++)
-          if (p->dec[j].fused && (p->dec[j].a == v || p->dec[j].b == v)) pick[n++] = j;
+          if (p->dec[j].a == v || p->dec[j].b == v) { fused |= p->dec[j].fused; pick[n++] = j; }
+        if (!fused) n = 0;
       }
       if (!n) continue;
       tried++;
