@@ -564,7 +564,7 @@ static void plan_clear_kernels(fuse_plan *p) {
 ** product, where the matmul and an add in its epilogue write the product
 ** and read it back.  optimize() re-forms it too; fuse does it whatever
 ** the pass order, so a decomposed graph never moves more than the
-** captured one for it.  NULL with *out unset when there is nothing to
+** captured one for it.  NULL with *log unset when there is nothing to
 ** re-form (or on an error: then the plan is of g as given). */
 static ir_graph *reform_linear(const ir_graph *g, char **log) {
   unsigned rules = (1u << PASS_FOLD_LINEAR) | (1u << PASS_DCE);

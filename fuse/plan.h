@@ -10,6 +10,9 @@
 ** iteration space every member can be indexed from, at most one reduced
 ** space per kernel, at most max_nodes ops.  Views never become kernels:
 ** they are folded into the indexing of the kernel that reads them.
+** Memory is part of the objective: kernels run in the order that peaks
+** lowest, and a plan that would need more memory at its peak than the
+** captured graph op by op takes fusions back (fuse_decision.memory).
 */
 #ifndef FL_PLAN_H
 #define FL_PLAN_H
