@@ -1001,6 +1001,12 @@ static fuse_plan *plan_without(const fuse_plan *p, const ir_graph *g, const fuse
   return q;
 }
 
+/* q peaks lower than p and moves no more than the captured graph. */
+static int lower(const fuse_plan *q, const fuse_plan *p) {
+  return q && q->stats.peak_bytes_after < p->stats.peak_bytes_after &&
+         q->stats.bytes_after <= q->stats.bytes_before;
+}
+
 /* The memory objective: a plan needing more memory at its peak than the
 ** captured graph op by op takes fusions back, for as long as that lowers
 ** the peak (Inductor refuses fusions that raise the peak the same way).
@@ -1035,7 +1041,7 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
       if (!n) continue;
       tried++;
       q = plan_without(p, g, o, pick, n, at);
-      if (q && q->stats.peak_bytes_after < (best ? best : p)->stats.peak_bytes_after) {
+      if (lower(q, best ? best : p)) {
         fuse_plan_free(best);
         best = q;
       } else {
@@ -1046,7 +1052,7 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
       if (!p->dec[j].fused || p->kernel_of[p->dec[j].b] != at) continue;
       tried++;
       q = plan_without(p, g, o, &j, 1, at);
-      if (q && q->stats.peak_bytes_after < (best ? best : p)->stats.peak_bytes_after) {
+      if (lower(q, best ? best : p)) {
         fuse_plan_free(best);
         best = q;
       } else {
@@ -1075,8 +1081,7 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
       fuse_plan_free(q);
       q = r;
     }
-    if (q && q->stats.peak_bytes_after < p->stats.peak_bytes_after &&
-        q->stats.bytes_after <= q->stats.bytes_before) {
+    if (lower(q, p)) {
       fuse_plan_free(p);
       p = q;
     } else {
