@@ -510,6 +510,9 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
   if (!pr->slots && !(pr->slots = calloc((size_t)p->nslots, sizeof *pr->slots)))
     return err_set(e, FL_ENOMEM, "run: out of memory");
   st = &pr->slots[s];
+  /* the slot's planned size at once: the first of its buffers may be the
+  ** smallest, and growing it for a later one frees and allocates it again */
+  if (p->slot_bytes && (size_t)p->slot_bytes[s] > need) need = (size_t)p->slot_bytes[s];
   if (!st->st || st->st->nbytes < need) {
     fl_meta bm;
     memset(&bm, 0, sizeof bm);
