@@ -1007,6 +1007,17 @@ static int lower(const fuse_plan *q, const fuse_plan *p) {
          q->stats.bytes_after <= q->stats.bytes_before;
 }
 
+/* *best becomes q when q is lower than it (than p while there is none);
+** the plan not kept is freed. */
+static void keep_lower(fuse_plan **best, fuse_plan *q, const fuse_plan *p) {
+  if (lower(q, *best ? *best : p)) {
+    fuse_plan_free(*best);
+    *best = q;
+  } else {
+    fuse_plan_free(q);
+  }
+}
+
 /* The memory objective: a plan needing more memory at its peak than the
 ** captured graph op by op takes fusions back, for as long as that lowers
 ** the peak (Inductor refuses fusions that raise the peak the same way).
@@ -1021,43 +1032,26 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
   int round, i, j;
   int *pick = malloc((size_t)(p->ndec + 1) * sizeof *pick);
   for (round = 0; pick && round < 8 && p->stats.peak_bytes_after > p->stats.peak_bytes_before; round++) {
-    fuse_plan *best = NULL, *q;
+    fuse_plan *best = NULL;
     int64_t *alive = calloc((size_t)(p->g->n ? p->g->n : 1), sizeof *alive);
-    int at, tried = 0, v, n;
+    int at, tried = 0, v, n, fused;
     if (!alive) break;
     fuse_plan_walk(p, NULL, NULL, -1, &at);
     if (at >= 0) fuse_plan_walk(p, NULL, alive, at, &i);
-    for (v = -1; at >= 0 && v < p->g->n && tried < 16; v++) {
-      n = 0;
-      if (v < 0) continue;
+    for (v = 0; at >= 0 && v < p->g->n && tried < 16; v++) {
+      if (!alive[v] || p->kernel_of[v] == at) continue;
       /* v alone: every pair with it, fused or not (one taken back would
       ** let v join the kernel of another) */
-      if (alive[v] && p->kernel_of[v] != at) {
-        int fused = 0;
-        for (j = 0; j < p->ndec; j++)
-          if (p->dec[j].a == v || p->dec[j].b == v) { fused |= p->dec[j].fused; pick[n++] = j; }
-        if (!fused) n = 0;
-      }
-      if (!n) continue;
+      for (j = 0, n = 0, fused = 0; j < p->ndec; j++)
+        if (p->dec[j].a == v || p->dec[j].b == v) { fused |= p->dec[j].fused; pick[n++] = j; }
+      if (!fused) continue;
       tried++;
-      q = plan_without(p, g, o, pick, n, at);
-      if (lower(q, best ? best : p)) {
-        fuse_plan_free(best);
-        best = q;
-      } else {
-        fuse_plan_free(q);
-      }
+      keep_lower(&best, plan_without(p, g, o, pick, n, at), p);
     }
     for (j = 0; at >= 0 && j < p->ndec && tried < 32; j++) {
       if (!p->dec[j].fused || p->kernel_of[p->dec[j].b] != at) continue;
       tried++;
-      q = plan_without(p, g, o, &j, 1, at);
-      if (lower(q, best ? best : p)) {
-        fuse_plan_free(best);
-        best = q;
-      } else {
-        fuse_plan_free(q);
-      }
+      keep_lower(&best, plan_without(p, g, o, &j, 1, at), p);
     }
     free(alive);
     if (!best) break;
@@ -1067,7 +1061,7 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
   if (pick && p->stats.peak_bytes_after > p->stats.peak_bytes_before) {
     /* pairs that others had joined come up again once those are taken
     ** back: take back until none is fused */
-    fuse_plan *q = NULL, *r;
+    fuse_plan *q = NULL, *r, *best_none = NULL;
     int n, at, tries;
     fuse_plan_walk(p, NULL, NULL, -1, &at);
     for (tries = 0; at >= 0 && tries < 4; tries++) {
@@ -1081,11 +1075,10 @@ static fuse_plan *plan_within_peak(fuse_plan *p, const ir_graph *g, const fuse_o
       fuse_plan_free(q);
       q = r;
     }
-    if (lower(q, p)) {
+    keep_lower(&best_none, q, p);
+    if (best_none) {
       fuse_plan_free(p);
-      p = q;
-    } else {
-      fuse_plan_free(q);
+      p = best_none;
     }
   }
   free(pick);
