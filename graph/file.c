@@ -275,20 +275,25 @@ fail:
   return e ? e->code : FL_EIO;
 }
 
-int file_write(file_out *w, const void *buf, size_t n, fl_err *e) {
+int file_write_fd(int fd, const void *buf, size_t n) {
   const char *p = buf;
   while (n > 0) {
-    ssize_t k = write(w->fd, p, n);
+    ssize_t k = write(fd, p, n);
     if (k < 0) {
-      char why[160];
       if (errno == EINTR) continue;
-      snprintf(why, sizeof why, "write failed: %s", strerror(errno));
-      return path_err(e, FL_EIO, w->path, why);
+      return -1;
     }
     p += k;
     n -= (size_t)k;
   }
-  return FL_OK;
+  return 0;
+}
+
+int file_write(file_out *w, const void *buf, size_t n, fl_err *e) {
+  char why[160];
+  if (file_write_fd(w->fd, buf, n) == 0) return FL_OK;
+  snprintf(why, sizeof why, "write failed: %s", strerror(errno));
+  return path_err(e, FL_EIO, w->path, why);
 }
 
 static void release(file_out *w) {

@@ -52,6 +52,10 @@ int file_create(file_out *w, const char *path, fl_err *e);
 /* Write all n bytes of buf to w's temp file. */
 int file_write(file_out *w, const void *buf, size_t n, fl_err *e);
 
+/* Write all n bytes of buf to fd (again after EINTR): 0, or -1 with errno
+** set, for writers that word their own messages. */
+int file_write_fd(int fd, const void *buf, size_t n);
+
 /* Close the temp file and rename it over the target.  w is released
 ** either way (after a failure the temp file is removed). */
 int file_commit(file_out *w, fl_err *e);

@@ -545,20 +545,6 @@ int npy_load(const char *path, fl_tensor *out, fl_err *e) {
   return rc;
 }
 
-/* Write all n bytes or fail with errno set. */
-static int write_full(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w; n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* The header NumPy itself would write, padded so the data starts on a
 ** 64-byte boundary; returns its length (always version 1.0: eight dims
 ** never need more than 65535 header bytes). */
@@ -590,7 +576,7 @@ static int write_data(int fd, const fl_tensor *c, int64_t numel) {
   size_t esz = dtype_size(c->m.dtype);
   if (numel == 0) return 0;
   if (c->m.dtype != FL_BF16 && (host_little_endian() || esz == 1))
-    return write_full(fd, src, (size_t)numel * esz);
+    return file_write_fd(fd, src, (size_t)numel * esz);
   unsigned char chunk[1 << 14];
   size_t osz = c->m.dtype == FL_BF16 ? 4 : esz, per = sizeof chunk / osz, k = 0;
   for (int64_t i = 0; i < numel; i++) {
@@ -609,11 +595,11 @@ static int write_data(int fd, const fl_tensor *c, int64_t numel) {
       uint16_t u; memcpy(&u, p, 2); put_le(chunk + k * osz, u, 2);
     }
     if (++k == per) {
-      if (write_full(fd, chunk, k * osz) != 0) return -1;
+      if (file_write_fd(fd, chunk, k * osz) != 0) return -1;
       k = 0;
     }
   }
-  return k ? write_full(fd, chunk, k * osz) : 0;
+  return k ? file_write_fd(fd, chunk, k * osz) : 0;
 }
 
 /* t is only read (any strides; a non-contiguous t is copied first).  The

@@ -608,20 +608,6 @@ int st_load_mapped(const char *path, st_list *out, fl_err *e) {
 
 /* ---- writer ---------------------------------------------------------------- */
 
-static int write_full(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Write contiguous c's elements little-endian. */
 static int write_data(int fd, const fl_tensor *c) {
   size_t esz = dtype_size(c->m.dtype), n = (size_t)meta_numel(&c->m);
@@ -629,16 +615,16 @@ static int write_data(int fd, const fl_tensor *c) {
   unsigned char chunk[1 << 14];
   size_t k = 0;
   if (n == 0) return 0;
-  if (host_little_endian() || esz == 1) return write_full(fd, src, n * esz);
+  if (host_little_endian() || esz == 1) return file_write_fd(fd, src, n * esz);
   for (size_t i = 0; i < n; i++, src += esz) {
     for (size_t b = 0; b < esz; b++) chunk[k + b] = src[esz - 1 - b];
     k += esz;
     if (k + esz > sizeof chunk) {
-      if (write_full(fd, chunk, k) != 0) return -1;
+      if (file_write_fd(fd, chunk, k) != 0) return -1;
       k = 0;
     }
   }
-  return k ? write_full(fd, chunk, k) : 0;
+  return k ? file_write_fd(fd, chunk, k) : 0;
 }
 
 /* A tensor to write: its name and where it is in the caller's arrays. */
@@ -733,7 +719,7 @@ static int write_file(int fd, const fl_tensor *const *ts, const slot *sl, size_t
                       const char *json, size_t hlen, fl_err *e) {
   unsigned char lenbuf[8];
   put_le64(lenbuf, hlen);
-  if (write_full(fd, lenbuf, 8) != 0 || write_full(fd, json, hlen) != 0)
+  if (file_write_fd(fd, lenbuf, 8) != 0 || file_write_fd(fd, json, hlen) != 0)
     return err_set(e, FL_EIO, "write failed: %s", strerror(errno));
   for (size_t i = 0; i < n; i++) {
     fl_tensor c = {0};
