@@ -6,11 +6,8 @@
 # The Python is FUSELAB_ONNX_NODE_PYTHON (the test venv setup.sh --test makes,
 # with tokenizers); without one, or without tokenizers in it, a TAP skip.
 : "${FUSELAB:=./fuselab}" "${FUSELAB_SRC:=..}"
-PY=${FUSELAB_ONNX_NODE_PYTHON:-}
-if [ -z "$PY" ] || ! "$PY" -c "import tokenizers" 2>/dev/null; then
-  echo "1..0 # SKIP no Python with tokenizers (FUSELAB_ONNX_NODE_PYTHON; setup.sh --test makes one)"
-  exit 0
-fi
+. "$FUSELAB_SRC/tests/onnx/test_python.sh"
+test_python "import tokenizers" tokenizers
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-tok.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 seed=${FUSELAB_TOK_SEED:-1}

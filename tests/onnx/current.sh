@@ -10,11 +10,8 @@
 # cases eagerly only.
 ONNX_VERSION=1.23.2
 : "${FUSELAB:=./fuselab}" "${FUSELAB_SRC:=..}"
-PY=${FUSELAB_ONNX_NODE_PYTHON:-}
-if [ -z "$PY" ] || ! "$PY" -c "import onnx, sys; sys.exit(onnx.__version__ != '$ONNX_VERSION')" 2>/dev/null; then
-  echo "1..0 # SKIP no Python with onnx $ONNX_VERSION (FUSELAB_ONNX_NODE_PYTHON; setup.sh --test makes one)"
-  exit 0
-fi
+. "$FUSELAB_SRC/tests/onnx/test_python.sh"
+test_python "import onnx, sys; sys.exit(onnx.__version__ != '$ONNX_VERSION')" "onnx $ONNX_VERSION"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fl-onnx-node.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM

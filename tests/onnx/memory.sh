@@ -6,13 +6,12 @@
 # sanitized build plans the four smaller networks only: loading VGG-19's
 # 550 MB of weights there takes minutes.
 : "${FUSELAB:=./fuselab}" "${FUSELAB_SRC:=..}"
-PY=${FUSELAB_ONNX_NODE_PYTHON:-}
-dir=
-if [ -n "$PY" ]; then
-  dir=$("$PY" -c "import os, onnx.backend.test as t; print(os.path.join(os.path.dirname(t.__file__), 'data', 'light'))" 2>/dev/null)
-fi
-if [ -z "$dir" ] || [ ! -f "$dir/light_resnet50.onnx" ]; then
-  echo "1..0 # SKIP no Python with onnx's light models (FUSELAB_ONNX_NODE_PYTHON; setup.sh --test makes one)"
+. "$FUSELAB_SRC/tests/onnx/test_python.sh"
+light="import os, onnx.backend.test as t; print(os.path.join(os.path.dirname(t.__file__), 'data', 'light'))"
+test_python "$light" "onnx's light models"
+dir=$("$PY" -c "$light")
+if [ ! -f "$dir/light_resnet50.onnx" ]; then
+  echo "1..0 # SKIP onnx's light models are not in $dir"
   exit 0
 fi
 if [ "${FUSELAB_ASAN:-0}" = 1 ]; then
