@@ -146,6 +146,30 @@ do
   end
 end
 
+-- an epilogue is stored over its product only when it reads it element
+-- for element: one that transposes the product (a square one, the same
+-- shape) must keep its own buffer, as a graph output and as an
+-- intermediate; one that does read it so computes the same values in the
+-- product's memory.  Compiled against eager, 1e-4 relative.
+do
+  local bad = {}
+  for _, n in ipairs{16, 33} do
+    local w, b, x = fl.randn(n, n), fl.randn(n), fl.randn(n, n)
+    local fs = {
+      {"transposed, an output", function(x) return fl.matmul(x, w):transpose(1, 2) + 1 end},
+      {"transposed, then a product", function(x) return fl.matmul(fl.relu(fl.matmul(x, w):transpose(1, 2) + 1), w) end},
+      {"in place", function(x) return fl.matmul(fl.relu(fl.matmul(x, w) + b), w) end},
+      {"in place, an output", function(x) return fl.relu(fl.matmul(x, w) + b) * 2 end},
+    }
+    for _, f in ipairs(fs) do
+      local want, got = f[2](x), fl.capture(f[2], x):fuse():codegen("cpu"):run(x)
+      if not fl.allclose(got, want, 1e-4, 1e-4) then bad[#bad + 1] = ("%s, %d"):format(f[1], n) end
+    end
+  end
+  t.ok(#bad == 0, "epilogues over their product or not, as they read it: compiled equals eager" ..
+       (#bad > 0 and " (not: " .. table.concat(bad, "; ") .. ")" or ""))
+end
+
 -- the same for a training step: the joint graph, and its forward and
 -- backward as each policy splits them (an MLP with GELU, a GPT, a CNN
 -- with BatchNorm in training)
