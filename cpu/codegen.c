@@ -56,6 +56,7 @@ static const char *ctype(fl_dtype t) {
   case FL_BF16: return "uint16_t";
   case FL_I64: return "int64_t";
   case FL_BOOL: return "uint8_t";
+  case FL_F64: return "double";   /* never in a generated loop: see is_f64_node */
   default: return "float";
   }
 }

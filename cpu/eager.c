@@ -42,6 +42,15 @@ void *eager_alloc(size_t nbytes, const char *opname, fl_err *e) {
 }
 
 
+/* As dtype_store to float32 does: NaN and overflow without undefined
+** behaviour, the in-range values inline. */
+static float f64_to_f32(double v) {
+  float f;
+  if (fabs(v) <= FLT_MAX) return (float)v;
+  dtype_store(FL_F32, &f, v);
+  return f;
+}
+
 /* n elements of dtype t from src (stride s elements) into dst as `to`.
 ** The conversions are those of dtype_load/dtype_store, so eager and the
 ** oracle read every value the same way. */
@@ -74,6 +83,7 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
     case FL_F32: RUN(float, int64_t, dtype_f2i(v)); break;
     case FL_F16: RUN(uint16_t, int64_t, dtype_f2i(f16_to_f32(v))); break;
     case FL_BF16: RUN(uint16_t, int64_t, dtype_f2i(bf16_to_f32(v))); break;
+    case FL_F64: RUN(double, int64_t, dtype_f2i(v)); break;
     default: RUN(uint8_t, int64_t, v != 0); break;
     }
   } else if (to == EAGER_F32) {
@@ -85,6 +95,7 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
     case FL_F16: RUN(uint16_t, float, f16_to_f32(v)); break;
     case FL_BF16: RUN(uint16_t, float, bf16_to_f32(v)); break;
     case FL_I64: RUN(int64_t, float, v); break;   /* rounded once */
+    case FL_F64: RUN(double, float, f64_to_f32(v)); break;
     default: RUN(uint8_t, float, v != 0); break;
     }
   } else if (to == EAGER_F64) {
@@ -93,6 +104,10 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
     case FL_F16: RUN(uint16_t, double, f16_to_f32(v)); break;
     case FL_BF16: RUN(uint16_t, double, bf16_to_f32(v)); break;
     case FL_I64: RUN(int64_t, double, v); break;
+    case FL_F64:
+      if (s == 1) memcpy(dst, src, (size_t)n * 8);
+      else RUN(double, double, v);
+      break;
     default: RUN(uint8_t, double, v != 0); break;
     }
   } else {
@@ -100,6 +115,7 @@ static void copy_run(fl_dtype t, const char *src, int64_t s, int64_t n,
     case FL_F32: RUN(float, uint8_t, v != 0.0f); break;
     case FL_F16: case FL_BF16: RUN(uint16_t, uint8_t, (v & 0x7fff) != 0); break;
     case FL_I64: RUN(int64_t, uint8_t, v != 0); break;
+    case FL_F64: RUN(double, uint8_t, v != 0.0); break;
     default: RUN(uint8_t, uint8_t, v != 0); break;
     }
   }
@@ -117,6 +133,7 @@ void eager_gather(const fl_tensor *t, int64_t start, int64_t n, void *dst,
   ** is stored as 0/1 bytes, what EAGER_U8 holds) */
   const int same = to == EAGER_RAW || (to == EAGER_F32 && t->m.dtype == FL_F32) ||
                    (to == EAGER_I64 && t->m.dtype == FL_I64) ||
+                   (to == EAGER_F64 && t->m.dtype == FL_F64) ||
                    (to == EAGER_U8 && t->m.dtype == FL_BOOL);
   int nd = 0, d, last;
   if (n <= 0) return;
@@ -264,6 +281,8 @@ void eager_store_f64(fl_tensor *out, int64_t start, const double *src,
       if (fabs(src[i]) <= FLT_MAX) q[i] = (float)src[i];
       else dtype_store(FL_F32, q + i, src[i]);   /* NaN, overflow */
     }
+  } else if (out->m.dtype == FL_F64) {
+    memcpy(p, src, (size_t)n * 8);
   } else if (out->m.dtype == FL_I64) {
     int64_t *q = (int64_t *)(void *)p;
     for (i = 0; i < n; i++) {
@@ -535,9 +554,10 @@ static int ew_gather(const ew *w, fl_err *e) {
         continue;
       }
       for (k = 0; k < w->nin; k++) {
-        /* an int64 operand of a floating-point op is first converted to
-        ** float32 (PyTorch's promotion), rounding once, as the oracle */
-        if (w->v[k].m.dtype == FL_I64 && !(w->op == OP_WHERE && k == 0)) {
+        /* an int64 operand of a float32 op is first converted to float32
+        ** (PyTorch's promotion), rounding once, as the oracle */
+        if (w->v[k].m.dtype == FL_I64 && !(w->op == OP_WHERE && k == 0) &&
+            w->out->m.dtype != FL_F64) {
           eager_gather(&w->v[k], start, len, buf[k], EAGER_I64);
           for (i = 0; i < len; i++) {
             int64_t q;
@@ -645,6 +665,10 @@ static int elementwise(fl_op op, const fl_tensor *const *in, int nin,
     w.f64 = in[0]->m.dtype == FL_I64 || od == FL_I64;
   else
     w.f64 = !(allf && dtype_is_float(od));
+  /* float64 anywhere: every value in double */
+  for (k = 0; k < nin; k++)
+    if (dt[k] == FL_F64 && !(op == OP_WHERE && k == 0)) w.f64 = 1;
+  if (od == FL_F64) w.f64 = 1;
   if (w.f64) return ew_gather(&w, e);
   plan_runs(&w);
   /* in place needs float32 operands (bool for where's condition) wherever
@@ -1090,6 +1114,14 @@ static eager_kernel kernel_of(fl_op op) {
   }
 }
 
+static int touches_f64(const fl_tensor *const *in, int nin, const fl_meta *om) {
+  int k;
+  if (om->dtype == FL_F64) return 1;
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->m.dtype == FL_F64) return 1;
+  return 0;
+}
+
 int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
                 const op_attrs *a, fl_tensor *out, fl_err *e) {
   const fl_meta *metas[MAX_IN];
@@ -1146,7 +1178,14 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
     copy_rowmajor(in[0], out);
     return FL_OK;
   }
-  rc = kern(op, in, nin, a, out, e);
+  if (kern != elementwise && touches_f64(in, nin, &om)) {
+    /* float64 beyond elementwise arithmetic: the reference kernel, which
+    ** computes every value in double (and may accumulate into out) */
+    memset(ten_data(out), 0, (size_t)meta_numel(&om) * dtype_size(om.dtype));
+    rc = op_table[op].ref(op, in, nin, a, out, e);
+  } else {
+    rc = kern(op, in, nin, a, out, e);
+  }
   if (rc != FL_OK) ten_release(out);
   return rc;
 }
@@ -1172,7 +1211,8 @@ int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
     }
   }
   if ((rc = op_infer(op, metas, nin, a, &om, e)) != FL_OK) { ten_release(out); return rc; }
-  if (om.dtype != out->m.dtype || !meta_same_shape(&om, &out->m) || meta_numel(&om) == 0) {
+  if (om.dtype != out->m.dtype || !meta_same_shape(&om, &out->m) || meta_numel(&om) == 0 ||
+      touches_f64(in, nin, &om)) {
     ten_release(out);
     return eager_apply(op, in, nin, a, out, e);
   }

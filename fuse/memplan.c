@@ -36,10 +36,17 @@ static int has_epilogue(const fk_kernel *k) { return k->kind == FK_EXTERN && k->
 ** extern step reads its operands and writes its result, and an epilogue
 ** after it reads that result back (it is one of bufs[0..nin)).  Every view
 ** (p:stats(), the plan listing, pictures, the report) shows these. */
+/* A scalar constant is a literal in the generated code, never a read (an
+** extern step gets it as an argument). */
+static int scalar_const(const ir_graph *g, int id) {
+  return g->nodes[id].kind == IR_CONST && meta_numel(&g->nodes[id].meta) == 1 && g->nodes[id].value.st;
+}
+
 void fuse_kernel_traffic(const ir_graph *g, const fk_kernel *k, int64_t *rd, int64_t *wr) {
   int i;
   *rd = *wr = 0;
-  for (i = 0; i < k->nbufs; i++) *(i < k->nin ? rd : wr) += nbytes(g, k->bufs[i]);
+  for (i = 0; i < k->nbufs; i++)
+    if (i >= k->nin || !scalar_const(g, k->bufs[i])) *(i < k->nin ? rd : wr) += nbytes(g, k->bufs[i]);
   if (has_epilogue(k)) *wr += nbytes(g, k->anchor);
 }
 
@@ -118,13 +125,11 @@ static int op_source(const ir_graph *g, int id, int in) {
   return s;
 }
 
-/* True when input `in` of id reads memory not read by an earlier input;
-** a scalar constant is a literal in the generated code, never a read. */
+/* True when input `in` of id reads memory not read by an earlier input. */
 static int first_read(const ir_graph *g, int id, int in) {
   int s = op_source(g, id, in), j;
   if (s < 0) return 0;
-  if (g->nodes[s].kind == IR_CONST && meta_numel(&g->nodes[s].meta) == 1 && g->nodes[s].value.st)
-    return 0;
+  if (scalar_const(g, s)) return 0;
   for (j = 0; j < in; j++) if (op_source(g, id, j) == s) return 0;
   return 1;
 }

@@ -43,6 +43,18 @@ static int is_extern_op(fl_op op) {
          op == OP_PAD || op == OP_FLIP || op == OP_GATHER;
 }
 
+/* A node that reads or makes float64: the generated kernels compute in
+** float32, so it runs alone as an extern step (the eager kernel, in
+** double) and fuses with nothing. */
+static int is_f64_node(const ir_graph *g, int id) {
+  const ir_node *nd = &g->nodes[id];
+  int i;
+  if (nd->meta.dtype == FL_F64) return 1;
+  for (i = 0; i < nd->nin; i++)
+    if (nd->in[i] >= 0 && g->nodes[nd->in[i]].meta.dtype == FL_F64) return 1;
+  return 0;
+}
+
 /* Follow folded views from input `in` of node c to what it really reads. */
 static int source_of(const planner *pl, int c, int in) {
   int s = pl->g->nodes[c].in[in];
@@ -222,6 +234,11 @@ static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
   if (op_info_of(g->nodes[b].op)->kind == OPK_OPAQUE || op_info_of(g->nodes[a].op)->kind == OPK_OPAQUE) {
     int o = op_info_of(g->nodes[a].op)->kind == OPK_OPAQUE ? a : b;
     snprintf(why, nwhy, "%s is opaque (fuses with nothing)", op_name(g->nodes[o].op));
+    return 0;
+  }
+  if (is_f64_node(g, a) || is_f64_node(g, b)) {
+    snprintf(why, nwhy, "%s works in float64, which runs op by op in double (the "
+             "generated kernels compute in float32)", op_name(g->nodes[is_f64_node(g, a) ? a : b].op));
     return 0;
   }
   if (pl->anchor[gb] == b || (pl->anchor[ga] == a && is_extern_op(g->nodes[b].op))) {
@@ -461,7 +478,7 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
     pl->anchor[i] = -1;
     if (nd->kind != IR_OP) continue;
     pl->compute[i] = !fk_is_view(g, i) || pl->is_out[i] || promote[i];
-    if (pl->compute[i] && is_extern_op(nd->op)) pl->anchor[i] = i;
+    if (pl->compute[i] && (is_extern_op(nd->op) || is_f64_node(g, i))) pl->anchor[i] = i;
   }
   for (c = 0; c < n; c++) {
     if (!pl->compute[c]) continue;

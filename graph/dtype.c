@@ -20,6 +20,7 @@ static const struct {
   [FL_BF16] = {"bfloat16", 2},
   [FL_I64] = {"int64", 8},
   [FL_BOOL] = {"bool", 1},
+  [FL_F64] = {"float64", 8},
 };
 
 static int valid(fl_dtype t) { return t >= 0 && t < FL_NDTYPES; }
@@ -40,7 +41,7 @@ int dtype_from_name(const char *name, fl_dtype *out) {
 }
 
 int dtype_is_float(fl_dtype t) {
-  return t == FL_F32 || t == FL_F16 || t == FL_BF16;
+  return t == FL_F32 || t == FL_F16 || t == FL_BF16 || t == FL_F64;
 }
 
 /* --- 16-bit floats ------------------------------------------------------ */
@@ -126,6 +127,7 @@ double dtype_load(fl_dtype t, const void *p) {
   case FL_BF16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_f32(h); }
   case FL_I64: { int64_t i; memcpy(&i, p, 8); return (double)i; }
   case FL_BOOL: return *(const unsigned char *)p != 0;
+  case FL_F64: { double d; memcpy(&d, p, 8); return d; }
   default: return 0.0;
   }
 }
@@ -137,6 +139,7 @@ void dtype_store(fl_dtype t, void *p, double v) {
   case FL_BF16: { uint16_t h = f32_to_bf16(to_float(v)); memcpy(p, &h, 2); break; }
   case FL_I64: { int64_t i = dtype_f2i(v); memcpy(p, &i, 8); break; }
   case FL_BOOL: *(unsigned char *)p = (v != 0.0); break;  /* NaN != 0: true */
+  case FL_F64: memcpy(p, &v, 8); break;
   default: break;
   }
 }
@@ -160,6 +163,7 @@ void dtype_store_i64(fl_dtype t, void *p, int64_t v) {
   case FL_I64: memcpy(p, &v, 8); break;
   case FL_BOOL: *(unsigned char *)p = v != 0; break;
   case FL_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+  case FL_F64: { double d = (double)v; memcpy(p, &d, 8); break; }
   /* through float32, as the generated code and eager round */
   case FL_F16: { uint16_t h = f32_to_f16((float)v); memcpy(p, &h, 2); break; }
   case FL_BF16: { uint16_t h = f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
@@ -175,12 +179,13 @@ static int category(int t) {
   return t == UNDEF ? -1 : t == FL_BOOL ? 0 : t == FL_I64 ? 1 : 2;
 }
 
-/* The lattice of two concrete types: bool < int64 < floats; two different
-** 16-bit floats meet at float32. */
+/* The lattice of two concrete types: bool < int64 < floats; among floats
+** float64 wins, and two different narrower floats meet at float32. */
 static int promote2(int a, int b) {
   if (a == UNDEF) return b;
   if (b == UNDEF || a == b) return a;
   if (category(a) != category(b)) return category(a) > category(b) ? a : b;
+  if (a == FL_F64 || b == FL_F64) return FL_F64;
   return FL_F32;   /* float16 with bfloat16, or either with float32 */
 }
 

@@ -1,6 +1,7 @@
 /*
 ** dtype.h -- element types.  float16 and bfloat16 are stored as 16-bit
-** patterns and computed in float32 (or double in the reference).
+** patterns and computed in float32 (or double in the reference); float64
+** is computed in double.
 */
 #ifndef FL_DTYPE_H
 #define FL_DTYPE_H
@@ -14,6 +15,8 @@ typedef enum fl_dtype {
   FL_BF16,  /* "bfloat16", top half of a float32 */
   FL_I64,   /* "int64" */
   FL_BOOL,  /* "bool", one byte, 0 or 1 */
+  FL_F64,   /* "float64": computed in double everywhere (eager through the
+               reference kernels, compiled as one library call per op) */
   FL_NDTYPES
 } fl_dtype;
 

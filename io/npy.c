@@ -36,7 +36,7 @@ typedef enum fkind {
   FK_F2,   /* '<f2' -> float16 */
   FK_I8,   /* '<i8' -> int64 */
   FK_B1,   /* '|b1' -> bool */
-  FK_F8,   /* '<f8' -> float32 (rounded) */
+  FK_F8,   /* '<f8' -> float64 */
   FK_I4    /* '<i4' -> int64 (sign-extended) */
 } fkind;
 
@@ -50,7 +50,7 @@ static const struct {
   {"<f2", FK_F2, 2, FL_F16},
   {"<i8", FK_I8, 8, FL_I64},
   {"|b1", FK_B1, 1, FL_BOOL},
-  {"<f8", FK_F8, 8, FL_F32},
+  {"<f8", FK_F8, 8, FL_F64},
   {"<i4", FK_I4, 4, FL_I64},
 };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
@@ -364,17 +364,8 @@ static void decode_one(int k, const unsigned char *src, unsigned char *dst) {
   switch (kinds[k].kind) {
   case FK_F4: { uint32_t u = (uint32_t)get_le(src, 4); memcpy(dst, &u, 4); break; }
   case FK_F2: { uint16_t u = (uint16_t)get_le(src, 2); memcpy(dst, &u, 2); break; }
-  case FK_I8: { uint64_t u = get_le(src, 8); memcpy(dst, &u, 8); break; }
+  case FK_I8: case FK_F8: { uint64_t u = get_le(src, 8); memcpy(dst, &u, 8); break; }
   case FK_B1: *dst = *src != 0; break;
-  case FK_F8: {
-    uint64_t u = get_le(src, 8);
-    double d;
-    float f;
-    memcpy(&d, &u, 8);
-    f = (float)d;   /* out-of-range values become +-inf, as NumPy's astype */
-    memcpy(dst, &f, 4);
-    break;
-  }
   case FK_I4: {
     uint32_t u = (uint32_t)get_le(src, 4);
     int64_t v = (int32_t)u;   /* sign-extends: values fit, the cast is exact */
@@ -394,7 +385,7 @@ static void decode(const header *h, const unsigned char *data, fl_tensor *out) {
   if (h->numel == 0) return;
   if (!h->fortran || h->ndim < 2) {
     if (host_little_endian() && (kinds[k].kind == FK_F4 || kinds[k].kind == FK_F2 ||
-                                 kinds[k].kind == FK_I8)) {
+                                 kinds[k].kind == FK_I8 || kinds[k].kind == FK_F8)) {
       memcpy(dst, data, (size_t)h->data_bytes);
     } else {
       for (int64_t i = 0; i < h->numel; i++)
@@ -509,7 +500,7 @@ static int load_regular(int fd, uint64_t fsz, fl_tensor *out, fl_err *e) {
   if (h.numel > 0) {
     int direct = host_little_endian() && !(h.fortran && h.ndim >= 2) &&
                  (kinds[h.kind].kind == FK_F4 || kinds[h.kind].kind == FK_F2 ||
-                  kinds[h.kind].kind == FK_I8);
+                  kinds[h.kind].kind == FK_I8 || kinds[h.kind].kind == FK_F8);
     unsigned char *dst = direct ? ten_data(out) : (tmp = malloc((size_t)h.data_bytes));
     if (!dst) {
       rc = err_set(e, FL_ENOMEM, "out of memory (%llu bytes)", (unsigned long long)h.data_bytes);
@@ -607,7 +598,7 @@ static int write_data(int fd, const fl_tensor *c, int64_t numel) {
 ** file beside it, renamed over it; a FIFO, device or directory there is
 ** refused). */
 int npy_save(const char *path, const fl_tensor *t, fl_err *e) {
-  static const char *const descr[FL_NDTYPES] = {"<f4", "<f2", "<f4", "<i8", "|b1"};
+  static const char *const descr[FL_NDTYPES] = {"<f4", "<f2", "<f4", "<i8", "|b1", "<f8"};
   char hdr[512], q[512];
   fl_tensor c = {0};
   file_out w;

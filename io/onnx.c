@@ -54,6 +54,7 @@ static int held_as(int elem, fl_dtype *dt) {
   case ONNX_FLOAT: *dt = FL_F32; return 0;
   case ONNX_FLOAT16: *dt = FL_F16; return 0;
   case ONNX_BFLOAT16: *dt = FL_BF16; return 0;
+  case ONNX_DOUBLE: *dt = FL_F64; return 0;
   case ONNX_BOOL: *dt = FL_BOOL; return 0;
   case ONNX_INT64: case ONNX_INT32: case ONNX_INT16: case ONNX_INT8:
   case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
@@ -66,7 +67,7 @@ static int held_as(int elem, fl_dtype *dt) {
 static size_t raw_size(int elem) {
   switch (elem) {
   case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 4;
-  case ONNX_INT64: return 8;
+  case ONNX_INT64: case ONNX_DOUBLE: return 8;
   case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 2;
   case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 1;
   default: return 0;
@@ -103,6 +104,7 @@ static void put_raw(fl_tensor *t, int elem, const unsigned char *p, int64_t n) {
     case ONNX_FLOAT: { uint32_t u = (uint32_t)v; memcpy(d + 4 * i, &u, 4); break; }
     case ONNX_FLOAT16: case ONNX_BFLOAT16: { uint16_t u = (uint16_t)v; memcpy(d + 2 * i, &u, 2); break; }
     case ONNX_BOOL: d[i] = v != 0; break;
+    case ONNX_DOUBLE: memcpy(d + 8 * i, &v, 8); break;
     default: {
       int64_t x;
       if (elem == ONNX_INT64) x = (int64_t)v;
@@ -123,6 +125,7 @@ static size_t typed_count(const TensorProto *p, int elem) {
   case ONNX_FLOAT: return p->n_float_data;
   case ONNX_INT64: return p->n_int64_data;
   case ONNX_UINT32: return p->n_uint64_data;
+  case ONNX_DOUBLE: return p->n_double_data;
   default: return p->n_int32_data;
   }
 }
@@ -134,6 +137,7 @@ static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
     switch (elem) {
     case ONNX_FLOAT: memcpy(d + 4 * i, &p->float_data[i], 4); break;
     case ONNX_INT64: memcpy(d + 8 * i, &p->int64_data[i], 8); break;
+    case ONNX_DOUBLE: memcpy(d + 8 * i, &p->double_data[i], 8); break;
     case ONNX_FLOAT16: case ONNX_BFLOAT16: {
       uint16_t u = (uint16_t)p->int32_data[i];
       memcpy(d + 2 * i, &u, 2);

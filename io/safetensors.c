@@ -43,13 +43,14 @@ static const struct {
   fl_dtype dtype;
 } dtypes[] = {
   {"F32", FL_F32}, {"F16", FL_F16}, {"BF16", FL_BF16}, {"I64", FL_I64}, {"BOOL", FL_BOOL},
+  {"F64", FL_F64},
 };
 #define NDTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 /* Valid in the format, but with no fuselab dtype: a clearer message than
 ** "unknown" for files made elsewhere. */
 static const char *const foreign[] = {
-  "F64", "I32", "I16", "I8", "U8", "U16", "U32", "U64",
+  "I32", "I16", "I8", "U8", "U16", "U32", "U64",
   "F8_E4M3", "F8_E5M2", "F6_E2M3", "F6_E3M2", "F4", "E8M0", NULL
 };
 

@@ -165,7 +165,7 @@ static int parse_dtype(lua_State *L, int idx, fl_dtype *out, const char *what) {
   s = lua_tostring(L, idx);
   if (dtype_from_name(s, out) != 0)
     return luaL_error(L, "%s: unknown dtype '%s' (expected float32, "
-                      "float16, bfloat16, int64 or bool)", what, s);
+                      "float64, float16, bfloat16, int64 or bool)", what, s);
   return 0;
 }
 

@@ -641,8 +641,8 @@ static int t_to(lua_State *L) {
       else if (strcmp(s, "cuda") == 0) dev = FL_DEV_CUDA;
       else if (dtype_from_name(s, &dt) != 0)
         return luaL_error(L, "to: unknown dtype or device '%s' (expected "
-                          "float32, float16, bfloat16, int64, bool, cpu or "
-                          "cuda)", s);
+                          "float32, float64, float16, bfloat16, int64, bool, "
+                          "cpu or cuda)", s);
     }
   }
   if (dev != t->m.device) move_to(L, dev, "to");

@@ -56,9 +56,9 @@ local function unsupported(node, msg, ...)
 end
 
 -- ONNX dtype names <-> fuselab's
-local FL_DTYPE = {float = "float32", float16 = "float16", bfloat16 = "bfloat16",
+local FL_DTYPE = {float = "float32", float16 = "float16", bfloat16 = "bfloat16", double = "float64",
   int64 = "int64", bool = "bool"}
-local ONNX_DTYPE = {float32 = "float", float16 = "float16", bfloat16 = "bfloat16",
+local ONNX_DTYPE = {float32 = "float", float16 = "float16", bfloat16 = "bfloat16", float64 = "double",
   int64 = "int64", bool = "bool"}
 -- TensorProto.DataType codes (Cast's "to")
 local DTYPE_CODE = {[1] = "float", [2] = "uint8", [3] = "int8", [4] = "uint16", [5] = "int16",

@@ -109,8 +109,8 @@ bad(function() return fl.tensor{1, "a"} end,
     "tensor: element at %[2%] is a string, expected a number or boolean", "string element")
 bad(function() return fl.tensor{{{{{{{{{1}}}}}}}}} end,
     "tensor: nested deeper than 8 dims", "nesting too deep")
-bad(function() return fl.zeros(2, {dtype = "float64"}) end,
-    "zeros: unknown dtype 'float64' %(expected float32, float16, bfloat16, int64 or bool%)",
+bad(function() return fl.zeros(2, {dtype = "float128"}) end,
+    "zeros: unknown dtype 'float128' %(expected float32, float64, float16, bfloat16, int64 or bool%)",
     "unknown dtype")
 bad(function() return fl.zeros(2, {dtpye = "int64"}) end,
     "zeros: unknown option 'dtpye' %(expected dtype, device, requires_grad%)", "option typo")
@@ -118,8 +118,8 @@ bad(function() return fl.zeros(2, {device = "tpu"}) end,
     "zeros: unknown device 'tpu' %(expected cpu or cuda%)", "unknown device")
 bad(function() return fl.rand(3, {dtype = "int64"}) end,
     "rand: dtype int64 is not a floating dtype", "rand int64")
-bad(function() return m23:to("float64") end,
-    "to: unknown dtype or device 'float64'", "to unknown")
+bad(function() return m23:to("float128") end,
+    "to: unknown dtype or device 'float128'", "to unknown")
 bad(function() return m23:clamp() end, "clamp: expected min and/or max", "clamp without bounds")
 bad(function() return m23:clamp("a") end, "clamp: min must be a number, got string", "clamp string")
 bad(function() return m23:gelu{approximate = "fast"} end,
