@@ -89,8 +89,8 @@ void ag_unref(ag_fn *f) {
   if (!f || --f->refs > 0) return;
   for (;;) {
     int k;
-    for (k = 0; k < f->nin; k++) {
-      ag_fn *x = f->next[k];
+    for (k = 0; k <= f->nin; k++) {       /* the next fns, then grad_fn */
+      ag_fn *x = k < f->nin ? f->next[k] : f->grad_fn;
       if (x && --x->refs == 0) {
         if (n == cap) {
           int nc = cap ? cap * 2 : 16;
@@ -188,14 +188,45 @@ static void accumulate(gbuild *b, ag_fn *f, int v) {
   f->node = f->node < 0 ? v : gb_op2(b, OP_ADD, f->node, v);
 }
 
+/* create_graph: the fn of each constant of the backward graph that is a
+** value with a history (a saved value, a seed), by node id; no references
+** (the tape being walked holds them all). */
+typedef struct fnmap {
+  ag_fn **fn;
+  int n, cap;
+} fnmap;
+
+static int fm_set(gbuild *b, fnmap *fm, int id, ag_fn *f) {
+  if (!fm || id < 0 || !f) return id;
+  if (id >= fm->cap) {
+    int nc = fm->cap ? fm->cap : 64, i;
+    ag_fn **nf;
+    while (nc <= id) nc *= 2;
+    if (!(nf = realloc(fm->fn, (size_t)nc * sizeof *nf))) {
+      b->rc = err_set(b->e, FL_ENOMEM, "backward: out of memory");
+      return -1;
+    }
+    for (i = fm->cap; i < nc; i++) nf[i] = NULL;
+    fm->fn = nf;
+    fm->cap = nc;
+  }
+  fm->fn[id] = f;
+  if (id >= fm->n) fm->n = id + 1;
+  return id;
+}
+
 /* A saved value as a constant of the backward graph, named for the
-** pictures: "saved by mul: input 1", "saved by exp: output". */
-static int saved_node(gbuild *b, ag_fn *f, int slot) {
+** pictures: "saved by mul: input 1", "saved by exp: output".  Its fn:
+** saved input k's is the fn input k's gradient goes to, the output's f
+** itself, the extra (a mask) has none. */
+static int saved_node(gbuild *b, ag_fn *f, int slot, fnmap *fm) {
   char name[96];
   int id;
   if (!f->saved[slot].st) return -1;
   id = gb_tensor(b, &f->saved[slot]);
   if (id < 0) return id;
+  if (fm_set(b, fm, id, slot < f->nin ? f->next[slot] : slot == f->nin ? f : NULL) < 0)
+    return -1;
   if (slot < f->nin) snprintf(name, sizeof name, "saved by %s: input %d", op_name(f->op), slot + 1);
   else snprintf(name, sizeof name, "saved by %s: %s", op_name(f->op),
                 slot == f->nin ? "output" : "mask");
@@ -204,13 +235,20 @@ static int saved_node(gbuild *b, ag_fn *f, int slot) {
 }
 
 /* The rule of one fn, its gradients passed on to the fns of its inputs. */
-static int step(gbuild *b, ag_fn *f) {
+static int step(gbuild *b, ag_fn *f, fnmap *fm) {
   const op_info *oi = op_info_of(f->op);
   int in[64], gin[64], out = -1, extra = -1, k;
   unsigned char need[64];
   gr_ctx c;
   char s1[64];
-  if (oi->grad == gr_none) return FL_OK;
+  /* only a backward with create_graph records an op without a rule (the
+  ** gradient of embedding, gather, max_pool2d): reaching it is an error,
+  ** not a zero */
+  if (oi->grad == gr_none)
+    return err_set(b->e, FL_EINVAL, "backward: %s has no derivative: it computed a "
+                   "gradient (a backward with create_graph recorded it), and the "
+                   "gradient of that gradient through it is not supported",
+                   op_name(f->op));
   if (f->freed && oi->saves)
     return err_set(b->e, FL_EINVAL, "backward: %s's saved values were freed by an earlier "
                    "backward (pass retain_graph = true to the first backward to run "
@@ -229,11 +267,11 @@ static int step(gbuild *b, ag_fn *f) {
                      (unsigned long long)f->ver[k]);
     }
   for (k = 0; k < f->nin; k++) {
-    in[k] = saved_node(b, f, k);
+    in[k] = saved_node(b, f, k, fm);
     need[k] = f->next[k] != NULL;
   }
-  out = saved_node(b, f, f->nin);
-  extra = saved_node(b, f, f->nin + 1);
+  out = saved_node(b, f, f->nin, fm);
+  extra = saved_node(b, f, f->nin + 1, fm);
   memset(&c, 0, sizeof c);
   c.b = b;
   c.op = f->op;
@@ -258,9 +296,12 @@ typedef struct built {
 } built;
 
 /* The backward graph: outputs the gradients of the wanted fns (want
-** NULL: the leaves and retained fns reached). */
-static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, int n,
-                 ag_fn *const *want, int nwant, built *out, fl_err *e) {
+** NULL: the leaves and retained fns reached).  fm given (create_graph):
+** the fns of its constants, and no DCE (node ids stay those of fm; the
+** run skips what no output reads). */
+static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds,
+                 ag_fn *const *seed_fns, int n, ag_fn *const *want, int nwant, built *out,
+                 fnmap *fm, fl_err *e) {
   gbuild b;
   int i, k, rc;
   memset(out, 0, sizeof *out);
@@ -273,12 +314,13 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, in
       int s = gb_tensor(&b, seeds[k]);
       if (s >= 0 && ir_set_name(out->g, s, "gradient of the output", e) != FL_OK)
         return FL_ENOMEM;
+      if (seed_fns) fm_set(&b, fm, s, seed_fns[k]);
       accumulate(&b, roots[k], s);
     }
   for (i = 0; i < w->n && !b.rc; i++) {
     ag_fn *f = w->fns[i];
     if (f->node < 0) continue;
-    if (f->kind == AG_OP && (rc = step(&b, f)) != FL_OK) return rc;
+    if (f->kind == AG_OP && (rc = step(&b, f, fm)) != FL_OK) return rc;
   }
   if (b.rc) return b.rc;
   if (want) {
@@ -298,7 +340,7 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds, in
   /* values saved but not read this time (a rule skips the gradient of an
   ** input that needs none: linear's weight without x's gradient) go, and
   ** with them their hold on memory */
-  {
+  if (!fm) {
     char *log = NULL;
     ir_graph *d = pass_optimize_rules(out->g, 1u << PASS_DCE, &log, e);
     free(log);
@@ -313,7 +355,7 @@ ir_graph *ag_backward_graph(ag_fn *const *roots, const fl_tensor *const *seeds, 
                             ag_fn ***who, fl_err *e) {
   walk w = {0};
   built bt;
-  int rc = build(&w, roots, seeds, n, NULL, 0, &bt, e);
+  int rc = build(&w, roots, seeds, NULL, n, NULL, 0, &bt, NULL, e);
   unmark(&w);
   if (rc != FL_OK) { free(bt.who); ir_free(bt.g); return NULL; }
   if (who) *who = bt.who;
@@ -336,38 +378,176 @@ static int own(fl_tensor *t, fl_err *e) {
   return FL_OK;
 }
 
-int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
-                ag_fn *const *want, int nwant, fl_tensor *wout, int retain,
-                ir_apply_fn apply, fl_err *e) {
+/* create_graph: the op node i just ran records itself on the tape when an
+** input has a fn and its result is floating (whatever the grad mode, as
+** PyTorch's engine runs a create_graph backward in grad mode). */
+static int record_node(const ir_node *nd, const fl_tensor *const *args, ag_fn **fns,
+                       const fl_tensor *val, ag_fn **fn, fl_err *e) {
+  ag_fn *next[64];
+  int k, any = 0;
+  for (k = 0; k < nd->nin; k++) {
+    next[k] = nd->in[k] >= 0 ? fns[nd->in[k]] : NULL;
+    if (next[k]) any = 1;
+  }
+  if (!any || !dtype_is_float(val->m.dtype)) return FL_OK;
+  if (op_info_of(nd->op)->saves & GS_EXTRA)
+    return err_set(e, FL_EINVAL, "backward with create_graph: %s in a gradient cannot be "
+                   "recorded (its rule reads a value only its forward makes)", op_name(nd->op));
+  if (!(*fn = ag_record(nd->op, &nd->attrs, args, nd->nin, next, val, NULL, e)))
+    return e && e->code ? e->code : FL_ENOMEM;
+  return FL_OK;
+}
+
+/* ir_run with a fn beside each value: constants get theirs from fm, ops
+** record themselves.  Only what an output reads runs; values and fns go
+** after their last use.  ofn[j]: a reference to output j's fn, or NULL. */
+static int run_create(const ir_graph *g, const fnmap *fm, ir_apply_fn apply, fl_tensor *outs,
+                      ag_fn **ofn, fl_err *e) {
+  fl_tensor *vals;
+  ag_fn **fns;
+  int *uses;
+  unsigned char *live;
+  int i, k, rc = FL_OK, n = g->n ? g->n : 1;
+  vals = calloc((size_t)n, sizeof *vals);
+  fns = calloc((size_t)n, sizeof *fns);
+  uses = calloc((size_t)n, sizeof *uses);
+  live = calloc((size_t)n, 1);
+  if (!vals || !fns || !uses || !live) {
+    free(vals); free(fns); free(uses); free(live);
+    return err_set(e, FL_ENOMEM, "backward: out of memory");
+  }
+  for (i = 0; i < g->nout; i++) { live[g->outputs[i]] = 1; uses[g->outputs[i]]++; }
+  for (i = g->n - 1; i >= 0; i--) {
+    const ir_node *nd = &g->nodes[i];
+    if (!live[i] || nd->kind != IR_OP) continue;
+    for (k = 0; k < nd->nin; k++)
+      if (nd->in[k] >= 0) { live[nd->in[k]] = 1; uses[nd->in[k]]++; }
+  }
+  for (i = 0; i < g->n && rc == FL_OK; i++) {
+    const ir_node *nd = &g->nodes[i];
+    const fl_tensor *args[64];
+    if (!live[i]) continue;
+    switch (nd->kind) {
+    case IR_INPUT:
+      rc = err_set(e, FL_EINVAL, "backward: a backward graph has no inputs");
+      break;
+    case IR_PARAM: case IR_CONST:
+      ten_share(&vals[i], &nd->value);
+      if (i < fm->n && (fns[i] = fm->fn[i]) != NULL) ag_ref(fns[i]);
+      break;
+    case IR_OP:
+      for (k = 0; k < nd->nin; k++) args[k] = nd->in[k] < 0 ? NULL : &vals[nd->in[k]];
+      rc = apply(nd->op, args, nd->nin, &nd->attrs, &vals[i], e);
+      if (rc == FL_OK) rc = record_node(nd, args, fns, &vals[i], &fns[i], e);
+      for (k = 0; k < nd->nin && rc == FL_OK; k++)
+        if (nd->in[k] >= 0 && --uses[nd->in[k]] == 0) {
+          ten_release(&vals[nd->in[k]]);
+          ag_unref(fns[nd->in[k]]);
+          fns[nd->in[k]] = NULL;
+        }
+      break;
+    }
+  }
+  if (rc == FL_OK)
+    for (i = 0; i < g->nout; i++) {
+      ten_share(&outs[i], &vals[g->outputs[i]]);
+      if ((ofn[i] = fns[g->outputs[i]]) != NULL) ag_ref(ofn[i]);
+    }
+  for (i = 0; i < g->n; i++) { ten_release(&vals[i]); ag_unref(fns[i]); }
+  free(vals);
+  free(fns);
+  free(uses);
+  free(live);
+  return rc;
+}
+
+/* A gradient whose fn is a leaf's own (a seed that is a leaf, passed
+** through unchanged) becomes a view of it with a fn of its own: a leaf's
+** fn belongs to that leaf's tensor alone. */
+static int alias_leaf(fl_tensor *t, ag_fn **fn, ir_apply_fn apply, fl_err *e) {
+  const fl_tensor *in[1];
+  fl_tensor v = {0};
+  op_attrs a;
+  ag_fn *nf;
+  int rc;
+  if (!*fn || (*fn)->kind != AG_LEAF) return FL_OK;
+  op_attrs_init(OP_RESHAPE, &a);
+  a.ndims = t->m.ndim;
+  memcpy(a.dims, t->m.shape, (size_t)t->m.ndim * sizeof *t->m.shape);
+  in[0] = t;
+  if ((rc = apply(OP_RESHAPE, in, 1, &a, &v, e)) != FL_OK) return rc;
+  if (!(nf = ag_record(OP_RESHAPE, &a, in, 1, fn, &v, NULL, e))) {
+    ten_release(&v);
+    return e && e->code ? e->code : FL_ENOMEM;
+  }
+  ag_unref(*fn);
+  *fn = nf;
+  ten_release(t);
+  *t = v;
+  return FL_OK;
+}
+
+int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
+                int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
+                int retain, int create, ir_apply_fn apply, fl_err *e) {
   walk w = {0};
   built bt;
+  fnmap fm = {0};
   fl_tensor *res = NULL;
+  ag_fn **rfn = NULL;
   int rc, i, j;
-  rc = build(&w, roots, seeds, n, want, nwant, &bt, e);
-  if (rc == FL_OK && !(res = calloc((size_t)bt.n + 1, sizeof *res)))
+  rc = build(&w, roots, seeds, create ? seed_fns : NULL, n, want, nwant, &bt,
+             create ? &fm : NULL, e);
+  if (rc == FL_OK && (!(res = calloc((size_t)bt.n + 1, sizeof *res)) ||
+                      (create && !(rfn = calloc((size_t)bt.n + 1, sizeof *rfn)))))
     rc = err_set(e, FL_ENOMEM, "backward: out of memory");
-  if (rc == FL_OK) rc = ir_run(bt.g, apply, NULL, 0, res, e);
+  if (rc == FL_OK)
+    rc = create ? run_create(bt.g, &fm, apply, res, rfn, e) : ir_run(bt.g, apply, NULL, 0, res, e);
   ir_free(bt.g);                     /* its references to saved values go */
   bt.g = NULL;
+  free(fm.fn);
+  if (rc == FL_OK && create)
+    for (j = 0; j < bt.n && rc == FL_OK; j++) rc = alias_leaf(&res[j], &rfn[j], apply, e);
   if (rc == FL_OK) {
     for (j = 0; j < bt.n && rc == FL_OK; j++) {
       ag_fn *f = bt.who[j];
       if (want) {
         for (i = 0; i < nwant; i++)
-          if (want[i] == f && !wout[i].st) ten_share(&wout[i], &res[j]);
+          if (want[i] == f && !wout[i].st) {
+            ten_share(&wout[i], &res[j]);
+            if (create && wfn && (wfn[i] = rfn[j]) != NULL) ag_ref(wfn[i]);
+          }
       } else if (!f->grad.st) {
-        if ((rc = own(&res[j], e)) == FL_OK) { f->grad = res[j]; memset(&res[j], 0, sizeof res[j]); }
+        if ((rc = own(&res[j], e)) == FL_OK) {
+          f->grad = res[j];
+          memset(&res[j], 0, sizeof res[j]);
+          ag_unref(f->grad_fn);
+          f->grad_fn = NULL;
+          if (create) { f->grad_fn = rfn[j]; rfn[j] = NULL; }
+        }
       } else {
+        /* out of place (PyTorch's grad = grad + new): with create_graph
+        ** the sum is recorded too */
         const fl_tensor *two[2];
         fl_tensor sum = {0};
+        ag_fn *next[2], *nf = NULL;
         op_attrs a;
         two[0] = &f->grad;
         two[1] = &res[j];
         op_attrs_init(OP_ADD, &a);
-        if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
-          ten_release(&f->grad);
-          f->grad = sum;
+        if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) break;
+        next[0] = f->grad_fn;
+        next[1] = create ? rfn[j] : NULL;
+        if (create && (next[0] || next[1]) &&
+            !(nf = ag_record(OP_ADD, &a, two, 2, next, &sum, NULL, e))) {
+          ten_release(&sum);
+          rc = e && e->code ? e->code : FL_ENOMEM;
+          break;
         }
+        ten_release(&f->grad);
+        f->grad = sum;
+        ag_unref(f->grad_fn);
+        f->grad_fn = nf;
       }
     }
     /* only a fn that saved something is marked: one that saved nothing
@@ -380,7 +560,9 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
         }
   }
   if (res) for (j = 0; j < bt.n; j++) ten_release(&res[j]);
+  if (rfn) for (j = 0; j < bt.n; j++) ag_unref(rfn[j]);
   free(res);
+  free(rfn);
   free(bt.who);
   ir_free(bt.g);
   unmark(&w);

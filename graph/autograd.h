@@ -9,6 +9,8 @@
 ** order: a fn's inputs were made before it), builds ONE backward graph
 ** from the derivative rules (grad.h) and runs it with the backend's
 ** kernels; intermediates are freed after their last use, as ir_run does.
+** With create_graph it runs that graph node by node instead, recording
+** each op it runs on the tape, so gradients can be differentiated again.
 ** graph/ knows no backend: the caller passes the apply function.
 */
 #ifndef FL_AUTOGRAD_H
@@ -35,6 +37,8 @@ struct ag_fn {
   int freed;            /* saved values released by a backward */
   int retain;           /* AG_OP: keep the gradient reaching it (retain_grad) */
   fl_tensor grad;       /* AG_LEAF: .grad; AG_OP: the retained gradient */
+  ag_fn *grad_fn;       /* the fn of grad when a backward with create_graph
+                           made it differentiable (a reference), or NULL */
   int node;             /* backward's scratch: the gradient's node, -1 */
   int mark;
 };
@@ -70,10 +74,18 @@ const char *ag_fn_name(const ag_fn *f, char *buf, size_t n);
 ** no .grad changes (fl.grad).  Without retain the saved values of every
 ** fn run are released: a second backward through them is an error.
 ** Errors name the op (a saved value modified in place, freed values, an
-** op without a rule yet). */
-int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, int n,
-                ag_fn *const *want, int nwant, fl_tensor *wout, int retain,
-                ir_apply_fn apply, fl_err *e);
+** op without a rule yet).
+** create (PyTorch's create_graph): the backward's own ops are recorded
+** on the tape, whatever the grad mode, so the gradients can be
+** differentiated again: a saved input's fn is the next fn of its input,
+** the saved output's the fn itself, seed k's seed_fns[k] (NULL: none).
+** wfn[j] (given with wout) then gets a reference to wout[j]'s fn, a .grad
+** its fn in grad_fn (NULL: a constant); never a leaf's own fn (such a
+** gradient is recorded as a view of the leaf).  Without create seed_fns
+** and wfn are ignored and accumulating drops .grad's grad_fn. */
+int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
+                int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
+                int retain, int create, ir_apply_fn apply, fl_err *e);
 
 /* The backward graph ag_backward would run, unrun (for pictures and
 ** listings): its outputs are the leaves' gradients in reach order, output

@@ -154,6 +154,7 @@ static const char help_train[] =
   "  loss = fl.cross_entropy(m(x), y)   fl.mse_loss  fl.l1_loss  fl.nll_loss\n"
   "  loss:backward()   w.grad   w.grad = nil   loss.grad_fn   x:detach()\n"
   "  fl.no_grad(function() ... end)   fl.grad(outputs, inputs)\n"
+  "  fl.grad(y, {x}, {create_graph = true})   gradients of gradients\n"
   "  fl.draw(loss, \"autograd.svg\")   what backward computes and keeps\n"
   "  (fl.backward_graph(loss) is that graph; FUSELAB_DEBUG=autograd times it)\n"
   "\n"

@@ -28,8 +28,18 @@ const char *lfl_ag_label(const fl_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
+/* A leaf's fn belongs to its tensor alone, so once the tensor goes its
+** .grad can no longer be read: it goes too, and with it the cycle a
+** backward with create_graph makes (x.grad's history reaches x). */
 void lfl_ag_release(fl_tensor *t) {
-  ag_unref(AG(t));
+  ag_fn *f = AG(t);
+  if (f && f->kind == AG_LEAF && f->grad_fn) {
+    ag_fn *g = f->grad_fn;
+    f->grad_fn = NULL;
+    ten_release(&f->grad);
+    ag_unref(g);
+  }
+  ag_unref(f);
   AG(t) = NULL;
 }
 
@@ -180,6 +190,7 @@ int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k) {
     if (f && f->grad.st) {
       fl_tensor *g = lfl_newtensor(L);
       ten_share(g, &f->grad);
+      if ((AG(g) = f->grad_fn) != NULL) ag_ref(f->grad_fn);   /* create_graph */
     } else lua_pushnil(L);
   } else return 0;
   return 1;
@@ -217,7 +228,15 @@ int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v) {
   if (strcmp(k, "grad") == 0) {
     ag_fn *f = AG(t);
     fl_tensor *g;
-    if (lua_isnil(L, v)) { if (f) ten_release(&f->grad); return 1; }
+    if (lua_isnil(L, v)) {
+      if (f) {
+        ag_fn *old = f->grad_fn;
+        f->grad_fn = NULL;
+        ten_release(&f->grad);
+        ag_unref(old);
+      }
+      return 1;
+    }
     if (!lfl_istensor(L, v))
       luaL_error(L, "grad: expected a tensor or nil, got %s", lfl_typename(L, v));
     g = lfl_checktensor(L, v);
@@ -231,8 +250,13 @@ int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v) {
                  dtype_name(t->m.dtype), meta_shape_str(&t->m, s2, sizeof s2));
     }
     g = lfl_checkdata(L, v, "grad");
-    ten_release(&f->grad);
-    ten_share(&f->grad, g);
+    {
+      ag_fn *old = f->grad_fn;       /* the values are kept, not a history */
+      f->grad_fn = NULL;
+      ten_release(&f->grad);
+      ten_share(&f->grad, g);
+      ag_unref(old);
+    }
     return 1;
   }
   return 0;
@@ -268,26 +292,31 @@ static int t_retain_grad(lua_State *L) {
   return 1;
 }
 
-/* {retain_graph = bool, create_graph = false} of backward, and of fl.grad
-** with its own keys too: returns retain_graph */
-static int retain_opt(lua_State *L, int idx, const char *what) {
+/* {retain_graph = bool, create_graph = bool} of backward, and of fl.grad
+** with its own keys too: returns retain_graph (by default create_graph,
+** as in PyTorch), *create create_graph */
+static int retain_opt(lua_State *L, int idx, const char *what, int *create) {
   static const char *const grad_keys[] = {"retain_graph", "grad_outputs", "create_graph",
                                           "allow_unused", NULL};
   static const char *const backward_keys[] = {"retain_graph", "create_graph", NULL};
-  int r = 0;
+  int r;
+  *create = 0;
   if (lua_isnoneornil(L, idx)) return 0;
   luaL_checktype(L, idx, LUA_TTABLE);
   lfl_checkkeys(L, idx, strcmp(what, "grad") == 0 ? grad_keys : backward_keys, what);
-  if (lua_getfield(L, idx, "retain_graph") != LUA_TNIL) r = lua_toboolean(L, -1);
+  if (lua_getfield(L, idx, "create_graph") != LUA_TNIL) *create = lua_toboolean(L, -1);
   lua_pop(L, 1);
-  if (lua_getfield(L, idx, "create_graph") != LUA_TNIL && lua_toboolean(L, -1))
-    luaL_error(L, "%s: create_graph (gradients of gradients) is not supported", what);
+  r = *create;
+  if (lua_getfield(L, idx, "retain_graph") != LUA_TNIL) r = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return r;
 }
 
-/* The seed of root t: grad at idx, or 1 for a one-element output. */
-static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const char *what) {
+/* The seed of root t: grad at idx, or 1 for a one-element output (a
+** tensor on the stack; with create, a gradient given in another dtype is
+** cast by a recorded op, so its own history stays). */
+static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const char *what,
+                                int create) {
   fl_tensor *s;
   if (!AG(t))
     luaL_error(L, "%s: this tensor does not require grad and has no grad_fn "
@@ -305,6 +334,23 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
       luaL_error(L, "%s: the gradient must be floating point, got %s", what,
                  dtype_name(g->m.dtype));
     if (g->m.dtype == t->m.dtype) return g;
+    if (create && AG(g)) {
+      op_attrs a;
+      const fl_tensor *in[1];
+      in[0] = g;
+      op_attrs_init(OP_TO, &a);
+      a.dtype = t->m.dtype;
+      lfl_dispatch_eager(L, OP_TO, in, 1, &a);
+      s = lfl_totensor(L, -1);
+      if (!AG(s)) {                  /* grad mode off: record it all the same */
+        ag_fn *next[1];
+        fl_err e;
+        next[0] = AG(g);
+        err_clear(&e);
+        if (!(AG(s) = ag_record(OP_TO, &a, in, 1, next, s, NULL, &e))) lfl_raise(L, what, &e);
+      }
+      return s;
+    }
     {
       fl_meta m = t->m;
       m.wrapped = 0;
@@ -361,34 +407,37 @@ static void print_op_times(void) {
   memset(op_calls, 0, sizeof op_calls);
 }
 
-static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, int n,
-                        ag_fn **want, int nwant, fl_tensor *wout, int retain,
-                        const char *what) {
+/* seed_fns: with create, each seed's fn (NULL: none); wfn: with create
+** and want, what the gradients' fns go to. */
+static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, ag_fn **seed_fns,
+                        int n, ag_fn **want, int nwant, fl_tensor *wout, ag_fn **wfn,
+                        int retain, int create, const char *what) {
   fl_err e;
   int rc;
   ir_apply_fn apply = debug_autograd() ? timed_apply : eager_apply;
   err_clear(&e);
-  rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, apply, &e);
+  rc = ag_backward(roots, seeds, seed_fns, n, want, nwant, wout, wfn, retain, create, apply, &e);
   if (rc == FL_ENOMEM) {
     lfl_collect(L);
     err_clear(&e);
-    rc = ag_backward(roots, seeds, n, want, nwant, wout, retain, apply, &e);
+    rc = ag_backward(roots, seeds, seed_fns, n, want, nwant, wout, wfn, retain, create, apply, &e);
   }
   if (apply == timed_apply) print_op_times();
   if (rc != FL_OK) return lfl_raise(L, what, &e);
   return 0;
 }
 
-/* y:backward([grad] [, {retain_graph = bool}]) */
+/* y:backward([grad] [, {retain_graph = bool, create_graph = bool}]) */
 static int t_backward(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   const fl_tensor *seed;
-  ag_fn *root;
-  int opts = lua_istable(L, 2) ? 2 : 3, retain;
-  retain = retain_opt(L, opts, "backward");
-  seed = seed_of(L, t, opts == 3 ? 2 : 0, "backward");
+  ag_fn *root, *sfn;
+  int opts = lua_istable(L, 2) ? 2 : 3, retain, create;
+  retain = retain_opt(L, opts, "backward", &create);
+  seed = seed_of(L, t, opts == 3 ? 2 : 0, "backward", create);
   root = AG(t);
-  run_backward(L, &root, &seed, 1, NULL, 0, NULL, retain, "backward");
+  sfn = create ? AG(seed) : NULL;
+  run_backward(L, &root, &seed, &sfn, 1, NULL, 0, NULL, NULL, retain, create, "backward");
   return 0;
 }
 
@@ -440,18 +489,18 @@ static int tensor_list(lua_State *L, int idx, const char *what, const char *name
   return n;
 }
 
-/* fl.grad(outputs, inputs [, {grad_outputs =, retain_graph =, allow_unused =}]):
-** the gradients of the outputs with respect to each input, as a list;
-** no .grad changes. */
+/* fl.grad(outputs, inputs [, {grad_outputs =, retain_graph =, create_graph =,
+** allow_unused =}]): the gradients of the outputs with respect to each
+** input, as a list; no .grad changes. */
 static int l_grad(lua_State *L) {
-  ag_fn *roots[256], *want[256];
+  ag_fn *roots[256], *want[256], *sfn[256], *wfn[256];
   const fl_tensor *seeds[256];
   fl_tensor *wout;
-  int nout, nin, k, retain, allow = 0, go = 0;
+  int nout, nin, k, retain, create, allow = 0, go = 0;
   lua_settop(L, 3);
   nout = tensor_list(L, 1, "grad", "outputs");
   nin = tensor_list(L, 2, "grad", "inputs");
-  retain = retain_opt(L, 3, "grad");
+  retain = retain_opt(L, 3, "grad", &create);
   if (!lua_isnil(L, 3)) {
     if (lua_getfield(L, 3, "allow_unused") != LUA_TNIL) allow = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -466,7 +515,8 @@ static int l_grad(lua_State *L) {
     lua_rawgeti(L, 1, k + 1);
     t = lfl_totensor(L, -1);
     if (go) lua_rawgeti(L, go, k + 1);
-    seeds[k] = seed_of(L, t, go ? lua_gettop(L) : 0, "grad");
+    seeds[k] = seed_of(L, t, go ? lua_gettop(L) : 0, "grad", create);
+    sfn[k] = create ? AG(seeds[k]) : NULL;
     roots[k] = AG(t);
   }
   for (k = 0; k < nin; k++) {
@@ -478,17 +528,26 @@ static int l_grad(lua_State *L) {
     lua_pop(L, 1);
   }
   wout = lfl_newslots(L, nin);
-  run_backward(L, roots, seeds, nout, want, nin, wout, retain, "grad");
+  memset(wfn, 0, sizeof wfn);
+  run_backward(L, roots, seeds, sfn, nout, want, nin, wout, wfn, retain, create, "grad");
   lua_createtable(L, nin, 0);
-  for (k = 0; k < nin; k++) {
-    if (!wout[k].st) {
+  for (k = 0; k < nin; k++) {    /* each fn moves to its tensor first: no error leaks one */
+    if (wout[k].st) {
+      fl_tensor *r = lfl_pushmoved(L, &wout[k]);
+      AG(r) = wfn[k];
+      wfn[k] = NULL;
+      lua_rawseti(L, -2, k + 1);
+    }
+  }
+  for (k = 0; k < nin; k++)
+    if (lua_rawgeti(L, -1, k + 1) == LUA_TNIL) {
+      lua_pop(L, 1);
       if (!allow)
         luaL_error(L, "grad: inputs[%d] was not used to compute the outputs (pass "
                    "allow_unused = true to get nil for it)", k + 1);
       lua_pushboolean(L, 0);
-    } else lfl_pushmoved(L, &wout[k]);
-    lua_rawseti(L, -2, k + 1);
-  }
+      lua_rawseti(L, -2, k + 1);
+    } else lua_pop(L, 1);
   return 1;
 }
 
@@ -516,7 +575,7 @@ static int l_backward_graph(lua_State *L) {
     lfl_checkkeys(L, 3, keys, "backward_graph");
     opts = 3;
   }
-  seed = seed_of(L, t, 2, "backward_graph");
+  seed = seed_of(L, t, 2, "backward_graph", 0);
   root = AG(t);
   err_clear(&e);
   if (!(g = ag_backward_graph(&root, &seed, 1, &who, &e))) return lfl_raise(L, "backward_graph", &e);

@@ -332,6 +332,10 @@ function Module:zero_grad(set_to_none)
   for _, p in ipairs(self:parameters()) do
     if set_to_none == false then
       local g = p.grad
+      if g and g.requires_grad then     -- a history (create_graph): detached first
+        g = g:detach()
+        p.grad = g
+      end
       if g then g:zero_() end
     else
       p.grad = nil

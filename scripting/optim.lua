@@ -169,6 +169,10 @@ function Optimizer:zero_grad(set_to_none)
     for _, p in ipairs(g.params) do
       if set_to_none == false then
         local grad = p.grad
+        if grad and grad.requires_grad then   -- a history (create_graph): detached first
+          grad = grad:detach()
+          p.grad = grad
+        end
         if grad then grad:zero_() end
       else
         p.grad = nil

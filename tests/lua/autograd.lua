@@ -1080,8 +1080,8 @@ do
   g.grad = F{5, 6}
   ;(g * 1):sum():backward()
   t.is(g.grad:tolist(), {6, 7}, "x.grad = t, then backward accumulates into it")
-  t.raises(function() (leaf{1} * 2):backward(nil, {create_graph = true}) end, "create_graph",
-           "create_graph is refused")
+  t.raises(function() (leaf{1} * 2):backward(nil, {create_grap = true}) end, "create_grap",
+           "backward: an unknown option is named")
 
   -- a leaf is its own root
   local r = leaf{1, 2}
@@ -1258,6 +1258,452 @@ do
   t.ok(names["grad of 0.weight"] and names["grad of 2.bias"], "fl.backward_graph{params = m} names each gradient")
   t.raises(function() fl.backward_graph(y, {params = 5}) end, "params must be a module",
            "params of the wrong type: an error naming it")
+end
+
+---------------------------------------------------------------------------
+-- gradients of gradients: create_graph = true (PyTorch's double backward)
+---------------------------------------------------------------------------
+-- Elementwise closed forms: h = d/dx sum(f'(x)) = f''(x), computed by
+-- fl.grad twice in float32, within D2TOL = 2e-6 of max(|f''|, 1).  Mixed
+-- ops: the Hessian times a direction v, H v, by fl.grad twice, against a
+-- central second difference of the same function written in Lua doubles
+-- (step 1e-4: truncation and rounding both near 1e-8), within HTOL = 1e-5
+-- of the largest |H v| entry.  A tiny MLP's H v and the gradient penalty's
+-- gradient against central differences (Richardson) of fuselab's own
+-- float32 first gradients, within FDTOL = 2e-4 of their size.
+do
+  local D2TOL, HTOL, FDTOL = 2e-6, 1e-5, 2e-4
+  local function flat(x) return x:reshape(x:numel()):tolist() end
+  local function leafv(v, shape)
+    local x = fl.tensor(v, {dtype = "float32"})
+    if shape then x = x:reshape(table.unpack(shape)) end
+    return x:requires_grad_()
+  end
+  local function maxabs(l)
+    local m = 0
+    for _, v in ipairs(l) do m = math.max(m, math.abs(v)) end
+    return m
+  end
+  -- |got - want| <= tol * scale elementwise; the worst ratio in the name
+  local function close(got, want, tol, scale, name)
+    local worst, at = 0, 0
+    for i = 1, #want do
+      local r = math.abs(got[i] - want[i]) / (tol * scale)
+      if not (r <= worst) then worst, at = r, i end
+    end
+    return t.ok(#got == #want and worst <= 1, name, ("worst at %d: got %s, want %s"):format(
+      at, tostring(got[at]), tostring(want[at])))
+  end
+
+  -- fn() under pcall: an error is a failure of name, and the rest runs
+  local function guard(name, fn)
+    local ok, err = pcall(fn)
+    if not ok then t.ok(false, name, tostring(err)) end
+  end
+
+  local xs = {-1.7, -0.8, -0.3, 0.2, 0.9, 1.6}
+  -- f, then f'' in Lua doubles
+  local function phi(v) return math.exp(-v * v / 2) / math.sqrt(2 * math.pi) end
+  local function sig(v) return 1 / (1 + math.exp(-v)) end
+  local elementwise = {
+    {"x^3 (x:pow(3))", function(x) return x:pow(3) end, function(v) return 6 * v end},
+    {"x*x*x", function(x) return x * x * x end, function(v) return 6 * v end},
+    {"sin", function(x) return x:sin() end, function(v) return -math.sin(v) end},
+    {"cos", function(x) return x:cos() end, function(v) return -math.cos(v) end},
+    {"exp", function(x) return x:exp() end, function(v) return math.exp(v) end},
+    {"tanh", function(x) return x:tanh() end,
+     function(v) local th = math.tanh(v); return -2 * th * (1 - th * th) end},
+    {"sigmoid", function(x) return x:sigmoid() end,
+     function(v) local s = sig(v); return s * (1 - s) * (1 - 2 * s) end},
+    {"gelu", function(x) return x:gelu() end, function(v) return phi(v) * (2 - v * v) end},
+    {"log", function(x) return (x * x + 1):log() end,
+     function(v) return (2 - 2 * v * v) / (1 + v * v) ^ 2 end},
+    {"sqrt", function(x) return (x * x + 1):sqrt() end, function(v) return (1 + v * v) ^ -1.5 end},
+    {"div", function(x) return 1 / (x * x + 1) end,
+     function(v) return (6 * v * v - 2) / (1 + v * v) ^ 3 end},
+  }
+  for _, c in ipairs(elementwise) do
+    local name = c[1] .. ": fl.grad twice gives f''"
+    guard(name, function()
+      local x = leafv(xs)
+      local g = fl.grad(c[2](x):sum(), {x}, {create_graph = true})[1]
+      local h = fl.grad(g:sum(), {x})[1]
+      local want = {}
+      for i, v in ipairs(xs) do want[i] = c[3](v) end
+      close(flat(h), want, D2TOL, math.max(maxabs(want), 1), name)
+    end)
+  end
+
+  -- mixed partials of sum(x x y): d/dx = 2 x y, d/dy = x^2
+  guard("mixed partials", function()
+    local x, y = leafv{0.5, -1.5, 2.0}, leafv{1.25, 0.75, -0.5}
+    local gx, gy = table.unpack(fl.grad((x * x * y):sum(), {x, y}, {create_graph = true}))
+    local hxx, hxy = table.unpack(fl.grad(gx:sum(), {x, y}))
+    local hyx = fl.grad(gy:sum(), {x, y}, {allow_unused = true})
+    close(flat(hxx), {2.5, 1.5, -1.0}, D2TOL, 4, "x*x*y: d2/dx2 = 2y")
+    close(flat(hxy), {1.0, -3.0, 4.0}, D2TOL, 4, "x*x*y: d2/dxdy = 2x")
+    close(flat(hyx[1]), {1.0, -3.0, 4.0}, D2TOL, 4, "x*x*y: d2/dydx = 2x, the other order")
+    t.ok(hyx[2] == false, "x*x*y: d2/dy2 is unused (x^2 does not depend on y)")
+  end)
+
+  -- H v by fl.grad twice against a second difference in Lua doubles.
+  -- spec: {name, fuselab f(...) -> scalar, Lua f(list of flat lists) ->
+  -- number, inputs {values, shape}}
+  local function hvp_case(name, ffl, flua, inputs)
+    guard(name .. ": H v by fl.grad twice", function()
+      local leaves, V, vl = {}, {}, {}
+      for k, inp in ipairs(inputs) do
+        leaves[k] = leafv(inp[1], inp[2])
+        vl[k] = {}
+        for i = 1, #inp[1] do vl[k][i] = math.random() * 2 - 1 end
+        V[k] = fl.tensor(vl[k]):reshape(table.unpack(inp[2]))
+      end
+      local gs = fl.grad(ffl(table.unpack(leaves)), leaves, {create_graph = true})
+      local dot
+      for k = 1, #leaves do
+        local d = (gs[k] * V[k]):sum()
+        dot = dot and dot + d or d
+      end
+      local hv = fl.grad(dot, leaves, {allow_unused = true})
+      local eps = 1e-4
+      local function at(sv, k, i, se)   -- f at x + sv eps v + se eps e_ki
+        local args = {}
+        for kk, inp in ipairs(inputs) do
+          args[kk] = {}
+          for ii, v in ipairs(inp[1]) do
+            args[kk][ii] = v + sv * eps * vl[kk][ii] + ((kk == k and ii == i) and se * eps or 0)
+          end
+        end
+        return flua(args, inputs)
+      end
+      local got, want = {}, {}
+      for k, inp in ipairs(inputs) do
+        local h = hv[k] and flat(hv[k]) or {}
+        for i = 1, #inp[1] do
+          got[#got + 1] = h[i] or 0
+          want[#want + 1] = (at(1, k, i, 1) - at(1, k, i, -1) - at(-1, k, i, 1) + at(-1, k, i, -1))
+                            / (4 * eps * eps)
+        end
+      end
+      close(got, want, HTOL, maxabs(want), name .. ": H v by fl.grad twice")
+    end)
+  end
+  local function rnd(n, lo, hi)
+    local l = {}
+    for i = 1, n do l[i] = (lo or -1) + ((hi or 1) - (lo or -1)) * math.random() end
+    return l
+  end
+
+  -- softmax and log_softmax over rows of [2, 4], weighted by R
+  local R = rnd(8)
+  local function softmax_rows(x, log)
+    local out = {}
+    for r = 0, 1 do
+      local m, s = -math.huge, 0
+      for c = 1, 4 do m = math.max(m, x[r * 4 + c]) end
+      for c = 1, 4 do s = s + math.exp(x[r * 4 + c] - m) end
+      for c = 1, 4 do
+        out[r * 4 + c] = log and x[r * 4 + c] - m - math.log(s) or math.exp(x[r * 4 + c] - m) / s
+      end
+    end
+    return out
+  end
+  local function wsum(l, w)
+    local s = 0
+    for i = 1, #l do s = s + l[i] * w[i] end
+    return s
+  end
+  local Rt = fl.tensor(R):reshape(2, 4)
+  hvp_case("softmax", function(x) return (x:softmax(2) * Rt):sum() end,
+           function(a) return wsum(softmax_rows(a[1]), R) end, {{rnd(8, -2, 2), {2, 4}}})
+  hvp_case("log_softmax", function(x) return (x:log_softmax(2) * Rt):sum() end,
+           function(a) return wsum(softmax_rows(a[1], true), R) end, {{rnd(8, -2, 2), {2, 4}}})
+  -- the product of log_softmax's output with itself: its Hessian is not
+  -- a multiple of the seed's
+  hvp_case("log_softmax squared", function(x) local y = x:log_softmax(2); return (y * y * Rt):sum() end,
+           function(a)
+             local y = softmax_rows(a[1], true)
+             for i = 1, #y do y[i] = y[i] * y[i] end
+             return wsum(y, R)
+           end, {{rnd(8, -2, 2), {2, 4}}})
+
+  -- layer_norm over the last dim of [2, 4], with weight and bias
+  hvp_case("layer_norm", function(x, w, b) return (x:layer_norm({4}, w, b) * Rt):sum() end,
+           function(a)
+             local x, w, b, out = a[1], a[2], a[3], {}
+             for r = 0, 1 do
+               local mu, var = 0, 0
+               for c = 1, 4 do mu = mu + x[r * 4 + c] / 4 end
+               for c = 1, 4 do var = var + (x[r * 4 + c] - mu) ^ 2 / 4 end
+               for c = 1, 4 do
+                 out[r * 4 + c] = (x[r * 4 + c] - mu) / math.sqrt(var + 1e-5) * w[c] + b[c]
+               end
+             end
+             return wsum(out, R)
+           end, {{rnd(8, -2, 2), {2, 4}}, {rnd(4, 0.5, 1.5), {4}}, {rnd(4), {4}}})
+
+  -- matmul [2, 3] x [3, 2], the product squared (bilinear alone has no
+  -- diagonal blocks)
+  local R4 = rnd(4)
+  local R4t = fl.tensor(R4):reshape(2, 2)
+  hvp_case("matmul", function(a, b) local p = a:matmul(b); return (p * p * R4t):sum() end,
+           function(a)
+             local A, B, s = a[1], a[2], 0
+             for i = 0, 1 do
+               for j = 0, 1 do
+                 local p = 0
+                 for k = 0, 2 do p = p + A[i * 3 + k + 1] * B[k * 2 + j + 1] end
+                 s = s + p * p * R4[i * 2 + j + 1]
+               end
+             end
+             return s
+           end, {{rnd(6), {2, 3}}, {rnd(6), {3, 2}}})
+
+  -- sum, mean and broadcasting: y = (x * b):sum(2) over x [2, 3], b [3];
+  -- f = sum(y^2 w) + mean(x x) sum(b)
+  local W2 = {0.7, -1.3}
+  local W2t = fl.tensor(W2)
+  hvp_case("sum, mean, broadcasting", function(x, b)
+             local y = (x * b):sum(2)
+             return (y * y * W2t):sum() + (x * x):mean() * b:sum()
+           end,
+           function(a)
+             local x, b, s, sq = a[1], a[2], 0, 0
+             for r = 0, 1 do
+               local y = 0
+               for c = 1, 3 do y = y + x[r * 3 + c] * b[c] end
+               s = s + y * y * W2[r + 1]
+             end
+             for i = 1, 6 do sq = sq + x[i] * x[i] / 6 end
+             return s + sq * (b[1] + b[2] + b[3])
+           end, {{rnd(6), {2, 3}}, {rnd(3), {3}}})
+
+  -- a view chain: reshape [2, 6] -> [3, 4], transpose, narrow 2 of 4 rows
+  -- (1-based start 2), then y^3 weighted
+  local R6 = rnd(6)
+  local R6t = fl.tensor(R6):reshape(2, 3)
+  hvp_case("reshape, transpose, narrow", function(x)
+             local y = x:reshape(3, 4):transpose(1, 2):narrow(1, 2, 2)
+             return (y * y * y * R6t):sum()
+           end,
+           function(a)
+             local x, s = a[1], 0
+             -- y[i][j] (i in 1..2, j in 1..3) = x as [3,4] at [j][i + 1]
+             for i = 1, 2 do
+               for j = 1, 3 do
+                 local v = x[(j - 1) * 4 + (i + 1)]
+                 s = s + v * v * v * R6[(i - 1) * 3 + j]
+               end
+             end
+             return s
+           end, {{rnd(12), {2, 6}}})
+
+  -- pow with a tensor exponent: both partials and the mixed one
+  hvp_case("pow(x, y)", function(x, y) return (x:pow(y) * R4t):sum() end,
+           function(a)
+             local s = 0
+             for i = 1, 4 do s = s + a[1][i] ^ a[2][i] * R4[i] end
+             return s
+           end, {{rnd(4, 0.5, 2), {2, 2}}, {rnd(4, -1.5, 2.5), {2, 2}}})
+
+  -- a small MLP (tanh): H v of its loss with respect to its parameters by
+  -- fl.grad twice, against a central difference of its first gradient
+  -- (fl.grad once, at the parameters moved by +- s v, Richardson)
+  guard("a tanh MLP", function()
+    fl.manual_seed(11)
+    local X, T = fl.randn(5, 3), fl.randn(5, 2)
+    local P0 = {fl.randn(4, 3) * 0.8, fl.randn(4) * 0.3, fl.randn(2, 4) * 0.8, fl.randn(2) * 0.3}
+    local V = {fl.randn(4, 3), fl.randn(4), fl.randn(2, 4), fl.randn(2)}
+    local function loss(p)
+      local h = fl.linear(X, p[1], p[2]):tanh()
+      local o = fl.linear(h, p[3], p[4])
+      return ((o - T) * (o - T)):mean()
+    end
+    local function params(s)
+      local p = {}
+      for k = 1, 4 do p[k] = (P0[k] + V[k] * s):detach():requires_grad_() end
+      return p
+    end
+    local p = params(0)
+    local gs = fl.grad(loss(p), p, {create_graph = true})
+    local dot = (gs[1] * V[1]):sum() + (gs[2] * V[2]):sum() + (gs[3] * V[3]):sum() + (gs[4] * V[4]):sum()
+    local hv = fl.grad(dot, p)
+    local function grads(s)
+      local q = params(s)
+      local g = fl.grad(loss(q), q)
+      local l = {}
+      for k = 1, 4 do for _, v in ipairs(flat(g[k])) do l[#l + 1] = v end end
+      return l
+    end
+    local s = 2e-2
+    local gp, gm, gp2, gm2 = grads(s), grads(-s), grads(s / 2), grads(-s / 2)
+    local want, got = {}, {}
+    for i = 1, #gp do
+      local d1, d2 = (gp[i] - gm[i]) / (2 * s), (gp2[i] - gm2[i]) / s
+      want[i] = (4 * d2 - d1) / 3
+    end
+    for k = 1, 4 do for _, v in ipairs(flat(hv[k])) do got[#got + 1] = v end end
+    close(got, want, FDTOL, maxabs(want), "a tanh MLP: H v by fl.grad twice matches differences of its gradient")
+  end)
+
+  -- the gradient penalty (WGAN-GP): the mean of (|grad_x D(x)| - 1)^2 over
+  -- a batch, backward into D's parameters, against central differences of
+  -- the penalty along a random direction of the parameters
+  guard("gradient penalty", function()
+    fl.manual_seed(12)
+    local X = fl.randn(6, 3)
+    local P0 = {fl.randn(5, 3) * 0.7, fl.randn(5) * 0.3, fl.randn(1, 5) * 0.7, fl.randn(1) * 0.3}
+    local V = {fl.randn(5, 3), fl.randn(5), fl.randn(1, 5), fl.randn(1)}
+    local function penalty(p, create)
+      local x = X:detach():requires_grad_()
+      local d = fl.linear(fl.linear(x, p[1], p[2]):tanh(), p[3], p[4])
+      local gx = fl.grad(d:sum(), {x}, {create_graph = create})[1]
+      local norm = (gx * gx):sum(2):sqrt()
+      return ((norm - 1) * (norm - 1)):mean()
+    end
+    local p = {}
+    for k = 1, 4 do p[k] = P0[k]:detach():requires_grad_() end
+    local pen = penalty(p, true)
+    t.ok(pen.grad_fn ~= nil, "gradient penalty: the penalty has a grad_fn")
+    pen:backward()
+    t.ok(p[1].grad and p[2].grad and p[3].grad and p[4].grad == nil,
+         "gradient penalty: W1, b1, W2 get gradients; b2 does not reach the input gradient")
+    local analytic = 0
+    for k = 1, 3 do analytic = analytic + (p[k].grad * V[k]):sum():item() end
+    local function at(s)
+      local q = {}
+      for k = 1, 4 do q[k] = (P0[k] + V[k] * s):detach():requires_grad_() end
+      return penalty(q, false):item()
+    end
+    local s = 2e-2
+    local d1, d2 = (at(s) - at(-s)) / (2 * s), (at(s / 2) - at(-s / 2)) / s
+    local numeric = (4 * d2 - d1) / 3
+    t.ok(math.abs(analytic - numeric) <= FDTOL * math.max(math.abs(numeric), 1e-2),
+         ("gradient penalty: its gradient matches differences (%.6g vs %.6g)"):format(analytic, numeric))
+  end)
+
+  -- backward{create_graph = true}: x.grad has a history, and its backward
+  -- adds the second derivative into x.grad
+  guard("backward{create_graph}", function()
+    local x = leafv{0.3, -1.1, 2.0}
+    x:sin():sum():backward({create_graph = true})
+    local g = x.grad
+    t.ok(g.grad_fn ~= nil and g.requires_grad, "backward{create_graph}: x.grad has a grad_fn")
+    close(flat(g), {math.cos(0.3), math.cos(-1.1), math.cos(2.0)}, D2TOL, 1, "backward{create_graph}: x.grad = cos x")
+    x.grad:sum():backward()
+    close(flat(x.grad), {math.cos(0.3) - math.sin(0.3), math.cos(-1.1) - math.sin(-1.1),
+                         math.cos(2.0) - math.sin(2.0)}, D2TOL, 1,
+          "x.grad:sum():backward() adds the second derivative: cos x - sin x")
+    t.ok(x.grad.grad_fn == nil, "a backward without create_graph leaves x.grad without history")
+    -- two create_graph backwards: the sum is recorded
+    local z = leafv{0.5, 1.5}
+    local y = (z * z * z):sum()
+    y:backward({create_graph = true})
+    y:backward({create_graph = true})     -- retain_graph defaults to create_graph
+    t.is(flat(z.grad), {1.5, 13.5}, "two backward{create_graph}: x.grad accumulates 2 * 3x^2")
+    t.is(z.grad.grad_fn.name, "AddBackward", "the accumulation is recorded (grad + new)")
+    local h = fl.grad(z.grad:sum(), {z})[1]
+    t.is(flat(h), {6, 18}, "the accumulated x.grad differentiates to 2 * 6x")
+    z.grad = nil
+  end)
+
+  -- without create_graph nothing changes
+  guard("without create_graph", function()
+    local x = leafv{1, 2}
+    local g = fl.grad((x * x):sum(), {x})[1]
+    t.ok(g.grad_fn == nil and not g.requires_grad, "fl.grad without create_graph: no grad_fn")
+    local gf = fl.grad((x * x):sum(), {x}, {create_graph = false})[1]
+    t.ok(gf.grad_fn == nil, "create_graph = false: no grad_fn")
+    ;(x * x):sum():backward()
+    t.ok(x.grad.grad_fn == nil and not x.grad.requires_grad, "backward without create_graph: x.grad has no history")
+    -- a constant gradient (linear in x) has no history either
+    local c = fl.grad((x * 3):sum(), {x}, {create_graph = true})[1]
+    t.ok(c.grad_fn == nil and not c.requires_grad, "create_graph of a gradient that depends on nothing: no history")
+  end)
+
+  -- create_graph under fl.no_grad records all the same (as PyTorch's engine)
+  guard("create_graph under fl.no_grad", function()
+    local x = leafv{1, 2}
+    local y = (x * x * x):sum()
+    local g = fl.no_grad(function() return fl.grad(y, {x}, {create_graph = true})[1] end)
+    t.ok(g.requires_grad, "create_graph inside fl.no_grad still records")
+    -- retain_graph defaults to true with create_graph, false stays honoured
+    local g2 = fl.grad(y, {x}, {create_graph = true, retain_graph = false})[1]
+    t.is(flat(g2), {3, 12}, "create_graph with retain_graph = false")
+    t.raises(function() y:backward() end, "freed", "retain_graph = false frees the saved values")
+    t.raises(function() fl.grad(g2:sum(), {x}) end, "freed",
+             "and the gradient of that gradient then needs them")
+  end)
+
+  -- a seed that requires grad: the gradient is differentiable in it
+  guard("a seed that requires grad", function()
+    local x, v = leafv{1, 2, 3}, leafv{0.5, -1, 2}
+    local g = fl.grad((x * x):sum(), {x}, {grad_outputs = {fl.ones(1):sum() * 1}, create_graph = true})[1]
+    t.is(flat(g), {2, 4, 6}, "a seed without history")
+    local gv = fl.grad(x * x, {x}, {grad_outputs = {v}, create_graph = true})[1]
+    t.is(flat(fl.grad(gv:sum(), {v})[1]), {2, 4, 6}, "d/dv of (2 x v) is 2x: the seed's history is kept")
+    local pass = fl.grad(x + 1, {x}, {grad_outputs = {v}, create_graph = true})[1]
+    t.ok(pass.grad_fn ~= nil and not pass.is_leaf, "a seed passed through unchanged: a view of it, not the leaf itself")
+    t.is(flat(fl.grad((pass * pass):sum(), {v})[1]), {1, -2, 4}, "its gradient reaches the seed")
+    local v64 = fl.tensor({1, 1, 1}, {dtype = "float16"}):requires_grad_()
+    local g16 = fl.grad(x * x, {x}, {grad_outputs = {v64}, create_graph = true})[1]
+    t.ok(g16.requires_grad and fl.grad(g16:sum(), {v64})[1] ~= nil,
+         "a seed of another dtype is cast by a recorded op")
+  end)
+
+  -- dropout's mask is a constant of the double backward
+  guard("dropout", function()
+    fl.manual_seed(3)
+    local x = leafv(rnd(16, 0.5, 1.5))
+    local y = fl.dropout(x, 0.5, true)
+    local g = fl.grad((y * y * y):sum(), {x}, {create_graph = true})[1]
+    local h = flat(fl.grad(g:sum(), {x})[1])
+    local xv, yv, want = flat(x), flat(y), {}
+    for i = 1, #xv do
+      local m = yv[i] / xv[i]
+      want[i] = 6 * m * m * m * xv[i]
+    end
+    close(h, want, D2TOL, maxabs(want), "dropout: d2/dx2 of sum(dropout(x)^3) = 6 m^3 x")
+  end)
+
+  -- an op whose gradient has no derivative here: a clear error, and the
+  -- session goes on
+  guard("an op without a derivative", function()
+    local w = leafv(rnd(6), {3, 2})
+    local e = fl.embedding(fl.tensor{0, 2, 2}, w)
+    local gw = fl.grad((e * e):sum(), {w}, {create_graph = true})[1]
+    t.ok(gw.requires_grad, "embedding's weight gradient is recorded (index_add)")
+    t.raises(function() fl.grad(gw:sum(), {w}) end, "index_add has no derivative",
+             "the gradient of that gradient: an error naming index_add")
+    local x = leafv{1, 2}
+    t.is(flat(fl.grad((x * x):sum(), {x})[1]), {2, 4}, "and the session goes on")
+  end)
+
+  -- zero_grad(false) of a gradient with a history
+  guard("zero_grad(false)", function()
+    local m = fl.nn.Linear(2, 1)
+    m(fl.ones(1, 2)):pow(2):sum():backward({create_graph = true})
+    t.ok(m.weight.grad.requires_grad, "backward{create_graph} through a module: weight.grad has a history")
+    m:zero_grad(false)
+    t.ok(m.weight.grad ~= nil and m.weight.grad:abs():sum():item() == 0 and not m.weight.grad.requires_grad,
+         "m:zero_grad(false) zeroes it, detached")
+  end)
+
+  -- nothing leaks: the cycle x.grad -> its history -> x is cut when x goes
+  do
+    collectgarbage()
+    collectgarbage()
+    local live = fl._autograd_live()
+    do
+      local x = leafv{1, 2, 3}
+      x:tanh():sum():backward({create_graph = true})
+      local g = fl.grad(x.grad:sum(), {x}, {create_graph = true})[1]
+      local h = fl.grad(g:sum(), {x})[1]
+    end
+    collectgarbage()
+    collectgarbage()
+    t.is(fl._autograd_live(), live, "backward{create_graph} and fl.grad thrice: the tape is freed after")
+  end
 end
 
 t.diag(("worst finite-difference error: %.3g of its bound (%s)"):format(worst.ratio, worst.name or "-"))
