@@ -78,7 +78,7 @@ static int scalar(gbuild *b, fl_dtype dt, double v, int64_t iv) {
   return id;
 }
 
-int gb_const(gbuild *b, double v) { return scalar(b, FL_F32, v, 0); }
+int gb_const(gbuild *b, double v) { return scalar(b, b->wide ? FL_F64 : FL_F32, v, 0); }
 int gb_iconst(gbuild *b, int64_t v) { return scalar(b, FL_I64, 0, v); }
 
 int gb_reduce(gbuild *b, fl_op op, int x, const int *dims, int nd, int keepdim) {

@@ -18,6 +18,9 @@ typedef struct gbuild {
   int rc;               /* first failure, FL_OK until then */
   const char *where;    /* source position and module scope copied onto */
   const char *scope;    /* every node made (NULL: none) */
+  int wide;             /* gb_const makes float64 constants: the values
+                           being built are float64, and a float32 constant
+                           would round theirs */
 } gbuild;
 
 void gb_init(gbuild *b, ir_graph *g, fl_err *e);
@@ -31,7 +34,7 @@ int gb_op_sym(gbuild *b, fl_op op, const op_attrs *a, int nin, const int *in,
 int gb_op1(gbuild *b, fl_op op, int x);
 int gb_op2(gbuild *b, fl_op op, int x, int y);
 int gb_op3(gbuild *b, fl_op op, int x, int y, int z);
-/* A wrapped 0-dim float32 constant: the weakest operand in type
+/* A wrapped 0-dim float32 (float64 when b->wide) constant: the weakest operand in type
 ** promotion, so `x * 0.5` keeps x's dtype (float16 stays float16). */
 int gb_const(gbuild *b, double v);
 /* The same as a wrapped int64 (index arithmetic stays integer). */

@@ -731,13 +731,20 @@ int gr_apply(const gr_ctx *c, int *gin, const char *who) {
   gbuild *b = c->b;
   size_t n = strlen(who);
   int k;
-  for (k = 0; k < c->nin; k++) gin[k] = -1;
+  int wide = b->wide;
+  /* a float64 op's rule works in double: its constants too */
+  b->wide = c->out_meta->dtype == FL_F64;
+  for (k = 0; k < c->nin; k++) {
+    gin[k] = -1;
+    if (c->in_meta[k].ndim >= 0 && c->in_meta[k].dtype == FL_F64) b->wide = 1;
+  }
   op_info_of(c->op)->grad(c, gin);
   for (k = 0; k < c->nin && !b->rc; k++)
     if (c->need[k] && gin[k] >= 0)
       gin[k] = gb_cast(b, gb_sum_to(b, gin[k], &c->in_meta[k]), c->in_meta[k].dtype);
     else
       gin[k] = -1;
+  b->wide = wide;
   if (b->rc && b->e->msg[0] && strncmp(b->e->msg, who, n) != 0) {
     char msg[FL_ERR_MSG];
     snprintf(msg, sizeof msg, "%s", b->e->msg);

@@ -40,9 +40,13 @@ const char *const pass_rule_names[PASS_NRULES] = {
 /* The old node being rewritten: what the nodes made for it inherit
 ** (its source position and module scope). */
 static void set_cur(rw *r, const ir_node *nd) {
+  int k;
   r->cur = nd;
   r->b.where = nd ? nd->where : NULL;
   r->b.scope = nd ? nd->scope : NULL;
+  r->b.wide = nd && nd->meta.dtype == FL_F64;
+  for (k = 0; nd && k < nd->nin; k++)
+    if (nd->in[k] >= 0 && r->old->nodes[nd->in[k]].meta.dtype == FL_F64) r->b.wide = 1;
 }
 
 /* Emit op over new-graph ids (-1 = absent) with the current node's source

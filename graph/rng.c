@@ -199,7 +199,8 @@ int infer_dropout(fl_op op, const fl_meta *const *in, int nin,
 
 /* The oracle: one element at a time from the stream position reserved
 ** now.  Dropout keeps an element when its U[0,1) value (24 bits) is not
-** below p, and scales it by 1/(1-p), all in float32 as PyTorch does. */
+** below p, and scales it by 1/(1-p), all in float32 as PyTorch does
+** (in double for float64). */
 int ref_random(fl_op op, const fl_tensor *const *in, int nin,
                const op_attrs *a, fl_tensor *out, fl_err *e) {
   int64_t n = meta_numel(&out->m), i;
@@ -213,7 +214,10 @@ int ref_random(fl_op op, const fl_tensor *const *in, int nin,
     else if (op == OP_RANDN) v = rng_normal_at(key, start, i);
     else {
       float u = (float)rng_uniform_at(key, start, i, 24);
-      v = u < p ? 0.0f : (float)ten_get(in[0], i) * scale;
+      if (out->m.dtype == FL_F64)   /* the same mask, the scaling in double */
+        v = u < p ? 0.0 : ten_get(in[0], i) * (1.0 / (1.0 - a->f[0]));
+      else
+        v = u < p ? 0.0f : (float)ten_get(in[0], i) * scale;
     }
     ten_set(out, i, v);
   }

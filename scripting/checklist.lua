@@ -85,7 +85,7 @@ local function tensor_like(t, shape)
   local o = {dtype = t.dtype, device = t.device}
   local s = {}
   for i, n in ipairs(shape) do s[i] = math.tointeger(n) end
-  if t.dtype == "float32" or t.dtype == "float16" or t.dtype == "bfloat16" then
+  if t.dtype:find("float") then   -- float32, float64, float16, bfloat16
     return fl.randn(s, o)
   end
   return fl.zeros(s, o)

@@ -82,6 +82,10 @@ void lfl_collect(lua_State *L);
 fl_tensor *lfl_pushscalar(lua_State *L, int idx);
 /* The tensor at idx, or a wrapped scalar pushed for a number at idx. */
 fl_tensor *lfl_checkoperand(lua_State *L, int idx);
+/* Float Lua numbers among in[0..n) (stack slots first..) held in double
+** when a tensor among them is float64, as PyTorch holds a Python float;
+** still wrapped, so promotion is unchanged. */
+void lfl_widen_numbers(lua_State *L, const fl_tensor **in, int first, int n);
 /* Fill the metatable at meta (__gc, __index...) and the method table at
 ** methods with the tensor's own methods (queries, to, in-place ops). */
 void lfl_open_tensor(lua_State *L, int meta, int methods);

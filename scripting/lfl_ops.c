@@ -109,6 +109,7 @@ static int b_binary(lua_State *L) {
                       "numbers", op_name(op));
   in[0] = lfl_checkoperand(L, 1);
   in[1] = lfl_checkoperand(L, 2);
+  lfl_widen_numbers(L, in, 1, 2);
   /* PyTorch refuses a negative scalar exponent for integers (a tensor
   ** exponent computes, ops.def): here, before capture or eager, so a
   ** compiled function refuses it as eager does */
@@ -128,6 +129,7 @@ static int b_where(lua_State *L) {
   in[0] = lfl_checktensor(L, 1);
   in[1] = lfl_checkoperand(L, 2);
   in[2] = lfl_checkoperand(L, 3);
+  lfl_widen_numbers(L, in, 1, 3);
   op_attrs_init(OP_WHERE, &a);
   return lfl_dispatch(L, OP_WHERE, in, 3, &a);
 }

@@ -170,12 +170,12 @@ fl_tensor *lfl_pushmoved(lua_State *L, fl_tensor *src) {
   return t;
 }
 
-fl_tensor *lfl_pushscalar(lua_State *L, int idx) {
+static fl_tensor *push_number(lua_State *L, int idx, fl_dtype fdt) {
   fl_meta m;
   fl_tensor *t;
   int isint = lua_isinteger(L, idx);
   memset(&m, 0, sizeof m);
-  m.dtype = isint ? FL_I64 : FL_F32;
+  m.dtype = isint ? FL_I64 : fdt;
   m.device = FL_DEV_CPU;
   m.ndim = 0;
   m.wrapped = 1;
@@ -185,6 +185,17 @@ fl_tensor *lfl_pushscalar(lua_State *L, int idx) {
   else
     ten_set(t, 0, (double)lua_tonumber(L, idx));
   return t;
+}
+
+fl_tensor *lfl_pushscalar(lua_State *L, int idx) { return push_number(L, idx, FL_F32); }
+
+void lfl_widen_numbers(lua_State *L, const fl_tensor **in, int first, int n) {
+  int k, wide = 0;
+  for (k = 0; k < n; k++)
+    if (in[k] && !in[k]->m.wrapped && in[k]->m.dtype == FL_F64) wide = 1;
+  for (k = 0; wide && k < n; k++)
+    if (lua_type(L, first + k) == LUA_TNUMBER && !lua_isinteger(L, first + k))
+      in[k] = push_number(L, first + k, FL_F64);
 }
 
 fl_tensor *lfl_checkoperand(lua_State *L, int idx) {
@@ -781,6 +792,7 @@ static int t_inplace(lua_State *L) {
   lua_settop(L, 2);
   in[0] = t;
   in[1] = lfl_checkoperand(L, 2);
+  lfl_widen_numbers(L, in, 1, 2);
   lfl_ag_check_write(L, t, in[1], what);
   op_attrs_init(op, &a);
   /* under capture the op is recorded, then the result written as any

@@ -196,7 +196,7 @@ end
 -- elementwise
 -- ---------------------------------------------------------------------------
 
-local FLOAT = {float32 = true, float16 = true, bfloat16 = true}
+local FLOAT = {float32 = true, float64 = true, float16 = true, bfloat16 = true}
 
 local function need_float(node, x, what)
   if not FLOAT[x.dtype] then unsupported(node, "%s of dtype %s", what or "an input", x.dtype) end

@@ -2,7 +2,12 @@
 -- against finite differences, some against closed forms, and the tape's
 -- bookkeeping and errors (graph/autograd.c, scripting/lfl_autograd.c).
 --
--- Finite differences, in float32 (there is no float64 dtype), directional:
+-- The file runs twice: in float32 (below), and in float64 through
+-- autograd64.lua (AUTOGRAD_DTYPE = "float64": every case's data, the same
+-- check at H = 1e-3, ULPS = 2^-50, TOL = 1e-9, PyTorch's gradcheck in
+-- double; the sections about float32 and float16 themselves run once).
+--
+-- Finite differences, in float32, directional:
 -- per case f(x) = sum(op(x, ...) * R) with a fixed random R, summed in Lua
 -- doubles from the float32 outputs; per input x a random direction V
 -- (uniform in [-1, 1]) and a step s = H * max(RMS of x, 1/4), H = 2e-2
@@ -38,7 +43,10 @@
 local fl = fl or require "fuselab"
 local t = require "tap"
 
+local DT = rawget(_G, "AUTOGRAD_DTYPE") or "float32"
+local F64 = DT == "float64"
 local H, TOL, ULPS, CLOSE = 2e-2, 1e-5, 2^-21, 1e-5
+if F64 then H, TOL, ULPS, CLOSE = 1e-3, 1e-9, 2^-50, 1e-12 end
 
 -- the data are fixed; FUSELAB_AUTOGRAD_SEED draws others (every seed must pass)
 math.randomseed(tonumber(os.getenv("FUSELAB_AUTOGRAD_SEED") or "") or 20261205)
@@ -54,7 +62,7 @@ end
 local function from(shape, gen, dtype)
   local n, v = numel(shape), {}
   for i = 1, n do v[i] = gen(i) end
-  local x = fl.tensor(v, {dtype = dtype or "float32"})
+  local x = fl.tensor(v, {dtype = dtype or DT})
   if #v == 0 then x = fl.zeros(0) end
   if #shape == 0 then return x:reshape() end
   return x:reshape(table.unpack(shape))
@@ -90,7 +98,7 @@ local function distinct(shape, step)
   return x
 end
 local function idx(shape, list) return fl.tensor(list):reshape(table.unpack(shape)) end
-local function F(list) return fl.tensor(list, {dtype = "float32"}) end
+local function F(list) return fl.tensor(list, {dtype = DT}) end
 
 local function flat(x) return x:contiguous():reshape(-1):tolist() end
 local function dot(a, b)
@@ -141,7 +149,8 @@ local function check(name, fn, inputs, opts)
   for k, v in ipairs(inputs) do
     if type(v) == "table" and v.const ~= nil then
       base[k], leaf[k] = v.const, v.const
-    elseif type(v) == "userdata" and (v.dtype == "float32" or v.dtype == "float16") then
+    elseif type(v) == "userdata" and (v.dtype == "float32" or v.dtype == "float16" or
+                                      v.dtype == "float64") then
       base[k] = v
       leaf[k] = v:detach():requires_grad_()
       wants[#wants + 1] = k
@@ -226,7 +235,7 @@ local function check(name, fn, inputs, opts)
 end
 
 local function isfloat(v)
-  return type(v) == "userdata" and (v.dtype == "float32" or v.dtype == "float16")
+  return type(v) == "userdata" and (v.dtype == "float32" or v.dtype == "float16" or v.dtype == "float64")
 end
 
 -- Elementwise |got - want| <= CLOSE * max(|want|, 1) over nested lists.
@@ -855,17 +864,23 @@ end
 -- to, dropout
 ---------------------------------------------------------------------------
 do
-  local x, R = N({3, 4}), N({3, 4}):to("float16")
-  closed("to float16: the gradient comes back as float32", function(a) return a:to("float16") end,
-         {x}, {R:to("float32")}, R)
-  local h, R32 = N({3, 4}):to("float16"), N({3, 4})
-  closed("to float32 from float16: a float16 gradient", function(a) return a:to("float32") end,
-         {h}, {R32:to("float16")}, R32)
+  if F64 then
+    local x, R = N({3, 4}), N({3, 4}):to("float32")
+    closed("to float32 from float64: the gradient comes back as float64", function(a) return a:to("float32") end,
+           {x}, {R:to("float64")}, R)
+  else
+    local x, R = N({3, 4}), N({3, 4}):to("float16")
+    closed("to float16: the gradient comes back as float32", function(a) return a:to("float16") end,
+           {x}, {R:to("float32")}, R)
+    local h, R32 = N({3, 4}):to("float16"), N({3, 4})
+    closed("to float32 from float16: a float16 gradient", function(a) return a:to("float32") end,
+           {h}, {R32:to("float16")}, R32)
+  end
 
   local p = 0.4
   local leaf, y = closed("dropout: runs", function(a) return fl.dropout(a, p) end, {away({8, 16}, 0.1)}, {})
   if leaf then
-    local mask = fl.no_grad(function() return y:ne(0):to("float32") / (1 - p) end)
+    local mask = fl.no_grad(function() return y:ne(0):to(DT) / (1 - p) end)
     local g = leaf[1].grad
     t.ok(g and t.show(g.shape) == t.show(leaf[1].shape), "dropout: gradient shape")
     t.ok(g and (g - mask):abs():amax():item() < CLOSE, "dropout: grad = (y ~= 0) / (1 - p), the forward's mask")
@@ -924,6 +939,8 @@ do
   for _, c in ipairs(cases) do empty("empty: " .. c[1], c[2], c[3]) end
 end
 
+-- (float16 and the tape's bookkeeping: once, in the float32 run)
+if not F64 then
 ---------------------------------------------------------------------------
 -- float16: the rules keep the gradient's dtype (constants are weak
 -- scalars, masks and one-hots are cast to it): float16 gradients close to
@@ -1155,6 +1172,7 @@ do
   t.ok(dt.is_leaf, "dropout with training = false returns the input itself")
 end
 
+end
 ---------------------------------------------------------------------------
 -- ops without a derivative: their results never require grad
 ---------------------------------------------------------------------------

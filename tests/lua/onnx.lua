@@ -235,8 +235,19 @@ t.raises(load_bytes("attr.onnx", P.model{nodes = {{op = "MaxPool", inputs = {"x"
   attrs = {kernel_shape = {2, 2}, storage_order = 1}}},
   inputs = {{name = "x", dims = {1, 2, 3, 3}}}, outputs = {{name = "y"}}}),
   "node 'c' %(MaxPool, opset 13%): storage_order=1 is unsupported", "unsupported attribute value")
-t.raises(load_bytes("dtype.onnx", P.mlp{inits = {{name = "W", dims = {2}, dtype = "double", raw = ("\0"):rep(16)},
-  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "dtype double is unsupported", "unsupported dtype")
+t.raises(load_bytes("dtype.onnx", P.mlp{inits = {{name = "W", dims = {2}, dtype = "complex64", raw = ("\0"):rep(16)},
+  {name = "b", dims = {3}, floats = {1, 2, 3}}}}), "dtype complex64 is unsupported", "unsupported dtype")
+do
+  -- double: a float64 graph, weights and arithmetic in double
+  local third = string.pack("<d<d<d", 1 / 3, -2.5, 1e-300)
+  local m = fl.load_onnx(P.write(path("double.onnx"), P.model{
+    nodes = {{op = "Mul", inputs = {"x", "w"}, outputs = {"y"}, name = "m"}},
+    inits = {{name = "w", dims = {3}, dtype = "double", raw = third}},
+    inputs = {{name = "x", dims = {3}, dtype = "double"}}, outputs = {{name = "y", dtype = "double"}}}))
+  local y = m(fl.tensor({3, 2, 1e300}, {dtype = "float64"}))
+  t.ok(y.dtype == "float64" and y:tolist()[1] == 1 / 3 * 3 and y:tolist()[2] == -5 and
+       math.abs(y:tolist()[3] - 1) < 1e-15, "ONNX double weights and inputs compute in double: " .. t.show(y:tolist()))
+end
 t.raises(load_bytes("dup.onnx", P.mlp{nodes = {
   {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "a"},
   {op = "Relu", inputs = {"x"}, outputs = {"y"}, name = "b"}}}), "produced twice", "a value produced twice")

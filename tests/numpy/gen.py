@@ -23,6 +23,14 @@ matching NaN, infinities equal):
   RED    atol 1e-4  rtol 1e-4  float32 reductions (float32 accumulation)
   MM     atol 1e-5  rtol 1e-4  matmul, linear, conv2d, norms, softmax
   F16    atol 1e-3  rtol 2e-3  float16 results (one float16 ulp is 2^-10)
+  F64    atol 1e-12 rtol 1e-10 the float64 replay (below), every op
+
+The float64 replay: every case whose result is float32 and whose float
+inputs are float32 runs again with those inputs widened to float64 (exact)
+against NumPy's float64 result itself, before any rounding to float32, so
+float64 is checked op by op to double precision.  Cases whose expression
+names a dtype, or whose reference is not plain float64 arithmetic (random
+draws, float32 emulation), are left out of the replay.
 """
 
 import math
@@ -37,6 +45,7 @@ EW = (1e-6, 1e-5)
 RED = (1e-4, 1e-4)
 MM = (1e-5, 1e-4)
 F16 = (1e-3, 2e-3)
+F64 = (1e-12, 1e-10)
 
 SEED = 20240607
 rng = np.random.default_rng(SEED)
@@ -44,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 cases = []
 outdir = None
+replay = []          # (op, expr, inputs, want in float64) for the float64 pass
 
 
 # ---- inputs ---------------------------------------------------------------
@@ -108,11 +118,16 @@ def case(op, expr, inputs, want, tol, dtype=None, note=""):
             dtype = want.dtype
     if dtype == np.float16 and tol in (EW, MM, RED):
         tol = F16
+    if (dtype == np.float32 and want.dtype == np.float64 and tol != EXACT and
+            not re.search(r"float|int64|bool|rand|dropout", expr) and
+            any(np.asarray(x).dtype == np.float32 for x in inputs) and
+            all(np.asarray(x).dtype in (np.float32, np.int64, np.bool_) for x in inputs)):
+        replay.append((op, expr, list(inputs), want.copy(), note))
     with np.errstate(all='ignore'):
         want = want.astype(dtype)
     wfn = "c%03d_want.npy" % idx
     np.save(os.path.join(outdir, wfn), want)
-    short = {"float32": "f32", "float16": "f16", "int64": "i64", "bool": "bool"}
+    short = {"float32": "f32", "float16": "f16", "int64": "i64", "bool": "bool", "float64": "f64"}
     desc = "%s with %s" % (expr, ", ".join(shape_str(x) + short[str(np.asarray(x).dtype)]
                                            for x in inputs))
     if note:
@@ -964,6 +979,10 @@ def generate(d):
     gen_vision_ext()
     gen_movement()
     gen_backward()
+    for op, expr, inputs, want, note in list(replay):
+        wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else x
+                for x in inputs]
+        case(op, expr, wide, want, F64, dtype=np.float64, note="float64" + (", " + note if note else ""))
     write_manifest()
     if torch_checked:
         sys.stderr.write("gen.py: %d conv2d and pool cases equal PyTorch's\n" % torch_checked)

@@ -82,7 +82,27 @@ static void test_dtype_basics(void) {
   is_str(dtype_name(FL_BF16), "bfloat16", "bfloat16 name");
   is_str(dtype_name(FL_BOOL), "bool", "bool name");
   ok(dtype_from_name("int64", &t) == 0 && t == FL_I64, "int64 by name");
-  ok(dtype_from_name("float64", &t) == -1, "float64 is unknown");
+  ok(dtype_from_name("float64", &t) == 0 && t == FL_F64 && dtype_size(FL_F64) == 8 &&
+     dtype_is_float(FL_F64), "float64 by name, 8 bytes, a float");
+  ok(dtype_from_name("float128", &t) == -1, "float128 is unknown");
+  {
+    /* double round-trips exactly, and rounds once to float32 */
+    double d = 0.1, v[] = {1e300, -1e300, 0x1.fffffe8p127, 1e-320}, back;
+    float f;
+    int good = 1, i;
+    unsigned char b[8];
+    dtype_store(FL_F64, b, d);
+    ok(dtype_load(FL_F64, b) == 0.1, "float64 stores and loads 0.1 exactly");
+    dtype_store_i64(FL_F64, b, (INT64_C(1) << 53) + 1);
+    ok(dtype_load_i64(FL_F64, b) == INT64_C(1) << 53, "int64 2^53 + 1 into float64 rounds to 2^53");
+    for (i = 0; i < 4; i++) {
+      dtype_store(FL_F64, b, v[i]);
+      back = dtype_load(FL_F64, b);
+      dtype_store(FL_F32, &f, back);
+      good = good && back == v[i] && (i < 2 ? isinf(f) : i == 2 ? f == FLT_MAX : f == 0.0f);
+    }
+    ok(good, "float64 extremes round-trip, then round to float32 as a cast does");
+  }
   ok(dtype_is_float(FL_BF16) && !dtype_is_float(FL_I64) &&
      !dtype_is_float(FL_BOOL), "float classification");
 }
@@ -199,6 +219,13 @@ static void test_promote(void) {
   is_str(P(FL_BF16, 1, 0, FL_F16, 1, 0), "float32", "two 0-dim halves meet at f32");
   is_str(P(FL_I64, 1, 0, FL_F32, 1, 1), "float32", "0-dim int + float number");
   is_str(P(FL_F32, 0, 0, FL_F32, 0, 0), "float32", "f32 + f32");
+  is_str(P(FL_F32, 0, 0, FL_F64, 0, 0), "float64", "f32 + f64 tensors");
+  is_str(P(FL_F64, 0, 0, FL_BF16, 0, 0), "float64", "f64 + bf16 tensors");
+  is_str(P(FL_I64, 0, 0, FL_F64, 0, 0), "float64", "int64 + f64");
+  is_str(P(FL_F64, 0, 0, FL_F32, 1, 1), "float64", "f64 tensor + float number stays f64");
+  is_str(P(FL_F32, 0, 0, FL_F64, 1, 0), "float32", "dimensioned f32 beats 0-dim f64");
+  is_str(P(FL_I64, 0, 0, FL_F64, 1, 0), "float64", "0-dim f64 lifts an int tensor");
+  is_str(P(FL_F64, 1, 0, FL_F16, 1, 0), "float64", "two 0-dim floats: f64 wins");
 #undef P
 }
 
