@@ -16,6 +16,7 @@
 #include "codegen.h"
 #include "eager.h"
 #include "../exec/cache.h"
+#include "../graph/rng.h"
 
 /* One step of an extern's epilogue run as a oneDNN post-op. */
 typedef struct cpu_post {
@@ -418,7 +419,17 @@ static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_e
     if ((laid = in->swap && t.m.dtype == FL_F32))
       apply_layout(in, &t);
   }
-  rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e);
+  if (rng_op(nd->op) && r->rng_start) {
+    /* a random op run eagerly (float64) draws where the run reserved its
+    ** draws, as eager would: not a second time from the stream */
+    uint64_t k0, b0;
+    rng_get_state(&k0, &b0);
+    rng_set_state(r->rng_key, r->rng_start[k->anchor]);
+    rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e);
+    rng_set_state(k0, b0);
+  } else {
+    rc = eager_apply_into(nd->op, args, nd->nin, &nd->attrs, &t, e);
+  }
   if (rc == FL_EUNSUPPORTED && laid) {      /* that layout refused: the plain one */
     err_clear(e);
     laid = 0;

@@ -719,6 +719,8 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     }
     start[i] = rng_reserve(rng_draws(&r.metas[i]));
   }
+  r.rng_key = key;
+  r.rng_start = start;
   /* results straight into the caller's tensors where they fit */
   for (i = 0; i < g->nout && into; i++) {
     int id = g->outputs[i];

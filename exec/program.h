@@ -127,6 +127,9 @@ struct exec_run {
   int64_t *args;         /* kernel k's arguments (maxargs; random draws
                             filled in); a backend may write past fk_nargs */
   int capture;           /* a CUDA graph is being captured: nothing freed */
+  uint64_t rng_key;      /* per random node: where its draws start in the */
+  const uint64_t *rng_start;   /* stream (NULL: no random node), for an
+                                  extern step to draw what eager would */
 };
 
 /* The launch info of kernel k. */

@@ -22,11 +22,14 @@
 #include "exec/cache.h"
 #include "graph/ref.h"
 
+/* Floats uniform in [lo, hi]; integers 0..3, valid indices for every
+** graph here (fg_op_graph's integer inputs index dims of 4 or more). */
 static void fill(fl_tensor *t, double lo, double hi) {
   int64_t i, n = meta_numel(&t->m);
   for (i = 0; i < n; i++) {
     double u = (double)rand() / RAND_MAX;
-    ten_set(t, i, lo + (hi - lo) * u);
+    if (t->m.dtype == FL_I64) ten_set_i64(t, i, rand() % 4);
+    else ten_set(t, i, lo + (hi - lo) * u);
   }
 }
 
@@ -64,6 +67,7 @@ static int check(const char *what, ir_graph *g, exec_program *pr, int fuse, doub
   fl_err e;
   fl_tensor in[8], got[8], want[8];
   const fl_tensor *inp[8];
+  uint64_t key, block;
   int i, rc, good = 1;
   memset(in, 0, sizeof in); memset(got, 0, sizeof got); memset(want, 0, sizeof want);
   for (i = 0; i < g->n; i++) {
@@ -73,7 +77,9 @@ static int check(const char *what, ir_graph *g, exec_program *pr, int fuse, doub
     fill(&in[nd->index], -2, 2);
     inp[nd->index] = &in[nd->index];
   }
+  rng_get_state(&key, &block);         /* random ops: the same draws for both */
   rc = exec_program_run(pr, inp, g->ninputs, got, &e);   /* compiles if the batch did not */
+  rng_set_state(key, block);
   if (rc) {
     ok(0, "%s (fuse=%d): run: %s", what, fuse, e.msg);
     printf("# log: %s\n", exec_program_log(pr));
@@ -138,6 +144,70 @@ static void run_pending(void) {
     ir_free(pend[i].g);
   }
   npend = 0;
+}
+
+/* Every row of ops.def through the C generator, against the reference:
+** each op alone and with a relu epilogue, in every dtype it takes, fused.
+** A row the generator or the extern steps cannot run fails here, whatever
+** switch forgot it.  Tolerances, by the result's dtype: float32 1e-4
+** (+ relative), float16 and bfloat16 one unit in their last place (2e-3,
+** 1e-2), int64, bool and float64 exactly. */
+typedef struct opjob {
+  char what[64];
+  fl_op op;
+  ir_graph *g;
+  exec_program *pr;
+  double tol;
+} opjob;
+
+/* Compile jobs[0..n) as one batch, check each, mark the ops that pass. */
+static void run_ops(opjob *jobs, int n, int *covered) {
+  exec_program *prs[128];
+  fl_err e;
+  int i;
+  for (i = 0; i < n; i++) prs[i] = jobs[i].pr;
+  if (n && exec_compile_batch(prs, n, &e) != FL_OK) printf("# batch compile failed: %s\n", e.msg);
+  for (i = 0; i < n; i++) {
+    if (check(jobs[i].what, jobs[i].g, jobs[i].pr, 1, jobs[i].tol)) covered[jobs[i].op] = 1;
+    exec_program_free(jobs[i].pr);
+    ir_free(jobs[i].g);
+  }
+}
+
+static void test_every_op(void) {
+  static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16, FL_I64, FL_F64};
+  static opjob jobs[128];
+  int covered[OP_COUNT], op, d, epi, n = 0, nops = 0;
+  fl_err e;
+  memset(covered, 0, sizeof covered);
+  for (op = 0; op < OP_COUNT; op++)
+    for (d = 0; d < 5; d++)
+      for (epi = 0; epi < 2; epi++) {
+        opjob *j = &jobs[n];
+        fuse_plan *p;
+        if (!(j->g = fg_op_graph((fl_op)op, dts[d], epi))) continue;
+        snprintf(j->what, sizeof j->what, "every op: %s %s%s", op_name((fl_op)op),
+                 dtype_name(dts[d]), epi ? " + relu" : "");
+        p = fuse_plan_build(j->g, NULL, &e);
+        j->pr = p ? exec_codegen(&cpu_backend, p, NULL, &e) : NULL;
+        fuse_plan_free(p);
+        if (!j->pr) { ok(0, "%s: %s", j->what, e.msg); ir_free(j->g); continue; }
+        j->op = (fl_op)op;
+        switch (j->g->nodes[j->g->outputs[0]].meta.dtype) {   /* the result's */
+        case FL_F32: j->tol = 1e-4; break;
+        case FL_F16: j->tol = 2e-3; break;
+        case FL_BF16: j->tol = 1e-2; break;
+        default: j->tol = 0; break;                            /* exact */
+        }
+        if (++n == 128) { run_ops(jobs, n, covered); n = 0; }
+      }
+  run_ops(jobs, n, covered);
+  for (op = 0; op < OP_COUNT; op++) {
+    if (covered[op]) nops++;
+    else printf("# no passing C program for %s\n", op_name((fl_op)op));
+  }
+  ok(nops == OP_COUNT, "every op of ops.def runs as generated C, equal to the reference (%d of %d ops)",
+     nops, OP_COUNT);
 }
 
 /* a chain with broadcasting, a transpose and narrow views */
@@ -214,6 +284,7 @@ int main(void) {
     snprintf(w, sizeof w, "views and broadcasting %lldx%lld", (long long)r, (long long)c);
     if (c > 1) both(w, views(r, c), 1e-4);
   }
+  test_every_op();
   both("MLP 16x32x64", fg_mlp(16, 32, 64), 1e-3);
   both("conv-bn-relu 2x3x8x8 -> 4", fg_conv_bn_relu(2, 3, 4, 8), 1e-3);
   both("transformer block 2x8x16", fg_block(2, 8, 16), 2e-3);

@@ -47,114 +47,6 @@ static opcase cases[MAX_CASES];
 typedef char cases_fit[OP_COUNT * 8 <= MAX_CASES ? 1 : -1];   /* a new op row cannot overflow it */
 static int ncases;
 
-static int add_in(ir_graph *g, fl_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
-  fl_meta m;
-  fl_err e;
-  memset(&m, 0, sizeof m);
-  m.dtype = dt; m.ndim = nd;
-  m.shape[0] = a; m.shape[1] = b; m.shape[2] = c; m.shape[3] = d;
-  return ir_add_input(g, &m, "x", &e);
-}
-
-static int add_par(ir_graph *g, fl_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
-  fl_meta m;
-  memset(&m, 0, sizeof m);
-  m.dtype = dt; m.ndim = nd;
-  m.shape[0] = a; m.shape[1] = b; m.shape[2] = c; m.shape[3] = d;
-  return fg_param(g, m, "w", 0.5, 0.0);
-}
-
-/* one graph per op and dtype: the op, its output, then (epi) relu of it */
-static ir_graph *op_graph(fl_op op, fl_dtype dt, int epi) {
-  ir_graph *g = ir_new();
-  op_attrs a;
-  fl_err e;
-  int in[8], n = 1, y, x;
-  op_attrs_init(op, &a);
-  x = add_in(g, dt, 2, 4, 33, 0, 0);
-  in[0] = x;
-  switch (op) {
-  case OP_TO: a.dtype = dt == FL_F32 ? FL_F16 : FL_F32; break;
-  case OP_CLAMP: a.f[0] = -0.5; a.f[1] = 0.5; break;
-  case OP_WHERE:
-    in[0] = add_in(g, FL_BOOL, 2, 4, 33, 0, 0);
-    in[1] = x; in[2] = add_in(g, dt, 1, 33, 0, 0, 0); n = 3;
-    break;
-  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR: case OP_ARGMAX:
-    a.ndims = 1; a.dims[0] = 1;
-    break;
-  case OP_SOFTMAX: case OP_LOG_SOFTMAX: a.i[0] = 1; break;
-  case OP_LAYER_NORM: a.i[0] = 1; in[1] = add_par(g, dt, 1, 33, 0, 0, 0); in[2] = add_par(g, dt, 1, 33, 0, 0, 0); n = 3; break;
-  case OP_RMS_NORM: a.i[0] = 1; in[1] = add_par(g, dt, 1, 33, 0, 0, 0); n = 2; break;
-  case OP_MATMUL: in[1] = add_par(g, dt, 2, 33, 12, 0, 0); n = 2; break;
-  case OP_LINEAR: in[1] = add_par(g, dt, 2, 12, 33, 0, 0); in[2] = add_par(g, dt, 1, 12, 0, 0, 0); n = 3; break;
-  case OP_CONV2D:
-    in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
-    in[1] = add_par(g, dt, 4, 4, 3, 3, 3); in[2] = add_par(g, dt, 1, 4, 0, 0, 0); n = 3;
-    a.i[0] = a.i[1] = 1; a.i[2] = a.i[3] = a.i[4] = a.i[5] = 1;
-    break;
-  case OP_MAX_POOL2D: case OP_AVG_POOL2D:
-    in[0] = add_in(g, dt, 4, 2, 3, 8, 8);
-    a.i[0] = a.i[1] = 2; a.i[2] = a.i[3] = 2;
-    break;
-  case OP_MAX_POOL2D_BACKWARD:   /* overlapping windows: 3x3, stride 2, pad 1 */
-    in[0] = add_in(g, dt, 4, 2, 3, 4, 4);
-    in[1] = add_in(g, dt, 4, 2, 3, 8, 8); n = 2;
-    a.i[0] = a.i[1] = 3; a.i[2] = a.i[3] = 2; a.i[4] = a.i[5] = a.i[6] = a.i[7] = 1;
-    break;
-  case OP_BATCH_NORM:
-    in[0] = add_in(g, dt, 4, 2, 3, 4, 4);
-    in[1] = add_par(g, dt, 1, 3, 0, 0, 0); in[2] = add_par(g, dt, 1, 3, 0, 0, 0);
-    in[3] = add_par(g, dt, 1, 3, 0, 0, 0); in[4] = add_par(g, dt, 1, 3, 0, 0, 0); n = 5;
-    break;
-  case OP_RESHAPE: case OP_VIEW: a.ndims = 2; a.dims[0] = 33; a.dims[1] = 4; break;
-  case OP_TRANSPOSE: a.i[0] = 0; a.i[1] = 1; break;
-  case OP_PERMUTE: a.ndims = 2; a.dims[0] = 1; a.dims[1] = 0; break;
-  case OP_UNSQUEEZE: a.i[0] = 1; break;
-  case OP_SQUEEZE:
-    in[0] = add_in(g, dt, 3, 4, 1, 33, 0);
-    a.i[0] = 1; a.i[1] = 1;
-    break;
-  case OP_EXPAND:
-    in[0] = add_in(g, dt, 2, 1, 33, 0, 0);
-    a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33;
-    break;
-  case OP_NARROW: a.i[0] = 1; a.i[1] = 3; a.i[2] = 20; break;
-  case OP_SLICE: a.i[0] = 1; a.i[1] = 3; a.i[2] = 10; a.i[3] = 3; break;
-  case OP_PAD: a.ndims = 2; a.dims[0] = 1; a.dims[1] = -2; a.i[0] = 0; a.i[1] = 3; a.i[8] = 1; break;
-  case OP_FLIP: a.ndims = 1; a.dims[0] = 1; break;
-  case OP_CUMSUM: a.i[0] = 1; a.i[2] = 1; break;
-  case OP_GATHER: in[1] = add_in(g, FL_I64, 2, 2, 3, 0, 0); n = 2; a.i[0] = 1; break;
-  case OP_INDEX_ADD:   /* src [2, 4, 33] into 5 rows */
-    in[0] = add_in(g, dt, 3, 2, 4, 33, 0);
-    in[1] = add_in(g, FL_I64, 1, 4, 0, 0, 0); n = 2; a.i[0] = 5;
-    break;
-  case OP_RAND: case OP_RANDN:
-    /* no inputs: x stays as an unused graph input */
-    n = 0; a.ndims = 2; a.dims[0] = 4; a.dims[1] = 33; a.dtype = dt;
-    break;
-  case OP_DROPOUT: a.f[0] = 0.25; break;
-  case OP_CAT: in[1] = add_in(g, dt, 2, 4, 5, 0, 0); n = 2; a.i[0] = 1; break;
-  case OP_EMBEDDING:
-    in[0] = add_in(g, FL_I64, 1, 5, 0, 0, 0);
-    in[1] = add_par(g, dt, 2, 10, 8, 0, 0); n = 2;
-    break;
-  default:
-    if (op_info_of(op)->kind == OPK_BROADCAST) { in[1] = add_in(g, dt, 1, 33, 0, 0, 0); n = 2; }
-    break;
-  }
-  y = ir_add_op(g, op, in, n, &a, NULL, NULL, &e);
-  if (y < 0) { ir_free(g); return NULL; }
-  if (epi && dtype_is_float(g->nodes[y].meta.dtype)) {
-    op_attrs r;
-    op_attrs_init(OP_RELU, &r);
-    y = ir_add_op(g, OP_RELU, &y, 1, &r, NULL, NULL, &e);
-    if (y < 0) { ir_free(g); return NULL; }
-  }
-  ir_add_output(g, y, NULL);
-  return g;
-}
-
 /* Plan g (decomposing first when the planner refuses a composite) and
 ** generate CUDA with a unique prefix. */
 static exec_program *cuda_for(ir_graph *g, int fuse, const char *prefix, char *why, size_t nwhy) {
@@ -217,7 +109,7 @@ static void test_every_op(void) {
     for (d = 0; d < 4; d++)
       for (epi = 0; epi < 2; epi++) {
         opcase *c = &cases[ncases];
-        ir_graph *g = op_graph((fl_op)op, dts[d], epi);
+        ir_graph *g = fg_op_graph((fl_op)op, dts[d], epi);
         char prefix[32];
         if (!g) continue;   /* the dtype is not legal for the op */
         snprintf(c->what, sizeof c->what, "%s %s%s", op_name((fl_op)op), dtype_name(dts[d]),
