@@ -1088,10 +1088,8 @@ static int cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
 /* --- the dispatcher -------------------------------------------------- */
 
 static eager_kernel kernel_of(fl_op op) {
+  if (op_is_reduce(op)) return eager_reduce;
   switch (op) {
-  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR:
-  case OP_ARGMAX:
-    return eager_reduce;
   case OP_SOFTMAX: case OP_LOG_SOFTMAX: return eager_softmax;
   case OP_LAYER_NORM: case OP_RMS_NORM: return eager_norm;
   case OP_BATCH_NORM: return eager_batch_norm;

@@ -543,8 +543,7 @@ void fk_describe(const ir_graph *g, int id, char *buf, size_t n) {
   case IR_CONST: snprintf(buf, n, "const"); return;
   case IR_OP: break;
   }
-  switch (nd->op) {
-  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR: case OP_ARGMAX:
+  if (op_is_reduce(nd->op)) {
     if (a->ndims == 0) { snprintf(buf, n, "%s over all dims", op_name(nd->op)); return; }
     snprintf(buf, n, "%s over dim%s ", op_name(nd->op), a->ndims > 1 ? "s" : "");
     for (k = 0; k < a->ndims; k++) {
@@ -552,6 +551,8 @@ void fk_describe(const ir_graph *g, int id, char *buf, size_t n) {
       snprintf(buf + len, n - len, "%s%lld", k ? "," : "", (long long)a->dims[k]);
     }
     return;
+  }
+  switch (nd->op) {
   case OP_SOFTMAX: case OP_LOG_SOFTMAX:
     snprintf(buf, n, "%s over dim %lld", op_name(nd->op), (long long)a->i[0]);
     return;

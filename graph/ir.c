@@ -499,8 +499,7 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
   size_t len;
   int k;
   buf[0] = '\0';
-  switch (nd->op) {
-  case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR: case OP_ARGMAX:
+  if (op_is_reduce(nd->op)) {
     snprintf(buf, n, "dims=[");
     for (k = 0; k < a->ndims; k++) {
       len = strlen(buf);
@@ -512,7 +511,9 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
       len = strlen(buf);
       snprintf(buf + len, n - len, ", correction=%g", a->f[0]);
     }
-    break;
+    return;
+  }
+  switch (nd->op) {
   case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_UNSQUEEZE: case OP_CAT:
     snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
     break;

@@ -23,6 +23,11 @@ int op_differentiable(fl_op op) {
   return op >= 0 && op < OP_COUNT && op_table[op].grad != gr_none;
 }
 
+int op_is_reduce(fl_op op) {
+  return op >= 0 && op < OP_COUNT && op_table[op].kind == OPK_REDUCTION &&
+         !(op_table[op].flags & OPF_COMPOSITE);
+}
+
 int op_int_compute(fl_op op, const fl_dtype *dt, int nin) {
   int k, any = 0;
   if (op < 0 || op >= OP_COUNT || !op_table[op].iscalar) return 0;

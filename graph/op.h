@@ -131,6 +131,9 @@ int op_broadcast_shapes(const char *opname, const fl_meta *a,
 
 /* 1 when op has a derivative (its grad column is not gr_none). */
 int op_differentiable(fl_op op);
+/* 1 for a plain reduction row (OPK_REDUCTION, not a composite): sum,
+** mean, amax, amin, var, argmax, and any reduction added to the table. */
+int op_is_reduce(fl_op op);
 
 /* The shape rules, reference kernels and derivative rules named in ops.def. */
 #define OP(id, name, mn, mx, kind, flags, infer, ref, sc, expr, isc, iexpr, grad, saves) \
