@@ -225,6 +225,7 @@ exec_program *exec_codegen(const exec_backend *be, const fuse_plan *p, const cha
   strbuf b, all;
   int k, rc;
   if (!pr) { err_set(e, FL_ENOMEM, "codegen(%s): out of memory", be->name); return NULL; }
+  pr->refs = 1;
   pr->be = be;
   exec_c_ident(prefix ? prefix : "fl_", pr->prefix, sizeof pr->prefix);
   pr->plan = fuse_plan_ref((fuse_plan *)p);   /* counted, not modified */
@@ -384,9 +385,14 @@ static int load(exec_program *pr, fl_err *e) {
   return FL_OK;
 }
 
+exec_program *exec_program_retain(exec_program *pr) {
+  if (pr) pr->refs++;
+  return pr;
+}
+
 void exec_program_free(exec_program *pr) {
   int k;
-  if (!pr) return;
+  if (!pr || --pr->refs > 0) return;
   if (pr->be->free_priv) pr->be->free_priv(pr);
   if (pr->plan) {
     for (k = 0; k < pr->plan->nkernels; k++) {

@@ -67,6 +67,7 @@ typedef struct exec_backend {
 } exec_backend;
 
 struct exec_program {
+  int refs;              /* exec_program_retain; the last free frees it */
   const exec_backend *be;
   fuse_plan *plan;       /* one reference, dropped by exec_program_free */
   char prefix[32];       /* prepended to every kernel symbol */
@@ -201,6 +202,9 @@ int exec_kernel_kept(const exec_program *pr, int k);
 int exec_value_kept(const exec_program *pr, int id);
 /* Frees the program and drops its plan and image references; NULL ok. */
 void exec_program_free(exec_program *pr);
+/* Another reference to pr (a compiled backward held by a tape), dropped
+** by exec_program_free. */
+exec_program *exec_program_retain(exec_program *pr);
 
 /* Write into out (n bytes) a C identifier made from s: letters, digits
 ** and '_' kept, everything else '_', never starting with a digit. */

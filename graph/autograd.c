@@ -75,11 +75,23 @@ ag_fn *ag_record(fl_op op, const op_attrs *a, const fl_tensor *const *in, int ni
   return f;
 }
 
+ag_fn *ag_call_new(const fl_meta *out, int nin, ag_fn *const *next, const ag_call *c, fl_err *e) {
+  ag_fn *f = fn_new(AG_CALL, nin, e);
+  int k;
+  if (!f) { c->free_ctx(c->ctx); return NULL; }
+  f->out_meta = *out;
+  f->call = *c;
+  for (k = 0; k < nin; k++)
+    if ((f->next[k] = next[k]) != NULL) ag_ref(next[k]);
+  return f;
+}
+
 void ag_ref(ag_fn *f) { if (f) f->refs++; }
 
 static void release_saved(ag_fn *f) {
   int k;
   for (k = 0; k < f->nin + 2; k++) ten_release(&f->saved[k]);
+  if (f->kind == AG_CALL && f->call.release) f->call.release(f->call.ctx);
 }
 
 /* Iterative: freeing the head of a long chain frees the chain. */
@@ -103,6 +115,7 @@ void ag_unref(ag_fn *f) {
       }
     }
     release_saved(f);
+    if (f->kind == AG_CALL) f->call.free_ctx(f->call.ctx);
     ten_release(&f->grad);
     free(f->in_meta);
     free(f->next);
@@ -121,6 +134,7 @@ const char *ag_fn_name(const ag_fn *f, char *buf, size_t n) {
   size_t i = 0;
   int up = 1;
   if (f->kind == AG_LEAF) { snprintf(buf, n, "AccumulateGrad"); return buf; }
+  if (f->kind == AG_CALL) { snprintf(buf, n, "%s", f->call.name); return buf; }
   /* log_softmax -> LogSoftmaxBackward */
   for (s = op_name(f->op); *s && i + 1 < n; s++) {
     if (*s == '_') { up = 1; continue; }
@@ -166,7 +180,8 @@ static int reach(walk *w, ag_fn *const *roots, int n, fl_err *e) {
     }
   for (i = 0; i < w->n; i++) {
     ag_fn *f = w->fns[i];
-    for (k = 0; k < f->nin; k++)
+    /* a call's inputs are reached once it has run (ag_backward's loop) */
+    for (k = 0; k < f->nin && f->kind != AG_CALL; k++)
       if (f->next[k] && !f->next[k]->mark) {
         f->next[k]->mark = 1;
         if ((rc = push(w, f->next[k], e)) != FL_OK) return rc;
@@ -323,6 +338,11 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds,
     if (f->kind == AG_OP && (rc = step(&b, f, fm)) != FL_OK) return rc;
   }
   if (b.rc) return b.rc;
+  for (i = 0; i < w->n; i++)
+    if (w->fns[i]->kind == AG_CALL && w->fns[i]->node >= 0 && (want || fm))
+      return err_set(e, FL_EUNSUPPORTED, "backward: %s through a compiled function is not "
+                     "supported yet (call backward() without create_graph, or run the "
+                     "function uncompiled)", want ? "fl.grad" : "create_graph");
   if (want) {
     for (k = 0; k < nwant; k++)
       if (want[k]->mark && want[k]->node >= 0) {
@@ -332,7 +352,7 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds,
   } else {
     for (i = 0; i < w->n; i++) {
       ag_fn *f = w->fns[i];
-      if (f->node < 0 || !(f->kind == AG_LEAF || f->retain)) continue;
+      if (f->node < 0 || !(f->kind == AG_LEAF || f->kind == AG_CALL || f->retain)) continue;
       if ((rc = ir_add_output(out->g, f->node, e)) != FL_OK) return rc;
       out->who[out->n++] = f;
     }
@@ -487,9 +507,17 @@ static int alias_leaf(fl_tensor *t, ag_fn **fn, ir_apply_fn apply, fl_err *e) {
   return FL_OK;
 }
 
-int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
+/* The calls a backward reached, each holding a reference until it runs. */
+typedef struct pend {
+  ag_fn **f;
+  int n, cap;
+} pend;
+
+/* One backward graph from roots, stopping at calls: leaves accumulate,
+** a call's gradient waits in its grad (pl). */
+static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
                 int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
-                int retain, int create, ir_apply_fn apply, fl_err *e) {
+                int retain, int create, ir_apply_fn apply, pend *pl, fl_err *e) {
   walk w = {0};
   built bt;
   fnmap fm = {0};
@@ -511,7 +539,32 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
   if (rc == FL_OK) {
     for (j = 0; j < bt.n && rc == FL_OK; j++) {
       ag_fn *f = bt.who[j];
-      if (want) {
+      if (f->kind == AG_CALL) {
+        if (!f->pending) {
+          if (pl->n == pl->cap) {
+            int nc = pl->cap ? pl->cap * 2 : 8;
+            ag_fn **nf = realloc(pl->f, (size_t)nc * sizeof *nf);
+            if (!nf) { rc = err_set(e, FL_ENOMEM, "backward: out of memory"); break; }
+            pl->f = nf;
+            pl->cap = nc;
+          }
+          ag_ref(f);
+          f->pending = 1;
+          pl->f[pl->n++] = f;
+        }
+        if (!f->grad.st) {
+          f->grad = res[j];
+          memset(&res[j], 0, sizeof res[j]);
+        } else {
+          const fl_tensor *two[2] = {&f->grad, &res[j]};
+          fl_tensor sum = {0};
+          op_attrs a;
+          op_attrs_init(OP_ADD, &a);
+          if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) break;
+          ten_release(&f->grad);
+          f->grad = sum;
+        }
+      } else if (want) {
         for (i = 0; i < nwant; i++)
           if (want[i] == f && !wout[i].st) {
             ten_share(&wout[i], &res[j]);
@@ -566,5 +619,59 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
   free(bt.who);
   ir_free(bt.g);
   unmark(&w);
+  return rc;
+}
+
+/* The pending call created last: every fn whose gradient can reach it was
+** created after it, so it has all of its gradient once those ran. */
+static ag_fn *newest(pend *pl) {
+  int i, best = 0;
+  ag_fn *f;
+  for (i = 1; i < pl->n; i++) if (pl->f[i]->seq > pl->f[best]->seq) best = i;
+  f = pl->f[best];
+  pl->f[best] = pl->f[--pl->n];
+  f->pending = 0;
+  return f;
+}
+
+int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
+                int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
+                int retain, int create, ir_apply_fn apply, fl_err *e) {
+  pend pl = {0};
+  int rc = pass(roots, seeds, seed_fns, n, want, nwant, wout, wfn, retain, create, apply, &pl, e);
+  /* the calls reached, newest first: each runs its program on the
+  ** gradient that reached it, and the backward goes on from its inputs */
+  while (rc == FL_OK && pl.n > 0) {
+    ag_fn *f = newest(&pl), **r = NULL;
+    fl_tensor *gin = NULL, g = f->grad;
+    const fl_tensor **sd = NULL;
+    int k, m = 0;
+    memset(&f->grad, 0, sizeof f->grad);
+    if (f->freed)
+      rc = err_set(e, FL_EINVAL, "backward: %s's saved values were freed by an earlier backward "
+                   "(pass retain_graph = true to the first backward to run backward through it "
+                   "again)", f->call.name);
+    else if (!(gin = calloc((size_t)f->nin + 1, sizeof *gin)) ||
+             !(r = calloc((size_t)f->nin + 1, sizeof *r)) ||
+             !(sd = calloc((size_t)f->nin + 1, sizeof *sd)))
+      rc = err_set(e, FL_ENOMEM, "backward: out of memory");
+    else
+      rc = f->call.call(f->call.ctx, &g, gin, apply, e);
+    for (k = 0; rc == FL_OK && k < f->nin; k++)
+      if (f->next[k] && gin[k].st) { r[m] = f->next[k]; sd[m++] = &gin[k]; }
+    if (rc == FL_OK && !retain) { release_saved(f); f->freed = 1; }
+    if (rc == FL_OK && m > 0)
+      rc = pass(r, sd, NULL, m, NULL, 0, NULL, NULL, retain, 0, apply, &pl, e);
+    for (k = 0; gin && k < f->nin; k++) ten_release(&gin[k]);
+    ten_release(&g);
+    free(gin); free(r); free(sd);
+    ag_unref(f);
+  }
+  while (pl.n > 0) {                   /* after an error: what still waits */
+    ag_fn *f = newest(&pl);
+    ten_release(&f->grad);
+    ag_unref(f);
+  }
+  free(pl.f);
   return rc;
 }

@@ -18,7 +18,20 @@
 
 #include "ir.h"
 
-typedef enum ag_kind { AG_OP, AG_LEAF } ag_kind;
+typedef enum ag_kind { AG_OP, AG_LEAF, AG_CALL } ag_kind;
+
+/* AG_CALL: a function whose backward is a program, not rules (a compiled
+** forward's backward graph, AOTAutograd's CompiledFunction).  call fills
+** gin[0..nin) with the gradients of its inputs (left empty: none) from
+** gout, the gradient of its one output; release drops what it saved (a
+** backward without retain_graph), free_ctx everything (the fn is freed). */
+typedef struct ag_call {
+  int (*call)(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e);
+  void (*release)(void *ctx);
+  void (*free_ctx)(void *ctx);
+  void *ctx;
+  const char *name;     /* "CompiledFunctionBackward" */
+} ag_call;
 
 typedef struct ag_fn ag_fn;
 struct ag_fn {
@@ -39,13 +52,21 @@ struct ag_fn {
   fl_tensor grad;       /* AG_LEAF: .grad; AG_OP: the retained gradient */
   ag_fn *grad_fn;       /* the fn of grad when a backward with create_graph
                            made it differentiable (a reference), or NULL */
+  ag_call call;         /* AG_CALL: its backward; grad holds the gradient
+                           reaching it until the call runs */
   int node;             /* backward's scratch: the gradient's node, -1 */
   int mark;
+  int pending;          /* AG_CALL: waiting in a backward for its call */
 };
 
 /* Grad mode (fl.no_grad turns it off): ops record only while it is on. */
 int ag_grad_enabled(void);
 void ag_set_grad_enabled(int on);
+
+/* An AG_CALL fn (refs 1) for an output of metadata out whose nin inputs'
+** gradients go to next[k] (references taken; NULL: nowhere); it owns
+** c's ctx from here on, even on failure. */
+ag_fn *ag_call_new(const fl_meta *out, int nin, ag_fn *const *next, const ag_call *c, fl_err *e);
 
 /* A leaf's accumulator for a tensor of metadata m (refs 1). */
 ag_fn *ag_leaf(const fl_meta *m, fl_err *e);

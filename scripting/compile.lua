@@ -423,10 +423,7 @@ local SKIP_GLOBALS = {fl = true, nn = true, package = true, _G = true, string = 
 -- module (self), an upvalue, or a global, then table fields; breadth first,
 -- so the shortest path names it ("0.weight", not "modules.1.weight").
 -- The path is both its name and its guard (still the same tensor there).
-local function find_params(fn, params)
-  local want, left = {}, 0
-  for _, p in ipairs(params) do want[p.key] = p; left = left + 1 end
-  if left == 0 then return end
+local function walk_reach(fn, visit)
   local queue, head, seen = {}, 1, {}
   local function push(v, path) queue[#queue + 1] = {v, path} end
   if type(fn) == "table" then push(fn, {{"self"}}) end
@@ -442,17 +439,12 @@ local function find_params(fn, params)
   for _, k in ipairs(sorted_keys(_G)) do
     if type(k) == "string" and not SKIP_GLOBALS[k] then push(_G[k], {{"global"}, k}) end
   end
-  while head <= #queue and left > 0 do
+  while head <= #queue do
     local v, path = queue[head][1], queue[head][2]
     head = head + 1
     local tv = type(v)
     if tv == "userdata" then
-      local k = fl._tensor_key(v)
-      local p = k and want[k]
-      if p and not p.path then
-        p.path = path
-        left = left - 1
-      end
+      if visit(v, path) then return end
     elseif tv == "table" and not seen[v] and #path <= 7 then
       seen[v] = true
       for _, k in ipairs(sorted_keys(v)) do
@@ -468,6 +460,31 @@ local function find_params(fn, params)
       push(fl._compiled_inner(v), child)
     end
   end
+end
+
+local function find_params(fn, params)
+  local want, left = {}, 0
+  for _, p in ipairs(params) do want[p.key] = p; left = left + 1 end
+  if left == 0 then return end
+  walk_reach(fn, function(v, path)
+    local k = fl._tensor_key(v)
+    local p = k and want[k]
+    if p and not p.path then
+      p.path = path
+      left = left - 1
+    end
+    return left == 0
+  end)
+end
+
+-- The tensors fn reaches that require grad (its weights, before a trace
+-- has found them).
+local function grad_tensors(fn)
+  local found = {}
+  walk_reach(fn, function(v)
+    if is_tensor(v) and v.requires_grad then found[#found + 1] = v end
+  end)
+  return found
 end
 
 local function path_name(path)
@@ -587,7 +604,9 @@ local function new_stats()
           remote_cache_hits = 0,
           graph_breaks = 0, fallbacks = 0, compile_ms = 0, first_call_ms = nil,
           kernels = 0, guards = {}, recompile_reasons = {}, break_reasons = {},
-          specializations = {}, autotune = {}, dynamic_numbers = {}}
+          specializations = {}, autotune = {}, dynamic_numbers = {},
+          backward_graphs = 0, backward_kernels = 0, saved_bytes = 0, recomputed = 0,
+          training_calls = 0, training_eager = {}}
 end
 
 local function eager_runner(g)
@@ -881,7 +900,7 @@ local function shape_str(t)
 end
 
 -- Guards of a new entry, as data for C and as text for cm:stats().
-local function build_entry(st, info, args, dyn)
+local function build_entry(st, info, args, dyn, train)
   local g = info.graphs[1]
   local spec = {args = {}, values = {}, params = {}, rets = {}, consts = {}}
   local text = {}
@@ -971,11 +990,233 @@ local function build_entry(st, info, args, dyn)
     end
   end
   spec.program = st.last_program
+  spec.train = train
   local ok, e = pcall(fl._entry_new, g, spec)
   if not ok then
     return nil, tostring(e):gsub("^compile: ", "") .. "; the body re-runs in Lua each call"
   end
   return e, text
+end
+
+-- ---- compiled training (AOTAutograd) -------------------------------------------
+-- In grad mode, a call of a function that returns a loss (a float scalar
+-- first) and whose tensor arguments or parameters require grad runs a
+-- forward and a backward compiled from its joint graph (g:joint(),
+-- partitioned as opts.partition says, "mincut" by default): the forward
+-- returns the results and the saved values, and the loss gets a
+-- CompiledFunctionBackward grad_fn that runs the backward program and
+-- hands each gradient to its input or parameter.  One pair per guarded
+-- entry and requires_grad pattern.  A function that cannot be one graph
+-- (graph breaks) or returns something else keeps the inference path
+-- (st.no_train says why); a loss whose joint graph cannot be built
+-- (dropout, symbolic sizes, the CUDA backend) trains eagerly, the reason
+-- in stats.training_eager.
+
+local capture_outputs   -- fl.capture's (below)
+local train             -- below
+
+-- The live tensors of a trace's parameters (resolved through their paths).
+local function live_params(fn, params)
+  local out = {}
+  for _, p in ipairs(params) do
+    local v = p.path and resolve(fn, p.path)
+    if is_tensor(v) then out[#out + 1] = v end
+  end
+  return out
+end
+
+local function wants_grad(args, params)
+  if not fl.is_grad_enabled() then return false end
+  for i = 1, args.n do
+    if is_tensor(args[i]) and args[i].requires_grad then return true end
+  end
+  for _, p in ipairs(params or {}) do if p.requires_grad then return true end end
+  return false
+end
+
+local function train_eager(st, why)
+  if not st.train_why[why] then
+    st.train_why[why] = true
+    local list = st.stats.training_eager
+    list[#list + 1] = why
+    debug_line("training runs eagerly: %s", why)
+  end
+end
+
+-- The forward and backward programs of one training entry, or
+-- {eager = reason}.
+local function train_build(st, args, fresh)
+  local t0 = fl.now()
+  if st.backend == "cuda" or st.opts.backend == "cuda" then
+    return {eager = "the CUDA backend compiles inference only; training runs on the eager kernels"}
+  end
+  local g, info = fresh and fresh.g, fresh and fresh.info
+  if not g then
+    local ok
+    ok, info = dry_capture(st, unpack(args, 1, args.n))
+    if not ok then return {eager = "one graph is needed for a compiled backward: " .. tostring(info):match("^[^\n]*")} end
+    g = info.graphs[#info.graphs]
+    capture_outputs(g, info)
+    name_params(st.fn, g, info.params)
+  end
+  local okj, j = pcall(g.joint, g)
+  if not okj then return {eager = tostring(j):gsub("^joint: ", "")} end
+  local fw, bw, pinfo = j:partition{policy = st.opts.partition or "mincut"}
+  local function compile_half(h)
+    local lg = lower_graph(h)
+    local plan = lg:fuse{fuse = st.opts.fuse ~= false}
+    return plan, plan:codegen("cpu")
+  end
+  local fplan, fprog = compile_half(fw)
+  local bplan, bprog = compile_half(bw)
+  -- each gradient's leaf: an argument by position, a parameter by storage
+  local params = live_params(st.fn, info.params)
+  local leaves = {}
+  for k, gr in ipairs(pinfo.grads) do
+    if gr.input then
+      local i, n = 0, 0                      -- the gr.input-th tensor argument
+      for a = 1, args.n do
+        if is_tensor(args[a]) then n = n + 1; if n == gr.input then i = a end end
+      end
+      leaves[k] = {arg = i}
+    else
+      for _, p in ipairs(params) do
+        if fl._same_storage(p, gr.param) then leaves[k] = {param = p} end
+      end
+      if not leaves[k] then return {eager = "a parameter of the joint graph is not reachable from the function"} end
+    end
+  end
+  local stats = st.stats
+  stats.backward_graphs = stats.backward_graphs + 1
+  stats.backward_kernels = stats.backward_kernels + bplan:stats().kernels
+  stats.saved_bytes = pinfo.saved_bytes
+  stats.recomputed = #pinfo.recomputed
+  stats.compiles = stats.compiles + 1
+  stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
+  st.plans[#st.plans + 1] = fplan
+  st.plans[#st.plans + 1] = bplan
+  st.programs[#st.programs + 1] = fprog
+  st.programs[#st.programs + 1] = bprog
+  st.graphs[#st.graphs + 1] = fplan:graph()
+  st.graphs[#st.graphs + 1] = bplan:graph()
+  st.train_info = pinfo
+  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves,
+          params = params}
+end
+
+-- The executor of a training capture: nothing runs (no write lands, no
+-- time is spent); the segment's outputs are zeros of their shapes, which
+-- nobody reads.
+local function dry_exec(g)
+  local types, outs = {}, {}
+  for _, n in ipairs(g:nodes()) do types[n.id] = n.type end
+  local ids = g:outputs()
+  for _, w in ipairs(g:writebacks()) do ids[#ids + 1] = w.node end
+  for i, id in ipairs(ids) do
+    local dt, dims = types[id]:match("^(%w+)%[(.-)%]$")
+    local shape = {}
+    for d in (dims or ""):gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
+    outs[i] = fl.zeros(shape, {dtype = dt})
+  end
+  return outs
+end
+
+local function dry_capture(st, ...)
+  return pcall(trace_call, st.fn, {}, st.names, {}, dry_exec, true, nil, ...)
+end
+
+-- A call in grad mode that may train, and no entry's guards hold: the
+-- function captured dry (one graph, nothing run).  When it returns a loss
+-- (a float scalar first), an entry made from the capture, with its
+-- inference program for calls under fl.no_grad, and the call trains:
+-- true and its results.  Else false, once for good (st.no_train says why):
+-- the inference path, as before.
+local function train_first(st, reason, ...)
+  local args = pack(...)
+  local stats = st.stats
+  local ok, info = dry_capture(st, ...)
+  local why = not ok and tostring(info):match("^[^\n]*") or info.why_not_fast
+  if not why and #info.graphs ~= 1 then why = "graph breaks" end
+  local g = not why and info.graphs[1]
+  if g then
+    capture_outputs(g, info)
+    local first = g:outputs()[1]
+    local ty
+    for _, n in ipairs(g:nodes()) do if n.id == first then ty = n.type end end
+    if not (ty and ty:find("^b?float%d*%[%]$")) then why = "its first result is not a loss (a float scalar)" end
+  end
+  if why then
+    st.no_train = why
+    debug_line("compiled training: not for this function (%s)", why)
+    return false
+  end
+  st.ntraces = st.ntraces + 1
+  name_params(st.fn, g, info.params)
+  st.grad_params = live_params(st.fn, info.params)
+  local ins = {}
+  for i = 1, args.n do if is_tensor(args[i]) then ins[#ins + 1] = args[i] end end
+  local t0 = fl.now()
+  local _, prog, compiled = build_runner(st, g, ins)
+  stats.compiles = stats.compiles + 1
+  stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
+  st.graphs[#st.graphs + 1] = compiled
+  st.last_program = prog
+  local e, text = build_entry(st, info, args, {}, true)
+  if not e then
+    st.no_train = text
+    return false
+  end
+  table.insert(st.entries, 1, e)
+  stats.guards = text
+  st.traces = st.traces + 1
+  st.fresh = {g = g, info = info}
+  if reason then
+    stats.recompiles = stats.recompiles + 1
+    stats.recompile_reasons[#stats.recompile_reasons + 1] = reason
+  end
+  return true, train(st, e, ...)
+end
+
+local function train_key(args)
+  local k = {}
+  for i = 1, args.n do
+    local a = args[i]
+    k[i] = is_tensor(a) and (a.requires_grad and "g" or "n") or "-"
+  end
+  return table.concat(k)
+end
+
+-- cm(...) in training: the entry's forward, a backward on its loss.
+function train(st, entry, ...)
+  local args = pack(...)
+  local byentry = st.train_cache[entry]
+  if not byentry then byentry = {}; st.train_cache[entry] = byentry end
+  local key = train_key(args)
+  local t = byentry[key]
+  if not t then
+    t = train_build(st, args, st.fresh)
+    byentry[key] = t
+  end
+  st.fresh = nil
+  if t.eager then
+    train_eager(st, t.eager)
+    return st.fn(...)
+  end
+  local ins = {}
+  for i = 1, args.n do if is_tensor(args[i]) then ins[#ins + 1] = args[i] end end
+  local outs = pack(fl.no_grad(function() return t.fw:run(unpack(ins)) end))
+  local saved, k = {}, t.results + 1
+  for i, s in ipairs(t.saved) do
+    if s.input then saved[i] = ins[s.input] else saved[i] = outs[k]; k = k + 1 end
+  end
+  local leaves = {}
+  for i, l in ipairs(t.leaves) do
+    local v = l.arg and args[l.arg] or l.param
+    leaves[i] = is_tensor(v) and v.requires_grad and v or false
+  end
+  fl._attach_backward(outs[1], t.bw, saved, leaves)
+  st.stats.training_calls = st.stats.training_calls + 1
+  return unpack(outs, 1, t.results)
 end
 
 local function record_breaks(st, breaks)
@@ -1007,6 +1248,15 @@ local function slow(st, reason, argi, dim, ...)
     return st.fn(...)
   end
   if st.opts.backend == "eager" then return st.fn(...) end
+  -- training: the function captured dry first, so that nothing runs twice
+  -- (BatchNorm's statistics would move twice)
+  if not st.no_train and fl.is_grad_enabled() and st.traces < (st.opts.recompile_limit or 8) then
+    if st.grad_params == nil then st.grad_params = grad_tensors(st.fn) end
+    if wants_grad(args, st.grad_params) then
+      local r = pack(train_first(st, reason, ...))
+      if r[1] then return unpack(r, 2, r.n) end
+    end
+  end
   local recompiling = reason ~= nil
   if recompiling then
     stats.recompile_reasons[#stats.recompile_reasons + 1] = reason
@@ -1164,6 +1414,7 @@ function methods.stats(cm)
   s.timings = {first_ms = tm.first_ms, second_ms = tm.second_ms,
                steady = #tm.steady > 0 and fl.measure(tm.steady) or nil}
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
+  s.training_note = st.no_train
   return s
 end
 
@@ -1261,8 +1512,9 @@ function fl.compile(fn, opts)
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
     auto_dyn = {}, dyn_num = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
-    ntraces = 0,
+    ntraces = 0, train_cache = setmetatable({}, {__mode = "k"}), train_why = {},
   }
+  st.train = train
   st.exec = make_exec(st)
   st.plan = fl._resume_new{
     exec = st.exec, fullgraph = opts.fullgraph,
@@ -1295,7 +1547,7 @@ end
 -- it already has when the graph uses it.  A value the function stored
 -- elsewhere is not returned.  Non-tensor results are not graph values and
 -- are left out.
-local function capture_outputs(g, info)
+function capture_outputs(g, info)
   local bykey, outs = {}, {}
   for _, p in ipairs(info.params) do bykey[p.key] = p.node end
   for i = 1, info.results.n - 1 do

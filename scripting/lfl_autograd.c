@@ -13,6 +13,7 @@
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "exec/measure.h"
+#include "exec/program.h"
 #include "graph/autograd.h"
 #include "graph/rng.h"
 
@@ -155,6 +156,10 @@ static int gf_tostring(lua_State *L) {
     luaL_addstring(&b, " of ");
     luaL_addstring(&b, dtype_name(f->out_meta.dtype));
     luaL_addstring(&b, meta_shape_str(&f->out_meta, s, sizeof s));
+    if (f->kind == AG_CALL) {
+      lua_pushfstring(L, ", %d gradient(s)%s", f->nin, f->freed ? ", saved values freed" : "");
+      luaL_addvalue(&b);
+    }
   }
   luaL_addchar(&b, '>');
   luaL_pushresult(&b);
@@ -185,7 +190,7 @@ int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k) {
   ag_fn *f = AG(t);
   if (strcmp(k, "requires_grad") == 0) lua_pushboolean(L, f != NULL);
   else if (strcmp(k, "is_leaf") == 0) lua_pushboolean(L, !f || f->kind == AG_LEAF);
-  else if (strcmp(k, "grad_fn") == 0) push_gradfn(L, f && f->kind == AG_OP ? f : NULL);
+  else if (strcmp(k, "grad_fn") == 0) push_gradfn(L, f && f->kind != AG_LEAF ? f : NULL);
   else if (strcmp(k, "grad") == 0) {
     if (f && f->grad.st) {
       fl_tensor *g = lfl_newtensor(L);
@@ -199,9 +204,10 @@ int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k) {
 static void set_requires_grad(lua_State *L, fl_tensor *t, int on, const char *what) {
   fl_err e;
   if (!on) {
-    if (AG(t) && AG(t)->kind == AG_OP)
+    if (AG(t) && AG(t)->kind != AG_LEAF)
       luaL_error(L, "%s: only a leaf's requires_grad can be turned off (this tensor "
-                 "comes from %s; use x:detach())", what, op_name(AG(t)->op));
+                 "comes from %s; use x:detach())", what,
+                 AG(t)->kind == AG_OP ? op_name(AG(t)->op) : "a compiled function");
     lfl_ag_release(t);
     return;
   }
@@ -321,8 +327,10 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
   if (!AG(t))
     luaL_error(L, "%s: this tensor does not require grad and has no grad_fn "
                "(nothing it came from requires grad, it was made under fl.no_grad, "
-               "or it is the result of a fl.compile'd function: compiled training is "
-               "not built yet, so train with the function uncompiled)", what);
+               "or it is the result of a fl.compile'd function that does not return a "
+               "loss: compiled training compiles functions whose first result is a "
+               "float scalar; compute the loss inside the compiled function, or run "
+               "it uncompiled)", what);
   if (idx && !lua_isnoneornil(L, idx)) {
     fl_tensor *g = lfl_checkdata(L, idx, what);
     if (!meta_same_shape(&g->m, &t->m)) {
@@ -648,6 +656,124 @@ static int factory(lua_State *L) {
   return 1;
 }
 
+/* ---------------------------------------------------------------------- */
+/* a compiled backward on the tape                                         */
+/* ---------------------------------------------------------------------- */
+
+/* What a compiled function's output keeps for its backward: the backward
+** program and the values the forward saved for it, in its input order. */
+typedef struct cbw {
+  struct exec_program *pr;
+  fl_tensor *saved;
+  int nsaved;
+} cbw;
+
+static void cbw_release(void *ctx) {
+  cbw *c = ctx;
+  int k;
+  for (k = 0; k < c->nsaved; k++) ten_release(&c->saved[k]);
+}
+
+static void cbw_free(void *ctx) {
+  cbw *c = ctx;
+  if (!c) return;
+  cbw_release(c);
+  exec_program_free(c->pr);
+  free(c->saved);
+  free(c);
+}
+
+/* The backward program computes the gradients for a loss gradient of 1;
+** a seed g scales them (the loss is a scalar, the backward linear in g). */
+static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e) {
+  cbw *c = ctx;
+  const fl_tensor **in = calloc((size_t)c->nsaved + 1, sizeof *in);
+  int k, rc, nout = c->pr->plan->g->nout;
+  fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
+  if (!in || !outs) { free(in); free(outs); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
+  for (k = 0; k < c->nsaved; k++) in[k] = &c->saved[k];
+  rc = exec_program_run(c->pr, in, c->nsaved, outs, e);
+  for (k = 0; k < nout && rc == FL_OK; k++) {
+    if (meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0) {
+      gin[k] = outs[k];
+      memset(&outs[k], 0, sizeof outs[k]);
+    } else {
+      const fl_tensor *two[2] = {&outs[k], gout};
+      op_attrs a;
+      op_attrs_init(OP_MUL, &a);
+      rc = apply(OP_MUL, two, 2, &a, &gin[k], e);
+    }
+  }
+  for (k = 0; k < nout; k++) ten_release(&outs[k]);
+  free(outs);
+  free(in);
+  return rc;
+}
+
+/* fl._attach_backward(out, program, saved, leaves): out (a scalar from a
+** compiled forward) gets a CompiledFunctionBackward grad_fn that runs the
+** C program on saved (a list of tensors) and hands gradient k to the fn of
+** leaves[k] (a tensor, or false: none). */
+static int l_attach_backward(lua_State *L) {
+  fl_tensor *out = lfl_checktensor(L, 1);
+  struct exec_program *pr = lfl_toprogram(L, 2);
+  ag_fn **next;
+  ag_call call;
+  cbw *c;
+  fl_err e;
+  int k, n, nl;
+  luaL_argcheck(L, pr != NULL, 2, "expected a compiled C program");
+  luaL_checktype(L, 3, LUA_TTABLE);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  if (AG(out)) return luaL_error(L, "_attach_backward: the output already has a history");
+  n = (int)luaL_len(L, 3);
+  nl = (int)luaL_len(L, 4);
+  if (nl != pr->plan->g->nout)
+    return luaL_error(L, "_attach_backward: %d leaves for a backward of %d gradients", nl,
+                      pr->plan->g->nout);
+  c = calloc(1, sizeof *c);
+  next = calloc((size_t)nl + 1, sizeof *next);
+  if (c) c->saved = calloc((size_t)n + 1, sizeof *c->saved);
+  if (!c || !next || !c->saved) {
+    if (c) free(c->saved);
+    free(c); free(next);
+    return luaL_error(L, "_attach_backward: out of memory");
+  }
+  for (k = 0; k < n; k++) {
+    lua_rawgeti(L, 3, k + 1);
+    ten_share(&c->saved[k], lfl_checktensor(L, -1));
+    lua_pop(L, 1);
+  }
+  c->nsaved = n;
+  for (k = 0; k < nl; k++) {
+    fl_tensor *t;
+    lua_rawgeti(L, 4, k + 1);
+    t = lfl_totensor(L, -1);
+    next[k] = t ? AG(t) : NULL;
+    lua_pop(L, 1);
+  }
+  c->pr = exec_program_retain(pr);
+  call.call = cbw_call;
+  call.release = cbw_release;
+  call.free_ctx = cbw_free;
+  call.ctx = c;
+  call.name = "CompiledFunctionBackward";
+  err_clear(&e);
+  AG(out) = ag_call_new(&out->m, nl, next, &call, &e);
+  free(next);
+  if (!AG(out)) return lfl_raise(L, "_attach_backward", &e);
+  return 0;
+}
+
+/* fl._same_storage(a, b): the same memory (a parameter and the graph's
+** reference to it) */
+static int l_same_storage(lua_State *L) {
+  fl_tensor *a = lfl_totensor(L, 1), *b = lfl_totensor(L, 2);
+  lua_pushboolean(L, a && b && a->st && a->st == b->st && a->offset == b->offset &&
+                  meta_same_shape(&a->m, &b->m));
+  return 1;
+}
+
 void lfl_open_autograd(lua_State *L, int methods, int lib) {
   static const luaL_Reg tmethods[] = {
     {"requires_grad_", t_requires_grad_}, {"detach", t_detach},
@@ -657,7 +783,8 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
     {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
     {"grad", l_grad}, {"backward_graph", l_backward_graph},
-    {"_autograd_live", l_autograd_live}, {NULL, NULL}
+    {"_autograd_live", l_autograd_live}, {"_attach_backward", l_attach_backward},
+    {"_same_storage", l_same_storage}, {NULL, NULL}
   };
   static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
                                           "eye", "arange", "tensor", NULL};

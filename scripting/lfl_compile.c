@@ -27,6 +27,7 @@
 #include "graph/ir.h"
 #include "exec/cache_disk.h"
 #include "exec/measure.h"
+#include "graph/autograd.h"
 #include "scripting/compile_lua.h"  /* static const unsigned char compile_lua[] */
 
 #define ENTRY_TYPE "fl.Entry"
@@ -141,6 +142,9 @@ typedef struct entry {
   int nsg;
   symguard sg[MAXSG];
   long hits;
+  int train;                     /* returns a loss: in grad mode with
+                                    grads wanted, compile.lua's forward and
+                                    backward pair runs (state.train) */
 } entry;
 
 /* uservalues of an entry */
@@ -312,6 +316,8 @@ static int e_new(lua_State *L) {
   lua_setiuservalue(L, eidx, EUV_CONSTS);
   lua_getfield(L, 2, "guards");
   lua_setiuservalue(L, eidx, EUV_GUARDS);
+  en->train = lua_getfield(L, 2, "train") != LUA_TNIL && lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 2, "program");
   en->pr = lfl_toprogram(L, -1);
   en->lua_prog = !en->pr && !lua_isnil(L, -1);
@@ -687,6 +693,32 @@ results:
 
 /* ---- the callable ---------------------------------------------------------- */
 
+/* In grad mode, does a call with these arguments train: a tensor argument
+** or one of the entry's parameters requires grad? */
+static int grad_wanted(lua_State *L, int eidx, int fnidx, int base, int nargs) {
+  int k, want = 0;
+  if (!ag_grad_enabled()) return 0;
+  for (k = 0; k < nargs && !want; k++) {
+    const fl_tensor *t = lfl_totensor(L, base + k);
+    want = t && lfl_requires_grad(t);
+  }
+  if (want) return 1;
+  if (lua_getiuservalue(L, eidx, EUV_PARAMS) == LUA_TTABLE) {
+    lua_Integer i, n = luaL_len(L, -1);
+    for (i = 1; i <= n && !want; i++) {
+      const fl_tensor *t;
+      lua_rawgeti(L, -1, i);
+      lua_getfield(L, -1, "path");
+      push_path(L, fnidx, lua_gettop(L));     /* stack: params, p, path, value */
+      t = lfl_totensor(L, -1);
+      want = t && lfl_requires_grad(t);
+      lua_pop(L, 3);
+    }
+  }
+  lua_pop(L, 1);
+  return want;
+}
+
 /* cm(...): first entry whose guards hold runs; else, for a function whose
 ** Lua runs each call (graph breaks), its recorded segments replay; else
 ** the Lua slow path slow(state, reason, argi, dim, ...) decides (trace,
@@ -710,6 +742,18 @@ static int call_inner(lua_State *L, compiled *c) {
       int nr;
       double t0 = 0;
       c->hits++;
+      if (en->train && grad_wanted(L, eidx, fnidx, 2, nargs)) {
+        /* training: compile.lua's forward and backward pair for this
+        ** entry (its guards held: the function is the one it traced) */
+        int top = lua_gettop(L);
+        lua_getiuservalue(L, 1, CUV_STATE);
+        lua_getfield(L, -1, "train");
+        lua_insert(L, -2);
+        lua_pushvalue(L, eidx);
+        for (k = 0; k < nargs; k++) lua_pushvalue(L, 2 + k);
+        lua_call(L, 2 + nargs, LUA_MULTRET);
+        return lua_gettop(L) - top;
+      }
       if (c->debug >= 1)
         fprintf(stderr, "fuselab: cache hit: cached graph %d of %d (%d ops)\n", k, n,
                 ir_op_count(en->g));

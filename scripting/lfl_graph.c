@@ -311,6 +311,10 @@ static int g_writebacks(lua_State *L) {
     lua_setfield(L, -2, "name");
     lua_pushstring(L, d->kind == IR_INPUT ? "input" : "param");
     lua_setfield(L, -2, "kind");
+    if (d->kind == IR_PARAM && d->value.st) {   /* the tensor written, by reference */
+      ten_share(lfl_newtensor(L), &d->value);
+      lua_setfield(L, -2, "tensor");
+    }
     lua_rawseti(L, -2, k + 1);
   }
   return 1;
@@ -387,8 +391,9 @@ static void field_str(lua_State *L, const char *key, const char *v) {
 }
 
 /* j:partition{policy = "mincut" | "save_all" | "recompute_all"} -> fw, bw,
-** info {saved = {{name, bytes, why, node}}, recomputed = {{op, reason,
-** node}}, saved_bytes, eager_saved_bytes} */
+** info {saved = {{name, bytes, why, node [, input]}}, recomputed = {{op,
+** reason, node}}, grads = {{input = k | param = t, name}}, results,
+** saved_bytes, eager_saved_bytes} */
 static int g_partition(lua_State *L) {
   static const char *const keys[] = {"policy", NULL};
   static const char *const names[] = {"mincut", "save_all", "recompute_all"};
@@ -429,9 +434,29 @@ static int g_partition(lua_State *L) {
     field_int(L, "bytes", info.saved[i].bytes);
     field_str(L, "why", info.saved[i].why);
     field_int(L, "node", info.saved[i].node);
+    if (nd->kind == IR_INPUT) field_int(L, "input", nd->index + 1);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "saved");
+  /* what each gradient the backward returns is for: a graph input (its
+  ** position) or a parameter (a tensor sharing its storage) */
+  {
+    int ng = ir_nresults(j) - j->joint_nres;
+    lua_createtable(L, ng > 0 ? ng : 0, 0);
+    for (i = 0; i < ng; i++) {
+      const ir_node *nd = &j->nodes[j->joint_wrt[i]];
+      lua_createtable(L, 0, 2);
+      if (nd->kind == IR_INPUT) field_int(L, "input", nd->index + 1);
+      else {
+        ten_share(lfl_newtensor(L), &nd->value);
+        lua_setfield(L, -2, "param");
+      }
+      if (nd->name) field_str(L, "name", nd->name);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "grads");
+  }
+  field_int(L, "results", j->joint_nres);
   lua_createtable(L, info.nrec, 0);
   for (i = 0; i < info.nrec; i++) {
     lua_createtable(L, 0, 3);
