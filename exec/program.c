@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "program.h"
+#include "measure.h"
 #include "roofline.h"
 #include "../fuse/render.h"
 #include "../graph/rng.h"
@@ -692,6 +693,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   char *is_out = NULL;
   uint64_t *start = NULL, key = 0;
   int i, k, rc = FL_OK, into = flags & EXEC_INTO, keep, reuse;
+  double t0 = meas_now();
   memset(&r, 0, sizeof r);
   if (ninputs != g->ninputs)
     return err_set(e, FL_EINVAL, "run: expected %d input(s), got %d", g->ninputs, ninputs);
@@ -795,7 +797,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
   if (rc == FL_OK && keep && !reuse) kept_stamp(pr);
   if (rc == FL_OK && keep) pr->kept_last = reuse;
-  if (rc == FL_OK) pr->runs++;
+  if (rc == FL_OK) { pr->runs++; pr->run_ms += (meas_now() - t0) * 1e3; }
   if (rc == FL_OK && pr->profile) pr->profiled_runs++;
 done:
   if (r.vals) for (i = 0; i < g->n; i++) ten_release(&r.vals[i]);

@@ -88,6 +88,7 @@ struct exec_program {
   int how;               /* CACHE_COMPILED / CACHE_DISK / CACHE_MEMORY */
   double compile_ms;     /* wall time of the last compile (or lookup) */
   int64_t runs;          /* completed runs */
+  double run_ms;         /* their wall time, summed */
   fl_tensor *slots;      /* the memory plan's slots, kept between runs */
   fl_tensor *leaves;     /* per node: params and consts on the device */
   /* Sizes bound for the last input shapes seen: a call with the same

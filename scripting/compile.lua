@@ -16,10 +16,11 @@ end
 
 -- ---- options ----------------------------------------------------------
 
-local OPTION_NAMES = {"backend", "mode", "dynamic", "fullgraph", "fuse", "recompile_limit"}
+local OPTION_NAMES = {"backend", "mode", "dynamic", "fullgraph", "fuse", "recompile_limit", "partition"}
 local CHOICES = {
   backend = {"auto", "cpu", "cuda", "eager"},
   mode = {"default", "reduce-overhead", "max-autotune"},
+  partition = {"mincut", "save_all", "recompute_all"},
 }
 
 local function check_choice(name, v)
@@ -43,6 +44,7 @@ local function check_opts(opts)
   end
   if opts.backend ~= nil then check_choice("backend", opts.backend) end
   if opts.mode ~= nil then check_choice("mode", opts.mode) end
+  if opts.partition ~= nil then check_choice("partition", opts.partition) end
   if opts.dynamic ~= nil and type(opts.dynamic) ~= "boolean" then
     error("compile: dynamic must be true, false or nil, got " .. tostring(opts.dynamic), 3)
   end
@@ -1069,6 +1071,8 @@ local function train_build(st, args, fresh)
   end
   local fplan, fprog = compile_half(fw)
   local bplan, bprog = compile_half(bw)
+  fprog:compile()   -- now, not in the first call's run (compile_ms, not backward_ms)
+  bprog:compile()
   -- each gradient's leaf: an argument by position, a parameter by storage
   local params = live_params(st.fn, info.params)
   local leaves = {}
@@ -1091,15 +1095,9 @@ local function train_build(st, args, fresh)
   stats.backward_kernels = stats.backward_kernels + bplan:stats().kernels
   stats.saved_bytes = pinfo.saved_bytes
   stats.recomputed = #pinfo.recomputed
-  stats.compiles = stats.compiles + 1
   stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
-  st.plans[#st.plans + 1] = fplan
-  st.plans[#st.plans + 1] = bplan
-  st.programs[#st.programs + 1] = fprog
-  st.programs[#st.programs + 1] = bprog
-  st.graphs[#st.graphs + 1] = fplan:graph()
-  st.graphs[#st.graphs + 1] = bplan:graph()
-  st.train_info = pinfo
+  st.train_pairs[#st.train_pairs + 1] = {fw = fplan, bw = bplan, fw_program = fprog, bw_program = bprog,
+                                         partition = pinfo}
   return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves,
           params = params}
 end
@@ -1415,6 +1413,8 @@ function methods.stats(cm)
                steady = #tm.steady > 0 and fl.measure(tm.steady) or nil}
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   s.training_note = st.no_train
+  s.backward_ms = 0
+  for _, p in ipairs(st.train_pairs) do s.backward_ms = s.backward_ms + p.bw_program:stats().run_ms end
   return s
 end
 
@@ -1454,6 +1454,14 @@ end
 function methods.plans(cm)
   local out = {}
   for i, p in ipairs(cm.state.plans) do out[i] = p end
+  return out
+end
+
+-- cm:training() -> {{fw =, bw = (their plans), fw_program =, bw_program =,
+-- partition = (j:partition's info)}...}: the compiled training pairs
+function methods.training(cm)
+  local out = {}
+  for i, p in ipairs(cm.state.train_pairs) do out[i] = p end
   return out
 end
 
@@ -1512,7 +1520,7 @@ function fl.compile(fn, opts)
     entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
     auto_dyn = {}, dyn_num = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
-    ntraces = 0, train_cache = setmetatable({}, {__mode = "k"}), train_why = {},
+    ntraces = 0, train_cache = setmetatable({}, {__mode = "k"}), train_why = {}, train_pairs = {},
   }
   st.train = train
   st.exec = make_exec(st)

@@ -242,7 +242,7 @@ static int p_codegen(lua_State *L) {
 /* ---- programs ------------------------------------------------------------ */
 
 /* k:stats() -> {kernels, compiled, how = "compiled"|"disk"|"memory"|"remote",
-** compile_ms, runs, kept, kept_runs, kept_skips}: kept kernels read
+** compile_ms, runs, run_ms (their wall time, summed), kept, kept_runs, kept_skips}: kept kernels read
 ** weights only (exec_program.keep); their launches, and those saved */
 static int k_stats(lua_State *L) {
   static const char *const hows[] = {"compiled", "disk", "memory", "remote"};
@@ -261,6 +261,7 @@ static int k_stats(lua_State *L) {
   }
   lua_pushnumber(L, pr->compile_ms); lua_setfield(L, -2, "compile_ms");
   lua_pushinteger(L, (lua_Integer)pr->runs); lua_setfield(L, -2, "runs");
+  lua_pushnumber(L, pr->run_ms); lua_setfield(L, -2, "run_ms");
   return 1;
 }
 

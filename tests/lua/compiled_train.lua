@@ -61,9 +61,14 @@ do
   local x, y = fl.randn(16, 32), (fl.rand(16) * 10):to("int64")
   local cf = same_grads("MLP with GELU", m, function(a, b) return fl.cross_entropy(m(a), b) end, {x, y})
   local s = cf:stats()
-  t.ok(s.backward_kernels > 0 and s.saved_bytes > 0 and s.recomputed >= 1,
-       ("stats: %d backward kernels, %d saved bytes, %d recomputed op(s)"):format(
-       s.backward_kernels, s.saved_bytes, s.recomputed))
+  t.ok(s.backward_kernels > 0 and s.saved_bytes > 0 and s.recomputed >= 1 and s.backward_ms > 0,
+       ("stats: %d backward kernels, %d saved bytes, %d recomputed op(s), %.3f ms in backward"):format(
+       s.backward_kernels, s.saved_bytes, s.recomputed, s.backward_ms))
+  local pair = cf:training()[1]
+  t.ok(pair and pair.bw:stats().kernels == s.backward_kernels and
+       pair.partition.saved_bytes == s.saved_bytes and pair.partition.saved_bytes < pair.partition.eager_saved_bytes,
+       ("cm:training(): the pair's plans and partition (mincut saves %d of save_all's %d bytes)"):format(
+       pair and pair.partition.saved_bytes or -1, pair and pair.partition.eager_saved_bytes or -1))
   local l = cf(x, y)
   t.ok(tostring(l.grad_fn):find("CompiledFunctionBackward", 1, true), "the loss's grad_fn: " .. tostring(l.grad_fn))
   t.is(l.grad_fn.name, "CompiledFunctionBackward", "grad_fn.name")
@@ -225,6 +230,44 @@ do
   t.ok(close(m.weight.grad, g1 * 2), "with retain_graph a second backward accumulates")
   t.raises(function() fl.grad(cl(x), {m.weight}) end, "fl.grad through a compiled function",
            "fl.grad through a compiled function says it is not supported yet")
+end
+
+-- ---- the partition option ------------------------------------------------------------
+do
+  fl.manual_seed(6)
+  local m = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 2))
+  local x, y = fl.randn(4, 8), fl.tensor({0, 1, 1, 0})
+  local f = function(a, b) return fl.cross_entropy(m(a), b) end
+  local _, ge = grads_of(m, f, {x, y})
+  local saved = {}
+  for _, pol in ipairs{"mincut", "save_all", "recompute_all"} do
+    local cf = fl.compile(f, {partition = pol})
+    local _, gc = grads_of(m, f, {x, y}, cf)
+    local ok = true
+    for i = 1, #ge do ok = ok and gc[i] and close(gc[i], ge[i]) end
+    saved[pol] = cf:stats().saved_bytes
+    t.ok(ok and cf:training()[1].partition.policy == pol,
+         ("partition = %s: the same gradients, %d bytes saved"):format(pol, saved[pol]))
+  end
+  t.ok(saved.mincut < saved.save_all, ("mincut saves fewer bytes than save_all (%d < %d)"):format(
+       saved.mincut, saved.save_all))
+  t.raises(function() fl.compile(f, {partition = "some"}) end, "partition must be one of mincut, save_all, recompute_all",
+           "an unknown partition policy is an error naming the choices")
+end
+
+-- no tape left behind: 50 compiled steps free what they record
+do
+  local m = nn.Linear(6, 2)
+  local cf = fl.compile(function(a) return m(a):pow(2):mean() end)
+  local x = fl.randn(3, 6)
+  for _ = 1, 3 do cf(x):backward() end
+  collectgarbage(); collectgarbage()
+  local before = fl._autograd_live()
+  for _ = 1, 50 do cf(x):backward() end
+  m.weight.grad, m.bias.grad = nil, nil
+  collectgarbage(); collectgarbage()
+  t.ok(fl._autograd_live() <= before, ("50 compiled steps leave no tape alive (%d fns before, %d after)"):format(
+       before, fl._autograd_live()))
 end
 
 t.done()
