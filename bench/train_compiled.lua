@@ -11,7 +11,7 @@ local nn = fl.nn
 local models = {
   mlp = function() return nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)) end,
   cnn = function() return fl.models.cnn{channels = {3, 16, 32}, classes = 10, input = 32} end,
-  -- eval mode: no dropout (a joint graph cannot name the forward's mask yet)
+  -- no dropout: the same model as the eager bench
   gpt = function()
     local m = fl.models.transformer{vocab = 512, d = 128, heads = 4, layers = 2, seq = 64}
     m:eval()

@@ -33,10 +33,6 @@ static int step(gbuild *b, const ir_graph *g, int id, const char *rg, int *gsum)
   fl_meta in_meta[64];
   gr_ctx c;
   if (op_info_of(nd->op)->grad == gr_none) return FL_OK;
-  if (nd->op == OP_DROPOUT)
-    return b->rc = err_set(b->e, FL_EUNSUPPORTED, "joint: dropout's gradient needs the mask its forward "
-                           "drew, which a joint graph cannot name yet (put the model in eval mode, or "
-                           "use eager autograd)");
   for (k = 0; k < nd->nin; k++) {
     need[k] = nd->in[k] >= 0 && rg[nd->in[k]];
     if (nd->in[k] >= 0) in_meta[k] = g->nodes[nd->in[k]].meta;
@@ -98,7 +94,59 @@ out:
   return h;
 }
 
+/* g with every dropout(x) written as x * dropout(ones): the mask becomes
+** a value of the forward, which the backward reads (g * mask) and the
+** partitioner saves (a random draw is never recomputed).  It draws where
+** the dropout drew (random nodes keep their order), so the forward gives
+** eager's values.  NULL with e set when out of memory. */
+static ir_graph *joint_of(const ir_graph *g, fl_err *e);
+
+static ir_graph *mask_dropout(const ir_graph *g, fl_err *e) {
+  ir_graph *h = ir_new();
+  int *map = malloc((size_t)(g->n ? g->n : 1) * sizeof *map);
+  int i, rc = FL_OK, nres = ir_nresults(g);
+  gbuild b;
+  if (!h || !map) { ir_free(h); free(map); err_set(e, FL_ENOMEM, "joint: out of memory"); return NULL; }
+  gb_init(&b, h, e);
+  for (i = 0; i < g->n && rc == FL_OK && !b.rc; i++) {
+    const ir_node *nd = &g->nodes[i];
+    if (nd->kind == IR_OP && nd->op == OP_DROPOUT) {
+      const fl_meta *m = &g->nodes[nd->in[0]].meta;
+      int ones, mask;
+      b.where = nd->where;
+      b.scope = nd->scope;
+      ones = gb_expand(&b, gb_cast(&b, gb_const(&b, 1.0), m->dtype), m->ndim, m->shape);
+      mask = gb_op(&b, OP_DROPOUT, &nd->attrs, 1, &ones);
+      if (mask >= 0 && ir_set_name(h, mask, "dropout's mask", e) != FL_OK) rc = FL_ENOMEM;
+      map[i] = gb_op2(&b, OP_MUL, map[nd->in[0]], mask);
+    } else if ((map[i] = ir_copy_node(h, g, i, map, e)) < 0) {
+      rc = map[i];
+    }
+  }
+  if (b.rc) rc = b.rc;
+  for (i = 0; i < nres && rc == FL_OK; i++) rc = ir_add_output(h, map[g->outputs[i]], e);
+  for (i = 0; i < g->nwb && rc == FL_OK; i++)
+    rc = ir_add_writeback(h, map[g->outputs[nres + i]], map[g->wb[i]], e);
+  free(map);
+  if (rc != FL_OK) { ir_free(h); return NULL; }
+  return h;
+}
+
 ir_graph *ir_joint(const ir_graph *g, fl_err *e) {
+  ir_graph *masked = NULL;
+  int i;
+  for (i = 0; i < g->n && !g->nsyms; i++)   /* (joint_of refuses symbolic sizes) */
+    if (g->nodes[i].kind == IR_OP && g->nodes[i].op == OP_DROPOUT) {
+      ir_graph *j;
+      if (!(masked = mask_dropout(g, e))) return NULL;
+      j = joint_of(masked, e);
+      ir_free(masked);
+      return j;
+    }
+  return joint_of(g, e);
+}
+
+static ir_graph *joint_of(const ir_graph *g, fl_err *e) {
   ir_graph *j = NULL, *pruned;
   char *rg = NULL;
   int *gsum = NULL, i, k, n = g->n, nres = ir_nresults(g), nleaf = 0, seed, rc = FL_OK;

@@ -13,9 +13,9 @@
 #include "ir.h"
 
 /* The joint graph of g, whose first result must be a float scalar (the
-** loss; its gradient is 1).  NULL with e filled: no leaf requires grad, a
-** loss that is not a scalar, symbolic sizes, an op whose gradient needs a
-** value the graph cannot recompute (dropout's mask). */
+** loss; its gradient is 1).  A dropout(x) becomes x * dropout(ones): its
+** mask is a forward value the backward reads.  NULL with e filled: no
+** leaf requires grad, a loss that is not a scalar, symbolic sizes. */
 ir_graph *ir_joint(const ir_graph *g, fl_err *e);
 
 /* fwd[i] = 1 for the nodes of j's forward half: those its results and

@@ -1011,8 +1011,8 @@ end
 -- entry and requires_grad pattern.  A function that cannot be one graph
 -- (graph breaks) or returns something else keeps the inference path
 -- (st.no_train says why); a loss whose joint graph cannot be built
--- (dropout, symbolic sizes, the CUDA backend) trains eagerly, the reason
--- in stats.training_eager.
+-- (symbolic sizes, the CUDA backend) trains eagerly, the reason in
+-- stats.training_eager.
 
 local capture_outputs   -- fl.capture's (below)
 local train             -- below

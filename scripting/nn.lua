@@ -927,14 +927,15 @@ function MHA:forward(q, k, v)
   return out
 end
 
--- nn.TransformerBlock(d, heads [, {mlp=4, causal=true}]): the pre-LN GPT
--- block  x + attn(ln1(x)), then  x + mlp(ln2(x)), with
--- mlp = Linear(d, 4d) -> GELU -> Linear(4d, d).
+-- nn.TransformerBlock(d, heads [, {mlp=4, causal=true, dropout=0}]): the
+-- pre-LN GPT block  x + attn(ln1(x)), then  x + mlp(ln2(x)), with
+-- mlp = Linear(d, 4d) -> GELU -> Linear(4d, d); dropout > 0 drops each
+-- branch before its residual add (GPT-2's resid_pdrop).
 local Block = class("nn.TransformerBlock")
 nn.TransformerBlock = Block
 
 function Block:__init(d, heads, opts)
-  opts = options(opts, {"mlp", "causal"}, "nn.TransformerBlock")
+  opts = options(opts, {"mlp", "causal", "dropout"}, "nn.TransformerBlock")
   self.d, self.heads = check_int(d, "nn.TransformerBlock: d"), check_int(heads, "nn.TransformerBlock: heads")
   d, heads = self.d, self.heads
   local hidden = check_int(opts.mlp or 4, "nn.TransformerBlock: mlp") * d
@@ -942,13 +943,19 @@ function Block:__init(d, heads, opts)
   self:add_module("attn", MHA(d, heads, {causal = opts.causal ~= false}))
   self:add_module("ln2", LayerNorm(d))
   self:add_module("mlp", Sequential(Linear(d, hidden), GELU(), Linear(hidden, d)))
+  if (opts.dropout or 0) > 0 then self:add_module("drop", Dropout(opts.dropout)) end
 end
 
 function Block:_head() return fmt("nn.TransformerBlock(%d, heads=%d)", self.d, self.heads) end
 
 function Block:forward(x)
-  x = x + self.attn(self.ln1(x))
-  return x + self.mlp(self.ln2(x))
+  local drop = rawget(self, "drop")
+  local a = self.attn(self.ln1(x))
+  if drop then a = drop(a) end
+  x = x + a
+  local m = self.mlp(self.ln2(x))
+  if drop then m = drop(m) end
+  return x + m
 end
 
 -- ---------------------------------------------------------------------------
@@ -982,7 +989,7 @@ end
 local GPT = class("fl.models.transformer")
 
 function GPT:__init(cfg)
-  cfg = options(cfg, {"vocab", "d", "heads", "layers", "seq"}, "fl.models.transformer")
+  cfg = options(cfg, {"vocab", "d", "heads", "layers", "seq", "dropout"}, "fl.models.transformer")
   local what = "fl.models.transformer"
   self.vocab = check_int(cfg.vocab, what .. ": vocab")
   self.d = check_int(cfg.d, what .. ": d")
@@ -994,8 +1001,11 @@ function GPT:__init(cfg)
   end
   self:add_module("tok_emb", Embedding(self.vocab, self.d))
   self:add_module("pos_emb", Embedding(self.seq, self.d))
+  local p = cfg.dropout or 0
+  if type(p) ~= "number" or p < 0 or p >= 1 then error(fmt("%s: dropout must be in [0, 1), got %s", what, tostring(p)), 0) end
+  if p > 0 then self:add_module("drop", Dropout(p)) end
   local blocks = Sequential()
-  for _ = 1, self.layers do blocks:add(Block(self.d, self.heads)) end
+  for _ = 1, self.layers do blocks:add(Block(self.d, self.heads, {dropout = p})) end
   self:add_module("blocks", blocks)
   self:add_module("ln_f", LayerNorm(self.d))
   self:add_module("head", Linear(self.d, self.vocab, {bias = false}))
@@ -1014,13 +1024,15 @@ function GPT:forward(idx)
   local T = idx.shape[n]
   if T > self.seq then self:error("sequence of %d tokens is longer than seq=%d", T, self.seq) end
   local x = self.tok_emb(idx) + self.pos_emb(fl.arange(T, {device = idx.device}))
+  if rawget(self, "drop") then x = self.drop(x) end
   x = self.blocks(x)
   return self.head(self.ln_f(x))
 end
 
--- fl.models.transformer{vocab=, d=, heads=, layers=, seq=}: token and
--- learned position embeddings, `layers` pre-LN blocks, a final LayerNorm
--- and a bias-free head to vocab logits.
+-- fl.models.transformer{vocab=, d=, heads=, layers=, seq= [, dropout=0]}:
+-- token and learned position embeddings, `layers` pre-LN blocks, a final
+-- LayerNorm and a bias-free head to vocab logits; dropout > 0 after the
+-- embeddings and on every residual branch, active in training mode.
 function models.transformer(cfg) return GPT(cfg) end
 
 -- fl.models.cnn{channels={c_in, c1, c2, ...}, classes=, input=H or {H, W}}:

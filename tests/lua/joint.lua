@@ -191,9 +191,23 @@ do
            "partition: unknown policy greedy %(expected mincut, save_all or recompute_all%)", "an unknown policy")
   t.raises(function() g:joint():partition{policy = 3} end, "partition: unknown policy 3 %(expected", "a policy of the wrong type")
   t.raises(function() g:joint():partition{polcy = "mincut"} end, "partition: unknown option 'polcy'", "an unknown option")
-  local d = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
-  t.raises(function() fl.capture(function(a) return d(a):sum() end, x):joint() end,
-           "joint: dropout's gradient needs the mask", "dropout in training: named, not wrong")
+  -- dropout in training: the forward's mask is a value of the joint graph
+  -- (x * dropout(ones)), the gradients eager autograd's for the same seed
+  local d = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.Linear(3, 2))
+  local xd = fl.randn(6, 3)
+  local fd = function(a) return d(a):pow(2):sum() end
+  fl.manual_seed(11)
+  fd(xd):backward()
+  local want = {}
+  for i, p in ipairs(d:parameters()) do want[i] = p.grad * 1; p.grad = nil end
+  fl.manual_seed(11)
+  local jd = fl.capture(fd, xd):joint()
+  fl.manual_seed(11)
+  local outs = table.pack(jd:run(xd))
+  local okd, masked = true, false
+  for i = 1, #want do okd = okd and (outs[1 + i] - want[i]):abs():amax():item() <= 1e-5 end
+  for _, op in ipairs(jd:ops()) do masked = masked or op == "dropout" end
+  t.ok(okd and masked, "dropout in training: the joint graph's gradients are eager's for the same seed")
   -- the session goes on: a joint graph still builds
   t.ok(g:joint():partition() ~= nil, "after the errors a partition still builds")
 end
