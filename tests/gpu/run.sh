@@ -61,6 +61,11 @@ LUA_PATH="$here/tests/lua/?.lua;;" ./fuselab "$here/tests/lua/cuda_run.lua" > cu
   || { cat cuda_run.log; fail "tests/lua/cuda_run.lua"; }
 grep -E '^not ok|^1\.\.' cuda_run.log
 
+step "Lua: tests/lua/cuda_train.lua (compiled training's forward and backward)"
+LUA_PATH="$here/tests/lua/?.lua;;" ./fuselab "$here/tests/lua/cuda_train.lua" > cuda_train.log 2>&1 \
+  || { cat cuda_train.log; fail "tests/lua/cuda_train.lua"; }
+grep -E '^not ok|^1\.\.' cuda_train.log
+
 step "bench/gpu"
 timeout 150 ./bench/gpu | tee bench_gpu.log || fail "bench/gpu"
 

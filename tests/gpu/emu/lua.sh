@@ -1,5 +1,5 @@
 #!/bin/sh
-# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, mutation.lua, vision.lua,
+# lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, cuda_train.lua, mutation.lua, vision.lua,
 # movement.lua, lesson 07 and the
 # examples of doc/API.md marked as needing a GPU (each in a fresh fuselab
 # in an empty folder, as tests/doc/doc.sh runs the others).  TAP.
@@ -45,6 +45,12 @@ LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda_run.lua
 rc=$?
 grep -q '^not ok' "$tmp/cuda_run.log" && rc=1
 report "tests/lua/cuda_run.lua" $rc "$tmp/cuda_run.log"
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/cuda_train.lua" > "$tmp/cuda_train.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/cuda_train.log" && rc=1
+grep -q '^ok 3 ' "$tmp/cuda_train.log" || rc=1
+report "tests/lua/cuda_train.lua" $rc "$tmp/cuda_train.log"
 
 LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/mutation.lua" > "$tmp/mutation.log" 2>&1
 rc=$?
