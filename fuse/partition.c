@@ -188,7 +188,9 @@ static ir_graph *build_bw(const ir_graph *j, const char *fwd, const char *save,
   for (i = 0; i < j->n && rc == FL_OK; i++) {
     const ir_node *nd = &j->nodes[i];
     int used = !fwd[i] || rec[i], k2;
-    if (map[i] >= 0 || !used) continue;
+    /* an input the backward does not read (the loss does not use it) is
+    ** not in its signature: the saved values are */
+    if (map[i] >= 0 || !used || nd->kind == IR_INPUT) continue;
     /* leaves the backward reads: params and constants, held by both */
     if (nd->kind == IR_OP)
       for (k2 = 0; k2 < nd->nin && rc == FL_OK; k2++) {

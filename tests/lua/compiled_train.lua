@@ -259,6 +259,18 @@ do
            "fl.grad through a compiled function says it is not supported yet")
 end
 
+-- an argument the loss does not use (nor its backward)
+do
+  local m = nn.Linear(3, 2)
+  local f = function(a, unused, b) return fl.cross_entropy(m(a), b) end
+  local cf = fl.compile(f)
+  local x, y = fl.randn(4, 3), fl.tensor({0, 1, 1, 0})
+  local _, ge = grads_of(m, f, {x, fl.randn(5), y})
+  local _, gc = grads_of(m, f, {x, fl.randn(5), y}, cf)
+  t.ok(close(gc[1], ge[1]) and close(gc[2], ge[2]) and cf:stats().backward_graphs == 1,
+       "a tensor argument the loss does not read: the backward does not take it")
+end
+
 -- ---- the partition option ------------------------------------------------------------
 do
   fl.manual_seed(6)

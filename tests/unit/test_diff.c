@@ -20,6 +20,13 @@
 ** two halves by two compiler runs side by side (two cores).  Kernels whose
 ** code is identical across graphs are compiled once (aliases).
 **
+** Backward: one graph in four (by seed) is also trained.  Its float32
+** results, each times a random weight and summed, are a loss; its float32
+** inputs require grad; the loss's joint graph (graph/joint.h) is split by
+** the minimum-cut partitioner, and the compiled forward then the compiled
+** backward (given what the forward saved) must give the gradients the
+** reference interpreter computes from the joint graph.
+**
 ** Tolerances against the double-precision oracle: float32 |got - want| <=
 ** 2e-3 (1 + |want|); float16 1e-2, bfloat16 3e-2 relative; int64 (some
 ** inputs beyond 2^53, to the ends of the range: overflow wraps) and bool
@@ -44,6 +51,9 @@
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "graph/ref.h"
+#include "graph/build.h"
+#include "graph/joint.h"
+#include "fuse/partition.h"
 
 #define BATCH 100
 static int mismatch(const fl_tensor *got, const fl_tensor *want, char *why, size_t n) {
@@ -81,6 +91,9 @@ typedef struct item {
   uint64_t seed;
   ir_graph *g;
   exec_program *pr[2];     /* fused, unfused */
+  ir_graph *joint;         /* a loss of g's results: its joint graph, or NULL */
+  exec_program *fw, *bw;   /* its halves, compiled */
+  part_info info;
 } item;
 
 static int failures;
@@ -130,6 +143,119 @@ static void add_random_writeback(ir_graph *g, uint64_t seed) {
       return;
     }
   }
+}
+
+/* g's float32 results, each times a random weight and summed: the loss
+** of a training step whose float32 inputs require grad.  NULL when g has
+** no float32 result or input. */
+static ir_graph *loss_graph(const ir_graph *g, uint64_t seed, fl_err *e) {
+  ir_graph *h = ir_clone(g);
+  gbuild b;
+  int i, loss = -1, leaves = 0, nres = ir_nresults(g);
+  uint64_t r = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  if (!h) return NULL;
+  gb_init(&b, h, e);
+  for (i = 0; i < nres && !b.rc; i++) {
+    int o = g->outputs[i], s;
+    fl_tensor w = {0};
+    fl_meta m = g->nodes[o].meta;
+    int64_t k, n = meta_numel(&m);
+    if (m.dtype != FL_F32 || n == 0) continue;
+    m.wrapped = 0;
+    if (ten_empty(&w, &m, e) != FL_OK) break;
+    for (k = 0; k < n; k++) {
+      r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+      ten_set(&w, k, (double)(r >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+    }
+    s = gb_reduce(&b, OP_SUM, gb_op2(&b, OP_MUL, o, gb_tensor(&b, &w)), NULL, 0, 0);
+    ten_release(&w);
+    loss = loss < 0 ? s : gb_op2(&b, OP_ADD, loss, s);
+  }
+  for (i = 0; i < h->n; i++)
+    if (h->nodes[i].kind == IR_INPUT && h->nodes[i].meta.dtype == FL_F32) {
+      h->nodes[i].requires_grad = 1;
+      leaves++;
+    }
+  h->nout = 0;
+  h->nwb = 0;
+  free(h->wb);
+  h->wb = NULL;
+  if (b.rc || loss < 0 || !leaves || ir_add_output(h, loss, e) != FL_OK) { ir_free(h); return NULL; }
+  return h;
+}
+
+/* it's training step: its joint graph split, both halves planned fused
+** and generated (1), or nothing to train (0: no float32 path from an input
+** to a result, an op without a rule on every path). */
+static int add_backward(item *it, fl_err *e) {
+  ir_graph *l = it->seed % 4 == 0 ? loss_graph(it->g, it->seed, e) : NULL, *fw = NULL, *bw = NULL;
+  fuse_plan *p;
+  char prefix[32];
+  int h;
+  if (!l) return 0;
+  err_clear(e);
+  it->joint = ir_joint(l, e);
+  ir_free(l);
+  if (!it->joint) return 0;
+  if (fuse_partition(it->joint, PART_MINCUT, &fw, &bw, &it->info, e) != FL_OK) {
+    report(it, e->msg);
+    return 0;
+  }
+  for (h = 0; h < 2; h++) {
+    snprintf(prefix, sizeof prefix, "g%llu%c_", (unsigned long long)it->seed, h ? 'b' : 'w');
+    p = fuse_plan_build(h ? bw : fw, NULL, e);
+    if (!p) { report(it, e->msg); break; }
+    *(h ? &it->bw : &it->fw) = exec_codegen(&cpu_backend, p, prefix, e);
+    fuse_plan_free(p);
+    if (!*(h ? &it->bw : &it->fw)) { report(it, e->msg); break; }
+  }
+  ir_free(fw);
+  ir_free(bw);
+  return it->fw && it->bw;
+}
+
+/* The compiled forward, then the compiled backward on what it saved,
+** against the oracle running the joint graph. */
+static void check_backward(item *it) {
+  const ir_graph *j = it->joint;
+  fl_tensor in[RG_MAXN], want[64], fo[64], go[64];
+  const fl_tensor *inp[RG_MAXN], *saved[256];
+  int nres = ir_nresults(j), ng = nres - j->joint_nres, i, k = 0, nf;
+  fl_err e;
+  char why[1400], w2[300];
+  memset(in, 0, sizeof in); memset(want, 0, sizeof want); memset(fo, 0, sizeof fo); memset(go, 0, sizeof go);
+  if (ng > 63 || it->info.nsaved > 256) return;
+  rg_fill_inputs(it->g, in, it->seed);
+  for (i = 0; i < j->ninputs; i++) inp[i] = &in[i];
+  if (ir_run(j, ref_apply, inp, j->ninputs, want, &e) != FL_OK) goto done;
+  nf = it->fw->plan->g->nout;
+  if (nf > 64 || exec_program_run(it->fw, inp, j->ninputs, fo, &e) != FL_OK) {
+    snprintf(why, sizeof why, "compiled forward of the training step failed: %s", e.msg);
+    report(it, why);
+    goto done;
+  }
+  for (i = 0; i < it->info.nsaved; i++) {
+    const ir_node *nd = &j->nodes[it->info.saved[i].node];
+    saved[i] = nd->kind == IR_INPUT ? inp[nd->index] : &fo[j->joint_nres + k++];
+  }
+  if (exec_program_run(it->bw, saved, it->info.nsaved, go, &e) != FL_OK) {
+    snprintf(why, sizeof why, "compiled backward failed: %s", e.msg);
+    report(it, why);
+    goto done;
+  }
+  if (mismatch(&fo[0], &want[0], w2, sizeof w2)) {
+    snprintf(why, sizeof why, "the training step's loss: %s", w2);
+    report(it, why);
+  }
+  for (i = 0; i < ng; i++)
+    if (mismatch(&go[i], &want[j->joint_nres + i], w2, sizeof w2)) {
+      snprintf(why, sizeof why, "gradient %d of input %%%d: %s", i, j->joint_wrt[i], w2);
+      report(it, why);
+      break;
+    }
+done:
+  for (i = 0; i < RG_MAXN; i++) ten_release(&in[i]);
+  for (i = 0; i < 64; i++) { ten_release(&want[i]); ten_release(&fo[i]); ten_release(&go[i]); }
 }
 
 /* Fresh copies of the inputs at in (each run writes back into its own). */
@@ -265,7 +391,8 @@ int main(void) {
   double limit = et ? atof(et) : 1200, t0 = (double)time(NULL);
   uint64_t next = seed0;
   item *items = calloc(BATCH, sizeof *items);
-  exec_program **prs = calloc(2 * BATCH, sizeof *prs);
+  exec_program **prs = calloc(4 * BATCH, sizeof *prs);
+  long trained = 0;
   char tmpl[] = "/tmp/fl-diff-XXXXXX";
   int timed_out = 0;
   fl_err e;
@@ -311,6 +438,11 @@ int main(void) {
         if (!it->pr[f]) { report(it, e.msg); break; }
         prs[np++] = it->pr[f];
       }
+      if (add_backward(it, &e)) {
+        prs[np++] = it->fw;
+        prs[np++] = it->bw;
+        trained++;
+      }
       n++;
     }
     {
@@ -343,12 +475,18 @@ int main(void) {
         }
     }
     if (np >= 0) {
-      for (i = 0; i < n; i++)
+      for (i = 0; i < n; i++) {
         if (items[i].pr[0] && items[i].pr[1]) check_item(&items[i]);
+        if (items[i].fw && items[i].bw) check_backward(&items[i]);
+      }
     }
     for (i = 0; i < n; i++) {
       exec_program_free(items[i].pr[0]);
       exec_program_free(items[i].pr[1]);
+      exec_program_free(items[i].fw);
+      exec_program_free(items[i].bw);
+      if (items[i].joint) part_info_free(&items[i].info);
+      ir_free(items[i].joint);
       ir_free(items[i].g);
     }
     done += n;
@@ -359,7 +497,10 @@ int main(void) {
   ok(mem_peak + mem_bytes == 0, "no fused plan needs more memory at its peak (%ld do) or moves more "
      "bytes (%ld do) than its graph op by op", mem_peak, mem_bytes);
   ok(failures == 0, "%ld random graphs (seeds %llu..%llu; %ld write back into an input), fused and "
-     "unfused, match the reference", done, (unsigned long long)seed0, (unsigned long long)(next - 1), wbs);
+     "unfused, match the reference; %ld trained: compiled forward and backward give the "
+     "reference's gradients", done, (unsigned long long)seed0, (unsigned long long)(next - 1), wbs,
+     trained);
+  ok(trained * 8 >= done || done < 40, "at least one graph in eight trained (%ld of %ld)", trained, done);
   /* the time bound shortens a run on a slow or busy machine, never fails
   ** it: what ran is said, and at least one batch always runs */
   ok(done > 0, "checked %ld of %ld graphs in %.0f s", done, total, (double)time(NULL) - t0);
