@@ -512,11 +512,40 @@ static int l_draw_compare(lua_State *L) {
   lfl_viz_list l;
   lfl_viz_scratch *s;
   fl_err e;
+  const char *pol[2] = {NULL, NULL};
   int keep, i;
   lua_settop(L, 4);
-  lfl_viz_opts(L, 4, &o, draw_keys, "draw_compare");
   lua_newtable(L);
   keep = lua_gettop(L);
+  /* partition = {"save_all", "mincut"}: one policy per side (a joint graph
+  ** each); the options are read without it */
+  if (lua_istable(L, 4) && lua_getfield(L, 4, "partition") == LUA_TTABLE) {
+    lua_pushvalue(L, 4);
+    lua_rawseti(L, keep, 1);               /* the strings stay anchored */
+    for (i = 0; i < 2; i++) {
+      if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING)
+        luaL_error(L, "draw_compare: partition = {before's, after's}: two policy names "
+                   "(mincut, save_all or recompute_all)");
+      pol[i] = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);                        /* opts without partition */
+    lua_pushnil(L);
+    while (lua_next(L, 4)) {
+      if (!(lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), "partition") == 0)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -4);
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    lua_replace(L, 4);
+  } else if (lua_istable(L, 4)) {
+    lua_pop(L, 1);
+  }
+  lfl_viz_opts(L, 4, &o, draw_keys, "draw_compare");
   s = lfl_viz_scratch_new(L);
   lfl_viz_list_init(L, s, &l, "draw_compare");
   for (i = 0; i < 2; i++) {
@@ -529,6 +558,8 @@ static int l_draw_compare(lua_State *L) {
       luaL_error(L, "draw_compare: %s is a %s of %d graphs: compare one at a time (cm:plans()[i])",
                  side[i], lfl_viz_typeof(L, i + 1), l.n - n0);
   }
+  for (i = 0; i < 2; i++)
+    if ((l.st[i].partition = pol[i]) != NULL && !l.st[i].label) l.st[i].label = "joint graph";
   err_clear(&e);
   if (viz_draw_compare(&l.st[0], &l.st[1], path, &o, &e) != FL_OK)
     return lfl_viz_raise(L, "draw_compare", &e);

@@ -340,7 +340,7 @@ static int inline_leaves(viz_view *v, int on) {
 /* A joint graph's halves, and what crosses between them: under o's
 ** partition policy what it saves and recomputes, else (as eager autograd)
 ** every forward value a backward node reads, saved. */
-static int joint_marks(viz_view *v, const viz_opts *o, fl_err *e) {
+static int joint_marks(viz_view *v, const char *pol, fl_err *e) {
   const ir_graph *g = v->g;
   size_t n = (size_t)(g->n ? g->n : 1);
   int i, k;
@@ -351,17 +351,20 @@ static int joint_marks(viz_view *v, const viz_opts *o, fl_err *e) {
   ir_joint_forward(g, v->jside);
   for (i = 0; i < g->n; i++)
     v->jside[i] = g->nodes[i].kind != IR_OP ? 0 : v->jside[i] ? 1 : 2;
-  if (o && o->partition) {
+  if (pol) {
     static const char *const names[] = {"mincut", "save_all", "recompute_all"};
     ir_graph *fw, *bw;
     part_info info;
-    for (k = 0; k < 3 && strcmp(o->partition, names[k]) != 0; k++) {}
+    for (k = 0; k < 3 && strcmp(pol, names[k]) != 0; k++) {}
     if (k == 3)
       return err_set(e, FL_EINVAL, "draw: partition \"%s\" (expected mincut, save_all or "
-                     "recompute_all)", o->partition);
+                     "recompute_all)", pol);
     if (fuse_partition(g, (part_policy)k, &fw, &bw, &info, e) != FL_OK) return e->code;
     for (i = 0; i < info.nsaved; i++) v->jsaved[info.saved[i].node] = 1;
     for (i = 0; i < info.nrec; i++) v->jrec[info.rec[i].node] = 1;
+    v->jpol = names[k];
+    v->jbytes = info.saved_bytes;
+    v->jnrec = info.nrec;
     ir_free(fw);
     ir_free(bw);
     part_info_free(&info);
@@ -438,12 +441,15 @@ int viz_view_init(viz_view *v, const viz_stage *st, int index, int multi,
     }
     free(ext);
   }
-  if (o && o->partition && !g->joint_nres) {
-    viz_view_free(v);
-    return err_set(e, FL_EINVAL, "draw: partition= is for a joint graph (g:joint()), and "
-                   "stage %d is not one", index + 1);
+  {
+    const char *pol = st->partition ? st->partition : o ? o->partition : NULL;
+    if (pol && !g->joint_nres) {
+      viz_view_free(v);
+      return err_set(e, FL_EINVAL, "draw: partition= is for a joint graph (g:joint()), and "
+                     "stage %d is not one", index + 1);
+    }
+    if (g->joint_nres && joint_marks(v, pol, e) != FL_OK) { viz_view_free(v); return e->code; }
   }
-  if (g->joint_nres && joint_marks(v, o, e) != FL_OK) { viz_view_free(v); return e->code; }
   if (o && (o->focus_kernel || o->focus_around >= 0 || o->focus_block >= 0)) {
     int rc = focus(v, o, e);           /* a piece: no further collapsing */
     if (rc != FL_OK) { viz_view_free(v); return rc; }

@@ -778,6 +778,14 @@ static void stage_frame(viz_builder *b, const viz_scene *s, viz_view *v, int i) 
     }
     strbuf_printf(&b->tmp, "%d buffer%s \xc2\xb7 %s moved</font>", buffers, buffers == 1 ? "" : "s",
                   viz_bytes_str(bytes, by, sizeof by));
+    if (v->jpol) {
+      strbuf_printf(&b->tmp, "<br/><font point-size=\"12\" color=\"%s\"><b>partition %s: the forward "
+                    "keeps %s for the backward", JOINT_SAVED_PEN, v->jpol,
+                    viz_bytes_str(v->jbytes, by, sizeof by));
+      if (v->jnrec)
+        strbuf_printf(&b->tmp, " \xc2\xb7 %d op%s recomputed", v->jnrec, v->jnrec == 1 ? "" : "s");
+      strbuf_printf(&b->tmp, "</b></font>");
+    }
     if (st->note) {
       strbuf_printf(&b->tmp, "<br/><font point-size=\"10\" color=\"%s\">", BREAK_PEN);
       strbuf_printf(&b->tmp, "this plan ");

@@ -96,6 +96,9 @@ typedef struct viz_stage {
   int64_t stat_bytes;         /* bytes moved to and from memory */
   const char *note;           /* why it moves more than the captured graph
                                  op by op (a plan's stats.note), or NULL */
+  const char *partition;      /* a joint graph: this stage's partition
+                                 policy (draw_compare's two sides), or NULL:
+                                 viz_opts.partition */
 } viz_stage;
 
 /* Between two pieces of one function. */

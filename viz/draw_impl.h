@@ -43,6 +43,9 @@ typedef struct viz_view {
   ** the forward values saved for the backward and those it recomputes;
   ** NULL for any other graph */
   char *jside, *jsaved, *jrec;
+  const char *jpol;       /* the partition policy drawn, or NULL */
+  int64_t jbytes;         /* its saved bytes */
+  int jnrec;              /* forward ops its backward recomputes */
 } viz_view;
 
 typedef struct viz_builder {

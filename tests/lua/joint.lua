@@ -171,6 +171,18 @@ do
            "draw: partition \"greedy\" %(expected mincut", "joint picture: an unknown policy")
   t.raises(function() fl.draw(fl.capture(m, x), dir .. "/x.dot", {partition = "mincut"}) end,
            "draw: partition= is for a joint graph", "partition= on a graph that is not a joint graph")
+  -- two policies side by side, each side's saved bytes in its heading
+  local _, _, sa = j:partition{policy = "save_all"}
+  local _, _, mc = j:partition{policy = "mincut"}
+  local both = t.slurp(fl.draw_compare(j, j, dir .. "/policies.dot", {partition = {"save_all", "mincut"}}))
+  local B = fl._bytes_str
+  t.ok(both:find("partition save_all: the forward keeps " .. B(sa.saved_bytes), 1, true) and
+       both:find(("partition mincut: the forward keeps %s for the backward · %d ops recomputed"):format(
+         B(mc.saved_bytes), #mc.recomputed), 1, true),
+       ("draw_compare of save_all and mincut: each side says what it keeps (%s, %s) and recomputes"):format(
+       B(sa.saved_bytes), B(mc.saved_bytes)))
+  t.raises(function() fl.draw_compare(j, j, dir .. "/x.dot", {partition = {"mincut"}}) end,
+           "two policy names", "draw_compare: a partition list needs both sides")
 end
 
 -- bad input
