@@ -1,6 +1,13 @@
-"""train_eager.py -- eager training against PyTorch's eager training.
+"""train_eager.py -- eager training against PyTorch's eager training, and
+compiled training against torch.compile's.
 
   python bench/train_eager.py [--fuselab build/fuselab] [--rounds 5] [--steps 10]
+                              [--compiled]
+
+With --compiled each side compiles: fuselab's loss function through
+fl.compile (a forward and a backward compiled from its joint graph),
+PyTorch's model through torch.compile (AOTAutograd, Inductor); the first
+step (capture and compile) is reported beside the steady step.
 
 One training step is forward, cross-entropy, backward and AdamW (lr 1e-3,
 PyTorch's single-tensor update: foreach=False, as fuselab's), on three
@@ -31,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def torch_side(name, d, steps):
+def torch_side(name, d, steps, compiled=False):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -52,12 +59,13 @@ def torch_side(name, d, steps):
     m.load_state_dict(init)
     m.train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=False)
+    fwd = torch.compile(m) if compiled else m
     x, y = data["x"], data["y"]
-    times, loss = [], None
+    times, loss, first = [], None, None
     for i in range(steps + 2):
         t0 = time.perf_counter()
         opt.zero_grad()
-        out = m(x)
+        out = fwd(x)
         if name == "gpt":
             out, yy = out.reshape(-1, 512), y.reshape(-1)
         else:
@@ -66,9 +74,11 @@ def torch_side(name, d, steps):
         l.backward()
         opt.step()
         loss = l.item()
+        if i == 0:
+            first = (time.perf_counter() - t0) * 1e3
         if i >= 2:
             times.append((time.perf_counter() - t0) * 1e3)
-    print(f"ms {statistics.median(times):.3f} loss {loss:.6f}")
+    print(f"ms {statistics.median(times):.3f} loss {loss:.6f} first {first:.1f}")
 
 
 def run(cmd, env):
@@ -76,19 +86,21 @@ def run(cmd, env):
     if r.returncode != 0:
         sys.exit(f"train_eager: {' '.join(cmd)} failed:\n{r.stderr}")
     parts = r.stdout.split()
-    return float(parts[1]), float(parts[3])
+    return float(parts[1]), float(parts[3]), float(parts[5])
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--torch":
-        torch_side(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        torch_side(sys.argv[2], sys.argv[3], int(sys.argv[4]), len(sys.argv) > 5)
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--fuselab", default=os.path.join(ROOT, "build", "fuselab"))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--models", default="mlp,cnn,gpt")
+    ap.add_argument("--compiled", action="store_true")
     a = ap.parse_args()
+    extra = ["compiled"] if a.compiled else []
     env = dict(os.environ, OMP_NUM_THREADS="2")
     lua = os.path.join(HERE, "train_eager.lua")
     print(f"{'model':5} {'fuselab ms':>18} {'PyTorch ms':>18} {'PyTorch/fuselab':>16}  last losses")
@@ -97,19 +109,23 @@ def main():
             subprocess.run([a.fuselab, lua, name, d, "0", "init"], check=True, env=env)
             fl, pt = [], []
             for r in range(a.rounds):
-                sides = [("fl", [a.fuselab, lua, name, d, str(a.steps)]),
-                         ("pt", [sys.executable, __file__, "--torch", name, d, str(a.steps)])]
+                sides = [("fl", [a.fuselab, lua, name, d, str(a.steps)] + extra),
+                         ("pt", [sys.executable, __file__, "--torch", name, d, str(a.steps)] + extra)]
                 if r % 2:
                     sides.reverse()
                 for who, cmd in sides:
-                    ms, loss = run(cmd, env)
-                    (fl if who == "fl" else pt).append((ms, loss))
-            fms, pms = [t for t, _ in fl], [t for t, _ in pt]
+                    ms, loss, first = run(cmd, env)
+                    (fl if who == "fl" else pt).append((ms, loss, first))
+            fms, pms = [t[0] for t in fl], [t[0] for t in pt]
             ratios = sorted(p / f for f, p in zip(fms, pms))
+            firsts = ""
+            if a.compiled:
+                firsts = (f"  first step: fuselab {statistics.median(t[2] for t in fl):.0f} ms, "
+                          f"PyTorch {statistics.median(t[2] for t in pt):.0f} ms")
             print(f"{name:5} {statistics.median(fms):8.2f} ({min(fms):.2f}-{max(fms):.2f}) "
                   f"{statistics.median(pms):8.2f} ({min(pms):.2f}-{max(pms):.2f}) "
                   f"{statistics.median(ratios):7.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  "
-                  f"{fl[-1][1]:.5f} {pt[-1][1]:.5f}")
+                  f"{fl[-1][1]:.5f} {pt[-1][1]:.5f}{firsts}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ local ROUNDS = 2
 -- The steady-state timing stops early after this many seconds per side.
 local TIME_BUDGET_S = 1.5
 
-local OPTION_NAMES = {"inputs", "shapes", "calls", "quiet", "name"}
+local OPTION_NAMES = {"inputs", "shapes", "calls", "quiet", "name", "train"}
 
 -- Raises "checklist: msg" at the line that called fl.checklist: the first
 -- stack level outside this file and fl.no_grad (error and getinfo count
@@ -606,6 +606,151 @@ local function checklist(fn, opts)
   return fl._shown(r)   -- printed: the REPL does not spell the table out too
 end
 
+-- ---- the training checklist -----------------------------------------------
+-- fl.checklist(loss_fn, {inputs = {x, y}, train = {optimizer = opt}}): a
+-- training step (the loss, backward, the optimizer's step) compiled
+-- (fl.compile of the loss: a forward and a backward from its joint
+-- graph) against eager.  The model and the optimizer end as they began:
+-- the steps it times are undone.
+
+local function grads_of(params)
+  local g = {}
+  for i, p in ipairs(params) do g[i] = p.grad and p.grad * 1 or false end
+  return g
+end
+
+local function train_checklist(fn, opts)
+  local tr = opts.train
+  if type(tr) ~= "table" or type(tr.optimizer) ~= "table" or type(tr.optimizer.step) ~= "function" then
+    fail("train must be {optimizer = opt} (an fl.optim optimizer over the parameters the loss uses)")
+  end
+  local opt, inputs, calls = tr.optimizer, pack(unpack(opts.inputs)), opts.calls or 10
+  local params = {}
+  for _, group in ipairs(opt.param_groups) do
+    for _, p in ipairs(group.params) do params[#params + 1] = p end
+  end
+  if #params == 0 then fail("the optimizer has no parameters") end
+  -- the state to restore: parameters, their gradients, the optimizer's
+  local saved_params = fl.no_grad(function()
+    local c = {}
+    for i, p in ipairs(params) do c[i] = p * 1 end
+    return c
+  end)
+  local saved_grads, saved_opt = grads_of(params), opt:state_dict()
+  local rng = fl.get_rng_state()
+  local function restore()
+    fl.no_grad(function() for i, p in ipairs(params) do p:copy_(saved_params[i]) end end)
+    for i, p in ipairs(params) do p.grad = saved_grads[i] or nil end
+    opt:load_state_dict(saved_opt)
+    fl.set_rng_state(rng)
+  end
+  local function zero() for _, p in ipairs(params) do p.grad = nil end end
+  local r = {}
+  local ok, err = pcall(function()
+    -- 1. gradients, eager and compiled, from the same weights and draws
+    zero()
+    fl.set_rng_state(rng)
+    local le = fn(unpack(inputs, 1, inputs.n))
+    if not (fl.is_tensor(le) and le:numel() == 1 and le.requires_grad) then
+      fail("train: the function must return a loss (a float scalar that requires grad)")
+    end
+    le:backward()
+    local ge = grads_of(params)
+    zero()
+    local cm = fl.compile(fn)
+    fl.set_rng_state(rng)
+    local t0 = fl.now()
+    local lc = cm(unpack(inputs, 1, inputs.n))
+    lc:backward()
+    opt:step()
+    r.first_step_ms = (fl.now() - t0) * 1e3
+    local gc = grads_of(params)
+    local worst, scale = 0, 0
+    for i = 1, #ge do
+      if ge[i] and gc[i] then
+        worst = math.max(worst, (gc[i] - ge[i]):abs():amax():item())
+        scale = math.max(scale, ge[i]:abs():amax():item())
+      elseif ge[i] or gc[i] then
+        worst = math.huge
+      end
+    end
+    r.grad_max_abs_err = worst
+    r.grad_max_rel_err = scale > 0 and worst / scale or worst
+    r.loss_eager, r.loss_compiled = le:item(), lc:item()
+    local s = cm:stats()
+    r.compiled_training = s.backward_graphs > 0
+    r.training_note = s.training_note or s.training_eager[1]
+    r.saved_bytes = s.saved_bytes
+    local pair = cm:training()[1]
+    r.eager_saved_bytes = pair and pair.partition.eager_saved_bytes or nil
+    r.recomputed = s.recomputed
+    if pair then
+      local ps, bs = pair.fw:stats(), pair.bw:stats()
+      r.peak_bytes_forward, r.peak_bytes_backward = ps.peak_bytes_after, bs.peak_bytes_after
+    end
+    -- 2. steady steps, each side alternately (fl.measure), both restored after
+    local function step(f)
+      return function()
+        zero()
+        local l = f(unpack(inputs, 1, inputs.n))
+        l:backward()
+        opt:step()
+      end
+    end
+    restore()
+    local eager_step = step(fn)
+    eager_step()                           -- warm: the eager kernels and caches
+    r.timing = {eager = fl.measure(eager_step, {runs = calls, budget_s = TIME_BUDGET_S})}
+    restore()
+    r.timing.compiled = fl.measure(step(cm), {runs = calls, budget_s = TIME_BUDGET_S})
+    r.eager_ms, r.compiled_ms = r.timing.eager.median_ms, r.timing.compiled.median_ms
+    r.verdict = fl.compare_times(r.timing.compiled, r.timing.eager, {names = {"compiled", "eager"}})
+    r.noisy = r.timing.eager.noisy or r.timing.compiled.noisy or false
+  end)
+  restore()
+  if not ok then error(err, 0) end
+  if r.grad_max_rel_err > REL_TOL then
+    r.decision, r.recommendation = "eager", ("eager: compiled gradients differ from eager's (max rel err "
+      .. "%.2g > %.0e); keep eager and report the function"):format(r.grad_max_rel_err, REL_TOL)
+  elseif not r.compiled_training then
+    r.decision, r.recommendation = "eager", "eager: the step does not compile for training ("
+      .. tostring(r.training_note) .. ")"
+  elseif r.verdict.verdict > 0 then
+    local be = fl._break_even(r.first_step_ms, r.eager_ms, r.compiled_ms)
+    r.break_even_steps = be
+    r.decision, r.recommendation = "compile", ("compile: a step compiled %s vs eager %s, %.2fx; the "
+      .. "first step (capture and compile) %.0f ms%s"):format(t_short(r.timing.compiled),
+      t_short(r.timing.eager), r.verdict.ratio, r.first_step_ms,
+      be and (", paid back after " .. plural(be, "step")) or "")
+  else
+    r.decision, r.recommendation = "eager", ("eager: a step compiled %s vs eager %s: %s"):format(
+      t_short(r.timing.compiled), t_short(r.timing.eager),
+      r.verdict.verdict < 0 and "compiled is slower" or "no clear difference here")
+  end
+  if opts.quiet then return r end
+  local B = fl._bytes_str
+  local out = {("training checklist: %s"):format(opts.name or default_name(fn))}
+  local function line(fmt, ...) out[#out + 1] = fmt:format(...) end
+  line("  1. first step          %.1f ms (one run): capture, joint graph, partition, compile both halves, run",
+    r.first_step_ms)
+  line("  2. steady step         compiled %s", r.timing.compiled.text)
+  line("                         eager    %s", r.timing.eager.text)
+  line("                         %s", r.verdict.text)
+  if r.saved_bytes and r.eager_saved_bytes then
+    line("  3. memory              the forward keeps %s for the backward (eager autograd: %s), %s recomputed;"
+      .. " peak forward %s, backward %s", B(r.saved_bytes), B(r.eager_saved_bytes), plural(r.recomputed, "op"),
+      B(r.peak_bytes_forward), B(r.peak_bytes_backward))
+  else
+    line("  3. memory              not compiled for training: %s", tostring(r.training_note))
+  end
+  line("  4. gradients vs eager  max abs err %.3g, max rel err %.3g (loss %.6g vs %.6g)",
+    r.grad_max_abs_err, r.grad_max_rel_err, r.loss_compiled, r.loss_eager)
+  if r.noisy then line("  timings are noisy: verdicts need a wider margin") end
+  line("  recommendation: %s", r.recommendation)
+  print(table.concat(out, "\n"))
+  return fl._shown(r)
+end
+
 -- fl._report_checklist(cm) -> the checklist of what cm compiles, run quietly
 -- on new inputs like those of cm's last traced call (fl.report puts it on
 -- its page); nil and why when there are none to make.  The random stream
@@ -618,6 +763,10 @@ function fl.checklist(fn, opts)
   -- a language model with a prompt: the decoding checklist (llm.lua)
   if type(fn) == "table" and fn.spec and fn.generate and type(opts) == "table" and opts.prompt ~= nil then
     return fl.no_grad(fl._checklist_lm, fn, opts)
+  end
+  if type(opts) == "table" and opts.train ~= nil then
+    check_opts(fn, opts)
+    return fl.enable_grad(train_checklist, fn, opts)
   end
   return fl.no_grad(checklist, fn, opts)
 end
