@@ -324,7 +324,7 @@ typedef struct pslot {
 #define NPACK 256
 static pslot packs[NPACK];     /* under lock */
 static int pack_next;          /* where the search for a free slot starts */
-static int64_t pack_bytes, pack_calls;
+static int64_t pack_bytes, pack_calls, pack_made;   /* pack_made: copies made (reorders) */
 
 static int64_t pack_limit(void) {
   static int64_t limit = -1;
@@ -373,22 +373,48 @@ static pslot *slot_new(void) {
   return &packs[pack_next];
 }
 
-/* The slot of the weight at src in st where it was seen before with the
-** values it has now; else it is recorded as seen once, and NULL.  Under
-** lock. */
-static pslot *kept_find(fl_storage *st, const void *src) {
+/* The slot of the weight at src in st, read in layout from and packed
+** into md, where it was seen so before with the values it has now; else
+** it is recorded as seen once, and NULL.  A weight read two ways (a
+** linear's forward reads w^T, its input's gradient w) has a slot for
+** each: alternating steps of training do not pack it again and again.
+** Under lock. */
+static pslot *kept_find(fl_storage *st, const void *src, const dnnl_memory_desc_t *from,
+                        const dnnl_memory_desc_t *md) {
   pslot *s = NULL;
   int i;
   if (!st || pack_limit() == 0) return NULL;
   for (i = 0; i < NPACK && !s; i++)
-    if (packs[i].id == st->id && packs[i].src == src) s = &packs[i];
+    if (packs[i].id == st->id && packs[i].src == src && dnnl_memory_desc_equal(&packs[i].from, from) &&
+        dnnl_memory_desc_equal(&packs[i].md, md))
+      s = &packs[i];
   if (s && s->version == st->version) return s;
   if (!s) s = slot_new();
   slot_drop_buf(s);
   s->id = st->id;
   s->version = st->version;
   s->src = src;
+  s->from = *from;
+  s->md = *md;
   return NULL;
+}
+
+/* Was the weight at src in st seen before, in any layout?  Else it is
+** recorded (an activation is only ever seen once: no packed primitive is
+** made for it).  Under lock. */
+static int kept_seen(fl_storage *st, const void *src) {
+  pslot *s;
+  int i;
+  if (!st || pack_limit() == 0) return 0;
+  for (i = 0; i < NPACK; i++)
+    if (packs[i].id == st->id && packs[i].src == src) return 1;
+  s = slot_new();
+  slot_drop_buf(s);
+  memset(s, 0, sizeof *s);
+  s->id = st->id;
+  s->version = st->version;
+  s->src = src;
+  return 0;
 }
 
 /* s's weight in layout md, through reorder (from: the weight,
@@ -417,6 +443,7 @@ static void *kept_copy(pslot *s, fl_storage *st, const dnnl_memory_desc_t *md,
   s->md = *md;
   s->from = *fmd;
   pack_bytes += kept_bytes(md);
+  pack_made++;
   st->kept = 1;
   return s->buf;
 }
@@ -449,9 +476,13 @@ static int pack_make(entry *en, const cpu_mm *m) {
 
 /* m's b packed for en, or NULL: run the plain primitive.  Under lock. */
 static void *packed_b(entry *en, const cpu_mm *m) {
+  const dnnl_memory_desc_t *from;
   pslot *s;
-  if (!m->b_st || en->pack < 0 || !(s = kept_find(m->b_st, m->b.p))) return NULL;
+  if (!m->b_st || en->pack < 0 || !kept_seen(m->b_st, m->b.p)) return NULL;
   if (!en->pack && !pack_make(en, m)) return NULL;
+  if (dnnl_memory_get_memory_desc(en->rfrom, &from) != dnnl_success ||
+      !(s = kept_find(m->b_st, m->b.p, from, &en->pmd)))
+    return NULL;
   dnnl_memory_set_data_handle(en->rfrom, (void *)m->b.p);
   return kept_copy(s, m->b_st, &en->pmd, en->reorder, en->rfrom, en->rto);
 }
@@ -606,10 +637,11 @@ void cpu_mm_counts(int64_t *calls, int64_t *with_posts) {
   pthread_mutex_unlock(&lock);
 }
 
-void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes) {
+void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t *made) {
   int i;
   pthread_mutex_lock(&lock);
   *calls = pack_calls;
+  *made = pack_made;
   *bytes = pack_bytes;
   for (*weights = 0, i = 0; i < NPACK; i++) *weights += packs[i].buf != NULL;
   pthread_mutex_unlock(&lock);
@@ -963,10 +995,11 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   for (i = 0; i < c->npost; i++)
     if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
   if (keep && en->side[1].inner) {
-    pslot *s = kept_find(c->w_st, c->wt);
-    const dnnl_memory_desc_t *md;
-    if (s && dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success)
-      kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
+    const dnnl_memory_desc_t *md, *from;
+    pslot *s = dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success &&
+               dnnl_memory_get_memory_desc(en->side[1].user, &from) == dnnl_success
+               ? kept_find(c->w_st, c->wt, from, md) : NULL;
+    if (s) kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
     if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
   }
   for (i = 0; i < 2 && ok; i++)
@@ -1106,7 +1139,9 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
 
 void cpu_mm_warm(void) {}
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
-void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes) { *calls = *weights = *bytes = 0; }
+void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t *made) {
+  *calls = *weights = *bytes = *made = 0;
+}
 
 const char *cpu_mm_describe(void) { return "OpenBLAS sgemm (built without oneDNN)"; }
 

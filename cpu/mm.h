@@ -80,9 +80,10 @@ void cpu_mm_warm(void);
 void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
 /* Weights kept in oneDNN's layout (FUSELAB_PACK_MB, default 256, bounds
 ** their bytes; 0 turns it off): products and convolutions that read such
-** a copy, weights held, and their bytes (fl.blas_info().packed_calls,
-** .packed_weights, .packed_bytes). */
-void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes);
+** a copy, weights held, their bytes, and the copies made (once per
+** weight, layout it is read in and value: fl.blas_info().packed_calls,
+** .packed_weights, .packed_bytes, .packed_made). */
+void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t *made);
 /* What products run on, in a sentence (fl.blas_info().matmul); after the
 ** first product it names oneDNN's kernels ("brg:avx512_core" keeps weights
 ** in a blocked layout, "gemm:jit" reads them in place). */

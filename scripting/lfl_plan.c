@@ -302,8 +302,9 @@ static void push_omp_wait(lua_State *L) {
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
-** packed_calls / packed_weights / packed_bytes: products and convolutions
-** that read a weight kept in oneDNN's layout, the weights and bytes kept;
+** packed_calls / packed_weights / packed_bytes / packed_made: products and
+** convolutions that read a weight kept in oneDNN's layout, the weights and
+** bytes kept, the copies made (once per weight, layout and value);
 ** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
 ** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
 ** batched matmul; threads: how idle OpenMP threads wait */
@@ -323,8 +324,9 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
   }
   {
-    int64_t calls, weights, bytes;
-    cpu_mm_pack_info(&calls, &weights, &bytes);
+    int64_t calls, weights, bytes, made;
+    cpu_mm_pack_info(&calls, &weights, &bytes, &made);
+    lua_pushinteger(L, (lua_Integer)made); lua_setfield(L, -2, "packed_made");
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "packed_calls");
     lua_pushinteger(L, (lua_Integer)weights); lua_setfield(L, -2, "packed_weights");
     lua_pushinteger(L, (lua_Integer)bytes); lua_setfield(L, -2, "packed_bytes");

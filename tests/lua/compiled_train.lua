@@ -271,6 +271,22 @@ do
        "a tensor argument the loss does not read: the backward does not take it")
 end
 
+-- a weight the forward reads as w^T and the backward as w is packed once
+-- in each layout: steps with unchanged weights make no copy
+do
+  local m = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+  local x, y = fl.randn(32, 64), (fl.rand(32) * 64):to("int64")
+  local cf = fl.compile(function(a, b) return fl.cross_entropy(m(a), b) end)
+  for _ = 1, 3 do cf(x, y):backward() end
+  local before = fl.blas_info()
+  for _ = 1, 5 do cf(x, y):backward() end
+  local after = fl.blas_info()
+  t.ok(after.packed_made == before.packed_made and after.packed_calls > before.packed_calls,
+       ("5 more steps, weights unchanged: %d copies made, %d products read a kept copy"):format(
+       after.packed_made - before.packed_made, after.packed_calls - before.packed_calls))
+  m:zero_grad(true)
+end
+
 -- ---- the partition option ------------------------------------------------------------
 do
   fl.manual_seed(6)

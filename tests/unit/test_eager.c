@@ -532,18 +532,18 @@ static void test_matmul(void) {
 /* cpu_mm_warm runs a product of its own: nothing counted, kept or named,
 ** and a second call does nothing */
 static void test_mm_warm(void) {
-  int64_t calls0, posts0, calls1, posts1, pc0, pw0, pb0, pc1, pw1, pb1;
+  int64_t calls0, posts0, calls1, posts1, pc0, pw0, pb0, pm0, pc1, pw1, pb1, pm1;
   char desc[256];
   cpu_mm_counts(&calls0, &posts0);
-  cpu_mm_pack_info(&pc0, &pw0, &pb0);
+  cpu_mm_pack_info(&pc0, &pw0, &pb0, &pm0);
   snprintf(desc, sizeof desc, "%s", cpu_mm_describe());
   cpu_mm_warm();
   cpu_mm_warm();
   cpu_mm_counts(&calls1, &posts1);
-  cpu_mm_pack_info(&pc1, &pw1, &pb1);
+  cpu_mm_pack_info(&pc1, &pw1, &pb1, &pm1);
   ok(calls1 == calls0 && posts1 == posts0, "mm_warm: no product counted (%lld -> %lld)",
      (long long)calls0, (long long)calls1);
-  ok(pc1 == pc0 && pw1 == pw0 && pb1 == pb0, "mm_warm: no weight kept");
+  ok(pc1 == pc0 && pw1 == pw0 && pb1 == pb0 && pm1 == pm0, "mm_warm: no weight kept");
   is_str(cpu_mm_describe(), desc, "mm_warm: blas_info's sentence unchanged");
 }
 
