@@ -1045,6 +1045,27 @@ local function train_eager(st, why)
   end
 end
 
+-- The executor of a training capture: nothing runs (no write lands, no
+-- time is spent); the segment's outputs are zeros of their shapes, which
+-- nobody reads.
+local function dry_exec(g)
+  local types, outs = {}, {}
+  for _, n in ipairs(g:nodes()) do types[n.id] = n.type end
+  local ids = g:outputs()
+  for _, w in ipairs(g:writebacks()) do ids[#ids + 1] = w.node end
+  for i, id in ipairs(ids) do
+    local dt, dims = types[id]:match("^(%w+)%[(.-)%]$")
+    local shape = {}
+    for d in (dims or ""):gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
+    outs[i] = fl.zeros(shape, {dtype = dt})
+  end
+  return outs
+end
+
+local function dry_capture(st, ...)
+  return pcall(trace_call, st.fn, {}, st.names, {}, dry_exec, true, nil, ...)
+end
+
 -- The forward and backward programs of one training entry, or
 -- {eager = reason}.
 local function train_build(st, args, fresh)
@@ -1102,26 +1123,6 @@ local function train_build(st, args, fresh)
           params = params}
 end
 
--- The executor of a training capture: nothing runs (no write lands, no
--- time is spent); the segment's outputs are zeros of their shapes, which
--- nobody reads.
-local function dry_exec(g)
-  local types, outs = {}, {}
-  for _, n in ipairs(g:nodes()) do types[n.id] = n.type end
-  local ids = g:outputs()
-  for _, w in ipairs(g:writebacks()) do ids[#ids + 1] = w.node end
-  for i, id in ipairs(ids) do
-    local dt, dims = types[id]:match("^(%w+)%[(.-)%]$")
-    local shape = {}
-    for d in (dims or ""):gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
-    outs[i] = fl.zeros(shape, {dtype = dt})
-  end
-  return outs
-end
-
-local function dry_capture(st, ...)
-  return pcall(trace_call, st.fn, {}, st.names, {}, dry_exec, true, nil, ...)
-end
 
 -- A call in grad mode that may train, and no entry's guards hold: the
 -- function captured dry (one graph, nothing run).  When it returns a loss

@@ -259,6 +259,25 @@ do
            "fl.grad through a compiled function says it is not supported yet")
 end
 
+-- the same entry, another requires_grad pattern: a second pair
+do
+  local m = nn.Linear(5, 3)
+  local f = function(a, b) return fl.cross_entropy(m(a), b) end
+  local cf = fl.compile(f)
+  local x, y = fl.randn(4, 5), fl.tensor({0, 1, 2, 0})
+  cf(x, y):backward()
+  local xl = x:detach():requires_grad_()
+  m:zero_grad(true)
+  cf(xl, y):backward()
+  local gx = xl.grad * 1
+  xl.grad = nil
+  m:zero_grad(true)
+  f(xl, y):backward()
+  t.ok(close(gx, xl.grad) and cf:stats().backward_graphs == 2,
+       ("an input that now requires grad: a second forward/backward pair (%d), the input's gradient eager's"):format(
+       cf:stats().backward_graphs))
+end
+
 -- an argument the loss does not use (nor its backward)
 do
   local m = nn.Linear(3, 2)
