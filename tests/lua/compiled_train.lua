@@ -259,6 +259,19 @@ do
            "fl.grad through a compiled function says it is not supported yet")
 end
 
+-- ONNX-loaded networks made trainable: their initializers require grad
+do
+  local src = os.getenv("FUSELAB_SRC") or ".."
+  for _, c in ipairs{{"mlp.onnx", {3, 4}}, {"conv.onnx", {1, 1, 5, 7}}} do
+    local m = fl.load_onnx(src .. "/tests/fuzz/corpus_onnx/" .. c[1])
+    m:requires_grad_(true)
+    local x = fl.randn(table.unpack(c[2]))
+    local cf = same_grads("ONNX " .. c[1] .. " made trainable", m, function(a) return m(a):pow(2):mean() end, {x})
+    t.ok(#m:parameters() > 0 and cf:stats().backward_graphs == 1,
+         ("ONNX %s: its %d initializer(s) get compiled gradients"):format(c[1], #m:parameters()))
+  end
+end
+
 -- the same entry, another requires_grad pattern: a second pair
 do
   local m = nn.Linear(5, 3)
