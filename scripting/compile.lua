@@ -1437,6 +1437,11 @@ function methods.code(cm, opts)
   for i, p in ipairs(cm.state.programs) do
     parts[#parts + 1] = ("/* ---- graph %d ---- */\n%s"):format(i, p.code and p:code(opts) or p:source())
   end
+  for i, t in ipairs(cm.state.train_pairs) do
+    for _, half in ipairs{{"forward", t.fw_program}, {"backward", t.bw_program}} do
+      parts[#parts + 1] = ("/* ---- training pair %d: the %s ---- */\n%s"):format(i, half[1], half[2]:code(opts))
+    end
+  end
   return table.concat(parts, "\n")
 end
 

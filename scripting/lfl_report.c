@@ -155,7 +155,7 @@ static const double *kernel_times(lua_State *L, rep *R, const fuse_plan *p) {
 }
 
 static void sum_add(lua_State *L, rep *R, const char *key, const char *fmt, ...) {
-  char buf[160];
+  char buf[320];
   va_list ap;
   if (R->nsum >= (int)(sizeof R->summary / sizeof R->summary[0])) return;
   va_start(ap, fmt);
@@ -799,6 +799,20 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
             (int)field_num(L, stats, "disk_cache_hits", 0));
   sum_add(L, R, "fallbacks", "%d", (int)field_num(L, stats, "fallbacks", 0));
   sum_add(L, R, "compile time", "%.1f ms", field_num(L, stats, "compile_ms", 0));
+  if (field_num(L, stats, "backward_graphs", 0) > 0) {
+    /* compiled training: the pairs' code is in the code section */
+    char saved[32];
+    fuse_bytes_str((int64_t)field_num(L, stats, "saved_bytes", 0), saved, sizeof saved);
+    sum_add(L, R, "training", "%d forward/backward pair%s, %d training call%s: the forward keeps %s "
+            "for the backward, which recomputes %d op%s and ran %.1f ms in all (%d kernel%s)",
+            (int)field_num(L, stats, "backward_graphs", 0),
+            field_num(L, stats, "backward_graphs", 0) == 1 ? "" : "s",
+            (int)field_num(L, stats, "training_calls", 0),
+            field_num(L, stats, "training_calls", 0) == 1 ? "" : "s", saved,
+            (int)field_num(L, stats, "recomputed", 0), field_num(L, stats, "recomputed", 0) == 1 ? "" : "s",
+            field_num(L, stats, "backward_ms", 0), (int)field_num(L, stats, "backward_kernels", 0),
+            field_num(L, stats, "backward_kernels", 0) == 1 ? "" : "s");
+  }
   /* the calls the function made: first, second, the median of the rest */
   lua_getfield(L, stats, "first_call_warm");
   R->first_warm = lua_toboolean(L, -1);

@@ -73,6 +73,12 @@ do
   t.ok(tostring(l.grad_fn):find("CompiledFunctionBackward", 1, true), "the loss's grad_fn: " .. tostring(l.grad_fn))
   t.is(l.grad_fn.name, "CompiledFunctionBackward", "grad_fn.name")
   t.is(#l.grad_fn.next_functions, 4, "next_functions: one per parameter")
+  local code = cf:code()
+  t.ok(code:find("training pair 1: the forward", 1, true) and code:find("training pair 1: the backward", 1, true),
+       "cm:code() shows the training pair's forward and backward programs")
+  local html = t.slurp(fl.report(cf, t.tmpdir() .. "/train.html"))
+  t.ok(html and html:find("forward/backward pair", 1, true) and html:find("training pair 1: the backward", 1, true),
+       "the HTML report says what the training pair keeps and recomputes, and shows its code")
   fl.no_grad(function()
     local r = cf(x, y)
     t.ok(not r.requires_grad, "under fl.no_grad the inference graph runs (no history)")
