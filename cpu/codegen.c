@@ -39,6 +39,7 @@ typedef struct gen {
   int *first;          /* per step: first pass computing it (0 none) */
   int *spill;          /* per step: its slot in the row scratch, or -1 */
   int pass;            /* pass being emitted (stages 1..S, stores S+1) */
+  int probe;           /* cols_cond decides without writing (1: at run time) */
   int nspill;
   int fallback;        /* emitting the any-stride loop beside a unit-stride one:
                           plain C, not forced to vector gathers (rare, and
@@ -644,19 +645,22 @@ static int cols_eligible(const gen *g) {
   return 1;
 }
 
-/* When the column loop runs: every full access unit-stride (or broadcast)
-** along the rows' last dim and strided along the last reduced dim, and
+/* When the column loop runs: every full access either unit-stride along
+** the rows' last dim and strided along the last reduced dim, or the same
+** for every row (broadcast along it: a softmax gradient's row sums, any
+** stride along the reduced dims), at least one of the first kind, and
 ** rows at least 16 wide.  Emits "if (cond) {" and returns 1, or decides
 ** it here when the strides are known: -1 always, 0 never. */
 static int cols_cond(gen *g) {
   const fk_kernel *k = g->k;
   int a, n = 0, r = g->k->nkept - 1, last = g->D - 1;
-  if (g->known) {
+  if (g->known || g->probe) {
+    if (!g->known) return 1;               /* decided at run time */
     if (g->known[r] < 16) return 0;
     for (a = 0; a < k->nacc; a++) {
       const int64_t *st = g->known + g->D + a * (g->D + 1);
-      if (!k->acc[a].full) continue;
-      if ((st[r] != 1 && st[r] != 0) || st[last] == 1) return 0;
+      if (!k->acc[a].full || st[r] == 0) continue;
+      if (st[r] != 1 || st[last] == 1) return 0;
       n++;
     }
     return n ? -1 : 0;
@@ -664,8 +668,14 @@ static int cols_cond(gen *g) {
   strbuf_printf(g->b, "  if (FL_UNIT(n%d >= 16", r);
   for (a = 0; a < k->nacc; a++) {
     if (!k->acc[a].full) continue;
-    strbuf_printf(g->b, " && (s%d_%d == 1 || s%d_%d == 0) && s%d_%d != 1", a, r, a, r, a, last);
+    strbuf_printf(g->b, " && (s%d_%d == 0 || (s%d_%d == 1 && s%d_%d != 1))", a, r, a, r, a, last);
     n++;
+  }
+  if (n) {   /* one access at least walks along the rows */
+    strbuf_printf(g->b, " && (0");
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].full) strbuf_printf(g->b, " || s%d_%d == 1", a, r);
+    strbuf_printf(g->b, ")");
   }
   strbuf_printf(g->b, ")) {\n");
   return 1;
@@ -742,9 +752,18 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
     g->pass = s;
     for (i = 0; i < k->ninstr; i++)
       if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == s) mark(g, k->instr[i].arg[0]);
+    /* a full value that needs no later result is stored in this pass,
+    ** while its inputs stream past (a ReLU's gradient and its bias's sum
+    ** read them once, not twice) */
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == s - 1)
+        mark(g, k->acc[a].value);
     depth = cols_open(g, 3);
     cols_rowpre(g, s, nstages, depth);
     for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
+    for (a = 0; a < k->nacc; a++)
+      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == s - 1)
+        emit_store(g, a, depth, 0, 1);
     for (i = 0; i < k->ninstr; i++) {
       const fk_instr *in = &k->instr[i];
       int x = in->arg[0];
@@ -757,17 +776,21 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
     }
     cols_close(g, depth);
   }
+  for (a = 0, fullstores = 0; a < k->nacc; a++)   /* those the passes could not store */
+    fullstores |= k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages;
   if (fullstores) {
     strbuf_printf(g->b, "      /* pass %d: the stores */\n", nstages + 1);
     memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
     g->pass = g->nspill_pass_store;
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full) mark(g, k->acc[a].value);
+      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages)
+        mark(g, k->acc[a].value);
     depth = cols_open(g, 3);
     cols_rowpre(g, nstages + 1, nstages, depth);
     for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full) emit_store(g, a, depth, 0, 1);
+      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages)
+        emit_store(g, a, depth, 0, 1);
     cols_close(g, depth);
   }
   strbuf_printf(g->b, "      for (int64_t r = 0; r < rn; r++) {\n");
@@ -786,6 +809,22 @@ static void emit_reduce(gen *g) {
   for (a = 0; a < k->nacc; a++) fullstores |= k->acc[a].store && k->acc[a].full;
   plan_spills(g, nstages, fullstores);
   g->stream_acc = stream_acc_of(g);
+  if (g->nspill) {
+    /* the column loop stores a value needing no later result in the pass
+    ** that computes it: when every store is such, it keeps nothing in a
+    ** row scratch (a softmax gradient's exp), and it may run */
+    int late = 0;
+    for (a = 0; a < k->nacc; a++)
+      late |= k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages;
+    if (!late) {
+      int cols;
+      plan_spills(g, nstages, 0);
+      g->probe = 1;                         /* only where no row loop is written */
+      cols = cols_eligible(g) ? cols_cond(g) : 0;
+      g->probe = 0;
+      if (cols != -1) plan_spills(g, nstages, fullstores);
+    }
+  }
   strbuf_printf(g->b, "  const int64_t rows = 1");
   for (d = 0; d < k->nkept; d++) strbuf_printf(g->b, " * n%d", d);
   strbuf_printf(g->b, ";\n  const int64_t nr = 1");
