@@ -1008,9 +1008,9 @@ end
 -- returns the results and the saved values, and the loss gets a
 -- CompiledFunctionBackward grad_fn that runs the backward program and
 -- hands each gradient to its input or parameter.  One pair per guarded
--- entry and requires_grad pattern.  A function that cannot be one graph
--- (graph breaks) or returns something else keeps the inference path
--- (st.no_train says why); a loss whose joint graph cannot be built
+-- entry and requires_grad pattern.  A function that returns something
+-- else keeps the inference path (st.no_train says why); a loss that is
+-- not one graph (graph breaks) or whose joint graph cannot be built
 -- (symbolic sizes, the CUDA backend) trains eagerly, the reason in
 -- stats.training_eager.
 
@@ -1134,9 +1134,25 @@ local function train_first(st, reason, ...)
   local args = pack(...)
   local stats = st.stats
   local ok, info = dry_capture(st, ...)
-  local why = not ok and tostring(info):match("^[^\n]*") or info.why_not_fast
+  local why = not ok and tostring(info):match("^[^\n]*"):gsub("^[%w_./-]+:%d+: ", ""):gsub("; hint: .*", "")
+              or info.why_not_fast
   if not why and #info.graphs ~= 1 then why = "graph breaks" end
-  local g = not why and info.graphs[1]
+  if why then
+    -- not one graph: this call runs eagerly, and says what it was.  A
+    -- loss trains eagerly from now on (its gradients right, uncompiled);
+    -- anything else takes the inference path
+    local r = pack(st.fn(...))
+    local loss = is_tensor(r[1]) and r[1]:numel() == 1 and r[1].requires_grad
+    if loss then
+      st.train_breaks = true
+      train_eager(st, why .. ": a compiled backward needs one graph; the loss trains eagerly")
+    else
+      st.no_train = why
+      debug_line("compiled training: not for this function (%s)", why)
+    end
+    return true, unpack(r, 1, r.n)
+  end
+  local g = info.graphs[1]
   if g then
     capture_outputs(g, info)
     local first = g:outputs()[1]
@@ -1251,6 +1267,7 @@ local function slow(st, reason, argi, dim, ...)
   -- (BatchNorm's statistics would move twice)
   if not st.no_train and fl.is_grad_enabled() and st.traces < (st.opts.recompile_limit or 8) then
     if st.grad_params == nil then st.grad_params = grad_tensors(st.fn) end
+    if st.train_breaks and wants_grad(args, st.grad_params) then return st.fn(...) end
     if wants_grad(args, st.grad_params) then
       local r = pack(train_first(st, reason, ...))
       if r[1] then return unpack(r, 2, r.n) end

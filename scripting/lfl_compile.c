@@ -784,8 +784,14 @@ static int call_inner(lua_State *L, compiled *c) {
     }
     lua_settop(L, entries);
   }
+  /* a loss with graph breaks trains eagerly in grad mode (compile.lua's
+  ** slow path decides): no replay, which would give results without a
+  ** history */
+  lua_getiuservalue(L, 1, CUV_STATE);
+  k = ag_grad_enabled() && lua_getfield(L, -1, "train_breaks") != LUA_TNIL && lua_toboolean(L, -1);
+  lua_settop(L, entries);
   lua_getiuservalue(L, 1, CUV_PLAN);
-  if (lfl_resume_enabled(L, -1)) {
+  if (!k && lfl_resume_enabled(L, -1)) {
     char why[512];
     int ai, dm, nr = lfl_resume_call(L, lua_gettop(L), fnidx, 2, nargs, why, sizeof why, &ai, &dm);
     if (nr >= 0) return nr;
