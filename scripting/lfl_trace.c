@@ -911,6 +911,9 @@ static const char *hint_for(const char *what) {
            "compiled function";
   if (strcmp(what, "fl.graph_break()") == 0)
     return "fl.graph_break() asks for a break here";
+  if (strcmp(what, "optimizer step") == 0)
+    return "an optimizer's step is not compiled yet: it runs eagerly every call, one fused "
+           "pass per parameter (cpu/optim.c)";
   if (strcmp(what, "aliased read") == 0)
     return "a tensor sharing storage with one written in place earlier in the "
            "graph is read here; the graph ends so the write lands first";
@@ -925,6 +928,8 @@ static const char *hint_for(const char *what) {
 static void break_reason(const char *what, char *reason, size_t n) {
   if (strcmp(what, "fl.graph_break()") == 0)
     snprintf(reason, n, "fl.graph_break() called");
+  else if (strcmp(what, "optimizer step") == 0)
+    snprintf(reason, n, "an optimizer's step (its update writes the weights in place)");
   else if (strcmp(what, "aliased read") == 0)
     snprintf(reason, n, "aliased read: another view of storage written in place");
   else if (strchr(what, '_') && what[strlen(what) - 1] == '_')
@@ -1416,6 +1421,17 @@ static int l_graph_break(lua_State *L) {
   return 0;
 }
 
+/* fl._break_optimizer(): an optimizer's step under a trace (optim.lua):
+** its fused per-parameter update writes real tensors the graph would not
+** see, so the step runs in Lua, eagerly, every call. */
+static int l_break_optimizer(lua_State *L) {
+  lfl_trace *tr = lfl_trace_active(L);
+  if (!tr) return 0;
+  record_break(L, tr, "optimizer step");
+  flush(L, tr, "optimizer step");
+  return 0;
+}
+
 /* fl._scope_push(path) / fl._scope_pop(): module paths for the nodes
 ** recorded inside a module's forward (cheap no-ops when not tracing). */
 static int l_scope_push(lua_State *L) {
@@ -1458,7 +1474,7 @@ static const luaL_Reg trace_methods[] = {
 };
 
 static const luaL_Reg trace_funcs[] = {
-  {"_trace_begin", tr_begin}, {"graph_break", l_graph_break},
+  {"_trace_begin", tr_begin}, {"graph_break", l_graph_break}, {"_break_optimizer", l_break_optimizer},
   {"_scope_push", l_scope_push}, {"_scope_pop", l_scope_pop},
   {"_tracing", l_tracing}, {"_trace_reset", l_trace_reset},
   {NULL, NULL}

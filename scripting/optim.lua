@@ -188,6 +188,9 @@ end
 function Optimizer:step(closure)
   local loss
   if closure ~= nil then loss = fl.enable_grad(closure) end
+  -- inside fl.compile (or fl.capture): a graph break, the step eager (its
+  -- fused updates write real tensors a graph would not see)
+  fl._break_optimizer()
   fl.no_grad(function()
     for _, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
