@@ -726,6 +726,12 @@ static void cols_close(gen *g, int depth) {
   }
 }
 
+/* Access a stores a full value whose last stage is `stage` (0: it needs
+** no reduction's result). */
+static int full_store_at(const fk_kernel *k, int a, int stage) {
+  return k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == stage;
+}
+
 static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
   const fk_kernel *k = g->k;
   int i, a, s, depth;
@@ -756,13 +762,13 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
     ** while its inputs stream past (a ReLU's gradient and its bias's sum
     ** read them once, not twice) */
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == s - 1)
+      if (full_store_at(k, a, s - 1))
         mark(g, k->acc[a].value);
     depth = cols_open(g, 3);
     cols_rowpre(g, s, nstages, depth);
     for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == s - 1)
+      if (full_store_at(k, a, s - 1))
         emit_store(g, a, depth, 0, 1);
     for (i = 0; i < k->ninstr; i++) {
       const fk_instr *in = &k->instr[i];
@@ -777,19 +783,19 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
     cols_close(g, depth);
   }
   for (a = 0, fullstores = 0; a < k->nacc; a++)   /* those the passes could not store */
-    fullstores |= k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages;
+    fullstores |= full_store_at(k, a, nstages);
   if (fullstores) {
     strbuf_printf(g->b, "      /* pass %d: the stores */\n", nstages + 1);
     memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
     g->pass = g->nspill_pass_store;
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages)
+      if (full_store_at(k, a, nstages))
         mark(g, k->acc[a].value);
     depth = cols_open(g, 3);
     cols_rowpre(g, nstages + 1, nstages, depth);
     for (i = 0; i < k->ninstr; i++) if (g->need[i]) emit_step(g, i, depth, 0, 1);
     for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages)
+      if (full_store_at(k, a, nstages))
         emit_store(g, a, depth, 0, 1);
     cols_close(g, depth);
   }
@@ -815,7 +821,7 @@ static void emit_reduce(gen *g) {
     ** row scratch (a softmax gradient's exp), and it may run */
     int late = 0;
     for (a = 0; a < k->nacc; a++)
-      late |= k->acc[a].store && k->acc[a].full && k->instr[k->acc[a].value].stage == nstages;
+      late |= full_store_at(k, a, nstages);
     if (!late) {
       int cols;
       plan_spills(g, nstages, 0);

@@ -478,8 +478,10 @@ static int pack_make(entry *en, const cpu_mm *m) {
 static void *packed_b(entry *en, const cpu_mm *m) {
   const dnnl_memory_desc_t *from;
   pslot *s;
-  if (!m->b_st || en->pack < 0 || !kept_seen(m->b_st, m->b.p)) return NULL;
-  if (!en->pack && !pack_make(en, m)) return NULL;
+  if (!m->b_st || en->pack < 0) return NULL;
+  /* a first product of its kind makes its packed primitive only for a
+  ** weight seen before: one search of the slots in the steady state */
+  if (!en->pack && (!kept_seen(m->b_st, m->b.p) || !pack_make(en, m))) return NULL;
   if (dnnl_memory_get_memory_desc(en->rfrom, &from) != dnnl_success ||
       !(s = kept_find(m->b_st, m->b.p, from, &en->pmd)))
     return NULL;

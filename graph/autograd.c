@@ -507,17 +507,12 @@ static int alias_leaf(fl_tensor *t, ag_fn **fn, ir_apply_fn apply, fl_err *e) {
   return FL_OK;
 }
 
-/* The calls a backward reached, each holding a reference until it runs. */
-typedef struct pend {
-  ag_fn **f;
-  int n, cap;
-} pend;
-
 /* One backward graph from roots, stopping at calls: leaves accumulate,
-** a call's gradient waits in its grad (pl). */
+** a call's gradient waits in its grad, the call in pl (holding a
+** reference until it runs). */
 static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
                 int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
-                int retain, int create, ir_apply_fn apply, pend *pl, fl_err *e) {
+                int retain, int create, ir_apply_fn apply, walk *pl, fl_err *e) {
   walk w = {0};
   built bt;
   fnmap fm = {0};
@@ -541,16 +536,9 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
       ag_fn *f = bt.who[j];
       if (f->kind == AG_CALL) {
         if (!f->pending) {
-          if (pl->n == pl->cap) {
-            int nc = pl->cap ? pl->cap * 2 : 8;
-            ag_fn **nf = realloc(pl->f, (size_t)nc * sizeof *nf);
-            if (!nf) { rc = err_set(e, FL_ENOMEM, "backward: out of memory"); break; }
-            pl->f = nf;
-            pl->cap = nc;
-          }
+          if ((rc = push(pl, f, e)) != FL_OK) break;
           ag_ref(f);
           f->pending = 1;
-          pl->f[pl->n++] = f;
         }
         if (!f->grad.st) {
           f->grad = res[j];
@@ -624,12 +612,12 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
 
 /* The pending call created last: every fn whose gradient can reach it was
 ** created after it, so it has all of its gradient once those ran. */
-static ag_fn *newest(pend *pl) {
+static ag_fn *newest(walk *pl) {
   int i, best = 0;
   ag_fn *f;
-  for (i = 1; i < pl->n; i++) if (pl->f[i]->seq > pl->f[best]->seq) best = i;
-  f = pl->f[best];
-  pl->f[best] = pl->f[--pl->n];
+  for (i = 1; i < pl->n; i++) if (pl->fns[i]->seq > pl->fns[best]->seq) best = i;
+  f = pl->fns[best];
+  pl->fns[best] = pl->fns[--pl->n];
   f->pending = 0;
   return f;
 }
@@ -637,7 +625,7 @@ static ag_fn *newest(pend *pl) {
 int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
                 int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
                 int retain, int create, ir_apply_fn apply, fl_err *e) {
-  pend pl = {0};
+  walk pl = {0};
   int rc = pass(roots, seeds, seed_fns, n, want, nwant, wout, wfn, retain, create, apply, &pl, e);
   /* the calls reached, newest first: each runs its program on the
   ** gradient that reached it, and the backward goes on from its inputs */
@@ -672,6 +660,6 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
     ten_release(&f->grad);
     ag_unref(f);
   }
-  free(pl.f);
+  free(pl.fns);
   return rc;
 }

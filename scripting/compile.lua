@@ -1036,6 +1036,21 @@ local function wants_grad(args, params)
   return false
 end
 
+-- The tensor arguments, in order (a graph's inputs), and each one's
+-- argument position.
+local function tensor_args(args)
+  local ins, at = {}, {}
+  for i = 1, args.n do
+    if is_tensor(args[i]) then ins[#ins + 1] = args[i]; at[#ins] = i end
+  end
+  return ins, at
+end
+
+local function no_train(st, why)
+  st.no_train = why
+  debug_line("compiled training: not for this function (%s)", why)
+end
+
 local function train_eager(st, why)
   if not st.train_why[why] then
     st.train_why[why] = true
@@ -1095,15 +1110,11 @@ local function train_build(st, args, fresh)
   fprog:compile()   -- now, not in the first call's run (compile_ms, not backward_ms)
   bprog:compile()
   -- each gradient's leaf: an argument by position, a parameter by storage
-  local params = live_params(st.fn, info.params)
-  local leaves = {}
+  local params, leaves = live_params(st.fn, info.params), {}
+  local _, at = tensor_args(args)
   for k, gr in ipairs(pinfo.grads) do
     if gr.input then
-      local i, n = 0, 0                      -- the gr.input-th tensor argument
-      for a = 1, args.n do
-        if is_tensor(args[a]) then n = n + 1; if n == gr.input then i = a end end
-      end
-      leaves[k] = {arg = i}
+      leaves[k] = {arg = at[gr.input]}
     else
       for _, p in ipairs(params) do
         if fl._same_storage(p, gr.param) then leaves[k] = {param = p} end
@@ -1119,8 +1130,7 @@ local function train_build(st, args, fresh)
   stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
   st.train_pairs[#st.train_pairs + 1] = {fw = fplan, bw = bplan, fw_program = fprog, bw_program = bprog,
                                          partition = pinfo}
-  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves,
-          params = params}
+  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves}
 end
 
 
@@ -1147,38 +1157,30 @@ local function train_first(st, reason, ...)
       st.train_breaks = true
       train_eager(st, why .. ": a compiled backward needs one graph; the loss trains eagerly")
     else
-      st.no_train = why
-      debug_line("compiled training: not for this function (%s)", why)
+      no_train(st, why)
     end
     return true, unpack(r, 1, r.n)
   end
   local g = info.graphs[1]
-  if g then
-    capture_outputs(g, info)
-    local first = g:outputs()[1]
-    local ty
-    for _, n in ipairs(g:nodes()) do if n.id == first then ty = n.type end end
-    if not (ty and ty:find("^b?float%d*%[%]$")) then why = "its first result is not a loss (a float scalar)" end
-  end
-  if why then
-    st.no_train = why
-    debug_line("compiled training: not for this function (%s)", why)
+  capture_outputs(g, info)
+  local first, ty = g:outputs()[1], nil
+  for _, n in ipairs(g:nodes()) do if n.id == first then ty = n.type end end
+  if not (ty and ty:find("^b?float%d*%[%]$")) then
+    no_train(st, "its first result is not a loss (a float scalar)")
     return false
   end
   st.ntraces = st.ntraces + 1
   name_params(st.fn, g, info.params)
   st.grad_params = live_params(st.fn, info.params)
-  local ins = {}
-  for i = 1, args.n do if is_tensor(args[i]) then ins[#ins + 1] = args[i] end end
   local t0 = fl.now()
-  local _, prog, compiled = build_runner(st, g, ins)
+  local _, prog, compiled = build_runner(st, g, (tensor_args(args)))
   stats.compiles = stats.compiles + 1
   stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
   st.graphs[#st.graphs + 1] = compiled
   st.last_program = prog
   local e, text = build_entry(st, info, args, {}, true)
   if not e then
-    st.no_train = text
+    no_train(st, text)
     return false
   end
   table.insert(st.entries, 1, e)
@@ -1217,8 +1219,7 @@ function train(st, entry, ...)
     train_eager(st, t.eager)
     return st.fn(...)
   end
-  local ins = {}
-  for i = 1, args.n do if is_tensor(args[i]) then ins[#ins + 1] = args[i] end end
+  local ins = tensor_args(args)
   local outs = pack(fl.no_grad(function() return t.fw:run(unpack(ins)) end))
   local saved, k = {}, t.results + 1
   for i, s in ipairs(t.saved) do
@@ -1267,8 +1268,8 @@ local function slow(st, reason, argi, dim, ...)
   -- (BatchNorm's statistics would move twice)
   if not st.no_train and fl.is_grad_enabled() and st.traces < (st.opts.recompile_limit or 8) then
     if st.grad_params == nil then st.grad_params = grad_tensors(st.fn) end
-    if st.train_breaks and wants_grad(args, st.grad_params) then return st.fn(...) end
     if wants_grad(args, st.grad_params) then
+      if st.train_breaks then return st.fn(...) end
       local r = pack(train_first(st, reason, ...))
       if r[1] then return unpack(r, 2, r.n) end
     end

@@ -689,12 +689,13 @@ static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   cbw *c = ctx;
   const fl_tensor **in = calloc((size_t)c->nsaved + 1, sizeof *in);
   int k, rc, nout = c->pr->plan->g->nout;
+  int unit = meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0;
   fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
   if (!in || !outs) { free(in); free(outs); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
   for (k = 0; k < c->nsaved; k++) in[k] = &c->saved[k];
   rc = exec_program_run(c->pr, in, c->nsaved, outs, e);
   for (k = 0; k < nout && rc == FL_OK; k++) {
-    if (meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0) {
+    if (unit) {
       gin[k] = outs[k];
       memset(&outs[k], 0, sizeof outs[k]);
     } else {

@@ -1413,24 +1413,20 @@ static int tr_gc(lua_State *L) {
 }
 
 /* fl.graph_break(): cut the graph here (a no-op outside a trace). */
-static int l_graph_break(lua_State *L) {
+static int break_named(lua_State *L, const char *what) {
   lfl_trace *tr = lfl_trace_active(L);
   if (!tr) return 0;
-  record_break(L, tr, "fl.graph_break()");
-  flush(L, tr, "fl.graph_break()");
+  record_break(L, tr, what);
+  flush(L, tr, what);
   return 0;
 }
+
+static int l_graph_break(lua_State *L) { return break_named(L, "fl.graph_break()"); }
 
 /* fl._break_optimizer(): an optimizer's step under a trace (optim.lua):
 ** its fused per-parameter update writes real tensors the graph would not
 ** see, so the step runs in Lua, eagerly, every call. */
-static int l_break_optimizer(lua_State *L) {
-  lfl_trace *tr = lfl_trace_active(L);
-  if (!tr) return 0;
-  record_break(L, tr, "optimizer step");
-  flush(L, tr, "optimizer step");
-  return 0;
-}
+static int l_break_optimizer(lua_State *L) { return break_named(L, "optimizer step"); }
 
 /* fl._scope_push(path) / fl._scope_pop(): module paths for the nodes
 ** recorded inside a module's forward (cheap no-ops when not tracing). */
