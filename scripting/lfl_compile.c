@@ -694,8 +694,10 @@ results:
 /* ---- the callable ---------------------------------------------------------- */
 
 /* In grad mode, does a call with these arguments train: a tensor argument
-** or one of the entry's parameters requires grad? */
-static int grad_wanted(lua_State *L, int eidx, int fnidx, int base, int nargs) {
+** or one of the entry's parameters requires grad?  Called after check():
+** each parameter is the very tensor its key names, so the key is read,
+** not the path walked again. */
+static int grad_wanted(lua_State *L, int eidx, int base, int nargs) {
   int k, want = 0;
   if (!ag_grad_enabled()) return 0;
   for (k = 0; k < nargs && !want; k++) {
@@ -708,11 +710,10 @@ static int grad_wanted(lua_State *L, int eidx, int fnidx, int base, int nargs) {
     for (i = 1; i <= n && !want; i++) {
       const fl_tensor *t;
       lua_rawgeti(L, -1, i);
-      lua_getfield(L, -1, "path");
-      push_path(L, fnidx, lua_gettop(L));     /* stack: params, p, path, value */
-      t = lfl_totensor(L, -1);
+      lua_getfield(L, -1, "key");
+      t = (const fl_tensor *)lua_touserdata(L, -1);
       want = t && lfl_requires_grad(t);
-      lua_pop(L, 3);
+      lua_pop(L, 2);
     }
   }
   lua_pop(L, 1);
@@ -742,7 +743,7 @@ static int call_inner(lua_State *L, compiled *c) {
       int nr;
       double t0 = 0;
       c->hits++;
-      if (en->train && grad_wanted(L, eidx, fnidx, 2, nargs)) {
+      if (en->train && grad_wanted(L, eidx, 2, nargs)) {
         /* training: compile.lua's forward and backward pair for this
         ** entry (its guards held: the function is the one it traced) */
         int top = lua_gettop(L);
