@@ -382,7 +382,6 @@ end
 -- The bias corrections are computed in double from the step count, as
 -- PyTorch computes them in Python.
 local function adam_update(p, grad, st, g)
-  if g.maximize then grad = -grad end
   if st.step == nil then
     st.step = 0
     st.exp_avg = zeros_like(p)
@@ -398,6 +397,7 @@ local function adam_update(p, grad, st, g)
                     decoupled = g.decoupled_weight_decay, maximize = g.maximize, step = st.step}) then
     return
   end
+  if g.maximize then grad = -grad end       -- (the fused pass negates its own)
   if g.weight_decay ~= 0 then
     if g.decoupled_weight_decay then p:mul_(1 - lr * g.weight_decay)
     else grad = grad + p * g.weight_decay end

@@ -301,6 +301,7 @@ local function adam_ref(o, decoupled)
   for k = 1, 3 do
     for i = 1, 3 do
       local g = G[k][i]
+      if o.maximize then g = -g end
       if decoupled then p[i] = p[i] * (1 - o.lr * wd) else g = g + wd * p[i] end
       m[i] = b1 * m[i] + (1 - b1) * g
       v[i] = b2 * v[i] + (1 - b2) * g * g
@@ -332,6 +333,7 @@ local adam_cases = {
   {lr = 0.1},
   {lr = 0.05, betas = {0.8, 0.99}, eps = 1e-6, weight_decay = 0.1},
   {lr = 0.1, amsgrad = true},
+  {lr = 0.1, maximize = true, weight_decay = 0.05},
 }
 for _, o in ipairs(adam_cases) do
   local keys = {}
@@ -712,6 +714,7 @@ do
       return fl.optim.SGD(ps, {lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01})
     end},
     {"SGD maximize", function(ps) return fl.optim.SGD(ps, {lr = 0.05, maximize = true}) end},
+    {"Adam maximize", function(ps) return fl.optim.Adam(ps, {lr = 0.05, maximize = true}) end},
   }
   for _, c in ipairs(cases) do
     local d = (run(c[2], false) - run(c[2], true)):abs():amax():item()
