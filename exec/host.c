@@ -202,9 +202,15 @@ char *exec_program_host(const exec_program *pr) {
   ** storage (ir_writeback) */
   for (i = 0; i < g->nwb; i++) {
     char dst[96];
-    value_name(pr, g->outputs[ir_nresults(g) + i], nm, sizeof nm);
+    int src = g->outputs[ir_nresults(g) + i];
+    value_name(pr, src, nm, sizeof nm);
     value_name(pr, g->wb[i], dst, sizeof dst);
-    strbuf_printf(&b, "  %s.copy_(%s)    # write-back: the in-place update of %s\n", dst, nm, dst);
+    if (p->inplace && p->inplace[src] == g->wb[i])
+      /* plan_inplace: the kernel stores into dst when it is contiguous */
+      strbuf_printf(&b, "  # %s = %s: stored in place by k%d (a copy only if %s is strided)\n", dst, nm,
+                    p->kernel_of[src], dst);
+    else
+      strbuf_printf(&b, "  %s.copy_(%s)    # write-back: the in-place update of %s\n", dst, nm, dst);
   }
   strbuf_printf(&b, "  return ");
   for (i = 0; i < ir_nresults(g); i++) {

@@ -557,7 +557,7 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
   fl_tensor probe, base;
   if (!tr) return 0;
   if (lfl_islazy(dst) ? (u->trace != tr->id || u->seg != tr->seg)
-                      : (dst->m.device != FL_DEV_CPU || u->fresh == tr->id || dst->m.wrapped))
+                      : (u->fresh == tr->id || dst->m.wrapped))
     return 0;
   if (lfl_islazy(val) && (lfl_ud_of(val)->trace != tr->id || lfl_ud_of(val)->seg != tr->seg))
     return 0;
@@ -573,7 +573,6 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
   if ((b = base_of(g, id, chain, &n)) < 0) return 0;
   r = root_of(tr, b);
   if (g->nodes[r].kind == IR_CONST || g->nodes[r].meta.wrapped) return 0;
-  if (g->nodes[r].kind == IR_INPUT && g->nodes[r].meta.device != FL_DEV_CPU) return 0;
   /* symbolic sizes: transposes, permutes and a narrow along a dim of
   ** fixed size undo without computing a size; the other views would need
   ** one (a break instead) */
@@ -912,8 +911,9 @@ static const char *hint_for(const char *what) {
   if (strcmp(what, "fl.graph_break()") == 0)
     return "fl.graph_break() asks for a break here";
   if (strcmp(what, "optimizer step") == 0)
-    return "an optimizer's step is not compiled yet: it runs eagerly every call, one fused "
-           "pass per parameter (cpu/optim.c)";
+    return "each call's gradients are new tensors, so the step cannot live in the graph: "
+           "it runs its own compiled update every call (opt:compiled()), one fused "
+           "kernel per parameter";
   if (strcmp(what, "aliased read") == 0)
     return "a tensor sharing storage with one written in place earlier in the "
            "graph is read here; the graph ends so the write lands first";
@@ -929,7 +929,7 @@ static void break_reason(const char *what, char *reason, size_t n) {
   if (strcmp(what, "fl.graph_break()") == 0)
     snprintf(reason, n, "fl.graph_break() called");
   else if (strcmp(what, "optimizer step") == 0)
-    snprintf(reason, n, "an optimizer's step (its update writes the weights in place)");
+    snprintf(reason, n, "an optimizer's step (each call's gradients are new tensors; it runs its own compiled update)");
   else if (strcmp(what, "aliased read") == 0)
     snprintf(reason, n, "aliased read: another view of storage written in place");
   else if (strchr(what, '_') && what[strlen(what) - 1] == '_')
@@ -1424,9 +1424,28 @@ static int break_named(lua_State *L, const char *what) {
 static int l_graph_break(lua_State *L) { return break_named(L, "fl.graph_break()"); }
 
 /* fl._break_optimizer(): an optimizer's step under a trace (optim.lua):
-** its fused per-parameter update writes real tensors the graph would not
-** see, so the step runs in Lua, eagerly, every call. */
+** each call's .grad is a new tensor the graph cannot hold, so the step
+** runs every call, outside the graph, as its own compiled update. */
 static int l_break_optimizer(lua_State *L) { return break_named(L, "optimizer step"); }
+
+/* fl._untraced(fn, ...) -> fn(...) with the active trace suspended: what
+** fn makes are real tensors and what it runs runs now (an optimizer's
+** state, created on its first step, and its own compiled update, which
+** reads each call's gradients).  The trace is back on return and on
+** error. */
+static int l_untraced(lua_State *L) {
+  int n = lua_gettop(L), rc;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &active_key);
+  lua_insert(L, 1);                          /* the trace (or nil), then fn, args */
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
+  rc = lua_pcall(L, n - 1, LUA_MULTRET, 0);
+  lua_pushvalue(L, 1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &active_key);
+  if (rc != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - 1;
+}
 
 /* fl._scope_push(path) / fl._scope_pop(): module paths for the nodes
 ** recorded inside a module's forward (cheap no-ops when not tracing). */
@@ -1471,6 +1490,7 @@ static const luaL_Reg trace_methods[] = {
 
 static const luaL_Reg trace_funcs[] = {
   {"_trace_begin", tr_begin}, {"graph_break", l_graph_break}, {"_break_optimizer", l_break_optimizer},
+  {"_untraced", l_untraced},
   {"_scope_push", l_scope_push}, {"_scope_pop", l_scope_pop},
   {"_tracing", l_tracing}, {"_trace_reset", l_trace_reset},
   {NULL, NULL}

@@ -78,10 +78,12 @@ Optimizer.__index = Optimizer
 optim.Optimizer = Optimizer
 
 -- A new optimizer class: name ("fl.optim.SGD"), its defaults (every
--- option it takes, with its default value), a check of a group's options
--- and the update of one parameter.
-local function optimizer_class(name, defaults, check, update)
-  local cls = setmetatable({__name = name, defaults = defaults, _check = check, _update = update},
+-- option it takes, with its default value), a check of a group's options,
+-- the eager update of one parameter and the compiled one (see "the
+-- compiled step" below).
+local function optimizer_class(name, defaults, check, update, compiled)
+  local cls = setmetatable({__name = name, defaults = defaults, _check = check, _update = update,
+                            _compiled_update = compiled},
                            {__index = Optimizer})
   cls.__index = cls
   cls.__tostring = Optimizer.__tostring
@@ -188,25 +190,151 @@ end
 function Optimizer:step(closure)
   local loss
   if closure ~= nil then loss = fl.enable_grad(closure) end
-  -- inside fl.compile (or fl.capture): a graph break, the step eager (its
-  -- fused updates write real tensors a graph would not see)
-  fl._break_optimizer()
+  if fl._tracing() then
+    -- inside fl.compile (or fl.capture): a graph break (each call's .grad
+    -- is new: a graph cannot hold it), then the compiled update, which
+    -- reads them as arguments; outside any trace
+    fl._break_optimizer()
+    fl._untraced(fl.no_grad, function() self:_step_compiled() end)
+    return loss
+  end
   fl.no_grad(function()
     for _, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
-        local grad = p.grad
-        if grad ~= nil then
-          local st = self.state[p]
-          if st == nil then
-            st = {}
-            self.state[p] = st
-          end
-          self._update(p, grad, st, g)
-        end
+        if p.grad ~= nil then self:_step_eager(p, g) end
       end
     end
   end)
   return loss
+end
+
+function Optimizer:_step_eager(p, g)
+  local st = self.state[p]
+  if st == nil then
+    st = {}
+    self.state[p] = st
+  end
+  self._update(p, p.grad, st, g)
+end
+
+-- ---------------------------------------------------------------------------
+-- the compiled step: opt:step() inside fl.compile
+-- ---------------------------------------------------------------------------
+-- Each parameter group's update is one fl.compile'd function of the
+-- group's per-step scalars, then every parameter, its gradient and its
+-- state tensors: it writes the new values into them (captured writes,
+-- which the fusion planner stores in place from the kernel that computes
+-- them: no copy), one fused kernel per parameter.  The step count never
+-- reaches the graph as a constant: what depends on it (lr / (1 -
+-- beta1^step), sqrt(1 - beta2^step)) is computed in double in Lua, as the
+-- eager update computes it, and passed rounded to float32 in a tensor, so
+-- a growing step count and a scheduler's lr never recompile.  The other
+-- hyperparameters are the function's constants: changing one builds
+-- another function.  A parameter's first step (its state made) runs
+-- eagerly, as does a group whose update will not compile.
+--
+-- A class's compiled update is {ready = function(st, g) (the state is
+-- made), scalars = function(st, g) (a list of numbers per parameter),
+-- state = function(st, g) (its state tensors, in place order), names =
+-- function(g) (theirs), body =
+-- function(g) -> function(p, grad, s, state...) -> the new p and state...
+-- (s: the parameter's scalars as a list of 0-d tensors)}.
+
+local COMPILED_KEEP = 8        -- compiled updates kept per group (hyperparameter sets)
+
+-- The function a group's compiled update traces: n parameters, each with
+-- the state tensors named in names, after a [n, c] tensor of scalars.  Its
+-- arguments are named (p1, p1_grad, p1_exp_avg, ...) for cm:code().
+local function group_update(body, n, names, c)
+  local k = #names
+  local function update(sc, ...)
+    local a = {...}
+    for i = 0, n - 1 do
+      local base = i * (k + 2)
+      local p, grad = a[base + 1], a[base + 2]
+      local row = sc:narrow(1, i + 1, 1):reshape{c}
+      local s = {}
+      for j = 1, c do s[j] = row:narrow(1, j, 1):reshape{} end
+      local state = {}
+      for j = 1, k do state[j] = a[base + 2 + j] end
+      local new = {body(p, grad, s, table.unpack(state))}
+      p:copy_(new[1])
+      for j = 1, k do state[j]:copy_(new[j + 1]) end
+    end
+  end
+  local params = {}
+  for i = 1, n do
+    params[#params + 1] = ("p%d, p%d_grad"):format(i, i)
+    for _, nm in ipairs(names) do params[#params + 1] = ("p%d_%s"):format(i, nm) end
+  end
+  params = table.concat(params, ", ")
+  return load(("local update = ...; return function(scalars, %s) return update(scalars, %s) end")
+              :format(params, params), "=optimizer update")(update)
+end
+
+-- The group's hyperparameters other than lr, as a key.
+local function constants_key(g, list)
+  local parts = {}
+  for k, v in pairs(g) do
+    if k ~= "params" and k ~= "lr" and k ~= "initial_lr" then
+      if type(v) == "table" then v = table.concat(v, ",") end
+      parts[#parts + 1] = k .. "=" .. tostring(v)
+    end
+  end
+  table.sort(parts)
+  local ids = {}
+  for i, p in ipairs(list) do ids[i] = tostring(fl._tensor_key(p)) end
+  return table.concat(parts, ";") .. "|" .. table.concat(ids, ",")
+end
+
+function Optimizer:_step_compiled()
+  local cu = self._compiled_update
+  self._compiled = self._compiled or {}
+  for gi, g in ipairs(self.param_groups) do
+    local list, rows, args = {}, {}, {}
+    for _, p in ipairs(g.params) do
+      if p.grad ~= nil then
+        local st = self.state[p]
+        if cu == nil or st == nil or not cu.ready(st, g) then
+          self:_step_eager(p, g)                -- its first step: the state made
+        else
+          list[#list + 1] = p
+          rows[#rows + 1] = cu.scalars(st, g)
+          args[#args + 1] = p
+          args[#args + 1] = p.grad
+          for _, t in ipairs(cu.state(st, g)) do args[#args + 1] = t end
+        end
+      end
+    end
+    if #list > 0 then
+      local per = self._compiled[gi] or {keys = {}, fns = {}}
+      self._compiled[gi] = per
+      local key = constants_key(g, list)
+      local fn = per.fns[key]
+      if fn == nil then
+        if #per.keys >= COMPILED_KEEP then per.fns[table.remove(per.keys, 1)] = nil end
+        fn = fl.compile(group_update(cu.body(g), #list, cu.names(g), #rows[1]))
+        per.fns[key] = fn
+        per.keys[#per.keys + 1] = key
+      end
+      fn(fl.tensor(rows, {dtype = list[1].dtype, device = list[1].device}), table.unpack(args))
+      for _, p in ipairs(list) do
+        local st = self.state[p]
+        if st.step ~= nil then st.step = st.step + 1 end
+      end
+    end
+  end
+end
+
+-- opt:compiled() -> the compiled updates its steps inside fl.compile ran,
+-- {{group = i, fn = compiled function}...}: their cm:stats(), cm:code().
+function Optimizer:compiled()
+  local out = {}
+  for gi, per in pairs(self._compiled or {}) do
+    for _, key in ipairs(per.keys) do out[#out + 1] = {group = gi, fn = per.fns[key]} end
+  end
+  table.sort(out, function(a, b) return a.group < b.group end)
+  return out
 end
 
 -- Group options are plain values; betas is a pair to copy.
@@ -348,9 +476,30 @@ local function sgd_update(p, grad, st, g)
   p:add_(grad * -g.lr)
 end
 
+-- the same update as tensor ops, for the compiled step
+local sgd_compiled = {
+  ready = function(st, g) return g.momentum == 0 or st.momentum_buffer ~= nil end,
+  scalars = function(_, g) return {-g.lr} end,
+  state = function(st, g) return g.momentum ~= 0 and {st.momentum_buffer} or {} end,
+  names = function(g) return g.momentum ~= 0 and {"momentum_buffer"} or {} end,
+  body = function(g)
+    local mom, damp, wd = g.momentum, 1 - g.dampening, g.weight_decay
+    local nesterov, maximize = g.nesterov, g.maximize
+    return function(p, grad, s, buf)
+      if maximize then grad = -grad end
+      if wd ~= 0 then grad = grad + p * wd end
+      if buf then
+        buf = buf * mom + grad * damp
+        grad = nesterov and grad + buf * mom or buf
+      end
+      return p + s[1] * grad, buf
+    end
+  end,
+}
+
 local SGD = optimizer_class("fl.optim.SGD",
   {lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false},
-  check_sgd, sgd_update)
+  check_sgd, sgd_update, sgd_compiled)
 
 -- fl.optim.SGD(params [, {lr=1e-3, momentum=0, dampening=0,
 -- weight_decay=0, nesterov=false, maximize=false}])
@@ -421,10 +570,47 @@ local function adam_update(p, grad, st, g)
   p:add_(m * -step_size / denom)              -- addcdiv's order: (value * m) / denom
 end
 
+-- the same update as tensor ops, for the compiled step: the scalars are
+-- -lr / (1 - beta1^step), sqrt(1 - beta2^step) and 1 - lr * weight_decay,
+-- in double as cpu/optim.c computes them, for the step about to be taken
+local adam_compiled = {
+  ready = function(st, g) return st.step ~= nil and (not g.amsgrad or st.max_exp_avg_sq ~= nil) end,
+  scalars = function(st, g)
+    local step = st.step + 1
+    return {-(g.lr / (1 - g.betas[1] ^ step)), math.sqrt(1 - g.betas[2] ^ step),
+            1 - g.lr * g.weight_decay}
+  end,
+  state = function(st, g)
+    return g.amsgrad and {st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq} or {st.exp_avg, st.exp_avg_sq}
+  end,
+  names = function(g)
+    return g.amsgrad and {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"} or {"exp_avg", "exp_avg_sq"}
+  end,
+  body = function(g)
+    local w, b2, cb2, eps = f32(1 - g.betas[1]), g.betas[2], 1 - g.betas[2], g.eps
+    local wd, amsgrad, maximize = g.weight_decay, g.amsgrad, g.maximize
+    local decoupled = g.decoupled_weight_decay
+    return function(p, grad, s, m, v, vmax)
+      if maximize then grad = -grad end
+      if wd ~= 0 then
+        if decoupled then p = p * s[3] else grad = grad + p * wd end
+      end
+      if w < 0.5 then m = m + (grad - m) * w else m = grad - (grad - m) * f32(1 - w) end
+      v = v * b2 + grad * cb2 * grad
+      local vi = v
+      if amsgrad then
+        vmax = fl.maximum(vmax, v)
+        vi = vmax
+      end
+      return p + s[1] * m / (vi:sqrt() / s[2] + eps), m, v, vmax
+    end
+  end,
+}
+
 local Adam = optimizer_class("fl.optim.Adam",
   {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0, amsgrad = false, maximize = false,
    decoupled_weight_decay = false},
-  check_adam, adam_update)
+  check_adam, adam_update, adam_compiled)
 
 local AdamW = optimizer_class("fl.optim.AdamW",
   {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 1e-2, amsgrad = false, maximize = false,
@@ -434,7 +620,7 @@ local AdamW = optimizer_class("fl.optim.AdamW",
       error(what .. ": decoupled_weight_decay is what AdamW is; use fl.optim.Adam for the other", 0)
     end
     check_adam(g, what)
-  end, adam_update)
+  end, adam_update, adam_compiled)
 
 -- fl.optim.Adam(params [, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8,
 -- weight_decay=0, amsgrad=false, maximize=false, decoupled_weight_decay=false}])

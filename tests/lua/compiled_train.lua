@@ -337,39 +337,6 @@ do
   m:zero_grad(true)
 end
 
--- an optimizer's step inside fl.compile: a graph break, the step eager on
--- every call (once per call, as eager: not skipped by a cached empty
--- graph, not run twice by the trace)
-do
-  local function run(compile_step)
-    fl.manual_seed(12)
-    local m = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
-    local opts = {{fl.optim.SGD, {lr = 0.05, momentum = 0.9}}, {fl.optim.AdamW, {lr = 1e-2}}}
-    local out = {}
-    for k, o in ipairs(opts) do
-      local opt = o[1](m:parameters(), o[2])
-      local step = function() opt:step() end
-      if compile_step then step = fl.compile(step) end
-      local x, y = fl.randn(5, 6), fl.tensor({0, 1, 1, 0, 1})
-      for _ = 1, 4 do
-        opt:zero_grad()
-        fl.cross_entropy(m(x), y):backward()
-        step()
-      end
-      out[k] = {m:parameters()[1] * 1, compile_step and step:stats() or nil}
-    end
-    return out
-  end
-  local e, c = run(false), run(true)
-  for k, name in ipairs{"SGD with momentum", "AdamW"} do
-    local s = c[k][2]
-    t.ok(maxdiff(c[k][1], e[k][1]) == 0 and s.graph_breaks == 1 and
-         s.break_reasons[1].reason:find("optimizer's step", 1, true),
-         ("fl.compile of %s's step: 4 steps equal eager's exactly; a graph break says why (%s)"):format(
-         name, s.break_reasons[1] and s.break_reasons[1].reason or "none"))
-  end
-end
-
 -- ---- the partition option ------------------------------------------------------------
 do
   fl.manual_seed(6)

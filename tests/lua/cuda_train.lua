@@ -68,4 +68,37 @@ do
         {ids, ids}, 5)
 end
 
+-- the optimizer's compiled update on the device (autograd, and so an
+-- optimizer's parameters, live on the CPU: the update it compiled there is
+-- called with cuda copies of its arguments, one kernel per parameter
+-- generated for CUDA, against the same call on the CPU)
+do
+  fl.manual_seed(6)
+  local ps = {fl.randn(8, 4):requires_grad_(), fl.randn(8):requires_grad_()}
+  local opt = fl.optim.AdamW(ps, {lr = 1e-2, amsgrad = true})
+  local step = fl.compile(function() opt:step() end)
+  for _ = 1, 2 do
+    for _, p in ipairs(ps) do p.grad = fl.randn(p.shape) end
+    step()
+  end
+  local fn = opt:compiled()[1].fn
+  local args = {fl.tensor({{-0.01, 0.9, 0.999}, {-0.02, 0.8, 0.999}})}
+  for _, p in ipairs(ps) do
+    local st = opt.state[p]
+    for _, v in ipairs{p:detach(), fl.randn(p.shape), st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq} do
+      args[#args + 1] = v * 1
+    end
+  end
+  local dev = {}
+  for i, a in ipairs(args) do dev[i] = a:to("cuda") end
+  fn(table.unpack(args))
+  fn(table.unpack(dev))
+  local ok = true
+  for i = 1, #args do ok = ok and close(dev[i], args[i]) end
+  local s = fn:stats()
+  t.ok(ok and s.compiles == 2 and s.kernels == 4,
+       ("AdamW's compiled update on the device: parameters and state written as on the CPU "
+        .. "(%d compiles, %d kernels: one per parameter in each)"):format(s.compiles, s.kernels))
+end
+
 t.done()
