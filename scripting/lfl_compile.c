@@ -727,6 +727,9 @@ static int grad_wanted(lua_State *L, int eidx, int base, int nargs) {
 static int call_inner(lua_State *L, compiled *c) {
   int nargs = lua_gettop(L) - 1, fnidx, entries, k, n, argi = 0, dim = 0;
   char reason[512] = "";
+  /* the paths below push the arguments again after a few values of
+  ** their own: room for them (a C function is promised 20 slots) */
+  luaL_checkstack(L, nargs + 16, "compiled: too many arguments");
   c->calls++;
   lua_getiuservalue(L, 1, CUV_FN);
   fnidx = lua_gettop(L);

@@ -467,4 +467,19 @@ do
   end, function() return fl.randn(1, 2, 8, 4) end, nil)
 end
 
+-- many arguments: the call's paths push them again (once past the 20
+-- stack slots a C function is promised, the heap was overwritten)
+do
+  local f = fl.compile(function(...)
+    local a = {...}
+    for i = 1, #a, 2 do a[i]:copy_(a[i] + a[i + 1]) end
+  end)
+  local args = {}
+  for i = 1, 50 do args[i] = fl.full({3}, i) end
+  for _ = 1, 3 do f(table.unpack(args)) end
+  local ok = true
+  for i = 1, 50, 2 do ok = ok and args[i][1] == i + 3 * (i + 1) end
+  t.ok(ok and #args == 50, "a compiled function of 50 arguments writes into 25 of them, three calls")
+end
+
 t.done()
