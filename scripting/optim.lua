@@ -240,7 +240,8 @@ end
 -- function(g) -> function(p, grad, s, state...) -> the new p and state...
 -- (s: the parameter's scalars as a list of 0-d tensors)}.
 
-local COMPILED_KEEP = 8        -- compiled updates kept per group (hyperparameter sets)
+local COMPILED_KEEP = 8        -- compiled updates kept per part of a group (hyperparameter sets)
+local COMPILED_ARGS = 64       -- arguments of one compiled update (lfl_compile.c's entries)
 
 -- The function a group's compiled update traces: n parameters, each with
 -- the state tensors named in names, after a [n, c] tensor of scalars.  Its
@@ -262,14 +263,17 @@ local function group_update(body, n, names, c)
       for j = 1, k do state[j]:copy_(new[j + 1]) end
     end
   end
+  -- (a Lua function passes at most ~250 values: a larger group's
+  -- arguments keep their positional names)
+  if n * (k + 2) > 120 then return update end
   local params = {}
   for i = 1, n do
     params[#params + 1] = ("p%d, p%d_grad"):format(i, i)
     for _, nm in ipairs(names) do params[#params + 1] = ("p%d_%s"):format(i, nm) end
   end
   params = table.concat(params, ", ")
-  return load(("local update = ...; return function(scalars, %s) return update(scalars, %s) end")
-              :format(params, params), "=optimizer update")(update)
+  return assert(load(("local update = ...; return function(scalars, %s) return update(scalars, %s) end")
+                     :format(params, params), "=optimizer update"))(update)
 end
 
 -- The group's hyperparameters other than lr, as a key.
@@ -287,11 +291,43 @@ local function constants_key(g, list)
   return table.concat(parts, ";") .. "|" .. table.concat(ids, ",")
 end
 
+-- One compiled update of the parameters in list (part ci of group g, ready).
+function Optimizer:_run_compiled(gi, ci, g, list)
+  local cu = self._compiled_update
+  local rows, args = {}, {}
+  for _, p in ipairs(list) do
+    local st = self.state[p]
+    rows[#rows + 1] = cu.scalars(st, g)
+    args[#args + 1] = p
+    args[#args + 1] = p.grad
+    for _, t in ipairs(cu.state(st, g)) do args[#args + 1] = t end
+  end
+  local parts = self._compiled[gi] or {}
+  self._compiled[gi] = parts
+  local per = parts[ci] or {keys = {}, fns = {}}
+  parts[ci] = per
+  local key = constants_key(g, list)
+  local fn = per.fns[key]
+  if fn == nil then
+    if #per.keys >= COMPILED_KEEP then per.fns[table.remove(per.keys, 1)] = nil end
+    fn = fl.compile(group_update(cu.body(g), #list, cu.names(g), #rows[1]))
+    per.fns[key] = fn
+    per.keys[#per.keys + 1] = key
+  end
+  fn(fl.tensor(rows, {dtype = list[1].dtype, device = list[1].device}), table.unpack(args))
+  for _, p in ipairs(list) do
+    local st = self.state[p]
+    if st.step ~= nil then st.step = st.step + 1 end
+  end
+end
+
 function Optimizer:_step_compiled()
   local cu = self._compiled_update
   self._compiled = self._compiled or {}
   for gi, g in ipairs(self.param_groups) do
-    local list, rows, args = {}, {}, {}
+    local list, ci = {}, 1
+    -- a large group in parts of at most COMPILED_ARGS arguments
+    local per = cu and (COMPILED_ARGS - 1) // (#cu.names(g) + 2)
     for _, p in ipairs(g.params) do
       if p.grad ~= nil then
         local st = self.state[p]
@@ -299,41 +335,27 @@ function Optimizer:_step_compiled()
           self:_step_eager(p, g)                -- its first step: the state made
         else
           list[#list + 1] = p
-          rows[#rows + 1] = cu.scalars(st, g)
-          args[#args + 1] = p
-          args[#args + 1] = p.grad
-          for _, t in ipairs(cu.state(st, g)) do args[#args + 1] = t end
+          if #list == per then
+            self:_run_compiled(gi, ci, g, list)
+            list, ci = {}, ci + 1
+          end
         end
       end
     end
-    if #list > 0 then
-      local per = self._compiled[gi] or {keys = {}, fns = {}}
-      self._compiled[gi] = per
-      local key = constants_key(g, list)
-      local fn = per.fns[key]
-      if fn == nil then
-        if #per.keys >= COMPILED_KEEP then per.fns[table.remove(per.keys, 1)] = nil end
-        fn = fl.compile(group_update(cu.body(g), #list, cu.names(g), #rows[1]))
-        per.fns[key] = fn
-        per.keys[#per.keys + 1] = key
-      end
-      fn(fl.tensor(rows, {dtype = list[1].dtype, device = list[1].device}), table.unpack(args))
-      for _, p in ipairs(list) do
-        local st = self.state[p]
-        if st.step ~= nil then st.step = st.step + 1 end
-      end
-    end
+    if #list > 0 then self:_run_compiled(gi, ci, g, list) end
   end
 end
 
 -- opt:compiled() -> the compiled updates its steps inside fl.compile ran,
--- {{group = i, fn = compiled function}...}: their cm:stats(), cm:code().
+-- {{group = i, part = j, fn = compiled function}...}, a group of many
+-- parameters in parts: their cm:stats(), cm:code().
 function Optimizer:compiled()
   local out = {}
-  for gi, per in pairs(self._compiled or {}) do
-    for _, key in ipairs(per.keys) do out[#out + 1] = {group = gi, fn = per.fns[key]} end
+  for gi = 1, #self.param_groups do
+    for ci, per in ipairs((self._compiled or {})[gi] or {}) do
+      for _, key in ipairs(per.keys) do out[#out + 1] = {group = gi, part = ci, fn = per.fns[key]} end
+    end
   end
-  table.sort(out, function(a, b) return a.group < b.group end)
   return out
 end
 

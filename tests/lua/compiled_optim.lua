@@ -120,6 +120,22 @@ do
        "a parameter without .grad keeps its value and state; a transposed gradient is read as it is")
 end
 
+-- a group of 40 parameters: updated in parts of at most 64 arguments,
+-- each compiled once, equal to eager
+do
+  local shapes = {}
+  for i = 1, 40 do shapes[i] = {i % 5 + 1, 3} end
+  local mk = function(ps) return fl.optim.AdamW(ps, {lr = 1e-2}) end
+  local pe = run(mk, false, 6, shapes)
+  local pc, oc = run(mk, true, 6, shapes)
+  local worst = 0
+  for i = 1, #pe do worst = math.max(worst, maxdiff(pc[i], pe[i])) end
+  local u, calls = oc:compiled(), 0
+  for _, c in ipairs(u) do calls = calls + c.fn:stats().calls end
+  t.ok(#u == 3 and u[3].part == 3 and calls == 15 and worst <= 4e-6,
+       ("40 parameters: %d compiled parts, %d calls in 5 steps, equal to eager (%.3g)"):format(#u, calls, worst))
+end
+
 -- a training step: the loss compiled with its backward, then the
 -- compiled update; 20 steps equal eager training
 do
