@@ -856,11 +856,14 @@ end
 -- Returns the outputs, and for the segment's record (lfl_resume.c) the
 -- program a replay runs directly (a CPU program) or the runner it calls
 -- (nil, nil: the eager kernels).
+local train_segment   -- compiled training of one segment (below)
+
 local function make_exec(st)
   return function(g, inputs, params)
     -- a segment without ops (values passed through a break) has nothing
     -- to compile
     if #g:ops() == 0 then return {g:run(unpack(inputs))}, nil, nil end
+    if st.train_segments then return train_segment(st, g, inputs, params) end
     local key = fl._graph_key(g)
     local hit = st.segcache[key]
     if hit then
@@ -1063,9 +1066,45 @@ end
 -- The executor of a training capture: nothing runs (no write lands, no
 -- time is spent); the segment's outputs are zeros of their shapes, which
 -- nobody reads.
+-- The results of segment graph g that depend on a leaf requiring grad
+-- (their positions among g:outputs(), float values only), whether a graph
+-- input (an argument, or a value of an earlier segment) requires grad,
+-- and each node's type.
+local function grad_results(g)
+  local needs, types, input_grad = {}, {}, false
+  for _, n in ipairs(g:nodes()) do          -- ids ascending: inputs first
+    types[n.id] = n.type
+    if n.requires_grad then
+      needs[n.id] = true
+      if n.kind == "input" then input_grad = true end
+    end
+    for _, i in ipairs(n.inputs or {}) do
+      if needs[i] and n.type:find("float") then needs[n.id] = true end
+    end
+  end
+  local list = {}
+  for k, id in ipairs(g:outputs()) do if needs[id] then list[#list + 1] = k end end
+  return list, input_grad, types
+end
+
+-- Why segment k (graph g) cannot train as a compiled pair, or nil: it
+-- must compute at most one value that needs gradients, a float scalar (a
+-- loss), from parameters only.
+local function segment_why_not(g, k)
+  local list, input_grad, types = grad_results(g)
+  if input_grad then
+    return ("segment %d reads a value that requires grad from outside it (an argument or an "
+            .. "earlier segment's result)"):format(k)
+  end
+  if #list > 1 then return ("segment %d computes %d values that need gradients"):format(k, #list) end
+  if #list == 1 and not types[g:outputs()[list[1]]]:find("^b?float%d*%[%]$") then
+    return ("segment %d's value that needs gradients is not a scalar loss"):format(k)
+  end
+end
+
 local function dry_exec(g)
-  local types, outs = {}, {}
-  for _, n in ipairs(g:nodes()) do types[n.id] = n.type end
+  local outs = {}
+  local grads, _, types = grad_results(g)
   local ids = g:outputs()
   for _, w in ipairs(g:writebacks()) do ids[#ids + 1] = w.node end
   for i, id in ipairs(ids) do
@@ -1074,11 +1113,48 @@ local function dry_exec(g)
     for d in (dims or ""):gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
     outs[i] = fl.zeros(shape, {dtype = dt})
   end
+  -- a value that needs gradients gets a history of its own (a leaf of
+  -- zeros), so that the function's own backward() goes on, touching nothing
+  for _, k in ipairs(grads) do outs[k]:requires_grad_() end
   return outs
 end
 
+-- The dry capture: each segment's results are zeros, and while
+-- fl._dry_capture is set an optimizer's step and zero_grad do nothing
+-- (their tensors are real).  A value read at a break is 0, so a branch on
+-- one may take another way than the real call: the segments the real call
+-- makes are checked again as they run (train_segment).
 local function dry_capture(st, ...)
-  return pcall(trace_call, st.fn, {}, st.names, {}, dry_exec, true, nil, ...)
+  fl._dry_capture = true
+  local r = pack(pcall(trace_call, st.fn, {}, st.names, {}, dry_exec, false, nil, ...))
+  fl._dry_capture = nil
+  return unpack(r, 1, r.n)
+end
+
+-- A partition's halves fused and compiled for the CPU: their plans and
+-- programs, compiled now (compile_ms, not the first call's backward_ms).
+local function compile_pair(st, fw, bw)
+  local function compile_half(h)
+    local plan = lower_graph(h):fuse{fuse = st.opts.fuse ~= false}
+    local prog = plan:codegen("cpu")
+    prog:compile()
+    return plan, prog
+  end
+  local fplan, fprog = compile_half(fw)
+  local bplan, bprog = compile_half(bw)
+  return fplan, fprog, bplan, bprog
+end
+
+-- A pair built: counted in stats, listed by cm:training().
+local function count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
+  local stats = st.stats
+  stats.backward_graphs = stats.backward_graphs + 1
+  stats.backward_kernels = stats.backward_kernels + bplan:stats().kernels
+  stats.saved_bytes = pinfo.saved_bytes
+  stats.recomputed = #pinfo.recomputed
+  stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
+  st.train_pairs[#st.train_pairs + 1] = {fw = fplan, bw = bplan, fw_program = fprog, bw_program = bprog,
+                                         partition = pinfo}
 end
 
 -- The forward and backward programs of one training entry, or
@@ -1100,15 +1176,7 @@ local function train_build(st, args, fresh)
   local okj, j = pcall(g.joint, g)
   if not okj then return {eager = tostring(j):gsub("^joint: ", "")} end
   local fw, bw, pinfo = j:partition{policy = st.opts.partition or "mincut"}
-  local function compile_half(h)
-    local lg = lower_graph(h)
-    local plan = lg:fuse{fuse = st.opts.fuse ~= false}
-    return plan, plan:codegen("cpu")
-  end
-  local fplan, fprog = compile_half(fw)
-  local bplan, bprog = compile_half(bw)
-  fprog:compile()   -- now, not in the first call's run (compile_ms, not backward_ms)
-  bprog:compile()
+  local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
   -- each gradient's leaf: an argument by position, a parameter by storage
   local params, leaves = live_params(st.fn, info.params), {}
   local _, at = tensor_args(args)
@@ -1122,15 +1190,92 @@ local function train_build(st, args, fresh)
       if not leaves[k] then return {eager = "a parameter of the joint graph is not reachable from the function"} end
     end
   end
-  local stats = st.stats
-  stats.backward_graphs = stats.backward_graphs + 1
-  stats.backward_kernels = stats.backward_kernels + bplan:stats().kernels
-  stats.saved_bytes = pinfo.saved_bytes
-  stats.recomputed = #pinfo.recomputed
-  stats.compile_ms = stats.compile_ms + (fl.now() - t0) * 1e3
-  st.train_pairs[#st.train_pairs + 1] = {fw = fplan, bw = bplan, fw_program = fprog, bw_program = bprog,
-                                         partition = pinfo}
+  count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
   return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves}
+end
+
+-- ---- compiled training across graph breaks ---------------------------------------
+-- A loss whose function has graph breaks (a print of a value, an
+-- optimizer's step, loss:backward() itself inside the function) trains one
+-- segment at a time, as PyTorch chains a compiled pair per segment: the
+-- segment that computes the loss (its one value that needs gradients: a
+-- float scalar, from parameters) runs its compiled forward, and the loss
+-- gets the CompiledFunctionBackward of its compiled backward; the other
+-- segments need no gradients and run their inference programs.  The first
+-- call's dry capture decides (segment_why_not: a segment that computes
+-- several values that need gradients, or reads one from outside, trains
+-- eagerly as before).  Each segment's record (lfl_resume.c) keeps a runner
+-- that chooses per call: the pair in grad mode, the forward alone else.
+
+-- The loss of segment graph g (output position k) as a compiled pair.
+local function segment_pair(st, g, params, k)
+  local key = fl._graph_key(g) .. "#" .. k
+  local t = st.segtrain[key]
+  if t then return t end
+  local t0 = fl.now()
+  name_params(st.fn, g, params)
+  local c = g:_clone()
+  local outs, order = c:outputs(), {}
+  order[1] = outs[k]
+  for i, id in ipairs(outs) do if i ~= k then order[#order + 1] = id end end
+  c:_set_outputs(order)
+  local fw, bw, pinfo = c:joint():partition{policy = st.opts.partition or "mincut"}
+  local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
+  local live, leaves = live_params(st.fn, params), {}
+  for i, gr in ipairs(pinfo.grads) do
+    for _, p in ipairs(live) do
+      if fl._same_storage(p, gr.param) then leaves[i] = p end
+    end
+    if not leaves[i] then error("compiled training: a parameter of segment's joint graph is not reachable from the function", 0) end
+  end
+  count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
+  st.stats.compiles = st.stats.compiles + 1
+  local nsaved = 0
+  for _, sv in ipairs(pinfo.saved) do if not sv.input then nsaved = nsaved + 1 end end
+  t = {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves, k = k,
+       n = #outs, nsaved = nsaved}
+  st.segtrain[key] = t
+  return t
+end
+
+-- The segment's results in its own order from the pair's forward (the
+-- loss first), the loss given its backward in grad mode.
+local function run_segment_pair(st, t, inputs)
+  local outs = pack(fl.no_grad(function() return t.fw:run(unpack(inputs)) end))
+  local res, j = {}, 2
+  for i = 1, t.n do
+    if i == t.k then res[i] = outs[1] else res[i] = outs[j]; j = j + 1 end
+  end
+  -- then the write-backs' values (the forward wrote them already), after
+  -- the saved values
+  for i = t.results + t.nsaved + 1, outs.n do res[#res + 1] = outs[i] end
+  if fl.is_grad_enabled() then
+    local saved, k = {}, t.results + 1
+    for i, s in ipairs(t.saved) do
+      if s.input then saved[i] = inputs[s.input] else saved[i] = outs[k]; k = k + 1 end
+    end
+    local leaves = {}
+    for i, p in ipairs(t.leaves) do leaves[i] = p.requires_grad and p or false end
+    fl._attach_backward(outs[1], t.bw, saved, leaves)
+    st.stats.training_calls = st.stats.training_calls + 1
+  end
+  return res
+end
+
+function train_segment(st, g, inputs, params)
+  local grads = grad_results(g)
+  local why = segment_why_not(g, #st.graphs + 1)
+  if why then error("compiled training: " .. why .. "; run the function uncompiled", 0) end
+  if #grads == 0 then
+    -- no value needs gradients: the segment's program, through a runner
+    -- (a record that runs a program directly could not train later)
+    st.train_segments = false
+    local outs, _, runner = make_exec(st)(g, inputs, params)
+    st.train_segments = true
+    return outs, nil, runner
+  end
+  local t = segment_pair(st, g, params, grads[1])
+  return run_segment_pair(st, t, inputs), nil, function(ins) return run_segment_pair(st, t, ins) end
 end
 
 
@@ -1146,7 +1291,19 @@ local function train_first(st, reason, ...)
   local ok, info = dry_capture(st, ...)
   local why = not ok and tostring(info):match("^[^\n]*"):gsub("^[%w_./-]+:%d+: ", ""):gsub("; hint: .*", "")
               or info.why_not_fast
-  if not why and #info.graphs ~= 1 then why = "graph breaks" end
+  if ok and #info.graphs > 1 then
+    -- graph breaks: one compiled pair per segment that computes the loss,
+    -- when every segment allows it and nothing was recorded yet (a record
+    -- of a call under fl.no_grad runs its program directly)
+    why = st.traces > 0 and "graph breaks, and calls under fl.no_grad recorded its segments first" or nil
+    for k, g in ipairs(info.graphs) do why = why or segment_why_not(g, k) end
+    if not why then
+      st.train_segments = true
+      debug_line("compiled training: one pair per segment (%d segments)", #info.graphs)
+      return false
+    end
+    why = "graph breaks: " .. why
+  end
   if why then
     -- not one graph: this call runs eagerly, and says what it was.  A
     -- loss trains eagerly from now on (its gradients right, uncompiled);
@@ -1266,7 +1423,8 @@ local function slow(st, reason, argi, dim, ...)
   if st.opts.backend == "eager" then return st.fn(...) end
   -- training: the function captured dry first, so that nothing runs twice
   -- (BatchNorm's statistics would move twice)
-  if not st.no_train and fl.is_grad_enabled() and st.traces < (st.opts.recompile_limit or 8) then
+  if not st.no_train and not st.train_segments and fl.is_grad_enabled()
+     and st.traces < (st.opts.recompile_limit or 8) then
     if st.grad_params == nil then st.grad_params = grad_tensors(st.fn) end
     if wants_grad(args, st.grad_params) then
       if st.train_breaks then return st.fn(...) end
@@ -1541,7 +1699,7 @@ function fl.compile(fn, opts)
   opts = check_opts(opts)
   local st = {
     fn = fn, opts = opts, names = arg_names(fn), stats = new_stats(),
-    entries = {}, graphs = {}, segcache = {}, seg_hits = 0, traces = 0, new_compiles = 0,
+    entries = {}, graphs = {}, segcache = {}, segtrain = {}, seg_hits = 0, traces = 0, new_compiles = 0,
     programs = {}, plans = {}, compile_logs = {},
     auto_dyn = {}, dyn_num = {}, last_shapes = {}, break_seen = {}, spec_seen = {}, methods = methods,
     ntraces = 0, train_cache = setmetatable({}, {__mode = "k"}), train_why = {}, train_pairs = {},

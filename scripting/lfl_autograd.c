@@ -439,6 +439,9 @@ static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, ag
 static int t_backward(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   const fl_tensor *seed;
+  /* a loss still lazy under a trace: its segment runs first (a break),
+  ** which gives it its history when that segment trains compiled */
+  if (lfl_islazy(t)) t = lfl_checkdata(L, 1, "backward");
   ag_fn *root, *sfn;
   int opts = lua_istable(L, 2) ? 2 : 3, retain, create;
   retain = retain_opt(L, opts, "backward", &create);

@@ -176,7 +176,8 @@ static int g_ops(lua_State *L) {
 }
 
 /* g:nodes() -> one table per node: {id, kind, op, type, inputs, where,
-** scope, name}; ids are the %N of the listing. */
+** scope, name, requires_grad (a leaf captured requiring grad)}; ids are
+** the %N of the listing. */
 static int g_nodes(lua_State *L) {
   static const char *const kinds[] = {"input", "param", "const", "op"};
   ir_graph *g = lfl_checkgraph(L, 1);
@@ -205,6 +206,10 @@ static int g_nodes(lua_State *L) {
     if (nd->where) { lua_pushstring(L, nd->where); lua_setfield(L, -2, "where"); }
     if (nd->scope) { lua_pushstring(L, nd->scope); lua_setfield(L, -2, "scope"); }
     if (nd->name) { lua_pushstring(L, nd->name); lua_setfield(L, -2, "name"); }
+    if ((nd->kind == IR_INPUT || nd->kind == IR_PARAM) && nd->requires_grad) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "requires_grad");
+    }
     lua_rawseti(L, -2, i + 1);
   }
   return 1;
@@ -329,6 +334,14 @@ static int g_add_param(lua_State *L) {
   int id = ir_add_param(g, t, NULL, &e);
   if (id < 0) return lfl_raise(L, "graph", &e);
   lua_pushinteger(L, id);
+  return 1;
+}
+
+/* g:_clone() -> a copy of g (its outputs can be changed, g's not) */
+static int g_clone(lua_State *L) {
+  ir_graph *c = ir_clone(lfl_checkgraph(L, 1));
+  if (!c) return luaL_error(L, "graph: out of memory");
+  lfl_pushgraph(L, c);
   return 1;
 }
 
@@ -476,7 +489,7 @@ static int g_partition(lua_State *L) {
 static const luaL_Reg graph_methods[] = {
   {"joint", g_joint}, {"partition", g_partition},
   {"_set_name", g_set_name}, {"outputs", g_outputs}, {"writebacks", g_writebacks},
-  {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs},
+  {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs}, {"_clone", g_clone},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
   {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},
   {"run_reference", g_run_reference}, {"_on_cuda", g_on_cuda},

@@ -371,6 +371,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
   const ir_graph *g = r->g;
   const fl_tensor *small_in[64], **inputs = small_in;
   fl_tensor small_out[64], *outs = small_out;
+  ag_fn **ags = NULL;           /* a runner's outputs' histories */
   int tidx, lazyidx, i, frame = 0, slots = 0, rc = FL_OK, ri = tr->rec;
   size_t fresh = 0;
   fl_err e;
@@ -432,6 +433,9 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_getiuservalue(L, tidx, UV_PLAN);
     lua_getiuservalue(L, -1, PUV_ANCHORS);
     lua_rawgeti(L, -1, r->runner);
+    ags = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *ags, 0);
+    memset(ags, 0, (size_t)(g->nout + 1) * sizeof *ags);
+    lua_insert(L, -4);                       /* below the runner's frame: kept to the end */
     lua_createtable(L, g->ninputs, 0);
     for (i = 0; i < g->ninputs; i++) {
       ten_share(lfl_newtensor(L), inputs[i]);
@@ -445,6 +449,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
       if (!t || lfl_islazy(t))
         luaL_error(L, "capture: the segment returned no tensor #%d", i + 1);
       ten_share(&outs[i], t);
+      lfl_trace_take_history(ags, i, t);
       lua_pop(L, 1);
     }
     lua_pop(L, 3);
@@ -468,7 +473,9 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
       lfl_ud_of(t)->node = -1;
       lfl_ud_of(t)->out = i;
       if (o->st && o->st->refs == 2) fresh += o->st->nbytes;
+      lfl_trace_give_history(ags, i, t);
     }
+    lfl_trace_give_history(ags, i, NULL);      /* no lazy took it */
     lua_pop(L, 1);
   }
   lfl_trace_alias_views(L, tr, g, lazyidx, outs);

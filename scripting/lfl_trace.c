@@ -667,7 +667,7 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
 ** replay may run directly, and a runner(inputs) -> outputs for the others
 ** (either may be nil) -- or two nils. */
 static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
-                        int pidx, const fl_tensor *const *inputs, fl_tensor *outs) {
+                        int pidx, const fl_tensor *const *inputs, fl_tensor *outs, ag_fn **ags) {
   fl_err e;
   int i;
   if (lua_getiuservalue(L, tidx, UV_EXEC) == LUA_TFUNCTION) {
@@ -687,6 +687,7 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
       if (!t || lfl_islazy(t))
         luaL_error(L, "capture: the executor returned no tensor #%d", i + 1);
       ten_share(&outs[i], t);
+      lfl_trace_take_history(ags, i, t);
       lua_pop(L, 1);
     }
     lua_remove(L, -3);
@@ -698,6 +699,27 @@ static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
     lfl_raise(L, "graph", &e);
   lua_pushnil(L);
   lua_pushnil(L);
+}
+
+/* An executor's output k that has a history (a compiled training
+** segment's loss: its CompiledFunctionBackward) hands it to its lazy:
+** ags[k] takes a reference, lfl_trace_give_history passes it on. */
+void lfl_trace_take_history(ag_fn **ags, int k, const fl_tensor *t) {
+  if (ags && lfl_ud_of(t)->ag) {
+    ags[k] = lfl_ud_of(t)->ag;
+    ag_ref(ags[k]);
+  }
+}
+
+void lfl_trace_give_history(ag_fn **ags, int k, fl_tensor *lazy) {
+  if (!ags || !ags[k]) return;
+  if (lazy) {
+    ag_unref(lfl_ud_of(lazy)->ag);
+    lfl_ud_of(lazy)->ag = ags[k];
+  } else {
+    ag_unref(ags[k]);
+  }
+  ags[k] = NULL;
 }
 
 /* After segment g (of trace tr) ran: a lazy result that is a view of
@@ -743,6 +765,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
   int tidx, gidx, lazyidx, pidx, n = 0, n2, i;
   int *nodes, *src = NULL;
   fl_tensor *buf;               /* ninputs input shares, then n outputs */
+  ag_fn **ags;                  /* outputs' histories (run_segment) */
   const fl_tensor **inputs;
   ir_graph *g;
   size_t fresh = 0;
@@ -773,6 +796,8 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     if (v != r && ir_add_writeback(g, v, r, &e) != FL_OK) lfl_raise(L, "capture", &e);
   }
   buf = lfl_newslots(L, g->ninputs + g->nout);       /* released even if the run raises */
+  ags = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *ags, 0);
+  memset(ags, 0, (size_t)(g->nout + 1) * sizeof *ags);
   inputs = lua_newuserdatauv(L, (size_t)(g->ninputs + 1) * sizeof *inputs, 0);
   if (tr->plan) src = lua_newuserdatauv(L, (size_t)(2 * g->ninputs + 1) * sizeof *src, 0);
   for (i = 0; i < tr->next; i++)
@@ -800,7 +825,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
   pidx = lua_gettop(L);
   tr->g = NULL;
   lfl_trace_new_segment(L, tr, tidx);
-  run_segment(L, tidx, g, gidx, pidx, inputs, buf + g->ninputs);
+  run_segment(L, tidx, g, gidx, pidx, inputs, buf + g->ninputs, ags);
   if (tr->plan)
     tr->parent = lfl_resume_add_record(L, tr, gidx, src, what, lua_gettop(L) - 1,
                                        lua_gettop(L));
@@ -816,6 +841,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
       lfl_ud_of(t)->out = i;
       if (o->st && o->st->refs == 2) fresh += o->st->nbytes;
     }
+    lfl_trace_give_history(ags, i, t);
     lua_pop(L, 1);
   }
   lfl_trace_alias_views(L, tr, g, lazyidx, buf + g->ninputs);
@@ -910,6 +936,9 @@ static const char *hint_for(const char *what) {
            "compiled function";
   if (strcmp(what, "fl.graph_break()") == 0)
     return "fl.graph_break() asks for a break here";
+  if (strcmp(what, "backward") == 0)
+    return "the backward runs between the graphs, as in PyTorch: the segment that "
+           "computes the loss trains as a compiled forward and backward pair";
   if (strcmp(what, "optimizer step") == 0)
     return "each call's gradients are new tensors, so the step cannot live in the graph: "
            "it runs its own compiled update every call (opt:compiled()), one fused "
@@ -928,6 +957,8 @@ static const char *hint_for(const char *what) {
 static void break_reason(const char *what, char *reason, size_t n) {
   if (strcmp(what, "fl.graph_break()") == 0)
     snprintf(reason, n, "fl.graph_break() called");
+  else if (strcmp(what, "backward") == 0)
+    snprintf(reason, n, "loss:backward() inside the function");
   else if (strcmp(what, "optimizer step") == 0)
     snprintf(reason, n, "an optimizer's step (each call's gradients are new tensors; it runs its own compiled update)");
   else if (strcmp(what, "aliased read") == 0)

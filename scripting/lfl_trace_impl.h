@@ -8,6 +8,7 @@
 #define LFL_TRACE_IMPL_H
 
 #include "lfl.h"
+#include "graph/autograd.h"
 
 #define TRACE_TYPE "fl.Trace"
 #define MAXSYM 64
@@ -141,6 +142,10 @@ int lfl_trace_flush_k(lua_State *L);
 
 /* After a segment ran: lazies that view another output get real views
 ** of it (outs: the graph's outputs). */
+/* An executor's or runner's output k that has a history gives it to the
+** lazy of output k (NULL: no lazy alive; the reference goes). */
+void lfl_trace_take_history(ag_fn **ags, int k, const fl_tensor *t);
+void lfl_trace_give_history(ag_fn **ags, int k, fl_tensor *lazy);
 void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g, int lazyidx,
                            const fl_tensor *outs);
 

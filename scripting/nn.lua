@@ -329,6 +329,7 @@ end
 -- m:zero_grad([set_to_none]): every parameter's .grad set to nil
 -- (PyTorch's default, set_to_none = true), or zeroed in place with false.
 function Module:zero_grad(set_to_none)
+  if fl._dry_capture then return self end  -- fl.compile's dry capture runs nothing
   for _, p in ipairs(self:parameters()) do
     if set_to_none == false then
       local g = p.grad

@@ -167,6 +167,7 @@ end
 -- opt:zero_grad([set_to_none]): every parameter's .grad set to nil
 -- (PyTorch's default), or zeroed in place with false.
 function Optimizer:zero_grad(set_to_none)
+  if fl._dry_capture then return end       -- fl.compile's dry capture runs nothing
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
       if set_to_none == false then
@@ -193,9 +194,10 @@ function Optimizer:step(closure)
   if fl._tracing() then
     -- inside fl.compile (or fl.capture): a graph break (each call's .grad
     -- is new: a graph cannot hold it), then the compiled update, which
-    -- reads them as arguments; outside any trace
+    -- reads them as arguments; outside any trace.  fl.compile's dry
+    -- capture of a training function runs nothing.
     fl._break_optimizer()
-    fl._untraced(fl.no_grad, function() self:_step_compiled() end)
+    if not fl._dry_capture then fl._untraced(fl.no_grad, function() self:_step_compiled() end) end
     return loss
   end
   fl.no_grad(function()
