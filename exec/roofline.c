@@ -452,10 +452,11 @@ int roof_machine_peaks(roof_peaks *out, int remeasure, fl_err *e) {
   if ((rc = measure(&p, &m, e)) != FL_OK) goto out;
   p.from_cache = 0;
   p.tries = 1;
-  if (have_old && p.noisy) {
-    /* busy then, busy now: each peak the better of the two (other work
-    ** only slows a run down), measured again next time until the tries
-    ** are spent */
+  if (have_old) {
+    /* busy then: each peak the better of the two, whether busy now or
+    ** not (other work only slows a run down: a quiet run that came out
+    ** lower was still slowed by something); measured again next time,
+    ** while busy, until the tries are spent */
     p.tries = old.tries + 1;
     if (old.copy_gbs > p.copy_gbs) {
       p.copy_gbs = old.copy_gbs;
