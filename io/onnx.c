@@ -48,7 +48,9 @@ const char *onnx_dtype_name(int elem) {
   return other;
 }
 
-/* The fuselab dtype an ONNX dtype is held in, or -1. */
+/* The fuselab dtype an ONNX dtype is held in, or -1.  uint64 is held as
+** its bit pattern (values from 2^63 read as negative int64): the loader
+** marks it and takes it only where that pattern gives ONNX's answer. */
 static int held_as(int elem, fl_dtype *dt) {
   switch (elem) {
   case ONNX_FLOAT: *dt = FL_F32; return 0;
@@ -57,7 +59,7 @@ static int held_as(int elem, fl_dtype *dt) {
   case ONNX_DOUBLE: *dt = FL_F64; return 0;
   case ONNX_BOOL: *dt = FL_BOOL; return 0;
   case ONNX_INT64: case ONNX_INT32: case ONNX_INT16: case ONNX_INT8:
-  case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
+  case ONNX_UINT64: case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
     *dt = FL_I64; return 0;
   default: return -1;
   }
@@ -67,7 +69,7 @@ static int held_as(int elem, fl_dtype *dt) {
 static size_t raw_size(int elem) {
   switch (elem) {
   case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 4;
-  case ONNX_INT64: case ONNX_DOUBLE: return 8;
+  case ONNX_INT64: case ONNX_UINT64: case ONNX_DOUBLE: return 8;
   case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 2;
   case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 1;
   default: return 0;
@@ -124,7 +126,7 @@ static size_t typed_count(const TensorProto *p, int elem) {
   switch (elem) {
   case ONNX_FLOAT: return p->n_float_data;
   case ONNX_INT64: return p->n_int64_data;
-  case ONNX_UINT32: return p->n_uint64_data;
+  case ONNX_UINT32: case ONNX_UINT64: return p->n_uint64_data;
   case ONNX_DOUBLE: return p->n_double_data;
   default: return p->n_int32_data;
   }
@@ -145,7 +147,8 @@ static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
     }
     case ONNX_BOOL: d[i] = p->int32_data[i] != 0; break;
     default: {
-      int64_t x = elem == ONNX_UINT32 ? (int64_t)(uint32_t)p->uint64_data[i]
+      int64_t x = elem == ONNX_UINT64 ? (int64_t)p->uint64_data[i]
+                : elem == ONNX_UINT32 ? (int64_t)(uint32_t)p->uint64_data[i]
                 : elem == ONNX_UINT16 ? (int64_t)(uint16_t)p->int32_data[i]
                 : elem == ONNX_UINT8 ? (int64_t)(uint8_t)p->int32_data[i]
                 : elem == ONNX_INT16 ? (int64_t)(int16_t)p->int32_data[i]

@@ -31,9 +31,9 @@ const char *onnx_dtype_name(int elem);
 
 /* A tensor read from a TensorProto.  Types fuselab holds (float32,
 ** float16, bfloat16, int64, bool) keep their type; the smaller integer
-** types (int8..int32, uint8..uint32) are widened to int64, exactly, and
-** elem keeps what the file said, so the caller decides where that is
-** allowed (indices and shapes, not arithmetic that would wrap). */
+** types (int8..int32, uint8..uint32) are widened to int64, exactly,
+** uint64 is held as its bit pattern, and elem keeps what the file said,
+** so the caller decides where that is allowed. */
 typedef struct onnx_tensor {
   char *name;       /* owned; "" when the proto had none */
   int elem;         /* the ONNX dtype code of the file */

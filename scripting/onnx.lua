@@ -24,6 +24,7 @@ local fmt = string.format
 local OPS = {}
 fl._onnx_ops = OPS
 local WIDE   -- the narrow integer types (below)
+local narrow_cast   -- a cast to or from them (below)
 -- tensors whose values are known before the call (initializers, Constant
 -- nodes): their values may be read under capture
 local CONST = setmetatable({}, {__mode = "k"})
@@ -508,6 +509,7 @@ OPS.Clip = function(node, attrs, opset)
 end
 
 local function cast_to(node, v, to)
+  if WIDE[to] or not is_tensor(v) and v.wide == "uint64" then return narrow_cast(node, v, to) end
   local target = FL_DTYPE[to]
   if not target then unsupported(node, "casting to %s", to) end
   if not is_tensor(v) and v.wide then
@@ -530,7 +532,7 @@ OPS.Cast = function(node, attrs)
   known_attrs(node, attrs, set("to", "saturate", "round_mode"))
   -- before opset 6 "to" was a name ("FLOAT")
   local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
-  if not FL_DTYPE[to] then unsupported(node, "casting to %s", to) end
+  if not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "casting to %s", to) end
   return function(ins) return {cast_to(node, ins[1], to)} end
 end
 
@@ -2269,7 +2271,9 @@ end
 OPS.OneHot = function(node, attrs)
   known_attrs(node, attrs, set("axis"))
   return function(ins)
-    local idx, vals = T(node, ins[1], "indices"), T(node, ins[3], "values")
+    local iv = ins[1]
+    if iv ~= nil and not is_tensor(iv) and iv.wide and iv.wide ~= "uint64" then iv = iv.t end   -- exact
+    local idx, vals = T(node, iv, "indices"), T(node, ins[3], "values")
     local depth = math.tointeger(number(node, ins[2], "depth") // 1)
     if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
     if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
@@ -3007,19 +3011,46 @@ end
 -- the narrow integer types
 -- ---------------------------------------------------------------------------
 
--- int8..int32 and uint8..uint32 values are held widened to int64.  That
--- is exact where no result can leave the type's range: comparisons,
--- max/min, arg reductions and the ops that only move values.  Those ops
--- take them (and give them back marked with their type); arithmetic,
--- which would have to wrap around, refuses them (T).
-WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true}
+-- int8..int32 and uint8..uint32 values are held widened to int64, uint64
+-- values as their int64 bit pattern (2^63 and up read as negative).  The
+-- widened values are exact where no result can leave the type's range:
+-- comparisons, max/min, arg reductions and the ops that only move values.
+-- Those ops take them (and give them back marked with their type); the
+-- order of uint64 values is that of their patterns with the top bit
+-- flipped, so the ordering ops flip them on the way in and out.
+-- Arithmetic runs on int64 and wraps the result into the type's range
+-- (below): the low bits of a sum, difference or product do not depend on
+-- the bits above them, so that is the type's own wrap-around.  Every
+-- other op refuses them (T).
+WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true, uint64 = true}
+local INT_BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64}
+local UNSIGNED = {uint8 = true, uint16 = true, uint32 = true, uint64 = true}
 
--- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; the
--- int64 results are marked with their type again when `keep`.
-local function takes_wide(op, data, keep)
+-- int64 values into type dt's range, as its two's complement wraps them
+local function wrap(t, dt)
+  local n = INT_BITS[dt]
+  if n == 64 then return t end
+  if UNSIGNED[dt] then return t:remainder(i64(1 << n)) end
+  local h = 1 << (n - 1)
+  return (t + i64(h)):remainder(i64(1 << n)) - i64(h)
+end
+
+-- uint64 patterns <-> int64 values in the same order (its own inverse)
+local function flip(t) return t + i64(math.mininteger) end
+local function flip_u64(t, tag) if tag == "uint64" then return flip(t) end return t end
+
+-- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; with
+-- opts.keep, its int64 results (those at opts.outs, nil: all) are marked
+-- with their type again.  opts.pre(t, tag) and opts.post(t, tag) map the
+-- unwrapped inputs and the results; opts.same: every input at `data` must
+-- hold the one narrow type (arithmetic: an int64 beside an int32 is a
+-- model error, not a widening); opts.refuse: the types it cannot take.
+local function takes_wide(op, data, opts)
+  opts = opts or {}
   local lower = OPS[op]
   local at = data and {} or nil
   for _, i in ipairs(data or {}) do at[i] = true end
+  local outs = opts.outs and set(table.unpack(opts.outs)) or nil
   OPS[op] = function(node, attrs, opset)
     local run = lower(node, attrs, opset)
     return function(ins)
@@ -3034,36 +3065,138 @@ local function takes_wide(op, data, keep)
           un[i] = v
         end
       end
-      if tag and not keep then
+      if tag and opts.refuse and opts.refuse[tag] then unsupported(node, "an input of dtype %s", tag) end
+      if tag and (opts.same or not opts.keep) then
         -- a mix of a narrow type and a held type is a model error
         for i, v in pairs(un) do
-          if (not at or at[i]) and is_tensor(v) and ins[i] == v and v.dtype ~= "int64" then
-            node_error(node, "inputs of dtypes %s and %s", tag, v.dtype)
+          if (not at or at[i]) and ins[i] == v and (opts.same or is_tensor(v) and v.dtype ~= "int64") then
+            node_error(node, "inputs of dtypes %s and %s", tag, dtype_of(v))
           end
         end
       end
-      local outs = run(un)
-      if tag and keep then
-        for i, o in ipairs(outs) do
-          if is_tensor(o) and o.dtype == "int64" then outs[i] = {wide = tag, t = o} end
+      if tag and opts.pre then
+        for i, v in pairs(un) do
+          if (not at or at[i]) and ins[i] ~= v then un[i] = opts.pre(v, tag) end
         end
       end
-      return outs
+      local res = run(un)
+      if tag and opts.keep then
+        for i, o in ipairs(res) do
+          if (not outs or outs[i]) and is_tensor(o) then
+            if opts.post then o = opts.post(o, tag) end
+            if o.dtype == "int64" then res[i] = {wide = tag, t = o} end
+          end
+        end
+      end
+      return res
     end
   end
 end
 
-for _, op in ipairs({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
-  takes_wide(op, nil, false)
+-- comparisons and the ordering ops
+local ORDER = {pre = flip_u64, post = flip_u64}
+for _, op in ipairs({"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
+  takes_wide(op, nil, ORDER)
 end
--- Clip and Mod results lie between their operands' values: in range too
-for _, op in ipairs({"Max", "Min", "Concat", "Clip", "Mod"}) do takes_wide(op, nil, true) end
+takes_wide("Equal")
+for _, op in ipairs({"Max", "Min", "Clip"}) do takes_wide(op, nil, {keep = true, pre = flip_u64, post = flip_u64}) end
+for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
+  takes_wide(op, {1}, {keep = true, pre = flip_u64, post = flip_u64})
+end
+takes_wide("TopK", {1}, {keep = true, outs = {1}, pre = flip_u64, post = flip_u64})
+-- Mod's results lie between its operands' values (a uint64 from 2^63 up is
+-- a negative int64, whose remainder differs)
+takes_wide("Mod", nil, {keep = true, refuse = set("uint64")})
+-- the ops that only move values
+takes_wide("Concat", nil, {keep = true})
 for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
-                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "ReduceMax", "ReduceMin",
-                     "DepthToSpace", "SpaceToDepth", "Trilu", "GatherND"}) do
-  takes_wide(op, {1}, true)
+                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "DepthToSpace",
+                     "SpaceToDepth", "Trilu", "GatherND"}) do
+  takes_wide(op, {1}, {keep = true})
 end
-takes_wide("Where", {2, 3}, true)
+takes_wide("Where", {2, 3}, {keep = true})
+takes_wide("Pad", {1, 3}, {keep = true})
+takes_wide("OneHot", {3}, {keep = true})
+-- a max pool compares and moves: the values <= 32 bits are exact in float64
+takes_wide("MaxPool", {1}, {keep = true, refuse = set("uint64"),
+  pre = function(t) return t:to("float64") end,
+  post = function(t) return t:to("int64") end})
+
+-- Arithmetic, wrapped into the type's range.  Division truncates as C's
+-- does (int_div), and only INT_MIN / -1 leaves the range (it wraps to
+-- INT_MIN, as NumPy's does); a uint64 from 2^63 up would divide as a
+-- negative number, so uint64 division is refused, as is Abs of one.
+local ARITH = {keep = true, same = true, post = wrap}
+for _, op in ipairs({"Add", "Sub", "Mul", "Sum", "Neg"}) do takes_wide(op, nil, ARITH) end
+takes_wide("Div", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+takes_wide("Abs", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+takes_wide("CumSum", {1}, ARITH)
+takes_wide("ReduceSum", {1}, ARITH)
+
+-- uint64 patterns as floats of dtype dt, rounded once as a direct
+-- conversion would: one from 2^63 up is halved (a logical shift keeping a
+-- sticky low bit, so the rounding sees the bit shifted out), converted,
+-- and doubled (exact).
+local function u64_float(t, dt)
+  local half = int_div(flip(t), i64(2)) + i64(1 << 62)
+  local sticky = t:remainder(i64(4)):eq(i64(1)):to("int64")
+  local big = (half + sticky):to(dt) * fl.full({}, 2, {dtype = dt})
+  return fl.where(t:lt(i64(0)), big, t:to(dt))
+end
+
+-- Cast to a narrow type (to) or from uint64: an integer is wrapped into
+-- the type's range, as NumPy's astype does; a float truncates toward zero
+-- first (ONNX leaves a value out of range undefined); a uint64 converts as
+-- the unsigned value it is.
+function narrow_cast(node, v, to)
+  if not is_tensor(v) and v.wide then
+    local from, t = v.wide, v.t
+    if WIDE[to] then return {wide = to, t = wrap(t, to)} end
+    if to == "int64" then return t end
+    local target = FL_DTYPE[to]
+    if not target then unsupported(node, "casting to %s", to) end
+    if from == "uint64" and FLOAT[target] then return u64_float(t, target) end
+    return t:to(target)
+  end
+  local x = T(node, v)
+  local t
+  if FLOAT[x.dtype] and to == "uint64" then
+    -- from 2^63 up a float is past int64: shift it down by 2^63 first
+    local top = fl.full({}, 2.0 ^ 63, {dtype = x.dtype})
+    local big = x:ge(top)
+    t = fl.where(big, flip(fl.where(big, x - top, x):to("int64")), x:to("int64"))
+  else
+    t = x.dtype == "int64" and x or x:to("int64")
+  end
+  return {wide = to, t = wrap(t, to)}
+end
+
+-- Pow: X and Y may be of different types.  An integer X raises on int64
+-- (wrapping, as repeated products do) and wraps into X's type; a narrow Y
+-- is an exponent of its value.
+do
+  local lower = OPS.Pow
+  OPS.Pow = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local x, y = ins[1], ins[2]
+      local tag = x ~= nil and not is_tensor(x) and x.wide or nil
+      if tag == "uint64" then unsupported(node, "Pow of uint64 values") end
+      if y ~= nil and not is_tensor(y) and y.wide then
+        if y.wide == "uint64" then
+          local xt = T(node, tag and x.t or x, "input X")
+          if not FLOAT[xt.dtype] then unsupported(node, "an integer to a uint64 power") end
+          y = u64_float(y.t, xt.dtype)
+        else
+          y = y.t
+        end
+      end
+      local r = run({tag and x.t or x, y})[1]
+      if tag then return {{wide = tag, t = wrap(r, tag)}} end
+      return {r}
+    end
+  end
+end
 
 -- ---------------------------------------------------------------------------
 -- the module

@@ -116,8 +116,37 @@ t.ok(fl.allclose(padded:narrow(3, 1, 1), xs:narrow(3, 2, 1)) and fl.allclose(pad
 t.raises(function() one_node("Pad", {mode = "wrap"}, {{"float", {2, 3, 4}}}, 13,
   {{name = "pads", dtype = "int64", dims = {6}, ints = {0, 0, 1, 0, 0, 1}}})(xs) end,
   "mode 'wrap' is unsupported", "Pad's wrap mode is refused")
-t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int32", {2}}})(fl.ones({2}, {dtype = "int64"}), fl.ones({2}, {dtype = "int64"})) end,
-         "dtype int32 in arithmetic is unsupported", "int32 arithmetic (which would wrap) is refused")
+-- the narrow integer types: held as int64, arithmetic wraps into their range
+local function I(l) return fl.tensor(l, {dtype = "int64"}) end
+local add8 = one_node("Add", nil, {{"uint8", {3}}, {"uint8", {3}}})
+t.is(add8(I{200, 255, 1}, I{100, 1, 2}):tolist(), {44, 0, 3}, "uint8 Add wraps mod 256")
+t.is(one_node("Sub", nil, {{"uint8", {2}}, {"uint8", {2}}})(I{1, 5}, I{2, 5}):tolist(), {255, 0}, "uint8 Sub wraps below 0")
+t.is(one_node("Mul", nil, {{"int8", {3}}, {"int8", {3}}})(I{64, -128, 100}, I{2, -1, 3}):tolist(), {-128, -128, 44},
+     "int8 Mul wraps into [-128, 127]")
+t.is(one_node("Div", nil, {{"int32", {3}}, {"int32", {3}}})(I{-7, 7, -2147483648}, I{2, -2, -1}):tolist(),
+     {-3, -3, -2147483648}, "int32 Div truncates; INT_MIN / -1 wraps")
+t.is(one_node("Mul", nil, {{"uint32", {1}}, {"uint32", {1}}})(I{4294967295}, I{4294967295}):tolist(), {1},
+     "uint32 Mul: the low 32 bits of the product")
+t.is(one_node("Pow", nil, {{"int32", {2}}, {"int32", {2}}})(I{3, 2}, I{41, 31}):tolist(), {2069870691, -2147483648},
+     "int32 Pow wraps (past int64 too)")
+t.is(one_node("CumSum", nil, {{"int16", {3}}, {"int64", {}}})(I{32767, 1, 1}, fl.full({}, 0, {dtype = "int64"})):tolist(),
+     {32767, -32768, -32767}, "int16 CumSum wraps")
+t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int64", {2}}})(I{1, 2}, I{1, 2}) end,
+         "inputs of dtypes int32 and int64", "int32 Add with an int64 operand is a model error")
+-- uint64: its bit pattern in an int64; 2^64 - 1 reads as -1
+local U1 = I{-1, 5}
+t.is(one_node("Add", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{2, 1}):tolist(), {1, 6}, "uint64 Add wraps mod 2^64")
+t.is(one_node("Less", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}):tolist(), {false, true},
+     "uint64 order: 2^64 - 1 is not less than 3")
+t.is(one_node("Max", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}):tolist(), {-1, 9}, "uint64 Max")
+t.raises(function() one_node("Div", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}) end,
+         "an input of dtype uint64 is unsupported", "uint64 Div is refused (not int64's)")
+t.is(one_node("Cast", {to = 1}, {{"uint64", {2}}})(I{-1, 3}):tolist(), {2.0 ^ 64, 3.0}, "Cast uint64 to float is unsigned")
+t.is(one_node("Cast", {to = 2}, {{"float", {4}}})(fl.tensor{1.9, -1.0, 300.0, 255.0}):tolist(), {1, 255, 44, 255},
+     "Cast float to uint8 truncates, then wraps")
+t.is(one_node("Cast", {to = 3}, {{"int32", {2}}})(I{200, -129}):tolist(), {-56, 127}, "Cast int32 to int8 wraps")
+t.is(one_node("Cast", {to = 13}, {{"float", {2}}})(fl.tensor{2.0 ^ 63, 7.0}):tolist(), {math.mininteger, 7},
+     "Cast float to uint64 from 2^63 up")
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")

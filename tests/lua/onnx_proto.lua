@@ -22,7 +22,8 @@ local function bytes(f, s) return key(f, 2) .. varint(#s) .. s end
 local function f32(f, x) return key(f, 5) .. string.pack("<f", x) end
 M.varint, M.vint, M.bytes = varint, vint, bytes
 
-local DTYPE = {float = 1, int32 = 6, int64 = 7, bool = 9, float16 = 10, double = 11, complex64 = 14}
+local DTYPE = {float = 1, uint8 = 2, int8 = 3, uint16 = 4, int16 = 5, int32 = 6, int64 = 7, bool = 9,
+  float16 = 10, double = 11, uint32 = 12, uint64 = 13, complex64 = 14}
 M.DTYPE = DTYPE
 
 -- TensorProto: {name=, dtype=, dims={...}, floats={...} | ints={...} | raw=,
