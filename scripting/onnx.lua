@@ -3199,6 +3199,133 @@ do
 end
 
 -- ---------------------------------------------------------------------------
+-- bitwise ops on the integer types
+-- ---------------------------------------------------------------------------
+
+-- The integer inputs of a bitwise node as int64 tensors, and the one
+-- ONNX type they share (a narrow type's name, or int64).
+local function int_operands(node, ins, n)
+  local tag, out = nil, {}
+  for i = 1, n do
+    local v = ins[i]
+    if v == nil then node_error(node, "input %d is missing", i) end
+    local dt = dtype_of(v)
+    if not INT_BITS[dt] then node_error(node, "an input of dtype %s (integers only)", ONNX_DTYPE[dt] or dt) end
+    if tag and tag ~= dt then node_error(node, "inputs of dtypes %s and %s", tag, dt) end
+    tag = dt
+    out[i] = (not is_tensor(v) and v.wide) and v.t or T(node, v)
+  end
+  return tag, table.unpack(out, 1, n)
+end
+
+local function tagged(t, tag)
+  if tag == "int64" then return t end
+  return {wide = tag, t = wrap(t, tag)}
+end
+
+-- the low n bits of int64 values, as a non-negative number (all 64: the pattern)
+local function low_bits(t, n)
+  if n == 64 then return t end
+  return t:remainder(i64(1 << n))
+end
+
+-- a AND b over their low n bits.  fuselab has no bitwise op: bit k of x
+-- is the difference of x mod 2^(k+1) and x mod 2^k (floored remainders,
+-- the low bits of the two's complement pattern), 0 or 2^k, and the bits
+-- set in both are summed back (for k = 63 the difference is x minus its
+-- low 63 bits, INT64_MIN or 0, and the sum wraps as the pattern does).
+local function bit_and(a, b, n)
+  local zero = i64(0)
+  -- x mod 2^(k+1); 2^63 is past int64: x mod 2^63 is x with its top bit cleared
+  local function low(x, k)
+    if k < 62 then return x:remainder(i64(1 << (k + 1))) end
+    if k == 62 then return fl.where(x:lt(zero), flip(x), x) end
+    return x
+  end
+  local acc, la, lb = zero, zero, zero
+  for k = 0, n - 1 do
+    local ha, hb = low(a, k), low(b, k)
+    acc = acc + fl.where((ha - la):ne(zero), hb - lb, zero)
+    la, lb = ha, hb
+  end
+  return acc
+end
+
+-- OR and XOR from AND: a + b = (a XOR b) + 2 (a AND b), exactly in
+-- wrapping arithmetic
+local BITWISE = {
+  BitwiseAnd = function(a, b, n) return bit_and(a, b, n) end,
+  BitwiseOr = function(a, b, n) return a + b - bit_and(a, b, n) end,
+  BitwiseXor = function(a, b, n) return a + b - bit_and(a, b, n) * i64(2) end,
+}
+for op, fn in pairs(BITWISE) do
+  OPS[op] = function(node, attrs)
+    known_attrs(node, attrs, {})
+    return function(ins)
+      local tag, a, b = int_operands(node, ins, 2)
+      local n = INT_BITS[tag]
+      return {tagged(fn(low_bits(a, n), low_bits(b, n), n), tag)}
+    end
+  end
+end
+
+-- NOT x is -1 - x in two's complement, wrapped into the type
+OPS.BitwiseNot = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local tag, x = int_operands(node, ins, 1)
+    return {tagged(i64(-1) - x, tag)}
+  end
+end
+
+-- floor(x / 2^s) for s in [0, 62]: x less its low s bits divides exactly
+local function shift_right(x, s)
+  local p = fl.pow(i64(2), s)
+  return int_div(x - x:remainder(p), p)
+end
+
+-- BitShift: the unsigned types from opset 11, the signed ones from 28.  A
+-- shift by Y outside [0, bits) gives what the sign fill alone gives (-1
+-- for a negative X shifted right, else 0), as opset 28 defines it and
+-- NumPy does (before, the unsigned types' were left undefined).  Left is
+-- a product by 2^Y, wrapped; right a floored quotient, for uint64 of the
+-- value with its top bit cleared, that bit's 2^(63-Y) added back.
+OPS.BitShift = function(node, attrs, opset)
+  known_attrs(node, attrs, set("direction"))
+  local dir = attrs.direction
+  if dir ~= "LEFT" and dir ~= "RIGHT" then
+    node_error(node, "direction must be 'LEFT' or 'RIGHT', got '%s'", clean(tostring(dir)))
+  end
+  return function(ins)
+    local tag, x, y = int_operands(node, ins, 2)
+    if not UNSIGNED[tag] and opset < 28 then
+      node_error(node, "a shift of %s values (unsigned types only before opset 28)", tag)
+    end
+    local n, zero = INT_BITS[tag], i64(0)
+    local ok = y:ge(zero):to("int64") * y:lt(i64(n)):to("int64")
+    ok = ok:ne(zero)
+    local s = fl.where(ok, y, zero)
+    local neg = x:lt(zero)
+    if dir == "LEFT" then
+      return {tagged(fl.where(ok, x * fl.pow(i64(2), s), zero), tag)}
+    end
+    local s62 = fl.minimum(s, i64(62))
+    local r
+    if tag == "uint64" then
+      local hi = shift_right(fl.where(neg, flip(x), x), s62)
+      r = hi + fl.where(neg, fl.pow(i64(2), i64(63) - s62), zero)
+      r = fl.where(s:eq(i64(63)), neg:to("int64"), r)
+      r = fl.where(ok, r, zero)
+    else
+      local fill = fl.where(neg, i64(-1), zero)
+      local inside = (ok:to("int64") * s:lt(i64(63)):to("int64")):ne(zero)
+      r = fl.where(inside, shift_right(x, s62), fill)
+    end
+    return {tagged(r, tag)}
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- the module
 -- ---------------------------------------------------------------------------
 

@@ -147,6 +147,70 @@ t.is(one_node("Cast", {to = 2}, {{"float", {4}}})(fl.tensor{1.9, -1.0, 300.0, 25
 t.is(one_node("Cast", {to = 3}, {{"int32", {2}}})(I{200, -129}):tolist(), {-56, 127}, "Cast int32 to int8 wraps")
 t.is(one_node("Cast", {to = 13}, {{"float", {2}}})(fl.tensor{2.0 ^ 63, 7.0}):tolist(), {math.mininteger, 7},
      "Cast float to uint64 from 2^63 up")
+-- bitwise ops against Lua's own on random patterns of every integer type
+do
+  local BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64}
+  local function wrapv(v, ty)
+    local n = BITS[ty]
+    if n == 64 then return v end
+    v = v & ((1 << n) - 1)
+    if ty:sub(1, 1) == "i" and v >= 1 << (n - 1) then v = v - (1 << n) end
+    return v
+  end
+  local rng = 12345
+  local function rand64()
+    rng = rng * 6364136223846793005 + 1442695040888963407
+    return rng ~ (rng >> 29)
+  end
+  local all_ok, shift_ok = true, true
+  for ty in pairs(BITS) do
+    local a, b, sh = {}, {}, {}
+    for i = 1, 40 do
+      a[i], b[i] = wrapv(rand64(), ty), wrapv(rand64(), ty)
+      sh[i] = i <= 30 and (i - 1) * BITS[ty] // 29 or wrapv(rand64() % 200 - 100, ty)
+      if ty:sub(1, 1) == "u" and sh[i] < 0 then sh[i] = wrapv(sh[i], ty) end
+    end
+    a[1], a[2], a[3] = wrapv(-1, ty), wrapv(1 << (BITS[ty] - 1), ty), 0
+    local A, B, S = I(a), I(b), I(sh)
+    local want = {BitwiseAnd = {}, BitwiseOr = {}, BitwiseXor = {}, BitwiseNot = {}, L = {}, R = {}}
+    for i = 1, 40 do
+      want.BitwiseAnd[i] = wrapv(a[i] & b[i], ty)
+      want.BitwiseOr[i] = wrapv(a[i] | b[i], ty)
+      want.BitwiseXor[i] = wrapv(a[i] ~ b[i], ty)
+      want.BitwiseNot[i] = wrapv(~a[i], ty)
+      local s, n, signed = sh[i], BITS[ty], ty:sub(1, 1) == "i"
+      local inside = s >= 0 and s < n and not (not signed and n == 64 and s < 0)
+      local u = n == 64 and a[i] or a[i] & ((1 << n) - 1)
+      want.L[i] = inside and wrapv(u << s, ty) or 0
+      if not inside then want.R[i] = (signed and a[i] < 0) and -1 or 0
+      elseif signed then want.R[i] = s == 63 and (a[i] < 0 and -1 or 0) or a[i] // (1 << s)
+      else want.R[i] = u >> s end
+    end
+    for _, op in ipairs({"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) do
+      local got = one_node(op, nil, {{ty, {40}}, {ty, {40}}}, 18)(A, B):tolist()
+      for i = 1, 40 do if got[i] ~= want[op][i] then all_ok = false; t.diag(op .. " " .. ty .. " " .. i) end end
+    end
+    local got = one_node("BitwiseNot", nil, {{ty, {40}}}, 18)(A):tolist()
+    for i = 1, 40 do if got[i] ~= want.BitwiseNot[i] then all_ok = false; t.diag("not " .. ty .. " " .. i) end end
+    for _, d in ipairs({"LEFT", "RIGHT"}) do
+      local gs = one_node("BitShift", {direction = d}, {{ty, {40}}, {ty, {40}}}, 28)(A, S):tolist()
+      local w = d == "LEFT" and want.L or want.R
+      for i = 1, 40 do
+        if gs[i] ~= w[i] then shift_ok = false; t.diag(("%s %s %d: %d by %d gave %d, not %d"):format(d, ty, i, a[i], sh[i], gs[i], w[i])) end
+      end
+    end
+  end
+  t.ok(all_ok, "BitwiseAnd/Or/Xor/Not of every integer type match Lua's operators")
+  t.ok(shift_ok, "BitShift of every integer type: in range, past the width and negative")
+  t.raises(function() one_node("BitShift", {direction = "RIGHT"}, {{"int32", {2}}, {"int32", {2}}}, 11)(I{1, 2}, I{1, 1}) end,
+           "unsigned types only before opset 28", "BitShift of a signed type before opset 28 is a model error")
+  t.raises(function() one_node("BitShift", {direction = "UP"}, {{"uint8", {2}}, {"uint8", {2}}}, 11) end,
+           "direction must be 'LEFT' or 'RIGHT'", "BitShift's direction is checked at load")
+  t.raises(function() one_node("BitwiseAnd", nil, {{"float", {2}}, {"float", {2}}}, 18)(fl.ones(2), fl.ones(2)) end,
+           "node 'n' %(BitwiseAnd, opset 18%): an input of dtype float %(integers only%)", "BitwiseAnd of floats is refused")
+  t.raises(function() one_node("BitwiseOr", nil, {{"uint8", {2}}, {"int8", {2}}}, 18)(I{1, 2}, I{1, 2}) end,
+           "inputs of dtypes uint8 and int8", "BitwiseOr of two types is a model error")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
