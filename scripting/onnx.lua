@@ -2651,6 +2651,43 @@ OPS.CumSum = function(node, attrs)
   end
 end
 
+-- CumProd (opset 26): the running product along the axis, in log2(n)
+-- steps (each multiplies by the partial products 2^k places before, ones
+-- past the start: Hillis and Steele's scan).  Integers are exact (a
+-- wrapping product does not depend on the order); floats round in
+-- another order than one running product, within an ulp or so per step.
+OPS.CumProd = function(node, attrs)
+  known_attrs(node, attrs, set("exclusive", "reverse"))
+  local ex, rev = attr(attrs, "exclusive", 0) ~= 0, attr(attrs, "reverse", 0) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    if x.dtype == "bool" then node_error(node, "an input of dtype bool") end
+    local a = ints(node, ins[2], "axis")
+    if #a ~= 1 then node_error(node, "axis must hold one value") end
+    local r = x:dim()
+    local d = axis(node, a[1], r)
+    local n = x.shape[d]
+    if type(n) ~= "number" then unsupported(node, "a product along a dynamic size") end
+    local one = x.dtype == "int64" and 1 or 1.0
+    -- y moved `by` places along d, ones coming in at the start
+    local function shifted(y, by)
+      local pads = {}
+      for k = 1, 2 * r do pads[k] = 0 end
+      pads[d], pads[d + r] = by, -by
+      return fl.pad(y, pads, {value = one})
+    end
+    local y = rev and x:flip({d}) or x
+    if ex and n > 0 then y = shifted(y, 1) end
+    local step = 1
+    while step < n do
+      y = y * shifted(y, step)
+      step = step * 2
+    end
+    if rev then y = y:flip({d}) end
+    return {y}
+  end
+end
+
 -- GroupNormalization (opsets 18 and 21): the channels in num_groups groups,
 -- each normalized over its channels and the spatial dims (in float32, the
 -- stash type), then a per-channel scale and bias (opset 18's scale and bias
@@ -3131,6 +3168,7 @@ for _, op in ipairs({"Add", "Sub", "Mul", "Sum", "Neg"}) do takes_wide(op, nil, 
 takes_wide("Div", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
 takes_wide("Abs", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
 takes_wide("CumSum", {1}, ARITH)
+takes_wide("CumProd", {1}, ARITH)
 takes_wide("ReduceSum", {1}, ARITH)
 
 -- uint64 patterns as floats of dtype dt, rounded once as a direct

@@ -211,6 +211,34 @@ do
   t.raises(function() one_node("BitwiseOr", nil, {{"uint8", {2}}, {"int8", {2}}}, 18)(I{1, 2}, I{1, 2}) end,
            "inputs of dtypes uint8 and int8", "BitwiseOr of two types is a model error")
 end
+-- CumProd: exact on integers (wrapping), each option against a running product
+do
+  local ax = {{name = "ax", dtype = "int64", dims = {}, ints = {1}}}
+  local xs7 = {3, -5, 7, 1000003, 2, -9, 11}
+  local function running(l, ex, rev, wrapf)
+    local n, out, acc = #l, {}, 1
+    for j = 1, n do
+      local i = rev and n + 1 - j or j
+      if ex then out[i] = acc; acc = wrapf(acc * l[i]) else acc = wrapf(acc * l[i]); out[i] = acc end
+    end
+    return out
+  end
+  local function id(v) return v end
+  local function w32(v) v = v & 0xffffffff; if v >= 1 << 31 then v = v - (1 << 32) end return v end
+  for _, o in ipairs({{0, 0}, {1, 0}, {0, 1}, {1, 1}}) do
+    local cp = one_node("CumProd", {exclusive = o[1], reverse = o[2]}, {{"int64", {2, 7}}}, 26, ax)
+    local x2 = I{xs7, xs7}
+    t.is(cp(x2):tolist()[2], running(xs7, o[1] == 1, o[2] == 1, id),
+         ("CumProd int64 exclusive=%d reverse=%d: the running product, wrapping"):format(o[1], o[2]))
+  end
+  local cp32 = one_node("CumProd", nil, {{"int32", {7}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {0}}})
+  t.is(cp32(I(xs7)):tolist(), running(xs7, false, false, w32), "CumProd int32 wraps into int32")
+  local f = fl.tensor{1.5, -2.0, 0.5, 3.0, 1.25}
+  local cpf = one_node("CumProd", nil, {{"float", {5}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {-1}}})
+  t.is(cpf(f):tolist(), {1.5, -3.0, -1.5, -4.5, -5.625}, "CumProd float, negative axis")
+  t.raises(function() one_node("CumProd", nil, {{"float", {5}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {1}}})(f) end,
+           "axis 1 out of range", "CumProd's axis is checked")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
