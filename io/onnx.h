@@ -56,6 +56,8 @@ typedef enum onnx_attr_kind {
   ONNX_ATTR_OTHER = 99              /* sparse tensors, type protos: no payload */
 } onnx_attr_kind;
 
+struct onnx_model;
+
 typedef struct onnx_attr {
   char *name;          /* owned */
   onnx_attr_kind kind;
@@ -67,6 +69,8 @@ typedef struct onnx_attr {
   double *floats;      /* owned */
   char **strings;      /* owned */
   onnx_tensor *t;      /* TENSOR, owned */
+  struct onnx_model *g;  /* GRAPH: the subgraph (name, values, initializers
+                         ** and nodes; no opset of its own), owned */
 } onnx_attr;
 
 typedef struct onnx_node {
@@ -78,6 +82,8 @@ typedef struct onnx_node {
   char **out;          /* owned */
   int nattr;
   onnx_attr *attr;     /* owned */
+  int nimplicit;       /* the names of enclosing scopes its subgraphs read: */
+  char **implicit;     /* owned; ordered as inputs (If, Loop, Scan) */
 } onnx_node;
 
 typedef struct onnx_model {
@@ -90,6 +96,8 @@ typedef struct onnx_model {
   onnx_value *out;
   onnx_tensor *init;      /* initializers, in file order */
   onnx_node *node;        /* topologically sorted (file order when it is) */
+  int nfree;              /* a subgraph: the names of enclosing scopes it */
+  char **free_names;      /* reads (owned), the model itself none */
 } onnx_model;
 
 /* The newest ai.onnx opset whose semantics the loader knows.  A newer one

@@ -25,6 +25,7 @@ local OPS = {}
 fl._onnx_ops = OPS
 local WIDE   -- the narrow integer types (below)
 local narrow_cast   -- a cast to or from them (below)
+local lower_node, run_nodes   -- a graph's nodes (below: subgraphs use them too)
 -- tensors whose values are known before the call (initializers, Constant
 -- nodes): their values may be read under capture
 local CONST = setmetatable({}, {__mode = "k"})
@@ -3364,6 +3365,251 @@ OPS.BitShift = function(node, attrs, opset)
 end
 
 -- ---------------------------------------------------------------------------
+-- nodes, subgraphs and control flow
+-- ---------------------------------------------------------------------------
+
+-- ops whose attributes may hold a subgraph
+local SUBGRAPH_OPS = set("If", "Loop", "Scan")
+
+-- Lower one node (at load).  The names its subgraphs read from enclosing
+-- scopes (node.implicit) become inputs after its own, so the loop below
+-- reads them as it reads any input; node.nin counts its own.
+function lower_node(node, opset)
+  node.opset = opset
+  if node.name == "" then node.name = node.outputs[1] or "?" end
+  local lower = OPS[node.op]
+  if not lower then unsupported(node, "op %s", clean(node.op)) end
+  for k, kind in pairs(node.attrs.kinds or {}) do
+    if kind == "other" or kind == "graph" and not SUBGRAPH_OPS[node.op] then
+      unsupported(node, "attribute '%s' of kind %s", k, kind)
+    end
+  end
+  node.attrs.kinds = nil
+  node.nin = #node.inputs
+  node.run = lower(node, node.attrs, opset)
+  for _, name in ipairs(node.implicit or {}) do node.inputs[#node.inputs + 1] = name end
+end
+
+-- Run sorted nodes over env (value name -> value), adding their outputs.
+function run_nodes(nodes, env)
+  for _, node in ipairs(nodes) do
+    local ins = {}
+    for i, name in ipairs(node.inputs) do
+      if name ~= "" then
+        local v = env[name]
+        if v == nil then node_error(node, "input '%s' has no value", name) end
+        ins[i] = v
+      end
+    end
+    local outs = node.run(ins)
+    for i, name in ipairs(node.outputs) do
+      if name ~= "" then
+        if outs[i] == nil then unsupported(node, "output %d", i) end
+        env[name] = outs[i]
+      end
+    end
+  end
+end
+
+-- A subgraph attribute lowered: run(inputs, outer) -> its outputs, where
+-- inputs are its graph inputs' values in order and outer maps the names it
+-- reads from enclosing scopes to their values.
+local function lower_graph(node, g, what)
+  if type(g) ~= "table" or not g.nodes then node_error(node, "attribute '%s' must be a graph", what) end
+  local consts = {}
+  for _, init in ipairs(g.initializers) do
+    local t = init.tensor
+    if FL_DTYPE[init.dtype] then
+      consts[init.name] = (t.dtype == "int64" and t:dim() <= 1 and t:numel() <= 64) and host_of_tensor(t) or t
+      CONST[t] = true
+    else
+      consts[init.name] = {wide = init.dtype, t = t, const = true}
+    end
+  end
+  for _, n in ipairs(g.nodes) do lower_node(n, node.opset) end
+  return function(inputs, outer)
+    local env = {}
+    for k, v in pairs(outer) do env[k] = v end
+    for k, v in pairs(consts) do env[k] = v end
+    for i, v in ipairs(g.inputs) do env[v.name] = inputs[i] end
+    run_nodes(g.nodes, env)
+    local res = {}
+    for i, v in ipairs(g.outputs) do
+      res[i] = env[v.name]
+      if res[i] == nil then node_error(node, "%s: output '%s' has no value", what, clean(v.name)) end
+    end
+    return res
+  end
+end
+
+-- The values a node's subgraphs read, by name (its inputs past node.nin).
+local function outer_values(node, ins)
+  local outer = {}
+  for i, name in ipairs(node.implicit or {}) do outer[name] = ins[node.nin + i] end
+  return outer
+end
+
+-- A one-element bool (or integer) value as a Lua boolean: a data-dependent
+-- branch, which one graph cannot hold (fl.compile breaks the graph there).
+local function truth(node, v, what)
+  if not is_tensor(v) then
+    if v.wide then v = v.t else return v.v[1] ~= 0 end
+  end
+  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  local x = v:reshape({-1})
+  if x.dtype ~= "bool" then x = x:ne(fl.zeros({}, {dtype = x.dtype})) end
+  return concrete(node, x, what, "branch").v[1]
+end
+
+local function bool_value(b)
+  return b and fl.ones({}, {dtype = "bool"}) or fl.zeros({}, {dtype = "bool"})
+end
+
+-- fn on a value's tensor, keeping a narrow type's mark
+local function on_value(node, v, fn)
+  if not is_tensor(v) and v.wide then return {wide = v.wide, t = fn(v.t)} end
+  return fn(T(node, v))
+end
+
+-- values (one per step, of one shape) stacked along a new dim d (1-based)
+local function stack(node, vals, d, what)
+  local first = vals[1]
+  local wide = not is_tensor(first) and first.wide
+  local parts = {}
+  for i, v in ipairs(vals) do
+    if (not is_tensor(v) and v.wide) ~= wide then node_error(node, "%s changes its dtype between steps", what) end
+    local t = wide and v.t or T(node, v)
+    if i > 1 and #t.shape ~= #parts[1].shape - 1 then node_error(node, "%s changes its rank between steps", what) end
+    parts[i] = t:unsqueeze(d)
+  end
+  local ok, y = pcall(fl.cat, parts, d)
+  if not ok then node_error(node, "%s changes its shape between steps", what) end
+  return wide and {wide = wide, t = y} or y
+end
+
+-- If: the branch the condition picks, run eagerly (a data-dependent
+-- condition is a graph break under fl.compile).
+OPS.If = function(node, attrs)
+  known_attrs(node, attrs, set("then_branch", "else_branch"))
+  local yes = lower_graph(node, attrs.then_branch, "then_branch")
+  local no = lower_graph(node, attrs.else_branch, "else_branch")
+  return function(ins)
+    local c = ins[1]
+    if c == nil then node_error(node, "the condition is missing") end
+    return (truth(node, c, "the condition") and yes or no)({}, outer_values(node, ins))
+  end
+end
+
+-- Loop: the body run while the trip count M (if given) is not reached and
+-- its condition holds; the loop-carried values go round, the scan outputs
+-- are stacked along a new first dim.
+OPS.Loop = function(node, attrs)
+  known_attrs(node, attrs, set("body"))
+  local g = attrs.body
+  local body = lower_graph(node, g, "body")
+  local nstate = node.nin - 2
+  local nscan = #g.outputs - 1 - nstate
+  if nstate < 0 or #g.inputs ~= nstate + 2 or nscan < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d loop-carried values", #g.inputs, #g.outputs,
+               math.max(nstate, 0))
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local M = ins[1] ~= nil and number(node, ins[1], "M") or nil
+    local cond = true
+    if ins[2] ~= nil then cond = truth(node, ins[2], "cond") end
+    if M == nil and ins[2] == nil then unsupported(node, "a Loop with neither M nor cond (it never ends)") end
+    local state, scans = {}, {}
+    for k = 1, nstate do state[k] = ins[2 + k] end
+    for j = 1, nscan do scans[j] = {} end
+    local i = 0
+    while (M == nil or i < M) and cond do
+      local outs = body({host({i}, true), bool_value(cond), table.unpack(state, 1, nstate)}, outer)
+      cond = truth(node, outs[1], "the body's condition")
+      for k = 1, nstate do state[k] = outs[1 + k] end
+      for j = 1, nscan do scans[j][i + 1] = outs[1 + nstate + j] end
+      i = i + 1
+    end
+    local res = {table.unpack(state, 1, nstate)}
+    for j = 1, nscan do
+      if i == 0 then unsupported(node, "scan outputs of a Loop that runs no iteration") end
+      res[nstate + j] = stack(node, scans[j], 1, "scan output " .. j)
+    end
+    return res
+  end
+end
+
+-- Scan (opset 9 on): the body once per step along each scan input's axis
+-- (from the end where its direction is 1), the state values going round,
+-- the scan outputs stacked along their axes (reversed where their
+-- direction is 1).  The step count is a size: under capture the loop
+-- unrolls into one graph.
+OPS.Scan = function(node, attrs, opset)
+  known_attrs(node, attrs, set("body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
+                               "scan_output_axes", "scan_output_directions"))
+  if opset < 9 then unsupported(node, "Scan before opset 9 (a batch dim and sequence_lens)") end
+  local g = attrs.body
+  local body = lower_graph(node, g, "body")
+  local m = attrs.num_scan_inputs
+  if math.type(m) ~= "integer" or m < 1 or m > node.nin then
+    node_error(node, "num_scan_inputs %s for %d inputs", tostring(m), node.nin)
+  end
+  local nstate = node.nin - m
+  local k = #g.outputs - nstate
+  if #g.inputs ~= node.nin or k < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d inputs", #g.inputs, #g.outputs, node.nin)
+  end
+  local in_axes, in_dirs = attr(attrs, "scan_input_axes", {}), attr(attrs, "scan_input_directions", {})
+  local out_axes, out_dirs = attr(attrs, "scan_output_axes", {}), attr(attrs, "scan_output_directions", {})
+  for _, l in ipairs({{in_axes, m, "scan_input_axes"}, {in_dirs, m, "scan_input_directions"},
+                      {out_axes, k, "scan_output_axes"}, {out_dirs, k, "scan_output_directions"}}) do
+    if #l[1] ~= 0 and #l[1] ~= l[2] then node_error(node, "%s holds %d values for %d", l[3], #l[1], l[2]) end
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local xs, axes, n = {}, {}, nil
+    for j = 1, m do
+      local v = ins[nstate + j]
+      local t = (not is_tensor(v) and v and v.wide) and v.t or T(node, v, "scan input " .. j)
+      axes[j] = axis(node, in_axes[j] or 0, t:dim(), "scan input axis")
+      local len = t.shape[axes[j]]
+      if type(len) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
+      if n and len ~= n then node_error(node, "scan inputs of lengths %d and %d", n, len) end
+      n, xs[j] = len, v
+    end
+    if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
+    local state, scans = {}, {}
+    for s = 1, nstate do state[s] = ins[s] end
+    for j = 1, k do scans[j] = {} end
+    for step = 1, n do
+      local slices = {}
+      for j = 1, m do
+        local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
+        slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
+      end
+      local args = {table.unpack(state, 1, nstate)}
+      for j = 1, m do args[nstate + j] = slices[j] end
+      local outs = body(args, outer)
+      for s = 1, nstate do state[s] = outs[s] end
+      for j = 1, k do scans[j][step] = outs[nstate + j] end
+    end
+    local res = {table.unpack(state, 1, nstate)}
+    for j = 1, k do
+      local l = scans[j]
+      if (out_dirs[j] or 0) ~= 0 then
+        local r = {}
+        for i = 1, n do r[i] = l[n + 1 - i] end
+        l = r
+      end
+      local first = l[1]
+      local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
+      res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
+    end
+    return res
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- the module
 -- ---------------------------------------------------------------------------
 
@@ -3440,17 +3686,7 @@ function Model:__init(g, path)
   self._dynamic_dims = dyn
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
-  for _, node in ipairs(g.nodes) do
-    node.opset = g.opset
-    if node.name == "" then node.name = node.outputs[1] or "?" end
-    local lower = OPS[node.op]
-    if not lower then unsupported(node, "op %s", clean(node.op)) end
-    for k, kind in pairs(node.attrs.kinds or {}) do
-      if kind == "graph" or kind == "other" then unsupported(node, "attribute '%s' of kind %s", k, kind) end
-    end
-    node.attrs.kinds = nil
-    node.run = lower(node, node.attrs, g.opset)
-  end
+  for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)
   for _, node in ipairs(self._nodes) do
@@ -3593,23 +3829,7 @@ function Model:forward(...)
     end
     env[v.name] = WIDE[v.dtype] and {wide = v.dtype, t = x} or x
   end
-  for _, node in ipairs(self._nodes) do
-    local ins = {}
-    for i, name in ipairs(node.inputs) do
-      if name ~= "" then
-        local v = env[name]
-        if v == nil then node_error(node, "input '%s' has no value", name) end
-        ins[i] = v
-      end
-    end
-    local outs = node.run(ins)
-    for i, name in ipairs(node.outputs) do
-      if name ~= "" then
-        if outs[i] == nil then unsupported(node, "output %d", i) end
-        env[name] = outs[i]
-      end
-    end
-  end
+  run_nodes(self._nodes, env)
   local res = {}
   for i, v in ipairs(self.outputs) do
     local r = env[v.name]

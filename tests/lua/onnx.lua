@@ -239,6 +239,76 @@ do
   t.raises(function() one_node("CumProd", nil, {{"float", {5}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {1}}})(f) end,
            "axis 1 out of range", "CumProd's axis is checked")
 end
+-- control flow: subgraphs read outer values by name
+do
+  local function V(name, dtype) return {name = name, dtype = dtype or "none"} end
+  -- If: y = cond ? x * k : x - k, k an outer value computed before the If
+  local ifm = fl.load_onnx(P.write(path("if.onnx"), P.model{opset = 16,
+    nodes = {{op = "Add", inputs = {"x", "x"}, outputs = {"k"}, name = "k"},
+             {op = "If", inputs = {"c"}, outputs = {"y"}, name = "if", attrs = {
+      then_branch = {graph = {nodes = {{op = "Mul", inputs = {"x", "k"}, outputs = {"t"}, name = "m"}},
+                              outputs = {V"t"}}},
+      else_branch = {graph = {nodes = {{op = "Sub", inputs = {"x", "k"}, outputs = {"e"}, name = "s"}},
+                              outputs = {V"e"}}}}}},
+    inputs = {{name = "c", dtype = "bool", dims = {}}, {name = "x", dims = {2}}}, outputs = {V"y"}}))
+  local x2 = fl.tensor{1.0, 3.0}
+  t.is(ifm(fl.ones({}, {dtype = "bool"}), x2):tolist(), {2.0, 18.0}, "If runs then_branch on true, reading outer values")
+  t.is(ifm(fl.zeros({}, {dtype = "bool"}), x2):tolist(), {-1.0, -3.0}, "If runs else_branch on false")
+  local cif = fl.compile(ifm, {backend = "cpu"})
+  t.is(cif(fl.zeros({}, {dtype = "bool"}), x2):tolist(), {-1.0, -3.0}, "If under fl.compile (a graph break)")
+  t.raises(function() fl.capture(ifm, fl.ones({}, {dtype = "bool"}), x2) end, "data%-dependent branch",
+           "If's condition from an input is refused by one-graph capture")
+  -- Loop: s = sum over i < M of (s + i) * 2, stopping when s > limit; a scan output of i
+  local body = {graph = {
+    inputs = {V("i", "int64"), V("cin", "bool"), V"s"},
+    nodes = {{op = "Cast", inputs = {"i"}, outputs = {"fi"}, name = "ci", attrs = {to = 1}},
+             {op = "Add", inputs = {"s", "fi"}, outputs = {"a"}, name = "a"},
+             {op = "Mul", inputs = {"a", "two"}, outputs = {"s2"}, name = "m2"},
+             {op = "Less", inputs = {"s2", "limit"}, outputs = {"cout"}, name = "lt"},
+             {op = "Identity", inputs = {"fi"}, outputs = {"scan"}, name = "id"}},
+    outputs = {V"cout", V"s2", V"scan"}}}
+  local loop = fl.load_onnx(P.write(path("loop.onnx"), P.model{opset = 16,
+    nodes = {{op = "Loop", inputs = {"M", "c", "s0"}, outputs = {"sf", "scans"}, name = "loop", attrs = {body = body}}},
+    inits = {{name = "two", dims = {}, floats = {2.0}}},
+    inputs = {{name = "M", dtype = "int64", dims = {}}, {name = "c", dtype = "bool", dims = {}},
+              {name = "s0", dims = {}}, {name = "limit", dims = {}}},
+    outputs = {V"sf", V"scans"}}))
+  local function i0(v) return fl.full({}, v, {dtype = "int64"}) end
+  local sf, scans = loop(i0(4), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 1000.0))
+  -- s: 1 -> 2 -> 6 -> 16 -> 38
+  t.is(sf:item(), 38.0, "Loop runs M iterations, carrying its value")
+  t.is(scans:tolist(), {0.0, 1.0, 2.0, 3.0}, "Loop stacks its scan output")
+  sf, scans = loop(i0(10), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 10.0))
+  t.is({sf:item(), #scans:tolist()}, {16.0, 3}, "Loop stops when the body's condition is false")
+  t.raises(function() loop(i0(0), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 10.0)) end,
+           "scan outputs of a Loop that runs no iteration is unsupported",
+           "Loop of no iterations cannot shape its scan output")
+  -- Scan: running sum over axis 1 of [2, 3], reversed, with the per-step sums
+  local scan = fl.load_onnx(P.write(path("scan.onnx"), P.model{opset = 16,
+    nodes = {{op = "Scan", inputs = {"s0", "xs"}, outputs = {"sf", "ys"}, name = "scan", attrs = {
+      num_scan_inputs = 1, scan_input_axes = {1}, scan_input_directions = {1}, scan_output_axes = {-1},
+      body = {graph = {inputs = {V"s", V"x"},
+        nodes = {{op = "Add", inputs = {"s", "x"}, outputs = {"s2"}, name = "add"},
+                 {op = "Identity", inputs = {"s2"}, outputs = {"y"}, name = "id"}},
+        outputs = {V"s2", V"y"}}}}}},
+    inputs = {{name = "s0", dims = {2}}, {name = "xs", dims = {2, 3}}}, outputs = {V"sf", V"ys"}}))
+  local xs3 = fl.tensor({{1.0, 2.0, 3.0}, {10.0, 20.0, 30.0}})
+  local ssf, ys = scan(fl.zeros(2), xs3)
+  t.is(ssf:tolist(), {6.0, 60.0}, "Scan carries its state")
+  t.is(ys:tolist(), {{3.0, 5.0, 6.0}, {30.0, 50.0, 60.0}}, "Scan: input reversed along axis 1, outputs along the last axis")
+  t.is(fl.compile(scan, {backend = "cpu"})(fl.zeros(2), xs3):tolist()[1], 6.0, "Scan compiles (unrolled)")
+  t.raises(function() fl.load_onnx(P.write(path("scanbad.onnx"), P.model{opset = 16,
+    nodes = {{op = "Scan", inputs = {"s0", "xs"}, outputs = {"sf"}, name = "scan", attrs = {
+      num_scan_inputs = 3, body = {graph = {inputs = {V"s"}, outputs = {V"s"}}}}}},
+    inputs = {{name = "s0", dims = {2}}, {name = "xs", dims = {2, 3}}}, outputs = {V"sf"}})) end,
+    "num_scan_inputs 3 for 2 inputs", "Scan's num_scan_inputs is checked at load")
+  t.raises(function() fl.load_onnx(P.write(path("ifbad.onnx"), P.model{opset = 16,
+    nodes = {{op = "If", inputs = {"c"}, outputs = {"y"}, name = "if", attrs = {
+      then_branch = {graph = {nodes = {{op = "Neg", inputs = {"nowhere"}, outputs = {"t"}, name = "n"}}, outputs = {V"t"}}},
+      else_branch = {graph = {outputs = {V"c"}}}}}},
+    inputs = {{name = "c", dtype = "bool", dims = {}}}, outputs = {V"y"}})) end,
+    "a value its subgraph reads 'nowhere' is not a graph input", "a subgraph reading an unknown name is refused at load")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
