@@ -1111,6 +1111,7 @@ OPS.ConvTranspose = function(node, attrs)
   end
 end
 
+local pool2d
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
@@ -1119,42 +1120,62 @@ local function pool(kind)
     if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
-    local ceil = attr(attrs, "ceil_mode", 0) ~= 0
-    local include = attr(attrs, "count_include_pad", 0) ~= 0
+    local function self_pool(x, kk, ss, pp, dd) return pool2d(node, attrs, kind, x, kk, ss, pp, dd) end
     return function(ins)
       local x = T(node, ins[1])
       need_float(node, x)
       local r = x:dim()
-      if r ~= 3 and r ~= 4 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d and 2-d only)", r - 2) end
+      if r < 3 or r > 5 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d, 2-d and 3-d only)", r - 2) end
       local strides, pb, pe, dil = spatial(node, attrs, r - 2, k, x.shape)
-      local kk = r == 3 and {1, k[1]} or k
-      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
-      for i = 1, 2 do
-        local span = (kk[i] - 1) * dd[i] + 1
-        if pp[i] >= span or pp[i + 2] >= span then
-          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pp[i], pp[i + 2], span)
+      for i = 1, r - 2 do
+        local span = (k[i] - 1) * dil[i] + 1
+        if pb[i] >= span or pe[i] >= span then
+          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pb[i], pe[i], span)
         end
       end
-      if r == 3 then x = x:unsqueeze(3) end
-      local y
-      if kind == "max" then
-        y = x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
-      elseif kind == "lp" then
-        -- (sum of |x|^p over the window)^(1/p): an average pool counting the
-        -- zero padding, times the window's size
-        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
-        local pw = attr(attrs, "p", 2)
-        local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
-                                                 count_include_pad = true})
-        y = (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
-      else
-        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
-        y = x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
+      if r == 5 then
+        -- a 3-d pool is separable: the 2-d pool of each depth slice, then
+        -- a pool along the depth (a window's valid elements, which an
+        -- average without the padding counts, are a box: its count is the
+        -- product of the two pools' counts)
+        if kind == "lp" then unsupported(node, "a 3-d Lp pool") end
+        local N, C, D, H, W = table.unpack(x.shape)
+        for _, n in ipairs(x.shape) do
+          if type(n) ~= "number" then unsupported(node, "a 3-d pool over a dynamic size") end
+        end
+        local y = self_pool(x:reshape({N, C * D, H, W}), {k[2], k[3]}, {strides[2], strides[3]},
+                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]})
+        local H2, W2 = y.shape[3], y.shape[4]
+        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1})
+        return {y:reshape({N, C, y.shape[3], H2, W2})}
       end
+      local kk = r == 3 and {1, k[1]} or k
+      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
+      if r == 3 then x = x:unsqueeze(3) end
+      local y = self_pool(x, kk, ss, pp, dd)
       if r == 3 then y = y:squeeze(3) end
       return {y}
     end
   end
+end
+
+-- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations)
+function pool2d(node, attrs, kind, x, kk, ss, pp, dd)
+  local ceil = attr(attrs, "ceil_mode", 0) ~= 0
+  if kind == "max" then
+    return x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
+  elseif kind == "lp" then
+    -- (sum of |x|^p over the window)^(1/p): an average pool counting the
+    -- zero padding, times the window's size
+    if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
+    local pw = attr(attrs, "p", 2)
+    local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
+                                             count_include_pad = true})
+    return (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
+  end
+  if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
+  local include = attr(attrs, "count_include_pad", 0) ~= 0
+  return x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
 end
 OPS.MaxPool = pool("max")
 OPS.AveragePool = pool("avg")

@@ -309,6 +309,38 @@ do
     inputs = {{name = "c", dtype = "bool", dims = {}}}, outputs = {V"y"}})) end,
     "a value its subgraph reads 'nowhere' is not a graph input", "a subgraph reading an unknown name is refused at load")
 end
+-- 3-d pools (separable: a 2-d pool per depth slice, then along the depth)
+-- against the windows counted out directly
+do
+  fl.manual_seed(3)
+  local D, H, W = 4, 5, 3
+  local x = fl.randn(1, 1, D, H, W)
+  local xl = x:tolist()[1][1]
+  local function ref(kind, k, s, pb, pe, include)
+    local dims, out = {D, H, W}, {}
+    local n = {}
+    for i = 1, 3 do n[i] = (dims[i] + pb[i] + pe[i] - k[i]) // s[i] + 1 end
+    for a = 1, n[1] do out[a] = {} for b = 1, n[2] do out[a][b] = {} for c = 1, n[3] do
+      local best, sum, cnt = -math.huge, 0, 0
+      for i = 0, k[1] - 1 do for j = 0, k[2] - 1 do for l = 0, k[3] - 1 do
+        local p = {(a - 1) * s[1] - pb[1] + i + 1, (b - 1) * s[2] - pb[2] + j + 1, (c - 1) * s[3] - pb[3] + l + 1}
+        if p[1] >= 1 and p[1] <= D and p[2] >= 1 and p[2] <= H and p[3] >= 1 and p[3] <= W then
+          local v = xl[p[1]][p[2]][p[3]]
+          best, sum, cnt = math.max(best, v), sum + v, cnt + 1
+        end
+      end end end
+      out[a][b][c] = kind == "max" and best or sum / (include and k[1] * k[2] * k[3] or cnt)
+    end end end
+    return fl.tensor(out):reshape(1, 1, n[1], n[2], n[3])
+  end
+  local k, st, pads = {2, 3, 2}, {1, 2, 2}, {1, 1, 0, 0, 1, 1}
+  for _, case in ipairs({{"MaxPool", "max", 0}, {"AveragePool", "avg", 0}, {"AveragePool", "avg", 1}}) do
+    local m3 = one_node(case[1], {kernel_shape = k, strides = st, pads = pads, count_include_pad = case[1] == "AveragePool" and case[3] or nil},
+                        {{"float", {1, 1, D, H, W}}}, 19)
+    local want = ref(case[2], k, st, {1, 1, 0}, {0, 1, 1}, case[3] == 1)
+    t.ok(fl.allclose(m3(x), want, 1e-5, 1e-6), ("3-d %s with pads (count_include_pad=%d) matches its windows"):format(case[1], case[3]))
+  end
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
