@@ -3386,6 +3386,191 @@ OPS.BitShift = function(node, attrs, opset)
 end
 
 -- ---------------------------------------------------------------------------
+-- quantization (the integer types, in float arithmetic as ONNX's reference)
+-- ---------------------------------------------------------------------------
+
+local QUANT_RANGE = {uint8 = {0, 255}, int8 = {-128, 127}, uint16 = {0, 65535}, int16 = {-32768, 32767}}
+
+-- float values rounded half to even (NumPy's rint) as int64; the values
+-- are clamped well inside 2^23 first, where every step is exact
+local function rint64(x)
+  local t = x:to("int64")                                   -- toward zero
+  local f = t - x:lt(t:to(x.dtype)):to("int64")            -- floor
+  local diff = x - f:to(x.dtype)
+  local half = fl.full({}, 0.5, {dtype = x.dtype})
+  local odd = f:remainder(i64(2)):eq(i64(1)):to("int64")
+  return f + diff:gt(half):to("int64") + diff:eq(half):to("int64") * odd
+end
+
+-- A scale or zero point p laid along dim d of x: one value as is, a 1-d one
+-- index by index along d, a blocked one (block > 0, x's rank) each value
+-- repeated block times along d.
+local function along(node, p, x, d, block, what)
+  local r = x:dim()
+  if block > 0 then
+    if p:dim() ~= r then node_error(node, "a blocked %s of %d dims for a %d-d input", what, p:dim(), r) end
+    local big, flat = {}, {}
+    for i = 1, r do big[#big + 1] = p.shape[i]; flat[i] = p.shape[i] end
+    table.insert(big, d + 1, block)
+    flat[d] = p.shape[d] * block
+    if type(flat[d]) ~= "number" or flat[d] < x.shape[d] or p.shape[d] * block - x.shape[d] >= block then
+      node_error(node, "a blocked %s of %s blocks of %d along a dim of %s", what, tostring(p.shape[d]), block,
+                 tostring(x.shape[d]))
+    end
+    return p:unsqueeze(d + 1):expand(big):contiguous():reshape(flat):narrow(d, 1, x.shape[d])
+  end
+  if p:numel() == 1 and p:dim() <= 1 then return p:reshape({}) end
+  if p:dim() ~= 1 or p.shape[1] ~= x.shape[d] then
+    node_error(node, "a %s of %d values for a dim of %s", what, p:numel(), tostring(x.shape[d]))
+  end
+  local s = {}
+  for i = 1, r do s[i] = 1 end
+  s[d] = x.shape[d]
+  return p:reshape(s)
+end
+
+-- the dim a per-axis scale lies along (none needed for a scalar scale)
+local function quant_dim(node, attrs, x, scale, block)
+  if block == 0 and scale:numel() == 1 and scale:dim() <= 1 then return 1 end
+  return axis(node, attr(attrs, "axis", 1), x:dim())
+end
+
+-- a narrow zero point's tensor, checked against the type it must have
+local function zero_point(node, v, want)
+  if v == nil then return nil end
+  if is_tensor(v) or not v.wide then unsupported(node, "a zero point of dtype %s", dtype_of(v)) end
+  if want and v.wide ~= want then node_error(node, "a zero point of dtype %s for %s", v.wide, want) end
+  return v.t
+end
+
+-- round(x / scale) + zero point, saturated to the type's range
+local function quantize(x, s, zt, tag)
+  local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+  -- the quotient rounded once to x's type, as a division there is: through
+  -- float64, so that a compiled kernel's reciprocal product (one float64
+  -- ulp off) cannot move it across a half that rint then rounds
+  local q = (x:to("float64") / s:to("float64")):to(x.dtype)
+  -- past the range's width the saturated result is the same
+  local w = hi - lo + 1
+  q = fl.minimum(fl.maximum(q, fl.full({}, -w, {dtype = q.dtype})), fl.full({}, w, {dtype = q.dtype}))
+  local y = rint64(q)
+  if zt then y = y + zt end
+  return fl.minimum(fl.maximum(y, i64(lo)), i64(hi))
+end
+
+OPS.QuantizeLinear = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "saturate", "block_size", "output_dtype", "precision"))
+  local block = attr(attrs, "block_size", 0)
+  local out = attrs.output_dtype and attrs.output_dtype ~= 0 and (DTYPE_CODE[attrs.output_dtype] or tostring(attrs.output_dtype))
+  if out and not QUANT_RANGE[out] then unsupported(node, "quantizing to %s", out) end
+  local prec = attrs.precision and attrs.precision ~= 0 and DTYPE_CODE[attrs.precision]
+  if attrs.precision and attrs.precision ~= 0 and not FLOAT[FL_DTYPE[prec] or ""] then
+    unsupported(node, "precision %s", tostring(prec or attrs.precision))
+  end
+  return function(ins)
+    local x, scale = T(node, ins[1], "x"), T(node, ins[2], "y_scale")
+    need_float(node, x)
+    need_float(node, scale, "y_scale")
+    local zt = zero_point(node, ins[3], out)
+    local tag = ins[3] ~= nil and ins[3].wide or out or "uint8"
+    if not QUANT_RANGE[tag] then unsupported(node, "quantizing to %s", tag) end
+    local d = quant_dim(node, attrs, x, scale, block)
+    local s = along(node, scale, x, d, block, "scale")
+    local dt = prec and FL_DTYPE[prec] or x.dtype
+    if s.dtype ~= dt then s = s:to(dt) end
+    if x.dtype ~= dt then x = x:to(dt) end
+    return {{wide = tag, t = quantize(x, s, zt and along(node, zt, x, d, block, "zero point"), tag)}}
+  end
+end
+
+OPS.DequantizeLinear = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "block_size", "output_dtype"))
+  local block = attr(attrs, "block_size", 0)
+  local out = attrs.output_dtype and attrs.output_dtype ~= 0 and DTYPE_CODE[attrs.output_dtype]
+  if attrs.output_dtype and attrs.output_dtype ~= 0 and not FLOAT[FL_DTYPE[out] or ""] then
+    unsupported(node, "output_dtype %s", tostring(out or attrs.output_dtype))
+  end
+  return function(ins)
+    local xv, scale = ins[1], T(node, ins[2], "x_scale")
+    if xv == nil or is_tensor(xv) or not xv.wide or xv.wide == "uint64" then
+      unsupported(node, "dequantizing %s", xv and dtype_of(xv) or "nothing")
+    end
+    need_float(node, scale, "x_scale")
+    local x = xv.t
+    local zt = zero_point(node, ins[3], xv.wide)
+    local d = quant_dim(node, attrs, x, scale, block)
+    -- in float32, as ONNX's reference, then the scale's type
+    local dx = x:to("float32")
+    if zt then dx = dx - along(node, zt, x, d, block, "zero point"):to("float32") end
+    local s = along(node, scale, x, d, block, "scale")
+    local y = dx * (s.dtype == "float32" and s or s:to("float32"))
+    local want = out and FL_DTYPE[out] or scale.dtype
+    return {y.dtype == want and y or y:to(want)}
+  end
+end
+
+-- DynamicQuantizeLinear: uint8 over the range of x and 0 (scale 1 when that
+-- range is empty), the zero point rounded after clamping, as the reference
+OPS.DynamicQuantizeLinear = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1], "x")
+    if x.dtype ~= "float32" then unsupported(node, "an input of dtype %s (float32 only)", x.dtype) end
+    local zero = fl.zeros({})
+    local hi, lo = fl.maximum(x:amax(), zero), fl.minimum(x:amin(), zero)
+    local scale = fl.where(hi:eq(lo), fl.full({}, 1.0), hi - lo) / fl.full({}, 255.0)
+    local zp = fl.minimum(fl.maximum(zero - lo / scale, zero), fl.full({}, 255.0))
+    local zpi = rint64(zp)
+    return {{wide = "uint8", t = quantize(x, scale, zpi, "uint8")}, scale, {wide = "uint8", t = zpi}}
+  end
+end
+
+-- QLinearMatMul: the integer product of the inputs less their zero points
+-- (exact in float64), times a_scale * b_scale / y_scale (in the scales'
+-- type, as the reference), requantized.  Per-tensor scales only.
+OPS.QLinearMatMul = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local function q(i, what)
+      local v = ins[i]
+      if v == nil or is_tensor(v) or not QUANT_RANGE[v.wide or ""] then
+        unsupported(node, "%s of dtype %s", what, v and dtype_of(v) or "none")
+      end
+      return v
+    end
+    local function scalar_of(i, what)
+      local s = T(node, ins[i], what)
+      need_float(node, s, what)
+      if s:numel() ~= 1 then unsupported(node, "a %s of %d values (per-tensor only)", what, s:numel()) end
+      return s:reshape({})
+    end
+    local a, b = q(1, "input a"), q(4, "input b")
+    local function centred(v, zi)
+      local t = v.t
+      if ins[zi] ~= nil then
+        local z = zero_point(node, ins[zi], v.wide)
+        if z:numel() ~= 1 then unsupported(node, "a zero point of %d values (per-tensor only)", z:numel()) end
+        t = t - z:reshape({})
+      end
+      return t:to("float64")
+    end
+    local c = fl.matmul(centred(a, 3), centred(b, 6))
+    local f = scalar_of(2, "a_scale") * scalar_of(5, "b_scale") / scalar_of(7, "y_scale")
+    local y = c * f:to("float64")
+    local tag = a.wide
+    if ins[8] ~= nil then
+      local z = zero_point(node, ins[8])
+      tag = ins[8].wide
+      y = y + z:reshape({}):to("float64")
+    end
+    local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+    local w = hi - lo + 1
+    y = fl.minimum(fl.maximum(y, fl.full({}, -w, {dtype = "float64"})), fl.full({}, 2 * w, {dtype = "float64"}))
+    return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------
 

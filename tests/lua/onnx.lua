@@ -341,6 +341,27 @@ do
     t.ok(fl.allclose(m3(x), want, 1e-5, 1e-6), ("3-d %s with pads (count_include_pad=%d) matches its windows"):format(case[1], case[3]))
   end
 end
+-- quantization: round half to even, saturate, per axis
+do
+  local ql = one_node("QuantizeLinear", nil, {{"float", {6}}, {"float", {}}, {"uint8", {}}}, 13)
+  t.is(ql(fl.tensor{0.5, 1.5, 2.5, -1.0, 300.0, -7.5}, fl.full({}, 1.0), fl.full({}, 10, {dtype = "int64"})):tolist(),
+       {10, 12, 12, 9, 255, 2}, "QuantizeLinear rounds half to even, adds the zero point, saturates")
+  local qa = one_node("QuantizeLinear", {axis = 0}, {{"float", {2, 2}}, {"float", {2}}, {"int8", {2}}}, 13)
+  t.is(qa(fl.tensor({{1.0, -1.0}, {4.0, -400.0}}), fl.tensor{0.5, 2.0}, I{0, 1}):tolist(), {{2, -2}, {3, -128}},
+       "QuantizeLinear per axis, int8 saturating")
+  local dq = one_node("DequantizeLinear", {axis = 1}, {{"uint8", {1, 2}}, {"float", {2}}, {"uint8", {2}}}, 13)
+  t.is(dq(I{{10, 255}}, fl.tensor{0.5, 2.0}, I{10, 5}):tolist(), {{0.0, 500.0}}, "DequantizeLinear per axis")
+  t.raises(function() one_node("QuantizeLinear", nil, {{"float", {1}}, {"float", {}}, {"float", {}}}, 13)(
+             fl.tensor{1.0}, fl.full({}, 1.0), fl.full({}, 10.0)) end,
+           "a zero point of dtype float32 is unsupported", "QuantizeLinear refuses a float zero point")
+  local qm = one_node("QLinearMatMul", nil, {{"uint8", {1, 2}}, {"float", {}}, {"uint8", {}}, {"uint8", {2, 1}},
+                      {"float", {}}, {"uint8", {}}, {"float", {}}, {"uint8", {}}}, 10)
+  local one = fl.full({}, 1.0)
+  local function u(v) return fl.full({}, v, {dtype = "int64"}) end
+  -- (3-1)*(5-1) + (4-1)*(2-1) = 11, * 1 * 0.5 / 1 = 5.5 -> 6 (half to even), + 100
+  t.is(qm(I{{3, 4}}, one, u(1), I{{5}, {2}}, fl.full({}, 0.5), u(1), one, u(100)):tolist(), {{106}},
+       "QLinearMatMul: the integer product, rescaled, rounded half to even")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
