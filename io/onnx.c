@@ -48,7 +48,9 @@ const char *onnx_dtype_name(int elem) {
   return other;
 }
 
-/* The fuselab dtype an ONNX dtype is held in, or -1. */
+/* The fuselab dtype an ONNX dtype is held in, or -1.  uint64 is held as
+** its bit pattern (values from 2^63 read as negative int64): the loader
+** marks it and takes it only where that pattern gives ONNX's answer. */
 static int held_as(int elem, fl_dtype *dt) {
   switch (elem) {
   case ONNX_FLOAT: *dt = FL_F32; return 0;
@@ -57,7 +59,7 @@ static int held_as(int elem, fl_dtype *dt) {
   case ONNX_DOUBLE: *dt = FL_F64; return 0;
   case ONNX_BOOL: *dt = FL_BOOL; return 0;
   case ONNX_INT64: case ONNX_INT32: case ONNX_INT16: case ONNX_INT8:
-  case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
+  case ONNX_UINT64: case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
     *dt = FL_I64; return 0;
   default: return -1;
   }
@@ -67,7 +69,7 @@ static int held_as(int elem, fl_dtype *dt) {
 static size_t raw_size(int elem) {
   switch (elem) {
   case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 4;
-  case ONNX_INT64: case ONNX_DOUBLE: return 8;
+  case ONNX_INT64: case ONNX_UINT64: case ONNX_DOUBLE: return 8;
   case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 2;
   case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 1;
   default: return 0;
@@ -124,7 +126,7 @@ static size_t typed_count(const TensorProto *p, int elem) {
   switch (elem) {
   case ONNX_FLOAT: return p->n_float_data;
   case ONNX_INT64: return p->n_int64_data;
-  case ONNX_UINT32: return p->n_uint64_data;
+  case ONNX_UINT32: case ONNX_UINT64: return p->n_uint64_data;
   case ONNX_DOUBLE: return p->n_double_data;
   default: return p->n_int32_data;
   }
@@ -145,7 +147,8 @@ static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
     }
     case ONNX_BOOL: d[i] = p->int32_data[i] != 0; break;
     default: {
-      int64_t x = elem == ONNX_UINT32 ? (int64_t)(uint32_t)p->uint64_data[i]
+      int64_t x = elem == ONNX_UINT64 ? (int64_t)p->uint64_data[i]
+                : elem == ONNX_UINT32 ? (int64_t)(uint32_t)p->uint64_data[i]
                 : elem == ONNX_UINT16 ? (int64_t)(uint16_t)p->int32_data[i]
                 : elem == ONNX_UINT8 ? (int64_t)(uint8_t)p->int32_data[i]
                 : elem == ONNX_INT16 ? (int64_t)(int16_t)p->int32_data[i]
@@ -390,6 +393,8 @@ static void attr_free(onnx_attr *a) {
   free(a->strings);
   if (a->t) onnx_tensor_free(a->t);
   free(a->t);
+  if (a->g) onnx_model_free(a->g);
+  free(a->g);
 }
 
 static void node_free(onnx_node *nd) {
@@ -402,6 +407,8 @@ static void node_free(onnx_node *nd) {
   free(nd->out);
   for (int i = 0; i < nd->nattr; i++) attr_free(&nd->attr[i]);
   free(nd->attr);
+  for (int i = 0; i < nd->nimplicit; i++) free(nd->implicit[i]);
+  free(nd->implicit);
 }
 
 void onnx_model_free(onnx_model *m) {
@@ -416,6 +423,8 @@ void onnx_model_free(onnx_model *m) {
   free(m->out);
   free(m->init);
   free(m->node);
+  for (int i = 0; i < m->nfree; i++) free(m->free_names[i]);
+  free(m->free_names);
   memset(m, 0, sizeof *m);
 }
 
@@ -457,8 +466,28 @@ static int value_from_proto(const Onnx__ValueInfoProto *p, onnx_value *v, const 
   return FL_OK;
 }
 
+/* Subgraphs nest at most this deep (a crafted file cannot exhaust the
+** stack). */
+#define ONNX_MAX_DEPTH 8
+
+static int graph_from_proto(const Onnx__GraphProto *g, const char *dir, onnx_model *m,
+                            int depth, fl_err *e);
+
+/* Add name to the list *v of *n names unless it is there. */
+static int add_name(char ***v, int *n, const char *name, fl_err *e) {
+  char **grown;
+  for (int i = 0; i < *n; i++)
+    if (strcmp((*v)[i], name) == 0) return FL_OK;
+  if (!(grown = realloc(*v, ((size_t)*n + 1) * sizeof *grown)))
+    return err_set(e, FL_ENOMEM, "out of memory");
+  *v = grown;
+  if (!(grown[*n] = dup_str(name))) return err_set(e, FL_ENOMEM, "out of memory");
+  (*n)++;
+  return FL_OK;
+}
+
 static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_attr *a,
-                           fl_err *e) {
+                           int depth, fl_err *e) {
   char q[256];
   memset(a, 0, sizeof *a);
   if (!(a->name = dup_str(p->name))) return err_set(e, FL_ENOMEM, "out of memory");
@@ -491,8 +520,15 @@ static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_
       return err_prefix(e, "attribute '%s'", quote(p->name, q, sizeof q));
     break;
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
-  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
     a->kind = ONNX_ATTR_GRAPH;
+    if (!p->g) return err_set(e, FL_EFORMAT, "attribute '%s': graph missing",
+                              quote(p->name, q, sizeof q));
+    if (depth + 1 > ONNX_MAX_DEPTH)
+      return err_set(e, FL_EUNSUPPORTED, "attribute '%s': subgraphs nested more than %d deep "
+                     "are unsupported", quote(p->name, q, sizeof q), ONNX_MAX_DEPTH);
+    if (!(a->g = calloc(1, sizeof *a->g))) return err_set(e, FL_ENOMEM, "out of memory");
+    if (graph_from_proto(p->g, dir, a->g, depth + 1, e) != FL_OK)
+      return err_prefix(e, "attribute '%s'", quote(p->name, q, sizeof q));
     break;
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
     a->kind = ONNX_ATTR_FLOATS;
@@ -545,7 +581,8 @@ static char **dup_names(char *const *v, size_t n, fl_err *e) {
   return out;
 }
 
-static int node_from_proto(const Onnx__NodeProto *p, const char *dir, onnx_node *nd, fl_err *e) {
+static int node_from_proto(const Onnx__NodeProto *p, const char *dir, onnx_node *nd, int depth,
+                           fl_err *e) {
   char q[256], q2[128];
   memset(nd, 0, sizeof *nd);
   if (p->n_input > INT_MAX || p->n_output > INT_MAX || p->n_attribute > INT_MAX)
@@ -563,16 +600,28 @@ static int node_from_proto(const Onnx__NodeProto *p, const char *dir, onnx_node 
     return err_set(e, FL_ENOMEM, "out of memory");
   for (size_t i = 0; i < p->n_attribute; i++) {
     nd->nattr = (int)i + 1;
-    if (attr_from_proto(p->attribute[i], dir, &nd->attr[i], e) != FL_OK)
+    if (attr_from_proto(p->attribute[i], dir, &nd->attr[i], depth, e) != FL_OK)
       return err_prefix(e, "node '%s' (%s)", quote(nd->name, q, sizeof q),
                         quote(nd->op_type, q2, sizeof q2));
+    /* what a subgraph reads from outside is an input of its node */
+    for (int j = 0; nd->attr[i].g && j < nd->attr[i].g->nfree; j++)
+      if (add_name(&nd->implicit, &nd->nimplicit, nd->attr[i].g->free_names[j], e) != FL_OK)
+        return e ? e->code : FL_ENOMEM;
   }
   return FL_OK;
 }
 
+/* Input j of node nd, its explicit inputs first, then the names its
+** subgraphs read. */
+static const char *node_input(const onnx_node *nd, int j) {
+  return j < nd->nin ? nd->in[j] : nd->implicit[j - nd->nin];
+}
+
 /* Check names and order: every input made before use, one producer per
-** value; then sort the nodes (Kahn, file order among ready nodes). */
-static int check_and_sort(onnx_model *m, fl_err *e) {
+** value; then sort the nodes (Kahn, file order among ready nodes).  In a
+** subgraph (sub) a name made nowhere in it comes from an enclosing scope:
+** it is listed in m->free_names, for its node to read. */
+static int check_and_sort(onnx_model *m, int sub, fl_err *e) {
   size_t nn = 0, cap = (size_t)m->nin + (size_t)m->ninit, k;
   name_ent *v;
   int *indeg = NULL, *start = NULL, *edges = NULL, *queue = NULL, rc = FL_OK;
@@ -605,13 +654,19 @@ static int check_and_sort(onnx_model *m, fl_err *e) {
   /* inputs: known? counted per producer for the edge lists */
   for (int i = 0; i < m->nnode; i++) {
     const onnx_node *nd = &m->node[i];
-    for (int j = 0; j < nd->nin; j++) {
+    for (int j = 0; j < nd->nin + nd->nimplicit; j++) {
       const name_ent *f;
-      if (!nd->in[j][0]) continue;
-      if (!(f = lookup(v, nn, nd->in[j]))) {
-        rc = err_set(e, FL_EFORMAT, "node '%s' (%s): input '%s' is not a graph input, an "
+      const char *in = node_input(nd, j);
+      if (!in[0]) continue;
+      if (!(f = lookup(v, nn, in))) {
+        if (sub) {
+          if ((rc = add_name(&m->free_names, &m->nfree, in, e)) != FL_OK) goto done;
+          continue;
+        }
+        rc = err_set(e, FL_EFORMAT, "node '%s' (%s): %s '%s' is not a graph input, an "
                      "initializer or any node's output", quote(nd->name, q, sizeof q),
-                     quote(nd->op_type, q3, sizeof q3), quote(nd->in[j], q2, sizeof q2));
+                     quote(nd->op_type, q3, sizeof q3),
+                     j < nd->nin ? "input" : "a value its subgraph reads", quote(in, q2, sizeof q2));
         goto done;
       }
       if (f->producer >= 0) {
@@ -630,8 +685,9 @@ static int check_and_sort(onnx_model *m, fl_err *e) {
     int *fill = calloc((size_t)m->nnode + 1, sizeof *fill);
     if (!fill) { rc = err_set(e, FL_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < m->nnode; i++)
-      for (int j = 0; j < m->node[i].nin; j++) {
-        const name_ent *f = m->node[i].in[j][0] ? lookup(v, nn, m->node[i].in[j]) : NULL;
+      for (int j = 0; j < m->node[i].nin + m->node[i].nimplicit; j++) {
+        const char *in = node_input(&m->node[i], j);
+        const name_ent *f = in[0] ? lookup(v, nn, in) : NULL;
         if (f && f->producer >= 0) edges[start[f->producer] + fill[f->producer]++] = i;
       }
     free(fill);
@@ -654,6 +710,10 @@ static int check_and_sort(onnx_model *m, fl_err *e) {
   }
   for (int i = 0; i < m->nout; i++)
     if (!lookup(v, nn, m->out[i].name)) {
+      if (sub) {
+        if ((rc = add_name(&m->free_names, &m->nfree, m->out[i].name, e)) != FL_OK) goto done;
+        continue;
+      }
       rc = err_set(e, FL_EFORMAT, "graph output '%s' is not produced by any node",
                    quote(m->out[i].name, q, sizeof q));
       goto done;
@@ -677,8 +737,8 @@ done:
 static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_model *m,
                             fl_err *e) {
   const Onnx__GraphProto *g = p->graph;
-  char q[256], q2[128], q3[128];
-  int have_opset = 0, rc;
+  char q[256];
+  int have_opset = 0;
   if (!g) return err_set(e, FL_EFORMAT, "the model has no graph");
   m->ir_version = p->has_ir_version ? p->ir_version : 0;
   for (size_t i = 0; i < p->n_opset_import; i++) {
@@ -697,7 +757,6 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
                      "unsupported domain", quote(p->opset_import[0]->domain, q, sizeof q));
     return err_set(e, FL_EFORMAT, "the model imports no opset");
   }
-  if (!(m->name = dup_str(g->name))) return err_set(e, FL_ENOMEM, "out of memory");
   {
     size_t n = strlen(p->producer_name ? p->producer_name : "") +
                strlen(p->producer_version ? p->producer_version : "") + 2;
@@ -706,6 +765,16 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
              p->producer_version && p->producer_version[0] ? " " : "",
              p->producer_version ? p->producer_version : "");
   }
+  return graph_from_proto(g, dir, m, 0, e);
+}
+
+/* The graph g (the model's, depth 0, or a subgraph nested depth deep)
+** into m: its values, initializers and sorted nodes. */
+static int graph_from_proto(const Onnx__GraphProto *g, const char *dir, onnx_model *m,
+                            int depth, fl_err *e) {
+  char q[256], q2[128], q3[128];
+  int rc;
+  if (!(m->name = dup_str(g->name))) return err_set(e, FL_ENOMEM, "out of memory");
   if (g->n_sparse_initializer)
     return err_set(e, FL_EUNSUPPORTED, "sparse initializers are unsupported");
   if (g->n_initializer > INT_MAX || g->n_input > INT_MAX || g->n_output > INT_MAX ||
@@ -744,7 +813,7 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
   }
   for (size_t i = 0; i < g->n_node; i++) {
     onnx_node *nd = &m->node[i];
-    rc = node_from_proto(g->node[i], dir, nd, e);
+    rc = node_from_proto(g->node[i], dir, nd, depth, e);
     m->nnode = (int)i + 1;
     if (rc != FL_OK) return rc;
     if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0)
@@ -753,7 +822,7 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
                      quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q3, sizeof q3));
   }
   if (m->nout == 0) return err_set(e, FL_EFORMAT, "the graph has no outputs");
-  return check_and_sort(m, e);
+  return check_and_sort(m, depth > 0, e);
 }
 
 int onnx_parse(const void *buf, size_t n, const char *dir, onnx_model *m, fl_err *e) {

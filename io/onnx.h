@@ -31,9 +31,9 @@ const char *onnx_dtype_name(int elem);
 
 /* A tensor read from a TensorProto.  Types fuselab holds (float32,
 ** float16, bfloat16, int64, bool) keep their type; the smaller integer
-** types (int8..int32, uint8..uint32) are widened to int64, exactly, and
-** elem keeps what the file said, so the caller decides where that is
-** allowed (indices and shapes, not arithmetic that would wrap). */
+** types (int8..int32, uint8..uint32) are widened to int64, exactly,
+** uint64 is held as its bit pattern, and elem keeps what the file said,
+** so the caller decides where that is allowed. */
 typedef struct onnx_tensor {
   char *name;       /* owned; "" when the proto had none */
   int elem;         /* the ONNX dtype code of the file */
@@ -56,6 +56,8 @@ typedef enum onnx_attr_kind {
   ONNX_ATTR_OTHER = 99              /* sparse tensors, type protos: no payload */
 } onnx_attr_kind;
 
+struct onnx_model;
+
 typedef struct onnx_attr {
   char *name;          /* owned */
   onnx_attr_kind kind;
@@ -67,6 +69,8 @@ typedef struct onnx_attr {
   double *floats;      /* owned */
   char **strings;      /* owned */
   onnx_tensor *t;      /* TENSOR, owned */
+  struct onnx_model *g;  /* GRAPH: the subgraph (name, values, initializers
+                         ** and nodes; no opset of its own), owned */
 } onnx_attr;
 
 typedef struct onnx_node {
@@ -78,6 +82,8 @@ typedef struct onnx_node {
   char **out;          /* owned */
   int nattr;
   onnx_attr *attr;     /* owned */
+  int nimplicit;       /* the names of enclosing scopes its subgraphs read: */
+  char **implicit;     /* owned; ordered as inputs (If, Loop, Scan) */
 } onnx_node;
 
 typedef struct onnx_model {
@@ -90,6 +96,8 @@ typedef struct onnx_model {
   onnx_value *out;
   onnx_tensor *init;      /* initializers, in file order */
   onnx_node *node;        /* topologically sorted (file order when it is) */
+  int nfree;              /* a subgraph: the names of enclosing scopes it */
+  char **free_names;      /* reads (owned), the model itself none */
 } onnx_model;
 
 /* The newest ai.onnx opset whose semantics the loader knows.  A newer one

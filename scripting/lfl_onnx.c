@@ -5,8 +5,11 @@
 **   fl._onnx_read(path) -> {name=, producer=, ir_version=, opset=,
 **       inputs={{name=, dtype=, dims={3, -1}, dim_names={[2]="N"}}, ...},
 **       outputs={...}, initializers={{name=, dtype=, tensor=}, ...},
-**       nodes={{name=, op=, inputs={...}, outputs={...},
-**               attrs={name=value}, kinds={name="ints"}}, ...}}
+**       nodes={{name=, op=, inputs={...}, outputs={...}, implicit={...},
+**               attrs={name=value}, kinds={name="ints"}}, ...}, free={}}
+**   a graph attribute is a table of the graph's fields (name= to free=):
+**   free lists the names of enclosing scopes its nodes read, and a node's
+**   implicit the names its subgraphs read
 **   fl._onnx_tensor(path) -> tensor, dtype   (one TensorProto file)
 **
 ** dtype is ONNX's name ("float", "int32"): a widened integer type keeps its
@@ -68,6 +71,9 @@ static const char *kind_name(onnx_attr_kind k) {
   }
 }
 
+static void push_graph(lua_State *L, onnx_model *m);
+static void push_graph_fields(lua_State *L, onnx_model *m);
+
 static void push_attr(lua_State *L, onnx_attr *a) {
   switch (a->kind) {
   case ONNX_ATTR_FLOAT: lua_pushnumber(L, a->f); break;
@@ -80,6 +86,7 @@ static void push_attr(lua_State *L, onnx_attr *a) {
     lua_pushstring(L, onnx_dtype_name(a->t->elem));
     lua_setfield(L, -2, "dtype");
     break;
+  case ONNX_ATTR_GRAPH: push_graph(L, a->g); break;
   case ONNX_ATTR_FLOATS:
   case ONNX_ATTR_INTS:
   case ONNX_ATTR_STRINGS:
@@ -113,6 +120,8 @@ static void push_node(lua_State *L, onnx_node *nd) {
   lua_setfield(L, -2, "inputs");
   push_names(L, nd->out, nd->nout);
   lua_setfield(L, -2, "outputs");
+  push_names(L, nd->implicit, nd->nimplicit);
+  lua_setfield(L, -2, "implicit");
   lua_newtable(L);
   lua_newtable(L);
   for (int i = 0; i < nd->nattr; i++) {
@@ -140,9 +149,7 @@ static int l_onnx_read(lua_State *L) {
     lua_pushfstring(L, "load_onnx: %s", e.msg);
     return lua_error(L);
   }
-  lua_createtable(L, 0, 9);
-  lua_pushstring(L, m->name);
-  lua_setfield(L, -2, "name");
+  lua_createtable(L, 0, 10);
   lua_pushstring(L, m->producer);
   lua_setfield(L, -2, "producer");
   lua_pushinteger(L, m->ir_version);
@@ -151,6 +158,19 @@ static int l_onnx_read(lua_State *L) {
   lua_setfield(L, -2, "opset");
   lua_pushinteger(L, ONNX_MAX_OPSET);
   lua_setfield(L, -2, "max_opset");
+  push_graph_fields(L, m);
+  onnx_model_free(m);
+  return 1;
+}
+
+/* The graph's fields of the table on the stack's top: name, inputs,
+** outputs, initializers, nodes (and, for a subgraph, free: the names of
+** enclosing scopes it reads). */
+static void push_graph_fields(lua_State *L, onnx_model *m) {
+  lua_pushstring(L, m->name);
+  lua_setfield(L, -2, "name");
+  push_names(L, m->free_names, m->nfree);
+  lua_setfield(L, -2, "free");
   lua_createtable(L, m->nin, 0);
   for (int i = 0; i < m->nin; i++) {
     push_value(L, &m->in[i]);
@@ -181,8 +201,11 @@ static int l_onnx_read(lua_State *L) {
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "nodes");
-  onnx_model_free(m);
-  return 1;
+}
+
+static void push_graph(lua_State *L, onnx_model *m) {
+  lua_createtable(L, 0, 6);
+  push_graph_fields(L, m);
 }
 
 static int l_onnx_tensor(lua_State *L) {

@@ -24,6 +24,8 @@ local fmt = string.format
 local OPS = {}
 fl._onnx_ops = OPS
 local WIDE   -- the narrow integer types (below)
+local narrow_cast   -- a cast to or from them (below)
+local lower_node, run_nodes   -- a graph's nodes (below: subgraphs use them too)
 -- tensors whose values are known before the call (initializers, Constant
 -- nodes): their values may be read under capture
 local CONST = setmetatable({}, {__mode = "k"})
@@ -508,6 +510,7 @@ OPS.Clip = function(node, attrs, opset)
 end
 
 local function cast_to(node, v, to)
+  if WIDE[to] or not is_tensor(v) and v.wide == "uint64" then return narrow_cast(node, v, to) end
   local target = FL_DTYPE[to]
   if not target then unsupported(node, "casting to %s", to) end
   if not is_tensor(v) and v.wide then
@@ -530,7 +533,7 @@ OPS.Cast = function(node, attrs)
   known_attrs(node, attrs, set("to", "saturate", "round_mode"))
   -- before opset 6 "to" was a name ("FLOAT")
   local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
-  if not FL_DTYPE[to] then unsupported(node, "casting to %s", to) end
+  if not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "casting to %s", to) end
   return function(ins) return {cast_to(node, ins[1], to)} end
 end
 
@@ -1108,6 +1111,7 @@ OPS.ConvTranspose = function(node, attrs)
   end
 end
 
+local pool2d
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
@@ -1116,42 +1120,62 @@ local function pool(kind)
     if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
-    local ceil = attr(attrs, "ceil_mode", 0) ~= 0
-    local include = attr(attrs, "count_include_pad", 0) ~= 0
+    local function self_pool(x, kk, ss, pp, dd) return pool2d(node, attrs, kind, x, kk, ss, pp, dd) end
     return function(ins)
       local x = T(node, ins[1])
       need_float(node, x)
       local r = x:dim()
-      if r ~= 3 and r ~= 4 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d and 2-d only)", r - 2) end
+      if r < 3 or r > 5 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d, 2-d and 3-d only)", r - 2) end
       local strides, pb, pe, dil = spatial(node, attrs, r - 2, k, x.shape)
-      local kk = r == 3 and {1, k[1]} or k
-      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
-      for i = 1, 2 do
-        local span = (kk[i] - 1) * dd[i] + 1
-        if pp[i] >= span or pp[i + 2] >= span then
-          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pp[i], pp[i + 2], span)
+      for i = 1, r - 2 do
+        local span = (k[i] - 1) * dil[i] + 1
+        if pb[i] >= span or pe[i] >= span then
+          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pb[i], pe[i], span)
         end
       end
-      if r == 3 then x = x:unsqueeze(3) end
-      local y
-      if kind == "max" then
-        y = x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
-      elseif kind == "lp" then
-        -- (sum of |x|^p over the window)^(1/p): an average pool counting the
-        -- zero padding, times the window's size
-        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
-        local pw = attr(attrs, "p", 2)
-        local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
-                                                 count_include_pad = true})
-        y = (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
-      else
-        if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
-        y = x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
+      if r == 5 then
+        -- a 3-d pool is separable: the 2-d pool of each depth slice, then
+        -- a pool along the depth (a window's valid elements, which an
+        -- average without the padding counts, are a box: its count is the
+        -- product of the two pools' counts)
+        if kind == "lp" then unsupported(node, "a 3-d Lp pool") end
+        local N, C, D, H, W = table.unpack(x.shape)
+        for _, n in ipairs(x.shape) do
+          if type(n) ~= "number" then unsupported(node, "a 3-d pool over a dynamic size") end
+        end
+        local y = self_pool(x:reshape({N, C * D, H, W}), {k[2], k[3]}, {strides[2], strides[3]},
+                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]})
+        local H2, W2 = y.shape[3], y.shape[4]
+        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1})
+        return {y:reshape({N, C, y.shape[3], H2, W2})}
       end
+      local kk = r == 3 and {1, k[1]} or k
+      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
+      if r == 3 then x = x:unsqueeze(3) end
+      local y = self_pool(x, kk, ss, pp, dd)
       if r == 3 then y = y:squeeze(3) end
       return {y}
     end
   end
+end
+
+-- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations)
+function pool2d(node, attrs, kind, x, kk, ss, pp, dd)
+  local ceil = attr(attrs, "ceil_mode", 0) ~= 0
+  if kind == "max" then
+    return x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
+  elseif kind == "lp" then
+    -- (sum of |x|^p over the window)^(1/p): an average pool counting the
+    -- zero padding, times the window's size
+    if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
+    local pw = attr(attrs, "p", 2)
+    local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
+                                             count_include_pad = true})
+    return (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
+  end
+  if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
+  local include = attr(attrs, "count_include_pad", 0) ~= 0
+  return x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
 end
 OPS.MaxPool = pool("max")
 OPS.AveragePool = pool("avg")
@@ -2269,7 +2293,9 @@ end
 OPS.OneHot = function(node, attrs)
   known_attrs(node, attrs, set("axis"))
   return function(ins)
-    local idx, vals = T(node, ins[1], "indices"), T(node, ins[3], "values")
+    local iv = ins[1]
+    if iv ~= nil and not is_tensor(iv) and iv.wide and iv.wide ~= "uint64" then iv = iv.t end   -- exact
+    local idx, vals = T(node, iv, "indices"), T(node, ins[3], "values")
     local depth = math.tointeger(number(node, ins[2], "depth") // 1)
     if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
     if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
@@ -2647,6 +2673,43 @@ OPS.CumSum = function(node, attrs)
   end
 end
 
+-- CumProd (opset 26): the running product along the axis, in log2(n)
+-- steps (each multiplies by the partial products 2^k places before, ones
+-- past the start: Hillis and Steele's scan).  Integers are exact (a
+-- wrapping product does not depend on the order); floats round in
+-- another order than one running product, within an ulp or so per step.
+OPS.CumProd = function(node, attrs)
+  known_attrs(node, attrs, set("exclusive", "reverse"))
+  local ex, rev = attr(attrs, "exclusive", 0) ~= 0, attr(attrs, "reverse", 0) ~= 0
+  return function(ins)
+    local x = T(node, ins[1])
+    if x.dtype == "bool" then node_error(node, "an input of dtype bool") end
+    local a = ints(node, ins[2], "axis")
+    if #a ~= 1 then node_error(node, "axis must hold one value") end
+    local r = x:dim()
+    local d = axis(node, a[1], r)
+    local n = x.shape[d]
+    if type(n) ~= "number" then unsupported(node, "a product along a dynamic size") end
+    local one = x.dtype == "int64" and 1 or 1.0
+    -- y moved `by` places along d, ones coming in at the start
+    local function shifted(y, by)
+      local pads = {}
+      for k = 1, 2 * r do pads[k] = 0 end
+      pads[d], pads[d + r] = by, -by
+      return fl.pad(y, pads, {value = one})
+    end
+    local y = rev and x:flip({d}) or x
+    if ex and n > 0 then y = shifted(y, 1) end
+    local step = 1
+    while step < n do
+      y = y * shifted(y, step)
+      step = step * 2
+    end
+    if rev then y = y:flip({d}) end
+    return {y}
+  end
+end
+
 -- GroupNormalization (opsets 18 and 21): the channels in num_groups groups,
 -- each normalized over its channels and the spatial dims (in float32, the
 -- stash type), then a per-channel scale and bias (opset 18's scale and bias
@@ -3007,19 +3070,46 @@ end
 -- the narrow integer types
 -- ---------------------------------------------------------------------------
 
--- int8..int32 and uint8..uint32 values are held widened to int64.  That
--- is exact where no result can leave the type's range: comparisons,
--- max/min, arg reductions and the ops that only move values.  Those ops
--- take them (and give them back marked with their type); arithmetic,
--- which would have to wrap around, refuses them (T).
-WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true}
+-- int8..int32 and uint8..uint32 values are held widened to int64, uint64
+-- values as their int64 bit pattern (2^63 and up read as negative).  The
+-- widened values are exact where no result can leave the type's range:
+-- comparisons, max/min, arg reductions and the ops that only move values.
+-- Those ops take them (and give them back marked with their type); the
+-- order of uint64 values is that of their patterns with the top bit
+-- flipped, so the ordering ops flip them on the way in and out.
+-- Arithmetic runs on int64 and wraps the result into the type's range
+-- (below): the low bits of a sum, difference or product do not depend on
+-- the bits above them, so that is the type's own wrap-around.  Every
+-- other op refuses them (T).
+WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true, uint64 = true}
+local INT_BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64}
+local UNSIGNED = {uint8 = true, uint16 = true, uint32 = true, uint64 = true}
 
--- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; the
--- int64 results are marked with their type again when `keep`.
-local function takes_wide(op, data, keep)
+-- int64 values into type dt's range, as its two's complement wraps them
+local function wrap(t, dt)
+  local n = INT_BITS[dt]
+  if n == 64 then return t end
+  if UNSIGNED[dt] then return t:remainder(i64(1 << n)) end
+  local h = 1 << (n - 1)
+  return (t + i64(h)):remainder(i64(1 << n)) - i64(h)
+end
+
+-- uint64 patterns <-> int64 values in the same order (its own inverse)
+local function flip(t) return t + i64(math.mininteger) end
+local function flip_u64(t, tag) if tag == "uint64" then return flip(t) end return t end
+
+-- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; with
+-- opts.keep, its int64 results (those at opts.outs, nil: all) are marked
+-- with their type again.  opts.pre(t, tag) and opts.post(t, tag) map the
+-- unwrapped inputs and the results; opts.same: every input at `data` must
+-- hold the one narrow type (arithmetic: an int64 beside an int32 is a
+-- model error, not a widening); opts.refuse: the types it cannot take.
+local function takes_wide(op, data, opts)
+  opts = opts or {}
   local lower = OPS[op]
   local at = data and {} or nil
   for _, i in ipairs(data or {}) do at[i] = true end
+  local outs = opts.outs and set(table.unpack(opts.outs)) or nil
   OPS[op] = function(node, attrs, opset)
     local run = lower(node, attrs, opset)
     return function(ins)
@@ -3034,36 +3124,696 @@ local function takes_wide(op, data, keep)
           un[i] = v
         end
       end
-      if tag and not keep then
+      if tag and opts.refuse and opts.refuse[tag] then unsupported(node, "an input of dtype %s", tag) end
+      if tag and (opts.same or not opts.keep) then
         -- a mix of a narrow type and a held type is a model error
         for i, v in pairs(un) do
-          if (not at or at[i]) and is_tensor(v) and ins[i] == v and v.dtype ~= "int64" then
-            node_error(node, "inputs of dtypes %s and %s", tag, v.dtype)
+          if (not at or at[i]) and ins[i] == v and (opts.same or is_tensor(v) and v.dtype ~= "int64") then
+            node_error(node, "inputs of dtypes %s and %s", tag, dtype_of(v))
           end
         end
       end
-      local outs = run(un)
-      if tag and keep then
-        for i, o in ipairs(outs) do
-          if is_tensor(o) and o.dtype == "int64" then outs[i] = {wide = tag, t = o} end
+      if tag and opts.pre then
+        for i, v in pairs(un) do
+          if (not at or at[i]) and ins[i] ~= v then un[i] = opts.pre(v, tag) end
         end
       end
-      return outs
+      local res = run(un)
+      if tag and opts.keep then
+        for i, o in ipairs(res) do
+          if (not outs or outs[i]) and is_tensor(o) then
+            if opts.post then o = opts.post(o, tag) end
+            if o.dtype == "int64" then res[i] = {wide = tag, t = o} end
+          end
+        end
+      end
+      return res
     end
   end
 end
 
-for _, op in ipairs({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
-  takes_wide(op, nil, false)
+-- comparisons and the ordering ops
+local ORDER = {pre = flip_u64, post = flip_u64}
+for _, op in ipairs({"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "ArgMax", "ArgMin"}) do
+  takes_wide(op, nil, ORDER)
 end
--- Clip and Mod results lie between their operands' values: in range too
-for _, op in ipairs({"Max", "Min", "Concat", "Clip", "Mod"}) do takes_wide(op, nil, true) end
+takes_wide("Equal")
+for _, op in ipairs({"Max", "Min", "Clip"}) do takes_wide(op, nil, {keep = true, pre = flip_u64, post = flip_u64}) end
+for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
+  takes_wide(op, {1}, {keep = true, pre = flip_u64, post = flip_u64})
+end
+takes_wide("TopK", {1}, {keep = true, outs = {1}, pre = flip_u64, post = flip_u64})
+-- Mod's results lie between its operands' values (a uint64 from 2^63 up is
+-- a negative int64, whose remainder differs)
+takes_wide("Mod", nil, {keep = true, refuse = set("uint64")})
+-- the ops that only move values
+takes_wide("Concat", nil, {keep = true})
 for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
-                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "ReduceMax", "ReduceMin",
-                     "DepthToSpace", "SpaceToDepth", "Trilu", "GatherND"}) do
-  takes_wide(op, {1}, true)
+                     "Slice", "Gather", "GatherElements", "Expand", "Tile", "DepthToSpace",
+                     "SpaceToDepth", "Trilu", "GatherND"}) do
+  takes_wide(op, {1}, {keep = true})
 end
-takes_wide("Where", {2, 3}, true)
+takes_wide("Where", {2, 3}, {keep = true})
+takes_wide("Pad", {1, 3}, {keep = true})
+takes_wide("OneHot", {3}, {keep = true})
+-- a max pool compares and moves: the values <= 32 bits are exact in float64
+takes_wide("MaxPool", {1}, {keep = true, refuse = set("uint64"),
+  pre = function(t) return t:to("float64") end,
+  post = function(t) return t:to("int64") end})
+
+-- Arithmetic, wrapped into the type's range.  Division truncates as C's
+-- does (int_div), and only INT_MIN / -1 leaves the range (it wraps to
+-- INT_MIN, as NumPy's does); a uint64 from 2^63 up would divide as a
+-- negative number, so uint64 division is refused, as is Abs of one.
+local ARITH = {keep = true, same = true, post = wrap}
+for _, op in ipairs({"Add", "Sub", "Mul", "Sum", "Neg"}) do takes_wide(op, nil, ARITH) end
+takes_wide("Div", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+takes_wide("Abs", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+takes_wide("CumSum", {1}, ARITH)
+takes_wide("CumProd", {1}, ARITH)
+takes_wide("ReduceSum", {1}, ARITH)
+
+-- uint64 patterns as floats of dtype dt, rounded once as a direct
+-- conversion would: one from 2^63 up is halved (a logical shift keeping a
+-- sticky low bit, so the rounding sees the bit shifted out), converted,
+-- and doubled (exact).
+local function u64_float(t, dt)
+  local half = int_div(flip(t), i64(2)) + i64(1 << 62)
+  local sticky = t:remainder(i64(4)):eq(i64(1)):to("int64")
+  local big = (half + sticky):to(dt) * fl.full({}, 2, {dtype = dt})
+  return fl.where(t:lt(i64(0)), big, t:to(dt))
+end
+
+-- Cast to a narrow type (to) or from uint64: an integer is wrapped into
+-- the type's range, as NumPy's astype does; a float truncates toward zero
+-- first (ONNX leaves a value out of range undefined); a uint64 converts as
+-- the unsigned value it is.
+function narrow_cast(node, v, to)
+  if not is_tensor(v) and v.wide then
+    local from, t = v.wide, v.t
+    if WIDE[to] then return {wide = to, t = wrap(t, to)} end
+    if to == "int64" then return t end
+    local target = FL_DTYPE[to]
+    if not target then unsupported(node, "casting to %s", to) end
+    if from == "uint64" and FLOAT[target] then return u64_float(t, target) end
+    return t:to(target)
+  end
+  local x = T(node, v)
+  local t
+  if FLOAT[x.dtype] and to == "uint64" then
+    -- from 2^63 up a float is past int64: shift it down by 2^63 first
+    local top = fl.full({}, 2.0 ^ 63, {dtype = x.dtype})
+    local big = x:ge(top)
+    t = fl.where(big, flip(fl.where(big, x - top, x):to("int64")), x:to("int64"))
+  else
+    t = x.dtype == "int64" and x or x:to("int64")
+  end
+  return {wide = to, t = wrap(t, to)}
+end
+
+-- Pow: X and Y may be of different types.  An integer X raises on int64
+-- (wrapping, as repeated products do) and wraps into X's type; a narrow Y
+-- is an exponent of its value.
+do
+  local lower = OPS.Pow
+  OPS.Pow = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local x, y = ins[1], ins[2]
+      local tag = x ~= nil and not is_tensor(x) and x.wide or nil
+      if tag == "uint64" then unsupported(node, "Pow of uint64 values") end
+      if y ~= nil and not is_tensor(y) and y.wide then
+        if y.wide == "uint64" then
+          local xt = T(node, tag and x.t or x, "input X")
+          if not FLOAT[xt.dtype] then unsupported(node, "an integer to a uint64 power") end
+          y = u64_float(y.t, xt.dtype)
+        else
+          y = y.t
+        end
+      end
+      local r = run({tag and x.t or x, y})[1]
+      if tag then return {{wide = tag, t = wrap(r, tag)}} end
+      return {r}
+    end
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- bitwise ops on the integer types
+-- ---------------------------------------------------------------------------
+
+-- The integer inputs of a bitwise node as int64 tensors, and the one
+-- ONNX type they share (a narrow type's name, or int64).
+local function int_operands(node, ins, n)
+  local tag, out = nil, {}
+  for i = 1, n do
+    local v = ins[i]
+    if v == nil then node_error(node, "input %d is missing", i) end
+    local dt = dtype_of(v)
+    if not INT_BITS[dt] then node_error(node, "an input of dtype %s (integers only)", ONNX_DTYPE[dt] or dt) end
+    if tag and tag ~= dt then node_error(node, "inputs of dtypes %s and %s", tag, dt) end
+    tag = dt
+    out[i] = (not is_tensor(v) and v.wide) and v.t or T(node, v)
+  end
+  return tag, table.unpack(out, 1, n)
+end
+
+local function tagged(t, tag)
+  if tag == "int64" then return t end
+  return {wide = tag, t = wrap(t, tag)}
+end
+
+-- the low n bits of int64 values, as a non-negative number (all 64: the pattern)
+local function low_bits(t, n)
+  if n == 64 then return t end
+  return t:remainder(i64(1 << n))
+end
+
+-- a AND b over their low n bits.  fuselab has no bitwise op: bit k of x
+-- is the difference of x mod 2^(k+1) and x mod 2^k (floored remainders,
+-- the low bits of the two's complement pattern), 0 or 2^k, and the bits
+-- set in both are summed back (for k = 63 the difference is x minus its
+-- low 63 bits, INT64_MIN or 0, and the sum wraps as the pattern does).
+local function bit_and(a, b, n)
+  local zero = i64(0)
+  -- x mod 2^(k+1); 2^63 is past int64: x mod 2^63 is x with its top bit cleared
+  local function low(x, k)
+    if k < 62 then return x:remainder(i64(1 << (k + 1))) end
+    if k == 62 then return fl.where(x:lt(zero), flip(x), x) end
+    return x
+  end
+  local acc, la, lb = zero, zero, zero
+  for k = 0, n - 1 do
+    local ha, hb = low(a, k), low(b, k)
+    acc = acc + fl.where((ha - la):ne(zero), hb - lb, zero)
+    la, lb = ha, hb
+  end
+  return acc
+end
+
+-- OR and XOR from AND: a + b = (a XOR b) + 2 (a AND b), exactly in
+-- wrapping arithmetic
+local BITWISE = {
+  BitwiseAnd = function(a, b, n) return bit_and(a, b, n) end,
+  BitwiseOr = function(a, b, n) return a + b - bit_and(a, b, n) end,
+  BitwiseXor = function(a, b, n) return a + b - bit_and(a, b, n) * i64(2) end,
+}
+for op, fn in pairs(BITWISE) do
+  OPS[op] = function(node, attrs)
+    known_attrs(node, attrs, {})
+    return function(ins)
+      local tag, a, b = int_operands(node, ins, 2)
+      local n = INT_BITS[tag]
+      return {tagged(fn(low_bits(a, n), low_bits(b, n), n), tag)}
+    end
+  end
+end
+
+-- NOT x is -1 - x in two's complement, wrapped into the type
+OPS.BitwiseNot = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local tag, x = int_operands(node, ins, 1)
+    return {tagged(i64(-1) - x, tag)}
+  end
+end
+
+-- floor(x / 2^s) for s in [0, 62]: x less its low s bits divides exactly
+local function shift_right(x, s)
+  local p = fl.pow(i64(2), s)
+  return int_div(x - x:remainder(p), p)
+end
+
+-- BitShift: the unsigned types from opset 11, the signed ones from 28.  A
+-- shift by Y outside [0, bits) gives what the sign fill alone gives (-1
+-- for a negative X shifted right, else 0), as opset 28 defines it and
+-- NumPy does (before, the unsigned types' were left undefined).  Left is
+-- a product by 2^Y, wrapped; right a floored quotient, for uint64 of the
+-- value with its top bit cleared, that bit's 2^(63-Y) added back.
+OPS.BitShift = function(node, attrs, opset)
+  known_attrs(node, attrs, set("direction"))
+  local dir = attrs.direction
+  if dir ~= "LEFT" and dir ~= "RIGHT" then
+    node_error(node, "direction must be 'LEFT' or 'RIGHT', got '%s'", clean(tostring(dir)))
+  end
+  return function(ins)
+    local tag, x, y = int_operands(node, ins, 2)
+    if not UNSIGNED[tag] and opset < 28 then
+      node_error(node, "a shift of %s values (unsigned types only before opset 28)", tag)
+    end
+    local n, zero = INT_BITS[tag], i64(0)
+    local ok = y:ge(zero):to("int64") * y:lt(i64(n)):to("int64")
+    ok = ok:ne(zero)
+    local s = fl.where(ok, y, zero)
+    local neg = x:lt(zero)
+    if dir == "LEFT" then
+      return {tagged(fl.where(ok, x * fl.pow(i64(2), s), zero), tag)}
+    end
+    local s62 = fl.minimum(s, i64(62))
+    local r
+    if tag == "uint64" then
+      local hi = shift_right(fl.where(neg, flip(x), x), s62)
+      r = hi + fl.where(neg, fl.pow(i64(2), i64(63) - s62), zero)
+      r = fl.where(s:eq(i64(63)), neg:to("int64"), r)
+      r = fl.where(ok, r, zero)
+    else
+      local fill = fl.where(neg, i64(-1), zero)
+      local inside = (ok:to("int64") * s:lt(i64(63)):to("int64")):ne(zero)
+      r = fl.where(inside, shift_right(x, s62), fill)
+    end
+    return {tagged(r, tag)}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- quantization (the integer types, in float arithmetic as ONNX's reference)
+-- ---------------------------------------------------------------------------
+
+local QUANT_RANGE = {uint8 = {0, 255}, int8 = {-128, 127}, uint16 = {0, 65535}, int16 = {-32768, 32767}}
+
+-- float values rounded half to even (NumPy's rint) as int64; the values
+-- are clamped well inside 2^23 first, where every step is exact
+local function rint64(x)
+  local t = x:to("int64")                                   -- toward zero
+  local f = t - x:lt(t:to(x.dtype)):to("int64")            -- floor
+  local diff = x - f:to(x.dtype)
+  local half = fl.full({}, 0.5, {dtype = x.dtype})
+  local odd = f:remainder(i64(2)):eq(i64(1)):to("int64")
+  return f + diff:gt(half):to("int64") + diff:eq(half):to("int64") * odd
+end
+
+-- A scale or zero point p laid along dim d of x: one value as is, a 1-d one
+-- index by index along d, a blocked one (block > 0, x's rank) each value
+-- repeated block times along d.
+local function along(node, p, x, d, block, what)
+  local r = x:dim()
+  if block > 0 then
+    if p:dim() ~= r then node_error(node, "a blocked %s of %d dims for a %d-d input", what, p:dim(), r) end
+    local big, flat = {}, {}
+    for i = 1, r do big[#big + 1] = p.shape[i]; flat[i] = p.shape[i] end
+    table.insert(big, d + 1, block)
+    flat[d] = p.shape[d] * block
+    if type(flat[d]) ~= "number" or flat[d] < x.shape[d] or p.shape[d] * block - x.shape[d] >= block then
+      node_error(node, "a blocked %s of %s blocks of %d along a dim of %s", what, tostring(p.shape[d]), block,
+                 tostring(x.shape[d]))
+    end
+    return p:unsqueeze(d + 1):expand(big):contiguous():reshape(flat):narrow(d, 1, x.shape[d])
+  end
+  if p:numel() == 1 and p:dim() <= 1 then return p:reshape({}) end
+  if p:dim() ~= 1 or p.shape[1] ~= x.shape[d] then
+    node_error(node, "a %s of %d values for a dim of %s", what, p:numel(), tostring(x.shape[d]))
+  end
+  local s = {}
+  for i = 1, r do s[i] = 1 end
+  s[d] = x.shape[d]
+  return p:reshape(s)
+end
+
+-- the dim a per-axis scale lies along (none needed for a scalar scale)
+local function quant_dim(node, attrs, x, scale, block)
+  if block == 0 and scale:numel() == 1 and scale:dim() <= 1 then return 1 end
+  return axis(node, attr(attrs, "axis", 1), x:dim())
+end
+
+-- a narrow zero point's tensor, checked against the type it must have
+local function zero_point(node, v, want)
+  if v == nil then return nil end
+  if is_tensor(v) or not v.wide then unsupported(node, "a zero point of dtype %s", dtype_of(v)) end
+  if want and v.wide ~= want then node_error(node, "a zero point of dtype %s for %s", v.wide, want) end
+  return v.t
+end
+
+-- round(x / scale) + zero point, saturated to the type's range
+local function quantize(x, s, zt, tag)
+  local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+  -- the quotient rounded once to x's type, as a division there is: through
+  -- float64, so that a compiled kernel's reciprocal product (one float64
+  -- ulp off) cannot move it across a half that rint then rounds
+  local q = (x:to("float64") / s:to("float64")):to(x.dtype)
+  -- past the range's width the saturated result is the same
+  local w = hi - lo + 1
+  q = fl.minimum(fl.maximum(q, fl.full({}, -w, {dtype = q.dtype})), fl.full({}, w, {dtype = q.dtype}))
+  local y = rint64(q)
+  if zt then y = y + zt end
+  return fl.minimum(fl.maximum(y, i64(lo)), i64(hi))
+end
+
+OPS.QuantizeLinear = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "saturate", "block_size", "output_dtype", "precision"))
+  local block = attr(attrs, "block_size", 0)
+  local out = attrs.output_dtype and attrs.output_dtype ~= 0 and (DTYPE_CODE[attrs.output_dtype] or tostring(attrs.output_dtype))
+  if out and not QUANT_RANGE[out] then unsupported(node, "quantizing to %s", out) end
+  local prec = attrs.precision and attrs.precision ~= 0 and DTYPE_CODE[attrs.precision]
+  if attrs.precision and attrs.precision ~= 0 and not FLOAT[FL_DTYPE[prec] or ""] then
+    unsupported(node, "precision %s", tostring(prec or attrs.precision))
+  end
+  return function(ins)
+    local x, scale = T(node, ins[1], "x"), T(node, ins[2], "y_scale")
+    need_float(node, x)
+    need_float(node, scale, "y_scale")
+    local zt = zero_point(node, ins[3], out)
+    local tag = ins[3] ~= nil and ins[3].wide or out or "uint8"
+    if not QUANT_RANGE[tag] then unsupported(node, "quantizing to %s", tag) end
+    local d = quant_dim(node, attrs, x, scale, block)
+    local s = along(node, scale, x, d, block, "scale")
+    local dt = prec and FL_DTYPE[prec] or x.dtype
+    if s.dtype ~= dt then s = s:to(dt) end
+    if x.dtype ~= dt then x = x:to(dt) end
+    return {{wide = tag, t = quantize(x, s, zt and along(node, zt, x, d, block, "zero point"), tag)}}
+  end
+end
+
+OPS.DequantizeLinear = function(node, attrs, opset)
+  known_attrs(node, attrs, set("axis", "block_size", "output_dtype"))
+  local block = attr(attrs, "block_size", 0)
+  local out = attrs.output_dtype and attrs.output_dtype ~= 0 and DTYPE_CODE[attrs.output_dtype]
+  if attrs.output_dtype and attrs.output_dtype ~= 0 and not FLOAT[FL_DTYPE[out] or ""] then
+    unsupported(node, "output_dtype %s", tostring(out or attrs.output_dtype))
+  end
+  return function(ins)
+    local xv, scale = ins[1], T(node, ins[2], "x_scale")
+    if xv == nil or is_tensor(xv) or not xv.wide or xv.wide == "uint64" then
+      unsupported(node, "dequantizing %s", xv and dtype_of(xv) or "nothing")
+    end
+    need_float(node, scale, "x_scale")
+    local x = xv.t
+    local zt = zero_point(node, ins[3], xv.wide)
+    local d = quant_dim(node, attrs, x, scale, block)
+    -- in float32, as ONNX's reference, then the scale's type
+    local dx = x:to("float32")
+    if zt then dx = dx - along(node, zt, x, d, block, "zero point"):to("float32") end
+    local s = along(node, scale, x, d, block, "scale")
+    local y = dx * (s.dtype == "float32" and s or s:to("float32"))
+    local want = out and FL_DTYPE[out] or scale.dtype
+    return {y.dtype == want and y or y:to(want)}
+  end
+end
+
+-- DynamicQuantizeLinear: uint8 over the range of x and 0 (scale 1 when that
+-- range is empty), the zero point rounded after clamping, as the reference
+OPS.DynamicQuantizeLinear = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1], "x")
+    if x.dtype ~= "float32" then unsupported(node, "an input of dtype %s (float32 only)", x.dtype) end
+    local zero = fl.zeros({})
+    local hi, lo = fl.maximum(x:amax(), zero), fl.minimum(x:amin(), zero)
+    local scale = fl.where(hi:eq(lo), fl.full({}, 1.0), hi - lo) / fl.full({}, 255.0)
+    local zp = fl.minimum(fl.maximum(zero - lo / scale, zero), fl.full({}, 255.0))
+    local zpi = rint64(zp)
+    return {{wide = "uint8", t = quantize(x, scale, zpi, "uint8")}, scale, {wide = "uint8", t = zpi}}
+  end
+end
+
+-- QLinearMatMul: the integer product of the inputs less their zero points
+-- (exact in float64), times a_scale * b_scale / y_scale (in the scales'
+-- type, as the reference), requantized.  Per-tensor scales only.
+OPS.QLinearMatMul = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local function q(i, what)
+      local v = ins[i]
+      if v == nil or is_tensor(v) or not QUANT_RANGE[v.wide or ""] then
+        unsupported(node, "%s of dtype %s", what, v and dtype_of(v) or "none")
+      end
+      return v
+    end
+    local function scalar_of(i, what)
+      local s = T(node, ins[i], what)
+      need_float(node, s, what)
+      if s:numel() ~= 1 then unsupported(node, "a %s of %d values (per-tensor only)", what, s:numel()) end
+      return s:reshape({})
+    end
+    local a, b = q(1, "input a"), q(4, "input b")
+    local function centred(v, zi)
+      local t = v.t
+      if ins[zi] ~= nil then
+        local z = zero_point(node, ins[zi], v.wide)
+        if z:numel() ~= 1 then unsupported(node, "a zero point of %d values (per-tensor only)", z:numel()) end
+        t = t - z:reshape({})
+      end
+      return t:to("float64")
+    end
+    local c = fl.matmul(centred(a, 3), centred(b, 6))
+    local f = scalar_of(2, "a_scale") * scalar_of(5, "b_scale") / scalar_of(7, "y_scale")
+    local y = c * f:to("float64")
+    local tag = a.wide
+    if ins[8] ~= nil then
+      local z = zero_point(node, ins[8])
+      tag = ins[8].wide
+      y = y + z:reshape({}):to("float64")
+    end
+    local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+    local w = hi - lo + 1
+    y = fl.minimum(fl.maximum(y, fl.full({}, -w, {dtype = "float64"})), fl.full({}, 2 * w, {dtype = "float64"}))
+    return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- nodes, subgraphs and control flow
+-- ---------------------------------------------------------------------------
+
+-- ops whose attributes may hold a subgraph
+local SUBGRAPH_OPS = set("If", "Loop", "Scan")
+
+-- Lower one node (at load).  The names its subgraphs read from enclosing
+-- scopes (node.implicit) become inputs after its own, so the loop below
+-- reads them as it reads any input; node.nin counts its own.
+function lower_node(node, opset)
+  node.opset = opset
+  if node.name == "" then node.name = node.outputs[1] or "?" end
+  local lower = OPS[node.op]
+  if not lower then unsupported(node, "op %s", clean(node.op)) end
+  for k, kind in pairs(node.attrs.kinds or {}) do
+    if kind == "other" or kind == "graph" and not SUBGRAPH_OPS[node.op] then
+      unsupported(node, "attribute '%s' of kind %s", k, kind)
+    end
+  end
+  node.attrs.kinds = nil
+  node.nin = #node.inputs
+  node.run = lower(node, node.attrs, opset)
+  for _, name in ipairs(node.implicit or {}) do node.inputs[#node.inputs + 1] = name end
+end
+
+-- Run sorted nodes over env (value name -> value), adding their outputs.
+function run_nodes(nodes, env)
+  for _, node in ipairs(nodes) do
+    local ins = {}
+    for i, name in ipairs(node.inputs) do
+      if name ~= "" then
+        local v = env[name]
+        if v == nil then node_error(node, "input '%s' has no value", name) end
+        ins[i] = v
+      end
+    end
+    local outs = node.run(ins)
+    for i, name in ipairs(node.outputs) do
+      if name ~= "" then
+        if outs[i] == nil then unsupported(node, "output %d", i) end
+        env[name] = outs[i]
+      end
+    end
+  end
+end
+
+-- A subgraph attribute lowered: run(inputs, outer) -> its outputs, where
+-- inputs are its graph inputs' values in order and outer maps the names it
+-- reads from enclosing scopes to their values.
+local function lower_graph(node, g, what)
+  if type(g) ~= "table" or not g.nodes then node_error(node, "attribute '%s' must be a graph", what) end
+  local consts = {}
+  for _, init in ipairs(g.initializers) do
+    local t = init.tensor
+    if FL_DTYPE[init.dtype] then
+      consts[init.name] = (t.dtype == "int64" and t:dim() <= 1 and t:numel() <= 64) and host_of_tensor(t) or t
+      CONST[t] = true
+    else
+      consts[init.name] = {wide = init.dtype, t = t, const = true}
+    end
+  end
+  for _, n in ipairs(g.nodes) do lower_node(n, node.opset) end
+  return function(inputs, outer)
+    local env = {}
+    for k, v in pairs(outer) do env[k] = v end
+    for k, v in pairs(consts) do env[k] = v end
+    for i, v in ipairs(g.inputs) do env[v.name] = inputs[i] end
+    run_nodes(g.nodes, env)
+    local res = {}
+    for i, v in ipairs(g.outputs) do
+      res[i] = env[v.name]
+      if res[i] == nil then node_error(node, "%s: output '%s' has no value", what, clean(v.name)) end
+    end
+    return res
+  end
+end
+
+-- The values a node's subgraphs read, by name (its inputs past node.nin).
+local function outer_values(node, ins)
+  local outer = {}
+  for i, name in ipairs(node.implicit or {}) do outer[name] = ins[node.nin + i] end
+  return outer
+end
+
+-- A one-element bool (or integer) value as a Lua boolean: a data-dependent
+-- branch, which one graph cannot hold (fl.compile breaks the graph there).
+local function truth(node, v, what)
+  if not is_tensor(v) then
+    if v.wide then v = v.t else return v.v[1] ~= 0 end
+  end
+  if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  local x = v:reshape({-1})
+  if x.dtype ~= "bool" then x = x:ne(fl.zeros({}, {dtype = x.dtype})) end
+  return concrete(node, x, what, "branch").v[1]
+end
+
+local function bool_value(b)
+  return b and fl.ones({}, {dtype = "bool"}) or fl.zeros({}, {dtype = "bool"})
+end
+
+-- fn on a value's tensor, keeping a narrow type's mark
+local function on_value(node, v, fn)
+  if not is_tensor(v) and v.wide then return {wide = v.wide, t = fn(v.t)} end
+  return fn(T(node, v))
+end
+
+-- values (one per step, of one shape) stacked along a new dim d (1-based)
+local function stack(node, vals, d, what)
+  local first = vals[1]
+  local wide = not is_tensor(first) and first.wide
+  local parts = {}
+  for i, v in ipairs(vals) do
+    if (not is_tensor(v) and v.wide) ~= wide then node_error(node, "%s changes its dtype between steps", what) end
+    local t = wide and v.t or T(node, v)
+    if i > 1 and #t.shape ~= #parts[1].shape - 1 then node_error(node, "%s changes its rank between steps", what) end
+    parts[i] = t:unsqueeze(d)
+  end
+  local ok, y = pcall(fl.cat, parts, d)
+  if not ok then node_error(node, "%s changes its shape between steps", what) end
+  return wide and {wide = wide, t = y} or y
+end
+
+-- If: the branch the condition picks, run eagerly (a data-dependent
+-- condition is a graph break under fl.compile).
+OPS.If = function(node, attrs)
+  known_attrs(node, attrs, set("then_branch", "else_branch"))
+  local yes = lower_graph(node, attrs.then_branch, "then_branch")
+  local no = lower_graph(node, attrs.else_branch, "else_branch")
+  return function(ins)
+    local c = ins[1]
+    if c == nil then node_error(node, "the condition is missing") end
+    return (truth(node, c, "the condition") and yes or no)({}, outer_values(node, ins))
+  end
+end
+
+-- Loop: the body run while the trip count M (if given) is not reached and
+-- its condition holds; the loop-carried values go round, the scan outputs
+-- are stacked along a new first dim.
+OPS.Loop = function(node, attrs)
+  known_attrs(node, attrs, set("body"))
+  local g = attrs.body
+  local body = lower_graph(node, g, "body")
+  local nstate = node.nin - 2
+  local nscan = #g.outputs - 1 - nstate
+  if nstate < 0 or #g.inputs ~= nstate + 2 or nscan < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d loop-carried values", #g.inputs, #g.outputs,
+               math.max(nstate, 0))
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local M = ins[1] ~= nil and number(node, ins[1], "M") or nil
+    local cond = true
+    if ins[2] ~= nil then cond = truth(node, ins[2], "cond") end
+    if M == nil and ins[2] == nil then unsupported(node, "a Loop with neither M nor cond (it never ends)") end
+    local state, scans = {}, {}
+    for k = 1, nstate do state[k] = ins[2 + k] end
+    for j = 1, nscan do scans[j] = {} end
+    local i = 0
+    while (M == nil or i < M) and cond do
+      local outs = body({host({i}, true), bool_value(cond), table.unpack(state, 1, nstate)}, outer)
+      cond = truth(node, outs[1], "the body's condition")
+      for k = 1, nstate do state[k] = outs[1 + k] end
+      for j = 1, nscan do scans[j][i + 1] = outs[1 + nstate + j] end
+      i = i + 1
+    end
+    local res = {table.unpack(state, 1, nstate)}
+    for j = 1, nscan do
+      if i == 0 then unsupported(node, "scan outputs of a Loop that runs no iteration") end
+      res[nstate + j] = stack(node, scans[j], 1, "scan output " .. j)
+    end
+    return res
+  end
+end
+
+-- Scan (opset 9 on): the body once per step along each scan input's axis
+-- (from the end where its direction is 1), the state values going round,
+-- the scan outputs stacked along their axes (reversed where their
+-- direction is 1).  The step count is a size: under capture the loop
+-- unrolls into one graph.
+OPS.Scan = function(node, attrs, opset)
+  known_attrs(node, attrs, set("body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
+                               "scan_output_axes", "scan_output_directions"))
+  if opset < 9 then unsupported(node, "Scan before opset 9 (a batch dim and sequence_lens)") end
+  local g = attrs.body
+  local body = lower_graph(node, g, "body")
+  local m = attrs.num_scan_inputs
+  if math.type(m) ~= "integer" or m < 1 or m > node.nin then
+    node_error(node, "num_scan_inputs %s for %d inputs", tostring(m), node.nin)
+  end
+  local nstate = node.nin - m
+  local k = #g.outputs - nstate
+  if #g.inputs ~= node.nin or k < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d inputs", #g.inputs, #g.outputs, node.nin)
+  end
+  local in_axes, in_dirs = attr(attrs, "scan_input_axes", {}), attr(attrs, "scan_input_directions", {})
+  local out_axes, out_dirs = attr(attrs, "scan_output_axes", {}), attr(attrs, "scan_output_directions", {})
+  for _, l in ipairs({{in_axes, m, "scan_input_axes"}, {in_dirs, m, "scan_input_directions"},
+                      {out_axes, k, "scan_output_axes"}, {out_dirs, k, "scan_output_directions"}}) do
+    if #l[1] ~= 0 and #l[1] ~= l[2] then node_error(node, "%s holds %d values for %d", l[3], #l[1], l[2]) end
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local xs, axes, n = {}, {}, nil
+    for j = 1, m do
+      local v = ins[nstate + j]
+      local t = (not is_tensor(v) and v and v.wide) and v.t or T(node, v, "scan input " .. j)
+      axes[j] = axis(node, in_axes[j] or 0, t:dim(), "scan input axis")
+      local len = t.shape[axes[j]]
+      if type(len) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
+      if n and len ~= n then node_error(node, "scan inputs of lengths %d and %d", n, len) end
+      n, xs[j] = len, v
+    end
+    if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
+    local state, scans = {}, {}
+    for s = 1, nstate do state[s] = ins[s] end
+    for j = 1, k do scans[j] = {} end
+    for step = 1, n do
+      local slices = {}
+      for j = 1, m do
+        local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
+        slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
+      end
+      local args = {table.unpack(state, 1, nstate)}
+      for j = 1, m do args[nstate + j] = slices[j] end
+      local outs = body(args, outer)
+      for s = 1, nstate do state[s] = outs[s] end
+      for j = 1, k do scans[j][step] = outs[nstate + j] end
+    end
+    local res = {table.unpack(state, 1, nstate)}
+    for j = 1, k do
+      local l = scans[j]
+      if (out_dirs[j] or 0) ~= 0 then
+        local r = {}
+        for i = 1, n do r[i] = l[n + 1 - i] end
+        l = r
+      end
+      local first = l[1]
+      local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
+      res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
+    end
+    return res
+  end
+end
 
 -- ---------------------------------------------------------------------------
 -- the module
@@ -3142,17 +3892,7 @@ function Model:__init(g, path)
   self._dynamic_dims = dyn
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
-  for _, node in ipairs(g.nodes) do
-    node.opset = g.opset
-    if node.name == "" then node.name = node.outputs[1] or "?" end
-    local lower = OPS[node.op]
-    if not lower then unsupported(node, "op %s", clean(node.op)) end
-    for k, kind in pairs(node.attrs.kinds or {}) do
-      if kind == "graph" or kind == "other" then unsupported(node, "attribute '%s' of kind %s", k, kind) end
-    end
-    node.attrs.kinds = nil
-    node.run = lower(node, node.attrs, g.opset)
-  end
+  for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)
   for _, node in ipairs(self._nodes) do
@@ -3295,23 +4035,7 @@ function Model:forward(...)
     end
     env[v.name] = WIDE[v.dtype] and {wide = v.dtype, t = x} or x
   end
-  for _, node in ipairs(self._nodes) do
-    local ins = {}
-    for i, name in ipairs(node.inputs) do
-      if name ~= "" then
-        local v = env[name]
-        if v == nil then node_error(node, "input '%s' has no value", name) end
-        ins[i] = v
-      end
-    end
-    local outs = node.run(ins)
-    for i, name in ipairs(node.outputs) do
-      if name ~= "" then
-        if outs[i] == nil then unsupported(node, "output %d", i) end
-        env[name] = outs[i]
-      end
-    end
-  end
+  run_nodes(self._nodes, env)
   local res = {}
   for i, v in ipairs(self.outputs) do
     local r = env[v.name]

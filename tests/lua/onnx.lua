@@ -116,8 +116,252 @@ t.ok(fl.allclose(padded:narrow(3, 1, 1), xs:narrow(3, 2, 1)) and fl.allclose(pad
 t.raises(function() one_node("Pad", {mode = "wrap"}, {{"float", {2, 3, 4}}}, 13,
   {{name = "pads", dtype = "int64", dims = {6}, ints = {0, 0, 1, 0, 0, 1}}})(xs) end,
   "mode 'wrap' is unsupported", "Pad's wrap mode is refused")
-t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int32", {2}}})(fl.ones({2}, {dtype = "int64"}), fl.ones({2}, {dtype = "int64"})) end,
-         "dtype int32 in arithmetic is unsupported", "int32 arithmetic (which would wrap) is refused")
+-- the narrow integer types: held as int64, arithmetic wraps into their range
+local function I(l) return fl.tensor(l, {dtype = "int64"}) end
+local add8 = one_node("Add", nil, {{"uint8", {3}}, {"uint8", {3}}})
+t.is(add8(I{200, 255, 1}, I{100, 1, 2}):tolist(), {44, 0, 3}, "uint8 Add wraps mod 256")
+t.is(one_node("Sub", nil, {{"uint8", {2}}, {"uint8", {2}}})(I{1, 5}, I{2, 5}):tolist(), {255, 0}, "uint8 Sub wraps below 0")
+t.is(one_node("Mul", nil, {{"int8", {3}}, {"int8", {3}}})(I{64, -128, 100}, I{2, -1, 3}):tolist(), {-128, -128, 44},
+     "int8 Mul wraps into [-128, 127]")
+t.is(one_node("Div", nil, {{"int32", {3}}, {"int32", {3}}})(I{-7, 7, -2147483648}, I{2, -2, -1}):tolist(),
+     {-3, -3, -2147483648}, "int32 Div truncates; INT_MIN / -1 wraps")
+t.is(one_node("Mul", nil, {{"uint32", {1}}, {"uint32", {1}}})(I{4294967295}, I{4294967295}):tolist(), {1},
+     "uint32 Mul: the low 32 bits of the product")
+t.is(one_node("Pow", nil, {{"int32", {2}}, {"int32", {2}}})(I{3, 2}, I{41, 31}):tolist(), {2069870691, -2147483648},
+     "int32 Pow wraps (past int64 too)")
+t.is(one_node("CumSum", nil, {{"int16", {3}}, {"int64", {}}})(I{32767, 1, 1}, fl.full({}, 0, {dtype = "int64"})):tolist(),
+     {32767, -32768, -32767}, "int16 CumSum wraps")
+t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int64", {2}}})(I{1, 2}, I{1, 2}) end,
+         "inputs of dtypes int32 and int64", "int32 Add with an int64 operand is a model error")
+-- uint64: its bit pattern in an int64; 2^64 - 1 reads as -1
+local U1 = I{-1, 5}
+t.is(one_node("Add", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{2, 1}):tolist(), {1, 6}, "uint64 Add wraps mod 2^64")
+t.is(one_node("Less", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}):tolist(), {false, true},
+     "uint64 order: 2^64 - 1 is not less than 3")
+t.is(one_node("Max", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}):tolist(), {-1, 9}, "uint64 Max")
+t.raises(function() one_node("Div", nil, {{"uint64", {2}}, {"uint64", {2}}})(U1, I{3, 9}) end,
+         "an input of dtype uint64 is unsupported", "uint64 Div is refused (not int64's)")
+t.is(one_node("Cast", {to = 1}, {{"uint64", {2}}})(I{-1, 3}):tolist(), {2.0 ^ 64, 3.0}, "Cast uint64 to float is unsigned")
+t.is(one_node("Cast", {to = 2}, {{"float", {4}}})(fl.tensor{1.9, -1.0, 300.0, 255.0}):tolist(), {1, 255, 44, 255},
+     "Cast float to uint8 truncates, then wraps")
+t.is(one_node("Cast", {to = 3}, {{"int32", {2}}})(I{200, -129}):tolist(), {-56, 127}, "Cast int32 to int8 wraps")
+t.is(one_node("Cast", {to = 13}, {{"float", {2}}})(fl.tensor{2.0 ^ 63, 7.0}):tolist(), {math.mininteger, 7},
+     "Cast float to uint64 from 2^63 up")
+-- bitwise ops against Lua's own on random patterns of every integer type
+do
+  local BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64}
+  local function wrapv(v, ty)
+    local n = BITS[ty]
+    if n == 64 then return v end
+    v = v & ((1 << n) - 1)
+    if ty:sub(1, 1) == "i" and v >= 1 << (n - 1) then v = v - (1 << n) end
+    return v
+  end
+  local rng = 12345
+  local function rand64()
+    rng = rng * 6364136223846793005 + 1442695040888963407
+    return rng ~ (rng >> 29)
+  end
+  local all_ok, shift_ok = true, true
+  for ty in pairs(BITS) do
+    local a, b, sh = {}, {}, {}
+    for i = 1, 40 do
+      a[i], b[i] = wrapv(rand64(), ty), wrapv(rand64(), ty)
+      sh[i] = i <= 30 and (i - 1) * BITS[ty] // 29 or wrapv(rand64() % 200 - 100, ty)
+      if ty:sub(1, 1) == "u" and sh[i] < 0 then sh[i] = wrapv(sh[i], ty) end
+    end
+    a[1], a[2], a[3] = wrapv(-1, ty), wrapv(1 << (BITS[ty] - 1), ty), 0
+    local A, B, S = I(a), I(b), I(sh)
+    local want = {BitwiseAnd = {}, BitwiseOr = {}, BitwiseXor = {}, BitwiseNot = {}, L = {}, R = {}}
+    for i = 1, 40 do
+      want.BitwiseAnd[i] = wrapv(a[i] & b[i], ty)
+      want.BitwiseOr[i] = wrapv(a[i] | b[i], ty)
+      want.BitwiseXor[i] = wrapv(a[i] ~ b[i], ty)
+      want.BitwiseNot[i] = wrapv(~a[i], ty)
+      local s, n, signed = sh[i], BITS[ty], ty:sub(1, 1) == "i"
+      local inside = s >= 0 and s < n and not (not signed and n == 64 and s < 0)
+      local u = n == 64 and a[i] or a[i] & ((1 << n) - 1)
+      want.L[i] = inside and wrapv(u << s, ty) or 0
+      if not inside then want.R[i] = (signed and a[i] < 0) and -1 or 0
+      elseif signed then want.R[i] = s == 63 and (a[i] < 0 and -1 or 0) or a[i] // (1 << s)
+      else want.R[i] = u >> s end
+    end
+    for _, op in ipairs({"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) do
+      local got = one_node(op, nil, {{ty, {40}}, {ty, {40}}}, 18)(A, B):tolist()
+      for i = 1, 40 do if got[i] ~= want[op][i] then all_ok = false; t.diag(op .. " " .. ty .. " " .. i) end end
+    end
+    local got = one_node("BitwiseNot", nil, {{ty, {40}}}, 18)(A):tolist()
+    for i = 1, 40 do if got[i] ~= want.BitwiseNot[i] then all_ok = false; t.diag("not " .. ty .. " " .. i) end end
+    for _, d in ipairs({"LEFT", "RIGHT"}) do
+      local gs = one_node("BitShift", {direction = d}, {{ty, {40}}, {ty, {40}}}, 28)(A, S):tolist()
+      local w = d == "LEFT" and want.L or want.R
+      for i = 1, 40 do
+        if gs[i] ~= w[i] then shift_ok = false; t.diag(("%s %s %d: %d by %d gave %d, not %d"):format(d, ty, i, a[i], sh[i], gs[i], w[i])) end
+      end
+    end
+  end
+  t.ok(all_ok, "BitwiseAnd/Or/Xor/Not of every integer type match Lua's operators")
+  t.ok(shift_ok, "BitShift of every integer type: in range, past the width and negative")
+  t.raises(function() one_node("BitShift", {direction = "RIGHT"}, {{"int32", {2}}, {"int32", {2}}}, 11)(I{1, 2}, I{1, 1}) end,
+           "unsigned types only before opset 28", "BitShift of a signed type before opset 28 is a model error")
+  t.raises(function() one_node("BitShift", {direction = "UP"}, {{"uint8", {2}}, {"uint8", {2}}}, 11) end,
+           "direction must be 'LEFT' or 'RIGHT'", "BitShift's direction is checked at load")
+  t.raises(function() one_node("BitwiseAnd", nil, {{"float", {2}}, {"float", {2}}}, 18)(fl.ones(2), fl.ones(2)) end,
+           "node 'n' %(BitwiseAnd, opset 18%): an input of dtype float %(integers only%)", "BitwiseAnd of floats is refused")
+  t.raises(function() one_node("BitwiseOr", nil, {{"uint8", {2}}, {"int8", {2}}}, 18)(I{1, 2}, I{1, 2}) end,
+           "inputs of dtypes uint8 and int8", "BitwiseOr of two types is a model error")
+end
+-- CumProd: exact on integers (wrapping), each option against a running product
+do
+  local ax = {{name = "ax", dtype = "int64", dims = {}, ints = {1}}}
+  local xs7 = {3, -5, 7, 1000003, 2, -9, 11}
+  local function running(l, ex, rev, wrapf)
+    local n, out, acc = #l, {}, 1
+    for j = 1, n do
+      local i = rev and n + 1 - j or j
+      if ex then out[i] = acc; acc = wrapf(acc * l[i]) else acc = wrapf(acc * l[i]); out[i] = acc end
+    end
+    return out
+  end
+  local function id(v) return v end
+  local function w32(v) v = v & 0xffffffff; if v >= 1 << 31 then v = v - (1 << 32) end return v end
+  for _, o in ipairs({{0, 0}, {1, 0}, {0, 1}, {1, 1}}) do
+    local cp = one_node("CumProd", {exclusive = o[1], reverse = o[2]}, {{"int64", {2, 7}}}, 26, ax)
+    local x2 = I{xs7, xs7}
+    t.is(cp(x2):tolist()[2], running(xs7, o[1] == 1, o[2] == 1, id),
+         ("CumProd int64 exclusive=%d reverse=%d: the running product, wrapping"):format(o[1], o[2]))
+  end
+  local cp32 = one_node("CumProd", nil, {{"int32", {7}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {0}}})
+  t.is(cp32(I(xs7)):tolist(), running(xs7, false, false, w32), "CumProd int32 wraps into int32")
+  local f = fl.tensor{1.5, -2.0, 0.5, 3.0, 1.25}
+  local cpf = one_node("CumProd", nil, {{"float", {5}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {-1}}})
+  t.is(cpf(f):tolist(), {1.5, -3.0, -1.5, -4.5, -5.625}, "CumProd float, negative axis")
+  t.raises(function() one_node("CumProd", nil, {{"float", {5}}}, 26, {{name = "ax", dtype = "int64", dims = {}, ints = {1}}})(f) end,
+           "axis 1 out of range", "CumProd's axis is checked")
+end
+-- control flow: subgraphs read outer values by name
+do
+  local function V(name, dtype) return {name = name, dtype = dtype or "none"} end
+  -- If: y = cond ? x * k : x - k, k an outer value computed before the If
+  local ifm = fl.load_onnx(P.write(path("if.onnx"), P.model{opset = 16,
+    nodes = {{op = "Add", inputs = {"x", "x"}, outputs = {"k"}, name = "k"},
+             {op = "If", inputs = {"c"}, outputs = {"y"}, name = "if", attrs = {
+      then_branch = {graph = {nodes = {{op = "Mul", inputs = {"x", "k"}, outputs = {"t"}, name = "m"}},
+                              outputs = {V"t"}}},
+      else_branch = {graph = {nodes = {{op = "Sub", inputs = {"x", "k"}, outputs = {"e"}, name = "s"}},
+                              outputs = {V"e"}}}}}},
+    inputs = {{name = "c", dtype = "bool", dims = {}}, {name = "x", dims = {2}}}, outputs = {V"y"}}))
+  local x2 = fl.tensor{1.0, 3.0}
+  t.is(ifm(fl.ones({}, {dtype = "bool"}), x2):tolist(), {2.0, 18.0}, "If runs then_branch on true, reading outer values")
+  t.is(ifm(fl.zeros({}, {dtype = "bool"}), x2):tolist(), {-1.0, -3.0}, "If runs else_branch on false")
+  local cif = fl.compile(ifm, {backend = "cpu"})
+  t.is(cif(fl.zeros({}, {dtype = "bool"}), x2):tolist(), {-1.0, -3.0}, "If under fl.compile (a graph break)")
+  t.raises(function() fl.capture(ifm, fl.ones({}, {dtype = "bool"}), x2) end, "data%-dependent branch",
+           "If's condition from an input is refused by one-graph capture")
+  -- Loop: s = sum over i < M of (s + i) * 2, stopping when s > limit; a scan output of i
+  local body = {graph = {
+    inputs = {V("i", "int64"), V("cin", "bool"), V"s"},
+    nodes = {{op = "Cast", inputs = {"i"}, outputs = {"fi"}, name = "ci", attrs = {to = 1}},
+             {op = "Add", inputs = {"s", "fi"}, outputs = {"a"}, name = "a"},
+             {op = "Mul", inputs = {"a", "two"}, outputs = {"s2"}, name = "m2"},
+             {op = "Less", inputs = {"s2", "limit"}, outputs = {"cout"}, name = "lt"},
+             {op = "Identity", inputs = {"fi"}, outputs = {"scan"}, name = "id"}},
+    outputs = {V"cout", V"s2", V"scan"}}}
+  local loop = fl.load_onnx(P.write(path("loop.onnx"), P.model{opset = 16,
+    nodes = {{op = "Loop", inputs = {"M", "c", "s0"}, outputs = {"sf", "scans"}, name = "loop", attrs = {body = body}}},
+    inits = {{name = "two", dims = {}, floats = {2.0}}},
+    inputs = {{name = "M", dtype = "int64", dims = {}}, {name = "c", dtype = "bool", dims = {}},
+              {name = "s0", dims = {}}, {name = "limit", dims = {}}},
+    outputs = {V"sf", V"scans"}}))
+  local function i0(v) return fl.full({}, v, {dtype = "int64"}) end
+  local sf, scans = loop(i0(4), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 1000.0))
+  -- s: 1 -> 2 -> 6 -> 16 -> 38
+  t.is(sf:item(), 38.0, "Loop runs M iterations, carrying its value")
+  t.is(scans:tolist(), {0.0, 1.0, 2.0, 3.0}, "Loop stacks its scan output")
+  sf, scans = loop(i0(10), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 10.0))
+  t.is({sf:item(), #scans:tolist()}, {16.0, 3}, "Loop stops when the body's condition is false")
+  t.raises(function() loop(i0(0), fl.ones({}, {dtype = "bool"}), fl.full({}, 1.0), fl.full({}, 10.0)) end,
+           "scan outputs of a Loop that runs no iteration is unsupported",
+           "Loop of no iterations cannot shape its scan output")
+  -- Scan: running sum over axis 1 of [2, 3], reversed, with the per-step sums
+  local scan = fl.load_onnx(P.write(path("scan.onnx"), P.model{opset = 16,
+    nodes = {{op = "Scan", inputs = {"s0", "xs"}, outputs = {"sf", "ys"}, name = "scan", attrs = {
+      num_scan_inputs = 1, scan_input_axes = {1}, scan_input_directions = {1}, scan_output_axes = {-1},
+      body = {graph = {inputs = {V"s", V"x"},
+        nodes = {{op = "Add", inputs = {"s", "x"}, outputs = {"s2"}, name = "add"},
+                 {op = "Identity", inputs = {"s2"}, outputs = {"y"}, name = "id"}},
+        outputs = {V"s2", V"y"}}}}}},
+    inputs = {{name = "s0", dims = {2}}, {name = "xs", dims = {2, 3}}}, outputs = {V"sf", V"ys"}}))
+  local xs3 = fl.tensor({{1.0, 2.0, 3.0}, {10.0, 20.0, 30.0}})
+  local ssf, ys = scan(fl.zeros(2), xs3)
+  t.is(ssf:tolist(), {6.0, 60.0}, "Scan carries its state")
+  t.is(ys:tolist(), {{3.0, 5.0, 6.0}, {30.0, 50.0, 60.0}}, "Scan: input reversed along axis 1, outputs along the last axis")
+  t.is(fl.compile(scan, {backend = "cpu"})(fl.zeros(2), xs3):tolist()[1], 6.0, "Scan compiles (unrolled)")
+  t.raises(function() fl.load_onnx(P.write(path("scanbad.onnx"), P.model{opset = 16,
+    nodes = {{op = "Scan", inputs = {"s0", "xs"}, outputs = {"sf"}, name = "scan", attrs = {
+      num_scan_inputs = 3, body = {graph = {inputs = {V"s"}, outputs = {V"s"}}}}}},
+    inputs = {{name = "s0", dims = {2}}, {name = "xs", dims = {2, 3}}}, outputs = {V"sf"}})) end,
+    "num_scan_inputs 3 for 2 inputs", "Scan's num_scan_inputs is checked at load")
+  t.raises(function() fl.load_onnx(P.write(path("ifbad.onnx"), P.model{opset = 16,
+    nodes = {{op = "If", inputs = {"c"}, outputs = {"y"}, name = "if", attrs = {
+      then_branch = {graph = {nodes = {{op = "Neg", inputs = {"nowhere"}, outputs = {"t"}, name = "n"}}, outputs = {V"t"}}},
+      else_branch = {graph = {outputs = {V"c"}}}}}},
+    inputs = {{name = "c", dtype = "bool", dims = {}}}, outputs = {V"y"}})) end,
+    "a value its subgraph reads 'nowhere' is not a graph input", "a subgraph reading an unknown name is refused at load")
+end
+-- 3-d pools (separable: a 2-d pool per depth slice, then along the depth)
+-- against the windows counted out directly
+do
+  fl.manual_seed(3)
+  local D, H, W = 4, 5, 3
+  local x = fl.randn(1, 1, D, H, W)
+  local xl = x:tolist()[1][1]
+  local function ref(kind, k, s, pb, pe, include)
+    local dims, out = {D, H, W}, {}
+    local n = {}
+    for i = 1, 3 do n[i] = (dims[i] + pb[i] + pe[i] - k[i]) // s[i] + 1 end
+    for a = 1, n[1] do out[a] = {} for b = 1, n[2] do out[a][b] = {} for c = 1, n[3] do
+      local best, sum, cnt = -math.huge, 0, 0
+      for i = 0, k[1] - 1 do for j = 0, k[2] - 1 do for l = 0, k[3] - 1 do
+        local p = {(a - 1) * s[1] - pb[1] + i + 1, (b - 1) * s[2] - pb[2] + j + 1, (c - 1) * s[3] - pb[3] + l + 1}
+        if p[1] >= 1 and p[1] <= D and p[2] >= 1 and p[2] <= H and p[3] >= 1 and p[3] <= W then
+          local v = xl[p[1]][p[2]][p[3]]
+          best, sum, cnt = math.max(best, v), sum + v, cnt + 1
+        end
+      end end end
+      out[a][b][c] = kind == "max" and best or sum / (include and k[1] * k[2] * k[3] or cnt)
+    end end end
+    return fl.tensor(out):reshape(1, 1, n[1], n[2], n[3])
+  end
+  local k, st, pads = {2, 3, 2}, {1, 2, 2}, {1, 1, 0, 0, 1, 1}
+  for _, case in ipairs({{"MaxPool", "max", 0}, {"AveragePool", "avg", 0}, {"AveragePool", "avg", 1}}) do
+    local m3 = one_node(case[1], {kernel_shape = k, strides = st, pads = pads, count_include_pad = case[1] == "AveragePool" and case[3] or nil},
+                        {{"float", {1, 1, D, H, W}}}, 19)
+    local want = ref(case[2], k, st, {1, 1, 0}, {0, 1, 1}, case[3] == 1)
+    t.ok(fl.allclose(m3(x), want, 1e-5, 1e-6), ("3-d %s with pads (count_include_pad=%d) matches its windows"):format(case[1], case[3]))
+  end
+end
+-- quantization: round half to even, saturate, per axis
+do
+  local ql = one_node("QuantizeLinear", nil, {{"float", {6}}, {"float", {}}, {"uint8", {}}}, 13)
+  t.is(ql(fl.tensor{0.5, 1.5, 2.5, -1.0, 300.0, -7.5}, fl.full({}, 1.0), fl.full({}, 10, {dtype = "int64"})):tolist(),
+       {10, 12, 12, 9, 255, 2}, "QuantizeLinear rounds half to even, adds the zero point, saturates")
+  local qa = one_node("QuantizeLinear", {axis = 0}, {{"float", {2, 2}}, {"float", {2}}, {"int8", {2}}}, 13)
+  t.is(qa(fl.tensor({{1.0, -1.0}, {4.0, -400.0}}), fl.tensor{0.5, 2.0}, I{0, 1}):tolist(), {{2, -2}, {3, -128}},
+       "QuantizeLinear per axis, int8 saturating")
+  local dq = one_node("DequantizeLinear", {axis = 1}, {{"uint8", {1, 2}}, {"float", {2}}, {"uint8", {2}}}, 13)
+  t.is(dq(I{{10, 255}}, fl.tensor{0.5, 2.0}, I{10, 5}):tolist(), {{0.0, 500.0}}, "DequantizeLinear per axis")
+  t.raises(function() one_node("QuantizeLinear", nil, {{"float", {1}}, {"float", {}}, {"float", {}}}, 13)(
+             fl.tensor{1.0}, fl.full({}, 1.0), fl.full({}, 10.0)) end,
+           "a zero point of dtype float32 is unsupported", "QuantizeLinear refuses a float zero point")
+  local qm = one_node("QLinearMatMul", nil, {{"uint8", {1, 2}}, {"float", {}}, {"uint8", {}}, {"uint8", {2, 1}},
+                      {"float", {}}, {"uint8", {}}, {"float", {}}, {"uint8", {}}}, 10)
+  local one = fl.full({}, 1.0)
+  local function u(v) return fl.full({}, v, {dtype = "int64"}) end
+  -- (3-1)*(5-1) + (4-1)*(2-1) = 11, * 1 * 0.5 / 1 = 5.5 -> 6 (half to even), + 100
+  t.is(qm(I{{3, 4}}, one, u(1), I{{5}, {2}}, fl.full({}, 0.5), u(1), one, u(100)):tolist(), {{106}},
+       "QLinearMatMul: the integer product, rescaled, rounded half to even")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")

@@ -22,7 +22,8 @@ local function bytes(f, s) return key(f, 2) .. varint(#s) .. s end
 local function f32(f, x) return key(f, 5) .. string.pack("<f", x) end
 M.varint, M.vint, M.bytes = varint, vint, bytes
 
-local DTYPE = {float = 1, int32 = 6, int64 = 7, bool = 9, float16 = 10, double = 11, complex64 = 14}
+local DTYPE = {float = 1, uint8 = 2, int8 = 3, uint16 = 4, int16 = 5, int32 = 6, int64 = 7, bool = 9,
+  float16 = 10, double = 11, uint32 = 12, uint64 = 13, complex64 = 14}
 M.DTYPE = DTYPE
 
 -- TensorProto: {name=, dtype=, dims={...}, floats={...} | ints={...} | raw=,
@@ -54,9 +55,12 @@ function M.tensor(t)
   return table.concat(s)
 end
 
--- AttributeProto from a Lua value: integer, float, string, {ints}, tensor
+local graph
+-- AttributeProto from a Lua value: integer, float, string, {ints}, tensor,
+-- graph ({graph = {nodes=, inputs=, outputs=, inits=}})
 local function attribute(name, v)
   local s = bytes(1, name)
+  if type(v) == "table" and v.graph then return s .. bytes(6, graph(v.graph)) .. vint(20, 5) end
   if math.type(v) == "integer" then return s .. vint(3, v) .. vint(20, 2) end
   if type(v) == "number" then return s .. f32(2, v) .. vint(20, 1) end
   if type(v) == "string" then return s .. bytes(4, v) .. vint(20, 3) end
@@ -95,13 +99,20 @@ end
 
 -- ModelProto: {name=, opset=, domain=, nodes={...}, inputs={...},
 -- outputs={...}, inits={...}}
-function M.model(m)
+-- GraphProto: {name=, nodes={...}, inputs={...}, outputs={...}, inits={...}}
+function graph(m)
   local g = {}
   for _, n in ipairs(m.nodes or {}) do g[#g + 1] = bytes(1, M.node(n)) end
   g[#g + 1] = bytes(2, m.name or "test")
   for _, t in ipairs(m.inits or {}) do g[#g + 1] = bytes(5, M.tensor(t)) end
   for _, v in ipairs(m.inputs or {}) do g[#g + 1] = bytes(11, M.value(v)) end
   for _, v in ipairs(m.outputs or {}) do g[#g + 1] = bytes(12, M.value(v)) end
+  return table.concat(g)
+end
+M.graph = graph
+
+function M.model(m)
+  local g = {graph(m)}
   local opset = bytes(8, (m.domain and bytes(1, m.domain) or "") .. vint(2, m.opset or 13))
   return vint(1, 8) .. bytes(2, "fuselab-test") .. bytes(7, table.concat(g)) .. opset
 end
