@@ -720,6 +720,35 @@ static const char *fn_name(lua_State *L, rep *R, int fn) {
   return lfl_viz_keep(L, R->keep);
 }
 
+/* Compiled training's pairs (state.train_pairs at pairs) after the
+** inference graphs: each forward and backward plan a stage of its own,
+** its heading saying what the forward keeps for the backward. */
+static void add_training_pairs(lua_State *L, rep *R, int pairs, lfl_viz_list *l) {
+  lua_Integer i, n = luaL_len(L, pairs);
+  int top = lua_gettop(L);
+  for (i = 1; i <= n && l->n + 2 <= LFL_VIZ_MAX_STAGES; i++) {
+    const fuse_plan *fw, *bw;
+    char saved[32];
+    lua_rawgeti(L, pairs, i);
+    lua_getfield(L, -1, "fw");
+    lua_getfield(L, -2, "bw");
+    lua_getfield(L, -3, "partition");
+    fw = lfl_toplan(L, -3);
+    bw = lfl_toplan(L, -2);
+    fuse_bytes_str((int64_t)(lua_istable(L, -1) ? field_num(L, lua_gettop(L), "saved_bytes", 0) : 0),
+                   saved, sizeof saved);
+    if (fw) {
+      lua_pushfstring(L, "training pair %d: forward (keeps %s for the backward)", (int)i, saved);
+      lfl_viz_add_plan(L, R->s, l, fw, lfl_viz_keep(L, R->keep), "report");
+    }
+    if (bw) {
+      lua_pushfstring(L, "training pair %d: backward", (int)i);
+      lfl_viz_add_plan(L, R->s, l, bw, lfl_viz_keep(L, R->keep), "report");
+    }
+    lua_settop(L, top);
+  }
+}
+
 /* A compiled function: timings (when opts.inputs), then its graphs and
 ** plans, generated code, guards, recompiles and breaks from cm:stats(). */
 static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls) {
@@ -780,12 +809,14 @@ static void report_compiled(lua_State *L, rep *R, int cm, int inputs, int calls)
                "{inputs = {...}} to have the report call it");
   lua_pop(L, 1);
   lua_getfield(L, state, "graphs");
-  if (luaL_len(L, -1) > 0) {
+  lua_getfield(L, state, "train_pairs");
+  if (luaL_len(L, -2) > 0 || (lua_istable(L, -1) && luaL_len(L, -1) > 0)) {
     lfl_viz_list_init(L, R->s, &l, "report");
-    lfl_viz_collect(L, R->s, R->keep, cm, &l, "report");
+    if (luaL_len(L, -2) > 0) lfl_viz_collect(L, R->s, R->keep, cm, &l, "report");
+    if (lua_istable(L, -1)) add_training_pairs(L, R, lua_gettop(L), &l);
     fill_stages(L, R, &l);
   }
-  lua_pop(L, 1);
+  lua_pop(L, 2);
   sum_add(L, R, "calls", "%d", (int)field_num(L, stats, "calls", 0));
   sum_add(L, R, "compiles", "%d (%d recompile%s)", (int)field_num(L, stats, "compiles", 0),
           (int)field_num(L, stats, "recompiles", 0),

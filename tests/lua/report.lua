@@ -197,6 +197,30 @@ do
        and h:find('href="#memory"', 1, true), "the report has the memory chart, both curves named, and a link to it")
   os.remove(rp)
 end
+-- ---- a compiled training step: both halves of its pair drawn, with what
+-- the forward keeps, and their code
+do
+  local rp = dir .. "/fl_train_" .. os.time() .. ".html"
+  fl.manual_seed(3)
+  local m = fl.nn.Sequential(fl.nn.Linear(8, 16), fl.nn.GELU(), fl.nn.Linear(16, 3))
+  local opt = fl.optim.SGD(m:parameters(), {lr = 0.1})
+  local step = fl.compile(function(x, y)
+    opt:zero_grad()
+    local loss = fl.cross_entropy(m(x), y)
+    loss:backward()
+    opt:step()
+    return loss
+  end)
+  local x, y = fl.randn(5, 8), fl.tensor({0, 2, 1, 1, 0})
+  for _ = 1, 3 do step(x, y) end
+  fl.report(step, rp)
+  local h = read(rp)
+  local after = h:match('id="graph%-after".-</svg>') or ""
+  t.ok(after:find("training pair 1: forward (keeps", 1, true) and after:find("training pair 1: backward", 1, true)
+       and h:find("training pair 1: the backward", 1, true) and h:find("the forward keeps", 1, true),
+       "a compiled training step's report draws its forward and its backward, says what the forward keeps, and has both programs")
+  os.remove(rp)
+end
 os.remove(path)
 pcall(fl.cache_clear)
 fl._cache_use_dir(saved_cache)
