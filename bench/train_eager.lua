@@ -5,9 +5,10 @@
 -- With "init": builds the model, writes <dir>/<model>_init.safetensors
 -- and <dir>/<model>_data.safetensors, and exits.  Else prints
 -- "ms <median ms of a step after two warm-up steps> loss <the last loss>
--- first <ms of the first step>"; with "compiled" the loss is computed by
--- fl.compile of the loss function (compiled training: a compiled forward
--- and backward).
+-- first <ms of the first step>"; with "compiled" the whole step (zero_grad,
+-- the loss, its backward, the optimizer's step) is one fl.compile'd
+-- function: the loss's forward and backward a compiled pair, the step its
+-- compiled update.
 local name, dir, steps, init = arg[1], arg[2], tonumber(arg[3]), arg[4] == "init"
 local compiled = arg[4] == "compiled"
 assert(name and dir and steps, "usage: train_eager.lua <mlp|cnn|gpt> <dir> <steps> [init]")
@@ -40,20 +41,23 @@ fl.load_weights(m, dir .. "/" .. name .. "_init.safetensors")
 local d = fl.load_safetensors(dir .. "/" .. name .. "_data.safetensors")
 m:train()
 local opt = fl.optim.AdamW(m:parameters(), {lr = 1e-3})
-local step = function(x, y) return loss_of(m, {x = x, y = y}) end
+local step = function(x, y)
+  opt:zero_grad()
+  local l = loss_of(m, {x = x, y = y})
+  l:backward()
+  opt:step()
+  return l
+end
 if compiled then step = fl.compile(step) end
 local times, loss, first = {}, nil, nil
 for i = 1, steps + 2 do
   local t0 = fl.now()
-  opt:zero_grad()
   local l = step(d.x, d.y)
-  l:backward()
-  opt:step()
   loss = l:item()
   if i == 1 then first = (fl.now() - t0) * 1e3 end
   if i > 2 then times[#times + 1] = (fl.now() - t0) * 1e3 end
 end
-if compiled and step:stats().backward_graphs ~= 1 then
+if compiled and (step:stats().backward_graphs ~= 1 or #opt:compiled() == 0) then
   error("train_eager.lua: the compiled step did not train compiled: " ..
         tostring(step:stats().training_note or step:stats().training_eager[1]))
 end
