@@ -844,6 +844,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lfl_trace_give_history(ags, i, t);
     lua_pop(L, 1);
   }
+  for (; i < g->nout; i++) lfl_trace_give_history(ags, i, NULL);   /* views, write-backs */
   lfl_trace_alias_views(L, tr, g, lazyidx, buf + g->ninputs);
   for (i = 0; i < g->ninputs + g->nout; i++) ten_release(&buf[i]);
   lfl_trace_push_list(L, tidx, UV_GRAPHS);
