@@ -622,6 +622,36 @@ static ag_fn *newest(walk *pl) {
   return f;
 }
 
+/* A call's gradient g for a leaf of its shape and dtype goes to the
+** leaf's .grad here, moved, not through a pass: a pass's graph would hold
+** it as a constant, and the leaf would keep a copy of it (own), a fresh
+** buffer every step.  1 when done (*rc says how), 0: let a pass take it. */
+static int to_leaf(ag_fn *leaf, fl_tensor *g, ir_apply_fn apply, int *rc, fl_err *e) {
+  if (leaf->kind != AG_LEAF || leaf->retain || g->m.dtype != leaf->out_meta.dtype ||
+      !meta_same_shape(&g->m, &leaf->out_meta))
+    return 0;
+  if (!leaf->grad.st) {
+    if ((*rc = own(g, e)) == FL_OK) {
+      leaf->grad = *g;
+      memset(g, 0, sizeof *g);
+    }
+  } else {
+    const fl_tensor *two[2] = {&leaf->grad, g};
+    fl_tensor sum = {0};
+    op_attrs a;
+    op_attrs_init(OP_ADD, &a);
+    if ((*rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
+      ten_release(&leaf->grad);
+      leaf->grad = sum;
+    }
+  }
+  if (*rc == FL_OK) {
+    ag_unref(leaf->grad_fn);
+    leaf->grad_fn = NULL;
+  }
+  return 1;
+}
+
 int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const *seed_fns,
                 int n, ag_fn *const *want, int nwant, fl_tensor *wout, ag_fn **wfn,
                 int retain, int create, ir_apply_fn apply, fl_err *e) {
@@ -646,7 +676,11 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
     else
       rc = f->call.call(f->call.ctx, &g, gin, apply, e);
     for (k = 0; rc == FL_OK && k < f->nin; k++)
-      if (f->next[k] && gin[k].st) { r[m] = f->next[k]; sd[m++] = &gin[k]; }
+      if (f->next[k] && gin[k].st) {
+        if (!create && to_leaf(f->next[k], &gin[k], apply, &rc, e)) continue;
+        r[m] = f->next[k];
+        sd[m++] = &gin[k];
+      }
     if (rc == FL_OK && !retain) { release_saved(f); f->freed = 1; }
     if (rc == FL_OK && m > 0)
       rc = pass(r, sd, NULL, m, NULL, 0, NULL, NULL, retain, 0, apply, &pl, e);

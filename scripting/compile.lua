@@ -1145,6 +1145,19 @@ local function compile_pair(st, fw, bw)
   return fplan, fprog, bplan, bprog
 end
 
+-- The forward's handles on the values it saved (the backward holds its
+-- own) let go now: the backward frees them as it runs, and the next step
+-- reuses their memory instead of faulting in fresh pages.
+local function drop_saved(t, outs)
+  local k = t.results
+  for _, sv in ipairs(t.saved) do
+    if not sv.input then
+      k = k + 1
+      fl._drop(outs[k])
+    end
+  end
+end
+
 -- A pair built: counted in stats, listed by cm:training().
 local function count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
   local stats = st.stats
@@ -1259,6 +1272,7 @@ local function run_segment_pair(st, t, inputs)
     fl._attach_backward(outs[1], t.bw, saved, leaves)
     st.stats.training_calls = st.stats.training_calls + 1
   end
+  drop_saved(t, outs)
   return res
 end
 
@@ -1389,6 +1403,7 @@ function train(st, entry, ...)
   end
   fl._attach_backward(outs[1], t.bw, saved, leaves)
   st.stats.training_calls = st.stats.training_calls + 1
+  drop_saved(t, outs)
   return unpack(outs, 1, t.results)
 end
 

@@ -114,6 +114,9 @@ void lfl_ag_check_write(lua_State *L, const fl_tensor *t, const fl_tensor *src,
 const char *lfl_ag_label(const fl_tensor *t, char *buf, size_t n);
 /* __gc: the tensor's hold on the tape. */
 void lfl_ag_release(fl_tensor *t);
+/* What the tensor's finalizer does, now: its storage (and history) let go,
+** the userdata left empty.  For tensors only fuselab's own Lua holds. */
+void lfl_drop(lua_State *L, fl_tensor *t);
 /* x.grad, x.requires_grad, x.grad_fn, x.is_leaf: 1 when k is one of them
 ** (its value pushed); setting x.grad, x.requires_grad: 1 when handled. */
 int lfl_ag_index(lua_State *L, fl_tensor *t, const char *k);

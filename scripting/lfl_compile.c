@@ -997,7 +997,22 @@ static int l_shown(lua_State *L) {
   return 1;
 }
 
+/* fl._drop(t, ...): each tensor's storage let go now, not at the next
+** collection (compiled training's own handles on a step's gradients and
+** saved values: freed memory goes back to the host pool, so the next step
+** reuses it instead of faulting in fresh pages).  Only for tensors no user
+** code can reach. */
+static int l_drop(lua_State *L) {
+  int i, n = lua_gettop(L);
+  for (i = 1; i <= n; i++) {
+    fl_tensor *t = lfl_totensor(L, i);
+    if (t) lfl_drop(L, t);
+  }
+  return 0;
+}
+
 static const luaL_Reg compile_funcs[] = {
+  {"_drop", l_drop},
   {"_entry_new", e_new}, {"_compiled_new", c_new}, {"_shown", l_shown},
   {"_debug_dir", l_debug_dir}, {"_debug_subdir", l_debug_subdir},
   {"_tensor_key", l_tensor_key}, {"_compiled_inner", l_compiled_inner}, {"_graph_key", l_graph_key},

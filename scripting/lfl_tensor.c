@@ -207,12 +207,15 @@ fl_tensor *lfl_checkoperand(lua_State *L, int idx) {
   return lfl_checktensor(L, idx);
 }
 
-static int t_gc(lua_State *L) {
-  fl_tensor *t = (fl_tensor *)luaL_checkudata(L, 1, LFL_TENSOR);
+void lfl_drop(lua_State *L, fl_tensor *t) {
   if (lfl_islazy(t)) lfl_trace_forget(L, t);   /* an orphan maybe */
   lfl_ag_release(t);
   unaccount(L, t);
   ten_release(t);                    /* leaves st NULL: idempotent */
+}
+
+static int t_gc(lua_State *L) {
+  lfl_drop(L, (fl_tensor *)luaL_checkudata(L, 1, LFL_TENSOR));
   return 0;
 }
 

@@ -203,20 +203,26 @@ function Optimizer:step(closure)
   fl.no_grad(function()
     for _, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
-        if p.grad ~= nil then self:_step_eager(p, g) end
+        local grad = p.grad
+        if grad ~= nil then self:_step_eager(p, g, grad) end
       end
     end
   end)
   return loss
 end
 
-function Optimizer:_step_eager(p, g)
+-- One parameter's eager update.  grad is a handle of our own on p.grad
+-- (each read of p.grad makes one): its hold on the gradient's memory goes
+-- now, not at the next collection, so that once zero_grad lets the
+-- gradient go the next backward reuses that memory.
+function Optimizer:_step_eager(p, g, grad)
   local st = self.state[p]
   if st == nil then
     st = {}
     self.state[p] = st
   end
-  self._update(p, p.grad, st, g)
+  self._update(p, grad, st, g)
+  fl._drop(grad)
 end
 
 -- ---------------------------------------------------------------------------
@@ -293,15 +299,16 @@ local function constants_key(g, list)
   return table.concat(parts, ";") .. "|" .. table.concat(ids, ",")
 end
 
--- One compiled update of the parameters in list (part ci of group g, ready).
-function Optimizer:_run_compiled(gi, ci, g, list)
+-- One compiled update of the parameters in list (part ci of group g,
+-- ready), their gradients' handles in grads (see _step_eager).
+function Optimizer:_run_compiled(gi, ci, g, list, grads)
   local cu = self._compiled_update
   local rows, args = {}, {}
-  for _, p in ipairs(list) do
+  for i, p in ipairs(list) do
     local st = self.state[p]
     rows[#rows + 1] = cu.scalars(st, g)
     args[#args + 1] = p
-    args[#args + 1] = p.grad
+    args[#args + 1] = grads[i]
     for _, t in ipairs(cu.state(st, g)) do args[#args + 1] = t end
   end
   local parts = self._compiled[gi] or {}
@@ -316,7 +323,9 @@ function Optimizer:_run_compiled(gi, ci, g, list)
     per.fns[key] = fn
     per.keys[#per.keys + 1] = key
   end
-  fn(fl.tensor(rows, {dtype = list[1].dtype, device = list[1].device}), table.unpack(args))
+  local scalars = fl.tensor(rows, {dtype = list[1].dtype, device = list[1].device})
+  fn(scalars, table.unpack(args))
+  fl._drop(scalars, table.unpack(grads))    -- our handles (see _step_eager)
   for _, p in ipairs(list) do
     local st = self.state[p]
     if st.step ~= nil then st.step = st.step + 1 end
@@ -327,24 +336,25 @@ function Optimizer:_step_compiled()
   local cu = self._compiled_update
   self._compiled = self._compiled or {}
   for gi, g in ipairs(self.param_groups) do
-    local list, ci = {}, 1
+    local list, grads, ci = {}, {}, 1
     -- a large group in parts of at most COMPILED_ARGS arguments
     local per = cu and (COMPILED_ARGS - 1) // (#cu.names(g) + 2)
     for _, p in ipairs(g.params) do
-      if p.grad ~= nil then
+      local grad = p.grad
+      if grad ~= nil then
         local st = self.state[p]
         if cu == nil or st == nil or not cu.ready(st, g) then
-          self:_step_eager(p, g)                -- its first step: the state made
+          self:_step_eager(p, g, grad)          -- its first step: the state made
         else
-          list[#list + 1] = p
+          list[#list + 1], grads[#list + 1] = p, grad
           if #list == per then
-            self:_run_compiled(gi, ci, g, list)
-            list, ci = {}, ci + 1
+            self:_run_compiled(gi, ci, g, list, grads)
+            list, grads, ci = {}, {}, ci + 1
           end
         end
       end
     end
-    if #list > 0 then self:_run_compiled(gi, ci, g, list) end
+    if #list > 0 then self:_run_compiled(gi, ci, g, list, grads) end
   end
 end
 
