@@ -5,7 +5,8 @@
 -- With "init": builds the model, writes <dir>/<model>_init.safetensors
 -- and <dir>/<model>_data.safetensors, and exits.  Else prints
 -- "ms <median ms of a step after two warm-up steps> loss <the last loss>
--- first <ms of the first step>"; with "compiled" the whole step (zero_grad,
+-- first <ms of the first step> rss <peak MiB resident>"; with "compiled"
+-- also "saved <bytes> eager_saved <bytes>", and the whole step (zero_grad,
 -- the loss, its backward, the optimizer's step) is one fl.compile'd
 -- function: the loss's forward and backward a compiled pair, the step its
 -- compiled update.
@@ -61,4 +62,15 @@ if compiled and (step:stats().backward_graphs ~= 1 or #opt:compiled() == 0) then
   error("train_eager.lua: the compiled step did not train compiled: " ..
         tostring(step:stats().training_note or step:stats().training_eager[1]))
 end
-print(("ms %.3f loss %.6f first %.1f"):format(fl.measure(times).median_ms, loss, first))
+-- the process's peak resident memory (VmHWM), and with "compiled" what the
+-- forward keeps for the backward against what eager autograd keeps
+local f = io.open("/proc/self/status")
+local hwm = f and f:read("a"):match("VmHWM:%s*(%d+) kB")
+if f then f:close() end
+local saved = ""
+if compiled then
+  local pinfo = step:training()[1].partition
+  saved = (" saved %d eager_saved %d"):format(pinfo.saved_bytes, pinfo.eager_saved_bytes)
+end
+print(("ms %.3f loss %.6f first %.1f rss %.1f%s"):format(fl.measure(times).median_ms, loss, first,
+      (tonumber(hwm) or 0) / 1024, saved))

@@ -28,6 +28,7 @@ fuselab (> 1: fuselab faster) and the last losses (they must agree: the
 same work was done).
 """
 import argparse
+import resource
 import os
 import statistics
 import subprocess
@@ -86,7 +87,29 @@ def torch_side(name, d, steps, compiled=False):
             first = (time.perf_counter() - t0) * 1e3
         if i >= 2:
             times.append((time.perf_counter() - t0) * 1e3)
-    print(f"ms {statistics.median(times):.3f} loss {loss:.6f} first {first:.1f}")
+    # what one forward keeps for the backward: the saved tensors' storages
+    # (through the saved-tensors hooks), not counting the parameters and the
+    # input, which exist anyway
+    skip = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    skip.add(x.untyped_storage().data_ptr())
+    seen = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fwd(x)
+        if name == "gpt":
+            out, yy = out.reshape(-1, 512), y.reshape(-1)
+        else:
+            yy = y
+        F.cross_entropy(out, yy).backward()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"ms {statistics.median(times):.3f} loss {loss:.6f} first {first:.1f} rss {rss:.1f} "
+          f"saved {sum(seen.values())}")
 
 
 def run(cmd, env):
@@ -94,7 +117,7 @@ def run(cmd, env):
     if r.returncode != 0:
         sys.exit(f"train_eager: {' '.join(cmd)} failed:\n{r.stderr}")
     parts = r.stdout.split()
-    return float(parts[1]), float(parts[3]), float(parts[5])
+    return {parts[i]: float(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
 def main():
@@ -122,8 +145,8 @@ def main():
                 if r % 2:
                     sides.reverse()
                 for who, cmd in sides:
-                    ms, loss, first = run(cmd, env)
-                    (fl if who == "fl" else pt).append((ms, loss, first))
+                    v = run(cmd, env)
+                    (fl if who == "fl" else pt).append((v["ms"], v["loss"], v["first"], v))
             fms, pms = [t[0] for t in fl], [t[0] for t in pt]
             ratios = sorted(p / f for f, p in zip(fms, pms))
             firsts = ""
@@ -134,6 +157,13 @@ def main():
                   f"{statistics.median(pms):8.2f} ({min(pms):.2f}-{max(pms):.2f}) "
                   f"{statistics.median(ratios):7.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  "
                   f"{fl[-1][1]:.5f} {pt[-1][1]:.5f}{firsts}")
+            mem = (f"      peak RSS: fuselab {statistics.median(t[3]['rss'] for t in fl):.0f} MiB, "
+                   f"PyTorch {statistics.median(t[3]['rss'] for t in pt):.0f} MiB; the forward keeps "
+                   f"PyTorch {pt[-1][3]['saved'] / 2**20:.2f} MiB")
+            if a.compiled:
+                mem += (f", fuselab {fl[-1][3]['saved'] / 2**20:.2f} MiB "
+                        f"(eager autograd {fl[-1][3]['eager_saved'] / 2**20:.2f} MiB)")
+            print(mem)
 
 
 if __name__ == "__main__":
