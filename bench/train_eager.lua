@@ -69,8 +69,10 @@ local hwm = f and f:read("a"):match("VmHWM:%s*(%d+) kB")
 if f then f:close() end
 local saved = ""
 if compiled then
-  local pinfo = step:training()[1].partition
-  saved = (" saved %d eager_saved %d"):format(pinfo.saved_bytes, pinfo.eager_saved_bytes)
+  -- not counting the inputs (the data), as the PyTorch side counts
+  local pinfo, inputs = step:training()[1].partition, 0
+  for _, s in ipairs(pinfo.saved) do if s.input then inputs = inputs + s.bytes end end
+  saved = (" saved %d eager_saved %d"):format(pinfo.saved_bytes - inputs, pinfo.eager_saved_bytes - inputs)
 end
 print(("ms %.3f loss %.6f first %.1f rss %.1f%s"):format(fl.measure(times).median_ms, loss, first,
       (tonumber(hwm) or 0) / 1024, saved))

@@ -159,6 +159,7 @@ def main():
                   f"{fl[-1][1]:.5f} {pt[-1][1]:.5f}{firsts}")
             mem = (f"      peak RSS: fuselab {statistics.median(t[3]['rss'] for t in fl):.0f} MiB, "
                    f"PyTorch {statistics.median(t[3]['rss'] for t in pt):.0f} MiB; the forward keeps "
+                   f"(not counting parameters and data) "
                    f"PyTorch {pt[-1][3]['saved'] / 2**20:.2f} MiB")
             if a.compiled:
                 mem += (f", fuselab {fl[-1][3]['saved'] / 2**20:.2f} MiB "

@@ -631,6 +631,34 @@ static void max_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
   }
 }
 
+/* The 2x2, stride-2 max pool without padding (every CNN's downsampling):
+** whole planes in one loop, the four taps in max_row's order.  Row by
+** row, a 16-wide output row cost more in loop setup than in work: 0.7 ms
+** for a [32, 16, 32, 32] batch, now a tenth of it. */
+EAGER_WIDE
+static void max2x2_plane(const float *restrict x, float *restrict y, int64_t W, int64_t OH,
+                         int64_t OW) {
+  int64_t oh, ow;
+  for (oh = 0; oh < OH; oh++) {
+    const float *restrict r0 = x + 2 * oh * W, *restrict r1 = r0 + W;
+    float *restrict yr = y + oh * OW;
+    EAGER_SIMD
+    for (ow = 0; ow < OW; ow++) {
+      float acc = -INFINITY;
+      POOL_MAX(acc, r0[2 * ow]);
+      POOL_MAX(acc, r0[2 * ow + 1]);
+      POOL_MAX(acc, r1[2 * ow]);
+      POOL_MAX(acc, r1[2 * ow + 1]);
+      yr[ow] = acc;
+    }
+  }
+}
+
+static int is_max2x2(const op_win2d *g) {
+  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1 &&
+         g->pt == 0 && g->pb == 0 && g->pl == 0 && g->pr == 0;
+}
+
 /* Stride-1 max pools (Inception's 3x3 branches): a group of planes is
 ** copied, end to end, into -inf borders as wide as the padding, so every
 ** output of the group is one flat run per tap, Y[i] = max(Y[i], P[i + tap
@@ -768,6 +796,9 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
         free(P);
         free(Y);
       }
+    } else if (is_max && is_max2x2(g) && 2 * OH <= H && 2 * OW <= W) {
+      EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
+      for (p = 0; p < planes; p++) max2x2_plane(xf + p * H * W, y + p * OH * OW, W, OH, OW);
     } else {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes * OH; p++) {
