@@ -1145,9 +1145,9 @@ local function compile_pair(st, fw, bw)
   return fplan, fprog, bplan, bprog
 end
 
--- The forward's handles on the values it saved (the backward holds its
--- own) let go now: the backward frees them as it runs, and the next step
--- reuses their memory instead of faulting in fresh pages.
+-- The forward's handles on the values it saved let go now (the backward
+-- holds its own and frees them as it runs): the next step reuses their
+-- memory instead of faulting in fresh pages.
 local function drop_saved(t, outs)
   local k = t.results
   for _, sv in ipairs(t.saved) do
@@ -1156,6 +1156,20 @@ local function drop_saved(t, outs)
       fl._drop(outs[k])
     end
   end
+end
+
+-- A pair's forward ran on inputs giving outs: its loss outs[1] gets the
+-- backward, which reads the saved values (forward outputs and inputs) and
+-- hands gradient k to leaves[k] when that requires grad.
+local function attach_pair(st, t, outs, inputs, leaves)
+  local saved, k = {}, t.results + 1
+  for i, sv in ipairs(t.saved) do
+    if sv.input then saved[i] = inputs[sv.input] else saved[i] = outs[k]; k = k + 1 end
+  end
+  for i, v in ipairs(leaves) do leaves[i] = is_tensor(v) and v.requires_grad and v or false end
+  fl._attach_backward(outs[1], t.bw, saved, leaves)
+  st.stats.training_calls = st.stats.training_calls + 1
+  drop_saved(t, outs)
 end
 
 -- A pair built: counted in stats, listed by cm:training().
@@ -1239,7 +1253,7 @@ local function segment_pair(st, g, params, k)
     for _, p in ipairs(live) do
       if fl._same_storage(p, gr.param) then leaves[i] = p end
     end
-    if not leaves[i] then error("compiled training: a parameter of segment's joint graph is not reachable from the function", 0) end
+    if not leaves[i] then error("compiled training: a parameter of the segment's joint graph is not reachable from the function", 0) end
   end
   count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
   st.stats.compiles = st.stats.compiles + 1
@@ -1262,17 +1276,8 @@ local function run_segment_pair(st, t, inputs)
   -- then the write-backs' values (the forward wrote them already), after
   -- the saved values
   for i = t.results + t.nsaved + 1, outs.n do res[#res + 1] = outs[i] end
-  if fl.is_grad_enabled() then
-    local saved, k = {}, t.results + 1
-    for i, s in ipairs(t.saved) do
-      if s.input then saved[i] = inputs[s.input] else saved[i] = outs[k]; k = k + 1 end
-    end
-    local leaves = {}
-    for i, p in ipairs(t.leaves) do leaves[i] = p.requires_grad and p or false end
-    fl._attach_backward(outs[1], t.bw, saved, leaves)
-    st.stats.training_calls = st.stats.training_calls + 1
-  end
-  drop_saved(t, outs)
+  if fl.is_grad_enabled() then attach_pair(st, t, outs, inputs, {table.unpack(t.leaves)})
+  else drop_saved(t, outs) end
   return res
 end
 
@@ -1392,18 +1397,9 @@ function train(st, entry, ...)
   end
   local ins = tensor_args(args)
   local outs = pack(fl.no_grad(function() return t.fw:run(unpack(ins)) end))
-  local saved, k = {}, t.results + 1
-  for i, s in ipairs(t.saved) do
-    if s.input then saved[i] = ins[s.input] else saved[i] = outs[k]; k = k + 1 end
-  end
   local leaves = {}
-  for i, l in ipairs(t.leaves) do
-    local v = l.arg and args[l.arg] or l.param
-    leaves[i] = is_tensor(v) and v.requires_grad and v or false
-  end
-  fl._attach_backward(outs[1], t.bw, saved, leaves)
-  st.stats.training_calls = st.stats.training_calls + 1
-  drop_saved(t, outs)
+  for i, l in ipairs(t.leaves) do leaves[i] = l.arg and args[l.arg] or l.param end
+  attach_pair(st, t, outs, ins, leaves)
   return unpack(outs, 1, t.results)
 end
 
