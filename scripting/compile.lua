@@ -1087,19 +1087,29 @@ local function grad_results(g)
   return list, input_grad, types
 end
 
--- Why segment k (graph g) cannot train as a compiled pair, or nil: it
--- must compute at most one value that needs gradients, a float scalar (a
--- loss), from parameters only.
+-- Why segment k (graph g) cannot train as a compiled pair, or nil and the
+-- position of its loss among g:outputs() (nil: it needs no gradient).
+-- Its parameters alone may require grad, and of the values it computes
+-- that need gradients one must be a float scalar, the loss; the others (an
+-- activation a local variable still holds at the break) get a history
+-- that refuses a gradient (train_segment).
 local function segment_why_not(g, k)
   local list, input_grad, types = grad_results(g)
   if input_grad then
     return ("segment %d reads a value that requires grad from outside it (an argument or an "
             .. "earlier segment's result)"):format(k)
   end
-  if #list > 1 then return ("segment %d computes %d values that need gradients"):format(k, #list) end
-  if #list == 1 and not types[g:outputs()[list[1]]]:find("^b?float%d*%[%]$") then
-    return ("segment %d's value that needs gradients is not a scalar loss"):format(k)
+  local loss
+  for _, i in ipairs(list) do
+    if types[g:outputs()[i]]:find("^b?float%d*%[%]$") then
+      if loss then return ("segment %d computes two scalars that need gradients"):format(k) end
+      loss = i
+    end
   end
+  if #list > 0 and not loss then
+    return ("segment %d computes values that need gradients and no scalar loss"):format(k)
+  end
+  return nil, loss
 end
 
 local function dry_exec(g)
@@ -1276,16 +1286,25 @@ local function run_segment_pair(st, t, inputs)
   -- then the write-backs' values (the forward wrote them already), after
   -- the saved values
   for i = t.results + t.nsaved + 1, outs.n do res[#res + 1] = outs[i] end
-  if fl.is_grad_enabled() then attach_pair(st, t, outs, inputs, {table.unpack(t.leaves)})
-  else drop_saved(t, outs) end
+  if fl.is_grad_enabled() then
+    attach_pair(st, t, outs, inputs, {table.unpack(t.leaves)})
+    for _, i in ipairs(t.refuse) do
+      fl._attach_refusal(res[i], ("backward: a gradient reached a value computed beside the loss "
+        .. "in a compiled training segment (result %d of its graph, %s); the compiled backward "
+        .. "follows the loss only: compute this value after the loss's segment, or run the "
+        .. "function uncompiled"):format(i, res[i].dtype .. "[" .. table.concat(res[i].shape, ",") .. "]"))
+    end
+  else
+    drop_saved(t, outs)
+  end
   return res
 end
 
 function train_segment(st, g, inputs, params)
   local grads = grad_results(g)
-  local why = segment_why_not(g, #st.graphs + 1)
+  local why, loss = segment_why_not(g, #st.graphs + 1)
   if why then error("compiled training: " .. why .. "; run the function uncompiled", 0) end
-  if #grads == 0 then
+  if not loss then
     -- no value needs gradients: the segment's program, through a runner
     -- (a record that runs a program directly could not train later)
     st.train_segments = false
@@ -1293,7 +1312,9 @@ function train_segment(st, g, inputs, params)
     st.train_segments = true
     return outs, nil, runner
   end
-  local t = segment_pair(st, g, params, grads[1])
+  local t = segment_pair(st, g, params, loss)
+  t.refuse = {}
+  for _, i in ipairs(grads) do if i ~= loss then t.refuse[#t.refuse + 1] = i end end
   return run_segment_pair(st, t, inputs), nil, function(ins) return run_segment_pair(st, t, ins) end
 end
 

@@ -184,7 +184,12 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
     /* computed earlier in this trace: the value flows in from Lua; a
     ** number stays wrapped (weakest in type promotion, as in eager) */
     id = ir_add_input(tr->g, &t->m, NULL, &e);
-    if (id >= 0) tr->g->nodes[id].meta.wrapped = t->m.wrapped;
+    if (id >= 0) {
+      tr->g->nodes[id].meta.wrapped = t->m.wrapped;
+      /* a result of an earlier segment with a history (its loss, or a
+      ** value whose gradient a compiled pair refuses) */
+      tr->g->nodes[id].requires_grad = lfl_requires_grad(t);
+    }
   } else if (u->fresh == tr->id) {
     /* fl.arange inside the function: its values are fixed (an iota the
     ** code generators turn into loop indices) */

@@ -452,6 +452,35 @@ do
   end)
 end
 
+-- an activation still held by a local at the break: the loss's segment
+-- trains compiled all the same; a gradient through that activation is an
+-- error that says the compiled backward follows the loss only
+do
+  fl.manual_seed(24)
+  local m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+  local f = function(a, b)
+    local out = m(a)
+    local loss = fl.cross_entropy(out, b)
+    if loss:item() < 0 then loss = loss * 2 end   -- a break while out is alive
+    return loss, out
+  end
+  local x, y = fl.randn(5, 4), fl.tensor({0, 2, 1, 1, 0})
+  local cf = fl.compile(f)
+  local ok = true
+  for _ = 1, 2 do
+    local le, ge = grads_of(m, f, {x, y})
+    local lc, gc = grads_of(m, f, {x, y}, cf)
+    ok = ok and math.abs(le - lc) <= 1e-5
+    for i = 1, #ge do ok = ok and gc[i] and close(gc[i], ge[i]) end
+  end
+  t.ok(ok and cf:stats().backward_graphs == 1,
+       "an activation alive at the break: the loss's segment still trains compiled, eager's gradients")
+  local _, out = cf(x, y)
+  t.raises(function() out:sum():backward() end, "follows the loss only",
+           "a gradient through that activation is an error naming the limit, not a missing term")
+  m:zero_grad(true)
+end
+
 -- ---- the partition option ------------------------------------------------------------
 do
   fl.manual_seed(6)
