@@ -19,6 +19,7 @@
 */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ const char *onnx_dtype_name(int elem) {
     "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string",
     "bool", "float16", "double", "uint32", "uint64", "complex64", "complex128", "bfloat16",
     "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4",
-    "float4e2m1"
+    "float4e2m1", "float8e8m0", "uint2", "int2"
   };
   static char other[32];
   if (elem >= 0 && elem < (int)(sizeof names / sizeof names[0])) return names[elem];
@@ -60,20 +61,92 @@ static int held_as(int elem, fl_dtype *dt) {
   case ONNX_BOOL: *dt = FL_BOOL; return 0;
   case ONNX_INT64: case ONNX_INT32: case ONNX_INT16: case ONNX_INT8:
   case ONNX_UINT64: case ONNX_UINT32: case ONNX_UINT16: case ONNX_UINT8:
+  case ONNX_INT4: case ONNX_UINT4: case ONNX_INT2: case ONNX_UINT2:
     *dt = FL_I64; return 0;
+  /* every value of the 8- and 4-bit float types is exact in float32 */
+  case ONNX_FLOAT8E4M3FN: case ONNX_FLOAT8E4M3FNUZ: case ONNX_FLOAT8E5M2: case ONNX_FLOAT8E5M2FNUZ:
+  case ONNX_FLOAT4E2M1: case ONNX_FLOAT8E8M0:
+    *dt = FL_F32; return 0;
   default: return -1;
   }
 }
 
-/* Bytes per element of elem in raw_data (0: not a fixed-size type held). */
-static size_t raw_size(int elem) {
+/* Bits per element of elem in raw_data (0: not a fixed-size type held).
+** The 4- and 2-bit types are packed, the first element in the lowest
+** bits of the first byte; the last byte may hold unused bits. */
+static size_t raw_bits(int elem) {
   switch (elem) {
-  case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 4;
-  case ONNX_INT64: case ONNX_UINT64: case ONNX_DOUBLE: return 8;
-  case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 2;
-  case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 1;
+  case ONNX_FLOAT: case ONNX_INT32: case ONNX_UINT32: return 32;
+  case ONNX_INT64: case ONNX_UINT64: case ONNX_DOUBLE: return 64;
+  case ONNX_FLOAT16: case ONNX_BFLOAT16: case ONNX_INT16: case ONNX_UINT16: return 16;
+  case ONNX_BOOL: case ONNX_INT8: case ONNX_UINT8: return 8;
+  case ONNX_FLOAT8E4M3FN: case ONNX_FLOAT8E4M3FNUZ: case ONNX_FLOAT8E5M2: case ONNX_FLOAT8E5M2FNUZ:
+  case ONNX_FLOAT8E8M0: return 8;
+  case ONNX_INT4: case ONNX_UINT4: case ONNX_FLOAT4E2M1: return 4;
+  case ONNX_INT2: case ONNX_UINT2: return 2;
   default: return 0;
   }
+}
+
+/* Bytes n elements of elem take packed (raw_data, or int32_data entries
+** of the packed types: one byte each). */
+static size_t packed_bytes(int elem, int64_t n) {
+  return ((size_t)n * raw_bits(elem) + 7) / 8;
+}
+
+/* The value of the code c (its low bits) of a float8/float4 type, as
+** ONNX's tables define them: sign, exponent and mantissa fields; the FN
+** types have no infinity, only E4M3FN's 0x7f/0xff is NaN; the FNUZ types
+** have one NaN, 0x80, where negative zero would be; E8M0 is an exponent
+** alone, 2^(c - 127), 0xff NaN. */
+static float small_float(int elem, unsigned c) {
+  int sign = 0, e, m, mbits, bias;
+  double v;
+  switch (elem) {
+  case ONNX_FLOAT8E8M0:
+    return c == 0xff ? NAN : (float)ldexp(1.0, (int)c - 127);
+  case ONNX_FLOAT4E2M1:
+    sign = c >> 3 & 1, e = c >> 1 & 3, m = c & 1, mbits = 1, bias = 1;
+    break;
+  case ONNX_FLOAT8E5M2: case ONNX_FLOAT8E5M2FNUZ:
+    sign = c >> 7, e = c >> 2 & 31, m = c & 3, mbits = 2, bias = elem == ONNX_FLOAT8E5M2 ? 15 : 16;
+    if (elem == ONNX_FLOAT8E5M2 && e == 31) return m ? NAN : sign ? -INFINITY : INFINITY;
+    break;
+  default:
+    sign = c >> 7, e = c >> 3 & 15, m = c & 7, mbits = 3, bias = elem == ONNX_FLOAT8E4M3FN ? 7 : 8;
+    if (elem == ONNX_FLOAT8E4M3FN && e == 15 && m == 7) return NAN;
+    break;
+  }
+  if ((elem == ONNX_FLOAT8E4M3FNUZ || elem == ONNX_FLOAT8E5M2FNUZ) && c == 0x80) return NAN;
+  /* subnormal: m * 2^(1 - bias - mbits); normal: (2^mbits + m) * 2^(e - bias - mbits) */
+  v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp((1 << mbits) + m, e - bias - mbits);
+  return (float)(sign ? -v : v);
+}
+
+/* Element i of elem's packed 4- or 2-bit codes in p. */
+static unsigned packed_code(const unsigned char *p, int elem, int64_t i) {
+  if (raw_bits(elem) == 4) return p[i / 2] >> (4 * (i % 2)) & 0xf;
+  return p[i / 4] >> (2 * (i % 4)) & 3;
+}
+
+/* Store the code c of a sub-byte or float8 type as element i of t. */
+static void put_code(unsigned char *d, int elem, int64_t i, unsigned c) {
+  int64_t x;
+  switch (elem) {
+  case ONNX_INT4: x = (int64_t)(c & 0xf) - (c & 8 ? 16 : 0); break;
+  case ONNX_INT2: x = (int64_t)(c & 3) - (c & 2 ? 4 : 0); break;
+  case ONNX_UINT4: case ONNX_UINT2: x = (int64_t)c; break;
+  default: {
+    float f = small_float(elem, c & 0xff);
+    memcpy(d + 4 * i, &f, 4);
+    return;
+  }
+  }
+  memcpy(d + 8 * i, &x, 8);
+}
+
+static int is_coded(int elem) {
+  return (elem >= ONNX_FLOAT8E4M3FN && elem <= ONNX_INT2);
 }
 
 static char *dup_str(const char *s) {
@@ -99,7 +172,12 @@ static uint64_t le(const unsigned char *p, size_t n) {
 ** the contiguous tensor t. */
 static void put_raw(fl_tensor *t, int elem, const unsigned char *p, int64_t n) {
   unsigned char *d = ten_data(t);
-  size_t w = raw_size(elem);
+  size_t w = raw_bits(elem) / 8;
+  if (is_coded(elem)) {
+    for (int64_t i = 0; i < n; i++)
+      put_code(d, elem, i, raw_bits(elem) == 8 ? p[i] : packed_code(p, elem, i));
+    return;
+  }
   for (int64_t i = 0; i < n; i++, p += w) {
     uint64_t v = le(p, w);
     switch (elem) {
@@ -123,6 +201,8 @@ static void put_raw(fl_tensor *t, int elem, const unsigned char *p, int64_t n) {
 /* Store the typed field values (onnx.proto's *_data) into t. */
 /* The count of typed values p holds for elem. */
 static size_t typed_count(const TensorProto *p, int elem) {
+  /* the codes of the float8 types, one a value, and the bytes of the
+  ** packed types are int32_data's entries */
   switch (elem) {
   case ONNX_FLOAT: return p->n_float_data;
   case ONNX_INT64: return p->n_int64_data;
@@ -135,6 +215,16 @@ static size_t typed_count(const TensorProto *p, int elem) {
 /* Store the typed values (their count already checked) into t. */
 static void put_typed(fl_tensor *t, const TensorProto *p, int elem, int64_t n) {
   unsigned char *d = ten_data(t);
+  if (is_coded(elem)) {
+    for (int64_t i = 0; i < n; i++) {
+      unsigned c;
+      if (raw_bits(elem) == 8) c = (unsigned)p->int32_data[i] & 0xff;
+      else if (raw_bits(elem) == 4) c = (unsigned)p->int32_data[i / 2] >> (4 * (i % 2)) & 0xf;
+      else c = (unsigned)p->int32_data[i / 4] >> (2 * (i % 4)) & 3;
+      put_code(d, elem, i, c);
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     switch (elem) {
     case ONNX_FLOAT: memcpy(d + 4 * i, &p->float_data[i], 4); break;
@@ -299,13 +389,13 @@ static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor 
   int elem = p->has_data_type ? p->data_type : 0, rc;
   unsigned char *ext = NULL;
   int64_t n = 1;
-  size_t w, nbytes;
+  size_t nbytes;
   memset(out, 0, sizeof *out);
   memset(&m, 0, sizeof m);
   if (held_as(elem, &dt) != 0)
     return err_set(e, FL_EUNSUPPORTED, "tensor '%s': dtype %s is unsupported (fuselab holds "
-                   "float, float16, bfloat16, int64, bool and, widened to int64, the smaller "
-                   "integer types)", quote(name, q, sizeof q), onnx_dtype_name(elem));
+                   "float, float16, bfloat16, double, int64, bool and, widened to int64, the "
+                   "smaller integer types; the float8 and float4 types as float)", quote(name, q, sizeof q), onnx_dtype_name(elem));
   if (p->segment)
     return err_set(e, FL_EUNSUPPORTED, "tensor '%s': segmented tensors are unsupported",
                    quote(name, q, sizeof q));
@@ -323,8 +413,7 @@ static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor 
   if ((rc = meta_check_size(&m, "tensor", e)) != FL_OK)
     return err_prefix(e, "tensor '%s'", quote(name, q, sizeof q));
   n = meta_numel(&m);
-  w = raw_size(elem);
-  nbytes = (size_t)n * w;
+  nbytes = packed_bytes(elem, n);
   if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
     if (p->has_raw_data && p->raw_data.len)
       return err_set(e, FL_EFORMAT, "tensor '%s': both raw and external data",
@@ -338,7 +427,13 @@ static int tensor_from_proto(const TensorProto *p, const char *dir, onnx_tensor 
   ** allocated: a tensor never takes more memory than its bytes in a file */
   if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
     if ((rc = read_external(p, dir, name, &ext, nbytes, e)) != FL_OK) return rc;
-  } else if (!p->has_raw_data && (uint64_t)typed_count(p, elem) != (uint64_t)n) {
+  } else if (!p->has_raw_data && raw_bits(elem) < 8
+             && (uint64_t)typed_count(p, elem) != (uint64_t)packed_bytes(elem, n)) {
+    return err_set(e, FL_EFORMAT, "tensor '%s': %s data holds %zu packed bytes, its dims "
+                   "say %zu", quote(name, q, sizeof q), onnx_dtype_name(elem),
+                   typed_count(p, elem), packed_bytes(elem, n));
+  } else if (!p->has_raw_data && raw_bits(elem) >= 8
+             && (uint64_t)typed_count(p, elem) != (uint64_t)n) {
     return err_set(e, FL_EFORMAT, "tensor '%s': %s data holds %zu values, its dims say %lld",
                    quote(name, q, sizeof q), onnx_dtype_name(elem), typed_count(p, elem),
                    (long long)n);

@@ -23,10 +23,12 @@ local function f32(f, x) return key(f, 5) .. string.pack("<f", x) end
 M.varint, M.vint, M.bytes = varint, vint, bytes
 
 local DTYPE = {float = 1, uint8 = 2, int8 = 3, uint16 = 4, int16 = 5, int32 = 6, int64 = 7, bool = 9,
-  float16 = 10, double = 11, uint32 = 12, uint64 = 13, complex64 = 14}
+  float16 = 10, double = 11, uint32 = 12, uint64 = 13, complex64 = 14, float8e4m3fn = 17,
+  float8e4m3fnuz = 18, float8e5m2 = 19, float8e5m2fnuz = 20, uint4 = 21, int4 = 22, float4e2m1 = 23,
+  float8e8m0 = 24, uint2 = 25, int2 = 26}
 M.DTYPE = DTYPE
 
--- TensorProto: {name=, dtype=, dims={...}, floats={...} | ints={...} | raw=,
+-- TensorProto: {name=, dtype=, dims={...}, floats={...} | ints={...} | int32s={...} | raw=,
 -- external={location=, offset=, length=}}
 function M.tensor(t)
   local s = {}
@@ -41,6 +43,11 @@ function M.tensor(t)
     local p = {}
     for i, x in ipairs(t.ints) do p[i] = varint(x) end
     s[#s + 1] = bytes(7, table.concat(p))
+  end
+  if t.int32s then   -- int32_data: the narrow types' values, the float8 and packed types' codes
+    local p = {}
+    for i, x in ipairs(t.int32s) do p[i] = varint(x) end
+    s[#s + 1] = bytes(5, table.concat(p))
   end
   if t.name then s[#s + 1] = bytes(8, t.name) end
   if t.raw then s[#s + 1] = bytes(9, t.raw) end
