@@ -15,7 +15,9 @@
 -- the Shape -> Gather -> Concat -> Reshape chains exporters write stay
 -- sizes and never become graph data.  Integer constants of the smaller ONNX
 -- types (int32...) are held widened to int64 and marked {wide="int32"}:
--- they may serve as indices and sizes, not as arithmetic operands.
+-- they may serve as indices and sizes, not as arithmetic operands.  The
+-- float8 and float4 types are held as float32 (each of their values is
+-- exact there), marked the same way ({wide="float8e4m3fn"}).
 
 local fl = ...
 local nn = fl.nn
@@ -25,7 +27,10 @@ local OPS = {}
 fl._onnx_ops = OPS
 local WIDE   -- the narrow integer types (below)
 local narrow_cast   -- a cast to or from them (below)
+local SMALLF        -- the float8 and float4 types (below)
+local small_cast    -- a cast to or from them (below)
 local lower_node, run_nodes   -- a graph's nodes (below: subgraphs use them too)
+local QUANT_RANGE   -- the integer types' ranges (below)
 -- tensors whose values are known before the call (initializers, Constant
 -- nodes): their values may be read under capture
 local CONST = setmetatable({}, {__mode = "k"})
@@ -65,7 +70,9 @@ local ONNX_DTYPE = {float32 = "float", float16 = "float16", bfloat16 = "bfloat16
 -- TensorProto.DataType codes (Cast's "to")
 local DTYPE_CODE = {[1] = "float", [2] = "uint8", [3] = "int8", [4] = "uint16", [5] = "int16",
   [6] = "int32", [7] = "int64", [8] = "string", [9] = "bool", [10] = "float16", [11] = "double",
-  [12] = "uint32", [13] = "uint64", [14] = "complex64", [15] = "complex128", [16] = "bfloat16"}
+  [12] = "uint32", [13] = "uint64", [14] = "complex64", [15] = "complex128", [16] = "bfloat16",
+  [17] = "float8e4m3fn", [18] = "float8e4m3fnuz", [19] = "float8e5m2", [20] = "float8e5m2fnuz",
+  [21] = "uint4", [22] = "int4", [23] = "float4e2m1", [24] = "float8e8m0", [25] = "uint2", [26] = "int2"}
 fl._onnx_fl_dtype = FL_DTYPE
 
 -- ---------------------------------------------------------------------------
@@ -132,6 +139,7 @@ local function ints(node, v, what)
     return h.v, h.scalar
   end
   if v.wide then
+    if SMALLF[v.wide] then node_error(node, "%s must be int64, got %s", what, v.wide) end
     -- a constant's values are known; one computed from inputs is data
     local h = v.const and host_of_tensor(v.t) or concrete(node, v.t, what, "shape")
     return h.v, h.scalar
@@ -509,7 +517,8 @@ OPS.Clip = function(node, attrs, opset)
   end
 end
 
-local function cast_to(node, v, to)
+local function cast_to(node, v, to, opts)
+  if SMALLF[to] or not is_tensor(v) and SMALLF[v.wide or ""] then return small_cast(node, v, to, opts or {}) end
   if WIDE[to] or not is_tensor(v) and v.wide == "uint64" then return narrow_cast(node, v, to) end
   local target = FL_DTYPE[to]
   if not target then unsupported(node, "casting to %s", to) end
@@ -527,22 +536,34 @@ local function cast_to(node, v, to)
   return x:to(target)
 end
 
--- saturate and round_mode (opset 23 on) only change casts to the float8
--- and float4 types, which are refused here anyway
+-- saturate (opset 19 on) and round_mode (opset 24 on) only change casts
+-- to the float8 types
+local function cast_opts(node, attrs)
+  local sat, mode = attr(attrs, "saturate", 1), attr(attrs, "round_mode", "up")
+  if sat ~= 0 and sat ~= 1 then node_error(node, "saturate %s (0 or 1)", tostring(sat)) end
+  if mode ~= "up" and mode ~= "down" and mode ~= "nearest" then
+    node_error(node, "round_mode '%s' (up, down or nearest)", clean(mode))
+  end
+  return {saturate = sat == 1, round_mode = mode}
+end
+
 OPS.Cast = function(node, attrs)
   known_attrs(node, attrs, set("to", "saturate", "round_mode"))
   -- before opset 6 "to" was a name ("FLOAT")
   local to = DTYPE_CODE[attrs.to] or (type(attrs.to) == "string" and attrs.to:lower()) or tostring(attrs.to)
-  if not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "casting to %s", to) end
-  return function(ins) return {cast_to(node, ins[1], to)} end
+  if not FL_DTYPE[to] and not WIDE[to] and not SMALLF[to] then unsupported(node, "casting to %s", to) end
+  local opts = cast_opts(node, attrs)
+  return function(ins) return {cast_to(node, ins[1], to, opts)} end
 end
 
 OPS.CastLike = function(node, attrs)
   known_attrs(node, attrs, set("saturate", "round_mode"))
+  local opts = cast_opts(node, attrs)
   return function(ins)
     local like = ins[2]
+    if like == nil then node_error(node, "target_type is missing") end
     local to = ONNX_DTYPE[dtype_of(like)] or dtype_of(like)
-    return {cast_to(node, ins[1], to)}
+    return {cast_to(node, ins[1], to, opts)}
   end
 end
 
@@ -3081,11 +3102,20 @@ end
 -- (below): the low bits of a sum, difference or product do not depend on
 -- the bits above them, so that is the type's own wrap-around.  Every
 -- other op refuses them (T).
-WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true, uint64 = true}
-local INT_BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64}
-local UNSIGNED = {uint8 = true, uint16 = true, uint32 = true, uint64 = true}
+WIDE = {int8 = true, int16 = true, int32 = true, uint8 = true, uint16 = true, uint32 = true, uint64 = true,
+  int4 = true, uint4 = true, int2 = true, uint2 = true}
+local INT_BITS = {int8 = 8, int16 = 16, int32 = 32, int64 = 64, uint8 = 8, uint16 = 16, uint32 = 32, uint64 = 64,
+  int4 = 4, uint4 = 4, int2 = 2, uint2 = 2}
+local UNSIGNED = {uint8 = true, uint16 = true, uint32 = true, uint64 = true, uint4 = true, uint2 = true}
+-- the float8 and float4 types, held as float32: only the ops that move
+-- values (opts.moves below) take them, as ONNX's own op types allow
+SMALLF = {float8e4m3fn = true, float8e4m3fnuz = true, float8e5m2 = true, float8e5m2fnuz = true,
+  float4e2m1 = true, float8e8m0 = true}
 
 -- int64 values into type dt's range, as its two's complement wraps them
+QUANT_RANGE = {uint8 = {0, 255}, int8 = {-128, 127}, uint16 = {0, 65535}, int16 = {-32768, 32767},
+  uint4 = {0, 15}, int4 = {-8, 7}, uint2 = {0, 3}, int2 = {-2, 1}}
+
 local function wrap(t, dt)
   local n = INT_BITS[dt]
   if n == 64 then return t end
@@ -3124,7 +3154,9 @@ local function takes_wide(op, data, opts)
           un[i] = v
         end
       end
-      if tag and opts.refuse and opts.refuse[tag] then unsupported(node, "an input of dtype %s", tag) end
+      if tag and (opts.refuse and opts.refuse[tag] or SMALLF[tag] and not opts.moves) then
+        unsupported(node, "an input of dtype %s", tag)
+      end
       if tag and (opts.same or not opts.keep) then
         -- a mix of a narrow type and a held type is a model error
         for i, v in pairs(un) do
@@ -3167,13 +3199,13 @@ takes_wide("TopK", {1}, {keep = true, outs = {1}, pre = flip_u64, post = flip_u6
 -- a negative int64, whose remainder differs)
 takes_wide("Mod", nil, {keep = true, refuse = set("uint64")})
 -- the ops that only move values
-takes_wide("Concat", nil, {keep = true})
+takes_wide("Concat", nil, {keep = true, moves = true})
 for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split",
                      "Slice", "Gather", "GatherElements", "Expand", "Tile", "DepthToSpace",
                      "SpaceToDepth", "Trilu", "GatherND"}) do
-  takes_wide(op, {1}, {keep = true})
+  takes_wide(op, {1}, {keep = true, moves = true})
 end
-takes_wide("Where", {2, 3}, {keep = true})
+takes_wide("Where", {2, 3}, {keep = true, moves = true})
 takes_wide("Pad", {1, 3}, {keep = true})
 takes_wide("OneHot", {3}, {keep = true})
 -- a max pool compares and moves: the values <= 32 bits are exact in float64
@@ -3220,7 +3252,13 @@ function narrow_cast(node, v, to)
   end
   local x = T(node, v)
   local t
-  if FLOAT[x.dtype] and to == "uint64" then
+  if FLOAT[x.dtype] and INT_BITS[to] < 8 then
+    -- a float truncates toward zero; outside the 4- and 2-bit types' range
+    -- (undefined in ONNX) it gives 0, as ONNX's reference does
+    local lo, hi = QUANT_RANGE[to][1], QUANT_RANGE[to][2]
+    t = fl.where(x:abs():lt(fl.full({}, 16, {dtype = x.dtype})), x, fl.zeros({}, {dtype = x.dtype})):to("int64")
+    return {wide = to, t = fl.where(t:lt(i64(lo)), i64(0), fl.where(t:gt(i64(hi)), i64(0), t))}
+  elseif FLOAT[x.dtype] and to == "uint64" then
     -- from 2^63 up a float is past int64: shift it down by 2^63 first
     local top = fl.full({}, 2.0 ^ 63, {dtype = x.dtype})
     local big = x:ge(top)
@@ -3389,7 +3427,6 @@ end
 -- quantization (the integer types, in float arithmetic as ONNX's reference)
 -- ---------------------------------------------------------------------------
 
-local QUANT_RANGE = {uint8 = {0, 255}, int8 = {-128, 127}, uint16 = {0, 65535}, int16 = {-32768, 32767}}
 
 -- float values rounded half to even (NumPy's rint) as int64; the values
 -- are clamped well inside 2^23 first, where every step is exact
@@ -3400,6 +3437,116 @@ local function rint64(x)
   local half = fl.full({}, 0.5, {dtype = x.dtype})
   local odd = f:remainder(i64(2)):eq(i64(1)):to("int64")
   return f + diff:gt(half):to("int64") + diff:eq(half):to("int64") * odd
+end
+
+-- ---------------------------------------------------------------------------
+-- the float8 and float4 types
+-- ---------------------------------------------------------------------------
+
+-- Their values are held as float32 (every one is exact there).  A value
+-- rounds to one of them as ONNX's tables say: to nearest, ties to even,
+-- at the type's mantissa width (m bits; a subnormal's quantum below 2^emin);
+-- past max it saturates, or (saturate = 0) becomes Inf or NaN; the FNUZ
+-- types have no negative zero; float4e2m1 has neither Inf nor NaN and
+-- always saturates (NaN gives -0, as ONNX's reference).
+local SMALL = {
+  float8e4m3fn = {m = 3, emin = -6, emax = 8, max = 448, over = 0 / 0, negzero = true},
+  float8e4m3fnuz = {m = 3, emin = -7, emax = 7, max = 240, over = 0 / 0},
+  float8e5m2 = {m = 2, emin = -14, emax = 15, max = 57344, over = math.huge, negzero = true},
+  float8e5m2fnuz = {m = 2, emin = -15, emax = 15, max = 57344, over = 0 / 0},
+  float4e2m1 = {m = 1, emin = 0, emax = 2, max = 6, always_saturate = true, negzero = true, nan = -0.0},
+}
+
+-- float tensor x (float32 or float64) rounded to type `to`, as float32
+local function round_small(x, to, saturate)
+  local f, dt = SMALL[to], x.dtype
+  local function c(v) return fl.full({}, v, {dtype = dt}) end
+  local nan = x:ne(x)
+  -- past 2^(emax+2) every value overflows alike: bounded, |x| / q stays a
+  -- small integer that rint64 rounds exactly
+  local a = fl.where(nan, c(0), fl.minimum(x:abs(), c(2.0 ^ (f.emax + 2))))
+  -- q: the quantum of a's binade (a power of two: the division is exact)
+  local q = c(2.0 ^ (f.emin - f.m))
+  for k = f.emin + 1, f.emax do q = fl.where(a:ge(c(2.0 ^ k)), c(2.0 ^ (k - f.m)), q) end
+  local r = rint64(a / q):to(dt) * q
+  if saturate or f.always_saturate then r = fl.minimum(r, c(f.max))
+  else r = fl.where(r:gt(c(f.max)), c(f.over), r) end
+  local y = fl.where(x:lt(c(0)), -r, r)
+  -- a zero keeps x's sign (x * 0) where the type has a negative zero
+  y = fl.where(r:eq(c(0)), f.negzero and x * c(0) or c(0), y)
+  y = fl.where(nan, c(f.nan or 0 / 0), y)
+  return dt == "float32" and y or y:to("float32")
+end
+
+-- float32 tensor x to float8e8m0 (a power of two, 2^-127 to 2^127, or
+-- NaN), as ONNX's reference: from the exponent field E of x's float32
+-- pattern (the sign ignored; 0 for zero and subnormals), rounded up
+-- where the mantissa is not zero (round_mode up), to nearest with ties
+-- up (nearest; E = 0 rounds up only past the half), or not (down); with
+-- saturate, E = 254 never rounds up; Inf and NaN give NaN.  The fields
+-- come from exact scalings by powers of two (fuselab has no bit ops).
+local function to_e8m0(x, saturate, mode)
+  local function c(v) return fl.full({}, v) end
+  local yes, no = fl.ones({}, {dtype = "bool"}), fl.zeros({}, {dtype = "bool"})
+  local function land(p, q) return fl.where(p, q, no) end
+  local function lor(p, q) return fl.where(p, yes, q) end
+  local a = x:abs()
+  local special = lor(a:ne(a), a:eq(c(math.huge)))
+  a = fl.where(special, c(1), a)
+  local normal = a:ge(c(2.0 ^ -126))
+  -- s = a / 2^e in [1, 2) for a normal a
+  local s, e = a, fl.zeros(a.shape)
+  for _, b in ipairs({64, 32, 16, 8, 4, 2, 1}) do
+    local big = s:ge(c(2.0 ^ b))
+    s, e = fl.where(big, s * c(2.0 ^ -b), s), fl.where(big, e + c(b), e)
+  end
+  for _, b in ipairs({64, 64, 32, 16, 8, 4, 2, 1}) do
+    local small = land(s:lt(c(2.0 ^ (1 - b))), normal)
+    s, e = fl.where(small, s * c(2.0 ^ b), s), fl.where(small, e - c(b), e)
+  end
+  -- the mantissa field as a fraction in [0, 1)
+  local frac = fl.where(normal, s - c(1), a * c(2.0 ^ 126))
+  local up
+  if mode == "up" then up = frac:gt(c(0))
+  elseif mode == "nearest" then
+    local g = frac:ge(c(0.5))
+    local rest = fl.where(g, frac - c(0.5), frac)
+    up = land(g, lor(rest:gt(c(0)), normal))
+  else up = fl.zeros(a.shape, {dtype = "bool"}) end
+  local top = land(normal, e:eq(c(127)))           -- E = 254
+  if saturate then up = fl.where(top, no, up) end
+  -- 2^e exactly (a / s), 2^-127 for E = 0; doubled where it rounds up
+  local p = fl.where(normal, a / s, c(2.0 ^ -127))
+  local y = fl.where(up, p * c(2), p)
+  y = fl.where(land(up, top), c(0 / 0), y)        -- E = 255
+  return fl.where(special, c(0 / 0), y)
+end
+
+-- Cast to or from the float8 and float4 types.  From them the float32
+-- values convert as any float32 does (to bfloat16 too: at most 3 mantissa
+-- bits, exact); to them a value rounds once, from its own float type (a
+-- float16 or bfloat16 widened to float32 first, exactly), an integer
+-- from float64 (float32 for float8e8m0, as ONNX's reference converts).
+function small_cast(node, v, to, opts)
+  local from = not is_tensor(v) and SMALLF[v.wide or ""] and v.wide
+  local x
+  if from then
+    x = v.t
+    if not SMALLF[to] then
+      if to == "bfloat16" then return x:to("bfloat16") end
+      return cast_to(node, x, to)
+    end
+  elseif not is_tensor(v) and v.wide then
+    x = v.wide == "uint64" and narrow_cast(node, v, "double") or v.t:to("float64")
+  else
+    x = T(node, v)
+    if x.dtype ~= "float32" and x.dtype ~= "float64" then x = x:to(x.dtype == "int64" and "float64" or "float32") end
+  end
+  local sat = opts.saturate ~= false
+  if to == "float8e8m0" then
+    return {wide = to, t = to_e8m0(x.dtype == "float32" and x or x:to("float32"), sat, opts.round_mode or "up")}
+  end
+  return {wide = to, t = round_small(x, to, sat)}
 end
 
 -- A scale or zero point p laid along dim d of x: one value as is, a 1-d one
@@ -3462,7 +3609,8 @@ OPS.QuantizeLinear = function(node, attrs, opset)
   known_attrs(node, attrs, set("axis", "saturate", "block_size", "output_dtype", "precision"))
   local block = attr(attrs, "block_size", 0)
   local out = attrs.output_dtype and attrs.output_dtype ~= 0 and (DTYPE_CODE[attrs.output_dtype] or tostring(attrs.output_dtype))
-  if out and not QUANT_RANGE[out] then unsupported(node, "quantizing to %s", out) end
+  if out and not QUANT_RANGE[out] and not SMALL[out] then unsupported(node, "quantizing to %s", out) end
+  local sat = attr(attrs, "saturate", 1) ~= 0
   local prec = attrs.precision and attrs.precision ~= 0 and DTYPE_CODE[attrs.precision]
   if attrs.precision and attrs.precision ~= 0 and not FLOAT[FL_DTYPE[prec] or ""] then
     unsupported(node, "precision %s", tostring(prec or attrs.precision))
@@ -3473,12 +3621,20 @@ OPS.QuantizeLinear = function(node, attrs, opset)
     need_float(node, scale, "y_scale")
     local zt = zero_point(node, ins[3], out)
     local tag = ins[3] ~= nil and ins[3].wide or out or "uint8"
-    if not QUANT_RANGE[tag] then unsupported(node, "quantizing to %s", tag) end
+    if not QUANT_RANGE[tag] and not SMALL[tag] then unsupported(node, "quantizing to %s", tag) end
     local d = quant_dim(node, attrs, x, scale, block)
     local s = along(node, scale, x, d, block, "scale")
     local dt = prec and FL_DTYPE[prec] or x.dtype
     if s.dtype ~= dt then s = s:to(dt) end
     if x.dtype ~= dt then x = x:to(dt) end
+    if SMALL[tag] then
+      -- ONNX's formula, x / scale + zero point rounded once to the type
+      -- (saturating unless saturate = 0): the reference's answer for a zero
+      -- point of 0, the only one exporters write (it ignores a float8 one)
+      local q = (x:to("float64") / s:to("float64")):to(x.dtype)
+      if zt then q = q + along(node, zt, x, d, block, "zero point"):to(q.dtype) end
+      return {{wide = tag, t = round_small(q.dtype == "float64" and q or q:to("float32"), tag, sat)}}
+    end
     return {{wide = tag, t = quantize(x, s, zt and along(node, zt, x, d, block, "zero point"), tag)}}
   end
 end
@@ -3875,12 +4031,12 @@ function Model:__init(g, path)
   end
   self._consts = consts
   for _, v in ipairs(g.inputs) do
-    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
+    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] and not SMALLF[v.dtype] then
       error(fmt("onnx: graph input '%s': dtype %s is unsupported", clean(v.name), clean(v.dtype)), 0)
     end
   end
   for _, v in ipairs(g.outputs) do
-    if v.dtype ~= "unknown" and not FL_DTYPE[v.dtype] and not WIDE[v.dtype] then
+    if v.dtype ~= "unknown" and not FL_DTYPE[v.dtype] and not WIDE[v.dtype] and not SMALLF[v.dtype] then
       error(fmt("onnx: graph output '%s': dtype %s is unsupported", clean(v.name), clean(v.dtype)), 0)
     end
   end
@@ -4018,10 +4174,10 @@ function Model:forward(...)
     if not is_tensor(x) then
       error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, clean(v.name), type(x)), 0)
     end
-    local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64")
+    local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64") or (SMALLF[v.dtype] and "float32")
     if want and x.dtype ~= want then
       error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, clean(v.name), want,
-                WIDE[v.dtype] and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
+                (WIDE[v.dtype] or SMALLF[v.dtype]) and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
     end
     if v.dims then
       local ok = #x.shape == #v.dims
@@ -4033,7 +4189,11 @@ function Model:forward(...)
                   table.concat(x.shape, ",")), 0)
       end
     end
-    env[v.name] = WIDE[v.dtype] and {wide = v.dtype, t = x} or x
+    if SMALLF[v.dtype] then
+      -- float32 values rounded to the type, as a saturating Cast would
+      x = small_cast({name = v.name, op = "input", opset = self.opset}, x, v.dtype, {}).t
+    end
+    env[v.name] = (WIDE[v.dtype] or SMALLF[v.dtype]) and {wide = v.dtype, t = x} or x
   end
   run_nodes(self._nodes, env)
   local res = {}

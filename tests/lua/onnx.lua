@@ -362,6 +362,88 @@ do
   t.is(qm(I{{3, 4}}, one, u(1), I{{5}, {2}}, fl.full({}, 0.5), u(1), one, u(100)):tolist(), {{106}},
        "QLinearMatMul: the integer product, rescaled, rounded half to even")
 end
+-- the float8 and float4 types: held as float32, rounded by Cast as ONNX's
+-- tables say (to nearest even, saturating or not), exact in the compiled graph
+do
+  local xs8 = fl.tensor{0.3, -2.75, 464, 470, 1e-3, -1e-9, 1e6, -math.huge, 0.017578125, 60000}
+  local nan, inf = 0 / 0, math.huge
+  local function same(a, b)
+    for i = 1, #b do
+      local x, y = a[i], b[i]
+      if not (x == y and (x ~= 0 or 1 / x == 1 / y) or x ~= x and y ~= y) then return false end
+    end
+    return #a == #b
+  end
+  local cases = {
+    {17, 1, {0.3125, -2.75, 448, 448, 0.001953125, -0.0, 448, -448, 0.017578125, 448}},
+    {17, 0, {0.3125, -2.75, 448, nan, 0.001953125, -0.0, nan, nan, 0.017578125, nan}},
+    {18, 1, {0.3125, -2.75, 240, 240, 0.0009765625, 0.0, 240, -240, 0.017578125, 240}},
+    {18, 0, {0.3125, -2.75, nan, nan, 0.0009765625, 0.0, nan, nan, 0.017578125, nan}},
+    {19, 1, {0.3125, -3.0, 448, 448, 0.0009765625, -0.0, 57344, -57344, 0.015625, 57344}},
+    {19, 0, {0.3125, -3.0, 448, 448, 0.0009765625, -0.0, inf, -inf, 0.015625, 57344}},
+    {20, 0, {0.3125, -3.0, 448, 448, 0.0009765625, 0.0, nan, nan, 0.015625, 57344}},
+    {23, 1, {0.5, -3.0, 6, 6, 0.0, -0.0, 6, -6, 0.0, 6}},
+  }
+  local names = {[17] = "float8e4m3fn", [18] = "float8e4m3fnuz", [19] = "float8e5m2", [20] = "float8e5m2fnuz",
+                 [23] = "float4e2m1"}
+  for _, c in ipairs(cases) do
+    local m = one_node("Cast", {to = c[1], saturate = c[2]}, {{"float", {10}}}, 19)
+    t.ok(same(m(xs8):tolist(), c[3]), ("Cast float to %s, saturate=%d, as ONNX's tables"):format(names[c[1]], c[2]))
+    if c[2] == 1 then
+      t.ok(same(fl.compile(m, {backend = "cpu"})(xs8):tolist(), c[3]), ("Cast to %s compiled"):format(names[c[1]]))
+    end
+  end
+  -- float8e8m0: powers of two, by round_mode
+  local xe = fl.tensor{0.0, 0.124, 1.1, 1.5, 3.0, 2.0 ^ -130, 3e38, -4.0}
+  for _, c in ipairs({{"up", 1, {2.0 ^ -127, 0.125, 2, 2, 4, 2.0 ^ -126, 2.0 ^ 127, 4}},
+                      {"up", 0, {2.0 ^ -127, 0.125, 2, 2, 4, 2.0 ^ -126, nan, 4}},
+                      {"down", 1, {2.0 ^ -127, 0.0625, 1, 1, 2, 2.0 ^ -127, 2.0 ^ 127, 4}},
+                      {"nearest", 1, {2.0 ^ -127, 0.125, 1, 2, 4, 2.0 ^ -127, 2.0 ^ 127, 4}}}) do
+    local m = one_node("Cast", {to = 24, saturate = c[2], round_mode = c[1]}, {{"float", {8}}}, 25)
+    t.ok(same(m(xe):tolist(), c[3]), ("Cast float to float8e8m0, round_mode %s, saturate=%d"):format(c[1], c[2]))
+  end
+  -- stored codes decode exactly: E4M3FN 0x7e = 448, 0x7f NaN, 0x01 = 2^-9, 0x80 = -0
+  local back = one_node("Cast", {to = 1}, {}, 19,
+    {{name = "w", dtype = "float8e4m3fn", dims = {4}, raw = "\126\127\1\128"}})
+  t.ok(same(back():tolist(), {448, nan, 2.0 ^ -9, -0.0}), "float8e4m3fn raw codes decode exactly")
+  local fnuz = one_node("Cast", {to = 1}, {}, 19,
+    {{name = "w", dtype = "float8e5m2fnuz", dims = {3}, int32s = {0x80, 0x7f, 0x01}}})
+  t.ok(same(fnuz():tolist(), {nan, 57344, 2.0 ^ -17}), "float8e5m2fnuz codes in int32_data: 0x80 is NaN")
+  local f4 = one_node("Identity", nil, {}, 19, {{name = "w", dtype = "float4e2m1", dims = {3}, raw = "\31\6"}})
+  t.ok(same(f4():tolist(), {-6.0, 0.5, 4.0}), "float4e2m1 packed two to a byte, low nibble first")
+  t.raises(function() one_node("Add", nil, {{"float8e4m3fn", {2}}, {"float8e4m3fn", {2}}}, 19) (fl.tensor{1.0, 2.0}, fl.tensor{1.0, 2.0}) end,
+           "%(Add, opset 19%): .*float8e4m3fn.* is unsupported", "Add of float8 values is refused by name")
+  t.raises(function() one_node("Cast", {to = 17, round_mode = "odd"}, {{"float", {1}}}, 25) end,
+           "round_mode 'odd'", "Cast with a bad round_mode names it")
+  local q8 = one_node("QuantizeLinear", nil, {{"float", {5}}, {"float", {}}, {"float8e4m3fn", {1}}}, 19)
+  t.ok(same(q8(fl.tensor{0, 1, 2, 1e5, 200}, fl.full({}, 2.0), fl.zeros({1})):tolist(), {0, 0.5, 1, 448, 96}),
+       "QuantizeLinear to float8e4m3fn saturates")
+  -- a graph input holds float32 values rounded to its type
+  t.ok(same(one_node("Identity", nil, {{"float8e5m2", {2}}}, 19)(fl.tensor{2.75, 1e9}):tolist(), {3.0, 57344}),
+       "a float8e5m2 graph input is rounded to the type")
+end
+-- the 4- and 2-bit integer types: packed in the file, held as int64
+do
+  local i4 = one_node("Identity", nil, {}, 21, {{name = "w", dtype = "int4", dims = {3}, raw = "\143\7"}})
+  t.is(i4():tolist(), {-1, -8, 7}, "int4 packed two to a byte, sign-extended, an odd count")
+  local u2 = one_node("Identity", nil, {}, 21, {{name = "w", dtype = "uint2", dims = {5}, int32s = {0xe4, 0x02}}})
+  t.is(u2():tolist(), {0, 1, 2, 3, 2}, "uint2 packed four to a byte in int32_data")
+  t.raises(function() one_node("Identity", nil, {}, 21, {{name = "w", dtype = "int4", dims = {3}, raw = "\1"}}) end,
+           "raw_data is 1 bytes, its dims and dtype need 2", "truncated packed int4 data")
+  t.raises(function() one_node("Identity", nil, {}, 21, {{name = "w", dtype = "uint4", dims = {5}, int32s = {1, 2}}}) end,
+           "uint4 data holds 2 packed bytes, its dims say 3", "too few packed uint4 bytes")
+  t.is(one_node("Add", nil, {{"int4", {3}}, {"int4", {3}}}, 21)(I{7, -8, 3}, I{1, -1, 2}):tolist(), {-8, 7, 5},
+       "int4 Add wraps into [-8, 7]")
+  t.is(one_node("Cast", {to = 22}, {{"float", {5}}}, 21)(fl.tensor{-9, -8.5, 7.9, 8, 0 / 0}):tolist(), {0, -8, 7, 0, 0},
+       "Cast float to int4 truncates; out of range gives 0, as ONNX's reference")
+  t.is(one_node("Cast", {to = 26}, {{"int64", {4}}}, 21)(I{2, 3, -3, 1}):tolist(), {-2, -1, 1, 1},
+       "Cast int64 to int2 wraps")
+  local q4 = one_node("QuantizeLinear", {axis = 0}, {{"float", {2, 2}}, {"float", {2}}, {"int4", {2}}}, 21)
+  t.is(q4(fl.tensor({{2.5, 30}, {-30, 6}}), fl.tensor{1.0, 2.0}, I{1, 1}):tolist(), {{3, 7}, {-8, 4}},
+       "QuantizeLinear to int4 saturates to [-8, 7]")
+  t.is(one_node("DequantizeLinear", nil, {{"uint2", {2}}, {"float", {}}}, 21)(I{3, 1}, fl.full({}, 0.5)):tolist(),
+       {1.5, 0.5}, "DequantizeLinear of uint2")
+end
 local eq32 = one_node("Equal", nil, {{"int32", {2}}, {"int32", {2}}})
 t.is(eq32(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 3}, {dtype = "int64"})):tolist(), {true, false},
      "int32 inputs compare exactly (held as int64)")
