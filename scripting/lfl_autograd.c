@@ -714,6 +714,19 @@ static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   return rc;
 }
 
+/* out gets an AG_CALL history, a CompiledFunctionBackward of call whose
+** nin inputs' gradients go to next (freed here, as call's ctx on failure). */
+static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_call *call,
+                       const char *what) {
+  fl_err e;
+  call->name = "CompiledFunctionBackward";
+  err_clear(&e);
+  AG(out) = ag_call_new(&out->m, nin, next, call, &e);
+  free(next);
+  if (!AG(out)) return lfl_raise(L, what, &e);
+  return 0;
+}
+
 /* fl._attach_backward(out, program, saved, leaves): out (a scalar from a
 ** compiled forward) gets a CompiledFunctionBackward grad_fn that runs the
 ** C program on saved (a list of tensors) and hands gradient k to the fn of
@@ -724,7 +737,6 @@ static int l_attach_backward(lua_State *L) {
   ag_fn **next;
   ag_call call;
   cbw *c;
-  fl_err e;
   int k, n, nl;
   luaL_argcheck(L, pr != NULL, 2, "expected a compiled C program");
   luaL_checktype(L, 3, LUA_TTABLE);
@@ -761,12 +773,7 @@ static int l_attach_backward(lua_State *L) {
   call.release = cbw_release;
   call.free_ctx = cbw_free;
   call.ctx = c;
-  call.name = "CompiledFunctionBackward";
-  err_clear(&e);
-  AG(out) = ag_call_new(&out->m, nl, next, &call, &e);
-  free(next);
-  if (!AG(out)) return lfl_raise(L, "_attach_backward", &e);
-  return 0;
+  return attach_call(L, out, nl, next, &call, "_attach_backward");
 }
 
 /* A value a compiled training segment computed beside its loss whose
@@ -787,7 +794,6 @@ static int l_attach_refusal(lua_State *L) {
   fl_tensor *t = lfl_checktensor(L, 1);
   const char *msg = luaL_checkstring(L, 2);
   ag_call call;
-  fl_err e;
   char *copy;
   if (AG(t)) return luaL_error(L, "_attach_refusal: the tensor already has a history");
   if (!(copy = malloc(strlen(msg) + 1))) return luaL_error(L, "_attach_refusal: out of memory");
@@ -796,10 +802,7 @@ static int l_attach_refusal(lua_State *L) {
   call.release = refuse_release;
   call.free_ctx = free;
   call.ctx = copy;
-  call.name = "CompiledFunctionBackward";
-  err_clear(&e);
-  if (!(AG(t) = ag_call_new(&t->m, 0, NULL, &call, &e))) return lfl_raise(L, "_attach_refusal", &e);
-  return 0;
+  return attach_call(L, t, 0, NULL, &call, "_attach_refusal");
 }
 
 /* fl._same_storage(a, b): the same memory (a parameter and the graph's

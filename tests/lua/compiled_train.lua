@@ -35,6 +35,18 @@ local function grads_of(m, f, args, compiled)
   return loss:item(), g
 end
 
+-- n calls of f and of its compiled cf: the same losses and gradients
+local function calls_agree(m, f, cf, args, n)
+  local ok = true
+  for _ = 1, n do
+    local le, ge = grads_of(m, f, args)
+    local lc, gc = grads_of(m, f, args, cf)
+    ok = ok and math.abs(le - lc) <= 1e-5
+    for i = 1, #ge do ok = ok and gc[i] and close(gc[i], ge[i]) end
+  end
+  return ok
+end
+
 local function same_grads(name, m, f, args, rtol)
   local cf = fl.compile(f)
   local le, ge = grads_of(m, f, args)
@@ -434,13 +446,7 @@ do
   end
   local x, y = fl.randn(5, 6), fl.tensor({0, 1, 1, 0, 1})
   local cf = fl.compile(f)
-  local ok = true
-  for _ = 1, 3 do
-    local le, ge = grads_of(m, f, {x, y})
-    local lc, gc = grads_of(m, f, {x, y}, cf)
-    ok = ok and math.abs(le - lc) <= 1e-5
-    for i = 1, #ge do ok = ok and gc[i] and close(gc[i], ge[i]) end
-  end
+  local ok = calls_agree(m, f, cf, {x, y}, 3)
   local s = cf:stats()
   t.ok(ok and s.backward_graphs == 1 and s.training_calls == 3 and #s.training_eager == 0,
        ("a break in a segment without gradients: the loss's segment trains compiled, 3 calls "
@@ -466,13 +472,7 @@ do
   end
   local x, y = fl.randn(5, 4), fl.tensor({0, 2, 1, 1, 0})
   local cf = fl.compile(f)
-  local ok = true
-  for _ = 1, 2 do
-    local le, ge = grads_of(m, f, {x, y})
-    local lc, gc = grads_of(m, f, {x, y}, cf)
-    ok = ok and math.abs(le - lc) <= 1e-5
-    for i = 1, #ge do ok = ok and gc[i] and close(gc[i], ge[i]) end
-  end
+  local ok = calls_agree(m, f, cf, {x, y}, 2)
   t.ok(ok and cf:stats().backward_graphs == 1,
        "an activation alive at the break: the loss's segment still trains compiled, eager's gradients")
   local _, out = cf(x, y)
