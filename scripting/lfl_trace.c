@@ -125,8 +125,10 @@ static void user_where(lua_State *L, char *buf, size_t n) {
   buf[0] = '\0';
   for (level = 1; lua_getstack(L, level, &ar); level++) {
     if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
-    if (ar.source[0] == '=' && (strcmp(ar.source, "=nn.lua") == 0 ||
-                                strcmp(ar.source, "=compile.lua") == 0))
+    /* fuselab's own embedded Lua (nn.lua, optim.lua, compile.lua, ...:
+    ** chunk names "=x.lua"; a user's file is "@path", the REPL "=stdin") */
+    if (ar.source[0] == '=' && strlen(ar.source) > 5 &&
+        strcmp(ar.source + strlen(ar.source) - 4, ".lua") == 0)
       continue;
     snprintf(buf, n, "%s:%d", ar.short_src, ar.currentline);
     return;
