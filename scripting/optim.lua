@@ -874,6 +874,7 @@ function nn.utils.clip_grad_norm_(params, max_norm, opts)
     end
     local coef = (fl.full({}, max_norm) / (total + 1e-6)):clamp{max = 1.0}
     for _, g in ipairs(grads) do g:mul_(coef:to(g.dtype)) end
+    fl._drop(table.unpack(grads))   -- our handles (see Optimizer:_step_eager)
     return t
   end)
 end
