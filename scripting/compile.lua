@@ -1087,8 +1087,9 @@ local function grad_results(g)
   return list, input_grad, types
 end
 
--- Why segment k (graph g) cannot train as a compiled pair, or nil and the
--- position of its loss among g:outputs() (nil: it needs no gradient).
+-- Why segment k (graph g) cannot train as a compiled pair, or nil, the
+-- position of its loss among g:outputs() (nil: it needs no gradient) and
+-- the positions of every value that needs one (grad_results).
 -- Its parameters alone may require grad, and of the values it computes
 -- that need gradients one must be a float scalar, the loss; the others (an
 -- activation a local variable still holds at the break) get a history
@@ -1109,7 +1110,7 @@ local function segment_why_not(g, k)
   if #list > 0 and not loss then
     return ("segment %d computes values that need gradients and no scalar loss"):format(k)
   end
-  return nil, loss
+  return nil, loss, list
 end
 
 local function dry_exec(g)
@@ -1301,8 +1302,7 @@ local function run_segment_pair(st, t, inputs)
 end
 
 function train_segment(st, g, inputs, params)
-  local grads = grad_results(g)
-  local why, loss = segment_why_not(g, #st.graphs + 1)
+  local why, loss, grads = segment_why_not(g, #st.graphs + 1)
   if why then error("compiled training: " .. why .. "; run the function uncompiled", 0) end
   if not loss then
     -- no value needs gradients: the segment's program, through a runner
