@@ -433,8 +433,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_getiuservalue(L, tidx, UV_PLAN);
     lua_getiuservalue(L, -1, PUV_ANCHORS);
     lua_rawgeti(L, -1, r->runner);
-    ags = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *ags, 0);
-    memset(ags, 0, (size_t)(g->nout + 1) * sizeof *ags);
+    ags = lfl_trace_histories(L, g->nout);
     lua_insert(L, -4);                       /* below the runner's frame: kept to the end */
     lua_createtable(L, g->ninputs, 0);
     for (i = 0; i < g->ninputs; i++) {

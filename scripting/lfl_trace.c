@@ -718,6 +718,12 @@ void lfl_trace_take_history(ag_fn **ags, int k, const fl_tensor *t) {
   }
 }
 
+ag_fn **lfl_trace_histories(lua_State *L, int n) {
+  ag_fn **ags = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *ags, 0);
+  memset(ags, 0, (size_t)(n + 1) * sizeof *ags);
+  return ags;
+}
+
 void lfl_trace_give_history(ag_fn **ags, int k, fl_tensor *lazy) {
   if (!ags || !ags[k]) return;
   if (lazy) {
@@ -803,8 +809,7 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     if (v != r && ir_add_writeback(g, v, r, &e) != FL_OK) lfl_raise(L, "capture", &e);
   }
   buf = lfl_newslots(L, g->ninputs + g->nout);       /* released even if the run raises */
-  ags = lua_newuserdatauv(L, (size_t)(g->nout + 1) * sizeof *ags, 0);
-  memset(ags, 0, (size_t)(g->nout + 1) * sizeof *ags);
+  ags = lfl_trace_histories(L, g->nout);
   inputs = lua_newuserdatauv(L, (size_t)(g->ninputs + 1) * sizeof *inputs, 0);
   if (tr->plan) src = lua_newuserdatauv(L, (size_t)(2 * g->ninputs + 1) * sizeof *src, 0);
   for (i = 0; i < tr->next; i++)

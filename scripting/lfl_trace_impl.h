@@ -143,7 +143,9 @@ int lfl_trace_flush_k(lua_State *L);
 /* After a segment ran: lazies that view another output get real views
 ** of it (outs: the graph's outputs). */
 /* An executor's or runner's output k that has a history gives it to the
-** lazy of output k (NULL: no lazy alive; the reference goes). */
+** lazy of output k (NULL: no lazy alive; the reference goes), through
+** the array lfl_trace_histories pushes (n zeroed slots, collected). */
+ag_fn **lfl_trace_histories(lua_State *L, int n);
 void lfl_trace_take_history(ag_fn **ags, int k, const fl_tensor *t);
 void lfl_trace_give_history(ag_fn **ags, int k, fl_tensor *lazy);
 void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g, int lazyidx,
