@@ -259,6 +259,8 @@ void lfl_resume_diverge(lua_State *L, lfl_trace *tr, const step *s) {
       id = ir_add_op(g, nd->op, nd->in, nd->nin, &nd->attrs, nd->where, nd->scope, &e);
       break;
     }
+    /* what a compiled training segment differentiates with respect to */
+    if (id >= 0) g->nodes[id].requires_grad = nd->requires_grad;
   }
   if (id < 0) {
     ir_free(g);
