@@ -237,6 +237,20 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
   case OP_CONTIGUOUS:
     memcpy(nd->sym, x->sym, sizeof nd->sym);
     break;
+  case OP_PAD:
+    /* a dim keeps its symbol, grown by its pads (before in dims[d],
+    ** after in i[d]): the batch of a padded image stays dynamic */
+    memcpy(nd->sym, x->sym, sizeof nd->sym);
+    for (d = 0; d < a->ndims && d < x->meta.ndim; d++) {
+      int64_t grow = a->dims[d] + a->i[d];
+      int c, s;
+      if (!x->sym[d] || grow == 0) continue;
+      if ((c = ir_sym_const(g, grow, e)) < 0) return c;
+      if ((s = ir_sym_op(g, SYM_ADD, x->sym[d] - 1, c, e)) < 0) return s;
+      if (!ir_sym_is_const(g, s, NULL) && ir_sym_hint(g, s) < 2) nd->symlost = 1;
+      else nd->sym[d] = ir_sym_is_const(g, s, NULL) ? 0 : s + 1;
+    }
+    break;
   case OP_CAT: {
     int sum = -1;
     memcpy(nd->sym, x->sym, sizeof nd->sym);

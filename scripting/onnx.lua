@@ -2895,7 +2895,11 @@ local function floats(node, v, what)
   if fl._tracing() and not CONST[v] then
     unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
   end
-  local l = v:reshape({-1}):tolist()
+  -- read as it is (scales and roi are 1-D): a reshape first would be a
+  -- new value under capture, whose elements are no longer known
+  local l = v:tolist()
+  if type(l) ~= "table" then return {l} end
+  if v:dim() > 1 then l = v:reshape({-1}):tolist() end
   return l
 end
 
@@ -2954,13 +2958,18 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
   local total = 1.0
   for d = 1, r do
     local n = sizes and sizes[d] or (type(x.shape[d]) == "number" and math.floor(x.shape[d] * scales[d]) or 1)
+    if type(n) ~= "number" then n = 1 end        -- a dynamic dim kept (below)
     total = total * math.max(n, 0)
     check_count(node, n, "Resize to a dim")
   end
   check_count(node, total, "Resize to a tensor")
   for d = 1, r do
     local n_in = x.shape[d]
-    if type(n_in) ~= "number" then unsupported(node, "resizing a dynamic dim") end
+    -- a dynamic dim (the batch) kept at its size is no resize: skipped, as
+    -- the static path below skips it, so the dim stays dynamic
+    local kept = type(n_in) ~= "number" and (sizes and sizes[d] == n_in or not sizes and scales[d] == 1)
+    if type(n_in) ~= "number" and not kept then unsupported(node, "resizing a dynamic dim") end
+    if kept then goto next_dim end
     local n_out, scale
     if sizes then
       n_out = math.tointeger(sizes[d])
@@ -3004,6 +3013,7 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
       end
       y = g
     end
+    ::next_dim::
   end
   return y:contiguous()
 end

@@ -973,4 +973,56 @@ do
        "GridSample bilinear with zero padding against its definition, eager and compiled")
 end
 
+-- ---- a dynamic batch through Pad, ConvTranspose and Resize (the exports of
+-- a U-Net): one compile serves two batch sizes, against references built here
+do
+  local function load(name, m) return fl.load_onnx(P.write(path(name), P.model(m))) end
+  local function twice(m, mk, ref, what, tol)
+    local cm = fl.compile(m, {backend = "cpu"})
+    local ok = true
+    for _, n in ipairs({2, 3}) do
+      local x = mk(n)
+      ok = ok and fl.allclose(cm(x), ref(x), tol or 1e-5, tol or 1e-6)
+    end
+    local s = cm:stats()
+    t.ok(ok and s.compiles == 1 and s.recompiles == 0 and s.graph_breaks == 0,
+         what .. ": one compile for batches 2 and 3, equal to the reference"
+         .. string.format(" (compiles %d, recompiles %d, breaks %d)", s.compiles, s.recompiles, s.graph_breaks))
+  end
+  -- Pad of the last dim: the batch keeps its symbol through the padding
+  local pad = load("pad_dyn.onnx", {opset = 13, nodes = {{op = "Pad", inputs = {"x", "pads"}, outputs = {"y"}, name = "p"}},
+    inits = {{name = "pads", dtype = "int64", dims = {6}, ints = {0, 0, 1, 0, 0, 2}}},
+    inputs = {{name = "x", dims = {"N", 3, 4}}}, outputs = {{name = "y"}}})
+  twice(pad, function(n) return fl.randn(n, 3, 4) end, function(x)
+    local n = x.shape[1]
+    return fl.cat({fl.zeros(n, 3, 1), x, fl.zeros(n, 3, 2)}, 3)
+  end, "Pad with a dynamic batch")
+  -- ConvTranspose, kernel 2 stride 2: each input pixel scattered into its
+  -- own 2x2 block, y[n,o,2i+a,2j+b] = sum_c x[n,c,i,j] w[c,o,a,b] + b[o]
+  local W, B = fl.randn(3, 2, 2, 2), fl.randn(2)
+  local ct = load("convt_dyn.onnx", {opset = 17, nodes = {{op = "ConvTranspose", inputs = {"x", "w", "b"}, outputs = {"y"},
+    name = "up", attrs = {kernel_shape = {2, 2}, strides = {2, 2}}}},
+    inits = {{name = "w", dims = {3, 2, 2, 2}, floats = W:reshape({-1}):tolist()},
+             {name = "b", dims = {2}, floats = B:tolist()}},
+    inputs = {{name = "x", dims = {"N", 3, 4, 5}}}, outputs = {{name = "y"}}})
+  twice(ct, function(n) return fl.randn(n, 3, 4, 5) end, function(x)
+    local n = x.shape[1]
+    local y = fl.matmul(x:permute({1, 3, 4, 2}):reshape({n * 20, 3}), W:reshape({3, 8}))   -- [n*4*5, o*a*b]
+    y = y:reshape({n, 4, 5, 2, 2, 2}):permute({1, 4, 2, 5, 3, 6}):reshape({n, 2, 8, 10})
+    return y + B:reshape({1, 2, 1, 1})
+  end, "ConvTranspose stride 2 with a dynamic batch", 1e-4)
+  -- Resize, nearest, scales [1, 1, 2, 2] from a Constant node: the batch
+  -- (scale 1) is no resize, and the scales are read, not a graph break
+  local rz = load("resize_dyn.onnx", {opset = 17, nodes = {
+    {op = "Constant", inputs = {}, outputs = {"scales"}, name = "c",
+     attrs = {value = {tensor = {dims = {4}, floats = {1, 1, 2, 2}}}}},
+    {op = "Resize", inputs = {"x", "", "scales"}, outputs = {"y"}, name = "rz",
+     attrs = {mode = "nearest", coordinate_transformation_mode = "asymmetric", nearest_mode = "floor"}}},
+    inputs = {{name = "x", dims = {"N", 2, 3, 4}}}, outputs = {{name = "y"}}})
+  twice(rz, function(n) return fl.randn(n, 2, 3, 4) end, function(x)
+    local n = x.shape[1]
+    return x:reshape({n, 2, 3, 1, 4, 1}):expand({n, 2, 3, 2, 4, 2}):reshape({n, 2, 6, 8})
+  end, "Resize nearest x2 with a dynamic batch, scales from a Constant")
+end
+
 t.done()
