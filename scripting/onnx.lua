@@ -91,10 +91,32 @@ local function host_of_tensor(t)
   return host(l, false)
 end
 
--- The value as an fl tensor (host vectors are made into int64 tensors).
+-- A size as a 0-d int64 tensor: a symbolic one (under capture) as a graph
+-- value 0 + s0, so it stays symbolic where fl.full would need a number.
+local function size_value(n)
+  if type(n) == "number" then return fl.full({}, n, {dtype = "int64"}) end
+  return fl.zeros({}, {dtype = "int64"}) + n
+end
+
+-- A size as a plain number: a symbolic one is specialized to its value in
+-- this call (that size only; the other dims stay dynamic, and the compiled
+-- graph guards it).  For sizes that count the steps of a Lua loop.
+local function static_size(n)
+  if type(n) == "number" then return n end
+  return math.tointeger(n / 1)        -- true division specializes (lfl_sym.c)
+end
+
+-- The value as an fl tensor (host vectors are made into int64 tensors,
+-- host bools, below, into bool tensors).
 local function T(node, v, what)
   if v == nil then node_error(node, "%s is missing", what or "an input") end
   if is_tensor(v) then return v end
+  if v.hostbool then
+    local l = {}
+    for i, b in ipairs(v.v) do l[i] = b and 1 or 0 end
+    local t = #l == 0 and fl.zeros({0}, {dtype = "int64"}) or fl.tensor(l, {dtype = "int64"})
+    return (v.scalar and t:reshape({}) or t):to("bool")
+  end
   if v.wide then unsupported(node, "%s of dtype %s in arithmetic", what or "an input", v.wide) end
   if v.host then
     local vals, sym = v.v, false
@@ -144,6 +166,7 @@ local function ints(node, v, what)
     local h = v.const and host_of_tensor(v.t) or concrete(node, v.t, what, "shape")
     return h.v, h.scalar
   end
+  if v.hostbool then node_error(node, "%s must be int64, got bool", what) end
   return v.v, v.scalar
 end
 
@@ -158,6 +181,7 @@ end
 local function dtype_of(v)
   if is_tensor(v) then return v.dtype end
   if v.wide then return v.wide end
+  if v.hostbool then return "bool" end
   return "int64"
 end
 
@@ -212,8 +236,20 @@ local function need_float(node, x, what)
   if not FLOAT[x.dtype] then unsupported(node, "%s of dtype %s", what or "an input", x.dtype) end
 end
 
+-- Equality of two sizes, when it is known: plain numbers compared, and a
+-- symbolic size (at least 2) is no negative number (the -1 that classic
+-- exports test a shape for); nil for what only a guard could answer.
+local function size_equal(x, y)
+  if type(x) == "number" and type(y) == "number" then return x == y end
+  local n = type(x) == "number" and x or type(y) == "number" and y or nil
+  if n and n < 0 then return false end
+  return nil
+end
+
 -- Arithmetic on two size vectors stays on sizes (symbolic ones too):
--- NumPy broadcasting of a 1-element side; nil when it cannot.
+-- NumPy broadcasting of a 1-element side; nil when it cannot.  "eq" gives
+-- a host bool vector {hostbool=true, v={...}}: no size, only a Where's
+-- condition over sizes (T makes it a bool tensor anywhere else).
 local function host_binary(a, b, op)
   if is_tensor(a) or is_tensor(b) or not a.host or not b.host then return nil end
   local na, nb = #a.v, #b.v
@@ -233,9 +269,13 @@ local function host_binary(a, b, op)
         if r < 0 and r * y ~= x then r = r + 1 end
       elseif math.type(y) == "integer" and y > 0 then r = x // y
       else return nil end
+    elseif op == "eq" then
+      r = size_equal(x, y)
+      if r == nil then return nil end
     end
     out[i] = r
   end
+  if op == "eq" then return {hostbool = true, v = out, scalar = a.scalar and b.scalar} end
   return host(out, a.scalar and b.scalar)
 end
 
@@ -329,10 +369,10 @@ OPS.Min = variadic(fl.minimum)
 OPS.Sum = variadic(function(a, b) return a + b end)
 OPS.Mean = variadic(function(a, b) return a + b end, true)
 
-local function compare(method)
-  return binary(function(a, b) return a[method](a, b) end)
+local function compare(method, hop)
+  return binary(function(a, b) return a[method](a, b) end, false, hop)
 end
-OPS.Equal = compare("eq")
+OPS.Equal = compare("eq", "eq")
 OPS.Less = compare("lt")
 OPS.LessOrEqual = compare("le")
 OPS.Greater = compare("gt")
@@ -354,9 +394,28 @@ OPS.And = logical(function(a, b) return (a + b):eq(fl.full({}, 2, {dtype = "int6
 OPS.Or = logical(function(a, b) return (a + b):gt(fl.zeros({}, {dtype = "int64"})) end)
 OPS.Xor = logical(function(a, b) return (a + b):eq(fl.ones({}, {dtype = "int64"})) end)
 
+-- Where over sizes (a host bool condition, size vectors): picked here,
+-- each element of the three broadcast from a 1-element side, so the
+-- shape a classic export fixes up (Where(Equal(s, -1), 1, s)) stays sizes.
+local function host_where(c, a, b)
+  if is_tensor(c) or not c.hostbool or is_tensor(a) or is_tensor(b) or not a.host or not b.host then
+    return nil
+  end
+  local n = math.max(#c.v, #a.v, #b.v)
+  for _, v in ipairs({c, a, b}) do if #v.v ~= n and #v.v ~= 1 then return nil end end
+  local out = {}
+  for i = 1, n do
+    local k = function(v) return v.v[#v.v == 1 and 1 or i] end
+    if k(c) then out[i] = k(a) else out[i] = k(b) end
+  end
+  return host(out, c.scalar and a.scalar and b.scalar)
+end
+
 OPS.Where = function(node, attrs)
   known_attrs(node, attrs, {})
   return function(ins)
+    local h = host_where(ins[1], ins[2], ins[3])
+    if h then return {h} end
     local c, a, b = T(node, ins[1]), T(node, ins[2]), T(node, ins[3])
     if c.dtype ~= "bool" then node_error(node, "condition must be bool, got %s", c.dtype) end
     if a.dtype ~= b.dtype then node_error(node, "inputs of dtypes %s and %s", a.dtype, b.dtype) end
@@ -1306,6 +1365,14 @@ OPS.ConstantOfShape = function(node, attrs)
     if dtype == "bool" then
       return {value and fl.ones(shape, {dtype = "bool"}) or fl.zeros(shape, {dtype = "bool"})}
     end
+    if dtype == "int64" and not wide and #shape <= 1 and math.type(shape[1] or 0) == "integer"
+        and (shape[1] or 1) <= 64 then
+      -- a small int64 vector is sizes, as a small int64 Constant is (the
+      -- ones a classic export puts in place of a shape's -1)
+      local out = {}
+      for i = 1, shape[1] or 1 do out[i] = value end
+      return {host(out, #shape == 0)}
+    end
     local y = fl.full(shape, value, {dtype = dtype})
     if wide then return {{wide = wide, t = y}} end
     return {y}
@@ -1316,8 +1383,20 @@ OPS.Reshape = function(node, attrs, opset)
   known_attrs(node, attrs, set("allowzero", "shape"))
   local allowzero = attr(attrs, "allowzero", 0) ~= 0
   return function(ins)
-    local x = T(node, ins[1])
     local shape = opset < 5 and attrs.shape or ints(node, ins[2], "shape")
+    local v = ins[1]
+    if v ~= nil and not is_tensor(v) and v.host then
+      -- a size vector made 1-D or 0-d (exporters flatten a product of
+      -- sizes so): it stays sizes, symbolic ones too, not graph data
+      local n, want = #v.v, shape[1]
+      if want == 0 and not allowzero and not v.scalar then want = n end   -- 0 copies the dim
+      if #shape == 1 and (want == n or want == -1) then
+        return {host(v.v, false)}
+      elseif #shape == 0 and n == 1 then
+        return {host(v.v, true)}
+      end
+    end
+    local x = T(node, v)
     local s, out = x.shape, {}
     for i, n in ipairs(shape) do
       if n == 0 and not allowzero then
@@ -1635,7 +1714,7 @@ OPS.Gather = function(node, attrs)
       if not iscalar and not is_tensor(idx) and idx.wide then it = idx.t end
     end
     if it.dtype ~= "int64" then node_error(node, "indices of dtype %s", it.dtype) end
-    it = fl.where(it:lt(fl.zeros({}, {dtype = "int64"})), it + fl.full({}, n, {dtype = "int64"}), it)
+    it = fl.where(it:lt(fl.zeros({}, {dtype = "int64"})), it + size_value(n), it)
     -- move axis d to the front, flatten the rest
     local perm = {d}
     for k = 1, r do if k ~= d then perm[#perm + 1] = k end end
@@ -1719,7 +1798,7 @@ local function iota(n, d, r)
   return fl.arange(n):reshape(s)
 end
 
-local function i64(v) return fl.full({}, v, {dtype = "int64"}) end
+local i64 = size_value
 
 
 -- loss[n, d..] = -x[n, target, d..] * weight[target], 0 where target is
@@ -2438,8 +2517,9 @@ local function recurrent(kind)
       local X, W, R = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "R")
       need_float(node, X)
       if layout == 1 then X = X:transpose(1, 2) end         -- [seq, batch, input]
-      local S, B = X.shape[1], X.shape[2]
-      if type(S) ~= "number" then unsupported(node, "a dynamic sequence length") end
+      -- the steps unroll: a dynamic sequence length is made static here
+      -- (a new length compiles again), the batch stays dynamic
+      local S, B = static_size(X.shape[1]), X.shape[2]
       local H = R.shape[3]
       if attrs.hidden_size and attrs.hidden_size ~= H then node_error(node, "hidden_size %d, R of %d", attrs.hidden_size, H) end
       local Bias = ins[4] and T(node, ins[4], "B")

@@ -1023,6 +1023,53 @@ do
     local n = x.shape[1]
     return x:reshape({n, 2, 3, 1, 4, 1}):expand({n, 2, 3, 2, 4, 2}):reshape({n, 2, 6, 8})
   end, "Resize nearest x2 with a dynamic batch, scales from a Constant")
+  -- the classic exporter's shape fix-up before an Expand (transformers'
+  -- masks): Where(Equal(s, -1), ones, s) over s = Reshape(Shape(x), [-1]),
+  -- the ones from ConstantOfShape: all sizes, so the batch stays dynamic
+  local Y = fl.randn(1, 4)
+  local ex = load("expand_dyn.onnx", {opset = 17, nodes = {
+    {op = "Shape", inputs = {"x"}, outputs = {"s0"}, name = "shape"},
+    {op = "Reshape", inputs = {"s0", "flat"}, outputs = {"s"}, name = "flatten"},
+    {op = "Shape", inputs = {"s"}, outputs = {"n"}, name = "len"},
+    {op = "ConstantOfShape", inputs = {"n"}, outputs = {"ones"}, name = "ones",
+     attrs = {value = {tensor = {dtype = "int64", dims = {1}, ints = {1}}}}},
+    {op = "Mul", inputs = {"ones", "minus1"}, outputs = {"neg"}, name = "neg"},
+    {op = "Equal", inputs = {"s", "neg"}, outputs = {"c"}, name = "eq"},
+    {op = "Where", inputs = {"c", "ones", "s"}, outputs = {"shp"}, name = "where"},
+    {op = "Expand", inputs = {"yb", "shp"}, outputs = {"e"}, name = "expand"},
+    {op = "Add", inputs = {"e", "x"}, outputs = {"y"}, name = "add"}},
+    inits = {{name = "flat", dtype = "int64", dims = {1}, ints = {-1}},
+             {name = "minus1", dtype = "int64", dims = {}, ints = {-1}},
+             {name = "yb", dims = {1, 4}, floats = Y:reshape({-1}):tolist()}},
+    inputs = {{name = "x", dims = {"N", 4}}}, outputs = {{name = "y"}}})
+  twice(ex, function(n) return fl.randn(n, 4) end, function(x) return x + Y end,
+        "Expand to Where(Equal(Reshape(Shape), -1), ConstantOfShape, ...) with a dynamic batch")
+  -- Gather of index -1 along the dynamic dim: the last row, whatever the batch
+  local ga = load("gather_dyn.onnx", {opset = 13, nodes = {{op = "Gather", inputs = {"x", "last"}, outputs = {"y"},
+    name = "g", attrs = {axis = 0}}}, inits = {{name = "last", dtype = "int64", dims = {1}, ints = {-1}}},
+    inputs = {{name = "x", dims = {"N", 3}}}, outputs = {{name = "y"}}})
+  twice(ga, function(n) return fl.randn(n, 3) end, function(x) return x:narrow(1, x.shape[1], 1) end,
+        "Gather of index -1 along a dynamic dim")
+  -- RNN over [T, N, 3], hidden 2: h_t = tanh(x_t W^T + h_{t-1} R^T + Wb + Rb).
+  -- The steps unroll (T is made static), the batch stays dynamic
+  local RW, RR, RB = fl.randn(1, 2, 3), fl.randn(1, 2, 2), fl.randn(1, 4)
+  local rnn = load("rnn_dyn.onnx", {opset = 14, nodes = {{op = "RNN", inputs = {"x", "W", "R", "B"}, outputs = {"y"},
+    name = "rnn", attrs = {hidden_size = 2}}},
+    inits = {{name = "W", dims = {1, 2, 3}, floats = RW:reshape({-1}):tolist()},
+             {name = "R", dims = {1, 2, 2}, floats = RR:reshape({-1}):tolist()},
+             {name = "B", dims = {1, 4}, floats = RB:reshape({-1}):tolist()}},
+    inputs = {{name = "x", dims = {"T", "N", 3}}}, outputs = {{name = "y"}}})
+  twice(rnn, function(n) return fl.randn(4, n, 3) end, function(x)
+    local n, h, ys = x.shape[2], nil, {}
+    local W, R = RW:reshape({2, 3}), RR:reshape({2, 2})
+    local b = RB:narrow(2, 1, 2) + RB:narrow(2, 3, 2)
+    h = fl.zeros(n, 2)
+    for k = 1, 4 do
+      h = (fl.matmul(x:narrow(1, k, 1):reshape({n, 3}), W:transpose(1, 2)) + fl.matmul(h, R:transpose(1, 2)) + b):tanh()
+      ys[k] = h:reshape({1, 1, n, 2})
+    end
+    return fl.cat(ys, 1)
+  end, "RNN with a dynamic batch (T static: the steps unroll)", 1e-4)
 end
 
 t.done()
