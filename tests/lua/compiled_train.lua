@@ -345,9 +345,13 @@ do
   local before = fl.blas_info()
   for _ = 1, 5 do cf(x, y):backward() end
   local after = fl.blas_info()
-  t.ok(after.packed_made == before.packed_made and after.packed_calls > before.packed_calls,
-       ("5 more steps, weights unchanged: %d copies made, %d products read a kept copy"):format(
-       after.packed_made - before.packed_made, after.packed_calls - before.packed_calls))
+  -- oneDNN's sgemm kernels (a CPU without AVX-512) read the weights in
+  -- place and keep no copy (tests/lua/matmul.lua): then none is read
+  local keeps = not after.matmul:match(", gemm:")
+  t.ok(after.packed_made == before.packed_made and
+       (after.packed_calls > before.packed_calls) == (keeps and after.matmul:match("oneDNN") ~= nil),
+       ("5 more steps, weights unchanged: %d copies made, %d products read a kept copy (%s)"):format(
+       after.packed_made - before.packed_made, after.packed_calls - before.packed_calls, after.matmul))
   m:zero_grad(true)
 end
 
