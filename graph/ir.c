@@ -286,14 +286,12 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
   }
   case OP_RNN: {
     /* [S + T, D, B, H]: the sequence length (grown by the state rows) and
-    ** the batch keep X's symbols; a symbolic input or hidden size is not
-    ** followed (weights have none) */
+    ** the batch keep X's symbols, H R's; the input size (a symbol where an
+    ** earlier layer's output was reshaped) is not in the result */
     op_rnn c;
     op_rnn_of(a, &c);
     nd->sym[2] = x->sym[1];
-    nd->symlost |= x->sym[2] != 0;
-    for (k = 1; k < nd->nin; k++)
-      if (k != 4 && k != 5 && k != 6 && nd->in[k] >= 0) nd->symlost |= has_sym(&g->nodes[nd->in[k]]);
+    if (nd->nin > 2 && nd->in[2] >= 0) nd->sym[3] = g->nodes[nd->in[2]].sym[2];
     if (x->sym[0]) {
       int cs = ir_sym_const(g, c.states, e), s;
       if (cs < 0) return cs;
