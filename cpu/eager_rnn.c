@@ -59,7 +59,8 @@ static inline float rnn_actf(int act, float v) {
   case OP_RNN_ACT_TANH: return tanhf(v);
   case OP_RNN_ACT_RELU: return v < 0.0f ? 0.0f : v;
   case OP_RNN_ACT_SOFTSIGN: return v / (1.0f + fabsf(v));
-  case OP_RNN_ACT_SOFTPLUS: return logf(1.0f + expf(v));
+  /* log(1 + e^v) without e^v overflowing: v + log(1 + e^-v) above 0 */
+  case OP_RNN_ACT_SOFTPLUS: return v > 0.0f ? v + log1pf(expf(-v)) : log1pf(expf(v));
   default: return v;
   }
 }

@@ -175,7 +175,7 @@ double op_rnn_act(int act, double x) {
   case OP_RNN_ACT_TANH: return tanh(x);
   case OP_RNN_ACT_RELU: return x < 0 ? 0 : x;
   case OP_RNN_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
-  case OP_RNN_ACT_SOFTPLUS: return log(1.0 + exp(x));
+  case OP_RNN_ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
   default: return x;
   }
 }
