@@ -96,6 +96,16 @@ int64_t fuse_node_flops(const ir_graph *g, int id) {
   case OP_RMS_NORM: return flop_mul(4, rd);            /* square, sum, scale, w */
   case OP_BATCH_NORM: return flop_mul(4, out);         /* (x - mean) * rstd * w + b */
   case OP_CUMSUM: return out;
+  case OP_RNN: {
+    /* X W^T and h R^T per step and direction (2 per multiply-add), and
+    ** about ten per gate element for the activations and the update */
+    const fl_meta *r = nd->nin > 2 && nd->in[2] >= 0 ? &g->nodes[nd->in[2]].meta : NULL;
+    int64_t gh = r && r->ndim == 3 ? r->shape[1] : 0, h = r && r->ndim == 3 ? r->shape[2] : 0;
+    int64_t steps = in0 && in0->ndim == 3 ? flop_mul(in0->shape[0], in0->shape[1]) : 0;
+    int64_t dirs = r && r->ndim == 3 ? r->shape[0] : 1, i = in0 && in0->ndim == 3 ? in0->shape[2] : 0;
+    return flop_mul(flop_mul(flop_mul(2, steps), flop_mul(dirs, gh)), i + h) +
+           flop_mul(flop_mul(10, steps), flop_mul(dirs, gh));
+  }
   default: break;
   }
   if (kind == OPK_ELEMWISE || kind == OPK_BROADCAST) return out;

@@ -34,6 +34,17 @@ void gr_none(const gr_ctx *c, int *gin) {
     B->rc = err_set(B->e, FL_EINVAL, "%s has no derivative", op_name(c->op));
 }
 
+/* rnn runs ONNX's recurrent cells for inference: its result requires
+** grad when an input does, so that asking for a gradient through it is
+** this error rather than a silent zero (gr_none's results never require
+** grad). */
+void gr_rnn(const gr_ctx *c, int *gin) {
+  (void)gin;
+  if (!B->rc)
+    B->rc = err_set(B->e, FL_EUNSUPPORTED, "%s has no derivative: recurrent cells (ONNX's "
+                    "RNN, GRU, LSTM) run forward only", op_name(c->op));
+}
+
 /* --- elementwise, one input ------------------------------------------- */
 
 void gr_to(const gr_ctx *c, int *gin) {

@@ -284,6 +284,22 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
     }
     break;
   }
+  case OP_RNN: {
+    /* [S + T, D, B, H]: the sequence length (grown by the state rows) and
+    ** the batch keep X's symbols, H R's; the input size (a symbol where an
+    ** earlier layer's output was reshaped) is not in the result */
+    op_rnn c;
+    op_rnn_of(a, &c);
+    nd->sym[2] = x->sym[1];
+    if (nd->nin > 2 && nd->in[2] >= 0) nd->sym[3] = g->nodes[nd->in[2]].sym[2];
+    if (x->sym[0]) {
+      int cs = ir_sym_const(g, c.states, e), s;
+      if (cs < 0) return cs;
+      if ((s = ir_sym_op(g, SYM_ADD, cs, x->sym[0] - 1, e)) < 0) return s;
+      nd->sym[0] = s + 1;
+    }
+    break;
+  }
   case OP_MAX_POOL2D_BACKWARD:               /* x's shape, x's sizes */
     for (d = 0; d < nd->meta.ndim; d++) nd->sym[d] = g->nodes[nd->in[1]].sym[d];
     break;
@@ -549,6 +565,20 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
     snprintf(buf, n, "dim=%lld%s%s", (long long)a->i[0], a->i[1] ? ", exclusive" : "",
              a->i[2] ? ", reverse" : "");
     break;
+  case OP_RNN: {
+    static const char *const cells[] = {"RNN", "GRU", "LSTM"}, *const dirs[] = {"forward", "reverse", "bidirectional"};
+    op_rnn c;
+    int at, d, j;
+    op_rnn_of(a, &c);
+    at = snprintf(buf, n, "%s, %s", cells[c.cell], dirs[c.dirs == 2 ? 2 : c.reverse]);
+    if (at > 0 && (size_t)at < n && c.lbr) at += snprintf(buf + at, n - (size_t)at, ", linear_before_reset");
+    if (at > 0 && (size_t)at < n && c.clip_on) at += snprintf(buf + at, n - (size_t)at, ", clip=%g", c.clip);
+    for (d = 0; d < 2; d++)
+      for (j = 0; j < 3; j++)
+        if (a->i[4 + 3 * d + j] && at > 0 && (size_t)at < n)
+          at += snprintf(buf + at, n - (size_t)at, ", %c%d=%s", "fgh"[j], d, op_rnn_act_name(c.act[d][j]));
+    break;
+  }
   case OP_FLIP:
     snprintf(buf, n, "dims=[");
     for (k = 0; k < a->ndims; k++) {

@@ -140,3 +140,53 @@ int op_infer(fl_op op, const fl_meta *const *in, int nin, const op_attrs *a,
   if ((rc = oi->infer(op, in, nin, a, out, e)) != FL_OK) return rc;
   return meta_check_extent(out, oi->name, e);
 }
+
+/* --- rnn ----------------------------------------------------------------- */
+
+static const char *const rnn_act_names[OP_RNN_ACT_COUNT] = {
+  "default", "Sigmoid", "Tanh", "Relu", "Softsign", "Softplus"};
+
+void op_rnn_of(const op_attrs *a, op_rnn *r) {
+  /* ONNX's defaults: f = Sigmoid, g = h = Tanh (an RNN's one f is Tanh) */
+  static const int dflt[3][3] = {
+    {OP_RNN_ACT_TANH, OP_RNN_ACT_TANH, OP_RNN_ACT_TANH},
+    {OP_RNN_ACT_SIGMOID, OP_RNN_ACT_TANH, OP_RNN_ACT_TANH},
+    {OP_RNN_ACT_SIGMOID, OP_RNN_ACT_TANH, OP_RNN_ACT_TANH}};
+  int d, k, cell = a->i[0] >= 0 && a->i[0] <= OP_RNN_CELL_LSTM ? (int)a->i[0] : 0;
+  memset(r, 0, sizeof *r);
+  r->cell = cell;
+  r->gates = cell == OP_RNN_CELL_RNN ? 1 : cell == OP_RNN_CELL_GRU ? 3 : 4;
+  r->dirs = a->i[1] == 2 ? 2 : 1;
+  r->reverse = a->i[1] == 1;
+  r->states = cell == OP_RNN_CELL_LSTM ? 2 : 1;
+  r->lbr = a->i[2] != 0;
+  r->clip_on = a->i[3] != 0;
+  r->clip = a->f[0];
+  for (d = 0; d < 2; d++)
+    for (k = 0; k < 3; k++) {
+      int64_t v = a->i[4 + 3 * d + k];
+      r->act[d][k] = v > 0 && v < OP_RNN_ACT_COUNT ? (int)v : dflt[cell][k];
+    }
+}
+
+double op_rnn_act(int act, double x) {
+  switch (act) {
+  case OP_RNN_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+  case OP_RNN_ACT_TANH: return tanh(x);
+  case OP_RNN_ACT_RELU: return x < 0 ? 0 : x;
+  case OP_RNN_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
+  case OP_RNN_ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+  default: return x;
+  }
+}
+
+const char *op_rnn_act_name(int act) {
+  return act >= 0 && act < OP_RNN_ACT_COUNT ? rnn_act_names[act] : "?";
+}
+
+int op_rnn_act_by_name(const char *name) {
+  int k;
+  for (k = 1; k < OP_RNN_ACT_COUNT; k++)
+    if (strcmp(rnn_act_names[k], name) == 0) return k;
+  return OP_RNN_ACT_DEFAULT;
+}

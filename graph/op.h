@@ -114,6 +114,29 @@ void op_win2d_of(fl_op op, const op_attrs *a, int64_t kh, int64_t kw, op_win2d *
 int64_t op_win_out(int64_t n, int64_t k, int64_t s, int64_t pb, int64_t pe,
                    int64_t d, int ceil_mode);
 
+/* rnn (ops.def): its attributes decoded, defaults resolved.  Every
+** consumer (shape rule, oracle, eager kernel, listing) reads them here. */
+enum { OP_RNN_CELL_RNN, OP_RNN_CELL_GRU, OP_RNN_CELL_LSTM };
+enum { OP_RNN_ACT_DEFAULT, OP_RNN_ACT_SIGMOID, OP_RNN_ACT_TANH, OP_RNN_ACT_RELU,
+       OP_RNN_ACT_SOFTSIGN, OP_RNN_ACT_SOFTPLUS, OP_RNN_ACT_COUNT };
+typedef struct op_rnn {
+  int cell;                 /* OP_RNN_CELL_* */
+  int gates;                /* 1, 3, 4 (ONNX's order: RNN i; GRU z r h; LSTM i o f c) */
+  int dirs;                 /* 1 or 2 */
+  int reverse;              /* the single direction runs backward */
+  int states;               /* rows of out before Y: 1 (Y_h), 2 with Y_c */
+  int lbr;                  /* GRU's linear_before_reset */
+  int clip_on;
+  double clip;
+  int act[2][3];            /* per direction: f, g, h (OP_RNN_ACT_*, never DEFAULT) */
+} op_rnn;
+void op_rnn_of(const op_attrs *a, op_rnn *r);
+/* The activation at x in double (the oracle's); its ONNX name; the code of
+** an ONNX name (OP_RNN_ACT_DEFAULT when rnn has no such activation). */
+double op_rnn_act(int act, double x);
+const char *op_rnn_act_name(int act);
+int op_rnn_act_by_name(const char *name);
+
 /* 1 when elementwise op over operands of dtypes dt[0..nin) computes in
 ** exact int64 arithmetic (its iscalar / iexpr): it has an int64 form, an
 ** operand is int64 and the others int64 or bool (where's condition

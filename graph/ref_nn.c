@@ -390,3 +390,147 @@ int ref_batch_norm(fl_op op, const fl_tensor *const *in, int nin,
   }
   return FL_OK;
 }
+
+/* --- rnn ---------------------------------------------------------------- */
+
+/* ONNX's RNN, GRU and LSTM (ops.def's layout), one batch row and one step
+** at a time, straight from the operator's equations: every gate's dot
+** products summed in double, the clip on each activation's input.  Gates
+** in ONNX's order (RNN i; GRU z r h; LSTM i o f c), peepholes i o f. */
+typedef struct rnn_args {
+  const fl_tensor *x, *w, *r, *b, *lens, *h0, *c0, *p;
+  op_rnn c;
+  int64_t T, B, I, H, G;
+} rnn_args;
+
+static double rnn_clip(const rnn_args *ra, double v) {
+  if (!ra->c.clip_on || v != v) return v;
+  return v < -ra->c.clip ? -ra->c.clip : v > ra->c.clip ? ra->c.clip : v;
+}
+
+/* gate k, unit j of direction d at step t for batch row bt: X_t W^T + Wb
+** (wx) and hin R^T + Rb (rh), hin the row the recurrent product reads */
+static void rnn_dots(const rnn_args *ra, int d, int64_t t, int64_t bt, int k, int64_t j,
+                     const double *hin, double *wx, double *rh) {
+  int64_t row = d * ra->G * ra->H + k * ra->H + j, i;
+  double sx = 0, sh = 0;
+  for (i = 0; i < ra->I; i++)
+    sx += ten_get(ra->x, (t * ra->B + bt) * ra->I + i) * ten_get(ra->w, row * ra->I + i);
+  for (i = 0; i < ra->H; i++) sh += hin[i] * ten_get(ra->r, row * ra->H + i);
+  if (ra->b) {
+    sx += ten_get(ra->b, d * 2 * ra->G * ra->H + k * ra->H + j);
+    sh += ten_get(ra->b, d * 2 * ra->G * ra->H + (ra->G + k) * ra->H + j);
+  }
+  *wx = sx;
+  *rh = sh;
+}
+
+static double rnn_act(const rnn_args *ra, int d, int which, double v) {
+  return op_rnn_act(ra->c.act[d][which], v);
+}
+
+/* One step of one row: h, c (H each) in, hn, cn out; tmp holds 2 H. */
+static void rnn_cell(const rnn_args *ra, int d, int64_t t, int64_t bt, const double *h,
+                     const double *c, double *hn, double *cn, double *tmp) {
+  int64_t j, H = ra->H;
+  double wx, rh, wx2, rh2;
+  if (ra->c.cell == OP_RNN_CELL_RNN) {
+    for (j = 0; j < H; j++) {
+      rnn_dots(ra, d, t, bt, 0, j, h, &wx, &rh);
+      hn[j] = rnn_act(ra, d, 0, rnn_clip(ra, wx + rh));
+    }
+  } else if (ra->c.cell == OP_RNN_CELL_GRU) {
+    double *z = tmp, *rr = tmp + H;
+    for (j = 0; j < H; j++) {
+      rnn_dots(ra, d, t, bt, 0, j, h, &wx, &rh);
+      z[j] = rnn_act(ra, d, 0, rnn_clip(ra, wx + rh));
+      rnn_dots(ra, d, t, bt, 1, j, h, &wx, &rh);
+      rr[j] = rnn_act(ra, d, 0, rnn_clip(ra, wx + rh));
+    }
+    for (j = 0; j < H; j++) {
+      double hh;
+      if (ra->c.lbr) {                 /* r (h Rh^T + Rbh) */
+        rnn_dots(ra, d, t, bt, 2, j, h, &wx, &rh);
+        hh = rnn_act(ra, d, 1, rnn_clip(ra, wx + rr[j] * rh));
+      } else {                         /* (r h) Rh^T + Rbh */
+        double sh = 0;
+        int64_t m, row = d * ra->G * H + 2 * H + j;
+        rnn_dots(ra, d, t, bt, 2, j, h, &wx, &rh);
+        for (m = 0; m < H; m++) sh += rr[m] * h[m] * ten_get(ra->r, row * H + m);
+        if (ra->b) sh += ten_get(ra->b, d * 2 * ra->G * H + (ra->G + 2) * H + j);
+        hh = rnn_act(ra, d, 1, rnn_clip(ra, wx + sh));
+      }
+      hn[j] = (1 - z[j]) * hh + z[j] * h[j];
+    }
+  } else {
+    for (j = 0; j < H; j++) {
+      double pi = 0, po = 0, pf = 0, gi, gf, gc, go;
+      if (ra->p) {
+        pi = ten_get(ra->p, d * 3 * H + j);
+        po = ten_get(ra->p, d * 3 * H + H + j);
+        pf = ten_get(ra->p, d * 3 * H + 2 * H + j);
+      }
+      rnn_dots(ra, d, t, bt, 0, j, h, &wx, &rh);
+      gi = rnn_act(ra, d, 0, rnn_clip(ra, wx + rh + pi * c[j]));
+      rnn_dots(ra, d, t, bt, 2, j, h, &wx, &rh);
+      gf = rnn_act(ra, d, 0, rnn_clip(ra, wx + rh + pf * c[j]));
+      rnn_dots(ra, d, t, bt, 3, j, h, &wx, &rh);
+      gc = rnn_act(ra, d, 1, rnn_clip(ra, wx + rh));
+      cn[j] = gf * c[j] + gi * gc;
+      rnn_dots(ra, d, t, bt, 1, j, h, &wx2, &rh2);
+      go = rnn_act(ra, d, 0, rnn_clip(ra, wx2 + rh2 + po * cn[j]));
+      hn[j] = go * rnn_act(ra, d, 2, cn[j]);
+    }
+  }
+}
+
+int ref_rnn(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a, fl_tensor *out,
+            fl_err *e) {
+  rnn_args ra;
+  int64_t S, D, t, step, bt, j, H;
+  double *h, *c, *hn, *cn, *tmp;
+  int d;
+  memset(&ra, 0, sizeof ra);
+  ra.x = in[0]; ra.w = in[1]; ra.r = in[2];
+  ra.b = nin > 3 ? in[3] : NULL;
+  ra.lens = nin > 4 ? in[4] : NULL;
+  ra.h0 = nin > 5 ? in[5] : NULL;
+  ra.c0 = nin > 6 ? in[6] : NULL;
+  ra.p = nin > 7 ? in[7] : NULL;
+  op_rnn_of(a, &ra.c);
+  ra.T = ra.x->m.shape[0]; ra.B = ra.x->m.shape[1]; ra.I = ra.x->m.shape[2];
+  ra.H = H = ra.r->m.shape[2]; ra.G = ra.c.gates;
+  S = ra.c.states; D = ra.c.dirs;
+  h = calloc((size_t)(6 * H + 1), sizeof *h);
+  if (!h) return err_set(e, FL_ENOMEM, "%s: out of memory", op_name(op));
+  c = h + H; hn = c + H; cn = hn + H; tmp = cn + H;
+  for (d = 0; d < D; d++) {
+    int rev = D == 2 ? d == 1 : ra.c.reverse;
+    for (bt = 0; bt < ra.B; bt++) {
+      double len = ra.lens ? ten_get(ra.lens, bt) : (double)ra.T;
+      for (j = 0; j < H; j++) {
+        h[j] = ra.h0 ? ten_get(ra.h0, (d * ra.B + bt) * H + j) : 0;
+        c[j] = ra.c0 ? ten_get(ra.c0, (d * ra.B + bt) * H + j) : 0;
+      }
+      for (step = 0; step < ra.T; step++) {
+        int64_t yat;
+        t = rev ? ra.T - 1 - step : step;
+        yat = ((S + t) * D + d) * ra.B + bt;
+        if ((double)t >= len) {        /* past this row's length: Y 0, state kept */
+          for (j = 0; j < H; j++) ten_set(out, yat * H + j, 0);
+          continue;
+        }
+        rnn_cell(&ra, d, t, bt, h, c, hn, cn, tmp);
+        memcpy(h, hn, (size_t)H * sizeof *h);
+        if (ra.c.cell == OP_RNN_CELL_LSTM) memcpy(c, cn, (size_t)H * sizeof *c);
+        for (j = 0; j < H; j++) ten_set(out, yat * H + j, h[j]);
+      }
+      for (j = 0; j < H; j++) {
+        ten_set(out, (d * ra.B + bt) * H + j, h[j]);
+        if (S == 2) ten_set(out, ((D + d) * ra.B + bt) * H + j, c[j]);
+      }
+    }
+  }
+  free(h);
+  return FL_OK;
+}

@@ -946,6 +946,77 @@ int infer_cumsum(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* --- recurrent cells --------------------------------------------------- */
+
+/* An optional rnn input must be absent or exactly [d0, d1, d2] (n dims). */
+static int rnn_input(fl_op op, const fl_meta *m, const char *what, int n, int64_t d0,
+                     int64_t d1, int64_t d2, fl_err *e) {
+  shbuf s, w;
+  fl_meta want;
+  if (!m) return FL_OK;
+  memset(&want, 0, sizeof want);
+  want.ndim = n;
+  want.shape[0] = d0; want.shape[1] = d1; want.shape[2] = d2;
+  if (m->ndim == n && meta_same_shape(m, &want)) return FL_OK;
+  return err_set(e, FL_EINVAL, "%s: %s has shape %s, expected %s", op_name(op), what,
+                 SH(m, s), SH(&want, w));
+}
+
+/* rnn (ops.def's layout): X [T, B, I], W [D, G*H, I], R [D, G*H, H] and the
+** optional inputs of ONNX's RNN/GRU/LSTM -> [S + T, D, B, H], X's dtype. */
+int infer_rnn(fl_op op, const fl_meta *const *in, int nin,
+              const op_attrs *a, fl_meta *out, fl_err *e) {
+  const fl_meta *x = in[0], *w = in[1], *r = in[2];
+  op_rnn c;
+  shbuf s1, s2;
+  int64_t T, B, I, D, GH, H;
+  int k, rc = check_inputs(op, in, nin, e);
+  if (rc) return rc;
+  if (a->i[0] < 0 || a->i[0] > OP_RNN_CELL_LSTM || a->i[1] < 0 || a->i[1] > 2)
+    return err_set(e, FL_EINVAL, "%s: cell %lld, direction %lld (expected 0..2 each)", op_name(op),
+                   (long long)a->i[0], (long long)a->i[1]);
+  for (k = 4; k < 10; k++)
+    if (a->i[k] < 0 || a->i[k] >= OP_RNN_ACT_COUNT)
+      return err_set(e, FL_EINVAL, "%s: activation code %lld (expected 0..%d)", op_name(op),
+                     (long long)a->i[k], OP_RNN_ACT_COUNT - 1);
+  if (a->i[3] && !(a->f[0] >= 0))
+    return err_set(e, FL_EINVAL, "%s: clip must be >= 0, got %g", op_name(op), a->f[0]);
+  op_rnn_of(a, &c);
+  if (!x || !w || !r) return err_set(e, FL_EINVAL, "%s: X, W and R are required", op_name(op));
+  if ((rc = need_float(op, x, "X", e))) return rc;
+  if (x->ndim != 3)
+    return err_set(e, FL_EINVAL, "%s: X must be [seq, batch, input], got %s", op_name(op), SH(x, s1));
+  T = x->shape[0]; B = x->shape[1]; I = x->shape[2];
+  if (r->ndim != 3 || r->shape[0] != c.dirs || r->shape[1] % c.gates != 0 ||
+      r->shape[1] / c.gates != r->shape[2])
+    return err_set(e, FL_EINVAL, "%s: R must be [%d, %d*H, H] (%d direction(s), %d gate(s)), got %s",
+                   op_name(op), c.dirs, c.gates, c.dirs, c.gates, SH(r, s1));
+  D = c.dirs; H = r->shape[2]; GH = r->shape[1];
+  if ((rc = rnn_input(op, w, "W", 3, D, GH, I, e))) return rc;
+  if ((rc = rnn_input(op, nin > 3 ? in[3] : NULL, "B", 2, D, 2 * GH, 0, e))) return rc;
+  if (nin > 4 && in[4] && (in[4]->dtype != FL_I64 || in[4]->ndim != 1 || in[4]->shape[0] != B))
+    return err_set(e, FL_EINVAL, "%s: sequence_lens must be int64 [%lld] (X %s), got %s %s",
+                   op_name(op), (long long)B, SH(x, s1), dtype_name(in[4]->dtype), SH(in[4], s2));
+  if ((rc = rnn_input(op, nin > 5 ? in[5] : NULL, "initial_h", 3, D, B, H, e))) return rc;
+  if (nin > 6 && in[6] && c.cell != OP_RNN_CELL_LSTM)
+    return err_set(e, FL_EINVAL, "%s: initial_c is for LSTM cells only", op_name(op));
+  if ((rc = rnn_input(op, nin > 6 ? in[6] : NULL, "initial_c", 3, D, B, H, e))) return rc;
+  if (nin > 7 && in[7] && c.cell != OP_RNN_CELL_LSTM)
+    return err_set(e, FL_EINVAL, "%s: peepholes P are for LSTM cells only", op_name(op));
+  if ((rc = rnn_input(op, nin > 7 ? in[7] : NULL, "P", 2, D, 3 * H, 0, e))) return rc;
+  for (k = 1; k < nin; k++)
+    if (k != 4 && in[k] && in[k]->dtype != x->dtype)
+      return err_set(e, FL_EINVAL, "%s: input %d is %s, X is %s (one float dtype)", op_name(op),
+                     k + 1, dtype_name(in[k]->dtype), dtype_name(x->dtype));
+  init_out(out, in, nin, x->dtype);
+  out->ndim = 4;
+  out->shape[0] = c.states + T;
+  out->shape[1] = D;
+  out->shape[2] = B;
+  out->shape[3] = H;
+  return FL_OK;
+}
+
 /* --- vision ----------------------------------------------------------------- */
 
 /* max/avg_pool2d (ops.def's layout): each pad below the (dilated) kernel,

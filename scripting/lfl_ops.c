@@ -522,6 +522,112 @@ static int b_conv2d(lua_State *L) {
   return lfl_dispatch(L, OP_CONV2D, in, 3, &a);
 }
 
+/* A tensor option, or NULL when absent; the options table keeps it alive. */
+static const fl_tensor *tensor_field(lua_State *L, int idx, const char *key, const char *what) {
+  const fl_tensor *t = NULL;
+  if (idx == 0) return NULL;
+  lua_getfield(L, idx, key);
+  if (!lua_isnil(L, -1) && !(t = lfl_totensor(L, -1)))
+    luaL_error(L, "%s: %s must be an fl.Tensor, got %s", what, key, lfl_typename(L, -1));
+  lua_pop(L, 1);
+  return t;
+}
+
+/* fl.rnn(x, w, r [, {cell=, direction=, bias=, sequence_lens=, initial_h=,
+** initial_c=, peepholes=, clip=, linear_before_reset=, activations=}])
+** -> y [T, D, B, H], y_h [D, B, H] (and y_c for an LSTM): ONNX's RNN, GRU
+** and LSTM (layout 0, its input order and gate order).  cell defaults to
+** what R's shape says (R [D, G*H, H]: G = 1 rnn, 3 gru, 4 lstm);
+** activations lists ONNX's names per direction (f; f g; f g h).  The op's
+** packed result (ops.def) is taken apart here with narrow, so the
+** sequence length stays symbolic under capture. */
+static int b_rnn(lua_State *L) {
+  static const char *const keys[] = {"cell", "direction", "bias", "sequence_lens", "initial_h",
+                                     "initial_c", "peepholes", "clip", "linear_before_reset",
+                                     "activations", NULL};
+  static const char *const cells[] = {"rnn", "gru", "lstm", NULL};
+  static const char *const dirs[] = {"forward", "reverse", "bidirectional", NULL};
+  const fl_tensor *in[8];
+  op_attrs a;
+  int o, k, nact, ndir, states, nin;
+  lua_settop(L, 4);
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  in[2] = lfl_checktensor(L, 3);
+  op_attrs_init(OP_RNN, &a);
+  o = opts_index(L, 4, keys, "rnn");
+  a.i[0] = in[2]->m.ndim == 3 && in[2]->m.shape[2] > 0 && in[2]->m.shape[1] == 3 * in[2]->m.shape[2]
+           ? OP_RNN_CELL_GRU
+           : in[2]->m.ndim == 3 && in[2]->m.shape[1] == in[2]->m.shape[2] ? OP_RNN_CELL_RNN
+                                                                           : OP_RNN_CELL_LSTM;
+  if (o) {
+    lua_getfield(L, o, "cell");
+    if (!lua_isnil(L, -1)) a.i[0] = luaL_checkoption(L, -1, NULL, cells);
+    lua_getfield(L, o, "direction");
+    if (!lua_isnil(L, -1)) a.i[1] = luaL_checkoption(L, -1, NULL, dirs);
+    lua_getfield(L, o, "clip");
+    if (!lua_isnil(L, -1)) {
+      a.i[3] = 1;
+      a.f[0] = opt_number(L, -1, 0, "rnn", "clip");
+    }
+    lua_pop(L, 3);
+  }
+  in[3] = tensor_field(L, o, "bias", "rnn");
+  in[4] = tensor_field(L, o, "sequence_lens", "rnn");
+  in[5] = tensor_field(L, o, "initial_h", "rnn");
+  in[6] = tensor_field(L, o, "initial_c", "rnn");
+  in[7] = tensor_field(L, o, "peepholes", "rnn");
+  a.i[2] = bool_field(L, o, "linear_before_reset", 0, "rnn");
+  nact = a.i[0] == OP_RNN_CELL_RNN ? 1 : a.i[0] == OP_RNN_CELL_GRU ? 2 : 3;
+  ndir = a.i[1] == 2 ? 2 : 1;
+  if (o) {
+    lua_getfield(L, o, "activations");
+    if (!lua_isnil(L, -1)) {
+      lua_Integer n;
+      luaL_checktype(L, -1, LUA_TTABLE);
+      n = (lua_Integer)lua_rawlen(L, -1);
+      if (n != nact * ndir)
+        return luaL_error(L, "rnn: activations lists %I names, expected %d (%d per direction)", n,
+                          nact * ndir, nact);
+      for (k = 0; k < n; k++) {
+        const char *nm;
+        int code;
+        lua_rawgeti(L, -1, k + 1);
+        nm = lua_tostring(L, -1);
+        if (!nm || !(code = op_rnn_act_by_name(nm)))
+          return luaL_error(L, "rnn: activation %s is not one of Sigmoid, Tanh, Relu, Softsign, "
+                            "Softplus", nm ? nm : lfl_typename(L, -1));
+        a.i[4 + 3 * (k / nact) + k % nact] = code;
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  for (nin = 8; !in[nin - 1]; nin--) {}   /* the absent trailing inputs dropped */
+  lfl_dispatch(L, OP_RNN, in, nin, &a);
+  /* y, y_h (, y_c): rows S.. of the packed result, then rows 0 and 1 */
+  states = a.i[0] == OP_RNN_CELL_LSTM ? 2 : 1;
+  lua_getfield(L, -1, "narrow");
+  lua_pushvalue(L, -2);
+  lua_pushinteger(L, 1);
+  lua_pushinteger(L, states + 1);
+  lfl_pushsize(L, in[0], 0);          /* symbolic under capture: it stays so */
+  lua_call(L, 4, 1);
+  for (k = 0; k < states; k++) {
+    lua_getfield(L, -2 - k, "narrow");
+    lua_pushvalue(L, -3 - k);
+    lua_pushinteger(L, 1);
+    lua_pushinteger(L, k + 1);
+    lua_pushinteger(L, 1);
+    lua_call(L, 4, 1);
+    lua_getfield(L, -1, "squeeze");
+    lua_insert(L, -2);
+    lua_pushinteger(L, 1);
+    lua_call(L, 2, 1);
+  }
+  return 1 + states;
+}
+
 /* x:max_pool2d(k [, {stride=, padding=, dilation=, ceil_mode=}]),
 ** x:avg_pool2d(k [, {stride=, padding=, ceil_mode=, count_include_pad=}]),
 ** stride defaulting to k. */
@@ -962,6 +1068,7 @@ static const struct binding {
   {OP_FLIP, b_flip, BOTH},
   {OP_GATHER, b_gather, FUNC},
   {OP_CUMSUM, b_cumsum, BOTH},
+  {OP_RNN, b_rnn, FUNC},
   {OP_MAX_POOL2D, b_pool, BOTH},
   {OP_AVG_POOL2D, b_pool, BOTH},
   {OP_BATCH_NORM, b_batch_norm, FUNC},

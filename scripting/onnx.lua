@@ -2472,8 +2472,12 @@ end
 
 -- GatherND with batch_dims 0: the last dim of indices addresses data's
 -- first dims; as one row index into data seen as [prod(those), rest].
--- RNN, GRU and LSTM as ONNX defines them, one time step after another
--- (unrolled under capture: the sequence length is known): gates from the
+-- RNN, GRU and LSTM as ONNX defines them.  Most run as one rnn op
+-- (fl.rnn: every step in one extern step, the sequence length symbolic
+-- under capture).  The op's activations take no alpha or beta, so a node
+-- that sets activation_alpha/beta or names an activation the op lacks
+-- (HardSigmoid, LeakyRelu, Affine) is unrolled here instead, one time step
+-- after another (under capture the sequence length is then made static): gates from the
 -- packed weights (RNN i; GRU z r h; LSTM i o f c), each direction's own
 -- weights, a sequence_lens mask that keeps a finished sequence's state and
 -- zeros its outputs, clip on the gate inputs, peepholes, layout 1.
@@ -2487,6 +2491,9 @@ local RNN_ACT = {
   LeakyRelu = function(x, a) return fl.where(x:lt(scalar(x, 0)), x * scalar(x, a or 0.01), x) end,
   Affine = function(x, a, b) return x * scalar(x, a or 1) + scalar(x, b or 0) end,
 }
+
+-- the activations the rnn op has (graph/op.c's names)
+local RNN_OP_ACT = {Sigmoid = true, Tanh = true, Relu = true, Softsign = true, Softplus = true}
 
 local function recurrent(kind)
   local NG = ({RNN = 1, GRU = 3, LSTM = 4})[kind]
@@ -2502,6 +2509,13 @@ local function recurrent(kind)
     local layout = attr(attrs, "layout", 0)
     local clip = attrs.clip
     local names = attrs.activations or {}
+    -- the rnn op expresses the node unless an activation is one it lacks
+    -- or has parameters
+    local as_op = not attrs.activation_alpha and not attrs.activation_beta
+    for k = 1, nd * #DEFAULT do
+      local nm = names[k] or DEFAULT[(k - 1) % #DEFAULT + 1]
+      if not RNN_OP_ACT[nm] then as_op = false end
+    end
     local acts = {}
     for d = 1, nd do
       for g = 1, #DEFAULT do
@@ -2513,6 +2527,40 @@ local function recurrent(kind)
         acts[k] = function(x) return f(x, a, b) end
       end
     end
+    local function fused(ins)
+      local X, W, R = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "R")
+      need_float(node, X)
+      if attrs.hidden_size and R:dim() == 3 and attrs.hidden_size ~= R.shape[3] then
+        node_error(node, "hidden_size %d, R of %s", attrs.hidden_size, tostring(R.shape[3]))
+      end
+      local lv = ins[5]
+      if lv ~= nil and not is_tensor(lv) and lv.wide then lv = lv.t end   -- int32 lengths are exact
+      local lens = lv and T(node, lv, "sequence_lens")
+      if lens and lens.dtype ~= "int64" then lens = lens:to("int64") end
+      local h0 = ins[6] and T(node, ins[6], "initial_h")
+      local c0 = kind == "LSTM" and ins[7] and T(node, ins[7], "initial_c")
+      if layout == 1 then                                 -- the op takes layout 0
+        X = X:transpose(1, 2)
+        h0 = h0 and h0:transpose(1, 2)
+        c0 = c0 and c0:transpose(1, 2)
+      end
+      local act
+      if attrs.activations then
+        act = {}
+        for k = 1, nd * #DEFAULT do act[k] = names[k] or DEFAULT[(k - 1) % #DEFAULT + 1] end
+      end
+      local y, yh, yc = fl.rnn(X, W, R, {
+        cell = kind:lower(), direction = dir, bias = ins[4] and T(node, ins[4], "B"),
+        sequence_lens = lens, initial_h = h0, initial_c = c0 or nil,
+        peepholes = kind == "LSTM" and ins[8] and T(node, ins[8], "P") or nil,
+        clip = attrs.clip, linear_before_reset = lbr, activations = act})
+      if layout == 1 then
+        y = y:permute({3, 1, 2, 4})
+        yh, yc = yh:transpose(1, 2), yc and yc:transpose(1, 2)
+      end
+      return {y, yh, yc}
+    end
+    if as_op then return fused end
     return function(ins)
       local X, W, R = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "R")
       need_float(node, X)

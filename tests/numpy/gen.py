@@ -943,6 +943,42 @@ def np_max_pool_backward(x, g, k, s, p):
     return out
 
 
+def gen_recurrent():
+    """rnn (fl.rnn): ONNX's LSTM and GRU cells over [T, B, I], NumPy's
+    float64 from the operator's equations; y, then y_h."""
+    sig = lambda v: 1 / (1 + np.exp(-v))
+
+    def run(cell, x, w, r, b, reverse=False):
+        T, B, _ = x.shape
+        H = r.shape[2]
+        x, w, r, b = (v.astype(np.float64) for v in (x, w, r, b))
+        h, c = np.zeros((B, H)), np.zeros((B, H))
+        ys = [None] * T
+        for s in range(T):
+            t = T - 1 - s if reverse else s
+            gx = x[t] @ w[0].T + b[0, :w.shape[1]]
+            gr = h @ r[0].T + b[0, w.shape[1]:]
+            if cell == "lstm":
+                i, o, f, g = (gx + gr).reshape(B, 4, H).transpose(1, 0, 2)
+                c = sig(f) * c + sig(i) * np.tanh(g)
+                h = sig(o) * np.tanh(c)
+            else:
+                z = sig(gx[:, :H] + gr[:, :H])
+                rr = sig(gx[:, H:2 * H] + gr[:, H:2 * H])
+                cand = np.tanh(gx[:, 2 * H:] + (rr * h) @ r[0, 2 * H:].T + b[0, w.shape[1] + 2 * H:])
+                h = (1 - z) * cand + z * h
+            ys[t] = h
+        return np.stack(ys)[:, None], h[None]
+
+    for cell, G, rev in (("lstm", 4, False), ("gru", 3, True)):
+        x, w, r, b = randn(6, 3, 5), randn(1, G * 4, 5, scale=0.5), randn(1, G * 4, 4, scale=0.5), \
+            randn(1, 2 * G * 4, scale=0.5)
+        y, yh = run(cell, x, w, r, b, rev)
+        opts = "{cell = '%s', bias = d%s}" % (cell, ", direction = 'reverse'" if rev else "")
+        case("rnn", "(fl.rnn(a, b, c, %s))" % opts, [x, w, r, b], y, MM, note=cell + ": y")
+        case("rnn", "select(2, fl.rnn(a, b, c, %s))" % opts, [x, w, r, b], yh, MM, note=cell + ": y_h")
+
+
 def gen_backward():
     """The ops backward graphs use, reached through backward (they have no
     Lua name): max_pool2d_backward, index_add."""
@@ -979,6 +1015,7 @@ def generate(d):
     gen_vision_ext()
     gen_movement()
     gen_backward()
+    gen_recurrent()
     for op, expr, inputs, want, note in list(replay):
         wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else x
                 for x in inputs]

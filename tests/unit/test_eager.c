@@ -932,6 +932,48 @@ static void test_random(void) {
   gc();
 }
 
+/* --- rnn ---------------------------------------------------------------------------- */
+
+/* Every cell and direction, with and without the optional inputs; a
+** strided X; float16; lengths from 0 (the state stays initial_h) to T. */
+static void test_rnn(void) {
+  static const struct { int cell, dir, opt, lbr, clip; fl_dtype dt; int flags; } cs[] = {
+    {OP_RNN_CELL_RNN, 0, 0, 0, 0, F32, 0}, {OP_RNN_CELL_RNN, 2, 1, 0, 1, F32, NC},
+    {OP_RNN_CELL_GRU, 1, 1, 0, 0, F32, 0}, {OP_RNN_CELL_GRU, 2, 1, 1, 0, F32, 0},
+    {OP_RNN_CELL_GRU, 0, 0, 1, 1, F16, 0}, {OP_RNN_CELL_LSTM, 0, 1, 0, 0, F32, NC},
+    {OP_RNN_CELL_LSTM, 2, 1, 0, 1, F32, 0}, {OP_RNN_CELL_LSTM, 1, 0, 0, 0, F32, 0}};
+  size_t k;
+  for (k = 0; k < sizeof cs / sizeof *cs; k++) {
+    static const int G[] = {1, 3, 4};
+    int64_t D = cs[k].dir == 2 ? 2 : 1, H = 3, GH = G[cs[k].cell] * H, i;
+    op_attrs a = attrs(OP_RNN);
+    fl_tensor *in[8];
+    char sw[32], sr[32], sb[32], sh[32], sp[32];
+    snprintf(sw, sizeof sw, "%lld,%lld,4", (long long)D, (long long)GH);
+    snprintf(sr, sizeof sr, "%lld,%lld,3", (long long)D, (long long)GH);
+    snprintf(sb, sizeof sb, "%lld,%lld", (long long)D, (long long)(2 * GH));
+    snprintf(sh, sizeof sh, "%lld,2,3", (long long)D);
+    snprintf(sp, sizeof sp, "%lld,9", (long long)D);
+    a.i[0] = cs[k].cell; a.i[1] = cs[k].dir; a.i[2] = cs[k].lbr;
+    a.i[3] = cs[k].clip; a.f[0] = 1.25;
+    in[0] = T(cs[k].dt, "5,2,4", cs[k].flags);
+    in[1] = T(cs[k].dt, sw, 0);
+    in[2] = T(cs[k].dt, sr, 0);
+    if (!cs[k].opt) {
+      check(OP_RNN, in, 3, &a, cs[k].dt == F16 ? 5e-3 : 1e-5, "X, W, R");
+    } else {
+      in[3] = T(cs[k].dt, sb, 0);
+      in[4] = T(I64, "2", 0);
+      for (i = 0; i < 2; i++) ten_set_i64(in[4], i, i ? 0 : 3);
+      in[5] = T(cs[k].dt, sh, 0);
+      in[6] = cs[k].cell == OP_RNN_CELL_LSTM ? T(cs[k].dt, sh, 0) : NULL;
+      in[7] = cs[k].cell == OP_RNN_CELL_LSTM ? T(cs[k].dt, sp, 0) : NULL;
+      check(OP_RNN, in, cs[k].cell == OP_RNN_CELL_LSTM ? 8 : 6, &a, 1e-5, "every input");
+    }
+    gc();
+  }
+}
+
 /* A row added to ops.def without a case here fails this. */
 static void test_coverage(void) {
   int op, missing = 0;
@@ -1131,6 +1173,7 @@ int main(void) {
   test_errors();
   test_int64_exact();
   test_random();
+  test_rnn();
   test_coverage();
   return tap_done();
 }

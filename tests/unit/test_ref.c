@@ -879,6 +879,27 @@ static void test_views(void) {
           SH(1, 3, 2), 2, 3, 0, 0, 0 + 4 + 6, 1 + 5 + 7);
     release_all(ins, 2);
   }
+  {
+    /* RNN, one unit: h1 = tanh(1), h2 = tanh(2 + h1 / 2); rows Y_h, then Y */
+    fl_tensor ins[] = {mk(FL_F32, SH(2, 1, 1), V(1, 2)), mk(FL_F32, SH(1, 1, 1), V(1)),
+                       mk(FL_F32, SH(1, 1, 1), V(0.5))};
+    a = attrs(OP_RNN);
+    CHECK("rnn: two tanh steps", OP_RNN, &a, FL_F32, SH(3, 1, 1, 1), 0.9830411011980433,
+          0.7615941559557649, 0.9830411011980433);
+    release_all(ins, 3);
+  }
+  {
+    /* GRU, one unit, one step from h0 = 1: z = r = sigmoid(1.5), the
+    ** candidate tanh(1 + (r h0) / 2), h = (1 - z) cand + z h0 */
+    fl_tensor ins[] = {mk(FL_F32, SH(1, 1, 1), V(1)), mk(FL_F32, SH(1, 3, 1), V(1, 1, 1)),
+                       mk(FL_F32, SH(1, 3, 1), V(0.5, 0.5, 0.5)), mk(FL_F32, SH(1, 6), V(0, 0, 0, 0, 0, 0)),
+                       mk(FL_I64, SH(1), V(1)), mk(FL_F32, SH(1, 1, 1), V(1))};
+    a = attrs(OP_RNN);
+    a.i[0] = OP_RNN_CELL_GRU;
+    CHECK("rnn: a GRU step", OP_RNN, &a, FL_F32, SH(2, 1, 1, 1), 0.9794290266920131,
+          0.9794290266920131);
+    release_all(ins, 6);
+  }
 }
 
 /* --- errors ------------------------------------------------------------- */

@@ -573,6 +573,30 @@ static void test_movement(void) {
   }
 }
 
+/* rnn: [S + T, D, B, H] (S = 2 state rows for an LSTM, 1 else) */
+static void test_rnn(void) {
+  fl_meta x = F32(I(5), I(2), I(3)), w = F32(I(2), I(16), I(3)), r = F32(I(2), I(16), I(4));
+  fl_meta b = F32(I(2), I(32)), lens = I64(I(2)), h0 = F32(I(2), I(2), I(4)), p = F32(I(2), I(12));
+  fl_meta wg = F32(I(1), I(12), I(3)), rg = F32(I(1), I(12), I(4)), bad = F32(I(2), I(2), I(5));
+  fl_meta flens = F32(I(2));
+  op_attrs a;
+  op_attrs_init(OP_RNN, &a);
+  a.i[0] = OP_RNN_CELL_LSTM; a.i[1] = 2;
+  EXPECT(OP_RNN, &a, "[7,2,2,4]", FL_F32, "LSTM bidirectional: Y_h, Y_c, then Y", &x, &w, &r);
+  expect(OP_RNN, IN(&x, &w, &r, &b, &lens, &h0, &h0, &p), 8, &a, "[7,2,2,4]", FL_F32,
+         "LSTM with every optional input");
+  expect_err(OP_RNN, IN(&x, &w, &r, NULL, NULL, &bad), 6, &a,
+             "rnn: initial_h has shape [2,2,5], expected [2,2,4]");
+  expect_err(OP_RNN, IN(&x, &w, &r, NULL, &flens), 5, &a,
+             "rnn: sequence_lens must be int64 [2] (X [5,2,3]), got float32 [2]");
+  a.i[0] = OP_RNN_CELL_GRU; a.i[1] = 1;
+  EXPECT(OP_RNN, &a, "[6,1,2,4]", FL_F32, "GRU reverse: Y_h, then Y", &x, &wg, &rg);
+  EXPECT_ERR(OP_RNN, &a, "rnn: R must be [1, 3*H, H] (1 direction(s), 3 gate(s)), got [2,16,4]",
+             &x, &w, &r);
+  expect_err(OP_RNN, IN(&x, &wg, &rg, NULL, NULL, NULL, &h0), 7, &a,
+             "rnn: initial_c is for LSTM cells only");
+}
+
 static void test_arity(void) {
   fl_meta x = F32(I(2));
   fl_meta out;
@@ -662,6 +686,7 @@ int main(void) {
   test_arity();
   test_size_limits();
   test_random();
+  test_rnn();
   for (k = 0; k < OP_COUNT; k++)
     if (!tested[k]) {
       printf("# no shape test for %s\n", op_name((fl_op)k));
