@@ -3951,9 +3951,16 @@ end
 
 -- A one-element bool (or integer) value as a Lua boolean: a data-dependent
 -- branch, which one graph cannot hold (fl.compile breaks the graph there).
+-- A host value is known already: sizes hold numbers (nonzero is true), a
+-- host bool (Equal over sizes) Lua booleans, false being false.
 local function truth(node, v, what)
   if not is_tensor(v) then
-    if v.wide then v = v.t else return v.v[1] ~= 0 end
+    if v.wide then v = v.t
+    else
+      if #v.v ~= 1 then node_error(node, "%s must hold one value", what) end
+      if v.hostbool then return v.v[1] == true end
+      return v.v[1] ~= 0
+    end
   end
   if v:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
   local x = v:reshape({-1})

@@ -258,6 +258,30 @@ do
   t.is(cif(fl.zeros({}, {dtype = "bool"}), x2):tolist(), {-1.0, -3.0}, "If under fl.compile (a graph break)")
   t.raises(function() fl.capture(ifm, fl.ones({}, {dtype = "bool"}), x2) end, "data%-dependent branch",
            "If's condition from an input is refused by one-graph capture")
+  -- If on Equal over sizes (an expanded AffineGrid tests Size(size) == 4):
+  -- a condition known at load, false taking else_branch, true then_branch
+  local function branches()
+    return {then_branch = {graph = {nodes = {{op = "Mul", inputs = {"x", "k"}, outputs = {"t"}, name = "m"}},
+                                    outputs = {V"t"}}},
+            else_branch = {graph = {nodes = {{op = "Sub", inputs = {"x", "k"}, outputs = {"e"}, name = "s"}},
+                                    outputs = {V"e"}}}}
+  end
+  local sizeif = fl.load_onnx(P.write(path("if_size.onnx"), P.model{opset = 16,
+    nodes = {{op = "Add", inputs = {"x", "x"}, outputs = {"k"}, name = "k"},
+             {op = "Size", inputs = {"s"}, outputs = {"n"}, name = "size"},
+             {op = "Equal", inputs = {"n", "four"}, outputs = {"c4"}, name = "eq4"},
+             {op = "Equal", inputs = {"n", "three"}, outputs = {"c3"}, name = "eq3"},
+             {op = "If", inputs = {"c4"}, outputs = {"y4"}, name = "if4", attrs = branches()},
+             {op = "If", inputs = {"c3"}, outputs = {"y3"}, name = "if3", attrs = branches()}},
+    inits = {{name = "four", dtype = "int64", dims = {}, ints = {4}},
+             {name = "three", dtype = "int64", dims = {}, ints = {3}}},
+    inputs = {{name = "x", dims = {2}}, {name = "s", dtype = "int64", dims = {3}}}, outputs = {V"y4", V"y3"}}))
+  local s3 = fl.tensor({1, 2, 3}, {dtype = "int64"})
+  local y4, y3 = sizeif(x2, s3)
+  t.is({y4:tolist(), y3:tolist()}, {{-1.0, -3.0}, {2.0, 18.0}},
+       "If on Equal(Size, n): else_branch when the sizes differ, then_branch when equal")
+  local cy4, cy3 = fl.compile(sizeif, {backend = "cpu"})(x2, s3)
+  t.is({cy4:tolist(), cy3:tolist()}, {{-1.0, -3.0}, {2.0, 18.0}}, "If on Equal(Size, n) under fl.compile")
   -- Loop: s = sum over i < M of (s + i) * 2, stopping when s > limit; a scan output of i
   local body = {graph = {
     inputs = {V("i", "int64"), V("cin", "bool"), V"s"},
