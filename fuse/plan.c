@@ -11,6 +11,7 @@
 
 #include "plan.h"
 #include "../graph/pass.h"
+#include "../graph/rng.h"
 #include "../graph/strbuf.h"
 
 void fuse_opts_default(fuse_opts *o) {
@@ -29,6 +30,7 @@ typedef struct planner {
   int **readers;       /* per node: compute nodes reading it (through views) */
   int *nreaders;
   char *is_out;
+  char *wonly;         /* per node: computed from params and constants alone */
   fuse_decision *dec;
   int ndec, capdec;
   const fuse_decision *refused;  /* pairs the memory objective took back */
@@ -224,6 +226,23 @@ static int reduction_among(const ir_graph *g, const int *mem, int nm) {
 }
 
 /* Try to merge the groups of a and b; 1 merged, 0 refused (why filled). */
+/* Of a and b, the one computed from weights alone (not a view: views fold
+** into indexing) as one value per channel of the other's [N, C, H, W]
+** result, where the other reads activations; else -1. */
+static int per_channel_weights(const planner *pl, int a, int b) {
+  const ir_graph *g = pl->g;
+  int w = pl->wonly[a] ? a : b, x = w == a ? b : a, d;
+  const fl_meta *wm = &g->nodes[w].meta, *xm = &g->nodes[x].meta;
+  if (pl->wonly[a] == pl->wonly[b] || g->nodes[w].kind != IR_OP || fk_is_view(g, w) || xm->ndim != 4 ||
+      wm->ndim < 1 || wm->ndim > 4)
+    return -1;
+  for (d = 0; d < wm->ndim; d++) {
+    int xd = 4 - wm->ndim + d;
+    if (wm->shape[d] != 1 && (xd != 1 || wm->shape[d] != xm->shape[1])) return -1;
+  }
+  return w;
+}
+
 static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
   const ir_graph *g = pl->g;
   int ga = find(pl, a), gb = find(pl, b), nm, anchor, i, nops = 0, ok;
@@ -266,6 +285,15 @@ static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
   ok = 0;
   if (nops > pl->o.max_nodes) {
     snprintf(why, nwhy, "the kernel would hold %d ops (max_nodes is %d)", nops, pl->o.max_nodes);
+  } else if (per_channel_weights(pl, a, b) >= 0) {
+    /* a batch norm's scale would be computed again for every element of
+    ** every call, where it is one value per channel, once: in its own
+    ** kernel it is kept between calls (exec/program.c), and a conv reads
+    ** it as a per-channel post-op inside its own call (cpu/backend.c) */
+    int w = per_channel_weights(pl, a, b);
+    snprintf(why, nwhy, "%%%d (%s) is one value per channel from weights alone: it runs once in a "
+             "kernel of its own, not for every element of %%%d", w, op_name(g->nodes[w].op),
+             w == a ? b : a);
   } else if (makes_cycle(pl, ga, gb)) {
     snprintf(why, nwhy, "a path between them leaves the kernel and comes back (a cycle)");
   } else if (anchor >= 0 && reduction_among(g, mem, nm) >= 0) {
@@ -445,7 +473,7 @@ static void planner_free(planner *pl) {
   int i;
   if (pl->readers) for (i = 0; i < pl->g->n; i++) free(pl->readers[i]);
   free(pl->readers); free(pl->nreaders); free(pl->compute); free(pl->grp);
-  free(pl->anchor); free(pl->is_out); free(pl->dec);
+  free(pl->anchor); free(pl->is_out); free(pl->dec); free(pl->wonly);
 }
 
 /* Group, order and build; on a group that cannot be built alone (a reshape
@@ -465,15 +493,21 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
   pl->readers = calloc((size_t)n, sizeof(int *));
   pl->nreaders = calloc((size_t)n, sizeof(int));
   pl->is_out = calloc((size_t)n, 1);
+  pl->wonly = calloc((size_t)n, 1);
   order = malloc((size_t)n * sizeof(int));
   indeg = calloc((size_t)n, sizeof(int));
   mem = malloc((size_t)n * sizeof(int));
   if (!pl->compute || !pl->grp || !pl->anchor || !pl->readers || !pl->nreaders ||
-      !pl->is_out || !order || !indeg || !mem)
+      !pl->is_out || !pl->wonly || !order || !indeg || !mem)
     goto oom;
   for (i = 0; i < g->nout; i++) pl->is_out[g->outputs[i]] = 1;
   for (i = 0; i < n; i++) {
     const ir_node *nd = &g->nodes[i];
+    int j;
+    pl->wonly[i] = nd->kind == IR_PARAM || nd->kind == IR_CONST ||
+                   (nd->kind == IR_OP && !rng_op(nd->op));
+    for (j = 0; j < nd->nin && pl->wonly[i]; j++)
+      if (nd->in[j] >= 0) pl->wonly[i] = pl->wonly[nd->in[j]];
     pl->grp[i] = i;
     pl->anchor[i] = -1;
     if (nd->kind != IR_OP) continue;

@@ -461,6 +461,58 @@ static int64_t chan_count(const fl_meta *v, const fl_meta *out, fl_dtype dt) {
   return n;
 }
 
+static int emit_fold1(rw *r, fl_op op, int x);
+
+/* s * conv + t over conv's channels (s, t weights only, [C, 1, 1] or one
+** value; -1 when absent): a conv whose result is scaled and shifted, not
+** its weights (conv_affine). */
+static int out_affine(rw *r, int conv, int s, int t) {
+  int id = conv;
+  if (s >= 0) id = emit_fold2(r, OP_MUL, id, s);
+  if (t >= 0) id = emit_fold2(r, OP_ADD, id, t);
+  return id;
+}
+
+/* Did old node `old`, read only by the op being rewritten, become
+** out_affine(conv, s, t) with s or t?  Fills them. */
+static int out_affine_of(rw *r, int old, const int *olduses, int *conv, int *s, int *t) {
+  int id = old >= 0 ? r->map[old] : -1, k;
+  const ir_node *n;
+  if (old < 0 || olduses[old] != 1 || !r->own[old] || id < 0) return 0;
+  *s = *t = -1;
+  for (k = 0; k < 2; k++) {
+    fl_op op = k == 0 ? OP_ADD : OP_MUL;
+    int *v = k == 0 ? t : s;
+    n = &r->b.g->nodes[id];
+    if (n->kind == IR_OP && n->op == op && n->nin == 2 && n->in[1] >= 0 && weights_only(r, n->in[1]) &&
+        r->b.g->nodes[n->in[1]].meta.ndim == 3 && r->b.g->nodes[n->in[0]].meta.ndim == 4) {
+      *v = n->in[1];
+      id = n->in[0];
+    }
+  }
+  n = &r->b.g->nodes[id];
+  if ((*s < 0 && *t < 0) || n->kind != IR_OP || n->op != OP_CONV2D) return 0;
+  *conv = id;
+  return 1;
+}
+
+/* op v (v: n values per channel, weights only) after out_affine(conv, s,
+** t), as one out_affine again. */
+static int fold_out_affine(rw *r, int conv, int s, int t, fl_op op, int v, int64_t n,
+                           const fl_meta *out) {
+  int vv = chan_shape(r, v, n, 3), id;
+  if (op == OP_MUL || op == OP_DIV) {
+    int f = op == OP_MUL ? vv : emit_fold2(r, OP_DIV, konst(r, 1.0), vv);
+    s = s >= 0 ? emit_fold2(r, OP_MUL, s, f) : f;
+    if (t >= 0) t = emit_fold2(r, op, t, vv);
+  } else {
+    int a = op == OP_ADD ? vv : emit_fold1(r, OP_NEG, vv);
+    t = t >= 0 ? emit_fold2(r, OP_ADD, t, a) : a;
+  }
+  id = out_affine(r, conv, s, t);
+  return r->b.rc || id < 0 || !same_type(r->b.g, id, out) ? -1 : id;
+}
+
 /* A new conv2d: conv (a conv2d node of the new graph) followed by
 ** `mop m` (OP_MUL/OP_DIV, m = -1 for none) then `aop t` (OP_ADD/OP_SUB,
 ** t = -1 for none); m and t hold nm and nt values (1 or the channels).
@@ -473,13 +525,19 @@ static int conv_affine(rw *r, int conv, fl_op mop, int m, int64_t nm,
   op_attrs ca = c->attrs;
   int64_t co = r->b.g->nodes[w].meta.shape[0];
   fl_meta cm = c->meta;
-  /* Weights bound by reference are scaled again on every run; where the
-  ** conv's result has fewer elements than its weights (late layers at small
-  ** batch: ResNet-50's [1, 2048, 7, 7] from 1M weights), scaling the
-  ** result is the smaller pass, and it fuses into the conv's epilogue kernel. */
+  /* Weights bound by reference are scaled again on every run, and scaled
+  ** weights are kept between calls only while they fit the plan's peak
+  ** memory (fuse/plan.c, plan_keep_budget); where the conv's result has
+  ** fewer elements than its weights (late layers at small batch:
+  ** ResNet-50's [1, 2048, 7, 7] from 1M weights), scaling the result is
+  ** the smaller pass.  It is written s * conv + t (out_affine), which
+  ** later ops fold into and the CPU runs inside the conv's call (a
+  ** per-channel post-op, cpu/backend.c). */
   if (m >= 0 && r->b.g->nodes[w].kind != IR_CONST && meta_numel(&cm) < meta_numel(&r->b.g->nodes[w].meta)) {
-    id = emit_fold2(r, mop, conv, chan_shape(r, m, nm, 3));
-    if (t >= 0) id = emit_fold2(r, aop, id, chan_shape(r, t, nt, 3));
+    int s = chan_shape(r, m, nm, 3), tt = t >= 0 ? chan_shape(r, t, nt, 3) : -1;
+    if (mop == OP_DIV) s = emit_fold2(r, OP_DIV, konst(r, 1.0), s);
+    if (tt >= 0 && aop == OP_SUB) tt = emit_fold1(r, OP_NEG, tt);
+    id = out_affine(r, conv, s, tt);
     return r->b.rc || id < 0 || !same_type(r->b.g, id, &cm) ? -1 : id;
   }
   if (m >= 0) {
@@ -537,8 +595,16 @@ static int fold_conv_elemwise(rw *r, const ir_node *nd, const int *in, const fl_
   if (nd->nin != 2 || in[0] < 0 || in[1] < 0) return -1;
   if (nd->op != OP_ADD && nd->op != OP_SUB && nd->op != OP_MUL && nd->op != OP_DIV) return -1;
   for (side = 0; side < 2; side++) {
+    int os, ot;
     if (side == 1 && (nd->op == OP_SUB || nd->op == OP_DIV)) break;
     conv = sole_conv(r, nd->in[side], olduses);
+    if (conv < 0 && out_affine_of(r, nd->in[side], olduses, &conv, &os, &ot)) {
+      v = in[1 - side];
+      if (!weights_only(r, v)) continue;
+      n = chan_count(&r->b.g->nodes[v].meta, out, out->dtype);
+      if (n) return fold_out_affine(r, conv, os, ot, nd->op, v, n, out);
+      continue;
+    }
     if (conv < 0) continue;
     v = in[1 - side];
     if (!weights_only(r, v) || !same_type(r->b.g, conv, out)) continue;
