@@ -35,6 +35,8 @@ typedef struct cpu_kinfo {
   int anchor_acc, store_acc;
   int swap, swap0, swap1;    /* the product is written with dims swap0 and
                                 swap1 swapped (plan_layout) */
+  int blk;                   /* a convolution's result written in blocks of
+                                this many channels (plan_block), 0 plain */
 } cpu_kinfo;
 
 /* --- epilogues as post-ops ----------------------------------------------
@@ -53,6 +55,7 @@ typedef struct cpu_kinfo {
 ** ms, the product alone 2.4), and its erf is less exact (bench/RESULTS.md). */
 
 typedef struct matcher {
+  const ir_graph *g;
   const fk_kernel *k;
   int anchor;
   int *region;          /* per step: the post-op it belongs to, -1 for v's
@@ -118,6 +121,21 @@ static int gelu_shell(matcher *m, int j, int v, int *half, int *plus1, int *inne
     }
   }
   return 0;
+}
+
+/* Does load a read one value per output channel of convolution anchor (a
+** batch norm's scale or shift, [C, 1, 1] or [1, C, 1, 1]), or one value?
+** Its shape is that of the edge it was read through: a view of a [C]
+** vector is folded into the load's indexing. */
+static int per_channel(const ir_graph *g, const fk_access *a, int anchor) {
+  int id = a->via_node >= 0 ? g->nodes[a->via_node].in[a->via_in] : a->node;
+  const fl_meta *v = &g->nodes[id].meta, *y = &g->nodes[anchor].meta;
+  int d;
+  if (g->nodes[anchor].op != OP_CONV2D || y->ndim != 4 || v->ndim > 4 || meta_numel(v) == meta_numel(y))
+    return 0;
+  for (d = 0; d < v->ndim; d++)
+    if (v->shape[d] != 1 && (4 - v->ndim + d != 1 || v->shape[d] != y->shape[1])) return 0;
+  return 1;
 }
 
 static void take(matcher *m, int i) { if (m->k->instr[i].opc == FKI_ELEM) m->region[i] = m->p; }
@@ -197,6 +215,8 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
     if (oi->opc == FKI_LOAD && oi->dtype == FL_F32 && k->acc[oi->access].node != m->anchor &&
         (in->op == OP_ADD || in->op == OP_MUL)) {
       po->kind = in->op == OP_ADD ? CPU_MM_ADD : CPU_MM_MUL;
+      if (per_channel(m->g, &k->acc[oi->access], m->anchor))
+        po->kind = in->op == OP_ADD ? CPU_MM_ADD_C : CPU_MM_MUL_C;
       po->acc = oi->access;
       take(m, j);
       return 1;
@@ -204,6 +224,8 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
   }
   return 0;
 }
+
+static int conv_blockable(const ir_graph *g, int id, int b, int writing);
 
 /* Can kernel k's epilogue run as post-ops of its product?  The product's
 ** own value must be read by nothing else (it is never written then); every
@@ -251,7 +273,7 @@ static void plan_posts(const fuse_plan *p, int k, cpu_kinfo *ki) {
     }
   }
   if (run < 0) return;
-  m.k = kk; m.anchor = anchor; m.region = region;
+  m.g = g; m.k = kk; m.anchor = anchor; m.region = region;
   outs[0] = run;
   for (;;) {
     int found = 0, composite;
@@ -294,6 +316,19 @@ static void plan_posts(const fuse_plan *p, int k, cpu_kinfo *ki) {
       const fk_instr *xi = &kk->instr[x];
       if (region[x] == region[j] || x == outs[region[j]]) continue;
       if (xi->opc == FKI_CONST || (xi->opc == FKI_LOAD && region[x] != -1)) continue;
+      return;
+    }
+  }
+  for (i = 0, a = 0; i < npost; i++) {
+    /* a batch norm's per-channel scale and shift run inside the call on
+    ** the blocked kernels; oneDNN's gemm convolutions apply such post-ops
+    ** in a slow generic loop (9 ms for a 0.8 ms ResNet-50 1x1), and no
+    ** kernel takes a residual add after them as its sum: there the
+    ** generated epilogue does better */
+    if (post[i].kind == CPU_MM_ADD_C || post[i].kind == CPU_MM_MUL_C) {
+      if (!cpu_conv_block() || !conv_blockable(g, anchor, cpu_conv_block(), 1)) return;
+      a = 1;
+    } else if (a && (post[i].kind == CPU_MM_ADD || post[i].kind == CPU_MM_MUL)) {
       return;
     }
   }
@@ -350,6 +385,122 @@ static void apply_layout(const cpu_kinfo *ki, fl_tensor *t) {
   }
 }
 
+/* --- a blocked layout carried between convolutions ----------------------
+** oneDNN's direct convolution kernels read and write channels in blocks
+** (nChw8c on AVX2, nChw16c on AVX-512, cpu_conv_block); given plain nchw,
+** a convolution reorders its input into blocks and its result out of them
+** on every call, or runs slower kernels on the plain layout (ResNet-50's
+** 55 reorders a call, ShuffleNet's a third of its time: bench/RESULTS.md).
+** So a value that one convolution writes and only convolutions read (as
+** their input, or as the residual their sum post-op adds) is written in
+** blocks and read that way, as onnxruntime's NCHWc regions and oneDNN's
+** own graphs do: its reorders out and in both go.  The plan only asks:
+** each run tags a value with the layout it was written in (exec_run.blk),
+** and every other reader gets it plain (unblock), so a convolution that
+** refuses the layout costs a reorder, never a wrong answer. */
+
+/* The kernel whose extern step is node id, or -1. */
+static int extern_of(const fuse_plan *p, int id) {
+  int k;
+  for (k = 0; k < p->nkernels; k++)
+    if (p->kernels[k].kind == FK_EXTERN && p->kernels[k].anchor == id) return k;
+  return -1;
+}
+
+/* Does oneDNN have a blocked kernel for convolution id: float32, 4-d, its
+** groups' channels whole blocks of b, or one channel each (depthwise)?
+** writing: only its result in blocks, where an ungrouped convolution may
+** read any number of channels plain (a network's first, from 3). */
+static int conv_blockable(const ir_graph *g, int id, int b, int writing) {
+  const ir_node *nd = &g->nodes[id];
+  const ir_node *x, *w;
+  op_win2d win;
+  int64_t cg, og;
+  if (nd->kind != IR_OP || nd->op != OP_CONV2D || nd->nin < 2 || nd->in[0] < 0 || nd->in[1] < 0)
+    return 0;
+  x = &g->nodes[nd->in[0]];
+  w = &g->nodes[nd->in[1]];
+  if (nd->meta.dtype != FL_F32 || x->meta.dtype != FL_F32 || nd->meta.ndim != 4 || x->meta.ndim != 4 ||
+      w->meta.ndim != 4 || x->sym[1] || nd->sym[1])
+    return 0;
+  op_win2d_of(nd->op, &nd->attrs, w->meta.shape[2], w->meta.shape[3], &win);
+  if (win.groups < 1) win.groups = 1;
+  cg = x->meta.shape[1] / win.groups;
+  og = nd->meta.shape[1] / win.groups;
+  return (cg == 1 && og == 1) || (og % b == 0 && (cg % b == 0 || (writing && win.groups == 1)));
+}
+
+/* Does convolution kernel k run as one library call (bare, or with its
+** epilogue as post-ops)? */
+static int conv_call(const fuse_plan *p, int k) {
+  cpu_kinfo ki;
+  if (k < 0) return 0;
+  if (p->kernels[k].nnodes == 0) return 1;
+  plan_posts(p, k, &ki);
+  return ki.npost > 0;
+}
+
+/* Is node i (reading v) the add of a residual that convolution kernel j
+** runs as a post-op? */
+static int residual_post(const fuse_plan *p, int i, int v) {
+  int j, q, n;
+  cpu_kinfo ki;
+  for (j = 0; j < p->nkernels; j++) {
+    const fk_kernel *kk = &p->kernels[j];
+    if (kk->kind != FK_EXTERN || kk->anchor < 0 || p->g->nodes[kk->anchor].op != OP_CONV2D) continue;
+    for (n = 0; n < kk->nnodes && kk->nodes[n] != i; n++) {}
+    if (n == kk->nnodes) continue;
+    plan_posts(p, j, &ki);
+    for (q = 0; q < ki.npost; q++)
+      if (ki.post[q].kind == CPU_MM_ADD && kk->acc[ki.post[q].acc].node == v) return 1;
+    return 0;
+  }
+  return 0;
+}
+
+/* Kernel k's convolution writes its result in blocks (ki->blk) when that
+** result is no graph output and every node reading it is a blockable
+** convolution reading it as its input, or a residual post-op. */
+static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
+  const ir_graph *g = p->g;
+  const fk_kernel *kk = &p->kernels[k];
+  int b = cpu_conv_block(), v, i, j, readers = 0;
+  ki->blk = 0;
+  if (!b || kk->kind != FK_EXTERN || kk->anchor < 0 || !conv_blockable(g, kk->anchor, b, 1)) return;
+  if (ki->npost > 0) v = kk->acc[ki->store_acc].node;
+  else if (kk->nnodes == 0) v = kk->anchor;
+  else return;
+  if (g->nodes[v].meta.ndim != 4 || g->nodes[v].meta.shape[1] % b || g->nodes[v].sym[1]) return;
+  for (i = 0; i < g->nout; i++) if (g->outputs[i] == v) return;
+  for (i = v + 1; i < g->n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    for (j = 0; j < nd->nin; j++) {
+      if (nd->in[j] != v) continue;
+      readers++;
+      if (j == 0 && nd->kind == IR_OP && nd->op == OP_CONV2D && conv_blockable(g, i, b, 0) &&
+          conv_call(p, extern_of(p, i)))
+        continue;
+      if (nd->kind == IR_OP && nd->op == OP_ADD && residual_post(p, i, v)) continue;
+      return;
+    }
+  }
+  if (readers) ki->blk = b;
+}
+
+/* Node id's value out of blocks into a plain tensor of its own. */
+static int unblock(exec_run *r, int id, fl_err *e) {
+  fl_tensor *v = &r->vals[id], t;
+  int b = r->blk[id], rc;
+  r->blk[id] = 0;
+  if (!v->st) return FL_OK;
+  if ((rc = ten_uninit(&t, &v->m, e)) != FL_OK) return rc;
+  cpu_unblock_nchw(ten_data(v), ten_data(&t), v->m.shape[0], v->m.shape[1],
+                   v->m.shape[2] * v->m.shape[3], b);
+  ten_release(v);
+  *v = t;
+  return FL_OK;
+}
+
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n);
 
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
@@ -362,6 +513,7 @@ static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *k
   (void)e;
   plan_posts(p, k, kinfo);
   plan_layout(p, k, kinfo);
+  plan_block(p, k, kinfo);
   return cpu_emit_kernel(b, p, k, sym, known, &((cpu_kinfo *)kinfo)->scratch);
 }
 
@@ -447,74 +599,124 @@ static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_e
 }
 
 /* Kernel k as one product with its epilogue as post-ops, written straight
-** into the epilogue's stored buffer: 1 when done, 0 when these shapes or
+** into the epilogue's stored buffer, or a bare convolution (no epilogue)
+** whose input or result is in blocks: 1 when done, 0 when these shapes or
 ** this build do not allow it (the caller runs the extern step and the
 ** kernel), < 0 on an error.  Allowed when the store is contiguous and the
 ** product's value and every residual operand are read at exactly the
-** store's indices (same strides and offset), and shapes agree. */
+** store's indices (same strides and offset), and shapes agree.  A
+** convolution reads its input and residuals in the blocks they were
+** written in, and writes its result in blocks where the plan asks
+** (plan_block); where oneDNN refuses that, it runs again on plain ones. */
 static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
   const ir_graph *g = r->g;
   const ir_node *nd = &g->nodes[k->anchor];
   const int64_t *args = r->args;
-  int d = k->nkept + k->nred, i, j, rc, sid = k->acc[in->store_acc].node;
-  const int64_t *ss = args + d + in->store_acc * (d + 1);
+  int d = k->nkept + k->nred, i, j, rc, try;
+  int sid = k->nnodes ? k->acc[in->store_acc].node : k->anchor;
   const fl_tensor *ins[8];
   cpu_mm_post posts[CPU_MM_MAXPOST];
-  int64_t want = 1;
   fl_err e2;
   if (!(nd->op == OP_CONV2D ? cpu_conv_enabled() : cpu_mm_enabled()) || nd->nin > 8) return 0;
   if (!meta_same_shape(&r->metas[sid], &r->metas[k->anchor]) || r->metas[sid].dtype != FL_F32) return 0;
-  if (ss[d] != 0) return 0;
-  for (j = d - 1; j >= 0; j--) {
-    if (args[j] != 1 && ss[j] != want) return 0;
-    want *= args[j];
-  }
-  for (i = 0; i < k->nacc; i++) {
-    const int64_t *as = args + d + i * (d + 1);
-    if (k->acc[i].store) continue;
-    for (j = 0; j <= d; j++)
-      if ((j == d || args[j] != 1) && as[j] != ss[j]) break;
-    if (j <= d) {
-      int used = i == in->anchor_acc;
-      for (j = 0; j < in->npost; j++)
-        used |= (in->post[j].kind == CPU_MM_ADD || in->post[j].kind == CPU_MM_MUL) && in->post[j].acc == i;
-      if (used) return 0;
+  if (k->nnodes) {
+    const int64_t *ss = args + d + in->store_acc * (d + 1);
+    int64_t want = 1;
+    if (ss[d] != 0) return 0;
+    for (j = d - 1; j >= 0; j--) {
+      if (args[j] != 1 && ss[j] != want) return 0;
+      want *= args[j];
     }
-  }
-  for (i = 0; i < nd->nin; i++) {
-    ins[i] = NULL;
-    if (nd->in[i] < 0) continue;
-    if ((rc = exec_value(r, nd->in[i], 0, e)) != FL_OK) return rc;
-    ins[i] = &r->vals[nd->in[i]];
+    for (i = 0; i < k->nacc; i++) {
+      const int64_t *as = args + d + i * (d + 1);
+      if (k->acc[i].store) continue;
+      for (j = 0; j <= d; j++)
+        if ((j == d || args[j] != 1) && as[j] != ss[j]) break;
+      if (j <= d) {
+        int used = i == in->anchor_acc;
+        for (j = 0; j < in->npost; j++)
+          used |= (in->post[j].kind == CPU_MM_ADD || in->post[j].kind == CPU_MM_MUL) && in->post[j].acc == i;
+        if (used) return 0;
+      }
+    }
   }
   if (!r->vals[sid].st && (rc = exec_buffer(r, sid, &r->vals[sid], e)) != FL_OK) return rc;
   if (!ten_is_contiguous(&r->vals[sid])) return 0;
-  for (i = 0; i < nd->nin; i++)
-    if (ins[i] && ins[i]->st == r->vals[sid].st) return 0;
-  memset(posts, 0, sizeof posts);
-  for (i = 0; i < in->npost; i++) {
-    posts[i].kind = in->post[i].kind;
-    posts[i].alpha = in->post[i].alpha;
-    posts[i].beta = in->post[i].beta;
-    if (posts[i].kind == CPU_MM_ADD || posts[i].kind == CPU_MM_MUL) {
-      int id = k->acc[in->post[i].acc].node;
-      const fl_tensor *t;
-      if ((rc = exec_value(r, id, 1, e)) != FL_OK) return rc;
-      t = &r->vals[id];
-      if (t->m.dtype != FL_F32 || meta_numel(&t->m) != meta_numel(&r->metas[sid])) return 0;
-      /* oneDNN may accumulate partial sums in dst before it reads the
-      ** operand: never the same memory (a caller's output given in place) */
-      if (t->st == r->vals[sid].st) return 0;
-      /* read at the store's indices: the store's own contiguous layout */
-      posts[i].src.p = (const float *)ten_data(t);
-      posts[i].like_dst = 1;
+  /* the first try keeps blocks where they are and where the plan asks for
+  ** them; the second has every operand plain */
+  for (try = 0; try < 2; try++) {
+    int plain = try == 1 || nd->op != OP_CONV2D;
+    int xblk = 0, yblk = !plain && in->blk && !exec_value_kept(r->pr, sid) ? in->blk : 0;
+    int sum = -1;                 /* the residual oneDNN adds as its sum (cpu/mm.c, sum_post) */
+    for (i = 0; i < in->npost && sum < 0; i++) {
+      if (in->post[i].kind == CPU_MM_ADD_C || in->post[i].kind == CPU_MM_MUL_C) break;
+      if (in->post[i].kind == CPU_MM_ADD) sum = i;
     }
+    /* the sum reads its residual in any layout; other operands in y's */
+    for (i = 0; i < in->npost && yblk; i++)
+      if ((in->post[i].kind == CPU_MM_ADD || in->post[i].kind == CPU_MM_MUL) && i != sum &&
+          r->blk[k->acc[in->post[i].acc].node] != yblk)
+        yblk = 0;
+    for (i = 0; i < nd->nin; i++) {
+      ins[i] = NULL;
+      if (nd->in[i] < 0) continue;
+      if (i == 0 && !plain && r->blk[nd->in[0]] && r->vals[nd->in[0]].st) xblk = r->blk[nd->in[0]];
+      else if ((rc = exec_value(r, nd->in[i], 0, e)) != FL_OK) return rc;
+      ins[i] = &r->vals[nd->in[i]];
+    }
+    for (i = 0; i < nd->nin; i++)
+      if (ins[i] && ins[i]->st == r->vals[sid].st) return 0;
+    memset(posts, 0, sizeof posts);
+    for (i = 0; i < in->npost; i++) {
+      posts[i].kind = in->post[i].kind;
+      posts[i].alpha = in->post[i].alpha;
+      posts[i].beta = in->post[i].beta;
+      if (posts[i].kind == CPU_MM_ADD_C || posts[i].kind == CPU_MM_MUL_C) {
+        int id = k->acc[in->post[i].acc].node;
+        if ((rc = exec_value(r, id, 1, e)) != FL_OK) return rc;
+        if (r->vals[id].m.dtype != FL_F32) return 0;
+        posts[i].src.p = (const float *)ten_data(&r->vals[id]);
+        posts[i].src.shape[0] = meta_numel(&r->vals[id].m);
+      } else if (posts[i].kind == CPU_MM_ADD || posts[i].kind == CPU_MM_MUL) {
+        int id = k->acc[in->post[i].acc].node;
+        const fl_tensor *t;
+        /* read in blocks where y is in the same ones, or by the sum */
+        if (!plain && r->blk[id] && (r->blk[id] == yblk || i == sum) && r->vals[id].st)
+          posts[i].blk = i == sum ? r->blk[id] : 0;
+        else if ((rc = exec_value(r, id, 1, e)) != FL_OK)
+          return rc;
+        t = &r->vals[id];
+        if (t->m.dtype != FL_F32 || meta_numel(&t->m) != meta_numel(&r->metas[sid])) return 0;
+        /* oneDNN may accumulate partial sums in dst before it reads the
+        ** operand: never the same memory (a caller's output given in place) */
+        if (t->st == r->vals[sid].st) return 0;
+        /* read at the store's indices: the store's own contiguous layout */
+        posts[i].src.p = (const float *)ten_data(t);
+        posts[i].like_dst = 1;
+      }
+    }
+    if (plain && !in->npost) return 0;        /* a bare product: the extern step */
+    if (xblk && !r->blk[nd->in[0]]) xblk = 0;  /* the input was a residual too, put back plain */
+    err_clear(&e2);
+    rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, xblk, yblk,
+                             &r->vals[sid], &e2);
+    if (rc == FL_OK) {
+      r->blk[sid] = (unsigned char)yblk;
+      return 1;
+    }
+    if (rc != FL_EUNSUPPORTED) return err_set(e, rc, "%s", e2.msg);
+    if (plain) return 0;
   }
-  err_clear(&e2);
-  rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, &r->vals[sid], &e2);
-  if (rc == FL_EUNSUPPORTED) return 0;
-  if (rc != FL_OK) return err_set(e, rc, "%s", e2.msg);
-  return 1;
+  return 0;
+}
+
+/* Does kernel k's convolution meet a blocked layout, read or written? */
+static int meets_blocks(const exec_run *r, const fk_kernel *k, const cpu_kinfo *in) {
+  const ir_node *nd;
+  if (k->kind != FK_EXTERN || k->anchor < 0) return 0;
+  nd = &r->g->nodes[k->anchor];
+  return nd->op == OP_CONV2D && (k->nnodes == 0 || in->npost > 0) &&
+         (in->blk || (nd->nin > 0 && nd->in[0] >= 0 && r->blk[nd->in[0]]));
 }
 
 static int launch(exec_run *r, int ki, fl_err *e) {
@@ -524,7 +726,8 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   void *bufs[257];
   void *scratch = NULL;
   int i, rc;
-  if (in->npost > 0 && (rc = launch_posts(r, k, in, e)) != 0) return rc < 0 ? rc : FL_OK;
+  if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, e)) != 0)
+    return rc < 0 ? rc : FL_OK;
   if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);
@@ -536,7 +739,7 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   }
   for (i = 0; i < k->nbufs; i++) {
     int id = k->bufs[i];
-    if (!r->vals[id].st && (rc = exec_value(r, id, 0, e)) != FL_OK) return rc;
+    if ((!r->vals[id].st || r->blk[id]) && (rc = exec_value(r, id, 0, e)) != FL_OK) return rc;
     bufs[i] = ten_data(&r->vals[id]);
   }
   if (in->scratch) {
@@ -563,5 +766,5 @@ const exec_backend cpu_backend = {
   "cpu", FL_DEV_CPU, sizeof(cpu_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch, no_sync, nargs, NULL
+  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock
 };

@@ -24,8 +24,12 @@ int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
 /* A float32 product (matmul, linear) or convolution (conv2d, with its
 ** attributes a) into *out, a contiguous float32 tensor of its shape, with posts applied inside the library call (a
 ** fused epilogue that writes the product once).  FL_EUNSUPPORTED, out
-** unwritten, where oneDNN cannot run it: the caller runs the epilogue. */
+** unwritten, where oneDNN cannot run it: the caller runs the epilogue.
+** A convolution's x (in[0]) and out may be in oneDNN's blocked layout:
+** xblk, yblk channels per block (cpu_conv_block), 0 plain; the products
+** take 0. */
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e);
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
+                        fl_err *e);
 
 #endif

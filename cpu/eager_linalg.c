@@ -392,13 +392,16 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
 ** inside oneDNN's call; without posts, im2col + sgemm where oneDNN is off
 ** or refuses. */
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e);
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
+                        fl_err *e);
 
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e) {
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
+                        fl_err *e) {
+  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, xblk, yblk, out, e);
+  if (xblk || yblk) return err_set(e, FL_EUNSUPPORTED, "%s reads no blocked layout", op_name(op));
   if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
   if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
-  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, out, e);
   return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
 }
 
@@ -460,11 +463,12 @@ static void conv_depthwise(const float *x, const float *w, float *y, int64_t N,
 
 int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
-  return conv2d_posts(op, in, nin, a, NULL, 0, out, e);
+  return conv2d_posts(op, in, nin, a, NULL, 0, 0, 0, out, e);
 }
 
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, fl_tensor *out, fl_err *e) {
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
+                        fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
@@ -483,8 +487,12 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
            g.pl == 0 && g.pb == 0 && g.pr == 0;
   depthwise = G > 1 && CG == 1;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  if (npost && (out->m.dtype != FL_F32 || !cpu_conv_enabled()))
-    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops need oneDNN and a float32 result", op_name(op));
+  if ((npost || xblk || yblk) && (out->m.dtype != FL_F32 || !cpu_conv_enabled()))
+    return err_set(e, FL_EUNSUPPORTED, "%s: post-ops and blocked layouts need oneDNN and a float32 result",
+                   op_name(op));
+  if ((xblk && (x->m.dtype != FL_F32 || !ten_is_contiguous(x))) ||
+      (yblk && !ten_is_contiguous(out)))
+    return err_set(e, FL_EUNSUPPORTED, "%s: a blocked layout in a strided or converted tensor", op_name(op));
   if (too_big(op_name(op), CO, P, CKK * G, e)) return FL_EUNSUPPORTED;
   if (!(xf = eager_f32(x, &xo, op_name(op), e)) ||
       !(wf = eager_f32(w, &wo, op_name(op), e)) ||
@@ -503,7 +511,9 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
     if (wf == ten_data(w)) c.w_st = w->st;   /* the weights themselves: they may be kept */
     for (n = 0; n < npost; n++) c.post[n] = posts[n];
     c.npost = npost;
-    if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost) {
+    c.xblk = xblk;
+    c.yblk = yblk;
+    if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost || xblk || yblk) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
       goto done;

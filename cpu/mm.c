@@ -552,6 +552,9 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
     return err_set(e, FL_EUNSUPPORTED, "matmul: rank %d or %d post-ops are beyond oneDNN's path",
                    m->nd, m->npost);
   for (i = 0; i < m0->npost; i++)
+    if (m0->post[i].kind == CPU_MM_ADD_C || m0->post[i].kind == CPU_MM_MUL_C)
+      return err_set(e, FL_EUNSUPPORTED, "matmul: per-channel post-ops are a convolution's");
+  for (i = 0; i < m0->npost; i++)
     if (m0->post[i].like_dst) {
       if (m == m0) { mc = *m0; m = &mc; }
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
@@ -675,6 +678,7 @@ const char *cpu_mm_describe(void) {
 typedef struct ckey {
   int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
   int bias, npost, plain;     /* plain: conv_mode */
+  int xblk, yblk;
   int kind[CPU_MM_MAXPOST];
   float ab[CPU_MM_MAXPOST][2];
 } ckey;
@@ -701,7 +705,8 @@ typedef struct centry {
   dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
 } centry;
 
-static int64_t nconvs, nconv_posts, nconv_mms; /* under lock */
+static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
+static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies */
@@ -750,6 +755,30 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
   return 1;
 }
 
+/* The [1, n, 1, 1] operand of a per-channel post-op. */
+static int chan_md(dnnl_memory_desc_t *md, const cpu_mm_post *p) {
+  dnnl_dims_t d = {1, p->src.shape[0], 1, 1};
+  return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_abcd) == dnnl_success;
+}
+
+/* Which of a convolution's post-ops runs as oneDNN's sum (its residual
+** written into y first, in any layout: cpu_mm_post.blk), or -1: the first
+** CPU_MM_ADD, unless a per-channel one comes before it (oneDNN 2.6's
+** kernels refuse a sum after a binary post-op; the residual is then a
+** binary add, read in y's layout).  cpu/backend.c picks it alike. */
+static int sum_post(const cpu_mm_post *post, int npost) {
+  int i;
+  for (i = 0; i < npost; i++) {
+    if (post[i].kind == CPU_MM_ADD_C || post[i].kind == CPU_MM_MUL_C) return -1;
+    if (post[i].kind == CPU_MM_ADD) return i;
+  }
+  return -1;
+}
+
+static dnnl_format_tag_t blk_tag(int b) {
+  return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
 /* The primitive of c, in oneDNN's layouts (any) or the caller's (plain). */
 static int centry_make(centry *en, const cpu_conv *c, int any) {
   dnnl_memory_desc_t xmd, wmd, ymd, bmd, xa, wa, ya;
@@ -768,8 +797,8 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
   st[0] = c->sh; st[1] = c->sw;
   di[0] = c->dh - 1; di[1] = c->dw - 1;          /* oneDNN counts the holes */
   pl[0] = c->pt; pl[1] = c->pl; pr[0] = c->pb; pr[1] = c->pr;
-  if (dnnl_memory_desc_init_by_tag(&xmd, 4, xd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&ymd, 4, yd, dnnl_f32, dnnl_nchw) != dnnl_success ||
+  if (dnnl_memory_desc_init_by_tag(&xmd, 4, xd, dnnl_f32, blk_tag(c->xblk)) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&ymd, 4, yd, dnnl_f32, blk_tag(c->yblk)) != dnnl_success ||
       dnnl_memory_desc_init_by_tag(&wmd, G > 1 ? 5 : 4, wd, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
       dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_x) != dnnl_success)
     return 0;
@@ -780,6 +809,11 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       return 0;
   } else {
     xa = xmd; ya = ymd; wa = wmd;
+    /* blocked x or y: the kernels that read them want blocked weights,
+    ** which are reordered once and kept (kept_find) */
+    if ((c->xblk || c->yblk) &&
+        dnnl_memory_desc_init_by_tag(&wa, G > 1 ? 5 : 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+      return 0;
   }
   if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
                                                  &xa, &wa, c->bias ? &bmd : NULL, &ya, st, di, pl, pr)
@@ -791,7 +825,7 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
     if (dnnl_post_ops_create(&ops) != dnnl_success) goto done;
     for (i = 0; i < c->npost; i++) {
       const cpu_mm_post *p = &c->post[i];
-      if (p->kind == CPU_MM_ADD && !en->sum1) {
+      if (p->kind == CPU_MM_ADD && !en->sum1 && sum_post(c->post, c->npost) == i) {
         /* a residual add as oneDNN's sum: the residual is put in dst
         ** first (in dst's layout), which every kernel reads fast; a binary
         ** add reading the plain layout runs a slow generic loop in the
@@ -804,6 +838,13 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
         if (dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul,
                                         &ymd) != dnnl_success)
           goto done;
+      } else if (p->kind == CPU_MM_ADD_C || p->kind == CPU_MM_MUL_C) {
+        /* a batch norm's scale and shift, one value per channel */
+        dnnl_memory_desc_t cmd;
+        if (!chan_md(&cmd, p) ||
+            dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD_C ? dnnl_binary_add : dnnl_binary_mul,
+                                        &cmd) != dnnl_success)
+          goto done;
       } else {
         float al, be;
         dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
@@ -814,6 +855,15 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
     if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) goto done;
   }
   if (dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) { pd = NULL; goto done; }
+  if (c->xblk || c->yblk) {
+    /* oneDNN's reference loops, where no kernel reads these layouts
+    ** together (blocked x, plain y): 98 s for one of VGG-19's convs,
+    ** where the same on plain layouts takes 20 ms */
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+        strncmp(impl, "ref", 3) == 0)
+      goto done;
+  }
   if (dnnl_primitive_create(&en->prim, pd) != dnnl_success) { en->prim = NULL; goto done; }
   if (!side_make(&en->side[0], &xmd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1) ||
       !side_make(&en->side[1], &wmd, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1) ||
@@ -830,20 +880,35 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
     ARG(DNNL_ARG_BIAS, en->bias);
   }
   if (en->sum1) {
+    /* the residual in its own layout, reordered into dst's where they
+    ** differ: a copy either way */
     dnnl_primitive_desc_t rpd;
     dnnl_status_t rs;
-    if (dnnl_memory_create(&en->sum_src, &ymd, engine, DNNL_MEMORY_NONE) != dnnl_success) {
+    dnnl_memory_desc_t rmd;
+    const dnnl_memory_desc_t *to = en->side[2].inner ? dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)
+                                                     : &ymd;
+    if (dnnl_memory_desc_init_by_tag(&rmd, 4, yd, dnnl_f32, blk_tag(c->post[en->sum1 - 1].blk)) != dnnl_success)
+      goto done;
+    if (dnnl_memory_create(&en->sum_src, &rmd, engine, DNNL_MEMORY_NONE) != dnnl_success) {
       en->sum_src = NULL;
       goto done;
     }
-    if (en->side[2].inner) {
-      if (dnnl_reorder_primitive_desc_create(&rpd, &ymd, engine,
-                                             dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
-                                             engine, NULL) != dnnl_success)
+    if (!dnnl_memory_desc_equal(&rmd, to)) {
+      if (dnnl_reorder_primitive_desc_create(&rpd, &rmd, engine, to, engine, NULL) != dnnl_success)
         goto done;
       rs = dnnl_primitive_create(&en->sum_reorder, rpd);
       dnnl_primitive_desc_destroy(rpd);
       if (rs != dnnl_success) { en->sum_reorder = NULL; goto done; }
+    }
+  }
+  for (i = 0; i < c->npost; i++) {
+    dnnl_memory_desc_t cmd;
+    if ((c->post[i].kind == CPU_MM_ADD_C || c->post[i].kind == CPU_MM_MUL_C) && chan_md(&cmd, &c->post[i])) {
+      if (dnnl_memory_create(&en->post[i], &cmd, engine, DNNL_MEMORY_NONE) != dnnl_success) {
+        en->post[i] = NULL;
+        goto done;
+      }
+      ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, en->post[i]);
     }
   }
   for (i = 0; i < c->npost; i++)
@@ -876,11 +941,13 @@ done:
 ** refuses; centry_pick times it against the convolutions. */
 static int mm_form(const cpu_conv *c) {
   int i;
-  if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
+  if (c->xblk || c->yblk || (c->npost && c->post[0].blk) || c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
       c->sh != 1 || c->sw != 1 || c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
     return 0;
   for (i = 0; i < c->npost; i++)
-    if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL) return 0;
+    if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL ||
+        c->post[i].kind == CPU_MM_ADD_C || c->post[i].kind == CPU_MM_MUL_C)
+      return 0;
   return 1;
 }
 
@@ -969,6 +1036,17 @@ int cpu_conv_enabled(void) {
   return conv_mode > 0;
 }
 
+int cpu_conv_block(void) {
+  static int b = -1;
+  if (b < 0) {
+    const char *v = getenv("FUSELAB_LAYOUT");
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    b = !cpu_conv_enabled() || conv_mode == 1 || (v && strcmp(v, "plain") == 0) ? 0
+      : (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 16 : 8;
+  }
+  return b;
+}
+
 static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
   dnnl_exec_arg_t a[2];
   a[0].arg = DNNL_ARG_FROM; a[0].memory = from;
@@ -1009,8 +1087,11 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   if (en->sum1) {
     const float *r = c->post[en->sum1 - 1].src.p;
     dnnl_memory_set_data_handle(en->sum_src, (void *)r);
-    if (en->sum_reorder) ok = ok && exec2(en->sum_reorder, en->sum_src, en->side[2].inner);
-    else memcpy(c->y, r, (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
+    if (en->sum_reorder)
+      ok = ok && exec2(en->sum_reorder, en->sum_src, en->side[2].inner ? en->side[2].inner : en->side[2].user);
+    else          /* already in dst's layout: the user's y, or the inner buffer */
+      memcpy(en->side[2].inner ? en->side[2].buf : (void *)c->y, r,
+             (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
   }
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
   if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
@@ -1103,9 +1184,18 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   k.bias = c->bias != NULL;
   k.npost = c->npost;
   k.plain = conv_mode;
+  k.xblk = c->xblk;
+  k.yblk = c->yblk;
   for (i = 0; i < c->npost; i++) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
+    if (c->post[i].kind == CPU_MM_ADD) k.ab[i][0] = (float)c->post[i].blk;
+    if (c->post[i].kind == CPU_MM_ADD_C || c->post[i].kind == CPU_MM_MUL_C) {
+      if (c->post[i].src.shape[0] != 1 && c->post[i].src.shape[0] != c->co)
+        return err_set(e, FL_EUNSUPPORTED, "conv2d: a per-channel post-op of %lld values for %lld channels",
+                       (long long)c->post[i].src.shape[0], (long long)c->co);
+      k.ab[i][0] = (float)c->post[i].src.shape[0];
+    }
   }
   if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
   en = p;
@@ -1117,6 +1207,8 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     nconvs++;
     nconv_posts += c->npost > 0;
     nconv_mms += en->mm;
+    nblk_reads += c->xblk > 0;
+    nblk_writes += c->yblk > 0;
   }
   pthread_mutex_unlock(&lock);
   return rc;
@@ -1127,6 +1219,13 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = nconvs;
   *with_posts = nconv_posts;
   *as_matmul = nconv_mms;
+  pthread_mutex_unlock(&lock);
+}
+
+static void block_counts(int64_t *reads, int64_t *writes) {
+  pthread_mutex_lock(&lock);
+  *reads = nblk_reads;
+  *writes = nblk_writes;
   pthread_mutex_unlock(&lock);
 }
 
@@ -1148,6 +1247,7 @@ void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t 
 const char *cpu_mm_describe(void) { return "OpenBLAS sgemm (built without oneDNN)"; }
 
 int cpu_conv_enabled(void) { return 0; }
+int cpu_conv_block(void) { return 0; }
 
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   (void)c;
@@ -1158,4 +1258,28 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = *with_posts = *as_matmul = 0;
 }
 
+static int64_t nunblocked;
+static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
+
 #endif
+
+void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {
+  block_counts(reads, writes);
+  *unblocked = __atomic_load_n(&nunblocked, __ATOMIC_RELAXED);
+}
+
+/* nChw<b>c holds channel c of pixel p at ((c / b) * hw + p) * b + c % b of
+** its image: each block is read in runs of b, written in runs of hw. */
+void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b) {
+  int64_t nb = c / b, q;
+  __atomic_fetch_add(&nunblocked, 1, __ATOMIC_RELAXED);
+#pragma omp parallel for schedule(static) if (n * c * hw >= (1 << 16))
+  for (q = 0; q < n * nb; q++) {
+    const float *src = x + q * hw * b;
+    float *dst = y + q * b * hw;
+    int64_t p;
+    int i;
+    for (p = 0; p < hw; p++)
+      for (i = 0; i < b; i++) dst[i * hw + p] = src[p * b + i];
+  }
+}

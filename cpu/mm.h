@@ -37,7 +37,10 @@ typedef enum cpu_mm_pkind {
   CPU_MM_RELU, CPU_MM_GELU_TANH, CPU_MM_TANH, CPU_MM_SIGMOID,
   CPU_MM_SILU, CPU_MM_EXP,
   CPU_MM_AFFINE,                     /* alpha * x + beta */
-  CPU_MM_ADD, CPU_MM_MUL             /* with a tensor (src), broadcast to dst */
+  CPU_MM_ADD, CPU_MM_MUL,            /* with a tensor (src), broadcast to dst */
+  CPU_MM_ADD_C, CPU_MM_MUL_C         /* convolutions: with one value per output
+                                        channel (src.p, src.shape[0] of them:
+                                        the channels, or 1 for all) */
 } cpu_mm_pkind;
 
 typedef struct cpu_mm_post {
@@ -46,6 +49,10 @@ typedef struct cpu_mm_post {
   cpu_mm_arg src;                    /* CPU_MM_ADD, CPU_MM_MUL */
   int like_dst;                      /* 1: src is laid out as dst is (its
                                         shape and strides are ignored) */
+  int blk;                           /* a convolution's residual (its first
+                                        CPU_MM_ADD, run as oneDNN's sum): the
+                                        channel block it is laid out in, which
+                                        may be y's or not; 0 plain */
 } cpu_mm_post;
 
 /* dst = post_n(...post_1(a @ b + bias)) over nd dims: a [.., M, K],
@@ -92,7 +99,10 @@ const char *cpu_mm_describe(void);
 /* y = post_n(...post_1(conv2d(x, w) + bias)): x [n, c, h, w], w
 ** [co, c/groups, kh, kw], y [n, co, oh, ow], all contiguous float32; bias,
 ** when given, co floats.  Post-ops here read tensors laid out as y is
-** (like_dst). */
+** (like_dst).  x and y are plain nchw, or with xblk / yblk (8 or 16) in
+** oneDNN's blocked nChw8c / nChw16c: blocks of that many channels, each
+** [h, w, block] (cpu_conv_block; a convolution's result kept that way for
+** the next, cpu/backend.c). */
 typedef struct cpu_conv {
   int64_t n, c, h, w, co, kh, kw, oh, ow, groups;
   int64_t sh, sw, dh, dw, pt, pl, pb, pr;     /* dilation 1 = dense */
@@ -101,6 +111,7 @@ typedef struct cpu_conv {
   int npost;
   cpu_mm_post post[CPU_MM_MAXPOST];
   fl_storage *w_st;                  /* wt read in place from it, or NULL (cpu_mm's b_st) */
+  int xblk, yblk;                    /* 0 plain, else the channel block */
 } cpu_conv;
 
 /* 1 when convolutions run through oneDNN: built with it, and not turned
@@ -113,9 +124,20 @@ int cpu_conv_enabled(void);
 /* Run c, as cpu_mm_run: FL_EUNSUPPORTED where this build or oneDNN cannot;
 ** one primitive per shapes and attributes, kept. */
 int cpu_conv_run(const cpu_conv *c, fl_err *e);
+/* The channel block oneDNN's direct convolution kernels read and write on
+** this CPU (16 with AVX-512, else 8), or 0: oneDNN is off, or
+** FUSELAB_LAYOUT=plain keeps every value plain (to measure). */
+int cpu_conv_block(void);
+/* y [n, c, hw] plain from x in blocks of b channels (c % b == 0). */
+void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how
 ** many as a batched matmul (fl.blas_info().onednn_convs,
 ** .onednn_conv_posts, .onednn_conv_matmuls). */
 void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul);
+/* Of those, how many read their input in blocks and wrote their result in
+** blocks, and how many values another reader had put back plain
+** (cpu_unblock_nchw): fl.blas_info().blocked_reads, .blocked_writes,
+** .unblocked. */
+void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked);
 
 #endif

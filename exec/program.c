@@ -468,6 +468,7 @@ int exec_value(exec_run *r, int id, int contig, fl_err *e) {
   const ir_node *nd = &r->g->nodes[id];
   fl_tensor v, t;
   int rc;
+  if (r->blk && r->blk[id] && (rc = be->unblock(r, id, e)) != FL_OK) return rc;
   if (r->vals[id].st) {
     if (!contig || ten_is_contiguous(&r->vals[id])) return FL_OK;
     if ((rc = be->to_device(&t, &r->vals[id], e)) != FL_OK) return rc;
@@ -712,7 +713,8 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   r.vals = calloc((size_t)(g->n ? g->n : 1), sizeof *r.vals);
   r.args = malloc((size_t)pr->maxargs * sizeof *r.args);
   is_out = calloc((size_t)(g->n ? g->n : 1), 1);
-  if (!r.vals || !r.args || !is_out) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
+  if (be->unblock) r.blk = calloc((size_t)(g->n ? g->n : 1), 1);
+  if (!r.vals || !r.args || !is_out || (be->unblock && !r.blk)) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
   /* every run draws anew: each random node reserves its draw in node order
   ** (the order eager code draws in), whichever kernel computes it */
@@ -794,13 +796,14 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   /* the captured in-place updates, after every result is computed */
   if (rc == FL_OK && g->nwb && !r.capture) rc = ir_writeback(g, inputs, outs, wb_copy, (void *)be, e);
   if (rc == FL_OK && hold)
-    for (i = 0; i < g->n; i++) ten_share(&hold[i], &r.vals[i]);
+    for (i = 0; i < g->n && rc == FL_OK; i++)
+      if (!r.blk || !r.blk[i] || (rc = be->unblock(&r, i, e)) == FL_OK) ten_share(&hold[i], &r.vals[i]);
   if (rc == FL_OK && keep && !reuse) kept_stamp(pr);
   if (rc == FL_OK && keep) pr->kept_last = reuse;
   if (rc == FL_OK) { pr->runs++; pr->run_ms += (meas_now() - t0) * 1e3; }
   if (rc == FL_OK && pr->profile) pr->profiled_runs++;
 done:
   if (r.vals) for (i = 0; i < g->n; i++) ten_release(&r.vals[i]);
-  free(r.vals); free(r.args); free(is_out); free(start);
+  free(r.vals); free(r.args); free(is_out); free(start); free(r.blk);
   return rc;
 }

@@ -64,6 +64,9 @@ typedef struct exec_backend {
   int (*nargs)(const exec_program *pr, int k);
   /* the backend's own state (pr->priv), NULL ok */
   void (*free_priv)(exec_program *pr);
+  /* node id's value out of the blocked layout r->blk[id] names, into the
+  ** plain one (r->blk[id] then 0); NULL where nothing is written blocked */
+  int (*unblock)(exec_run *r, int id, fl_err *e);
 } exec_backend;
 
 struct exec_program {
@@ -132,6 +135,10 @@ struct exec_run {
   uint64_t rng_key;      /* per random node: where its draws start in the */
   const uint64_t *rng_start;   /* stream (NULL: no random node), for an
                                   extern step to draw what eager would */
+  unsigned char *blk;    /* per node: 0, or the channel block of the backend's
+                            blocked layout its value was written in (cpu:
+                            one convolution's result for the next to read);
+                            exec_value gives every other reader it plain */
 };
 
 /* The launch info of kernel k. */

@@ -307,7 +307,10 @@ static void push_omp_wait(lua_State *L) {
 ** bytes kept, the copies made (once per weight, layout and value);
 ** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
 ** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
-** batched matmul; threads: how idle OpenMP threads wait */
+** batched matmul; conv_block: the channel block a convolution's result is
+** kept in for the next (0: none), blocked_reads / blocked_writes /
+** unblocked: convolutions that read or wrote it, values put back plain
+** (cpu/backend.c); threads: how idle OpenMP threads wait */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -340,6 +343,11 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
     lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "onednn_conv_matmuls");
+    cpu_conv_block_counts(&calls, &posts, &mms);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "blocked_reads");
+    lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "blocked_writes");
+    lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "unblocked");
+    lua_pushinteger(L, cpu_conv_block()); lua_setfield(L, -2, "conv_block");
   }
   push_omp_wait(L);
   return 1;

@@ -237,12 +237,87 @@ do
   end
 end
 
-if not os.getenv("FUSELAB_CONV") then
+if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") then
   C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
   if conv_on then
     C.rerun("FUSELAB_CONV=any", "oneDNN's own layouts", "oneDNN", "conv")
     C.rerun("FUSELAB_CONV=matmul", "1x1s as matmuls", "ran as batched matmuls", "onednn_conv_matmuls")
   end
+end
+
+-- Chains of convolutions keep their values in oneDNN's blocked layout
+-- between them (cpu/backend.c, plan_block): random chains of two to five
+-- convs (plain, grouped with whole blocks per group, depthwise, a group
+-- width off the block), with relus, residual adds of an earlier value, and
+-- a pool or a second reader now and then (which keep a value plain),
+-- compiled and against the reference; where the CPU blocks, the
+-- convolutions read and wrote blocks, and FUSELAB_LAYOUT=plain (the child
+-- run) none.
+do
+  local bi0 = fl.blas_info()
+  local B = bi0.conv_block or 0
+  local nbad, n = 0, 0
+  for i = 1, 12 do
+    local blk = B > 0 and B or 8
+    local N, H, W = R(2), R(3, 12), R(3, 12)
+    local C0 = blk * R(1, 3)
+    local x = fl.rand(N, 3, H, W) * 2 - 1
+    local ws, kinds = {}, {}
+    local c = C0
+    local w0 = (fl.rand(C0, 3, 3, 3) * 2 - 1) * 0.4
+    local steps = R(2, 5)
+    for s_ = 1, steps do
+      local kind = ({"plain", "grouped", "depthwise", "odd", "plain"})[R(5)]
+      local co, g = blk * R(1, 3), 1
+      if kind == "grouped" then g = 2; co = 2 * blk * R(1, 2); if c % (2 * blk) ~= 0 then kind, g = "plain", 1 end end
+      if kind == "depthwise" then g, co = c, c end
+      if kind == "odd" then co = blk * 2 + 2 end
+      kinds[s_] = {kind = kind, g = g, k = R(2) == 1 and 3 or 1, res = R(3) == 1, pool = R(6) == 1,
+                   twice = R(6) == 1}
+      ws[s_] = (fl.rand(co, c // g, kinds[s_].k, kinds[s_].k) * 2 - 1) * (1 / math.sqrt(c // g * kinds[s_].k ^ 2))
+      c = co
+    end
+    local function f(a, ...)
+      local wl = {...}
+      local h = fl.conv2d(a, w0, nil, {padding = 1}):relu()
+      local extra = nil
+      for s_ = 1, steps do
+        local k = kinds[s_]
+        local y = fl.conv2d(h, wl[s_], nil, {padding = k.k // 2, groups = k.g})
+        if k.res and y.shape[2] == h.shape[2] then y = y + h end
+        y = y:relu()
+        if k.twice then extra = (extra or 0) + y:sum() end
+        if k.pool and y.shape[3] >= 2 and y.shape[4] >= 2 then y = y:max_pool2d(2) end
+        h = y
+      end
+      return extra and h:sum({2, 3}) + extra or h:sum({2, 3})
+    end
+    local args = {x, table.unpack(ws)}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    n = n + 1
+    if not close(got, want) then
+      nbad = nbad + 1
+      local ks = {}
+      for s_ = 1, steps do ks[s_] = kinds[s_].kind .. (kinds[s_].res and "+res" or "") end
+      t.diag(("chain %d: x%s %s: max err %s"):format(i, str(x.shape), table.concat(ks, ","), tostring(maxerr(got, want))))
+    end
+  end
+  t.is(nbad, 0, n .. " chains of convolutions compiled for the CPU match the reference")
+  local bi = fl.blas_info()
+  if B > 0 then
+    t.ok(bi.blocked_writes > bi0.blocked_writes and bi.blocked_reads > bi0.blocked_reads,
+         ("and carried nChw%dc between them (%d results written, %d inputs read in blocks)"):format(
+         B, bi.blocked_writes - bi0.blocked_writes, bi.blocked_reads - bi0.blocked_reads))
+  elseif conv_on and os.getenv("FUSELAB_LAYOUT") == "plain" then
+    t.ok(bi.blocked_writes == 0 and bi.blocked_reads == 0, "FUSELAB_LAYOUT=plain: no value in blocks")
+  else
+    t.skip("no blocked layout here: " .. fl.blas_info().conv, 1)
+  end
+end
+
+if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") and conv_on then
+  C.rerun("FUSELAB_LAYOUT=plain", "every value plain", "no value in blocks", "blocked")
 end
 
 -- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
