@@ -560,7 +560,8 @@ static int product_in_output(exec_run *r, int k, const char *is_out, fl_err *e) 
   for (i = 0; i < kk->nin; i++) {
     int id = kk->bufs[i];
     if (id == kk->anchor) continue;
-    if ((rc = exec_value(r, id, 0, e)) != FL_OK) return rc;
+    /* a value already there is only compared (one in blocks stays so) */
+    if (!r->vals[id].st && (rc = exec_value(r, id, 0, e)) != FL_OK) return rc;
     if (r->vals[id].st == r->vals[o].st) return FL_OK;
   }
   ten_share(&r->vals[kk->anchor], &r->vals[o]);
