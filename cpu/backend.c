@@ -487,6 +487,13 @@ static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   if (readers) ki->blk = b;
 }
 
+static int layout(const exec_program *pr, int k, char *buf, size_t n) {
+  const cpu_kinfo *ki = EXEC_KINFO(pr, k);
+  if (!ki->blk) return 0;
+  snprintf(buf, n, "nChw%dc (blocks of %d channels, read so by the next convolutions)", ki->blk, ki->blk);
+  return 1;
+}
+
 /* Node id's value out of blocks into a plain tensor of its own. */
 static int unblock(exec_run *r, int id, fl_err *e) {
   fl_tensor *v = &r->vals[id], t;
@@ -766,5 +773,5 @@ const exec_backend cpu_backend = {
   "cpu", FL_DEV_CPU, sizeof(cpu_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock
+  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock, layout
 };

@@ -181,6 +181,8 @@ char *exec_program_host(const exec_program *pr) {
       value_name(pr, kr->bufs[j], nm, sizeof nm);
       strbuf_printf(&b, "%s%s", j > kr->nin ? ", " : "", nm);
     }
+    if (pr->be->layout && pr->be->layout(pr, k, nm, sizeof nm))
+      strbuf_printf(&b, " in %s", nm);     /* where layouts change: a reorder on the way out is gone */
     bytes_str(kr->bytes, by, sizeof by);
     if (kr->kind == FK_EXTERN)
       strbuf_printf(&b, "   # k%d %s: library call%s, %s moved\n", k, kr->name,

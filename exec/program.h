@@ -67,6 +67,9 @@ typedef struct exec_backend {
   /* node id's value out of the blocked layout r->blk[id] names, into the
   ** plain one (r->blk[id] then 0); NULL where nothing is written blocked */
   int (*unblock)(exec_run *r, int id, fl_err *e);
+  /* the blocked layout kernel k's plan writes its result in ("nChw8c"),
+  ** for the host program's listing; NULL, or 0 where it is plain */
+  int (*layout)(const exec_program *pr, int k, char *buf, size_t n);
 } exec_backend;
 
 struct exec_program {
