@@ -553,6 +553,150 @@ static void emit_out_lambda(gen *g, int ea) {
   strbuf_printf(g->b, "  };\n");
 }
 
+/* rnn (ops.def): one block per (direction, batch row), grid-stride over
+** them; the steps in order, each thread some hidden units: their gates
+** from x_t (W, the biases) and h_{t-1} (R), in float whatever the
+** dtypes, as cpu/eager_rnn.c computes them (the biases summed first, then
+** added to x_t W^T, then the recurrent product).  h and c live in shared
+** memory (h double-buffered: every unit reads all of h_{t-1}); GRU without
+** linear_before_reset first computes r * h_{t-1} for every unit.  A step
+** past the row's sequence_lens keeps the state and writes zeros to Y. */
+static void emit_rnn(gen *g) {
+  const fk_kernel *k = g->k;
+  const fuse_plan *p = g->p;
+  const ir_node *an = &p->g->nodes[k->anchor];
+  op_rnn c;
+  int i, sl[8], S, D;
+  char lit[64];
+  op_rnn_of(&an->attrs, &c);
+  S = c.states; D = c.dirs;
+  for (i = 0; i < 8; i++) sl[i] = i < an->nin && an->in[i] >= 0 ? cuda_operand_slot(p, k, i) : -1;
+  strbuf_printf(g->b, "  /* %s, %s%s */\n", c.cell == OP_RNN_CELL_RNN ? "RNN" : c.cell == OP_RNN_CELL_GRU ?
+                "GRU" : "LSTM", D == 2 ? "bidirectional" : c.reverse ? "reverse" : "forward",
+                c.lbr ? ", linear_before_reset" : "");
+  strbuf_printf(g->b, "  const fl_i64 *Q = X + %d;\n", CUX_OP);
+  strbuf_printf(g->b, "  const fl_i64 nT = Q[%d], nB = Q[%d], nI = Q[%d], nH = Q[%d];\n", CUR_T, CUR_B, CUR_I,
+                CUR_H);
+  for (i = 0; i < 8; i++) {
+    if (sl[i] < 0) continue;
+    strbuf_printf(g->b, "  const fl_i64 *A%d = Q + %d;   /* input %d: strides, offset */\n", i,
+                  CUR_OPS + i * CUR_PER, i + 1);
+  }
+  strbuf_printf(g->b, "  __shared__ float fl_rh0[%d], fl_rh1[%d], fl_rc[%d];\n", CUDA_RNN_HMAX,
+                CUDA_RNN_HMAX, CUDA_RNN_HMAX);
+  if (c.clip_on) {
+    fk_float_literal(lit, sizeof lit, (double)(float)c.clip, 0);
+    strbuf_printf(g->b, "  const float ck = %s;\n", lit);
+    strbuf_printf(g->b, "  auto clip = [&](float v) -> float { return v != v ? v : v < -ck ? -ck : v > ck ? ck : v; };\n");
+  } else {
+    strbuf_printf(g->b, "  auto clip = [&](float v) -> float { return v; };\n");
+  }
+  strbuf_printf(g->b, "  for (fl_i64 row = blockIdx.x; row < %d * nB; row += gridDim.x) {\n", D);
+  strbuf_printf(g->b, "    const fl_i64 d = row / nB, b = row %% nB;\n");
+  strbuf_printf(g->b, "    const bool rev = %s;\n", D == 2 ? "d == 1" : c.reverse ? "true" : "false");
+  strbuf_printf(g->b, "    const int af = d ? %d : %d, ag = d ? %d : %d, ah = d ? %d : %d;\n", c.act[1][0],
+                c.act[0][0], c.act[1][1], c.act[0][1], c.act[1][2], c.act[0][2]);
+  strbuf_printf(g->b, "    (void)ag; (void)ah;\n");
+  if (sl[4] >= 0)
+    strbuf_printf(g->b, "    const fl_i64 len = (fl_i64)fl_ld(p%d + A4[3] + b * A4[0]);\n", sl[4]);
+  else
+    strbuf_printf(g->b, "    const fl_i64 len = nT;\n");
+  strbuf_printf(g->b, "    float *h = fl_rh0, *hn = fl_rh1;\n");
+  strbuf_printf(g->b, "    for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) {\n");
+  if (sl[5] >= 0)
+    strbuf_printf(g->b, "      h[j] = fl_ld(p%d + A5[3] + d * A5[0] + b * A5[1] + j * A5[2]);\n", sl[5]);
+  else
+    strbuf_printf(g->b, "      h[j] = 0.0f;\n");
+  if (sl[6] >= 0 && c.cell == OP_RNN_CELL_LSTM)
+    strbuf_printf(g->b, "      fl_rc[j] = fl_ld(p%d + A6[3] + d * A6[0] + b * A6[1] + j * A6[2]);\n", sl[6]);
+  else
+    strbuf_printf(g->b, "      fl_rc[j] = 0.0f;\n");
+  strbuf_printf(g->b, "    }\n    __syncthreads();\n");
+  /* gate row q of this direction: x_t W^T plus the biases; the recurrent
+  ** product of a state vector v */
+  strbuf_printf(g->b, "    for (fl_i64 s = 0; s < nT; s++) {\n");
+  strbuf_printf(g->b, "      const fl_i64 t = rev ? nT - 1 - s : s;\n");
+  strbuf_printf(g->b, "      const fl_i64 yo = ((%d + t) * %d + d) * nB * nH + b * nH;\n", S, D);
+  strbuf_printf(g->b, "      if (!(t < len)) {   /* past the row's length: zeros, the state kept */\n");
+  strbuf_printf(g->b, "        for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) out(yo + j, 0.0f);\n");
+  strbuf_printf(g->b, "        continue;\n      }\n");
+  strbuf_printf(g->b, "      auto xw = [&](fl_i64 q, bool rbias) -> float {\n");
+  strbuf_printf(g->b, "        float a = 0.0f;\n");
+  strbuf_printf(g->b, "        for (fl_i64 i = 0; i < nI; i++)\n");
+  strbuf_printf(g->b, "          a += fl_ld(p%d + A0[3] + t * A0[0] + b * A0[1] + i * A0[2]) *\n", sl[0]);
+  strbuf_printf(g->b, "               fl_ld(p%d + A1[3] + d * A1[0] + q * A1[1] + i * A1[2]);\n", sl[1]);
+  if (sl[3] >= 0) {
+    strbuf_printf(g->b, "        const float wb = fl_ld(p%d + A3[3] + d * A3[0] + q * A3[1]);\n", sl[3]);
+    strbuf_printf(g->b, "        const float rb = fl_ld(p%d + A3[3] + d * A3[0] + (%d * nH + q) * A3[1]);\n",
+                  sl[3], c.gates);
+    strbuf_printf(g->b, "        return a + (rbias ? wb + rb : wb + 0.0f);\n");
+  } else {
+    strbuf_printf(g->b, "        (void)rbias;\n        return a + 0.0f;\n");
+  }
+  strbuf_printf(g->b, "      };\n");
+  strbuf_printf(g->b, "      auto hr = [&](fl_i64 q, const float *v) -> float {\n");
+  strbuf_printf(g->b, "        float a = 0.0f;\n");
+  strbuf_printf(g->b, "        for (fl_i64 i = 0; i < nH; i++) a += v[i] * fl_ld(p%d + A2[3] + d * A2[0] + q * A2[1] + i * A2[2]);\n",
+                sl[2]);
+  strbuf_printf(g->b, "        return a;\n      };\n");
+  switch (c.cell) {
+  case OP_RNN_CELL_RNN:
+    strbuf_printf(g->b, "      for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x)\n");
+    strbuf_printf(g->b, "        hn[j] = fl_rnn_act(af, clip(xw(j, true) + hr(j, h)));\n");
+    break;
+  case OP_RNN_CELL_GRU:
+    if (!c.lbr) {
+      /* r * h_{t-1} of every unit first: the candidate's product reads it */
+      strbuf_printf(g->b, "      for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x)\n");
+      strbuf_printf(g->b, "        fl_rc[j] = fl_rnn_act(af, clip(xw(nH + j, true) + hr(nH + j, h))) * h[j];\n");
+      strbuf_printf(g->b, "      __syncthreads();\n");
+    }
+    strbuf_printf(g->b, "      for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) {\n");
+    strbuf_printf(g->b, "        const float z = fl_rnn_act(af, clip(xw(j, true) + hr(j, h)));\n");
+    if (c.lbr) {
+      strbuf_printf(g->b, "        const float r = fl_rnn_act(af, clip(xw(nH + j, true) + hr(nH + j, h)));\n");
+      if (sl[3] >= 0)
+        strbuf_printf(g->b, "        const float rb = fl_ld(p%d + A3[3] + d * A3[0] + (5 * nH + j) * A3[1]);\n", sl[3]);
+      else
+        strbuf_printf(g->b, "        const float rb = 0.0f;\n");
+      strbuf_printf(g->b, "        const float hh = fl_rnn_act(ag, clip(xw(2 * nH + j, false) + r * (hr(2 * nH + j, h) + rb)));\n");
+    } else {
+      strbuf_printf(g->b, "        const float hh = fl_rnn_act(ag, clip(xw(2 * nH + j, true) + hr(2 * nH + j, fl_rc)));\n");
+    }
+    strbuf_printf(g->b, "        hn[j] = (1.0f - z) * hh + z * h[j];\n      }\n");
+    break;
+  default:   /* LSTM: gates i o f c; c in place (each unit reads only its own) */
+    strbuf_printf(g->b, "      for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) {\n");
+    if (sl[7] >= 0) {
+      strbuf_printf(g->b, "        const float pi = fl_ld(p%d + A7[3] + d * A7[0] + j * A7[1]);\n", sl[7]);
+      strbuf_printf(g->b, "        const float po = fl_ld(p%d + A7[3] + d * A7[0] + (nH + j) * A7[1]);\n", sl[7]);
+      strbuf_printf(g->b, "        const float pf = fl_ld(p%d + A7[3] + d * A7[0] + (2 * nH + j) * A7[1]);\n", sl[7]);
+    } else {
+      strbuf_printf(g->b, "        const float pi = 0.0f, po = 0.0f, pf = 0.0f;\n");
+    }
+    strbuf_printf(g->b, "        const float cc = fl_rc[j];\n");
+    strbuf_printf(g->b, "        const float gi = fl_rnn_act(af, clip(xw(j, true) + hr(j, h) + pi * cc));\n");
+    strbuf_printf(g->b, "        const float gf = fl_rnn_act(af, clip(xw(2 * nH + j, true) + hr(2 * nH + j, h) + pf * cc));\n");
+    strbuf_printf(g->b, "        const float gc = fl_rnn_act(ag, clip(xw(3 * nH + j, true) + hr(3 * nH + j, h)));\n");
+    strbuf_printf(g->b, "        const float cn = gf * cc + gi * gc;\n");
+    strbuf_printf(g->b, "        const float go = fl_rnn_act(af, clip(xw(nH + j, true) + hr(nH + j, h) + po * cn));\n");
+    strbuf_printf(g->b, "        fl_rc[j] = cn;\n");
+    strbuf_printf(g->b, "        hn[j] = go * fl_rnn_act(ah, cn);\n      }\n");
+    break;
+  }
+  strbuf_printf(g->b, "      __syncthreads();\n");
+  strbuf_printf(g->b, "      { float *u = h; h = hn; hn = u; }\n");
+  strbuf_printf(g->b, "      for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) out(yo + j, h[j]);\n");
+  strbuf_printf(g->b, "    }\n");
+  strbuf_printf(g->b, "    /* Y_h%s */\n", S == 2 ? ", Y_c" : "");
+  strbuf_printf(g->b, "    for (fl_i64 j = threadIdx.x; j < nH; j += blockDim.x) {\n");
+  strbuf_printf(g->b, "      out(d * nB * nH + b * nH + j, h[j]);\n");
+  if (S == 2) strbuf_printf(g->b, "      out((%d + d) * nB * nH + b * nH + j, fl_rc[j]);\n", D);
+  strbuf_printf(g->b, "    }\n");
+  strbuf_printf(g->b, "    __syncthreads();   /* the next row reuses the state */\n");
+  strbuf_printf(g->b, "  }\n");
+}
+
 static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_err *e) {
   const fk_kernel *k = g->k;
   const fuse_plan *p = g->p;
@@ -570,6 +714,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_GATHER: nx += CUG_COUNT; break;
   case OP_INDEX_ADD: nx += CUI_COUNT; break;
   case OP_CUMSUM: nx += CUS_COUNT; break;
+  case OP_RNN: nx += CUR_COUNT; break;
   case OP_CAT:
     if (an->nin > CUDA_CAT_MAX)
       return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): cat of %d inputs has no CUDA "
@@ -657,6 +802,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_GATHER:
     strbuf_printf(g->b, "  fl_gather<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1, CUX_OP, CUX_TOTAL);
     break;
+  case OP_RNN: emit_rnn(g); break;
   case OP_CAT: {
     /* the input an element comes from: the first whose extent along dim
     ** holds the coordinate */

@@ -17,7 +17,8 @@
 **              stage one pass over the reduced elements, thread partials
 **              combined with warp shuffles and shared memory across warps,
 **              so softmax, layer_norm and rms_norm are one kernel.
-**   extern     the anchor (matmul, linear, conv2d, pooling, embedding, cat)
+**   extern     the anchor (matmul, linear, conv2d, pooling, embedding, cat,
+**              rnn: one block per direction and batch row, in step order)
 **              as a generated kernel whose store runs the elementwise
 **              epilogue in place (a lambda given to the preamble's tiled
 **              matmul, WMMA tensor cores for float16/bfloat16), plus a
@@ -123,6 +124,14 @@ enum {
 enum { CUS_LINES = 0, CUS_LEN, CUS_INNER, CUS_XO, CUS_EXCL, CUS_REV, CUS_ND,
        CUS_SIZE = 7, CUS_XSTR = CUS_SIZE + FL_MAX_DIMS, CUS_DIM = CUS_XSTR + FL_MAX_DIMS,
        CUS_COUNT };
+
+/* rnn: the sequence length, the batch, the input and hidden sizes, then
+** per input (ops.def's order: X W R B sequence_lens initial_h initial_c
+** P) its strides (at most 3) and offset; 0 where the input is absent.
+** The state of one (direction, batch row) lives in shared memory, so H is
+** at most CUDA_RNN_HMAX (the host refuses more). */
+#define CUDA_RNN_HMAX 2048
+enum { CUR_T = 0, CUR_B, CUR_I, CUR_H, CUR_OPS = 4, CUR_PER = 4, CUR_COUNT = CUR_OPS + 8 * CUR_PER };
 
 /* The includes, types and helpers every program starts with; `externs`
 ** (cuda_plan_has_extern's flags) adds the extern anchors' templates and

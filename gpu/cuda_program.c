@@ -397,6 +397,24 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     for (d = dim + 1; d < x->m.ndim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
     break;
   }
+  case OP_RNN: {
+    /* X [T, B, I], R [D, G*H, H]; each input's strides and offset */
+    memset(Y, 0, CUR_COUNT * sizeof *Y);
+    Y[CUR_T] = op[0].m.shape[0]; Y[CUR_B] = op[0].m.shape[1]; Y[CUR_I] = op[0].m.shape[2];
+    Y[CUR_H] = op[2].m.shape[2];
+    if (Y[CUR_H] > CUDA_RNN_HMAX) {
+      rc = err_set(e, FL_EUNSUPPORTED, "%s: rnn's hidden size %lld is beyond the CUDA kernel's %d",
+                   k->name, (long long)Y[CUR_H], CUDA_RNN_HMAX);
+      break;
+    }
+    for (i = 0; i < nop && i < 8; i++) {
+      int64_t *I = Y + CUR_OPS + i * CUR_PER;
+      if (an->in[i] < 0) continue;
+      for (d = 0; d < op[i].m.ndim && d < 3; d++) I[d] = op[i].stride[d];
+      I[3] = rel[i];
+    }
+    break;
+  }
   case OP_CAT: {
     int dim = (int)an->attrs.i[0];
     Y[CUT_ND] = om->ndim; Y[CUT_DIM] = dim;
@@ -526,6 +544,11 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
       grid[1] = (unsigned)(tm < 65535 ? tm : 65535);
       grid[2] = (unsigned)(nb < 65535 ? nb : 65535);
       bs = 256;   /* the matmul templates assume 256 threads */
+    } else if (an->op == OP_RNN) {
+      /* a block per (direction, batch row): rnn's output is [S+T, D, B, H] */
+      const fl_meta *om = &c->metas[k->anchor];
+      grid[0] = cap_grid(om->shape[1] * om->shape[2]);
+      bs = 256;
     } else {
       grid[0] = cap_grid((total + 255) / 256);
       bs = 256;
