@@ -246,9 +246,13 @@ if fl.cuda_available() then
       ok = ok and okk
       msgs[#msgs + 1] = m
     end
-    t.ok(ok, string.format("%s %s%s%s, compiled for CUDA matches eager on the CPU (%s)", case.cell, case.dir,
-                           case.lbr and " linear_before_reset" or "", case.peep and " peepholes" or "",
-                           table.concat(msgs, "; ")))
+    -- a graph without a CUDA lowering would run on the eager kernels
+    -- (stats.fallbacks): that must not pass for the generated kernel
+    local s = cf:stats()
+    t.ok(ok and s.fallbacks == 0 and s.graph_breaks == 0,
+         string.format("%s %s%s%s, compiled for CUDA matches eager on the CPU (%s; fallbacks %d, graph breaks %d)",
+                       case.cell, case.dir, case.lbr and " linear_before_reset" or "",
+                       case.peep and " peepholes" or "", table.concat(msgs, "; "), s.fallbacks, s.graph_breaks))
   end
 else
   t.skip("no CUDA device or emulator: the CUDA path runs under tests/gpu/emu/run", 4)
