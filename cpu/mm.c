@@ -941,7 +941,9 @@ done:
 ** refuses; centry_pick times it against the convolutions. */
 static int mm_form(const cpu_conv *c) {
   int i;
-  if (c->xblk || c->yblk || (c->npost && c->post[0].blk) || c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
+  if (c->xblk || c->yblk || (c->npost && c->post[0].blk))   /* plain layouts only */
+    return 0;
+  if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
       c->sh != 1 || c->sw != 1 || c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
     return 0;
   for (i = 0; i < c->npost; i++)
