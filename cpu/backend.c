@@ -458,20 +458,26 @@ static int residual_post(const fuse_plan *p, int i, int v) {
   return 0;
 }
 
-/* Kernel k's convolution writes its result in blocks (ki->blk) when that
-** result is no graph output and every node reading it is a blockable
-** convolution reading it as its input, or a residual post-op. */
-static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
+/* A max or average pool run as one bare extern step (no epilogue) over a
+** float32 image: it reads and writes blocks (eager_pool2d_blocked). */
+static int pool_call(const fuse_plan *p, int k) {
+  const ir_node *nd;
+  if (k < 0 || p->kernels[k].kind != FK_EXTERN || p->kernels[k].nnodes != 0) return 0;
+  nd = &p->g->nodes[p->kernels[k].anchor];
+  return (nd->op == OP_MAX_POOL2D || nd->op == OP_AVG_POOL2D) && nd->meta.dtype == FL_F32 &&
+         nd->meta.ndim == 4;
+}
+
+/* Can value v stay in blocks of b: no graph output, and every node reading
+** it a blockable convolution reading it as its input, a residual post-op,
+** or a pool whose own result can stay in blocks (depth bounds the walk
+** through pools). */
+static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
   const ir_graph *g = p->g;
-  const fk_kernel *kk = &p->kernels[k];
-  int b = cpu_conv_block(), v, i, j, readers = 0;
-  ki->blk = 0;
-  if (!b || kk->kind != FK_EXTERN || kk->anchor < 0 || !conv_blockable(g, kk->anchor, b, 1)) return;
-  if (ki->npost > 0) v = kk->acc[ki->store_acc].node;
-  else if (kk->nnodes == 0) v = kk->anchor;
-  else return;
-  if (g->nodes[v].meta.ndim != 4 || g->nodes[v].meta.shape[1] % b || g->nodes[v].sym[1]) return;
-  for (i = 0; i < g->nout; i++) if (g->outputs[i] == v) return;
+  int i, j, readers = 0;
+  if (depth > 8 || g->nodes[v].meta.ndim != 4 || g->nodes[v].meta.shape[1] % b || g->nodes[v].sym[1])
+    return 0;
+  for (i = 0; i < g->nout; i++) if (g->outputs[i] == v) return 0;
   for (i = v + 1; i < g->n; i++) {
     const ir_node *nd = &g->nodes[i];
     for (j = 0; j < nd->nin; j++) {
@@ -481,16 +487,35 @@ static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
           conv_call(p, extern_of(p, i)))
         continue;
       if (nd->kind == IR_OP && nd->op == OP_ADD && residual_post(p, i, v)) continue;
-      return;
+      if (j == 0 && nd->kind == IR_OP && pool_call(p, extern_of(p, i)) &&
+          blocks_for_readers(p, i, b, depth + 1))
+        continue;
+      return 0;
     }
   }
-  if (readers) ki->blk = b;
+  return readers > 0;
+}
+
+/* Kernel k's convolution, or pool, writes its result in blocks (ki->blk)
+** when every reader takes them (blocks_for_readers).  A pool does so only
+** where its input came in blocks: the run decides (launch_pool). */
+static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
+  const fk_kernel *kk = &p->kernels[k];
+  int b = cpu_conv_block(), v;
+  ki->blk = 0;
+  if (!b || kk->kind != FK_EXTERN || kk->anchor < 0) return;
+  if (pool_call(p, k)) v = kk->anchor;
+  else if (!conv_blockable(p->g, kk->anchor, b, 1)) return;
+  else if (ki->npost > 0) v = kk->acc[ki->store_acc].node;
+  else if (kk->nnodes == 0) v = kk->anchor;
+  else return;
+  if (blocks_for_readers(p, v, b, 0)) ki->blk = b;
 }
 
 static int layout(const exec_program *pr, int k, char *buf, size_t n) {
   const cpu_kinfo *ki = EXEC_KINFO(pr, k);
   if (!ki->blk) return 0;
-  snprintf(buf, n, "nChw%dc (blocks of %d channels, read so by the next convolutions)", ki->blk, ki->blk);
+  snprintf(buf, n, "nChw%dc (blocks of %d channels, read so by the convolutions after it)", ki->blk, ki->blk);
   return 1;
 }
 
@@ -726,6 +751,26 @@ static int meets_blocks(const exec_run *r, const fk_kernel *k, const cpu_kinfo *
          (in->blk || (nd->nin > 0 && nd->in[0] >= 0 && r->blk[nd->in[0]]));
 }
 
+/* A bare pool whose input came in blocks and whose result stays in them
+** (plan_block): 1 when done, 0 for the extern step (it reads the input
+** plain), < 0 on an error. */
+static int launch_pool(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
+  const ir_node *nd = &r->g->nodes[k->anchor];
+  const fl_meta *m = &r->metas[k->anchor];
+  int x = nd->in[0], rc;
+  if (!in->blk || x < 0 || r->blk[x] != in->blk || !r->vals[x].st || r->vals[x].m.dtype != FL_F32 ||
+      !ten_is_contiguous(&r->vals[x]) || exec_value_kept(r->pr, k->anchor))
+    return 0;
+  if (!r->vals[k->anchor].st && (rc = exec_buffer(r, k->anchor, &r->vals[k->anchor], e)) != FL_OK) return rc;
+  if (!ten_is_contiguous(&r->vals[k->anchor]) || r->vals[k->anchor].st == r->vals[x].st) return 0;
+  if (eager_pool2d_blocked(nd->op, &nd->attrs, ten_data(&r->vals[x]), ten_data(&r->vals[k->anchor]),
+                           m->shape[0], m->shape[1], r->vals[x].m.shape[2], r->vals[x].m.shape[3],
+                           m->shape[2], m->shape[3], in->blk) != FL_OK)
+    return 0;
+  r->blk[k->anchor] = (unsigned char)in->blk;
+  return 1;
+}
+
 static int launch(exec_run *r, int ki, fl_err *e) {
   exec_program *pr = r->pr;
   const fk_kernel *k = &pr->plan->kernels[ki];
@@ -735,6 +780,7 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   int i, rc;
   if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, e)) != 0)
     return rc < 0 ? rc : FL_OK;
+  if (in->blk && k->nnodes == 0 && (rc = launch_pool(r, k, in, e)) != 0) return rc < 0 ? rc : FL_OK;
   if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);

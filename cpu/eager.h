@@ -21,6 +21,11 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
 ** eager_apply runs. */
 int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
                      const op_attrs *a, fl_tensor *out, fl_err *e);
+/* max_pool2d / avg_pool2d (attributes a) of float32 x [N, C, H, W] into y
+** [N, C, OH, OW], both in blocks of b channels (nChw<b>c, C % b == 0);
+** FL_EUNSUPPORTED for another op or block. */
+int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, int64_t N, int64_t C,
+                         int64_t H, int64_t W, int64_t OH, int64_t OW, int b);
 /* A float32 product (matmul, linear) or convolution (conv2d, with its
 ** attributes a) into *out, a contiguous float32 tensor of its shape, with posts applied inside the library call (a
 ** fused epilogue that writes the product once).  FL_EUNSUPPORTED, out

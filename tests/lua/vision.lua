@@ -249,7 +249,9 @@ end
 -- between them (cpu/backend.c, plan_block): random chains of two to five
 -- convs (plain, grouped with whole blocks per group, depthwise, a group
 -- width off the block), with relus, residual adds of an earlier value, and
--- a pool or a second reader now and then (which keep a value plain),
+-- a max or average pool now and then (which reads and writes the blocks
+-- where convolutions surround it) and a second reader (which keeps a value
+-- plain),
 -- compiled and against the reference; where the CPU blocks, the
 -- convolutions read and wrote blocks, and FUSELAB_LAYOUT=plain (the child
 -- run) none.
@@ -272,7 +274,7 @@ do
       if kind == "grouped" then g = 2; co = 2 * blk * R(1, 2); if c % (2 * blk) ~= 0 then kind, g = "plain", 1 end end
       if kind == "depthwise" then g, co = c, c end
       if kind == "odd" then co = blk * 2 + 2 end
-      kinds[s_] = {kind = kind, g = g, k = R(2) == 1 and 3 or 1, res = R(3) == 1, pool = R(6) == 1,
+      kinds[s_] = {kind = kind, g = g, k = R(2) == 1 and 3 or 1, res = R(3) == 1, pool = R(3) == 1 and R(4),
                    twice = R(6) == 1}
       ws[s_] = (fl.rand(co, c // g, kinds[s_].k, kinds[s_].k) * 2 - 1) * (1 / math.sqrt(c // g * kinds[s_].k ^ 2))
       c = co
@@ -287,7 +289,13 @@ do
         if k.res and y.shape[2] == h.shape[2] then y = y + h end
         y = y:relu()
         if k.twice then extra = (extra or 0) + y:sum() end
-        if k.pool and y.shape[3] >= 2 and y.shape[4] >= 2 then y = y:max_pool2d(2) end
+        if k.pool and y.shape[3] >= 3 and y.shape[4] >= 3 then
+          -- pools between convolutions read and write the blocks too
+          if k.pool == 1 then y = y:max_pool2d(2)
+          elseif k.pool == 2 then y = y:max_pool2d(3, {stride = 2, padding = 1, ceil_mode = true})
+          elseif k.pool == 3 then y = y:avg_pool2d(3, {stride = 1, padding = 1, count_include_pad = false})
+          else y = y:avg_pool2d(2, {stride = 2, ceil_mode = true}) end
+        end
         h = y
       end
       return extra and h:sum({2, 3}) + extra or h:sum({2, 3})
