@@ -458,20 +458,31 @@ static int residual_post(const fuse_plan *p, int i, int v) {
   return 0;
 }
 
-/* A max or average pool run as one bare extern step (no epilogue) over a
-** float32 image: it reads and writes blocks (eager_pool2d_blocked). */
-static int pool_call(const fuse_plan *p, int k) {
+/* A bare extern step (no epilogue) over float32 images that reads and
+** writes blocks of b channels: a max or average pool
+** (eager_pool2d_blocked), or a concatenation along the channels of inputs
+** whose channels are whole blocks, which then is the same copy per image
+** as in the plain layout (each input's image is one contiguous run). */
+static int block_step(const fuse_plan *p, int k, int b) {
+  const ir_graph *g = p->g;
   const ir_node *nd;
+  int i;
   if (k < 0 || p->kernels[k].kind != FK_EXTERN || p->kernels[k].nnodes != 0) return 0;
-  nd = &p->g->nodes[p->kernels[k].anchor];
-  return (nd->op == OP_MAX_POOL2D || nd->op == OP_AVG_POOL2D) && nd->meta.dtype == FL_F32 &&
-         nd->meta.ndim == 4;
+  nd = &g->nodes[p->kernels[k].anchor];
+  if (nd->meta.dtype != FL_F32 || nd->meta.ndim != 4) return 0;
+  if (nd->op == OP_MAX_POOL2D || nd->op == OP_AVG_POOL2D) return 1;
+  if (nd->op != OP_CAT || nd->attrs.i[0] != 1) return 0;
+  for (i = 0; i < nd->nin; i++) {
+    const ir_node *x = nd->in[i] >= 0 ? &g->nodes[nd->in[i]] : NULL;
+    if (!x || x->meta.ndim != 4 || x->meta.dtype != FL_F32 || x->meta.shape[1] % b || x->sym[1]) return 0;
+  }
+  return 1;
 }
 
 /* Can value v stay in blocks of b: no graph output, and every node reading
 ** it a blockable convolution reading it as its input, a residual post-op,
-** or a pool whose own result can stay in blocks (depth bounds the walk
-** through pools). */
+** or a pool or concatenation whose own result can stay in blocks (depth
+** bounds the walk through them). */
 static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
   const ir_graph *g = p->g;
   int i, j, readers = 0;
@@ -487,7 +498,7 @@ static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
           conv_call(p, extern_of(p, i)))
         continue;
       if (nd->kind == IR_OP && nd->op == OP_ADD && residual_post(p, i, v)) continue;
-      if (j == 0 && nd->kind == IR_OP && pool_call(p, extern_of(p, i)) &&
+      if ((j == 0 || nd->op == OP_CAT) && nd->kind == IR_OP && block_step(p, extern_of(p, i), b) &&
           blocks_for_readers(p, i, b, depth + 1))
         continue;
       return 0;
@@ -496,15 +507,16 @@ static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
   return readers > 0;
 }
 
-/* Kernel k's convolution, or pool, writes its result in blocks (ki->blk)
-** when every reader takes them (blocks_for_readers).  A pool does so only
-** where its input came in blocks: the run decides (launch_pool). */
+/* Kernel k's convolution, pool or concatenation writes its result in
+** blocks (ki->blk) when every reader takes them (blocks_for_readers).  A
+** pool or concatenation does so only where its inputs came in blocks: the
+** run decides (launch_block_step). */
 static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const fk_kernel *kk = &p->kernels[k];
   int b = cpu_conv_block(), v;
   ki->blk = 0;
   if (!b || kk->kind != FK_EXTERN || kk->anchor < 0) return;
-  if (pool_call(p, k)) v = kk->anchor;
+  if (block_step(p, k, b)) v = kk->anchor;
   else if (!conv_blockable(p->g, kk->anchor, b, 1)) return;
   else if (ki->npost > 0) v = kk->acc[ki->store_acc].node;
   else if (kk->nnodes == 0) v = kk->anchor;
@@ -751,22 +763,33 @@ static int meets_blocks(const exec_run *r, const fk_kernel *k, const cpu_kinfo *
          (in->blk || (nd->nin > 0 && nd->in[0] >= 0 && r->blk[nd->in[0]]));
 }
 
-/* A bare pool whose input came in blocks and whose result stays in them
-** (plan_block): 1 when done, 0 for the extern step (it reads the input
-** plain), < 0 on an error. */
-static int launch_pool(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
+/* A bare pool or concatenation (block_step) whose inputs came in blocks
+** and whose result stays in them (plan_block): 1 when done, 0 for the
+** extern step (it reads its inputs plain), < 0 on an error. */
+static int launch_block_step(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
   const ir_node *nd = &r->g->nodes[k->anchor];
   const fl_meta *m = &r->metas[k->anchor];
-  int x = nd->in[0], rc;
-  if (!in->blk || x < 0 || r->blk[x] != in->blk || !r->vals[x].st || r->vals[x].m.dtype != FL_F32 ||
-      !ten_is_contiguous(&r->vals[x]) || exec_value_kept(r->pr, k->anchor))
-    return 0;
-  if (!r->vals[k->anchor].st && (rc = exec_buffer(r, k->anchor, &r->vals[k->anchor], e)) != FL_OK) return rc;
-  if (!ten_is_contiguous(&r->vals[k->anchor]) || r->vals[k->anchor].st == r->vals[x].st) return 0;
-  if (eager_pool2d_blocked(nd->op, &nd->attrs, ten_data(&r->vals[x]), ten_data(&r->vals[k->anchor]),
-                           m->shape[0], m->shape[1], r->vals[x].m.shape[2], r->vals[x].m.shape[3],
-                           m->shape[2], m->shape[3], in->blk) != FL_OK)
-    return 0;
+  const fl_tensor *ins[64];
+  fl_tensor *y = &r->vals[k->anchor];
+  int i, rc;
+  if (!in->blk || nd->nin < 1 || nd->nin > 64 || exec_value_kept(r->pr, k->anchor)) return 0;
+  for (i = 0; i < nd->nin; i++) {
+    int x = nd->in[i];
+    if (x < 0 || r->blk[x] != in->blk || !r->vals[x].st || r->vals[x].m.dtype != FL_F32 ||
+        !ten_is_contiguous(&r->vals[x]))
+      return 0;
+    ins[i] = &r->vals[x];
+  }
+  if (!y->st && (rc = exec_buffer(r, k->anchor, y, e)) != FL_OK) return rc;
+  if (!ten_is_contiguous(y) || y->m.dtype != FL_F32) return 0;
+  for (i = 0; i < nd->nin; i++) if (ins[i]->st == y->st) return 0;
+  if (nd->op == OP_CAT)
+    rc = eager_apply_into(nd->op, ins, nd->nin, &nd->attrs, y, e);   /* the same copy per image */
+  else
+    rc = eager_pool2d_blocked(nd->op, &nd->attrs, ten_data(ins[0]), ten_data(y), m->shape[0], m->shape[1],
+                              ins[0]->m.shape[2], ins[0]->m.shape[3], m->shape[2], m->shape[3], in->blk);
+  if (rc == FL_EUNSUPPORTED) { err_clear(e); return 0; }
+  if (rc != FL_OK) return -1;
   r->blk[k->anchor] = (unsigned char)in->blk;
   return 1;
 }
@@ -780,7 +803,7 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   int i, rc;
   if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, e)) != 0)
     return rc < 0 ? rc : FL_OK;
-  if (in->blk && k->nnodes == 0 && (rc = launch_pool(r, k, in, e)) != 0) return rc < 0 ? rc : FL_OK;
+  if (in->blk && k->nnodes == 0 && (rc = launch_block_step(r, k, in, e)) != 0) return rc < 0 ? e->code : FL_OK;
   if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;
   if (k->nnodes == 0) return FL_OK;
   if (!pr->fns[ki]) return err_set(e, FL_EUNSUPPORTED, "%s: no generated code", k->name);

@@ -249,9 +249,9 @@ end
 -- between them (cpu/backend.c, plan_block): random chains of two to five
 -- convs (plain, grouped with whole blocks per group, depthwise, a group
 -- width off the block), with relus, residual adds of an earlier value, and
--- a max or average pool now and then (which reads and writes the blocks
--- where convolutions surround it) and a second reader (which keeps a value
--- plain),
+-- a max or average pool or a concatenation of channels now and then (which
+-- read and write the blocks where convolutions surround them) and a second
+-- reader (which keeps a value plain),
 -- compiled and against the reference; where the CPU blocks, the
 -- convolutions read and wrote blocks, and FUSELAB_LAYOUT=plain (the child
 -- run) none.
@@ -275,9 +275,10 @@ do
       if kind == "depthwise" then g, co = c, c end
       if kind == "odd" then co = blk * 2 + 2 end
       kinds[s_] = {kind = kind, g = g, k = R(2) == 1 and 3 or 1, res = R(3) == 1, pool = R(3) == 1 and R(4),
-                   twice = R(6) == 1}
+                   twice = R(6) == 1, cat = R(4) == 1}
       ws[s_] = (fl.rand(co, c // g, kinds[s_].k, kinds[s_].k) * 2 - 1) * (1 / math.sqrt(c // g * kinds[s_].k ^ 2))
-      c = co
+      if kinds[s_].cat then kinds[s_].pool = false end
+      c = kinds[s_].cat and co + c or co
     end
     local function f(a, ...)
       local wl = {...}
@@ -288,6 +289,7 @@ do
         local y = fl.conv2d(h, wl[s_], nil, {padding = k.k // 2, groups = k.g})
         if k.res and y.shape[2] == h.shape[2] then y = y + h end
         y = y:relu()
+        if k.cat then y = fl.cat({y, h}, 2) end    -- DenseNet's and Inception's concatenations
         if k.twice then extra = (extra or 0) + y:sum() end
         if k.pool and y.shape[3] >= 3 and y.shape[4] >= 3 then
           -- pools between convolutions read and write the blocks too
@@ -309,7 +311,10 @@ do
     if not close(got, want) then
       nbad = nbad + 1
       local ks = {}
-      for s_ = 1, steps do ks[s_] = kinds[s_].kind .. (kinds[s_].res and "+res" or "") end
+      for s_ = 1, steps do
+        ks[s_] = kinds[s_].kind .. (kinds[s_].res and "+res" or "") .. (kinds[s_].cat and "+cat" or "") ..
+                 (kinds[s_].pool and "+pool" .. kinds[s_].pool or "")
+      end
       t.diag(("chain %d: x%s %s: max err %s"):format(i, str(x.shape), table.concat(ks, ","), tostring(maxerr(got, want))))
     end
   end
