@@ -1099,28 +1099,34 @@ local function window2d(nsp, strides, pb, pe, dil)
   return strides, {pb[1], pb[2], pe[1], pe[2]}, dil
 end
 
+-- A Conv node's convolution of x by w (and bias b): its attributes, 1-d
+-- and 2-d (ConvInteger and QLinearConv use it too).
+local function conv_nd(node, attrs, x, w, b)
+  local groups = attr(attrs, "group", 1)
+  local r = x:dim()
+  if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
+  local k = {}
+  for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
+  if attrs.kernel_shape then
+    for i, v in ipairs(attrs.kernel_shape) do
+      if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
+    end
+  end
+  local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
+  local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
+  if r == 3 then
+    return fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)
+  end
+  return fl.conv2d(x, w, b, opts)
+end
+
 OPS.Conv = function(node, attrs)
   known_attrs(node, attrs, set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
-  local groups = attr(attrs, "group", 1)
   return function(ins)
     local x, w = T(node, ins[1]), T(node, ins[2])
     local b = ins[3] ~= nil and T(node, ins[3]) or nil
     need_float(node, x)
-    local r = x:dim()
-    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
-    local k = {}
-    for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
-    if attrs.kernel_shape then
-      for i, v in ipairs(attrs.kernel_shape) do
-        if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
-      end
-    end
-    local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
-    local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
-    if r == 3 then
-      return {fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)}
-    end
-    return {fl.conv2d(x, w, b, opts)}
+    return {conv_nd(node, attrs, x, w, b)}
   end
 end
 
@@ -3860,6 +3866,101 @@ OPS.QLinearMatMul = function(node, attrs)
     local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
     local w = hi - lo + 1
     y = fl.minimum(fl.maximum(y, fl.full({}, -w, {dtype = "float64"})), fl.full({}, 2 * w, {dtype = "float64"}))
+    return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
+  end
+end
+
+-- MatMulInteger, ConvInteger and QLinearConv sum products of int8/uint8
+-- values less their zero points in float64: fl.conv2d takes floating
+-- inputs only, and float64 holds every integer up to 2^53 exactly, in the
+-- eager kernels and the compiled ones alike (float32 only up to 2^24, which
+-- a sum of 256 products of 255 x 255 already passes).  The int32 results
+-- are then exact, wrapped as int32 arithmetic wraps.
+
+-- an int8 or uint8 input of these ops
+local function int8_in(node, v, what)
+  if v == nil or is_tensor(v) or (v.wide ~= "int8" and v.wide ~= "uint8") then
+    unsupported(node, "%s of dtype %s (int8 and uint8 only)", what, v and dtype_of(v) or "none")
+  end
+  return v
+end
+
+-- v's values less its zero point zv (of v's type): one value, or (d given)
+-- one per index along dim d of v; as float64
+local function centred64(node, v, zv, d, what)
+  local t = v.t:to("float64")
+  if zv == nil then return t end
+  local z = zero_point(node, zv, v.wide)
+  if not (z:numel() == 1 and z:dim() <= 1) and not d then
+    unsupported(node, "%s of %d values (per tensor only)", what, z:numel())
+  end
+  if d and z:dim() > 1 then unsupported(node, "%s of %d dims (one value, or 1-d)", what, z:dim()) end
+  return t - (d and along(node, z, t, d, 0, what) or z:reshape({})):to("float64")
+end
+
+OPS.MatMulInteger = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local a, b = int8_in(node, ins[1], "input A"), int8_in(node, ins[2], "input B")
+    local ra, rb = a.t:dim(), b.t:dim()
+    -- a 1-d zero point: one per row of A, one per column of B
+    local ta = centred64(node, a, ins[3], ra >= 2 and ra - 1 or nil, "a_zero_point")
+    local tb = centred64(node, b, ins[4], rb >= 2 and rb or nil, "b_zero_point")
+    return {{wide = "int32", t = wrap(fl.matmul(ta, tb):to("int64"), "int32")}}
+  end
+end
+
+local CONV_ATTRS = set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+-- ConvInteger: x less its zero point (per tensor; the pads count as zero
+-- points), w less its own (per tensor or per output channel), as Conv
+OPS.ConvInteger = function(node, attrs)
+  known_attrs(node, attrs, CONV_ATTRS)
+  return function(ins)
+    local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[2], "input w")
+    local tx = centred64(node, x, ins[3], nil, "x_zero_point")
+    local tw = centred64(node, w, ins[4], 1, "w_zero_point")
+    return {{wide = "int32", t = wrap(conv_nd(node, attrs, tx, tw):to("int64"), "int32")}}
+  end
+end
+
+-- QLinearConv: ConvInteger's sum plus the int32 bias, times x_scale *
+-- w_scale / y_scale (in the scales' type, as the reference; w_scale per
+-- tensor or per output channel) in float64, plus y_zero_point, saturated to
+-- its type (x's without one) and rounded half to even
+OPS.QLinearConv = function(node, attrs)
+  known_attrs(node, attrs, CONV_ATTRS)
+  return function(ins)
+    local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[4], "input w")
+    local tx = centred64(node, x, ins[3], nil, "x_zero_point")
+    local tw = centred64(node, w, ins[6], 1, "w_zero_point")
+    local b
+    if ins[9] ~= nil then
+      local bv = ins[9]
+      if is_tensor(bv) or bv.wide ~= "int32" then unsupported(node, "a bias B of dtype %s (int32 only)", dtype_of(bv)) end
+      b = bv.t:to("float64")
+    end
+    local c = conv_nd(node, attrs, tx, tw, b)
+    local function scale(i, what, per_channel)
+      local s = T(node, ins[i], what)
+      need_float(node, s, what)
+      if s:numel() == 1 and s:dim() <= 1 then return s:reshape({}) end
+      if not per_channel then unsupported(node, "%s of %d values (per tensor only)", what, s:numel()) end
+      return along(node, s, c, 2, 0, what)
+    end
+    local f = scale(2, "x_scale") * scale(5, "w_scale", true) / scale(7, "y_scale")
+    local y = c * f:to("float64")
+    local tag = x.wide
+    if ins[8] ~= nil then
+      local z = zero_point(node, ins[8])
+      tag = ins[8].wide
+      if tag ~= "int8" and tag ~= "uint8" then unsupported(node, "a y_zero_point of dtype %s (int8 and uint8 only)", tag) end
+      if z:numel() ~= 1 then unsupported(node, "a y_zero_point of %d values (per tensor only)", z:numel()) end
+      y = y + z:reshape({}):to("float64")
+    end
+    local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+    local wd = hi - lo + 1
+    y = fl.minimum(fl.maximum(y, fl.full({}, -wd, {dtype = "float64"})), fl.full({}, 2 * wd, {dtype = "float64"}))
     return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
   end
 end
