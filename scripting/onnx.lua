@@ -3965,6 +3965,94 @@ OPS.QLinearConv = function(node, attrs)
   end
 end
 
+-- NonMaxSuppression: per batch and class, the boxes above score_threshold
+-- (all without one) by score, highest first (the lower index first among
+-- equal scores), each kept unless its IoU with one kept before passes
+-- iou_threshold, at most max_output_boxes_per_class (0 without one) kept.
+-- Its output's size depends on the values: computed in Lua from them (a
+-- graph break under fl.compile, as NonZero), in float32 arithmetic for
+-- float32 boxes as the reference.
+OPS.NonMaxSuppression = function(node, attrs)
+  known_attrs(node, attrs, set("center_point_box"))
+  local cpb = attr(attrs, "center_point_box", 0)
+  if cpb ~= 0 and cpb ~= 1 then node_error(node, "center_point_box %s (0 or 1)", tostring(cpb)) end
+  return function(ins)
+    local boxes, scores = T(node, ins[1], "boxes"), T(node, ins[2], "scores")
+    need_float(node, boxes, "boxes")
+    need_float(node, scores, "scores")
+    if boxes:dim() ~= 3 or boxes.shape[3] ~= 4 then node_error(node, "boxes of shape %s (not [batches, boxes, 4])", table.concat(boxes.shape, ",")) end
+    if scores:dim() ~= 3 or scores.shape[1] ~= boxes.shape[1] or scores.shape[3] ~= boxes.shape[2] then
+      node_error(node, "scores of shape %s for boxes of shape %s", table.concat(scores.shape, ","), table.concat(boxes.shape, ","))
+    end
+    local function one(i, what)
+      if ins[i] == nil then return nil end
+      local t = T(node, ins[i], what)
+      if t:numel() == 0 then return nil end
+      if t:numel() ~= 1 then node_error(node, "a %s of %d values (one)", what, t:numel()) end
+      return data_values(node, t, "NonMaxSuppression")[1]
+    end
+    local maxout = math.max(one(3, "max_output_boxes_per_class") or 0, 0)
+    local iou_t = one(4, "iou_threshold") or 0
+    local score_t = one(5, "score_threshold")
+    local bv = data_values(node, boxes, "NonMaxSuppression")
+    local sv = data_values(node, scores, "NonMaxSuppression")
+    local r = boxes.dtype == "float32" and function(v) return (string.unpack("<f", string.pack("<f", v))) end
+              or boxes.dtype == "float64" and function(v) return v end
+    if not r then unsupported(node, "boxes of dtype %s (float32 and float64 only)", boxes.dtype) end
+    local B, C, N = static_size(scores.shape[1]), static_size(scores.shape[2]), static_size(scores.shape[3])
+    -- box i's min and max along x and y (0-based box, within batch bi)
+    local function extent(bi, i)
+      local o = (bi * N + i) * 4
+      local a1, a2, a3, a4 = bv[o + 1], bv[o + 2], bv[o + 3], bv[o + 4]
+      if cpb == 0 then            -- [y1, x1, y2, x2], either corner first
+        return math.min(a2, a4), math.max(a2, a4), math.min(a1, a3), math.max(a1, a3)
+      end
+      local hw, hh = r(a3 / 2), r(a4 / 2)  -- [x_center, y_center, width, height]
+      return r(a1 - hw), r(a1 + hw), r(a2 - hh), r(a2 + hh)
+    end
+    local function suppress(bi, i, j)
+      local ax0, ax1, ay0, ay1 = extent(bi, i)
+      local bx0, bx1, by0, by1 = extent(bi, j)
+      local ix0, ix1 = math.max(ax0, bx0), math.min(ax1, bx1)
+      if ix1 <= ix0 then return false end
+      local iy0, iy1 = math.max(ay0, by0), math.min(ay1, by1)
+      if iy1 <= iy0 then return false end
+      local inter = r(r(ix1 - ix0) * r(iy1 - iy0))
+      if inter <= 0 then return false end
+      local a1 = r(r(ax1 - ax0) * r(ay1 - ay0))
+      local a2 = r(r(bx1 - bx0) * r(by1 - by0))
+      local union = r(r(a1 + a2) - inter)
+      if a1 <= 0 or a2 <= 0 or union <= 0 then return false end
+      return r(inter / union) > iou_t
+    end
+    local rows = {{}, {}, {}}
+    for bi = 0, B - 1 do
+      for ci = 0, C - 1 do
+        local cand = {}
+        for i = 0, N - 1 do
+          local s = sv[(bi * C + ci) * N + i + 1]
+          if score_t == nil or s > score_t then cand[#cand + 1] = {s = s, i = i} end
+        end
+        table.sort(cand, function(p, q) return p.s > q.s or (p.s == q.s and p.i < q.i) end)
+        local kept = {}
+        for _, c in ipairs(cand) do
+          if #kept >= maxout then break end
+          local ok = true
+          for _, k in ipairs(kept) do
+            if suppress(bi, c.i, k) then ok = false; break end
+          end
+          if ok then
+            kept[#kept + 1] = c.i
+            rows[1][#rows[1] + 1], rows[2][#rows[2] + 1], rows[3][#rows[3] + 1] = bi, ci, c.i
+          end
+        end
+      end
+    end
+    if #rows[1] == 0 then return {fl.zeros({0, 3}, {dtype = "int64"})} end
+    return {fl.tensor(rows, {dtype = "int64"}):transpose(1, 2):contiguous()}
+  end
+end
+
 -- ---------------------------------------------------------------------------
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------

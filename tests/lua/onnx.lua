@@ -565,6 +565,29 @@ do
     fl.full({}, 0, {dtype = "int64"}), I{{{{{1}}}}}, fl.full({}, 1.0), fl.full({}, 0, {dtype = "int64"}), fl.full({}, 1.0),
     fl.full({}, 0, {dtype = "int64"})) end,
     "QLinearConv, opset 10%): a 3%-d convolution %(1%-d and 2%-d only%) is unsupported", "QLinearConv refuses a 3-d convolution")
+  -- NonMaxSuppression (a graph break compiled): corners in either order,
+  -- or centres (center_point_box 1); by hand: class 0 keeps box 3 (0.95),
+  -- drops 0 and 1 (IoU 1 and 0.82 with it), keeps 2 and 4 (IoU 1/3); class
+  -- 1, above 0.15 (not 0 nor 2), keeps 4 and 3 (IoU 1/3), drops 1 (IoU 0.43)
+  local corners = {{{0, 0, 1, 1}, {0, 0.1, 1, 1.1}, {0, 10, 1, 11}, {1, 1, 0, 0}, {0, 0.5, 1, 1.5}}}
+  local centres = {{{0.5, 0.5, 1, 1}, {0.6, 0.5, 1, 1}, {10.5, 0.5, 1, 1}, {0.5, 0.5, 1, 1}, {1.0, 0.5, 1, 1}}}
+  local sc = fl.tensor{{{0.9, 0.75, 0.6, 0.95, 0.5}, {0.1, 0.2, 0.12, 0.4, 0.7}}}
+  local function nms(cpb, bx, mx)
+    local m = one_node("NonMaxSuppression", {center_point_box = cpb}, {{"float", {1, 5, 4}}, {"float", {1, 2, 5}},
+      {"int64", {1}}, {"float", {1}}, {"float", {1}}}, 11)
+    local args = {fl.tensor(bx), sc, I{mx}, fl.tensor{0.4}, fl.tensor{0.15}}
+    return m(table.unpack(args)):tolist(), fl.compile(m, {backend = "cpu"})(table.unpack(args)):tolist()
+  end
+  local w3 = {{0, 0, 3}, {0, 0, 2}, {0, 0, 4}, {0, 1, 4}, {0, 1, 3}}
+  local en, cn = nms(0, corners, 3)
+  t.is(en, w3, "NonMaxSuppression: by score, IoU over the threshold suppressed, score threshold, per class")
+  t.is(cn, w3, "... compiled (a graph break)")
+  local ec2, cc2 = nms(1, centres, 2)
+  local w2 = {{0, 0, 3}, {0, 0, 2}, {0, 1, 4}, {0, 1, 3}}
+  t.is(ec2, w2, "NonMaxSuppression: center_point_box 1, max_output_boxes_per_class 2")
+  t.is(cc2, w2, "... compiled")
+  local e0 = nms(0, corners, 0)
+  t.is(#e0, 0, "NonMaxSuppression: max_output_boxes_per_class 0 selects none")
 end
 -- the float8 and float4 types: held as float32, rounded by Cast as ONNX's
 -- tables say (to nearest even, saturating or not), exact in the compiled graph
