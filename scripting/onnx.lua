@@ -1099,28 +1099,34 @@ local function window2d(nsp, strides, pb, pe, dil)
   return strides, {pb[1], pb[2], pe[1], pe[2]}, dil
 end
 
+-- A Conv node's convolution of x by w (and bias b): its attributes, 1-d
+-- and 2-d (ConvInteger and QLinearConv use it too).
+local function conv_nd(node, attrs, x, w, b)
+  local groups = attr(attrs, "group", 1)
+  local r = x:dim()
+  if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
+  local k = {}
+  for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
+  if attrs.kernel_shape then
+    for i, v in ipairs(attrs.kernel_shape) do
+      if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
+    end
+  end
+  local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
+  local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
+  if r == 3 then
+    return fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)
+  end
+  return fl.conv2d(x, w, b, opts)
+end
+
 OPS.Conv = function(node, attrs)
   known_attrs(node, attrs, set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
-  local groups = attr(attrs, "group", 1)
   return function(ins)
     local x, w = T(node, ins[1]), T(node, ins[2])
     local b = ins[3] ~= nil and T(node, ins[3]) or nil
     need_float(node, x)
-    local r = x:dim()
-    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
-    local k = {}
-    for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
-    if attrs.kernel_shape then
-      for i, v in ipairs(attrs.kernel_shape) do
-        if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
-      end
-    end
-    local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
-    local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
-    if r == 3 then
-      return {fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)}
-    end
-    return {fl.conv2d(x, w, b, opts)}
+    return {conv_nd(node, attrs, x, w, b)}
   end
 end
 
@@ -3861,6 +3867,189 @@ OPS.QLinearMatMul = function(node, attrs)
     local w = hi - lo + 1
     y = fl.minimum(fl.maximum(y, fl.full({}, -w, {dtype = "float64"})), fl.full({}, 2 * w, {dtype = "float64"}))
     return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
+  end
+end
+
+-- MatMulInteger, ConvInteger and QLinearConv sum products of int8/uint8
+-- values less their zero points in float64: fl.conv2d takes floating
+-- inputs only, and float64 holds every integer up to 2^53 exactly, in the
+-- eager kernels and the compiled ones alike (float32 only up to 2^24, which
+-- a sum of 256 products of 255 x 255 already passes).  The int32 results
+-- are then exact, wrapped as int32 arithmetic wraps.
+
+-- an int8 or uint8 input of these ops
+local function int8_in(node, v, what)
+  if v == nil or is_tensor(v) or (v.wide ~= "int8" and v.wide ~= "uint8") then
+    unsupported(node, "%s of dtype %s (int8 and uint8 only)", what, v and dtype_of(v) or "none")
+  end
+  return v
+end
+
+-- v's values less its zero point zv (of v's type): one value, or (d given)
+-- one per index along dim d of v; as float64
+local function centred64(node, v, zv, d, what)
+  local t = v.t:to("float64")
+  if zv == nil then return t end
+  local z = zero_point(node, zv, v.wide)
+  if not (z:numel() == 1 and z:dim() <= 1) and not d then
+    unsupported(node, "%s of %d values (per tensor only)", what, z:numel())
+  end
+  if d and z:dim() > 1 then unsupported(node, "%s of %d dims (one value, or 1-d)", what, z:dim()) end
+  return t - (d and along(node, z, t, d, 0, what) or z:reshape({})):to("float64")
+end
+
+OPS.MatMulInteger = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local a, b = int8_in(node, ins[1], "input A"), int8_in(node, ins[2], "input B")
+    local ra, rb = a.t:dim(), b.t:dim()
+    -- a 1-d zero point: one per row of A, one per column of B
+    local ta = centred64(node, a, ins[3], ra >= 2 and ra - 1 or nil, "a_zero_point")
+    local tb = centred64(node, b, ins[4], rb >= 2 and rb or nil, "b_zero_point")
+    return {{wide = "int32", t = wrap(fl.matmul(ta, tb):to("int64"), "int32")}}
+  end
+end
+
+local CONV_ATTRS = set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+-- ConvInteger: x less its zero point (per tensor; the pads count as zero
+-- points), w less its own (per tensor or per output channel), as Conv
+OPS.ConvInteger = function(node, attrs)
+  known_attrs(node, attrs, CONV_ATTRS)
+  return function(ins)
+    local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[2], "input w")
+    local tx = centred64(node, x, ins[3], nil, "x_zero_point")
+    local tw = centred64(node, w, ins[4], 1, "w_zero_point")
+    return {{wide = "int32", t = wrap(conv_nd(node, attrs, tx, tw):to("int64"), "int32")}}
+  end
+end
+
+-- QLinearConv: ConvInteger's sum plus the int32 bias, times x_scale *
+-- w_scale / y_scale (in the scales' type, as the reference; w_scale per
+-- tensor or per output channel) in float64, plus y_zero_point, saturated to
+-- its type (x's without one) and rounded half to even
+OPS.QLinearConv = function(node, attrs)
+  known_attrs(node, attrs, CONV_ATTRS)
+  return function(ins)
+    local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[4], "input w")
+    local tx = centred64(node, x, ins[3], nil, "x_zero_point")
+    local tw = centred64(node, w, ins[6], 1, "w_zero_point")
+    local b
+    if ins[9] ~= nil then
+      local bv = ins[9]
+      if is_tensor(bv) or bv.wide ~= "int32" then unsupported(node, "a bias B of dtype %s (int32 only)", dtype_of(bv)) end
+      b = bv.t:to("float64")
+    end
+    local c = conv_nd(node, attrs, tx, tw, b)
+    local function scale(i, what, per_channel)
+      local s = T(node, ins[i], what)
+      need_float(node, s, what)
+      if s:numel() == 1 and s:dim() <= 1 then return s:reshape({}) end
+      if not per_channel then unsupported(node, "%s of %d values (per tensor only)", what, s:numel()) end
+      return along(node, s, c, 2, 0, what)
+    end
+    local f = scale(2, "x_scale") * scale(5, "w_scale", true) / scale(7, "y_scale")
+    local y = c * f:to("float64")
+    local tag = x.wide
+    if ins[8] ~= nil then
+      local z = zero_point(node, ins[8])
+      tag = ins[8].wide
+      if tag ~= "int8" and tag ~= "uint8" then unsupported(node, "a y_zero_point of dtype %s (int8 and uint8 only)", tag) end
+      if z:numel() ~= 1 then unsupported(node, "a y_zero_point of %d values (per tensor only)", z:numel()) end
+      y = y + z:reshape({}):to("float64")
+    end
+    local lo, hi = QUANT_RANGE[tag][1], QUANT_RANGE[tag][2]
+    local wd = hi - lo + 1
+    y = fl.minimum(fl.maximum(y, fl.full({}, -wd, {dtype = "float64"})), fl.full({}, 2 * wd, {dtype = "float64"}))
+    return {{wide = tag, t = fl.minimum(fl.maximum(rint64(y), i64(lo)), i64(hi))}}
+  end
+end
+
+-- NonMaxSuppression: per batch and class, the boxes above score_threshold
+-- (all without one) by score, highest first (the lower index first among
+-- equal scores), each kept unless its IoU with one kept before passes
+-- iou_threshold, at most max_output_boxes_per_class (0 without one) kept.
+-- Its output's size depends on the values: computed in Lua from them (a
+-- graph break under fl.compile, as NonZero), in float32 arithmetic for
+-- float32 boxes as the reference.
+OPS.NonMaxSuppression = function(node, attrs)
+  known_attrs(node, attrs, set("center_point_box"))
+  local cpb = attr(attrs, "center_point_box", 0)
+  if cpb ~= 0 and cpb ~= 1 then node_error(node, "center_point_box %s (0 or 1)", tostring(cpb)) end
+  return function(ins)
+    local boxes, scores = T(node, ins[1], "boxes"), T(node, ins[2], "scores")
+    need_float(node, boxes, "boxes")
+    need_float(node, scores, "scores")
+    if boxes:dim() ~= 3 or boxes.shape[3] ~= 4 then node_error(node, "boxes of shape %s (not [batches, boxes, 4])", table.concat(boxes.shape, ",")) end
+    if scores:dim() ~= 3 or scores.shape[1] ~= boxes.shape[1] or scores.shape[3] ~= boxes.shape[2] then
+      node_error(node, "scores of shape %s for boxes of shape %s", table.concat(scores.shape, ","), table.concat(boxes.shape, ","))
+    end
+    local function one(i, what)
+      if ins[i] == nil then return nil end
+      local t = T(node, ins[i], what)
+      if t:numel() == 0 then return nil end
+      if t:numel() ~= 1 then node_error(node, "a %s of %d values (one)", what, t:numel()) end
+      return data_values(node, t, "NonMaxSuppression")[1]
+    end
+    local maxout = math.max(one(3, "max_output_boxes_per_class") or 0, 0)
+    local iou_t = one(4, "iou_threshold") or 0
+    local score_t = one(5, "score_threshold")
+    local bv = data_values(node, boxes, "NonMaxSuppression")
+    local sv = data_values(node, scores, "NonMaxSuppression")
+    local r = boxes.dtype == "float32" and function(v) return (string.unpack("<f", string.pack("<f", v))) end
+              or boxes.dtype == "float64" and function(v) return v end
+    if not r then unsupported(node, "boxes of dtype %s (float32 and float64 only)", boxes.dtype) end
+    local B, C, N = static_size(scores.shape[1]), static_size(scores.shape[2]), static_size(scores.shape[3])
+    -- box i's min and max along x and y (0-based box, within batch bi)
+    local function extent(bi, i)
+      local o = (bi * N + i) * 4
+      local a1, a2, a3, a4 = bv[o + 1], bv[o + 2], bv[o + 3], bv[o + 4]
+      if cpb == 0 then            -- [y1, x1, y2, x2], either corner first
+        return math.min(a2, a4), math.max(a2, a4), math.min(a1, a3), math.max(a1, a3)
+      end
+      local hw, hh = r(a3 / 2), r(a4 / 2)  -- [x_center, y_center, width, height]
+      return r(a1 - hw), r(a1 + hw), r(a2 - hh), r(a2 + hh)
+    end
+    local function suppress(bi, i, j)
+      local ax0, ax1, ay0, ay1 = extent(bi, i)
+      local bx0, bx1, by0, by1 = extent(bi, j)
+      local ix0, ix1 = math.max(ax0, bx0), math.min(ax1, bx1)
+      if ix1 <= ix0 then return false end
+      local iy0, iy1 = math.max(ay0, by0), math.min(ay1, by1)
+      if iy1 <= iy0 then return false end
+      local inter = r(r(ix1 - ix0) * r(iy1 - iy0))
+      if inter <= 0 then return false end
+      local a1 = r(r(ax1 - ax0) * r(ay1 - ay0))
+      local a2 = r(r(bx1 - bx0) * r(by1 - by0))
+      local union = r(r(a1 + a2) - inter)
+      if a1 <= 0 or a2 <= 0 or union <= 0 then return false end
+      return r(inter / union) > iou_t
+    end
+    local rows = {{}, {}, {}}
+    for bi = 0, B - 1 do
+      for ci = 0, C - 1 do
+        local cand = {}
+        for i = 0, N - 1 do
+          local s = sv[(bi * C + ci) * N + i + 1]
+          if score_t == nil or s > score_t then cand[#cand + 1] = {s = s, i = i} end
+        end
+        table.sort(cand, function(p, q) return p.s > q.s or (p.s == q.s and p.i < q.i) end)
+        local kept = {}
+        for _, c in ipairs(cand) do
+          if #kept >= maxout then break end
+          local ok = true
+          for _, k in ipairs(kept) do
+            if suppress(bi, c.i, k) then ok = false; break end
+          end
+          if ok then
+            kept[#kept + 1] = c.i
+            rows[1][#rows[1] + 1], rows[2][#rows[2] + 1], rows[3][#rows[3] + 1] = bi, ci, c.i
+          end
+        end
+      end
+    end
+    if #rows[1] == 0 then return {fl.zeros({0, 3}, {dtype = "int64"})} end
+    return {fl.tensor(rows, {dtype = "int64"}):transpose(1, 2):contiguous()}
   end
 end
 

@@ -386,6 +386,209 @@ do
   t.is(qm(I{{3, 4}}, one, u(1), I{{5}, {2}}, fl.full({}, 0.5), u(1), one, u(100)):tolist(), {{106}},
        "QLinearMatMul: the integer product, rescaled, rounded half to even")
 end
+-- MatMulInteger, ConvInteger, QLinearConv against their definitions summed
+-- here in Lua loops (zero points per tensor and per row/column/channel,
+-- groups, pads, strides, dilations; QLinearConv's saturation and its ties
+-- rounded to even); eager and compiled
+do
+  math.randomseed(11)
+  local function rnd(shape, lo, hi, k)
+    k = k or 1
+    if k > #shape then return math.random(lo, hi) end
+    local l = {}
+    for i = 1, shape[k] do l[i] = rnd(shape, lo, hi, k + 1) end
+    return l
+  end
+  local function both(m, ...)
+    return m(...):tolist(), fl.compile(m, {backend = "cpu"})(...):tolist()
+  end
+  -- MatMulInteger: uint8 A less a zero point per row, int8 B less one per column
+  local M, K, N = 3, 5, 4
+  local A, B = rnd({M, K}, 0, 255), rnd({K, N}, -128, 127)
+  local az, bz = rnd({M}, 0, 255), rnd({N}, -128, 127)
+  local want = {}
+  for i = 1, M do
+    want[i] = {}
+    for j = 1, N do
+      local s = 0
+      for k = 1, K do s = s + (A[i][k] - az[i]) * (B[k][j] - bz[j]) end
+      want[i][j] = s
+    end
+  end
+  local mi = one_node("MatMulInteger", nil, {{"uint8", {M, K}}, {"int8", {K, N}}, {"uint8", {M}}, {"int8", {N}}}, 10)
+  local e, c = both(mi, I(A), I(B), I(az), I(bz))
+  t.is(e, want, "MatMulInteger: zero points per row of A and per column of B")
+  t.is(c, want, "... compiled")
+  -- per tensor, and sums past 2^24 (exact: float64, not float32)
+  local K2 = 2001
+  local A2, B2 = rnd({2, K2}, 0, 255), rnd({K2, 2}, 0, 255)
+  for k = 1, K2 do A2[1][k], B2[k][1] = 255, 255 end   -- (255 - 2) * 255 * 2001: odd, past 2^24
+  local want2 = {}
+  for i = 1, 2 do
+    want2[i] = {}
+    for j = 1, 2 do
+      local s = 0
+      for k = 1, K2 do s = s + (A2[i][k] - 2) * B2[k][j] end
+      want2[i][j] = s
+    end
+  end
+  local mi2 = one_node("MatMulInteger", nil, {{"uint8", {2, K2}}, {"uint8", {K2, 2}}, {"uint8", {}}}, 10)
+  local e2, c2 = both(mi2, I(A2), I(B2), fl.full({}, 2, {dtype = "int64"}))
+  t.is(e2, want2, "MatMulInteger: a per-tensor zero point, sums past 2^24 exact")
+  t.is(c2, want2, "... compiled")
+  t.raises(function() one_node("MatMulInteger", nil, {{"float", {1, 2}}, {"uint8", {2, 1}}}, 10)(fl.ones(1, 2), I{{1}, {2}}) end,
+           "input A of dtype float32 %(int8 and uint8 only%) is unsupported", "MatMulInteger refuses a float input")
+
+  -- the convolution of x by w (plain nested lists, zero points already
+  -- taken) with ONNX's attributes, and its bias
+  local function conv_ref(x, w, b, g, st, pb, pe, dl)
+    local Nn, C, H, W = #x, #x[1], #x[1][1], #x[1][1][1]
+    local Mo, Cg, kh, kw = #w, #w[1], #w[1][1], #w[1][1][1]
+    local Ho = (H + pb[1] + pe[1] - dl[1] * (kh - 1) - 1) // st[1] + 1
+    local Wo = (W + pb[2] + pe[2] - dl[2] * (kw - 1) - 1) // st[2] + 1
+    local y = {}
+    for n = 1, Nn do
+      y[n] = {}
+      for m = 1, Mo do
+        y[n][m] = {}
+        local grp = (m - 1) // (Mo // g)
+        for oh = 1, Ho do
+          y[n][m][oh] = {}
+          for ow = 1, Wo do
+            local s = b and b[m] or 0
+            for ci = 1, Cg do
+              for i = 1, kh do
+                for j = 1, kw do
+                  local h = (oh - 1) * st[1] - pb[1] + (i - 1) * dl[1] + 1
+                  local ww = (ow - 1) * st[2] - pb[2] + (j - 1) * dl[2] + 1
+                  if h >= 1 and h <= H and ww >= 1 and ww <= W then
+                    s = s + x[n][grp * Cg + ci][h][ww] * w[m][ci][i][j]
+                  end
+                end
+              end
+            end
+            y[n][m][oh][ow] = s
+          end
+        end
+      end
+    end
+    return y
+  end
+  local function map(l, f, k)
+    if type(l) ~= "table" then return f(l, k) end
+    local r = {}
+    for i, v in ipairs(l) do r[i] = map(v, f, k or i) end
+    return r
+  end
+  -- ConvInteger: uint8 x (a zero point per tensor), int8 w (one per output
+  -- channel), group 2, asymmetric pads, strides and dilations
+  local X, Wt = rnd({2, 4, 6, 7}, 0, 255), rnd({6, 2, 3, 2}, -128, 127)
+  local xz, wz = 131, rnd({6}, -128, 127)
+  local attrs = {group = 2, pads = {1, 0, 2, 1}, strides = {2, 1}, dilations = {1, 2}}
+  local xc = map(X, function(v) return v - xz end)
+  local wc = {}
+  for m = 1, 6 do wc[m] = map(Wt[m], function(v) return v - wz[m] end) end
+  local wantc = conv_ref(xc, wc, nil, 2, {2, 1}, {1, 0}, {2, 1}, {1, 2})
+  local ci = one_node("ConvInteger", attrs, {{"uint8", {2, 4, 6, 7}}, {"int8", {6, 2, 3, 2}}, {"uint8", {}}, {"int8", {6}}}, 10)
+  local ec, cc = both(ci, I(X), I(Wt), fl.full({}, xz, {dtype = "int64"}), I(wz))
+  t.is(ec, wantc, "ConvInteger: groups, pads, strides, dilations, zero points per tensor and per channel")
+  t.is(cc, wantc, "... compiled")
+  -- 1-d, auto_pad SAME_UPPER (1 pad at the start, 2 at the end), no zero points
+  local X1, W1 = rnd({1, 2, 9}, -128, 127), rnd({3, 2, 4}, -128, 127)
+  local x4, w4 = {}, {}
+  for n = 1, 1 do x4[n] = {} for c = 1, 2 do x4[n][c] = {X1[n][c]} end end
+  for m = 1, 3 do w4[m] = {} for c = 1, 2 do w4[m][c] = {W1[m][c]} end end
+  local w1 = conv_ref(x4, w4, nil, 1, {1, 2}, {0, 1}, {0, 2}, {1, 1})
+  for m = 1, 3 do w1[1][m] = w1[1][m][1] end
+  local c1 = one_node("ConvInteger", {auto_pad = "SAME_UPPER", strides = {2}}, {{"int8", {1, 2, 9}}, {"int8", {3, 2, 4}}}, 10)
+  local e1, cc1 = both(c1, I(X1), I(W1))
+  t.is(e1, w1, "ConvInteger 1-d, auto_pad SAME_UPPER")
+  t.is(cc1, w1, "... compiled")
+  t.raises(function() one_node("ConvInteger", nil, {{"uint8", {1, 2, 3}}, {"uint8", {1, 2, 1}}, {"uint8", {2}}}, 10)(
+             I{{{1, 2, 3}, {4, 5, 6}}}, I{{{1}, {2}}}, I{1, 2}) end,
+           "x_zero_point of 2 values %(per tensor only%) is unsupported", "ConvInteger refuses a per-channel x_zero_point")
+
+  -- QLinearConv: int8 x and w (w_scale and w_zero_point per output channel),
+  -- an int32 bias, uint8 output; power-of-two scales, so that the products
+  -- are exact and halves occur: they round to even
+  local Xq, Wq = rnd({1, 4, 5, 5}, -20, 20), rnd({4, 2, 2, 3}, -8, 8)
+  local xzq, wzq, bq = -3, rnd({4}, -5, 5), rnd({4}, -300, 300)
+  local wsq = {1.0, 0.5, 2.0, 1 / 16}
+  local xs, ys, yz = 0.5, 2.0, 128
+  local xq = map(Xq, function(v) return v - xzq end)
+  local wq = {}
+  for m = 1, 4 do wq[m] = map(Wq[m], function(v) return v - wzq[m] end) end
+  local acc = conv_ref(xq, wq, bq, 2, {1, 2}, {1, 1}, {0, 1}, {1, 1})
+  local down, up, sat = 0, 0, 0      -- ties rounded down and up to even
+  local function rint(v)
+    local f = math.floor(v)
+    local d = v - f
+    if d == 0.5 then
+      if f % 2 == 0 then down = down + 1; return f end
+      up = up + 1; return f + 1
+    end
+    return d > 0.5 and f + 1 or f
+  end
+  local wantq = {}
+  for n = 1, 1 do
+    wantq[n] = {}
+    for m = 1, 4 do
+      wantq[n][m] = map(acc[n][m], function(s)
+        local q = rint(s * (xs * wsq[m] / ys)) + yz
+        if q < 0 or q > 255 then sat = sat + 1 end
+        return math.max(0, math.min(255, q))
+      end)
+    end
+  end
+  t.ok(down > 0 and up > 0 and sat > 0,
+       ("the QLinearConv case has ties down (%d) and up (%d) to even and saturates (%d)"):format(down, up, sat))
+  local qc = one_node("QLinearConv", {group = 2, pads = {1, 1, 0, 1}, strides = {1, 2}},
+    {{"int8", {1, 4, 5, 5}}, {"float", {}}, {"int8", {}}, {"int8", {4, 2, 2, 3}}, {"float", {4}}, {"int8", {4}},
+     {"float", {}}, {"uint8", {}}, {"int32", {4}}}, 10)
+  local eq, cq = both(qc, I(Xq), fl.full({}, xs), fl.full({}, xzq, {dtype = "int64"}), I(Wq), fl.tensor(wsq), I(wzq),
+                      fl.full({}, ys), fl.full({}, yz, {dtype = "int64"}), I(bq))
+  t.is(eq, wantq, "QLinearConv: per-channel w_scale and w_zero_point, bias, groups, pads; ties to even, saturated")
+  t.is(cq, wantq, "... compiled")
+  -- int8 output (y_zero_point's type) and per-tensor w scale and zero point
+  local Xs, Ws = rnd({1, 1, 3, 3}, 0, 255), rnd({2, 1, 2, 2}, 0, 255)
+  local acc2 = conv_ref(map(Xs, function(v) return v - 7 end), map(Ws, function(v) return v - 100 end), nil, 1,
+                        {1, 1}, {0, 0}, {0, 0}, {1, 1})
+  local want8 = map(acc2, function(s) return math.max(-128, math.min(127, rint(s * (0.5 * 0.25 / 8)) - 2)) end)
+  local qc8 = one_node("QLinearConv", nil, {{"uint8", {1, 1, 3, 3}}, {"float", {}}, {"uint8", {}}, {"uint8", {2, 1, 2, 2}},
+    {"float", {}}, {"uint8", {}}, {"float", {}}, {"int8", {}}}, 10)
+  local e8, c8 = both(qc8, I(Xs), fl.full({}, 0.5), fl.full({}, 7, {dtype = "int64"}), I(Ws), fl.full({}, 0.25),
+                      fl.full({}, 100, {dtype = "int64"}), fl.full({}, 8.0), fl.full({}, -2, {dtype = "int64"}))
+  t.is(e8, want8, "QLinearConv: uint8 in, int8 out (y_zero_point's type), per-tensor scales")
+  t.is(c8, want8, "... compiled")
+  t.raises(function() one_node("QLinearConv", nil, {{"uint8", {1, 1, 2, 2, 2}}, {"float", {}}, {"uint8", {}}, {"uint8", {1, 1, 1, 1, 1}},
+    {"float", {}}, {"uint8", {}}, {"float", {}}, {"uint8", {}}}, 10)(I{{{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}}}, fl.full({}, 1.0),
+    fl.full({}, 0, {dtype = "int64"}), I{{{{{1}}}}}, fl.full({}, 1.0), fl.full({}, 0, {dtype = "int64"}), fl.full({}, 1.0),
+    fl.full({}, 0, {dtype = "int64"})) end,
+    "QLinearConv, opset 10%): a 3%-d convolution %(1%-d and 2%-d only%) is unsupported", "QLinearConv refuses a 3-d convolution")
+  -- NonMaxSuppression (a graph break compiled): corners in either order,
+  -- or centres (center_point_box 1); by hand: class 0 keeps box 3 (0.95),
+  -- drops 0 and 1 (IoU 1 and 0.82 with it), keeps 2 and 4 (IoU 1/3); class
+  -- 1, above 0.15 (not 0 nor 2), keeps 4 and 3 (IoU 1/3), drops 1 (IoU 0.43)
+  local corners = {{{0, 0, 1, 1}, {0, 0.1, 1, 1.1}, {0, 10, 1, 11}, {1, 1, 0, 0}, {0, 0.5, 1, 1.5}}}
+  local centres = {{{0.5, 0.5, 1, 1}, {0.6, 0.5, 1, 1}, {10.5, 0.5, 1, 1}, {0.5, 0.5, 1, 1}, {1.0, 0.5, 1, 1}}}
+  local sc = fl.tensor{{{0.9, 0.75, 0.6, 0.95, 0.5}, {0.1, 0.2, 0.12, 0.4, 0.7}}}
+  local function nms(cpb, bx, mx)
+    local m = one_node("NonMaxSuppression", {center_point_box = cpb}, {{"float", {1, 5, 4}}, {"float", {1, 2, 5}},
+      {"int64", {1}}, {"float", {1}}, {"float", {1}}}, 11)
+    local args = {fl.tensor(bx), sc, I{mx}, fl.tensor{0.4}, fl.tensor{0.15}}
+    return m(table.unpack(args)):tolist(), fl.compile(m, {backend = "cpu"})(table.unpack(args)):tolist()
+  end
+  local w3 = {{0, 0, 3}, {0, 0, 2}, {0, 0, 4}, {0, 1, 4}, {0, 1, 3}}
+  local en, cn = nms(0, corners, 3)
+  t.is(en, w3, "NonMaxSuppression: by score, IoU over the threshold suppressed, score threshold, per class")
+  t.is(cn, w3, "... compiled (a graph break)")
+  local ec2, cc2 = nms(1, centres, 2)
+  local w2 = {{0, 0, 3}, {0, 0, 2}, {0, 1, 4}, {0, 1, 3}}
+  t.is(ec2, w2, "NonMaxSuppression: center_point_box 1, max_output_boxes_per_class 2")
+  t.is(cc2, w2, "... compiled")
+  local e0 = nms(0, corners, 0)
+  t.is(#e0, 0, "NonMaxSuppression: max_output_boxes_per_class 0 selects none")
+end
 -- the float8 and float4 types: held as float32, rounded by Cast as ONNX's
 -- tables say (to nearest even, saturating or not), exact in the compiled graph
 do
