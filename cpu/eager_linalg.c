@@ -839,50 +839,63 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
 
 /* The same pools of float32 images in oneDNN's nChw<b>c (a convolution's
 ** result kept in blocks for the next, cpu/backend.c), into the same
-** layout: a window reads the b channels of each pixel at once.  The max
-** and the divisor as eager_pool2d takes them. */
+** layout: a window reads the B channels of each pixel at once, one vector
+** (B is a constant in each copy of this body: eager_pool2d_blocked calls
+** it with 8 and 16).  The max and the divisor as eager_pool2d takes them. */
+static inline __attribute__((always_inline))
+void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
+                      const op_win2d *g, int is_max, const int B) {
+  int64_t ow, kh, kw, ih, iw;
+  int i;
+  for (ow = 0; ow < OW; ow++) {
+    int64_t w0 = ow * g->sw - g->pl;
+    if (is_max) {
+      float m[16];
+      for (i = 0; i < B; i++) m[i] = -INFINITY;
+      for (kh = 0; kh < g->kh; kh++) {
+        if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
+        for (kw = 0; kw < g->kw; kw++) {
+          const float *px;
+          if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
+          px = xb + (ih * W + iw) * B;
+          EAGER_SIMD
+          for (i = 0; i < B; i++) m[i] = px[i] > m[i] || px[i] != px[i] ? px[i] : m[i];
+        }
+      }
+      for (i = 0; i < B; i++) yr[ow * B + i] = m[i];
+    } else {
+      double acc[16];
+      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
+      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
+      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
+      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
+      for (i = 0; i < B; i++) acc[i] = 0.0;
+      for (ih = hs; ih < he; ih++)
+        for (iw = ws; iw < we; iw++) {
+          const float *px = xb + (ih * W + iw) * B;
+          EAGER_SIMD
+          for (i = 0; i < B; i++) acc[i] += px[i];
+        }
+      for (i = 0; i < B; i++) yr[ow * B + i] = (float)(acc[i] / (double)cnt);
+    }
+  }
+}
+
 int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, int64_t N, int64_t C,
                          int64_t H, int64_t W, int64_t OH, int64_t OW, int b) {
   op_win2d g;
   int64_t q, nq;
   int is_max = op == OP_MAX_POOL2D;
-  if ((op != OP_MAX_POOL2D && op != OP_AVG_POOL2D) || b < 1 || b > 16 || C % b) return FL_EUNSUPPORTED;
+  if ((op != OP_MAX_POOL2D && op != OP_AVG_POOL2D) || (b != 8 && b != 16) || C % b) return FL_EUNSUPPORTED;
   op_win2d_of(op, a, 0, 0, &g);
   nq = N * (C / b) * OH;
   EAGER_PRAGMA(omp parallel for schedule(static) if (nq * OW * b * g.kh * g.kw > EAGER_PAR_MIN))
   for (q = 0; q < nq; q++) {
-    int64_t oh = q % OH, h0 = oh * g.sh - g.pt, ow, kh, kw, ih, iw;
     const float *xb = x + q / OH * H * W * b;
     float *yr = y + q * OW * b;
-    int i;
-    for (ow = 0; ow < OW; ow++) {
-      int64_t w0 = ow * g.sw - g.pl;
-      if (is_max) {
-        float m[16];
-        for (i = 0; i < b; i++) m[i] = -INFINITY;
-        for (kh = 0; kh < g.kh; kh++) {
-          if ((ih = h0 + kh * g.dh) < 0 || ih >= H) continue;
-          for (kw = 0; kw < g.kw; kw++) {
-            const float *px;
-            if ((iw = w0 + kw * g.dw) < 0 || iw >= W) continue;
-            px = xb + (ih * W + iw) * b;
-            for (i = 0; i < b; i++) POOL_MAX(m[i], px[i]);
-          }
-        }
-        for (i = 0; i < b; i++) yr[ow * b + i] = m[i];
-      } else {
-        double acc[16];
-        int64_t h1 = h0 + g.kh < H + g.pb ? h0 + g.kh : H + g.pb;
-        int64_t w1 = w0 + g.kw < W + g.pr ? w0 + g.kw : W + g.pr;
-        int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
-        int64_t cnt = g.count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
-        for (i = 0; i < b; i++) acc[i] = 0.0;
-        for (ih = hs; ih < he; ih++)
-          for (iw = ws; iw < we; iw++)
-            for (i = 0; i < b; i++) acc[i] += xb[(ih * W + iw) * b + i];
-        for (i = 0; i < b; i++) yr[ow * b + i] = (float)(acc[i] / (double)cnt);
-      }
-    }
+    int64_t h0 = q % OH * g.sh - g.pt;
+    if (b == 8) pool_blocked_row(xb, yr, H, W, OW, h0, &g, is_max, 8);
+    else pool_blocked_row(xb, yr, H, W, OW, h0, &g, is_max, 16);
   }
   return FL_OK;
 }
