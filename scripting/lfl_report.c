@@ -222,7 +222,7 @@ static void fill_stages(lua_State *L, rep *R, const lfl_viz_list *l) {
   fl_err e;
   if (l->n == 1 && l->plan[0]) {
     err_clear(&e);
-    if (viz_plan_report_fill(r, &R->s->pr, l->plan[0], kernel_times(L, R, l->plan[0]), &R->o,
+    if (viz_plan_report_fill(r, &R->s->pr, l->plan[0], kernel_times(L, R, l->plan[0]), &l->st[0], &R->o,
                              &e) != FL_OK)
       lfl_viz_raise(L, "report", &e);
     R->s->has_pr = 1;
@@ -739,11 +739,11 @@ static void add_training_pairs(lua_State *L, rep *R, int pairs, lfl_viz_list *l)
                    saved, sizeof saved);
     if (fw) {
       lua_pushfstring(L, "training pair %d: forward (keeps %s for the backward)", (int)i, saved);
-      lfl_viz_add_plan(L, R->s, l, fw, lfl_viz_keep(L, R->keep), "report");
+      lfl_viz_add_plan(L, R->s, l, fw, NULL, lfl_viz_keep(L, R->keep), "report");
     }
     if (bw) {
       lua_pushfstring(L, "training pair %d: backward", (int)i);
-      lfl_viz_add_plan(L, R->s, l, bw, lfl_viz_keep(L, R->keep), "report");
+      lfl_viz_add_plan(L, R->s, l, bw, NULL, lfl_viz_keep(L, R->keep), "report");
     }
     lua_settop(L, top);
   }
@@ -974,7 +974,7 @@ static void report_plan(lua_State *L, rep *R, int idx, int kind, int inputs, int
     r->timing_notes[3] = summary_note(L, R, &R->eager, "the graph run op by op");
   }
   lfl_viz_list_init(L, R->s, &l, "report");
-  lfl_viz_add_plan(L, R->s, &l, p, NULL, "report");
+  lfl_viz_add_plan(L, R->s, &l, p, pr, NULL, "report");
   fill_stages(L, R, &l);
   if (pr) {
     r->code = exec_program_source(pr);

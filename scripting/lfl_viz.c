@@ -277,9 +277,38 @@ static void add_graph(lua_State *L, lfl_viz_list *l, const ir_graph *g, const ch
   lfl_viz_add_stage(L, l, &st, NULL, what);
 }
 
+/* Where pr keeps values in a blocked layout (its backend's layout hook;
+** the cpu's nChw8c between convolutions): the kernels writing one and the
+** values they write name it, so a picture shows where layouts change. */
+static void program_layouts(lua_State *L, lfl_viz_scratch *s, viz_stage *st, viz_kernel *kn,
+                            const exec_program *pr, const char *what) {
+  const fuse_plan *p = pr->plan;
+  const char **lay = NULL;
+  char buf[128], *name;
+  int k, j;
+  if (!pr->be->layout || p->g != st->g) return;
+  for (k = 0; k < p->nkernels; k++) {
+    const fk_kernel *kr = &p->kernels[k];
+    size_t n;
+    if (!pr->be->layout(pr, k, buf, sizeof buf)) continue;
+    n = strcspn(buf, " ");          /* "nChw8c (blocks of 8 channels, ...)" */
+    if (!lay) lay = (const char **)lfl_viz_alloc(L, s, (size_t)p->g->n * sizeof *lay, what);
+    name = (char *)lfl_viz_alloc(L, s, n + 1, what);
+    memcpy(name, buf, n);
+    kn[k].layout = name;
+    for (j = kr->nin; j < kr->nbufs; j++) lay[kr->bufs[j]] = name;
+  }
+  /* and where blocks end: a kernel reading one and writing plain */
+  for (k = 0; lay && k < p->nkernels; k++)
+    for (j = 0; !kn[k].layout && j < p->kernels[k].nin; j++)
+      if (lay[p->kernels[k].bufs[j]]) kn[k].layout = "nchw (out of blocks)";
+  st->layout = lay;
+}
+
 void lfl_viz_add_plan(lua_State *L, lfl_viz_scratch *s, lfl_viz_list *l, const fuse_plan *p,
-                     const char *label, const char *what) {
+                     const exec_program *pr, const char *label, const char *what) {
   viz_stage st = scratch_plan(L, s, p, what);
+  if (pr) program_layouts(L, s, &st, s->ps[s->nps - 1].kernels, pr, what);
   if (label) st.label = label;
   lfl_viz_add_stage(L, l, &st, p, what);
 }
@@ -296,6 +325,11 @@ int lfl_viz_kind(lua_State *L, int idx) {
   lua_pop(L, 1);
   if (k == LFL_VIZ_NONE && lua_rawlen(L, idx) > 0) k = LFL_VIZ_LIST;
   return k;
+}
+
+/* The program at idx, or NULL for a Plan. */
+static const exec_program *program_at(lua_State *L, int idx) {
+  return luaL_testudata(L, idx, "fl.Program") ? lfl_toprogram(L, idx) : NULL;
 }
 
 /* The plan of a Plan or Program at idx. */
@@ -341,7 +375,7 @@ static void set_pieces(lua_State *L, int keep, lfl_viz_list *l, int first, int r
 ** otherwise they are the versions recompilation made, side by side. */
 static void collect_compiled(lua_State *L, lfl_viz_scratch *s, int keep, int idx, lfl_viz_list *l,
                              const char *what) {
-  int top = lua_gettop(L), state, graphs, plans, stats, reasons, first = l->n;
+  int top = lua_gettop(L), state, graphs, plans, programs, stats, reasons, first = l->n;
   lua_Integer ng, np, i, j, nbreaks, recompiles;
   char (*fp)[33];
   char hex[33];
@@ -352,6 +386,7 @@ static void collect_compiled(lua_State *L, lfl_viz_scratch *s, int keep, int idx
   graphs = lua_gettop(L);
   lua_getfield(L, state, "plans");
   plans = lua_gettop(L);
+  programs = lua_getfield(L, state, "programs") == LUA_TTABLE ? lua_gettop(L) : 0;
   lua_getfield(L, state, "stats");
   stats = lua_gettop(L);
   if (!lua_istable(L, graphs) || !lua_istable(L, plans) || !lua_istable(L, stats))
@@ -383,6 +418,7 @@ static void collect_compiled(lua_State *L, lfl_viz_scratch *s, int keep, int idx
   lua_pop(L, 1);
   for (i = 0; i < ng; i++) {
     const fuse_plan *p = NULL;
+    const exec_program *pr = NULL;
     const char *label = NULL;
     const ir_graph *g;
     lua_rawgeti(L, graphs, i + 1);
@@ -393,6 +429,11 @@ static void collect_compiled(lua_State *L, lfl_viz_scratch *s, int keep, int idx
         lua_rawgeti(L, plans, j + 1);
         p = lfl_toplan(L, -1);
         lua_pop(L, 1);
+        if (programs) {     /* the program built from it, same index */
+          lua_rawgeti(L, programs, j + 1);
+          pr = program_at(L, -1);
+          lua_pop(L, 1);
+        }
       }
     if (ng > 1 && nbreaks > 0 && recompiles == 0) {
       lua_pushstring(L, p ? "fused" : "runs on the eager kernels");
@@ -404,7 +445,7 @@ static void collect_compiled(lua_State *L, lfl_viz_scratch *s, int keep, int idx
       lua_pushstring(L, "runs on the eager kernels");
       label = lfl_viz_keep(L, keep);
     }
-    if (p) lfl_viz_add_plan(L, s, l, p, label, what);
+    if (p) lfl_viz_add_plan(L, s, l, p, pr, label, what);
     else add_graph(L, l, g, label, what);
     lua_pop(L, 1);
   }
@@ -423,7 +464,7 @@ void lfl_viz_collect(lua_State *L, lfl_viz_scratch *s, int keep, int idx, lfl_vi
     add_graph(L, l, lfl_checkgraph(L, idx), NULL, what);
     break;
   case LFL_VIZ_PLAN: case LFL_VIZ_PROGRAM:
-    lfl_viz_add_plan(L, s, l, lfl_viz_plan_at(L, idx, what), NULL, what);
+    lfl_viz_add_plan(L, s, l, lfl_viz_plan_at(L, idx, what), program_at(L, idx), NULL, what);
     break;
   case LFL_VIZ_COMPILED:
     collect_compiled(L, s, keep, idx, l, what);
@@ -452,7 +493,7 @@ void lfl_viz_collect(lua_State *L, lfl_viz_scratch *s, int keep, int idx, lfl_vi
         luaL_error(L, "%s: list item %d is a %s (expected a Graph, Plan or Program)", what,
                    (int)i, lfl_viz_typeof(L, -1));
       if (k == LFL_VIZ_GRAPH) add_graph(L, l, lfl_checkgraph(L, -1), NULL, what);
-      else lfl_viz_add_plan(L, s, l, lfl_viz_plan_at(L, -1, what), NULL, what);
+      else lfl_viz_add_plan(L, s, l, lfl_viz_plan_at(L, -1, what), program_at(L, -1), NULL, what);
       lua_pop(L, 1);
     }
     break;

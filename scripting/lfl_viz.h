@@ -14,6 +14,7 @@
 #include "lfl.h"
 #include "fuse/plan.h"
 #include "viz/draw.h"
+#include "exec/program.h"
 #include "viz/plan.h"
 
 #define LFL_VIZ_MAX_STAGES 256   /* graphs in one picture */
@@ -62,9 +63,10 @@ const char *lfl_viz_opt_str(lua_State *L, int idx, const char *key, const char *
 void lfl_viz_list_init(lua_State *L, lfl_viz_scratch *s, lfl_viz_list *l, const char *what);
 void lfl_viz_add_stage(lua_State *L, lfl_viz_list *l, const viz_stage *st, const fuse_plan *p,
                        const char *what);
-/* p as a stage with its kernels (label NULL: the plan's own). */
+/* p as a stage with its kernels (label NULL: the plan's own); pr, p's
+** program or NULL, adds where values are kept in a blocked layout. */
 void lfl_viz_add_plan(lua_State *L, lfl_viz_scratch *s, lfl_viz_list *l, const fuse_plan *p,
-                      const char *label, const char *what);
+                      const exec_program *pr, const char *label, const char *what);
 /* What kind of stage the value at idx is (LFL_VIZ_NONE: not drawable). */
 int lfl_viz_kind(lua_State *L, int idx);
 /* The plan of the Plan or Program at idx. */

@@ -26,6 +26,8 @@
 #define JOINT_BW_FILL "#fde4cc"
 #define JOINT_BW_PEN "#c2611f"
 #define JOINT_SAVED_PEN "#b01e3c"
+/* a value kept in a blocked channel layout (nChw8c) between kernels */
+#define BLOCKED_PEN "#7b3fa0"
 
 static Agnode_t *disp(viz_view *v, int id);
 
@@ -273,6 +275,11 @@ static void kernel_header(viz_builder *b, viz_view *v, int k) {
                 viz_bytes_str(kn->bytes_read, r, sizeof r),
                 viz_bytes_str(kn->bytes_written, w, sizeof w));
   if (kn->time_ms >= 0) strbuf_printf(&b->tmp, " \xc2\xb7 %.3g ms", kn->time_ms);
+  if (kn->layout) {
+    strbuf_printf(&b->tmp, "</font></td></tr><tr><td><font point-size=\"9\" color=\"%s\">writes ",
+                  BLOCKED_PEN);
+    viz_esc_max(&b->tmp, kn->layout, 32);
+  }
   strbuf_printf(&b->tmp, "</font></td></tr></table>");
   set_html(b, h, "label");
   set(h, "shape", "plaintext");
@@ -464,6 +471,7 @@ static void draw_edge(viz_builder *b, viz_view *v, int src, int dst, Agnode_t *t
                       int summary) {
   Agedge_t *ed;
   char sh[96], by[32], lab[160], num[16];
+  const char *lay;
   if (summary) {
     /* many graph edges fold into one picture edge */
     if (agedge(b->G, t, h, NULL, 0)) return;
@@ -495,12 +503,22 @@ static void draw_edge(viz_builder *b, viz_view *v, int src, int dst, Agnode_t *t
     set(ed, "label", lab);
     return;
   }
+  /* where layouts change: a blocked value goes from kernel to kernel
+  ** without a reorder, and a plain edge into or out of it is one */
+  lay = v->st->layout ? v->st->layout[src] : NULL;
+  if (lay) {
+    set(ed, "color", BLOCKED_PEN);
+    set(ed, "fontcolor", BLOCKED_PEN);
+    set(ed, "penwidth", scaled(b, 2, num, sizeof num));
+    b->any_blocked = 1;
+  }
   if (!b->o->edge_labels) return;
   viz_shape_str(v->g, src, sh, sizeof sh);
   if (v->removed && v->removed[src])
     snprintf(lab, sizeof lab, "%s fused", sh);
   else
-    snprintf(lab, sizeof lab, "%s %s", sh, viz_bytes_str(viz_node_bytes(v->g, src), by, sizeof by));
+    snprintf(lab, sizeof lab, "%s %s%s%s", sh, viz_bytes_str(viz_node_bytes(v->g, src), by, sizeof by),
+             lay ? " " : "", lay ? lay : "");
   set(ed, "label", lab);
 }
 
@@ -629,6 +647,10 @@ static void legend(viz_builder *b, const viz_view *last) {
                   "<TR><TD BGCOLOR=\"%s\" BORDER=\"1\" COLOR=\"%s\"> </TD><TD ALIGN=\"LEFT\">"
                   "<FONT POINT-SIZE=\"9\">backward (from the op table's derivative rules)</FONT></TD></TR>",
                   JOINT_FW_FILL, JOINT_FW_PEN, JOINT_BW_FILL, JOINT_BW_PEN);
+  if (b->any_blocked)
+    strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\"><B>\xe2\x94\x81\xe2\x94\x81\xe2\x96\xb6</B></FONT></TD>"
+                  "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">kept in blocks of channels: no reorder"
+                  "</FONT></TD></TR>", BLOCKED_PEN);
   if (b->any_saved)
     strbuf_printf(&b->tmp, "<TR><TD><FONT COLOR=\"%s\"><B>\xe2\x94\x81\xe2\x94\x81\xe2\x96\xb6</B></FONT></TD>"
                   "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">saved: kept from forward to backward"

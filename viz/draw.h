@@ -78,6 +78,8 @@ typedef struct viz_kernel {
   int64_t bytes_read;      /* from buffers in memory */
   int64_t bytes_written;   /* to buffers in memory */
   double time_ms;          /* measured run time, < 0 when not measured */
+  const char *layout;      /* the blocked layout it writes its result in
+                              ("nChw8c"), or NULL: plain */
 } viz_kernel;
 
 /* A stage: a graph, and when it is a fusion plan, its kernels. */
@@ -86,6 +88,9 @@ typedef struct viz_stage {
   const viz_kernel *kernels;  /* NULL for a plain graph (one kernel per op) */
   int nkernels;
   const char *label;          /* "captured", "fused"...; may be NULL */
+  const char *const *layout;  /* per node: the blocked layout its value is
+                                 kept in (a program's), or NULL: plain;
+                                 the array NULL when none is known */
   const char *stored;         /* per node: 1 when its value lives in a
                                  buffer; NULL: an op inside a kernel whose
                                  value no other kernel reads is not stored */

@@ -55,6 +55,7 @@ typedef struct viz_builder {
   int used[VIZ_NCLASSES]; /* classes drawn: the legend lists only those */
   int any_dashed, any_summary, any_break, any_kernel;
   int any_summary_edge;   /* an edge into or out of a summary was drawn */
+  int any_blocked;            /* edges carrying a value in a blocked layout */
   int any_joint, any_saved;  /* a joint graph's halves, its saved values */
   strbuf tmp;             /* label under construction */
   fl_err *e;

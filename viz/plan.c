@@ -149,7 +149,8 @@ static void arrow(char *buf, size_t n, const char *a, const char *b) {
 }
 
 int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
-                         const double *times_ms, const viz_opts *o, fl_err *e) {
+                         const double *times_ms, const viz_stage *layouts, const viz_opts *o,
+                         fl_err *e) {
   const fuse_stats *s;
   char a[32], b[32];
   int i, k, rc, kb, bb;
@@ -157,6 +158,10 @@ int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
   memset(pr, 0, sizeof *pr);
   rc = viz_plan_stage_init(&pr->after, p, times_ms, e);
   if (rc) return rc;
+  if (layouts && layouts->layout && layouts->g == p->g) {   /* a program's blocked values */
+    pr->after.st.layout = layouts->layout;
+    for (k = 0; k < p->nkernels; k++) pr->after.kernels[k].layout = layouts->kernels[k].layout;
+  }
   s = &p->stats;
   viz_plan_baseline(&pr->before, p);
   pr->rows = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pr->rows);

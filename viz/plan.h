@@ -54,10 +54,12 @@ typedef struct viz_plan_report {
 /* Fills r's summary, graphs, kernels and decisions from p, leaving r's
 ** other fields as they are (code, guards, timings come from elsewhere).
 ** times_ms, when given, holds 2 x nkernels times: per call, then per
-** launch (the roofline's). 
+** launch (the roofline's).  layouts, when given, is the stage collected
+** from p's program: the picture shows its blocked values.
 ** r points into pr until viz_plan_report_free(pr). */
 int viz_plan_report_fill(viz_report *r, viz_plan_report *pr, const fuse_plan *p,
-                         const double *times_ms, const viz_opts *o, fl_err *e);
+                         const double *times_ms, const viz_stage *layouts, const viz_opts *o,
+                         fl_err *e);
 void viz_plan_report_free(viz_plan_report *pr);
 
 #endif

@@ -258,7 +258,7 @@ end
 do
   local bi0 = fl.blas_info()
   local B = bi0.conv_block or 0
-  local nbad, n, listed = 0, 0, false
+  local nbad, n, listed, drawn = 0, 0, false, nil
   for i = 1, 12 do
     local blk = B > 0 and B or 8
     local N, H, W = R(2), R(3, 12), R(3, 12)
@@ -307,6 +307,14 @@ do
     local cm = fl.compile(f, {backend = "cpu"})
     local got = cm(table.unpack(args))
     listed = listed or (cm:code():find("in nChw" .. B .. "c", 1, true) ~= nil)
+    if not drawn and (listed or i == 12) then
+      -- the picture of the program that kept blocks (the last one, when none did)
+      local dot = t.tmpdir() .. "/chain.dot"
+      fl.draw(cm, dot)
+      local fh = assert(io.open(dot))
+      drawn = fh:read("a")
+      fh:close()
+    end
     n = n + 1
     if not close(got, want) then
       nbad = nbad + 1
@@ -325,11 +333,17 @@ do
          ("and carried nChw%dc between them (%d results written, %d inputs read in blocks)"):format(
          B, bi.blocked_writes - bi0.blocked_writes, bi.blocked_reads - bi0.blocked_reads))
     t.ok(listed, "the host program says which results stay in nChw" .. B .. "c")
+    local name = "nChw" .. B .. "c"
+    t.ok(drawn:find("writes " .. name, 1, true) and drawn:find("KiB " .. name, 1, true) and
+         drawn:find("kept in blocks of channels", 1, true) and drawn:find("nchw (out of blocks)", 1, true),
+         "its picture marks the kernels writing " .. name .. ", the edges carrying it and where it ends")
   elseif conv_on and os.getenv("FUSELAB_LAYOUT") == "plain" then
     t.ok(bi.blocked_writes == 0 and bi.blocked_reads == 0 and not listed, "FUSELAB_LAYOUT=plain: no value in blocks")
+    t.ok(drawn and not drawn:find("nChw", 1, true) and not drawn:find("blocks", 1, true),
+         "FUSELAB_LAYOUT=plain: the picture shows no layout change")
     t.skip("no blocked layout to list", 1)
   else
-    t.skip("no blocked layout here: " .. fl.blas_info().conv, 2)
+    t.skip("no blocked layout here: " .. fl.blas_info().conv, 3)
   end
 end
 

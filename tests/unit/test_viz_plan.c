@@ -209,7 +209,7 @@ int main(void) {
 
   viz_report_init(&r);
   r.title = "net: fusion review";
-  ok(viz_plan_report_fill(&r, &pr, p, NULL, NULL, &E) == FL_OK, "report filled from the plan");
+  ok(viz_plan_report_fill(&r, &pr, p, NULL, NULL, NULL, &E) == FL_OK, "report filled from the plan");
   is_int(r.nkernels, p->nkernels, "report: one row per kernel");
   is_int(r.ndecisions, p->ndec, "report: one row per decision");
   ok(viz_report_write(&r, DIR "/net-review.html", &E) == FL_OK, "report written");
