@@ -162,6 +162,44 @@ static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
   }
 }
 
+/* The [1, n, 1, 1] operand of a per-channel post-op. */
+static int chan_md(dnnl_memory_desc_t *md, const cpu_mm_post *p) {
+  dnnl_dims_t d = {1, p->src.shape[0], 1, 1};
+  return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_abcd) == dnnl_success;
+}
+
+/* A call's post-ops, in order, appended to ops: post[sum] as oneDNN's sum
+** (its operand put in dst first; -1: none), post[skip] left out (-1:
+** none), a per-channel one reading a [1, C, 1, 1] operand, another binary
+** one reading *bin[i], the rest elementwise.  The one place products,
+** convolutions and the matmul form of 1x1s build them.  1 when done. */
+static int posts_append(dnnl_post_ops_t ops, const cpu_mm_post *post, int n, int sum, int skip,
+                        const dnnl_memory_desc_t *const *bin) {
+  int i;
+  for (i = 0; i < n; i++) {
+    const cpu_mm_post *p = &post[i];
+    dnnl_memory_desc_t cmd;
+    dnnl_status_t s;
+    if (i == skip) continue;
+    if (i == sum) {
+      s = dnnl_post_ops_append_sum(ops, 1.0f);
+    } else if (p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) {
+      s = dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul, bin[i]);
+    } else if (p->kind == CPU_MM_ADD_C || p->kind == CPU_MM_MUL_C) {
+      /* a batch norm's scale and shift, one value per channel */
+      if (!chan_md(&cmd, p)) return 0;
+      s = dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD_C ? dnnl_binary_add : dnnl_binary_mul, &cmd);
+    } else {
+      float al, be;
+      dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
+      if (p->kind == CPU_MM_AFFINE) { al = p->alpha; be = p->beta; }
+      s = dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be);
+    }
+    if (s != dnnl_success) return 0;
+  }
+  return 1;
+}
+
 /* The scratchpad pd asks for, in a buffer of our own (*mem over *buf), as
 ** the next of args (*nargs of them); 0 when memory is short. */
 static int scratch_make(const_dnnl_primitive_desc_t pd, dnnl_memory_t *mem, void **buf,
@@ -192,6 +230,7 @@ static void made_free(dnnl_primitive_desc_t pd, dnnl_post_ops_t ops, dnnl_primit
 static int prim_make(prim *pr, const cpu_mm *m, int any_b, dnnl_memory_desc_t *plain,
                      dnnl_memory_desc_t *chosen) {
   dnnl_memory_desc_t amd, bmd, cmd, biasmd, pmd[CPU_MM_MAXPOST];
+  const dnnl_memory_desc_t *bin[CPU_MM_MAXPOST];
   dnnl_matmul_desc_t desc;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
@@ -217,22 +256,15 @@ static int prim_make(prim *pr, const cpu_mm *m, int any_b, dnnl_memory_desc_t *p
   if (dnnl_primitive_attr_create(&attr) != dnnl_success) return 0;
   if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) goto done;
   if (m->npost) {
-    if (dnnl_post_ops_create(&ops) != dnnl_success) goto done;
     for (i = 0; i < m->npost; i++) {
       const cpu_mm_post *p = &m->post[i];
-      if (p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) {
-        if (!md_of(&pmd[i], nd, p->src.shape, p->src.stride) ||
-            dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul,
-                                        &pmd[i]) != dnnl_success)
-          goto done;
-      } else {
-        float al, be;
-        dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
-        if (p->kind == CPU_MM_AFFINE) { al = p->alpha; be = p->beta; }
-        if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
-      }
+      bin[i] = &pmd[i];      /* an addend or factor, read with its strides */
+      if ((p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) && !md_of(&pmd[i], nd, p->src.shape, p->src.stride))
+        goto done;
     }
-    if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) goto done;
+    if (dnnl_post_ops_create(&ops) != dnnl_success || !posts_append(ops, m->post, m->npost, -1, -1, bin) ||
+        dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success)
+      goto done;
   }
   if (dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) { pd = NULL; goto done; }
   if (dnnl_primitive_create(&pr->p, pd) != dnnl_success) { pr->p = NULL; goto done; }
@@ -755,12 +787,6 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
   return 1;
 }
 
-/* The [1, n, 1, 1] operand of a per-channel post-op. */
-static int chan_md(dnnl_memory_desc_t *md, const cpu_mm_post *p) {
-  dnnl_dims_t d = {1, p->src.shape[0], 1, 1};
-  return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_abcd) == dnnl_success;
-}
-
 /* Which of a convolution's post-ops runs as oneDNN's sum (its residual
 ** written into y first, in any layout: cpu_mm_post.blk), or -1: the first
 ** CPU_MM_ADD, unless a per-channel one comes before it (oneDNN 2.6's
@@ -822,37 +848,19 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
   if (dnnl_primitive_attr_create(&attr) != dnnl_success) return 0;
   if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) goto done;
   if (c->npost) {
-    if (dnnl_post_ops_create(&ops) != dnnl_success) goto done;
-    for (i = 0; i < c->npost; i++) {
-      const cpu_mm_post *p = &c->post[i];
-      if (p->kind == CPU_MM_ADD && !en->sum1 && sum_post(c->post, c->npost) == i) {
-        /* a residual add as oneDNN's sum: the residual is put in dst
-        ** first (in dst's layout), which every kernel reads fast; a binary
-        ** add reading the plain layout runs a slow generic loop in the
-        ** gemm kernels (7 ms for a 0.1 ms grouped 1x1, ShuffleNet's) and
-        ** is refused by most blocked ones */
-        if (dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success) goto done;
-        en->sum1 = i + 1;
-      } else if (p->kind == CPU_MM_ADD || p->kind == CPU_MM_MUL) {
-        /* read as the caller's y is laid out */
-        if (dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD ? dnnl_binary_add : dnnl_binary_mul,
-                                        &ymd) != dnnl_success)
-          goto done;
-      } else if (p->kind == CPU_MM_ADD_C || p->kind == CPU_MM_MUL_C) {
-        /* a batch norm's scale and shift, one value per channel */
-        dnnl_memory_desc_t cmd;
-        if (!chan_md(&cmd, p) ||
-            dnnl_post_ops_append_binary(ops, p->kind == CPU_MM_ADD_C ? dnnl_binary_add : dnnl_binary_mul,
-                                        &cmd) != dnnl_success)
-          goto done;
-      } else {
-        float al, be;
-        dnnl_alg_kind_t alg = eltwise_alg(p->kind, &al, &be);
-        if (p->kind == CPU_MM_AFFINE) { al = p->alpha; be = p->beta; }
-        if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
-      }
-    }
-    if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success) goto done;
+    /* a residual add as oneDNN's sum: the residual is put in dst first
+    ** (in dst's layout), which every kernel reads fast; a binary add
+    ** reading the plain layout runs a slow generic loop in the gemm
+    ** kernels (7 ms for a 0.1 ms grouped 1x1, ShuffleNet's) and is
+    ** refused by most blocked ones.  Other addends and factors are read
+    ** as the caller's y is laid out. */
+    const dnnl_memory_desc_t *bin[CPU_MM_MAXPOST];
+    int sum = sum_post(c->post, c->npost);
+    for (i = 0; i < c->npost; i++) bin[i] = &ymd;
+    if (dnnl_post_ops_create(&ops) != dnnl_success || !posts_append(ops, c->post, c->npost, sum, -1, bin) ||
+        dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success)
+      goto done;
+    en->sum1 = sum + 1;
   }
   if (dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) { pd = NULL; goto done; }
   if (c->xblk || c->yblk) {
@@ -971,18 +979,11 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
   if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
       dnnl_post_ops_create(&ops) != dnnl_success)
     goto done;
-  /* y holds bias + residual when the product runs: a sum first */
-  if ((c->bias || (c->npost && c->post[0].kind == CPU_MM_ADD)) &&
-      dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success)
-    goto done;
-  for (i = 0; i < c->npost; i++) {
-    float al, be;
-    dnnl_alg_kind_t alg;
-    if (c->post[i].kind == CPU_MM_ADD) { en->sum1 = 1; continue; }   /* the leading residual */
-    alg = eltwise_alg(c->post[i].kind, &al, &be);
-    if (c->post[i].kind == CPU_MM_AFFINE) { al = c->post[i].alpha; be = c->post[i].beta; }
-    if (dnnl_post_ops_append_eltwise(ops, 1.0f, alg, al, be) != dnnl_success) goto done;
-  }
+  /* y holds bias + the leading residual when the product runs: a sum
+  ** first, then the elementwise rest (mm_form allows no other) */
+  if (c->npost && c->post[0].kind == CPU_MM_ADD) en->sum1 = 1;
+  if ((c->bias || en->sum1) && dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success) goto done;
+  if (!posts_append(ops, c->post, c->npost, -1, en->sum1 - 1, NULL)) goto done;
   if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success ||
       dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) {
     pd = NULL;
