@@ -691,11 +691,10 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
   for (try = 0; try < 2; try++) {
     int plain = try == 1 || nd->op != OP_CONV2D;
     int xblk = 0, yblk = !plain && in->blk && !exec_value_kept(r->pr, sid) ? in->blk : 0;
-    int sum = -1;                 /* the residual oneDNN adds as its sum (cpu/mm.c, sum_post) */
-    for (i = 0; i < in->npost && sum < 0; i++) {
-      if (in->post[i].kind == CPU_MM_ADD_C || in->post[i].kind == CPU_MM_MUL_C) break;
-      if (in->post[i].kind == CPU_MM_ADD) sum = i;
-    }
+    int sum;
+    memset(posts, 0, sizeof posts);
+    for (i = 0; i < in->npost; i++) posts[i].kind = in->post[i].kind;
+    sum = cpu_conv_sum_post(posts, in->npost);   /* the residual oneDNN adds as its sum */
     /* the sum reads its residual in any layout; other operands in y's */
     for (i = 0; i < in->npost && yblk; i++)
       if ((in->post[i].kind == CPU_MM_ADD || in->post[i].kind == CPU_MM_MUL) && i != sum &&
@@ -710,9 +709,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
     }
     for (i = 0; i < nd->nin; i++)
       if (ins[i] && ins[i]->st == r->vals[sid].st) return 0;
-    memset(posts, 0, sizeof posts);
     for (i = 0; i < in->npost; i++) {
-      posts[i].kind = in->post[i].kind;
       posts[i].alpha = in->post[i].alpha;
       posts[i].beta = in->post[i].beta;
       if (posts[i].kind == CPU_MM_ADD_C || posts[i].kind == CPU_MM_MUL_C) {

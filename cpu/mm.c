@@ -787,20 +787,6 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
   return 1;
 }
 
-/* Which of a convolution's post-ops runs as oneDNN's sum (its residual
-** written into y first, in any layout: cpu_mm_post.blk), or -1: the first
-** CPU_MM_ADD, unless a per-channel one comes before it (oneDNN 2.6's
-** kernels refuse a sum after a binary post-op; the residual is then a
-** binary add, read in y's layout).  cpu/backend.c picks it alike. */
-static int sum_post(const cpu_mm_post *post, int npost) {
-  int i;
-  for (i = 0; i < npost; i++) {
-    if (post[i].kind == CPU_MM_ADD_C || post[i].kind == CPU_MM_MUL_C) return -1;
-    if (post[i].kind == CPU_MM_ADD) return i;
-  }
-  return -1;
-}
-
 static dnnl_format_tag_t blk_tag(int b) {
   return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
 }
@@ -855,7 +841,7 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
     ** refused by most blocked ones.  Other addends and factors are read
     ** as the caller's y is laid out. */
     const dnnl_memory_desc_t *bin[CPU_MM_MAXPOST];
-    int sum = sum_post(c->post, c->npost);
+    int sum = cpu_conv_sum_post(c->post, c->npost);
     for (i = 0; i < c->npost; i++) bin[i] = &ymd;
     if (dnnl_post_ops_create(&ops) != dnnl_success || !posts_append(ops, c->post, c->npost, sum, -1, bin) ||
         dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success)
@@ -1285,4 +1271,15 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
     for (p = 0; p < hw; p++)
       for (i = 0; i < b; i++) dst[i * hw + p] = src[p * b + i];
   }
+}
+
+/* oneDNN 2.6's kernels refuse a sum after a binary post-op: a residual
+** after a per-channel one is a binary add, read in y's layout. */
+int cpu_conv_sum_post(const cpu_mm_post *post, int npost) {
+  int i;
+  for (i = 0; i < npost; i++) {
+    if (post[i].kind == CPU_MM_ADD_C || post[i].kind == CPU_MM_MUL_C) return -1;
+    if (post[i].kind == CPU_MM_ADD) return i;
+  }
+  return -1;
 }

@@ -128,6 +128,13 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e);
 ** this CPU (16 with AVX-512, else 8), or 0: oneDNN is off, or
 ** FUSELAB_LAYOUT=plain keeps every value plain (to measure). */
 int cpu_conv_block(void);
+
+/* Which of a convolution's post-ops runs as oneDNN's sum, or -1: the
+** first CPU_MM_ADD unless a per-channel one comes before it.  The sum's
+** residual is written into y first and may come in any layout
+** (cpu_mm_post.blk); a binary add reads y's.  The plan (cpu/backend.c)
+** and the primitive (cpu/mm.c) ask the same question here. */
+int cpu_conv_sum_post(const cpu_mm_post *post, int npost);
 /* y [n, c, hw] plain from x in blocks of b channels (c % b == 0). */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how
