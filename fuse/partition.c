@@ -146,7 +146,7 @@ static ir_graph *build_fw(const ir_graph *j, const char *fwd, const char *save, 
   if (!h || !map) { rc = err_set(e, FL_ENOMEM, "partition: out of memory"); goto out; }
   for (i = 0; i < j->n && rc == FL_OK; i++) {
     map[i] = -1;
-    if (fwd[i] || j->nodes[i].kind == IR_INPUT) {
+    if (fwd[i] || (j->nodes[i].kind == IR_INPUT && !ir_joint_is_tangent(j, i))) {
       if ((map[i] = ir_copy_node(h, j, i, map, e)) < 0) rc = map[i];
     }
   }
@@ -162,8 +162,9 @@ out:
 }
 
 /* The backward: the saved values as inputs (graph inputs saved keep
-** their names), then the recomputed forward ops and the backward nodes;
-** its outputs the gradients. */
+** their names) and the joint graph's tangents after them, then the
+** recomputed forward ops and the backward nodes; its outputs the
+** gradients. */
 static ir_graph *build_bw(const ir_graph *j, const char *fwd, const char *save,
                           const char *rec, fl_err *e) {
   ir_graph *h = ir_new();
@@ -185,6 +186,9 @@ static ir_graph *build_bw(const ir_graph *j, const char *fwd, const char *save,
       }
       if ((map[i] = ir_add_input(h, &nd->meta, name, e)) < 0) rc = map[i];
     }
+  /* then the tangents, the gradients reaching the forward's results */
+  for (i = 0; i < j->n && rc == FL_OK; i++)
+    if (ir_joint_is_tangent(j, i) && (map[i] = ir_copy_node(h, j, i, map, e)) < 0) rc = map[i];
   for (i = 0; i < j->n && rc == FL_OK; i++) {
     const ir_node *nd = &j->nodes[i];
     int used = !fwd[i] || rec[i], k2;

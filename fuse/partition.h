@@ -3,8 +3,9 @@
 ** graph training runs first and the backward graph it runs after, as
 ** AOTAutograd's partitioners do.  What crosses from one to the other are
 ** the saved values: the forward returns them after its results, the
-** backward takes them as its inputs, in the same order, and returns the
-** gradients in the joint graph's order.  Three policies:
+** backward takes them as its inputs, in the same order (then the joint
+** graph's tangents, if it has any), and returns the gradients in the
+** joint graph's order.  Three policies:
 **   PART_SAVE_ALL       every forward value the backward reads is saved
 **                       (eager autograd's choice)
 **   PART_RECOMPUTE_ALL  only the graph's inputs are saved; the backward

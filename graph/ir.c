@@ -66,6 +66,7 @@ void ir_free(ir_graph *g) {
   free(g->wb);
   free(g->sx);
   free(g->joint_wrt);
+  free(g->joint_tan);
   free(g);
 }
 
@@ -454,6 +455,11 @@ ir_graph *ir_clone(const ir_graph *g) {
     if (!(c->joint_wrt = malloc((ng ? ng : 1) * sizeof *c->joint_wrt))) { ir_free(c); return NULL; }
     memcpy(c->joint_wrt, g->joint_wrt, ng * sizeof *c->joint_wrt);
     c->joint_nres = g->joint_nres;
+  }
+  if (g->joint_ntan) {
+    if (!(c->joint_tan = malloc((size_t)g->joint_ntan * sizeof *c->joint_tan))) { ir_free(c); return NULL; }
+    memcpy(c->joint_tan, g->joint_tan, (size_t)g->joint_ntan * sizeof *c->joint_tan);
+    c->joint_ntan = g->joint_ntan;
   }
   if (g->nsx) {
     if (!(c->sx = malloc((size_t)g->nsx * sizeof *c->sx))) { ir_free(c); return NULL; }

@@ -96,6 +96,10 @@ typedef struct ir_graph {
                                grad, then the write-backs; 0 otherwise */
   int *joint_wrt;           /* a joint graph: the leaf node each gradient
                                output is of, in output order */
+  int joint_ntan;           /* a joint graph with tangents: its last
+                               joint_ntan IR_INPUT nodes (by index) are the
+                               gradients reaching its results */
+  int *joint_tan;           /* ...: tangent k's result position */
 } ir_graph;
 
 /* The graph's results: its outputs less the write-backs. */

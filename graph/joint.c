@@ -1,6 +1,7 @@
 /*
 ** joint.c -- the joint forward+backward graph (joint.h).  The forward's
-** nodes are copied first, unchanged; then, from the loss's gradient (1),
+** nodes are copied first, unchanged; then, from the loss's gradient (1,
+** or with tangents the gradients reaching the results, inputs),
 ** every op in reverse id order (a reverse topological order) applies its
 ** row's derivative rule to the forward nodes themselves -- the values a
 ** rule reads are the forward's, so the partitioner sees exactly which
@@ -65,6 +66,7 @@ static ir_graph *prune(const ir_graph *g, fl_err *e) {
   if (!h || !live || !map) { rc = err_set(e, FL_ENOMEM, "joint: out of memory"); goto out; }
   for (i = 0; i < g->nout; i++) live[g->outputs[i]] = 1;
   for (i = 0; i < g->nwb; i++) live[g->wb[i]] = 1;
+  /* (inputs are copied in id order, so a tangent keeps its index) */
   for (i = g->n - 1; i >= 0; i--) {
     const ir_node *nd = &g->nodes[i];
     if (nd->kind == IR_INPUT) live[i] = 1;            /* the signature stays */
@@ -86,6 +88,14 @@ static ir_graph *prune(const ir_graph *g, fl_err *e) {
       for (i = 0; i < ng; i++) h->joint_wrt[i] = map[g->joint_wrt[i]];
       h->joint_nres = g->joint_nres;
     }
+    if (g->joint_ntan) {
+      if (!(h->joint_tan = malloc((size_t)g->joint_ntan * sizeof *h->joint_tan))) {
+        rc = err_set(e, FL_ENOMEM, "joint: out of memory");
+      } else {
+        memcpy(h->joint_tan, g->joint_tan, (size_t)g->joint_ntan * sizeof *h->joint_tan);
+        h->joint_ntan = g->joint_ntan;
+      }
+    }
   }
 out:
   free(live);
@@ -99,7 +109,7 @@ out:
 ** partitioner saves (a random draw is never recomputed).  It draws where
 ** the dropout drew (random nodes keep their order), so the forward gives
 ** eager's values.  NULL with e set when out of memory. */
-static ir_graph *joint_of(const ir_graph *g, fl_err *e);
+static ir_graph *joint_of(const ir_graph *g, int tangents, fl_err *e);
 
 static ir_graph *mask_dropout(const ir_graph *g, fl_err *e) {
   ir_graph *h = ir_new();
@@ -132,24 +142,59 @@ static ir_graph *mask_dropout(const ir_graph *g, fl_err *e) {
   return h;
 }
 
-ir_graph *ir_joint(const ir_graph *g, fl_err *e) {
+int ir_joint_is_tangent(const ir_graph *j, int i) {
+  return j->nodes[i].kind == IR_INPUT && j->nodes[i].index >= j->ninputs - j->joint_ntan;
+}
+
+ir_graph *ir_joint(const ir_graph *g, int tangents, fl_err *e) {
   ir_graph *masked = NULL;
   int i;
   for (i = 0; i < g->n && !g->nsyms; i++)   /* (joint_of refuses symbolic sizes) */
     if (g->nodes[i].kind == IR_OP && g->nodes[i].op == OP_DROPOUT) {
       ir_graph *j;
       if (!(masked = mask_dropout(g, e))) return NULL;
-      j = joint_of(masked, e);
+      j = joint_of(masked, tangents, e);
       ir_free(masked);
       return j;
     }
-  return joint_of(g, e);
+  return joint_of(g, tangents, e);
 }
 
-static ir_graph *joint_of(const ir_graph *g, fl_err *e) {
+/* With tangents: a tangent input for each result that needs a gradient
+** (the loss first), its gradient there; 1 for the loss otherwise. */
+static int seed_results(gbuild *b, ir_graph *j, const ir_graph *g, const char *rg, int *gsum,
+                        int tangents, fl_err *e) {
+  int i, k, seed, nres = ir_nresults(g), *pos;
+  if (!tangents) {
+    seed = gb_const(b, 1.0);
+    if (seed >= 0 && ir_set_name(j, seed, "gradient of the loss", e) != FL_OK) b->rc = FL_ENOMEM;
+    if (seed >= 0) gsum[g->outputs[0]] = gb_cast(b, seed, g->nodes[g->outputs[0]].meta.dtype);
+    return b->rc;
+  }
+  if (!(pos = malloc((size_t)nres * sizeof *pos))) return err_set(e, FL_ENOMEM, "joint: out of memory");
+  for (i = 0, k = 0; i < nres && !b->rc; i++) {
+    int r = g->outputs[i], t;
+    char name[48];
+    /* a value returned twice gets the sum of both tangents */
+    if (!rg[r] || !dtype_is_float(g->nodes[r].meta.dtype)) continue;
+    snprintf(name, sizeof name, i ? "gradient of result %d" : "gradient of the loss", i + 1);
+    if ((t = ir_add_input(j, &g->nodes[r].meta, name, e)) < 0) { b->rc = t; break; }
+    pos[k++] = i;
+    accumulate(b, gsum, r, t);
+  }
+  if (!b->rc) {
+    j->joint_tan = pos;
+    j->joint_ntan = k;
+  } else {
+    free(pos);
+  }
+  return b->rc;
+}
+
+static ir_graph *joint_of(const ir_graph *g, int tangents, fl_err *e) {
   ir_graph *j = NULL, *pruned;
   char *rg = NULL;
-  int *gsum = NULL, i, k, n = g->n, nres = ir_nresults(g), nleaf = 0, seed, rc = FL_OK;
+  int *gsum = NULL, i, k, n = g->n, nres = ir_nresults(g), nleaf = 0, rc = FL_OK;
   gbuild b;
   if (nres < 1) { err_set(e, FL_EINVAL, "joint: the graph returns nothing (expected a loss)"); return NULL; }
   {
@@ -194,9 +239,7 @@ static ir_graph *joint_of(const ir_graph *g, fl_err *e) {
   free(j->wb);
   j->wb = NULL;
   gb_init(&b, j, e);
-  seed = gb_const(&b, 1.0);
-  if (seed >= 0 && ir_set_name(j, seed, "gradient of the loss", e) != FL_OK) b.rc = FL_ENOMEM;
-  if (seed >= 0) gsum[g->outputs[0]] = gb_cast(&b, seed, g->nodes[g->outputs[0]].meta.dtype);
+  seed_results(&b, j, g, rg, gsum, tangents, e);
   for (i = n - 1; i >= 0 && !b.rc; i--)
     if (g->nodes[i].kind == IR_OP && gsum[i] >= 0 && rg[i]) step(&b, g, i, rg, gsum);
   if ((rc = b.rc) != FL_OK) goto fail;

@@ -13,10 +13,18 @@
 #include "ir.h"
 
 /* The joint graph of g, whose first result must be a float scalar (the
-** loss; its gradient is 1).  A dropout(x) becomes x * dropout(ones): its
-** mask is a forward value the backward reads.  NULL with e filled: no
-** leaf requires grad, a loss that is not a scalar, symbolic sizes. */
-ir_graph *ir_joint(const ir_graph *g, fl_err *e);
+** loss; its gradient is 1).  With tangents, the gradient reaching each
+** result that needs one (the loss, and every other float result computed
+** from a leaf that requires grad) is an input of the joint graph instead,
+** a tangent, as AOTAutograd's joint takes them: its backward serves a
+** function whose several results each carry a gradient.  A dropout(x)
+** becomes x * dropout(ones): its mask is a forward value the backward
+** reads.  NULL with e filled: no leaf requires grad, a loss that is not a
+** scalar, symbolic sizes. */
+ir_graph *ir_joint(const ir_graph *g, int tangents, fl_err *e);
+
+/* Whether node i of joint graph j is one of its tangents. */
+int ir_joint_is_tangent(const ir_graph *j, int i);
 
 /* fwd[i] = 1 for the nodes of j's forward half: those its results and
 ** write-backs need.  j is a joint graph (joint_nres > 0). */

@@ -1091,9 +1091,10 @@ end
 -- position of its loss among g:outputs() (nil: it needs no gradient) and
 -- the positions of every value that needs one (grad_results).
 -- Its parameters alone may require grad, and of the values it computes
--- that need gradients one must be a float scalar, the loss; the others (an
--- activation a local variable still holds at the break) get a history
--- that refuses a gradient (train_segment).
+-- that need gradients one must be a float scalar: the first is the loss,
+-- whose history runs the backward; the others (an activation a local
+-- variable still holds at the break) bring their gradients to it (the
+-- joint graph's tangents).
 local function segment_why_not(g, k)
   local list, input_grad, types = grad_results(g)
   if input_grad then
@@ -1102,15 +1103,12 @@ local function segment_why_not(g, k)
   end
   local loss
   for _, i in ipairs(list) do
-    if types[g:outputs()[i]]:find("^b?float%d*%[%]$") then
-      if loss then return ("segment %d computes two scalars that need gradients"):format(k) end
-      loss = i
-    end
+    if not loss and types[g:outputs()[i]]:find("^b?float%d*%[%]$") then loss = i end
   end
   if #list > 0 and not loss then
     return ("segment %d computes values that need gradients and no scalar loss"):format(k)
   end
-  return nil, loss, list
+  return nil, loss
 end
 
 local function dry_exec(g)
@@ -1142,6 +1140,15 @@ local function dry_capture(st, ...)
   return unpack(r, 1, r.n)
 end
 
+-- The joint graph of g (its loss first) and its partition: with a tangent
+-- for every result that needs a gradient when the loss is not the only
+-- one (an activation returned beside it), as AOTAutograd's joint.
+local function joint_partition(st, g)
+  local needs = grad_results(g)
+  local tangents = #needs > 1 or (needs[1] or 1) ~= 1
+  return g:joint{tangents = tangents}:partition{policy = st.opts.partition or "mincut"}
+end
+
 -- A partition's halves fused and compiled for the CPU: their plans and
 -- programs, compiled now (compile_ms, not the first call's backward_ms).
 local function compile_pair(st, fw, bw)
@@ -1171,14 +1178,21 @@ end
 
 -- A pair's forward ran on inputs giving outs: its loss outs[1] gets the
 -- backward, which reads the saved values (forward outputs and inputs) and
--- hands gradient k to leaves[k] when that requires grad.
+-- hands gradient k to leaves[k] when that requires grad.  The other
+-- results that need gradients (t.tangents, after the loss's) get
+-- histories that bring theirs to that backward.
 local function attach_pair(st, t, outs, inputs, leaves)
   local saved, k = {}, t.results + 1
   for i, sv in ipairs(t.saved) do
     if sv.input then saved[i] = inputs[sv.input] else saved[i] = outs[k]; k = k + 1 end
   end
   for i, v in ipairs(leaves) do leaves[i] = is_tensor(v) and v.requires_grad and v or false end
-  fl._attach_backward(outs[1], t.bw, saved, leaves)
+  local others
+  if #t.tangents > 0 then
+    others = {}
+    for i = 2, #t.tangents do others[i - 1] = outs[t.tangents[i]] end
+  end
+  fl._attach_backward(outs[1], t.bw, saved, leaves, others)
   st.stats.training_calls = st.stats.training_calls + 1
   drop_saved(t, outs)
 end
@@ -1211,9 +1225,8 @@ local function train_build(st, args, fresh)
     capture_outputs(g, info)
     name_params(st.fn, g, info.params)
   end
-  local okj, j = pcall(g.joint, g)
-  if not okj then return {eager = tostring(j):gsub("^joint: ", "")} end
-  local fw, bw, pinfo = j:partition{policy = st.opts.partition or "mincut"}
+  local okj, fw, bw, pinfo = pcall(joint_partition, st, g)
+  if not okj then return {eager = tostring(fw):gsub("^joint: ", "")} end
   local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
   -- each gradient's leaf: an argument by position, a parameter by storage
   local params, leaves = live_params(st.fn, info.params), {}
@@ -1229,20 +1242,22 @@ local function train_build(st, args, fresh)
     end
   end
   count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
-  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves}
+  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves,
+          tangents = pinfo.tangents}
 end
 
 -- ---- compiled training across graph breaks ---------------------------------------
 -- A loss whose function has graph breaks (a print of a value, an
 -- optimizer's step, loss:backward() itself inside the function) trains one
 -- segment at a time, as PyTorch chains a compiled pair per segment: the
--- segment that computes the loss (its one value that needs gradients: a
--- float scalar, from parameters) runs its compiled forward, and the loss
--- gets the CompiledFunctionBackward of its compiled backward; the other
--- segments need no gradients and run their inference programs.  The first
--- call's dry capture decides (segment_why_not: a segment that computes
--- several values that need gradients, or reads one from outside, trains
--- eagerly as before).  Each segment's record (lfl_resume.c) keeps a runner
+-- segment that computes the loss (a float scalar from parameters, and any
+-- other values that need gradients) runs its compiled forward, and the
+-- loss gets the CompiledFunctionBackward of its compiled backward, the
+-- other values histories that feed it; the other segments need no
+-- gradients and run their inference programs.  The first call's dry
+-- capture decides (segment_why_not: a segment that reads a value that
+-- needs gradients from outside it, or computes such values and no scalar,
+-- trains eagerly as before).  Each segment's record (lfl_resume.c) keeps a runner
 -- that chooses per call: the pair in grad mode, the forward alone else.
 
 -- The loss of segment graph g (output position k) as a compiled pair.
@@ -1257,7 +1272,7 @@ local function segment_pair(st, g, params, k)
   order[1] = outs[k]
   for i, id in ipairs(outs) do if i ~= k then order[#order + 1] = id end end
   c:_set_outputs(order)
-  local fw, bw, pinfo = c:joint():partition{policy = st.opts.partition or "mincut"}
+  local fw, bw, pinfo = joint_partition(st, c)
   local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
   local live, leaves = live_params(st.fn, params), {}
   for i, gr in ipairs(pinfo.grads) do
@@ -1271,7 +1286,7 @@ local function segment_pair(st, g, params, k)
   local nsaved = 0
   for _, sv in ipairs(pinfo.saved) do if not sv.input then nsaved = nsaved + 1 end end
   t = {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves, k = k,
-       n = #outs, nsaved = nsaved}
+       n = #outs, nsaved = nsaved, tangents = pinfo.tangents}
   st.segtrain[key] = t
   return t
 end
@@ -1289,12 +1304,6 @@ local function run_segment_pair(st, t, inputs)
   for i = t.results + t.nsaved + 1, outs.n do res[#res + 1] = outs[i] end
   if fl.is_grad_enabled() then
     attach_pair(st, t, outs, inputs, {table.unpack(t.leaves)})
-    for _, i in ipairs(t.refuse) do
-      fl._attach_refusal(res[i], ("backward: a gradient reached a value computed beside the loss "
-        .. "in a compiled training segment (result %d of its graph, %s); the compiled backward "
-        .. "follows the loss only: compute this value after the loss's segment, or run the "
-        .. "function uncompiled"):format(i, res[i].dtype .. "[" .. table.concat(res[i].shape, ",") .. "]"))
-    end
   else
     drop_saved(t, outs)
   end
@@ -1302,7 +1311,7 @@ local function run_segment_pair(st, t, inputs)
 end
 
 function train_segment(st, g, inputs, params)
-  local why, loss, grads = segment_why_not(g, #st.graphs + 1)
+  local why, loss = segment_why_not(g, #st.graphs + 1)
   if why then error("compiled training: " .. why .. "; run the function uncompiled", 0) end
   if not loss then
     -- no value needs gradients: the segment's program, through a runner
@@ -1313,8 +1322,6 @@ function train_segment(st, g, inputs, params)
     return outs, nil, runner
   end
   local t = segment_pair(st, g, params, loss)
-  t.refuse = {}
-  for _, i in ipairs(grads) do if i ~= loss then t.refuse[#t.refuse + 1] = i end end
   return run_segment_pair(st, t, inputs), nil, function(ins) return run_segment_pair(st, t, ins) end
 end
 

@@ -663,40 +663,68 @@ static int factory(lua_State *L) {
 /* a compiled backward on the tape                                         */
 /* ---------------------------------------------------------------------- */
 
-/* What a compiled function's output keeps for its backward: the backward
-** program and the values the forward saved for it, in its input order. */
+/* What a compiled function's loss keeps for its backward: the backward
+** program and the values the forward saved for it, in its input order.
+** With tangents (a function whose other results need gradients too: the
+** joint graph's tangents), the program takes the loss's gradient and
+** then each other result's after the saved values; those results' own
+** histories (tan_call) leave their gradients in tan[] first.  Shared by
+** the loss's fn and theirs: freed by the last. */
 typedef struct cbw {
+  int refs;
   struct exec_program *pr;
   fl_tensor *saved;
   int nsaved;
+  int ntan;              /* other results with tangents: 0 without */
+  fl_tensor *tan;        /* the gradient that reached each, or empty */
+  fl_meta *tan_meta;
+  fl_meta loss_meta;
 } cbw;
+
+static void cbw_clear_tan(cbw *c) {
+  int k;
+  for (k = 0; k < c->ntan; k++) ten_release(&c->tan[k]);
+}
 
 static void cbw_release(void *ctx) {
   cbw *c = ctx;
   int k;
   for (k = 0; k < c->nsaved; k++) ten_release(&c->saved[k]);
+  cbw_clear_tan(c);
 }
 
 static void cbw_free(void *ctx) {
   cbw *c = ctx;
-  if (!c) return;
+  if (!c || --c->refs > 0) return;
   cbw_release(c);
   exec_program_free(c->pr);
   free(c->saved);
+  free(c->tan);
+  free(c->tan_meta);
   free(c);
 }
 
-/* The backward program computes the gradients for a loss gradient of 1;
-** a seed g scales them (the loss is a scalar, the backward linear in g). */
+/* Without tangents the backward program computes the gradients for a
+** loss gradient of 1, and a seed g scales them (the loss is a scalar, the
+** backward linear in g).  With tangents g is its input, beside the other
+** results' gradients (zeros where none reached them). */
 static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e) {
   cbw *c = ctx;
-  const fl_tensor **in = calloc((size_t)c->nsaved + 1, sizeof *in);
-  int k, rc, nout = c->pr->plan->g->nout;
-  int unit = meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0;
+  int n = c->nsaved + (c->ntan ? 1 + c->ntan : 0);
+  const fl_tensor **in = calloc((size_t)n + 1, sizeof *in);
+  int k, rc = FL_OK, nout = c->pr->plan->g->nout;
+  int unit = c->ntan || (meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0);
   fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
-  if (!in || !outs) { free(in); free(outs); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
+  if (!in || !outs) { free(in); free(outs); cbw_clear_tan(c); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
   for (k = 0; k < c->nsaved; k++) in[k] = &c->saved[k];
-  rc = exec_program_run(c->pr, in, c->nsaved, outs, e);
+  if (c->ntan) in[c->nsaved] = gout;
+  for (k = 0; k < c->ntan && rc == FL_OK; k++) {
+    if (!c->tan[k].st && (rc = ten_uninit(&c->tan[k], &c->tan_meta[k], e)) == FL_OK)
+      ten_fill(&c->tan[k], 0.0);
+    in[c->nsaved + 1 + k] = &c->tan[k];
+  }
+  if (rc == FL_OK) rc = exec_program_run(c->pr, in, n, outs, e);
+  cbw_clear_tan(c);      /* this backward's: the next one brings its own */
   for (k = 0; k < nout && rc == FL_OK; k++) {
     if (unit) {
       gin[k] = outs[k];
@@ -714,6 +742,39 @@ static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   return rc;
 }
 
+/* An other result's history: the gradient reaching it is left in its
+** slot of the shared cbw, and the loss's fn (its one input) gets a zero,
+** so that it runs, after this one (it was made first), with them all. */
+typedef struct tan_ref { cbw *c; int k; } tan_ref;
+
+static int tan_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e) {
+  tan_ref *t = ctx;
+  cbw *c = t->c;
+  int rc;
+  if (!c->tan[t->k].st) {
+    ten_share(&c->tan[t->k], gout);
+  } else {
+    const fl_tensor *two[2] = {&c->tan[t->k], gout};
+    fl_tensor sum = {0};
+    op_attrs a;
+    op_attrs_init(OP_ADD, &a);
+    if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) return rc;
+    ten_release(&c->tan[t->k]);
+    c->tan[t->k] = sum;
+  }
+  if ((rc = ten_uninit(&gin[0], &c->loss_meta, e)) == FL_OK) ten_fill(&gin[0], 0.0);
+  return rc;
+}
+
+static void tan_release(void *ctx) { (void)ctx; }   /* the loss's fn releases */
+
+static void tan_free(void *ctx) {
+  tan_ref *t = ctx;
+  if (!t) return;
+  cbw_free(t->c);
+  free(t);
+}
+
 /* out gets an AG_CALL history, a CompiledFunctionBackward of call whose
 ** nin inputs' gradients go to next (freed here, as call's ctx on failure). */
 static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_call *call,
@@ -727,33 +788,60 @@ static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_c
   return 0;
 }
 
-/* fl._attach_backward(out, program, saved, leaves): out (a scalar from a
-** compiled forward) gets a CompiledFunctionBackward grad_fn that runs the
-** C program on saved (a list of tensors) and hands gradient k to the fn of
-** leaves[k] (a tensor, or false: none). */
+/* fl._attach_backward(out, program, saved, leaves [, others]): out (a
+** scalar from a compiled forward) gets a CompiledFunctionBackward grad_fn
+** that runs the C program on saved (a list of tensors) and hands gradient
+** k to the fn of leaves[k] (a tensor, or false: none).  others: the
+** function's other results that need gradients (the joint graph's
+** tangents after the loss's, in order): each gets a history passing the
+** gradient reaching it to that backward. */
 static int l_attach_backward(lua_State *L) {
   fl_tensor *out = lfl_checktensor(L, 1);
   struct exec_program *pr = lfl_toprogram(L, 2);
   ag_fn **next;
   ag_call call;
   cbw *c;
-  int k, n, nl;
+  int k, n, nl, nt = 0;
   luaL_argcheck(L, pr != NULL, 2, "expected a compiled C program");
   luaL_checktype(L, 3, LUA_TTABLE);
   luaL_checktype(L, 4, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 5)) {
+    luaL_checktype(L, 5, LUA_TTABLE);
+    nt = (int)luaL_len(L, 5);
+    for (k = 0; k < nt; k++) {
+      lua_rawgeti(L, 5, k + 1);
+      if (AG(lfl_checktensor(L, -1))) return luaL_error(L, "_attach_backward: result %d already has a history", k + 2);
+      lua_pop(L, 1);
+    }
+  }
   if (AG(out)) return luaL_error(L, "_attach_backward: the output already has a history");
   n = (int)luaL_len(L, 3);
   nl = (int)luaL_len(L, 4);
   if (nl != pr->plan->g->nout)
     return luaL_error(L, "_attach_backward: %d leaves for a backward of %d gradients", nl,
                       pr->plan->g->nout);
+  if ((nt ? n + 1 + nt : n) != pr->plan->g->ninputs)
+    return luaL_error(L, "_attach_backward: %d saved values and %d tangents for a backward of %d inputs",
+                      n, nt ? nt + 1 : 0, pr->plan->g->ninputs);
   c = calloc(1, sizeof *c);
   next = calloc((size_t)nl + 1, sizeof *next);
-  if (c) c->saved = calloc((size_t)n + 1, sizeof *c->saved);
-  if (!c || !next || !c->saved) {
-    if (c) free(c->saved);
+  if (c) {
+    c->saved = calloc((size_t)n + 1, sizeof *c->saved);
+    c->tan = calloc((size_t)nt + 1, sizeof *c->tan);
+    c->tan_meta = calloc((size_t)nt + 1, sizeof *c->tan_meta);
+  }
+  if (!c || !next || !c->saved || !c->tan || !c->tan_meta) {
+    if (c) { free(c->saved); free(c->tan); free(c->tan_meta); }
     free(c); free(next);
     return luaL_error(L, "_attach_backward: out of memory");
+  }
+  c->refs = 1;
+  c->ntan = nt;
+  c->loss_meta = out->m;
+  for (k = 0; k < nt; k++) {
+    lua_rawgeti(L, 5, k + 1);
+    c->tan_meta[k] = lfl_checktensor(L, -1)->m;
+    lua_pop(L, 1);
   }
   for (k = 0; k < n; k++) {
     lua_rawgeti(L, 3, k + 1);
@@ -773,7 +861,27 @@ static int l_attach_backward(lua_State *L) {
   call.release = cbw_release;
   call.free_ctx = cbw_free;
   call.ctx = c;
-  return attach_call(L, out, nl, next, &call, "_attach_backward");
+  attach_call(L, out, nl, next, &call, "_attach_backward");
+  /* the others' fns, made after the loss's: a backward runs them first */
+  for (k = 0; k < nt; k++) {
+    tan_ref *t = malloc(sizeof *t);
+    ag_fn **one = malloc(sizeof *one);
+    fl_tensor *r;
+    if (!t || !one) { free(t); free(one); return luaL_error(L, "_attach_backward: out of memory"); }
+    t->c = c;
+    t->k = k;
+    c->refs++;
+    one[0] = AG(out);
+    call.call = tan_call;
+    call.release = tan_release;
+    call.free_ctx = tan_free;
+    call.ctx = t;
+    lua_rawgeti(L, 5, k + 1);
+    r = lfl_checktensor(L, -1);
+    attach_call(L, r, 1, one, &call, "_attach_backward");
+    lua_pop(L, 1);
+  }
+  return 0;
 }
 
 /* A value a compiled training segment computed beside its loss whose

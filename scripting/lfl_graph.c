@@ -382,13 +382,23 @@ static int g_set_outputs(lua_State *L) {
   return 0;
 }
 
-/* g:joint() -> the joint forward+backward graph of a captured loss */
+/* g:joint([{tangents = bool}]) -> the joint forward+backward graph of a
+** captured loss */
 static int g_joint(lua_State *L) {
+  static const char *const keys[] = {"tangents", NULL};
   ir_graph *g = lfl_checkgraph(L, 1), *j;
+  int tangents = 0;
   fl_err e;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lfl_checkkeys(L, 2, keys, "joint");
+    lua_getfield(L, 2, "tangents");
+    tangents = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   err_clear(&e);
   lfl_pushgraph(L, NULL);                    /* owner first, then the graph */
-  if (!(j = ir_joint(g, &e))) return lfl_raise(L, "joint", &e);
+  if (!(j = ir_joint(g, tangents, &e))) return lfl_raise(L, "joint", &e);
   ((lgraph *)lua_touserdata(L, -1))->g = j;
   return 1;
 }
@@ -406,7 +416,7 @@ static void field_str(lua_State *L, const char *key, const char *v) {
 /* j:partition{policy = "mincut" | "save_all" | "recompute_all"} -> fw, bw,
 ** info {saved = {{name, bytes, why, node [, input]}}, recomputed = {{op,
 ** reason, node}}, grads = {{input = k | param = t, name}}, results,
-** saved_bytes, eager_saved_bytes} */
+** tangents = {result positions}, saved_bytes, eager_saved_bytes} */
 static int g_partition(lua_State *L) {
   static const char *const keys[] = {"policy", NULL};
   static const char *const names[] = {"mincut", "save_all", "recompute_all"};
@@ -470,6 +480,13 @@ static int g_partition(lua_State *L) {
     lua_setfield(L, -2, "grads");
   }
   field_int(L, "results", j->joint_nres);
+  /* the results whose gradients the backward takes after the saved values */
+  lua_createtable(L, j->joint_ntan, 0);
+  for (i = 0; i < j->joint_ntan; i++) {
+    lua_pushinteger(L, j->joint_tan[i] + 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "tangents");
   lua_createtable(L, info.nrec, 0);
   for (i = 0; i < info.nrec; i++) {
     lua_createtable(L, 0, 3);

@@ -151,6 +151,56 @@ do
   close(outs[3], w.grad, 1e-5, 1e-6, "the parameter's gradient")
 end
 
+-- tangents: a loss returned with an activation (and the activation twice),
+-- the gradient reaching each an input of the backward, after the saved
+-- values; every policy, eager kernels, reference and compiled, equals
+-- eager autograd's d(s * loss + sum(h * T1) + sum(h * T2))/dW
+do
+  local m = nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 3))
+  local x, y = fl.randn(4, 6), (fl.rand(4) * 3):to("int64")
+  local w1 = m:parameters()[1]
+  local f = function(a, b)
+    local h = m(a)
+    return fl.cross_entropy(h, b), h, w1:sum(), h
+  end
+  local s, T1, T2 = fl.tensor(0.7), fl.randn(4, 3), fl.randn(4, 3)
+  local params = m:parameters()
+  for _, p in ipairs(params) do p.grad = nil end
+  local l, h, _, h2 = f(x, y)
+  local wsum = select(3, f(x, y))
+  ;(l * s + (h * T1):sum() + (h2 * T2):sum() + wsum * 2):backward()
+  local want = {}
+  for i, p in ipairs(params) do want[i] = p.grad end
+  t.raises(function() fl.capture(f, x, y):joint{tangent = true} end, "unknown option 'tangent'",
+           "joint: an unknown option is named")
+  local j = fl.capture(f, x, y):joint{tangents = true}
+  local tangents = {s, T1, fl.tensor(2.0), T2}
+  for _, pol in ipairs{"save_all", "mincut", "recompute_all"} do
+    local fw, bw, info = j:partition{policy = pol}
+    t.is(table.concat(info.tangents, ","), "1,2,3,4",
+         pol .. ": a tangent for the loss and each other result that needs a gradient")
+    for _, run in ipairs{"run", "run_reference", "compiled"} do
+      local tol = run == "run" and {1e-5, 1e-6} or {1e-4, 1e-5}
+      local F, B = fw, bw
+      if run == "compiled" then F, B, run = compiled(fw), compiled(bw), "run" end
+      local outs = table.pack(F[run](F, x, y))
+      local args, k = {}, info.results + 1
+      for _, sv in ipairs(info.saved) do
+        if sv.input then args[#args + 1] = ({x, y})[sv.input] else args[#args + 1] = outs[k]; k = k + 1 end
+      end
+      for _, tn in ipairs(tangents) do args[#args + 1] = tn end
+      local grads = table.pack(B[run](B, table.unpack(args)))
+      local all = grads.n == #params
+      for i = 1, #params do all = all and fl.allclose(grads[i], want[i], tol[1], tol[2]) end
+      t.ok(all, ("tangents, %s, %s: the backward's %d gradients equal eager autograd's"):format(
+           pol, F == fw and run or "compiled", #params))
+    end
+  end
+  local sig = tostring(j):match("^[^\n]*")
+  t.ok(sig:find("float32[] gradient of the loss", 1, true) and sig:find("float32[4,3] gradient of result 4", 1, true),
+       "the joint graph's signature names its tangents: " .. sig)
+end
+
 -- the picture: two halves, the saved values on the cut, recomputed ops
 do
   local m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))

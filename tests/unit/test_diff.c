@@ -194,7 +194,7 @@ static int add_backward(item *it, fl_err *e) {
   int h;
   if (!l) return 0;
   err_clear(e);
-  it->joint = ir_joint(l, e);
+  it->joint = ir_joint(l, 0, e);
   ir_free(l);
   if (!it->joint) return 0;
   if (fuse_partition(it->joint, PART_MINCUT, &fw, &bw, &it->info, e) != FL_OK) {
