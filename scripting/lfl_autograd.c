@@ -884,35 +884,6 @@ static int l_attach_backward(lua_State *L) {
   return 0;
 }
 
-/* A value a compiled training segment computed beside its loss whose
-** gradient the compiled backward does not give (it follows the loss
-** only): a gradient reaching it is an error that says so, never a
-** silently missing term.  ctx: the message. */
-static int refuse_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply,
-                       fl_err *e) {
-  (void)gout; (void)gin; (void)apply;
-  return err_set(e, FL_EUNSUPPORTED, "%s", (const char *)ctx);
-}
-
-static void refuse_release(void *ctx) { (void)ctx; }
-
-/* fl._attach_refusal(t, message): t gets a history whose backward raises
-** message (see refuse_call). */
-static int l_attach_refusal(lua_State *L) {
-  fl_tensor *t = lfl_checktensor(L, 1);
-  const char *msg = luaL_checkstring(L, 2);
-  ag_call call;
-  char *copy;
-  if (AG(t)) return luaL_error(L, "_attach_refusal: the tensor already has a history");
-  if (!(copy = malloc(strlen(msg) + 1))) return luaL_error(L, "_attach_refusal: out of memory");
-  memcpy(copy, msg, strlen(msg) + 1);
-  call.call = refuse_call;
-  call.release = refuse_release;
-  call.free_ctx = free;
-  call.ctx = copy;
-  return attach_call(L, t, 0, NULL, &call, "_attach_refusal");
-}
-
 /* fl._same_storage(a, b): the same memory (a parameter and the graph's
 ** reference to it) */
 static int l_same_storage(lua_State *L) {
@@ -932,7 +903,6 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
     {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
     {"grad", l_grad}, {"backward_graph", l_backward_graph},
     {"_autograd_live", l_autograd_live}, {"_attach_backward", l_attach_backward},
-    {"_attach_refusal", l_attach_refusal},
     {"_same_storage", l_same_storage}, {NULL, NULL}
   };
   static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
