@@ -4588,15 +4588,129 @@ OPS.Loop = function(node, attrs)
   end
 end
 
--- Scan (opset 9 on): the body once per step along each scan input's axis
--- (from the end where its direction is 1), the state values going round,
--- the scan outputs stacked along their axes (reversed where their
+-- One Scan run of n steps: the body once per step along each scan input's
+-- axis (from the end where its direction is 1), the state values going
+-- round, the scan outputs stacked along their axes (reversed where their
 -- direction is 1).  The step count is a size: under capture the loop
 -- unrolls into one graph.
+local function scan_run(node, body, outer, state, xs, axes, n, in_dirs, out_axes, out_dirs, k)
+  local nstate, m = #state, #xs
+  if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
+  local scans = {}
+  for j = 1, k do scans[j] = {} end
+  for step = 1, n do
+    local slices = {}
+    for j = 1, m do
+      local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
+      slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
+    end
+    local args = {table.unpack(state, 1, nstate)}
+    for j = 1, m do args[nstate + j] = slices[j] end
+    local outs = body(args, outer)
+    for s = 1, nstate do state[s] = outs[s] end
+    for j = 1, k do scans[j][step] = outs[nstate + j] end
+  end
+  local res = {table.unpack(state, 1, nstate)}
+  for j = 1, k do
+    local l = scans[j]
+    if (out_dirs[j] or 0) ~= 0 then
+      local r = {}
+      for i = 1, n do r[i] = l[n + 1 - i] end
+      l = r
+    end
+    local first = l[1]
+    local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
+    res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
+  end
+  return res
+end
+
+-- The tensor of a value, a narrow type's included (its mark dropped).
+local function raw(node, v, what) return (not is_tensor(v) and v and v.wide) and v.t or T(node, v, what) end
+
+-- Scan before opset 9: every state and scan input has a batch dim first,
+-- the scan inputs their steps along dim 1, and sequence_lens (optional)
+-- the steps each batch entry takes.  A run per batch entry over its own
+-- steps (the body sees no batch dim), the results stacked back along dim
+-- 1; the scan outputs past an entry's length are zeros (ONNX leaves them
+-- undefined).  The lengths are data: a graph break under fl.compile.
+local function scan8(node, attrs, body, g)
+  local m = attrs.num_scan_inputs
+  local nin = node.nin - 1
+  if math.type(m) ~= "integer" or m < 1 or m > nin then
+    node_error(node, "num_scan_inputs %s for %d inputs", tostring(m), nin)
+  end
+  local nstate = nin - m
+  local k = #g.outputs - nstate
+  if #g.inputs ~= nin or k < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d inputs", #g.inputs, #g.outputs, nin)
+  end
+  local dirs = attr(attrs, "directions", {})
+  if #dirs ~= 0 and #dirs ~= m then node_error(node, "directions holds %d values for %d", #dirs, m) end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local first = raw(node, ins[1 + nstate + 1], "scan input 1")
+    if first:dim() < 2 then node_error(node, "scan inputs need a batch and a sequence dim") end
+    local nb, n = static_size(first.shape[1]), first.shape[2]
+    if type(n) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
+    for i = 2, 1 + nin do
+      local t = raw(node, ins[i], i - 1 <= nstate and "initial state" or "scan input")
+      if t:dim() < 1 or size_equal(t.shape[1], nb) == false then
+        node_error(node, "input %d of batch size %s for %d", i - 1, tostring(t.shape[1]), nb)
+      end
+      if i - 1 > nstate and (t:dim() < 2 or t.shape[2] ~= n) then
+        node_error(node, "scan inputs of different sequence lengths")
+      end
+    end
+    local lens
+    if ins[1] ~= nil then
+      lens = ints(node, ins[1], "sequence_lens")
+      if #lens ~= nb then node_error(node, "sequence_lens of %d values for a batch of %d", #lens, nb) end
+      for _, l in ipairs(lens) do
+        if l < 0 or l > n then node_error(node, "sequence length %d outside [0, %d]", l, n) end
+      end
+    end
+    local per = {}
+    for b = 1, nb do
+      local len = lens and lens[b] or n
+      local function entry(v) return on_value(node, v, function(t) return t:narrow(1, b, 1):squeeze(1) end) end
+      local state, xs, axes = {}, {}, {}
+      for s = 1, nstate do state[s] = entry(ins[1 + s]) end
+      for j = 1, m do
+        xs[j] = on_value(node, entry(ins[1 + nstate + j]), function(t) return t:narrow(1, 1, len) end)
+        axes[j] = 1
+      end
+      local res = scan_run(node, body, outer, state, xs, axes, len, dirs, {}, {}, k)
+      for j = 1, k do
+        local v = res[nstate + j]
+        if len < n then
+          if not is_tensor(v) and v.wide then unsupported(node, "padding scan outputs of dtype %s", v.wide) end
+          local t = T(node, v)
+          local shape = {n - len}
+          for d = 2, t:dim() do shape[d] = t.shape[d] end
+          res[nstate + j] = fl.cat({t, fl.zeros(shape, {dtype = t.dtype})}, 1)
+        end
+      end
+      per[b] = res
+    end
+    local res = {}
+    for i = 1, nstate + k do
+      local vals = {}
+      for b = 1, nb do vals[b] = per[b][i] end
+      res[i] = stack(node, vals, 1, i <= nstate and "state " .. i or "scan output " .. (i - nstate))
+    end
+    return res
+  end
+end
+
+-- Scan (opset 9 on): one run over the scan inputs' axes, no batch dim.
 OPS.Scan = function(node, attrs, opset)
+  if opset < 9 then
+    known_attrs(node, attrs, set("body", "num_scan_inputs", "directions"))
+    return scan8(node, attrs, lower_graph(node, attrs.body, "body"), attrs.body)
+  end
   known_attrs(node, attrs, set("body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
                                "scan_output_axes", "scan_output_directions"))
-  if opset < 9 then unsupported(node, "Scan before opset 9 (a batch dim and sequence_lens)") end
   local g = attrs.body
   local body = lower_graph(node, g, "body")
   local m = attrs.num_scan_inputs
@@ -4619,42 +4733,16 @@ OPS.Scan = function(node, attrs, opset)
     local xs, axes, n = {}, {}, nil
     for j = 1, m do
       local v = ins[nstate + j]
-      local t = (not is_tensor(v) and v and v.wide) and v.t or T(node, v, "scan input " .. j)
+      local t = raw(node, v, "scan input " .. j)
       axes[j] = axis(node, in_axes[j] or 0, t:dim(), "scan input axis")
       local len = t.shape[axes[j]]
       if type(len) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
       if n and len ~= n then node_error(node, "scan inputs of lengths %d and %d", n, len) end
       n, xs[j] = len, v
     end
-    if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
-    local state, scans = {}, {}
+    local state = {}
     for s = 1, nstate do state[s] = ins[s] end
-    for j = 1, k do scans[j] = {} end
-    for step = 1, n do
-      local slices = {}
-      for j = 1, m do
-        local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
-        slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
-      end
-      local args = {table.unpack(state, 1, nstate)}
-      for j = 1, m do args[nstate + j] = slices[j] end
-      local outs = body(args, outer)
-      for s = 1, nstate do state[s] = outs[s] end
-      for j = 1, k do scans[j][step] = outs[nstate + j] end
-    end
-    local res = {table.unpack(state, 1, nstate)}
-    for j = 1, k do
-      local l = scans[j]
-      if (out_dirs[j] or 0) ~= 0 then
-        local r = {}
-        for i = 1, n do r[i] = l[n + 1 - i] end
-        l = r
-      end
-      local first = l[1]
-      local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
-      res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
-    end
-    return res
+    return scan_run(node, body, outer, state, xs, axes, n, in_dirs, out_axes, out_dirs, k)
   end
 end
 
