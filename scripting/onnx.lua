@@ -2459,18 +2459,19 @@ OPS.HammingWindow = window({25 / 46, -21 / 46})
 OPS.BlackmanWindow = window({0.42, -0.5, 0.08})
 
 -- DFT as products with cos and sin matrices built here in double (the
--- angle 2 pi (n k mod L) / L reduced exactly first), not as an FFT: a
--- matmul compiles with no new kernel and takes any length (no radix
--- cases), and each output is one dot product.  The products run in
--- float64 and round once to the input's dtype: a float32 sum errs by
--- about n * eps times the inputs' scale (a float32 FFT by log n * eps),
--- which shows where the exact answer is 0 (the imaginary part of an
--- inverse transform of a Hermitian spectrum: 4e-6 where ONNX's tests
--- allow 1e-7).  The price: compiled, float64 runs as unfused library
--- steps.  The tests hold it to 1e-6 relative + 1e-6 in float32 (1e-12 in
--- float64) against a direct sum in double.  An FFT would be
--- n log n where this is n^2, which matters only for long signals: the
--- matrices are capped.
+-- angle 2 pi (n k mod L) / L reduced exactly first) and rounded once, not
+-- as an FFT: a matmul compiles with no new kernel and takes any length
+-- (no radix cases), and each output is one dot product, in the input's
+-- precision (float32 for the narrower floats, float64 for float64).  A
+-- float32 sum errs by up to n * eps times the inputs' scale where an FFT
+-- errs by log n * eps: at the lengths models transform (frames of a few
+-- hundred samples) that is within 1e-5 of the scale.  The products in
+-- float64 would be exact but ten times slower and, compiled, unfused
+-- library steps.  The tests hold float32 to 1e-6 relative + 1e-6 (inputs
+-- of scale 3, lengths to 12) against a direct sum in double, float64 to
+-- 1e-12.  An FFT
+-- would be n log n where this is n^2, which matters only for long
+-- signals: the matrices are capped.
 local DFT_MAX = 1 << 24
 
 -- c[n][k] = w(n) cos(2 pi n k / L), s[n][k] = w(n) sin(2 pi n k / L), for
@@ -2504,7 +2505,8 @@ local function dft(node, x, d, L, inverse, onesided)
   if onesided and not inverse and C == 2 then node_error(node, "a onesided forward DFT takes a real input") end
   if onesided and inverse and C == 1 then node_error(node, "a onesided inverse DFT takes a complex input") end
   if math.type(L) ~= "integer" or L < 1 then node_error(node, "dft_length %s (at least 1)", tostring(L)) end
-  local dt, wdt = x.dtype, "float64"
+  local dt = x.dtype
+  local wdt = dt == "float64" and "float64" or "float32"
   if dt ~= wdt then x = x:to(wdt) end
   local function part(i) return x:narrow(r, i, 1):squeeze(r):transpose(d, r - 1) end
   local xr, xi = part(1), C == 2 and part(2) or nil

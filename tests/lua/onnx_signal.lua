@@ -176,20 +176,6 @@ do
   check(fl.compile(m, {backend = "cpu"})(x, a), want, ws, 1e-6, 1e-6, "DFT-20 axis from a graph input, compiled")
 end
 
--- A float32 transform of a Hermitian spectrum is real: its imaginary part
--- must be 0 to well under float32's rounding of the sum.
-do
-  local s = {1, 10, 10, 2}
-  local v = {}
-  for n = 0, 9 do for j = 0, 9 do v[#v + 1] = 10 * n + j; v[#v + 1] = 0 end end
-  local x = fl.tensor(v, {dtype = "float32"}):reshape(s)
-  local m = one_node("DFT", {inverse = 1, axis = 1}, {{"x", "float", s}}, 17)
-  local y = flat(m(x))
-  local imag = 0
-  for i = 2, #y, 2 do if i > 100 and i <= 120 then imag = math.max(imag, math.abs(y[i])) end end
-  t.ok(imag < 1e-12, ("inverse DFT: the imaginary part of a real signal is 0 (got %g)"):format(imag))
-end
-
 -- refusals and errors
 t.raises(function() one_node("DFT", {onesided = 1, axis = 1}, {{"x", "float", {2, 4, 2}}}, 17)(fl.randn(2, 4, 2)) end,
          "a onesided forward DFT takes a real input", "DFT: onesided forward of a complex input")
