@@ -165,6 +165,17 @@ do
   check(fl.compile(m, {backend = "cpu"})(x), want, ws, 1e-12, 1e-12, "DFT float64, compiled")
 end
 
+-- float16 is transformed in float32 and rounded once
+do
+  local s = {2, 6, 2}
+  local x = fl.randn(s):to("float16")
+  local want, ws = ref_dft(flat(x), s, 2, 6, false, false)
+  local m = one_node("DFT", {axis = 1}, {{"x", "float16", s}}, 17)
+  local y = m(x)
+  t.is(y.dtype, "float16", "DFT of float16 gives float16")
+  check(y, want, ws, 2 ^ -10, 1e-3, "DFT float16 (half a unit in the last place)")
+end
+
 -- the axis as a graph input (opset 20): read as data, eagerly and compiled
 do
   local s = {2, 4, 5, 1}
@@ -400,6 +411,21 @@ do
   t.ok(y.dtype == "float16" and st.dtype == "float16", "LinearAttention float16: outputs in float16")
   check(y, want, {1, 3, 4}, 2 ^ -10, 1e-3, "LinearAttention float16 output")
   check(st, wstate, {1, 2, 2, 2}, 2 ^ -10, 1e-3, "LinearAttention float16 present_state")
+end
+
+-- a float32 state beside float16 activations: present_state stays float32
+do
+  local c = {B = 1, T = 2, hq = 2, hkv = 2, dk = 2, dv = 2}
+  local q, k, v = fl.randn(1, 2, 4):to("float16"), fl.randn(1, 2, 4):to("float16"), fl.randn(1, 2, 4):to("float16")
+  local past = fl.randn(1, 2, 2, 2)
+  local want, wstate = ref_linear(c, flat(q), flat(k), flat(v), flat(past))
+  local m = one_node("LinearAttention", {update_rule = "linear", q_num_heads = 2, kv_num_heads = 2},
+    {{"q", "float16", {1, 2, 4}}, {"k", "float16", {1, 2, 4}}, {"v", "float16", {1, 2, 4}}, {"p", "float", {1, 2, 2, 2}}},
+    27, {outputs = {"y", "state"}})
+  local y, st = m(q, k, v, past)
+  t.ok(y.dtype == "float16" and st.dtype == "float32", "LinearAttention: a float32 past_state gives a float32 present_state")
+  check(y, want, {1, 2, 4}, 2 ^ -10, 1e-3, "LinearAttention float16 with a float32 state: output")
+  check(st, wstate, {1, 2, 2, 2}, 1e-5, 1e-5, "LinearAttention float16 with a float32 state: present_state")
 end
 
 local function la(attrs, dims)
