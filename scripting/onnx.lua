@@ -2458,6 +2458,362 @@ OPS.HannWindow = window({0.5, -0.5})
 OPS.HammingWindow = window({25 / 46, -21 / 46})
 OPS.BlackmanWindow = window({0.42, -0.5, 0.08})
 
+-- DFT as products with cos and sin matrices built here in double (the
+-- angle 2 pi (n k mod L) / L reduced exactly first) and rounded once, not
+-- as an FFT: a matmul compiles with no new kernel and takes any length
+-- (no radix cases), and each output is one dot product, in the input's
+-- precision (float32 for the narrower floats, float64 for float64).  A
+-- float32 sum errs by up to n * eps times the inputs' scale where an FFT
+-- errs by log n * eps: at the lengths models transform (frames of a few
+-- hundred samples) that is within 1e-5 of the scale.  The products in
+-- float64 would be exact but ten times slower and, compiled, unfused
+-- library steps.  The tests hold float32 to 1e-6 relative + 1e-6 (inputs
+-- of scale 3, lengths to 12) against a direct sum in double, float64 to
+-- 1e-12.  An FFT
+-- would be n log n where this is n^2, which matters only for long
+-- signals: the matrices are capped.
+local DFT_MAX = 1 << 24
+
+-- c[n][k] = w(n) cos(2 pi n k / L), s[n][k] = w(n) sin(2 pi n k / L), for
+-- n < rows, k < cols, as [rows, cols] tensors of dtype dt.
+local function dft_matrices(node, rows, cols, L, dt, w)
+  if rows * cols > DFT_MAX then
+    unsupported(node, "a DFT of %d x %d points (its matrices past 2^24 elements)", rows, cols)
+  end
+  local c, s = {}, {}
+  for n = 0, rows - 1 do
+    local a = w(n)
+    for k = 0, cols - 1 do
+      local th = 2 * math.pi * ((n * k) % L) / L
+      c[#c + 1], s[#s + 1] = a * math.cos(th), a * math.sin(th)
+    end
+  end
+  return fl.tensor(c, {dtype = dt}):reshape({rows, cols}), fl.tensor(s, {dtype = dt}):reshape({rows, cols})
+end
+
+-- The DFT of x ([..., 1] real or [..., 2] complex) along dim d (1-based,
+-- not the last) at length L: forward, inverse (1/L), onesided forward (the
+-- L // 2 + 1 first bins of a real signal) or onesided inverse (a real
+-- signal of length L from the L // 2 + 1 first bins of a Hermitian
+-- spectrum, the others being their conjugates: each bin but 0 and L/2
+-- counts twice, and their imaginary parts drop out).
+local function dft(node, x, d, L, inverse, onesided)
+  need_float(node, x)
+  local r = x:dim()
+  local C = x.shape[r]
+  if C ~= 1 and C ~= 2 then node_error(node, "the last dim must be 1 (real) or 2 (complex), got %s", tostring(C)) end
+  if onesided and not inverse and C == 2 then node_error(node, "a onesided forward DFT takes a real input") end
+  if onesided and inverse and C == 1 then node_error(node, "a onesided inverse DFT takes a complex input") end
+  if math.type(L) ~= "integer" or L < 1 then node_error(node, "dft_length %s (at least 1)", tostring(L)) end
+  local dt = x.dtype
+  local wdt = dt == "float64" and "float64" or "float32"
+  if dt ~= wdt then x = x:to(wdt) end
+  local function part(i) return x:narrow(r, i, 1):squeeze(r):transpose(d, r - 1) end
+  local xr, xi = part(1), C == 2 and part(2) or nil
+  local N = static_size(xr.shape[r - 1])
+  local rows, cols, w = math.min(N, L), L, function() return 1 end
+  if inverse and onesided then
+    rows = math.min(N, L // 2 + 1)
+    w = function(k) return (k == 0 or 2 * k == L) and 1 / L or 2 / L end
+  elseif inverse then
+    w = function() return 1 / L end
+  elseif onesided then
+    cols = L // 2 + 1
+  end
+  if rows == 0 then unsupported(node, "a DFT of an empty signal") end
+  local cm, sm = dft_matrices(node, rows, cols, L, wdt, w)
+  local lead = {}
+  for i = 1, r - 2 do lead[i] = xr.shape[i] end
+  local function mm(v, m)
+    if N > rows then v = v:narrow(r - 1, 1, rows) end
+    local out = {table.unpack(lead)}
+    out[#out + 1] = cols
+    return v:reshape({-1, rows}):matmul(m):reshape(out)
+  end
+  local yr, yi
+  if inverse then      -- (xr + i xi)(cos + i sin)
+    yr = mm(xr, cm)
+    if xi then yr = yr - mm(xi, sm) end
+    if not onesided then yi = mm(xr, sm) + (xi and mm(xi, cm) or 0) end
+  else                 -- (xr + i xi)(cos - i sin)
+    yr, yi = mm(xr, cm), -mm(xr, sm)
+    if xi then yr, yi = yr + mm(xi, sm), yi + mm(xi, cm) end
+  end
+  local function back(y) return y:transpose(d, r - 1):unsqueeze(r) end
+  local y = yi and fl.cat({back(yr), back(yi)}, r) or back(yr)
+  return y:to(dt)
+end
+
+OPS.DFT = function(node, attrs, opset)
+  known_attrs(node, attrs, opset < 20 and set("axis", "inverse", "onesided") or set("inverse", "onesided"))
+  local inverse, onesided = attr(attrs, "inverse", 0) ~= 0, attr(attrs, "onesided", 0) ~= 0
+  return function(ins)
+    local x = T(node, ins[1], "input")
+    local r = x:dim()
+    local a = opset < 20 and attr(attrs, "axis", 1) or -2
+    if opset >= 20 and ins[3] ~= nil then a = number(node, ins[3], "axis") end
+    a = math.tointeger(a)
+    if a and a < 0 then a = a + r end
+    if not a or a < 0 or a > r - 2 then
+      node_error(node, "axis %s out of range for a %d-d input (not the last dim)", tostring(a), r)
+    end
+    local N = x.shape[a + 1]
+    local L
+    if ins[2] ~= nil then L = math.tointeger(number(node, ins[2], "dft_length"))
+    else L = static_size(N); if inverse and onesided then L = 2 * (L - 1) end end
+    return {dft(node, x, a + 1, L, inverse, onesided)}
+  end
+end
+
+-- STFT: the frames (frame_step apart) gathered into [batch, frames,
+-- frame_length, 1 or 2], weighted by the window, each transformed as DFT.
+OPS.STFT = function(node, attrs)
+  known_attrs(node, attrs, set("onesided"))
+  local onesided = attr(attrs, "onesided", 1) ~= 0
+  return function(ins)
+    local x = T(node, ins[1], "signal")
+    need_float(node, x)
+    if x:dim() ~= 3 then node_error(node, "signal of %d dims ([batch, length, 1 or 2] expected)", x:dim()) end
+    local n = static_size(x.shape[2])
+    local step = math.tointeger(number(node, ins[2], "frame_step"))
+    local win = ins[3] ~= nil and T(node, ins[3], "window") or nil
+    local len = ins[4] ~= nil and math.tointeger(number(node, ins[4], "frame_length")) or nil
+    if win then
+      if win:dim() ~= 1 then node_error(node, "window of %d dims (1 expected)", win:dim()) end
+      local wl = static_size(win.shape[1])
+      if len and len ~= wl then node_error(node, "a window of %d for frame_length %d", wl, len) end
+      len = wl
+    end
+    len = len or n
+    if not step or step < 1 then node_error(node, "frame_step %s (at least 1)", tostring(step)) end
+    if not len or len < 1 or len > n then
+      node_error(node, "frame_length %s for a signal of %d", tostring(len), n)
+    end
+    local frames = (n - len) // step + 1
+    check_count(node, frames * len, "frames")
+    local idx = {}
+    for f = 0, frames - 1 do
+      for j = 0, len - 1 do idx[#idx + 1] = f * step + j end
+    end
+    local C = x.shape[3]
+    local fr = take_along(x, 2, idx):reshape({x.shape[1], frames, len, C})
+    if win then
+      if win.dtype ~= x.dtype then node_error(node, "a window of dtype %s for a %s signal", win.dtype, x.dtype) end
+      fr = fr * win:reshape({1, 1, len, 1})
+    end
+    return {dft(node, fr, 3, len, false, onesided)}
+  end
+end
+
+-- log1p and expm1 near full precision (Lua has neither): log(u) or
+-- exp(x) - 1 corrected by the rounding 1 + x or exp(x) made (Goldberg's
+-- and Kahan's forms).
+local function log1p(x)
+  local u = 1 + x
+  if u == 1 then return x end
+  return math.log(u) * x / (u - 1)
+end
+local function expm1(x)
+  local u = math.exp(x)
+  if u == 1 then return x end
+  if u - 1 == -1 then return -1 end
+  return (u - 1) * x / math.log(u)
+end
+
+-- MelWeightMatrix as ONNX's reference computes it: num_mel_bins + 2 band
+-- edges spaced evenly in mel (the step being the range over their count),
+-- each rounded down to a spectrogram bin; band i rises from edge i to edge
+-- i + 1 and falls to edge i + 2, peaking at 1.
+OPS.MelWeightMatrix = function(node, attrs)
+  known_attrs(node, attrs, set("output_datatype"))
+  local to = DTYPE_CODE[attr(attrs, "output_datatype", 1)]
+  local dt = FL_DTYPE[to]
+  if not dt or not FLOAT[dt] then unsupported(node, "output_datatype %s", tostring(to)) end
+  return function(ins)
+    local nmel = math.tointeger(number(node, ins[1], "num_mel_bins"))
+    local L = math.tointeger(number(node, ins[2], "dft_length"))
+    local rate = number(node, ins[3], "sample_rate")
+    local lo, hi = number(node, ins[4], "lower_edge_hertz"), number(node, ins[5], "upper_edge_hertz")
+    if not nmel or nmel < 1 then node_error(node, "num_mel_bins %s (at least 1)", tostring(nmel)) end
+    if not L or L < 1 then node_error(node, "dft_length %s (at least 1)", tostring(L)) end
+    if not (rate > 0) then node_error(node, "sample_rate %s (positive)", tostring(rate)) end
+    if not (lo >= 0 and hi > lo) then node_error(node, "edges %s and %s Hz (0 <= lower < upper)", lo, hi) end
+    local nspec = L // 2 + 1
+    check_count(node, nspec * nmel, "a matrix")
+    local ln10 = math.log(10)
+    local mlo, mhi = 2595 * log1p(lo / 700) / ln10, 2595 * log1p(hi / 700) / ln10
+    local mstep = (mhi - mlo) / (nmel + 2)
+    local edge = {}
+    for i = 0, nmel + 1 do
+      local hz = 700 * expm1((i * mstep + mlo) / 2595 * ln10)
+      edge[i] = math.tointeger(((L + 1) * hz) // rate)
+      if not edge[i] or edge[i] >= nspec then
+        node_error(node, "a mel band edge at %s Hz past the %d spectrogram bins", hz, nspec)
+      end
+    end
+    local out = {}
+    for j = 1, nspec * nmel do out[j] = 0 end
+    local function put(j, i, v) out[j * nmel + i + 1] = v end
+    for i = 0, nmel - 1 do
+      local a, c, b = edge[i], edge[i + 1], edge[i + 2]
+      if c == a then put(c, i, 1)
+      else for j = a, c do put(j, i, (j - a) / (c - a)) end end
+      if b > c then for j = c, b - 1 do put(j, i, (b - j) / (b - c)) end end
+    end
+    return {fl.tensor(out, {dtype = "float64"}):reshape({nspec, nmel}):to(dt)}
+  end
+end
+
+-- LinearAttention (opset 27) as its recurrence, one step per token in
+-- float32 (ONNX's reference accumulates there whatever the inputs' type):
+-- the state S [B, H_kv, d_k, d_v] decays by exp(g_t) (gated), takes the
+-- delta correction v_t <- beta_t (v_t - S^T k_t) (delta), adds k_t v_t^T,
+-- and each query head reads scale * q_t^T S of its KV head (query head h
+-- reads KV head h // (H_q / H_kv)).  The steps unroll under capture, as a
+-- Scan's do; chunk_size (a tuning hint for chunked kernels) changes nothing.
+local LINEAR_RULES = {linear = {}, gated = {gate = true}, delta = {delta = true},
+  gated_delta = {gate = true, delta = true}}
+OPS.LinearAttention = function(node, attrs)
+  known_attrs(node, attrs, set("chunk_size", "kv_num_heads", "q_num_heads", "scale", "update_rule"))
+  local rname = attr(attrs, "update_rule", "gated_delta")
+  local rule = LINEAR_RULES[rname]
+  if not rule then unsupported(node, "update_rule '%s'", clean(rname)) end
+  local hq, hkv = attrs.q_num_heads, attrs.kv_num_heads
+  if math.type(hq) ~= "integer" or math.type(hkv) ~= "integer" then
+    node_error(node, "q_num_heads and kv_num_heads are required")
+  end
+  if hq < 1 or hkv < 1 or hq % hkv ~= 0 then
+    node_error(node, "q_num_heads %d is not a positive multiple of kv_num_heads %d", hq, hkv)
+  end
+  local G = hq // hkv
+  return function(ins)
+    local q, k, v = T(node, ins[1], "query"), T(node, ins[2], "key"), T(node, ins[3], "value")
+    local past = ins[4] ~= nil and T(node, ins[4], "past_state") or nil
+    local decay = ins[5] ~= nil and T(node, ins[5], "decay") or nil
+    local beta = ins[6] ~= nil and T(node, ins[6], "beta") or nil
+    need_float(node, q)
+    for _, p in ipairs({{q, "query"}, {k, "key"}, {v, "value"}, {decay, "decay"}, {beta, "beta"}}) do
+      local x, what = p[1], p[2]
+      if x and x:dim() ~= 3 then node_error(node, "%s of %d dims (3 expected)", what, x:dim()) end
+      if x and x.dtype ~= q.dtype then node_error(node, "%s of dtype %s for a %s query", what, x.dtype, q.dtype) end
+    end
+    if rule.gate and not decay then node_error(node, "update_rule '%s' needs decay", rname) end
+    if not rule.gate and decay then node_error(node, "update_rule '%s' takes no decay", rname) end
+    if rule.delta and not beta then node_error(node, "update_rule '%s' needs beta", rname) end
+    if not rule.delta and beta then node_error(node, "update_rule '%s' takes no beta", rname) end
+    local B, Tn = q.shape[1], static_size(q.shape[2])
+    local qd, kd, vd = static_size(q.shape[3]), static_size(k.shape[3]), static_size(v.shape[3])
+    if qd % hq ~= 0 or vd % hkv ~= 0 then
+      node_error(node, "query of %d or value of %d features over %d or %d heads", qd, vd, hq, hkv)
+    end
+    local dk, dv = qd // hq, vd // hkv
+    if kd ~= hkv * dk then node_error(node, "key of %d features for %d heads of %d", kd, hkv, dk) end
+    for _, x in ipairs({k, v, decay or k, beta or k}) do
+      if size_equal(x.shape[1], B) == false or size_equal(x.shape[2], Tn) == false then
+        node_error(node, "inputs of different batch or sequence sizes")
+      end
+    end
+    local f = function(x) return x:to("float32") end
+    local qs = f(q):reshape({B, Tn, hkv, G, dk})
+    local ks, vs = f(k):reshape({B, Tn, hkv, dk, 1}), f(v):reshape({B, Tn, hkv, 1, dv})
+    local gs, bs
+    if decay then
+      local n = static_size(decay.shape[3])
+      if n ~= hkv and n ~= hkv * dk then
+        node_error(node, "decay of %d features (kv_num_heads %d or kv_num_heads * d_k %d)", n, hkv, hkv * dk)
+      end
+      gs = f(decay):reshape({B, Tn, hkv, n // hkv, 1}):exp()
+    end
+    if beta then
+      local n = static_size(beta.shape[3])
+      if n ~= hkv and n ~= 1 then node_error(node, "beta of %d features (kv_num_heads %d or 1)", n, hkv) end
+      bs = f(beta):reshape({B, Tn, n, 1, 1})
+    end
+    local S
+    if past then
+      local want = {B, hkv, dk, dv}
+      for i = 1, 4 do
+        if past:dim() ~= 4 or size_equal(past.shape[i], want[i]) == false then
+          node_error(node, "past_state of shape [%s] ([B, %d, %d, %d] expected)",
+                     table.concat(past.shape, ","), hkv, dk, dv)
+        end
+      end
+      S = f(past)
+    else
+      S = fl.zeros({B, hkv, dk, dv}, {dtype = "float32"})
+    end
+    local sc = attr(attrs, "scale", 0)
+    if sc == 0 then sc = 1 / math.sqrt(dk) end
+    local outs = {}
+    local function at(x, t) return x:narrow(2, t, 1):squeeze(2) end
+    for t = 1, Tn do
+      local kt, vt = at(ks, t), at(vs, t)                     -- [B, H_kv, d_k, 1], [B, H_kv, 1, d_v]
+      if gs then S = S * at(gs, t) end
+      if bs then vt = at(bs, t) * (vt - kt:transpose(3, 4):matmul(S)) end
+      S = S + kt * vt
+      -- [B, H_kv, G, d_k] @ [B, H_kv, d_k, d_v]: the G query heads of each KV head
+      outs[t] = (at(qs, t):matmul(S) * sc):reshape({B, 1, hq * dv})
+    end
+    local y = Tn == 1 and outs[1] or fl.cat(outs, 2)
+    return {y:to(q.dtype), S:to(past and past.dtype or q.dtype)}
+  end
+end
+
+-- CausalConvWithState (opset 27): a depthwise causal conv1d over the input
+-- after the carried k - 1 positions (zeros without past_state), as k
+-- shifted products (k is small: the short convs of Mamba and Gated
+-- DeltaNet), in float32 for narrower floats, then an optional SiLU; the
+-- present state is the last k - 1 positions of that padded sequence.
+OPS.CausalConvWithState = function(node, attrs)
+  known_attrs(node, attrs, set("activation"))
+  local act = attr(attrs, "activation", "none")
+  if act ~= "none" and act ~= "silu" and act ~= "swish" then unsupported(node, "activation '%s'", clean(act)) end
+  return function(ins)
+    local x, w = T(node, ins[1], "input"), T(node, ins[2], "weight")
+    local b = ins[3] ~= nil and T(node, ins[3], "bias") or nil
+    local past = ins[4] ~= nil and T(node, ins[4], "past_state") or nil
+    need_float(node, x)
+    if x:dim() ~= 3 then node_error(node, "input of %d dims ([batch, channels, length] expected)", x:dim()) end
+    if w:dim() ~= 3 or size_equal(w.shape[2], 1) == false or size_equal(w.shape[1], x.shape[2]) == false then
+      node_error(node, "weight of shape [%s] ([channels, 1, k] expected)", table.concat(w.shape, ","))
+    end
+    local B, C, L = x.shape[1], x.shape[2], x.shape[3]
+    local k = static_size(w.shape[3])
+    if k < 1 then node_error(node, "a kernel of size 0") end
+    if b and (b:dim() ~= 1 or size_equal(b.shape[1], C) == false) then
+      node_error(node, "bias of shape [%s] ([channels] expected)", table.concat(b.shape, ","))
+    end
+    for _, p in ipairs({{w, "weight"}, {b, "bias"}, {past, "past_state"}}) do
+      if p[1] and p[1].dtype ~= x.dtype then node_error(node, "%s of dtype %s for a %s input", p[2], p[1].dtype, x.dtype) end
+    end
+    if past then
+      local want = {B, C, k - 1}
+      for i = 1, 3 do
+        if past:dim() ~= 3 or size_equal(past.shape[i], want[i]) == false then
+          node_error(node, "past_state of shape [%s] ([batch, channels, %d] expected)", table.concat(past.shape, ","), k - 1)
+        end
+      end
+    end
+    local padded = x
+    if k > 1 then padded = fl.cat({past or fl.zeros({B, C, k - 1}, {dtype = x.dtype}), x}, 3) end
+    local wdt = x.dtype == "float64" and "float64" or "float32"
+    local p32, w32 = padded:to(wdt), w:to(wdt)
+    local y = b and b:to(wdt):reshape({1, C, 1}) or nil
+    for j = 1, k do
+      local term = p32:narrow(3, j, L) * w32:narrow(3, j, 1):reshape({1, C, 1})
+      y = y and y + term or term
+    end
+    if act ~= "none" then
+      -- ONNX's reference rounds the conv to the input's dtype before the SiLU
+      y = y:to(x.dtype):to(wdt)
+      y = y * y:sigmoid()
+    end
+    local state = k > 1 and padded:narrow(3, static_size(padded.shape[3]) - k + 2, k - 1)
+      or fl.zeros({B, C, 0}, {dtype = x.dtype})
+    return {y:to(x.dtype), state}
+  end
+end
+
 OPS.EyeLike = function(node, attrs)
   known_attrs(node, attrs, set("dtype", "k"))
   local k = attr(attrs, "k", 0)
@@ -4235,15 +4591,129 @@ OPS.Loop = function(node, attrs)
   end
 end
 
--- Scan (opset 9 on): the body once per step along each scan input's axis
--- (from the end where its direction is 1), the state values going round,
--- the scan outputs stacked along their axes (reversed where their
+-- One Scan run of n steps: the body once per step along each scan input's
+-- axis (from the end where its direction is 1), the state values going
+-- round, the scan outputs stacked along their axes (reversed where their
 -- direction is 1).  The step count is a size: under capture the loop
 -- unrolls into one graph.
+local function scan_run(node, body, outer, state, xs, axes, n, in_dirs, out_axes, out_dirs, k)
+  local nstate, m = #state, #xs
+  if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
+  local scans = {}
+  for j = 1, k do scans[j] = {} end
+  for step = 1, n do
+    local slices = {}
+    for j = 1, m do
+      local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
+      slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
+    end
+    local args = {table.unpack(state, 1, nstate)}
+    for j = 1, m do args[nstate + j] = slices[j] end
+    local outs = body(args, outer)
+    for s = 1, nstate do state[s] = outs[s] end
+    for j = 1, k do scans[j][step] = outs[nstate + j] end
+  end
+  local res = {table.unpack(state, 1, nstate)}
+  for j = 1, k do
+    local l = scans[j]
+    if (out_dirs[j] or 0) ~= 0 then
+      local r = {}
+      for i = 1, n do r[i] = l[n + 1 - i] end
+      l = r
+    end
+    local first = l[1]
+    local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
+    res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
+  end
+  return res
+end
+
+-- The tensor of a value, a narrow type's included (its mark dropped).
+local function raw(node, v, what) return (not is_tensor(v) and v and v.wide) and v.t or T(node, v, what) end
+
+-- Scan before opset 9: every state and scan input has a batch dim first,
+-- the scan inputs their steps along dim 1, and sequence_lens (optional)
+-- the steps each batch entry takes.  A run per batch entry over its own
+-- steps (the body sees no batch dim), the results stacked back along dim
+-- 1; the scan outputs past an entry's length are zeros (ONNX leaves them
+-- undefined).  The lengths are data: a graph break under fl.compile.
+local function scan8(node, attrs, body, g)
+  local m = attrs.num_scan_inputs
+  local nin = node.nin - 1
+  if math.type(m) ~= "integer" or m < 1 or m > nin then
+    node_error(node, "num_scan_inputs %s for %d inputs", tostring(m), nin)
+  end
+  local nstate = nin - m
+  local k = #g.outputs - nstate
+  if #g.inputs ~= nin or k < 0 then
+    node_error(node, "a body of %d inputs and %d outputs for %d inputs", #g.inputs, #g.outputs, nin)
+  end
+  local dirs = attr(attrs, "directions", {})
+  if #dirs ~= 0 and #dirs ~= m then node_error(node, "directions holds %d values for %d", #dirs, m) end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local first = raw(node, ins[1 + nstate + 1], "scan input 1")
+    if first:dim() < 2 then node_error(node, "scan inputs need a batch and a sequence dim") end
+    local nb, n = static_size(first.shape[1]), first.shape[2]
+    if type(n) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
+    for i = 2, 1 + nin do
+      local t = raw(node, ins[i], i - 1 <= nstate and "initial state" or "scan input")
+      if t:dim() < 1 or size_equal(t.shape[1], nb) == false then
+        node_error(node, "input %d of batch size %s for %d", i - 1, tostring(t.shape[1]), nb)
+      end
+      if i - 1 > nstate and (t:dim() < 2 or t.shape[2] ~= n) then
+        node_error(node, "scan inputs of different sequence lengths")
+      end
+    end
+    local lens
+    if ins[1] ~= nil then
+      lens = ints(node, ins[1], "sequence_lens")
+      if #lens ~= nb then node_error(node, "sequence_lens of %d values for a batch of %d", #lens, nb) end
+      for _, l in ipairs(lens) do
+        if l < 0 or l > n then node_error(node, "sequence length %d outside [0, %d]", l, n) end
+      end
+    end
+    local per = {}
+    for b = 1, nb do
+      local len = lens and lens[b] or n
+      local function entry(v) return on_value(node, v, function(t) return t:narrow(1, b, 1):squeeze(1) end) end
+      local state, xs, axes = {}, {}, {}
+      for s = 1, nstate do state[s] = entry(ins[1 + s]) end
+      for j = 1, m do
+        xs[j] = on_value(node, entry(ins[1 + nstate + j]), function(t) return t:narrow(1, 1, len) end)
+        axes[j] = 1
+      end
+      local res = scan_run(node, body, outer, state, xs, axes, len, dirs, {}, {}, k)
+      for j = 1, k do
+        local v = res[nstate + j]
+        if len < n then
+          if not is_tensor(v) and v.wide then unsupported(node, "padding scan outputs of dtype %s", v.wide) end
+          local t = T(node, v)
+          local shape = {n - len}
+          for d = 2, t:dim() do shape[d] = t.shape[d] end
+          res[nstate + j] = fl.cat({t, fl.zeros(shape, {dtype = t.dtype})}, 1)
+        end
+      end
+      per[b] = res
+    end
+    local res = {}
+    for i = 1, nstate + k do
+      local vals = {}
+      for b = 1, nb do vals[b] = per[b][i] end
+      res[i] = stack(node, vals, 1, i <= nstate and "state " .. i or "scan output " .. (i - nstate))
+    end
+    return res
+  end
+end
+
+-- Scan (opset 9 on): one run over the scan inputs' axes, no batch dim.
 OPS.Scan = function(node, attrs, opset)
+  if opset < 9 then
+    known_attrs(node, attrs, set("body", "num_scan_inputs", "directions"))
+    return scan8(node, attrs, lower_graph(node, attrs.body, "body"), attrs.body)
+  end
   known_attrs(node, attrs, set("body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
                                "scan_output_axes", "scan_output_directions"))
-  if opset < 9 then unsupported(node, "Scan before opset 9 (a batch dim and sequence_lens)") end
   local g = attrs.body
   local body = lower_graph(node, g, "body")
   local m = attrs.num_scan_inputs
@@ -4266,42 +4736,16 @@ OPS.Scan = function(node, attrs, opset)
     local xs, axes, n = {}, {}, nil
     for j = 1, m do
       local v = ins[nstate + j]
-      local t = (not is_tensor(v) and v and v.wide) and v.t or T(node, v, "scan input " .. j)
+      local t = raw(node, v, "scan input " .. j)
       axes[j] = axis(node, in_axes[j] or 0, t:dim(), "scan input axis")
       local len = t.shape[axes[j]]
       if type(len) ~= "number" then unsupported(node, "a Scan over a dynamic size") end
       if n and len ~= n then node_error(node, "scan inputs of lengths %d and %d", n, len) end
       n, xs[j] = len, v
     end
-    if n == 0 and k > 0 then unsupported(node, "scan outputs of a Scan over no step") end
-    local state, scans = {}, {}
+    local state = {}
     for s = 1, nstate do state[s] = ins[s] end
-    for j = 1, k do scans[j] = {} end
-    for step = 1, n do
-      local slices = {}
-      for j = 1, m do
-        local at = (in_dirs[j] or 0) ~= 0 and n + 1 - step or step
-        slices[j] = on_value(node, xs[j], function(t) return t:narrow(axes[j], at, 1):squeeze(axes[j]) end)
-      end
-      local args = {table.unpack(state, 1, nstate)}
-      for j = 1, m do args[nstate + j] = slices[j] end
-      local outs = body(args, outer)
-      for s = 1, nstate do state[s] = outs[s] end
-      for j = 1, k do scans[j][step] = outs[nstate + j] end
-    end
-    local res = {table.unpack(state, 1, nstate)}
-    for j = 1, k do
-      local l = scans[j]
-      if (out_dirs[j] or 0) ~= 0 then
-        local r = {}
-        for i = 1, n do r[i] = l[n + 1 - i] end
-        l = r
-      end
-      local first = l[1]
-      local r0 = (not is_tensor(first) and first.wide) and first.t:dim() or T(node, first):dim()
-      res[nstate + j] = stack(node, l, axis(node, out_axes[j] or 0, r0 + 1, "scan output axis"), "scan output " .. j)
-    end
-    return res
+    return scan_run(node, body, outer, state, xs, axes, n, in_dirs, out_axes, out_dirs, k)
   end
 end
 

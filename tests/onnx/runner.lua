@@ -92,8 +92,14 @@ local function is_unsupported(msg) return tostring(msg):find("unsupported", 1, t
 -- them as it refuses any caller's: counted apart, as bad test data.
 local function is_bad_data(msg) return tostring(msg):find("^onnx%.Model: input %d+ %('[^']*'%) must be %[") ~= nil end
 
+-- ONNX stores its DFT and STFT cases' outputs from NumPy's FFT, which
+-- (NumPy 2) transforms float32 data in single precision: they err by a
+-- few float32 units of the largest output, plain to see where the exact
+-- value is 0 (test_dft_inverse stores 1.9e-7 for 0, past atol 1e-7).
+local function fft_case(name) return name:find("^test_dft") ~= nil or name:find("^test_stft") ~= nil end
+
 -- Compare result r with expected e: nil when equal, else what differs.
-local function compare(r, e, expanded)
+local function compare(r, e, expanded, fft)
   if not fl.is_tensor(r) then return "result is not a tensor" end
   if r.dtype ~= e.dtype then return ("dtype %s, expected %s"):format(r.dtype, e.dtype) end
   if #r.shape ~= #e.shape then return ("shape [%s], expected [%s]"):format(table.concat(r.shape, ","), table.concat(e.shape, ",")) end
@@ -114,12 +120,14 @@ local function compare(r, e, expanded)
     or (e.dtype == "float16" and expanded) and math.max(RTOL, 2 ^ -9) or RTOL
   local same = a:eq(b):to("int64")                           -- equal, infinities included
   local nan = (a:ne(a):to("int64") * b:ne(b):to("int64"))    -- both NaN
-  local close = (a - b):abs():le(b:abs() * rtol + ATOL):to("int64")
+  -- an FFT case's outputs within 8 float32 units of their largest
+  local atol = fft and math.max(ATOL, 2 ^ -20 * b:abs():amax():item()) or ATOL
+  local close = (a - b):abs():le(b:abs() * rtol + atol):to("int64")
   local ok = (same + nan + close):gt(0):to("int64"):sum():item()
   if ok < e:numel() then
     local err = (a - b):abs():amax():item()
     return ("%d of %d elements beyond rtol %g atol %g (max abs error %g)"):format(
-      e:numel() - ok, e:numel(), rtol, ATOL, err)
+      e:numel() - ok, e:numel(), rtol, atol, err)
   end
   return nil
 end
@@ -221,7 +229,7 @@ for _, name in ipairs(cases) do
         break
       end
       for i, e in ipairs(set.outputs) do
-        local d = compare(res[i + 1], e, name:find("_expanded", 1, true) ~= nil)
+        local d = compare(res[i + 1], e, name:find("_expanded", 1, true) ~= nil, fft_case(name))
         if d then verdict, why = "fail", ("eager: output %d: %s"):format(i, d) break end
       end
       if verdict ~= "pass" then break end
@@ -243,7 +251,7 @@ for _, name in ipairs(cases) do
           for _, set in ipairs(sets) do
             local res = table.pack(cm(table.unpack(set.inputs)))
             for i, e in ipairs(set.outputs) do
-              local d = compare(res[i], e, expanded)
+              local d = compare(res[i], e, expanded, fft_case(name))
               if d then error(("compiled with graph breaks: output %d: %s"):format(i, d), 0) end
             end
           end
@@ -298,7 +306,7 @@ for ci, c in ipairs(compiled) do
       r.cstatus, r.creason = "fail", "compiled: " .. tostring(res[2])
     else
       for i, e in ipairs(set.outputs) do
-        local d = compare(res[i + 1], e, c.case:find("_expanded", 1, true) ~= nil)
+        local d = compare(res[i + 1], e, c.case:find("_expanded", 1, true) ~= nil, fft_case(c.case))
         if d then r.cstatus, r.creason = "fail", ("compiled: output %d: %s"):format(i, d) break end
       end
     end
@@ -353,7 +361,8 @@ local function table_text()
   L[#L + 1] = "eagerly and compiled for the cpu backend, and compared with its stored outputs at"
   L[#L + 1] = ("ONNX's tolerances (rtol %g, atol %g, NaN equal to NaN; integers and bools exactly;"):format(RTOL, ATOL)
   L[#L + 1] = "bfloat16 within two units in the last place, as ONNX's runner; float16 through float16"
-  L[#L + 1] = "intermediates (an `_expanded` case) within two)."
+  L[#L + 1] = "intermediates (an `_expanded` case) within two; the DFT and STFT cases, whose outputs"
+  L[#L + 1] = "NumPy's FFT computed in float32, within 8 float32 units of their largest output)."
   L[#L + 1] = "A case passes or is unsupported (a load-time or run-time error naming the node, the op,"
   L[#L + 1] = "the opset and what is missing); a wrong answer or any other error fails the suite's"
   L[#L + 1] = ("test (%s), and so does a table that differs from this one."):format(opt.test or "tests/onnx/conformance.sh")
