@@ -541,19 +541,139 @@ OPS.Identity = function(node, attrs)
   return function(ins) return {ins[1]} end
 end
 
--- Dropout in inference: the identity, and a mask of ones when asked for.
+-- ---- random draws ---------------------------------------------------------
+-- fl's Philox stream (graph/rng.c) makes every value.  A node with a seed
+-- attribute draws from the stream of that seed, from its start, and leaves
+-- the global stream as it was: the same values at every call, eagerly and
+-- compiled (under capture they are drawn once, a constant of the graph), as
+-- ONNX's reference draws them afresh from RandomState(seed) at each call.
+-- Without a seed a node draws from the global stream (fl.manual_seed): new
+-- values at every call, a random op under capture, compiled and eager
+-- giving the same numbers from the same state.  Numpy's generator, which
+-- made the stored outputs of ONNX's test cases, is not reproduced.
+
+-- The Philox key of an ONNX seed (a float): an integral seed is the key
+-- fl.manual_seed takes; another keeps its float32 bits, above 2^32.
+local function seed_key(seed)
+  local i = math.tointeger(seed)
+  if i then return i end
+  return string.unpack("<I4", string.pack("<f", seed)) | (1 << 32)
+end
+
+-- U[0,1) (normal: N(0,1)) values of shape and dtype (a floating one).
+local function draw(node, shape, dtype, seed, normal)
+  if not FLOAT[dtype] then unsupported(node, "random values of dtype %s", dtype) end
+  local fn = normal and fl.randn or fl.rand
+  if seed == nil then return fn(shape, {dtype = dtype}) end
+  for _, n in ipairs(shape) do
+    if type(n) ~= "number" then unsupported(node, "a seeded draw of a symbolic size under capture") end
+  end
+  local key = seed_key(seed)
+  return fl._untraced(function()
+    local state = fl.get_rng_state()
+    fl.manual_seed(key)
+    local ok, u = pcall(fn, shape, {dtype = dtype})
+    fl.set_rng_state(state)
+    if not ok then error(u, 0) end
+    return u
+  end)
+end
+
+-- A 0-d bool or integer input (Dropout's training_mode) as a Lua boolean.
+local function flag(node, v, what)
+  if not is_tensor(v) and v.hostbool then return v.v[1] end
+  local t = T(node, v, what)
+  if t:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  if t.dtype == "bool" then t = t:to("int64") end
+  return number(node, t, what) ~= 0
+end
+
+-- Dropout: in inference (no training_mode, or 0) the identity and a mask
+-- of ones.  In training each element is kept where its U[0,1) value is at
+-- least ratio (ONNX's reference: uniform >= ratio) and scaled by
+-- 1/(1 - ratio); the mask says which were kept.
 OPS.Dropout = function(node, attrs, opset)
   known_attrs(node, attrs, set("ratio", "is_test", "seed"))
   if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "Dropout in training (is_test=0)") end
+  local seed = attrs.seed
   return function(ins)
-    if ins[3] ~= nil then
-      local tm = ints(node, ins[3].host and ins[3] or host_of_tensor(T(node, ins[3]):to("int64")), "training_mode")
-      if tm[1] ~= 0 then unsupported(node, "training_mode=1") end
-    end
     local x = T(node, ins[1])
-    return {x, fl.ones(x.shape, {dtype = "bool"})}
+    local keep = fl.ones(x.shape, {dtype = "bool"})
+    -- before opset 12 Dropout is always the identity (ratio an attribute)
+    if opset < 12 or ins[3] == nil or not flag(node, ins[3], "training_mode") then return {x, keep} end
+    need_float(node, x)
+    local ratio = ins[2] ~= nil and number(node, ins[2], "ratio") or 0.5
+    if not (ratio >= 0 and ratio < 1) then node_error(node, "ratio %s outside [0, 1)", tostring(ratio)) end
+    if ratio == 0 then return {x, keep} end
+    local mask = draw(node, x.shape, "float32", seed):ge(fl.full({}, ratio))
+    return {fl.where(mask, x * scalar(x, 1 / (1 - ratio)), fl.zeros({}, {dtype = x.dtype})), mask}
   end
 end
+
+-- The dtype attribute of a random op: a floating one, or (default) def.
+local function random_dtype(node, attrs, def)
+  if attrs.dtype == nil then return def end
+  local to = DTYPE_CODE[attrs.dtype]
+  if not to then node_error(node, "dtype %s", tostring(attrs.dtype)) end
+  local dt = FL_DTYPE[to]
+  if not dt or not FLOAT[dt] then unsupported(node, "random values of dtype %s", to) end
+  return dt
+end
+
+-- U[low, high) in the dtype.  A value that rounds up to high (low + (high -
+-- low) * u rounded to the dtype, with odds below 2^-23 a value) becomes low,
+-- as if the interval wrapped around: the range stays the one promised.
+local function uniform_op(like)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("dtype", "high", "low", "seed", like and "dtype" or "shape"))
+    local lo, hi = attr(attrs, "low", 0.0), attr(attrs, "high", 1.0)
+    if not (lo < hi) then node_error(node, "low %s not below high %s", tostring(lo), tostring(hi)) end
+    local shape = not like and attrs.shape
+    if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
+    local fixed = not like and random_dtype(node, attrs, "float32")
+    return function(ins)
+      local dt, sh = fixed, shape
+      if like then
+        local x = T(node, ins[1])
+        dt, sh = random_dtype(node, attrs, x.dtype), x.shape
+        if not attrs.dtype and not FLOAT[x.dtype] then
+          unsupported(node, "random values of dtype %s (the input's)", x.dtype)
+        end
+      end
+      local u = draw(node, sh, dt, attrs.seed)
+      if lo == 0 and hi == 1 then return {u} end
+      local y = scalar(u, lo) + u * scalar(u, hi - lo)
+      return {fl.where(y:ge(scalar(u, hi)), scalar(u, lo), y)}
+    end
+  end
+end
+OPS.RandomUniformLike = uniform_op(true)
+OPS.RandomUniform = uniform_op(false)
+
+local function normal_op(like)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("dtype", "mean", "scale", "seed", like and "dtype" or "shape"))
+    local mean, sd = attr(attrs, "mean", 0.0), attr(attrs, "scale", 1.0)
+    local shape = not like and attrs.shape
+    if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
+    local fixed = not like and random_dtype(node, attrs, "float32")
+    return function(ins)
+      local dt, sh = fixed, shape
+      if like then
+        local x = T(node, ins[1])
+        dt, sh = random_dtype(node, attrs, x.dtype), x.shape
+        if not attrs.dtype and not FLOAT[x.dtype] then
+          unsupported(node, "random values of dtype %s (the input's)", x.dtype)
+        end
+      end
+      local n = draw(node, sh, dt, attrs.seed, true)
+      if mean == 0 and sd == 1 then return {n} end
+      return {scalar(n, mean) + n * scalar(n, sd)}
+    end
+  end
+end
+OPS.RandomNormalLike = normal_op(true)
+OPS.RandomNormal = normal_op(false)
 
 OPS.Clip = function(node, attrs, opset)
   if opset < 11 then
@@ -623,6 +743,22 @@ OPS.CastLike = function(node, attrs)
     if like == nil then node_error(node, "target_type is missing") end
     local to = ONNX_DTYPE[dtype_of(like)] or dtype_of(like)
     return {cast_to(node, ins[1], to, opts)}
+  end
+end
+
+-- Bernoulli: 1 where a U[0,1) value (in the input's dtype) is below the
+-- input's probability, so 1 with probability p as the spec says, cast to
+-- dtype (default the input's).  Drawn as the random ops above draw.
+OPS.Bernoulli = function(node, attrs)
+  known_attrs(node, attrs, set("dtype", "seed"))
+  local to = attrs.dtype and DTYPE_CODE[attrs.dtype]
+  if attrs.dtype and not to then node_error(node, "dtype %s", tostring(attrs.dtype)) end
+  if to and not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "dtype %s", to) end
+  return function(ins)
+    local p = T(node, ins[1])
+    need_float(node, p)
+    local hit = draw(node, p.shape, p.dtype, attrs.seed):lt(p)
+    return {cast_to(node, hit, to or ONNX_DTYPE[p.dtype])}
   end
 end
 
@@ -768,23 +904,54 @@ local function channel_view(v, r)
   return v:reshape(s)
 end
 
+-- BatchNormalization.  In training (training_mode=1, opset 14 on) y is
+-- normalized by the batch's own statistics over every dim but the channel
+-- (the variance the population one, as ONNX's reference), and the outputs
+-- running_mean/running_var blend the inputs with them:
+-- input * momentum + current * (1 - momentum).
 OPS.BatchNormalization = function(node, attrs, opset)
   known_attrs(node, attrs, set("epsilon", "momentum", "training_mode", "spatial", "is_test",
                               "consumed_inputs"))
-  if attr(attrs, "training_mode", 0) ~= 0 then unsupported(node, "training_mode=1") end
+  local training = attr(attrs, "training_mode", 0)
+  if training ~= 0 and training ~= 1 then node_error(node, "training_mode %s (0 or 1)", tostring(training)) end
+  if training == 1 and opset < 14 then node_error(node, "training_mode before opset 14") end
   if attr(attrs, "spatial", 1) ~= 1 then unsupported(node, "spatial=0") end
   if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "is_test=0 (training)") end
   for i = 2, #node.outputs do
-    if node.outputs[i] ~= "" then unsupported(node, "the training outputs (running mean/var)") end
+    if node.outputs[i] ~= "" and training == 0 then
+      if opset >= 14 then node_error(node, "output %d (running mean/var) without training_mode=1", i) end
+      unsupported(node, "the training outputs (running mean/var) before opset 14")
+    end
   end
   local eps = attr(attrs, "epsilon", 1e-5)
+  local momentum = attr(attrs, "momentum", 0.9)
   return function(ins)
     local x, sc, b, mean, var = T(node, ins[1]), T(node, ins[2]), T(node, ins[3]), T(node, ins[4]), T(node, ins[5])
     need_float(node, x)
     local r = x:dim()
     if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
-    local y = (x - channel_view(mean, r)) / (channel_view(var, r) + scalar(var, eps)):sqrt()
-    return {y * channel_view(sc, r) + channel_view(b, r)}
+    if training == 0 then
+      local y = (x - channel_view(mean, r)) / (channel_view(var, r) + scalar(var, eps)):sqrt()
+      return {y * channel_view(sc, r) + channel_view(b, r)}
+    end
+    need_float(node, mean, "running mean")
+    need_float(node, var, "running variance")
+    -- the statistics in float32 at least (a float16 sum of many would drift)
+    local xs = (x.dtype == "float16" or x.dtype == "bfloat16") and x:to("float32") or x
+    local dims = {1}
+    for d = 3, r do dims[#dims + 1] = d end
+    local m = xs:mean(dims, true)
+    local c = xs - m
+    local v = (c * c):mean(dims, true)
+    local y = c / (v + scalar(v, eps)):sqrt()
+    if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+    y = y * channel_view(sc, r) + channel_view(b, r)
+    local function run(old, cur)
+      cur = cur:reshape({-1})
+      if cur.dtype ~= old.dtype then cur = cur:to(old.dtype) end
+      return old * scalar(old, momentum) + cur * scalar(old, 1 - momentum)
+    end
+    return {y, run(mean, m), run(var, v)}
   end
 end
 
@@ -4394,7 +4561,7 @@ end
 
 -- ops whose value is not a function of their inputs: never folded
 local RANDOM = set("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                   "Multinomial", "Bernoulli")
+                   "Multinomial", "Bernoulli", "Dropout")
 
 -- Input-free subgraphs (Constant -> Range -> ... -> Reshape: weights a file
 -- generates rather than stores, shapes computed from constants) run once
