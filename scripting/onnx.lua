@@ -4221,6 +4221,127 @@ OPS.NonMaxSuppression = function(node, attrs)
 end
 
 -- ---------------------------------------------------------------------------
+-- ai.onnx.preview.training: the optimizers
+-- ---------------------------------------------------------------------------
+
+-- The ops of that domain, lowered as OPS's are.  Only these load; the
+-- domain's opset is the model's import of it (1, the only version).
+local TRAINING_DOMAIN = "ai.onnx.preview.training"
+local TRAINING_OPS = {}
+local training_opset = 0     -- the model being loaded imports it (0: not)
+
+-- One iteration of an optimizer, as its schema's pseudo code, applied to
+-- each of the n tensors it updates.  Inputs: R (the learning rate), T (the
+-- update count), then the n X, the n G and the n of each of nstate states;
+-- outputs the n new X, then the n of each new state.  step(c, x, g,
+-- states) computes one tensor's update in x's dtype, with c.R, c.T (T as
+-- x's dtype) and c.started (T > 0, a bool tensor: the spec's branches on
+-- T become a where, so T may be a value of the call).
+local function optimizer(nstate, known, setup, step)
+  return function(node, attrs)
+    known_attrs(node, attrs, known)
+    local cfg = setup(node, attrs)
+    local nin, per = #node.inputs, 2 + nstate
+    if nin < 2 + per or (nin - 2) % per ~= 0 then
+      node_error(node, "%d inputs (expected R, T, then %d per tensor updated)", nin, per)
+    end
+    local n = (nin - 2) // per
+    if #node.outputs > n * (1 + nstate) then
+      node_error(node, "%d outputs for %d tensors (at most %d)", #node.outputs, n, n * (1 + nstate))
+    end
+    return function(ins)
+      local R, t = T(node, ins[1], "R"), T(node, ins[2], "T")
+      need_float(node, R, "R")
+      if t.dtype ~= "int64" then node_error(node, "T must be int64, got %s", t.dtype) end
+      if R:numel() ~= 1 or t:numel() ~= 1 then node_error(node, "R and T must hold one value each") end
+      R, t = R:reshape({}), t:reshape({})
+      local started = t:gt(fl.zeros({}, {dtype = "int64"}))
+      local outs = {}
+      for i = 1, n do
+        local x = T(node, ins[2 + i], "X")
+        need_float(node, x, "X")
+        local g, states = T(node, ins[2 + n + i], "G"), {}
+        for k = 1, nstate do states[k] = T(node, ins[2 + (1 + k) * n + i], "a state") end
+        for _, v in ipairs({g, table.unpack(states)}) do
+          if v.dtype ~= x.dtype then node_error(node, "inputs of dtypes %s and %s", x.dtype, v.dtype) end
+        end
+        local c = {R = R.dtype == x.dtype and R or R:to(x.dtype), T = t:to(x.dtype), started = started}
+        for k, v in pairs(cfg) do c[k] = v end
+        local res = step(c, x, g, states)
+        outs[i] = res[1]
+        for k = 1, nstate do outs[k * n + i] = res[1 + k] end
+      end
+      return outs
+    end
+  end
+end
+
+local function need_attr(node, attrs, name)
+  if attrs[name] == nil then node_error(node, "attribute '%s' is required", name) end
+  return attrs[name]
+end
+
+-- Adagrad: r = R / (1 + T * decay_factor); G_reg = norm_coefficient * X + G;
+-- H_new = H + G_reg^2; X_new = X - r * G_reg / (sqrt(H_new) + epsilon).
+TRAINING_OPS.Adagrad = optimizer(1, set("decay_factor", "epsilon", "norm_coefficient"),
+  function(_, attrs)
+    return {decay = attr(attrs, "decay_factor", 0.0), eps = attr(attrs, "epsilon", 1e-6),
+            norm = attr(attrs, "norm_coefficient", 0.0)}
+  end,
+  function(c, x, g, st)
+    local r = c.R / (scalar(x, 1) + c.T * scalar(x, c.decay))
+    local gr = x * scalar(x, c.norm) + g
+    local h = st[1] + gr * gr
+    return {x - r * gr / (h:sqrt() + scalar(x, c.eps)), h}
+  end)
+
+-- Momentum, standard or Nesterov's: G_reg = norm_coefficient * X + G;
+-- V_new = alpha * V + (T > 0 ? beta : 1) * G_reg; X_new = X - R * V_new
+-- (standard) or X - R * (G_reg + alpha * V_new) (nesterov).
+TRAINING_OPS.Momentum = optimizer(1, set("alpha", "beta", "mode", "norm_coefficient"),
+  function(node, attrs)
+    local c = {alpha = need_attr(node, attrs, "alpha"), beta = need_attr(node, attrs, "beta"),
+               mode = need_attr(node, attrs, "mode"), norm = need_attr(node, attrs, "norm_coefficient")}
+    if c.mode ~= "standard" and c.mode ~= "nesterov" then
+      node_error(node, "mode '%s' (standard or nesterov)", clean(tostring(c.mode)))
+    end
+    return c
+  end,
+  function(c, x, g, st)
+    local gr = x * scalar(x, c.norm) + g
+    local b = fl.where(c.started, scalar(x, c.beta), scalar(x, 1))
+    local v = st[1] * scalar(x, c.alpha) + b * gr
+    if c.mode == "standard" then return {x - c.R * v, v} end
+    return {x - c.R * (gr + v * scalar(x, c.alpha)), v}
+  end)
+
+-- Adam: G_reg = norm_coefficient * X + G; V_new = alpha * V + (1 - alpha) *
+-- G_reg; H_new = beta * H + (1 - beta) * G_reg^2; R_adj = T > 0 ? R *
+-- sqrt(1 - beta^T) / (1 - alpha^T) : R; X_new = (1 - norm_coefficient_post)
+-- * (X - R_adj * V_new / (sqrt(H_new) + epsilon)).
+TRAINING_OPS.Adam = optimizer(2, set("alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"),
+  function(_, attrs)
+    return {alpha = attr(attrs, "alpha", 0.9), beta = attr(attrs, "beta", 0.999),
+            eps = attr(attrs, "epsilon", 1e-6), norm = attr(attrs, "norm_coefficient", 0.0),
+            post = attr(attrs, "norm_coefficient_post", 0.0)}
+  end,
+  function(c, x, g, st)
+    local gr = x * scalar(x, c.norm) + g
+    local v = st[1] * scalar(x, c.alpha) + gr * scalar(x, 1 - c.alpha)
+    local h = st[2] * scalar(x, c.beta) + gr * gr * scalar(x, 1 - c.beta)
+    local one = scalar(x, 1)
+    local corrected = c.R * (one - fl.pow(scalar(x, c.beta), c.T)):sqrt() / (one - fl.pow(scalar(x, c.alpha), c.T))
+    local r = fl.where(c.started, corrected, c.R)
+    local xn = x - r * v / (h:sqrt() + scalar(x, c.eps))
+    if c.post ~= 0 then xn = xn * scalar(x, 1 - c.post) end
+    return {xn, v, h}
+  end)
+
+TRAINING_OPS.Gradient = function(node)
+  unsupported(node, "op Gradient (the gradients of a graph's values, computed by the runtime)")
+end
+
+-- ---------------------------------------------------------------------------
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------
 
@@ -4234,6 +4355,14 @@ function lower_node(node, opset)
   node.opset = opset
   if node.name == "" then node.name = node.outputs[1] or "?" end
   local lower = OPS[node.op]
+  if node.domain == TRAINING_DOMAIN then
+    node.opset = training_opset
+    if training_opset == 0 then node_error(node, "domain %s, which the model does not import", TRAINING_DOMAIN) end
+    lower = TRAINING_OPS[node.op]
+    if not lower then unsupported(node, "op %s of %s", clean(node.op), TRAINING_DOMAIN) end
+  elseif opset == 0 then
+    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op), TRAINING_DOMAIN)
+  end
   if not lower then unsupported(node, "op %s", clean(node.op)) end
   for k, kind in pairs(node.attrs.kinds or {}) do
     if kind == "other" or kind == "graph" and not SUBGRAPH_OPS[node.op] then
@@ -4242,7 +4371,7 @@ function lower_node(node, opset)
   end
   node.attrs.kinds = nil
   node.nin = #node.inputs
-  node.run = lower(node, node.attrs, opset)
+  node.run = lower(node, node.attrs, node.opset)
   for _, name in ipairs(node.implicit or {}) do node.inputs[#node.inputs + 1] = name end
 end
 
@@ -4549,6 +4678,7 @@ function Model:__init(g, path)
   self._dynamic_dims = dyn
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
+  training_opset = g.training_opset or 0
   for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)
