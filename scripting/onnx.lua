@@ -565,14 +565,15 @@ local function draw(node, shape, dtype, seed, normal)
   if not FLOAT[dtype] then unsupported(node, "random values of dtype %s", dtype) end
   local fn = normal and fl.randn or fl.rand
   if seed == nil then return fn(shape, {dtype = dtype}) end
-  for _, n in ipairs(shape) do
-    if type(n) ~= "number" then unsupported(node, "a seeded draw of a symbolic size under capture") end
-  end
+  -- values drawn now: a symbolic size (under capture) is specialized to
+  -- this call's
+  local sizes = {}
+  for i, n in ipairs(shape) do sizes[i] = static_size(n) end
   local key = seed_key(seed)
   return fl._untraced(function()
     local state = fl.get_rng_state()
     fl.manual_seed(key)
-    local ok, u = pcall(fn, shape, {dtype = dtype})
+    local ok, u = pcall(fn, sizes, {dtype = dtype})
     fl.set_rng_state(state)
     if not ok then error(u, 0) end
     return u
@@ -630,13 +631,13 @@ local function uniform_op(like)
     if not (lo < hi) then node_error(node, "low %s not below high %s", tostring(lo), tostring(hi)) end
     local shape = not like and attrs.shape
     if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
-    local fixed = not like and random_dtype(node, attrs, "float32")
+    local fixed = random_dtype(node, attrs, not like and "float32" or nil)
     return function(ins)
       local dt, sh = fixed, shape
       if like then
         local x = T(node, ins[1])
-        dt, sh = random_dtype(node, attrs, x.dtype), x.shape
-        if not attrs.dtype and not FLOAT[x.dtype] then
+        dt, sh = fixed or x.dtype, x.shape
+        if not fixed and not FLOAT[x.dtype] then
           unsupported(node, "random values of dtype %s (the input's)", x.dtype)
         end
       end
@@ -656,13 +657,13 @@ local function normal_op(like)
     local mean, sd = attr(attrs, "mean", 0.0), attr(attrs, "scale", 1.0)
     local shape = not like and attrs.shape
     if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
-    local fixed = not like and random_dtype(node, attrs, "float32")
+    local fixed = random_dtype(node, attrs, not like and "float32" or nil)
     return function(ins)
       local dt, sh = fixed, shape
       if like then
         local x = T(node, ins[1])
-        dt, sh = random_dtype(node, attrs, x.dtype), x.shape
-        if not attrs.dtype and not FLOAT[x.dtype] then
+        dt, sh = fixed or x.dtype, x.shape
+        if not fixed and not FLOAT[x.dtype] then
           unsupported(node, "random values of dtype %s (the input's)", x.dtype)
         end
       end
