@@ -4222,6 +4222,126 @@ OPS.NonMaxSuppression = function(node, attrs)
 end
 
 -- ---------------------------------------------------------------------------
+-- text features
+-- ---------------------------------------------------------------------------
+
+-- TfIdfVectorizer over integer tokens.  The pool holds the n-grams (the
+-- segment starting at ngram_counts[n] those of n tokens), numbered in pool
+-- order; the k-th counts into output column ngram_indexes[k] (a pool
+-- n-gram given twice counts where its last copy says, as ONNX's
+-- reference).  An n-gram of n tokens taken every d-th token (d - 1
+-- skipped, d up to max_skip_count + 1) counts once per start; unigrams
+-- only at d = 1, and n only from min_gram_length to max_gram_length.
+-- Counted without reading the tokens: for each (n, d), the n shifted
+-- views of X compared with every pool n-gram of that size at once
+-- ([B, starts, K]), their product summed over the starts, then summed
+-- into the output columns by a 0/1 matrix.  TF gives the counts, IDF the
+-- weight (or 1) where a count is positive, TFIDF count * weight; the
+-- weights are per output column, as ONNX's reference and onnxruntime
+-- index them.
+OPS.TfIdfVectorizer = function(node, attrs)
+  known_attrs(node, attrs, set("max_gram_length", "max_skip_count", "min_gram_length", "mode",
+                               "ngram_counts", "ngram_indexes", "pool_int64s", "pool_strings", "weights"))
+  if attrs.pool_strings ~= nil then unsupported(node, "pool_strings (string tokens)") end
+  local pool, counts, indexes = attrs.pool_int64s, attrs.ngram_counts, attrs.ngram_indexes
+  if type(pool) ~= "table" then node_error(node, "the pool_int64s attribute is required") end
+  if type(counts) ~= "table" or type(indexes) ~= "table" then
+    node_error(node, "the ngram_counts and ngram_indexes attributes are required")
+  end
+  local lo, hi = attr(attrs, "min_gram_length", nil), attr(attrs, "max_gram_length", nil)
+  local skips, mode = attr(attrs, "max_skip_count", nil), attr(attrs, "mode", nil)
+  if lo == nil or hi == nil or skips == nil or mode == nil then
+    node_error(node, "the attributes min_gram_length, max_gram_length, max_skip_count and mode are required")
+  end
+  if lo < 1 or hi < lo then node_error(node, "gram lengths %d to %d", lo, hi) end
+  if skips < 0 then node_error(node, "max_skip_count %d", skips) end
+  if mode ~= "TF" and mode ~= "IDF" and mode ~= "TFIDF" then node_error(node, "mode '%s' (TF, IDF or TFIDF)", clean(mode)) end
+  local width = 0
+  for _, i in ipairs(indexes) do
+    if i < 0 then node_error(node, "ngram_indexes holds %d", i) end
+    width = math.max(width, i + 1)
+  end
+  local weights = attrs.weights
+  if weights ~= nil and #weights ~= width then
+    unsupported(node, "%d weights for %d output columns", #weights, width)
+  end
+  -- the pool's n-grams by size: key -> output column (the last copy's)
+  local grams, id = {}, 0
+  for n = 1, #counts do
+    local first, stop = counts[n], counts[n + 1] or #pool
+    if first < 0 or stop < first or stop > #pool then node_error(node, "ngram_counts %s", table.concat(counts, ",")) end
+    if (stop - first) % n ~= 0 then node_error(node, "%d pool values for %d-grams", stop - first, n) end
+    for k = first, stop - 1, n do
+      id = id + 1
+      if id > #indexes then node_error(node, "%d ngram_indexes for more n-grams", #indexes) end
+      if n >= lo and n <= hi then
+        grams[n] = grams[n] or {keys = {}, order = {}}
+        local key = table.concat(pool, ",", k + 1, k + n)
+        if not grams[n].keys[key] then grams[n].order[#grams[n].order + 1] = {k = k, key = key} end
+        grams[n].keys[key] = indexes[id]
+      end
+    end
+  end
+  if id ~= #indexes then node_error(node, "%d ngram_indexes for %d n-grams", #indexes, id) end
+  -- per size: the tokens of each n-gram by position ([K] each) and the
+  -- [K, width] 0/1 matrix of its output column
+  local sizes = {}
+  for n = lo, math.min(hi, #counts) do
+    local g = grams[n]
+    if g then
+      local tok, onehot = {}, {}
+      for j = 1, n do tok[j] = {} end
+      for i, e in ipairs(g.order) do
+        for j = 1, n do tok[j][i] = pool[e.k + j] end
+        local row = {}
+        for c = 1, width do row[c] = 0 end
+        row[g.keys[e.key] + 1] = 1
+        onehot[i] = row
+      end
+      sizes[#sizes + 1] = {n = n, tok = tok, onehot = onehot}
+    end
+  end
+  return function(ins)
+    local v = ins[1]
+    local dt = dtype_of(v)
+    if dt ~= "int64" and dt ~= "int32" then unsupported(node, "tokens of dtype %s (int32 and int64 only)", dt) end
+    local x = not is_tensor(v) and v.wide and v.t or T(node, v)
+    local r = x:dim()
+    if r ~= 1 and r ~= 2 then node_error(node, "input of %d dims (1 or 2)", r) end
+    local xb = r == 1 and x:unsqueeze(1) or x
+    local C = static_size(xb.shape[2])
+    local y = nil
+    for _, sz in ipairs(sizes) do
+      local cnt = nil
+      for d = 1, skips + 1 do
+        local starts = C - (sz.n - 1) * d
+        if starts <= 0 or (sz.n == 1 and d > 1) then break end
+        local hit = nil
+        for j = 1, sz.n do
+          local tok = fl.tensor(sz.tok[j], {dtype = "int64"})
+          local eq = xb:narrow(2, 1 + (j - 1) * d, starts):unsqueeze(3):eq(tok):to("float32")
+          hit = hit and hit * eq or eq
+        end
+        local c = hit:sum(2)
+        cnt = cnt and cnt + c or c
+      end
+      if cnt then
+        local part = fl.matmul(cnt, fl.tensor(sz.onehot, {dtype = "float32"}))
+        y = y and y + part or part
+      end
+    end
+    if y == nil then y = fl.zeros({xb.shape[1], width}) end
+    if mode ~= "TF" then
+      local w = weights and fl.tensor(weights, {dtype = "float32"})
+      if mode == "IDF" then y = y:gt(fl.zeros({})):to("float32") end
+      if w then y = y * w end
+    end
+    if r == 1 then y = y:reshape({width}) end
+    return {y}
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- ai.onnx.preview.training: the optimizers
 -- ---------------------------------------------------------------------------
 

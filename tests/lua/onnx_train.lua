@@ -458,4 +458,125 @@ do
   t.ok(tostring(both_m):find("opset 17", 1, true), "its opset is ai.onnx's")
 end
 
+-- ---- TfIdfVectorizer (integer tokens) --------------------------------------------
+-- The reference as the spec words it: for each skip distance d (1 to
+-- max_skip_count + 1) and each start, the n-grams x[s], x[s+d], ... of
+-- every length from min to max (unigrams at d = 1 only) that lie in the
+-- row, looked up in the pool (a repeated pool n-gram: its last index).
+local function tfidf_ref(rows, a)
+  local map, id = {}, 0
+  for n = 1, #a.ngram_counts do
+    local first, stop = a.ngram_counts[n], a.ngram_counts[n + 1] or #a.pool_int64s
+    for k = first, stop - 1, n do
+      id = id + 1
+      map[table.concat(a.pool_int64s, ",", k + 1, k + n)] = {n = n, col = a.ngram_indexes[id]}
+    end
+  end
+  local width = 0
+  for _, i in ipairs(a.ngram_indexes) do width = math.max(width, i + 1) end
+  local out = {}
+  for b, row in ipairs(rows) do
+    local cnt = {}
+    for c = 1, width do cnt[c] = 0 end
+    for d = 1, a.max_skip_count + 1 do
+      for s0 = 1, #row do
+        for n = (d == 1 and a.min_gram_length or math.max(2, a.min_gram_length)), a.max_gram_length do
+          local last = s0 + (n - 1) * d
+          if last <= #row then
+            local toks = {}
+            for j = 0, n - 1 do toks[#toks + 1] = row[s0 + j * d] end
+            local hit = map[table.concat(toks, ",")]
+            if hit and hit.n == n then cnt[hit.col + 1] = cnt[hit.col + 1] + 1 end
+          end
+        end
+      end
+    end
+    for c = 1, width do
+      local w = a.weights and a.weights.floats[c] or 1
+      if a.mode == "IDF" then cnt[c] = cnt[c] > 0 and f32(w) or 0
+      elseif a.mode == "TFIDF" then cnt[c] = cnt[c] * f32(w) end
+    end
+    out[b] = cnt
+  end
+  return out
+end
+
+do
+  local function shuffle(n)
+    local p = {}
+    for i = 1, n do p[i] = i - 1 end
+    for i = n, 2, -1 do
+      local j = math.random(i)
+      p[i], p[j] = p[j], p[i]
+    end
+    return p
+  end
+  math.randomseed(3)
+  local cases = {
+    {B = 3, C = 12, min = 1, max = 2, skip = 5, mode = "TF"},
+    {B = 0, C = 9, min = 2, max = 3, skip = 2, mode = "TF"},
+    {B = 2, C = 5, min = 1, max = 3, skip = 0, mode = "IDF", weights = true},
+    {B = 4, C = 8, min = 1, max = 1, skip = 3, mode = "TFIDF", weights = true},
+    {B = 2, C = 10, min = 2, max = 2, skip = 9, mode = "IDF"},
+    {B = 0, C = 7, min = 1, max = 3, skip = 1, mode = "TFIDF", dtype = "int32"},
+  }
+  for ci, c in ipairs(cases) do
+    -- tokens 0..4, so that n-grams recur; 3 unigrams, 3 bigrams, 2 trigrams
+    -- (one bigram repeated: its last copy's index counts)
+    local pool = {}
+    for i = 1, 3 + 6 + 6 do pool[i] = math.random(0, 4) end
+    pool[8], pool[9] = pool[4], pool[5]
+    local a = {min_gram_length = c.min, max_gram_length = c.max, max_skip_count = c.skip, mode = c.mode,
+               ngram_counts = {0, 3, 9}, ngram_indexes = shuffle(8), pool_int64s = pool}
+    if c.weights then
+      a.weights = {floats = {}}
+      for i = 1, 8 do a.weights.floats[i] = math.random() * 2 end
+    end
+    local rows = {}
+    for b = 1, math.max(c.B, 1) do
+      rows[b] = {}
+      for i = 1, c.C do rows[b][i] = math.random(0, 4) end
+    end
+    local dims = c.B == 0 and {c.C} or {c.B, c.C}
+    local m = model("TfIdfVectorizer", {attrs = a, inputs = {{"x", c.dtype or "int64", dims}}})
+    local x = fl.tensor(c.B == 0 and rows[1] or rows, {dtype = "int64"})
+    local want = tfidf_ref(rows, a)
+    local e, cc = both(m, x)
+    local wl = {}
+    for _, r in ipairs(want) do for _, v in ipairs(r) do wl[#wl + 1] = v end end
+    local tag = ("TfIdfVectorizer %s, grams %d-%d, skips %d, [%s]%s"):format(c.mode, c.min, c.max, c.skip,
+                table.concat(dims, ","), c.dtype and " int32" or "")
+    local shape_ok = #e[1].shape == #dims and e[1].shape[#dims] == 8 and e[1].dtype == "float32"
+    t.ok(shape_ok and close(flat(e[1]), wl, 1e-6, 0), tag .. ", eagerly")
+    t.ok(close(flat(cc[1]), wl, 1e-6, 0), tag .. ", compiled")
+  end
+  local base = {min_gram_length = 1, max_gram_length = 2, max_skip_count = 0, mode = "TF",
+                ngram_counts = {0, 2}, ngram_indexes = {0, 1, 2}, pool_int64s = {1, 2, 3, 4}}
+  local function with(k, v)
+    local a = {}
+    for kk, vv in pairs(base) do a[kk] = vv end
+    a[k] = v
+    return a
+  end
+  local function tf(a, dtype, dims)
+    return model("TfIdfVectorizer", {attrs = a, inputs = {{"x", dtype or "int64", dims or {4}}}})
+  end
+  local hand = tf(base)(fl.tensor({1, 3, 4, 1}, {dtype = "int64"}))
+  t.is(flat(hand), {2, 0, 1}, "TfIdfVectorizer by hand: unigram 1 twice, bigram (3, 4) once")
+  t.raises(function() tf(with("pool_strings", {strings = {"a"}})) end, "pool_strings %(string tokens%) is unsupported",
+           "TfIdfVectorizer: string tokens stay unsupported")
+  t.raises(function() tf(with("mode", "BM25")) end, "mode 'BM25' %(TF, IDF or TFIDF%)", "TfIdfVectorizer: an unknown mode")
+  t.raises(function() tf(with("ngram_counts", {0, 3})) end, "1 pool values for 2%-grams",
+           "TfIdfVectorizer: a pool segment not a multiple of its n")
+  t.raises(function() tf(with("ngram_indexes", {0, 1})) end, "2 ngram_indexes for more n%-grams",
+           "TfIdfVectorizer: too few ngram_indexes")
+  t.raises(function() tf(with("weights", {floats = {1.0, 2.0}})) end, "2 weights for 3 output columns is unsupported",
+           "TfIdfVectorizer: weights not one per output column")
+  t.raises(function() tf(with("min_gram_length", 3)) end, "gram lengths 3 to 2", "TfIdfVectorizer: min above max")
+  t.raises(function() tf(base, "float")(fl.randn(4)) end, "tokens of dtype float32 %(int32 and int64 only%) is unsupported",
+           "TfIdfVectorizer: float tokens are refused")
+  t.raises(function() tf(base, "int64", {2, 2, 2})(fl.zeros({2, 2, 2}, {dtype = "int64"})) end,
+           "input of 3 dims %(1 or 2%)", "TfIdfVectorizer: a 3-d input is an error")
+end
+
 t.done()
