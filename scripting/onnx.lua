@@ -635,10 +635,12 @@ local function uniform_op(like)
     return function(ins)
       local dt, sh = fixed, shape
       if like then
-        local x = T(node, ins[1])
+        -- only the input's shape and dtype are read (a widened integer's too)
+        local v = ins[1]
+        local x = not is_tensor(v) and v.wide and v.t or T(node, v)
         dt, sh = fixed or x.dtype, x.shape
-        if not fixed and not FLOAT[x.dtype] then
-          unsupported(node, "random values of dtype %s (the input's)", x.dtype)
+        if not fixed and not FLOAT[dtype_of(v)] then
+          unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
         end
       end
       local u = draw(node, sh, dt, attrs.seed)
@@ -661,10 +663,12 @@ local function normal_op(like)
     return function(ins)
       local dt, sh = fixed, shape
       if like then
-        local x = T(node, ins[1])
+        -- only the input's shape and dtype are read (a widened integer's too)
+        local v = ins[1]
+        local x = not is_tensor(v) and v.wide and v.t or T(node, v)
         dt, sh = fixed or x.dtype, x.shape
-        if not fixed and not FLOAT[x.dtype] then
-          unsupported(node, "random values of dtype %s (the input's)", x.dtype)
+        if not fixed and not FLOAT[dtype_of(v)] then
+          unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
         end
       end
       local n = draw(node, sh, dt, attrs.seed, true)

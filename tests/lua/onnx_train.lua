@@ -278,6 +278,13 @@ do
   t.ok(y.dtype == "float64" and y.shape[1] == 2 and y.shape[2] == 3, "RandomUniformLike dtype double: [2,3] float64")
   t.ok(same(y, md(fl.zeros(2, 3))) and same(y, fl.compile(md, {backend = "cpu"})(fl.zeros(2, 3))),
        "RandomUniformLike with a seed: the same values every call, eager and compiled")
+  local m32 = model("RandomUniformLike", {attrs = {dtype = 1}, inputs = {{"x", "int32", {2, 2}}}})
+  local u32 = m32(fl.zeros({2, 2}, {dtype = "int64"}))
+  t.ok(u32.dtype == "float32" and u32.shape[1] == 2 and u32:amin():item() >= 0 and u32:amax():item() < 1,
+       "RandomUniformLike of an int32 input with dtype float: its shape, values in [0, 1)")
+  local m32n = model("RandomUniformLike", {inputs = {{"x", "int32", {2}}}})
+  t.raises(function() m32n(fl.zeros({2}, {dtype = "int64"})) end, "random values of dtype int32 %(the input's%)",
+           "RandomUniformLike of an int32 input without dtype is refused")
   local mi = model("RandomUniformLike", {inputs = {{"x", "int64", {3}}}})
   t.raises(function() mi(fl.tensor({1, 2, 3}, {dtype = "int64"})) end, "random values of dtype int64", "RandomUniformLike of an integer input without dtype is refused")
   t.raises(function() model("RandomUniformLike", {attrs = {low = 1.0, high = 1.0}, inputs = {{"x", "float", {3}}}}) end,
