@@ -3,9 +3,10 @@
 ** plain tables and tensors, for scripting/onnx.lua to lower onto fl ops.
 **
 **   fl._onnx_read(path) -> {name=, producer=, ir_version=, opset=,
+**       training_opset= (ai.onnx.preview.training's, 0 when not imported),
 **       inputs={{name=, dtype=, dims={3, -1}, dim_names={[2]="N"}}, ...},
 **       outputs={...}, initializers={{name=, dtype=, tensor=}, ...},
-**       nodes={{name=, op=, inputs={...}, outputs={...}, implicit={...},
+**       nodes={{name=, op=, domain=, inputs={...}, outputs={...}, implicit={...},
 **               attrs={name=value}, kinds={name="ints"}}, ...}, free={}}
 **   a graph attribute is a table of the graph's fields (name= to free=):
 **   free lists the names of enclosing scopes its nodes read, and a node's
@@ -111,11 +112,13 @@ static void push_names(lua_State *L, char **v, int n) {
 }
 
 static void push_node(lua_State *L, onnx_node *nd) {
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
   lua_pushstring(L, nd->name);
   lua_setfield(L, -2, "name");
   lua_pushstring(L, nd->op_type);
   lua_setfield(L, -2, "op");
+  lua_pushstring(L, nd->domain);
+  lua_setfield(L, -2, "domain");
   push_names(L, nd->in, nd->nin);
   lua_setfield(L, -2, "inputs");
   push_names(L, nd->out, nd->nout);
@@ -158,6 +161,8 @@ static int l_onnx_read(lua_State *L) {
   lua_setfield(L, -2, "opset");
   lua_pushinteger(L, ONNX_MAX_OPSET);
   lua_setfield(L, -2, "max_opset");
+  lua_pushinteger(L, m->training_opset);
+  lua_setfield(L, -2, "training_opset");
   push_graph_fields(L, m);
   onnx_model_free(m);
   return 1;

@@ -541,19 +541,144 @@ OPS.Identity = function(node, attrs)
   return function(ins) return {ins[1]} end
 end
 
--- Dropout in inference: the identity, and a mask of ones when asked for.
+-- ---- random draws ---------------------------------------------------------
+-- fl's Philox stream (graph/rng.c) makes every value.  A node with a seed
+-- attribute draws from the stream of that seed, from its start, and leaves
+-- the global stream as it was: the same values at every call, eagerly and
+-- compiled (under capture they are drawn once, a constant of the graph), as
+-- ONNX's reference draws them afresh from RandomState(seed) at each call.
+-- Without a seed a node draws from the global stream (fl.manual_seed): new
+-- values at every call, a random op under capture, compiled and eager
+-- giving the same numbers from the same state.  Numpy's generator, which
+-- made the stored outputs of ONNX's test cases, is not reproduced.
+
+-- The Philox key of an ONNX seed (a float): an integral seed is the key
+-- fl.manual_seed takes; another keeps its float32 bits, above 2^32.
+local function seed_key(seed)
+  local i = math.tointeger(seed)
+  if i then return i end
+  return string.unpack("<I4", string.pack("<f", seed)) | (1 << 32)
+end
+
+-- U[0,1) (normal: N(0,1)) values of shape and dtype (a floating one).
+local function draw(node, shape, dtype, seed, normal)
+  if not FLOAT[dtype] then unsupported(node, "random values of dtype %s", dtype) end
+  local fn = normal and fl.randn or fl.rand
+  if seed == nil then return fn(shape, {dtype = dtype}) end
+  -- values drawn now: a symbolic size (under capture) is specialized to
+  -- this call's
+  local sizes = {}
+  for i, n in ipairs(shape) do sizes[i] = static_size(n) end
+  local key = seed_key(seed)
+  return fl._untraced(function()
+    local state = fl.get_rng_state()
+    fl.manual_seed(key)
+    local ok, u = pcall(fn, sizes, {dtype = dtype})
+    fl.set_rng_state(state)
+    if not ok then error(u, 0) end
+    return u
+  end)
+end
+
+-- A 0-d bool or integer input (Dropout's training_mode) as a Lua boolean.
+local function flag(node, v, what)
+  if not is_tensor(v) and v.hostbool then return v.v[1] end
+  local t = T(node, v, what)
+  if t:numel() ~= 1 then node_error(node, "%s must hold one value", what) end
+  if t.dtype == "bool" then t = t:to("int64") end
+  return number(node, t, what) ~= 0
+end
+
+-- Dropout: in inference (no training_mode, or 0) the identity and a mask
+-- of ones.  In training each element is kept where its U[0,1) value is at
+-- least ratio (ONNX's reference: uniform >= ratio) and scaled by
+-- 1/(1 - ratio); the mask says which were kept.
 OPS.Dropout = function(node, attrs, opset)
   known_attrs(node, attrs, set("ratio", "is_test", "seed"))
   if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "Dropout in training (is_test=0)") end
+  local seed = attrs.seed
   return function(ins)
-    if ins[3] ~= nil then
-      local tm = ints(node, ins[3].host and ins[3] or host_of_tensor(T(node, ins[3]):to("int64")), "training_mode")
-      if tm[1] ~= 0 then unsupported(node, "training_mode=1") end
-    end
     local x = T(node, ins[1])
-    return {x, fl.ones(x.shape, {dtype = "bool"})}
+    local keep = fl.ones(x.shape, {dtype = "bool"})
+    -- before opset 12 Dropout is always the identity (ratio an attribute)
+    if opset < 12 or ins[3] == nil or not flag(node, ins[3], "training_mode") then return {x, keep} end
+    need_float(node, x)
+    local ratio = ins[2] ~= nil and number(node, ins[2], "ratio") or 0.5
+    if not (ratio >= 0 and ratio < 1) then node_error(node, "ratio %s outside [0, 1)", tostring(ratio)) end
+    if ratio == 0 then return {x, keep} end
+    local mask = draw(node, x.shape, "float32", seed):ge(fl.full({}, ratio))
+    return {fl.where(mask, x * scalar(x, 1 / (1 - ratio)), fl.zeros({}, {dtype = x.dtype})), mask}
   end
 end
+
+-- The dtype attribute of a random op: a floating one, or (default) def.
+local function random_dtype(node, attrs, def)
+  if attrs.dtype == nil then return def end
+  local to = DTYPE_CODE[attrs.dtype]
+  if not to then node_error(node, "dtype %s", tostring(attrs.dtype)) end
+  local dt = FL_DTYPE[to]
+  if not dt or not FLOAT[dt] then unsupported(node, "random values of dtype %s", to) end
+  return dt
+end
+
+-- U[low, high) in the dtype.  A value that rounds up to high (low + (high -
+-- low) * u rounded to the dtype, with odds below 2^-23 a value) becomes low,
+-- as if the interval wrapped around: the range stays the one promised.
+local function uniform_op(like)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("dtype", "high", "low", "seed", like and "dtype" or "shape"))
+    local lo, hi = attr(attrs, "low", 0.0), attr(attrs, "high", 1.0)
+    if not (lo < hi) then node_error(node, "low %s not below high %s", tostring(lo), tostring(hi)) end
+    local shape = not like and attrs.shape
+    if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
+    local fixed = random_dtype(node, attrs, not like and "float32" or nil)
+    return function(ins)
+      local dt, sh = fixed, shape
+      if like then
+        -- only the input's shape and dtype are read (a widened integer's too)
+        local v = ins[1]
+        local x = not is_tensor(v) and v.wide and v.t or T(node, v)
+        dt, sh = fixed or x.dtype, x.shape
+        if not fixed and not FLOAT[dtype_of(v)] then
+          unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
+        end
+      end
+      local u = draw(node, sh, dt, attrs.seed)
+      if lo == 0 and hi == 1 then return {u} end
+      local y = scalar(u, lo) + u * scalar(u, hi - lo)
+      return {fl.where(y:ge(scalar(u, hi)), scalar(u, lo), y)}
+    end
+  end
+end
+OPS.RandomUniformLike = uniform_op(true)
+OPS.RandomUniform = uniform_op(false)
+
+local function normal_op(like)
+  return function(node, attrs)
+    known_attrs(node, attrs, set("dtype", "mean", "scale", "seed", like and "dtype" or "shape"))
+    local mean, sd = attr(attrs, "mean", 0.0), attr(attrs, "scale", 1.0)
+    local shape = not like and attrs.shape
+    if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
+    local fixed = random_dtype(node, attrs, not like and "float32" or nil)
+    return function(ins)
+      local dt, sh = fixed, shape
+      if like then
+        -- only the input's shape and dtype are read (a widened integer's too)
+        local v = ins[1]
+        local x = not is_tensor(v) and v.wide and v.t or T(node, v)
+        dt, sh = fixed or x.dtype, x.shape
+        if not fixed and not FLOAT[dtype_of(v)] then
+          unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
+        end
+      end
+      local n = draw(node, sh, dt, attrs.seed, true)
+      if mean == 0 and sd == 1 then return {n} end
+      return {scalar(n, mean) + n * scalar(n, sd)}
+    end
+  end
+end
+OPS.RandomNormalLike = normal_op(true)
+OPS.RandomNormal = normal_op(false)
 
 OPS.Clip = function(node, attrs, opset)
   if opset < 11 then
@@ -623,6 +748,22 @@ OPS.CastLike = function(node, attrs)
     if like == nil then node_error(node, "target_type is missing") end
     local to = ONNX_DTYPE[dtype_of(like)] or dtype_of(like)
     return {cast_to(node, ins[1], to, opts)}
+  end
+end
+
+-- Bernoulli: 1 where a U[0,1) value (in the input's dtype) is below the
+-- input's probability, so 1 with probability p as the spec says, cast to
+-- dtype (default the input's).  Drawn as the random ops above draw.
+OPS.Bernoulli = function(node, attrs)
+  known_attrs(node, attrs, set("dtype", "seed"))
+  local to = attrs.dtype and DTYPE_CODE[attrs.dtype]
+  if attrs.dtype and not to then node_error(node, "dtype %s", tostring(attrs.dtype)) end
+  if to and not FL_DTYPE[to] and not WIDE[to] then unsupported(node, "dtype %s", to) end
+  return function(ins)
+    local p = T(node, ins[1])
+    need_float(node, p)
+    local hit = draw(node, p.shape, p.dtype, attrs.seed):lt(p)
+    return {cast_to(node, hit, to or ONNX_DTYPE[p.dtype])}
   end
 end
 
@@ -768,23 +909,54 @@ local function channel_view(v, r)
   return v:reshape(s)
 end
 
+-- BatchNormalization.  In training (training_mode=1, opset 14 on) y is
+-- normalized by the batch's own statistics over every dim but the channel
+-- (the variance the population one, as ONNX's reference), and the outputs
+-- running_mean/running_var blend the inputs with them:
+-- input * momentum + current * (1 - momentum).
 OPS.BatchNormalization = function(node, attrs, opset)
   known_attrs(node, attrs, set("epsilon", "momentum", "training_mode", "spatial", "is_test",
                               "consumed_inputs"))
-  if attr(attrs, "training_mode", 0) ~= 0 then unsupported(node, "training_mode=1") end
+  local training = attr(attrs, "training_mode", 0)
+  if training ~= 0 and training ~= 1 then node_error(node, "training_mode %s (0 or 1)", tostring(training)) end
+  if training == 1 and opset < 14 then node_error(node, "training_mode before opset 14") end
   if attr(attrs, "spatial", 1) ~= 1 then unsupported(node, "spatial=0") end
   if opset < 7 and attr(attrs, "is_test", 0) == 0 then unsupported(node, "is_test=0 (training)") end
   for i = 2, #node.outputs do
-    if node.outputs[i] ~= "" then unsupported(node, "the training outputs (running mean/var)") end
+    if node.outputs[i] ~= "" and training == 0 then
+      if opset >= 14 then node_error(node, "output %d (running mean/var) without training_mode=1", i) end
+      unsupported(node, "the training outputs (running mean/var) before opset 14")
+    end
   end
   local eps = attr(attrs, "epsilon", 1e-5)
+  local momentum = attr(attrs, "momentum", 0.9)
   return function(ins)
     local x, sc, b, mean, var = T(node, ins[1]), T(node, ins[2]), T(node, ins[3]), T(node, ins[4]), T(node, ins[5])
     need_float(node, x)
     local r = x:dim()
     if r < 2 then node_error(node, "input of %d dims (expected [N, C, ...])", r) end
-    local y = (x - channel_view(mean, r)) / (channel_view(var, r) + scalar(var, eps)):sqrt()
-    return {y * channel_view(sc, r) + channel_view(b, r)}
+    if training == 0 then
+      local y = (x - channel_view(mean, r)) / (channel_view(var, r) + scalar(var, eps)):sqrt()
+      return {y * channel_view(sc, r) + channel_view(b, r)}
+    end
+    need_float(node, mean, "running mean")
+    need_float(node, var, "running variance")
+    -- the statistics in float32 at least (a float16 sum of many would drift)
+    local xs = (x.dtype == "float16" or x.dtype == "bfloat16") and x:to("float32") or x
+    local dims = {1}
+    for d = 3, r do dims[#dims + 1] = d end
+    local m = xs:mean(dims, true)
+    local c = xs - m
+    local v = (c * c):mean(dims, true)
+    local y = c / (v + scalar(v, eps)):sqrt()
+    if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+    y = y * channel_view(sc, r) + channel_view(b, r)
+    local function run(old, cur)
+      cur = cur:reshape({-1})
+      if cur.dtype ~= old.dtype then cur = cur:to(old.dtype) end
+      return old * scalar(old, momentum) + cur * scalar(old, 1 - momentum)
+    end
+    return {y, run(mean, m), run(var, v)}
   end
 end
 
@@ -4410,6 +4582,247 @@ OPS.NonMaxSuppression = function(node, attrs)
 end
 
 -- ---------------------------------------------------------------------------
+-- text features
+-- ---------------------------------------------------------------------------
+
+-- TfIdfVectorizer over integer tokens.  The pool holds the n-grams (the
+-- segment starting at ngram_counts[n] those of n tokens), numbered in pool
+-- order; the k-th counts into output column ngram_indexes[k] (a pool
+-- n-gram given twice counts where its last copy says, as ONNX's
+-- reference).  An n-gram of n tokens taken every d-th token (d - 1
+-- skipped, d up to max_skip_count + 1) counts once per start; unigrams
+-- only at d = 1, and n only from min_gram_length to max_gram_length.
+-- Counted without reading the tokens: for each (n, d), the n shifted
+-- views of X compared with every pool n-gram of that size at once
+-- ([B, starts, K]), their product summed over the starts, then summed
+-- into the output columns by a 0/1 matrix.  TF gives the counts, IDF the
+-- weight (or 1) where a count is positive, TFIDF count * weight; the
+-- weights are per output column, as ONNX's reference and onnxruntime
+-- index them.
+OPS.TfIdfVectorizer = function(node, attrs)
+  known_attrs(node, attrs, set("max_gram_length", "max_skip_count", "min_gram_length", "mode",
+                               "ngram_counts", "ngram_indexes", "pool_int64s", "pool_strings", "weights"))
+  if attrs.pool_strings ~= nil then unsupported(node, "pool_strings (string tokens)") end
+  local pool, counts, indexes = attrs.pool_int64s, attrs.ngram_counts, attrs.ngram_indexes
+  if type(pool) ~= "table" then node_error(node, "the pool_int64s attribute is required") end
+  if type(counts) ~= "table" or type(indexes) ~= "table" then
+    node_error(node, "the ngram_counts and ngram_indexes attributes are required")
+  end
+  local lo, hi = attr(attrs, "min_gram_length", nil), attr(attrs, "max_gram_length", nil)
+  local skips, mode = attr(attrs, "max_skip_count", nil), attr(attrs, "mode", nil)
+  if lo == nil or hi == nil or skips == nil or mode == nil then
+    node_error(node, "the attributes min_gram_length, max_gram_length, max_skip_count and mode are required")
+  end
+  if lo < 1 or hi < lo then node_error(node, "gram lengths %d to %d", lo, hi) end
+  if skips < 0 then node_error(node, "max_skip_count %d", skips) end
+  if mode ~= "TF" and mode ~= "IDF" and mode ~= "TFIDF" then node_error(node, "mode '%s' (TF, IDF or TFIDF)", clean(mode)) end
+  local width = 0
+  for _, i in ipairs(indexes) do
+    if i < 0 then node_error(node, "ngram_indexes holds %d", i) end
+    width = math.max(width, i + 1)
+  end
+  local weights = attrs.weights
+  if weights ~= nil and #weights ~= width then
+    unsupported(node, "%d weights for %d output columns", #weights, width)
+  end
+  -- the pool's n-grams by size: key -> output column (the last copy's)
+  local grams, id = {}, 0
+  for n = 1, #counts do
+    local first, stop = counts[n], counts[n + 1] or #pool
+    if first < 0 or stop < first or stop > #pool then node_error(node, "ngram_counts %s", table.concat(counts, ",")) end
+    if (stop - first) % n ~= 0 then node_error(node, "%d pool values for %d-grams", stop - first, n) end
+    for k = first, stop - 1, n do
+      id = id + 1
+      if id > #indexes then node_error(node, "%d ngram_indexes for more n-grams", #indexes) end
+      if n >= lo and n <= hi then
+        grams[n] = grams[n] or {keys = {}, order = {}}
+        local key = table.concat(pool, ",", k + 1, k + n)
+        if not grams[n].keys[key] then grams[n].order[#grams[n].order + 1] = {k = k, key = key} end
+        grams[n].keys[key] = indexes[id]
+      end
+    end
+  end
+  if id ~= #indexes then node_error(node, "%d ngram_indexes for %d n-grams", #indexes, id) end
+  -- per size: the tokens of each n-gram by position ([K] each) and the
+  -- [K, width] 0/1 matrix of its output column
+  local sizes = {}
+  for n = lo, math.min(hi, #counts) do
+    local g = grams[n]
+    if g then
+      local tok, onehot = {}, {}
+      for j = 1, n do tok[j] = {} end
+      for i, e in ipairs(g.order) do
+        for j = 1, n do tok[j][i] = pool[e.k + j] end
+        local row = {}
+        for c = 1, width do row[c] = 0 end
+        row[g.keys[e.key] + 1] = 1
+        onehot[i] = row
+      end
+      sizes[#sizes + 1] = {n = n, tok = tok, onehot = onehot}
+    end
+  end
+  return function(ins)
+    local v = ins[1]
+    local dt = dtype_of(v)
+    if dt ~= "int64" and dt ~= "int32" then unsupported(node, "tokens of dtype %s (int32 and int64 only)", dt) end
+    local x = not is_tensor(v) and v.wide and v.t or T(node, v)
+    local r = x:dim()
+    if r ~= 1 and r ~= 2 then node_error(node, "input of %d dims (1 or 2)", r) end
+    local xb = r == 1 and x:unsqueeze(1) or x
+    local C = static_size(xb.shape[2])
+    local y = nil
+    for _, sz in ipairs(sizes) do
+      local cnt = nil
+      for d = 1, skips + 1 do
+        local starts = C - (sz.n - 1) * d
+        if starts <= 0 or (sz.n == 1 and d > 1) then break end
+        local hit = nil
+        for j = 1, sz.n do
+          local tok = fl.tensor(sz.tok[j], {dtype = "int64"})
+          local eq = xb:narrow(2, 1 + (j - 1) * d, starts):unsqueeze(3):eq(tok):to("float32")
+          hit = hit and hit * eq or eq
+        end
+        local c = hit:sum(2)
+        cnt = cnt and cnt + c or c
+      end
+      if cnt then
+        local part = fl.matmul(cnt, fl.tensor(sz.onehot, {dtype = "float32"}))
+        y = y and y + part or part
+      end
+    end
+    if y == nil then y = fl.zeros({xb.shape[1], width}) end
+    if mode ~= "TF" then
+      local w = weights and fl.tensor(weights, {dtype = "float32"})
+      if mode == "IDF" then y = y:gt(fl.zeros({})):to("float32") end
+      if w then y = y * w end
+    end
+    if r == 1 then y = y:reshape({width}) end
+    return {y}
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- ai.onnx.preview.training: the optimizers
+-- ---------------------------------------------------------------------------
+
+-- The ops of that domain, lowered as OPS's are.  Only these load; the
+-- domain's opset is the model's import of it (1, the only version).
+local TRAINING_DOMAIN = "ai.onnx.preview.training"
+local TRAINING_OPS = {}
+local training_opset = 0     -- the model being loaded imports it (0: not)
+
+-- One iteration of an optimizer, as its schema's pseudo code, applied to
+-- each of the n tensors it updates.  Inputs: R (the learning rate), T (the
+-- update count), then the n X, the n G and the n of each of nstate states;
+-- outputs the n new X, then the n of each new state.  step(c, x, g,
+-- states) computes one tensor's update in x's dtype, with c.R, c.T (T as
+-- x's dtype) and c.started (T > 0, a bool tensor: the spec's branches on
+-- T become a where, so T may be a value of the call).
+local function optimizer(nstate, known, setup, step)
+  return function(node, attrs)
+    known_attrs(node, attrs, known)
+    local cfg = setup(node, attrs)
+    local nin, per = #node.inputs, 2 + nstate
+    if nin < 2 + per or (nin - 2) % per ~= 0 then
+      node_error(node, "%d inputs (expected R, T, then %d per tensor updated)", nin, per)
+    end
+    local n = (nin - 2) // per
+    if #node.outputs > n * (1 + nstate) then
+      node_error(node, "%d outputs for %d tensors (at most %d)", #node.outputs, n, n * (1 + nstate))
+    end
+    return function(ins)
+      local R, t = T(node, ins[1], "R"), T(node, ins[2], "T")
+      need_float(node, R, "R")
+      if t.dtype ~= "int64" then node_error(node, "T must be int64, got %s", t.dtype) end
+      if R:numel() ~= 1 or t:numel() ~= 1 then node_error(node, "R and T must hold one value each") end
+      R, t = R:reshape({}), t:reshape({})
+      local started = t:gt(fl.zeros({}, {dtype = "int64"}))
+      local outs = {}
+      for i = 1, n do
+        local x = T(node, ins[2 + i], "X")
+        need_float(node, x, "X")
+        local g, states = T(node, ins[2 + n + i], "G"), {}
+        for k = 1, nstate do states[k] = T(node, ins[2 + (1 + k) * n + i], "a state") end
+        for _, v in ipairs({g, table.unpack(states)}) do
+          if v.dtype ~= x.dtype then node_error(node, "inputs of dtypes %s and %s", x.dtype, v.dtype) end
+        end
+        local c = {R = R.dtype == x.dtype and R or R:to(x.dtype), T = t:to(x.dtype), started = started}
+        for k, v in pairs(cfg) do c[k] = v end
+        local res = step(c, x, g, states)
+        outs[i] = res[1]
+        for k = 1, nstate do outs[k * n + i] = res[1 + k] end
+      end
+      return outs
+    end
+  end
+end
+
+local function need_attr(node, attrs, name)
+  if attrs[name] == nil then node_error(node, "attribute '%s' is required", name) end
+  return attrs[name]
+end
+
+-- Adagrad: r = R / (1 + T * decay_factor); G_reg = norm_coefficient * X + G;
+-- H_new = H + G_reg^2; X_new = X - r * G_reg / (sqrt(H_new) + epsilon).
+TRAINING_OPS.Adagrad = optimizer(1, set("decay_factor", "epsilon", "norm_coefficient"),
+  function(_, attrs)
+    return {decay = attr(attrs, "decay_factor", 0.0), eps = attr(attrs, "epsilon", 1e-6),
+            norm = attr(attrs, "norm_coefficient", 0.0)}
+  end,
+  function(c, x, g, st)
+    local r = c.R / (scalar(x, 1) + c.T * scalar(x, c.decay))
+    local gr = x * scalar(x, c.norm) + g
+    local h = st[1] + gr * gr
+    return {x - r * gr / (h:sqrt() + scalar(x, c.eps)), h}
+  end)
+
+-- Momentum, standard or Nesterov's: G_reg = norm_coefficient * X + G;
+-- V_new = alpha * V + (T > 0 ? beta : 1) * G_reg; X_new = X - R * V_new
+-- (standard) or X - R * (G_reg + alpha * V_new) (nesterov).
+TRAINING_OPS.Momentum = optimizer(1, set("alpha", "beta", "mode", "norm_coefficient"),
+  function(node, attrs)
+    local c = {alpha = need_attr(node, attrs, "alpha"), beta = need_attr(node, attrs, "beta"),
+               mode = need_attr(node, attrs, "mode"), norm = need_attr(node, attrs, "norm_coefficient")}
+    if c.mode ~= "standard" and c.mode ~= "nesterov" then
+      node_error(node, "mode '%s' (standard or nesterov)", clean(tostring(c.mode)))
+    end
+    return c
+  end,
+  function(c, x, g, st)
+    local gr = x * scalar(x, c.norm) + g
+    local b = fl.where(c.started, scalar(x, c.beta), scalar(x, 1))
+    local v = st[1] * scalar(x, c.alpha) + b * gr
+    if c.mode == "standard" then return {x - c.R * v, v} end
+    return {x - c.R * (gr + v * scalar(x, c.alpha)), v}
+  end)
+
+-- Adam: G_reg = norm_coefficient * X + G; V_new = alpha * V + (1 - alpha) *
+-- G_reg; H_new = beta * H + (1 - beta) * G_reg^2; R_adj = T > 0 ? R *
+-- sqrt(1 - beta^T) / (1 - alpha^T) : R; X_new = (1 - norm_coefficient_post)
+-- * (X - R_adj * V_new / (sqrt(H_new) + epsilon)).
+TRAINING_OPS.Adam = optimizer(2, set("alpha", "beta", "epsilon", "norm_coefficient", "norm_coefficient_post"),
+  function(_, attrs)
+    return {alpha = attr(attrs, "alpha", 0.9), beta = attr(attrs, "beta", 0.999),
+            eps = attr(attrs, "epsilon", 1e-6), norm = attr(attrs, "norm_coefficient", 0.0),
+            post = attr(attrs, "norm_coefficient_post", 0.0)}
+  end,
+  function(c, x, g, st)
+    local gr = x * scalar(x, c.norm) + g
+    local v = st[1] * scalar(x, c.alpha) + gr * scalar(x, 1 - c.alpha)
+    local h = st[2] * scalar(x, c.beta) + gr * gr * scalar(x, 1 - c.beta)
+    local one = scalar(x, 1)
+    local corrected = c.R * (one - fl.pow(scalar(x, c.beta), c.T)):sqrt() / (one - fl.pow(scalar(x, c.alpha), c.T))
+    local r = fl.where(c.started, corrected, c.R)
+    local xn = x - r * v / (h:sqrt() + scalar(x, c.eps))
+    if c.post ~= 0 then xn = xn * scalar(x, 1 - c.post) end
+    return {xn, v, h}
+  end)
+
+TRAINING_OPS.Gradient = function(node)
+  unsupported(node, "op Gradient (the gradients of a graph's values, computed by the runtime)")
+end
+
+-- ---------------------------------------------------------------------------
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------
 
@@ -4423,6 +4836,14 @@ function lower_node(node, opset)
   node.opset = opset
   if node.name == "" then node.name = node.outputs[1] or "?" end
   local lower = OPS[node.op]
+  if node.domain == TRAINING_DOMAIN then
+    node.opset = training_opset
+    if training_opset == 0 then node_error(node, "domain %s, which the model does not import", TRAINING_DOMAIN) end
+    lower = TRAINING_OPS[node.op]
+    if not lower then unsupported(node, "op %s of %s", clean(node.op), TRAINING_DOMAIN) end
+  elseif opset == 0 then
+    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op), TRAINING_DOMAIN)
+  end
   if not lower then unsupported(node, "op %s", clean(node.op)) end
   for k, kind in pairs(node.attrs.kinds or {}) do
     if kind == "other" or kind == "graph" and not SUBGRAPH_OPS[node.op] then
@@ -4431,7 +4852,7 @@ function lower_node(node, opset)
   end
   node.attrs.kinds = nil
   node.nin = #node.inputs
-  node.run = lower(node, node.attrs, opset)
+  node.run = lower(node, node.attrs, node.opset)
   for _, name in ipairs(node.implicit or {}) do node.inputs[#node.inputs + 1] = name end
 end
 
@@ -4826,6 +5247,7 @@ function Model:__init(g, path)
   self._dynamic_dims = dyn
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
+  training_opset = g.training_opset or 0
   for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)
@@ -4838,7 +5260,7 @@ end
 
 -- ops whose value is not a function of their inputs: never folded
 local RANDOM = set("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                   "Multinomial", "Bernoulli")
+                   "Multinomial", "Bernoulli", "Dropout")
 
 -- Input-free subgraphs (Constant -> Range -> ... -> Reshape: weights a file
 -- generates rather than stores, shapes computed from constants) run once

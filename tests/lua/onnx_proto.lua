@@ -64,7 +64,8 @@ end
 
 local graph
 -- AttributeProto from a Lua value: integer, float, string, {ints}, tensor,
--- graph ({graph = {nodes=, inputs=, outputs=, inits=}})
+-- graph ({graph = {nodes=, inputs=, outputs=, inits=}}), {floats = {...}},
+-- {strings = {...}}
 local function attribute(name, v)
   local s = bytes(1, name)
   if type(v) == "table" and v.graph then return s .. bytes(6, graph(v.graph)) .. vint(20, 5) end
@@ -72,6 +73,16 @@ local function attribute(name, v)
   if type(v) == "number" then return s .. f32(2, v) .. vint(20, 1) end
   if type(v) == "string" then return s .. bytes(4, v) .. vint(20, 3) end
   if v.tensor then return s .. bytes(5, M.tensor(v.tensor)) .. vint(20, 4) end
+  if v.floats then
+    local p = {}
+    for i, x in ipairs(v.floats) do p[i] = string.pack("<f", x) end
+    return s .. bytes(7, table.concat(p)) .. vint(20, 6)
+  end
+  if v.strings then
+    local p = {}
+    for i, x in ipairs(v.strings) do p[i] = bytes(9, x) end
+    return s .. table.concat(p) .. vint(20, 8)
+  end
   local p = {}
   for i, x in ipairs(v) do p[i] = varint(x) end
   return s .. bytes(8, table.concat(p)) .. vint(20, 7)

@@ -7,7 +7,11 @@
 --
 -- A case passes, or is unsupported: it fails to load or run with a message
 -- saying "unsupported".  Anything else -- a wrong answer, another error --
--- fails the runner (a crash fails it by itself).
+-- fails the runner (a crash fails it by itself).  A case that draws random
+-- numbers (a Bernoulli or Random* node, a Dropout in training with a ratio
+-- above 0) has stored outputs from numpy's generator, which fuselab's does
+-- not reproduce: it is "random", its outputs checked for shape, dtype and
+-- their values' set or range, and counted apart.
 --
 -- "Compiled" is fl.compile's pipeline for the cpu backend, step by step
 -- (capture, decompose, optimize, fuse, codegen), with every case's program
@@ -96,7 +100,13 @@ local function is_bad_data(msg) return tostring(msg):find("^onnx%.Model: input %
 -- (NumPy 2) transforms float32 data in single precision: they err by a
 -- few float32 units of the largest output, plain to see where the exact
 -- value is 0 (test_dft_inverse stores 1.9e-7 for 0, past atol 1e-7).
-local function fft_case(name) return name:find("^test_dft") ~= nil or name:find("^test_stft") ~= nil end
+-- A graph with a DFT or STFT node is compared so.
+local function fft_graph(g)
+  for _, n in ipairs(g and g.nodes or {}) do
+    if n.op == "DFT" or n.op == "STFT" then return true end
+  end
+  return false
+end
 
 -- Compare result r with expected e: nil when equal, else what differs.
 local function compare(r, e, expanded, fft)
@@ -132,6 +142,95 @@ local function compare(r, e, expanded, fft)
   return nil
 end
 
+-- ---- random cases ---------------------------------------------------------
+-- Which graph outputs come from a random draw, and how to check them,
+-- from the nodes' ops and attributes and the values of their inputs known
+-- before the call (the data set's graph inputs, the initializers): nil when
+-- the case draws nothing.  A Dropout whose training_mode or ratio cannot be
+-- read so counts as drawing.
+local DRAWS = {Bernoulli = true, RandomUniform = true, RandomUniformLike = true,
+  RandomNormal = true, RandomNormalLike = true, Multinomial = true}
+
+local function random_checks(g, set)
+  local known = {}
+  for i, v in ipairs(g.inputs) do known[v.name] = set.inputs[i] end
+  for _, init in ipairs(g.initializers) do known[init.name] = init.tensor end
+  local function first(name, default)
+    if name == nil or name == "" then return default end
+    local t = known[name]
+    if not fl.is_tensor(t) or t:numel() ~= 1 then return nil end
+    return t:to("float64"):reshape({-1}):tolist()[1]
+  end
+  local checks, any = {}, false
+  for _, n in ipairs(g.nodes) do
+    if DRAWS[n.op] then
+      any = true
+      checks[n.outputs[1]] = {op = n.op, attrs = n.attrs}
+    elseif n.op == "Dropout" and g.opset >= 12 and (n.inputs[3] or "") ~= "" then
+      local training, ratio = first(n.inputs[3]), first(n.inputs[2], 0.5)
+      if training ~= 0 and ratio ~= 0 then
+        any = true
+        local mask = n.outputs[2] ~= "" and n.outputs[2] or nil
+        checks[n.outputs[1]] = {op = "Dropout", x = known[n.inputs[1]], ratio = ratio, mask = mask}
+        if mask then checks[mask] = {op = "mask"} end
+      end
+    end
+  end
+  return any and checks or nil
+end
+
+local function meta_differs(r, e)
+  if not fl.is_tensor(r) then return "result is not a tensor" end
+  if r.dtype ~= e.dtype then return ("dtype %s, expected %s"):format(r.dtype, e.dtype) end
+  local same = #r.shape == #e.shape
+  for i = 1, #r.shape do same = same and r.shape[i] == e.shape[i] end
+  if not same then return ("shape [%s], expected [%s]"):format(table.concat(r.shape, ","), table.concat(e.shape, ",")) end
+end
+
+local function count(b) return b:to("int64"):sum():item() end
+local function both(a, b) return (a:to("int64") * b:to("int64")):gt(fl.zeros({}, {dtype = "int64"})) end
+local function either(a, b) return (a:to("int64") + b:to("int64")):gt(fl.zeros({}, {dtype = "int64"})) end
+local function f64(x) return fl.full({}, x, {dtype = "float64"}) end
+
+-- The outputs res of a random case against the stored ones (for shape and
+-- dtype) and what their draws allow: nil when all hold, else what does not.
+local function check_random(checks, g, res, outputs)
+  local at = {}
+  for i, v in ipairs(g.outputs) do at[v.name] = i end
+  for i, e in ipairs(outputs) do
+    local r = res[i]
+    local d = meta_differs(r, e)
+    if d then return ("output %d: %s"):format(i, d) end
+    local c = checks[g.outputs[i].name]
+    local n, bad = r:numel(), 0
+    if c and n > 0 and r.dtype ~= "bool" then
+      local v = r:to("float64")
+      if c.op == "Bernoulli" then
+        bad = n - count(v:eq(f64(0))) - count(v:eq(f64(1)))
+      elseif c.op == "RandomUniform" or c.op == "RandomUniformLike" then
+        local lo, hi = c.attrs.low or 0, c.attrs.high or 1
+        bad = n - count(both(v:ge(f64(lo)), v:lt(f64(hi))))
+      elseif c.op == "RandomNormal" or c.op == "RandomNormalLike" then
+        bad = n - count(both(v:eq(v), v:abs():lt(f64(math.huge))))
+      elseif c.op == "Dropout" and c.ratio and fl.is_tensor(c.x) then
+        -- each value 0 or x / (1 - ratio); where the mask is an output
+        -- too, the one it says
+        local kept = c.x:to("float64") * (1 / (1 - c.ratio))
+        local near = (v - kept):abs():le(kept:abs() * f64(RTOL) + f64(ATOL))
+        local zero = v:eq(f64(0))
+        local m = c.mask and at[c.mask] and res[at[c.mask]]
+        if fl.is_tensor(m) and m.dtype == "bool" and #m.shape == #v.shape then
+          bad = n - count(fl.where(m, near, zero))
+        else
+          bad = n - count(either(near, zero))
+        end
+      end
+    end
+    if bad > 0 then return ("output %d: %d of %d values outside what a %s draw gives"):format(i, bad, n, c.op) end
+  end
+  return nil
+end
+
 -- ONNX's test data holds bfloat16 tensors as their uint16 bit patterns
 -- (NumPy has no bfloat16): the values they stand for, as bfloat16.
 local function bf16_bits(t)
@@ -141,6 +240,19 @@ local function bf16_bits(t)
   end
   if #vals == 0 then return fl.zeros(t.shape, {dtype = "bfloat16"}) end
   return fl.tensor(vals, {dtype = "float32"}):reshape(t.shape):to("bfloat16")
+end
+
+-- The outputs res (1-based) of one data set: nil when they pass, else
+-- what differs; and whether the set draws random numbers (checked so).
+local function check_outputs(g, set, res, expanded)
+  local checks = g and random_checks(g, set)
+  if checks then return check_random(checks, g, res, set.outputs), true end
+  local fft = fft_graph(g)
+  for i, e in ipairs(set.outputs) do
+    local d = compare(res[i], e, expanded, fft)
+    if d then return ("output %d: %s"):format(i, d), false end
+  end
+  return nil, false
 end
 
 local function snake(op)
@@ -215,6 +327,9 @@ for _, name in ipairs(cases) do
       end
     end
     local verdict, why = "pass", nil
+    local okg, g = pcall(fl._onnx_read, path)
+    if not okg then g = nil end
+    local expanded = name:find("_expanded", 1, true) ~= nil
     for _, set in ipairs(sets) do
       if set.bad then
         verdict, why = is_unsupported(set.bad) and "unsupported" or "fail", reason_of(set.bad)
@@ -228,39 +343,34 @@ for _, name in ipairs(cases) do
         elseif verdict == "fail" then why = "eager: " .. tostring(res[2]) end
         break
       end
-      for i, e in ipairs(set.outputs) do
-        local d = compare(res[i + 1], e, name:find("_expanded", 1, true) ~= nil, fft_case(name))
-        if d then verdict, why = "fail", ("eager: output %d: %s"):format(i, d) break end
-      end
-      if verdict ~= "pass" then break end
+      local d, drawn = check_outputs(g, set, {table.unpack(res, 2, res.n)}, expanded)
+      if d then verdict, why = "fail", "eager: " .. d break end
+      if drawn then verdict = "random" end
     end
     finish(name, verdict, why)
-    if verdict == "pass" and not opt.eager_only then
+    if (verdict == "pass" or verdict == "random") and not opt.eager_only then
       -- capture with the first data set, compile later in one batch
       local okc, k = pcall(function()
         local g = fl.capture(m, table.unpack(sets[1].inputs))
         return g:decompose{quiet = true}:optimize{quiet = true}:fuse():codegen("cpu", ("fl_c%d_"):format(#compiled))
       end)
-      if okc then compiled[#compiled + 1] = {case = name, k = k, sets = sets}
+      if okc then compiled[#compiled + 1] = {case = name, k = k, sets = sets, g = g}
       elseif is_unsupported(k) and tostring(k):find("computed from graph inputs under capture", 1, true) then
         -- a size from input data: one graph cannot hold it, fl.compile takes
         -- a graph break there and compiles the graphs around it
-        local expanded = name:find("_expanded", 1, true) ~= nil
         local okf, why = pcall(function()
           local cm = fl.compile(m, {backend = "cpu"})
           for _, set in ipairs(sets) do
             local res = table.pack(cm(table.unpack(set.inputs)))
-            for i, e in ipairs(set.outputs) do
-              local d = compare(res[i], e, expanded, fft_case(name))
-              if d then error(("compiled with graph breaks: output %d: %s"):format(i, d), 0) end
-            end
+            local d = check_outputs(g, set, res, expanded)
+            if d then error("compiled with graph breaks: " .. d, 0) end
           end
           local st = cm:stats()
           if st.fallbacks > 0 then error("fl.compile fell back to eager (unsupported)", 0) end
           return st
         end)
         if okf then
-          results[name].cstatus, results[name].cbreak = "pass", true
+          results[name].cstatus, results[name].cbreak = verdict, true
           n_broken = n_broken + 1
         else
           results[name].cstatus = is_unsupported(why) and "unsupported" or "fail"
@@ -298,17 +408,15 @@ end
 local t_compile = fl.now() - t_c0
 for ci, c in ipairs(compiled) do
   local r = results[c.case]
-  r.cstatus = batch_failed[ci] and "fail" or "pass"
+  r.cstatus = batch_failed[ci] and "fail" or r.status
   for _, set in ipairs(batch_failed[ci] and {} or c.sets) do
     -- a set of other shapes than the captured one runs where dims allow
     local res = table.pack(pcall(c.k.run, c.k, table.unpack(set.inputs)))
     if not res[1] then
       r.cstatus, r.creason = "fail", "compiled: " .. tostring(res[2])
     else
-      for i, e in ipairs(set.outputs) do
-        local d = compare(res[i + 1], e, c.case:find("_expanded", 1, true) ~= nil, fft_case(c.case))
-        if d then r.cstatus, r.creason = "fail", ("compiled: output %d: %s"):format(i, d) break end
-      end
+      local d = check_outputs(c.g, set, {table.unpack(res, 2, res.n)}, c.case:find("_expanded", 1, true) ~= nil)
+      if d then r.cstatus, r.creason = "fail", "compiled: " .. d end
     end
     if r.cstatus == "fail" then
       failures[#failures + 1] = c.case .. ": " .. r.creason
@@ -319,16 +427,18 @@ end
 local t_total = fl.now() - t_start
 
 -- ---- the table ------------------------------------------------------------
-local n_pass, n_unsup, n_cpass = 0, 0, 0
+local n_pass, n_unsup, n_cpass, n_random, n_crandom = 0, 0, 0, 0, 0
 local by_op, ops = {}, {}
 local reasons, reason_list = {}, {}
 for _, name in ipairs(cases) do
   local r = results[name]
-  if not by_op[r.op] then by_op[r.op] = {cases = 0, pass = 0, cpass = 0, reasons = {}}; ops[#ops + 1] = r.op end
+  if not by_op[r.op] then by_op[r.op] = {cases = 0, pass = 0, cpass = 0, random = 0, reasons = {}}; ops[#ops + 1] = r.op end
   local o = by_op[r.op]
   o.cases = o.cases + 1
   if r.status == "pass" then n_pass = n_pass + 1; o.pass = o.pass + 1 end
   if r.cstatus == "pass" then n_cpass = n_cpass + 1; o.cpass = o.cpass + 1 end
+  if r.status == "random" then n_random = n_random + 1; o.random = o.random + 1 end
+  if r.cstatus == "random" then n_crandom = n_crandom + 1 end
   if r.cstatus == "unsupported" then
     local cr = "compiled only: " .. reason_of(r.creason)
     if not reasons[cr] then reasons[cr] = 0; reason_list[#reason_list + 1] = cr end
@@ -367,8 +477,13 @@ local function table_text()
   L[#L + 1] = "the opset and what is missing); a wrong answer or any other error fails the suite's"
   L[#L + 1] = ("test (%s), and so does a table that differs from this one."):format(opt.test or "tests/onnx/conformance.sh")
   L[#L + 1] = ""
-  L[#L + 1] = ("**%d cases: %d pass eagerly, %d pass compiled, %d unsupported, %d fail.**"):format(
-    #cases, n_pass, n_cpass, n_unsup, #cases - n_pass - n_unsup)
+  L[#L + 1] = ("**%d cases: %d pass eagerly, %d pass compiled, %d random, %d unsupported, %d fail.**"):format(
+    #cases, n_pass, n_cpass, n_random, n_unsup, #cases - n_pass - n_random - n_unsup)
+  L[#L + 1] = ""
+  L[#L + 1] = ("Random: %d cases draw random numbers (a Bernoulli or Random* node, a Dropout in training"):format(n_random)
+  L[#L + 1] = "with a ratio above 0), whose stored outputs come from numpy's generator: their values are"
+  L[#L + 1] = "not comparable; their shapes, dtypes and the values' set or range are checked, eagerly and"
+  L[#L + 1] = ("compiled (%d of them compiled)."):format(n_crandom)
   L[#L + 1] = ""
   L[#L + 1] = ("Compiled: one graph through capture, decompose, optimize, fuse and codegen; %d cases"):format(n_broken)
   L[#L + 1] = "whose sizes or axes come from input data compile through `fl.compile` with a graph break"
@@ -389,14 +504,15 @@ local function table_text()
     local rs = {}
     for r, n in pairs(o.reasons) do rs[#rs + 1] = ("%d: %s"):format(n, esc(r)) end
     table.sort(rs)
+    if o.random > 0 then table.insert(rs, 1, ("%d random: shape, dtype and range checked, values not comparable"):format(o.random)) end
     L[#L + 1] = ("| %s | %d | %d | %d | %s |"):format(esc(op), o.cases, o.pass, o.cpass, table.concat(rs, "; "))
   end
   return table.concat(L, "\n") .. "\n"
 end
 
-io.stderr:write(("conformance: %d cases, %d pass eagerly, %d compiled, %d unsupported, %d fail; "
+io.stderr:write(("conformance: %d cases, %d pass eagerly, %d compiled, %d random (%d compiled), %d unsupported, %d fail; "
   .. "%.1f s (eager %.1f s, compiling %d programs in batches of 64 %.1f s)\n"):format(#cases, n_pass, n_cpass,
-  n_unsup, #failures, t_total, t_eager, #compiled, t_compile))
+  n_random, n_crandom, n_unsup, #failures, t_total, t_eager, #compiled, t_compile))
 
 if opt.write then
   local f = assert(io.open(opt.write, "w"))
