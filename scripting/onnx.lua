@@ -4885,7 +4885,10 @@ function Model:forward(...)
   -- compiled graph (fl.compile guards a table by identity, not by what it
   -- holds): a graph break here makes every call run this Lua again, so
   -- each call reads the tensors it is given
-  if held and fl._tracing() then fl.graph_break() end
+  if held and fl._tracing() and not pcall(fl.graph_break) then
+    error("onnx.Model: sequence and optional inputs under fl.capture are unsupported (their tensors are "
+          .. "no graph inputs; fl.compile takes a graph break there)", 0)
+  end
   run_nodes(self._nodes, env)
   local res = {}
   for i, v in ipairs(self.outputs) do res[i] = output_value(self, v, env[v.name]) end

@@ -174,6 +174,8 @@ do
   t.ok(same(a, ft({1, 4, 9})) and same(b, ft({16, 25, 36})) and same(c, ft({1, 0.25, 4})),
        "compiled: a tensor result of a sequence input follows the table's contents")
   t.ok(cm:stats().graph_breaks >= 1, "compiled: a graph break at the sequence input")
+  t.raises(function() fl.capture(m, {ft({1, 2})}, z) end,
+    "^onnx.Model: sequence and optional inputs under fl.capture are unsupported", "fl.capture refuses a sequence input")
 end
 
 -- ---- SplitToSequence and ConcatFromSequence -----------------------------------
