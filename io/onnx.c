@@ -1098,32 +1098,35 @@ static int wire_varint(const unsigned char **p, const unsigned char *end, uint64
   return -1;
 }
 
-/* In the protobuf image [p, p+n): how many fields numbered f its top
-** level holds, and where the last length-delimited field numbered g lies
-** (*sub, NULL when none).  Reads the wire format only, allocating nothing:
-** the counts are checked before protobuf-c unpacks (and allocates for)
-** the repeated fields.  -1 when the image is malformed (the unpacking
-** then says so). */
-static int wire_scan(const unsigned char *p, size_t n, uint64_t f, size_t *count, uint64_t g,
-                     const unsigned char **sub, size_t *subn) {
+/* The elements (fields 3 to 7: tensors, sparse tensors, sequences, maps,
+** optionals) a SequenceProto or OptionalProto image [p, p+n) holds, at
+** every level (its sequences, field 5, and optionals, field 7, are these
+** messages again), added to *count.  Reads the wire format only,
+** allocating nothing: protobuf-c would allocate a message for each, and
+** recurse once per level, before anything here could check them.
+** -1: malformed (the unpacking then says so); -2: nested deeper than
+** ONNX_MAX_DEPTH. */
+static int wire_count(const unsigned char *p, size_t n, int depth, size_t *count) {
   const unsigned char *end = p + n;
-  *count = 0;
-  if (sub) *sub = NULL, *subn = 0;
+  if (depth > ONNX_MAX_DEPTH) return -2;
   while (p < end) {
     uint64_t key, len;
     if (wire_varint(&p, end, &key)) return -1;
+    if (key >> 3 >= 3 && key >> 3 <= 7) (*count)++;
     switch (key & 7) {
     case 0: if (wire_varint(&p, end, &len)) return -1; break;
     case 1: if ((size_t)(end - p) < 8) return -1; p += 8; break;
     case 5: if ((size_t)(end - p) < 4) return -1; p += 4; break;
-    case 2:
+    case 2: {
+      int rc;
       if (wire_varint(&p, end, &len) || len > (uint64_t)(end - p)) return -1;
-      if (sub && key >> 3 == g) *sub = p, *subn = (size_t)len;
+      if ((key >> 3 == 5 || key >> 3 == 7) && (rc = wire_count(p, (size_t)len, depth + 1, count)) != 0)
+        return rc;
       p += len;
       break;
+    }
     default: return -1;
     }
-    if (key >> 3 == f) (*count)++;
   }
   return 0;
 }
@@ -1148,8 +1151,7 @@ static int sequence_from_proto(const Onnx__SequenceProto *p, onnx_data *d, fl_er
 }
 
 int onnx_data_parse(const void *buf, size_t n, int kind, onnx_data *d, fl_err *e) {
-  const unsigned char *sub = NULL;
-  size_t count = 0, subn = 0;
+  size_t count = 0;
   int rc = FL_OK;
   memset(d, 0, sizeof *d);
   d->kind = kind;
@@ -1166,13 +1168,13 @@ int onnx_data_parse(const void *buf, size_t n, int kind, onnx_data *d, fl_err *e
     d->n = 1;
     return FL_OK;
   }
-  /* the number of tensors before protobuf-c allocates a pointer and a
-  ** message for each (empty ones take two bytes of the file each) */
-  if (kind == ONNX_KIND_SEQUENCE) wire_scan(buf, n, 3, &count, 0, NULL, NULL);
-  else if (wire_scan(buf, n, 0, &count, 5, &sub, &subn) == 0 && sub)
-    wire_scan(sub, subn, 3, &count, 0, NULL, NULL);
+  /* the number of elements before protobuf-c allocates a pointer and a
+  ** message for each (an empty one takes two bytes of the file) */
+  if (wire_count(buf, n, 0, &count) == -2)
+    return err_set(e, FL_EUNSUPPORTED, "onnx: sequences and optionals nested more than %d deep "
+                   "are unsupported", ONNX_MAX_DEPTH);
   if (count > ONNX_MAX_SEQUENCE)
-    return err_set(e, FL_EUNSUPPORTED, "onnx: a sequence of %zu tensors: more than %d are "
+    return err_set(e, FL_EUNSUPPORTED, "onnx: %zu sequence or optional elements: more than %d are "
                    "unsupported", count, ONNX_MAX_SEQUENCE);
   if (kind == ONNX_KIND_SEQUENCE) {
     Onnx__SequenceProto *p = onnx__sequence_proto__unpack(NULL, n, buf);

@@ -142,8 +142,8 @@ int onnx_load(const char *path, onnx_model *m, fl_err *e);
 int onnx_tensor_parse(const void *buf, size_t n, onnx_tensor *t, fl_err *e);
 int onnx_tensor_load(const char *path, onnx_tensor *t, fl_err *e);
 
-/* The most tensors one sequence of test data may hold: a file's count is
-** checked against it before anything is unpacked. */
+/* The most elements (tensors, sequences, ...) one file of test data may
+** hold at all its levels: counted before anything is unpacked. */
 #define ONNX_MAX_SEQUENCE (1 << 20)
 
 /* A value of ONNX's test data (onnx-data.proto): a TensorProto, a

@@ -507,9 +507,23 @@ do
   -- a huge count of (empty) elements: refused before they are unpacked
   local huge = P.vint(2, 1) .. string.rep(P.bytes(3, ""), (1 << 20) + 1)
   t.raises(function() fl.load_onnx_value(write("huge.pb", huge), "sequence") end,
-    "a sequence of 1048577 tensors: more than 1048576 are unsupported", "a sequence of 2^20+1 elements: refused")
+    "1048577 sequence or optional elements: more than 1048576 are unsupported", "a sequence of 2^20+1 elements: refused")
   t.raises(function() fl.load_onnx_value(write("hugeo.pb", P.vint(2, 3) .. P.bytes(5, huge)), "optional") end,
-    "a sequence of 1048577 tensors: more than 1048576 are unsupported", "an optional of such a sequence: refused")
+    "1048578 sequence or optional elements: more than 1048576 are unsupported", "an optional of such a sequence: refused")
+  -- the same count split over two copies of the optional's sequence
+  -- (protobuf merges them into one)
+  local half = P.vint(2, 1) .. string.rep(P.bytes(3, ""), (1 << 19) + 1)
+  t.raises(function() fl.load_onnx_value(write("halves.pb", P.vint(2, 3) .. P.bytes(5, half) .. P.bytes(5, half)), "optional") end,
+    "1048580 sequence or optional elements: more than 1048576 are unsupported", "a huge sequence split over two fields: refused")
+  -- nesting: a sequence of sequences is refused; nested past 8 levels it
+  -- is refused before unpacking (the unpacker recurses per level)
+  local nested = P.sequence{{dtype = "float", dims = {1}, floats = {1}}}
+  t.raises(function() fl.load_onnx_value(write("nest1.pb", P.vint(2, 3) .. P.bytes(5, nested)), "sequence") end,
+    "sequence: elements other than tensors are unsupported", "a sequence of sequences: refused")
+  local deep = nested
+  for _ = 1, 9 do deep = P.bytes(5, deep) end
+  t.raises(function() fl.load_onnx_value(write("deep.pb", deep), "sequence") end,
+    "sequences and optionals nested more than 8 deep are unsupported", "sequences nested 9 deep: refused")
   -- an element whose dims promise more data than it holds
   t.raises(function()
     fl.load_onnx_value(write("short.pb", P.vint(2, 1) .. P.bytes(3, P.tensor{dtype = "float", dims = {1000000000}, floats = {1}})), "sequence")
