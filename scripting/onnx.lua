@@ -156,6 +156,7 @@ end
 
 local function ints(node, v, what)
   if v == nil then return nil end
+  if not is_tensor(v) and (v.seq or v.opt) then node_error(node, "%s must be a tensor", what) end
   if is_tensor(v) then
     if v.dtype ~= "int64" then node_error(node, "%s must be int64, got %s", what, v.dtype) end
     local h = concrete(node, v, what, "shape")
@@ -181,6 +182,7 @@ end
 
 local function dtype_of(v)
   if is_tensor(v) then return v.dtype end
+  if v.seq or v.opt then return v.seq and "sequence" or "optional" end
   if v.wide then return v.wide end
   if v.hostbool then return "bool" end
   return "int64"
@@ -4145,6 +4147,7 @@ end
 -- host bool (Equal over sizes) Lua booleans, false being false.
 local function truth(node, v, what)
   if not is_tensor(v) then
+    if v.seq or v.opt then node_error(node, "%s must be a tensor", what) end
     if v.wide then v = v.t
     else
       if #v.v ~= 1 then node_error(node, "%s must hold one value", what) end

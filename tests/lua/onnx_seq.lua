@@ -479,6 +479,23 @@ do
     nodes = {{op = "Relu", inputs = {"s"}, outputs = {"y"}, name = "relu"}}, outputs = {val("y")}}
   t.raises(function() m({fl.randn(2)}) end, "node 'relu' %(Relu, opset 13%): input X is a sequence, not a tensor",
     "a sequence given to a tensor op: an error naming the node")
+  -- where sizes, axes, a condition or a dtype are read: refused, never
+  -- taken for an absent input
+  local sl = load{opset = 13, inputs = {val("x", "float", {4}), seqv("s", "int64")},
+    inits = {{name = "st", dtype = "int64", dims = {1}, ints = {1}}, {name = "en", dtype = "int64", dims = {1}, ints = {3}}},
+    nodes = {{op = "Slice", inputs = {"x", "st", "en", "s"}, outputs = {"y"}, name = "slice"}}, outputs = {val("y")}}
+  t.raises(function() sl(fl.randn(4), {fl.tensor({0}, {dtype = "int64"})}) end,
+    "node 'slice' %(Slice, opset 13%): axes must be a tensor", "a sequence as Slice's axes: an error")
+  local cl = load{opset = 15, inputs = {val("x", "float", {4}), seqv("s", "int64")},
+    nodes = {{op = "CastLike", inputs = {"x", "s"}, outputs = {"y"}, name = "cast"}}, outputs = {val("y", "none")}}
+  t.raises(function() cl(fl.randn(4), {fl.tensor({0}, {dtype = "int64"})}) end,
+    "node 'cast' %(CastLike, opset 15%): casting to sequence is unsupported", "a sequence as CastLike's target: refused")
+  local yes = {name = "yes", outputs = {val("a")}, nodes = {{op = "Identity", inputs = {"x"}, outputs = {"a"}}}}
+  local ci = load{opset = 13, inputs = {seqv("c", "bool"), val("x", "float", {2})},
+    nodes = {{op = "If", inputs = {"c"}, outputs = {"y"}, name = "if", attrs = {then_branch = {graph = yes}, else_branch = {graph = yes}}}},
+    outputs = {val("y")}}
+  t.raises(function() ci({fl.ones({}, {dtype = "bool"})}, fl.randn(2)) end,
+    "node 'if' %(If, opset 13%): the condition must be a tensor", "a sequence as If's condition: an error")
   t.raises(function()
     load{opset = 13, inputs = {{name = "m", kind = "map", dtype = "float"}},
       nodes = {{op = "Identity", inputs = {"m"}, outputs = {"y"}}}, outputs = {val("y")}}
