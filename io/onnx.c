@@ -490,6 +490,8 @@ static void attr_free(onnx_attr *a) {
   free(a->t);
   if (a->g) onnx_model_free(a->g);
   free(a->g);
+  if (a->ty) value_free(a->ty);
+  free(a->ty);
 }
 
 static void node_free(onnx_node *nd) {
@@ -523,22 +525,58 @@ void onnx_model_free(onnx_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* The kind of ty (a tensor, a sequence of tensors, an optional of either)
+** into v: kind, inner and elem; a tensor's shape is read by the caller.
+** Returns the tensor type to read a shape from (NULL: none). */
+static int kind_from_proto(const Onnx__TypeProto *ty, onnx_value *v, const char *what,
+                           const char *name, const Onnx__TypeProto__Tensor **tensor, fl_err *e) {
+  char q[256];
+  *tensor = NULL;
+  v->kind = ONNX_KIND_TENSOR;
+  v->inner = -1;
+  if (ty->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE) {
+    v->kind = ONNX_KIND_OPTIONAL;
+    ty = ty->optional_type ? ty->optional_type->elem_type : NULL;
+    if (!ty) return FL_OK;
+  }
+  if (ty->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE) {
+    if (v->kind == ONNX_KIND_OPTIONAL) v->inner = ONNX_KIND_SEQUENCE;
+    else v->kind = ONNX_KIND_SEQUENCE;
+    ty = ty->sequence_type ? ty->sequence_type->elem_type : NULL;
+    if (!ty) return FL_OK;
+    if (ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+      return err_set(e, FL_EUNSUPPORTED, "%s '%s': sequences of anything but tensors are "
+                     "unsupported", what, quote(name, q, sizeof q));
+    if (ty->tensor_type->has_elem_type) v->elem = ty->tensor_type->elem_type;
+    return FL_OK;
+  }
+  if (ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+    return err_set(e, FL_EUNSUPPORTED, "%s '%s': maps and sparse tensors are unsupported "
+                   "(tensors, sequences of tensors and optionals of either)", what,
+                   quote(name, q, sizeof q));
+  if (ty->tensor_type->has_elem_type) v->elem = ty->tensor_type->elem_type;
+  if (v->kind == ONNX_KIND_OPTIONAL) v->inner = ONNX_KIND_TENSOR;
+  else *tensor = ty->tensor_type;
+  return FL_OK;
+}
+
 static int value_from_proto(const Onnx__ValueInfoProto *p, onnx_value *v, const char *what,
                             fl_err *e) {
-  char q[256];
+  char q[256], w[32];
   const Onnx__TypeProto *ty = p->type;
+  const Onnx__TypeProto__Tensor *tt;
+  int rc;
   memset(v, 0, sizeof *v);
   v->ndim = -1;
+  v->inner = -1;
   if (!p->name || !p->name[0])
     return err_set(e, FL_EFORMAT, "a graph %s has no name", what);
   if (!(v->name = dup_str(p->name))) return err_set(e, FL_ENOMEM, "out of memory");
   if (!ty) return FL_OK;
-  if (ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
-    return err_set(e, FL_EUNSUPPORTED, "graph %s '%s': sequences, maps and optionals are "
-                   "unsupported (tensors only)", what, quote(p->name, q, sizeof q));
-  if (ty->tensor_type->has_elem_type) v->elem = ty->tensor_type->elem_type;
-  if (ty->tensor_type->shape) {
-    const Onnx__TensorShapeProto *s = ty->tensor_type->shape;
+  snprintf(w, sizeof w, "graph %s", what);
+  if ((rc = kind_from_proto(ty, v, w, p->name, &tt, e)) != FL_OK || !tt) return rc;
+  if (tt->shape) {
+    const Onnx__TensorShapeProto *s = tt->shape;
     if (s->n_dim > FL_MAX_DIMS)
       return err_set(e, FL_EUNSUPPORTED, "graph %s '%s': %zu dims, fuselab supports at most %d",
                      what, quote(p->name, q, sizeof q), s->n_dim, FL_MAX_DIMS);
@@ -653,6 +691,17 @@ static int attr_from_proto(const Onnx__AttributeProto *p, const char *dir, onnx_
       a->n = i + 1;
     }
     break;
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTO: {
+    const Onnx__TypeProto__Tensor *tt;
+    a->kind = ONNX_ATTR_TYPE;
+    if (!p->tp) return err_set(e, FL_EFORMAT, "attribute '%s': type missing",
+                               quote(p->name, q, sizeof q));
+    if (!(a->ty = calloc(1, sizeof *a->ty)) || !(a->ty->name = dup_str("")))
+      return err_set(e, FL_ENOMEM, "out of memory");
+    a->ty->ndim = -1;
+    if (kind_from_proto(p->tp, a->ty, "attribute", p->name, &tt, e) != FL_OK) return e ? e->code : FL_EUNSUPPORTED;
+    break;
+  }
   default:
     a->kind = ONNX_ATTR_OTHER;
     break;
@@ -1036,5 +1085,165 @@ int onnx_tensor_load(const char *path, onnx_tensor *t, fl_err *e) {
   rc = onnx_tensor_parse(buf, n, t, e);
   free(buf);
   if (rc != FL_OK) err_prefix(e, "%s", err_quote(path, q, sizeof q));
+  return rc;
+}
+
+/* ---- test data: sequences and optionals --------------------------------- */
+
+void onnx_data_free(onnx_data *d) {
+  if (!d) return;
+  for (size_t i = 0; i < d->n; i++) onnx_tensor_free(&d->t[i]);
+  free(d->t);
+  memset(d, 0, sizeof *d);
+}
+
+/* A varint at *p (below end) into *v; -1 past the end or over 10 bytes. */
+static int wire_varint(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  *v = 0;
+  for (int s = 0; s < 70 && *p < end; s += 7) {
+    unsigned char b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << s;
+    if (!(b & 0x80)) return 0;
+  }
+  return -1;
+}
+
+/* The elements (fields 3 to 7: tensors, sparse tensors, sequences, maps,
+** optionals) a SequenceProto or OptionalProto image [p, p+n) holds, at
+** every level (its sequences, field 5, and optionals, field 7, are these
+** messages again), added to *count.  Reads the wire format only,
+** allocating nothing: protobuf-c would allocate a message for each, and
+** recurse once per level, before anything here could check them.
+** -1: malformed (the unpacking then says so); -2: nested deeper than
+** ONNX_MAX_DEPTH. */
+static int wire_count(const unsigned char *p, size_t n, int depth, size_t *count) {
+  const unsigned char *end = p + n;
+  if (depth > ONNX_MAX_DEPTH) return -2;
+  while (p < end) {
+    uint64_t key, len;
+    if (wire_varint(&p, end, &key)) return -1;
+    if (key >> 3 >= 3 && key >> 3 <= 7) (*count)++;
+    switch (key & 7) {
+    case 0: if (wire_varint(&p, end, &len)) return -1; break;
+    case 1: if ((size_t)(end - p) < 8) return -1; p += 8; break;
+    case 5: if ((size_t)(end - p) < 4) return -1; p += 4; break;
+    case 2: {
+      int rc;
+      if (wire_varint(&p, end, &len) || len > (uint64_t)(end - p)) return -1;
+      if ((key >> 3 == 5 || key >> 3 == 7) && (rc = wire_count(p, (size_t)len, depth + 1, count)) != 0)
+        return rc;
+      p += len;
+      break;
+    }
+    default: return -1;
+    }
+  }
+  return 0;
+}
+
+/* A SequenceProto's tensors into d (its count checked by the caller). */
+static int sequence_from_proto(const Onnx__SequenceProto *p, onnx_data *d, fl_err *e) {
+  int elem = p->has_elem_type ? p->elem_type : 0;
+  if (p->n_sparse_tensor_values || p->n_sequence_values || p->n_optional_values ||
+      (elem && elem != ONNX__SEQUENCE_PROTO__DATA_TYPE__TENSOR))
+    return err_set(e, FL_EUNSUPPORTED, "sequence: elements other than tensors are unsupported");
+  if (!(d->t = calloc(p->n_tensor_values ? p->n_tensor_values : 1, sizeof *d->t)))
+    return err_set(e, FL_ENOMEM, "out of memory");
+  for (size_t i = 0; i < p->n_tensor_values; i++) {
+    int rc = tensor_from_proto(p->tensor_values[i], NULL, &d->t[i], e);
+    if (rc != FL_OK) return err_prefix(e, "sequence element %zu", i);
+    d->n = i + 1;
+    if (d->t[i].elem != d->t[0].elem)
+      return err_set(e, FL_EFORMAT, "sequence: elements of dtypes %s and %s",
+                     onnx_dtype_name(d->t[0].elem), onnx_dtype_name(d->t[i].elem));
+  }
+  return FL_OK;
+}
+
+int onnx_data_parse(const void *buf, size_t n, int kind, onnx_data *d, fl_err *e) {
+  size_t count = 0;
+  int rc = FL_OK;
+  memset(d, 0, sizeof *d);
+  d->kind = kind;
+  d->inner = -1;
+  if (!buf && n) return err_set(e, FL_EINVAL, "onnx: no buffer");
+  if (kind == ONNX_KIND_TENSOR) {
+    d->has = 1;
+    d->inner = ONNX_KIND_TENSOR;
+    if (!(d->t = calloc(1, sizeof *d->t))) return err_set(e, FL_ENOMEM, "onnx: out of memory");
+    if ((rc = onnx_tensor_parse(buf, n, d->t, e)) != FL_OK) {
+      onnx_data_free(d);
+      return rc;
+    }
+    d->n = 1;
+    return FL_OK;
+  }
+  /* the number of elements before protobuf-c allocates a pointer and a
+  ** message for each (an empty one takes two bytes of the file) */
+  if (wire_count(buf, n, 0, &count) == -2)
+    return err_set(e, FL_EUNSUPPORTED, "onnx: sequences and optionals nested more than %d deep "
+                   "are unsupported", ONNX_MAX_DEPTH);
+  if (count > ONNX_MAX_SEQUENCE)
+    return err_set(e, FL_EUNSUPPORTED, "onnx: %zu sequence or optional elements: more than %d are "
+                   "unsupported", count, ONNX_MAX_SEQUENCE);
+  if (kind == ONNX_KIND_SEQUENCE) {
+    Onnx__SequenceProto *p = onnx__sequence_proto__unpack(NULL, n, buf);
+    if (!p) return err_set(e, FL_EFORMAT, "onnx: not a valid SequenceProto (truncated or "
+                           "malformed protobuf)");
+    d->has = 1;
+    d->inner = ONNX_KIND_SEQUENCE;
+    rc = sequence_from_proto(p, d, e);
+    onnx__sequence_proto__free_unpacked(p, NULL);
+  } else if (kind == ONNX_KIND_OPTIONAL) {
+    Onnx__OptionalProto *p = onnx__optional_proto__unpack(NULL, n, buf);
+    int elem;
+    if (!p) return err_set(e, FL_EFORMAT, "onnx: not a valid OptionalProto (truncated or "
+                           "malformed protobuf)");
+    elem = p->has_elem_type ? p->elem_type : 0;
+    if (p->sparse_tensor_value || p->optional_value ||
+        (elem && elem != ONNX__OPTIONAL_PROTO__DATA_TYPE__TENSOR &&
+         elem != ONNX__OPTIONAL_PROTO__DATA_TYPE__SEQUENCE)) {
+      rc = err_set(e, FL_EUNSUPPORTED, "optional: contents other than a tensor or a sequence "
+                   "are unsupported");
+    } else if (p->tensor_value && p->sequence_value) {
+      rc = err_set(e, FL_EFORMAT, "optional: holds both a tensor and a sequence");
+    } else if (p->tensor_value) {
+      d->has = 1;
+      d->inner = ONNX_KIND_TENSOR;
+      if (!(d->t = calloc(1, sizeof *d->t))) rc = err_set(e, FL_ENOMEM, "out of memory");
+      else if ((rc = tensor_from_proto(p->tensor_value, NULL, d->t, e)) == FL_OK) d->n = 1;
+    } else if (p->sequence_value) {
+      d->has = 1;
+      d->inner = ONNX_KIND_SEQUENCE;
+      rc = sequence_from_proto(p->sequence_value, d, e);
+    }
+    onnx__optional_proto__free_unpacked(p, NULL);
+  } else {
+    return err_set(e, FL_EINVAL, "onnx: value kind %d", kind);
+  }
+  if (rc != FL_OK) {
+    onnx_data_free(d);
+    err_prefix(e, "onnx");
+  }
+  return rc;
+}
+
+int onnx_data_load(const char *path, int kind, onnx_data *d, fl_err *e) {
+  unsigned char *buf;
+  size_t n;
+  char q[512];
+  int rc;
+  memset(d, 0, sizeof *d);
+  if ((rc = read_all(path, ONNX_MAX_FILE, &buf, &n, e)) != FL_OK) {
+    if (strncmp(e ? e->msg : "", path, strlen(path)) != 0)
+      err_prefix(e, "%s", err_quote(path, q, sizeof q));
+    return rc;
+  }
+  rc = onnx_data_parse(buf, n, kind, d, e);
+  free(buf);
+  if (rc != FL_OK) {
+    onnx_data_free(d);
+    err_prefix(e, "%s", err_quote(path, q, sizeof q));
+  }
   return rc;
 }

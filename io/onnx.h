@@ -43,11 +43,21 @@ typedef struct onnx_tensor {
   fl_tensor t;      /* one storage reference, owned */
 } onnx_tensor;
 
+/* What a value holds (its TypeProto): a tensor, a sequence of tensors, or
+** an optional of either.  Maps, sparse tensors and sequences of sequences
+** are refused. */
+enum { ONNX_KIND_TENSOR = 0, ONNX_KIND_SEQUENCE = 1, ONNX_KIND_OPTIONAL = 2 };
+
 /* A graph input or output as declared. */
 typedef struct onnx_value {
   char *name;                       /* owned */
-  int elem;                         /* ONNX dtype code, 0 when not given */
-  int ndim;                         /* -1 when the rank is not given */
+  int kind;                         /* ONNX_KIND_* */
+  int inner;                        /* an optional's content: ONNX_KIND_TENSOR or
+                                    ** ONNX_KIND_SEQUENCE, -1 when not given */
+  int elem;                         /* ONNX dtype code (of the tensors a sequence
+                                    ** or optional holds), 0 when not given */
+  int ndim;                         /* -1 when the rank is not given (always
+                                    ** for a sequence or an optional) */
   int64_t dims[FL_MAX_DIMS];        /* -1 for a symbolic or unknown dim */
   char *dim_names[FL_MAX_DIMS];     /* owned symbolic names ("N"), or NULL */
 } onnx_value;
@@ -56,7 +66,8 @@ typedef struct onnx_value {
 typedef enum onnx_attr_kind {
   ONNX_ATTR_FLOAT = 1, ONNX_ATTR_INT = 2, ONNX_ATTR_STRING = 3, ONNX_ATTR_TENSOR = 4,
   ONNX_ATTR_GRAPH = 5, ONNX_ATTR_FLOATS = 6, ONNX_ATTR_INTS = 7, ONNX_ATTR_STRINGS = 8,
-  ONNX_ATTR_OTHER = 99              /* sparse tensors, type protos: no payload */
+  ONNX_ATTR_TYPE = 13,              /* a TypeProto (Optional's "type") */
+  ONNX_ATTR_OTHER = 99              /* sparse tensors, lists of graphs: no payload */
 } onnx_attr_kind;
 
 struct onnx_model;
@@ -74,6 +85,7 @@ typedef struct onnx_attr {
   onnx_tensor *t;      /* TENSOR, owned */
   struct onnx_model *g;  /* GRAPH: the subgraph (name, values, initializers
                          ** and nodes; no opset of its own), owned */
+  onnx_value *ty;      /* TYPE: kind, inner, elem (its name ""), owned */
 } onnx_attr;
 
 typedef struct onnx_node {
@@ -135,5 +147,24 @@ int onnx_load(const char *path, onnx_model *m, fl_err *e);
 ** n bytes or a file. */
 int onnx_tensor_parse(const void *buf, size_t n, onnx_tensor *t, fl_err *e);
 int onnx_tensor_load(const char *path, onnx_tensor *t, fl_err *e);
+
+/* The most elements (tensors, sequences, ...) one file of test data may
+** hold at all its levels: counted before anything is unpacked. */
+#define ONNX_MAX_SEQUENCE (1 << 20)
+
+/* A value of ONNX's test data (onnx-data.proto): a TensorProto, a
+** SequenceProto of tensors or an OptionalProto of either, as the caller
+** says (kind, ONNX_KIND_*: the model's declared type; the image says
+** nothing of its own type).  has: an optional holds a value (a tensor
+** and a sequence always do); inner: what it holds. */
+typedef struct onnx_data {
+  int kind, inner, has;
+  size_t n;            /* tensors held: 1 for a tensor, the elements of a sequence */
+  onnx_tensor *t;      /* owned */
+} onnx_data;
+
+void onnx_data_free(onnx_data *d);
+int onnx_data_parse(const void *buf, size_t n, int kind, onnx_data *d, fl_err *e);
+int onnx_data_load(const char *path, int kind, onnx_data *d, fl_err *e);
 
 #endif

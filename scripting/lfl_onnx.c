@@ -12,6 +12,11 @@
 **   free lists the names of enclosing scopes its nodes read, and a node's
 **   implicit the names its subgraphs read
 **   fl._onnx_tensor(path) -> tensor, dtype   (one TensorProto file)
+**   fl._onnx_data(path, kind) -> value, dtype (a file of kind "tensor",
+**       "sequence" or "optional"): a tensor, an array of tensors, or for
+**   an optional nil (empty) or either
+**   a value's kind is "tensor", "sequence" or "optional" (inner= what an
+**   optional holds, "tensor" or "sequence"); dtype its tensors'
 **
 ** dtype is ONNX's name ("float", "int32"): a widened integer type keeps its
 ** own name though its tensor is int64.  The parsed model sits in a
@@ -35,10 +40,21 @@ static void push_tensor(lua_State *L, onnx_tensor *t) {
   lfl_pushmoved(L, &t->t);
 }
 
+static const char *value_kind(int k) {
+  return k == ONNX_KIND_SEQUENCE ? "sequence" : k == ONNX_KIND_OPTIONAL ? "optional"
+       : k == ONNX_KIND_TENSOR ? "tensor" : "unknown";
+}
+
 static void push_value(lua_State *L, const onnx_value *v) {
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, v->name);
   lua_setfield(L, -2, "name");
+  lua_pushstring(L, value_kind(v->kind));
+  lua_setfield(L, -2, "kind");
+  if (v->kind == ONNX_KIND_OPTIONAL) {
+    lua_pushstring(L, value_kind(v->inner));
+    lua_setfield(L, -2, "inner");
+  }
   lua_pushstring(L, v->elem ? onnx_dtype_name(v->elem) : "unknown");
   lua_setfield(L, -2, "dtype");
   if (v->ndim >= 0) {
@@ -68,6 +84,7 @@ static const char *kind_name(onnx_attr_kind k) {
   case ONNX_ATTR_FLOATS: return "floats";
   case ONNX_ATTR_INTS: return "ints";
   case ONNX_ATTR_STRINGS: return "strings";
+  case ONNX_ATTR_TYPE: return "type";
   default: return "other";
   }
 }
@@ -88,6 +105,7 @@ static void push_attr(lua_State *L, onnx_attr *a) {
     lua_setfield(L, -2, "dtype");
     break;
   case ONNX_ATTR_GRAPH: push_graph(L, a->g); break;
+  case ONNX_ATTR_TYPE: push_value(L, a->ty); break;
   case ONNX_ATTR_FLOATS:
   case ONNX_ATTR_INTS:
   case ONNX_ATTR_STRINGS:
@@ -229,9 +247,53 @@ static int l_onnx_tensor(lua_State *L) {
   return 3;
 }
 
+#define DATA_GUARD "fl.onnx_data"
+
+static int data_gc(lua_State *L) {
+  onnx_data_free((onnx_data *)luaL_checkudata(L, 1, DATA_GUARD));
+  return 0;
+}
+
+static int l_onnx_data(lua_State *L) {
+  static const char *const kinds[] = {"tensor", "sequence", "optional", NULL};
+  const char *path = luaL_checkstring(L, 1);
+  int kind = luaL_checkoption(L, 2, NULL, kinds);
+  onnx_data *d = (onnx_data *)lua_newuserdatauv(L, sizeof *d, 0);
+  fl_err e;
+  memset(d, 0, sizeof *d);
+  if (luaL_newmetatable(L, DATA_GUARD)) {
+    lua_pushcfunction(L, data_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  err_clear(&e);
+  if (onnx_data_load(path, kind, d, &e) != FL_OK) {
+    lua_pushfstring(L, "load_onnx_data: %s", e.msg);
+    return lua_error(L);
+  }
+  if (!d->has) {
+    lua_pushnil(L);
+    lua_pushstring(L, "unknown");
+  } else if (d->inner == ONNX_KIND_TENSOR) {
+    lua_pushstring(L, onnx_dtype_name(d->t[0].elem));
+    push_tensor(L, &d->t[0]);
+    lua_insert(L, -2);
+  } else {
+    lua_createtable(L, (int)d->n, 0);
+    for (size_t i = 0; i < d->n; i++) {
+      push_tensor(L, &d->t[i]);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_pushstring(L, d->n ? onnx_dtype_name(d->t[0].elem) : "unknown");
+  }
+  onnx_data_free(d);
+  return 2;
+}
+
 static const luaL_Reg onnx_funcs[] = {
   {"_onnx_read", l_onnx_read},
   {"_onnx_tensor", l_onnx_tensor},
+  {"_onnx_data", l_onnx_data},
   {NULL, NULL}
 };
 

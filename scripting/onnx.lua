@@ -118,6 +118,7 @@ local function T(node, v, what)
     return (v.scalar and t:reshape({}) or t):to("bool")
   end
   if v.wide then unsupported(node, "%s of dtype %s in arithmetic", what or "an input", v.wide) end
+  if v.seq or v.opt then node_error(node, "%s is %s, not a tensor", what or "an input", v.seq and "a sequence" or "an optional") end
   if v.host then
     local vals, sym = v.v, false
     for _, x in ipairs(vals) do sym = sym or type(x) ~= "number" end
@@ -155,6 +156,7 @@ end
 
 local function ints(node, v, what)
   if v == nil then return nil end
+  if not is_tensor(v) and (v.seq or v.opt) then node_error(node, "%s must be a tensor", what) end
   if is_tensor(v) then
     if v.dtype ~= "int64" then node_error(node, "%s must be int64, got %s", what, v.dtype) end
     local h = concrete(node, v, what, "shape")
@@ -180,6 +182,7 @@ end
 
 local function dtype_of(v)
   if is_tensor(v) then return v.dtype end
+  if v.seq or v.opt then return v.seq and "sequence" or "optional" end
   if v.wide then return v.wide end
   if v.hostbool then return "bool" end
   return "int64"
@@ -4921,6 +4924,7 @@ end
 -- host bool (Equal over sizes) Lua booleans, false being false.
 local function truth(node, v, what)
   if not is_tensor(v) then
+    if v.seq or v.opt then node_error(node, "%s must be a tensor", what) end
     if v.wide then v = v.t
     else
       if #v.v ~= 1 then node_error(node, "%s must hold one value", what) end
@@ -5171,6 +5175,276 @@ OPS.Scan = function(node, attrs, opset)
 end
 
 -- ---------------------------------------------------------------------------
+-- sequences and optionals
+-- ---------------------------------------------------------------------------
+
+-- A sequence is {seq=true, dtype=, [1..n]=values}: an ordered list of
+-- values as any node makes them (tensors, host vectors, narrow-marked
+-- tensors), dtype the ONNX name its elements have (nil: not known, an
+-- empty sequence of a graph input).  An optional is {opt=true, v=value},
+-- v a tensor value or a sequence, nil when empty.  Both are Lua-level:
+-- under fl.compile the tensors they hold are graph values like any other.
+-- No op changes a sequence it is given: each makes a new one.
+local function onnx_dtype(v) return ONNX_DTYPE[dtype_of(v)] or dtype_of(v) end
+
+local function is_seq(v) return type(v) == "table" and v.seq == true end
+local function is_opt(v) return type(v) == "table" and v.opt == true end
+
+local function sequence(vals, dtype)
+  vals.seq, vals.dtype = true, dtype
+  return vals
+end
+
+local function the_seq(node, v, what)
+  if v == nil then node_error(node, "%s is missing", what) end
+  if not is_seq(v) then node_error(node, "%s must be a sequence", what) end
+  return v
+end
+
+-- A tensor value for a sequence of dtype dt (nil: any).
+local function element(node, v, dt, what)
+  if v == nil then node_error(node, "%s is missing", what) end
+  if is_seq(v) or is_opt(v) then node_error(node, "%s must be a tensor", what) end
+  local got = onnx_dtype(v)
+  if dt and got ~= dt then node_error(node, "%s of dtype %s for a sequence of %s", what, got, dt) end
+  return v
+end
+
+-- The element count of a sequence as a copy of its values (1-based).
+local function copy_seq(s)
+  local out = {}
+  for i = 1, #s do out[i] = s[i] end
+  return out
+end
+
+-- A position (0-based, negative from the back) in [-n, hi], as 1-based.
+local function position(node, v, n, hi, what)
+  local p = number(node, v, what or "position")
+  if math.type(p) ~= "integer" then node_error(node, "position %s is not an integer", tostring(p)) end
+  if p < -n or p > hi then
+    node_error(node, "position %d out of range for a sequence of %d tensors ([%d, %d])", p, n, -n, hi)
+  end
+  if p < 0 then p = p + n end
+  return p + 1
+end
+
+local function check_position(node, v)
+  if v ~= nil and not is_seq(v) and not is_opt(v) then
+    local dt = dtype_of(v)
+    if dt ~= "int64" and dt ~= "int32" then node_error(node, "position must be int32 or int64, got %s", dt) end
+  end
+end
+
+OPS.SequenceEmpty = function(node, attrs)
+  known_attrs(node, attrs, set("dtype"))
+  local name = DTYPE_CODE[attr(attrs, "dtype", 1)]
+  if not name or not (FL_DTYPE[name] or WIDE[name] or SMALLF[name]) then
+    unsupported(node, "a sequence of dtype %s", name or tostring(attrs.dtype))
+  end
+  return function() return {sequence({}, name)} end
+end
+
+OPS.SequenceConstruct = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    if node.nin < 1 then node_error(node, "no inputs (SequenceEmpty makes an empty sequence)") end
+    local dt = onnx_dtype(element(node, ins[1], nil, "input 1"))
+    local out = {}
+    for i = 1, node.nin do out[i] = element(node, ins[i], dt, "input " .. i) end
+    return {sequence(out, dt)}
+  end
+end
+
+OPS.SequenceInsert = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local s = the_seq(node, ins[1], "input_sequence")
+    local x = element(node, ins[2], s.dtype, "the tensor")
+    check_position(node, ins[3])
+    local at = ins[3] ~= nil and position(node, ins[3], #s, #s) or #s + 1
+    local out = copy_seq(s)
+    table.insert(out, at, x)
+    return {sequence(out, s.dtype or onnx_dtype(x))}
+  end
+end
+
+OPS.SequenceErase = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local s = the_seq(node, ins[1], "input_sequence")
+    check_position(node, ins[2])
+    if #s == 0 then node_error(node, "erasing from an empty sequence") end
+    local at = ins[2] ~= nil and position(node, ins[2], #s, #s - 1) or #s
+    local out = copy_seq(s)
+    table.remove(out, at)
+    return {sequence(out, s.dtype)}
+  end
+end
+
+OPS.SequenceAt = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local s = the_seq(node, ins[1], "input_sequence")
+    if ins[2] == nil then node_error(node, "position is missing") end
+    check_position(node, ins[2])
+    return {s[position(node, ins[2], #s, #s - 1)]}
+  end
+end
+
+OPS.SequenceLength = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins) return {host({#the_seq(node, ins[1], "input_sequence")}, true)} end
+end
+
+-- SplitToSequence: chunks of split[i] along axis (1-D split), of split
+-- each with a smaller last one (a scalar), or of 1 each, the axis kept
+-- unless keepdims=0 (only without split).
+OPS.SplitToSequence = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "keepdims"))
+  local keep = attr(attrs, "keepdims", 1)
+  if keep ~= 0 and keep ~= 1 then node_error(node, "keepdims %s (0 or 1)", tostring(keep)) end
+  return function(ins)
+    local v = element(node, ins[1], nil, "input")
+    local t = (not is_tensor(v) and v.wide) and v.t or T(node, v, "input")
+    local d = axis(node, attr(attrs, "axis", 0), t:dim())
+    local n = static_size(t.shape[d])
+    local sizes = {}
+    local sv, scalar = nil, true
+    if ins[2] ~= nil then sv, scalar = ints(node, ins[2], "split") end
+    if sv and not scalar then
+      local sum = 0
+      for i, k in ipairs(sv) do
+        if math.type(k) ~= "integer" or k < 0 then node_error(node, "split size %s", tostring(k)) end
+        sizes[i], sum = k, sum + k
+      end
+      if sum ~= n then node_error(node, "split sizes sum to %d, the dim is %d", sum, n) end
+    else
+      local k = sv and sv[1] or 1
+      if math.type(k) ~= "integer" or k < 1 then node_error(node, "split %s (must be positive)", tostring(k)) end
+      check_count(node, n // k, "a sequence")
+      for at = 0, n - 1, k do sizes[#sizes + 1] = math.min(k, n - at) end
+    end
+    local squeeze = ins[2] == nil and keep == 0
+    local out, start = {}, 1
+    for i, len in ipairs(sizes) do
+      out[i] = on_value(node, v, function(x)
+        local c = x:narrow(d, start, len)
+        return squeeze and c:squeeze(d) or c
+      end)
+      start = start + len
+    end
+    return {sequence(out, onnx_dtype(v))}
+  end
+end
+
+-- ConcatFromSequence: the elements concatenated along axis, or stacked
+-- along a new one (new_axis=1).
+OPS.ConcatFromSequence = function(node, attrs)
+  known_attrs(node, attrs, set("axis", "new_axis"))
+  if attrs.axis == nil then node_error(node, "attribute 'axis' is required") end
+  local new = attr(attrs, "new_axis", 0)
+  if new ~= 0 and new ~= 1 then node_error(node, "new_axis %s (0 or 1)", tostring(new)) end
+  return function(ins)
+    local s = the_seq(node, ins[1], "input_sequence")
+    if #s == 0 then node_error(node, "concatenating an empty sequence") end
+    local wide = not is_tensor(s[1]) and s[1].wide
+    local parts = {}
+    for i = 1, #s do parts[i] = wide and s[i].t or T(node, s[i], "element " .. i) end
+    local r = parts[1]:dim()
+    for i = 2, #parts do
+      if parts[i]:dim() ~= r then node_error(node, "elements of ranks %d and %d", r, parts[i]:dim()) end
+    end
+    local d = axis(node, attrs.axis, r + new, "axis")
+    if new == 1 then
+      for i, p in ipairs(parts) do parts[i] = p:unsqueeze(d) end
+    end
+    local ok, y = pcall(fl.cat, parts, d)
+    if not ok then node_error(node, "elements of shapes that do not concatenate along axis %d", attrs.axis) end
+    return {wide and {wide = wide, t = y} or y}
+  end
+end
+
+-- SequenceMap: the body once per element of the first input (a
+-- sequence), given the element at that position of each sequence input
+-- and each tensor input whole; output j is the sequence of the body's
+-- output j.
+OPS.SequenceMap = function(node, attrs)
+  known_attrs(node, attrs, set("body"))
+  local g = attrs.body
+  local body = lower_graph(node, g, "body")
+  if #g.inputs ~= node.nin or #g.outputs ~= #node.outputs then
+    node_error(node, "a body of %d inputs and %d outputs for %d inputs and %d outputs", #g.inputs,
+               #g.outputs, node.nin, #node.outputs)
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local n = #the_seq(node, ins[1], "input_sequence")
+    for k = 2, node.nin do
+      if ins[k] == nil then node_error(node, "input %d is missing", k) end
+      if is_seq(ins[k]) and #ins[k] ~= n then
+        node_error(node, "input %d is a sequence of %d tensors, the first of %d", k, #ins[k], n)
+      end
+    end
+    local res = {}
+    for j = 1, #node.outputs do res[j] = {} end
+    for i = 1, n do
+      local args = {}
+      for k = 1, node.nin do args[k] = is_seq(ins[k]) and ins[k][i] or ins[k] end
+      local outs = body(args, outer)
+      for j = 1, #node.outputs do res[j][i] = element(node, outs[j], nil, "body output " .. j) end
+    end
+    for j = 1, #node.outputs do
+      local dt = res[j][1] and onnx_dtype(res[j][1])
+      local want = g.outputs[j].dtype
+      if not dt and want ~= "unknown" then dt = want end
+      res[j] = sequence(res[j], dt)
+    end
+    return res
+  end
+end
+
+-- Optional: its input wrapped, or (no input) an empty optional of the
+-- type the attribute gives.
+OPS.Optional = function(node, attrs)
+  known_attrs(node, attrs, set("type"))
+  local ty = attrs.type
+  if ty ~= nil and (type(ty) ~= "table" or ty.kind == nil) then node_error(node, "attribute 'type' must be a type") end
+  if ty and ty.kind == "optional" then unsupported(node, "an optional of an optional") end
+  return function(ins)
+    if node.nin >= 1 and ins[1] ~= nil then
+      if is_opt(ins[1]) then unsupported(node, "an optional of an optional") end
+      return {{opt = true, v = ins[1]}}
+    end
+    if not ty then node_error(node, "neither an input nor attribute 'type'") end
+    return {{opt = true}}
+  end
+end
+
+-- OptionalHasElement: an optional's presence; a tensor or a sequence (from
+-- opset 18) has one, an omitted input none.
+OPS.OptionalHasElement = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local v = ins[1]
+    if is_opt(v) then return {bool_value(v.v ~= nil)} end
+    return {bool_value(v ~= nil)}
+  end
+end
+
+-- OptionalGetElement: an optional's value (an error when empty); a tensor
+-- or a sequence (from opset 18) is itself.
+OPS.OptionalGetElement = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local v = ins[1]
+    if v == nil then node_error(node, "the input is missing") end
+    if not is_opt(v) then return {v} end
+    if v.v == nil then node_error(node, "the optional is empty") end
+    return {v.v}
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- the module
 -- ---------------------------------------------------------------------------
 
@@ -5230,7 +5504,9 @@ function Model:__init(g, path)
   end
   self._consts = consts
   for _, v in ipairs(g.inputs) do
-    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] and not SMALLF[v.dtype] then
+    -- a sequence's or optional's element type may be left open
+    if not FL_DTYPE[v.dtype] and not WIDE[v.dtype] and not SMALLF[v.dtype]
+       and not (v.kind ~= "tensor" and v.dtype == "unknown") then
       error(fmt("onnx: graph input '%s': dtype %s is unsupported", clean(v.name), clean(v.dtype)), 0)
     end
   end
@@ -5330,7 +5606,12 @@ function Model.__tostring(self)
   local function vals(title, list)
     lines[#lines + 1] = "  " .. title .. ":"
     for _, v in ipairs(list) do
-      lines[#lines + 1] = fmt("    %s: %s %s", clean(v.name), FL_DTYPE[v.dtype] or clean(v.dtype), shape_text(v))
+      local ty = fmt("%s %s", FL_DTYPE[v.dtype] or clean(v.dtype), shape_text(v))
+      if v.kind == "sequence" then ty = fmt("sequence of %s", FL_DTYPE[v.dtype] or clean(v.dtype))
+      elseif v.kind == "optional" then
+        ty = fmt("optional %s%s", v.inner == "sequence" and "sequence of " or "", FL_DTYPE[v.dtype] or clean(v.dtype))
+      end
+      lines[#lines + 1] = fmt("    %s: %s", clean(v.name), ty)
     end
   end
   vals("inputs", self.inputs)
@@ -5351,9 +5632,104 @@ function Model.__tostring(self)
   return table.concat(lines, "\n")
 end
 
+-- Graph input i (declared v): the tensor x checked against its dtype and
+-- shape (what names it in messages), as the nodes read it.
+local function input_tensor(self, i, v, x, what)
+  if not is_tensor(x) then
+    error(fmt("onnx.Model: input %d ('%s')%s must be a tensor, got %s", i, clean(v.name), what, type(x)), 0)
+  end
+  local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64") or (SMALLF[v.dtype] and "float32")
+  if want and x.dtype ~= want then
+    error(fmt("onnx.Model: input %d ('%s')%s must be %s%s, got %s", i, clean(v.name), what, want,
+              (WIDE[v.dtype] or SMALLF[v.dtype]) and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
+  end
+  if v.dims then
+    local ok = #x.shape == #v.dims
+    for d = 1, ok and #v.dims or 0 do
+      if v.dims[d] >= 0 and not v.dim_names[d] and x.shape[d] ~= v.dims[d] then ok = false end
+    end
+    if not ok then
+      error(fmt("onnx.Model: input %d ('%s') must be %s, got [%s]", i, clean(v.name), shape_text(v),
+                table.concat(x.shape, ",")), 0)
+    end
+  end
+  if SMALLF[v.dtype] then
+    -- float32 values rounded to the type, as a saturating Cast would
+    x = small_cast({name = v.name, op = "input", opset = self.opset}, x, v.dtype, {}).t
+  end
+  return (WIDE[v.dtype] or SMALLF[v.dtype]) and {wide = v.dtype, t = x} or x
+end
+
+-- A sequence input: a Lua array of tensors (no holes, no other keys).
+local function input_sequence(self, i, v, l, what)
+  if type(l) ~= "table" or is_tensor(l) then
+    error(fmt("onnx.Model: input %d ('%s')%s must be a table (array) of tensors, got %s", i, clean(v.name),
+              what, is_tensor(l) and "a tensor" or type(l)), 0)
+  end
+  local n = #l
+  for k in pairs(l) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then
+      error(fmt("onnx.Model: input %d ('%s')%s must be an array of tensors (key %s)", i, clean(v.name), what,
+                clean(tostring(k))), 0)
+    end
+  end
+  local out = {}
+  for k = 1, n do out[k] = input_tensor(self, i, v, l[k], fmt("%s element %d", what, k)) end
+  return sequence(out, v.dtype ~= "unknown" and v.dtype or (out[1] and onnx_dtype(out[1])) or nil)
+end
+
+-- Graph input i of any kind, as the nodes read it: a sequence from an
+-- array of tensors, an optional from nil, a tensor or an array.
+local function input_value(self, i, v, x)
+  if v.kind == "sequence" then return input_sequence(self, i, v, x, "") end
+  if v.kind ~= "optional" then return input_tensor(self, i, v, x, "") end
+  if x == nil then return {opt = true} end
+  if v.inner ~= "tensor" and not is_tensor(x) then return {opt = true, v = input_sequence(self, i, v, x, "")} end
+  if v.inner == "sequence" then
+    error(fmt("onnx.Model: input %d ('%s') must be nil or a table (array) of tensors, got a tensor", i,
+              clean(v.name)), 0)
+  end
+  return {opt = true, v = input_tensor(self, i, v, x, "")}
+end
+
+-- What the call returns for graph output v holding r: a tensor, an array
+-- of tensors for a sequence, nil or either for an optional.
+local function output_value(self, v, r)
+  if is_opt(r) then
+    if v.kind ~= "optional" then
+      error(fmt("onnx: output '%s': computed an optional, the model declares a %s", clean(v.name), v.kind), 0)
+    end
+    if r.v == nil then return nil end
+    r = r.v
+  end
+  if is_seq(r) then
+    if v.kind == "tensor" or v.kind == "optional" and v.inner == "tensor" then
+      error(fmt("onnx: output '%s': computed a sequence, the model declares a tensor", clean(v.name)), 0)
+    end
+    local out = {}
+    for k = 1, #r do out[k] = output_value(self, {name = v.name, kind = "tensor", dtype = v.dtype}, r[k]) end
+    return out
+  end
+  if v.kind == "sequence" or v.kind == "optional" and v.inner == "sequence" then
+    error(fmt("onnx: output '%s': computed a tensor, the model declares a sequence", clean(v.name)), 0)
+  end
+  local wide = not is_tensor(r) and r.wide
+  if not is_tensor(r) then
+    if r.wide then r = r.t else r = T({name = v.name, op = "output", opset = self.opset}, r) end
+  end
+  local got = wide or ONNX_DTYPE[r.dtype]
+  if v.dtype ~= "unknown" and got ~= v.dtype then
+    error(fmt("onnx: output '%s': computed %s, the model declares %s", clean(v.name), got, v.dtype), 0)
+  end
+  return r
+end
+
 function Model:forward(...)
   local args = table.pack(...)
-  if args.n ~= #self.inputs then
+  -- trailing optional inputs may be left out (nil)
+  local need = #self.inputs
+  while need > 0 and self.inputs[need].kind == "optional" and args.n < need do need = need - 1 end
+  if args.n ~= #self.inputs and args.n ~= need then
     error(fmt("onnx.Model: expected %d inputs (%s), got %d", #self.inputs,
               table.concat((function()
                 local t = {}
@@ -5369,46 +5745,22 @@ function Model:forward(...)
     env[n] = (t.dtype == "int64" and t:numel() <= 64) and host_of_tensor(t) or t
     CONST[t] = true
   end
+  local held = false
   for i, v in ipairs(self.inputs) do
-    local x = args[i]
-    if not is_tensor(x) then
-      error(fmt("onnx.Model: input %d ('%s') must be a tensor, got %s", i, clean(v.name), type(x)), 0)
-    end
-    local want = FL_DTYPE[v.dtype] or (WIDE[v.dtype] and "int64") or (SMALLF[v.dtype] and "float32")
-    if want and x.dtype ~= want then
-      error(fmt("onnx.Model: input %d ('%s') must be %s%s, got %s", i, clean(v.name), want,
-                (WIDE[v.dtype] or SMALLF[v.dtype]) and (" (holding " .. v.dtype .. " values)") or "", x.dtype), 0)
-    end
-    if v.dims then
-      local ok = #x.shape == #v.dims
-      for d = 1, ok and #v.dims or 0 do
-        if v.dims[d] >= 0 and not v.dim_names[d] and x.shape[d] ~= v.dims[d] then ok = false end
-      end
-      if not ok then
-        error(fmt("onnx.Model: input %d ('%s') must be %s, got [%s]", i, clean(v.name), shape_text(v),
-                  table.concat(x.shape, ",")), 0)
-      end
-    end
-    if SMALLF[v.dtype] then
-      -- float32 values rounded to the type, as a saturating Cast would
-      x = small_cast({name = v.name, op = "input", opset = self.opset}, x, v.dtype, {}).t
-    end
-    env[v.name] = (WIDE[v.dtype] or SMALLF[v.dtype]) and {wide = v.dtype, t = x} or x
+    env[v.name] = input_value(self, i, v, args[i])
+    held = held or v.kind ~= "tensor"
+  end
+  -- the tensors a sequence or optional input holds are no arguments of a
+  -- compiled graph (fl.compile guards a table by identity, not by what it
+  -- holds): a graph break here makes every call run this Lua again, so
+  -- each call reads the tensors it is given
+  if held and fl._tracing() and not pcall(fl.graph_break) then
+    error("onnx.Model: sequence and optional inputs under fl.capture are unsupported (their tensors are "
+          .. "no graph inputs; fl.compile takes a graph break there)", 0)
   end
   run_nodes(self._nodes, env)
   local res = {}
-  for i, v in ipairs(self.outputs) do
-    local r = env[v.name]
-    local wide = not is_tensor(r) and r.wide
-    if not is_tensor(r) then
-      if r.wide then r = r.t else r = T({name = v.name, op = "output", opset = self.opset}, r) end
-    end
-    local got = wide or ONNX_DTYPE[r.dtype]
-    if v.dtype ~= "unknown" and got ~= v.dtype then
-      error(fmt("onnx: output '%s': computed %s, the model declares %s", clean(v.name), got, v.dtype), 0)
-    end
-    res[i] = r
-  end
+  for i, v in ipairs(self.outputs) do res[i] = output_value(self, v, env[v.name]) end
   return table.unpack(res, 1, #self.outputs)
 end
 
@@ -5423,6 +5775,18 @@ function fl.load_onnx(path, opts)
   end
   local g = fl._onnx_read(path)
   return Model(g, path):eval()
+end
+
+-- fl.load_onnx_value(path, kind): one file of ONNX test data of kind
+-- "tensor" (a TensorProto), "sequence" (a SequenceProto: an array of
+-- tensors) or "optional" (an OptionalProto: nil, a tensor or an array),
+-- and the ONNX dtype of its tensors.
+function fl.load_onnx_value(path, kind)
+  if type(path) ~= "string" then error("load_onnx_value: expected a path, got " .. type(path), 2) end
+  if kind ~= "tensor" and kind ~= "sequence" and kind ~= "optional" then
+    error("load_onnx_value: kind must be \"tensor\", \"sequence\" or \"optional\", got " .. tostring(kind), 2)
+  end
+  return fl._onnx_data(path, kind)
 end
 
 -- fl.load_onnx_tensor(path): one TensorProto file (ONNX test data) as a

@@ -1,8 +1,8 @@
 /*
 ** fuzz_onnx.c -- libFuzzer target for the ONNX reader.  Any byte string
 ** must either parse into a closed, ordered model (and, read as one
-** TensorProto, into a tensor) or fail with a message and leave nothing
-** behind; the sanitizers turn out-of-bounds reads, overflows, leaks and
+** TensorProto, into a tensor; as a SequenceProto or OptionalProto, into
+** their tensors) or fail with a message and leave nothing behind; the sanitizers turn out-of-bounds reads, overflows, leaks and
 ** undefined behaviour (ours and protobuf-c's) into crashes.  No folder is
 ** given, so external data is refused without touching the file system.
 ** Built and run by tests/fuzz/fuzz.sh.
@@ -47,6 +47,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     onnx_tensor_free(&t);
   } else if (e.msg[0] == '\0' || t.t.st != NULL) {
     __builtin_trap();
+  }
+  for (int kind = ONNX_KIND_SEQUENCE; kind <= ONNX_KIND_OPTIONAL; kind++) {
+    onnx_data d;
+    err_clear(&e);
+    if (onnx_data_parse(data, size, kind, &d, &e) == FL_OK) {
+      for (size_t i = 0; i < d.n; i++) sink ^= touch(&d.t[i].t);
+      onnx_data_free(&d);
+    } else if (e.msg[0] == '\0' || d.t != NULL || d.n != 0) {
+      __builtin_trap();
+    }
   }
   (void)sink;
   return 0;

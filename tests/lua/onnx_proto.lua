@@ -65,7 +65,7 @@ end
 local graph
 -- AttributeProto from a Lua value: integer, float, string, {ints}, tensor,
 -- graph ({graph = {nodes=, inputs=, outputs=, inits=}}), {floats = {...}},
--- {strings = {...}}
+-- {strings = {...}}, type ({type = M.type's})
 local function attribute(name, v)
   local s = bytes(1, name)
   if type(v) == "table" and v.graph then return s .. bytes(6, graph(v.graph)) .. vint(20, 5) end
@@ -83,6 +83,7 @@ local function attribute(name, v)
     for i, x in ipairs(v.strings) do p[i] = bytes(9, x) end
     return s .. table.concat(p) .. vint(20, 8)
   end
+  if v.type then return s .. bytes(14, M.type(v.type)) .. vint(20, 13) end
   local p = {}
   for i, x in ipairs(v) do p[i] = varint(x) end
   return s .. bytes(8, table.concat(p)) .. vint(20, 7)
@@ -103,8 +104,10 @@ function M.node(n)
   return table.concat(s)
 end
 
--- ValueInfoProto: {name=, dtype=, dims={4, "N"}}
-function M.value(v)
+-- TypeProto: {dtype=, dims=} a tensor; kind="sequence" a sequence of
+-- such tensors; kind="optional" an optional of one (inner="sequence": of
+-- a sequence of them); kind="map" a map (int64 keys)
+function M.type(v)
   local dims = {}
   for _, d in ipairs(v.dims or {}) do
     dims[#dims + 1] = bytes(1, type(d) == "string" and bytes(2, d) or vint(1, d))
@@ -112,7 +115,29 @@ function M.value(v)
   -- dtype "none": no elem_type (the type left to the reader)
   local tt = v.dtype == "none" and "" or vint(1, DTYPE[v.dtype or "float"] or v.dtype)
   if v.dims then tt = tt .. bytes(2, table.concat(dims)) end
-  return bytes(1, v.name) .. bytes(2, bytes(1, tt))
+  local ty = bytes(1, tt)
+  if v.kind == "map" then return bytes(5, vint(1, 7) .. bytes(2, ty)) end
+  if v.kind == "sequence" or v.inner == "sequence" then ty = bytes(4, bytes(1, ty)) end
+  if v.kind == "optional" then ty = bytes(9, bytes(1, ty)) end
+  return ty
+end
+
+-- ValueInfoProto: {name=, dtype=, dims={4, "N"}} (and M.type's kind, inner)
+function M.value(v)
+  return bytes(1, v.name) .. bytes(2, M.type(v))
+end
+
+-- SequenceProto of TensorProtos ({tensor tables}); OptionalProto of one
+-- ({tensor=} or {sequence={...}}, {} empty)
+function M.sequence(list)
+  local s = {vint(2, 1)}
+  for _, t in ipairs(list) do s[#s + 1] = bytes(3, M.tensor(t)) end
+  return table.concat(s)
+end
+function M.optional(o)
+  if o.tensor then return vint(2, 1) .. bytes(3, M.tensor(o.tensor)) end
+  if o.sequence then return vint(2, 3) .. bytes(5, M.sequence(o.sequence)) end
+  return ""
 end
 
 -- ModelProto: {name=, opset=, domain=, nodes={...}, inputs={...},

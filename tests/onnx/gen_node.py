@@ -31,9 +31,13 @@ def main(out):
             os.makedirs(ds, exist_ok=True)
             for kind, values, decl in (("input", inputs, g.input), ("output", outputs, g.output)):
                 for j, x in enumerate(values):
-                    # sequences, maps and optionals have no tensor form: such
-                    # a case keeps fewer files and the runner refuses it
-                    if isinstance(x, onnx.TensorProto):      # stored as is (bfloat16, float8)
+                    ty = decl[j].type
+                    if ty.HasField("optional_type"):
+                        # an OptionalProto (empty when x is None)
+                        t = numpy_helper.from_optional(x, decl[j].name)
+                    elif ty.HasField("sequence_type"):
+                        t = numpy_helper.from_list(list(x), decl[j].name)
+                    elif isinstance(x, onnx.TensorProto):      # stored as is (bfloat16, float8)
                         t = onnx.TensorProto()
                         t.CopyFrom(x)
                         t.name = decl[j].name
@@ -41,6 +45,8 @@ def main(out):
                         try:
                             t = numpy_helper.from_array(x, decl[j].name)
                         except Exception:
+                            # maps have no tensor form: such a case keeps
+                            # fewer files and the runner refuses it
                             continue
                     with open(os.path.join(ds, "%s_%d.pb" % (kind, j)), "wb") as f:
                         f.write(t.SerializeToString())
