@@ -3026,12 +3026,15 @@ local function floats(node, v, what)
   if v == nil then return nil end
   if not is_tensor(v) then return (ints(node, v, what)) end
   if v:numel() == 0 then return {} end   -- an empty input: "not given"
-  if fl._tracing() and not CONST[v] then
+  -- read as it is (scales and roi are 1-D): a reshape first would be a
+  -- new value under capture, whose elements are no longer known.  Values
+  -- computed from graph inputs are a graph break under fl.compile (as
+  -- concrete's), which one graph (fl.capture) cannot take.
+  local ok, l = pcall(v.tolist, v)
+  if not ok then
+    if not fl._tracing() then error(l, 0) end
     unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
   end
-  -- read as it is (scales and roi are 1-D): a reshape first would be a
-  -- new value under capture, whose elements are no longer known
-  local l = v:tolist()
   if type(l) ~= "table" then return {l} end
   if v:dim() > 1 then l = v:reshape({-1}):tolist() end
   return l
