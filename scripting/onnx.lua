@@ -3044,9 +3044,13 @@ end
 -- coordinate_transformation_mode).  The resized length is n_in x scale
 -- before rounding, as ONNX's reference takes it (a scale of 0.6 over 4
 -- aligns corners over 2.4, not 2).
-local function resize_coord(node, o, n_in, n_out, scale, coord)
+local function resize_coord(node, o, n_in, n_out, scale, coord, roi)
   local len = n_in * scale
-  if coord == "half_pixel" then return (o + 0.5) / scale - 0.5
+  if coord == "tf_crop_and_resize" then
+    -- roi = {start, end} of this axis, as fractions of n_in - 1
+    local x = len == 1 and (roi[2] - roi[1]) * (n_in - 1) / 2 or o * (roi[2] - roi[1]) * (n_in - 1) / (len - 1)
+    return x + roi[1] * (n_in - 1)
+  elseif coord == "half_pixel" then return (o + 0.5) / scale - 0.5
   elseif coord == "asymmetric" then return o / scale
   elseif coord == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
   elseif coord == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
@@ -3058,8 +3062,8 @@ local function resize_coord(node, o, n_in, n_out, scale, coord)
   unsupported(node, "coordinate_transformation_mode '%s'", coord)
 end
 
-local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
-  local x = resize_coord(node, o, n_in, n_out, scale, coord)
+local function nearest_index(node, o, n_in, n_out, scale, coord, mode, roi)
+  local x = resize_coord(node, o, n_in, n_out, scale, coord, roi)
   local f = math.floor(x)
   local i
   if x == f then i = f
@@ -3084,12 +3088,41 @@ local function cubic_weights(t, A)
   return {far(t + 1), near(t), near(1 - t), far(2 - t)}
 end
 
+-- Antialiased taps (downscaling by scale < 1): the linear or cubic filter
+-- widened by 1 / scale, so every input row under it counts, and its
+-- weights normalized to sum 1 (ONNX's antialias = 1).  The taps around
+-- coordinate c are f + i for i in [start, 1 - start], f the row left of c
+-- (c - 1 at an integer c, as ONNX's reference picks its window), each
+-- weighted by the filter at (f + i - c) x scale.
+local function antialias_taps(c, scale, interp, A)
+  local s = math.min(scale, 1)
+  local reach = interp == "cubic" and 2 or 1
+  local start = math.floor(-reach / s) + 1
+  local f = math.floor(c)
+  if f == c then f = c - 1 end
+  local idx, ws, sum = {}, {}, 0
+  for i = start, 1 - start do
+    local x = math.abs((f + i - c) * s)
+    local w
+    if interp == "linear" then w = math.max(0, 1 - x)
+    elseif x <= 1 then w = ((A + 2) * x - (A + 3)) * x * x + 1
+    elseif x < 2 then w = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    else w = 0 end
+    idx[#idx + 1], ws[#ws + 1], sum = f + i, w, sum + w
+  end
+  for k = 1, #ws do ws[k] = ws[k] / sum end
+  return idx, ws
+end
+
 -- Resizing one dim at a time: the dim moved to the front, its input rows
 -- gathered by index, one row per output for nearest (mode, the rounding),
 -- two or four with weights for linear and cubic (interp): rows past the
 -- edge repeat it, as ONNX's reference pads, or with exclude they weigh
--- nothing and the rest are renormalized.
-local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, exclude)
+-- nothing and the rest are renormalized.  opt: roi (2 x rank fractions)
+-- and extrapolation (the value of outputs whose coordinate falls outside
+-- the input) for tf_crop_and_resize, antialias for linear and cubic.
+local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, exclude, opt)
+  opt = opt or {}
   local r = x:dim()
   local y = x
   local total = 1.0
@@ -3104,7 +3137,9 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
     local n_in = x.shape[d]
     -- a dynamic dim (the batch) kept at its size is no resize: skipped, as
     -- the static path below skips it, so the dim stays dynamic
-    local kept = type(n_in) ~= "number" and (sizes and sizes[d] == n_in or not sizes and scales[d] == 1)
+    local roi = opt.roi and {opt.roi[d], opt.roi[r + d]}
+    local whole = not roi or (roi[1] == 0 and roi[2] == 1)
+    local kept = type(n_in) ~= "number" and whole and (sizes and sizes[d] == n_in or not sizes and scales[d] == 1)
     if type(n_in) ~= "number" and not kept then unsupported(node, "resizing a dynamic dim") end
     if kept then goto next_dim end
     local n_out, scale
@@ -3116,21 +3151,35 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
       n_out = math.floor(n_in * scale)
     end
     if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
-    if n_out ~= n_in or scale ~= 1 then
+    if n_out ~= n_in or scale ~= 1 or not whole then
       local ntap = interp == "cubic" and 4 or interp == "linear" and 2 or 1
-      local taps = {}
+      if opt.antialias and interp ~= "nearest" then
+        ntap = #antialias_taps(0.5, scale, interp, A)
+      end
+      local taps, outside, any_outside = {}, {}, false
       for k = 1, ntap do taps[k] = {idx = {}, w = {}} end
       for o = 0, n_out - 1 do
+        if coord == "tf_crop_and_resize" then
+          local c = resize_coord(node, o, n_in, n_out, scale, coord, roi)
+          outside[o + 1] = c < 0 or c > n_in - 1
+          any_outside = any_outside or outside[o + 1]
+        end
         if interp == "nearest" then
-          taps[1].idx[o + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode)
+          taps[1].idx[o + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode, roi)
         else
-          local c = resize_coord(node, o, n_in, n_out, scale, coord)
+          local c = resize_coord(node, o, n_in, n_out, scale, coord, roi)
           local f = math.floor(c)
-          local ws = interp == "linear" and {1 - (c - f), c - f} or cubic_weights(c - f, A)
-          local first = interp == "linear" and f or f - 1
+          local is, ws
+          if opt.antialias then is, ws = antialias_taps(c, scale, interp, A)
+          else
+            ws = interp == "linear" and {1 - (c - f), c - f} or cubic_weights(c - f, A)
+            local first = interp == "linear" and f or f - 1
+            is = {}
+            for k = 1, ntap do is[k] = first + k - 1 end
+          end
           local sum = 0
           for k = 1, ntap do
-            local i = first + k - 1
+            local i = is[k]
             if exclude and (i < 0 or i > n_in - 1) then ws[k] = 0 end
             sum = sum + ws[k]
             taps[k].idx[o + 1] = math.max(0, math.min(n_in - 1, i))
@@ -3148,6 +3197,12 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
         end
         g = g and g + gk or gk
       end
+      if any_outside then
+        -- tf_crop_and_resize's outputs outside the input: the extrapolation
+        -- value, which the later dims then interpolate as ONNX's reference does
+        local m = fl.tensor(outside, {dtype = "bool"}):reshape(wshape)
+        g = fl.where(m, fl.full({}, opt.extrapolation):to(x.dtype), g)
+      end
       y = g
     end
     ::next_dim::
@@ -3159,17 +3214,18 @@ OPS.Resize = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "coordinate_transformation_mode", "nearest_mode",
                               "cubic_coeff_a", "exclude_outside", "extrapolation_value",
                               "antialias", "keep_aspect_ratio_policy", "axes"))
-  -- opset 18's attributes, which exporters write at their defaults
-  if attr(attrs, "antialias", 0) ~= 0 then unsupported(node, "antialias = 1") end
+  local antialias = attr(attrs, "antialias", 0) ~= 0
   local policy = attr(attrs, "keep_aspect_ratio_policy", "stretch")
   if policy ~= "stretch" and policy ~= "not_larger" and policy ~= "not_smaller" then
     node_error(node, "keep_aspect_ratio_policy '%s'", policy)
   end
   local mode = attr(attrs, "mode", "nearest")
   if mode ~= "nearest" and mode ~= "linear" and mode ~= "cubic" then node_error(node, "mode '%s'", mode) end
+  if antialias and mode == "nearest" then node_error(node, "antialias = 1 in mode 'nearest'") end
   local A, exclude = attr(attrs, "cubic_coeff_a", -0.75), attr(attrs, "exclude_outside", 0) ~= 0
   local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
-  if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local crop = coord == "tf_crop_and_resize"
+  if crop and opset < 11 then node_error(node, "coordinate_transformation_mode '%s' before opset 11", coord) end
   local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
   return function(ins)
     local x = T(node, ins[1])
@@ -3191,6 +3247,22 @@ OPS.Resize = function(node, attrs, opset)
       if scales then scales = full else sizes = full end
     end
     if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
+    local roi
+    if crop then
+      roi = ins[2] ~= nil and floats(node, ins[2], "roi") or {}
+      local n = attrs.axes and #attrs.axes or x:dim()
+      if #roi ~= 2 * n then node_error(node, "roi of %d values for %d axes (tf_crop_and_resize)", #roi, n) end
+      if attrs.axes then
+        -- the listed axes' starts, then their ends; the others whole
+        local full = {}
+        for d = 1, x:dim() do full[d], full[x:dim() + d] = 0.0, 1.0 end
+        for i, a in ipairs(attrs.axes) do
+          local d = axis(node, a, x:dim())
+          full[d], full[x:dim() + d] = roi[i], roi[n + i]
+        end
+        roi = full
+      end
+    end
     if sizes and policy ~= "stretch" then
       -- one scale for the given axes, the smallest (not_larger) or largest
       -- (not_smaller) of theirs, each size rounded from it (half to even)
@@ -3217,7 +3289,8 @@ OPS.Resize = function(node, attrs, opset)
       end
     end
     if mode ~= "nearest" then need_float(node, x) end
-    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode, A, exclude)}
+    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode, A, exclude,
+      {roi = roi, extrapolation = attr(attrs, "extrapolation_value", 0.0), antialias = antialias})}
   end
 end
 
