@@ -1206,7 +1206,7 @@ local function pool(kind)
     if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
-    local function self_pool(x, kk, ss, pp, dd) return pool2d(node, attrs, kind, x, kk, ss, pp, dd) end
+    local function self_pool(x, kk, ss, pp, dd, as) return pool2d(node, attrs, as or kind, x, kk, ss, pp, dd) end
     return function(ins)
       local x = T(node, ins[1])
       need_float(node, x)
@@ -1223,17 +1223,22 @@ local function pool(kind)
         -- a 3-d pool is separable: the 2-d pool of each depth slice, then
         -- a pool along the depth (a window's valid elements, which an
         -- average without the padding counts, are a box: its count is the
-        -- product of the two pools' counts)
-        if kind == "lp" then unsupported(node, "a 3-d Lp pool") end
+        -- product of the two pools' counts); an Lp pool is the p-th root
+        -- of the window sums of |x|^p, summed the same way
         local N, C, D, H, W = table.unpack(x.shape)
         for _, n in ipairs(x.shape) do
           if type(n) ~= "number" then unsupported(node, "a 3-d pool over a dynamic size") end
         end
+        local as = kind == "lp" and "sum" or nil
+        local pw = attr(attrs, "p", 2)
+        if kind == "lp" then x = x:abs():pow(pw) end
         local y = self_pool(x:reshape({N, C * D, H, W}), {k[2], k[3]}, {strides[2], strides[3]},
-                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]})
+                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]}, as)
         local H2, W2 = y.shape[3], y.shape[4]
-        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1})
-        return {y:reshape({N, C, y.shape[3], H2, W2})}
+        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1}, as)
+        y = y:reshape({N, C, y.shape[3], H2, W2})
+        if kind == "lp" then y = y:pow(1 / pw) end
+        return {y}
       end
       local kk = r == 3 and {1, k[1]} or k
       local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
@@ -1245,22 +1250,74 @@ local function pool(kind)
   end
 end
 
--- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations)
+-- Windows fl's average pool does not take (dilated), and plain window
+-- sums: the sum over each window of 4-d x as a convolution by ones, one
+-- channel at a time (groups = C), zero padded, the end padded further for
+-- ceil_mode's last window; and per dim, each output's count of the taps
+-- an average divides by: those inside the input, or with include
+-- (count_include_pad) inside the input and its pads, as ONNX's reference
+-- counts them (ceil_mode's extra end is no pad).
+local function window_sum(node, x, kk, ss, pp, dd, ceil, include)
+  local C = x.shape[2]
+  if type(C) ~= "number" then unsupported(node, "a dilated pool over a dynamic channel count") end
+  local pads, counts = {pp[1], pp[2], pp[3], pp[4]}, {}
+  for i = 1, 2 do
+    local n = x.shape[2 + i]
+    if type(n) ~= "number" then unsupported(node, "a dilated pool over a dynamic size") end
+    local pb, pe = pp[i], pp[2 + i]
+    local span = (kk[i] - 1) * dd[i] + 1
+    local len = n + pb + pe - span
+    if len < 0 then node_error(node, "a window of %d over %d padded by %d, %d", span, n, pb, pe) end
+    local out = len // ss[i] + 1
+    if ceil and len % ss[i] ~= 0 then
+      out = out + 1
+      -- the last window starts inside the input or its start pad
+      if (out - 1) * ss[i] >= n + pb then out = out - 1 end
+    end
+    pads[2 + i] = math.max(pe, (out - 1) * ss[i] + span - n - pb)
+    local c = {}
+    for o = 0, out - 1 do
+      local m = 0
+      for j = 0, kk[i] - 1 do
+        local q = o * ss[i] - pb + j * dd[i]
+        if (q >= 0 and q < n) or (include and q >= -pb and q < n + pe) then m = m + 1 end
+      end
+      c[o + 1] = m
+    end
+    counts[i] = c
+  end
+  local w = fl.ones({C, 1, kk[1], kk[2]}, {dtype = x.dtype})
+  return fl.conv2d(x, w, nil, {stride = ss, padding = pads, dilation = dd, groups = C}), counts
+end
+
+-- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations);
+-- kind "sum" is the plain window sum (a 3-d Lp pool's parts)
 function pool2d(node, attrs, kind, x, kk, ss, pp, dd)
   local ceil = attr(attrs, "ceil_mode", 0) ~= 0
+  local dilated = dd[1] ~= 1 or dd[2] ~= 1
+  if kind == "sum" then return (window_sum(node, x, kk, ss, pp, dd, ceil, false)) end
   if kind == "max" then
     return x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
   elseif kind == "lp" then
     -- (sum of |x|^p over the window)^(1/p): an average pool counting the
     -- zero padding, times the window's size
-    if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
     local pw = attr(attrs, "p", 2)
+    if dilated then return window_sum(node, x:abs():pow(pw), kk, ss, pp, dd, ceil, false):pow(1 / pw) end
     local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
                                              count_include_pad = true})
     return (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
   end
-  if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
   local include = attr(attrs, "count_include_pad", 0) ~= 0
+  if dilated then
+    local sum, c = window_sum(node, x, kk, ss, pp, dd, ceil, include)
+    local n = {}
+    for i, ch in ipairs(c[1]) do
+      n[i] = {}
+      for j, cw in ipairs(c[2]) do n[i][j] = ch * cw end
+    end
+    if #c[1] == 0 or #c[2] == 0 then return sum end
+    return sum / fl.tensor(n, {dtype = "float32"}):to(x.dtype)
+  end
   return x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
 end
 OPS.MaxPool = pool("max")
