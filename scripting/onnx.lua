@@ -1197,28 +1197,78 @@ OPS.ConvTranspose = function(node, attrs)
   end
 end
 
+-- MaxPool's Indices: per output, the flat index in x (n, c and the
+-- spatial position, row-major; storage_order 1 puts the first spatial dim
+-- fastest) of the first tap in window order that holds the max y, as
+-- ONNX's reference scans.  Each tap's source position per output is known
+-- from the shapes: the taps' values are one gather from each plane, the
+-- first equal to y one min over the taps, and its position a pick among
+-- the taps' constants by a one-hot mask.
+local function max_pool_indices(node, x, y, k, strides, pb, dil, order)
+  local r = x:dim()
+  for _, n in ipairs(x.shape) do
+    if type(n) ~= "number" then unsupported(node, "the Indices output over a dynamic size") end
+  end
+  local N, C = x.shape[1], x.shape[2]
+  local nin, nout, P, O, K = {}, {}, 1, 1, 1
+  for i = 1, r - 2 do
+    nin[i], nout[i] = x.shape[2 + i], y.shape[2 + i]
+    P, O, K = P * nin[i], O * nout[i], K * k[i]
+  end
+  check_count(node, K * O * N * C, "MaxPool's taps")
+  -- the place value of each spatial dim in a plane's flat index
+  local place, pl = {}, 1
+  if order == 1 then
+    for i = 1, r - 2 do place[i], pl = pl, pl * nin[i] end
+  else
+    for i = r - 2, 1, -1 do place[i], pl = pl, pl * nin[i] end
+  end
+  local src, flat, valid = {}, {}, {}       -- [K][O]: row-major source, stored index, in range
+  local o_at, t_at = {}, {}
+  for t = 0, K - 1 do
+    -- tap t's offsets, window order (the last dim fastest)
+    local rem = t
+    for i = r - 2, 1, -1 do t_at[i] = rem % k[i]; rem = rem // k[i] end
+    local s_row, f_row, v_row = {}, {}, {}
+    for o = 0, O - 1 do
+      local remo = o
+      for i = r - 2, 1, -1 do o_at[i] = remo % nout[i]; remo = remo // nout[i] end
+      local ok, sflat, fflat = true, 0, 0
+      for i = 1, r - 2 do
+        local q = o_at[i] * strides[i] - pb[i] + t_at[i] * dil[i]
+        if q < 0 or q >= nin[i] then ok = false break end
+        sflat = sflat * nin[i] + q
+        fflat = fflat + q * place[i]
+      end
+      s_row[o + 1], f_row[o + 1], v_row[o + 1] = ok and sflat or 0, ok and fflat or 0, ok
+    end
+    src[t + 1], flat[t + 1], valid[t + 1] = s_row, f_row, v_row
+  end
+  local xs = x:reshape({N, C, P})
+  local ys = y:reshape({N, C, 1, O})
+  local v = fl.gather(xs, 3, fl.tensor(src, {dtype = "int64"})):reshape({N, C, K, O})
+  local hit = fl.where(fl.tensor(valid, {dtype = "bool"}):reshape({1, 1, K, O}), v:eq(ys), fl.full({}, false))
+  local kk = fl.arange(K):reshape({1, 1, K, 1})
+  local first = fl.where(hit, kk, fl.full({}, K, {dtype = "int64"})):amin(3, true)      -- [N, C, 1, O]
+  local at = fl.where(first:eq(kk), fl.tensor(flat, {dtype = "int64"}):reshape({1, 1, K, O}),
+                      fl.zeros({}, {dtype = "int64"})):sum(3)                          -- [N, C, O]
+  local plane = fl.arange(N * C):reshape({N, C, 1}) * fl.full({}, P, {dtype = "int64"})
+  return (at + plane):reshape(y.shape)
+end
+
 local pool2d
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
                                 "kernel_shape", "pads", "storage_order", "strides", kind == "lp" and "p" or nil))
-    if attr(attrs, "storage_order", 0) ~= 0 then unsupported(node, "storage_order=1") end
-    if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
+    local order = attr(attrs, "storage_order", 0)
+    if order ~= 0 and order ~= 1 then node_error(node, "storage_order %s", tostring(order)) end
+    local want_idx = kind == "max" and node.outputs[2] and node.outputs[2] ~= ""
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
     local function self_pool(x, kk, ss, pp, dd, as) return pool2d(node, attrs, as or kind, x, kk, ss, pp, dd) end
-    return function(ins)
-      local x = T(node, ins[1])
-      need_float(node, x)
+    local function pool_nd(x, strides, pb, pe, dil)
       local r = x:dim()
-      if r < 3 or r > 5 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d, 2-d and 3-d only)", r - 2) end
-      local strides, pb, pe, dil = spatial(node, attrs, r - 2, k, x.shape)
-      for i = 1, r - 2 do
-        local span = (k[i] - 1) * dil[i] + 1
-        if pb[i] >= span or pe[i] >= span then
-          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pb[i], pe[i], span)
-        end
-      end
       if r == 5 then
         -- a 3-d pool is separable: the 2-d pool of each depth slice, then
         -- a pool along the depth (a window's valid elements, which an
@@ -1238,13 +1288,29 @@ local function pool(kind)
         y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1}, as)
         y = y:reshape({N, C, y.shape[3], H2, W2})
         if kind == "lp" then y = y:pow(1 / pw) end
-        return {y}
+        return y
       end
       local kk = r == 3 and {1, k[1]} or k
       local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
       if r == 3 then x = x:unsqueeze(3) end
       local y = self_pool(x, kk, ss, pp, dd)
       if r == 3 then y = y:squeeze(3) end
+      return y
+    end
+    return function(ins)
+      local x = T(node, ins[1])
+      need_float(node, x)
+      local r = x:dim()
+      if r < 3 or r > 5 or #k ~= r - 2 then unsupported(node, "a %d-d pool (1-d, 2-d and 3-d only)", r - 2) end
+      local strides, pb, pe, dil = spatial(node, attrs, r - 2, k, x.shape)
+      for i = 1, r - 2 do
+        local span = (k[i] - 1) * dil[i] + 1
+        if pb[i] >= span or pe[i] >= span then
+          unsupported(node, "pads as large as the kernel (%d, %d of %d)", pb[i], pe[i], span)
+        end
+      end
+      local y = pool_nd(x, strides, pb, pe, dil)
+      if want_idx then return {y, max_pool_indices(node, x, y, k, strides, pb, dil, order)} end
       return {y}
     end
   end
