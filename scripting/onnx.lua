@@ -1390,6 +1390,65 @@ OPS.MaxPool = pool("max")
 OPS.AveragePool = pool("avg")
 OPS.LpPool = pool("lp")
 
+-- MaxUnpool: each value of x put at the flat index its I names in a zero
+-- tensor of the unpooled shape ((n - 1) x stride - pads + kernel per
+-- spatial dim), as ONNX's reference puts them (a later value at the same
+-- index wins); a larger output_shape keeps that tensor at its start, zeros
+-- after it, as the reference (and ONNX's test) place it.  With no scatter
+-- op among fuselab's, the values land by a one-hot mask [U, P] (U values,
+-- P positions), as ScatterND's do: the last value landing on each
+-- position found by a max over the mask, then one gather.
+OPS.MaxUnpool = function(node, attrs)
+  known_attrs(node, attrs, set("kernel_shape", "pads", "strides"))
+  local k = attrs.kernel_shape
+  if not k then node_error(node, "attribute 'kernel_shape' is required") end
+  return function(ins)
+    local x, idx = T(node, ins[1]), T(node, ins[2], "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local r = x:dim()
+    if r ~= #k + 2 then node_error(node, "input of %d dims for a %d-d kernel", r, #k) end
+    if idx:dim() ~= r then node_error(node, "indices of another shape than the input") end
+    for d = 1, r do
+      if type(x.shape[d]) ~= "number" then unsupported(node, "unpooling a dynamic size") end
+      if idx.shape[d] ~= x.shape[d] then node_error(node, "indices of another shape than the input") end
+    end
+    local s, pads = attr(attrs, "strides", {}), attr(attrs, "pads", {})
+    local shape, P = {x.shape[1], x.shape[2]}, x.shape[1] * x.shape[2]
+    for i = 1, #k do
+      local n = (x.shape[2 + i] - 1) * (s[i] or 1) - ((pads[i] or 0) + (pads[#k + i] or 0)) + k[i]
+      if n < 0 then node_error(node, "an unpooled size of %d", n) end
+      shape[2 + i], P = n, P * n
+    end
+    local U = x:numel()
+    check_count(node, U * P, "MaxUnpool's mask")
+    if not fl._tracing() and U > 0 then          -- as check_indices (below) refuses them
+      local bad = idx:lt(fl.zeros({}, {dtype = "int64"})):to("int64") + idx:ge(fl.full({}, P, {dtype = "int64"})):to("int64")
+      if bad:sum():item() > 0 then node_error(node, "an index out of range [0, %d]", P - 1) end
+    end
+    local xf, it = x:reshape({U}), idx:reshape({U, 1})
+    local last = fl.where(it:eq(fl.arange(P):reshape({1, P})), fl.arange(U):reshape({U, 1}),
+                          fl.full({}, -1, {dtype = "int64"})):amax(1)              -- [P]
+    local hit = last:ge(fl.zeros({}, {dtype = "int64"}))
+    local v = fl.gather(xf, 1, fl.where(hit, last, fl.zeros({}, {dtype = "int64"})))
+    local y = fl.where(hit, v, fl.zeros({}, {dtype = x.dtype})):reshape(shape)
+    if ins[3] ~= nil then
+      local os = ints(node, ins[3], "output_shape")
+      if #os ~= r then node_error(node, "output_shape of %d dims for input of %d", #os, r) end
+      local pv, grow = {}, false
+      for d = 1, r do
+        if os[d] < shape[d] then
+          node_error(node, "output_shape %s smaller than the unpooled shape %s",
+                     table.concat(os, ","), table.concat(shape, ","))
+        end
+        pv[d], pv[r + d] = 0, os[d] - shape[d]
+        grow = grow or os[d] > shape[d]
+      end
+      if grow then y = fl.pad(y, pv) end
+    end
+    return {y}
+  end
+end
+
 local function global_pool(method)
   return function(node, attrs)
     known_attrs(node, attrs, {})
