@@ -1130,6 +1130,25 @@ OPS.Conv = function(node, attrs)
   end
 end
 
+-- A 3-d convolution at stride 1 and no padding (x padded already) from
+-- fl.conv2d: per depth tap t, the 2-d convolution of every depth slice it
+-- meets (the depths as batch) by the weight's slice t, summed over the taps.
+local function conv3d_taps(x, w, b, dil, groups)
+  local N, C, D, H, W = table.unpack(x.shape)
+  local Co, kd = w.shape[1], w.shape[3]
+  local Do = D - (kd - 1) * dil[1]
+  local y
+  for t = 0, kd - 1 do
+    local xs = x:narrow(3, 1 + t * dil[1], Do):permute({1, 3, 2, 4, 5}):reshape({N * Do, C, H, W})
+    local yt = fl.conv2d(xs, w:narrow(3, t + 1, 1):squeeze(3), nil,
+                         {stride = {1, 1}, padding = {0, 0, 0, 0}, dilation = {dil[2], dil[3]}, groups = groups})
+    y = y and y + yt or yt
+  end
+  y = y:reshape({N, Do, Co, y.shape[3], y.shape[4]}):permute({1, 3, 2, 4, 5})
+  if b then y = y + b:reshape({1, Co, 1, 1, 1}) end
+  return y:contiguous()
+end
+
 -- ConvTranspose as the convolution it is the gradient of: the input with
 -- stride - 1 zeros between its elements, padded by dilation x (k - 1) less
 -- the transposed pads (a negative pad crops), convolved at stride 1 with
@@ -1143,7 +1162,7 @@ OPS.ConvTranspose = function(node, attrs)
     local b = ins[3] ~= nil and T(node, ins[3]) or nil
     need_float(node, x)
     local r = x:dim()
-    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d transposed convolution (1-d and 2-d only)", r - 2) end
+    if r < 3 or r > 5 then unsupported(node, "a %d-d transposed convolution (1-d, 2-d and 3-d only)", r - 2) end
     local nsp = r - 2
     if w:dim() ~= r then node_error(node, "weight of %d dims for input of %d", w:dim(), r) end
     local Cin, Coutg = w.shape[1], w.shape[2]
@@ -1167,6 +1186,27 @@ OPS.ConvTranspose = function(node, attrs)
       else
         node_error(node, "auto_pad '%s'", auto)
       end
+    end
+    if nsp == 3 then
+      -- the same steps in 3-d: zeros between the elements along each dim,
+      -- the pads, then the flipped weight at stride 1 (conv3d_taps)
+      local N, C, D, H, W = table.unpack(x.shape)
+      if s[1] > 1 or s[2] > 1 or s[3] > 1 then
+        x = x:reshape({N, C, D, 1, H, 1, W, 1})
+        x = fl.pad(x, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, s[1] - 1, 0, s[2] - 1, 0, s[3] - 1})
+        x = x:reshape({N, C, D * s[1], H * s[2], W * s[3]}):narrow(3, 1, (D - 1) * s[1] + 1)
+          :narrow(4, 1, (H - 1) * s[2] + 1):narrow(5, 1, (W - 1) * s[3] + 1)
+      end
+      local padv = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      for i = 1, 3 do
+        padv[2 + i] = (k[i] - 1) * d[i] - pb[i]
+        padv[5 + 2 + i] = (k[i] - 1) * d[i] - pe[i] + op[i]
+      end
+      x = fl.pad(x, padv)
+      local G, Cing = groups, Cin // groups
+      local wt = w:reshape({G, Cing, Coutg, k[1], k[2], k[3]}):permute({1, 3, 2, 4, 5, 6})
+        :reshape({G * Coutg, Cing, k[1], k[2], k[3]}):flip({3, 4, 5})
+      return {conv3d_taps(x, wt, b, d, G)}
     end
     if nsp == 1 then
       x, w = x:unsqueeze(3), w:unsqueeze(3)
