@@ -1193,7 +1193,7 @@ OPS.ConvTranspose = function(node, attrs)
       local N, C, D, H, W = table.unpack(x.shape)
       if s[1] > 1 or s[2] > 1 or s[3] > 1 then
         x = x:reshape({N, C, D, 1, H, 1, W, 1})
-        x = fl.pad(x, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, s[1] - 1, 0, s[2] - 1, 0, s[3] - 1})
+        x = fl.pad(x, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, s[1] - 1, 0, s[2] - 1, 0, s[3] - 1})
         x = x:reshape({N, C, D * s[1], H * s[2], W * s[3]}):narrow(3, 1, (D - 1) * s[1] + 1)
           :narrow(4, 1, (H - 1) * s[2] + 1):narrow(5, 1, (W - 1) * s[3] + 1)
       end
