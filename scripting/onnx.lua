@@ -1167,7 +1167,10 @@ OPS.ConvTranspose = function(node, attrs)
     if w:dim() ~= r then node_error(node, "weight of %d dims for input of %d", w:dim(), r) end
     local Cin, Coutg = w.shape[1], w.shape[2]
     if x.shape[2] ~= Cin or Cin % groups ~= 0 then node_error(node, "%s input channels for a weight of %d", tostring(x.shape[2]), Cin) end
-    local k, s, d, op = {}, attr(attrs, "strides", {}), attr(attrs, "dilations", {}), attr(attrs, "output_padding", {})
+    -- copies: the 1-d case below extends them, and the node's attributes
+    -- must stay as they are for the next call
+    local k, s, d, op = {}, {table.unpack(attr(attrs, "strides", {}))}, {table.unpack(attr(attrs, "dilations", {}))},
+      {table.unpack(attr(attrs, "output_padding", {}))}
     local pads, auto, oshape = attrs.pads or {}, attr(attrs, "auto_pad", "NOTSET"), attrs.output_shape
     local pb, pe = {}, {}
     for i = 1, nsp do
@@ -1294,6 +1297,55 @@ local function max_pool_indices(node, x, y, k, strides, pb, dil, order)
                       fl.zeros({}, {dtype = "int64"})):sum(3)                          -- [N, C, O]
   local plane = fl.arange(N * C):reshape({N, C, 1}) * fl.full({}, P, {dtype = "int64"})
   return (at + plane):reshape(y.shape)
+end
+
+-- Col2Im (PyTorch's fold): block k of column l summed into the image at
+-- block l's corner + k x dilation - pads.  That is a transposed
+-- convolution: the columns as a [N, C x K, blocks...] grid, grouped by
+-- channel, by a one-hot weight (column channel c K + k feeds channel c at
+-- tap k), the image's rows past the last block (fewer than a stride) as
+-- output_padding.
+OPS.Col2Im = function(node, attrs)
+  known_attrs(node, attrs, set("dilations", "pads", "strides"))
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local img, blk = ints(node, ins[2], "image_shape"), ints(node, ins[3], "block_shape")
+    local nsp = #img
+    if #blk ~= nsp then node_error(node, "image_shape of %d dims and block_shape of %d", nsp, #blk) end
+    if nsp < 1 or nsp > 3 then unsupported(node, "a %d-d image (1-d, 2-d and 3-d only)", nsp) end
+    if x:dim() ~= 3 then node_error(node, "input of %d dims (expected [N, C x block size, L])", x:dim()) end
+    local s, d, pads = {table.unpack(attr(attrs, "strides", {}))}, {table.unpack(attr(attrs, "dilations", {}))},
+      attr(attrs, "pads", {})
+    local K, L, grid, op = 1, 1, {}, {}
+    for i = 1, nsp do
+      s[i], d[i] = s[i] or 1, d[i] or 1
+      local len = img[i] + (pads[i] or 0) + (pads[nsp + i] or 0) - (blk[i] - 1) * d[i] - 1
+      if blk[i] < 1 or len < 0 then node_error(node, "block %d over an image of %d", blk[i], img[i]) end
+      grid[i], op[i] = len // s[i] + 1, len % s[i]
+      K, L = K * blk[i], L * grid[i]
+    end
+    local CK, n = x.shape[2], x.shape[3]
+    if type(CK) ~= "number" or CK % K ~= 0 then node_error(node, "%s input channels for blocks of %d", tostring(CK), K) end
+    if n ~= L then node_error(node, "%s columns for %d blocks", tostring(n), L) end
+    local C = CK // K
+    local eye = {}
+    for i = 1, K * K do eye[i] = (i - 1) // K == (i - 1) % K and 1.0 or 0.0 end
+    local wshape = {K, 1}
+    for i = 1, nsp do wshape[2 + i] = blk[i] end
+    local w = fl.tensor(eye):to(x.dtype):reshape(wshape)
+    if C > 1 then
+      local rep = {C, K, 1}
+      for i = 1, nsp do rep[3 + i] = blk[i] end
+      local full = {C * K, 1}
+      for i = 1, nsp do full[2 + i] = blk[i] end
+      w = w:unsqueeze(1):expand(rep):reshape(full)
+    end
+    local xs = {x.shape[1], CK}
+    for i = 1, nsp do xs[2 + i] = grid[i] end
+    return OPS.ConvTranspose(node, {strides = s, dilations = d, pads = pads, output_padding = op, group = C})(
+      {x:reshape(xs), w})
+  end
 end
 
 local pool2d

@@ -529,4 +529,71 @@ do
   end, "a 4%-d transposed convolution %(1%-d, 2%-d and 3%-d only%) is unsupported", "a 4-d ConvTranspose is refused")
 end
 
+-- ---- Col2Im ------------------------------------------------------------------------------------------
+-- column l's block k summed into the image at l's corner + k dilation - pads
+do
+  local cases = {
+    {N = 2, C = 3, img = {7, 8}, blk = {2, 3}, s = {2, 3}, d = {2, 1}, pads = {1, 0, 0, 2}},
+    {N = 1, C = 2, img = {4, 5, 6}, blk = {2, 2, 3}, s = {1, 2, 2}, d = {1, 2, 1}, pads = {0, 1, 1, 1, 0, 0}},
+    {N = 2, C = 1, img = {9}, blk = {3}, s = {2}, d = {3}, pads = {2, 0}},
+  }
+  for _, c in ipairs(cases) do
+    local nsp = #c.img
+    local grid, K, L = {}, 1, 1
+    for i = 1, nsp do
+      grid[i] = (c.img[i] + c.pads[i] + c.pads[nsp + i] - (c.blk[i] - 1) * c.d[i] - 1) // c.s[i] + 1
+      K, L = K * c.blk[i], L * grid[i]
+    end
+    local xshape = {c.N, c.C * K, L}
+    local x, xv = rand(xshape)
+    local out = {c.N, c.C}
+    for i = 1, nsp do out[2 + i] = c.img[i] end
+    local want = {}
+    for f = 1, numel(out) do want[f] = 0 end
+    for fx = 0, numel(xshape) - 1 do
+      local at = unflat(fx, xshape)
+      local ch, kf = at[2] // K, at[2] % K
+      local kk, ll = unflat(kf, c.blk), unflat(at[3], grid)
+      local o, ok = {at[1], ch}, true
+      for i = 1, nsp do
+        o[2 + i] = ll[i] * c.s[i] - c.pads[i] + kk[i] * c.d[i]
+        if o[2 + i] < 0 or o[2 + i] >= c.img[i] then ok = false end
+      end
+      if ok then
+        local fo = flat(o, out) + 1
+        want[fo] = want[fo] + xv[fx + 1]
+      end
+    end
+    local m = model("Col2Im", {strides = c.s, dilations = c.d, pads = c.pads},
+      {{"X", "float", xshape}, "img", "blk"},
+      {inits = {{name = "img", dtype = "int64", dims = {nsp}, ints = c.img},
+                {name = "blk", dtype = "int64", dims = {nsp}, ints = c.blk}}})
+    check(m, {x}, want, out, ("Col2Im %d-d, strides %s, dilations %s, pads"):format(nsp, table.concat(c.s, ","),
+          table.concat(c.d, ",")))
+  end
+  -- image and block shapes from graph inputs: a graph break under fl.compile
+  local m = model("Col2Im", nil, {{"X", "float", {1, 4, 6}}, {"img", "int64", {2}}, {"blk", "int64", {2}}})
+  local x, xv = rand({1, 4, 6})
+  local want = {}
+  for f = 1, 12 do want[f] = 0 end
+  for ch = 0, 3 do
+    for l = 0, 5 do
+      local h, w = l // 3 + ch // 2, l % 3 + ch % 2
+      want[h * 4 + w + 1] = want[h * 4 + w + 1] + xv[ch * 6 + l + 1]
+    end
+  end
+  local cm = check(m, {x, fl.tensor({3, 4}, {dtype = "int64"}), fl.tensor({2, 2}, {dtype = "int64"})}, want, {1, 1, 3, 4},
+                   "Col2Im, image and block shapes from graph inputs")
+  t.is(cm:stats().fallbacks, 0, "Col2Im with input shapes compiles (a graph break)")
+  t.raises(function() return m(x, fl.tensor({3, 5}, {dtype = "int64"}), fl.tensor({2, 2}, {dtype = "int64"})) end,
+           "6 columns for 8 blocks", "Col2Im: columns not matching the blocks is an error")
+  -- a 1-d ConvTranspose with strides, called twice (its attributes kept)
+  local ct = model("ConvTranspose", {strides = {2}, dilations = {2}, output_padding = {1}},
+    {{"X", "float", {1, 1, 3}}, {"W", "float", {1, 1, 2}}})
+  local ones = {fl.ones(1, 1, 3), fl.ones(1, 1, 2)}
+  local y1, y2 = ct(table.unpack(ones)), ct(table.unpack(ones))
+  t.is({y1:reshape({-1}):tolist(), y2:reshape({-1}):tolist()},
+       {{1, 0, 2, 0, 2, 0, 1, 0}, {1, 0, 2, 0, 2, 0, 1, 0}}, "1-d ConvTranspose with strides, twice: the same answer")
+end
+
 t.done()
