@@ -2252,13 +2252,16 @@ OPS.Floor = rounding(floor_of)
 -- (border) or reflected (reflection), then the nearest pixel (rounded half
 -- to even, as PyTorch) or the 2^r corners around it weighted (linear); a
 -- pixel outside is 0 (zeros), the edge (border) or reflected again.  The
--- pixels are gathered from the input flattened to [N x pixels, C].
+-- pixels are gathered from the input flattened to [N x pixels, C].  Cubic:
+-- the 4^r pixels at floor - 1 .. floor + 2 per dim, weighted by Keys'
+-- cubic convolution (A = -0.75); there border clamps only a position past
+-- the borders, as the reference does (linear cannot tell the difference).
 OPS.GridSample = function(node, attrs, opset)
   known_attrs(node, attrs, set("align_corners", "mode", "padding_mode"))
   local align = attr(attrs, "align_corners", 0) ~= 0
   local mode = attr(attrs, "mode", opset < 20 and "bilinear" or "linear")
-  if mode == "bilinear" then mode = "linear" end
-  if mode ~= "linear" and mode ~= "nearest" then unsupported(node, "mode '%s' (linear and nearest only)", mode) end
+  if mode == "bilinear" then mode = "linear" elseif mode == "bicubic" then mode = "cubic" end
+  if mode ~= "linear" and mode ~= "nearest" and mode ~= "cubic" then node_error(node, "mode '%s'", mode) end
   local pad = attr(attrs, "padding_mode", "zeros")
   if pad ~= "zeros" and pad ~= "border" and pad ~= "reflection" then node_error(node, "padding_mode '%s'", pad) end
   local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
@@ -2309,7 +2312,10 @@ OPS.GridSample = function(node, attrs, opset)
         c = f + up:gt(i64(0)):to("float32")
       end
       local lo, hi = align and 0 or -0.5, align and d - 1 or d - 0.5
-      if pad == "border" then c = c:clamp(0, d - 1)
+      if pad == "border" and mode == "cubic" then
+        local cl = c:clamp(0, d - 1)
+        c = fl.where(c:lt(fl.full({}, lo)), cl, fl.where(c:gt(fl.full({}, hi)), cl, c))
+      elseif pad == "border" then c = c:clamp(0, d - 1)
       elseif pad == "reflection" then c = reflect(c, lo, hi) end
       coord[i] = {c = c, lo = lo, hi = hi}
     end
@@ -2339,6 +2345,29 @@ OPS.GridSample = function(node, attrs, opset)
       local idx = {}
       for i = 1, r do idx[i] = coord[i].c end
       y = pixel(idx)
+    elseif mode == "cubic" then
+      local A = -0.75
+      local f, w = {}, {}
+      local function k(v) return fl.full({}, v) end
+      for i = 1, r do
+        f[i] = floor(coord[i].c)
+        local t = coord[i].c - f[i]
+        local t1, u, u1 = t + k(1), k(1) - t, k(2) - t
+        w[i] = {((t1 * k(A) - k(5 * A)) * t1 + k(8 * A)) * t1 - k(4 * A),
+                ((t * k(A + 2) - k(A + 3)) * t) * t + k(1),
+                ((u * k(A + 2) - k(A + 3)) * u) * u + k(1),
+                ((u1 * k(A) - k(5 * A)) * u1 + k(8 * A)) * u1 - k(4 * A)}
+      end
+      for tap = 0, (1 << (2 * r)) - 1 do
+        local idx, wt = {}, nil
+        for i = 1, r do
+          local o = (tap >> (2 * (r - i))) & 3                -- 0..3: floor - 1 .. floor + 2
+          idx[i] = f[i] + k(o - 1)
+          wt = wt and wt * w[i][o + 1] or w[i][o + 1]
+        end
+        local v = pixel(idx) * wt:to(x.dtype):unsqueeze(r + 2)
+        y = y and y + v or v
+      end
     else
       local f, w = {}, {}
       for i = 1, r do

@@ -596,4 +596,106 @@ do
        {{1, 0, 2, 0, 2, 0, 1, 0}, {1, 0, 2, 0, 2, 0, 1, 0}}, "1-d ConvTranspose with strides, twice: the same answer")
 end
 
+-- ---- GridSample cubic ----------------------------------------------------------------------------------
+-- per output point: the grid's (x, y[, z]) denormalized per input dim, a
+-- position past the borders clamped (border) or reflected (reflection),
+-- then the 4 pixels per dim at floor - 1 .. floor + 2 with Keys' weights
+-- (A = -0.75), a pixel outside 0 (zeros), clamped or reflected
+local function gs_reflect(v, lo, hi)
+  local rng = hi - lo
+  if v < lo then
+    local dx = lo - v
+    local n = math.floor(dx / rng)
+    local r = dx - n * rng
+    return n % 2 == 0 and lo + r or hi - r
+  elseif v > hi then
+    local dx = v - hi
+    local n = math.floor(dx / rng)
+    local r = dx - n * rng
+    return n % 2 == 0 and hi - r or lo + r
+  end
+  return v
+end
+
+local function keys(t)
+  local A = -0.75
+  local function near(v) return ((A + 2) * v - (A + 3)) * v * v + 1 end
+  local function far(v) return ((A * v - 5 * A) * v + 8 * A) * v - 4 * A end
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)}
+end
+
+local function gs_cubic_ref(xv, xshape, gv, gshape, align, pad)
+  local r = #xshape - 2
+  local out = {xshape[1], xshape[2]}
+  for i = 1, r do out[2 + i] = gshape[1 + i] end
+  local y = {}
+  for f = 0, numel(out) - 1 do
+    local o = unflat(f, out)
+    local gat = {o[1]}
+    for i = 1, r do gat[1 + i] = o[2 + i] end
+    local taps = {}
+    for i = 1, r do
+      local d = xshape[2 + i]
+      gat[r + 2] = r - i                                   -- the grid runs x (the last dim) first
+      local g = gv[flat(gat, gshape) + 1]
+      local c = align and (g + 1) / 2 * (d - 1) or ((g + 1) * d - 1) / 2
+      local lo, hi = align and 0 or -0.5, align and d - 1 or d - 0.5
+      if c < lo or c > hi then
+        if pad == "border" then c = math.max(0, math.min(d - 1, c))
+        elseif pad == "reflection" then c = gs_reflect(c, lo, hi) end
+      end
+      local fl0 = math.floor(c)
+      local ws = keys(c - fl0)
+      taps[i] = {}
+      for k = 1, 4 do
+        local j = fl0 + k - 2
+        local ok = j >= 0 and j <= d - 1
+        if pad == "border" then j, ok = math.max(0, math.min(d - 1, j)), true
+        elseif pad == "reflection" then j, ok = math.floor(gs_reflect(j, lo, hi)), true end
+        taps[i][k] = {j, ok and ws[k] or 0}
+      end
+    end
+    local acc = 0
+    for tf = 0, (4 ^ r) - 1 do
+      local at, w = {o[1], o[2]}, 1
+      local rem = math.tointeger(tf)
+      for i = r, 1, -1 do
+        local p = taps[i][rem % 4 + 1]
+        at[2 + i], w = p[1], w * p[2]
+        rem = rem // 4
+      end
+      if w ~= 0 then acc = acc + w * xv[flat(at, xshape) + 1] end
+    end
+    y[f + 1] = acc
+  end
+  return y, out
+end
+
+do
+  local cases = {
+    {x = {2, 3, 5, 6}, g = {2, 4, 3, 2}, align = false, pad = "zeros"},
+    {x = {2, 3, 5, 6}, g = {2, 4, 3, 2}, align = true, pad = "border"},
+    {x = {1, 2, 4, 7}, g = {1, 3, 5, 2}, align = false, pad = "border"},
+    {x = {1, 2, 4, 7}, g = {1, 3, 5, 2}, align = false, pad = "reflection"},
+    {x = {1, 2, 4, 7}, g = {1, 3, 5, 2}, align = true, pad = "reflection"},
+    {x = {1, 2, 3, 4, 5}, g = {1, 2, 3, 2, 3}, align = false, pad = "border"},
+  }
+  for _, c in ipairs(cases) do
+    local x, xv = rand(c.x)
+    local gl = {}
+    for i = 1, numel(c.g) do gl[i] = (math.random() * 2 - 1) * 1.6 end
+    local g = fl.tensor(gl):reshape(c.g)
+    local gv = g:reshape({-1}):tolist()
+    local m = model("GridSample", {mode = "cubic", align_corners = c.align and 1 or 0, padding_mode = c.pad},
+      {{"X", "float", c.x}, {"G", "float", c.g}}, {opset = 20})
+    local want, out = gs_cubic_ref(xv, c.x, gv, c.g, c.align, c.pad)
+    check(m, {x, g}, want, out, ("GridSample cubic %d-d, align_corners %s, padding_mode %s"):format(
+      #c.x - 2, tostring(c.align), c.pad))
+  end
+  t.raises(function()
+    return model("GridSample", {mode = "quadratic"}, {{"X", "float", {1, 1, 2, 2}}, {"G", "float", {1, 1, 1, 2}}},
+      {opset = 20})(fl.zeros(1, 1, 2, 2), fl.zeros(1, 1, 1, 2))
+  end, "mode 'quadratic'", "GridSample: an unknown mode is an error")
+end
+
 t.done()
