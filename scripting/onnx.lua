@@ -2392,6 +2392,117 @@ OPS.GridSample = function(node, attrs, opset)
     return {y:permute(perm):contiguous()}
   end
 end
+-- RoiAlign (opsets 10 to 22) as ONNX's reference computes it: each roi's
+-- bins split into a grid of sample points (sampling_ratio per side, or
+-- ceil(roi size / bins) when 0), each point bilinear over its four pixels
+-- (a point past -1 or the far edge weighs nothing; one past the last pixel
+-- takes it), then per bin the average over the grid, or in max mode the
+-- largest of the points' four weighted pixels (the reference's rule, not
+-- the max of interpolated values).  Every roi's grid is as large as the
+-- largest one, the points past its own masked off; the pixels are
+-- gathered from X flattened to [N x H x W, C].  An adaptive grid's size
+-- comes from the rois' values: a graph break under fl.compile.
+OPS.RoiAlign = function(node, attrs, opset)
+  known_attrs(node, attrs, set("coordinate_transformation_mode", "mode", "output_height", "output_width",
+                              "sampling_ratio", "spatial_scale"))
+  local ctm = attr(attrs, "coordinate_transformation_mode", opset < 16 and "output_half_pixel" or "half_pixel")
+  if ctm ~= "half_pixel" and ctm ~= "output_half_pixel" then node_error(node, "coordinate_transformation_mode '%s'", ctm) end
+  local mode = attr(attrs, "mode", "avg")
+  if mode ~= "avg" and mode ~= "max" then node_error(node, "mode '%s'", mode) end
+  local OH, OW = attr(attrs, "output_height", 1), attr(attrs, "output_width", 1)
+  local sr, scale = attr(attrs, "sampling_ratio", 0), attr(attrs, "spatial_scale", 1.0)
+  if OH < 1 or OW < 1 or sr < 0 then node_error(node, "output %dx%d, sampling_ratio %d", OH, OW, sr) end
+  local half = ctm == "half_pixel"
+  local function k(v) return fl.full({}, v) end
+  local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
+  return function(ins)
+    local x, rois, bi = T(node, ins[1], "X"), T(node, ins[2], "rois"), T(node, ins[3], "batch_indices")
+    need_float(node, x)
+    if x:dim() ~= 4 then node_error(node, "X of %d dims (expected [N, C, H, W])", x:dim()) end
+    if rois:dim() ~= 2 or rois.shape[2] ~= 4 then node_error(node, "rois of shape [%s] (expected [R, 4])", table.concat(rois.shape, ",")) end
+    if bi.dtype ~= "int64" or bi:dim() ~= 1 or bi.shape[1] ~= rois.shape[1] then
+      node_error(node, "batch_indices must be int64 [%s]", tostring(rois.shape[1]))
+    end
+    local N, C, H, W = table.unpack(x.shape)
+    for _, n in ipairs(x.shape) do
+      if type(n) ~= "number" then unsupported(node, "a dynamic input size") end
+    end
+    local R = rois.shape[1]
+    if type(R) ~= "number" then unsupported(node, "a dynamic number of rois") end
+    if not fl._tracing() and R > 0 then
+      local bad = bi:lt(i64(0)):to("int64") + bi:ge(i64(N)):to("int64")
+      if bad:sum():item() > 0 then node_error(node, "a batch index out of range [0, %d]", N - 1) end
+    end
+    local rf = rois:to("float32") * k(scale) - k(half and 0.5 or 0.0)
+    local function col(j) return rf:narrow(2, j, 1) end                 -- [R, 1]
+    local sw, sh = col(1), col(2)
+    local rw, rh = col(3) - sw, col(4) - sh
+    if not half then rw, rh = fl.maximum(rw, k(1.0)), fl.maximum(rh, k(1.0)) end
+    local bh, bw = rh / k(OH), rw / k(OW)
+    -- the grid per roi: a tensor, and the largest (a number)
+    local gh, gw, GH, GW
+    if sr > 0 then
+      gh, gw, GH, GW = fl.full({R, 1}, sr + 0.0), fl.full({R, 1}, sr + 0.0), sr, sr
+    else
+      local function ceil(v) local f = floor(v) return f + f:lt(v):to("float32") end
+      gh, gw = ceil(rh / k(OH)), ceil(rw / k(OW))
+      local ok, l = pcall(function() return fl.cat({gh:amax():reshape({1}), gw:amax():reshape({1})}, 1):tolist() end)
+      if not ok then
+        if not fl._tracing() then error(l, 0) end
+        unsupported(node, "sampling_ratio 0: grid sizes computed from graph inputs under capture (a data-dependent shape)")
+      end
+      GH, GW = math.max(math.tointeger(l[1]) or 0, 1), math.max(math.tointeger(l[2]) or 0, 1)
+      check_count(node, R * OH * GH * OW * GW * C, "RoiAlign's samples")
+    end
+    -- sample coordinates along one side: [R, bins, grid]; their pixels
+    -- and weights, zero for a point past -1 or the far edge
+    local function side(start, bin, g, bins, G, n)
+      local b = fl.arange(bins):to("float32"):reshape({1, bins, 1})
+      local i = fl.arange(G):to("float32"):reshape({1, 1, G})
+      local st, bn, gg = start:reshape({-1, 1, 1}), bin:reshape({-1, 1, 1}), g:reshape({-1, 1, 1})
+      local v = st + b * bn + (i + k(0.5)) * bn / gg
+      local valid = v:ge(k(-1.0)):to("float32") * v:le(k(n)):to("float32")
+      v = fl.maximum(v, k(0.0))
+      local lo = floor(v)
+      local last = lo:ge(k(n - 1))
+      lo = fl.where(last, k(n - 1), lo)
+      v = fl.where(last, lo, v)
+      local hi = fl.where(last, lo, lo + k(1.0))
+      local l = v - lo
+      local inside = i:lt(gg)                                           -- within this roi's grid
+      return {lo:to("int64"), hi:to("int64")}, {(k(1.0) - l) * valid, l * valid}, inside
+    end
+    local yi, yw, yin = side(sh, bh, gh, OH, GH, H)                       -- [R, OH, GH]
+    local xi, xw, xin = side(sw, bw, gw, OW, GW, W)                       -- [R, OW, GW]
+    local flat = x:permute({1, 3, 4, 2}):reshape({N * H * W, C})
+    local base = (bi * i64(H * W)):reshape({R, 1, 1, 1, 1})
+    local acc
+    for a = 1, 2 do
+      for b = 1, 2 do
+        local idx = base + yi[a]:reshape({R, OH, GH, 1, 1}) * i64(W) + xi[b]:reshape({R, 1, 1, OW, GW})
+        local v = fl.embedding(idx:reshape({-1}), flat):reshape({R, OH, GH, OW, GW, C})
+        local w = (yw[a]:reshape({R, OH, GH, 1, 1}) * xw[b]:reshape({R, 1, 1, OW, GW})):to(x.dtype)
+        local t = v * w:reshape({R, OH, GH, OW, GW, 1})
+        if mode == "avg" then acc = acc and acc + t or t
+        else acc = acc and fl.maximum(acc, t) or t end
+      end
+    end
+    local inside = yin:reshape({R, 1, GH, 1, 1}):to("int64") * xin:reshape({R, 1, 1, 1, GW}):to("int64")
+    inside = inside:gt(i64(0)):unsqueeze(6)                               -- [R, 1, GH, 1, GW, 1]
+    local y
+    if mode == "avg" then
+      local count = fl.maximum(gh * gw, k(1.0)):to(x.dtype)
+      y = fl.where(inside, acc, fl.zeros({}, {dtype = x.dtype})):sum({3, 5}) / count:reshape({-1, 1, 1, 1})
+    else
+      -- no point at all (an empty grid): 0, as the reference starts from
+      local m = fl.where(inside, acc, fl.full({}, -math.huge, {dtype = x.dtype})):amax({3, 5})
+      local any = inside:to("int64"):sum({3, 5}):gt(i64(0))
+      y = fl.where(any, m, fl.zeros({}, {dtype = x.dtype}))
+    end
+    return {y:permute({1, 4, 2, 3}):contiguous()}                         -- [R, C, OH, OW]
+  end
+end
+
 OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
 OPS.Round = rounding(function(x, t)
   local f = floor_of(x, t)

@@ -698,4 +698,91 @@ do
   end, "mode 'quadratic'", "GridSample: an unknown mode is an error")
 end
 
+-- ---- RoiAlign ----------------------------------------------------------------------------------------------
+-- per roi and bin: its grid of points (sampling_ratio a side, or ceil(roi
+-- size / bins)), each point's four pixels and bilinear weights (none past
+-- -1 or the far edge), then the grid's average, or the largest weighted
+-- pixel of all its points (max mode, ONNX's reference's rule)
+local function roialign_ref(xv, xs, rv, bv, a)
+  local N, C, H, W = table.unpack(xs)
+  local R = #bv
+  local out = {R, C, a.oh, a.ow}
+  local y = {}
+  local off = a.half and 0.5 or 0
+  for r = 0, R - 1 do
+    local x1, y1 = rv[4 * r + 1] * a.scale - off, rv[4 * r + 2] * a.scale - off
+    local x2, y2 = rv[4 * r + 3] * a.scale - off, rv[4 * r + 4] * a.scale - off
+    local rw, rh = x2 - x1, y2 - y1
+    if not a.half then rw, rh = math.max(rw, 1), math.max(rh, 1) end
+    local bh, bw = rh / a.oh, rw / a.ow
+    local gh = a.sr > 0 and a.sr or math.ceil(rh / a.oh)
+    local gw = a.sr > 0 and a.sr or math.ceil(rw / a.ow)
+    local function px(c, yy, xx) return xv[((bv[r + 1] * C + c) * H + yy) * W + xx + 1] end
+    for c = 0, C - 1 do
+      for ph = 0, a.oh - 1 do
+        for pw = 0, a.ow - 1 do
+          local sum, best = 0, nil
+          for iy = 0, gh - 1 do
+            for ix = 0, gw - 1 do
+              local py = y1 + ph * bh + (iy + 0.5) * bh / gh
+              local pxx = x1 + pw * bw + (ix + 0.5) * bw / gw
+              local terms
+              if py < -1 or py > H or pxx < -1 or pxx > W then terms = {0, 0, 0, 0}
+              else
+                py, pxx = math.max(py, 0), math.max(pxx, 0)
+                local yl, xl = math.floor(py), math.floor(pxx)
+                local yh, xh = yl + 1, xl + 1
+                if yl >= H - 1 then yl, yh, py = H - 1, H - 1, H - 1 end
+                if xl >= W - 1 then xl, xh, pxx = W - 1, W - 1, W - 1 end
+                local ly, lx = py - yl, pxx - xl
+                terms = {(1 - ly) * (1 - lx) * px(c, yl, xl), (1 - ly) * lx * px(c, yl, xh),
+                         ly * (1 - lx) * px(c, yh, xl), ly * lx * px(c, yh, xh)}
+              end
+              sum = sum + terms[1] + terms[2] + terms[3] + terms[4]
+              local m = math.max(table.unpack(terms))
+              best = best and math.max(best, m) or m
+            end
+          end
+          local v = a.mode == "max" and (best or 0) or sum / math.max(gh * gw, 1)
+          y[flat({r, c, ph, pw}, out) + 1] = v
+        end
+      end
+    end
+  end
+  return y, out
+end
+
+do
+  local xs = {2, 3, 9, 8}
+  local x, xv = rand(xs)
+  -- boxes inside, partly outside, tiny, and past the image
+  local rl = {0.5, 1.0, 6.3, 7.7,   -3.0, 2.0, 4.0, 12.5,   3.2, 3.3, 3.6, 3.5,   5.0, -4.0, 11.0, 3.0,   9.5, 8.5, 14.0, 13.0}
+  local rois = fl.tensor(rl):reshape({5, 4})
+  local rv = rois:reshape({-1}):tolist()
+  local bl = {1, 0, 1, 0, 1}
+  local bidx = fl.tensor(bl, {dtype = "int64"})
+  local cases = {
+    {mode = "avg", half = true, sr = 2, oh = 3, ow = 2, scale = 1.0},
+    {mode = "max", half = false, sr = 3, oh = 2, ow = 4, scale = 0.75},
+    {mode = "avg", half = false, sr = 0, oh = 2, ow = 3, scale = 1.0},
+    {mode = "max", half = true, sr = 0, oh = 3, ow = 3, scale = 0.5},
+  }
+  for _, c in ipairs(cases) do
+    local m = model("RoiAlign", {mode = c.mode, coordinate_transformation_mode = c.half and "half_pixel" or "output_half_pixel",
+                                 sampling_ratio = c.sr, output_height = c.oh, output_width = c.ow, spatial_scale = c.scale},
+      {{"X", "float", xs}, {"rois", "float", {5, 4}}, {"bi", "int64", {5}}}, {opset = 16})
+    local want, out = roialign_ref(xv, xs, rv, bl, c)
+    local cm = check(m, {x, rois, bidx}, want, out, ("RoiAlign %s, %s, sampling_ratio %d, spatial_scale %g"):format(
+      c.mode, c.half and "half_pixel" or "output_half_pixel", c.sr, c.scale))
+    if c.sr == 0 then
+      t.is(cm:stats().fallbacks, 0, "RoiAlign's adaptive grid compiles (a graph break)")
+      t.raises(function() return fl.capture(m, x, rois, bidx) end, "sampling_ratio 0: grid sizes computed from graph inputs",
+               "fl.capture (one graph) refuses RoiAlign's adaptive grid")
+    end
+  end
+  local m = model("RoiAlign", {}, {{"X", "float", xs}, {"rois", "float", {5, 4}}, {"bi", "int64", {5}}}, {opset = 16})
+  t.raises(function() return m(x, rois, fl.tensor({0, 1, 2, 0, 0}, {dtype = "int64"})) end,
+           "a batch index out of range %[0, 1%]", "RoiAlign: a batch index past the batch is an error")
+end
+
 t.done()
