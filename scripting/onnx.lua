@@ -2503,6 +2503,81 @@ OPS.RoiAlign = function(node, attrs, opset)
   end
 end
 
+-- DeformConv (opsets 19 and 22; 2-d): each output position's kernel taps
+-- moved by their offsets (per offset group) and sampled bilinearly, a
+-- pixel outside the input 0 (the reference samples with GridSample,
+-- align_corners and zero padding: the same), times the mask; then the
+-- convolution of those samples, a grouped 1x1 fl.conv2d over the taps as
+-- channels.  The samples are gathered from X flattened to [N x offset
+-- groups x H x W, channels per offset group].
+OPS.DeformConv = function(node, attrs)
+  known_attrs(node, attrs, set("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
+  local G, OG = attr(attrs, "group", 1), attr(attrs, "offset_group", 1)
+  local function k(v) return fl.full({}, v) end
+  local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
+  return function(ins)
+    local x, w, off = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "offset")
+    local b = ins[4] ~= nil and T(node, ins[4], "B") or nil
+    local mask = ins[5] ~= nil and T(node, ins[5], "mask") or nil
+    need_float(node, x)
+    if x:dim() ~= 4 then unsupported(node, "a %d-d deformable convolution (2-d only)", x:dim() - 2) end
+    for _, v in ipairs({x, w, off}) do
+      for _, n in ipairs(v.shape) do
+        if type(n) ~= "number" then unsupported(node, "a dynamic size") end
+      end
+    end
+    local N, C, H, W = table.unpack(x.shape)
+    local OC, Cpg, KH, KW = table.unpack(w.shape)
+    if attrs.kernel_shape and (attrs.kernel_shape[1] ~= KH or attrs.kernel_shape[2] ~= KW) then
+      node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ","))
+    end
+    if C ~= Cpg * G or OC % G ~= 0 then node_error(node, "%d input channels, a weight [%d, %d, ...] in %d groups", C, OC, Cpg, G) end
+    if C % OG ~= 0 then node_error(node, "%d input channels in %d offset groups", C, OG) end
+    local K = KH * KW
+    local s, d, pads = attr(attrs, "strides", {}), attr(attrs, "dilations", {}), attr(attrs, "pads", {})
+    local sh, sw, dh, dw = s[1] or 1, s[2] or 1, d[1] or 1, d[2] or 1
+    local OH = (H + (pads[1] or 0) + (pads[3] or 0) - (KH - 1) * dh - 1) // sh + 1
+    local OW = (W + (pads[2] or 0) + (pads[4] or 0) - (KW - 1) * dw - 1) // sw + 1
+    if off:dim() ~= 4 or off.shape[1] ~= N or off.shape[2] ~= OG * K * 2 or off.shape[3] ~= OH or off.shape[4] ~= OW then
+      node_error(node, "offset of shape [%s] (expected [%d, %d, %d, %d])", table.concat(off.shape, ","), N, OG * K * 2, OH, OW)
+    end
+    if mask and (mask:dim() ~= 4 or mask.shape[2] ~= OG * K or mask.shape[3] ~= OH or mask.shape[4] ~= OW) then
+      node_error(node, "mask of shape [%s] (expected [%d, %d, %d, %d])", table.concat(mask.shape, ","), N, OG * K, OH, OW)
+    end
+    -- the taps' positions: [N, OG, KH, KW, OH, OW]
+    local o = off:to("float32"):reshape({N, OG, KH, KW, 2, OH, OW})
+    local oy, ox = o:narrow(5, 1, 1):squeeze(5), o:narrow(5, 2, 1):squeeze(5)
+    local base_y = (fl.arange(KH):reshape({1, 1, KH, 1, 1, 1}) * i64(dh)
+      + fl.arange(OH):reshape({1, 1, 1, 1, OH, 1}) * i64(sh)):to("float32") - k(pads[1] or 0)
+    local base_x = (fl.arange(KW):reshape({1, 1, 1, KW, 1, 1}) * i64(dw)
+      + fl.arange(OW):reshape({1, 1, 1, 1, 1, OW}) * i64(sw)):to("float32") - k(pads[2] or 0)
+    local py, px = base_y + oy, base_x + ox
+    local fy, fx = floor(py), floor(px)
+    local ly, lx = py - fy, px - fx
+    local Cg = C // OG
+    local flat = x:reshape({N, OG, Cg, H, W}):permute({1, 2, 4, 5, 3}):reshape({N * OG * H * W, Cg})
+    local plane = (fl.arange(N * OG) * i64(H * W)):reshape({N, OG, 1, 1, 1, 1})
+    local samp
+    for a = 0, 1 do
+      for c = 0, 1 do
+        local yy, xx = fy + k(a), fx + k(c)
+        local inside = yy:ge(k(0.0)):to("float32") * yy:le(k(H - 1)):to("float32")
+          * xx:ge(k(0.0)):to("float32") * xx:le(k(W - 1)):to("float32")
+        local wt = (a == 1 and ly or k(1.0) - ly) * (c == 1 and lx or k(1.0) - lx) * inside
+        local idx = plane + yy:clamp(0, H - 1):to("int64") * i64(W) + xx:clamp(0, W - 1):to("int64")
+        local v = fl.embedding(idx:reshape({-1}), flat):reshape({N, OG, KH, KW, OH, OW, Cg})
+        local t = v * wt:to(x.dtype):unsqueeze(7)
+        samp = samp and samp + t or t
+      end
+    end
+    if mask then samp = samp * mask:reshape({N, OG, KH, KW, OH, OW}):to(x.dtype):unsqueeze(7) end
+    -- [N, OG, KH, KW, OH, OW, Cg] -> [N, C x K, OH, OW] (channel major, taps minor)
+    samp = samp:permute({1, 2, 7, 3, 4, 5, 6}):reshape({N, C * K, OH, OW})
+    return {fl.conv2d(samp, w:reshape({OC, Cpg * K, 1, 1}), b,
+                      {stride = {1, 1}, padding = {0, 0, 0, 0}, dilation = {1, 1}, groups = G})}
+  end
+end
+
 OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
 OPS.Round = rounding(function(x, t)
   local f = floor_of(x, t)

@@ -785,4 +785,73 @@ do
            "a batch index out of range %[0, 1%]", "RoiAlign: a batch index past the batch is an error")
 end
 
+-- ---- DeformConv --------------------------------------------------------------------------------------------
+-- y[n, oc, i, j] = b[oc] + sum over the group's channels c and taps (a, e)
+-- of w[oc, c, a, e] mask[n, g, a, e, i, j] x~[n, c](i s - pad + a d + dy,
+-- j s - pad + e d + dx), (dy, dx) the offsets of the tap's offset group g
+-- and x~ bilinear, 0 outside the input
+do
+  local cases = {
+    {x = {2, 4, 6, 7}, w = {6, 2, 2, 3}, g = 2, og = 2, s = {1, 2}, d = {2, 1}, pads = {1, 0, 2, 1}, mask = true, bias = true},
+    {x = {1, 3, 5, 5}, w = {2, 3, 3, 3}, g = 1, og = 3, s = {2, 2}, d = {1, 1}, pads = {1, 1, 1, 1}, mask = false, bias = false},
+  }
+  for _, c in ipairs(cases) do
+    local N, C, H, W = table.unpack(c.x)
+    local OC, Cpg, KH, KW = table.unpack(c.w)
+    local OH = (H + c.pads[1] + c.pads[3] - (KH - 1) * c.d[1] - 1) // c.s[1] + 1
+    local OW = (W + c.pads[2] + c.pads[4] - (KW - 1) * c.d[2] - 1) // c.s[2] + 1
+    local x, xv = rand(c.x)
+    local w, wv = rand(c.w)
+    local b, bv = rand({OC})
+    local oshape = {N, c.og * KH * KW * 2, OH, OW}
+    local ol = {}
+    for i = 1, numel(oshape) do ol[i] = (math.random() * 2 - 1) * 2.5 end
+    local off = fl.tensor(ol):reshape(oshape)
+    local ov = off:reshape({-1}):tolist()
+    local mshape = {N, c.og * KH * KW, OH, OW}
+    local mk, mv = rand(mshape)
+    local function px(n, ch, yy, xx)
+      if yy < 0 or yy > H - 1 or xx < 0 or xx > W - 1 then return 0 end
+      return xv[((n * C + ch) * H + yy) * W + xx + 1]
+    end
+    local out = {N, OC, OH, OW}
+    local want = {}
+    for f = 0, numel(out) - 1 do
+      local n, oc, i, j = table.unpack(unflat(f, out))
+      local grp = oc // (OC // c.g)
+      local acc = c.bias and bv[oc + 1] or 0
+      for ci = 0, Cpg - 1 do
+        local ch = grp * Cpg + ci
+        local og = ch // (C // c.og)
+        for a = 0, KH - 1 do
+          for e = 0, KW - 1 do
+            local tap = (og * KH + a) * KW + e
+            local dy = ov[flat({n, tap * 2, i, j}, oshape) + 1]
+            local dx = ov[flat({n, tap * 2 + 1, i, j}, oshape) + 1]
+            local yy = i * c.s[1] - c.pads[1] + a * c.d[1] + dy
+            local xx = j * c.s[2] - c.pads[2] + e * c.d[2] + dx
+            local y0, x0 = math.floor(yy), math.floor(xx)
+            local ly, lx = yy - y0, xx - x0
+            local v = (1 - ly) * (1 - lx) * px(n, ch, y0, x0) + (1 - ly) * lx * px(n, ch, y0, x0 + 1)
+              + ly * (1 - lx) * px(n, ch, y0 + 1, x0) + ly * lx * px(n, ch, y0 + 1, x0 + 1)
+            local m = c.mask and mv[flat({n, tap, i, j}, mshape) + 1] or 1
+            acc = acc + wv[flat({oc, ci, a, e}, c.w) + 1] * m * v
+          end
+        end
+      end
+      want[f + 1] = acc
+    end
+    local ins = {{"X", "float", c.x}, {"W", "float", c.w}, {"O", "float", oshape}}
+    local args = {x, w, off}
+    if c.bias or c.mask then ins[4] = c.bias and {"B", "float", {OC}} or false; args[4] = c.bias and b or nil end
+    if c.mask then ins[5] = {"M", "float", mshape}; args[#args + 1] = mk end
+    local m = model("DeformConv", {group = c.g, offset_group = c.og, strides = c.s, dilations = c.d, pads = c.pads}, ins)
+    check(m, args, want, out, ("DeformConv, group %d, offset_group %d, strides, dilations, pads%s"):format(
+      c.g, c.og, c.mask and ", mask and bias" or ""))
+  end
+  local m = model("DeformConv", nil, {{"X", "float", {1, 2, 4, 4}}, {"W", "float", {1, 2, 2, 2}}, {"O", "float", {1, 8, 2, 2}}})
+  t.raises(function() return m(fl.zeros(1, 2, 4, 4), fl.zeros(1, 2, 2, 2), fl.zeros(1, 8, 2, 2)) end,
+           "offset of shape %[1,8,2,2%] %(expected %[1, 8, 3, 3%]%)", "DeformConv: an offset of another shape is an error")
+end
+
 t.done()
