@@ -3504,13 +3504,16 @@ OPS.GatherND = function(node, attrs)
   end
 end
 
--- Resize (and Upsample) in nearest mode: each output position's source
--- index, per axis, as ONNX's reference computes it (in double: the
--- coordinate transformation, then the rounding mode, then the edge
--- clamp), gathered axis by axis.  Linear and cubic modes would need
--- arithmetic the op table does not have here: unsupported.
+-- Resize (and Upsample): each output position's source index, per axis,
+-- as ONNX's reference computes it (in double: the coordinate
+-- transformation, then the rounding mode, then the edge clamp), gathered
+-- axis by axis; linear and cubic modes (antialiased too) gather a few
+-- rows per output and weigh them (resize_nearest below).  Scales, sizes
+-- and roi computed from graph inputs are read as values: a graph break
+-- under fl.compile.
 
--- The float list a constant holds (scales, roi).
+-- The float list a constant holds (scales, roi), or a computed one's
+-- values (eagerly, or through a graph break).
 local function floats(node, v, what)
   if v == nil then return nil end
   if not is_tensor(v) then return (ints(node, v, what)) end
