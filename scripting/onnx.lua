@@ -1305,6 +1305,25 @@ OPS.Conv = function(node, attrs)
   end
 end
 
+-- A 3-d convolution at stride 1 and no padding (x padded already) from
+-- fl.conv2d: per depth tap t, the 2-d convolution of every depth slice it
+-- meets (the depths as batch) by the weight's slice t, summed over the taps.
+local function conv3d_taps(x, w, b, dil, groups)
+  local N, C, D, H, W = table.unpack(x.shape)
+  local Co, kd = w.shape[1], w.shape[3]
+  local Do = D - (kd - 1) * dil[1]
+  local y
+  for t = 0, kd - 1 do
+    local xs = x:narrow(3, 1 + t * dil[1], Do):permute({1, 3, 2, 4, 5}):reshape({N * Do, C, H, W})
+    local yt = fl.conv2d(xs, w:narrow(3, t + 1, 1):squeeze(3), nil,
+                         {stride = {1, 1}, padding = {0, 0, 0, 0}, dilation = {dil[2], dil[3]}, groups = groups})
+    y = y and y + yt or yt
+  end
+  y = y:reshape({N, Do, Co, y.shape[3], y.shape[4]}):permute({1, 3, 2, 4, 5})
+  if b then y = y + b:reshape({1, Co, 1, 1, 1}) end
+  return y:contiguous()
+end
+
 -- ConvTranspose as the convolution it is the gradient of: the input with
 -- stride - 1 zeros between its elements, padded by dilation x (k - 1) less
 -- the transposed pads (a negative pad crops), convolved at stride 1 with
@@ -1318,12 +1337,15 @@ OPS.ConvTranspose = function(node, attrs)
     local b = ins[3] ~= nil and T(node, ins[3]) or nil
     need_float(node, x)
     local r = x:dim()
-    if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d transposed convolution (1-d and 2-d only)", r - 2) end
+    if r < 3 or r > 5 then unsupported(node, "a %d-d transposed convolution (1-d, 2-d and 3-d only)", r - 2) end
     local nsp = r - 2
     if w:dim() ~= r then node_error(node, "weight of %d dims for input of %d", w:dim(), r) end
     local Cin, Coutg = w.shape[1], w.shape[2]
     if x.shape[2] ~= Cin or Cin % groups ~= 0 then node_error(node, "%s input channels for a weight of %d", tostring(x.shape[2]), Cin) end
-    local k, s, d, op = {}, attr(attrs, "strides", {}), attr(attrs, "dilations", {}), attr(attrs, "output_padding", {})
+    -- copies: the 1-d case below extends them, and the node's attributes
+    -- must stay as they are for the next call
+    local k, s, d, op = {}, {table.unpack(attr(attrs, "strides", {}))}, {table.unpack(attr(attrs, "dilations", {}))},
+      {table.unpack(attr(attrs, "output_padding", {}))}
     local pads, auto, oshape = attrs.pads or {}, attr(attrs, "auto_pad", "NOTSET"), attrs.output_shape
     local pb, pe = {}, {}
     for i = 1, nsp do
@@ -1342,6 +1364,27 @@ OPS.ConvTranspose = function(node, attrs)
       else
         node_error(node, "auto_pad '%s'", auto)
       end
+    end
+    if nsp == 3 then
+      -- the same steps in 3-d: zeros between the elements along each dim,
+      -- the pads, then the flipped weight at stride 1 (conv3d_taps)
+      local N, C, D, H, W = table.unpack(x.shape)
+      if s[1] > 1 or s[2] > 1 or s[3] > 1 then
+        x = x:reshape({N, C, D, 1, H, 1, W, 1})
+        x = fl.pad(x, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, s[1] - 1, 0, s[2] - 1, 0, s[3] - 1})
+        x = x:reshape({N, C, D * s[1], H * s[2], W * s[3]}):narrow(3, 1, (D - 1) * s[1] + 1)
+          :narrow(4, 1, (H - 1) * s[2] + 1):narrow(5, 1, (W - 1) * s[3] + 1)
+      end
+      local padv = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      for i = 1, 3 do
+        padv[2 + i] = (k[i] - 1) * d[i] - pb[i]
+        padv[5 + 2 + i] = (k[i] - 1) * d[i] - pe[i] + op[i]
+      end
+      x = fl.pad(x, padv)
+      local G, Cing = groups, Cin // groups
+      local wt = w:reshape({G, Cing, Coutg, k[1], k[2], k[3]}):permute({1, 3, 2, 4, 5, 6})
+        :reshape({G * Coutg, Cing, k[1], k[2], k[3]}):flip({3, 4, 5})
+      return {conv3d_taps(x, wt, b, d, G)}
     end
     if nsp == 1 then
       x, w = x:unsqueeze(3), w:unsqueeze(3)
@@ -1372,16 +1415,155 @@ OPS.ConvTranspose = function(node, attrs)
   end
 end
 
+-- MaxPool's Indices: per output, the flat index in x (n, c and the
+-- spatial position, row-major; storage_order 1 puts the first spatial dim
+-- fastest) of the first tap in window order that holds the max y, as
+-- ONNX's reference scans.  Each tap's source position per output is known
+-- from the shapes: the taps' values are one gather from each plane, the
+-- first equal to y one min over the taps, and its position a pick among
+-- the taps' constants by a one-hot mask.
+local function max_pool_indices(node, x, y, k, strides, pb, dil, order)
+  local r = x:dim()
+  for _, n in ipairs(x.shape) do
+    if type(n) ~= "number" then unsupported(node, "the Indices output over a dynamic size") end
+  end
+  local N, C = x.shape[1], x.shape[2]
+  local nin, nout, P, O, K = {}, {}, 1, 1, 1
+  for i = 1, r - 2 do
+    nin[i], nout[i] = x.shape[2 + i], y.shape[2 + i]
+    P, O, K = P * nin[i], O * nout[i], K * k[i]
+  end
+  check_count(node, K * O * N * C, "MaxPool's taps")
+  -- the place value of each spatial dim in a plane's flat index
+  local place, pl = {}, 1
+  if order == 1 then
+    for i = 1, r - 2 do place[i], pl = pl, pl * nin[i] end
+  else
+    for i = r - 2, 1, -1 do place[i], pl = pl, pl * nin[i] end
+  end
+  local src, flat, valid = {}, {}, {}       -- [K][O]: row-major source, stored index, in range
+  local o_at, t_at = {}, {}
+  for t = 0, K - 1 do
+    -- tap t's offsets, window order (the last dim fastest)
+    local rem = t
+    for i = r - 2, 1, -1 do t_at[i] = rem % k[i]; rem = rem // k[i] end
+    local s_row, f_row, v_row = {}, {}, {}
+    for o = 0, O - 1 do
+      local remo = o
+      for i = r - 2, 1, -1 do o_at[i] = remo % nout[i]; remo = remo // nout[i] end
+      local ok, sflat, fflat = true, 0, 0
+      for i = 1, r - 2 do
+        local q = o_at[i] * strides[i] - pb[i] + t_at[i] * dil[i]
+        if q < 0 or q >= nin[i] then ok = false break end
+        sflat = sflat * nin[i] + q
+        fflat = fflat + q * place[i]
+      end
+      s_row[o + 1], f_row[o + 1], v_row[o + 1] = ok and sflat or 0, ok and fflat or 0, ok
+    end
+    src[t + 1], flat[t + 1], valid[t + 1] = s_row, f_row, v_row
+  end
+  local xs = x:reshape({N, C, P})
+  local ys = y:reshape({N, C, 1, O})
+  local v = fl.gather(xs, 3, fl.tensor(src, {dtype = "int64"})):reshape({N, C, K, O})
+  local hit = fl.where(fl.tensor(valid, {dtype = "bool"}):reshape({1, 1, K, O}), v:eq(ys), fl.full({}, false))
+  local kk = fl.arange(K):reshape({1, 1, K, 1})
+  local first = fl.where(hit, kk, fl.full({}, K, {dtype = "int64"})):amin(3, true)      -- [N, C, 1, O]
+  local at = fl.where(first:eq(kk), fl.tensor(flat, {dtype = "int64"}):reshape({1, 1, K, O}),
+                      fl.zeros({}, {dtype = "int64"})):sum(3)                          -- [N, C, O]
+  local plane = fl.arange(N * C):reshape({N, C, 1}) * fl.full({}, P, {dtype = "int64"})
+  return (at + plane):reshape(y.shape)
+end
+
+-- Col2Im (PyTorch's fold): block k of column l summed into the image at
+-- block l's corner + k x dilation - pads.  That is a transposed
+-- convolution: the columns as a [N, C x K, blocks...] grid, grouped by
+-- channel, by a one-hot weight (column channel c K + k feeds channel c at
+-- tap k), the image's rows past the last block (fewer than a stride) as
+-- output_padding.
+OPS.Col2Im = function(node, attrs)
+  known_attrs(node, attrs, set("dilations", "pads", "strides"))
+  return function(ins)
+    local x = T(node, ins[1])
+    need_float(node, x)
+    local img, blk = ints(node, ins[2], "image_shape"), ints(node, ins[3], "block_shape")
+    local nsp = #img
+    if #blk ~= nsp then node_error(node, "image_shape of %d dims and block_shape of %d", nsp, #blk) end
+    if nsp < 1 or nsp > 3 then unsupported(node, "a %d-d image (1-d, 2-d and 3-d only)", nsp) end
+    if x:dim() ~= 3 then node_error(node, "input of %d dims (expected [N, C x block size, L])", x:dim()) end
+    local s, d, pads = {table.unpack(attr(attrs, "strides", {}))}, {table.unpack(attr(attrs, "dilations", {}))},
+      attr(attrs, "pads", {})
+    local K, L, grid, op = 1, 1, {}, {}
+    for i = 1, nsp do
+      s[i], d[i] = s[i] or 1, d[i] or 1
+      local len = img[i] + (pads[i] or 0) + (pads[nsp + i] or 0) - (blk[i] - 1) * d[i] - 1
+      if blk[i] < 1 or len < 0 then node_error(node, "block %d over an image of %d", blk[i], img[i]) end
+      grid[i], op[i] = len // s[i] + 1, len % s[i]
+      K, L = K * blk[i], L * grid[i]
+    end
+    local CK, n = x.shape[2], x.shape[3]
+    if type(CK) ~= "number" or CK % K ~= 0 then node_error(node, "%s input channels for blocks of %d", tostring(CK), K) end
+    if n ~= L then node_error(node, "%s columns for %d blocks", tostring(n), L) end
+    local C = CK // K
+    local eye = {}
+    for i = 1, K * K do eye[i] = (i - 1) // K == (i - 1) % K and 1.0 or 0.0 end
+    local wshape = {K, 1}
+    for i = 1, nsp do wshape[2 + i] = blk[i] end
+    local w = fl.tensor(eye):to(x.dtype):reshape(wshape)
+    if C > 1 then
+      local rep = {C, K, 1}
+      for i = 1, nsp do rep[3 + i] = blk[i] end
+      local full = {C * K, 1}
+      for i = 1, nsp do full[2 + i] = blk[i] end
+      w = w:unsqueeze(1):expand(rep):reshape(full)
+    end
+    local xs = {x.shape[1], CK}
+    for i = 1, nsp do xs[2 + i] = grid[i] end
+    return OPS.ConvTranspose(node, {strides = s, dilations = d, pads = pads, output_padding = op, group = C})(
+      {x:reshape(xs), w})
+  end
+end
+
 local pool2d
 local function pool(kind)
   return function(node, attrs)
     known_attrs(node, attrs, set("auto_pad", "ceil_mode", "count_include_pad", "dilations",
                                 "kernel_shape", "pads", "storage_order", "strides", kind == "lp" and "p" or nil))
-    if attr(attrs, "storage_order", 0) ~= 0 then unsupported(node, "storage_order=1") end
-    if node.outputs[2] and node.outputs[2] ~= "" then unsupported(node, "the Indices output") end
+    local order = attr(attrs, "storage_order", 0)
+    if order ~= 0 and order ~= 1 then node_error(node, "storage_order %s", tostring(order)) end
+    local want_idx = kind == "max" and node.outputs[2] and node.outputs[2] ~= ""
     local k = attrs.kernel_shape
     if not k then node_error(node, "attribute 'kernel_shape' is required") end
-    local function self_pool(x, kk, ss, pp, dd) return pool2d(node, attrs, kind, x, kk, ss, pp, dd) end
+    local function self_pool(x, kk, ss, pp, dd, as) return pool2d(node, attrs, as or kind, x, kk, ss, pp, dd) end
+    local function pool_nd(x, strides, pb, pe, dil)
+      local r = x:dim()
+      if r == 5 then
+        -- a 3-d pool is separable: the 2-d pool of each depth slice, then
+        -- a pool along the depth (a window's valid elements, which an
+        -- average without the padding counts, are a box: its count is the
+        -- product of the two pools' counts); an Lp pool is the p-th root
+        -- of the window sums of |x|^p, summed the same way
+        local N, C, D, H, W = table.unpack(x.shape)
+        for _, n in ipairs(x.shape) do
+          if type(n) ~= "number" then unsupported(node, "a 3-d pool over a dynamic size") end
+        end
+        local as = kind == "lp" and "sum" or nil
+        local pw = attr(attrs, "p", 2)
+        if kind == "lp" then x = x:abs():pow(pw) end
+        local y = self_pool(x:reshape({N, C * D, H, W}), {k[2], k[3]}, {strides[2], strides[3]},
+                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]}, as)
+        local H2, W2 = y.shape[3], y.shape[4]
+        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1}, as)
+        y = y:reshape({N, C, y.shape[3], H2, W2})
+        if kind == "lp" then y = y:pow(1 / pw) end
+        return y
+      end
+      local kk = r == 3 and {1, k[1]} or k
+      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
+      if r == 3 then x = x:unsqueeze(3) end
+      local y = self_pool(x, kk, ss, pp, dd)
+      if r == 3 then y = y:squeeze(3) end
+      return y
+    end
     return function(ins)
       local x = T(node, ins[1])
       need_float(node, x)
@@ -1394,53 +1576,145 @@ local function pool(kind)
           unsupported(node, "pads as large as the kernel (%d, %d of %d)", pb[i], pe[i], span)
         end
       end
-      if r == 5 then
-        -- a 3-d pool is separable: the 2-d pool of each depth slice, then
-        -- a pool along the depth (a window's valid elements, which an
-        -- average without the padding counts, are a box: its count is the
-        -- product of the two pools' counts)
-        if kind == "lp" then unsupported(node, "a 3-d Lp pool") end
-        local N, C, D, H, W = table.unpack(x.shape)
-        for _, n in ipairs(x.shape) do
-          if type(n) ~= "number" then unsupported(node, "a 3-d pool over a dynamic size") end
-        end
-        local y = self_pool(x:reshape({N, C * D, H, W}), {k[2], k[3]}, {strides[2], strides[3]},
-                            {pb[2], pb[3], pe[2], pe[3]}, {dil[2], dil[3]})
-        local H2, W2 = y.shape[3], y.shape[4]
-        y = self_pool(y:reshape({N, C, D, H2 * W2}), {k[1], 1}, {strides[1], 1}, {pb[1], 0, pe[1], 0}, {dil[1], 1})
-        return {y:reshape({N, C, y.shape[3], H2, W2})}
-      end
-      local kk = r == 3 and {1, k[1]} or k
-      local ss, pp, dd = window2d(r - 2, strides, pb, pe, dil)
-      if r == 3 then x = x:unsqueeze(3) end
-      local y = self_pool(x, kk, ss, pp, dd)
-      if r == 3 then y = y:squeeze(3) end
+      local y = pool_nd(x, strides, pb, pe, dil)
+      if want_idx then return {y, max_pool_indices(node, x, y, k, strides, pb, dil, order)} end
       return {y}
     end
   end
 end
 
--- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations)
+-- Windows fl's average pool does not take (dilated), and plain window
+-- sums: the sum over each window of 4-d x as a convolution by ones, one
+-- channel at a time (groups = C), zero padded, the end padded further for
+-- ceil_mode's last window; and per dim, each output's count of the taps
+-- an average divides by: those inside the input, or with include
+-- (count_include_pad) inside the input and its pads, as ONNX's reference
+-- counts them (ceil_mode's extra end is no pad).
+local function window_sum(node, x, kk, ss, pp, dd, ceil, include)
+  local C = x.shape[2]
+  if type(C) ~= "number" then unsupported(node, "a dilated pool over a dynamic channel count") end
+  local pads, counts = {pp[1], pp[2], pp[3], pp[4]}, {}
+  for i = 1, 2 do
+    local n = x.shape[2 + i]
+    if type(n) ~= "number" then unsupported(node, "a dilated pool over a dynamic size") end
+    local pb, pe = pp[i], pp[2 + i]
+    local span = (kk[i] - 1) * dd[i] + 1
+    local len = n + pb + pe - span
+    if len < 0 then node_error(node, "a window of %d over %d padded by %d, %d", span, n, pb, pe) end
+    local out = len // ss[i] + 1
+    if ceil and len % ss[i] ~= 0 then
+      out = out + 1
+      -- the last window starts inside the input or its start pad
+      if (out - 1) * ss[i] >= n + pb then out = out - 1 end
+    end
+    pads[2 + i] = math.max(pe, (out - 1) * ss[i] + span - n - pb)
+    local c = {}
+    for o = 0, out - 1 do
+      local m = 0
+      for j = 0, kk[i] - 1 do
+        local q = o * ss[i] - pb + j * dd[i]
+        if (q >= 0 and q < n) or (include and q >= -pb and q < n + pe) then m = m + 1 end
+      end
+      c[o + 1] = m
+    end
+    counts[i] = c
+  end
+  local w = fl.ones({C, 1, kk[1], kk[2]}, {dtype = x.dtype})
+  return fl.conv2d(x, w, nil, {stride = ss, padding = pads, dilation = dd, groups = C}), counts
+end
+
+-- the 2-d pool of kind over 4-d x (window2d's strides, pads and dilations);
+-- kind "sum" is the plain window sum (a 3-d Lp pool's parts)
 function pool2d(node, attrs, kind, x, kk, ss, pp, dd)
   local ceil = attr(attrs, "ceil_mode", 0) ~= 0
+  local dilated = dd[1] ~= 1 or dd[2] ~= 1
+  if kind == "sum" then return (window_sum(node, x, kk, ss, pp, dd, ceil, false)) end
   if kind == "max" then
     return x:max_pool2d(kk, {stride = ss, padding = pp, dilation = dd, ceil_mode = ceil})
   elseif kind == "lp" then
     -- (sum of |x|^p over the window)^(1/p): an average pool counting the
     -- zero padding, times the window's size
-    if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an Lp pool") end
     local pw = attr(attrs, "p", 2)
+    if dilated then return window_sum(node, x:abs():pow(pw), kk, ss, pp, dd, ceil, false):pow(1 / pw) end
     local s = x:abs():pow(pw):avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil,
                                              count_include_pad = true})
     return (s * scalar(s, kk[1] * kk[2])):pow(1 / pw)
   end
-  if dd[1] ~= 1 or dd[2] ~= 1 then unsupported(node, "dilations in an average pool") end
   local include = attr(attrs, "count_include_pad", 0) ~= 0
+  if dilated then
+    local sum, c = window_sum(node, x, kk, ss, pp, dd, ceil, include)
+    local n = {}
+    for i, ch in ipairs(c[1]) do
+      n[i] = {}
+      for j, cw in ipairs(c[2]) do n[i][j] = ch * cw end
+    end
+    if #c[1] == 0 or #c[2] == 0 then return sum end
+    return sum / fl.tensor(n, {dtype = "float32"}):to(x.dtype)
+  end
   return x:avg_pool2d(kk, {stride = ss, padding = pp, ceil_mode = ceil, count_include_pad = include})
 end
 OPS.MaxPool = pool("max")
 OPS.AveragePool = pool("avg")
 OPS.LpPool = pool("lp")
+
+-- MaxUnpool: each value of x put at the flat index its I names in a zero
+-- tensor of the unpooled shape ((n - 1) x stride - pads + kernel per
+-- spatial dim), as ONNX's reference puts them (a later value at the same
+-- index wins); a larger output_shape keeps that tensor at its start, zeros
+-- after it, as the reference (and ONNX's test) place it.  With no scatter
+-- op among fuselab's, the values land by a one-hot mask [U, P] (U values,
+-- P positions), as ScatterND's do: the last value landing on each
+-- position found by a max over the mask, then one gather.
+OPS.MaxUnpool = function(node, attrs)
+  known_attrs(node, attrs, set("kernel_shape", "pads", "strides"))
+  local k = attrs.kernel_shape
+  if not k then node_error(node, "attribute 'kernel_shape' is required") end
+  return function(ins)
+    local x, idx = T(node, ins[1]), T(node, ins[2], "indices")
+    if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
+    local r = x:dim()
+    if r ~= #k + 2 then node_error(node, "input of %d dims for a %d-d kernel", r, #k) end
+    if idx:dim() ~= r then node_error(node, "indices of another shape than the input") end
+    for d = 1, r do
+      if type(x.shape[d]) ~= "number" then unsupported(node, "unpooling a dynamic size") end
+      if idx.shape[d] ~= x.shape[d] then node_error(node, "indices of another shape than the input") end
+    end
+    local s, pads = attr(attrs, "strides", {}), attr(attrs, "pads", {})
+    local shape, P = {x.shape[1], x.shape[2]}, x.shape[1] * x.shape[2]
+    for i = 1, #k do
+      local n = (x.shape[2 + i] - 1) * (s[i] or 1) - ((pads[i] or 0) + (pads[#k + i] or 0)) + k[i]
+      if n < 0 then node_error(node, "an unpooled size of %d", n) end
+      shape[2 + i], P = n, P * n
+    end
+    local U = x:numel()
+    check_count(node, U * P, "MaxUnpool's mask")
+    if not fl._tracing() and U > 0 then          -- as check_indices (below) refuses them
+      local bad = idx:lt(fl.zeros({}, {dtype = "int64"})):to("int64") + idx:ge(fl.full({}, P, {dtype = "int64"})):to("int64")
+      if bad:sum():item() > 0 then node_error(node, "an index out of range [0, %d]", P - 1) end
+    end
+    local xf, it = x:reshape({U}), idx:reshape({U, 1})
+    local last = fl.where(it:eq(fl.arange(P):reshape({1, P})), fl.arange(U):reshape({U, 1}),
+                          fl.full({}, -1, {dtype = "int64"})):amax(1)              -- [P]
+    local hit = last:ge(fl.zeros({}, {dtype = "int64"}))
+    local v = fl.gather(xf, 1, fl.where(hit, last, fl.zeros({}, {dtype = "int64"})))
+    local y = fl.where(hit, v, fl.zeros({}, {dtype = x.dtype})):reshape(shape)
+    if ins[3] ~= nil then
+      local os = ints(node, ins[3], "output_shape")
+      if #os ~= r then node_error(node, "output_shape of %d dims for input of %d", #os, r) end
+      local pv, grow = {}, false
+      for d = 1, r do
+        if os[d] < shape[d] then
+          node_error(node, "output_shape %s smaller than the unpooled shape %s",
+                     table.concat(os, ","), table.concat(shape, ","))
+        end
+        pv[d], pv[r + d] = 0, os[d] - shape[d]
+        grow = grow or os[d] > shape[d]
+      end
+      if grow then y = fl.pad(y, pv) end
+    end
+    return {y}
+  end
+end
 
 local function global_pool(method)
   return function(node, attrs)
@@ -2153,13 +2427,16 @@ OPS.Floor = rounding(floor_of)
 -- (border) or reflected (reflection), then the nearest pixel (rounded half
 -- to even, as PyTorch) or the 2^r corners around it weighted (linear); a
 -- pixel outside is 0 (zeros), the edge (border) or reflected again.  The
--- pixels are gathered from the input flattened to [N x pixels, C].
+-- pixels are gathered from the input flattened to [N x pixels, C].  Cubic:
+-- the 4^r pixels at floor - 1 .. floor + 2 per dim, weighted by Keys'
+-- cubic convolution (A = -0.75); there border clamps only a position past
+-- the borders, as the reference does (linear cannot tell the difference).
 OPS.GridSample = function(node, attrs, opset)
   known_attrs(node, attrs, set("align_corners", "mode", "padding_mode"))
   local align = attr(attrs, "align_corners", 0) ~= 0
   local mode = attr(attrs, "mode", opset < 20 and "bilinear" or "linear")
-  if mode == "bilinear" then mode = "linear" end
-  if mode ~= "linear" and mode ~= "nearest" then unsupported(node, "mode '%s' (linear and nearest only)", mode) end
+  if mode == "bilinear" then mode = "linear" elseif mode == "bicubic" then mode = "cubic" end
+  if mode ~= "linear" and mode ~= "nearest" and mode ~= "cubic" then node_error(node, "mode '%s'", mode) end
   local pad = attr(attrs, "padding_mode", "zeros")
   if pad ~= "zeros" and pad ~= "border" and pad ~= "reflection" then node_error(node, "padding_mode '%s'", pad) end
   local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
@@ -2210,7 +2487,10 @@ OPS.GridSample = function(node, attrs, opset)
         c = f + up:gt(i64(0)):to("float32")
       end
       local lo, hi = align and 0 or -0.5, align and d - 1 or d - 0.5
-      if pad == "border" then c = c:clamp(0, d - 1)
+      if pad == "border" and mode == "cubic" then
+        local cl = c:clamp(0, d - 1)
+        c = fl.where(c:lt(fl.full({}, lo)), cl, fl.where(c:gt(fl.full({}, hi)), cl, c))
+      elseif pad == "border" then c = c:clamp(0, d - 1)
       elseif pad == "reflection" then c = reflect(c, lo, hi) end
       coord[i] = {c = c, lo = lo, hi = hi}
     end
@@ -2240,6 +2520,29 @@ OPS.GridSample = function(node, attrs, opset)
       local idx = {}
       for i = 1, r do idx[i] = coord[i].c end
       y = pixel(idx)
+    elseif mode == "cubic" then
+      local A = -0.75
+      local f, w = {}, {}
+      local function k(v) return fl.full({}, v) end
+      for i = 1, r do
+        f[i] = floor(coord[i].c)
+        local t = coord[i].c - f[i]
+        local t1, u, u1 = t + k(1), k(1) - t, k(2) - t
+        w[i] = {((t1 * k(A) - k(5 * A)) * t1 + k(8 * A)) * t1 - k(4 * A),
+                ((t * k(A + 2) - k(A + 3)) * t) * t + k(1),
+                ((u * k(A + 2) - k(A + 3)) * u) * u + k(1),
+                ((u1 * k(A) - k(5 * A)) * u1 + k(8 * A)) * u1 - k(4 * A)}
+      end
+      for tap = 0, (1 << (2 * r)) - 1 do
+        local idx, wt = {}, nil
+        for i = 1, r do
+          local o = (tap >> (2 * (r - i))) & 3                -- 0..3: floor - 1 .. floor + 2
+          idx[i] = f[i] + k(o - 1)
+          wt = wt and wt * w[i][o + 1] or w[i][o + 1]
+        end
+        local v = pixel(idx) * wt:to(x.dtype):unsqueeze(r + 2)
+        y = y and y + v or v
+      end
     else
       local f, w = {}, {}
       for i = 1, r do
@@ -2264,6 +2567,192 @@ OPS.GridSample = function(node, attrs, opset)
     return {y:permute(perm):contiguous()}
   end
 end
+-- RoiAlign (opsets 10 to 22) as ONNX's reference computes it: each roi's
+-- bins split into a grid of sample points (sampling_ratio per side, or
+-- ceil(roi size / bins) when 0), each point bilinear over its four pixels
+-- (a point past -1 or the far edge weighs nothing; one past the last pixel
+-- takes it), then per bin the average over the grid, or in max mode the
+-- largest of the points' four weighted pixels (the reference's rule, not
+-- the max of interpolated values).  Every roi's grid is as large as the
+-- largest one, the points past its own masked off; the pixels are
+-- gathered from X flattened to [N x H x W, C].  An adaptive grid's size
+-- comes from the rois' values: a graph break under fl.compile.
+OPS.RoiAlign = function(node, attrs, opset)
+  known_attrs(node, attrs, set("coordinate_transformation_mode", "mode", "output_height", "output_width",
+                              "sampling_ratio", "spatial_scale"))
+  local ctm = attr(attrs, "coordinate_transformation_mode", opset < 16 and "output_half_pixel" or "half_pixel")
+  if ctm ~= "half_pixel" and ctm ~= "output_half_pixel" then node_error(node, "coordinate_transformation_mode '%s'", ctm) end
+  local mode = attr(attrs, "mode", "avg")
+  if mode ~= "avg" and mode ~= "max" then node_error(node, "mode '%s'", mode) end
+  local OH, OW = attr(attrs, "output_height", 1), attr(attrs, "output_width", 1)
+  local sr, scale = attr(attrs, "sampling_ratio", 0), attr(attrs, "spatial_scale", 1.0)
+  if OH < 1 or OW < 1 or sr < 0 then node_error(node, "output %dx%d, sampling_ratio %d", OH, OW, sr) end
+  local half = ctm == "half_pixel"
+  local function k(v) return fl.full({}, v) end
+  local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
+  return function(ins)
+    local x, rois, bi = T(node, ins[1], "X"), T(node, ins[2], "rois"), T(node, ins[3], "batch_indices")
+    need_float(node, x)
+    if x:dim() ~= 4 then node_error(node, "X of %d dims (expected [N, C, H, W])", x:dim()) end
+    if rois:dim() ~= 2 or rois.shape[2] ~= 4 then node_error(node, "rois of shape [%s] (expected [R, 4])", table.concat(rois.shape, ",")) end
+    if bi.dtype ~= "int64" or bi:dim() ~= 1 or bi.shape[1] ~= rois.shape[1] then
+      node_error(node, "batch_indices must be int64 [%s]", tostring(rois.shape[1]))
+    end
+    local N, C, H, W = table.unpack(x.shape)
+    for _, n in ipairs(x.shape) do
+      if type(n) ~= "number" then unsupported(node, "a dynamic input size") end
+    end
+    local R = rois.shape[1]
+    if type(R) ~= "number" then unsupported(node, "a dynamic number of rois") end
+    if not fl._tracing() and R > 0 then
+      local bad = bi:lt(i64(0)):to("int64") + bi:ge(i64(N)):to("int64")
+      if bad:sum():item() > 0 then node_error(node, "a batch index out of range [0, %d]", N - 1) end
+    end
+    local rf = rois:to("float32") * k(scale) - k(half and 0.5 or 0.0)
+    local function col(j) return rf:narrow(2, j, 1) end                 -- [R, 1]
+    local sw, sh = col(1), col(2)
+    local rw, rh = col(3) - sw, col(4) - sh
+    if not half then rw, rh = fl.maximum(rw, k(1.0)), fl.maximum(rh, k(1.0)) end
+    local bh, bw = rh / k(OH), rw / k(OW)
+    -- the grid per roi: a tensor, and the largest (a number)
+    local gh, gw, GH, GW
+    if sr > 0 then
+      gh, gw, GH, GW = fl.full({R, 1}, sr + 0.0), fl.full({R, 1}, sr + 0.0), sr, sr
+    else
+      local function ceil(v) local f = floor(v) return f + f:lt(v):to("float32") end
+      gh, gw = ceil(rh / k(OH)), ceil(rw / k(OW))
+      local ok, l = pcall(function() return fl.cat({gh:amax():reshape({1}), gw:amax():reshape({1})}, 1):tolist() end)
+      if not ok then
+        if not fl._tracing() then error(l, 0) end
+        unsupported(node, "sampling_ratio 0: grid sizes computed from graph inputs under capture (a data-dependent shape)")
+      end
+      GH, GW = math.max(math.tointeger(l[1]) or 0, 1), math.max(math.tointeger(l[2]) or 0, 1)
+      check_count(node, R * OH * GH * OW * GW * C, "RoiAlign's samples")
+    end
+    -- sample coordinates along one side: [R, bins, grid]; their pixels
+    -- and weights, zero for a point past -1 or the far edge
+    local function side(start, bin, g, bins, G, n)
+      local b = fl.arange(bins):to("float32"):reshape({1, bins, 1})
+      local i = fl.arange(G):to("float32"):reshape({1, 1, G})
+      local st, bn, gg = start:reshape({-1, 1, 1}), bin:reshape({-1, 1, 1}), g:reshape({-1, 1, 1})
+      local v = st + b * bn + (i + k(0.5)) * bn / gg
+      local valid = v:ge(k(-1.0)):to("float32") * v:le(k(n)):to("float32")
+      v = fl.maximum(v, k(0.0))
+      local lo = floor(v)
+      local last = lo:ge(k(n - 1))
+      lo = fl.where(last, k(n - 1), lo)
+      v = fl.where(last, lo, v)
+      local hi = fl.where(last, lo, lo + k(1.0))
+      local l = v - lo
+      local inside = i:lt(gg)                                           -- within this roi's grid
+      return {lo:to("int64"), hi:to("int64")}, {(k(1.0) - l) * valid, l * valid}, inside
+    end
+    local yi, yw, yin = side(sh, bh, gh, OH, GH, H)                       -- [R, OH, GH]
+    local xi, xw, xin = side(sw, bw, gw, OW, GW, W)                       -- [R, OW, GW]
+    local flat = x:permute({1, 3, 4, 2}):reshape({N * H * W, C})
+    local base = (bi * i64(H * W)):reshape({R, 1, 1, 1, 1})
+    local acc
+    for a = 1, 2 do
+      for b = 1, 2 do
+        local idx = base + yi[a]:reshape({R, OH, GH, 1, 1}) * i64(W) + xi[b]:reshape({R, 1, 1, OW, GW})
+        local v = fl.embedding(idx:reshape({-1}), flat):reshape({R, OH, GH, OW, GW, C})
+        local w = (yw[a]:reshape({R, OH, GH, 1, 1}) * xw[b]:reshape({R, 1, 1, OW, GW})):to(x.dtype)
+        local t = v * w:reshape({R, OH, GH, OW, GW, 1})
+        if mode == "avg" then acc = acc and acc + t or t
+        else acc = acc and fl.maximum(acc, t) or t end
+      end
+    end
+    local inside = yin:reshape({R, 1, GH, 1, 1}):to("int64") * xin:reshape({R, 1, 1, 1, GW}):to("int64")
+    inside = inside:gt(i64(0)):unsqueeze(6)                               -- [R, 1, GH, 1, GW, 1]
+    local y
+    if mode == "avg" then
+      local count = fl.maximum(gh * gw, k(1.0)):to(x.dtype)
+      y = fl.where(inside, acc, fl.zeros({}, {dtype = x.dtype})):sum({3, 5}) / count:reshape({-1, 1, 1, 1})
+    else
+      -- no point at all (an empty grid): 0, as the reference starts from
+      local m = fl.where(inside, acc, fl.full({}, -math.huge, {dtype = x.dtype})):amax({3, 5})
+      local any = inside:to("int64"):sum({3, 5}):gt(i64(0))
+      y = fl.where(any, m, fl.zeros({}, {dtype = x.dtype}))
+    end
+    return {y:permute({1, 4, 2, 3}):contiguous()}                         -- [R, C, OH, OW]
+  end
+end
+
+-- DeformConv (opsets 19 and 22; 2-d): each output position's kernel taps
+-- moved by their offsets (per offset group) and sampled bilinearly, a
+-- pixel outside the input 0 (the reference samples with GridSample,
+-- align_corners and zero padding: the same), times the mask; then the
+-- convolution of those samples, a grouped 1x1 fl.conv2d over the taps as
+-- channels.  The samples are gathered from X flattened to [N x offset
+-- groups x H x W, channels per offset group].
+OPS.DeformConv = function(node, attrs)
+  known_attrs(node, attrs, set("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
+  local G, OG = attr(attrs, "group", 1), attr(attrs, "offset_group", 1)
+  local function k(v) return fl.full({}, v) end
+  local function floor(x) return floor_of(x, x:to("int64"):to("float32")) end
+  return function(ins)
+    local x, w, off = T(node, ins[1], "X"), T(node, ins[2], "W"), T(node, ins[3], "offset")
+    local b = ins[4] ~= nil and T(node, ins[4], "B") or nil
+    local mask = ins[5] ~= nil and T(node, ins[5], "mask") or nil
+    need_float(node, x)
+    if x:dim() ~= 4 then unsupported(node, "a %d-d deformable convolution (2-d only)", x:dim() - 2) end
+    for _, v in ipairs({x, w, off}) do
+      for _, n in ipairs(v.shape) do
+        if type(n) ~= "number" then unsupported(node, "a dynamic size") end
+      end
+    end
+    local N, C, H, W = table.unpack(x.shape)
+    local OC, Cpg, KH, KW = table.unpack(w.shape)
+    if attrs.kernel_shape and (attrs.kernel_shape[1] ~= KH or attrs.kernel_shape[2] ~= KW) then
+      node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ","))
+    end
+    if C ~= Cpg * G or OC % G ~= 0 then node_error(node, "%d input channels, a weight [%d, %d, ...] in %d groups", C, OC, Cpg, G) end
+    if C % OG ~= 0 then node_error(node, "%d input channels in %d offset groups", C, OG) end
+    local K = KH * KW
+    local s, d, pads = attr(attrs, "strides", {}), attr(attrs, "dilations", {}), attr(attrs, "pads", {})
+    local sh, sw, dh, dw = s[1] or 1, s[2] or 1, d[1] or 1, d[2] or 1
+    local OH = (H + (pads[1] or 0) + (pads[3] or 0) - (KH - 1) * dh - 1) // sh + 1
+    local OW = (W + (pads[2] or 0) + (pads[4] or 0) - (KW - 1) * dw - 1) // sw + 1
+    if off:dim() ~= 4 or off.shape[1] ~= N or off.shape[2] ~= OG * K * 2 or off.shape[3] ~= OH or off.shape[4] ~= OW then
+      node_error(node, "offset of shape [%s] (expected [%d, %d, %d, %d])", table.concat(off.shape, ","), N, OG * K * 2, OH, OW)
+    end
+    if mask and (mask:dim() ~= 4 or mask.shape[2] ~= OG * K or mask.shape[3] ~= OH or mask.shape[4] ~= OW) then
+      node_error(node, "mask of shape [%s] (expected [%d, %d, %d, %d])", table.concat(mask.shape, ","), N, OG * K, OH, OW)
+    end
+    -- the taps' positions: [N, OG, KH, KW, OH, OW]
+    local o = off:to("float32"):reshape({N, OG, KH, KW, 2, OH, OW})
+    local oy, ox = o:narrow(5, 1, 1):squeeze(5), o:narrow(5, 2, 1):squeeze(5)
+    local base_y = (fl.arange(KH):reshape({1, 1, KH, 1, 1, 1}) * i64(dh)
+      + fl.arange(OH):reshape({1, 1, 1, 1, OH, 1}) * i64(sh)):to("float32") - k(pads[1] or 0)
+    local base_x = (fl.arange(KW):reshape({1, 1, 1, KW, 1, 1}) * i64(dw)
+      + fl.arange(OW):reshape({1, 1, 1, 1, 1, OW}) * i64(sw)):to("float32") - k(pads[2] or 0)
+    local py, px = base_y + oy, base_x + ox
+    local fy, fx = floor(py), floor(px)
+    local ly, lx = py - fy, px - fx
+    local Cg = C // OG
+    local flat = x:reshape({N, OG, Cg, H, W}):permute({1, 2, 4, 5, 3}):reshape({N * OG * H * W, Cg})
+    local plane = (fl.arange(N * OG) * i64(H * W)):reshape({N, OG, 1, 1, 1, 1})
+    local samp
+    for a = 0, 1 do
+      for c = 0, 1 do
+        local yy, xx = fy + k(a), fx + k(c)
+        local inside = yy:ge(k(0.0)):to("float32") * yy:le(k(H - 1)):to("float32")
+          * xx:ge(k(0.0)):to("float32") * xx:le(k(W - 1)):to("float32")
+        local wt = (a == 1 and ly or k(1.0) - ly) * (c == 1 and lx or k(1.0) - lx) * inside
+        local idx = plane + yy:clamp(0, H - 1):to("int64") * i64(W) + xx:clamp(0, W - 1):to("int64")
+        local v = fl.embedding(idx:reshape({-1}), flat):reshape({N, OG, KH, KW, OH, OW, Cg})
+        local t = v * wt:to(x.dtype):unsqueeze(7)
+        samp = samp and samp + t or t
+      end
+    end
+    if mask then samp = samp * mask:reshape({N, OG, KH, KW, OH, OW}):to(x.dtype):unsqueeze(7) end
+    -- [N, OG, KH, KW, OH, OW, Cg] -> [N, C x K, OH, OW] (channel major, taps minor)
+    samp = samp:permute({1, 2, 7, 3, 4, 5, 6}):reshape({N, C * K, OH, OW})
+    return {fl.conv2d(samp, w:reshape({OC, Cpg * K, 1, 1}), b,
+                      {stride = {1, 1}, padding = {0, 0, 0, 0}, dilation = {1, 1}, groups = G})}
+  end
+end
+
 OPS.Ceil = rounding(function(x, t) return t + t:lt(x):to("float32") end)
 OPS.Round = rounding(function(x, t)
   local f = floor_of(x, t)
@@ -3546,23 +4035,29 @@ OPS.GatherND = function(node, attrs)
   end
 end
 
--- Resize (and Upsample) in nearest mode: each output position's source
--- index, per axis, as ONNX's reference computes it (in double: the
--- coordinate transformation, then the rounding mode, then the edge
--- clamp), gathered axis by axis.  Linear and cubic modes would need
--- arithmetic the op table does not have here: unsupported.
+-- Resize (and Upsample): each output position's source index, per axis,
+-- as ONNX's reference computes it (in double: the coordinate
+-- transformation, then the rounding mode, then the edge clamp), gathered
+-- axis by axis; linear and cubic modes (antialiased too) gather a few
+-- rows per output and weigh them (resize_nearest below).  Scales, sizes
+-- and roi computed from graph inputs are read as values: a graph break
+-- under fl.compile.
 
--- The float list a constant holds (scales, roi).
+-- The float list a constant holds (scales, roi), or a computed one's
+-- values (eagerly, or through a graph break).
 local function floats(node, v, what)
   if v == nil then return nil end
   if not is_tensor(v) then return (ints(node, v, what)) end
   if v:numel() == 0 then return {} end   -- an empty input: "not given"
-  if fl._tracing() and not CONST[v] then
+  -- read as it is (scales and roi are 1-D): a reshape first would be a
+  -- new value under capture, whose elements are no longer known.  Values
+  -- computed from graph inputs are a graph break under fl.compile (as
+  -- concrete's), which one graph (fl.capture) cannot take.
+  local ok, l = pcall(v.tolist, v)
+  if not ok then
+    if not fl._tracing() then error(l, 0) end
     unsupported(node, "%s computed from graph inputs under capture (a data-dependent shape)", what)
   end
-  -- read as it is (scales and roi are 1-D): a reshape first would be a
-  -- new value under capture, whose elements are no longer known
-  local l = v:tolist()
   if type(l) ~= "table" then return {l} end
   if v:dim() > 1 then l = v:reshape({-1}):tolist() end
   return l
@@ -3572,9 +4067,13 @@ end
 -- coordinate_transformation_mode).  The resized length is n_in x scale
 -- before rounding, as ONNX's reference takes it (a scale of 0.6 over 4
 -- aligns corners over 2.4, not 2).
-local function resize_coord(node, o, n_in, n_out, scale, coord)
+local function resize_coord(node, o, n_in, n_out, scale, coord, roi)
   local len = n_in * scale
-  if coord == "half_pixel" then return (o + 0.5) / scale - 0.5
+  if coord == "tf_crop_and_resize" then
+    -- roi = {start, end} of this axis, as fractions of n_in - 1
+    local x = len == 1 and (roi[2] - roi[1]) * (n_in - 1) / 2 or o * (roi[2] - roi[1]) * (n_in - 1) / (len - 1)
+    return x + roi[1] * (n_in - 1)
+  elseif coord == "half_pixel" then return (o + 0.5) / scale - 0.5
   elseif coord == "asymmetric" then return o / scale
   elseif coord == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
   elseif coord == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
@@ -3586,8 +4085,8 @@ local function resize_coord(node, o, n_in, n_out, scale, coord)
   unsupported(node, "coordinate_transformation_mode '%s'", coord)
 end
 
-local function nearest_index(node, o, n_in, n_out, scale, coord, mode)
-  local x = resize_coord(node, o, n_in, n_out, scale, coord)
+local function nearest_index(node, o, n_in, n_out, scale, coord, mode, roi)
+  local x = resize_coord(node, o, n_in, n_out, scale, coord, roi)
   local f = math.floor(x)
   local i
   if x == f then i = f
@@ -3612,12 +4111,41 @@ local function cubic_weights(t, A)
   return {far(t + 1), near(t), near(1 - t), far(2 - t)}
 end
 
+-- Antialiased taps (downscaling by scale < 1): the linear or cubic filter
+-- widened by 1 / scale, so every input row under it counts, and its
+-- weights normalized to sum 1 (ONNX's antialias = 1).  The taps around
+-- coordinate c are f + i for i in [start, 1 - start], f the row left of c
+-- (c - 1 at an integer c, as ONNX's reference picks its window), each
+-- weighted by the filter at (f + i - c) x scale.
+local function antialias_taps(c, scale, interp, A)
+  local s = math.min(scale, 1)
+  local reach = interp == "cubic" and 2 or 1
+  local start = math.floor(-reach / s) + 1
+  local f = math.floor(c)
+  if f == c then f = c - 1 end
+  local idx, ws, sum = {}, {}, 0
+  for i = start, 1 - start do
+    local x = math.abs((f + i - c) * s)
+    local w
+    if interp == "linear" then w = math.max(0, 1 - x)
+    elseif x <= 1 then w = ((A + 2) * x - (A + 3)) * x * x + 1
+    elseif x < 2 then w = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    else w = 0 end
+    idx[#idx + 1], ws[#ws + 1], sum = f + i, w, sum + w
+  end
+  for k = 1, #ws do ws[k] = ws[k] / sum end
+  return idx, ws
+end
+
 -- Resizing one dim at a time: the dim moved to the front, its input rows
 -- gathered by index, one row per output for nearest (mode, the rounding),
 -- two or four with weights for linear and cubic (interp): rows past the
 -- edge repeat it, as ONNX's reference pads, or with exclude they weigh
--- nothing and the rest are renormalized.
-local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, exclude)
+-- nothing and the rest are renormalized.  opt: roi (2 x rank fractions)
+-- and extrapolation (the value of outputs whose coordinate falls outside
+-- the input) for tf_crop_and_resize, antialias for linear and cubic.
+local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, exclude, opt)
+  opt = opt or {}
   local r = x:dim()
   local y = x
   local total = 1.0
@@ -3632,7 +4160,9 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
     local n_in = x.shape[d]
     -- a dynamic dim (the batch) kept at its size is no resize: skipped, as
     -- the static path below skips it, so the dim stays dynamic
-    local kept = type(n_in) ~= "number" and (sizes and sizes[d] == n_in or not sizes and scales[d] == 1)
+    local roi = opt.roi and {opt.roi[d], opt.roi[r + d]}
+    local whole = not roi or (roi[1] == 0 and roi[2] == 1)
+    local kept = type(n_in) ~= "number" and whole and (sizes and sizes[d] == n_in or not sizes and scales[d] == 1)
     if type(n_in) ~= "number" and not kept then unsupported(node, "resizing a dynamic dim") end
     if kept then goto next_dim end
     local n_out, scale
@@ -3644,21 +4174,35 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
       n_out = math.floor(n_in * scale)
     end
     if not n_out or n_out < 0 then node_error(node, "output size of dim %d", d) end
-    if n_out ~= n_in or scale ~= 1 then
+    if n_out ~= n_in or scale ~= 1 or not whole then
       local ntap = interp == "cubic" and 4 or interp == "linear" and 2 or 1
-      local taps = {}
+      if opt.antialias and interp ~= "nearest" then
+        ntap = #antialias_taps(0.5, scale, interp, A)
+      end
+      local taps, outside, any_outside = {}, {}, false
       for k = 1, ntap do taps[k] = {idx = {}, w = {}} end
       for o = 0, n_out - 1 do
+        if coord == "tf_crop_and_resize" then
+          local c = resize_coord(node, o, n_in, n_out, scale, coord, roi)
+          outside[o + 1] = c < 0 or c > n_in - 1
+          any_outside = any_outside or outside[o + 1]
+        end
         if interp == "nearest" then
-          taps[1].idx[o + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode)
+          taps[1].idx[o + 1] = nearest_index(node, o, n_in, n_out, scale, coord, mode, roi)
         else
-          local c = resize_coord(node, o, n_in, n_out, scale, coord)
+          local c = resize_coord(node, o, n_in, n_out, scale, coord, roi)
           local f = math.floor(c)
-          local ws = interp == "linear" and {1 - (c - f), c - f} or cubic_weights(c - f, A)
-          local first = interp == "linear" and f or f - 1
+          local is, ws
+          if opt.antialias then is, ws = antialias_taps(c, scale, interp, A)
+          else
+            ws = interp == "linear" and {1 - (c - f), c - f} or cubic_weights(c - f, A)
+            local first = interp == "linear" and f or f - 1
+            is = {}
+            for k = 1, ntap do is[k] = first + k - 1 end
+          end
           local sum = 0
           for k = 1, ntap do
-            local i = first + k - 1
+            local i = is[k]
             if exclude and (i < 0 or i > n_in - 1) then ws[k] = 0 end
             sum = sum + ws[k]
             taps[k].idx[o + 1] = math.max(0, math.min(n_in - 1, i))
@@ -3676,6 +4220,12 @@ local function resize_nearest(node, x, scales, sizes, coord, mode, interp, A, ex
         end
         g = g and g + gk or gk
       end
+      if any_outside then
+        -- tf_crop_and_resize's outputs outside the input: the extrapolation
+        -- value, which the later dims then interpolate as ONNX's reference does
+        local m = fl.tensor(outside, {dtype = "bool"}):reshape(wshape)
+        g = fl.where(m, fl.full({}, opt.extrapolation):to(x.dtype), g)
+      end
       y = g
     end
     ::next_dim::
@@ -3687,17 +4237,18 @@ OPS.Resize = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "coordinate_transformation_mode", "nearest_mode",
                               "cubic_coeff_a", "exclude_outside", "extrapolation_value",
                               "antialias", "keep_aspect_ratio_policy", "axes"))
-  -- opset 18's attributes, which exporters write at their defaults
-  if attr(attrs, "antialias", 0) ~= 0 then unsupported(node, "antialias = 1") end
+  local antialias = attr(attrs, "antialias", 0) ~= 0
   local policy = attr(attrs, "keep_aspect_ratio_policy", "stretch")
   if policy ~= "stretch" and policy ~= "not_larger" and policy ~= "not_smaller" then
     node_error(node, "keep_aspect_ratio_policy '%s'", policy)
   end
   local mode = attr(attrs, "mode", "nearest")
   if mode ~= "nearest" and mode ~= "linear" and mode ~= "cubic" then node_error(node, "mode '%s'", mode) end
+  if antialias and mode == "nearest" then node_error(node, "antialias = 1 in mode 'nearest'") end
   local A, exclude = attr(attrs, "cubic_coeff_a", -0.75), attr(attrs, "exclude_outside", 0) ~= 0
   local coord = attr(attrs, "coordinate_transformation_mode", opset < 11 and "asymmetric" or "half_pixel")
-  if coord == "tf_crop_and_resize" then unsupported(node, "coordinate_transformation_mode '%s'", coord) end
+  local crop = coord == "tf_crop_and_resize"
+  if crop and opset < 11 then node_error(node, "coordinate_transformation_mode '%s' before opset 11", coord) end
   local nmode = attr(attrs, "nearest_mode", opset < 11 and "floor" or "round_prefer_floor")
   return function(ins)
     local x = T(node, ins[1])
@@ -3719,6 +4270,22 @@ OPS.Resize = function(node, attrs, opset)
       if scales then scales = full else sizes = full end
     end
     if (scales and #scales or #sizes) ~= x:dim() then node_error(node, "scales or sizes for another rank") end
+    local roi
+    if crop then
+      roi = ins[2] ~= nil and floats(node, ins[2], "roi") or {}
+      local n = attrs.axes and #attrs.axes or x:dim()
+      if #roi ~= 2 * n then node_error(node, "roi of %d values for %d axes (tf_crop_and_resize)", #roi, n) end
+      if attrs.axes then
+        -- the listed axes' starts, then their ends; the others whole
+        local full = {}
+        for d = 1, x:dim() do full[d], full[x:dim() + d] = 0.0, 1.0 end
+        for i, a in ipairs(attrs.axes) do
+          local d = axis(node, a, x:dim())
+          full[d], full[x:dim() + d] = roi[i], roi[n + i]
+        end
+        roi = full
+      end
+    end
     if sizes and policy ~= "stretch" then
       -- one scale for the given axes, the smallest (not_larger) or largest
       -- (not_smaller) of theirs, each size rounded from it (half to even)
@@ -3745,7 +4312,8 @@ OPS.Resize = function(node, attrs, opset)
       end
     end
     if mode ~= "nearest" then need_float(node, x) end
-    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode, A, exclude)}
+    return {resize_nearest(node, x, scales, sizes, coord, nmode, mode, A, exclude,
+      {roi = roi, extrapolation = attr(attrs, "extrapolation_value", 0.0), antialias = antialias})}
   end
 end
 
