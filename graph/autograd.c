@@ -310,6 +310,14 @@ typedef struct built {
   int n;
 } built;
 
+/* Whether f is one of fl.grad's wanted fns (a wanted call's output stops
+** the gradient there: its call does not run). */
+static int wanted(const ag_fn *f, ag_fn *const *want, int nwant) {
+  int k;
+  for (k = 0; want && k < nwant; k++) if (want[k] == f) return 1;
+  return 0;
+}
+
 /* The backward graph: outputs the gradients of the wanted fns (want
 ** NULL: the leaves and retained fns reached).  fm given (create_graph):
 ** the fns of its constants, and no DCE (node ids stay those of fm; the
@@ -339,16 +347,23 @@ static int build(walk *w, ag_fn *const *roots, const fl_tensor *const *seeds,
   }
   if (b.rc) return b.rc;
   for (i = 0; i < w->n; i++)
-    if (w->fns[i]->kind == AG_CALL && w->fns[i]->node >= 0 && (want || fm))
-      return err_set(e, FL_EUNSUPPORTED, "backward: %s through a compiled function is not "
-                     "supported yet (call backward() without create_graph, or run the "
-                     "function uncompiled)", want ? "fl.grad" : "create_graph");
+    if (w->fns[i]->kind == AG_CALL && w->fns[i]->node >= 0 && fm)
+      return err_set(e, FL_EUNSUPPORTED, "backward: create_graph through a compiled function is "
+                     "not supported yet (call backward() without create_graph, or run the "
+                     "function uncompiled)");
   if (want) {
     for (k = 0; k < nwant; k++)
       if (want[k]->mark && want[k]->node >= 0) {
         if ((rc = ir_add_output(out->g, want[k]->node, e)) != FL_OK) return rc;
         out->who[out->n++] = want[k];
       }
+    /* and the calls the gradient reaches: fl.grad goes on through them */
+    for (i = 0; i < w->n; i++) {
+      ag_fn *f = w->fns[i];
+      if (f->kind != AG_CALL || f->node < 0 || wanted(f, want, nwant)) continue;
+      if ((rc = ir_add_output(out->g, f->node, e)) != FL_OK) return rc;
+      out->who[out->n++] = f;
+    }
   } else {
     for (i = 0; i < w->n; i++) {
       ag_fn *f = w->fns[i];
@@ -534,7 +549,7 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
   if (rc == FL_OK) {
     for (j = 0; j < bt.n && rc == FL_OK; j++) {
       ag_fn *f = bt.who[j];
-      if (f->kind == AG_CALL) {
+      if (f->kind == AG_CALL && !wanted(f, want, nwant)) {
         if (!f->pending) {
           if ((rc = push(pl, f, e)) != FL_OK) break;
           ag_ref(f);
@@ -553,10 +568,21 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
           f->grad = sum;
         }
       } else if (want) {
-        for (i = 0; i < nwant; i++)
+        for (i = 0; i < nwant && rc == FL_OK; i++)
           if (want[i] == f && !wout[i].st) {
             ten_share(&wout[i], &res[j]);
             if (create && wfn && (wfn[i] = rfn[j]) != NULL) ag_ref(wfn[i]);
+          } else if (want[i] == f) {
+            /* a later pass's part (through a compiled function's call):
+            ** summed, never with create_graph (calls refuse it) */
+            const fl_tensor *two[2] = {&wout[i], &res[j]};
+            fl_tensor sum = {0};
+            op_attrs a;
+            op_attrs_init(OP_ADD, &a);
+            if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
+              ten_release(&wout[i]);
+              wout[i] = sum;
+            }
           }
       } else if (!f->grad.st) {
         if ((rc = own(&res[j], e)) == FL_OK) {
@@ -677,13 +703,13 @@ int ag_backward(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
       rc = f->call.call(f->call.ctx, &g, gin, apply, e);
     for (k = 0; rc == FL_OK && k < f->nin; k++)
       if (f->next[k] && gin[k].st) {
-        if (!create && to_leaf(f->next[k], &gin[k], apply, &rc, e)) continue;
+        if (!create && !want && to_leaf(f->next[k], &gin[k], apply, &rc, e)) continue;
         r[m] = f->next[k];
         sd[m++] = &gin[k];
       }
     if (rc == FL_OK && !retain) { release_saved(f); f->freed = 1; }
-    if (rc == FL_OK && m > 0)
-      rc = pass(r, sd, NULL, m, NULL, 0, NULL, NULL, retain, 0, apply, &pl, e);
+    if (rc == FL_OK && m > 0)   /* fl.grad's wanted leaves collect from here on too */
+      rc = pass(r, sd, NULL, m, want, nwant, wout, wfn, retain, 0, apply, &pl, e);
     for (k = 0; gin && k < f->nin; k++) ten_release(&gin[k]);
     ten_release(&g);
     free(gin); free(r); free(sd);
