@@ -310,6 +310,18 @@ typedef struct built {
   int n;
 } built;
 
+int ag_add_into(fl_tensor *acc, const fl_tensor *v, ir_apply_fn apply, fl_err *e) {
+  const fl_tensor *two[2] = {acc, v};
+  fl_tensor sum = {0};
+  op_attrs a;
+  int rc;
+  op_attrs_init(OP_ADD, &a);
+  if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) return rc;
+  ten_release(acc);
+  *acc = sum;
+  return FL_OK;
+}
+
 /* Whether f is one of fl.grad's wanted fns (a wanted call's output stops
 ** the gradient there: its call does not run). */
 static int wanted(const ag_fn *f, ag_fn *const *want, int nwant) {
@@ -558,14 +570,8 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
         if (!f->grad.st) {
           f->grad = res[j];
           memset(&res[j], 0, sizeof res[j]);
-        } else {
-          const fl_tensor *two[2] = {&f->grad, &res[j]};
-          fl_tensor sum = {0};
-          op_attrs a;
-          op_attrs_init(OP_ADD, &a);
-          if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) break;
-          ten_release(&f->grad);
-          f->grad = sum;
+        } else if ((rc = ag_add_into(&f->grad, &res[j], apply, e)) != FL_OK) {
+          break;
         }
       } else if (want) {
         for (i = 0; i < nwant && rc == FL_OK; i++)
@@ -575,14 +581,7 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
           } else if (want[i] == f) {
             /* a later pass's part (through a compiled function's call):
             ** summed, never with create_graph (calls refuse it) */
-            const fl_tensor *two[2] = {&wout[i], &res[j]};
-            fl_tensor sum = {0};
-            op_attrs a;
-            op_attrs_init(OP_ADD, &a);
-            if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
-              ten_release(&wout[i]);
-              wout[i] = sum;
-            }
+            rc = ag_add_into(&wout[i], &res[j], apply, e);
           }
       } else if (!f->grad.st) {
         if ((rc = own(&res[j], e)) == FL_OK) {
@@ -662,14 +661,7 @@ static int to_leaf(ag_fn *leaf, fl_tensor *g, ir_apply_fn apply, int *rc, fl_err
       memset(g, 0, sizeof *g);
     }
   } else {
-    const fl_tensor *two[2] = {&leaf->grad, g};
-    fl_tensor sum = {0};
-    op_attrs a;
-    op_attrs_init(OP_ADD, &a);
-    if ((*rc = apply(OP_ADD, two, 2, &a, &sum, e)) == FL_OK) {
-      ten_release(&leaf->grad);
-      leaf->grad = sum;
-    }
+    *rc = ag_add_into(&leaf->grad, g, apply, e);
   }
   if (*rc == FL_OK) {
     ag_unref(leaf->grad_fn);

@@ -68,6 +68,10 @@ void ag_set_grad_enabled(int on);
 ** c's ctx from here on, even on failure. */
 ag_fn *ag_call_new(const fl_meta *out, int nin, ag_fn *const *next, const ag_call *c, fl_err *e);
 
+/* *acc = *acc + v, a new tensor (a gradient accumulated out of place,
+** as PyTorch's grad = grad + new). */
+int ag_add_into(fl_tensor *acc, const fl_tensor *v, ir_apply_fn apply, fl_err *e);
+
 /* A leaf's accumulator for a tensor of metadata m (refs 1). */
 ag_fn *ag_leaf(const fl_meta *m, fl_err *e);
 /* Record op applied to in[0..nin) giving out (refs 1): next[k] is input

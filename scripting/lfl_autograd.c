@@ -751,17 +751,8 @@ static int tan_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   tan_ref *t = ctx;
   cbw *c = t->c;
   int rc;
-  if (!c->tan[t->k].st) {
-    ten_share(&c->tan[t->k], gout);
-  } else {
-    const fl_tensor *two[2] = {&c->tan[t->k], gout};
-    fl_tensor sum = {0};
-    op_attrs a;
-    op_attrs_init(OP_ADD, &a);
-    if ((rc = apply(OP_ADD, two, 2, &a, &sum, e)) != FL_OK) return rc;
-    ten_release(&c->tan[t->k]);
-    c->tan[t->k] = sum;
-  }
+  if (!c->tan[t->k].st) ten_share(&c->tan[t->k], gout);
+  else if ((rc = ag_add_into(&c->tan[t->k], gout, apply, e)) != FL_OK) return rc;
   if ((rc = ten_uninit(&gin[0], &c->loss_meta, e)) == FL_OK) ten_fill(&gin[0], 0.0);
   return rc;
 }
