@@ -118,4 +118,56 @@ do
   end
 end
 
+-- ---- Cast and CastLike to bfloat16: round to nearest, ties to even ------------
+do
+  local function f32bits(v) return string.unpack("<I4", string.pack("<f", v)) end
+  -- the bfloat16 pattern of a float32 value, by hand
+  local function rne(v)
+    if v ~= v then return "nan" end
+    local b = f32bits(v)
+    return (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+  end
+  local function patterns(y)
+    local out = {}
+    for i, v in ipairs(flat(y:to("float32"))) do out[i] = v ~= v and "nan" or f32bits(v) >> 16 end
+    return out
+  end
+  local function want_of(xs) local w = {} for i, v in ipairs(xs) do w[i] = rne(v) end return w end
+  local function from_bits(b) return (string.unpack("<f", string.pack("<I4", b))) end
+  -- ties both ways, just above and below them, the largest finite value
+  -- and the ties past it, subnormals, signed zeros, infinities, NaN
+  local tricky = {1 + 2^-8, 1 + 3 * 2^-8, 1 + 2^-8 + 2^-23, 1 + 2^-8 - 2^-23, -(1 + 2^-8), -(1 + 3 * 2^-8),
+    from_bits(0x7F7F7FFF), from_bits(0x7F7F8000), from_bits(0x7F7FFFFF), -from_bits(0x7F7F8000),
+    from_bits(0x00008000), from_bits(0x00018000), from_bits(0x00000001), from_bits(0x80007FFF),
+    0.0, -0.0, 1 / 0, -1 / 0, 0 / 0, 0.47892547, 0.49968487, 65504, 1e-40, 3e38}
+  for _, opset in ipairs({13, 19, 25}) do
+    local cast = one_node("Cast", {to = 16}, {{"float", {"N"}}}, opset)
+    local x = fl.tensor(tricky)
+    local want = want_of(flat(x))
+    both(cast, {x}, function(y, name)
+      t.ok(y.dtype == "bfloat16", name .. ": dtype")
+      t.is(patterns(y), want, name)
+    end, "Cast float32 -> bfloat16, opset " .. opset .. ", edge values")
+    local r = fl.randn(4, 33) * 100
+    both(cast, {r:reshape(r:numel())}, function(y, name) t.is(patterns(y), want_of(flat(r)), name) end,
+         "Cast float32 -> bfloat16, opset " .. opset .. ", random values")
+  end
+  local like = one_node("CastLike", nil, {{"float", {3, 8}}, {16, {1}}}, 19)
+  local x = fl.randn(3, 8) * 3
+  both(like, {x, fl.zeros(1, {dtype = "bfloat16"})}, function(y, name)
+    t.ok(y.dtype == "bfloat16" and y.shape[1] == 3 and y.shape[2] == 8, name .. ": dtype and shape")
+    t.is(patterns(y), want_of(flat(x)), name)
+  end, "CastLike float32 -> bfloat16")
+  -- float16 widens to float32 exactly, then rounds once: 1 + 2^-8 is a tie
+  local h = fl.tensor({1 + 2^-8, 1 + 3 * 2^-8, 1 + 2^-10, 65504, -2.5e-7, 0.333251953125}):to("float16")
+  local c16 = one_node("Cast", {to = 16}, {{"float16", {6}}}, 13)
+  both(c16, {h}, function(y, name) t.is(patterns(y), want_of(flat(h:to("float32"))), name) end,
+       "Cast float16 -> bfloat16")
+  t.is(want_of({1 + 2^-8, 1 + 3 * 2^-8}), {0x3F80, 0x3F82}, "the hand rounding: ties go to even")
+  local c64 = one_node("Cast", {to = 16}, {{"double", {2}}}, 13)
+  t.raises(function() c64(fl.tensor({1, 2}, {dtype = "float64"})) end,
+           "casting float64 to bfloat16 %(fuselab rounds through float32, twice%) is unsupported",
+           "Cast float64 -> bfloat16 is refused")
+end
+
 t.done()
