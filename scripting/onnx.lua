@@ -3348,7 +3348,7 @@ for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
 end
 takes_wide("TopK", {1}, {keep = true, outs = {1}, pre = flip_u64, post = flip_u64})
 -- Mod's results lie between its operands' values (a uint64 from 2^63 up is
--- a negative int64, whose remainder differs)
+-- a negative int64, whose remainder differs: uint64 has its own, below)
 takes_wide("Mod", nil, {keep = true, refuse = set("uint64")})
 -- the ops that only move values
 takes_wide("Concat", nil, {keep = true, moves = true})
@@ -3368,11 +3368,56 @@ takes_wide("MaxPool", {1}, {keep = true, refuse = set("uint64"),
 -- Arithmetic, wrapped into the type's range.  Division truncates as C's
 -- does (int_div), and only INT_MIN / -1 leaves the range (it wraps to
 -- INT_MIN, as NumPy's does); a uint64 from 2^63 up would divide as a
--- negative number, so uint64 division is refused, as is Abs of one.
+-- negative number, so uint64 division has its own (below), and Abs of
+-- one is refused.
 local ARITH = {keep = true, same = true, post = wrap}
 for _, op in ipairs({"Add", "Sub", "Mul", "Sum", "Neg"}) do takes_wide(op, nil, ARITH) end
 takes_wide("Div", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
 takes_wide("Abs", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+
+-- a >> 1 of uint64 patterns, non-negative
+local function u64_half(a)
+  local neg = a:lt(i64(0))
+  return int_div(fl.where(neg, flip(a), a), i64(2)) + fl.where(neg, i64(1 << 62), i64(0))
+end
+
+-- The quotient and remainder of uint64 patterns, over their whole range.
+-- A divisor from 2^63 up goes into a at most once.  A smaller one divides
+-- a >> 1 (a non-negative int64) exactly; twice that quotient leaves a
+-- remainder below 2b, so below 2^64, which one step brings below b.  A
+-- zero divisor gives 0 and 0, as NumPy's (ONNX leaves it undefined).
+local function u64_divmod(a, b)
+  local zero, one = i64(0), i64(1)
+  local big, none = b:lt(zero), b:eq(zero)
+  local bs = fl.where(big, one, fl.where(none, one, b))
+  local q = int_div(u64_half(a), bs) * i64(2)
+  local r = a - q * bs                                    -- wraps as the patterns do
+  local over = flip(r):ge(flip(bs))
+  q = q + over:to("int64")
+  r = r - fl.where(over, bs, zero)
+  local once = flip(a):ge(flip(b))
+  q = fl.where(big, once:to("int64"), q)
+  r = fl.where(big, fl.where(once, a - b, a), r)
+  return fl.where(none, zero, q), fl.where(none, zero, r)
+end
+
+-- Div and Mod of uint64 values (both operands uint64), ahead of the
+-- signed lowering, which refuses them; Mod's two modes agree on unsigned
+-- values.
+for op, which in pairs({Div = 1, Mod = 2}) do
+  local lower = OPS[op]
+  OPS[op] = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local a, b = ins[1], ins[2]
+      local ua = a ~= nil and not is_tensor(a) and a.wide == "uint64"
+      local ub = b ~= nil and not is_tensor(b) and b.wide == "uint64"
+      if not ua and not ub then return run(ins) end
+      if not (ua and ub) then node_error(node, "inputs of dtypes %s and %s", dtype_of(a), dtype_of(b)) end
+      return {{wide = "uint64", t = select(which, u64_divmod(a.t, b.t))}}
+    end
+  end
+end
 takes_wide("CumSum", {1}, ARITH)
 takes_wide("CumProd", {1}, ARITH)
 takes_wide("ReduceSum", {1}, ARITH)

@@ -170,4 +170,69 @@ do
            "Cast float64 -> bfloat16 is refused")
 end
 
+-- ---- Div and Mod of uint64, over the whole range ------------------------------
+do
+  -- uint64 values travel as their int64 bit patterns.  The answer by
+  -- long division, one bit at a time (r's top bit carried out of the shift)
+  local function udivmod(n, d)
+    local q, r = 0, 0
+    for i = 63, 0, -1 do
+      local carry = r < 0
+      r = (r << 1) | ((n >> i) & 1)
+      if carry or not math.ult(r, d) then r = r - d; q = q | (1 << i) end
+    end
+    return q, r
+  end
+  t.is({udivmod(-1, 3)}, {0x5555555555555555, 0}, "long division: (2^64 - 1) / 3")
+  t.is({udivmod(-1, 10)}, {1844674407370955161, 5}, "long division: (2^64 - 1) / 10")
+  t.is({udivmod(-2, -1)}, {0, -2}, "long division: a smaller divisor above 2^63")
+  math.randomseed(11)
+  local function pick(k)
+    local kind = math.random(4)
+    if kind == 1 then return math.random(0) end                      -- any 64-bit pattern
+    if kind == 2 then return math.random(1, 1000) end
+    if kind == 3 then return math.random(0) >> math.random(1, 62) end
+    return math.mininteger + math.random(0, 1 << 40) * (k or 1)       -- just above 2^63
+  end
+  local div = one_node("Div", nil, {{"uint64", {"N"}}, {"uint64", {"N"}}}, 14)
+  local mod0 = one_node("Mod", nil, {{"uint64", {"N"}}, {"uint64", {"N"}}}, 13)
+  local mod1 = one_node("Mod", {fmod = 1}, {{"uint64", {"N"}}, {"uint64", {"N"}}}, 13)
+  for _, n in ipairs({1, 9, 200}) do
+    local as, bs, qs, rs = {}, {}, {}, {}
+    for i = 1, n do
+      as[i], bs[i] = pick(), pick()
+      if bs[i] == 0 then bs[i] = 7 end
+      if i % 5 == 0 then bs[i] = as[i] end                            -- quotient exactly 1
+      qs[i], rs[i] = udivmod(as[i], bs[i])
+    end
+    local a, b = fl.tensor(as, {dtype = "int64"}), fl.tensor(bs, {dtype = "int64"})
+    both(div, {a, b}, function(y, name) t.is(y:tolist(), qs, name) end, "Div uint64, " .. n .. " values")
+    both(mod0, {a, b}, function(y, name) t.is(y:tolist(), rs, name) end, "Mod uint64, " .. n .. " values")
+    both(mod1, {a, b}, function(y, name) t.is(y:tolist(), rs, name) end, "Mod uint64 fmod=1, " .. n .. " values")
+  end
+  -- hand values: 2^64 - 1 by 3 and by 2^63 + 1, 2^63 by 2, 5 by 2^64 - 1
+  local a = fl.tensor({-1, -1, math.mininteger, 5}, {dtype = "int64"})
+  local b = fl.tensor({3, math.mininteger + 1, 2, -1}, {dtype = "int64"})
+  both(div, {a, b}, function(y, name) t.is(y:tolist(), {0x5555555555555555, 1, 1 << 62, 0}, name) end,
+       "Div uint64, hand values")
+  both(mod0, {a, b}, function(y, name) t.is(y:tolist(), {0, math.maxinteger - 1, 0, 5}, name) end,
+       "Mod uint64, hand values")
+  -- broadcast: a [2, 3] by b [3]
+  local db = one_node("Div", nil, {{"uint64", {2, 3}}, {"uint64", {3}}}, 14)
+  local a2 = fl.tensor({{-1, 100, math.mininteger}, {7, -7, 12345678901234}}, {dtype = "int64"})
+  local b2 = fl.tensor({-3, 7, 1000}, {dtype = "int64"})
+  local want = {}
+  for i, row in ipairs(a2:tolist()) do
+    want[i] = {}
+    for j, v in ipairs(row) do want[i][j] = (udivmod(v, b2:tolist()[j])) end
+  end
+  both(db, {a2, b2}, function(y, name) t.is(y:tolist(), want, name) end, "Div uint64 broadcast")
+  -- a zero divisor gives 0, as NumPy's (the ONNX reference)
+  both(div, {fl.tensor({5, -1}, {dtype = "int64"}), fl.tensor({0, 0}, {dtype = "int64"})},
+       function(y, name) t.is(y:tolist(), {0, 0}, name) end, "Div uint64 by zero")
+  local mixed = one_node("Div", nil, {{"uint64", {2}}, {"int64", {2}}}, 14)
+  t.raises(function() mixed(fl.tensor({1, 2}, {dtype = "int64"}), fl.tensor({1, 2}, {dtype = "int64"})) end,
+           "inputs of dtypes uint64 and int64", "Div of uint64 by int64 is a model error")
+end
+
 t.done()
