@@ -1770,10 +1770,20 @@ OPS.Range = function(node, attrs)
       if n == 0 then return {fl.zeros({0}, {dtype = dt})} end
       return {fl.tensor(out, {dtype = "float32"}):to(dt)}
     end
-    for i = 1, 3 do
-      if dtype_of(ins[i]) ~= "int64" then unsupported(node, "Range of dtype %s", dtype_of(ins[i])) end
+    -- int16 and int32 (held as int64) count as int64 does: every element
+    -- lies between start and limit, inside the type
+    if dt ~= "int64" and dt ~= "int32" and dt ~= "int16" then unsupported(node, "Range of dtype %s", dt) end
+    for i = 2, 3 do
+      if dtype_of(ins[i]) ~= dt then node_error(node, "inputs of dtypes %s and %s", dt, dtype_of(ins[i])) end
     end
     local s, l, d = ints(node, ins[1], "start")[1], ints(node, ins[2], "limit")[1], ints(node, ins[3], "delta")[1]
+    if dt ~= "int64" then
+      if d == 0 then node_error(node, "delta is 0") end
+      local n = math.max(0, -(-(l - s) // d))
+      check_count(node, n, "Range")
+      local y = n == 0 and fl.zeros({0}, {dtype = "int64"}) or fl.arange(s, s + n * d, d, {dtype = "int64"})
+      return {{wide = dt, t = y}}
+    end
     if type(s) ~= "number" or type(l) ~= "number" or type(d) ~= "number" then
       -- a limit from an input's shape under capture (the exporters' Shape ->
       -- Gather -> Range): a symbolic arange, one compile for every size

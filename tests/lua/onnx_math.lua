@@ -235,4 +235,35 @@ do
            "inputs of dtypes uint64 and int64", "Div of uint64 by int64 is a model error")
 end
 
+-- ---- Range of int32 and int16 --------------------------------------------------
+do
+  local function lua_range(s, l, d)
+    local out = {}
+    local v = s
+    while (d > 0 and v < l) or (d < 0 and v > l) do out[#out + 1] = v; v = v + d end
+    return out
+  end
+  for _, dt in ipairs({"int32", "int16"}) do
+    local m = one_node("Range", nil, {{dt, {}}, {dt, {}}, {dt, {}}}, 11)
+    for _, c in ipairs({{10, 6, -3}, {1, 20, 4}, {-5, 5, 1}, {3, 3, 1}, {5, 1, 2}, {-30000, 30000, 7001},
+                        {2147483000, 2147483647, 300}}) do
+      if dt == "int32" or math.abs(c[1]) < 32768 and math.abs(c[2]) < 32768 then
+        local args = {}
+        for i = 1, 3 do args[i] = fl.tensor(c[i], {dtype = "int64"}) end
+        both(m, args, function(y, name) t.is(y:tolist(), lua_range(c[1], c[2], c[3]), name) end,
+             ("Range %s (%d, %d, %d)"):format(dt, c[1], c[2], c[3]))
+      end
+    end
+  end
+  local m = one_node("Range", nil, {{"int32", {}}, {"int32", {}}, {"int32", {}}}, 11)
+  local z = fl.tensor(0, {dtype = "int64"})
+  t.raises(function() m(z, fl.tensor(5, {dtype = "int64"}), z) end, "delta is 0", "Range int32: delta 0")
+  local mixed = one_node("Range", nil, {{"int32", {}}, {"int64", {}}, {"int32", {}}}, 11)
+  t.raises(function() mixed(z, fl.tensor(5, {dtype = "int64"}), fl.tensor(1, {dtype = "int64"})) end,
+           "inputs of dtypes int32 and int64", "Range of mixed dtypes is a model error")
+  local u8 = one_node("Range", nil, {{"uint8", {}}, {"uint8", {}}, {"uint8", {}}}, 11)
+  t.raises(function() u8(z, fl.tensor(5, {dtype = "int64"}), fl.tensor(1, {dtype = "int64"})) end,
+           "Range of dtype uint8 is unsupported", "Range of uint8 (not an ONNX type of Range) is refused")
+end
+
 t.done()
