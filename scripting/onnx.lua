@@ -649,7 +649,10 @@ local function reduce_dims(node, axes, r)
   return dims
 end
 
-local function reduce(fn, pre, float_only)
+-- bools: the reduction takes bools (ReduceMax and ReduceMin, opset 20): as
+-- 0 and 1 in int64, the result back to bool by > 0 (an empty set's int64
+-- identity, the lowest or highest int64, gives false or true)
+local function reduce(fn, pre, float_only, bools)
   return function(node, attrs, opset, axes_input_from)
     known_attrs(node, attrs, set("axes", "keepdims", "noop_with_empty_axes"))
     local keep = attr(attrs, "keepdims", 1) ~= 0
@@ -663,9 +666,13 @@ local function reduce(fn, pre, float_only)
       if from_input and ins[2] ~= nil then axes = ints(node, ins[2], "axes") end
       if axes ~= nil and #axes == 0 then axes = nil end
       if axes == nil and noop then return {pre and pre(x) or x} end
-      if x.dtype == "bool" then unsupported(node, "reducing bools") end
+      if x.dtype == "bool" and not bools then unsupported(node, "reducing bools") end
       local dims = reduce_dims(node, axes, x:dim())
       local y = pre and pre(x) or x
+      if x.dtype == "bool" then
+        y = y:to("int64")
+        return {fn(y, x:dim() > 0 and dims or nil, keep):gt(fl.full({}, 0, {dtype = "int64"}))}
+      end
       if x:dim() == 0 then return {fn(y, nil, keep)} end
       return {fn(y, dims, keep)}
     end
@@ -701,8 +708,8 @@ local function red_or_identity(method, identity, int_identity)
   end
 end
 
-OPS.ReduceMax = reduce(red_or_identity("amax", -math.huge, math.mininteger))
-OPS.ReduceMin = reduce(red_or_identity("amin", math.huge, math.maxinteger))
+OPS.ReduceMax = reduce(red_or_identity("amax", -math.huge, math.mininteger), nil, nil, true)
+OPS.ReduceMin = reduce(red_or_identity("amin", math.huge, math.maxinteger), nil, nil, true)
 OPS.ReduceSumSquare = reduce(red("sum"), function(x) return x * x end)
 OPS.ReduceL1 = reduce(red("sum"), function(x) return x:abs() end)
 OPS.ReduceL2 = function(node, attrs, opset)

@@ -266,4 +266,75 @@ do
            "Range of dtype uint8 is unsupported", "Range of uint8 (not an ONNX type of Range) is refused")
 end
 
+-- ---- ReduceMax and ReduceMin of bools ------------------------------------------
+do
+  -- any / all over the dims in `red` (a set, 1-based) of a row-major list
+  local function reduce_bools(vals, shape, red, is_max)
+    local oshape, out = {}, {}
+    for d, n in ipairs(shape) do oshape[d] = red[d] and 1 or n end
+    local on = 1
+    for _, n in ipairs(oshape) do on = on * n end
+    for i = 1, on do out[i] = not is_max end
+    local idx = {}
+    for d = 1, #shape do idx[d] = 0 end
+    for i = 1, #vals do
+      local o = 0
+      for d = 1, #shape do o = o * oshape[d] + (red[d] and 0 or idx[d]) end
+      if is_max then out[o + 1] = out[o + 1] or vals[i] else out[o + 1] = out[o + 1] and vals[i] end
+      for d = #shape, 1, -1 do
+        idx[d] = idx[d] + 1
+        if idx[d] < shape[d] then break end
+        idx[d] = 0
+      end
+    end
+    return out, oshape
+  end
+  local function flatb(y)
+    local out = {}
+    local function walk(v) if type(v) == "table" then for _, e in ipairs(v) do walk(e) end else out[#out + 1] = v end end
+    walk(y:tolist())
+    return out
+  end
+  for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
+    local is_max = op == "ReduceMax"
+    for _, case in ipairs({{{4}, {0}}, {{3, 5}, {1}}, {{3, 5}, {0, 1}}, {{2, 3, 4}, {-1}}, {{2, 3, 4}, {0, 2}},
+                           {{2, 3, 4}, nil}}) do
+      local shape, axes = case[1], case[2]
+      for _, keep in ipairs({0, 1}) do
+        local ins = {{"bool", shape}}
+        local inits
+        if axes then inits = {{name = "axes", dtype = "int64", dims = {#axes}, ints = axes}} end
+        local m = one_node(op, {keepdims = keep}, ins, 20, 1, inits)
+        for _, density in ipairs({0.2, 0.5, 0.9}) do
+          local x = fl.rand(table.unpack(shape)):lt(density)
+          local red = {}
+          for _, a in ipairs(axes or {}) do red[(a < 0 and a + #shape or a) + 1] = true end
+          if not axes then for d = 1, #shape do red[d] = true end end
+          local want, oshape = reduce_bools(flatb(x), shape, red, is_max)
+          if keep == 0 then
+            local s2 = {}
+            for d, n in ipairs(oshape) do if not red[d] then s2[#s2 + 1] = n end end
+            oshape = s2
+          end
+          both(m, {x}, function(y, name)
+            t.ok(y.dtype == "bool", name .. ": bool")
+            t.is({flatb(y), y.shape}, {want, oshape}, name)
+          end, ("%s bools %s axes %s keepdims %d density %.1f"):format(op, table.concat(shape, "x"),
+             axes and table.concat(axes, ",") or "all", keep, density))
+        end
+      end
+    end
+    -- the empty set: false for max, true for min (the identities)
+    local m = one_node(op, {keepdims = 1}, {{"bool", {2, 0, 4}}}, 20, 1,
+                       {{name = "axes", dtype = "int64", dims = {1}, ints = {1}}})
+    both(m, {fl.zeros(2, 0, 4, {dtype = "bool"})}, function(y, name)
+      local w = {}
+      for i = 1, 8 do w[i] = not is_max end
+      t.is({flatb(y), y.shape}, {w, {2, 1, 4}}, name)
+    end, op .. " bools over an empty dim")
+  end
+  t.raises(function() one_node("ReduceSum", nil, {{"bool", {3}}}, 13)(fl.tensor({true, false, true})) end,
+           "reducing bools is unsupported", "ReduceSum of bools stays refused")
+end
+
 t.done()
