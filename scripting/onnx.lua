@@ -1631,10 +1631,30 @@ end
 -- Pad: pads {begin_1..begin_r, end_1..end_r} (negative crops), as
 -- fl.pad takes them; from opset 11 pads and the value are inputs, from 18
 -- the axes they apply to too.
+-- Pad mode 'wrap' (opset 19), NumPy's: element j of a dim of size n padded
+-- by b before is x[(j - b) mod n], so a pad may pass n (the data repeats).
+-- NumPy (the reference) takes no negative pads in this mode.
+local function pad_wrap(node, x, pads)
+  local r = x:dim()
+  for d = 1, r do
+    local b, e, n = pads[d], pads[d + r], x.shape[d]
+    if b < 0 or e < 0 then unsupported(node, "negative pads in mode 'wrap'") end
+    if b + e > 0 then
+      if type(n) ~= "number" then unsupported(node, "mode 'wrap' over a symbolic size") end
+      if n == 0 then node_error(node, "mode 'wrap' pads dim %d of size 0", d) end
+      local idx = {}
+      for j = 0, b + n + e - 1 do idx[j + 1] = (j - b) % n end
+      x = fl.gather(x, d, fl.tensor(idx, {dtype = "int64"}))
+    end
+  end
+  return x
+end
+
 OPS.Pad = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "pads", "value"))
   local mode = attr(attrs, "mode", "constant")
-  if mode ~= "constant" and mode ~= "reflect" and mode ~= "edge" then
+  if mode == "wrap" and opset < 19 then node_error(node, "mode 'wrap' (from opset 19)") end
+  if mode ~= "constant" and mode ~= "reflect" and mode ~= "edge" and mode ~= "wrap" then
     unsupported(node, "mode '%s'", mode)
   end
   return function(ins)
@@ -1659,6 +1679,7 @@ OPS.Pad = function(node, attrs, opset)
       pads = full
     end
     if #pads ~= 2 * r then node_error(node, "%d pads for a %d-d input", #pads, r) end
+    if mode == "wrap" then return {pad_wrap(node, x, pads)} end
     if x.dtype == "int64" then value = math.tointeger(value) or unsupported(node, "a fractional value for int64") end
     return {fl.pad(x, pads, mode == "constant" and {value = value} or {mode = mode})}
   end

@@ -337,4 +337,80 @@ do
            "reducing bools is unsupported", "ReduceSum of bools stays refused")
 end
 
+-- ---- Pad mode 'wrap' -----------------------------------------------------------
+do
+  -- Pad (opset 19, mode wrap) of an input of rank r, pads an input, axes
+  -- an initializer when given
+  local function pad_model(r, with_axes, dt)
+    local dims, names, inits = {}, {"i1", "i2"}, nil
+    for d = 1, r do dims[d] = "d" .. d end
+    if with_axes then
+      inits = {{name = "axes", dtype = "int64", dims = {#with_axes}, ints = with_axes}}
+      names = {"i1", "i2", "", "axes"}
+    end
+    serial = serial + 1
+    return fl.load_onnx(P.write(path("pad" .. serial .. ".onnx"), P.model{opset = 19,
+      nodes = {{op = "Pad", inputs = names, outputs = {"y1"}, name = "n", attrs = {mode = "wrap"}}},
+      inits = inits,
+      inputs = {{name = "i1", dtype = dt or "float", dims = dims},
+                {name = "i2", dtype = "int64", dims = {2 * #(with_axes or dims)}}},
+      outputs = {{name = "y1", dtype = "none"}}}))
+  end
+  -- hand values, NumPy's documentation example
+  local m1 = pad_model(1)
+  both(m1, {fl.tensor({1, 2, 3, 4, 5}, {dtype = "float32"}), fl.tensor({2, 3}, {dtype = "int64"})},
+       function(y, name) t.is(y:tolist(), {4, 5, 1, 2, 3, 4, 5, 1, 2, 3}, name) end, "Pad wrap 1-d by hand")
+  both(m1, {fl.tensor({1, 2}, {dtype = "float32"}), fl.tensor({5, 0}, {dtype = "int64"})},
+       function(y, name) t.is(y:tolist(), {2, 1, 2, 1, 2, 1, 2}, name) end, "Pad wrap past the size")
+  -- against a plain loop over the output
+  local function want_wrap(x, shape, pads)
+    local r = #shape
+    local oshape, out = {}, {}
+    for d = 1, r do oshape[d] = pads[d] + shape[d] + pads[d + r] end
+    local on = 1
+    for d = 1, r do on = on * oshape[d] end
+    for o = 0, on - 1 do
+      local rem, src = o, 0
+      local coords = {}
+      for d = r, 1, -1 do coords[d] = rem % oshape[d]; rem = rem // oshape[d] end
+      for d = 1, r do
+        local j = coords[d] - pads[d]
+        while j < 0 do j = j + shape[d] end
+        while j >= shape[d] do j = j - shape[d] end
+        src = src * shape[d] + j
+      end
+      out[o + 1] = x[src + 1]
+    end
+    return out, oshape
+  end
+  for _, case in ipairs({{{3, 4}, {1, 2, 0, 3}}, {{2, 3, 4}, {0, 1, 2, 1, 0, 5}}, {{5}, {0, 7}}, {{2, 2}, {0, 0, 0, 0}}}) do
+    local shape, pads = case[1], case[2]
+    local m = pad_model(#shape)
+    for _, dt in ipairs({"float32", "int64"}) do
+      local x = (fl.randn(table.unpack(shape)) * 10):to(dt)
+      local want, oshape = want_wrap(flat(x), shape, pads)
+      local mm = dt == "int64" and pad_model(#shape, nil, "int64") or m
+      both(mm, {x, fl.tensor(pads, {dtype = "int64"})}, function(y, name)
+        t.is({flat(y), y.shape}, {want, oshape}, name)
+      end, ("Pad wrap %s %s pads %s"):format(dt, table.concat(shape, "x"), table.concat(pads, ",")))
+    end
+  end
+  -- with axes (opset 18's input): pads of dim 2 only
+  local ma = pad_model(2, {-1})
+  local x = fl.randn(3, 4)
+  local want, oshape = want_wrap(flat(x), {3, 4}, {0, 3, 0, 2})
+  both(ma, {x, fl.tensor({3, 2}, {dtype = "int64"})}, function(y, name) t.is({flat(y), y.shape}, {want, oshape}, name) end,
+       "Pad wrap with axes")
+  t.raises(function() m1(fl.tensor({1, 2, 3}, {dtype = "float32"}), fl.tensor({-1, 2}, {dtype = "int64"})) end,
+           "negative pads in mode 'wrap' is unsupported", "Pad wrap: negative pads refused")
+  t.raises(function() m1(fl.zeros(0), fl.tensor({1, 1}, {dtype = "int64"})) end,
+           "mode 'wrap' pads dim 1 of size 0", "Pad wrap of an empty dim is an error")
+  t.raises(function()
+    fl.load_onnx(P.write(path("padold.onnx"), P.model{opset = 18,
+      nodes = {{op = "Pad", inputs = {"i1", "i2"}, outputs = {"y1"}, name = "n", attrs = {mode = "wrap"}}},
+      inputs = {{name = "i1", dtype = "float", dims = {3}}, {name = "i2", dtype = "int64", dims = {2}}},
+      outputs = {{name = "y1", dtype = "none"}}}))(fl.zeros(3), fl.tensor({1, 1}, {dtype = "int64"}))
+  end, "mode 'wrap' %(from opset 19%)", "Pad wrap before opset 19 is an error")
+end
+
 t.done()
