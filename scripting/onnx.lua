@@ -2945,9 +2945,12 @@ end
 -- Scatters as one-hot masks (no scatter op among fuselab's): hit[p] says
 -- some update lands on position p, and the updates landing there combine
 -- by the reduction: none (a duplicate index sums, where ONNX leaves the
--- order open), add, max, min.  mul is refused (no product reduction).
+-- order open), add, max, min, mul.  mul has no product reduction to use:
+-- it multiplies the updates in one at a time, in their order (the
+-- reference's, so a float product rounds as its does), up to MUL_UPDATES.
 -- u: the updates [U, R], x: the data [P, R], m: the mask, [U, P] (update
 -- row k lands on row p) or [U, P, R] (element (k, q) lands on (p, q)).
+local MUL_UPDATES = 1024
 local function scatter_combine(node, x, m, u, reduction)
   local mu = m:dim() == 2 and m:unsqueeze(3) or m        -- [U, P, 1 or R]
   local hit = mu:to("int64"):sum(1):gt(i64(0))           -- [P, 1 or R]
@@ -2962,6 +2965,17 @@ local function scatter_combine(node, x, m, u, reduction)
     local e = fl.where(mu, u:unsqueeze(2), fl.full({}, big, {dtype = x.dtype}))
     local v = reduction == "max" and e:amax(1) or e:amin(1)
     return fl.where(hit, reduction == "max" and fl.maximum(x, v) or fl.minimum(x, v), x)
+  elseif reduction == "mul" then
+    local U = mu.shape[1]
+    if type(U) ~= "number" or U > MUL_UPDATES then
+      unsupported(node, "reduction 'mul' of %s updates (%d at most)", tostring(U), MUL_UPDATES)
+    end
+    local dt = x.dtype == "bool" and "int64" or x.dtype   -- a product of bools is their AND
+    local y, uu = x:to(dt), u:to(dt)
+    for k = 1, U do
+      y = fl.where(mu:narrow(1, k, 1):squeeze(1), y * uu:narrow(1, k, 1), y)
+    end
+    return x.dtype == "bool" and y:ne(i64(0)) or y
   end
   unsupported(node, "reduction '%s'", reduction)
 end

@@ -413,4 +413,107 @@ do
   end, "mode 'wrap' %(from opset 19%)", "Pad wrap before opset 19 is an error")
 end
 
+-- ---- ScatterElements and ScatterND with reduction 'mul' ------------------------
+do
+  local function f32(v) return (string.unpack("<f", string.pack("<f", v))) end
+  local function strides(shape)
+    local st, acc = {}, 1
+    for d = #shape, 1, -1 do st[d] = acc; acc = acc * shape[d] end
+    return st
+  end
+  -- the reference's loop: each update in row-major order multiplies in
+  local function want_elements(x, shape, idx, ishape, upd, axis, round)
+    local out = {table.unpack(x)}
+    local st, ist = strides(shape), strides(ishape)
+    local n = 1
+    for _, v in ipairs(ishape) do n = n * v end
+    for i = 0, n - 1 do
+      local o = 0
+      for d = 1, #ishape do
+        local c = (i // ist[d]) % ishape[d]
+        if d == axis then c = idx[i + 1] % shape[d] end
+        o = o + c * st[d]
+      end
+      out[o + 1] = round(out[o + 1] * upd[i + 1])
+    end
+    return out
+  end
+  local ident = function(v) return v end
+  for _, case in ipairs({{{5}, {8}, 1}, {{3, 4}, {6, 4}, 1}, {{3, 4}, {3, 7}, 2}, {{2, 3, 4}, {2, 5, 4}, 2},
+                         {{2, 3, 4}, {2, 3, 9}, -1}}) do
+    local shape, ishape, ax = case[1], case[2], case[3]
+    local axis = ax < 0 and ax + #shape + 1 or ax
+    for _, dt in ipairs({"float", "int64"}) do
+      local m = one_node("ScatterElements", {axis = axis - 1, reduction = "mul"},
+                         {{dt, shape}, {"int64", ishape}, {dt, ishape}}, 18)
+      local n = 1
+      for _, v in ipairs(ishape) do n = n * v end
+      local idx = {}
+      for i = 1, n do idx[i] = math.random(0, shape[axis] - 1) - (i % 3 == 0 and shape[axis] or 0) end
+      local x, u
+      if dt == "float" then x, u = fl.randn(table.unpack(shape)) * 2, fl.randn(table.unpack(ishape)) * 2
+      else
+        x = (fl.rand(table.unpack(shape)) * 7 - 3):to("int64")
+        u = (fl.rand(table.unpack(ishape)) * 5 - 2):to("int64")
+      end
+      local it = fl.tensor(idx, {dtype = "int64"}):reshape(ishape)
+      local want = want_elements(flat(x), shape, idx, ishape, flat(u), axis, dt == "float" and f32 or ident)
+      both(m, {x, it, u}, function(y, name) t.is(flat(y), want, name) end,
+           ("ScatterElements mul %s data %s indices %s axis %d"):format(dt, table.concat(shape, "x"),
+           table.concat(ishape, "x"), ax))
+    end
+  end
+  -- by hand: duplicates multiply in
+  local m = one_node("ScatterElements", {axis = 1, reduction = "mul"}, {{"float", {1, 5}}, {"int64", {1, 2}}, {"float", {1, 2}}}, 18)
+  both(m, {fl.tensor({{1, 2, 3, 4, 5}}, {dtype = "float32"}), fl.tensor({{1, 1}}, {dtype = "int64"}),
+           fl.tensor({{1.1, 2.1}}, {dtype = "float32"})},
+       function(y, name) t.near(y, {{1, f32(f32(2 * f32(1.1)) * f32(2.1)), 3, 4, 5}}, 1e-6, name) end,
+       "ScatterElements mul, ONNX's example")
+  -- bools: the product is AND
+  local mb = one_node("ScatterElements", {axis = 0, reduction = "mul"}, {{"bool", {4}}, {"int64", {3}}, {"bool", {3}}}, 18)
+  both(mb, {fl.tensor({true, true, false, true}), fl.tensor({0, 0, 3}, {dtype = "int64"}), fl.tensor({true, false, true})},
+       function(y, name) t.is(y:tolist(), {false, true, false, true}, name) end, "ScatterElements mul of bools")
+
+  -- ScatterND: index tuples into the leading dims, slices multiplied in order
+  local function want_nd(x, shape, idx, k, U, upd, round)
+    local out = {table.unpack(x)}
+    local st = strides(shape)
+    local R = 1
+    for d = k + 1, #shape do R = R * shape[d] end
+    for i = 0, U - 1 do
+      local o = 0
+      for d = 1, k do o = o + (idx[i * k + d] % shape[d]) * st[d] end
+      for j = 0, R - 1 do out[o + j + 1] = round(out[o + j + 1] * upd[i * R + j + 1]) end
+    end
+    return out
+  end
+  for _, case in ipairs({{{4, 3}, {5, 1}}, {{4, 3}, {6, 2}}, {{2, 3, 4}, {2, 3, 1}}, {{2, 3, 4}, {7, 2}}}) do
+    local shape, ishape = case[1], case[2]
+    local k, U = ishape[#ishape], 1
+    for d = 1, #ishape - 1 do U = U * ishape[d] end
+    local ushape = {}
+    for d = 1, #ishape - 1 do ushape[#ushape + 1] = ishape[d] end
+    for d = k + 1, #shape do ushape[#ushape + 1] = shape[d] end
+    for _, dt in ipairs({"float", "int64"}) do
+      local m = one_node("ScatterND", {reduction = "mul"}, {{dt, shape}, {"int64", ishape}, {dt, ushape}}, 18)
+      local idx = {}
+      for i = 0, U - 1 do
+        for d = 1, k do idx[i * k + d] = math.random(0, shape[d] - 1) - (i % 2 == 1 and shape[d] or 0) end
+      end
+      local x, u
+      if dt == "float" then x, u = fl.randn(table.unpack(shape)) * 2, fl.randn(table.unpack(ushape)) * 2
+      else
+        x = (fl.rand(table.unpack(shape)) * 7 - 3):to("int64")
+        u = (fl.rand(table.unpack(ushape)) * 5 - 2):to("int64")
+      end
+      local want = want_nd(flat(x), shape, idx, k, U, flat(u), dt == "float" and f32 or ident)
+      both(m, {x, fl.tensor(idx, {dtype = "int64"}):reshape(ishape), u}, function(y, name) t.is(flat(y), want, name) end,
+           ("ScatterND mul %s data %s indices %s"):format(dt, table.concat(shape, "x"), table.concat(ishape, "x")))
+    end
+  end
+  local big = one_node("ScatterND", {reduction = "mul"}, {{"float", {4}}, {"int64", {1025, 1}}, {"float", {1025}}}, 18)
+  t.raises(function() big(fl.ones(4), fl.zeros(1025, 1, {dtype = "int64"}), fl.ones(1025)) end,
+           "reduction 'mul' of 1025 updates %(1024 at most%) is unsupported", "ScatterND mul of too many updates refused")
+end
+
 t.done()
