@@ -3042,28 +3042,47 @@ OPS.ScatterND = function(node, attrs)
   end
 end
 
+-- GatherND; with batch_dims b the first b dims of data and indices are
+-- one batch (shared), and each batch's index tuples address its own
+-- slice: the tuple's linear index is offset by its batch's P positions.
 OPS.GatherND = function(node, attrs)
   known_attrs(node, attrs, set("batch_dims"))
-  if attr(attrs, "batch_dims", 0) ~= 0 then unsupported(node, "batch_dims=%d", attrs.batch_dims) end
+  local b = attr(attrs, "batch_dims", 0)
+  if math.type(b) ~= "integer" or b < 0 then node_error(node, "batch_dims %s (a non-negative integer)", tostring(b)) end
   return function(ins)
     local iv = ins[2]
     if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end
     local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
     if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
     local q, r = idx:dim(), x:dim()
+    if b >= q or b >= r then node_error(node, "batch_dims %d for indices of rank %d and data of rank %d", b, q, r) end
     local k = idx.shape[q]
-    if q < 1 or k > r then node_error(node, "indices address %d dims of a %d-d input", k, r) end
+    if q < 1 or type(k) ~= "number" or k > r - b then
+      node_error(node, "indices address %s dims of a %d-d input (%d of them batch dims)", tostring(k), r, b)
+    end
+    for j = 1, b do
+      if idx.shape[j] ~= x.shape[j] then node_error(node, "batch dim %d of indices and data differ", j) end
+    end
     local lin = nil
     for j = 1, k do
-      local n = x.shape[j]
+      local n = x.shape[b + j]
       local ij = idx:narrow(q, j, 1):squeeze(q)
       ij = fl.where(ij:lt(i64(0)), ij + i64(n), ij)
       lin = lin and (lin * i64(n) + ij) or ij
     end
     local rest = {}
-    for j = k + 1, r do rest[#rest + 1] = x.shape[j] end
+    for j = b + k + 1, r do rest[#rest + 1] = x.shape[j] end
+    local B, P = prod(x.shape, 1, b), prod(x.shape, b + 1, b + k)
+    if b > 0 then
+      -- the batch of each tuple: arange(B) over the batch dims of lin
+      local bs = {B}
+      for _ = b + 1, q - 1 do bs[#bs + 1] = 1 end
+      local lead = {}
+      for j = 1, q - 1 do lead[j] = idx.shape[j] end
+      lin = (lin:reshape({B, table.unpack(lead, b + 1, q - 1)}) + fl.arange(B):reshape(bs) * i64(P)):reshape(lead)
+    end
     local dt = x.dtype
-    local xt = x:reshape({prod(x.shape, 1, k), prod(rest, 1, #rest)})
+    local xt = x:reshape({B * P, prod(rest, 1, #rest)})
     if dt == "bool" then xt = xt:to("int64") end
     local g = fl.embedding(lin, xt)
     local shape = {}

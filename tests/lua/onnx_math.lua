@@ -516,4 +516,69 @@ do
            "reduction 'mul' of 1025 updates %(1024 at most%) is unsupported", "ScatterND mul of too many updates refused")
 end
 
+-- ---- GatherND with batch_dims ---------------------------------------------------
+do
+  -- out[batch, i, rest] = data[batch, idx[batch, i, :], rest], by loops
+  local function want_gnd(x, shape, idx, ishape, b)
+    local q, r = #ishape, #shape
+    local k = ishape[q]
+    local R = 1
+    for d = b + k + 1, r do R = R * shape[d] end
+    local T = 1                               -- tuples
+    for d = 1, q - 1 do T = T * ishape[d] end
+    local per_batch = 1                       -- tuples in one batch
+    for d = b + 1, q - 1 do per_batch = per_batch * ishape[d] end
+    local bsize = 1                           -- data elements in one batch
+    for d = b + 1, r do bsize = bsize * shape[d] end
+    local out = {}
+    for t0 = 0, T - 1 do
+      local batch = t0 // per_batch
+      local off = batch * bsize
+      local st = bsize
+      for j = 1, k do
+        st = st // shape[b + j]
+        off = off + (idx[t0 * k + j] % shape[b + j]) * st
+      end
+      for e = 0, R - 1 do out[#out + 1] = x[off + e + 1] end
+    end
+    local oshape = {}
+    for d = 1, q - 1 do oshape[#oshape + 1] = ishape[d] end
+    for d = b + k + 1, r do oshape[#oshape + 1] = shape[d] end
+    return out, oshape
+  end
+  -- ONNX's example: batch_dims 1
+  local m = one_node("GatherND", {batch_dims = 1}, {{"float", {2, 2, 2}}, {"int64", {2, 1}}}, 13)
+  both(m, {fl.tensor({{{0, 1}, {2, 3}}, {{4, 5}, {6, 7}}}, {dtype = "float32"}), fl.tensor({{1}, {0}}, {dtype = "int64"})},
+       function(y, name) t.is(y:tolist(), {{2, 3}, {4, 5}}, name) end, "GatherND batch_dims 1, ONNX's example")
+  for _, case in ipairs({{{3, 4, 5}, {3, 2, 1}, 1}, {{3, 4, 5}, {3, 2}, 1}, {{2, 3, 4, 5}, {2, 3, 6, 1}, 2},
+                         {{2, 3, 4, 5}, {2, 3, 2}, 2}, {{2, 3, 4, 5}, {2, 7, 3}, 1}, {{4, 6}, {4, 3, 1}, 1},
+                         {{2, 3, 4}, {2, 5, 2}, 0}}) do
+    local shape, ishape, b = case[1], case[2], case[3]
+    for _, dt in ipairs({"float", "int64"}) do
+      local mm = one_node("GatherND", {batch_dims = b}, {{dt, shape}, {"int64", ishape}}, 13)
+      local k = ishape[#ishape]
+      local idx, n = {}, 1
+      for d = 1, #ishape - 1 do n = n * ishape[d] end
+      for i = 0, n - 1 do
+        for j = 1, k do
+          local size = shape[b + j]
+          idx[i * k + j] = math.random(0, size - 1) - (math.random(2) == 1 and size or 0)
+        end
+      end
+      local x = dt == "float" and fl.randn(table.unpack(shape)) or (fl.rand(table.unpack(shape)) * 100):to("int64")
+      local want, oshape = want_gnd(flat(x), shape, idx, ishape, b)
+      both(mm, {x, fl.tensor(idx, {dtype = "int64"}):reshape(ishape)}, function(y, name)
+        t.is({flat(y), y.shape}, {want, oshape}, name)
+      end, ("GatherND %s data %s indices %s batch_dims %d"):format(dt, table.concat(shape, "x"),
+         table.concat(ishape, "x"), b))
+    end
+  end
+  local bad = one_node("GatherND", {batch_dims = 2}, {{"float", {2, 3}}, {"int64", {2, 3, 1}}}, 13)
+  t.raises(function() bad(fl.zeros(2, 3), fl.zeros(2, 3, 1, {dtype = "int64"})) end,
+           "batch_dims 2 for indices of rank 3 and data of rank 2", "GatherND: batch_dims too large")
+  local mism = one_node("GatherND", {batch_dims = 1}, {{"float", {2, 3}}, {"int64", {3, 1}}}, 13)
+  t.raises(function() mism(fl.zeros(2, 3), fl.zeros(3, 1, {dtype = "int64"})) end,
+           "batch dim 1 of indices and data differ", "GatherND: batch dims must agree")
+end
+
 t.done()
