@@ -1071,6 +1071,50 @@ OPS.Gemm = function(node, attrs, opset)
   end
 end
 
+-- Det: the determinant of each n x n matrix in the last two dims, as
+-- NumPy's (LAPACK's LU).  Here LU with partial pivoting, unrolled over
+-- the n columns, in float64 (rounded once to the type at the end): the
+-- row of the largest |pivot| swaps into place (a sign flip when it moves),
+-- the rows below lose their multiple of it, and the determinant is the
+-- product of the pivots.  A zero pivot column makes it 0 (the division
+-- then uses 1, so no NaN spreads).  n up to DET_MAX (the graph grows as n).
+local DET_MAX = 64
+OPS.Det = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1], "X")
+    need_float(node, x)
+    local r = x:dim()
+    if r < 2 then node_error(node, "an input of rank %d (at least 2: [..., n, n])", r) end
+    local n = x.shape[r]
+    if type(n) ~= "number" or type(x.shape[r - 1]) ~= "number" then unsupported(node, "a matrix of symbolic size") end
+    if x.shape[r - 1] ~= n then node_error(node, "matrices of %d x %d (square only)", x.shape[r - 1], n) end
+    if n > DET_MAX then unsupported(node, "matrices of %d x %d (%d x %d at most)", n, n, DET_MAX, DET_MAX) end
+    local batch = {}
+    for d = 1, r - 2 do batch[d] = x.shape[d] end
+    local a = x:to("float64")
+    local det = fl.ones(batch, {dtype = "float64"})
+    local rows = fl.arange(n):reshape({n, 1})                     -- row numbers, 0-based
+    local zero, one = fl.zeros({}, {dtype = "float64"}), fl.ones({}, {dtype = "float64"})
+    for j = 1, n do
+      local col = a:narrow(r, j, 1)                               -- [..., n, 1]
+      -- the pivot row: the largest |value| at or below row j
+      local p = col:narrow(r - 1, j, n - j + 1):abs():argmax(r - 1, true) + size_value(j - 1)   -- [..., 1, 1]
+      local at_p, at_j = rows:eq(p), rows:eq(size_value(j - 1))          -- [..., n, 1]
+      local row_p = fl.where(at_p, a, zero):sum(r - 1, true)      -- [..., 1, n]
+      local row_j = a:narrow(r - 1, j, 1)
+      a = fl.where(at_j, row_p, fl.where(at_p, row_j, a))
+      local piv = row_p:narrow(r, j, 1)                           -- [..., 1, 1]
+      det = det * fl.where(p:eq(size_value(j - 1)), piv, -piv):reshape(batch)
+      local safe = fl.where(piv:eq(zero), one, piv)
+      local below = rows:gt(size_value(j - 1))
+      local f = fl.where(below, a:narrow(r, j, 1) / safe, zero)   -- [..., n, 1]
+      a = a - f * row_p
+    end
+    return {det:to(x.dtype)}
+  end
+end
+
 -- Spatial attributes of a conv/pool node for `nsp` spatial dims: strides,
 -- pads at the start and at the end of each dim, dilations.  auto_pad SAME
 -- puts the odd pixel at the end (SAME_UPPER) or the start (SAME_LOWER).

@@ -581,4 +581,100 @@ do
            "batch dim 1 of indices and data differ", "GatherND: batch dims must agree")
 end
 
+-- ---- Det ------------------------------------------------------------------------
+do
+  -- the Leibniz sum over permutations, in double: independent of any LU
+  local function leibniz(m, n)
+    local total = 0
+    local perm, used = {}, {}
+    local function walk(i, sign)
+      if i > n then
+        local p = sign
+        for r = 1, n do p = p * m[(r - 1) * n + perm[r]] end
+        total = total + p
+        return
+      end
+      for c = 1, n do
+        if not used[c] then
+          -- the sign flips once for every unused column left of c
+          local inv = 0
+          for c2 = 1, c - 1 do if not used[c2] then inv = inv + 1 end end
+          used[c], perm[i] = true, c
+          walk(i + 1, inv % 2 == 0 and sign or -sign)
+          used[c] = false
+        end
+      end
+    end
+    walk(1, 1)
+    return total
+  end
+  t.is(leibniz({1, 2, 3, 4}, 2), -2, "Leibniz by hand: 2 x 2")
+  t.is(leibniz({2, 0, 0, 0, 3, 0, 0, 0, 4}, 3), 24, "Leibniz by hand: diagonal")
+  t.is(leibniz({0, 1, 0, 1, 0, 0, 0, 0, 1}, 3), -1, "Leibniz by hand: a swap")
+  local function dets(x, shape)
+    local r = #shape
+    local n = shape[r]
+    local vals, out = flat(x), {}
+    local count = #vals // math.max(1, n * n)
+    if n == 0 then count = 1; for d = 1, r - 2 do count = count * shape[d] end end
+    for b = 0, count - 1 do
+      local m = {}
+      for i = 1, n * n do m[i] = vals[b * n * n + i] end
+      out[b + 1] = leibniz(m, n)
+    end
+    return out
+  end
+  for _, shape in ipairs({{2, 2}, {3, 3}, {4, 3, 3}, {2, 3, 4, 4}, {5, 5}, {1, 1}, {2, 1, 1}, {3, 0, 0}, {0, 2, 2}}) do
+    local m = one_node("Det", nil, {{"float", shape}}, 11)
+    local x = fl.randn(table.unpack(shape))
+    local want = dets(x, shape)
+    local bshape = {}
+    for d = 1, #shape - 2 do bshape[d] = shape[d] end
+    both(m, {x}, function(y, name)
+      t.is(y.shape, bshape, name .. ": shape")
+      near(y, want, 1e-5, 1e-6, name)
+    end, "Det float32 " .. table.concat(shape, "x"))
+  end
+  -- singular: a zero column gives 0 exactly; pivots that need swapping
+  local m3 = one_node("Det", nil, {{"float", {3, 3, 3}}}, 11)
+  local xs = fl.tensor({{{1, 0, 2}, {3, 0, 4}, {5, 0, 6}},       -- zero column
+                        {{0, 2, 1}, {3, 1, 1}, {1, 0, 0}},       -- a zero first pivot
+                        {{1e-8, 1, 0}, {1, 1, 0}, {0, 0, 2}}},   -- a tiny one
+                       {dtype = "float32"})
+  both(m3, {xs}, function(y, name) near(y, dets(xs, {3, 3, 3}), 1e-6, 0, name) end, "Det singular and pivoting")
+  -- float64, n = 10, a determinant known by construction: P (L U), L unit
+  -- lower, U upper with the diagonal d: det = sign(P) * prod(d)
+  local n = 10
+  local L, U = {}, {}
+  for i = 1, n do
+    L[i], U[i] = {}, {}
+    for j = 1, n do
+      L[i][j] = i == j and 1 or (j < i and math.random() - 0.5 or 0)
+      U[i][j] = j > i and math.random() - 0.5 or 0
+    end
+  end
+  local d, want = {}, 1
+  for i = 1, n do d[i] = 0.5 + math.random(); U[i][i] = d[i]; want = want * d[i] end
+  local A = {}
+  for i = 1, n do
+    A[i] = {}
+    for j = 1, n do
+      local acc = 0
+      for k = 1, n do acc = acc + L[i][k] * U[k][j] end
+      A[i][j] = acc
+    end
+  end
+  A[1], A[4] = A[4], A[1]                                          -- one swap: sign -1
+  local m64 = one_node("Det", nil, {{"double", {n, n}}}, 11)
+  both(m64, {fl.tensor(A, {dtype = "float64"})}, function(y, name) near(y, {-want}, 1e-10, 0, name) end,
+       "Det float64 10 x 10, known by construction")
+  local sq = one_node("Det", nil, {{"float", {2, 3}}}, 11)
+  t.raises(function() sq(fl.zeros(2, 3)) end, "matrices of 2 x 3 %(square only%)", "Det of a non-square matrix")
+  local big = one_node("Det", nil, {{"float", {65, 65}}}, 11)
+  t.raises(function() big(fl.zeros(65, 65)) end, "matrices of 65 x 65 %(64 x 64 at most%) is unsupported",
+           "Det of a matrix past 64 x 64 refused")
+  local iz = one_node("Det", nil, {{"int64", {2, 2}}}, 11)
+  t.raises(function() iz(fl.zeros(2, 2, {dtype = "int64"})) end, "dtype int64 is unsupported", "Det of integers refused")
+end
+
 t.done()
