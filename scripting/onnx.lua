@@ -3086,6 +3086,57 @@ OPS.ScatterND = function(node, attrs)
   end
 end
 
+-- TensorScatter (opset 24): a KV cache update.  past [B, ..., M, ...] (M
+-- along axis), update [B, ..., S, ...]: the S rows of batch b land at
+-- write_indices[b] + s along the axis (mod M in mode circular).  Each cache
+-- row reads the update row it receives, if any: s = c - w (mod M when
+-- circular), kept where 0 <= s < S.  write_indices out of the op's
+-- contract (negative, or past M - S when linear, which the reference
+-- refuses) drop the rows that miss the cache.
+OPS.TensorScatter = function(node, attrs)
+  known_attrs(node, attrs, set("mode", "axis"))
+  local mode = attr(attrs, "mode", "linear")
+  if mode ~= "linear" and mode ~= "circular" then node_error(node, "mode '%s' (linear or circular)", clean(tostring(mode))) end
+  return function(ins)
+    local past, upd = T(node, ins[1], "past_cache"), T(node, ins[2], "update")
+    local r = past:dim()
+    if r < 2 then node_error(node, "a past_cache of rank %d (at least 2)", r) end
+    local ax = axis(node, attr(attrs, "axis", -2), r)
+    if ax == 1 then node_error(node, "axis 0 (the batch dim)") end
+    if upd:dim() ~= r or upd.dtype ~= past.dtype then node_error(node, "update must have past_cache's rank and dtype") end
+    for d = 1, r do
+      if d ~= ax and upd.shape[d] ~= past.shape[d] then node_error(node, "update and past_cache differ in dim %d", d) end
+    end
+    local B, M, S = past.shape[1], past.shape[ax], upd.shape[ax]
+    if type(M) ~= "number" or type(S) ~= "number" then unsupported(node, "a symbolic sequence length") end
+    if S > M then node_error(node, "an update of %d rows for a cache of %d", S, M) end
+    if S == 0 then return {past} end
+    local w
+    if ins[3] ~= nil then
+      w = T(node, ins[3], "write_indices")
+      if w.dtype ~= "int64" or w:dim() ~= 1 or w.shape[1] ~= B then node_error(node, "write_indices must be int64 [batch]") end
+    else
+      w = fl.zeros({B}, {dtype = "int64"})
+    end
+    local P, R = prod(past.shape, 2, ax - 1), prod(past.shape, ax + 1, r)
+    local s = fl.arange(M):reshape({1, M}) - w:reshape({B, 1})    -- [B, M]
+    if mode == "circular" then s = s:remainder(i64(M)) end
+    local hit = s:ge(i64(0)):to("int64") * s:lt(i64(S)):to("int64")
+    hit = hit:ne(i64(0))
+    s = fl.where(hit, s, i64(0))
+    -- row (b, p, s) of the update as [B * P * S, R]
+    local lin = (fl.arange(B):reshape({B, 1, 1}) * i64(P) + fl.arange(P):reshape({1, P, 1})) * i64(S)
+                + s:reshape({B, 1, M})                             -- [B, P, M]
+    local u = upd:reshape({B * P * S, R})
+    local dt = past.dtype
+    if dt == "bool" then u = u:to("int64") end
+    local g = fl.embedding(lin, u)                                -- [B, P, M, R]
+    if dt == "bool" then g = g:ne(i64(0)) end
+    local y = fl.where(hit:reshape({B, 1, M, 1}), g, past:reshape({B, P, M, R}))
+    return {y:reshape(past.shape)}
+  end
+end
+
 -- GatherND; with batch_dims b the first b dims of data and indices are
 -- one batch (shared), and each batch's index tuples address its own
 -- slice: the tuple's linear index is offset by its batch's P positions.
@@ -3473,6 +3524,7 @@ for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
   takes_wide(op, {1}, {keep = true, moves = true})
 end
 takes_wide("Where", {2, 3}, {keep = true, moves = true})
+takes_wide("TensorScatter", {1, 2}, {keep = true, moves = true})
 takes_wide("Pad", {1, 3}, {keep = true})
 takes_wide("OneHot", {3}, {keep = true})
 -- a max pool compares and moves: the values <= 32 bits are exact in float64

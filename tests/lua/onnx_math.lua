@@ -677,4 +677,80 @@ do
   t.raises(function() iz(fl.zeros(2, 2, {dtype = "int64"})) end, "dtype int64 is unsupported", "Det of integers refused")
 end
 
+-- ---- TensorScatter ----------------------------------------------------------------
+do
+  -- the spec's pseudocode, over flat lists
+  local function want_ts(past, shape, upd, ushape, w, axis, circular)
+    local out = {table.unpack(past)}
+    local r = #shape
+    local function strides(sh)
+      local st, acc = {}, 1
+      for d = r, 1, -1 do st[d] = acc; acc = acc * sh[d] end
+      return st
+    end
+    local pst, ust = strides(shape), strides(ushape)
+    local n = 1
+    for _, v in ipairs(ushape) do n = n * v end
+    for i = 0, n - 1 do
+      local po, b, seq = 0, nil, nil
+      for d = 1, r do
+        local c = (i // ust[d]) % ushape[d]
+        if d == 1 then b = c end
+        if d == axis then
+          seq = w[b + 1] + c
+          if circular then seq = seq % shape[axis] end
+          c = seq
+        end
+        po = po + c * pst[d]
+      end
+      out[po + 1] = upd[i + 1]
+    end
+    return out
+  end
+  for _, case in ipairs({{{2, 1, 4, 5}, -2, 1}, {{3, 4, 5}, 1, 2}, {{2, 3, 6, 2}, 2, 4}, {{2, 5}, 1, 3},
+                         {{2, 3, 4}, -1, 4}, {{1, 2, 3}, -2, 1}}) do
+    local shape, ax, S = case[1], case[2], case[3]
+    local axis = ax < 0 and ax + #shape + 1 or ax + 1
+    local M = shape[axis]
+    local ushape = {table.unpack(shape)}
+    ushape[axis] = S
+    for _, mode in ipairs({"linear", "circular"}) do
+      for _, dt in ipairs({"float", "int64", "int32"}) do
+        local with_w = dt ~= "int32"
+        local ins = {{dt, shape}, {dt, ushape}}
+        if with_w then ins[3] = {"int64", {shape[1]}} end
+        local m = one_node("TensorScatter", {mode = mode, axis = ax}, ins, 24)
+        local w = {}
+        for b = 1, shape[1] do
+          w[b] = with_w and (mode == "linear" and math.random(0, M - S) or math.random(0, 2 * M)) or 0
+        end
+        local past, upd
+        if dt == "float" then past, upd = fl.randn(table.unpack(shape)), fl.randn(table.unpack(ushape))
+        else
+          past = (fl.rand(table.unpack(shape)) * 100):to("int64")
+          upd = (fl.rand(table.unpack(ushape)) * 100 + 100):to("int64")
+        end
+        local want = want_ts(flat(past), shape, flat(upd), ushape, w, axis, mode == "circular")
+        local args = {past, upd}
+        if with_w then args[3] = fl.tensor(w, {dtype = "int64"}) end
+        both(m, args, function(y, name) t.is({flat(y), y.shape}, {want, shape}, name) end,
+             ("TensorScatter %s %s past %s update %s axis %d write %s"):format(mode, dt, table.concat(shape, "x"),
+             table.concat(ushape, "x"), ax, table.concat(w, ",")))
+      end
+    end
+  end
+  -- by hand: circular wraps past the end
+  local m = one_node("TensorScatter", {mode = "circular"}, {{"float", {1, 4, 1}}, {"float", {1, 3, 1}}, {"int64", {1}}}, 24)
+  both(m, {fl.tensor({{{0}, {1}, {2}, {3}}}, {dtype = "float32"}), fl.tensor({{{7}, {8}, {9}}}, {dtype = "float32"}),
+           fl.tensor({3}, {dtype = "int64"})},
+       function(y, name) t.is(flat(y), {8, 9, 2, 7}, name) end, "TensorScatter circular by hand")
+  local bad = one_node("TensorScatter", {axis = 0}, {{"float", {2, 3}}, {"float", {2, 3}}}, 24)
+  t.raises(function() bad(fl.zeros(2, 3), fl.zeros(2, 3)) end, "axis 0 %(the batch dim%)", "TensorScatter: axis 0 refused")
+  local long = one_node("TensorScatter", nil, {{"float", {2, 3, 2}}, {"float", {2, 4, 2}}}, 24)
+  t.raises(function() long(fl.zeros(2, 3, 2), fl.zeros(2, 4, 2)) end, "an update of 4 rows for a cache of 3",
+           "TensorScatter: an update longer than the cache")
+  t.raises(function() one_node("TensorScatter", {mode = "ring"}, {{"float", {2, 3}}, {"float", {2, 1}}}, 24) end,
+           "mode 'ring' %(linear or circular%)", "TensorScatter: unknown mode")
+end
+
 t.done()
