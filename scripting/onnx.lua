@@ -2495,10 +2495,9 @@ OPS.OneHot = function(node, attrs)
     local depth = math.tointeger(number(node, ins[2], "depth") // 1)
     if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
     if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
-    if idx.dtype ~= "int64" then
-      if fl._tracing() then unsupported(node, "float indices under capture") end
-      idx = idx:to("int64")          -- as ONNX's reference casts them
-    end
+    -- cast as the spec says (truncation; NaN and values past int64 give
+    -- INT64_MIN, which matches no class, eagerly and compiled alike)
+    if idx.dtype ~= "int64" then idx = idx:to("int64") end
     local r = idx:dim() + 1
     local d = axis(node, attr(attrs, "axis", -1), r)
     local it = fl.where(idx:lt(i64(0)), idx + i64(depth), idx):unsqueeze(d)

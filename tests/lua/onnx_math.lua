@@ -753,4 +753,67 @@ do
            "mode 'ring' %(linear or circular%)", "TensorScatter: unknown mode")
 end
 
+-- ---- OneHot with depth from a graph input, compiled (a graph break) -------------
+do
+  local function want_oh(idx, depth, axis, ishape, off, on)
+    -- output shape: ishape with depth inserted at axis (0-based, -1 = last)
+    local r = #ishape + 1
+    local a = axis < 0 and axis + r or axis
+    local oshape = {}
+    for d = 1, a do oshape[d] = ishape[d] end
+    oshape[a + 1] = depth
+    for d = a + 1, #ishape do oshape[d + 1] = ishape[d] end
+    local out, n = {}, 1
+    for _, v in ipairs(oshape) do n = n * v end
+    local st, acc = {}, 1
+    for d = r, 1, -1 do st[d] = acc; acc = acc * oshape[d] end
+    for o = 0, n - 1 do
+      local c, src = nil, 0
+      local coords = {}
+      for d = 1, r do coords[d] = (o // st[d]) % oshape[d] end
+      c = coords[a + 1]
+      local ic = {}
+      for d = 1, r do if d ~= a + 1 then ic[#ic + 1] = coords[d] end end
+      for d = 1, #ic do src = src * ishape[d] + ic[d] end
+      local v = idx[src + 1]
+      v = v < 0 and math.ceil(v) or math.floor(v)         -- cast to int64: truncation
+      if v < 0 then v = v + depth end
+      out[o + 1] = v == c and on or off
+    end
+    return out, oshape
+  end
+  for _, case in ipairs({{"float", {2, 2}, 1, "float"}, {"int64", {3}, -1, "float"}, {"int64", {2, 3}, 0, "int64"},
+                         {"float", {4}, -1, "int64"}}) do
+    local idt, ishape, axis, ddt = case[1], case[2], case[3], case[4]
+    local m = one_node("OneHot", {axis = axis}, {{idt, ishape}, {ddt, {}}, {"float", {2}}}, 11)
+    local c = fl.compile(m, {backend = "cpu"})
+    for _, depth in ipairs({5, 3, 7}) do
+      local n = 1
+      for _, v in ipairs(ishape) do n = n * v end
+      local iv = {}
+      for i = 1, n do iv[i] = math.random(-depth - 1, depth) + (idt == "float" and 0.5 or 0) end
+      local idx = fl.tensor(iv, {dtype = idt == "float" and "float32" or "int64"}):reshape(ishape)
+      local dv = fl.tensor(ddt == "float" and depth + 0.0 or depth, {dtype = ddt == "float" and "float32" or "int64"})
+      local vals = fl.tensor({-1.5, 2.25}, {dtype = "float32"})
+      local want, oshape = want_oh(iv, depth, axis, ishape, -1.5, 2.25)
+      local name = ("OneHot %s indices %s axis %d depth %d (%s)"):format(idt, table.concat(ishape, "x"), axis, depth, ddt)
+      local ye = m(idx, dv, vals)
+      t.is({flat(ye), ye.shape}, {want, oshape}, name .. " (eager)")
+      local yc = c(idx, dv, vals)
+      t.is({flat(yc), yc.shape}, {want, oshape}, name .. " (compiled)")
+    end
+  end
+  -- one graph (fl.capture) cannot read the depth: a clean refusal
+  local m = one_node("OneHot", nil, {{"int64", {3}}, {"int64", {}}, {"float", {2}}}, 11)
+  t.raises(function() fl.capture(m, fl.tensor({0, 1, 2}, {dtype = "int64"}), fl.tensor(4, {dtype = "int64"}),
+                                 fl.tensor({0, 1}, {dtype = "float32"})) end,
+           "depth computed from graph inputs under capture %(a data%-dependent value%) is unsupported",
+           "OneHot under fl.capture: depth from an input refused")
+  -- NaN and huge float indices match no class
+  local mf = one_node("OneHot", nil, {{"float", {3}}, {"int64", {}}, {"float", {2}}}, 11)
+  local y = fl.compile(mf, {backend = "cpu"})(fl.tensor({0 / 0, 1e30, -1e30}, {dtype = "float32"}),
+                                              fl.tensor(3, {dtype = "int64"}), fl.tensor({0, 1}, {dtype = "float32"}))
+  t.is(flat(y), {0, 0, 0, 0, 0, 0, 0, 0, 0}, "OneHot compiled: NaN and out-of-range float indices match nothing")
+end
+
 t.done()
