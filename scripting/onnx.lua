@@ -3786,6 +3786,137 @@ OPS.BitShift = function(node, attrs, opset)
   end
 end
 
+-- BitCast (opset 26): the bits of one type read as another of the same
+-- width.  fuselab has no such op, so the bits go through their value: a
+-- pattern (an int64: the n low bits, all 64 for the 64-bit types) is
+-- taken from the input and read as the target.  Integers and bools give
+-- their two's complement bits; floats are taken apart exactly in float64:
+-- sign, exponent by halving or doubling in steps of 2^512 .. 2^1 (each
+-- step exact), significand.  A NaN's payload and sign are not values, so
+-- a NaN input is refused (its values are read: a graph break under
+-- fl.compile); a NaN pattern read as a float gives a NaN.
+local FLOAT_BITS = {float32 = {8, 23}, float64 = {11, 52}, float16 = {5, 10}, bfloat16 = {8, 7}}
+local BITCAST_WIDTH = {bool = 8, float32 = 32, float64 = 64, float16 = 16, bfloat16 = 16}
+for k, v in pairs(INT_BITS) do BITCAST_WIDTH[k] = v end
+
+local function f64c(v) return fl.full({}, v, {dtype = "float64"}) end
+
+-- x * 2^k for a float64 tensor k of integers in [-1074, 1023], exactly
+-- where the result is representable: the steps go down (or up) toward it
+local function scale2(x, k)
+  for _, step in ipairs({1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}) do
+    if step < 1024 then
+      local up = k:ge(f64c(step))
+      x = fl.where(up, x * f64c(2.0 ^ step), x)
+      k = fl.where(up, k - f64c(step), k)
+    end
+    local down = k:le(f64c(-step))
+    x = fl.where(down, x * f64c(2.0 ^ -step), x)
+    k = fl.where(down, k + f64c(step), k)
+  end
+  return x
+end
+
+-- the bit pattern of float tensor x (no NaN) in format {E, M}
+local function float_bits(x, fmt)
+  local E, M = fmt[1], fmt[2]
+  local bias = (1 << (E - 1)) - 1
+  local a = x:to("float64")
+  local zero = f64c(0)
+  local neg = fl.where(a:eq(zero), (f64c(1) / a):lt(zero), a:lt(zero))
+  a = a:abs()
+  local inf = a:eq(f64c(math.huge))
+  local s = fl.where(inf, f64c(1), fl.where(a:eq(zero), f64c(1), a))   -- finite, non-zero
+  -- e = floor(log2 s), s into [1, 2)
+  local e = zero
+  if E == 11 then                                           -- float64 subnormals
+    local tiny = s:lt(f64c(2.0 ^ -1000))
+    s = fl.where(tiny, s * f64c(2.0 ^ 1000), s)
+    e = fl.where(tiny, f64c(-1000), e)
+  end
+  for _, step in ipairs({512, 256, 128, 64, 32, 16, 8, 4, 2, 1}) do
+    local big = s:ge(f64c(2.0 ^ step))
+    s = fl.where(big, s * f64c(2.0 ^ -step), s)
+    e = fl.where(big, e + f64c(step), e)
+    local small = s:lt(f64c(2.0 ^ (1 - step)))
+    s = fl.where(small, s * f64c(2.0 ^ step), s)
+    e = fl.where(small, e - f64c(step), e)
+  end
+  local emin = 1 - bias
+  local sub = e:lt(f64c(emin))
+  -- subnormal: a / 2^(emin - M), in two exact steps (2^1074 is past float64)
+  local msub = a * f64c(2.0 ^ M) * f64c(2.0 ^ (-emin))
+  local mant = fl.where(sub, msub, (s - f64c(1)) * f64c(2.0 ^ M))
+  local field = fl.where(sub, zero, e + f64c(bias))
+  mant = fl.where(a:eq(zero), zero, fl.where(inf, zero, mant))
+  field = fl.where(a:eq(zero), zero, fl.where(inf, f64c((1 << E) - 1), field))
+  local n = 1 + E + M
+  local sign = n == 64 and i64(math.mininteger) or i64(1 << (n - 1))
+  return field:to("int64") * i64(1 << M) + mant:to("int64") + fl.where(neg, sign, i64(0))
+end
+
+-- the float of format {E, M} (as dtype dt) whose pattern is p (an int64)
+local function bits_float(p, fmt, dt)
+  local E, M = fmt[1], fmt[2]
+  local n, bias = 1 + E + M, (1 << (E - 1)) - 1
+  local neg, q
+  if n == 64 then neg, q = p:lt(i64(0)), fl.where(p:lt(i64(0)), flip(p), p)
+  else
+    neg = p:ge(i64(1 << (n - 1)))
+    q = p - fl.where(neg, i64(1 << (n - 1)), i64(0))
+  end
+  local mant = q:remainder(i64(1 << M))
+  local field = (q - mant):to("float64") * f64c(2.0 ^ -M)   -- exact: few significant bits
+  local m = mant:to("float64")
+  local zero = f64c(0)
+  local normal = scale2(m + f64c(2.0 ^ M), field - f64c(bias + M))
+  local subnormal = m * f64c(2.0 ^ (1 - bias)) * f64c(2.0 ^ -M)
+  local top = field:eq(f64c((1 << E) - 1))
+  local v = fl.where(field:eq(zero), subnormal, normal)
+  v = fl.where(top, fl.where(m:eq(zero), f64c(math.huge), f64c(0 / 0)), v)
+  v = fl.where(neg, -v, v)
+  return v:to(dt)
+end
+
+OPS.BitCast = function(node, attrs)
+  known_attrs(node, attrs, set("to"))
+  local to = DTYPE_CODE[attrs.to]
+  if not to then node_error(node, "attribute 'to' is required (a TensorProto data type)") end
+  local target = FL_DTYPE[to] or to
+  if not BITCAST_WIDTH[target] then unsupported(node, "BitCast to %s", to) end
+  return function(ins)
+    local v = ins[1]
+    if v == nil then node_error(node, "input is missing") end
+    local from = dtype_of(v)
+    if not BITCAST_WIDTH[from] then unsupported(node, "BitCast from %s", ONNX_DTYPE[from] or from) end
+    if BITCAST_WIDTH[from] ~= BITCAST_WIDTH[target] then
+      node_error(node, "BitCast from %s (%d bits) to %s (%d bits)", ONNX_DTYPE[from] or from, BITCAST_WIDTH[from],
+                 to, BITCAST_WIDTH[target])
+    end
+    if from == target then return {v} end
+    local p
+    if FLOAT_BITS[from] then
+      local x = T(node, v)
+      local nan = x:ne(x):to("int64"):sum()
+      local ok, has = pcall(nan.tolist, nan)
+      if not ok then
+        if not fl._tracing() then error(has, 0) end
+        unsupported(node, "a NaN check of floats computed from graph inputs under capture (a data-dependent refusal)")
+      end
+      if has > 0 then unsupported(node, "BitCast of a NaN (its payload and sign bits are not kept)") end
+      p = float_bits(x, FLOAT_BITS[from])
+    elseif from == "bool" then
+      p = T(node, v):to("int64")
+    else
+      local _, t = int_operands(node, {v}, 1)
+      p = low_bits(t, INT_BITS[from])
+    end
+    if FLOAT_BITS[target] then return {bits_float(p, FLOAT_BITS[target], target)} end
+    if target == "bool" then return {p:ne(i64(0))} end
+    return {tagged(p, target)}
+  end
+end
+
 -- ---------------------------------------------------------------------------
 -- quantization (the integer types, in float arithmetic as ONNX's reference)
 -- ---------------------------------------------------------------------------

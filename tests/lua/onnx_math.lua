@@ -816,4 +816,134 @@ do
   t.is(flat(y), {0, 0, 0, 0, 0, 0, 0, 0, 0}, "OneHot compiled: NaN and out-of-range float indices match nothing")
 end
 
+-- ---- BitCast ------------------------------------------------------------------------
+do
+  -- expected values by string.pack / unpack (the machine's own bits), and
+  -- for the 16-bit floats by the formula
+  local function sx(v, n) v = v & ((1 << n) - 1); if v >= 1 << (n - 1) then v = v - (1 << n) end return v end
+  local function half(p, E, M)
+    local bias = (1 << (E - 1)) - 1
+    local s, e, m = p >> (E + M), (p >> M) & ((1 << E) - 1), p & ((1 << M) - 1)
+    local v
+    if e == 0 then v = m * 2.0 ^ (1 - bias - M)
+    elseif e == (1 << E) - 1 then v = m == 0 and math.huge or 0 / 0
+    else v = (1 + m / 2.0 ^ M) * 2.0 ^ (e - bias) end
+    return s == 1 and -v or v
+  end
+  local function is_nan_pattern(p, E, M) return ((p >> M) & ((1 << E) - 1)) == (1 << E) - 1 and (p & ((1 << M) - 1)) ~= 0 end
+  local edge32 = {0, 0x80000000, 1, 0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
+    0x3F800000, 0xC0200000, 0x007FFFFF, 0x00400001}
+  local edge64 = {0, math.mininteger, 1, 0x000FFFFFFFFFFFFF, 0x0010000000000000, 0x7FEFFFFFFFFFFFFF,
+    0x7FF0000000000000, -0x10000000000000, 0x3FF0000000000000, -4611686018427387904, 0x0008000000000001}
+  local function patterns(n, E, M, edges, count)
+    local out = {}
+    for _, v in ipairs(edges) do out[#out + 1] = v end
+    while #out < count do
+      local p = n == 64 and math.random(0) or math.random(0) & ((1 << n) - 1)
+      if not is_nan_pattern(n == 64 and p or p, E, M) then out[#out + 1] = p end
+    end
+    return out
+  end
+  -- float32 <-> int32 / uint32
+  local p32 = patterns(32, 8, 23, edge32, 64)
+  local f32v, i32v, u32v = {}, {}, {}
+  for i, p in ipairs(p32) do
+    f32v[i] = (string.unpack("<f", string.pack("<I4", p)))
+    i32v[i], u32v[i] = sx(p, 32), p
+  end
+  local x32 = fl.tensor(f32v, {dtype = "float32"})
+  both(one_node("BitCast", {to = 6}, {{"float", {"N"}}}, 26), {x32}, function(y, name) t.is(y:tolist(), i32v, name) end,
+       "BitCast float32 -> int32")
+  both(one_node("BitCast", {to = 12}, {{"float", {"N"}}}, 26), {x32}, function(y, name) t.is(y:tolist(), u32v, name) end,
+       "BitCast float32 -> uint32")
+  for _, c in ipairs({{"int32", i32v}, {"uint32", u32v}}) do
+    both(one_node("BitCast", {to = 1}, {{c[1], {"N"}}}, 26), {fl.tensor(c[2], {dtype = "int64"})}, function(y, name)
+      t.ok(y.dtype == "float32", name .. ": dtype")
+      local got, okb = flat(y), true
+      for i, v in ipairs(got) do
+        if string.pack("<f", v) ~= string.pack("<f", f32v[i]) then
+          okb = false; t.diag(("element %d: %.9g, wanted %.9g"):format(i, v, f32v[i])); break
+        end
+      end
+      t.ok(okb, name .. ": bit for bit (signed zeros, subnormals, infinities)")
+    end, "BitCast " .. c[1] .. " -> float32")
+  end
+  -- float64 <-> int64 / uint64
+  local p64 = patterns(64, 11, 52, edge64, 64)
+  local f64v = {}
+  for i, p in ipairs(p64) do f64v[i] = (string.unpack("<d", string.pack("<i8", p))) end
+  local x64 = fl.tensor(f64v, {dtype = "float64"})
+  both(one_node("BitCast", {to = 7}, {{"double", {"N"}}}, 26), {x64}, function(y, name) t.is(y:tolist(), p64, name) end,
+       "BitCast float64 -> int64")
+  both(one_node("BitCast", {to = 13}, {{"double", {"N"}}}, 26), {x64}, function(y, name) t.is(y:tolist(), p64, name) end,
+       "BitCast float64 -> uint64")
+  for _, c in ipairs({{"int64", 7}, {"uint64", 13}}) do
+    both(one_node("BitCast", {to = 11}, {{c[1], {"N"}}}, 26), {fl.tensor(p64, {dtype = "int64"})}, function(y, name)
+      local got, okb = flat(y), true
+      for i, v in ipairs(got) do
+        if string.pack("<d", v) ~= string.pack("<d", f64v[i]) then
+          okb = false; t.diag(("element %d: %.17g, wanted %.17g"):format(i, v, f64v[i])); break
+        end
+      end
+      t.ok(okb, name)
+    end, "BitCast " .. c[1] .. " -> float64, bit for bit")
+  end
+  -- float16 and bfloat16 <-> int16 / uint16
+  for _, f in ipairs({{"float16", 10, 5, 10}, {"bfloat16", 16, 8, 7}}) do
+    local dt, code, E, M = f[1], f[2], f[3], f[4]
+    local ps = patterns(16, E, M, {0, 0x8000, 1, 0x8001, (1 << (E + M)) - (1 << M), 0xFFFF - ((1 << M) - 1) - (1 << M)}, 64)
+    local vals, i16, u16 = {}, {}, {}
+    for i, p in ipairs(ps) do vals[i], i16[i], u16[i] = half(p, E, M), sx(p, 16), p end
+    local x = fl.tensor(vals, {dtype = "float64"}):to(dt)    -- exact: each value is one of the type's
+    both(one_node("BitCast", {to = 5}, {{code, {"N"}}}, 26), {x}, function(y, name) t.is(y:tolist(), i16, name) end,
+         "BitCast " .. dt .. " -> int16")
+    both(one_node("BitCast", {to = 4}, {{code, {"N"}}}, 26), {x}, function(y, name) t.is(y:tolist(), u16, name) end,
+         "BitCast " .. dt .. " -> uint16")
+    both(one_node("BitCast", {to = code}, {{"int16", {"N"}}}, 26), {fl.tensor(i16, {dtype = "int64"})}, function(y, name)
+      t.ok(y.dtype == dt, name .. ": dtype")
+      local got, okb = flat(y:to("float64")), true
+      for i, v in ipairs(got) do
+        if string.pack("<d", v) ~= string.pack("<d", vals[i]) then
+          okb = false; t.diag(("element %d: %.9g, wanted %.9g"):format(i, v, vals[i])); break
+        end
+      end
+      t.ok(okb, name)
+    end, "BitCast int16 -> " .. dt)
+  end
+  -- float16 <-> bfloat16: 1.0 in float16 (0x3C00) is 1.875 * 2^-7 in bfloat16... by the formula
+  both(one_node("BitCast", {to = 16}, {{"float16", {2}}}, 26), {fl.tensor({1.0, -2.0}, {dtype = "float16"})},
+       function(y, name) t.is(flat(y:to("float64")), {half(0x3C00, 8, 7), half(0xC000, 8, 7)}, name) end,
+       "BitCast float16 -> bfloat16")
+  -- integers and bools
+  local function ints_case(from, to, code, vals, want)
+    both(one_node("BitCast", {to = code}, {{from, {#vals}}}, 26),
+         {from == "bool" and fl.tensor(vals) or fl.tensor(vals, {dtype = "int64"})},
+         function(y, name) t.is(y:tolist(), want, name) end, ("BitCast %s -> %s"):format(from, to))
+  end
+  ints_case("int8", "uint8", 2, {-1, -128, 127, 0, -77}, {255, 128, 127, 0, 179})
+  ints_case("uint8", "int8", 3, {255, 128, 127, 0, 179}, {-1, -128, 127, 0, -77})
+  ints_case("uint16", "int16", 5, {1, 32768, 65535, 40000}, {1, -32768, -1, 40000 - 65536})
+  ints_case("int32", "uint32", 12, {-1, math.mininteger >> 32, 2147483647}, {4294967295, 2147483648, 2147483647})
+  ints_case("int64", "uint64", 13, {-1, math.mininteger, 5}, {-1, math.mininteger, 5})
+  ints_case("bool", "uint8", 2, {true, false, true}, {1, 0, 1})
+  ints_case("bool", "int8", 3, {true, false}, {1, 0})
+  ints_case("uint8", "bool", 9, {0, 1, 0}, {false, true, false})
+  ints_case("int4", "uint4", 21, {-1, -8, 7, 0}, {15, 8, 7, 0})
+  -- refusals and errors
+  local nan = one_node("BitCast", {to = 6}, {{"float", {3}}}, 26)
+  t.raises(function() nan(fl.tensor({1, 0 / 0, 2}, {dtype = "float32"})) end,
+           "BitCast of a NaN %(its payload and sign bits are not kept%) is unsupported", "BitCast of a NaN refused (eager)")
+  t.raises(function() fl.compile(nan, {backend = "cpu"})(fl.tensor({1, 0 / 0, 2}, {dtype = "float32"})) end,
+           "BitCast of a NaN", "BitCast of a NaN refused (compiled)")
+  t.raises(function() fl.capture(nan, fl.tensor({1, 3, 2}, {dtype = "float32"})) end,
+           "computed from graph inputs under capture", "BitCast of floats under fl.capture refused")
+  -- a NaN pattern read as a float is a NaN
+  both(one_node("BitCast", {to = 1}, {{"int32", {2}}}, 26), {fl.tensor({0x7FC00000, sx(0xFF800001, 32)}, {dtype = "int64"})},
+       function(y, name) local v = flat(y); t.ok(v[1] ~= v[1] and v[2] ~= v[2], name) end, "BitCast of NaN patterns to float32")
+  local wide = one_node("BitCast", {to = 7}, {{"float", {2}}}, 26)
+  t.raises(function() wide(fl.zeros(2)) end, "BitCast from float %(32 bits%) to int64 %(64 bits%)", "BitCast across widths")
+  t.raises(function() one_node("BitCast", {to = 8}, {{"float", {2}}}, 26) end, "BitCast to string is unsupported",
+           "BitCast to string refused")
+end
+
 t.done()
