@@ -164,10 +164,46 @@ do
   both(c16, {h}, function(y, name) t.is(patterns(y), want_of(flat(h:to("float32"))), name) end,
        "Cast float16 -> bfloat16")
   t.is(want_of({1 + 2^-8, 1 + 3 * 2^-8}), {0x3F80, 0x3F82}, "the hand rounding: ties go to even")
-  local c64 = one_node("Cast", {to = 16}, {{"double", {2}}}, 13)
-  t.raises(function() c64(fl.tensor({1, 2}, {dtype = "float64"})) end,
-           "casting float64 to bfloat16 %(fuselab rounds through float32, twice%) is unsupported",
-           "Cast float64 -> bfloat16 is refused")
+  -- float64 rounds once: through float32 it would round twice where the
+  -- float32 value is a midpoint.  By hand: ties either way of 1 + 2^-8,
+  -- the midpoint past the largest finite value (2^128 - 2^119), one in the
+  -- subnormals (2^-134)
+  local c64 = one_node("Cast", {to = 16}, {{"double", {"N"}}}, 13)
+  local hand = {1 + 2^-8 + 2^-40, -(1 + 2^-8 + 2^-40), 1 + 2^-8 - 2^-40, 1 + 2^-8, 1 + 3 * 2^-8,
+    1 + 3 * 2^-8 - 2^-40, 2^128 - 2^119, 2^128 - 2^119 - 2^90, 2^128 - 2^119 + 2^90, -(2^128 - 2^119 - 2^90),
+    2^-134 + 2^-160, 2^-134, 2^-134 - 2^-160, 3 * 2^-134 - 2^-170, 1e300, 0.0, -0.0}
+  both(c64, {fl.tensor(hand, {dtype = "float64"})}, function(y, name)
+    t.is(patterns(y), {0x3F81, 0xBF81, 0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x7F7F, 0x7F80, 0xFF7F,
+                       1, 0, 0, 1, 0x7F80, 0, 0x8000}, name)
+  end, "Cast float64 -> bfloat16 rounds once, by hand")
+  -- random values against the nearest of the candidates around x, by
+  -- exact differences (ties to the even pattern)
+  local function rne64(v)
+    if v ~= v then return "nan" end
+    local a = math.abs(v)
+    local sign = (v < 0 or 1 / v < 0) and 0x8000 or 0
+    local p = f32bits(a) >> 16          -- near a (a's float32 rounding, truncated)
+    local best, bestd
+    for c = math.max(p - 1, 0), math.min(p + 1, 0x7F80) do
+      local cv = c == 0x7F80 and 2.0 ^ 128 or from_bits(c << 16)   -- the rounding bound for infinity
+      local d = math.abs(a - cv)
+      if not bestd or d < bestd or (d == bestd and c % 2 == 0) then best, bestd = c, d end
+    end
+    return best | sign
+  end
+  t.is({rne64(1 + 2^-8 + 2^-40), rne64(1 + 2^-8), rne64(2^128 - 2^119 - 2^90)}, {0x3F81, 0x3F80, 0x7F7F},
+       "the candidate rounding by hand")
+  local vals = {}
+  for i = 1, 300 do
+    local k = math.random(4)
+    local m = 1 + math.random(0, 127) / 128 + 2^-8                  -- on a bfloat16 midpoint...
+    if k == 1 then m = m + 2^-30 elseif k == 2 then m = m - 2^-30 elseif k == 3 then m = m + (math.random() - 0.5) * 2^-20 end
+    vals[i] = (math.random(2) == 1 and -1 or 1) * m * 2.0 ^ math.random(-140, 126)
+  end
+  local want = {}
+  for i, v in ipairs(vals) do want[i] = rne64(v) end
+  both(c64, {fl.tensor(vals, {dtype = "float64"})}, function(y, name) t.is(patterns(y), want, name) end,
+       "Cast float64 -> bfloat16 near midpoints, random")
 end
 
 -- ---- Div and Mod of uint64, over the whole range ------------------------------
