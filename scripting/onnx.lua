@@ -585,8 +585,10 @@ end
 -- decides.  y is a midpoint when y - b (b: y rounded) is half a step, so
 -- that b + 2 (y - b) is a bfloat16 value too (exact in float64); past the
 -- largest finite value the midpoint rounds to infinity, the other side
--- being that largest value.
-local function f64_to_bf16(x)
+-- being that largest value.  d (optional, int64): the sign of the exact
+-- value less x, where x is itself a rounding (of an integer): a midpoint
+-- x then goes d's way.
+local function f64_to_bf16(x, d)
   local f64 = function(v) return fl.full({}, v, {dtype = "float64"}) end
   local y = x:to("float32")
   local b = y:to("bfloat16")
@@ -598,15 +600,53 @@ local function f64_to_bf16(x)
   local top = bd:abs():eq(f64(math.huge)):to("int64") * yd:abs():eq(f64(2.0 ^ 128 - 2.0 ^ 119)):to("int64")
   other = fl.where(top:ne(size_value(0)), fl.where(yd:lt(f64(0)), f64(-big), f64(big)), other)
   tie = (tie + top):ne(size_value(0))
-  local above = x:gt(yd)
+  local above, off = x:gt(yd), x:ne(yd)
+  if d then
+    local zero = size_value(0)
+    above = fl.where(x:eq(yd), d:gt(zero), above)
+    off = fl.where(x:eq(yd), d:ne(zero), off)
+  end
   local hi, lo = fl.maximum(bd, other), fl.minimum(bd, other)
   local fixed = fl.where(above, hi, lo)
-  local wrong = tie:to("int64") * x:ne(yd):to("int64")
+  local wrong = tie:to("int64") * off:to("int64")
   return fl.where(wrong:ne(size_value(0)), fixed:to("bfloat16"), b)
+end
+
+-- int64 values (or uint64 patterns) to bfloat16, rounded once: to float64
+-- (exact below 2^53), and the sign of what that rounding left, for
+-- f64_to_bf16.  A uint64 from 2^63 up is halved first, as u64_float does
+-- (the bit shifted out makes the half odd, so the rounding sees it), and
+-- the float doubled.  Where the float is 2^63 or 2^64 (no midpoint) the
+-- remainder is not needed.
+local function int_to_bf16(t, unsigned)
+  local zero, one = size_value(0), size_value(1)
+  local function sign(v) return fl.where(v:gt(zero), one, fl.where(v:lt(zero), -one, zero)) end
+  local x = t:to("float64")
+  local inside = x:abs():lt(fl.full({}, 2.0 ^ 63, {dtype = "float64"}))
+  local d = sign(fl.where(inside, t - fl.where(inside, x, fl.zeros({}, {dtype = "float64"})):to("int64"), zero))
+  if unsigned then
+    local neg = t:lt(zero)
+    local half = int_div(t + size_value(math.mininteger), size_value(2)) + size_value(1 << 62)   -- u >> 1
+    local odd = t:remainder(size_value(2))
+    local sticky = fl.where(half:remainder(size_value(2)):eq(zero), odd, zero)
+    local xh = (half + sticky):to("float64")
+    local in_h = xh:lt(fl.full({}, 2.0 ^ 63, {dtype = "float64"}))
+    local rem = half - fl.where(in_h, xh, fl.zeros({}, {dtype = "float64"})):to("int64")
+    local dh = fl.where(rem:eq(zero), sign(odd), sign(rem))      -- u / 2 - xh: rem + odd / 2
+    x = fl.where(neg, xh * fl.full({}, 2, {dtype = "float64"}), x)
+    d = fl.where(neg, fl.where(in_h, dh, zero), d)
+  end
+  return f64_to_bf16(x, d)
 end
 
 local function cast_to(node, v, to, opts)
   if SMALLF[to] or not is_tensor(v) and SMALLF[v.wide or ""] then return small_cast(node, v, to, opts or {}) end
+  -- integers to bfloat16: rounded once, as the reference (fuselab's own
+  -- conversion goes through float32)
+  if to == "bfloat16" and (not is_tensor(v) and v.wide and not SMALLF[v.wide] or dtype_of(v) == "int64") then
+    if not is_tensor(v) and v.wide then return int_to_bf16(v.t, v.wide == "uint64") end
+    return int_to_bf16(T(node, v), false)
+  end
   if WIDE[to] or not is_tensor(v) and v.wide == "uint64" then return narrow_cast(node, v, to) end
   local target = FL_DTYPE[to]
   if not target then unsupported(node, "casting to %s", to) end

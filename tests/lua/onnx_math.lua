@@ -204,6 +204,51 @@ do
   for i, v in ipairs(vals) do want[i] = rne64(v) end
   both(c64, {fl.tensor(vals, {dtype = "float64"})}, function(y, name) t.is(patterns(y), want, name) end,
        "Cast float64 -> bfloat16 near midpoints, random")
+  -- integers round once too (2^24 + 2^16 + 1 is past the midpoint
+  -- 2^24 + 2^16, where float32 would put it): the nearest multiple of the
+  -- step, in exact integer arithmetic (u: unsigned, as uint64 patterns)
+  local function rne_int(v, unsigned)
+    local neg = not unsigned and v < 0
+    local a = neg and -v or v
+    if a == 0 then return 0 end
+    local e = 63
+    while e > 0 and (a >> e) == 0 do e = e - 1 end
+    if e <= 7 then return f32bits(a + 0.0) >> 16 | (neg and 0x8000 or 0) end
+    local step = 1 << (e - 7)
+    local lo = a & ~(step - 1)
+    local below, above = a - lo, step - (a - lo)
+    local r = lo
+    if math.ult(above, below) or (above == below and (lo // step) % 2 == 1) then r = lo + step end
+    local bits
+    if r == 0 and lo ~= 0 then bits = 0x5F80                        -- 2^64
+    else bits = f32bits(math.ult(r, 0) and r + 0.0 or (r >> 1) * 2.0 + (r & 1)) >> 16 end
+    return bits | (neg and 0x8000 or 0)
+  end
+  t.is({rne_int((1 << 24) + (1 << 16) + 1), rne_int((1 << 24) + (1 << 16)), rne_int(-1 - (1 << 40) - (1 << 32))},
+       {0x4B81, 0x4B80, 0xD381}, "the integer rounding by hand")
+  local ivals = {(1 << 24) + (1 << 16) + 1, (1 << 40) + (1 << 32) + 1, -((1 << 40) + (1 << 32) + 1), 0, 1, -1, 255, 257,
+    math.maxinteger, math.mininteger, (1 << 62) + (1 << 54), (1 << 62) + (1 << 54) + 1, (1 << 53) + (1 << 45) + 1}
+  for i = 1, 60 do
+    local e = math.random(9, 62)
+    local m = (math.random(0, 255) * 2 + 1) << (e - 8)                -- a midpoint at 2^e
+    ivals[#ivals + 1] = (m + math.random(-1, 1)) * (math.random(2) == 1 and -1 or 1)
+  end
+  local wi = {}
+  for i, v in ipairs(ivals) do wi[i] = rne_int(v) end
+  both(one_node("Cast", {to = 16}, {{"int64", {"N"}}}, 13), {fl.tensor(ivals, {dtype = "int64"})},
+       function(y, name) t.is(patterns(y), wi, name) end, "Cast int64 -> bfloat16 rounds once")
+  local i32 = {}
+  for i, v in ipairs(ivals) do i32[i] = ((v + (1 << 31)) % (1 << 32)) - (1 << 31) end
+  local w32 = {}
+  for i, v in ipairs(i32) do w32[i] = rne_int(v) end
+  both(one_node("Cast", {to = 16}, {{"int32", {"N"}}}, 13), {fl.tensor(i32, {dtype = "int64"})},
+       function(y, name) t.is(patterns(y), w32, name) end, "Cast int32 -> bfloat16 rounds once")
+  local u64 = {-1, math.mininteger, math.mininteger + (1 << 55) + 1, -(1 << 55) - 1, (1 << 40) + (1 << 32) + 1}
+  for i = 1, 40 do u64[#u64 + 1] = math.mininteger + ((math.random(0, 255) * 2 + 1) << 55) + math.random(-1, 1) end
+  local wu = {}
+  for i, v in ipairs(u64) do wu[i] = rne_int(v, true) end
+  both(one_node("Cast", {to = 16}, {{"uint64", {"N"}}}, 13), {fl.tensor(u64, {dtype = "int64"})},
+       function(y, name) t.is(patterns(y), wu, name) end, "Cast uint64 -> bfloat16 rounds once")
 end
 
 -- ---- Div and Mod of uint64, over the whole range ------------------------------
