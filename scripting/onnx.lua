@@ -1736,9 +1736,6 @@ OPS.Slice = function(node, attrs, opset)
   end
 end
 
--- Pad: pads {begin_1..begin_r, end_1..end_r} (negative crops), as
--- fl.pad takes them; from opset 11 pads and the value are inputs, from 18
--- the axes they apply to too.
 -- Pad mode 'wrap' (opset 19), NumPy's: element j of a dim of size n padded
 -- by b before is x[(j - b) mod n], so a pad may pass n (the data repeats).
 -- NumPy (the reference) takes no negative pads in this mode.
@@ -1758,6 +1755,9 @@ local function pad_wrap(node, x, pads)
   return x
 end
 
+-- Pad: pads {begin_1..begin_r, end_1..end_r} (negative crops), as
+-- fl.pad takes them; from opset 11 pads and the value are inputs, from 18
+-- the axes they apply to too.
 OPS.Pad = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "pads", "value"))
   local mode = attr(attrs, "mode", "constant")
