@@ -31,7 +31,7 @@ local function one_node(op, attrs, inputs, opset, nout, inits)
     inits = inits, inputs = vals, outputs = outs}))
 end
 
--- m(...) eagerly and compiled, each compared with want (a table) by cmp
+-- m(...) eagerly and compiled, each result handed to check(y, name)
 local function both(m, args, check, name)
   check(m(table.unpack(args)), name .. " (eager)")
   check(fl.compile(m, {backend = "cpu"})(table.unpack(args)), name .. " (compiled)")
@@ -371,12 +371,6 @@ do
     end
     return out, oshape
   end
-  local function flatb(y)
-    local out = {}
-    local function walk(v) if type(v) == "table" then for _, e in ipairs(v) do walk(e) end else out[#out + 1] = v end end
-    walk(y:tolist())
-    return out
-  end
   for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
     local is_max = op == "ReduceMax"
     for _, case in ipairs({{{4}, {0}}, {{3, 5}, {1}}, {{3, 5}, {0, 1}}, {{2, 3, 4}, {-1}}, {{2, 3, 4}, {0, 2}},
@@ -392,7 +386,7 @@ do
           local red = {}
           for _, a in ipairs(axes or {}) do red[(a < 0 and a + #shape or a) + 1] = true end
           if not axes then for d = 1, #shape do red[d] = true end end
-          local want, oshape = reduce_bools(flatb(x), shape, red, is_max)
+          local want, oshape = reduce_bools(flat(x), shape, red, is_max)
           if keep == 0 then
             local s2 = {}
             for d, n in ipairs(oshape) do if not red[d] then s2[#s2 + 1] = n end end
@@ -400,7 +394,7 @@ do
           end
           both(m, {x}, function(y, name)
             t.ok(y.dtype == "bool", name .. ": bool")
-            t.is({flatb(y), y.shape}, {want, oshape}, name)
+            t.is({flat(y), y.shape}, {want, oshape}, name)
           end, ("%s bools %s axes %s keepdims %d density %.1f"):format(op, table.concat(shape, "x"),
              axes and table.concat(axes, ",") or "all", keep, density))
         end
@@ -412,7 +406,7 @@ do
     both(m, {fl.zeros(2, 0, 4, {dtype = "bool"})}, function(y, name)
       local w = {}
       for i = 1, 8 do w[i] = not is_max end
-      t.is({flatb(y), y.shape}, {w, {2, 1, 4}}, name)
+      t.is({flat(y), y.shape}, {w, {2, 1, 4}}, name)
     end, op .. " bools over an empty dim")
   end
   t.raises(function() one_node("ReduceSum", nil, {{"bool", {3}}}, 13)(fl.tensor({true, false, true})) end,
