@@ -337,6 +337,7 @@ static int expensive(const fk_instr *in) {
   if (in->opc != FKI_ELEM) return 0;
   switch (in->op) {
   case OP_EXP: case OP_LOG: case OP_SIN: case OP_COS: case OP_TANH: case OP_SIGMOID:
+  case OP_ASIN: case OP_ACOS: case OP_ATAN:
   case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_ERF: case OP_POW:
     return 1;
   default:

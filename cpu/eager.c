@@ -324,6 +324,10 @@ static void unary_f32(fl_op op, const op_attrs *a, float *restrict y,
     for (i = 0; i < n; i++)
       if (!(fabsf(p[i]) <= EAGER_TRIG_MAX)) y[i] = cosf(p[i]);
     break;
+  /* rare enough that libm's loop is fine */
+  case OP_ASIN: for (i = 0; i < n; i++) y[i] = asinf(p[i]); break;
+  case OP_ACOS: for (i = 0; i < n; i++) y[i] = acosf(p[i]); break;
+  case OP_ATAN: for (i = 0; i < n; i++) y[i] = atanf(p[i]); break;
   case OP_TANH: L1(eager_tanhf(x));
   case OP_SIGMOID: L1(eager_sigmoidf(x));
   case OP_RELU: L1(x < 0.0f ? 0.0f : x);

@@ -69,6 +69,20 @@ void gr_sin(const gr_ctx *c, int *gin) { gin[0] = mul(c, c->g, gb_op1(B, OP_COS,
 void gr_cos(const gr_ctx *c, int *gin) {
   gin[0] = gb_op1(B, OP_NEG, mul(c, c->g, gb_op1(B, OP_SIN, c->in[0])));
 }
+/* d asin = 1/sqrt(1 - x^2), d acos = its negation, d atan = 1/(1 + x^2):
+** infinite at |x| = 1, as PyTorch's */
+void gr_asin(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  gin[0] = mul(c, c->g, gb_op1(B, OP_RSQRT, sub(c, k(c, 1), mul(c, x, x))));
+}
+void gr_acos(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  gin[0] = gb_op1(B, OP_NEG, mul(c, c->g, gb_op1(B, OP_RSQRT, sub(c, k(c, 1), mul(c, x, x)))));
+}
+void gr_atan(const gr_ctx *c, int *gin) {
+  int x = c->in[0];
+  gin[0] = dvd(c, c->g, add(c, mul(c, x, x), k(c, 1)));
+}
 void gr_tanh(const gr_ctx *c, int *gin) {
   gin[0] = mul(c, c->g, sub(c, k(c, 1), mul(c, c->out, c->out)));
 }

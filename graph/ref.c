@@ -123,6 +123,9 @@ double sc_sqrt(const double *x, const op_attrs *a) { (void)a; return sqrt(x[0]);
 double sc_rsqrt(const double *x, const op_attrs *a) { (void)a; return 1.0 / sqrt(x[0]); }
 double sc_sin(const double *x, const op_attrs *a) { (void)a; return sin(x[0]); }
 double sc_cos(const double *x, const op_attrs *a) { (void)a; return cos(x[0]); }
+double sc_asin(const double *x, const op_attrs *a) { (void)a; return asin(x[0]); }
+double sc_acos(const double *x, const op_attrs *a) { (void)a; return acos(x[0]); }
+double sc_atan(const double *x, const op_attrs *a) { (void)a; return atan(x[0]); }
 double sc_tanh(const double *x, const op_attrs *a) { (void)a; return tanh(x[0]); }
 double sc_erf(const double *x, const op_attrs *a) { (void)a; return erf(x[0]); }
 

@@ -459,6 +459,9 @@ OPS.Erf = unary(function(x) return x:erf() end)
 OPS.Sin = unary(function(x) return x:sin() end)
 OPS.Cos = unary(function(x) return x:cos() end)
 OPS.Tan = unary(function(x) return x:sin() / x:cos() end)
+OPS.Asin = unary(function(x) return x:asin() end)
+OPS.Acos = unary(function(x) return x:acos() end)
+OPS.Atan = unary(function(x) return x:atan() end)
 OPS.Sinh = unary(function(x) return (x:exp() - (-x):exp()) / scalar(x, 2) end)
 OPS.Cosh = unary(function(x) return (x:exp() + (-x):exp()) / scalar(x, 2) end)
 -- The inverse hyperbolic functions from log and sqrt; near 0, where the
@@ -704,8 +707,74 @@ OPS.Clip = function(node, attrs, opset)
   end
 end
 
+-- float64 to bfloat16, rounded once to nearest even.  Through float32 it
+-- rounds twice, which differs only where the float32 value y lands on a
+-- midpoint of two bfloat16 values and x is not y: then x's side of y
+-- decides.  y is a midpoint when y - b (b: y rounded) is half a step, so
+-- that b + 2 (y - b) is a bfloat16 value too (exact in float64); past the
+-- largest finite value the midpoint rounds to infinity, the other side
+-- being that largest value.  d (optional, int64): the sign of the exact
+-- value less x, where x is itself a rounding (of an integer): a midpoint
+-- x then goes d's way.
+local function f64_to_bf16(x, d)
+  local f64 = function(v) return fl.full({}, v, {dtype = "float64"}) end
+  local y = x:to("float32")
+  local b = y:to("bfloat16")
+  local yd, bd = y:to("float64"), b:to("float64")
+  local r = yd - bd
+  local other = bd + r * f64(2)
+  local tie = r:ne(f64(0)):to("int64") * other:to("float32"):to("bfloat16"):to("float64"):eq(other):to("int64")
+  local big = 2.0 ^ 128 - 2.0 ^ 120                         -- the largest finite bfloat16
+  local top = bd:abs():eq(f64(math.huge)):to("int64") * yd:abs():eq(f64(2.0 ^ 128 - 2.0 ^ 119)):to("int64")
+  other = fl.where(top:ne(size_value(0)), fl.where(yd:lt(f64(0)), f64(-big), f64(big)), other)
+  tie = (tie + top):ne(size_value(0))
+  local above, off = x:gt(yd), x:ne(yd)
+  if d then
+    local zero = size_value(0)
+    above = fl.where(x:eq(yd), d:gt(zero), above)
+    off = fl.where(x:eq(yd), d:ne(zero), off)
+  end
+  local hi, lo = fl.maximum(bd, other), fl.minimum(bd, other)
+  local fixed = fl.where(above, hi, lo)
+  local wrong = tie:to("int64") * off:to("int64")
+  return fl.where(wrong:ne(size_value(0)), fixed:to("bfloat16"), b)
+end
+
+-- int64 values (or uint64 patterns) to bfloat16, rounded once: to float64
+-- (exact below 2^53), and the sign of what that rounding left, for
+-- f64_to_bf16.  A uint64 from 2^63 up is halved first, as u64_float does
+-- (the bit shifted out makes the half odd, so the rounding sees it), and
+-- the float doubled.  Where the float is 2^63 or 2^64 (no midpoint) the
+-- remainder is not needed.
+local function int_to_bf16(t, unsigned)
+  local zero, one = size_value(0), size_value(1)
+  local function sign(v) return fl.where(v:gt(zero), one, fl.where(v:lt(zero), -one, zero)) end
+  local x = t:to("float64")
+  local inside = x:abs():lt(fl.full({}, 2.0 ^ 63, {dtype = "float64"}))
+  local d = sign(fl.where(inside, t - fl.where(inside, x, fl.zeros({}, {dtype = "float64"})):to("int64"), zero))
+  if unsigned then
+    local neg = t:lt(zero)
+    local half = int_div(t + size_value(math.mininteger), size_value(2)) + size_value(1 << 62)   -- u >> 1
+    local odd = t:remainder(size_value(2))
+    local sticky = fl.where(half:remainder(size_value(2)):eq(zero), odd, zero)
+    local xh = (half + sticky):to("float64")
+    local in_h = xh:lt(fl.full({}, 2.0 ^ 63, {dtype = "float64"}))
+    local rem = half - fl.where(in_h, xh, fl.zeros({}, {dtype = "float64"})):to("int64")
+    local dh = fl.where(rem:eq(zero), sign(odd), sign(rem))      -- u / 2 - xh: rem + odd / 2
+    x = fl.where(neg, xh * fl.full({}, 2, {dtype = "float64"}), x)
+    d = fl.where(neg, fl.where(in_h, dh, zero), d)
+  end
+  return f64_to_bf16(x, d)
+end
+
 local function cast_to(node, v, to, opts)
   if SMALLF[to] or not is_tensor(v) and SMALLF[v.wide or ""] then return small_cast(node, v, to, opts or {}) end
+  -- integers to bfloat16: rounded once, as the reference (fuselab's own
+  -- conversion goes through float32)
+  if to == "bfloat16" and (not is_tensor(v) and v.wide and not SMALLF[v.wide] or dtype_of(v) == "int64") then
+    if not is_tensor(v) and v.wide then return int_to_bf16(v.t, v.wide == "uint64") end
+    return int_to_bf16(T(node, v), false)
+  end
   if WIDE[to] or not is_tensor(v) and v.wide == "uint64" then return narrow_cast(node, v, to) end
   local target = FL_DTYPE[to]
   if not target then unsupported(node, "casting to %s", to) end
@@ -715,10 +784,13 @@ local function cast_to(node, v, to, opts)
   end
   if not is_tensor(v) and v.host and target == "int64" then return v end
   local x = T(node, v)
-  if target == "bfloat16" and x.dtype ~= "bfloat16" and FLOAT[x.dtype] then
-    -- fuselab rounds to nearest even; ONNX 1.12's reference truncates
-    unsupported(node, "casting %s to bfloat16 (rounding differs between ONNX versions)", x.dtype)
-  end
+  -- To bfloat16 the spec only says "rounded" (saturate and round_mode
+  -- apply to the float8 types alone), for every opset; the reference
+  -- rounds to nearest even (ml_dtypes), as fuselab does: exact from
+  -- float32 and float16 (float16 widens to float32 exactly); from float64
+  -- once, as the reference (f64_to_bf16).  (ONNX 1.12's reference
+  -- truncated: no opset asks for that.)
+  if target == "bfloat16" and x.dtype == "float64" then return f64_to_bf16(x) end
   if x.dtype == target then return x end
   return x:to(target)
 end
@@ -785,7 +857,10 @@ local function reduce_dims(node, axes, r)
   return dims
 end
 
-local function reduce(fn, pre, float_only)
+-- bools: the reduction takes bools (ReduceMax and ReduceMin, opset 20): as
+-- 0 and 1 in int64, the result back to bool by > 0 (an empty set's int64
+-- identity, the lowest or highest int64, gives false or true)
+local function reduce(fn, pre, float_only, bools)
   return function(node, attrs, opset, axes_input_from)
     known_attrs(node, attrs, set("axes", "keepdims", "noop_with_empty_axes"))
     local keep = attr(attrs, "keepdims", 1) ~= 0
@@ -799,9 +874,13 @@ local function reduce(fn, pre, float_only)
       if from_input and ins[2] ~= nil then axes = ints(node, ins[2], "axes") end
       if axes ~= nil and #axes == 0 then axes = nil end
       if axes == nil and noop then return {pre and pre(x) or x} end
-      if x.dtype == "bool" then unsupported(node, "reducing bools") end
+      if x.dtype == "bool" and not bools then unsupported(node, "reducing bools") end
       local dims = reduce_dims(node, axes, x:dim())
       local y = pre and pre(x) or x
+      if x.dtype == "bool" then
+        y = y:to("int64")
+        return {fn(y, x:dim() > 0 and dims or nil, keep):gt(fl.full({}, 0, {dtype = "int64"}))}
+      end
       if x:dim() == 0 then return {fn(y, nil, keep)} end
       return {fn(y, dims, keep)}
     end
@@ -837,8 +916,8 @@ local function red_or_identity(method, identity, int_identity)
   end
 end
 
-OPS.ReduceMax = reduce(red_or_identity("amax", -math.huge, math.mininteger))
-OPS.ReduceMin = reduce(red_or_identity("amin", math.huge, math.maxinteger))
+OPS.ReduceMax = reduce(red_or_identity("amax", -math.huge, math.mininteger), nil, nil, true)
+OPS.ReduceMin = reduce(red_or_identity("amin", math.huge, math.maxinteger), nil, nil, true)
 OPS.ReduceSumSquare = reduce(red("sum"), function(x) return x * x end)
 OPS.ReduceL1 = reduce(red("sum"), function(x) return x:abs() end)
 OPS.ReduceL2 = function(node, attrs, opset)
@@ -1228,6 +1307,50 @@ OPS.Gemm = function(node, attrs, opset)
       y = y + c
     end
     return {y}
+  end
+end
+
+-- Det: the determinant of each n x n matrix in the last two dims, as
+-- NumPy's (LAPACK's LU).  Here LU with partial pivoting, unrolled over
+-- the n columns, in float64 (rounded once to the type at the end): the
+-- row of the largest |pivot| swaps into place (a sign flip when it moves),
+-- the rows below lose their multiple of it, and the determinant is the
+-- product of the pivots.  A zero pivot column makes it 0 (the division
+-- then uses 1, so no NaN spreads).  n up to DET_MAX (the graph grows as n).
+local DET_MAX = 64
+OPS.Det = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = T(node, ins[1], "X")
+    need_float(node, x)
+    local r = x:dim()
+    if r < 2 then node_error(node, "an input of rank %d (at least 2: [..., n, n])", r) end
+    local n = x.shape[r]
+    if type(n) ~= "number" or type(x.shape[r - 1]) ~= "number" then unsupported(node, "a matrix of symbolic size") end
+    if x.shape[r - 1] ~= n then node_error(node, "matrices of %d x %d (square only)", x.shape[r - 1], n) end
+    if n > DET_MAX then unsupported(node, "matrices of %d x %d (%d x %d at most)", n, n, DET_MAX, DET_MAX) end
+    local batch = {}
+    for d = 1, r - 2 do batch[d] = x.shape[d] end
+    local a = x:to("float64")
+    local det = fl.ones(batch, {dtype = "float64"})
+    local rows = fl.arange(n):reshape({n, 1})                     -- row numbers, 0-based
+    local zero, one = fl.zeros({}, {dtype = "float64"}), fl.ones({}, {dtype = "float64"})
+    for j = 1, n do
+      local col = a:narrow(r, j, 1)                               -- [..., n, 1]
+      -- the pivot row: the largest |value| at or below row j
+      local p = col:narrow(r - 1, j, n - j + 1):abs():argmax(r - 1, true) + size_value(j - 1)   -- [..., 1, 1]
+      local at_p, at_j = rows:eq(p), rows:eq(size_value(j - 1))          -- [..., n, 1]
+      local row_p = fl.where(at_p, a, zero):sum(r - 1, true)      -- [..., 1, n]
+      local row_j = a:narrow(r - 1, j, 1)
+      a = fl.where(at_j, row_p, fl.where(at_p, row_j, a))
+      local piv = row_p:narrow(r, j, 1)                           -- [..., 1, 1]
+      det = det * fl.where(p:eq(size_value(j - 1)), piv, -piv):reshape(batch)
+      local safe = fl.where(piv:eq(zero), one, piv)
+      local below = rows:gt(size_value(j - 1))
+      local f = fl.where(below, a:narrow(r, j, 1) / safe, zero)   -- [..., n, 1]
+      a = a - f * row_p
+    end
+    return {det:to(x.dtype)}
   end
 end
 
@@ -2062,13 +2185,33 @@ OPS.Slice = function(node, attrs, opset)
   end
 end
 
+-- Pad mode 'wrap' (opset 19), NumPy's: element j of a dim of size n padded
+-- by b before is x[(j - b) mod n], so a pad may pass n (the data repeats).
+-- NumPy (the reference) takes no negative pads in this mode.
+local function pad_wrap(node, x, pads)
+  local r = x:dim()
+  for d = 1, r do
+    local b, e, n = pads[d], pads[d + r], x.shape[d]
+    if b < 0 or e < 0 then unsupported(node, "negative pads in mode 'wrap'") end
+    if b + e > 0 then
+      if type(n) ~= "number" then unsupported(node, "mode 'wrap' over a symbolic size") end
+      if n == 0 then node_error(node, "mode 'wrap' pads dim %d of size 0", d) end
+      local idx = {}
+      for j = 0, b + n + e - 1 do idx[j + 1] = (j - b) % n end
+      x = fl.gather(x, d, fl.tensor(idx, {dtype = "int64"}))
+    end
+  end
+  return x
+end
+
 -- Pad: pads {begin_1..begin_r, end_1..end_r} (negative crops), as
 -- fl.pad takes them; from opset 11 pads and the value are inputs, from 18
 -- the axes they apply to too.
 OPS.Pad = function(node, attrs, opset)
   known_attrs(node, attrs, set("mode", "pads", "value"))
   local mode = attr(attrs, "mode", "constant")
-  if mode ~= "constant" and mode ~= "reflect" and mode ~= "edge" then
+  if mode == "wrap" and opset < 19 then node_error(node, "mode 'wrap' (from opset 19)") end
+  if mode ~= "constant" and mode ~= "reflect" and mode ~= "edge" and mode ~= "wrap" then
     unsupported(node, "mode '%s'", mode)
   end
   return function(ins)
@@ -2093,6 +2236,7 @@ OPS.Pad = function(node, attrs, opset)
       pads = full
     end
     if #pads ~= 2 * r then node_error(node, "%d pads for a %d-d input", #pads, r) end
+    if mode == "wrap" then return {pad_wrap(node, x, pads)} end
     if x.dtype == "int64" then value = math.tointeger(value) or unsupported(node, "a fractional value for int64") end
     return {fl.pad(x, pads, mode == "constant" and {value = value} or {mode = mode})}
   end
@@ -2211,10 +2355,20 @@ OPS.Range = function(node, attrs)
       if n == 0 then return {fl.zeros({0}, {dtype = dt})} end
       return {fl.tensor(out, {dtype = "float32"}):to(dt)}
     end
-    for i = 1, 3 do
-      if dtype_of(ins[i]) ~= "int64" then unsupported(node, "Range of dtype %s", dtype_of(ins[i])) end
+    -- int16 and int32 (held as int64) count as int64 does: every element
+    -- lies between start and limit, inside the type
+    if dt ~= "int64" and dt ~= "int32" and dt ~= "int16" then unsupported(node, "Range of dtype %s", dt) end
+    for i = 2, 3 do
+      if dtype_of(ins[i]) ~= dt then node_error(node, "inputs of dtypes %s and %s", dt, dtype_of(ins[i])) end
     end
     local s, l, d = ints(node, ins[1], "start")[1], ints(node, ins[2], "limit")[1], ints(node, ins[3], "delta")[1]
+    if dt ~= "int64" then
+      if d == 0 then node_error(node, "delta is 0") end
+      local n = math.max(0, -(-(l - s) // d))
+      check_count(node, n, "Range")
+      local y = n == 0 and fl.zeros({0}, {dtype = "int64"}) or fl.arange(s, s + n * d, d, {dtype = "int64"})
+      return {{wide = dt, t = y}}
+    end
     if type(s) ~= "number" or type(l) ~= "number" or type(d) ~= "number" then
       -- a limit from an input's shape under capture (the exporters' Shape ->
       -- Gather -> Range): a symbolic arange, one compile for every size
@@ -3069,10 +3223,9 @@ OPS.OneHot = function(node, attrs)
     local depth = math.tointeger(number(node, ins[2], "depth") // 1)
     if not depth or depth < 1 then node_error(node, "depth must be a positive integer") end
     if vals:numel() ~= 2 then node_error(node, "values must hold [off, on]") end
-    if idx.dtype ~= "int64" then
-      if fl._tracing() then unsupported(node, "float indices under capture") end
-      idx = idx:to("int64")          -- as ONNX's reference casts them
-    end
+    -- cast as the spec says (truncation; NaN and values past int64 give
+    -- INT64_MIN, which matches no class, eagerly and compiled alike)
+    if idx.dtype ~= "int64" then idx = idx:to("int64") end
     local r = idx:dim() + 1
     local d = axis(node, attr(attrs, "axis", -1), r)
     local it = fl.where(idx:lt(i64(0)), idx + i64(depth), idx):unsqueeze(d)
@@ -3919,9 +4072,12 @@ end
 -- Scatters as one-hot masks (no scatter op among fuselab's): hit[p] says
 -- some update lands on position p, and the updates landing there combine
 -- by the reduction: none (a duplicate index sums, where ONNX leaves the
--- order open), add, max, min.  mul is refused (no product reduction).
+-- order open), add, max, min, mul.  mul has no product reduction to use:
+-- it multiplies the updates in one at a time, in their order (the
+-- reference's, so a float product rounds as its does), up to MUL_UPDATES.
 -- u: the updates [U, R], x: the data [P, R], m: the mask, [U, P] (update
 -- row k lands on row p) or [U, P, R] (element (k, q) lands on (p, q)).
+local MUL_UPDATES = 1024
 local function scatter_combine(node, x, m, u, reduction)
   local mu = m:dim() == 2 and m:unsqueeze(3) or m        -- [U, P, 1 or R]
   local hit = mu:to("int64"):sum(1):gt(i64(0))           -- [P, 1 or R]
@@ -3936,6 +4092,17 @@ local function scatter_combine(node, x, m, u, reduction)
     local e = fl.where(mu, u:unsqueeze(2), fl.full({}, big, {dtype = x.dtype}))
     local v = reduction == "max" and e:amax(1) or e:amin(1)
     return fl.where(hit, reduction == "max" and fl.maximum(x, v) or fl.minimum(x, v), x)
+  elseif reduction == "mul" then
+    local U = mu.shape[1]
+    if type(U) ~= "number" or U > MUL_UPDATES then
+      unsupported(node, "reduction 'mul' of %s updates (%d at most)", tostring(U), MUL_UPDATES)
+    end
+    local dt = x.dtype == "bool" and "int64" or x.dtype   -- a product of bools is their AND
+    local y, uu = x:to(dt), u:to(dt)
+    for k = 1, U do
+      y = fl.where(mu:narrow(1, k, 1):squeeze(1), y * uu:narrow(1, k, 1), y)
+    end
+    return x.dtype == "bool" and y:ne(i64(0)) or y
   end
   unsupported(node, "reduction '%s'", reduction)
 end
@@ -4002,28 +4169,98 @@ OPS.ScatterND = function(node, attrs)
   end
 end
 
+-- TensorScatter (opset 24): a KV cache update.  past [B, ..., M, ...] (M
+-- along axis), update [B, ..., S, ...]: the S rows of batch b land at
+-- write_indices[b] + s along the axis (mod M in mode circular).  Each cache
+-- row reads the update row it receives, if any: s = c - w (mod M when
+-- circular), kept where 0 <= s < S.  write_indices out of the op's
+-- contract (negative, or past M - S when linear, which the reference
+-- refuses) drop the rows that miss the cache.
+OPS.TensorScatter = function(node, attrs)
+  known_attrs(node, attrs, set("mode", "axis"))
+  local mode = attr(attrs, "mode", "linear")
+  if mode ~= "linear" and mode ~= "circular" then node_error(node, "mode '%s' (linear or circular)", clean(tostring(mode))) end
+  return function(ins)
+    local past, upd = T(node, ins[1], "past_cache"), T(node, ins[2], "update")
+    local r = past:dim()
+    if r < 2 then node_error(node, "a past_cache of rank %d (at least 2)", r) end
+    local ax = axis(node, attr(attrs, "axis", -2), r)
+    if ax == 1 then node_error(node, "axis 0 (the batch dim)") end
+    if upd:dim() ~= r or upd.dtype ~= past.dtype then node_error(node, "update must have past_cache's rank and dtype") end
+    for d = 1, r do
+      if d ~= ax and upd.shape[d] ~= past.shape[d] then node_error(node, "update and past_cache differ in dim %d", d) end
+    end
+    local B, M, S = past.shape[1], past.shape[ax], upd.shape[ax]
+    if type(M) ~= "number" or type(S) ~= "number" then unsupported(node, "a symbolic sequence length") end
+    if S > M then node_error(node, "an update of %d rows for a cache of %d", S, M) end
+    if S == 0 then return {past} end
+    local w
+    if ins[3] ~= nil then
+      w = T(node, ins[3], "write_indices")
+      if w.dtype ~= "int64" or w:dim() ~= 1 or w.shape[1] ~= B then node_error(node, "write_indices must be int64 [batch]") end
+    else
+      w = fl.zeros({B}, {dtype = "int64"})
+    end
+    local P, R = prod(past.shape, 2, ax - 1), prod(past.shape, ax + 1, r)
+    local s = fl.arange(M):reshape({1, M}) - w:reshape({B, 1})    -- [B, M]
+    if mode == "circular" then s = s:remainder(i64(M)) end
+    local hit = s:ge(i64(0)):to("int64") * s:lt(i64(S)):to("int64")
+    hit = hit:ne(i64(0))
+    s = fl.where(hit, s, i64(0))
+    -- row (b, p, s) of the update as [B * P * S, R]
+    local lin = (fl.arange(B):reshape({B, 1, 1}) * i64(P) + fl.arange(P):reshape({1, P, 1})) * i64(S)
+                + s:reshape({B, 1, M})                             -- [B, P, M]
+    local u = upd:reshape({B * P * S, R})
+    local dt = past.dtype
+    if dt == "bool" then u = u:to("int64") end
+    local g = fl.embedding(lin, u)                                -- [B, P, M, R]
+    if dt == "bool" then g = g:ne(i64(0)) end
+    local y = fl.where(hit:reshape({B, 1, M, 1}), g, past:reshape({B, P, M, R}))
+    return {y:reshape(past.shape)}
+  end
+end
+
+-- GatherND; with batch_dims b the first b dims of data and indices are
+-- one batch (shared), and each batch's index tuples address its own
+-- slice: the tuple's linear index is offset by its batch's P positions.
 OPS.GatherND = function(node, attrs)
   known_attrs(node, attrs, set("batch_dims"))
-  if attr(attrs, "batch_dims", 0) ~= 0 then unsupported(node, "batch_dims=%d", attrs.batch_dims) end
+  local b = attr(attrs, "batch_dims", 0)
+  if math.type(b) ~= "integer" or b < 0 then node_error(node, "batch_dims %s (a non-negative integer)", tostring(b)) end
   return function(ins)
     local iv = ins[2]
     if iv ~= nil and not is_tensor(iv) and iv.wide then iv = iv.t end
     local x, idx = T(node, ins[1], "data"), T(node, iv, "indices")
     if idx.dtype ~= "int64" then node_error(node, "indices of dtype %s", idx.dtype) end
     local q, r = idx:dim(), x:dim()
+    if b >= q or b >= r then node_error(node, "batch_dims %d for indices of rank %d and data of rank %d", b, q, r) end
     local k = idx.shape[q]
-    if q < 1 or k > r then node_error(node, "indices address %d dims of a %d-d input", k, r) end
+    if q < 1 or type(k) ~= "number" or k > r - b then
+      node_error(node, "indices address %s dims of a %d-d input (%d of them batch dims)", tostring(k), r, b)
+    end
+    for j = 1, b do
+      if idx.shape[j] ~= x.shape[j] then node_error(node, "batch dim %d of indices and data differ", j) end
+    end
     local lin = nil
     for j = 1, k do
-      local n = x.shape[j]
+      local n = x.shape[b + j]
       local ij = idx:narrow(q, j, 1):squeeze(q)
       ij = fl.where(ij:lt(i64(0)), ij + i64(n), ij)
       lin = lin and (lin * i64(n) + ij) or ij
     end
     local rest = {}
-    for j = k + 1, r do rest[#rest + 1] = x.shape[j] end
+    for j = b + k + 1, r do rest[#rest + 1] = x.shape[j] end
+    local B, P = prod(x.shape, 1, b), prod(x.shape, b + 1, b + k)
+    if b > 0 then
+      -- the batch of each tuple: arange(B) over the batch dims of lin
+      local bs = {B}
+      for _ = b + 1, q - 1 do bs[#bs + 1] = 1 end
+      local lead = {}
+      for j = 1, q - 1 do lead[j] = idx.shape[j] end
+      lin = (lin:reshape({B, table.unpack(lead, b + 1, q - 1)}) + fl.arange(B):reshape(bs) * i64(P)):reshape(lead)
+    end
     local dt = x.dtype
-    local xt = x:reshape({prod(x.shape, 1, k), prod(rest, 1, #rest)})
+    local xt = x:reshape({B * P, prod(rest, 1, #rest)})
     if dt == "bool" then xt = xt:to("int64") end
     local g = fl.embedding(lin, xt)
     local shape = {}
@@ -4439,7 +4676,7 @@ for _, op in ipairs({"ReduceMax", "ReduceMin"}) do
 end
 takes_wide("TopK", {1}, {keep = true, outs = {1}, pre = flip_u64, post = flip_u64})
 -- Mod's results lie between its operands' values (a uint64 from 2^63 up is
--- a negative int64, whose remainder differs)
+-- a negative int64, whose remainder differs: uint64 has its own, below)
 takes_wide("Mod", nil, {keep = true, refuse = set("uint64")})
 -- the ops that only move values
 takes_wide("Concat", nil, {keep = true, moves = true})
@@ -4449,6 +4686,7 @@ for _, op in ipairs({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
   takes_wide(op, {1}, {keep = true, moves = true})
 end
 takes_wide("Where", {2, 3}, {keep = true, moves = true})
+takes_wide("TensorScatter", {1, 2}, {keep = true, moves = true})
 takes_wide("Pad", {1, 3}, {keep = true})
 takes_wide("OneHot", {3}, {keep = true})
 -- a max pool compares and moves: the values <= 32 bits are exact in float64
@@ -4459,11 +4697,56 @@ takes_wide("MaxPool", {1}, {keep = true, refuse = set("uint64"),
 -- Arithmetic, wrapped into the type's range.  Division truncates as C's
 -- does (int_div), and only INT_MIN / -1 leaves the range (it wraps to
 -- INT_MIN, as NumPy's does); a uint64 from 2^63 up would divide as a
--- negative number, so uint64 division is refused, as is Abs of one.
+-- negative number, so uint64 division has its own (below), and Abs of
+-- one is refused.
 local ARITH = {keep = true, same = true, post = wrap}
 for _, op in ipairs({"Add", "Sub", "Mul", "Sum", "Neg"}) do takes_wide(op, nil, ARITH) end
 takes_wide("Div", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
 takes_wide("Abs", nil, {keep = true, same = true, post = wrap, refuse = set("uint64")})
+
+-- a >> 1 of uint64 patterns, non-negative
+local function u64_half(a)
+  local neg = a:lt(i64(0))
+  return int_div(fl.where(neg, flip(a), a), i64(2)) + fl.where(neg, i64(1 << 62), i64(0))
+end
+
+-- The quotient and remainder of uint64 patterns, over their whole range.
+-- A divisor from 2^63 up goes into a at most once.  A smaller one divides
+-- a >> 1 (a non-negative int64) exactly; twice that quotient leaves a
+-- remainder below 2b, so below 2^64, which one step brings below b.  A
+-- zero divisor gives 0 and 0, as NumPy's (ONNX leaves it undefined).
+local function u64_divmod(a, b)
+  local zero, one = i64(0), i64(1)
+  local big, none = b:lt(zero), b:eq(zero)
+  local bs = fl.where(big, one, fl.where(none, one, b))
+  local q = int_div(u64_half(a), bs) * i64(2)
+  local r = a - q * bs                                    -- wraps as the patterns do
+  local over = flip(r):ge(flip(bs))
+  q = q + over:to("int64")
+  r = r - fl.where(over, bs, zero)
+  local once = flip(a):ge(flip(b))
+  q = fl.where(big, once:to("int64"), q)
+  r = fl.where(big, fl.where(once, a - b, a), r)
+  return fl.where(none, zero, q), fl.where(none, zero, r)
+end
+
+-- Div and Mod of uint64 values (both operands uint64), ahead of the
+-- signed lowering, which refuses them; Mod's two modes agree on unsigned
+-- values.
+for op, which in pairs({Div = 1, Mod = 2}) do
+  local lower = OPS[op]
+  OPS[op] = function(node, attrs, opset)
+    local run = lower(node, attrs, opset)
+    return function(ins)
+      local a, b = ins[1], ins[2]
+      local ua = a ~= nil and not is_tensor(a) and a.wide == "uint64"
+      local ub = b ~= nil and not is_tensor(b) and b.wide == "uint64"
+      if not ua and not ub then return run(ins) end
+      if not (ua and ub) then node_error(node, "inputs of dtypes %s and %s", dtype_of(a), dtype_of(b)) end
+      return {{wide = "uint64", t = select(which, u64_divmod(a.t, b.t))}}
+    end
+  end
+end
 takes_wide("CumSum", {1}, ARITH)
 takes_wide("CumProd", {1}, ARITH)
 takes_wide("ReduceSum", {1}, ARITH)
@@ -4663,6 +4946,137 @@ OPS.BitShift = function(node, attrs, opset)
       r = fl.where(inside, shift_right(x, s62), fill)
     end
     return {tagged(r, tag)}
+  end
+end
+
+-- BitCast (opset 26): the bits of one type read as another of the same
+-- width.  fuselab has no such op, so the bits go through their value: a
+-- pattern (an int64: the n low bits, all 64 for the 64-bit types) is
+-- taken from the input and read as the target.  Integers and bools give
+-- their two's complement bits; floats are taken apart exactly in float64:
+-- sign, exponent by halving or doubling in steps of 2^512 .. 2^1 (each
+-- step exact), significand.  A NaN's payload and sign are not values, so
+-- a NaN input is refused (its values are read: a graph break under
+-- fl.compile); a NaN pattern read as a float gives a NaN.
+local FLOAT_BITS = {float32 = {8, 23}, float64 = {11, 52}, float16 = {5, 10}, bfloat16 = {8, 7}}
+local BITCAST_WIDTH = {bool = 8, float32 = 32, float64 = 64, float16 = 16, bfloat16 = 16}
+for k, v in pairs(INT_BITS) do BITCAST_WIDTH[k] = v end
+
+local function f64c(v) return fl.full({}, v, {dtype = "float64"}) end
+
+-- x * 2^k for a float64 tensor k of integers in [-1074, 1023], exactly
+-- where the result is representable: the steps go down (or up) toward it
+local function scale2(x, k)
+  for _, step in ipairs({1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}) do
+    if step < 1024 then
+      local up = k:ge(f64c(step))
+      x = fl.where(up, x * f64c(2.0 ^ step), x)
+      k = fl.where(up, k - f64c(step), k)
+    end
+    local down = k:le(f64c(-step))
+    x = fl.where(down, x * f64c(2.0 ^ -step), x)
+    k = fl.where(down, k + f64c(step), k)
+  end
+  return x
+end
+
+-- the bit pattern of float tensor x (no NaN) in format {E, M}
+local function float_bits(x, fmt)
+  local E, M = fmt[1], fmt[2]
+  local bias = (1 << (E - 1)) - 1
+  local a = x:to("float64")
+  local zero = f64c(0)
+  local neg = fl.where(a:eq(zero), (f64c(1) / a):lt(zero), a:lt(zero))
+  a = a:abs()
+  local inf = a:eq(f64c(math.huge))
+  local s = fl.where(inf, f64c(1), fl.where(a:eq(zero), f64c(1), a))   -- finite, non-zero
+  -- e = floor(log2 s), s into [1, 2)
+  local e = zero
+  if E == 11 then                                           -- float64 subnormals
+    local tiny = s:lt(f64c(2.0 ^ -1000))
+    s = fl.where(tiny, s * f64c(2.0 ^ 1000), s)
+    e = fl.where(tiny, f64c(-1000), e)
+  end
+  for _, step in ipairs({512, 256, 128, 64, 32, 16, 8, 4, 2, 1}) do
+    local big = s:ge(f64c(2.0 ^ step))
+    s = fl.where(big, s * f64c(2.0 ^ -step), s)
+    e = fl.where(big, e + f64c(step), e)
+    local small = s:lt(f64c(2.0 ^ (1 - step)))
+    s = fl.where(small, s * f64c(2.0 ^ step), s)
+    e = fl.where(small, e - f64c(step), e)
+  end
+  local emin = 1 - bias
+  local sub = e:lt(f64c(emin))
+  -- subnormal: a / 2^(emin - M), in two exact steps (2^1074 is past float64)
+  local msub = a * f64c(2.0 ^ M) * f64c(2.0 ^ (-emin))
+  local mant = fl.where(sub, msub, (s - f64c(1)) * f64c(2.0 ^ M))
+  local field = fl.where(sub, zero, e + f64c(bias))
+  mant = fl.where(a:eq(zero), zero, fl.where(inf, zero, mant))
+  field = fl.where(a:eq(zero), zero, fl.where(inf, f64c((1 << E) - 1), field))
+  local n = 1 + E + M
+  local sign = n == 64 and i64(math.mininteger) or i64(1 << (n - 1))
+  return field:to("int64") * i64(1 << M) + mant:to("int64") + fl.where(neg, sign, i64(0))
+end
+
+-- the float of format {E, M} (as dtype dt) whose pattern is p (an int64)
+local function bits_float(p, fmt, dt)
+  local E, M = fmt[1], fmt[2]
+  local n, bias = 1 + E + M, (1 << (E - 1)) - 1
+  local neg, q
+  if n == 64 then neg, q = p:lt(i64(0)), fl.where(p:lt(i64(0)), flip(p), p)
+  else
+    neg = p:ge(i64(1 << (n - 1)))
+    q = p - fl.where(neg, i64(1 << (n - 1)), i64(0))
+  end
+  local mant = q:remainder(i64(1 << M))
+  local field = (q - mant):to("float64") * f64c(2.0 ^ -M)   -- exact: few significant bits
+  local m = mant:to("float64")
+  local zero = f64c(0)
+  local normal = scale2(m + f64c(2.0 ^ M), field - f64c(bias + M))
+  local subnormal = m * f64c(2.0 ^ (1 - bias)) * f64c(2.0 ^ -M)
+  local top = field:eq(f64c((1 << E) - 1))
+  local v = fl.where(field:eq(zero), subnormal, normal)
+  v = fl.where(top, fl.where(m:eq(zero), f64c(math.huge), f64c(0 / 0)), v)
+  v = fl.where(neg, -v, v)
+  return v:to(dt)
+end
+
+OPS.BitCast = function(node, attrs)
+  known_attrs(node, attrs, set("to"))
+  local to = DTYPE_CODE[attrs.to]
+  if not to then node_error(node, "attribute 'to' is required (a TensorProto data type)") end
+  local target = FL_DTYPE[to] or to
+  if not BITCAST_WIDTH[target] then unsupported(node, "BitCast to %s", to) end
+  return function(ins)
+    local v = ins[1]
+    if v == nil then node_error(node, "input is missing") end
+    local from = dtype_of(v)
+    if not BITCAST_WIDTH[from] then unsupported(node, "BitCast from %s", ONNX_DTYPE[from] or from) end
+    if BITCAST_WIDTH[from] ~= BITCAST_WIDTH[target] then
+      node_error(node, "BitCast from %s (%d bits) to %s (%d bits)", ONNX_DTYPE[from] or from, BITCAST_WIDTH[from],
+                 to, BITCAST_WIDTH[target])
+    end
+    if from == target then return {v} end
+    local p
+    if FLOAT_BITS[from] then
+      local x = T(node, v)
+      local nan = x:ne(x):to("int64"):sum()
+      local ok, has = pcall(nan.tolist, nan)
+      if not ok then
+        if not fl._tracing() then error(has, 0) end
+        unsupported(node, "a NaN check of floats computed from graph inputs under capture (a data-dependent refusal)")
+      end
+      if has > 0 then unsupported(node, "BitCast of a NaN (its payload and sign bits are not kept)") end
+      p = float_bits(x, FLOAT_BITS[from])
+    elseif from == "bool" then
+      p = T(node, v):to("int64")
+    else
+      local _, t = int_operands(node, {v}, 1)
+      p = low_bits(t, INT_BITS[from])
+    end
+    if FLOAT_BITS[target] then return {bits_float(p, FLOAT_BITS[target], target)} end
+    if target == "bool" then return {p:ne(i64(0))} end
+    return {tagged(p, target)}
   end
 end
 

@@ -73,6 +73,11 @@ def away_from_zero(*shape, dtype=np.float32):
     return np.asarray(mag * rng.choice([-1.0, 1.0], shape)).astype(dtype)
 
 
+def inside_unit(*shape, dtype=np.float32):
+    """Inside (-1, 1): asin's and acos's domain."""
+    return np.asarray(rng.uniform(-0.99, 0.99, shape)).astype(dtype)
+
+
 def small_ints(*shape, lo=-2, hi=3, dtype=np.float32):
     """Integer-valued, so comparisons and argmax see ties."""
     return np.asarray(rng.integers(lo, hi, shape)).astype(dtype)
@@ -367,6 +372,9 @@ UNARY = [
     ("rsqrt", "a:rsqrt()", lambda x: 1.0 / np.sqrt(x), positive),
     ("sin", "a:sin()", np.sin, lambda *s, **k: randn(*s, scale=3.0, **k)),
     ("cos", "a:cos()", np.cos, lambda *s, **k: randn(*s, scale=3.0, **k)),
+    ("asin", "a:asin()", np.arcsin, inside_unit),
+    ("acos", "a:acos()", np.arccos, inside_unit),
+    ("atan", "a:atan()", np.arctan, lambda *s, **k: randn(*s, scale=3.0, **k)),
     ("tanh", "a:tanh()", np.tanh, lambda *s, **k: randn(*s, scale=2.0, **k)),
     ("sigmoid", "a:sigmoid()", sigmoid, lambda *s, **k: randn(*s, scale=4.0, **k)),
     ("relu", "a:relu()", relu, randn),

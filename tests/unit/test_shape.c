@@ -119,7 +119,8 @@ static void test_broadcast(void) {
 
 static void test_elementwise(void) {
   static const fl_op unary_float[] = {OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT,
-    OP_SIN, OP_COS, OP_TANH, OP_SIGMOID, OP_GELU, OP_GELU_TANH, OP_SILU, OP_ERF};
+    OP_SIN, OP_COS, OP_ASIN, OP_ACOS, OP_ATAN, OP_TANH, OP_SIGMOID, OP_GELU, OP_GELU_TANH,
+    OP_SILU, OP_ERF};
   static const fl_op keep[] = {OP_ABS, OP_NEG, OP_RELU, OP_CLAMP};
   static const fl_op cmp[] = {OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE};
   fl_meta x = F32(I(2), I(3)), xi = I64(I(2), I(3)), xb = T(FL_BOOL, I(4)),
