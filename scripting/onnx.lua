@@ -18,6 +18,9 @@
 -- they may serve as indices and sizes, not as arithmetic operands.  The
 -- float8 and float4 types are held as float32 (each of their values is
 -- exact there), marked the same way ({wide="float8e4m3fn"}).
+--
+-- Lua allows a chunk 200 locals: a section whose helpers no later one
+-- uses is a do-block, so that they go out of scope at its end.
 
 local fl = ...
 local nn = fl.nn
@@ -1870,6 +1873,7 @@ end
 -- ---------------------------------------------------------------------------
 -- shapes and data movement
 -- ---------------------------------------------------------------------------
+do   -- (this section's helpers are its own)
 
 OPS.Constant = function(node, attrs)
   local n = 0
@@ -2395,6 +2399,7 @@ OPS.Range = function(node, attrs)
   end
 end
 
+end
 -- ---------------------------------------------------------------------------
 -- composed from the above: losses, index ops, rounding, rearrangements
 -- ---------------------------------------------------------------------------
@@ -4825,6 +4830,7 @@ end
 -- ---------------------------------------------------------------------------
 -- bitwise ops on the integer types
 -- ---------------------------------------------------------------------------
+do   -- (this section's helpers are its own)
 
 -- The integer inputs of a bitwise node as int64 tensors, and the one
 -- ONNX type they share (a narrow type's name, or int64).
@@ -5080,6 +5086,7 @@ OPS.BitCast = function(node, attrs)
   end
 end
 
+end
 -- ---------------------------------------------------------------------------
 -- quantization (the integer types, in float arithmetic as ONNX's reference)
 -- ---------------------------------------------------------------------------
@@ -5099,6 +5106,7 @@ end
 -- ---------------------------------------------------------------------------
 -- the float8 and float4 types
 -- ---------------------------------------------------------------------------
+do   -- (this section's helpers are its own)
 
 -- Their values are held as float32 (every one is exact there).  A value
 -- rounds to one of them as ONNX's tables say: to nearest, ties to even,
@@ -5566,9 +5574,11 @@ OPS.NonMaxSuppression = function(node, attrs)
   end
 end
 
+end
 -- ---------------------------------------------------------------------------
 -- text features
 -- ---------------------------------------------------------------------------
+do   -- (this section's helpers are its own)
 
 -- TfIdfVectorizer over integer tokens.  The pool holds the n-grams (the
 -- segment starting at ngram_counts[n] those of n tokens), numbered in pool
@@ -5686,6 +5696,7 @@ OPS.TfIdfVectorizer = function(node, attrs)
   end
 end
 
+end
 -- ---------------------------------------------------------------------------
 -- ai.onnx.preview.training: the optimizers
 -- ---------------------------------------------------------------------------
