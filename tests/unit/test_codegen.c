@@ -178,6 +178,7 @@ static void test_every_op(void) {
   static const fl_dtype dts[] = {FL_F32, FL_F16, FL_BF16, FL_I64, FL_F64};
   static opjob jobs[128];
   int covered[OP_COUNT], op, d, epi, n = 0, nops = 0;
+  char prefix[32];
   fl_err e;
   memset(covered, 0, sizeof covered);
   for (op = 0; op < OP_COUNT; op++)
@@ -189,7 +190,10 @@ static void test_every_op(void) {
         snprintf(j->what, sizeof j->what, "every op: %s %s%s", op_name((fl_op)op),
                  dtype_name(dts[d]), epi ? " + relu" : "");
         p = fuse_plan_build(j->g, NULL, &e);
-        j->pr = p ? exec_codegen(&cpu_backend, p, NULL, &e) : NULL;
+        /* a prefix of its own: one batch holds an op in every dtype, and
+        ** kernels are named by op and size */
+        snprintf(prefix, sizeof prefix, "op%d_%d_%d_", op, d, epi);
+        j->pr = p ? exec_codegen(&cpu_backend, p, prefix, &e) : NULL;
         fuse_plan_free(p);
         if (!j->pr) { ok(0, "%s: %s", j->what, e.msg); ir_free(j->g); continue; }
         j->op = (fl_op)op;
