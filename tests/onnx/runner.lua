@@ -96,6 +96,20 @@ local function is_unsupported(msg) return tostring(msg):find("unsupported", 1, t
 -- them as it refuses any caller's: counted apart, as bad test data.
 local function is_bad_data(msg) return tostring(msg):find("^onnx%.Model: input %d+ %('[^']*'%) must be %[") ~= nil end
 
+-- A case whose stored outputs its own model cannot give, by the model
+-- itself: ONNX 1.12's test_adam_multiple computed them with epsilon 0.01
+-- and wrote the node without it (the default 1e-6 then holds); later
+-- ONNX writes it, and that case passes.  A reason, or nil.
+local function stale_data(name, g)
+  if name ~= "test_adam_multiple" or not g then return nil end
+  for _, n in ipairs(g.nodes) do
+    if n.op == "Adam" and n.attrs.epsilon == nil then
+      return "test data: outputs computed with an epsilon (0.01) the model does not set (ONNX 1.12's)"
+    end
+  end
+  return nil
+end
+
 -- ONNX stores its DFT and STFT cases' outputs from NumPy's FFT, which
 -- (NumPy 2) transforms float32 data in single precision: they err by a
 -- few float32 units of the largest output, plain to see where the exact
@@ -378,6 +392,7 @@ for _, name in ipairs(cases) do
         break
       end
       local d, drawn = check_outputs(g, set, {table.unpack(res, 2, res.n)}, expanded)
+      if d and stale_data(name, g) then verdict, why = "unsupported", stale_data(name, g) break end
       if d then verdict, why = "fail", "eager: " .. d break end
       if drawn then verdict = "random" end
     end
