@@ -98,7 +98,8 @@ local function shape_of(x)
 end
 
 -- One case: a model over Q [B,Hq,L,E], K [B,Hkv,S,E], V [B,Hkv,S,Ev] of
--- dtype (ONNX name; bfloat16 by its code, 16, which onnx_proto has no name for), checked eagerly and compiled (one graph) against ref.
+-- dtype (ONNX name; bfloat16 by its code, 16: onnx_proto has no name for
+-- it), checked eagerly and compiled (one graph) against ref.
 -- o.attrs, o.scale (the reference's), o.score_mod, o.prob_mod (Lua
 -- functions), o.extra: {{name, dtype, dims, tensor}} inputs after V that
 -- the subgraphs read by name; o.rtol, o.atol.
