@@ -895,6 +895,13 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
       m->training_opset = ver;
       continue;
     }
+    if (strcmp(d, ONNX_PREVIEW_DOMAIN) == 0) {
+      if (ver < 1 || ver > ONNX_MAX_PREVIEW_OPSET)
+        return err_set(e, FL_EUNSUPPORTED, "opset %lld of %s is unsupported (%d known)",
+                       (long long)ver, ONNX_PREVIEW_DOMAIN, ONNX_MAX_PREVIEW_OPSET);
+      m->preview_opset = ver;
+      continue;
+    }
     if (d[0] && strcmp(d, "ai.onnx") != 0) continue;   /* judged where a node uses it */
     if (ver < 1 || ver > ONNX_ABSURD_OPSET)
       return err_set(e, FL_EUNSUPPORTED, "opset %lld of ai.onnx is unsupported (1 to %d known)",
@@ -902,9 +909,9 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
     m->opset = ver;
     have_opset = 1;
   }
-  /* a model of optimizer ops alone imports no ai.onnx: its ai.onnx nodes,
-  ** if any, are refused where they are lowered */
-  if (!have_opset && !m->training_opset) {
+  /* a model of optimizer (or preview) ops alone imports no ai.onnx: its
+  ** ai.onnx nodes, if any, are refused where they are lowered */
+  if (!have_opset && !m->training_opset && !m->preview_opset) {
     if (p->n_opset_import)
       return err_set(e, FL_EUNSUPPORTED, "the model imports no ai.onnx opset (only '%s'): "
                      "unsupported domain", quote(p->opset_import[0]->domain, q, sizeof q));
@@ -970,9 +977,9 @@ static int graph_from_proto(const Onnx__GraphProto *g, const char *dir, onnx_mod
     m->nnode = (int)i + 1;
     if (rc != FL_OK) return rc;
     if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0 &&
-        strcmp(nd->domain, ONNX_TRAINING_DOMAIN) != 0)
+        strcmp(nd->domain, ONNX_TRAINING_DOMAIN) != 0 && strcmp(nd->domain, ONNX_PREVIEW_DOMAIN) != 0)
       return err_set(e, FL_EUNSUPPORTED, "node '%s' (%s): domain '%s' is unsupported (only "
-                     "ai.onnx and " ONNX_TRAINING_DOMAIN ")", quote(nd->name, q, sizeof q),
+                     "ai.onnx, " ONNX_PREVIEW_DOMAIN " and " ONNX_TRAINING_DOMAIN ")", quote(nd->name, q, sizeof q),
                      quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q3, sizeof q3));
   }
   if (m->nout == 0) return err_set(e, FL_EFORMAT, "the graph has no outputs");

@@ -4,6 +4,7 @@
 **
 **   fl._onnx_read(path) -> {name=, producer=, ir_version=, opset=,
 **       training_opset= (ai.onnx.preview.training's, 0 when not imported),
+**       preview_opset= (ai.onnx.preview's, 0 when not imported),
 **       inputs={{name=, dtype=, dims={3, -1}, dim_names={[2]="N"}}, ...},
 **       outputs={...}, initializers={{name=, dtype=, tensor=}, ...},
 **       nodes={{name=, op=, domain=, inputs={...}, outputs={...}, implicit={...},
@@ -170,7 +171,7 @@ static int l_onnx_read(lua_State *L) {
     lua_pushfstring(L, "load_onnx: %s", e.msg);
     return lua_error(L);
   }
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 11);
   lua_pushstring(L, m->producer);
   lua_setfield(L, -2, "producer");
   lua_pushinteger(L, m->ir_version);
@@ -181,6 +182,8 @@ static int l_onnx_read(lua_State *L) {
   lua_setfield(L, -2, "max_opset");
   lua_pushinteger(L, m->training_opset);
   lua_setfield(L, -2, "training_opset");
+  lua_pushinteger(L, m->preview_opset);
+  lua_setfield(L, -2, "preview_opset");
   push_graph_fields(L, m);
   onnx_model_free(m);
   return 1;

@@ -5706,6 +5706,11 @@ end
 local TRAINING_DOMAIN = "ai.onnx.preview.training"
 local TRAINING_OPS = {}
 local training_opset = 0     -- the model being loaded imports it (0: not)
+-- ai.onnx.preview likewise (its ops, FlexAttention, are lowered with the
+-- control flow below: their attributes hold subgraphs)
+local PREVIEW_DOMAIN = "ai.onnx.preview"
+local PREVIEW_OPS = {}
+local preview_opset = 0
 
 -- One iteration of an optimizer, as its schema's pseudo code, applied to
 -- each of the n tensors it updates.  Inputs: R (the learning rate), T (the
@@ -5822,8 +5827,8 @@ end
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------
 
--- ops whose attributes may hold a subgraph
-local SUBGRAPH_OPS = set("If", "Loop", "Scan")
+-- ops whose attributes may hold a subgraph (FlexAttention: ai.onnx.preview's)
+local SUBGRAPH_OPS = set("If", "Loop", "Scan", "FlexAttention")
 
 -- Lower one node (at load).  The names its subgraphs read from enclosing
 -- scopes (node.implicit) become inputs after its own, so the loop below
@@ -5837,8 +5842,15 @@ function lower_node(node, opset)
     if training_opset == 0 then node_error(node, "domain %s, which the model does not import", TRAINING_DOMAIN) end
     lower = TRAINING_OPS[node.op]
     if not lower then unsupported(node, "op %s of %s", clean(node.op), TRAINING_DOMAIN) end
+  elseif node.domain == PREVIEW_DOMAIN then
+    -- its subgraphs' ai.onnx nodes take the model's ai.onnx opset
+    node.opset, node.onnx_opset = preview_opset, opset
+    if preview_opset == 0 then node_error(node, "domain %s, which the model does not import", PREVIEW_DOMAIN) end
+    lower = PREVIEW_OPS[node.op]
+    if not lower then unsupported(node, "op %s of %s", clean(node.op), PREVIEW_DOMAIN) end
   elseif opset == 0 then
-    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op), TRAINING_DOMAIN)
+    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op),
+                training_opset > 0 and TRAINING_DOMAIN or PREVIEW_DOMAIN)
   end
   if not lower then unsupported(node, "op %s", clean(node.op)) end
   for k, kind in pairs(node.attrs.kinds or {}) do
@@ -5875,8 +5887,9 @@ end
 
 -- A subgraph attribute lowered: run(inputs, outer) -> its outputs, where
 -- inputs are its graph inputs' values in order and outer maps the names it
--- reads from enclosing scopes to their values.
-local function lower_graph(node, g, what)
+-- reads from enclosing scopes to their values.  Its nodes take the opset
+-- given (that of node's, when none is).
+local function lower_graph(node, g, what, opset)
   if type(g) ~= "table" or not g.nodes then node_error(node, "attribute '%s' must be a graph", what) end
   local consts = {}
   for _, init in ipairs(g.initializers) do
@@ -5888,7 +5901,7 @@ local function lower_graph(node, g, what)
       consts[init.name] = {wide = init.dtype, t = t, const = true}
     end
   end
-  for _, n in ipairs(g.nodes) do lower_node(n, node.opset) end
+  for _, n in ipairs(g.nodes) do lower_node(n, opset or node.opset) end
   return function(inputs, outer)
     local env = {}
     for k, v in pairs(outer) do env[k] = v end
@@ -6396,6 +6409,87 @@ OPS.SequenceMap = function(node, attrs)
   end
 end
 
+-- FlexAttention (ai.onnx.preview, opset 1) as its reference: each K/V
+-- head shared by a contiguous group of query heads (h0 h0 h1 h1), Q and K
+-- each scaled by sqrt(scale) (rounded to float32, as the reference does)
+-- and multiplied in their dtype; the scores then in softmax_precision
+-- (float32 for 16-bit inputs, else theirs) through score_mod, a plain
+-- softmax over the keys (a row all -inf is NaN, as there), prob_mod, and
+-- the product with V in that precision, cast back.  A modifier is a
+-- subgraph of one [B, Hq, L, S] input and output, run once on the whole
+-- tensor: its ops are the one graph's, never a loop over elements.
+PREVIEW_OPS.FlexAttention = function(node, attrs)
+  known_attrs(node, attrs, set("scale", "score_mod", "prob_mod", "softmax_precision"))
+  local mods = {}
+  for _, name in ipairs({"score_mod", "prob_mod"}) do
+    local g = attrs[name]
+    if g ~= nil then
+      mods[name] = lower_graph(node, g, name, node.onnx_opset)
+      if #g.inputs ~= 1 or #g.outputs ~= 1 then
+        node_error(node, "%s: a graph of %d inputs and %d outputs (1 and 1)", name, #g.inputs, #g.outputs)
+      end
+    end
+  end
+  local precision = attrs.softmax_precision
+  if precision ~= nil then
+    precision = math.type(precision) == "integer" and FL_DTYPE[DTYPE_CODE[precision]]
+    if not FLOAT[precision] then unsupported(node, "softmax_precision %s", tostring(attrs.softmax_precision)) end
+  end
+  local sc = attrs.scale
+  if sc ~= nil and type(sc) ~= "number" then node_error(node, "attribute 'scale' must be a float") end
+  if node.nin ~= 3 or #node.outputs ~= 1 then
+    node_error(node, "%d inputs and %d outputs (Q, K, V and Y)", node.nin, #node.outputs)
+  end
+  return function(ins)
+    local outer = outer_values(node, ins)
+    local q, k, v = T(node, ins[1], "Q"), T(node, ins[2], "K"), T(node, ins[3], "V")
+    need_float(node, q, "Q")
+    for _, x in ipairs({{k, "K"}, {v, "V"}}) do
+      if x[1].dtype ~= q.dtype then node_error(node, "%s of dtype %s, Q of %s", x[2], x[1].dtype, q.dtype) end
+    end
+    for _, x in ipairs({{q, "Q"}, {k, "K"}, {v, "V"}}) do
+      if x[1]:dim() ~= 4 then node_error(node, "%s of %d dims (4)", x[2], x[1]:dim()) end
+    end
+    local function same(a, b, what)
+      if size_equal(a, b) == false then node_error(node, "%s differ (%s and %s)", what, tostring(a), tostring(b)) end
+    end
+    local E = q.shape[4]
+    same(q.shape[1], k.shape[1], "the batch sizes of Q and K")
+    same(k.shape[1], v.shape[1], "the batch sizes of K and V")
+    same(k.shape[2], v.shape[2], "the head counts of K and V")
+    same(k.shape[3], v.shape[3], "the sequence lengths of K and V")
+    same(E, k.shape[4], "the head sizes of Q and K")
+    local hq, hkv = static_size(q.shape[2]), static_size(k.shape[2])
+    if hq ~= hkv then
+      if hkv < 1 or hq % hkv ~= 0 then node_error(node, "%d query heads over %d key heads", hq, hkv) end
+      local rep = hq // hkv
+      local function repeat_heads(x)
+        local b, h, s, d = table.unpack(x.shape)
+        return x:reshape({b, h, 1, s, d}):expand({b, h, rep, s, d}):reshape({b, h * rep, s, d})
+      end
+      k, v = repeat_heads(k), repeat_heads(v)
+    end
+    local function f32(n) return (string.unpack("f", string.pack("f", n))) end
+    local s = scalar(q, f32(math.sqrt(f32(sc or 1 / math.sqrt(static_size(E))))))
+    local x = (q * s):matmul((k * s):transpose(3, 4))
+    local cdt = precision or ((q.dtype == "float16" or q.dtype == "bfloat16") and "float32" or q.dtype)
+    if x.dtype ~= cdt then x = x:to(cdt) end
+    local function modify(name, y)
+      if not mods[name] then return y end
+      local out = T(node, mods[name]({y}, outer)[1], name .. "'s output")
+      if out:dim() ~= 4 then node_error(node, "%s's output of %d dims (4)", name, out:dim()) end
+      for d = 1, 4 do same(out.shape[d], y.shape[d], name .. "'s input and output dims " .. d) end
+      need_float(node, out, name .. "'s output")
+      return out.dtype == cdt and out or out:to(cdt)
+    end
+    x = modify("score_mod", x)
+    local e = (x - x:amax(4, true)):exp()
+    local p = modify("prob_mod", e / e:sum(4, true))
+    local y = p:matmul(v.dtype == cdt and v or v:to(cdt))
+    return {y.dtype == v.dtype and y or y:to(v.dtype)}
+  end
+end
+
 -- Optional: its input wrapped, or (no input) an empty optional of the
 -- type the attribute gives.
 OPS.Optional = function(node, attrs)
@@ -6517,6 +6611,7 @@ function Model:__init(g, path)
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
   training_opset = g.training_opset or 0
+  preview_opset = g.preview_opset or 0
   for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)
