@@ -5828,7 +5828,7 @@ end
 -- ---------------------------------------------------------------------------
 
 -- ops whose attributes may hold a subgraph (FlexAttention: ai.onnx.preview's)
-local SUBGRAPH_OPS = set("If", "Loop", "Scan", "FlexAttention")
+local SUBGRAPH_OPS = set("If", "Loop", "Scan", "SequenceMap", "FlexAttention")
 
 -- Lower one node (at load).  The names its subgraphs read from enclosing
 -- scopes (node.implicit) become inputs after its own, so the loop below
@@ -5853,12 +5853,11 @@ function lower_node(node, opset)
                 training_opset > 0 and TRAINING_DOMAIN or PREVIEW_DOMAIN)
   end
   if not lower then unsupported(node, "op %s", clean(node.op)) end
-  for k, kind in pairs(node.attrs.kinds or {}) do
+  for k, kind in pairs(node.kinds or {}) do
     if kind == "other" or kind == "graph" and not SUBGRAPH_OPS[node.op] then
-      unsupported(node, "attribute '%s' of kind %s", k, kind)
+      unsupported(node, "attribute '%s' of kind %s", clean(k), kind)
     end
   end
-  node.attrs.kinds = nil
   node.nin = #node.inputs
   node.run = lower(node, node.attrs, node.opset)
   for _, name in ipairs(node.implicit or {}) do node.inputs[#node.inputs + 1] = name end

@@ -131,6 +131,13 @@ t.is(one_node("Pow", nil, {{"int32", {2}}, {"int32", {2}}})(I{3, 2}, I{41, 31}):
      "int32 Pow wraps (past int64 too)")
 t.is(one_node("CumSum", nil, {{"int16", {3}}, {"int64", {}}})(I{32767, 1, 1}, fl.full({}, 0, {dtype = "int64"})):tolist(),
      {32767, -32768, -32767}, "int16 CumSum wraps")
+-- a graph attribute where the op takes none: refused, not ignored
+t.raises(function()
+  one_node("Relu", {body = {graph = {nodes = {{op = "Identity", inputs = {"a"}, outputs = {"b"}}},
+                                     inputs = {{name = "a", dtype = "float", dims = {2}}},
+                                     outputs = {{name = "b", dtype = "float", dims = {2}}}}}},
+           {{"float", {2}}})
+end, "attribute 'body' of kind graph is unsupported", "a graph attribute on an op without subgraphs is refused")
 t.raises(function() one_node("Add", nil, {{"int32", {2}}, {"int64", {2}}})(I{1, 2}, I{1, 2}) end,
          "inputs of dtypes int32 and int64", "int32 Add with an int64 operand is a model error")
 -- uint64: its bit pattern in an int64; 2^64 - 1 reads as -1
