@@ -297,7 +297,8 @@ static int dec_jpeg(const unsigned char *b, size_t n, image_pixels want, image *
 struct png_src {
   const unsigned char *b;
   size_t n, pos;
-  char msg[256];
+  char msg[512];
+  char warn[200];   /* the first warning: libpng's cause of an invalid header */
 };
 
 static void png_src_read(png_structp png, png_bytep data, size_t len) {
@@ -309,17 +310,18 @@ static void png_src_read(png_structp png, png_bytep data, size_t len) {
 
 static void png_src_error(png_structp png, png_const_charp msg) {
   struct png_src *s = (struct png_src *)png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg);
+  if (s->warn[0]) snprintf(s->msg, sizeof s->msg, "%s (%s)", msg, s->warn);
+  else snprintf(s->msg, sizeof s->msg, "%s", msg);
   png_longjmp(png, 1);
 }
 
 static void png_src_warning(png_structp png, png_const_charp msg) {
-  (void)png;
-  (void)msg;
+  struct png_src *s = (struct png_src *)png_get_error_ptr(png);
+  if (!s->warn[0]) snprintf(s->warn, sizeof s->warn, "%s", msg);
 }
 
 static int dec_png(const unsigned char *b, size_t n, image_pixels want, image *out, fl_err *e) {
-  struct png_src s = {b, n, 0, ""};
+  struct png_src s = {b, n, 0, "", ""};
   png_structp png;
   png_infop info = NULL;
   unsigned char *volatile px = NULL;
