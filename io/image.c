@@ -10,7 +10,9 @@
 ** rather than guessed: ImageDecoder's outputs have 3 channels (1 for
 ** Grayscale).
 */
+#ifdef HAVE_CONFIG_H
 #include "config.h"
+#endif
 
 #include <limits.h>
 #include <setjmp.h>
