@@ -230,8 +230,10 @@ static void jpeg_fail_exit(j_common_ptr ci) {
   longjmp(f->jb, 1);
 }
 
-/* A warning is corrupt data libjpeg would paper over (a truncated scan
-** decodes as gray): Pillow refuses those files, and so do we. */
+/* A warning is corrupt data libjpeg papers over: a truncated scan decodes
+** as gray (Pillow refuses those files: "image file is truncated"), stray
+** bytes before a marker are skipped (Pillow decodes on).  Either way the
+** pixels are suspect, so any warning is an error here. */
 static void jpeg_fail_emit(j_common_ptr ci, int level) {
   if (level < 0) jpeg_fail_exit(ci);
 }
