@@ -254,6 +254,8 @@ static int dec_jpeg(const unsigned char *b, size_t n, image_pixels want, image *
     return err_set(e, FL_EFORMAT, "JPEG: %s", f.msg);
   }
   jpeg_create_decompress(&ci);
+  /* a progressive image's coefficients are held whole: bound them too */
+  ci.mem->max_memory_to_use = 2 * (long)IMAGE_MAX_BYTES;
   jpeg_mem_src(&ci, b, (unsigned long)n);
   if (jpeg_read_header(&ci, TRUE) != JPEG_HEADER_OK) {
     jpeg_destroy_decompress(&ci);
