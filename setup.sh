@@ -21,7 +21,8 @@ esac
 pkgs="build-essential autoconf automake libtool pkg-config lua5.4 liblua5.4-dev
 libreadline-dev libgraphviz-dev graphviz libopenblas-openmp-dev libxxhash-dev
 libcjson-dev libhiredis-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler
-libdnnl-dev libigraph-dev libpcre2-dev libunistring-dev"
+libdnnl-dev libigraph-dev libpcre2-dev libunistring-dev libjpeg62-turbo-dev
+libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev"
 [ "$mode" = test ] && pkgs="$pkgs python3-numpy python3-pexpect clang
 libclang-rt-14-dev chromium redis-server libonnx-testdata"
 missing=""

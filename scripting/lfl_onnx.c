@@ -18,15 +18,24 @@
 **   an optional nil (empty) or either
 **   a value's kind is "tensor", "sequence" or "optional" (inner= what an
 **   optional holds, "tensor" or "sequence"); dtype its tensors'
+**   fl._onnx_image(bytes, pixel_format) -> pixels | nil, why, kind
+**       (ImageDecoder, io/image.c): bytes a 1-d int64 tensor of byte
+**   values (a uint8 tensor as the loader holds it), pixel_format "RGB",
+**   "BGR" or "Grayscale"; pixels an int64 [H, W, C] tensor.  An image
+**   that cannot be decoded is nil, the reason, and kind "unsupported"
+**   (valid, but not by this build) or "invalid"; reading the bytes of a
+**   lazy tensor is a graph break (an error under fl.capture)
 **
 ** dtype is ONNX's name ("float", "int32"): a widened integer type keeps its
 ** own name though its tensor is int64.  The parsed model sits in a
 ** userdata whose __gc frees it, so a raise while pushing leaks nothing;
 ** each tensor's storage moves into its userdata.
 */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lfl.h"
+#include "io/image.h"
 #include "io/onnx.h"
 #include "scripting/onnx_lua.h"   /* static const unsigned char onnx_lua[] */
 
@@ -293,10 +302,73 @@ static int l_onnx_data(lua_State *L) {
   return 2;
 }
 
+#define IMAGE_GUARD "fl.onnx_image"
+
+static int image_gc(lua_State *L) {
+  image *im = (image *)luaL_checkudata(L, 1, IMAGE_GUARD);
+  free(im->px);
+  im->px = NULL;
+  return 0;
+}
+
+static int l_onnx_image(lua_State *L) {
+  static const char *const formats[] = {"RGB", "BGR", "Grayscale", NULL};
+  static const image_pixels want[] = {IMAGE_RGB, IMAGE_BGR, IMAGE_GRAY};
+  const fl_tensor *t = lfl_readable(L, 1, "ImageDecoder");
+  int f = luaL_checkoption(L, 2, "RGB", formats);
+  int64_t n, i;
+  unsigned char *bytes;
+  image *im;
+  fl_tensor *o;
+  fl_meta m = {0};
+  fl_err e;
+  if (t->m.dtype != FL_I64 || t->m.ndim != 1)
+    return luaL_error(L, "_onnx_image: expected a 1-d int64 tensor of byte values");
+  n = t->m.shape[0];
+  bytes = (unsigned char *)lua_newuserdatauv(L, n ? (size_t)n : 1, 0);   /* freed by the collector */
+  for (i = 0; i < n; i++) {
+    int64_t v = *(const int64_t *)ten_elem_ptr(t, i);
+    if (v < 0 || v > 255) return luaL_error(L, "_onnx_image: byte %I is %I, not in [0, 255]", (lua_Integer)i, (lua_Integer)v);
+    bytes[i] = (unsigned char)v;
+  }
+  /* the pixels belong to a guard until they are copied into the tensor,
+  ** so a raise in between leaks nothing */
+  im = (image *)lua_newuserdatauv(L, sizeof *im, 0);
+  memset(im, 0, sizeof *im);
+  if (luaL_newmetatable(L, IMAGE_GUARD)) {
+    lua_pushcfunction(L, image_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  err_clear(&e);
+  if (image_decode(bytes, (size_t)n, want[f], im, &e) != FL_OK) {
+    lua_pushnil(L);
+    lua_pushstring(L, e.msg);
+    lua_pushstring(L, e.code == FL_EUNSUPPORTED ? "unsupported" : "invalid");
+    return 3;
+  }
+  m.dtype = FL_I64;
+  m.device = FL_DEV_CPU;
+  m.ndim = 3;
+  m.shape[0] = (int64_t)im->h;
+  m.shape[1] = (int64_t)im->w;
+  m.shape[2] = (int64_t)im->c;
+  o = lfl_pushempty(L, &m, "ImageDecoder");
+  {
+    int64_t *dst = (int64_t *)ten_data(o);
+    size_t k, total = im->h * im->w * im->c;
+    for (k = 0; k < total; k++) dst[k] = im->px[k];
+  }
+  free(im->px);
+  im->px = NULL;
+  return 1;
+}
+
 static const luaL_Reg onnx_funcs[] = {
   {"_onnx_read", l_onnx_read},
   {"_onnx_tensor", l_onnx_tensor},
   {"_onnx_data", l_onnx_data},
+  {"_onnx_image", l_onnx_image},
   {NULL, NULL}
 };
 

@@ -3041,6 +3041,36 @@ OPS.Unique = function(node, attrs)
   end
 end
 
+-- ImageDecoder (opset 20): encoded image bytes (uint8, 1-d) to [H, W, C]
+-- uint8 pixels, decoded in C (io/image.c) by the libraries Pillow uses,
+-- as ONNX's reference does.  The output's shape comes from the bytes: they
+-- are read as values, a graph break under fl.compile (as NonZero's),
+-- which one graph (fl.capture) cannot take.
+OPS.ImageDecoder = function(node, attrs)
+  known_attrs(node, attrs, set("pixel_format"))
+  local pf = attr(attrs, "pixel_format", "RGB")
+  if pf ~= "RGB" and pf ~= "BGR" and pf ~= "Grayscale" then
+    node_error(node, "pixel_format must be RGB, BGR or Grayscale, got '%s'", clean(pf))
+  end
+  return function(ins)
+    local v = ins[1]
+    if v == nil then node_error(node, "the encoded image is missing") end
+    if dtype_of(v) ~= "uint8" then node_error(node, "the encoded image must be uint8, got %s", dtype_of(v)) end
+    local t = v.t
+    if t:dim() ~= 1 then node_error(node, "the encoded image must be 1-d, got %d-d", t:dim()) end
+    local ok, px, why, kind = pcall(fl._onnx_image, t, pf)
+    if not ok then
+      if not fl._tracing() then error(px, 0) end
+      unsupported(node, "image bytes computed from graph inputs under capture (a data-dependent shape)")
+    end
+    if px == nil then
+      if kind == "unsupported" then unsupported(node, "%s", why) end
+      node_error(node, "%s", why)
+    end
+    return {{wide = "uint8", t = px}}
+  end
+end
+
 -- Swish (opset 24) and SwiGLU (opset 28): x sigmoid(alpha x), the latter
 -- gating B with it.
 OPS.Swish = unary(function(x, p)

@@ -4,9 +4,11 @@
 # tests/fuzz/corpus, the safetensors reader over tests/fuzz/corpus_st, the
 # ONNX reader (io/onnx.c over protobuf-c) over tests/fuzz/corpus_onnx, the
 # tokenizer reader with its encoder and decoder (io/tokenizer.c over cJSON,
-# PCRE2 and libunistring) over tests/fuzz/corpus_tok.
-# TAP output: four tests, "fuzz npy", "fuzz safetensors", "fuzz onnx" and
-# "fuzz tokenizer",
+# PCRE2 and libunistring) over tests/fuzz/corpus_tok, the image decoders
+# (io/image.c over libjpeg, libpng, libtiff, libwebp and OpenJPEG, those
+# pkg-config finds) over tests/fuzz/corpus_img.
+# TAP output: five tests, "fuzz npy", "fuzz safetensors", "fuzz onnx",
+# "fuzz tokenizer" and "fuzz image",
 # each failing on
 # any crash, leak, sanitizer report or timeout.  They are skipped only when
 # clang or its libFuzzer runtime is missing (Debian: clang and
@@ -22,13 +24,14 @@ cc=${CLANG:-clang}
 secs=${FUZZ_TIME:-20}
 status=0
 
-echo "1..4"
+echo "1..5"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_npy.XXXXXX") || {
   echo "not ok 1 - fuzz npy # cannot create a temp dir"
   echo "not ok 2 - fuzz safetensors # cannot create a temp dir"
   echo "not ok 3 - fuzz onnx # cannot create a temp dir"
   echo "not ok 4 - fuzz tokenizer # cannot create a temp dir"
+  echo "not ok 5 - fuzz image # cannot create a temp dir"
   exit 1
 }
 cleanup() { [ -n "$FUZZ_KEEP" ] || rm -rf "$work"; }
@@ -40,6 +43,7 @@ if ! command -v "$cc" >/dev/null 2>&1; then
   echo "ok 2 # SKIP clang with libFuzzer not available ($cc not found)"
   echo "ok 3 # SKIP clang with libFuzzer not available ($cc not found)"
   echo "ok 4 # SKIP clang with libFuzzer not available ($cc not found)"
+  echo "ok 5 # SKIP clang with libFuzzer not available ($cc not found)"
   exit 0
 fi
 
@@ -58,6 +62,7 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined -o "$work/probe" "$work/probe.c" 
   echo "ok 2 # SKIP clang with libFuzzer not available"
   echo "ok 3 # SKIP clang with libFuzzer not available"
   echo "ok 4 # SKIP clang with libFuzzer not available"
+  echo "ok 5 # SKIP clang with libFuzzer not available"
   exit 0
 fi
 
@@ -278,4 +283,58 @@ cat >"$tk/tok.dict" <<'EOF'
 EOF
 
 fuzz_run 4 tokenizer "$tk" "$tk/fuzz_tokenizer" "$tk/tok.dict" || status=1
+
+# ---- the image decoders ----------------------------------------------------
+im="$work/img"
+mkdir "$im"
+# each library pkg-config finds, as configure builds them in
+imdeps=""
+for lib in libjpeg:LIBJPEG libpng:LIBPNG libtiff-4:LIBTIFF libwebp:LIBWEBP libopenjp2:LIBOPENJP2; do
+  if pkg-config --exists "${lib%%:*}" 2>/dev/null; then
+    imdeps="$imdeps -DHAVE_${lib##*:} $(pkg-config --cflags --libs "${lib%%:*}")"
+  fi
+done
+# $imdeps is a list of flags: split on purpose.
+# shellcheck disable=SC2086
+if ! "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra \
+     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+     -I"$src" -o "$im/fuzz_image" \
+     "$src/tests/fuzz/fuzz_image.c" "$src/io/image.c" "$src/graph/err.c" \
+     $imdeps -lm >"$im/build.log" 2>&1; then
+  sed 's/^/# /' "$im/build.log" | tail -20
+  echo "not ok 5 - fuzz image # the target did not build"
+  exit 1
+fi
+mkdir "$im/corpus"
+cp "$src"/tests/fuzz/corpus_img/* "$im/corpus/" 2>/dev/null
+
+# Signatures and the header fields the decoders check first.
+cat >"$im/img.dict" <<'EOF'
+"\xff\xd8\xff"
+"\xff\xc0"
+"\xff\xda"
+"\xff\xd9"
+"\x89PNG\x0d\x0a\x1a\x0a"
+"IHDR"
+"IDAT"
+"PLTE"
+"tRNS"
+"IEND"
+"BM"
+"P6"
+"P5"
+"255"
+"II*\x00"
+"MM\x00*"
+"RIFF"
+"WEBPVP8 "
+"VP8L"
+"VP8X"
+"\x00\x00\x00\x0cjP  \x0d\x0a\x87\x0a"
+"\xffO\xffQ"
+"\xff\xff\xff\x7f"
+"\x00\x00\x01\x00"
+EOF
+
+fuzz_run 5 image "$im" "$im/fuzz_image" "$im/img.dict" || status=1
 exit "$status"
