@@ -630,21 +630,24 @@ local function random_dtype(node, attrs, def)
   return dt
 end
 
--- U[low, high) in the dtype.  A value that rounds up to high (low + (high -
--- low) * u rounded to the dtype, with odds below 2^-23 a value) becomes low,
--- as if the interval wrapped around: the range stays the one promised.
-local function uniform_op(like)
+-- RandomUniform[Like], U[low, high), and RandomNormal[Like], N(mean,
+-- scale^2), in the dtype and shape of the attributes or of the input (only
+-- its shape and dtype are read, a widened integer's too).  A uniform value
+-- that rounds up to high (low + (high - low) * u rounded to the dtype, with
+-- odds below 2^-23 a value) becomes low, as if the interval wrapped around:
+-- the range stays the one promised.
+local function random_op(like, normal)
+  local pa, qa = normal and "mean" or "low", normal and "scale" or "high"
   return function(node, attrs)
-    known_attrs(node, attrs, set("dtype", "high", "low", "seed", like and "dtype" or "shape"))
-    local lo, hi = attr(attrs, "low", 0.0), attr(attrs, "high", 1.0)
-    if not (lo < hi) then node_error(node, "low %s not below high %s", tostring(lo), tostring(hi)) end
+    known_attrs(node, attrs, set("dtype", pa, qa, "seed", like and "dtype" or "shape"))
+    local p, q = attr(attrs, pa, 0.0), attr(attrs, qa, 1.0)
+    if not normal and not (p < q) then node_error(node, "low %s not below high %s", tostring(p), tostring(q)) end
     local shape = not like and attrs.shape
     if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
     local fixed = random_dtype(node, attrs, not like and "float32" or nil)
     return function(ins)
       local dt, sh = fixed, shape
       if like then
-        -- only the input's shape and dtype are read (a widened integer's too)
         local v = ins[1]
         local x = not is_tensor(v) and v.wide and v.t or T(node, v)
         dt, sh = fixed or x.dtype, x.shape
@@ -652,42 +655,18 @@ local function uniform_op(like)
           unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
         end
       end
-      local u = draw(node, sh, dt, attrs.seed)
-      if lo == 0 and hi == 1 then return {u} end
-      local y = scalar(u, lo) + u * scalar(u, hi - lo)
-      return {fl.where(y:ge(scalar(u, hi)), scalar(u, lo), y)}
+      local u = draw(node, sh, dt, attrs.seed, normal)
+      if p == 0 and q == 1 then return {u} end
+      if normal then return {scalar(u, p) + u * scalar(u, q)} end
+      local y = scalar(u, p) + u * scalar(u, q - p)
+      return {fl.where(y:ge(scalar(u, q)), scalar(u, p), y)}
     end
   end
 end
-OPS.RandomUniformLike = uniform_op(true)
-OPS.RandomUniform = uniform_op(false)
-
-local function normal_op(like)
-  return function(node, attrs)
-    known_attrs(node, attrs, set("dtype", "mean", "scale", "seed", like and "dtype" or "shape"))
-    local mean, sd = attr(attrs, "mean", 0.0), attr(attrs, "scale", 1.0)
-    local shape = not like and attrs.shape
-    if not like and type(shape) ~= "table" then node_error(node, "the shape attribute is required") end
-    local fixed = random_dtype(node, attrs, not like and "float32" or nil)
-    return function(ins)
-      local dt, sh = fixed, shape
-      if like then
-        -- only the input's shape and dtype are read (a widened integer's too)
-        local v = ins[1]
-        local x = not is_tensor(v) and v.wide and v.t or T(node, v)
-        dt, sh = fixed or x.dtype, x.shape
-        if not fixed and not FLOAT[dtype_of(v)] then
-          unsupported(node, "random values of dtype %s (the input's)", dtype_of(v))
-        end
-      end
-      local n = draw(node, sh, dt, attrs.seed, true)
-      if mean == 0 and sd == 1 then return {n} end
-      return {scalar(n, mean) + n * scalar(n, sd)}
-    end
-  end
-end
-OPS.RandomNormalLike = normal_op(true)
-OPS.RandomNormal = normal_op(false)
+OPS.RandomUniformLike = random_op(true, false)
+OPS.RandomUniform = random_op(false, false)
+OPS.RandomNormalLike = random_op(true, true)
+OPS.RandomNormal = random_op(false, true)
 
 OPS.Clip = function(node, attrs, opset)
   if opset < 11 then
