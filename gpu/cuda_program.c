@@ -453,6 +453,27 @@ static int epilogue_fits(const fk_kernel *k, const int64_t *args, int64_t total)
   return 1;
 }
 
+/* Whether a value the epilogue stores shares memory with an operand of
+** the call.  The plan frees an operand only the call reads before the
+** epilogue's stores (fuse/memplan.c), so one may take its slot, or a
+** write-back its leaf: fused into the product, the epilogue would write it
+** while other blocks still read it.  Run apart, after the product, it
+** may. */
+static int epilogue_overwrites_operand(const run_ctx *c, const fk_kernel *k) {
+  int a, j, nin = c->g->nodes[k->anchor].nin;
+  for (j = 0; j < nin; j++) {
+    int b = cuda_operand_slot(c->pr->plan, k, j);
+    const fl_tensor *op;
+    if (b < 0) continue;
+    op = &c->vals[k->bufs[b]];
+    for (a = 0; a < k->nacc; a++) {
+      const fl_tensor *v = &c->vals[k->acc[a].node];
+      if (k->acc[a].store && k->acc[a].node != k->anchor && v->st && v->st == op->st) return 1;
+    }
+  }
+  return 0;
+}
+
 static unsigned cap_grid(int64_t want) {
   int64_t cap = (int64_t)(cuda_sm_count() > 0 ? cuda_sm_count() : 80) * 32;
   if (want < 1) want = 1;
@@ -523,7 +544,7 @@ static int run_kernel(run_ctx *c, int ki, fl_err *e) {
     const ir_node *an = &g->nodes[k->anchor];
     if ((rc = extern_args(c, k, X, e)) != FL_OK) return rc;
     total = X[CUX_TOTAL];
-    X[CUX_FUSE] = k->nnodes > 0 && epilogue_fits(k, c->args, total);
+    X[CUX_FUSE] = k->nnodes > 0 && epilogue_fits(k, c->args, total) && !epilogue_overwrites_operand(c, k);
     X[CUX_KEEP] = k->nnodes == 0 || pr->plan->last_use[k->anchor] != ki || !X[CUX_FUSE];
     if (total == 0) return FL_OK;
     /* max-autotune's pick: the product on cuBLAS into the anchor's buffer,

@@ -174,4 +174,28 @@ do
        string.format("one compile, 11 decode steps replayed as graphs (%d)", i1.graph_replays - i0.graph_replays))
 end
 
+-- a product whose operand dies in its kernel, the epilogue storing values
+-- that may take that operand's slot (LinearAttention's delta rule): fused
+-- into the product the stores would race the other blocks' reads of the
+-- operand (the emulator runs the threads in two orders and compares), so
+-- such an epilogue runs after the product
+do
+  fl.manual_seed(6)
+  local f = function(a, x, w, c, d)
+    local b = (x * w):exp()                          -- [2,1,8], read only by the product
+    local s = fl.matmul(a, b:unsqueeze(3)) + c       -- [2,1,8,1] @ [2,1,1,8], stored in b's slot
+    local u = s * d:exp():unsqueeze(4)
+    return fl.matmul(s, u):sum()
+  end
+  local args = {fl.randn(2, 1, 8, 1), fl.randn(2, 1, 8), fl.randn(2, 1, 8), fl.randn(2, 1, 8, 8), fl.randn(2, 1, 8)}
+  local want = f(table.unpack(args))
+  local dev = {}
+  for i, a in ipairs(args) do dev[i] = a:cuda() end
+  local cm = fl.compile(f, {backend = "cuda"})
+  local ok, r = pcall(cm, table.unpack(dev))
+  t.ok(ok and close(r, want) and cm:code():find("-> buf0, buf2", 1, true) ~= nil,
+       "an epilogue storing into the slot of the product's own operand: no race, the CPU's value" ..
+       (ok and "" or (": " .. tostring(r))))
+end
+
 t.done()
