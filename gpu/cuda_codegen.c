@@ -859,13 +859,13 @@ int cuda_emit_kernel(strbuf *b, const fuse_plan *p, int kidx, const char *sym,
   info->kind = k->kind;
   if (k->kind != FK_EXTERN && k->nnodes == 0) return 0;
   if (k->ninstr > (int)sizeof need)
-    return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s has %d steps (at most %d)",
+    return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s has %d steps: more than %d is unsupported",
                    k->name, k->ninstr, (int)sizeof need);
   for (rc = 0; rc <= k->nbufs; rc++) {
     int id = rc < k->nbufs ? k->bufs[rc] : k->anchor;
     if (id >= 0 && p->g->nodes[id].meta.dtype == FL_F64)
-      return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s works in float64, which "
-                     "only the CPU runs (eager, or compiled for the cpu)", k->name);
+      return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): %s works in float64, unsupported on "
+                     "the device (the CPU runs it: eager, or compiled for the cpu)", k->name);
   }
   memset(&g, 0, sizeof g);
   g.b = b; g.p = p; g.k = k; g.D = k->nkept + k->nred; g.need = need;

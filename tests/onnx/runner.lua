@@ -28,7 +28,11 @@
 --                       (default: Debian's libonnx-testdata)
 --     --test NAME       the test script that checks the table (default
 --                       tests/onnx/conformance.sh)
---     --only PATTERN    cases whose name matches the Lua pattern
+--     --only PATTERN    cases whose name matches the Lua pattern (given
+--                       again: any of them)
+--     --cuda            compile for the cuda backend instead, each case's
+--                       inputs on the device (a GPU or the CUDA
+--                       emulator); prints the counts and TAP, no table
 --     -v                one line per case
 
 local args = {...}
@@ -37,10 +41,15 @@ do
   local i = 1
   while i <= #args do
     local a = args[i]
-    if a == "--data" or a == "--write" or a == "--check" or a == "--only" or a == "--source" or a == "--test" then
+    if a == "--only" then
+      opt.only = opt.only or {}
+      opt.only[#opt.only + 1] = args[i + 1]
+      i = i + 1
+    elseif a == "--data" or a == "--write" or a == "--check" or a == "--source" or a == "--test" then
       opt[a:sub(3)] = args[i + 1]
       i = i + 1
     elseif a == "--eager-only" then opt.eager_only = true
+    elseif a == "--cuda" then opt.cuda = true
     elseif a == "-v" then opt.verbose = true
     else error("conformance: unknown argument " .. a) end
     i = i + 1
@@ -315,9 +324,9 @@ end
 
 local cases = {}
 for _, name in ipairs(ls(opt.data)) do
-  if name:match("^test_") and (not opt.only or name:match(opt.only)) then
-    cases[#cases + 1] = name
-  end
+  local want = not opt.only
+  for _, pat in ipairs(opt.only or {}) do want = want or name:match(pat) ~= nil end
+  if name:match("^test_") and want then cases[#cases + 1] = name end
 end
 
 local results = {}       -- name -> {op=, status="pass"|"unsupported"|"fail", reason=, cstatus=}
@@ -408,10 +417,16 @@ for _, name in ipairs(cases) do
       if not held then
         okc, k = pcall(function()
           local g = fl.capture(m, table.unpack(sets[1].inputs))
-          return g:decompose{quiet = true}:optimize{quiet = true}:fuse():codegen("cpu", ("fl_c%d_"):format(#compiled))
+          return g:decompose{quiet = true}:optimize{quiet = true}:fuse():codegen(opt.cuda and "cuda" or "cpu",
+                                                                                ("fl_c%d_"):format(#compiled))
         end)
       end
       if okc then compiled[#compiled + 1] = {case = name, k = k, sets = sets, g = g}
+      elseif opt.cuda then
+        -- (fl.compile's graph breaks and sequences are the cpu runs' business)
+        results[name].cstatus = (held or is_unsupported(k)) and "unsupported" or "fail"
+        results[name].creason = tostring(k)
+        if results[name].cstatus == "fail" then failures[#failures + 1] = name .. ": cuda: " .. tostring(k) end
       elseif held or is_unsupported(k) and tostring(k):find("computed from graph inputs under capture", 1, true) then
         -- a size from input data: one graph cannot hold it, fl.compile takes
         -- a graph break there and compiles the graphs around it
@@ -453,7 +468,7 @@ local t_eager = fl.now() - t_start
 local t_c0 = fl.now()
 -- (in chunks: each compiler run stays well inside FUSELAB_COMPILE_TIMEOUT)
 local CHUNK, batch_failed = 64, {}
-for first = 1, #compiled, CHUNK do
+for first = 1, opt.cuda and 0 or #compiled, CHUNK do      -- (cuda: each as it first runs)
   local list = {}
   for i = first, math.min(first + CHUNK - 1, #compiled) do list[#list + 1] = compiled[i].k end
   local okb, err = pcall(fl.compile_batch, list)
@@ -468,7 +483,18 @@ for ci, c in ipairs(compiled) do
   r.cstatus = batch_failed[ci] and "fail" or r.status
   for _, set in ipairs(batch_failed[ci] and {} or c.sets) do
     -- a set of other shapes than the captured one runs where dims allow
-    local res = table.pack(pcall(c.k.run, c.k, table.unpack(set.inputs)))
+    local ins = set.inputs
+    if opt.cuda then
+      ins = {}
+      for i = 1, set.inputs.n do
+        local v = set.inputs[i]
+        ins[i] = fl.is_tensor(v) and v:cuda() or v
+      end
+    end
+    local res = table.pack(pcall(c.k.run, c.k, table.unpack(ins, 1, set.inputs.n)))
+    for i = 2, opt.cuda and res.n or 0 do
+      if fl.is_tensor(res[i]) then res[i] = res[i]:cpu() end
+    end
     if not res[1] then
       r.cstatus, r.creason = "fail", "compiled: " .. tostring(res[2])
     else
@@ -482,6 +508,25 @@ for ci, c in ipairs(compiled) do
   end
 end
 local t_total = fl.now() - t_start
+
+if opt.cuda then
+  -- the cases that pass eagerly, compiled for CUDA: counts and TAP only
+  local n, pass, unsup = 0, 0, 0
+  for _, name in ipairs(cases) do
+    local r = results[name]
+    if r.status == "pass" or r.status == "random" then
+      n = n + 1
+      if r.cstatus == "pass" or r.cstatus == "random" then pass = pass + 1
+      elseif r.cstatus == "unsupported" then unsup = unsup + 1 end
+    end
+  end
+  print("1..2")
+  tap(#failures == 0, ("no wrong answer and no error other than unsupported on cuda (%d failures)"):format(#failures))
+  for _, f in ipairs(failures) do print("# " .. f:gsub("\n", "\n# ")) end
+  tap(pass > 0 and pass + unsup == n, ("%d of %d cases that pass eagerly compiled for CUDA give the stored outputs, "
+      .. "%d unsupported there; %.1f s"):format(pass, n, unsup, t_total))
+  os.exit(#failures == 0 and pass + unsup == n and 0 or 1)
+end
 
 -- ---- the table ------------------------------------------------------------
 local n_pass, n_unsup, n_cpass, n_random, n_crandom = 0, 0, 0, 0, 0
