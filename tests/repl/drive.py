@@ -478,7 +478,8 @@ def _():
             raise Fail(":help lacks %r" % word)
     # (:help ops lists the op table's elementwise rows: fmod and remainder
     # were missing from a hand-written list)
-    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("ops", "fmod remainder"),
+    for topic, word in (("tensors", "fl.zeros"), ("ops", "matmul"), ("ops", " fmod"), ("ops", " remainder"),
+                        ("ops", " asin acos atan"),
                         ("ops", "amax amin var argmax"), ("train", "backward"), ("train", "j:partition"),
                         ("llm", "load_pretrained"), ("llm", "step_compiles"),
                         ("repl", "Ctrl-C"), ("compile", "fl.compile")):
