@@ -680,7 +680,7 @@ do
     {x = {1, 2, 4, 7}, g = {1, 3, 5, 2}, align = true, pad = "reflection"},
     {x = {1, 2, 3, 4, 5}, g = {1, 2, 3, 2, 3}, align = false, pad = "border"},
   }
-  for _, c in ipairs(cases) do
+  for k, c in ipairs(cases) do
     local x, xv = rand(c.x)
     local gl = {}
     for i = 1, numel(c.g) do gl[i] = (math.random() * 2 - 1) * 1.6 end
@@ -689,8 +689,16 @@ do
     local m = model("GridSample", {mode = "cubic", align_corners = c.align and 1 or 0, padding_mode = c.pad},
       {{"X", "float", c.x}, {"G", "float", c.g}}, {opset = 20})
     local want, out = gs_cubic_ref(xv, c.x, gv, c.g, c.align, c.pad)
-    check(m, {x, g}, want, out, ("GridSample cubic %d-d, align_corners %s, padding_mode %s"):format(
-      #c.x - 2, tostring(c.align), c.pad))
+    local name = ("GridSample cubic %d-d, align_corners %s, padding_mode %s"):format(#c.x - 2, tostring(c.align), c.pad)
+    if os.getenv("FUSELAB_ASAN") == "1" and k > 1 then
+      -- the sanitized build takes minutes to compile each of these
+      -- programs: the first case stands for them there
+      local d = differs(m(x, g), want, out)
+      t.ok(not d, name .. " (eager)" .. (d and ": " .. d or ""))
+      t.skip("compiled: the sanitized build runs the first case compiled only", 1)
+    else
+      check(m, {x, g}, want, out, name)
+    end
   end
   t.raises(function()
     return model("GridSample", {mode = "quadratic"}, {{"X", "float", {1, 1, 2, 2}}, {"G", "float", {1, 1, 1, 2}}},
