@@ -1110,6 +1110,7 @@ static eager_kernel kernel_of(fl_op op) {
   case OP_INDEX_ADD: return index_add;
   case OP_CUMSUM: return cumsum;
   case OP_RNN: return eager_rnn;
+  case OP_MATMUL_INT8: return eager_matmul_int8;
   case OP_RAND: case OP_RANDN: case OP_DROPOUT: return eager_random;
   default:
     if (op_info_of(op)->scalar) return elementwise;

@@ -270,6 +270,9 @@ int eager_pool2d(fl_op, const fl_tensor *const *, int, const op_attrs *,
                  fl_tensor *, fl_err *);
 int eager_max_pool2d_backward(fl_op, const fl_tensor *const *, int, const op_attrs *,
                               fl_tensor *, fl_err *);
+/* eager_int8.c: matmul_int8 */
+int eager_matmul_int8(fl_op, const fl_tensor *const *, int, const op_attrs *,
+                      fl_tensor *, fl_err *);
 /* eager_rnn.c: rnn */
 int eager_rnn(fl_op, const fl_tensor *const *, int, const op_attrs *,
               fl_tensor *, fl_err *);

@@ -1218,7 +1218,112 @@ static void block_counts(int64_t *reads, int64_t *writes) {
   pthread_mutex_unlock(&lock);
 }
 
+/* --- 8-bit products ---------------------------------------------------
+** The same invariant: one primitive per (batch, M, K, N, B's batching),
+** kept with its memory objects. */
+
+typedef struct ikey {
+  int64_t batch, m, k, n;
+  int b_batched;
+} ikey;
+
+typedef struct ientry {
+  ikey k;                      /* first, as in entry */
+  int refused;
+  prim pr;                     /* mem: a, b, c */
+} ientry;
+
+static int64_t nint8;          /* under lock */
+
+static void ientry_make(void *p, const void *call) {
+  ientry *en = p;
+  const ikey *k = &en->k;
+  dnnl_memory_desc_t amd, bmd, cmd;
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_dims_t ad = {k->batch, k->m, k->k}, bd = {k->b_batched ? k->batch : 1, k->k, k->n},
+              cd = {k->batch, k->m, k->n};
+  const dnnl_memory_desc_t *mds[3] = {&amd, &bmd, &cmd};
+  int i, ok = 0;
+  (void)call;
+  if (dnnl_memory_desc_init_by_tag(&amd, 3, ad, dnnl_u8, dnnl_abc) == dnnl_success &&
+      dnnl_memory_desc_init_by_tag(&bmd, 3, bd, dnnl_s8, dnnl_abc) == dnnl_success &&
+      dnnl_memory_desc_init_by_tag(&cmd, 3, cd, dnnl_s32, dnnl_abc) == dnnl_success &&
+      dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd) == dnnl_success &&
+      dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL) == dnnl_success &&
+      dnnl_primitive_create(&en->pr.p, pd) == dnnl_success) {
+    static const int argk[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    ok = 1;
+    for (i = 0; i < 3 && ok; i++) {
+      ok = dnnl_memory_create(&en->pr.mem[i], mds[i], engine, DNNL_MEMORY_NONE) == dnnl_success;
+      en->pr.args[i].arg = argk[i];
+      en->pr.args[i].memory = en->pr.mem[i];
+    }
+    en->pr.nargs = 3;
+    ok = ok && scratch_make(pd, &en->pr.scratch, &en->pr.scratch_buf, en->pr.args, &en->pr.nargs);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (!ok) {
+    prim_free(&en->pr);
+    en->refused = 1;
+  }
+}
+
+static void ientry_free(void *p) {
+  ientry *en = p;
+  if (!en) return;
+  prim_free(&en->pr);
+  free(en);
+}
+
+static pcache icache = {sizeof(ikey), sizeof(ientry), ientry_make, ientry_free, {0}, {0}, 0, 0};
+
+int cpu_mm_int8(int64_t batch, int64_t m, int64_t k, int64_t n, const uint8_t *a, const int8_t *b,
+                int b_batched, int32_t *c, fl_err *e) {
+  ikey key;
+  ientry *en;
+  void *p;
+  int rc;
+  if (!cpu_mm_enabled())
+    return err_set(e, FL_EUNSUPPORTED, "matmul_int8: oneDNN is turned off (FUSELAB_MATMUL=blas)");
+  memset(&key, 0, sizeof key);
+  key.batch = batch; key.m = m; key.k = k; key.n = n;
+  key.b_batched = b_batched;
+  if ((rc = locked_entry(&icache, &key, NULL, "matmul_int8", &p, e)) != FL_OK) return rc;
+  en = p;
+  if (en->refused) {
+    rc = err_set(e, FL_EUNSUPPORTED, "matmul_int8: oneDNN refuses this product");
+  } else {
+    dnnl_memory_set_data_handle(en->pr.mem[0], (void *)a);
+    dnnl_memory_set_data_handle(en->pr.mem[1], (void *)b);
+    dnnl_memory_set_data_handle(en->pr.mem[2], c);
+    if (dnnl_primitive_execute(en->pr.p, stream, en->pr.nargs, en->pr.args) != dnnl_success ||
+        dnnl_stream_wait(stream) != dnnl_success)
+      rc = err_set(e, FL_EUNSUPPORTED, "matmul_int8: oneDNN failed to run a product");
+    else
+      nint8++;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+int64_t cpu_mm_int8_calls(void) {
+  int64_t n;
+  pthread_mutex_lock(&lock);
+  n = nint8;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
 #else /* no oneDNN in this build */
+
+int cpu_mm_int8(int64_t batch, int64_t m, int64_t k, int64_t n, const uint8_t *a, const int8_t *b,
+                int b_batched, int32_t *c, fl_err *e) {
+  (void)batch; (void)m; (void)k; (void)n; (void)a; (void)b; (void)b_batched; (void)c;
+  return err_set(e, FL_EUNSUPPORTED, "matmul_int8: built without oneDNN");
+}
+
+int64_t cpu_mm_int8_calls(void) { return 0; }
 
 int cpu_mm_enabled(void) { return 0; }
 

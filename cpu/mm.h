@@ -78,6 +78,17 @@ int cpu_mm_enabled(void);
 ** that layout; the caller then computes it another way.  Primitives are
 ** made once per layout (shapes, strides, post-ops) and kept. */
 int cpu_mm_run(const cpu_mm *m, fl_err *e);
+
+/* c [batch, m, n] = a [batch, m, k] @ b [batch or 1, k, n] through
+** oneDNN's int8 product: a uint8, b int8, c int32, all contiguous.  On
+** CPUs without VNNI its kernels add pairs of products in 16 bits,
+** saturating: the sum is exact only while every |a_i b_i + a_j b_j| stays
+** below 2^15 (|b| < 64), which the caller arranges (cpu/eager_int8.c).
+** FL_EUNSUPPORTED when this build or oneDNN cannot. */
+int cpu_mm_int8(int64_t batch, int64_t m, int64_t k, int64_t n, const uint8_t *a, const int8_t *b,
+                int b_batched, int32_t *c, fl_err *e);
+/* 8-bit products run so far (tests check the path is taken) */
+int64_t cpu_mm_int8_calls(void);
 /* Make oneDNN ready for products (its first one generates kernels and
 ** starts threads) where nothing waits on it: once per process, run while
 ** the compiler links (exec/cache.c, cache_while_linking). */

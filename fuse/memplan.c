@@ -76,7 +76,7 @@ int64_t fuse_node_flops(const ir_graph *g, int id) {
   kind = op_info_of(nd->op)->kind;
   switch (nd->op) {
   case OP_TO: return 0;
-  case OP_MATMUL: case OP_LINEAR:
+  case OP_MATMUL: case OP_LINEAR: case OP_MATMUL_INT8:
     k = in0 && in0->ndim > 0 ? in0->shape[in0->ndim - 1] : 1;
     return flop_mul(flop_mul(2, out), k) +
            (nd->op == OP_LINEAR && nd->nin > 2 && nd->in[2] >= 0 ? out : 0);

@@ -715,6 +715,7 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
   case OP_INDEX_ADD: nx += CUI_COUNT; break;
   case OP_CUMSUM: nx += CUS_COUNT; break;
   case OP_RNN: nx += CUR_COUNT; break;
+  case OP_MATMUL_INT8: nx += CUQ_COUNT; break;
   case OP_CAT:
     if (an->nin > CUDA_CAT_MAX)
       return err_set(e, FL_EUNSUPPORTED, "codegen(cuda): cat of %d inputs has no CUDA "
@@ -803,6 +804,13 @@ static int emit_extern(gen *g, const char *sym, int kidx, cuda_kinfo *info, fl_e
     strbuf_printf(g->b, "  fl_gather<%s>(p%d, p%d, X + %d, X[%d], out);\n", acc, s0, s1, CUX_OP, CUX_TOTAL);
     break;
   case OP_RNN: emit_rnn(g); break;
+  case OP_MATMUL_INT8: {
+    /* an absent zero point: A's pointer stands in, never read */
+    int sza = an->nin > 2 ? cuda_operand_slot(p, k, 2) : -1, szb = an->nin > 3 ? cuda_operand_slot(p, k, 3) : -1;
+    strbuf_printf(g->b, "  fl_matmul_int8(p%d, p%d, p%d, p%d, X + %d, X[%d], out);\n", s0, s1,
+                  sza >= 0 ? sza : s0, szb >= 0 ? szb : s0, CUX_OP, CUX_TOTAL);
+    break;
+  }
   case OP_CAT: {
     /* the input an element comes from: the first whose extent along dim
     ** holds the coordinate */

@@ -119,6 +119,16 @@ enum {
   CUI_COUNT
 };
 
+/* matmul_int8: out [..., M, N] (rank, sizes), K, then A's, B's and the
+** zero points' offsets and strides (B's batch strides 0 for a 2-d B, a
+** zero point's stride 0 for one value), and whether each zero point is
+** there */
+enum {
+  CUQ_ND = 0, CUQ_K, CUQ_AO, CUQ_BO, CUQ_ZAO, CUQ_ZBO, CUQ_ZAS, CUQ_ZBS, CUQ_HASZA, CUQ_HASZB,
+  CUQ_AU, CUQ_BU, CUQ_OSIZE = 12, CUQ_ASTR = CUQ_OSIZE + FL_MAX_DIMS,
+  CUQ_BSTR = CUQ_ASTR + FL_MAX_DIMS, CUQ_COUNT = CUQ_BSTR + FL_MAX_DIMS
+};
+
 /* cumsum: lines (outer * inner), the length along dim, inner, x's offset,
 ** exclusive, reverse, then per dim x's size and stride */
 enum { CUS_LINES = 0, CUS_LEN, CUS_INNER, CUS_XO, CUS_EXCL, CUS_REV, CUS_ND,

@@ -13,6 +13,9 @@
 /* fl_rnn_act below spells the activations by these codes */
 _Static_assert(OP_RNN_ACT_SIGMOID == 1 && OP_RNN_ACT_TANH == 2 && OP_RNN_ACT_RELU == 3 &&
                OP_RNN_ACT_SOFTSIGN == 4 && OP_RNN_ACT_SOFTPLUS == 5, "fl_rnn_act's codes");
+/* fl_matmul_int8 below reads its X by these slots */
+_Static_assert(CUQ_K == 1 && CUQ_ZAS == 6 && CUQ_HASZA == 8 && CUQ_AU == 10 && CUQ_OSIZE == 12 &&
+               CUQ_ASTR == 20 && CUQ_BSTR == 28, "fl_matmul_int8's slots");
 
 void cuda_emit_preamble(strbuf *b, int externs) {
   strbuf_printf(b, "%s",
@@ -471,6 +474,40 @@ void cuda_emit_preamble(strbuf *b, int externs) {
     "      out(base + kk * inner, s);\n"
     "      if (X[4]) s += v;\n"
     "    }\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "/* matmul_int8: one thread per output, the sum of (a - za)(b - zb) in\n"
+    "** int64, exactly; a value outside its 8-bit type's range gives fl_bad\n"
+    "** (the CPU kernels name it).  X: CUQ_*. */\n"
+    "template <typename TA, typename TZ, typename F>\n"
+    "__device__ __forceinline__ void fl_matmul_int8(const TA *a, const TA *b, const TZ *za, const TZ *zb,\n"
+    "                                               const fl_i64 *X, fl_i64 total, F &out)\n"
+    "{\n"
+    "  const int nd = (int)X[0];\n"
+    "  const fl_i64 K = X[1];\n"
+    "  const fl_i64 alo = X[10] ? 0 : -128, ahi = X[10] ? 255 : 127;\n"
+    "  const fl_i64 blo = X[11] ? 0 : -128, bhi = X[11] ? 255 : 127;\n"
+    "  for (fl_i64 f = (fl_i64)blockIdx.x * blockDim.x + threadIdx.x; f < total;\n"
+    "       f += (fl_i64)gridDim.x * blockDim.x) {\n"
+    "    fl_i64 r = f, at = X[2], bt = X[3], m = 0, n = 0;\n"
+    "    for (int d = nd - 1; d >= 0; d--) {\n"
+    "      const fl_i64 c = fl_divmod(r, X[12 + d]);\n"
+    "      if (d == nd - 1) { n = c; bt += c * X[28 + d]; }\n"
+    "      else if (d == nd - 2) { m = c; at += c * X[20 + d]; }\n"
+    "      else { at += c * X[20 + d]; bt += c * X[28 + d]; }\n"
+    "    }\n"
+    "    const fl_i64 zav = X[8] ? (fl_i64)fl_ld(za + X[4] + m * X[6]) : 0;\n"
+    "    const fl_i64 zbv = X[9] ? (fl_i64)fl_ld(zb + X[5] + n * X[7]) : 0;\n"
+    "    bool bad = zav < alo || zav > ahi || zbv < blo || zbv > bhi;\n"
+    "    fl_i64 s = 0;\n"
+    "    for (fl_i64 k = 0; k < K; k++) {\n"
+    "      const fl_i64 x = (fl_i64)fl_ld(a + at + k * X[20 + nd - 1]);\n"
+    "      const fl_i64 y = (fl_i64)fl_ld(b + bt + k * X[28 + nd - 2]);\n"
+    "      bad = bad || x < alo || x > ahi || y < blo || y > bhi;\n"
+    "      s += (x - zav) * (y - zbv);\n"
+    "    }\n"
+    "    out(f, bad ? fl_bad((fl_i64)0) : s);\n"
     "  }\n"
     "}\n"
     "\n"

@@ -397,6 +397,29 @@ static int extern_args(run_ctx *c, const fk_kernel *k, int64_t *X, fl_err *e) {
     for (d = dim + 1; d < x->m.ndim; d++, j++) Y[CUG_XSTR + j] = x->stride[d];
     break;
   }
+  case OP_MATMUL_INT8: {
+    const fl_tensor *A = &op[0], *B = &op[1];
+    int nd = om->ndim, nb = nd - 2;
+    memset(Y, 0, CUQ_COUNT * sizeof *Y);
+    Y[CUQ_ND] = nd; Y[CUQ_K] = A->m.shape[nd - 1];
+    Y[CUQ_AO] = rel[0]; Y[CUQ_BO] = rel[1];
+    Y[CUQ_AU] = an->attrs.i[0] != 0; Y[CUQ_BU] = an->attrs.i[1] != 0;
+    for (d = 0; d < nd; d++) {
+      Y[CUQ_OSIZE + d] = om->shape[d];
+      Y[CUQ_ASTR + d] = A->stride[d];
+    }
+    /* a 2-d B is the same for every batch: its batch strides stay 0 */
+    for (d = 0; d < 2; d++) Y[CUQ_BSTR + nb + d] = B->stride[B->m.ndim - 2 + d];
+    if (B->m.ndim == nd)
+      for (d = 0; d < nb; d++) Y[CUQ_BSTR + d] = B->stride[d];
+    for (i = 2; i < 4 && i < nop; i++)
+      if (an->in[i] >= 0) {
+        Y[CUQ_HASZA + i - 2] = 1;
+        Y[CUQ_ZAO + i - 2] = rel[i];
+        Y[CUQ_ZAS + i - 2] = meta_numel(&op[i].m) == 1 ? 0 : op[i].stride[0];
+      }
+    break;
+  }
   case OP_RNN: {
     /* X [T, B, I], R [D, G*H, H]; each input's strides and offset */
     memset(Y, 0, CUR_COUNT * sizeof *Y);

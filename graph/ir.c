@@ -268,13 +268,13 @@ static int infer_syms(ir_graph *g, int id, fl_err *e) {
     /* idx dims, then the weight's row */
     for (d = 0; d < x->meta.ndim; d++) nd->sym[d] = x->sym[d];
     break;
-  case OP_MATMUL: case OP_LINEAR: {
+  case OP_MATMUL: case OP_LINEAR: case OP_MATMUL_INT8: {
     const ir_node *w = nd->nin > 1 && nd->in[1] >= 0 ? &g->nodes[nd->in[1]] : NULL;
     /* batch and row dims from x (batch dims of w where x has none), the
     ** columns from w: its last dim for matmul, its rows for linear */
     for (d = 0; d < on - 1 && d < x->meta.ndim; d++)
       nd->sym[on - 2 - d] = x->meta.ndim >= 2 + d ? x->sym[x->meta.ndim - 2 - d] : 0;
-    if (w && nd->op == OP_MATMUL && w->meta.ndim >= 2) {
+    if (w && nd->op != OP_LINEAR && w->meta.ndim >= 2) {
       nd->sym[on - 1] = w->sym[w->meta.ndim - 1];
       for (d = 2; d < w->meta.ndim && d < on; d++)
         if (!nd->sym[on - 1 - d]) nd->sym[on - 1 - d] = w->sym[w->meta.ndim - 1 - d];
@@ -566,6 +566,9 @@ static void attrs_str(const ir_node *nd, char *buf, size_t n) {
     break;
   case OP_GATHER:
     snprintf(buf, n, "dim=%lld", (long long)a->i[0]);
+    break;
+  case OP_MATMUL_INT8:
+    snprintf(buf, n, "A %s, B %s", a->i[0] ? "uint8" : "int8", a->i[1] ? "uint8" : "int8");
     break;
   case OP_CUMSUM:
     snprintf(buf, n, "dim=%lld%s%s", (long long)a->i[0], a->i[1] ? ", exclusive" : "",

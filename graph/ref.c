@@ -893,6 +893,43 @@ int ref_index_add(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   return FL_OK;
 }
 
+/* matmul_int8: every output element summed exactly in int64 (at most
+** 255 * 255 * K per sum: no overflow below K = 2^47), after checking
+** that each value lies in its 8-bit type's range. */
+int ref_int8_range(fl_op op, int64_t v, int is_unsigned, const char *what, fl_err *e) {
+  int64_t lo = is_unsigned ? 0 : -128, hi = is_unsigned ? 255 : 127;
+  if (v >= lo && v <= hi) return FL_OK;
+  return err_set(e, FL_EINVAL, "%s: %s holds %lld, outside %s's range %lld..%lld", op_name(op), what,
+                 (long long)v, is_unsigned ? "uint8" : "int8", (long long)lo, (long long)hi);
+}
+
+int ref_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
+                    fl_tensor *out, fl_err *e) {
+  static const char *const names[] = {"A", "B", "za", "zb"};
+  const fl_meta *am = &in[0]->m, *bm = &in[1]->m;
+  const fl_tensor *zat = ref_opt(in, nin, 2), *zbt = ref_opt(in, nin, 3);
+  int64_t M = am->shape[am->ndim - 2], K = am->shape[am->ndim - 1], N = bm->shape[bm->ndim - 1];
+  int64_t batches = M > 0 && N > 0 ? meta_numel(&out->m) / (M * N) : 0, bt, m, n, k;
+  int j, rc;
+  for (j = 0; j < nin; j++)
+    for (k = 0; in[j] && k < meta_numel(&in[j]->m); k++)
+      if ((rc = ref_int8_range(op, ten_get_i64(in[j], k), (int)a->i[j & 1], names[j], e)) != FL_OK) return rc;
+  for (bt = 0; bt < batches; bt++)
+    for (m = 0; m < M; m++)
+      for (n = 0; n < N; n++) {
+        int64_t za = 0, zb = 0, s = 0;
+        if (zat) za = ten_get_i64(zat, meta_numel(&zat->m) == 1 ? 0 : m);
+        if (zbt) zb = ten_get_i64(zbt, meta_numel(&zbt->m) == 1 ? 0 : n);
+        for (k = 0; k < K; k++) {
+          int64_t x = ten_get_i64(in[0], (bt * M + m) * K + k);
+          int64_t y = ten_get_i64(in[1], ((bm->ndim > 2 ? bt : 0) * K + k) * N + n);
+          s += (x - za) * (y - zb);
+        }
+        ten_set_i64(out, (bt * M + m) * N + n, s);
+      }
+  return FL_OK;
+}
+
 /* cumsum along i0: element k of a line is the sum of elements 0..k (i1:
 ** 0..k-1; i2: from the end), in double, or exactly in int64. */
 int ref_cumsum(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,

@@ -15,6 +15,11 @@
 int ref_apply(fl_op op, const fl_tensor *const *in, int nin,
               const op_attrs *a, fl_tensor *out, fl_err *e);
 
+/* FL_OK when v lies in int8's range (uint8's when is_unsigned), else an
+** error naming op, what and v: the check matmul_int8's reference and its
+** kernel share. */
+int ref_int8_range(fl_op op, int64_t v, int is_unsigned, const char *what, fl_err *e);
+
 /* The scalar references of the elementwise rows of ops.def (double), and
 ** their int64 forms (exact, wrapping on overflow), declared from the
 ** table itself.  A row's NONE declares nothing: FL_IS_NONE(x) is 1 for

@@ -415,6 +415,45 @@ int infer_matmul(fl_op op, const fl_meta *const *in, int nin,
   return FL_OK;
 }
 
+/* matmul_int8 (ops.def's layout): A [..., M, K] @ B [K, N] or [..., K, N]
+** with A's batch dims (callers expand), za [] or [M], zb [] or [N]; all
+** int64 -> [..., M, N] int64 */
+int infer_matmul_int8(fl_op op, const fl_meta *const *in, int nin,
+                      const op_attrs *a, fl_meta *out, fl_err *e) {
+  static const char *const names[] = {"A", "B", "za", "zb"};
+  const fl_meta *x = in[0], *y = in[1];
+  shbuf sx, sy;
+  int rc = check_inputs(op, in, nin, e), k, d;
+  (void)a;
+  if (rc) return rc;
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->dtype != FL_I64)
+      return err_set(e, FL_EINVAL, "%s: %s must be int64 (8-bit values held wide), got %s",
+                     op_name(op), names[k], dtype_name(in[k]->dtype));
+  if (x->ndim < 2 || (y->ndim != 2 && y->ndim != x->ndim))
+    return err_set(e, FL_EINVAL, "%s: %s @ %s: A needs at least 2 dims and B 2 or A's number",
+                   op_name(op), SH(x, sx), SH(y, sy));
+  if (x->shape[x->ndim - 1] != y->shape[y->ndim - 2])
+    return err_set(e, FL_EINVAL, "%s: %s @ %s: inner dimensions differ", op_name(op), SH(x, sx),
+                   SH(y, sy));
+  if (y->ndim > 2)
+    for (d = 0; d < x->ndim - 2; d++)
+      if (x->shape[d] != y->shape[d])
+        return err_set(e, FL_EINVAL, "%s: %s @ %s: batch dimensions differ (expand them first)",
+                       op_name(op), SH(x, sx), SH(y, sy));
+  for (k = 2; k < nin; k++) {
+    const fl_meta *z = in[k];
+    int64_t want = k == 2 ? x->shape[x->ndim - 2] : y->shape[y->ndim - 1];
+    if (z && !(meta_numel(z) == 1 && z->ndim <= 1) && !(z->ndim == 1 && z->shape[0] == want))
+      return err_set(e, FL_EINVAL, "%s: zero point %s must be one value or [%lld], got %s",
+                     op_name(op), names[k], (long long)want, SH(z, sx));
+  }
+  init_out(out, in, nin, FL_I64);
+  copy_shape(out, x);
+  out->shape[x->ndim - 1] = y->shape[y->ndim - 1];
+  return FL_OK;
+}
+
 /* linear(x [..., in], weight [out, in], bias [out]?) -> [..., out] */
 int infer_linear(fl_op op, const fl_meta *const *in, int nin,
                  const op_attrs *a, fl_meta *out, fl_err *e) {

@@ -88,6 +88,7 @@ static const char help_ops[] =
   "  composites   softmax(dim) log_softmax(dim) layer_norm(shape, w, b, eps)\n"
   "               rms_norm(shape, w, eps)\n"
   "  linear alg.  matmul (batched, broadcast)  fl.linear(x, w, b)\n"
+  "               fl.matmul_int8(a, b, {a_type=, b_type=, a_zero=, b_zero=})\n"
   "  views        reshape view transpose permute unsqueeze squeeze expand narrow\n"
   "               slice(dim, start, stop, step) contiguous  fl.cat(list, dim)\n"
   "               flip(dims) fl.pad(x, pads, {mode=, value=}) fl.gather(x, dim, idx)\n"

@@ -960,6 +960,35 @@ static int b_gather(lua_State *L) {
   return lfl_dispatch(L, OP_GATHER, in, 2, &a);
 }
 
+/* fl.matmul_int8(a, b [, {a_type=, b_type=, a_zero=, b_zero=}]): the
+** exact product of 8-bit values held in int64 tensors (ops.def); the types
+** are "int8" (the default) or "uint8". */
+static int b_matmul_int8(lua_State *L) {
+  static const char *const keys[] = {"a_type", "b_type", "a_zero", "b_zero", NULL};
+  static const char *const types[] = {"int8", "uint8"};
+  const fl_tensor *in[4];
+  op_attrs a;
+  int o, k, nin;
+  lua_settop(L, 3);
+  in[0] = lfl_checktensor(L, 1);
+  in[1] = lfl_checktensor(L, 2);
+  op_attrs_init(OP_MATMUL_INT8, &a);
+  o = opts_index(L, 3, keys, "matmul_int8");
+  for (k = 0; o && k < 2; k++) {
+    const char *ty;
+    lua_getfield(L, o, keys[k]);
+    ty = lua_isnil(L, -1) ? types[0] : lua_tostring(L, -1);
+    if (!ty || (strcmp(ty, types[0]) && strcmp(ty, types[1])))
+      return luaL_error(L, "matmul_int8: %s %s (int8 or uint8)", keys[k], ty ? ty : lfl_typename(L, -1));
+    a.i[k] = strcmp(ty, types[1]) == 0;
+    lua_pop(L, 1);
+  }
+  in[2] = tensor_field(L, o, "a_zero", "matmul_int8");
+  in[3] = tensor_field(L, o, "b_zero", "matmul_int8");
+  for (nin = 4; !in[nin - 1]; nin--) {}
+  return lfl_dispatch(L, OP_MATMUL_INT8, in, nin, &a);
+}
+
 /* fl.cumsum(x, dim [, {exclusive=, reverse=}]): the running sum along dim
 ** (ONNX's CumSum attributes; PyTorch's torch.cumsum is the default). */
 static int b_cumsum(lua_State *L) {
@@ -1052,6 +1081,7 @@ static const struct binding {
   {OP_MATMUL, b_matmul, BOTH},
   {OP_LINEAR, b_linear, FUNC},
   {OP_CONV2D, b_conv2d, FUNC},
+  {OP_MATMUL_INT8, b_matmul_int8, FUNC},
   {OP_RESHAPE, b_shape, BOTH},
   {OP_VIEW, b_shape, BOTH},
   {OP_EXPAND, b_shape, BOTH},

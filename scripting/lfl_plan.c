@@ -302,6 +302,7 @@ static void push_omp_wait(lua_State *L) {
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
+** onednn_int8_calls: 8-bit products (matmul_int8) run on oneDNN;
 ** packed_calls / packed_weights / packed_bytes / packed_made: products and
 ** convolutions that read a weight kept in oneDNN's layout, the weights and
 ** bytes kept, the copies made (once per weight, layout and value);
@@ -325,6 +326,7 @@ static int l_blas_info(lua_State *L) {
     cpu_mm_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
+    lua_pushinteger(L, (lua_Integer)cpu_mm_int8_calls()); lua_setfield(L, -2, "onednn_int8_calls");
   }
   {
     int64_t calls, weights, bytes, made;

@@ -5355,6 +5355,52 @@ OPS.DynamicQuantizeLinear = function(node, attrs)
   end
 end
 
+-- The exact product of two int8/uint8 values {wide=, t=} less their zero
+-- points (nil, one value, or one per row of a / column of b), as int64:
+-- one fl.matmul_int8 (oneDNN's 8-bit product, cpu/eager_int8.c), batch
+-- dims broadcast by views, 1-d operands as numpy's matmul takes them.  nil
+-- where the zero points have another shape: the caller's float64 way.
+local EIGHT_BIT = set("int8", "uint8")
+local function int8_matmul(node, a, b, zav, zbv)
+  local ta, tb = a.t, b.t
+  local za, zb = zero_point(node, zav, a.wide), zero_point(node, zbv, b.wide)
+  local function fits(z, n) return z == nil or z:numel() == 1 and z:dim() <= 1 or z:dim() == 1 and z.shape[1] == n end
+  local va, vb = ta:dim() == 1, tb:dim() == 1
+  if va then ta = ta:reshape(1, ta.shape[1]) end
+  if vb then tb = tb:reshape(tb.shape[1], 1) end
+  local ra, rb = ta:dim(), tb:dim()
+  if va and za and za:numel() ~= 1 or vb and zb and zb:numel() ~= 1 or
+     not fits(za, ta.shape[ra - 1]) or not fits(zb, tb.shape[rb]) then
+    return nil
+  end
+  if ta.shape[ra] ~= tb.shape[rb - 1] then
+    node_error(node, "inner dimensions differ: %s @ %s", table.concat(a.t.shape, "x"), table.concat(b.t.shape, "x"))
+  end
+  if rb > 2 or ra < rb then
+    local nb = math.max(ra, rb) - 2
+    local batch = {}
+    for i = 1, nb do
+      local x = ta.shape[ra - 2 - nb + i] or 1
+      local y = tb.shape[rb - 2 - nb + i] or 1
+      if x ~= y and x ~= 1 and y ~= 1 then node_error(node, "batch dims of %s and %s do not broadcast", table.concat(a.t.shape, "x"), table.concat(b.t.shape, "x")) end
+      batch[i] = x == 1 and y or x
+    end
+    local function grow(t, r)
+      local shape = {table.unpack(batch)}
+      shape[nb + 1], shape[nb + 2] = t.shape[r - 1], t.shape[r]
+      return t:expand(table.unpack(shape))
+    end
+    ta = grow(ta, ra)
+    if rb > 2 then tb = grow(tb, rb) end
+  end
+  local y = fl.matmul_int8(ta, tb, {a_type = a.wide, b_type = b.wide,
+                                    a_zero = za and za:reshape(za:numel() == 1 and {} or {za:numel()}),
+                                    b_zero = zb and zb:reshape(zb:numel() == 1 and {} or {zb:numel()})})
+  if va then y = y:squeeze(y:dim() - 1) end
+  if vb then y = y:squeeze(y:dim()) end
+  return y
+end
+
 -- QLinearMatMul: the integer product of the inputs less their zero points
 -- (exact in float64), times a_scale * b_scale / y_scale (in the scales'
 -- type, as the reference), requantized.  Per-tensor scales only.
@@ -5375,6 +5421,7 @@ OPS.QLinearMatMul = function(node, attrs)
       return s:reshape({})
     end
     local a, b = q(1, "input a"), q(4, "input b")
+    local c = EIGHT_BIT[a.wide] and EIGHT_BIT[b.wide] and int8_matmul(node, a, b, ins[3], ins[6])
     local function centred(v, zi)
       local t = v.t
       if ins[zi] ~= nil then
@@ -5384,7 +5431,7 @@ OPS.QLinearMatMul = function(node, attrs)
       end
       return t:to("float64")
     end
-    local c = fl.matmul(centred(a, 3), centred(b, 6))
+    c = c and c:to("float64") or fl.matmul(centred(a, 3), centred(b, 6))
     local f = scalar_of(2, "a_scale") * scalar_of(5, "b_scale") / scalar_of(7, "y_scale")
     local y = c * f:to("float64")
     local tag = a.wide
@@ -5432,6 +5479,8 @@ OPS.MatMulInteger = function(node, attrs)
   known_attrs(node, attrs, {})
   return function(ins)
     local a, b = int8_in(node, ins[1], "input A"), int8_in(node, ins[2], "input B")
+    local y = int8_matmul(node, a, b, ins[3], ins[4])
+    if y then return {{wide = "int32", t = wrap(y, "int32")}} end
     local ra, rb = a.t:dim(), b.t:dim()
     -- a 1-d zero point: one per row of A, one per column of B
     local ta = centred64(node, a, ins[3], ra >= 2 and ra - 1 or nil, "a_zero_point")
@@ -5442,12 +5491,73 @@ end
 
 local CONV_ATTRS = set("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
+-- ConvInteger's and QLinearConv's sums through fl.matmul_int8 (oneDNN's
+-- 8-bit product): x padded with its zero point (a pad then adds nothing
+-- once centred, as ONNX counts pads), unfolded into patches [N, OH*OW,
+-- C/g*kh*kw] by one strided slice per kernel tap, times each group's
+-- weight [C/g*kh*kw, Co/g] less its zero points (per tensor or per output
+-- channel).  int64 [N, Co, OH(, OW)]; nil where the zero points have
+-- another shape or the convolution is not 1-d or 2-d (the caller's
+-- float64 way).
+local function int8_conv(node, attrs, x, w, zxv, zwv)
+  local tx, tw = x.t, w.t
+  local r = tx:dim()
+  local zx, zw = zero_point(node, zxv, x.wide), zero_point(node, zwv, w.wide)
+  if r ~= 3 and r ~= 4 or tw:dim() ~= r or zx and zx:numel() ~= 1 or
+     zw and not (zw:numel() == 1 or zw:dim() == 1 and zw.shape[1] == tw.shape[1]) then
+    return nil
+  end
+  local k = {}
+  for i = 3, r do k[#k + 1] = tw.shape[i] end
+  for i, v in ipairs(attrs.kernel_shape or {}) do
+    if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
+  end
+  local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, tx.shape))
+  if r == 3 then tx, tw = tx:unsqueeze(3), tw:unsqueeze(3) end
+  local N, C, H, W = table.unpack(tx.shape)
+  local Co, Cg, kh, kw = table.unpack(tw.shape)
+  local groups = attr(attrs, "group", 1)
+  if groups < 1 or C ~= Cg * groups or Co % groups ~= 0 then
+    node_error(node, "x of %d channels, w of %d per group, %d groups", C, Cg, groups)
+  end
+  local pads = {0, 0, pp[1], pp[2], 0, 0, pp[3], pp[4]}
+  if zx then   -- the pads hold the zero point: 0 + zx where a pad is
+    local one = fl.ones(N, C, H, W, {dtype = "int64"})
+    tx = fl.pad(tx, pads) + (fl.ones(N, C, H + pp[1] + pp[3], W + pp[2] + pp[4], {dtype = "int64"}) - fl.pad(one, pads)) * zx:reshape({})
+  else
+    tx = fl.pad(tx, pads)
+  end
+  local OH = (H + pp[1] + pp[3] - dd[1] * (kh - 1) - 1) // ss[1] + 1
+  local OW = (W + pp[2] + pp[4] - dd[2] * (kw - 1) - 1) // ss[2] + 1
+  if OH < 1 or OW < 1 then node_error(node, "an output of %dx%d pixels", OH, OW) end
+  local taps = {}
+  for i = 0, kh - 1 do
+    for j = 0, kw - 1 do
+      local v = tx:slice(3, i * dd[1] + 1, i * dd[1] + ss[1] * (OH - 1) + 1, ss[1])
+      taps[#taps + 1] = v:slice(4, j * dd[2] + 1, j * dd[2] + ss[2] * (OW - 1) + 1, ss[2]):unsqueeze(3)
+    end
+  end
+  local patches = fl.cat(taps, 3)                     -- [N, C, kh*kw, OH, OW]
+  local cog, ys = Co // groups, {}
+  for g = 0, groups - 1 do
+    local pg = patches:narrow(2, g * Cg + 1, Cg):reshape(N, Cg * kh * kw, OH * OW):transpose(2, 3)
+    local wg = tw:narrow(1, g * cog + 1, cog):reshape(cog, Cg * kh * kw):transpose(1, 2)
+    local zb = zw and (zw:numel() == 1 and zw:reshape({}) or zw:narrow(1, g * cog + 1, cog))
+    ys[#ys + 1] = fl.matmul_int8(pg, wg:contiguous(), {a_type = x.wide, b_type = w.wide,
+                                 a_zero = zx and zx:reshape({}), b_zero = zb}):transpose(2, 3)
+  end
+  local y = (#ys == 1 and ys[1] or fl.cat(ys, 2)):reshape(N, Co, OH, OW)
+  return r == 3 and y:squeeze(3) or y
+end
+
 -- ConvInteger: x less its zero point (per tensor; the pads count as zero
 -- points), w less its own (per tensor or per output channel), as Conv
 OPS.ConvInteger = function(node, attrs)
   known_attrs(node, attrs, CONV_ATTRS)
   return function(ins)
     local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[2], "input w")
+    local y = int8_conv(node, attrs, x, w, ins[3], ins[4])
+    if y then return {{wide = "int32", t = wrap(y, "int32")}} end
     local tx = centred64(node, x, ins[3], nil, "x_zero_point")
     local tw = centred64(node, w, ins[4], 1, "w_zero_point")
     return {{wide = "int32", t = wrap(conv_nd(node, attrs, tx, tw):to("int64"), "int32")}}
@@ -5462,15 +5572,21 @@ OPS.QLinearConv = function(node, attrs)
   known_attrs(node, attrs, CONV_ATTRS)
   return function(ins)
     local x, w = int8_in(node, ins[1], "input x"), int8_in(node, ins[4], "input w")
-    local tx = centred64(node, x, ins[3], nil, "x_zero_point")
-    local tw = centred64(node, w, ins[6], 1, "w_zero_point")
     local b
     if ins[9] ~= nil then
       local bv = ins[9]
       if is_tensor(bv) or bv.wide ~= "int32" then unsupported(node, "a bias B of dtype %s (int32 only)", dtype_of(bv)) end
-      b = bv.t:to("float64")
+      b = bv.t
     end
-    local c = conv_nd(node, attrs, tx, tw, b)
+    local c = int8_conv(node, attrs, x, w, ins[3], ins[6])
+    if c then
+      c = b and c + along(node, b, c, 2, 0, "bias B") or c
+      c = c:to("float64")
+    else
+      local tx = centred64(node, x, ins[3], nil, "x_zero_point")
+      local tw = centred64(node, w, ins[6], 1, "w_zero_point")
+      c = conv_nd(node, attrs, tx, tw, b and b:to("float64"))
+    end
     local function scale(i, what, per_channel)
       local s = T(node, ins[i], what)
       need_float(node, s, what)

@@ -396,9 +396,11 @@ end
 -- MatMulInteger, ConvInteger, QLinearConv against their definitions summed
 -- here in Lua loops (zero points per tensor and per row/column/channel,
 -- groups, pads, strides, dilations; QLinearConv's saturation and its ties
--- rounded to even); eager and compiled
+-- rounded to even); eager and compiled, the products on oneDNN's 8-bit
+-- kernels (fl.matmul_int8)
 do
   math.randomseed(11)
+  local int8_calls = fl.blas_info().onednn_int8_calls
   local function rnd(shape, lo, hi, k)
     k = k or 1
     if k > #shape then return math.random(lo, hi) end
@@ -572,6 +574,8 @@ do
     fl.full({}, 0, {dtype = "int64"}), I{{{{{1}}}}}, fl.full({}, 1.0), fl.full({}, 0, {dtype = "int64"}), fl.full({}, 1.0),
     fl.full({}, 0, {dtype = "int64"})) end,
     "QLinearConv, opset 10%): a 3%-d convolution %(1%-d and 2%-d only%) is unsupported", "QLinearConv refuses a 3-d convolution")
+  t.ok(fl.blas_info().onednn_int8_calls > int8_calls, ("their products ran on oneDNN's 8-bit kernels (%d calls)"):format(
+    fl.blas_info().onednn_int8_calls - int8_calls))
   -- NonMaxSuppression (a graph break compiled): corners in either order,
   -- or centres (center_point_box 1); by hand: class 0 keeps box 3 (0.95),
   -- drops 0 and 1 (IoU 1 and 0.82 with it), keeps 2 and 4 (IoU 1/3); class

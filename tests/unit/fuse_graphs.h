@@ -338,6 +338,11 @@ static inline ir_graph *fg_op_graph(fl_op op, fl_dtype dt, int epi) {
     in[0] = fg_op_in(g, dt, 3, 2, 4, 33, 0);
     in[1] = fg_op_in(g, FL_I64, 1, 4, 0, 0, 0); n = 2; a.i[0] = 5;
     break;
+  case OP_MATMUL_INT8:   /* uint8 [4, 33] @ int8 [33, 12], zero points of both */
+    in[1] = fg_op_par(g, dt, 2, 33, 12, 0, 0);
+    in[2] = fg_op_par(g, dt, 1, 4, 0, 0, 0); in[3] = fg_op_par(g, dt, 0, 0, 0, 0, 0); n = 4;
+    a.i[0] = 1;
+    break;
   case OP_RNN:   /* an LSTM over X [5, 2, 4], H 3 */
     in[0] = fg_op_in(g, dt, 3, 5, 2, 4, 0);
     in[1] = fg_op_par(g, dt, 3, 1, 12, 4, 0); in[2] = fg_op_par(g, dt, 3, 1, 12, 3, 0); n = 3;

@@ -974,6 +974,62 @@ static void test_rnn(void) {
   }
 }
 
+/* --- matmul_int8 ----------------------------------------------------------------------- */
+
+static void refuses(fl_op op, fl_tensor **in, int nin, const op_attrs *a, const char *want);
+
+/* Fill t (int64) with values of an 8-bit type: random over the whole range
+** (mode 0), or its extremes alternating (1), the sums that overflow 16-bit
+** pair additions. */
+static void int8_fill(fl_tensor *t, int is_unsigned, int mode) {
+  int64_t i, n = meta_numel(&t->m), lo = is_unsigned ? 0 : -128, hi = is_unsigned ? 255 : 127;
+  for (i = 0; i < n; i++)
+    ten_set_i64(t, i, mode ? (i % 3 ? hi : lo) : lo + (int64_t)(uniform() * (double)(hi - lo + 1)));
+}
+
+/* Every type pair, with and without zero points (one value, per row / per
+** column), a batched and a shared B, a transposed A, K past a pair sum's
+** 16 bits and K = 0, exactly equal to the oracle; out-of-range values
+** refused. */
+static void test_matmul_int8(void) {
+  static const struct { const char *a, *b, *za, *zb; int flags; } cs[] = {
+    {"7,33", "33,5", NULL, NULL, 0}, {"2,7,300", "2,300,9", "7", "9", 0},
+    {"3,4,64", "64,17", "", "", 0}, {"6,40", "40,3", "1", NULL, NC},
+    {"1,1", "1,1", NULL, "1", 0}, {"5,0", "0,4", "5", "4", 0}, {"2,3,130", "2,130,70", NULL, "70", NC}};
+  size_t k;
+  int types, mode;
+  char what[64];
+  for (k = 0; k < sizeof cs / sizeof *cs; k++)
+    for (types = 0; types < 4; types++)
+      for (mode = 0; mode < 2; mode++) {
+        op_attrs a = attrs(OP_MATMUL_INT8);
+        fl_tensor *in[4];
+        int n = 2;
+        a.i[0] = types & 1; a.i[1] = types >> 1;
+        in[0] = T(I64, cs[k].a, cs[k].flags);
+        in[1] = T(I64, cs[k].b, 0);
+        in[2] = cs[k].za ? T(I64, cs[k].za, 0) : NULL;
+        in[3] = cs[k].zb ? T(I64, cs[k].zb, 0) : NULL;
+        for (n = 0; n < 4; n++)
+          if (in[n]) int8_fill(in[n], (int)a.i[n & 1], n < 2 ? mode : 0);
+        n = in[3] ? 4 : in[2] ? 3 : 2;
+        snprintf(what, sizeof what, "%s%s x %s%s", a.i[0] ? "u" : "s", cs[k].a, a.i[1] ? "u" : "s", cs[k].b);
+        check(OP_MATMUL_INT8, in, n, &a, 0, what);
+        gc();
+      }
+  {
+    op_attrs a = attrs(OP_MATMUL_INT8);
+    fl_tensor *in[2];
+    in[0] = T(I64, "2,3", 0);
+    in[1] = T(I64, "3,2", 0);
+    int8_fill(in[0], 0, 0);
+    int8_fill(in[1], 0, 0);
+    ten_set_i64(in[1], 4, 128);
+    refuses(OP_MATMUL_INT8, in, 2, &a, "matmul_int8: B holds 128, outside int8's range -128..127");
+    gc();
+  }
+}
+
 /* A row added to ops.def without a case here fails this. */
 static void test_coverage(void) {
   int op, missing = 0;
@@ -1174,6 +1230,7 @@ int main(void) {
   test_int64_exact();
   test_random();
   test_rnn();
+  test_matmul_int8();
   test_coverage();
   return tap_done();
 }

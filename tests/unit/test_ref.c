@@ -883,6 +883,18 @@ static void test_views(void) {
     release_all(ins, 2);
   }
   {
+    /* matmul_int8, by hand: uint8 [[200, 3], [255, 0]] less a_zero [128, 0]
+    ** (per row) times int8 [[-128, 127], [5, -7]] less b_zero 1:
+    ** (72 * -129 + -125 * 4, 72 * 126 + -125 * -8), (255 * -129, 255 * 126) */
+    fl_tensor ins[] = {mk(FL_I64, SH(2, 2), V(200, 3, 255, 0)), mk(FL_I64, SH(2, 2), V(-128, 127, 5, -7)),
+                       mk(FL_I64, SH(2), V(128, 0)), mk0(FL_I64, 1)};
+    a = attrs(OP_MATMUL_INT8);
+    a.i[0] = 1;
+    CHECK("matmul_int8: zero points per row and per tensor", OP_MATMUL_INT8, &a, FL_I64, SH(2, 2),
+          -9788, 10072, -32895, 32130);
+    release_all(ins, 4);
+  }
+  {
     /* RNN, one unit: h1 = tanh(1), h2 = tanh(2 + h1 / 2); rows Y_h, then Y */
     fl_tensor ins[] = {mk(FL_F32, SH(2, 1, 1), V(1, 2)), mk(FL_F32, SH(1, 1, 1), V(1)),
                        mk(FL_F32, SH(1, 1, 1), V(0.5))};

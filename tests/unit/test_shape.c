@@ -574,6 +574,23 @@ static void test_movement(void) {
   }
 }
 
+/* matmul_int8: int64 [..., M, N]; B 2-d or with A's batch dims; zero
+** points one value or one per row / column */
+static void test_matmul_int8(void) {
+  fl_meta a3 = I64(I(2), I(3), I(4)), b2 = I64(I(4), I(5)), b3 = I64(I(2), I(4), I(5));
+  fl_meta bb = I64(I(3), I(4), I(5)), za = I64(I(3)), zb = I64(I(5)), zs = SCALAR(FL_I64), bad = I64(I(4));
+  fl_meta f = F32(I(4), I(5));
+  op_attrs a;
+  op_attrs_init(OP_MATMUL_INT8, &a);
+  EXPECT(OP_MATMUL_INT8, &a, "[2,3,5]", FL_I64, "a shared 2-d B", &a3, &b2);
+  EXPECT(OP_MATMUL_INT8, &a, "[2,3,5]", FL_I64, "a batched B, zero points", &a3, &b3, &za, &zb);
+  EXPECT(OP_MATMUL_INT8, &a, "[2,3,5]", FL_I64, "one-value zero points", &a3, &b2, &zs, &zs);
+  EXPECT_ERR(OP_MATMUL_INT8, &a, "matmul_int8: B must be int64 (8-bit values held wide), got float32", &a3, &f);
+  EXPECT_ERR(OP_MATMUL_INT8, &a, "matmul_int8: [2,3,4] @ [3,4,5]: batch dimensions differ (expand them first)", &a3, &bb);
+  EXPECT_ERR(OP_MATMUL_INT8, &a, "matmul_int8: zero point za must be one value or [3], got [4]", &a3, &b2, &bad);
+  EXPECT_ERR(OP_MATMUL_INT8, &a, "matmul_int8: [4,5] @ [2,3,4]: A needs at least 2 dims and B 2 or A's number", &b2, &a3);
+}
+
 /* rnn: [S + T, D, B, H] (S = 2 state rows for an LSTM, 1 else) */
 static void test_rnn(void) {
   fl_meta x = F32(I(5), I(2), I(3)), w = F32(I(2), I(16), I(3)), r = F32(I(2), I(16), I(4));
@@ -688,6 +705,7 @@ int main(void) {
   test_size_limits();
   test_random();
   test_rnn();
+  test_matmul_int8();
   for (k = 0; k < OP_COUNT; k++)
     if (!tested[k]) {
       printf("# no shape test for %s\n", op_name((fl_op)k));

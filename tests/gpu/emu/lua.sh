@@ -1,6 +1,6 @@
 #!/bin/sh
 # lua.sh -- on the CUDA emulator: tests/lua/cuda.lua, cuda_run.lua, cuda_train.lua, mutation.lua, vision.lua,
-# movement.lua, rnn.lua, lesson 07 and the
+# movement.lua, rnn.lua, matmul_int8.lua, lesson 07 and the
 # examples of doc/API.md marked as needing a GPU (each in a fresh fuselab
 # in an empty folder, as tests/doc/doc.sh runs the others).  TAP.
 #
@@ -75,6 +75,12 @@ rc=$?
 grep -q '^not ok' "$tmp/rnn.log" && rc=1
 grep -q 'compiled for CUDA matches eager' "$tmp/rnn.log" || rc=1
 report "tests/lua/rnn.lua" $rc "$tmp/rnn.log"
+
+LUA_PATH="$SRC/tests/lua/?.lua;;" "$run" "$FUSELAB" "$SRC/tests/lua/matmul_int8.lua" > "$tmp/matmul_int8.log" 2>&1
+rc=$?
+grep -q '^not ok' "$tmp/matmul_int8.log" && rc=1
+grep -q 'compiled for CUDA equals eager' "$tmp/matmul_int8.log" || rc=1
+report "tests/lua/matmul_int8.lua" $rc "$tmp/matmul_int8.log"
 
 # the lesson times its kernels in loops: too slow sanitized
 if [ "${FUSELAB_ASAN:-0}" = 1 ]; then

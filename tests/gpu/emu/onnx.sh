@@ -25,7 +25,8 @@ for p in acos asin atan 'cast.*BFLOAT16' div_uint64 mod_uint64 range_int32 'redu
     wrap_pad 'scatter.*mul' gathernd det bitcast tensorscatter onehot resize upsample averagepool \
     lppool maxpool_with_argmax maxunpool convtranspose col2im roialign deform_conv gridsample dft \
     stft melweightmatrix linear_attention causal_conv scan 'batchnorm.*training' training_dropout \
-    bernoulli adagrad adam momentum nesterov tfidf flexattention image_decoder; do
+    bernoulli adagrad adam momentum nesterov tfidf flexattention image_decoder matmulinteger \
+    qlinearmatmul; do
   set -- "$@" --only "^test_$p"
 done
 "$run" "$FUSELAB" "$SRC/tests/onnx/runner.lua" --data "$tmp/node" --cuda "$@" 2>"$tmp/err.log"
