@@ -54,10 +54,19 @@ static void product_loop(const i8mm *p, int64_t *out) {
   }
 }
 
+/* B's column sums of batch bt into col[N] */
+static void col_sums(const i8mm *p, int64_t bt, int64_t *col) {
+  const int64_t *b = p->b + (p->b_batched ? bt * p->K * p->N : 0);
+  int64_t n, k;
+  for (n = 0; n < p->N; n++) col[n] = 0;
+  for (k = 0; k < p->K; k++)
+    for (n = 0; n < p->N; n++) col[n] += b[k * p->N + n];
+}
+
 /* The same through oneDNN (see the top); FL_EUNSUPPORTED where it cannot. */
 static int product_dnnl(const i8mm *p, int a_unsigned, int64_t *out, fl_err *e) {
   int64_t na = p->batch * p->M * p->K, nb = (p->b_batched ? p->batch : 1) * p->K * p->N;
-  int64_t no = p->batch * p->M * p->N, i, bt, n, k;
+  int64_t no = p->batch * p->M * p->N, i, bt, n;
   int64_t shift = a_unsigned ? 0 : 128;
   int split = 0, rc = FL_OK;
   uint8_t *a8;
@@ -83,15 +92,16 @@ static int product_dnnl(const i8mm *p, int a_unsigned, int64_t *out, fl_err *e) 
       (split && (rc = cpu_mm_int8(p->batch, p->M, p->K, p->N, a8, lo, p->b_batched, clo, e)) != FL_OK))
     goto out;
   for (i = 0; i < no; i++) out[i] = split ? 64 * (int64_t)chi[i] + clo[i] : chi[i];
-  if (shift)                                  /* less shift * B's column sums */
+  if (shift) {                                /* less shift * B's column sums */
+    int64_t *col;
+    if (!(col = eager_alloc((size_t)p->N * sizeof *col, "matmul_int8", e))) { rc = FL_ENOMEM; goto out; }
     for (bt = 0; bt < p->batch; bt++) {
-      const int64_t *b = p->b + (p->b_batched ? bt * p->K * p->N : 0);
-      for (n = 0; n < p->N; n++) {
-        int64_t col = 0, m;
-        for (k = 0; k < p->K; k++) col += b[k * p->N + n];
-        for (m = 0; m < p->M; m++) out[(bt * p->M + m) * p->N + n] -= shift * col;
-      }
+      if (bt == 0 || p->b_batched) col_sums(p, bt, col);
+      for (i = 0; i < p->M; i++)
+        for (n = 0; n < p->N; n++) out[(bt * p->M + i) * p->N + n] -= shift * col[n];
     }
+    free(col);
+  }
 out:
   free(chi);
   free(hi);
@@ -100,23 +110,25 @@ out:
 }
 
 /* out -= zb rowA + za colB - K za zb, per output */
-static void take_zero_points(const i8mm *p, int64_t *out) {
-  int64_t bt, m, n, k;
-  if (!p->za && !p->zb) return;
+static int take_zero_points(const i8mm *p, int64_t *out, fl_err *e) {
+  int64_t bt, m, n, k, *col;
+  if (!p->za && !p->zb) return FL_OK;
+  if (!(col = eager_alloc((size_t)p->N * sizeof *col, "matmul_int8", e))) return FL_ENOMEM;
   for (bt = 0; bt < p->batch; bt++) {
-    const int64_t *b = p->b + (p->b_batched ? bt * p->K * p->N : 0);
+    if (p->za && (bt == 0 || p->b_batched)) col_sums(p, bt, col);
     for (m = 0; m < p->M; m++) {
       const int64_t *a = p->a + (bt * p->M + m) * p->K;
       int64_t za = p->za ? p->za[p->nza == 1 ? 0 : m] : 0, row = 0;
+      int64_t *o = out + (bt * p->M + m) * p->N;
       for (k = 0; k < p->K; k++) row += a[k];
       for (n = 0; n < p->N; n++) {
-        int64_t zb = p->zb ? p->zb[p->nzb == 1 ? 0 : n] : 0, col = 0;
-        if (za)
-          for (k = 0; k < p->K; k++) col += b[k * p->N + n];
-        out[(bt * p->M + m) * p->N + n] -= zb * row + za * col - p->K * za * zb;
+        int64_t zb = p->zb ? p->zb[p->nzb == 1 ? 0 : n] : 0;
+        o[n] -= zb * row + (za ? za * col[n] : 0) - p->K * za * zb;
       }
     }
   }
+  free(col);
+  return FL_OK;
 }
 
 int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
@@ -146,7 +158,7 @@ int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_at
     err_clear(e);
     product_loop(&p, (int64_t *)ten_data(out));
   }
-  take_zero_points(&p, (int64_t *)ten_data(out));
+  rc = take_zero_points(&p, (int64_t *)ten_data(out), e);
 out:
   for (j = 0; j < 4; j++) free(v[j]);
   return rc;
