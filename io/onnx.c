@@ -18,6 +18,7 @@
 ** "onnx: ..."; onnx_load puts "<path>: " in front.
 */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -878,6 +879,23 @@ done:
   return rc;
 }
 
+/* Where m keeps its import of domain d, one of those beside ai.onnx whose
+** ops load (*max its newest version when max is given); NULL for others. */
+static int64_t *domain_opset(onnx_model *m, const char *d, int *max) {
+  static const struct { const char *name; int max; size_t at; } known[] = {
+    {ONNX_TRAINING_DOMAIN, ONNX_MAX_TRAINING_OPSET, offsetof(onnx_model, training_opset)},
+    {ONNX_PREVIEW_DOMAIN, ONNX_MAX_PREVIEW_OPSET, offsetof(onnx_model, preview_opset)},
+    {ONNX_ML_DOMAIN, ONNX_MAX_ML_OPSET, offsetof(onnx_model, ml_opset)},
+  };
+  size_t i;
+  for (i = 0; i < sizeof known / sizeof *known; i++)
+    if (strcmp(d, known[i].name) == 0) {
+      if (max) *max = known[i].max;
+      return (int64_t *)((char *)m + known[i].at);
+    }
+  return NULL;
+}
+
 static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_model *m,
                             fl_err *e) {
   const Onnx__GraphProto *g = p->graph;
@@ -888,18 +906,17 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
   for (size_t i = 0; i < p->n_opset_import; i++) {
     const char *d = p->opset_import[i]->domain ? p->opset_import[i]->domain : "";
     int64_t ver = p->opset_import[i]->has_version ? p->opset_import[i]->version : 0;
-    if (strcmp(d, ONNX_TRAINING_DOMAIN) == 0) {
-      if (ver < 1 || ver > ONNX_MAX_TRAINING_OPSET)
-        return err_set(e, FL_EUNSUPPORTED, "opset %lld of %s is unsupported (%d known)",
-                       (long long)ver, ONNX_TRAINING_DOMAIN, ONNX_MAX_TRAINING_OPSET);
-      m->training_opset = ver;
-      continue;
-    }
-    if (strcmp(d, ONNX_PREVIEW_DOMAIN) == 0) {
-      if (ver < 1 || ver > ONNX_MAX_PREVIEW_OPSET)
-        return err_set(e, FL_EUNSUPPORTED, "opset %lld of %s is unsupported (%d known)",
-                       (long long)ver, ONNX_PREVIEW_DOMAIN, ONNX_MAX_PREVIEW_OPSET);
-      m->preview_opset = ver;
+    int64_t *at;
+    int max;
+    if ((at = domain_opset(m, d, &max))) {
+      if (ver < 1 || ver > max) {
+        if (max == 1)
+          return err_set(e, FL_EUNSUPPORTED, "opset %lld of %s is unsupported (1 known)", (long long)ver,
+                         quote(d, q, sizeof q));
+        return err_set(e, FL_EUNSUPPORTED, "opset %lld of %s is unsupported (1 to %d known)",
+                       (long long)ver, quote(d, q, sizeof q), max);
+      }
+      *at = ver;
       continue;
     }
     if (d[0] && strcmp(d, "ai.onnx") != 0) continue;   /* judged where a node uses it */
@@ -909,9 +926,10 @@ static int model_from_proto(const Onnx__ModelProto *p, const char *dir, onnx_mod
     m->opset = ver;
     have_opset = 1;
   }
-  /* a model of optimizer (or preview) ops alone imports no ai.onnx: its
-  ** ai.onnx nodes, if any, are refused where they are lowered */
-  if (!have_opset && !m->training_opset && !m->preview_opset) {
+  /* a model of another domain's ops alone (optimizers, previews, ML)
+  ** imports no ai.onnx: its ai.onnx nodes, if any, are refused where they
+  ** are lowered */
+  if (!have_opset && !m->training_opset && !m->preview_opset && !m->ml_opset) {
     if (p->n_opset_import)
       return err_set(e, FL_EUNSUPPORTED, "the model imports no ai.onnx opset (only '%s'): "
                      "unsupported domain", quote(p->opset_import[0]->domain, q, sizeof q));
@@ -976,10 +994,10 @@ static int graph_from_proto(const Onnx__GraphProto *g, const char *dir, onnx_mod
     rc = node_from_proto(g->node[i], dir, nd, depth, e);
     m->nnode = (int)i + 1;
     if (rc != FL_OK) return rc;
-    if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0 &&
-        strcmp(nd->domain, ONNX_TRAINING_DOMAIN) != 0 && strcmp(nd->domain, ONNX_PREVIEW_DOMAIN) != 0)
+    if (nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0 && !domain_opset(m, nd->domain, NULL))
       return err_set(e, FL_EUNSUPPORTED, "node '%s' (%s): domain '%s' is unsupported (only "
-                     "ai.onnx, " ONNX_PREVIEW_DOMAIN " and " ONNX_TRAINING_DOMAIN ")", quote(nd->name, q, sizeof q),
+                     "ai.onnx, " ONNX_ML_DOMAIN ", " ONNX_PREVIEW_DOMAIN " and " ONNX_TRAINING_DOMAIN ")",
+                     quote(nd->name, q, sizeof q),
                      quote(nd->op_type, q2, sizeof q2), quote(nd->domain, q3, sizeof q3));
   }
   if (m->nout == 0) return err_set(e, FL_EFORMAT, "the graph has no outputs");

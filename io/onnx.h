@@ -106,9 +106,10 @@ typedef struct onnx_model {
   char *producer;         /* producer_name (and version), owned */
   int64_t ir_version;
   int64_t opset;          /* the ai.onnx opset imported (0: none, a model of
-                          ** ai.onnx.preview(.training) ops only) */
+                          ** the other domains' ops only) */
   int64_t training_opset; /* the ai.onnx.preview.training opset (0: none) */
   int64_t preview_opset;  /* the ai.onnx.preview opset (0: none) */
+  int64_t ml_opset;       /* the ai.onnx.ml opset (0: none) */
   int nin, nout, ninit, nnode;
   onnx_value *in;         /* inputs that are not initializers, in order */
   onnx_value *out;
@@ -132,6 +133,11 @@ typedef struct onnx_model {
 ** its one version, 1.  Which of its ops load is the Lua loader's to say. */
 #define ONNX_PREVIEW_DOMAIN "ai.onnx.preview"
 #define ONNX_MAX_PREVIEW_OPSET 1
+/* The domain of the classical machine-learning ops (ArrayFeatureExtractor,
+** Binarizer, TreeEnsemble...): versions 1 to 5.  Which of its ops load is
+** the Lua loader's to say. */
+#define ONNX_ML_DOMAIN "ai.onnx.ml"
+#define ONNX_MAX_ML_OPSET 5
 
 /* Release everything m owns and clear it; accepts NULL and a cleared m. */
 void onnx_model_free(onnx_model *m);

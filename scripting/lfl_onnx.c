@@ -5,6 +5,7 @@
 **   fl._onnx_read(path) -> {name=, producer=, ir_version=, opset=,
 **       training_opset= (ai.onnx.preview.training's, 0 when not imported),
 **       preview_opset= (ai.onnx.preview's, 0 when not imported),
+**       ml_opset= (ai.onnx.ml's, 0 when not imported),
 **       inputs={{name=, dtype=, dims={3, -1}, dim_names={[2]="N"}}, ...},
 **       outputs={...}, initializers={{name=, dtype=, tensor=}, ...},
 **       nodes={{name=, op=, domain=, inputs={...}, outputs={...}, implicit={...},
@@ -193,6 +194,8 @@ static int l_onnx_read(lua_State *L) {
   lua_setfield(L, -2, "training_opset");
   lua_pushinteger(L, m->preview_opset);
   lua_setfield(L, -2, "preview_opset");
+  lua_pushinteger(L, m->ml_opset);
+  lua_setfield(L, -2, "ml_opset");
   push_graph_fields(L, m);
   onnx_model_free(m);
   return 1;

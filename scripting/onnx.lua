@@ -5830,12 +5830,21 @@ end
 -- domain's opset is the model's import of it (1, the only version).
 local TRAINING_DOMAIN = "ai.onnx.preview.training"
 local TRAINING_OPS = {}
-local training_opset = 0     -- the model being loaded imports it (0: not)
 -- ai.onnx.preview likewise (its ops, FlexAttention, are lowered with the
 -- control flow below: their attributes hold subgraphs)
 local PREVIEW_DOMAIN = "ai.onnx.preview"
 local PREVIEW_OPS = {}
-local preview_opset = 0
+-- ai.onnx.ml likewise (its section is below the optimizers)
+local ML_DOMAIN = "ai.onnx.ml"
+local ML_OPS = {}
+-- the domains beside ai.onnx whose ops load, in the order messages name
+-- them, and the model's import of each (0: not imported), set as a load
+-- starts
+local DOMAINS = {
+  {name = TRAINING_DOMAIN, ops = TRAINING_OPS, opset = 0, field = "training_opset"},
+  {name = PREVIEW_DOMAIN, ops = PREVIEW_OPS, opset = 0, field = "preview_opset"},
+  {name = ML_DOMAIN, ops = ML_OPS, opset = 0, field = "ml_opset"},
+}
 
 -- One iteration of an optimizer, as its schema's pseudo code, applied to
 -- each of the n tensors it updates.  Inputs: R (the learning rate), T (the
@@ -5952,6 +5961,238 @@ end
 -- nodes, subgraphs and control flow
 -- ---------------------------------------------------------------------------
 
+-- ---------------------------------------------------------------------------
+-- ai.onnx.ml: the classical machine-learning ops, as tensor ops (they
+-- compile with the rest of the graph)
+-- ---------------------------------------------------------------------------
+do   -- (this section's helpers are its own)
+
+-- an input as {t = tensor, wide = its narrow type or nil}
+local function ml_in(node, v, what)
+  if v ~= nil and not is_tensor(v) and v.wide then return {t = v.t, wide = v.wide} end
+  return {t = T(node, v, what)}
+end
+local function ml_out(x, t) return x.wide and {wide = x.wide, t = t} or t end
+
+-- a tensor attribute's values as an fl tensor of the given dtype
+local function tensor_attr(node, attrs, name, dtype)
+  local a = attrs[name]
+  if a == nil then return nil end
+  if type(a) ~= "table" or not a.tensor then node_error(node, "attribute %s must be a tensor", name) end
+  return a.tensor:to(dtype)
+end
+
+-- Binarizer: 1 where x > threshold, else 0, in x's type
+ML_OPS.Binarizer = function(node, attrs)
+  known_attrs(node, attrs, set("threshold"))
+  local th = attr(attrs, "threshold", 0.0)
+  return function(ins)
+    local x = ml_in(node, ins[1], "X")
+    local t = x.t
+    return {ml_out(x, t:gt(fl.full({}, th, {dtype = t.dtype == "int64" and "float64" or t.dtype})):to(t.dtype))}
+  end
+end
+
+-- ArrayFeatureExtractor: x[..., y] along the last dim, y's values (any
+-- shape) flattened; a 1-d x gives [1, n], as the reference
+ML_OPS.ArrayFeatureExtractor = function(node, attrs)
+  known_attrs(node, attrs, {})
+  return function(ins)
+    local x = ml_in(node, ins[1], "X")
+    local y = T(node, ins[2], "Y")
+    if y.dtype ~= "int64" then node_error(node, "Y of dtype %s (int64 indices)", y.dtype) end
+    local t = fl.gather(x.t, x.t:dim(), y:reshape(-1))
+    if x.t:dim() == 1 then t = t:reshape(1, y:numel()) end
+    return {ml_out(x, t)}
+  end
+end
+
+-- TreeEnsemble (opset 5) without walking a tree per sample: every node's
+-- test is computed for every sample at once (x's feature gathered, then
+-- compared by the node's mode; a NaN passes where the node's missing
+-- values track true, and NEQ's test), and
+-- each root-to-leaf path of each tree is a column whose sample reaches
+-- that leaf when all its tests go its way: S @ A counts them (A: +1 for a
+-- test the path needs true, -1 for one it needs false).  The leaves
+-- reached are summed per target in float64 (one matrix product), or their
+-- min or max taken.  post_transform NONE, SOFTMAX and LOGISTIC.
+local MODES = {[0] = "le", "lt", "ge", "gt", "eq", "ne", "member"}
+local AGGREGATE = {[0] = "average", "sum", "min", "max"}
+local POST = {[0] = "none", "softmax", "logistic"}
+local PATHS_MAX = 1 << 20
+
+ML_OPS.TreeEnsemble = function(node, attrs)
+  known_attrs(node, attrs, set("aggregate_function", "leaf_targetids", "leaf_weights", "membership_values",
+    "n_targets", "nodes_falseleafs", "nodes_falsenodeids", "nodes_featureids", "nodes_hitrates",
+    "nodes_missing_value_tracks_true", "nodes_modes", "nodes_splits", "nodes_trueleafs", "nodes_truenodeids",
+    "post_transform", "tree_roots"))
+  local agg = AGGREGATE[attr(attrs, "aggregate_function", 1)]
+  local post = POST[attr(attrs, "post_transform", 0)]
+  if not agg then node_error(node, "aggregate_function %s", tostring(attrs.aggregate_function)) end
+  if not post then unsupported(node, "post_transform %s (NONE, SOFTMAX and LOGISTIC only)", tostring(attrs.post_transform)) end
+  local ntargets = attrs.n_targets
+  if math.type(ntargets) ~= "integer" or ntargets < 1 then node_error(node, "n_targets must be a positive integer") end
+  local function list(name)
+    local v = attrs[name]
+    if v == nil then node_error(node, "attribute %s is missing", name) end
+    return v
+  end
+  local ttrue, tfalse = list("nodes_truenodeids"), list("nodes_falsenodeids")
+  local ltrue, lfalse = list("nodes_trueleafs"), list("nodes_falseleafs")
+  local feats, roots, targets = list("nodes_featureids"), list("tree_roots"), list("leaf_targetids")
+  local nn = #feats
+  local modes = tensor_attr(node, attrs, "nodes_modes", "int64")
+  modes = modes and modes:tolist() or {}
+  local mtt = attrs.nodes_missing_value_tracks_true or {}
+  local splits = tensor_attr(node, attrs, "nodes_splits", "float64")
+  local weights = tensor_attr(node, attrs, "leaf_weights", "float64")
+  if not splits or not weights then node_error(node, "nodes_splits and leaf_weights are required") end
+  splits, weights = splits:tolist(), weights:tolist()
+  for _, l in ipairs{ttrue, tfalse, ltrue, lfalse, modes, splits} do
+    if #l ~= nn then node_error(node, "the nodes_* attributes differ in length (%d features, %d)", nn, #l) end
+  end
+  if #weights ~= #targets then node_error(node, "%d leaf_weights for %d leaf_targetids", #weights, #targets) end
+  for i = 1, nn do
+    if not MODES[modes[i]] then node_error(node, "node %d: mode %s", i - 1, tostring(modes[i])) end
+  end
+  -- the member sets, in node order, each ended by a NaN
+  local members, mnode = {}, {}
+  do
+    local mv = tensor_attr(node, attrs, "membership_values", "float64")
+    mv = mv and mv:tolist() or {}
+    local at = 1
+    for i = 1, nn do
+      if MODES[modes[i]] == "member" then
+        if at > #mv then node_error(node, "membership_values ends before node %d's set", i - 1) end
+        while at <= #mv and mv[at] == mv[at] do
+          members[#members + 1], mnode[#mnode + 1] = mv[at], i
+          at = at + 1
+        end
+        at = at + 1
+      end
+    end
+  end
+  -- every path: its leaf and the tests it needs ({node, true?})
+  local paths = {}
+  local function leaf(i)
+    if math.type(i) ~= "integer" or i < 0 or i >= #weights then node_error(node, "leaf %s out of range", tostring(i)) end
+    return i + 1
+  end
+  local function walk(n, need, depth)
+    if math.type(n) ~= "integer" or n < 0 or n >= nn then node_error(node, "node id %s out of range", tostring(n)) end
+    if depth > nn then node_error(node, "the trees have a cycle through node %d", n) end
+    for _, side in ipairs{true, false} do
+      local id = side and ttrue[n + 1] or tfalse[n + 1]
+      local is_leaf = (side and ltrue[n + 1] or lfalse[n + 1]) ~= 0
+      local nd = {table.unpack(need)}
+      nd[#nd + 1] = {n + 1, side}
+      if is_leaf then
+        if #paths >= PATHS_MAX then unsupported(node, "trees of more than %d paths", PATHS_MAX) end
+        paths[#paths + 1] = {leaf = leaf(id), need = nd}
+      else
+        walk(id, nd, depth + 1)
+      end
+    end
+  end
+  for _, r in ipairs(roots) do
+    if math.type(r) ~= "integer" or r < 0 or r >= nn then node_error(node, "tree root %s out of range", tostring(r)) end
+    if ltrue[r + 1] ~= 0 and lfalse[r + 1] ~= 0 and ttrue[r + 1] == tfalse[r + 1] then
+      paths[#paths + 1] = {leaf = leaf(r), need = {}}   -- a tree that is one leaf (the reference's reading)
+    else
+      walk(r, {}, 0)
+    end
+  end
+  for _, t in ipairs(targets) do
+    if math.type(t) ~= "integer" or t < 0 or t >= ntargets then node_error(node, "leaf target %s out of range", tostring(t)) end
+  end
+  -- A [nodes, paths] and what each path needs in all; W [paths, targets]
+  local np = #paths
+  local A, need_n, W = {}, {}, {}
+  for i = 1, nn * np do A[i] = 0 end
+  for p, path in ipairs(paths) do
+    local k = 0
+    for _, q in ipairs(path.need) do
+      A[(q[1] - 1) * np + p] = q[2] and 1 or -1
+      if not q[2] then k = k + 1 end
+    end
+    need_n[p] = #path.need - k      -- S @ A + (tests needed false) = all of them
+    path.offset = k
+  end
+  for p = 1, np do
+    for t = 0, ntargets - 1 do W[(p - 1) * ntargets + t + 1] = 0 end
+    local l = paths[p].leaf
+    W[(p - 1) * ntargets + targets[l] + 1] = agg == "average" and weights[l] / #roots or weights[l]
+  end
+  local function f64(l, ...) return fl.tensor(l, {dtype = "float64"}):reshape(...) end
+  local featt = fl.tensor(feats, {dtype = "int64"})
+  local modet = fl.tensor(modes, {dtype = "int64"})
+  local mttt = fl.tensor(#mtt > 0 and mtt or (function() local z = {} for i = 1, nn do z[i] = 0 end return z end)(),
+                         {dtype = "int64"}):ne(fl.zeros({}, {dtype = "int64"}))
+  local offs, needs = {}, {}
+  for p = 1, np do offs[p], needs[p] = paths[p].offset, need_n[p] + paths[p].offset end
+  return function(ins)
+    local x = T(node, ins[1], "X")
+    need_float(node, x, "X")
+    if x:dim() ~= 2 then node_error(node, "X of %d dims (expected [N, features])", x:dim()) end
+    for _, f in ipairs(feats) do
+      if math.type(f) ~= "integer" or f < 0 or f >= x.shape[2] then
+        node_error(node, "feature %s of X's %s", tostring(f), tostring(x.shape[2]))
+      end
+    end
+    local dt = x.dtype
+    local xf = fl.gather(x, 2, featt)                               -- [N, nodes]
+    local sp = fl.tensor(splits, {dtype = "float64"}):to(dt)
+    local tests = {le = xf:le(sp), lt = xf:lt(sp), ge = xf:ge(sp), gt = xf:gt(sp), eq = xf:eq(sp), ne = xf:ne(sp)}
+    local s = fl.zeros(x.shape[1], nn, {dtype = "bool"})
+    for code, name in pairs(MODES) do
+      if name ~= "member" then s = fl.where(modet:eq(fl.full({}, code, {dtype = "int64"})), tests[name], s) end
+    end
+    if #members > 0 then
+      local mfeat = {}
+      for j, n in ipairs(mnode) do mfeat[j] = feats[n] end
+      local mf = fl.gather(x, 2, fl.tensor(mfeat, {dtype = "int64"}))     -- [N, members]
+      local hit = mf:eq(fl.tensor(members, {dtype = "float64"}):to(dt)):to("float64")
+      local into = {}
+      for j = 1, #members * nn do into[j] = 0 end
+      for j, n in ipairs(mnode) do into[(j - 1) * nn + n] = 1 end
+      local any = fl.matmul(hit, f64(into, #members, nn)):gt(fl.zeros({}, {dtype = "float64"}))
+      s = fl.where(modet:eq(fl.full({}, 6, {dtype = "int64"})), any, s)
+    end
+    -- NaN: the test (false, but true for NEQ) or the missing value's branch
+    local miss = fl.where(xf:ne(xf), mttt, fl.zeros({}, {dtype = "bool"}))
+    s = fl.where(miss, miss, s)
+    local count = fl.matmul(s:to("float64"), f64(A, nn, np)) + f64(offs, np)
+    local reached = count:eq(f64(needs, np))                        -- [N, paths]
+    local y
+    if agg == "sum" or agg == "average" then
+      y = fl.matmul(reached:to("float64"), f64(W, np, ntargets))
+    else
+      local big = agg == "min" and math.huge or -math.huge
+      local pt = {}
+      for p = 1, np do pt[p] = targets[paths[p].leaf] end
+      local wl = {}
+      for p = 1, np do wl[p] = weights[paths[p].leaf] end
+      local vals = fl.where(reached, f64(wl, 1, np), fl.full({}, big, {dtype = "float64"}))
+      local cols = {}
+      for t = 0, ntargets - 1 do
+        local m = {}
+        for p = 1, np do m[p] = pt[p] == t and 1 or 0 end
+        local v = fl.where(f64(m, 1, np):gt(fl.zeros({}, {dtype = "float64"})), vals, fl.full({}, big, {dtype = "float64"}))
+        cols[t + 1] = (agg == "min" and v:amin(2, true) or v:amax(2, true))
+      end
+      y = fl.cat(cols, 2)
+      -- no leaf of a target reached: the reference's starting value, the
+      -- type's largest (min) or lowest (max) finite value
+      local lim = dt == "float64" and 1.7976931348623157e308 or 3.4028234663852886e38
+      y = fl.where(y:eq(fl.full({}, big, {dtype = "float64"})), fl.full({}, agg == "min" and lim or -lim, {dtype = "float64"}), y)
+    end
+    y = y:to(dt)
+    if post == "softmax" then y = y:softmax(2) elseif post == "logistic" then y = y:sigmoid() end
+    return {y}
+  end
+end
+
+end
 -- ops whose attributes may hold a subgraph (FlexAttention: ai.onnx.preview's)
 local SUBGRAPH_OPS = set("If", "Loop", "Scan", "SequenceMap", "FlexAttention")
 
@@ -5962,20 +6203,19 @@ function lower_node(node, opset)
   node.opset = opset
   if node.name == "" then node.name = node.outputs[1] or "?" end
   local lower = OPS[node.op]
-  if node.domain == TRAINING_DOMAIN then
-    node.opset = training_opset
-    if training_opset == 0 then node_error(node, "domain %s, which the model does not import", TRAINING_DOMAIN) end
-    lower = TRAINING_OPS[node.op]
-    if not lower then unsupported(node, "op %s of %s", clean(node.op), TRAINING_DOMAIN) end
-  elseif node.domain == PREVIEW_DOMAIN then
+  local dom, only
+  for _, d in ipairs(DOMAINS) do
+    if node.domain == d.name then dom = d end
+    if d.opset > 0 then only = only or d.name end
+  end
+  if dom then
     -- its subgraphs' ai.onnx nodes take the model's ai.onnx opset
-    node.opset, node.onnx_opset = preview_opset, opset
-    if preview_opset == 0 then node_error(node, "domain %s, which the model does not import", PREVIEW_DOMAIN) end
-    lower = PREVIEW_OPS[node.op]
-    if not lower then unsupported(node, "op %s of %s", clean(node.op), PREVIEW_DOMAIN) end
+    node.opset, node.onnx_opset = dom.opset, opset
+    if dom.opset == 0 then node_error(node, "domain %s, which the model does not import", dom.name) end
+    lower = dom.ops[node.op]
+    if not lower then unsupported(node, "op %s of %s", clean(node.op), dom.name) end
   elseif opset == 0 then
-    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op),
-                training_opset > 0 and TRAINING_DOMAIN or PREVIEW_DOMAIN)
+    unsupported(node, "op %s: the model imports no ai.onnx opset (only %s)", clean(node.op), only)
   end
   if not lower then unsupported(node, "op %s", clean(node.op)) end
   for k, kind in pairs(node.kinds or {}) do
@@ -6734,8 +6974,7 @@ function Model:__init(g, path)
   self._dynamic_dims = dyn
   -- lower every node now: an unsupported op fails the load
   local counts, order = {}, {}
-  training_opset = g.training_opset or 0
-  preview_opset = g.preview_opset or 0
+  for _, d in ipairs(DOMAINS) do d.opset = g[d.field] or 0 end
   for _, node in ipairs(g.nodes) do lower_node(node, g.opset) end
   self._nodes = g.nodes
   self:_fold(consts)

@@ -91,7 +91,7 @@ local function reason_of(msg)
   local r = msg:match("onnx: node '.-' %((.-)%): (.*)$")
   if r then
     local rest = msg:match("onnx: node '.-' %(.-%): (.*)$")
-    local op = msg:match("onnx: node '.-' %(([^,]*),")
+    local op = msg:match("onnx: node '.-' %(([^,)]*)[,)]")
     return (op or "?") .. ": " .. rest
   end
   r = msg:match("%.onnx: onnx: (.*)$") or msg:match("onnx: (.*)$") or msg
