@@ -1189,6 +1189,8 @@ local nondiff = {
   argmax = function(x) return x:argmax(2) end,
   rand = function() return fl.rand(3, 4) end,
   randn = function() return fl.randn(3, 4) end,
+  -- an integer product: its inputs are int64, which never require grad
+  matmul_int8 = function() return fl.matmul_int8(fl.ones(2, 3, {dtype = "int64"}), fl.ones(3, 2, {dtype = "int64"})) end,
   -- no Lua name: it is what max_pool2d's backward graph runs, its result
   -- the gradient, which requires no grad
   max_pool2d_backward = function(x)

@@ -1008,6 +1008,30 @@ def gen_backward():
     case("index_add", expr, [w, idx, up], want, RED, note="repeated ids accumulate")
 
 
+def gen_int8():
+    """matmul_int8 (fl.matmul_int8): NumPy's int64 product of the 8-bit
+    values less their zero points, exactly; the extremes whose 16-bit pair
+    sums saturate without VNNI, a shared and a batched B."""
+    for at, bt in (("uint8", "int8"), ("int8", "uint8"), ("int8", "int8"), ("uint8", "uint8")):
+        lo = {"int8": -128, "uint8": 0}
+        a = rng.integers(lo[at], lo[at] + 256, (2, 5, 67)).astype(np.int64)
+        b = rng.integers(lo[bt], lo[bt] + 256, (67, 9)).astype(np.int64)
+        za = rng.integers(lo[at], lo[at] + 256, (5,)).astype(np.int64)
+        zb = rng.integers(lo[bt], lo[bt] + 256, ()).astype(np.int64)
+        opts = "{a_type = '%s', b_type = '%s'}" % (at, bt)
+        case("matmul_int8", "fl.matmul_int8(a, b, %s)" % opts, [a, b], np.matmul(a, b), EXACT, note=at + " x " + bt)
+        opts_z = "{a_type = '%s', b_type = '%s', a_zero = c, b_zero = d}" % (at, bt)
+        case("matmul_int8", "fl.matmul_int8(a, b, %s)" % opts_z, [a, b, za, zb],
+             np.matmul(a - za[:, None], b - zb), EXACT, note=at + " x " + bt + ", zero points")
+    a = np.full((3, 64), 255, np.int64)
+    b = np.where(np.arange(64 * 4).reshape(64, 4) % 2 == 0, -128, 127).astype(np.int64)
+    case("matmul_int8", "fl.matmul_int8(a, b, {a_type = 'uint8'})", [a, b], np.matmul(a, b), EXACT,
+         note="extremes")
+    a = rng.integers(-128, 128, (3, 4, 20)).astype(np.int64)
+    b = rng.integers(-128, 128, (3, 20, 6)).astype(np.int64)
+    case("matmul_int8", "fl.matmul_int8(a, b)", [a, b], np.matmul(a, b), EXACT, note="batched B")
+
+
 def generate(d):
     global outdir
     outdir = d
@@ -1024,6 +1048,7 @@ def generate(d):
     gen_movement()
     gen_backward()
     gen_recurrent()
+    gen_int8()
     for op, expr, inputs, want, note in list(replay):
         wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else x
                 for x in inputs]
