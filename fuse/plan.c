@@ -476,6 +476,23 @@ static void planner_free(planner *pl) {
   free(pl->anchor); free(pl->is_out); free(pl->dec); free(pl->wonly);
 }
 
+/* The view (not a buffer) that a reshape reads in the chain from node c
+** down its input i: c itself when it is a reshape, else the views its
+** input reads through; the first from c, or -1. */
+static int reshaped_view(const planner *pl, int c, int i) {
+  const ir_graph *g = pl->g;
+  int s = c;
+  if (g->nodes[c].op != OP_RESHAPE && g->nodes[c].op != OP_VIEW) s = g->nodes[c].in[i];
+  while (s >= 0 && (s == c || (fk_is_view(g, s) && !pl->compute[s]))) {
+    const ir_node *nd = &g->nodes[s];
+    if ((nd->op == OP_RESHAPE || nd->op == OP_VIEW) && nd->in[0] >= 0 && fk_is_view(g, nd->in[0]) &&
+        !pl->compute[nd->in[0]])
+      return nd->in[0];
+    s = nd->in[0];
+  }
+  return -1;
+}
+
 /* Group, order and build; on a group that cannot be built alone (a reshape
 ** of a view the kernel cannot index), the view under it is materialized
 ** and planning starts again.  0, or an error code with e filled. */
@@ -562,8 +579,16 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
     for (i = 0; i < k; i++)
       if (p->kernels[i].kind == FK_EXTERN) p->stored[p->kernels[i].anchor] = 1;
     if (fk_build(&p->kernels[k], g, mem, j, an, p->stored, why, sizeof why)) {
-      /* find a reshape reading a view and materialize that view */
-      int found = 0;
+      /* materialize the views the reshapes of this kernel read (the
+      ** next try plans the whole graph again: a backward graph has one
+      ** such view per head), else the first such view anywhere */
+      int found = 0, v;
+      for (i = 0; i < j; i++)
+        for (t = 0; t < g->nodes[mem[i]].nin; t++)
+          while ((v = reshaped_view(pl, mem[i], t)) >= 0 && !promote[v]) {
+            promote[v] = pl->compute[v] = 1;
+            found = 1;
+          }
       for (i = 0; i < n && !found; i++) {
         const ir_node *nd = &g->nodes[i];
         if (nd->kind == IR_OP && (nd->op == OP_RESHAPE || nd->op == OP_VIEW) &&

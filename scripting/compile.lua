@@ -133,16 +133,19 @@ end
 -- order.  Keys starting with "_" are
 -- fuselab's own bookkeeping (nn's _params, _path) and are not followed.
 local function sorted_keys(t)
-  local ks = {}
+  -- two lists sorted by the built-in order (no Lua comparator: this runs
+  -- over every table a compiled function reaches, on its first call)
+  local ks, ints = {}, {}
   for k in next, t do
-    local tk = type(k)
-    if (tk == "string" and k:sub(1, 1) ~= "_") or math.type(k) == "integer" then ks[#ks + 1] = k end
+    if type(k) == "string" then
+      if k:byte(1) ~= 95 then ks[#ks + 1] = k end        -- not "_..."
+    elseif math.type(k) == "integer" then
+      ints[#ints + 1] = k
+    end
   end
-  table.sort(ks, function(a, b)
-    local ta, tb = type(a), type(b)
-    if ta ~= tb then return ta == "string" end
-    return a < b
-  end)
+  table.sort(ks)
+  table.sort(ints)
+  table.move(ints, 1, #ints, #ks + 1, ks)
   return ks
 end
 
