@@ -498,7 +498,7 @@ static int reshaped_view(const planner *pl, int c, int i) {
 ** and planning starts again.  0, or an error code with e filled. */
 static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
   const ir_graph *g = p->g;
-  int n = g->n, i, c, k, nk = 0, *order = NULL, *indeg = NULL, *mem = NULL, rc = FL_OK;
+  int n = g->n, i, c, k, nk = 0, *order = NULL, *indeg = NULL, *mem = NULL, rc = FL_OK, failed = 0;
   memset(pl, 0, sizeof *pl);
   pl->g = g;
   pl->o = p->opts;
@@ -579,16 +579,22 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
     for (i = 0; i < k; i++)
       if (p->kernels[i].kind == FK_EXTERN) p->stored[p->kernels[i].anchor] = 1;
     if (fk_build(&p->kernels[k], g, mem, j, an, p->stored, why, sizeof why)) {
-      /* materialize the views the reshapes of this kernel read (the
-      ** next try plans the whole graph again: a backward graph has one
-      ** such view per head), else the first such view anywhere */
+      /* materialize the views the reshapes of this kernel read, and go
+      ** on to find the other kernels that need it (the next try plans the
+      ** whole graph again: a backward graph has one such view per head);
+      ** else the first such view anywhere */
       int found = 0, v;
       for (i = 0; i < j; i++)
         for (t = 0; t < g->nodes[mem[i]].nin; t++)
           while ((v = reshaped_view(pl, mem[i], t)) >= 0 && !promote[v]) {
-            promote[v] = pl->compute[v] = 1;
+            promote[v] = 1;
             found = 1;
           }
+      if (found) {
+        if (!failed) err_set(e, FL_EUNSUPPORTED, "fuse: kernel for %%%d cannot be built: %s", mem[0], why);
+        failed = 1;
+        continue;
+      }
       for (i = 0; i < n && !found; i++) {
         const ir_node *nd = &g->nodes[i];
         if (nd->kind == IR_OP && (nd->op == OP_RESHAPE || nd->op == OP_VIEW) &&
@@ -608,6 +614,10 @@ static int plan_once(fuse_plan *p, planner *pl, char *promote, fl_err *e) {
     if (an >= 0) p->kernel_of[an] = k;
   }
   p->nkernels = nk;
+  if (failed) {
+    rc = FL_EUNSUPPORTED;
+    goto done;
+  }
   for (i = 0; i < n; i++) p->stored[i] = 0;
   for (k = 0; k < nk; k++) {
     for (i = 0; i < p->kernels[k].nacc; i++)
