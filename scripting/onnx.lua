@@ -6041,9 +6041,11 @@ ML_OPS.TreeEnsemble = function(node, attrs)
   local ltrue, lfalse = list("nodes_trueleafs"), list("nodes_falseleafs")
   local feats, roots, targets = list("nodes_featureids"), list("tree_roots"), list("leaf_targetids")
   local nn = #feats
+  if nn == 0 or #roots == 0 then node_error(node, "an ensemble of %d nodes and %d trees", nn, #roots) end
   local modes = tensor_attr(node, attrs, "nodes_modes", "int64")
   modes = modes and modes:tolist() or {}
-  local mtt = attrs.nodes_missing_value_tracks_true or {}
+  local mtt = {}
+  for i = 1, nn do mtt[i] = (attrs.nodes_missing_value_tracks_true or {})[i] or 0 end
   local splits = tensor_attr(node, attrs, "nodes_splits", "float64")
   local weights = tensor_attr(node, attrs, "leaf_weights", "float64")
   if not splits or not weights then node_error(node, "nodes_splits and leaf_weights are required") end
@@ -6126,8 +6128,7 @@ ML_OPS.TreeEnsemble = function(node, attrs)
   local function f64(l, ...) return fl.tensor(l, {dtype = "float64"}):reshape(...) end
   local featt = fl.tensor(feats, {dtype = "int64"})
   local modet = fl.tensor(modes, {dtype = "int64"})
-  local mttt = fl.tensor(#mtt > 0 and mtt or (function() local z = {} for i = 1, nn do z[i] = 0 end return z end)(),
-                         {dtype = "int64"}):ne(fl.zeros({}, {dtype = "int64"}))
+  local mttt = fl.tensor(mtt, {dtype = "int64"}):ne(fl.zeros({}, {dtype = "int64"}))
   local offs, needs = {}, {}
   for p = 1, np do offs[p], needs[p] = paths[p].offset, need_n[p] + paths[p].offset end
   return function(ins)
