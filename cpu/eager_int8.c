@@ -134,17 +134,27 @@ static int take_zero_points(const i8mm *p, int64_t *out, fl_err *e) {
 int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                       fl_tensor *out, fl_err *e) {
   static const char *const names[] = {"A", "B", "za", "zb"};
-  int64_t *v[4] = {NULL, NULL, NULL, NULL}, nv[4] = {0, 0, 0, 0}, i;
+  const int64_t *v[4] = {NULL, NULL, NULL, NULL};
+  int64_t *owned[4] = {NULL, NULL, NULL, NULL}, nv[4] = {0, 0, 0, 0}, i;
   const fl_meta *am = &in[0]->m, *bm = &in[1]->m;
   int j, rc = FL_OK;
   i8mm p;
   for (j = 0; j < nin && j < 4; j++) {
+    int64_t lo = a->i[j & 1] ? 0 : -128, hi = lo + 255;
     if (!in[j]) continue;
     nv[j] = meta_numel(&in[j]->m);
-    if (!(v[j] = eager_alloc((size_t)nv[j] * sizeof(int64_t), op_name(op), e))) { rc = FL_ENOMEM; goto out; }
-    eager_gather_all(in[j], v[j], EAGER_I64);
+    if (ten_is_contiguous(in[j])) {          /* read in place */
+      v[j] = (const int64_t *)ten_data(in[j]);
+    } else {
+      if (!(owned[j] = eager_alloc((size_t)nv[j] * sizeof(int64_t), op_name(op), e))) { rc = FL_ENOMEM; goto out; }
+      eager_gather_all(in[j], owned[j], EAGER_I64);
+      v[j] = owned[j];
+    }
     for (i = 0; i < nv[j]; i++)
-      if ((rc = ref_int8_range(op, v[j][i], (int)a->i[j & 1], names[j], e)) != FL_OK) goto out;
+      if (v[j][i] < lo || v[j][i] > hi) {
+        rc = ref_int8_range(op, v[j][i], (int)a->i[j & 1], names[j], e);
+        goto out;
+      }
   }
   memset(&p, 0, sizeof p);
   p.M = am->shape[am->ndim - 2];
@@ -160,6 +170,6 @@ int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_at
   }
   rc = take_zero_points(&p, (int64_t *)ten_data(out), e);
 out:
-  for (j = 0; j < 4; j++) free(v[j]);
+  for (j = 0; j < 4; j++) free(owned[j]);
   return rc;
 }
