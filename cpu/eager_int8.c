@@ -8,8 +8,8 @@
 ** with oneDNN 2.6 on an AVX2 EPYC: random full-range inputs gave wrong sums
 ** in 3039 of 3072 outputs), so ONNX's exact int32 would be lost.  Every
 ** input is made to fit what those kernels sum exactly:
-**   - A is read as uint8: an int8 A is shifted by 128 and 128 * the column
-**     sums of B are taken off after;
+**   - A is read as uint8: an int8 A is shifted by 128, taken off after
+**     as part of its zero point;
 **   - B is split as B = 64 * hi + lo with lo in 0..63 and hi in -2..3, and
 **     run as two products, A hi and A lo, each exact (|pair| <= 2*255*63);
 **     a B whose values already lie in -64..64 runs as one;
@@ -63,11 +63,11 @@ static void col_sums(const i8mm *p, int64_t bt, int64_t *col) {
     for (n = 0; n < p->N; n++) col[n] += b[k * p->N + n];
 }
 
-/* The same through oneDNN (see the top); FL_EUNSUPPORTED where it cannot. */
-static int product_dnnl(const i8mm *p, int a_unsigned, int64_t *out, fl_err *e) {
+/* The same of A + shift (0, or 128 for an int8 A: see the top) through
+** oneDNN; FL_EUNSUPPORTED where it cannot. */
+static int product_dnnl(const i8mm *p, int64_t shift, int64_t *out, fl_err *e) {
   int64_t na = p->batch * p->M * p->K, nb = (p->b_batched ? p->batch : 1) * p->K * p->N;
-  int64_t no = p->batch * p->M * p->N, i, bt, n;
-  int64_t shift = a_unsigned ? 0 : 128;
+  int64_t no = p->batch * p->M * p->N, i;
   int split = 0, rc = FL_OK;
   uint8_t *a8;
   int8_t *hi, *lo;
@@ -92,16 +92,6 @@ static int product_dnnl(const i8mm *p, int a_unsigned, int64_t *out, fl_err *e) 
       (split && (rc = cpu_mm_int8(p->batch, p->M, p->K, p->N, a8, lo, p->b_batched, clo, e)) != FL_OK))
     goto out;
   for (i = 0; i < no; i++) out[i] = split ? 64 * (int64_t)chi[i] + clo[i] : chi[i];
-  if (shift) {                                /* less shift * B's column sums */
-    int64_t *col;
-    if (!(col = eager_alloc((size_t)p->N * sizeof *col, "matmul_int8", e))) { rc = FL_ENOMEM; goto out; }
-    for (bt = 0; bt < p->batch; bt++) {
-      if (bt == 0 || p->b_batched) col_sums(p, bt, col);
-      for (i = 0; i < p->M; i++)
-        for (n = 0; n < p->N; n++) out[(bt * p->M + i) * p->N + n] -= shift * col[n];
-    }
-    free(col);
-  }
 out:
   free(chi);
   free(hi);
@@ -109,16 +99,18 @@ out:
   return rc;
 }
 
-/* out -= zb rowA + za colB - K za zb, per output */
-static int take_zero_points(const i8mm *p, int64_t *out, fl_err *e) {
+/* out holds the sums of (A + shift) B: less zb rowA' + za' colB - K za' zb
+** per output, for A' = A + shift and za' = za + shift, gives the sums of
+** (A - za)(B - zb) */
+static int take_zero_points(const i8mm *p, int64_t shift, int64_t *out, fl_err *e) {
   int64_t bt, m, n, k, *col;
-  if (!p->za && !p->zb) return FL_OK;
+  if (!p->za && !p->zb && !shift) return FL_OK;
   if (!(col = eager_alloc((size_t)p->N * sizeof *col, "matmul_int8", e))) return FL_ENOMEM;
   for (bt = 0; bt < p->batch; bt++) {
-    if (p->za && (bt == 0 || p->b_batched)) col_sums(p, bt, col);
+    if ((p->za || shift) && (bt == 0 || p->b_batched)) col_sums(p, bt, col);
     for (m = 0; m < p->M; m++) {
       const int64_t *a = p->a + (bt * p->M + m) * p->K;
-      int64_t za = p->za ? p->za[p->nza == 1 ? 0 : m] : 0, row = 0;
+      int64_t za = (p->za ? p->za[p->nza == 1 ? 0 : m] : 0) + shift, row = p->K * shift;
       int64_t *o = out + (bt * p->M + m) * p->N;
       for (k = 0; k < p->K; k++) row += a[k];
       for (n = 0; n < p->N; n++) {
@@ -135,7 +127,7 @@ int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_at
                       fl_tensor *out, fl_err *e) {
   static const char *const names[] = {"A", "B", "za", "zb"};
   const int64_t *v[4] = {NULL, NULL, NULL, NULL};
-  int64_t *owned[4] = {NULL, NULL, NULL, NULL}, nv[4] = {0, 0, 0, 0}, i;
+  int64_t *owned[4] = {NULL, NULL, NULL, NULL}, nv[4] = {0, 0, 0, 0}, i, shift;
   const fl_meta *am = &in[0]->m, *bm = &in[1]->m;
   int j, rc = FL_OK;
   i8mm p;
@@ -164,11 +156,13 @@ int eager_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_at
   p.b_batched = bm->ndim > 2;
   p.a = v[0]; p.b = v[1]; p.za = v[2]; p.zb = v[3]; p.nza = nv[2]; p.nzb = nv[3];
   if (p.batch == 0) goto out;
-  if (p.K == 0 || p.K >= LOOP_K || product_dnnl(&p, (int)a->i[0], (int64_t *)ten_data(out), e) != FL_OK) {
+  shift = a->i[0] ? 0 : 128;
+  if (p.K == 0 || p.K >= LOOP_K || product_dnnl(&p, shift, (int64_t *)ten_data(out), e) != FL_OK) {
     err_clear(e);
     product_loop(&p, (int64_t *)ten_data(out));
+    shift = 0;
   }
-  rc = take_zero_points(&p, (int64_t *)ten_data(out), e);
+  rc = take_zero_points(&p, shift, (int64_t *)ten_data(out), e);
 out:
   for (j = 0; j < 4; j++) free(owned[j]);
   return rc;
