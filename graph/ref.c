@@ -893,9 +893,6 @@ int ref_index_add(fl_op op, const fl_tensor *const *in, int nin, const op_attrs 
   return FL_OK;
 }
 
-/* matmul_int8: every output element summed exactly in int64 (at most
-** 255 * 255 * K per sum: no overflow below K = 2^47), after checking
-** that each value lies in its 8-bit type's range. */
 int ref_int8_range(fl_op op, int64_t v, int is_unsigned, const char *what, fl_err *e) {
   int64_t lo = is_unsigned ? 0 : -128, hi = is_unsigned ? 255 : 127;
   if (v >= lo && v <= hi) return FL_OK;
@@ -903,6 +900,9 @@ int ref_int8_range(fl_op op, int64_t v, int is_unsigned, const char *what, fl_er
                  (long long)v, is_unsigned ? "uint8" : "int8", (long long)lo, (long long)hi);
 }
 
+/* matmul_int8: every output element summed exactly in int64 (at most
+** 255 * 255 * K per sum: no overflow below K = 2^47), after checking
+** that each value lies in its 8-bit type's range. */
 int ref_matmul_int8(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                     fl_tensor *out, fl_err *e) {
   static const char *const names[] = {"A", "B", "za", "zb"};

@@ -1381,18 +1381,22 @@ end
 
 -- A Conv node's convolution of x by w (and bias b): its attributes, 1-d
 -- and 2-d (ConvInteger and QLinearConv use it too).
+-- The 2-d window (strides, pads, dilations) of a Conv-like node's x of
+-- rank r (3 or 4) by weight w, checked against its kernel_shape.
+local function conv_window(node, attrs, x, w, r)
+  local k = {}
+  for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
+  for i, v in ipairs(attrs.kernel_shape or {}) do
+    if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
+  end
+  return window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
+end
+
 local function conv_nd(node, attrs, x, w, b)
   local groups = attr(attrs, "group", 1)
   local r = x:dim()
   if r ~= 3 and r ~= 4 then unsupported(node, "a %d-d convolution (1-d and 2-d only)", r - 2) end
-  local k = {}
-  for i = 3, w:dim() do k[#k + 1] = w.shape[i] end
-  if attrs.kernel_shape then
-    for i, v in ipairs(attrs.kernel_shape) do
-      if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
-    end
-  end
-  local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, x.shape))
+  local ss, pp, dd = conv_window(node, attrs, x, w, r)
   local opts = {stride = ss, padding = pp, dilation = dd, groups = groups}
   if r == 3 then
     return fl.conv2d(x:unsqueeze(3), w:unsqueeze(3), b, opts):squeeze(3)
@@ -5507,12 +5511,7 @@ local function int8_conv(node, attrs, x, w, zxv, zwv)
      zw and not (zw:numel() == 1 or zw:dim() == 1 and zw.shape[1] == tw.shape[1]) then
     return nil
   end
-  local k = {}
-  for i = 3, r do k[#k + 1] = tw.shape[i] end
-  for i, v in ipairs(attrs.kernel_shape or {}) do
-    if v ~= k[i] then node_error(node, "kernel_shape %s does not match the weight", table.concat(attrs.kernel_shape, ",")) end
-  end
-  local ss, pp, dd = window2d(r - 2, spatial(node, attrs, r - 2, k, tx.shape))
+  local ss, pp, dd = conv_window(node, attrs, tx, tw, r)
   if r == 3 then tx, tw = tx:unsqueeze(3), tw:unsqueeze(3) end
   local N, C, H, W = table.unpack(tx.shape)
   local Co, Cg, kh, kw = table.unpack(tw.shape)
@@ -5521,9 +5520,8 @@ local function int8_conv(node, attrs, x, w, zxv, zwv)
     node_error(node, "x of %d channels, w of %d per group, %d groups", C, Cg, groups)
   end
   local pads = {0, 0, pp[1], pp[2], 0, 0, pp[3], pp[4]}
-  if zx then   -- the pads hold the zero point: 0 + zx where a pad is
-    local one = fl.ones(N, C, H, W, {dtype = "int64"})
-    tx = fl.pad(tx, pads) + (fl.ones(N, C, H + pp[1] + pp[3], W + pp[2] + pp[4], {dtype = "int64"}) - fl.pad(one, pads)) * zx:reshape({})
+  if zx then   -- the pads hold the zero point
+    tx = fl.pad(tx - zx:reshape({}), pads) + zx:reshape({})
   else
     tx = fl.pad(tx, pads)
   end
