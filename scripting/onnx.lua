@@ -6105,30 +6105,59 @@ ML_OPS.TreeEnsemble = function(node, attrs)
   for _, t in ipairs(targets) do
     if math.type(t) ~= "integer" or t < 0 or t >= ntargets then node_error(node, "leaf target %s out of range", tostring(t)) end
   end
-  -- A [nodes, paths] and what each path needs in all; W [paths, targets]
+  -- the constants every call reads, made once here: A [nodes, paths], and
+  -- per path the tests it needs false (offs) and in all (needs)
   local np = #paths
-  local A, need_n, W = {}, {}, {}
+  local function f64(l, ...) return fl.tensor(l, {dtype = "float64"}):reshape(...) end
+  local A, offs, needs = {}, {}, {}
   for i = 1, nn * np do A[i] = 0 end
   for p, path in ipairs(paths) do
-    local k = 0
+    offs[p] = 0
     for _, q in ipairs(path.need) do
       A[(q[1] - 1) * np + p] = q[2] and 1 or -1
-      if not q[2] then k = k + 1 end
+      if not q[2] then offs[p] = offs[p] + 1 end
     end
-    need_n[p] = #path.need - k      -- S @ A + (tests needed false) = all of them
-    path.offset = k
+    needs[p] = #path.need      -- S @ A + (tests needed false) = all of them
   end
-  for p = 1, np do
-    for t = 0, ntargets - 1 do W[(p - 1) * ntargets + t + 1] = 0 end
-    local l = paths[p].leaf
-    W[(p - 1) * ntargets + targets[l] + 1] = agg == "average" and weights[l] / #roots or weights[l]
-  end
-  local function f64(l, ...) return fl.tensor(l, {dtype = "float64"}):reshape(...) end
+  local At, offt, needt = f64(A, nn, np), f64(offs, np), f64(needs, np)
   local featt = fl.tensor(feats, {dtype = "int64"})
-  local modet = fl.tensor(modes, {dtype = "int64"})
-  local mttt = fl.tensor(mtt, {dtype = "int64"}):ne(fl.zeros({}, {dtype = "int64"}))
-  local offs, needs = {}, {}
-  for p = 1, np do offs[p], needs[p] = paths[p].offset, need_n[p] + paths[p].offset end
+  local splitt = f64(splits, nn)
+  local mtt_t = fl.tensor(mtt, {dtype = "int64"}):ne(fl.zeros({}, {dtype = "int64"}))
+  local is_mode = {}                 -- [nodes] bool per mode code
+  do
+    local modet = fl.tensor(modes, {dtype = "int64"})
+    for code in pairs(MODES) do is_mode[code] = modet:eq(fl.full({}, code, {dtype = "int64"})) end
+  end
+  local mfeatt, membert, intot
+  if #members > 0 then
+    local mfeat, into = {}, {}
+    for j, n in ipairs(mnode) do mfeat[j] = feats[n] end
+    for j = 1, #members * nn do into[j] = 0 end
+    for j, n in ipairs(mnode) do into[(j - 1) * nn + n] = 1 end
+    mfeatt, membert, intot = fl.tensor(mfeat, {dtype = "int64"}), f64(members, #members), f64(into, #members, nn)
+  end
+  -- what the reached leaves give: W [paths, targets] (sum, average), or
+  -- each path's weight and, per target, which paths are its (min, max)
+  local Wt, wlt, of_target = nil, nil, {}
+  local big = agg == "min" and math.huge or -math.huge
+  if agg == "sum" or agg == "average" then
+    local W = {}
+    for p = 1, np do
+      for t = 0, ntargets - 1 do W[(p - 1) * ntargets + t + 1] = 0 end
+      local l = paths[p].leaf
+      W[(p - 1) * ntargets + targets[l] + 1] = agg == "average" and weights[l] / #roots or weights[l]
+    end
+    Wt = f64(W, np, ntargets)
+  else
+    local wl = {}
+    for p = 1, np do wl[p] = weights[paths[p].leaf] end
+    wlt = f64(wl, 1, np)
+    for t = 0, ntargets - 1 do
+      local m = {}
+      for p = 1, np do m[p] = targets[paths[p].leaf] == t and 1 or 0 end
+      of_target[t + 1] = f64(m, 1, np):gt(fl.zeros({}, {dtype = "float64"}))
+    end
+  end
   return function(ins)
     local x = T(node, ins[1], "X")
     need_float(node, x, "X")
@@ -6140,50 +6169,36 @@ ML_OPS.TreeEnsemble = function(node, attrs)
     end
     local dt = x.dtype
     local xf = fl.gather(x, 2, featt)                               -- [N, nodes]
-    local sp = fl.tensor(splits, {dtype = "float64"}):to(dt)
+    local sp = splitt:to(dt)
     local tests = {le = xf:le(sp), lt = xf:lt(sp), ge = xf:ge(sp), gt = xf:gt(sp), eq = xf:eq(sp), ne = xf:ne(sp)}
     local s = fl.zeros(x.shape[1], nn, {dtype = "bool"})
     for code, name in pairs(MODES) do
-      if name ~= "member" then s = fl.where(modet:eq(fl.full({}, code, {dtype = "int64"})), tests[name], s) end
+      if name ~= "member" then s = fl.where(is_mode[code], tests[name], s) end
     end
-    if #members > 0 then
-      local mfeat = {}
-      for j, n in ipairs(mnode) do mfeat[j] = feats[n] end
-      local mf = fl.gather(x, 2, fl.tensor(mfeat, {dtype = "int64"}))     -- [N, members]
-      local hit = mf:eq(fl.tensor(members, {dtype = "float64"}):to(dt)):to("float64")
-      local into = {}
-      for j = 1, #members * nn do into[j] = 0 end
-      for j, n in ipairs(mnode) do into[(j - 1) * nn + n] = 1 end
-      local any = fl.matmul(hit, f64(into, #members, nn)):gt(fl.zeros({}, {dtype = "float64"}))
-      s = fl.where(modet:eq(fl.full({}, 6, {dtype = "int64"})), any, s)
+    if mfeatt then
+      local hit = fl.gather(x, 2, mfeatt):eq(membert:to(dt)):to("float64")   -- [N, members]
+      s = fl.where(is_mode[6], fl.matmul(hit, intot):gt(fl.zeros({}, {dtype = "float64"})), s)
     end
     -- NaN: the test (false, but true for NEQ) or the missing value's branch
-    local miss = fl.where(xf:ne(xf), mttt, fl.zeros({}, {dtype = "bool"}))
+    local miss = fl.where(xf:ne(xf), mtt_t, fl.zeros({}, {dtype = "bool"}))
     s = fl.where(miss, miss, s)
-    local count = fl.matmul(s:to("float64"), f64(A, nn, np)) + f64(offs, np)
-    local reached = count:eq(f64(needs, np))                        -- [N, paths]
+    local reached = (fl.matmul(s:to("float64"), At) + offt):eq(needt)   -- [N, paths]
     local y
-    if agg == "sum" or agg == "average" then
-      y = fl.matmul(reached:to("float64"), f64(W, np, ntargets))
+    if Wt then
+      y = fl.matmul(reached:to("float64"), Wt)
     else
-      local big = agg == "min" and math.huge or -math.huge
-      local pt = {}
-      for p = 1, np do pt[p] = targets[paths[p].leaf] end
-      local wl = {}
-      for p = 1, np do wl[p] = weights[paths[p].leaf] end
-      local vals = fl.where(reached, f64(wl, 1, np), fl.full({}, big, {dtype = "float64"}))
+      local none = fl.full({}, big, {dtype = "float64"})
+      local vals = fl.where(reached, wlt, none)
       local cols = {}
-      for t = 0, ntargets - 1 do
-        local m = {}
-        for p = 1, np do m[p] = pt[p] == t and 1 or 0 end
-        local v = fl.where(f64(m, 1, np):gt(fl.zeros({}, {dtype = "float64"})), vals, fl.full({}, big, {dtype = "float64"}))
-        cols[t + 1] = (agg == "min" and v:amin(2, true) or v:amax(2, true))
+      for t = 1, ntargets do
+        local v = fl.where(of_target[t], vals, none)
+        cols[t] = agg == "min" and v:amin(2, true) or v:amax(2, true)
       end
       y = fl.cat(cols, 2)
       -- no leaf of a target reached: the reference's starting value, the
       -- type's largest (min) or lowest (max) finite value
       local lim = dt == "float64" and 1.7976931348623157e308 or 3.4028234663852886e38
-      y = fl.where(y:eq(fl.full({}, big, {dtype = "float64"})), fl.full({}, agg == "min" and lim or -lim, {dtype = "float64"}), y)
+      y = fl.where(y:eq(none), fl.full({}, agg == "min" and lim or -lim, {dtype = "float64"}), y)
     end
     y = y:to(dt)
     if post == "softmax" then y = y:softmax(2) elseif post == "logistic" then y = y:sigmoid() end
