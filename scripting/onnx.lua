@@ -4626,7 +4626,8 @@ end
 local function flip(t) return t + i64(math.mininteger) end
 local function flip_u64(t, tag) if tag == "uint64" then return flip(t) end return t end
 
--- OPS[op] with the inputs at positions `data` (nil: all) unwrapped; with
+-- OPS[op] (opts.ops[op] for another domain's table) with the inputs at
+-- positions `data` (nil: all) unwrapped; with
 -- opts.keep, its int64 results (those at opts.outs, nil: all) are marked
 -- with their type again.  opts.pre(t, tag) and opts.post(t, tag) map the
 -- unwrapped inputs and the results; opts.same: every input at `data` must
@@ -4634,11 +4635,12 @@ local function flip_u64(t, tag) if tag == "uint64" then return flip(t) end retur
 -- model error, not a widening); opts.refuse: the types it cannot take.
 local function takes_wide(op, data, opts)
   opts = opts or {}
-  local lower = OPS[op]
+  local ops = opts.ops or OPS
+  local lower = ops[op]
   local at = data and {} or nil
   for _, i in ipairs(data or {}) do at[i] = true end
   local outs = opts.outs and set(table.unpack(opts.outs)) or nil
-  OPS[op] = function(node, attrs, opset)
+  ops[op] = function(node, attrs, opset)
     local run = lower(node, attrs, opset)
     return function(ins)
       local tag
@@ -5965,13 +5967,6 @@ end
 -- ---------------------------------------------------------------------------
 do   -- (this section's helpers are its own)
 
--- an input as {t = tensor, wide = its narrow type or nil}
-local function ml_in(node, v, what)
-  if v ~= nil and not is_tensor(v) and v.wide then return {t = v.t, wide = v.wide} end
-  return {t = T(node, v, what)}
-end
-local function ml_out(x, t) return x.wide and {wide = x.wide, t = t} or t end
-
 -- a tensor attribute's values as an fl tensor of the given dtype
 local function tensor_attr(node, attrs, name, dtype)
   local a = attrs[name]
@@ -5985,25 +5980,24 @@ ML_OPS.Binarizer = function(node, attrs)
   known_attrs(node, attrs, set("threshold"))
   local th = attr(attrs, "threshold", 0.0)
   return function(ins)
-    local x = ml_in(node, ins[1], "X")
-    local t = x.t
-    return {ml_out(x, t:gt(fl.full({}, th, {dtype = t.dtype == "int64" and "float64" or t.dtype})):to(t.dtype))}
+    local t = T(node, ins[1], "X")
+    return {t:gt(fl.full({}, th, {dtype = t.dtype == "int64" and "float64" or t.dtype})):to(t.dtype)}
   end
 end
+takes_wide("Binarizer", {1}, {keep = true, refuse = set("uint64"), ops = ML_OPS})
 
 -- ArrayFeatureExtractor: x[..., y] along the last dim, y's values (any
 -- shape) flattened; a 1-d x gives [1, n], as the reference
 ML_OPS.ArrayFeatureExtractor = function(node, attrs)
   known_attrs(node, attrs, {})
   return function(ins)
-    local x = ml_in(node, ins[1], "X")
-    local y = T(node, ins[2], "Y")
+    local x, y = T(node, ins[1], "X"), T(node, ins[2], "Y")
     if y.dtype ~= "int64" then node_error(node, "Y of dtype %s (int64 indices)", y.dtype) end
-    local t = fl.gather(x.t, x.t:dim(), y:reshape(-1))
-    if x.t:dim() == 1 then t = t:reshape(1, y:numel()) end
-    return {ml_out(x, t)}
+    local t = fl.gather(x, x:dim(), y:reshape(-1))
+    return {x:dim() == 1 and t:reshape(1, y:numel()) or t}
   end
 end
+takes_wide("ArrayFeatureExtractor", {1}, {keep = true, moves = true, ops = ML_OPS})
 
 -- TreeEnsemble (opset 5) without walking a tree per sample: every node's
 -- test is computed for every sample at once (x's feature gathered, then

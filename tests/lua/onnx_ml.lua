@@ -67,6 +67,9 @@ do
   local m = model("Binarizer", {{"x", "int64", {3}}}, {threshold = 1.0}, 1)
   local e, c = both(m, fl.tensor({0, 1, 2}, {dtype = "int64"}))
   t.ok(close(e, {0, 0, 1}, 0) and close(c, {0, 0, 1}, 0), "Binarizer int64")
+  m = model("Binarizer", {{"x", "int32", {3}}}, {threshold = 1.0}, 1)
+  e, c = both(m, fl.tensor({-7, 1, 2}, {dtype = "int64"}))
+  t.ok(close(e, {0, 0, 1}, 0) and close(c, {0, 0, 1}, 0), "Binarizer int32 (held widened)")
 end
 
 -- ---- ArrayFeatureExtractor -------------------------------------------------------------
@@ -86,6 +89,9 @@ do
   local y1 = m1(fl.tensor({1, 2, 3, 4, 5}, {dtype = "float32"}), fl.tensor({4, 1}, {dtype = "int64"}))
   t.ok(y1.shape[1] == 1 and y1.shape[2] == 2 and close(y1:reshape(-1):tolist(), {5, 2}, 0),
        "ArrayFeatureExtractor of a 1-d x gives [1, n]")
+  local mi = model("ArrayFeatureExtractor", {{"x", "int32", {2, 3}}, {"idx", "int64", {2}}}, nil, 1)
+  local ei, ci = both(mi, fl.tensor({1, -2, 3, 4, 5, -6}, {dtype = "int64"}):reshape(2, 3), fl.tensor({2, 1}, {dtype = "int64"}))
+  t.ok(close(ei, {3, -2, -6, 5}, 0) and close(ci, {3, -2, -6, 5}, 0), "ArrayFeatureExtractor int32 (held widened)")
   t.raises(function() m1(fl.tensor({1, 2, 3, 4, 5}, {dtype = "float32"}), fl.tensor({5, 1}, {dtype = "int64"})) end,
            "index 5 out of range", "ArrayFeatureExtractor: an index past the end is refused")
 end
