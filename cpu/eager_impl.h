@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "eager.h"
 #include "erff.h"
@@ -40,6 +41,45 @@
 #else
 #define EAGER_WIDE
 #endif
+
+/* dst row k = column k of the 8x8 tile at src (rows `ss` floats apart),
+** dst's rows `ds` apart: three rounds of shuffles (GCC's vector
+** extension, so each of EAGER_WIDE's builds picks its own instructions).
+** Written out, without arrays or loops: GCC kept those in memory, storing
+** each vector as two halves that the next load then waited on. */
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));   /* any float address */
+typedef int v8i __attribute__((vector_size(32)));
+#define TR8_LO ((v8i){0, 8, 1, 9, 4, 12, 5, 13})
+#define TR8_HI ((v8i){2, 10, 3, 11, 6, 14, 7, 15})
+#define TR8_LO2 ((v8i){0, 1, 8, 9, 4, 5, 12, 13})
+#define TR8_HI2 ((v8i){2, 3, 10, 11, 6, 7, 14, 15})
+#define TR8_LO4 ((v8i){0, 1, 2, 3, 8, 9, 10, 11})
+#define TR8_HI4 ((v8i){4, 5, 6, 7, 12, 13, 14, 15})
+static inline __attribute__((always_inline))
+void tr8x8(const float *src, int64_t ss, float *dst, int64_t ds) {
+  v8f r0 = *(const v8f_u *)src, r1 = *(const v8f_u *)(src + ss);
+  v8f r2 = *(const v8f_u *)(src + 2 * ss), r3 = *(const v8f_u *)(src + 3 * ss);
+  v8f r4 = *(const v8f_u *)(src + 4 * ss), r5 = *(const v8f_u *)(src + 5 * ss);
+  v8f r6 = *(const v8f_u *)(src + 6 * ss), r7 = *(const v8f_u *)(src + 7 * ss);
+  v8f t0 = __builtin_shuffle(r0, r1, TR8_LO), t1 = __builtin_shuffle(r0, r1, TR8_HI);
+  v8f t2 = __builtin_shuffle(r2, r3, TR8_LO), t3 = __builtin_shuffle(r2, r3, TR8_HI);
+  v8f t4 = __builtin_shuffle(r4, r5, TR8_LO), t5 = __builtin_shuffle(r4, r5, TR8_HI);
+  v8f t6 = __builtin_shuffle(r6, r7, TR8_LO), t7 = __builtin_shuffle(r6, r7, TR8_HI);
+  /* u<c>: columns c and c + 4 of rows 0..3 (u) and 4..7 (v) */
+  v8f u0 = __builtin_shuffle(t0, t2, TR8_LO2), u1 = __builtin_shuffle(t0, t2, TR8_HI2);
+  v8f u2 = __builtin_shuffle(t1, t3, TR8_LO2), u3 = __builtin_shuffle(t1, t3, TR8_HI2);
+  v8f v0 = __builtin_shuffle(t4, t6, TR8_LO2), v1 = __builtin_shuffle(t4, t6, TR8_HI2);
+  v8f v2 = __builtin_shuffle(t5, t7, TR8_LO2), v3 = __builtin_shuffle(t5, t7, TR8_HI2);
+  *(v8f_u *)dst = __builtin_shuffle(u0, v0, TR8_LO4);
+  *(v8f_u *)(dst + ds) = __builtin_shuffle(u1, v1, TR8_LO4);
+  *(v8f_u *)(dst + 2 * ds) = __builtin_shuffle(u2, v2, TR8_LO4);
+  *(v8f_u *)(dst + 3 * ds) = __builtin_shuffle(u3, v3, TR8_LO4);
+  *(v8f_u *)(dst + 4 * ds) = __builtin_shuffle(u0, v0, TR8_HI4);
+  *(v8f_u *)(dst + 5 * ds) = __builtin_shuffle(u1, v1, TR8_HI4);
+  *(v8f_u *)(dst + 6 * ds) = __builtin_shuffle(u2, v2, TR8_HI4);
+  *(v8f_u *)(dst + 7 * ds) = __builtin_shuffle(u3, v3, TR8_HI4);
+}
 
 /* Element type a gather writes. */
 enum {

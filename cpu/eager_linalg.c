@@ -765,6 +765,105 @@ static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, in
     }
 }
 
+/* The same pools of float32 images in oneDNN's nChw<b>c (a convolution's
+** result kept in blocks for the next, cpu/backend.c), into the same
+** layout: a window reads the B channels of each pixel at once, one vector
+** (B is a constant in each copy of this body: eager_pool2d_blocked calls
+** it with 8 and 16).  The max and the divisor as eager_pool2d takes them. */
+static inline __attribute__((always_inline))
+void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
+                      const op_win2d *g, int is_max, const int B) {
+  int64_t ow, kh, kw, ih, iw;
+  int i;
+  for (ow = 0; ow < OW; ow++) {
+    int64_t w0 = ow * g->sw - g->pl;
+    if (is_max) {
+      float m[16];
+      for (i = 0; i < B; i++) m[i] = -INFINITY;
+      for (kh = 0; kh < g->kh; kh++) {
+        if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
+        for (kw = 0; kw < g->kw; kw++) {
+          const float *px;
+          if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
+          px = xb + (ih * W + iw) * B;
+          EAGER_SIMD
+          for (i = 0; i < B; i++) m[i] = px[i] > m[i] || px[i] != px[i] ? px[i] : m[i];
+        }
+      }
+      for (i = 0; i < B; i++) yr[ow * B + i] = m[i];
+    } else {
+      double acc[16];
+      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
+      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
+      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
+      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
+      for (i = 0; i < B; i++) acc[i] = 0.0;
+      for (ih = hs; ih < he; ih++)
+        for (iw = ws; iw < we; iw++) {
+          const float *px = xb + (ih * W + iw) * B;
+          EAGER_SIMD
+          for (i = 0; i < B; i++) acc[i] += px[i];
+        }
+      for (i = 0; i < B; i++) yr[ow * B + i] = (float)(acc[i] / (double)cnt);
+    }
+  }
+}
+
+/* The pools whose windows are many short rows (a global average over
+** 7x7, a 3x3 stride-2 window over 28x28: one output column or a few per
+** row) through the same loop: 8 planes at a time are transposed into a
+** pixel-major scratch T[pixel][8], pooled there one vector per tap, and
+** transposed back.  Row by row, each tap was a loop of one to a few
+** iterations (ShuffleNet's global pool over 544 planes of 7x7: 280 us,
+** 10 ns per add; 14 us now).  A last group of fewer planes pads its
+** lanes with zeros that are never written back.  Rows of more than 64
+** outputs, fewer than 8 planes or planes larger than POOL_BY8_MAX keep
+** the row loop, which is as fast there (bench/RESULTS.md). */
+#define POOL_BY8_MAX 16384   /* pixels of a plane: T is at most 512 KB a thread */
+
+EAGER_WIDE
+static void pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                     int64_t OW, const op_win2d *g, int is_max) {
+  int64_t groups = (planes + 7) / 8, HW = H * W, OHW = OH * OW;
+  EAGER_PRAGMA(omp parallel if (planes * HW * g->kh * g->kw > EAGER_PAR_MIN))
+  {
+    float *T = malloc((size_t)(HW + OHW) * 8 * sizeof *T), *U = T ? T + HW * 8 : NULL;
+    int64_t q, i, oh;
+    int j;
+    EAGER_PRAGMA(omp for schedule(static))
+    for (q = 0; q < groups; q++) {
+      int64_t p0 = q * 8;
+      int n = planes - p0 < 8 ? (int)(planes - p0) : 8;
+      if (!T) {     /* no scratch: the row loop */
+        for (i = p0 * OH; i < (p0 + n) * OH; i++) {
+          int64_t lo, hi;
+          pool_cols(W, OW, g->kw, g->sw, g->pl, is_max ? g->dw : 1, &lo, &hi);
+          if (is_max) max_row(x + i / OH * HW, y + i * OW, H, W, OW, i % OH * g->sh - g->pt, g, lo, hi);
+          else avg_row(x + i / OH * HW, y + i * OW, H, W, OW, i % OH * g->sh - g->pt, g, lo, hi);
+        }
+        continue;
+      }
+      if (n == 8) {
+        for (i = 0; i + 8 <= HW; i += 8) tr8x8(x + p0 * HW + i, HW, T + i * 8, 8);
+        for (; i < HW; i++)
+          for (j = 0; j < 8; j++) T[i * 8 + j] = x[(p0 + j) * HW + i];
+      } else
+        for (j = 0; j < 8; j++) {
+          const float *xp = x + (p0 + (j < n ? j : 0)) * HW;
+          EAGER_SIMD
+          for (i = 0; i < HW; i++) T[i * 8 + j] = j < n ? xp[i] : 0.0f;
+        }
+      for (oh = 0; oh < OH; oh++) pool_blocked_row(T, U + oh * OW * 8, H, W, OW, oh * g->sh - g->pt, g, is_max, 8);
+      i = 0;
+      if (n == 8)
+        for (; i + 8 <= OHW; i += 8) tr8x8(U + i * 8, 8, y + p0 * OHW + i, OHW);
+      for (; i < OHW; i++)
+        for (j = 0; j < n; j++) y[(p0 + j) * OHW + i] = U[i * 8 + j];
+    }
+    free(T);
+  }
+}
+
 int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0];
@@ -809,6 +908,8 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     } else if (is_max && is_max2x2(g) && 2 * OH <= H && 2 * OW <= W) {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes; p++) max2x2_plane(xf + p * H * W, y + p * OH * OW, W, OH, OW);
+    } else if (planes >= 8 && H * W <= POOL_BY8_MAX && OW <= 64) {
+      pool_by8(xf, y, planes, H, W, OH, OW, g, is_max);
     } else {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes * OH; p++) {
@@ -835,50 +936,6 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     free(yd);
   }
   return FL_OK;
-}
-
-/* The same pools of float32 images in oneDNN's nChw<b>c (a convolution's
-** result kept in blocks for the next, cpu/backend.c), into the same
-** layout: a window reads the B channels of each pixel at once, one vector
-** (B is a constant in each copy of this body: eager_pool2d_blocked calls
-** it with 8 and 16).  The max and the divisor as eager_pool2d takes them. */
-static inline __attribute__((always_inline))
-void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
-                      const op_win2d *g, int is_max, const int B) {
-  int64_t ow, kh, kw, ih, iw;
-  int i;
-  for (ow = 0; ow < OW; ow++) {
-    int64_t w0 = ow * g->sw - g->pl;
-    if (is_max) {
-      float m[16];
-      for (i = 0; i < B; i++) m[i] = -INFINITY;
-      for (kh = 0; kh < g->kh; kh++) {
-        if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
-        for (kw = 0; kw < g->kw; kw++) {
-          const float *px;
-          if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
-          px = xb + (ih * W + iw) * B;
-          EAGER_SIMD
-          for (i = 0; i < B; i++) m[i] = px[i] > m[i] || px[i] != px[i] ? px[i] : m[i];
-        }
-      }
-      for (i = 0; i < B; i++) yr[ow * B + i] = m[i];
-    } else {
-      double acc[16];
-      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
-      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
-      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
-      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
-      for (i = 0; i < B; i++) acc[i] = 0.0;
-      for (ih = hs; ih < he; ih++)
-        for (iw = ws; iw < we; iw++) {
-          const float *px = xb + (ih * W + iw) * B;
-          EAGER_SIMD
-          for (i = 0; i < B; i++) acc[i] += px[i];
-        }
-      for (i = 0; i < B; i++) yr[ow * B + i] = (float)(acc[i] / (double)cnt);
-    }
-  }
 }
 
 int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, int64_t N, int64_t C,

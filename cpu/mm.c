@@ -739,6 +739,7 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
+static int64_t ndw;                  /* atomic: depthwise ones run by cpu_conv_dw */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies */
@@ -1186,6 +1187,12 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
       k.ab[i][0] = (float)c->post[i].src.shape[0];
     }
   }
+  /* depthwise on plain layouts: cpu/conv_dw.c, unless a FUSELAB_CONV
+  ** setting asks for one of oneDNN's forms (to measure) */
+  if ((conv_mode == 2 || conv_mode == 4) && cpu_conv_dw(c) == FL_OK) {
+    __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
+    return FL_OK;
+  }
   if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
   en = p;
   if (en->refused) {
@@ -1356,6 +1363,10 @@ static int64_t nunblocked;
 static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
 
 #endif
+
+int64_t cpu_conv_dw_calls(void) {
+  return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
+}
 
 void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {
   block_counts(reads, writes);

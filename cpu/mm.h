@@ -148,6 +148,14 @@ int cpu_conv_block(void);
 int cpu_conv_sum_post(const cpu_mm_post *post, int npost);
 /* y [n, c, hw] plain from x in blocks of b channels (c % b == 0). */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
+/* Depthwise convolutions (groups = channels in = channels out) on plain
+** layouts, with any post-op but a blocked residual, as cpu_conv_run runs
+** them first (cpu/conv_dw.c): 1 when c is one (cpu_conv_dw_fits); run it,
+** FL_OK, or FL_EUNSUPPORTED / FL_ENOMEM with nothing written. */
+int cpu_conv_dw_fits(const cpu_conv *c);
+int cpu_conv_dw(const cpu_conv *c);
+/* depthwise convolutions run by cpu_conv_dw so far (fl.blas_info().depthwise_convs) */
+int64_t cpu_conv_dw_calls(void);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how
 ** many as a batched matmul (fl.blas_info().onednn_convs,
 ** .onednn_conv_posts, .onednn_conv_matmuls). */

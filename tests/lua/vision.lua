@@ -161,6 +161,70 @@ do
   end
 end
 
+-- Depthwise convolutions on plain layouts run on fuselab's own loop
+-- (cpu/conv_dw.c: 8 channels at a time through a padded pixel-major
+-- scratch): channel counts off the 8-lane groups, one and two images,
+-- strides, dilation, asymmetric padding, 1x1 to 5x5 and 1x7 windows, with
+-- and without bias, and every epilogue it runs itself -- each activation,
+-- a residual add and a product with a tensor laid out as the result
+-- (brought into the scratch the same way), a per-channel scale and shift
+-- (an inference batch norm's), constants; eager and compiled, against the
+-- reference.  Where oneDNN runs convolutions the loop must have run them
+-- (fl.blas_info().depthwise_convs); FUSELAB_CONV=plain (a child run
+-- below) hands them back to oneDNN.
+do
+  local acts = {
+    function(y) return y:relu() end, function(y) return y:silu() end,
+    function(y) return y:sigmoid() end, function(y) return y:tanh() end,
+    function(y) return y:gelu{approximate = "tanh"} end, function(y) return (y * 0.25):exp() end,
+    function(y) return y * 1.5 - 0.25 end}
+  local dw0 = fl.blas_info().depthwise_convs
+  local nbad, n = 0, 0
+  for i = 1, 24 do
+    local Cn, N = ({1, 3, 8, 13, 16, 21})[R(6)], R(2)
+    local k = ({{1, 1}, {3, 3}, {3, 3}, {5, 5}, {1, 7}, {2, 3}})[R(6)]
+    local st, dil = {R(2), R(2)}, {R(2), R(2)}
+    if R(2) == 1 then dil = {1, 1} end
+    local p = pads()
+    local t_, l, b, r = pad4(p)
+    local H = math.max(R(4, 19), (k[1] - 1) * dil[1] + 1 - t_ - b)
+    local W = math.max(R(4, 19), (k[2] - 1) * dil[2] + 1 - l - r)
+    local x = fl.rand(N, Cn, H, W) * 2 - 1
+    local w = fl.rand(Cn, 1, k[1], k[2]) * 2 - 1
+    local bias = R(2) == 1 and (fl.rand(Cn) * 2 - 1) or nil
+    local opts = {stride = st, padding = p, dilation = dil, groups = Cn}
+    local y0 = fl.conv2d(x, w, bias, opts)
+    local res = fl.rand(table.unpack(y0.shape)) * 2 - 1
+    local sc, sh = fl.rand(Cn, 1, 1) + 0.5, fl.rand(Cn, 1, 1) - 0.5
+    local kind, act = i % 4, acts[R(#acts)]
+    local function f(x_, w_, res_, sc_, sh_, b_)
+      local y = fl.conv2d(x_, w_, b_, opts)
+      if kind == 1 then y = y + res_ elseif kind == 2 then y = y * res_
+      elseif kind == 3 then y = y * sc_ + sh_ end
+      return act(y)
+    end
+    local args = {x, w, res, sc, sh, bias}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local eager = f(table.unpack(args))
+    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    n = n + 1
+    if not (close(got, want) and close(eager, want)) then
+      nbad = nbad + 1
+      t.diag(("depthwise: x%s k %s stride %s dilation %s padding %s%s kind %d: max err %s / %s"):format(
+             str(x.shape), str(k), str(st), str(dil), str(p), bias and " +bias" or "", kind,
+             got and tostring(maxerr(got, want)) or "no result", maxerr(eager, want)))
+    end
+  end
+  t.is(nbad, 0, n .. " depthwise convs with epilogues match the reference, eager and compiled")
+  local ran = fl.blas_info().depthwise_convs - dw0
+  local mode = os.getenv("FUSELAB_CONV")
+  if conv_on and (not mode or mode == "matmul") then
+    t.ok(ran >= n, "they ran on cpu/conv_dw.c (" .. ran .. " calls)")
+  else
+    t.is(ran, 0, "with FUSELAB_CONV=" .. tostring(mode) .. ", none ran on cpu/conv_dw.c")
+  end
+end
+
 -- Convolution weights kept in oneDNN's layout (cpu/mm.c, kept_find):
 -- from their second unchanged use on, convs read the kept copy; every
 -- call matches the reference with the weights' values of that moment,
@@ -240,6 +304,7 @@ end
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") then
   C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
   if conv_on then
+    C.rerun("FUSELAB_CONV=plain", "oneDNN on plain layouts", "none ran on cpu/conv_dw.c", "conv")
     C.rerun("FUSELAB_CONV=any", "oneDNN's own layouts", "oneDNN", "conv")
     C.rerun("FUSELAB_CONV=matmul", "1x1s as matmuls", "ran as batched matmuls", "onednn_conv_matmuls")
   end

@@ -626,6 +626,32 @@ static void test_pool(void) {
       check(op, &x, 1, &a, RED, buf);
       gc();
     }
+  /* 8 planes and more with short rows go through transposed groups of 8
+  ** (pool_by8): a last group of fewer planes, pixel counts that are not
+  ** whole tiles of 8, global windows, dilation, ceil mode and both
+  ** divisors */
+  {
+    static const struct { const char *x; int k, s, p, d, ceil, incl, flags; } bs[] = {
+      {"3,5,7,9", 3, 2, 1, 1, 0, 1, SPECIAL}, {"2,8,14,14", 7, 7, 0, 1, 0, 1, 0},
+      {"1,9,6,6", 6, 1, 0, 1, 0, 1, NC}, {"2,4,11,13", 3, 2, 1, 1, 1, 0, 0},
+      {"1,16,9,9", 3, 2, 0, 2, 1, 1, 0}, {"2,12,10,10", 3, 1, 1, 1, 0, 0, SPECIAL},
+      {"1,40,5,5", 5, 1, 2, 1, 0, 0, 0}};
+    for (op = OP_MAX_POOL2D; op <= OP_AVG_POOL2D; op++)
+      for (c = 0; c < sizeof bs / sizeof *bs; c++) {
+        op_attrs a = attrs(op);
+        fl_tensor *x;
+        char buf[64];
+        if (op == OP_AVG_POOL2D && bs[c].d > 1) continue;     /* dilation: the max only */
+        x = T(F32, bs[c].x, bs[c].flags);
+        a.i[0] = a.i[1] = bs[c].k; a.i[2] = a.i[3] = bs[c].s;
+        a.i[4] = a.i[5] = a.i[6] = a.i[7] = bs[c].p; a.i[8] = a.i[9] = bs[c].d;
+        a.i[10] = bs[c].ceil; a.i[11] = bs[c].incl;
+        snprintf(buf, sizeof buf, "by8 k%d s%d p%d d%d%s%s", bs[c].k, bs[c].s, bs[c].p,
+                 bs[c].d, bs[c].ceil ? " ceil" : "", bs[c].incl ? "" : " exclude-pad");
+        check(op, &x, 1, &a, RED, buf);
+        gc();
+      }
+  }
   /* the pool's gradient, over the same windows: g of the pool's shape */
   for (c = 0; c < sizeof cs / sizeof *cs; c++) {
     op_attrs a = attrs(OP_MAX_POOL2D_BACKWARD);
