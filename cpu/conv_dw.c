@@ -70,6 +70,33 @@ void dw_from8(const float *u, float *dst, int64_t ds, int64_t n, int nc) {
     for (j = 0; j < nc; j++) dst[j * ds + i] = u[i * 8 + j];
 }
 
+/* The elementwise post-op po over y [n]; 0 where po reads a tensor. */
+static inline __attribute__((always_inline))
+int post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
+  float a = po->alpha, b = po->beta;
+  int64_t k;
+  switch (po->kind) {
+  case CPU_MM_RELU: EAGER_SIMD for (k = 0; k < n; k++) y[k] = y[k] < 0.0f ? 0.0f : y[k]; return 1;
+  case CPU_MM_TANH: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_tanhf(y[k]); return 1;
+  case CPU_MM_SIGMOID: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_sigmoidf(y[k]); return 1;
+  case CPU_MM_SILU: EAGER_SIMD for (k = 0; k < n; k++) y[k] = y[k] * eager_sigmoidf(y[k]); return 1;
+  case CPU_MM_EXP: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_expf(y[k]); return 1;
+  case CPU_MM_GELU_TANH:     /* as eager's gelu_tanh: 1 + tanh(u) = 2 / (1 + e^-2u) */
+    EAGER_SIMD
+    for (k = 0; k < n; k++) {
+      float x = y[k];
+      y[k] = x / (1.0f + eager_expf(-1.59576912160573072f * (x + 0.044715f * x * x * x)));
+    }
+    return 1;
+  case CPU_MM_AFFINE: EAGER_SIMD for (k = 0; k < n; k++) y[k] = a * y[k] + b; return 1;
+  default: return 0;
+  }
+}
+
+static float chan_value(const cpu_mm_post *po, int64_t ch) {
+  return po->src.p[po->src.shape[0] == 1 ? 0 : ch];
+}
+
 /* The epilogue over u [n][8] (pixel-major: 8 channels from c0): a
 ** residual's or factor's row (at element off of channel c0's plane,
 ** planes `ps` apart) is brought into r the same way first. */
@@ -80,32 +107,45 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
   int64_t k, m = n * 8;
   for (i = 0; i < c->npost; i++) {
     const cpu_mm_post *po = &c->post[i];
-    float a = po->alpha, b = po->beta;
     v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (post_elem(po, u, m)) continue;
     switch (po->kind) {
-    case CPU_MM_RELU: EAGER_SIMD for (k = 0; k < m; k++) u[k] = u[k] < 0.0f ? 0.0f : u[k]; break;
-    case CPU_MM_TANH: EAGER_SIMD for (k = 0; k < m; k++) u[k] = eager_tanhf(u[k]); break;
-    case CPU_MM_SIGMOID: EAGER_SIMD for (k = 0; k < m; k++) u[k] = eager_sigmoidf(u[k]); break;
-    case CPU_MM_SILU: EAGER_SIMD for (k = 0; k < m; k++) u[k] = u[k] * eager_sigmoidf(u[k]); break;
-    case CPU_MM_EXP: EAGER_SIMD for (k = 0; k < m; k++) u[k] = eager_expf(u[k]); break;
-    case CPU_MM_GELU_TANH:     /* as eager's gelu_tanh: 1 + tanh(u) = 2 / (1 + e^-2u) */
-      EAGER_SIMD
-      for (k = 0; k < m; k++) {
-        float x = u[k];
-        u[k] = x / (1.0f + eager_expf(-1.59576912160573072f * (x + 0.044715f * x * x * x)));
-      }
-      break;
-    case CPU_MM_AFFINE: EAGER_SIMD for (k = 0; k < m; k++) u[k] = a * u[k] + b; break;
     case CPU_MM_ADD: case CPU_MM_MUL:
       dw_to8(po->src.p + off, ps, r, n, nc);
       if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += r[k]; }
       else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= r[k]; }
       break;
     case CPU_MM_ADD_C: case CPU_MM_MUL_C:
-      for (j = 0; j < nc; j++) cv[j] = po->src.p[po->src.shape[0] == 1 ? 0 : c0 + j];
+      for (j = 0; j < nc; j++) cv[j] = chan_value(po, c0 + j);
       if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f *)(u + k * 8) += cv;
       else for (k = 0; k < n; k++) *(v8f *)(u + k * 8) *= cv;
       break;
+    default: break;
+    }
+  }
+}
+
+/* Post-ops from..npost of c over its plain result, plane by plane. */
+EAGER_WIDE
+void cpu_conv_posts(const cpu_conv *c, int from) {
+  int64_t P = c->oh * c->ow, q;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (c->n * c->co * P * (c->npost - from) > 8 * EAGER_PAR_MIN))
+  for (q = 0; q < c->n * c->co; q++) {
+    float *restrict y = c->y + q * P;
+    int i;
+    int64_t k;
+    for (i = from; i < c->npost; i++) {
+      const cpu_mm_post *po = &c->post[i];
+      const float *s = po->src.p + q * P;
+      float v;
+      if (post_elem(po, y, P)) continue;
+      switch (po->kind) {
+      case CPU_MM_ADD: EAGER_SIMD for (k = 0; k < P; k++) y[k] += s[k]; break;
+      case CPU_MM_MUL: EAGER_SIMD for (k = 0; k < P; k++) y[k] *= s[k]; break;
+      case CPU_MM_ADD_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < P; k++) y[k] += v; break;
+      case CPU_MM_MUL_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < P; k++) y[k] *= v; break;
+      default: break;
+      }
     }
   }
 }

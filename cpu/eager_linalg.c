@@ -938,6 +938,7 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
   return FL_OK;
 }
 
+EAGER_WIDE
 int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, int64_t N, int64_t C,
                          int64_t H, int64_t W, int64_t OH, int64_t OW, int b) {
   op_win2d g;

@@ -729,6 +729,8 @@ typedef struct centry {
   dnnl_memory_t bias, post[CPU_MM_MAXPOST];
   int sum1;                    /* 1 + the residual add run as a sum, or 0 */
   int mm;                      /* run as a batched matmul (centry_make_mm) */
+  int tail;                    /* its post-ops from here on run after it
+                                  (cpu_conv_posts); npost: none */
   dnnl_memory_t sum_src;       /* that residual, laid out as the caller's y */
   dnnl_primitive_t sum_reorder;   /* into side[2].inner, where there is one */
   dnnl_memory_t scratch;
@@ -932,19 +934,21 @@ done:
 ** and the form is not tried (one candidate fewer to time).  The matmul's
 ** bias is per column, so the bias (per row here) and a leading residual
 ** add are written into y first and read back by a sum post-op; later
-** post-ops must be elementwise.  0 where that does not hold or oneDNN
-** refuses; centry_pick times it against the convolutions. */
-static int mm_form(const cpu_conv *c) {
+** post-ops must be elementwise up to the first per-channel one (*tail),
+** which with all after it runs over y once the product is done.  0 where
+** that does not hold or oneDNN refuses; centry_pick times it against the
+** convolutions. */
+static int mm_form(const cpu_conv *c, int *tail) {
   int i;
   if (c->xblk || c->yblk || (c->npost && c->post[0].blk))   /* plain layouts only */
     return 0;
   if (c->c / c->groups < 2 || (c->groups == 1 && !c->npost) || c->kh != 1 || c->kw != 1 ||
       c->sh != 1 || c->sw != 1 || c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w)
     return 0;
-  for (i = 0; i < c->npost; i++)
-    if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL ||
-        c->post[i].kind == CPU_MM_ADD_C || c->post[i].kind == CPU_MM_MUL_C)
-      return 0;
+  for (*tail = 0; *tail < c->npost; ++*tail)
+    if (c->post[*tail].kind == CPU_MM_ADD_C || c->post[*tail].kind == CPU_MM_MUL_C) break;
+  for (i = 0; i < *tail; i++)
+    if ((c->post[i].kind == CPU_MM_ADD && i > 0) || c->post[i].kind == CPU_MM_MUL) return 0;
   return 1;
 }
 
@@ -959,7 +963,7 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL;
   int i, ok = 0;
-  if (!mm_form(c) || !md_of(&wmd, 4, wd, ws) || !md_of(&xmd, 4, xd, xs) || !md_of(&ymd, 4, yd, ys) ||
+  if (!mm_form(c, &en->tail) || !md_of(&wmd, 4, wd, ws) || !md_of(&xmd, 4, xd, xs) || !md_of(&ymd, 4, yd, ys) ||
       dnnl_matmul_desc_init(&desc, &wmd, &xmd, NULL, &ymd) != dnnl_success ||
       dnnl_primitive_attr_create(&attr) != dnnl_success)
     return 0;
@@ -967,10 +971,13 @@ static int centry_make_mm(centry *en, const cpu_conv *c) {
       dnnl_post_ops_create(&ops) != dnnl_success)
     goto done;
   /* y holds bias + the leading residual when the product runs: a sum
-  ** first, then the elementwise rest (mm_form allows no other) */
+  ** first, then the elementwise rest up to the first per-channel one (a
+  ** batch norm's scale and shift: per row here, which a matmul's binary
+  ** post-op reads slowly if at all); that one and all after it run over
+  ** y afterwards, while it is in cache (cpu_conv_posts) */
   if (c->npost && c->post[0].kind == CPU_MM_ADD) en->sum1 = 1;
   if ((c->bias || en->sum1) && dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success) goto done;
-  if (!posts_append(ops, c->post, c->npost, -1, en->sum1 - 1, NULL)) goto done;
+  if (!posts_append(ops, c->post, en->tail, -1, en->sum1 - 1, NULL)) goto done;
   if (dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success ||
       dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) != dnnl_success) {
     pd = NULL;
@@ -1056,7 +1063,9 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
     dnnl_memory_set_data_handle(en->side[2].user, c->y);
     if (c->bias || en->sum1) mm_prefill(c, en->sum1 ? c->post[0].src.p : NULL);
     ok = dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
-    return dnnl_stream_wait(stream) == dnnl_success && ok;
+    ok = dnnl_stream_wait(stream) == dnnl_success && ok;
+    if (ok && en->tail < c->npost) cpu_conv_posts(c, en->tail);
+    return ok;
   }
   dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
   dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);

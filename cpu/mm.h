@@ -154,6 +154,9 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** FL_OK, or FL_EUNSUPPORTED / FL_ENOMEM with nothing written. */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
+/* Post-ops from .. npost of c over its plain result y (nchw), in order:
+** what the matmul form of a 1x1 leaves to a pass of its own. */
+void cpu_conv_posts(const cpu_conv *c, int from);
 /* depthwise convolutions run by cpu_conv_dw so far (fl.blas_info().depthwise_convs) */
 int64_t cpu_conv_dw_calls(void);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how

@@ -218,6 +218,7 @@ do
   t.is(nbad, 0, n .. " depthwise convs with epilogues match the reference, eager and compiled")
   local ran = fl.blas_info().depthwise_convs - dw0
   local mode = os.getenv("FUSELAB_CONV")
+  if mode == "" then mode = nil end
   if conv_on and (not mode or mode == "matmul") then
     t.ok(ran >= n, "they ran on cpu/conv_dw.c (" .. ran .. " calls)")
   else
@@ -260,28 +261,32 @@ end
 -- (cpu/mm.c, centry_make_mm), the bias and a leading residual added
 -- through a sum post-op: one to four groups whose widths are off
 -- oneDNN's blocks of 8, one and two images, with and without bias; bare,
--- with a relu, with a residual add and a relu; eager and compiled, each
--- against the reference.  The child run with FUSELAB_CONV=matmul takes
+-- with a relu, with a residual add and a relu, with a per-channel scale
+-- and shift (a batch norm's, run over the result after the product:
+-- cpu_conv_posts); eager and compiled, each against the reference.  The child run with FUSELAB_CONV=matmul takes
 -- that form wherever it applies: every compiled case (each has an
 -- epilogue: `* 1.0` is one) and the grouped eager ones.
 do
   local mm0 = fl.blas_info().onednn_conv_matmuls
   local nbad, n, want_mm = 0, 0, 0
-  for i = 1, 15 do
+  for i = 1, 20 do
     local g, cg, og = R(4), R(2, 9), R(1, 9)
     local N, H, W = R(2), R(1, 9), R(1, 9)
     local x = fl.rand(N, g * cg, H, W) * 2 - 1
     local w = fl.rand(g * og, cg, 1, 1) * 2 - 1
     local r = fl.rand(N, g * og, H, W) * 2 - 1
     local b = R(2) == 1 and (fl.rand(g * og) * 2 - 1) or nil
-    local kind = i % 3
-    local function f(x_, w_, r_, b_)
+    local sc, sh = fl.rand(g * og, 1, 1) + 0.5, fl.rand(g * og, 1, 1) - 0.5
+    local kind = i % 5
+    local function f(x_, w_, r_, sc_, sh_, b_)
       local y = fl.conv2d(x_, w_, b_, {groups = g})
       if kind == 1 then return y:relu() end
       if kind == 2 then return (y + r_):relu() end
+      if kind == 3 then return (y * sc_ + sh_):relu() end          -- per channel, after the product
+      if kind == 4 then return ((y + r_) * sc_ + sh_):sigmoid() end
       return y * 1.0
     end
-    local args = {x, w, r, b}
+    local args = {x, w, r, sc, sh, b}
     local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
     local eager = f(table.unpack(args))
     local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
@@ -293,7 +298,7 @@ do
              b and " +bias" or "", kind, got and tostring(maxerr(got, want)) or "no result", maxerr(eager, want)))
     end
   end
-  t.is(nbad, 0, n .. " 1x1 convs (bare, relu, residual + relu) match the reference, eager and compiled")
+  t.is(nbad, 0, n .. " 1x1 convs (bare, relu, residual + relu, per-channel affine) match the reference, eager and compiled")
   if os.getenv("FUSELAB_CONV") == "matmul" then
     local k = fl.blas_info().onednn_conv_matmuls - mm0
     t.ok(k >= want_mm, "FUSELAB_CONV=matmul: 1x1 convs ran as batched matmuls (" .. k .. " calls, " ..
