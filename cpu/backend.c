@@ -322,14 +322,15 @@ static void plan_posts(const fuse_plan *p, int k, cpu_kinfo *ki) {
   for (i = 0, a = 0; i < npost; i++) {
     /* a batch norm's per-channel scale and shift run inside the call on
     ** the blocked kernels; oneDNN's gemm convolutions apply such post-ops
-    ** in a slow generic loop (9 ms for a 0.8 ms ResNet-50 1x1), and no
-    ** kernel takes a residual add after them as its sum: there the
-    ** generated epilogue does better */
+    ** in a slow generic loop (9 ms for a 0.8 ms ResNet-50 1x1).  No kernel
+    ** takes a residual add after them as its sum: cpu_conv_run adds it
+    ** over the result after the call (conv_tail), so another per-channel
+    ** post-op may not follow it */
     if (post[i].kind == CPU_MM_ADD_C || post[i].kind == CPU_MM_MUL_C) {
-      if (!cpu_conv_block() || !conv_blockable(g, anchor, cpu_conv_block(), 1)) return;
+      if (!cpu_conv_block() || !conv_blockable(g, anchor, cpu_conv_block(), 1) || a > 1) return;
       a = 1;
     } else if (a && (post[i].kind == CPU_MM_ADD || post[i].kind == CPU_MM_MUL)) {
-      return;
+      a = 2;
     }
   }
   memcpy(ki->post, post, sizeof post);

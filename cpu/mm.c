@@ -1172,6 +1172,23 @@ static void centry_free(void *en) {
 _Static_assert(offsetof(centry, k) == 0, "an entry's key comes first");
 static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry_free, {0}, {0}, 0, 0};
 
+/* The first residual add or product that follows a per-channel post-op,
+** when only elementwise post-ops come after it; else npost. */
+static int conv_tail(const cpu_conv *c) {
+  int i, chan = 0, at = c->npost;
+  for (i = 0; i < c->npost; i++) {
+    cpu_mm_pkind k = c->post[i].kind;
+    if (k == CPU_MM_ADD_C || k == CPU_MM_MUL_C) {
+      if (at < c->npost) return c->npost;
+      chan = 1;
+    } else if ((k == CPU_MM_ADD || k == CPU_MM_MUL) && chan && at == c->npost) {
+      if (c->post[i].blk) return c->npost;
+      at = i;
+    }
+  }
+  return at;
+}
+
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ckey k;
   centry *en;
@@ -1205,6 +1222,18 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
                        (long long)c->post[i].src.shape[0], (long long)c->co);
       k.ab[i][0] = (float)c->post[i].src.shape[0];
     }
+  }
+  /* a residual add (or a product) after per-channel post-ops (a batch
+  ** norm's, ResNet's late blocks): no oneDNN kernel takes it as its sum,
+  ** and as a binary post-op it runs a slow generic loop where it is taken
+  ** at all; so the call runs the post-ops before it, and it and the
+  ** elementwise rest run over y after, one pass while y is in cache, in
+  ** whatever layout y has (each operand is laid out as y is) */
+  if ((i = conv_tail(c)) < c->npost) {
+    cpu_conv head = *c;
+    head.npost = i;
+    if ((rc = cpu_conv_run(&head, e)) == FL_OK) cpu_conv_posts(c, i);
+    return rc;
   }
   /* depthwise on plain layouts: cpu/conv_dw.c, unless a FUSELAB_CONV
   ** setting asks for one of oneDNN's forms (to measure) */

@@ -226,6 +226,47 @@ do
   end
 end
 
+-- A residual add after a batch norm's per-channel scale and shift (ResNet's
+-- late blocks, where the norm is not folded into large weights): oneDNN
+-- takes no residual after per-channel post-ops as its sum, so the call
+-- runs the scale and shift and the add and relu run over its result after
+-- it (cpu/mm.c, conv_tail), in whatever layout the result has; in a chain
+-- of convolutions over whole blocks of channels the values stay blocked
+-- through it.  Compiled, against the reference.
+do
+  local nbad, n = 0, 0
+  local r0 = fl.blas_info().blocked_writes
+  for i = 1, 6 do
+    local Cn, H, N = ({8, 16, 24})[R(3)], R(3, 9), R(2)
+    local k = ({1, 3})[R(2)]
+    local x = fl.rand(N, Cn, H, H) * 2 - 1
+    local w1, w2, w3 = fl.rand(Cn, Cn, 3, 3) * 0.4 - 0.2, fl.rand(Cn, Cn, k, k) * 0.4 - 0.2,
+                       fl.rand(Cn, Cn, 1, 1) * 0.4 - 0.2
+    local sc, sh = fl.rand(Cn, 1, 1) + 0.5, fl.rand(Cn, 1, 1) - 0.5
+    local pad = (k - 1) // 2
+    local function f(x_, w1_, w2_, w3_, sc_, sh_)
+      local c1 = fl.conv2d(x_, w1_, {padding = 1}):relu()
+      local c2 = (fl.conv2d(c1, w2_, {padding = pad}) * sc_ + sh_ + c1):relu()
+      return fl.conv2d(c2, w3_) * 1.0
+    end
+    local args = {x, w1, w2, w3, sc, sh}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    n = n + 1
+    if not close(got, want) then
+      nbad = nbad + 1
+      t.diag(("affine + residual: x%s k %d: max err %s"):format(str(x.shape), k,
+             got and tostring(maxerr(got, want)) or "no result"))
+    end
+  end
+  t.is(nbad, 0, n .. " chains with a residual add after a per-channel scale and shift match the reference")
+  if conv_on and (fl.blas_info().conv_block or 0) > 0 then
+    t.ok(fl.blas_info().blocked_writes > r0, "and their convolutions wrote blocks")
+  else
+    t.skip("no blocked layout here", 1)
+  end
+end
+
 -- Convolution weights kept in oneDNN's layout (cpu/mm.c, kept_find):
 -- from their second unchanged use on, convs read the kept copy; every
 -- call matches the reference with the weights' values of that moment,
