@@ -195,27 +195,48 @@ void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64
   }
 }
 
+/* rows of n pixels in a run of at least 32 (and of an input row of n) */
+static int64_t dw_strip(int64_t n) {
+  return n >= 32 ? 1 : (32 + n - 1) / n;
+}
+
 /* One image's channels c0 .. c0 + nc (nc <= 8) through the scratch:
 ** T [hp * wp][8] (its border zero), U [oh * ow][8]. */
 EAGER_WIDE
-static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *T, float *U) {
+static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *T, float *U,
+                     int64_t strip) {
   int64_t H = c->h, W = c->w, OH = c->oh, OW = c->ow, HW = H * W, OHW = OH * OW;
-  int64_t wp = W + c->pl + c->pr, KK = c->kh * c->kw, ih, oh;
+  int64_t wp = W + c->pl + c->pr, KK = c->kh * c->kw, ih, oh, o, R = dw_strip(OW);
   int64_t s8 = c->sw * 8, rs = c->dh * wp * 8, cs = c->dw * 8, at = (img * c->c + c0) * OHW;
+  const float *x = c->x + (img * c->c + c0) * HW;
   v8f wv[64], bias = {0, 0, 0, 0, 0, 0, 0, 0};
   int j, t;
   for (t = 0; t < KK; t++)
     for (j = 0; j < 8; j++) wv[t][j] = j < nc ? c->wt[(c0 + j) * KK + t] : 0.0f;
   for (j = 0; j < nc && c->bias; j++) bias[j] = c->bias[c0 + j];
-  for (ih = 0; ih < H; ih++)
-    dw_to8(c->x + (img * c->c + c0) * HW + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
-  for (oh = 0; oh < OH; oh++) {
-    const float *r0 = T + oh * c->sh * wp * 8;
-    if (c->kh == 3 && c->kw == 3) dw_row(r0, U, OW, s8, rs, cs, wv, bias, 3, 3);
-    else if (c->kh == 5 && c->kw == 5) dw_row(r0, U, OW, s8, rs, cs, wv, bias, 5, 5);
-    else dw_row(r0, U, OW, s8, rs, cs, wv, bias, (int)c->kh, (int)c->kw);
-    if (c->npost) dw_posts(c, U, U + OW * 8, OW, c0, nc, at + oh * OW, OHW);
-    dw_from8(U, c->y + at + oh * OW, OHW, OW, nc);
+  if (W >= 16) {
+    for (ih = 0; ih < H; ih++) dw_to8(x + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
+  } else {        /* short rows: runs of whole rows, through U, then row by row */
+    int64_t Ri = dw_strip(W);
+    for (ih = 0; ih < H; ih += Ri) {
+      int64_t n = (ih + Ri < H ? Ri : H - ih) * W;
+      dw_to8(x + ih * W, HW, U, n, nc);
+      for (o = 0; o < n / W; o++) memcpy(T + ((ih + o + c->pt) * wp + c->pl) * 8, U + o * W * 8, (size_t)W * 32);
+    }
+  }
+  /* R output rows at a time, so that short rows make one run of at least
+  ** 32 pixels for the epilogue and the transposition back */
+  for (oh = 0; oh < OH; oh += R) {
+    int64_t nr = oh + R < OH ? R : OH - oh;
+    for (o = 0; o < nr; o++) {
+      const float *r0 = T + (oh + o) * c->sh * wp * 8;
+      float *u = U + o * OW * 8;
+      if (c->kh == 3 && c->kw == 3) dw_row(r0, u, OW, s8, rs, cs, wv, bias, 3, 3);
+      else if (c->kh == 5 && c->kw == 5) dw_row(r0, u, OW, s8, rs, cs, wv, bias, 5, 5);
+      else dw_row(r0, u, OW, s8, rs, cs, wv, bias, (int)c->kh, (int)c->kw);
+    }
+    if (c->npost) dw_posts(c, U, U + strip * 8, nr * OW, c0, nc, at + oh * OW, OHW);
+    dw_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
   }
 }
 
@@ -225,8 +246,11 @@ int cpu_conv_dw(const cpu_conv *c) {
   if (!cpu_conv_dw_fits(c)) return FL_EUNSUPPORTED;
   EAGER_PRAGMA(omp parallel if (c->n * c->c * c->oh * c->ow * c->kh * c->kw > EAGER_PAR_MIN))
   {
-    /* T: the padded planes; then an output row, and a residual's row */
-    float *T = aligned_alloc(64, (size_t)((hp * wp + 2 * c->ow) * 8 * sizeof(float) + 63) / 64 * 64);
+    /* T: the padded planes; then U, a strip of output rows (or of input
+    ** rows, dw_group), and a residual's strip */
+    int64_t strip = dw_strip(c->ow) * c->ow > dw_strip(c->w) * c->w ? dw_strip(c->ow) * c->ow
+                                                                     : dw_strip(c->w) * c->w;
+    float *T = aligned_alloc(64, (size_t)((hp * wp + 2 * strip) * 8 * sizeof(float) + 63) / 64 * 64);
     if (!T) {
       EAGER_PRAGMA(omp atomic write)
       ok = 0;
@@ -238,7 +262,7 @@ int cpu_conv_dw(const cpu_conv *c) {
       EAGER_PRAGMA(omp for schedule(static))
       for (q = 0; q < c->n * ng; q++) {
         int64_t c0 = q % ng * 8;
-        dw_group(c, q / ng, c0, c->c - c0 < 8 ? (int)(c->c - c0) : 8, T, T + hp * wp * 8);
+        dw_group(c, q / ng, c0, c->c - c0 < 8 ? (int)(c->c - c0) : 8, T, T + hp * wp * 8, strip);
       }
     }
     free(T);
