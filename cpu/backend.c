@@ -65,7 +65,8 @@ typedef struct matcher {
 
 /* the value of constant step i as the float32 arithmetic around it sees
 ** it (an integer constant of a float op is promoted), 0 when not one */
-static int const_value(const fk_instr *in, double *v) {
+static int const_value(const matcher *m, int i, double *v) {
+  const fk_instr *in = &m->k->instr[i];
   if (in->opc != FKI_CONST) return 0;
   if (in->dtype == FL_I64) *v = (double)in->ivalue;
   else if (dtype_is_float(in->dtype)) *v = in->value;
@@ -75,7 +76,19 @@ static int const_value(const fk_instr *in, double *v) {
 
 static int is_const(const matcher *m, int i, double c) {
   double v;
-  return const_value(&m->k->instr[i], &v) && fabs(v - c) <= 1e-6 * fabs(c);
+  return const_value(m, i, &v) && fabs(v - c) <= 1e-6 * fabs(c);
+}
+
+/* step j is op(c, y) in either order with c the constant value c; *other
+** gets y */
+static int elem2c(const matcher *m, int j, fl_op op, double c, int *other) {
+  const fk_instr *in = &m->k->instr[j];
+  int s;
+  if (in->opc != FKI_ELEM || in->op != op || in->narg != 2 || in->dtype != FL_F32 || m->region[j] != -2)
+    return 0;
+  for (s = 0; s < 2; s++)
+    if (is_const(m, in->arg[s], c)) { *other = in->arg[1 - s]; return 1; }
+  return 0;
 }
 
 /* step j is op(x, y) in either order with x == a; *other gets y */
@@ -163,6 +176,21 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
     take(m, j);
     return 1;
   }
+  /* hardswish as the ONNX loader writes it: mul(v, clamp(add(div(v, 6),
+  ** .5), 0, 1)), oneDNN's x * relu6(x + 3) / 6 */
+  if (composite && elem2(m, j, OP_MUL, v, &o)) {
+    const fk_instr *ci = &k->instr[o], *di;
+    int ad, dv;
+    if (ci->opc == FKI_ELEM && ci->op == OP_CLAMP && ci->narg == 1 && m->region[o] == -2 &&
+        ci->dtype == FL_F32 && ci->attrs.f[0] == 0.0 && ci->attrs.f[1] == 1.0 &&
+        elem2c(m, ad = ci->arg[0], OP_ADD, 0.5, &dv) && (di = &k->instr[dv])->opc == FKI_ELEM &&
+        di->op == OP_DIV && di->narg == 2 && di->arg[0] == v && m->region[dv] == -2 &&
+        di->dtype == FL_F32 && is_const(m, di->arg[1], 6.0)) {
+      po->kind = CPU_MM_HARDSWISH;
+      take(m, j); take(m, o); take(m, ad); take(m, dv);
+      return 1;
+    }
+  }
   /* silu decomposed: mul(v, sigmoid(v)) */
   if (composite && elem2(m, j, OP_MUL, v, &o) && elem1(m, o, OP_SIGMOID, v)) {
     po->kind = CPU_MM_SILU;
@@ -202,7 +230,7 @@ static int match_post(matcher *m, int j, int v, int composite, cpu_post *po) {
     int left = in->arg[0] == v, other = in->arg[left ? 1 : 0];
     const fk_instr *oi = &k->instr[other];
     double dv;
-    if (const_value(oi, &dv)) {
+    if (const_value(m, other, &dv)) {
       float cv = (float)dv;
       po->kind = CPU_MM_AFFINE;
       if (in->op == OP_ADD) { po->alpha = 1.0f; po->beta = cv; }

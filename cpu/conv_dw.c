@@ -89,6 +89,14 @@ int post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
     }
     return 1;
   case CPU_MM_AFFINE: EAGER_SIMD for (k = 0; k < n; k++) y[k] = a * y[k] + b; return 1;
+  case CPU_MM_HARDSWISH:     /* as the ONNX loader writes it */
+    EAGER_SIMD
+    for (k = 0; k < n; k++) {
+      float h = y[k] / 6.0f + 0.5f;
+      h = h < 1.0f ? h : 1.0f;
+      y[k] *= h > 0.0f ? h : 0.0f;
+    }
+    return 1;
   default: return 0;
   }
 }

@@ -158,6 +158,7 @@ static dnnl_alg_kind_t eltwise_alg(int kind, float *alpha, float *beta) {
   case CPU_MM_SIGMOID: return dnnl_eltwise_logistic;
   case CPU_MM_SILU: *alpha = 1.0f; return dnnl_eltwise_swish;
   case CPU_MM_EXP: return dnnl_eltwise_exp;
+  case CPU_MM_HARDSWISH: return dnnl_eltwise_hardswish;
   default: return dnnl_eltwise_linear;
   }
 }

@@ -36,6 +36,7 @@ typedef struct cpu_mm_arg {
 typedef enum cpu_mm_pkind {
   CPU_MM_RELU, CPU_MM_GELU_TANH, CPU_MM_TANH, CPU_MM_SIGMOID,
   CPU_MM_SILU, CPU_MM_EXP,
+  CPU_MM_HARDSWISH,                  /* x * min(max(x / 6 + 1/2, 0), 1) */
   CPU_MM_AFFINE,                     /* alpha * x + beta */
   CPU_MM_ADD, CPU_MM_MUL,            /* with a tensor (src), broadcast to dst */
   CPU_MM_ADD_C, CPU_MM_MUL_C         /* convolutions: with one value per output

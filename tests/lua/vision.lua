@@ -177,7 +177,7 @@ do
     function(y) return y:relu() end, function(y) return y:silu() end,
     function(y) return y:sigmoid() end, function(y) return y:tanh() end,
     function(y) return y:gelu{approximate = "tanh"} end, function(y) return (y * 0.25):exp() end,
-    function(y) return y * 1.5 - 0.25 end}
+    function(y) return y * 1.5 - 0.25 end, function(y) return y * (y / 6.0 + 0.5):clamp(0, 1) end}
   local dw0 = fl.blas_info().depthwise_convs
   local nbad, n = 0, 0
   for i = 1, 24 do
@@ -223,6 +223,31 @@ do
     t.ok(ran >= n, "they ran on cpu/conv_dw.c (" .. ran .. " calls)")
   else
     t.is(ran, 0, "with FUSELAB_CONV=" .. tostring(mode) .. ", none ran on cpu/conv_dw.c")
+  end
+end
+
+-- Hardswish as the ONNX loader writes it, x * clamp(x / 6 + 1/2, 0, 1),
+-- runs inside the call of the convolution or product before it (oneDNN's
+-- hardswish post-op), so MobileNetV3's values stay in blocks: a conv and a
+-- linear, compiled, against the reference, and counted as fused.
+do
+  local x, w, b = fl.rand(2, 16, 9, 9) * 8 - 4, fl.rand(24, 16, 3, 3) * 0.4 - 0.2, fl.rand(24) - 0.5
+  local a, lw = fl.rand(5, 32) * 8 - 4, fl.rand(40, 32) * 0.4 - 0.2
+  local function hs(y) return y * (y / 6.0 + 0.5):clamp(0, 1) end
+  local function f(x_, w_, b_, a_, lw_)
+    return hs(fl.conv2d(x_, w_, b_, {padding = 1})), hs(fl.linear(a_, lw_))
+  end
+  local args = {x, w, b, a, lw}
+  local p0 = fl.blas_info().onednn_conv_posts + fl.blas_info().onednn_posts
+  local g = fl.capture(f, table.unpack(args))
+  local want1, want2 = g:run_reference(table.unpack(args))
+  local got1, got2 = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+  t.ok(close(got1, want1) and close(got2, want2), "conv and linear with a hardswish match the reference")
+  if conv_on then
+    t.ok(fl.blas_info().onednn_conv_posts + fl.blas_info().onednn_posts - p0 >= 2,
+         "and the hardswish ran inside their calls")
+  else
+    t.skip("no oneDNN here", 1)
   end
 end
 
