@@ -770,11 +770,72 @@ static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, in
 ** layout: a window reads the B channels of each pixel at once, one vector
 ** (B is a constant in each copy of this body: eager_pool2d_blocked calls
 ** it with 8 and 16).  The max and the divisor as eager_pool2d takes them. */
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f_u __attribute__((vector_size(16), aligned(4)));
+
+/* The row for B = 8 in explicit vectors (one per pixel's channels), where
+** the general body left its sums and maxima in memory: the max as a
+** compare and blend that lets NaN win, the average's sums in two vectors
+** of doubles; windows wholly inside the image skip the bounds tests. */
+static inline __attribute__((always_inline))
+void pool_row8(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
+               const op_win2d *g, int is_max) {
+  int64_t ow, kh, kw, ih, iw, rs = g->dh * W * 8, cs = g->dw * 8;
+  int hin = h0 >= 0 && h0 + (g->kh - 1) * g->dh < H;
+  for (ow = 0; ow < OW; ow++) {
+    int64_t w0 = ow * g->sw - g->pl;
+    if (is_max) {
+      v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      if (hin && w0 >= 0 && w0 + (g->kw - 1) * g->dw < W) {
+        const float *p0 = xb + (h0 * W + w0) * 8;
+        for (kh = 0; kh < g->kh; kh++)
+          for (kw = 0; kw < g->kw; kw++) {
+            v8f p = *(const v8f_u *)(p0 + kh * rs + kw * cs);
+            v8i take = (p > m) | (p != p);
+            m = (v8f)(((v8i)p & take) | ((v8i)m & ~take));
+          }
+      } else {
+        for (kh = 0; kh < g->kh; kh++) {
+          if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
+          for (kw = 0; kw < g->kw; kw++) {
+            v8f p;
+            v8i take;
+            if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
+            p = *(const v8f_u *)(xb + (ih * W + iw) * 8);
+            take = (p > m) | (p != p);
+            m = (v8f)(((v8i)p & take) | ((v8i)m & ~take));
+          }
+        }
+      }
+      *(v8f_u *)(yr + ow * 8) = m;
+    } else {
+      v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0}, d;
+      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
+      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
+      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
+      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
+      for (ih = hs; ih < he; ih++)
+        for (iw = ws; iw < we; iw++) {
+          const float *px = xb + (ih * W + iw) * 8;
+          lo += __builtin_convertvector(*(const v4f_u *)px, v4d);
+          hi += __builtin_convertvector(*(const v4f_u *)(px + 4), v4d);
+        }
+      d = (v4d){1, 1, 1, 1} * (double)cnt;
+      *(v4f_u *)(yr + ow * 8) = __builtin_convertvector(lo / d, v4f_u);
+      *(v4f_u *)(yr + ow * 8 + 4) = __builtin_convertvector(hi / d, v4f_u);
+    }
+  }
+}
+
 static inline __attribute__((always_inline))
 void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
                       const op_win2d *g, int is_max, const int B) {
   int64_t ow, kh, kw, ih, iw;
   int i;
+  if (B == 8) {
+    pool_row8(xb, yr, H, W, OW, h0, g, is_max);
+    return;
+  }
   for (ow = 0; ow < OW; ow++) {
     int64_t w0 = ow * g->sw - g->pl;
     if (is_max) {
