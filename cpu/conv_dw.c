@@ -160,8 +160,9 @@ void cpu_conv_posts(const cpu_conv *c, int from) {
 
 /* One output row of 8 channels into u [ow][8]: r0 is its windows' first
 ** row in T, rs the step between a window's rows, cs between its columns,
-** s8 between windows.  Eight pixels at a time (then four), so that as
-** many sums are in flight as an add's latency needs; KH and KW constant where the caller names them (3x3, 5x5), so
+** s8 between windows.  Eight pixels at a time (then four, then the last
+** one to three together), so that as many sums are in flight as an
+** add's latency needs; KH and KW constant where the caller names them (3x3, 5x5), so
 ** the taps unroll with their weights in registers. */
 static inline __attribute__((always_inline))
 void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64_t cs, const v8f *wv,
@@ -195,11 +196,20 @@ void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64
     *(v8f *)(u + ow * 8) = a0; *(v8f *)(u + ow * 8 + 8) = a1;
     *(v8f *)(u + ow * 8 + 16) = a2; *(v8f *)(u + ow * 8 + 24) = a3;
   }
-  for (; ow < OW; ow++) {
-    v8f a0 = bias;
+  if (ow < OW) {     /* the last one to three pixels: as many sums at once */
+    int64_t n = OW - ow, d = s8 / 8;
+    v8f a0 = bias, a1 = bias, a2 = bias;
     for (kh = 0; kh < KH; kh++)
-      for (kw = 0; kw < KW; kw++) a0 += *(const v8f *)(r0 + kh * rs + ow * s8 + kw * cs) * wv[kh * KW + kw];
+      for (kw = 0; kw < KW; kw++) {
+        const v8f *p = (const v8f *)(r0 + kh * rs + ow * s8 + kw * cs);
+        v8f w = wv[kh * KW + kw];
+        a0 += p[0] * w;
+        if (n > 1) a1 += p[d] * w;
+        if (n > 2) a2 += p[2 * d] * w;
+      }
     *(v8f *)(u + ow * 8) = a0;
+    if (n > 1) *(v8f *)(u + ow * 8 + 8) = a1;
+    if (n > 2) *(v8f *)(u + ow * 8 + 16) = a2;
   }
 }
 
