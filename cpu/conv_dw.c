@@ -1,7 +1,7 @@
 /*
 ** conv_dw.c -- depthwise convolutions (one input channel per output
-** channel: MobileNet's, EfficientNet's and ShuffleNet's 3x3s) on the
-** plain nchw layout, with their epilogue.
+** channel: MobileNet's, EfficientNet's and ShuffleNet's 3x3s) whose input
+** or result is plain nchw, with their epilogue.
 **
 ** Why not oneDNN here: 2.6's kernels for plain layouts run such a
 ** convolution 5-8x slower than its blocked ones (136 channels of 28x28:
@@ -11,11 +11,12 @@
 ** again as the convolution.  Here 8 channels at a time are transposed into
 ** a zero-bordered pixel-major scratch T[pixel][8] that stays in cache,
 ** every output pixel is one 8-wide multiply-add per tap with no bounds
-** checks (four pixels at a time, so the sums do not wait on each other),
-** and the result is transposed back and its epilogue applied while it is
-** still in cache: the image is read once and the result written once.
-** Where a neighbour keeps blocks (cpu/backend.c), x or y comes blocked and
-** oneDNN's blocked kernel runs it instead.
+** checks (several pixels at a time, so the sums do not wait on each
+** other), and the result is transposed back and its epilogue applied
+** while it is still in cache: the image is read once and the result
+** written once.  A neighbour's blocks of 8 channels (nChw8c,
+** cpu/backend.c) on one side are read or written in place: they are this
+** loop's pixel-major layout already.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -27,24 +28,25 @@
 /* a padded plane of 8 channels is at most this many floats (16 MB) */
 #define DW_MAX_SCRATCH (4 << 20)
 
-static int post_ok(const cpu_mm_post *po) {
-  switch (po->kind) {
-  case CPU_MM_ADD: return po->like_dst && !po->blk;
-  case CPU_MM_MUL: return po->like_dst;
-  default: return 1;
-  }
-}
 
 int cpu_conv_dw_fits(const cpu_conv *c) {
   int64_t hp = c->h + c->pt + c->pb, wp = c->w + c->pl + c->pr;
-  int i;
-  if (c->groups != c->c || c->co != c->c || c->xblk || c->yblk || c->pt < 0 || c->pl < 0 ||
+  int i, sum;
+  /* blocks of 8 on one side only: where both are blocked oneDNN's kernel
+  ** reads and writes them with nothing to reorder, and with FMA */
+  if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && c->xblk != 8) ||
+      (c->yblk && c->yblk != 8) || ((c->xblk || c->yblk) && c->c % 8) || c->pt < 0 || c->pl < 0 ||
       c->pb < 0 || c->pr < 0 || c->sh < 1 || c->sw < 1 || c->dh < 1 || c->dw < 1 ||
       (c->oh - 1) * c->sh + (c->kh - 1) * c->dh >= hp || (c->ow - 1) * c->sw + (c->kw - 1) * c->dw >= wp ||
       hp * wp > DW_MAX_SCRATCH / 8 || c->kh * c->kw > 64)
     return 0;
+  /* tensors laid out as y; the residual cpu_conv_sum_post names comes in
+  ** its own layout (cpu_mm_post.blk), which must be y's here */
+  sum = cpu_conv_sum_post(c->post, c->npost);
   for (i = 0; i < c->npost; i++)
-    if (!post_ok(&c->post[i])) return 0;
+    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) &&
+        (!c->post[i].like_dst || (i == sum && c->post[i].blk != c->yblk)))
+      return 0;
   return 1;
 }
 
@@ -107,10 +109,11 @@ static float chan_value(const cpu_mm_post *po, int64_t ch) {
 
 /* The epilogue over u [n][8] (pixel-major: 8 channels from c0): a
 ** residual's or factor's row (at element off of channel c0's plane,
-** planes `ps` apart) is brought into r the same way first. */
+** planes `ps` apart) is brought into r the same way first, or with blk
+** (laid out in blocks of 8, as the result) read in place at off. */
 EAGER_WIDE
 static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, int64_t n, int64_t c0, int nc,
-                     int64_t off, int64_t ps) {
+                     int64_t off, int64_t ps, int blk) {
   int i, j;
   int64_t k, m = n * 8;
   for (i = 0; i < c->npost; i++) {
@@ -118,11 +121,13 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
     v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
     if (post_elem(po, u, m)) continue;
     switch (po->kind) {
-    case CPU_MM_ADD: case CPU_MM_MUL:
-      dw_to8(po->src.p + off, ps, r, n, nc);
-      if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += r[k]; }
-      else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= r[k]; }
+    case CPU_MM_ADD: case CPU_MM_MUL: {
+      const float *rr = po->src.p + off;     /* in blocks: already pixel-major */
+      if (!blk) { dw_to8(rr, ps, r, n, nc); rr = r; }
+      if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += rr[k]; }
+      else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= rr[k]; }
       break;
+    }
     case CPU_MM_ADD_C: case CPU_MM_MUL_C:
       for (j = 0; j < nc; j++) cv[j] = chan_value(po, c0 + j);
       if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f *)(u + k * 8) += cv;
@@ -179,10 +184,10 @@ void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64
         a0 += p[0] * w; a1 += p[d] * w; a2 += p[2 * d] * w; a3 += p[3 * d] * w;
         a4 += p[4 * d] * w; a5 += p[5 * d] * w; a6 += p[6 * d] * w; a7 += p[7 * d] * w;
       }
-    *(v8f *)(u + ow * 8) = a0; *(v8f *)(u + ow * 8 + 8) = a1;
-    *(v8f *)(u + ow * 8 + 16) = a2; *(v8f *)(u + ow * 8 + 24) = a3;
-    *(v8f *)(u + ow * 8 + 32) = a4; *(v8f *)(u + ow * 8 + 40) = a5;
-    *(v8f *)(u + ow * 8 + 48) = a6; *(v8f *)(u + ow * 8 + 56) = a7;
+    *(v8f_u *)(u + ow * 8) = a0; *(v8f_u *)(u + ow * 8 + 8) = a1;
+    *(v8f_u *)(u + ow * 8 + 16) = a2; *(v8f_u *)(u + ow * 8 + 24) = a3;
+    *(v8f_u *)(u + ow * 8 + 32) = a4; *(v8f_u *)(u + ow * 8 + 40) = a5;
+    *(v8f_u *)(u + ow * 8 + 48) = a6; *(v8f_u *)(u + ow * 8 + 56) = a7;
   }
   for (; ow + 4 <= OW; ow += 4) {
     v8f a0 = bias, a1 = bias, a2 = bias, a3 = bias;
@@ -193,8 +198,8 @@ void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64
         v8f w = wv[kh * KW + kw];
         a0 += p[0] * w; a1 += p[d] * w; a2 += p[2 * d] * w; a3 += p[3 * d] * w;
       }
-    *(v8f *)(u + ow * 8) = a0; *(v8f *)(u + ow * 8 + 8) = a1;
-    *(v8f *)(u + ow * 8 + 16) = a2; *(v8f *)(u + ow * 8 + 24) = a3;
+    *(v8f_u *)(u + ow * 8) = a0; *(v8f_u *)(u + ow * 8 + 8) = a1;
+    *(v8f_u *)(u + ow * 8 + 16) = a2; *(v8f_u *)(u + ow * 8 + 24) = a3;
   }
   if (ow < OW) {     /* the last one to three pixels: as many sums at once */
     int64_t n = OW - ow, d = s8 / 8;
@@ -207,9 +212,9 @@ void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64
         if (n > 1) a1 += p[d] * w;
         if (n > 2) a2 += p[2 * d] * w;
       }
-    *(v8f *)(u + ow * 8) = a0;
-    if (n > 1) *(v8f *)(u + ow * 8 + 8) = a1;
-    if (n > 2) *(v8f *)(u + ow * 8 + 16) = a2;
+    *(v8f_u *)(u + ow * 8) = a0;
+    if (n > 1) *(v8f_u *)(u + ow * 8 + 8) = a1;
+    if (n > 2) *(v8f_u *)(u + ow * 8 + 16) = a2;
   }
 }
 
@@ -232,7 +237,9 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   for (t = 0; t < KK; t++)
     for (j = 0; j < 8; j++) wv[t][j] = j < nc ? c->wt[(c0 + j) * KK + t] : 0.0f;
   for (j = 0; j < nc && c->bias; j++) bias[j] = c->bias[c0 + j];
-  if (W >= 16) {
+  if (c->xblk) {   /* nChw8c: the group's rows are pixel-major already */
+    for (ih = 0; ih < H; ih++) memcpy(T + ((ih + c->pt) * wp + c->pl) * 8, x + ih * W * 8, (size_t)W * 32);
+  } else if (W >= 16) {
     for (ih = 0; ih < H; ih++) dw_to8(x + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
   } else {        /* short rows: runs of whole rows, through U, then row by row */
     int64_t Ri = dw_strip(W);
@@ -246,15 +253,17 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   ** 32 pixels for the epilogue and the transposition back */
   for (oh = 0; oh < OH; oh += R) {
     int64_t nr = oh + R < OH ? R : OH - oh;
+    /* a result in blocks is written where it goes: pixel-major already */
+    float *ub = c->yblk ? c->y + at + oh * OW * 8 : U;
     for (o = 0; o < nr; o++) {
       const float *r0 = T + (oh + o) * c->sh * wp * 8;
-      float *u = U + o * OW * 8;
+      float *u = ub + o * OW * 8;
       if (c->kh == 3 && c->kw == 3) dw_row(r0, u, OW, s8, rs, cs, wv, bias, 3, 3);
       else if (c->kh == 5 && c->kw == 5) dw_row(r0, u, OW, s8, rs, cs, wv, bias, 5, 5);
       else dw_row(r0, u, OW, s8, rs, cs, wv, bias, (int)c->kh, (int)c->kw);
     }
-    if (c->npost) dw_posts(c, U, U + strip * 8, nr * OW, c0, nc, at + oh * OW, OHW);
-    dw_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
+    if (c->npost) dw_posts(c, ub, U + strip * 8, nr * OW, c0, nc, at + oh * OW * (c->yblk ? 8 : 1), OHW, c->yblk);
+    if (!c->yblk) dw_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
   }
 }
 

@@ -179,6 +179,8 @@ do
     function(y) return y:gelu{approximate = "tanh"} end, function(y) return (y * 0.25):exp() end,
     function(y) return y * 1.5 - 0.25 end, function(y) return y * (y / 6.0 + 0.5):clamp(0, 1) end}
   local dw0 = fl.blas_info().depthwise_convs
+  local mode = os.getenv("FUSELAB_CONV")
+  if mode == "" then mode = nil end
   local nbad, n = 0, 0
   for i = 1, 24 do
     local Cn, N = ({1, 3, 8, 13, 16, 21})[R(6)], R(2)
@@ -216,9 +218,31 @@ do
     end
   end
   t.is(nbad, 0, n .. " depthwise convs with epilogues match the reference, eager and compiled")
+  -- next to a convolution that keeps blocks of 8 channels: read in blocks
+  -- (its result plain, for a sum) and written in blocks (its input plain, a
+  -- graph input), with a residual in the result's layout
+  do
+    local x = fl.rand(2, 16, 11, 11) * 2 - 1
+    local w1, wd, wd2, w2 = fl.rand(16, 16, 1, 1) - 0.5, fl.rand(16, 1, 3, 3) - 0.5,
+                            fl.rand(16, 1, 5, 5) - 0.5, fl.rand(16, 16, 3, 3) * 0.2 - 0.1
+    local function f(x_, w1_, wd_, wd2_, w2_)
+      local a = fl.conv2d(fl.conv2d(x_, w1_):relu(), wd_, {padding = 1, groups = 16}):relu():sum(4)
+      local b = fl.conv2d(x_, wd2_, {padding = 2, stride = 2, groups = 16}):relu()
+      return a, fl.conv2d(b, w2_, {padding = 1}) + 1.0
+    end
+    local args = {x, w1, wd, wd2, w2}
+    local d0 = fl.blas_info().depthwise_convs
+    local g = fl.capture(f, table.unpack(args))
+    local want1, want2 = g:run_reference(table.unpack(args))
+    local got1, got2 = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    t.ok(close(got1, want1) and close(got2, want2), "depthwise convs read and write a neighbour's blocks")
+    if conv_on and (not mode or mode == "matmul") then
+      t.ok(fl.blas_info().depthwise_convs - d0 >= 2, "on cpu/conv_dw.c")
+    else
+      t.skip("depthwise convs run on oneDNN here", 1)
+    end
+  end
   local ran = fl.blas_info().depthwise_convs - dw0
-  local mode = os.getenv("FUSELAB_CONV")
-  if mode == "" then mode = nil end
   if conv_on and (not mode or mode == "matmul") then
     t.ok(ran >= n, "they ran on cpu/conv_dw.c (" .. ran .. " calls)")
   else
