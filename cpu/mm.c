@@ -725,6 +725,7 @@ typedef struct cside {
 typedef struct centry {
   ckey k;                      /* first, as in entry */
   int refused;
+  int dw;                      /* run by cpu_conv_dw (cpu/conv_dw.c), no primitive */
   dnnl_primitive_t prim;
   cside side[3];               /* src, weights, dst */
   dnnl_memory_t bias, post[CPU_MM_MAXPOST];
@@ -742,10 +743,11 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
-static int64_t ndw;                  /* atomic: depthwise ones run by cpu_conv_dw */
+static int64_t ndw;                  /* under lock: depthwise ones run by cpu_conv_dw */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
-                                        the matmul form wherever it applies */
+                                        the matmul form wherever it applies, 5
+                                        that with cpu_conv_dw wherever it fits */
 
 static void centry_clear(centry *en) {
   int i;
@@ -1029,7 +1031,8 @@ int cpu_conv_enabled(void) {
   if (conv_mode < 0) {
     const char *v = getenv("FUSELAB_CONV");
     conv_mode = !v ? 2 : strcmp(v, "blas") == 0 ? 0 : strcmp(v, "plain") == 0 ? 1
-              : strcmp(v, "any") == 0 ? 3 : strcmp(v, "matmul") == 0 ? 4 : 2;
+              : strcmp(v, "any") == 0 ? 3 : strcmp(v, "matmul") == 0 ? 4
+              : strcmp(v, "depthwise") == 0 ? 5 : 2;
   }
   return conv_mode > 0;
 }
@@ -1116,6 +1119,12 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
   return meas_now() - t0;
 }
 
+static double dw_seconds(const cpu_conv *c) {
+  double t0 = meas_now();
+  if (cpu_conv_dw(c) != FL_OK) return 1e30;
+  return meas_now() - t0;
+}
+
 /* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
 ** kernels, but their reorders in and out cost more than they save on some
 ** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
@@ -1130,34 +1139,47 @@ static double exec_seconds(centry *en, const cpu_conv *c) {
 ** with one, 1.37 with two).  Each is the whole answer where the others
 ** are refused (a post-op oneDNN cannot read across layouts).
 ** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
-** FUSELAB_CONV=matmul the matmul form wherever it can be made. */
+** FUSELAB_CONV=matmul the matmul form wherever it can be made,
+** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits. */
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
-  double best[3], spent, fast;
-  int made[3], n, i, r, pick = -1;
+  double best[4], spent, fast;
+  int made[4], n, i, r, pick = -1;
   memset(cand, 0, sizeof cand);
-  made[2] = (conv_mode == 2 || conv_mode == 4) && centry_make_mm(&cand[2], c);
+  if (conv_mode == 5 && cpu_conv_dw_fits(c)) {     /* FUSELAB_CONV=depthwise: no choice */
+    en->dw = 1;
+    return 1;
+  }
+  made[2] = (conv_mode == 2 || conv_mode == 4 || conv_mode == 5) && centry_make_mm(&cand[2], c);
   made[0] = conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
   made[1] = conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
-  n = made[0] + made[1] + made[2];
-  for (i = 0; i < 3; i++) {
+  /* 3: a depthwise one on fuselab's loop (cpu/conv_dw.c), faster where
+  ** plain values around it would cost oneDNN's blocked kernel a reorder in
+  ** and out, slower on small maps of many channels (bench/RESULTS.md) */
+  made[3] = (conv_mode == 2 || conv_mode == 4 || conv_mode == 5) && cpu_conv_dw_fits(c);
+  n = made[0] + made[1] + made[2] + made[3];
+  for (i = 0; i < 4; i++) {
     best[i] = 1e30;
-    if (made[i] && n > 1) centry_exec(&cand[i], c, 0);   /* touch the buffers */
+    if (made[i] && n > 1) {                          /* touch the buffers */
+      if (i == 3) made[3] = cpu_conv_dw(c) == FL_OK;
+      else centry_exec(&cand[i], c, 0);
+    }
   }
   for (r = 0, spent = 0, fast = 1e30;
        n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < 4; i++)
       if (made[i]) {
-        double t = exec_seconds(&cand[i], c);
+        double t = i < 3 ? exec_seconds(&cand[i], c) : dw_seconds(c);
         spent += t;
         if (t < best[i]) best[i] = t;
         if (t < fast) fast = t;
       }
-  for (i = 0; i < 3; i++)
+  for (i = 0; i < 4; i++)
     if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
   for (i = 0; i < 3; i++)
     if (made[i] && i != pick) centry_clear(&cand[i]);
-  if (pick >= 0) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
+  if (pick >= 0 && pick < 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
+  en->dw = pick == 3;
   return pick >= 0;
 }
 
@@ -1236,16 +1258,13 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     if ((rc = cpu_conv_run(&head, e)) == FL_OK) cpu_conv_posts(c, i);
     return rc;
   }
-  /* depthwise on plain layouts: cpu/conv_dw.c, unless a FUSELAB_CONV
-  ** setting asks for one of oneDNN's forms (to measure) */
-  if ((conv_mode == 2 || conv_mode == 4) && cpu_conv_dw(c) == FL_OK) {
-    __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
-    return FL_OK;
-  }
   if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
   en = p;
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
+  } else if (en->dw) {
+    if ((rc = cpu_conv_dw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a depthwise scratch");
+    else ndw++;
   } else if (!centry_exec(en, c, 1)) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
@@ -1414,7 +1433,11 @@ static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0
 #endif
 
 int64_t cpu_conv_dw_calls(void) {
-  return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
+  int64_t n;
+  pthread_mutex_lock(&lock);
+  n = ndw;
+  pthread_mutex_unlock(&lock);
+  return n;
 }
 
 void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {

@@ -131,7 +131,8 @@ typedef struct cpu_conv {
 ** keeps oneDNN on the callers' plain layouts (no reorders, to measure),
 ** FUSELAB_CONV=any on its own, FUSELAB_CONV=matmul runs every 1x1 with
 ** groups or an epilogue as a batched matmul; by default each shape's
-** first call times them. */
+** first call times them; FUSELAB_CONV=depthwise takes cpu/conv_dw.c for
+** every depthwise convolution it fits. */
 int cpu_conv_enabled(void);
 /* Run c, as cpu_mm_run: FL_EUNSUPPORTED where this build or oneDNN cannot;
 ** one primitive per shapes and attributes, kept. */
@@ -149,10 +150,13 @@ int cpu_conv_block(void);
 int cpu_conv_sum_post(const cpu_mm_post *post, int npost);
 /* y [n, c, hw] plain from x in blocks of b channels (c % b == 0). */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
-/* Depthwise convolutions (groups = channels in = channels out) on plain
-** layouts, with any post-op but a blocked residual, as cpu_conv_run runs
-** them first (cpu/conv_dw.c): 1 when c is one (cpu_conv_dw_fits); run it,
-** FL_OK, or FL_EUNSUPPORTED / FL_ENOMEM with nothing written. */
+/* Depthwise convolutions (groups = channels in = channels out) whose
+** input or result (or both) is plain, on fuselab's own loop
+** (cpu/conv_dw.c), with any post-op but a residual in another layout
+** than y's: 1 when c is one (cpu_conv_dw_fits); run it, FL_OK, or
+** FL_EUNSUPPORTED / FL_ENOMEM with nothing written.  cpu_conv_run times
+** it against oneDNN's forms at a shape's first call and keeps the faster
+** (FUSELAB_CONV=depthwise: it, wherever it fits). */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
 /* Post-ops from .. npost of c over its plain result y (nchw), in order:
