@@ -743,7 +743,7 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
-static int64_t ndw;                  /* under lock: depthwise ones run by cpu_conv_dw */
+static int64_t ndw;                  /* atomic: depthwise ones run by cpu_conv_dw */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies, 5
@@ -1264,7 +1264,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
   } else if (en->dw) {
     if ((rc = cpu_conv_dw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a depthwise scratch");
-    else ndw++;
+    else __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
   } else if (!centry_exec(en, c, 1)) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
@@ -1427,17 +1427,13 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = *with_posts = *as_matmul = 0;
 }
 
-static int64_t nunblocked;
+static int64_t nunblocked, ndw;
 static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
 
 #endif
 
 int64_t cpu_conv_dw_calls(void) {
-  int64_t n;
-  pthread_mutex_lock(&lock);
-  n = ndw;
-  pthread_mutex_unlock(&lock);
-  return n;
+  return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
 }
 
 void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {

@@ -98,6 +98,12 @@ local function maxerr(got, want)
   return (got:cpu() - want):abs():amax():item()
 end
 
+-- f(args) by the reference, eagerly and compiled for the CPU
+local function three_ways(f, args)
+  local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+  return want, f(table.unpack(args)), fl.compile(f, {backend = "cpu"})(table.unpack(args))
+end
+
 -- Each round: several random convs and pools in one function (one capture,
 -- one compile per backend), each also with a fused relu epilogue.
 local bad = {eager = 0, cpu = 0, cuda = 0, relu = 0}
@@ -207,9 +213,7 @@ do
       return act(y)
     end
     local args = {x, w, res, sc, sh, bias}
-    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
-    local eager = f(table.unpack(args))
-    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    local want, eager, got = three_ways(f, args)
     n = n + 1
     if not (close(got, want) and close(eager, want)) then
       nbad = nbad + 1
@@ -380,9 +384,7 @@ do
       return y * 1.0
     end
     local args = {x, w, r, sc, sh, b}
-    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
-    local eager = f(table.unpack(args))
-    local got = fl.compile(f, {backend = "cpu"})(table.unpack(args))
+    local want, eager, got = three_ways(f, args)
     n = n + 1
     want_mm = want_mm + (g > 1 and 2 or 1)
     if not (close(got, want) and close(eager, want)) then
