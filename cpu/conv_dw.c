@@ -28,7 +28,6 @@
 /* a padded plane of 8 channels is at most this many floats (16 MB) */
 #define DW_MAX_SCRATCH (4 << 20)
 
-
 int cpu_conv_dw_fits(const cpu_conv *c) {
   int64_t hp = c->h + c->pt + c->pb, wp = c->w + c->pl + c->pr;
   int i, sum;
