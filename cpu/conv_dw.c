@@ -49,28 +49,6 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   return 1;
 }
 
-/* planes [8][n] (rows `ss` floats apart; the first nc of them) into
-** pixel-major d [n][8], lanes past nc zero, and back (dw_from8) */
-static inline __attribute__((always_inline))
-void dw_to8(const float *src, int64_t ss, float *d, int64_t n, int nc) {
-  int64_t i = 0;
-  int j;
-  if (nc == 8)
-    for (; i + 8 <= n; i += 8) tr8x8(src + i, ss, d + i * 8, 8);
-  for (; i < n; i++)
-    for (j = 0; j < 8; j++) d[i * 8 + j] = j < nc ? src[j * ss + i] : 0.0f;
-}
-
-static inline __attribute__((always_inline))
-void dw_from8(const float *u, float *dst, int64_t ds, int64_t n, int nc) {
-  int64_t i = 0;
-  int j;
-  if (nc == 8)
-    for (; i + 8 <= n; i += 8) tr8x8(u + i * 8, 8, dst + i, ds);
-  for (; i < n; i++)
-    for (j = 0; j < nc; j++) dst[j * ds + i] = u[i * 8 + j];
-}
-
 /* The elementwise post-op po over y [n]; 0 where po reads a tensor. */
 static inline __attribute__((always_inline))
 int post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
@@ -122,7 +100,7 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
     switch (po->kind) {
     case CPU_MM_ADD: case CPU_MM_MUL: {
       const float *rr = po->src.p + off;     /* in blocks: already pixel-major */
-      if (!blk) { dw_to8(rr, ps, r, n, nc); rr = r; }
+      if (!blk) { planes_to8(rr, ps, r, n, nc); rr = r; }
       if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += rr[k]; }
       else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= rr[k]; }
       break;
@@ -162,59 +140,51 @@ void cpu_conv_posts(const cpu_conv *c, int from) {
   }
 }
 
+/* n <= P output pixels of 8 channels from ow into u [ow][8]: P sums in
+** flight (P a constant, so unused ones vanish), d floats of 8 between
+** windows. */
+static inline __attribute__((always_inline))
+void dw_pixels(const float *r0, float *u, int64_t ow, int64_t n, int64_t d, int64_t rs, int64_t cs,
+               const v8f *wv, v8f bias, const int KH, const int KW, const int P) {
+  v8f a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
+  int kh, kw;
+  for (kh = 0; kh < KH; kh++)
+    for (kw = 0; kw < KW; kw++) {
+      const v8f *p = (const v8f *)(r0 + kh * rs + ow * d * 8 + kw * cs);   /* T is 32-byte aligned */
+      v8f w = wv[kh * KW + kw];
+      a0 += p[0] * w;
+      if (P > 1 && n > 1) a1 += p[d] * w;
+      if (P > 2 && n > 2) a2 += p[2 * d] * w;
+      if (P > 3 && n > 3) a3 += p[3 * d] * w;
+      if (P > 4 && n > 4) a4 += p[4 * d] * w;
+      if (P > 5 && n > 5) a5 += p[5 * d] * w;
+      if (P > 6 && n > 6) a6 += p[6 * d] * w;
+      if (P > 7 && n > 7) a7 += p[7 * d] * w;
+    }
+  u += ow * 8;
+  *(v8f_u *)u = a0;
+  if (P > 1 && n > 1) *(v8f_u *)(u + 8) = a1;
+  if (P > 2 && n > 2) *(v8f_u *)(u + 16) = a2;
+  if (P > 3 && n > 3) *(v8f_u *)(u + 24) = a3;
+  if (P > 4 && n > 4) *(v8f_u *)(u + 32) = a4;
+  if (P > 5 && n > 5) *(v8f_u *)(u + 40) = a5;
+  if (P > 6 && n > 6) *(v8f_u *)(u + 48) = a6;
+  if (P > 7 && n > 7) *(v8f_u *)(u + 56) = a7;
+}
+
 /* One output row of 8 channels into u [ow][8]: r0 is its windows' first
 ** row in T, rs the step between a window's rows, cs between its columns,
 ** s8 between windows.  Eight pixels at a time (then four, then the last
-** one to three together), so that as many sums are in flight as an
-** add's latency needs; KH and KW constant where the caller names them (3x3, 5x5), so
-** the taps unroll with their weights in registers. */
+** one to three together), so that as many sums are in flight as an add's
+** latency needs; KH and KW constant where the caller names them (3x3,
+** 5x5), so the taps unroll with their weights in registers. */
 static inline __attribute__((always_inline))
 void dw_row(const float *r0, float *u, int64_t OW, int64_t s8, int64_t rs, int64_t cs, const v8f *wv,
             v8f bias, const int KH, const int KW) {
-  int64_t ow;
-  int kh, kw;
-  for (ow = 0; ow + 8 <= OW; ow += 8) {
-    v8f a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
-    int64_t d = s8 / 8;
-    for (kh = 0; kh < KH; kh++)
-      for (kw = 0; kw < KW; kw++) {
-        const v8f *p = (const v8f *)(r0 + kh * rs + ow * s8 + kw * cs);   /* T is 32-byte aligned */
-        v8f w = wv[kh * KW + kw];
-        a0 += p[0] * w; a1 += p[d] * w; a2 += p[2 * d] * w; a3 += p[3 * d] * w;
-        a4 += p[4 * d] * w; a5 += p[5 * d] * w; a6 += p[6 * d] * w; a7 += p[7 * d] * w;
-      }
-    *(v8f_u *)(u + ow * 8) = a0; *(v8f_u *)(u + ow * 8 + 8) = a1;
-    *(v8f_u *)(u + ow * 8 + 16) = a2; *(v8f_u *)(u + ow * 8 + 24) = a3;
-    *(v8f_u *)(u + ow * 8 + 32) = a4; *(v8f_u *)(u + ow * 8 + 40) = a5;
-    *(v8f_u *)(u + ow * 8 + 48) = a6; *(v8f_u *)(u + ow * 8 + 56) = a7;
-  }
-  for (; ow + 4 <= OW; ow += 4) {
-    v8f a0 = bias, a1 = bias, a2 = bias, a3 = bias;
-    int64_t d = s8 / 8;
-    for (kh = 0; kh < KH; kh++)
-      for (kw = 0; kw < KW; kw++) {
-        const v8f *p = (const v8f *)(r0 + kh * rs + ow * s8 + kw * cs);
-        v8f w = wv[kh * KW + kw];
-        a0 += p[0] * w; a1 += p[d] * w; a2 += p[2 * d] * w; a3 += p[3 * d] * w;
-      }
-    *(v8f_u *)(u + ow * 8) = a0; *(v8f_u *)(u + ow * 8 + 8) = a1;
-    *(v8f_u *)(u + ow * 8 + 16) = a2; *(v8f_u *)(u + ow * 8 + 24) = a3;
-  }
-  if (ow < OW) {     /* the last one to three pixels: as many sums at once */
-    int64_t n = OW - ow, d = s8 / 8;
-    v8f a0 = bias, a1 = bias, a2 = bias;
-    for (kh = 0; kh < KH; kh++)
-      for (kw = 0; kw < KW; kw++) {
-        const v8f *p = (const v8f *)(r0 + kh * rs + ow * s8 + kw * cs);
-        v8f w = wv[kh * KW + kw];
-        a0 += p[0] * w;
-        if (n > 1) a1 += p[d] * w;
-        if (n > 2) a2 += p[2 * d] * w;
-      }
-    *(v8f_u *)(u + ow * 8) = a0;
-    if (n > 1) *(v8f_u *)(u + ow * 8 + 8) = a1;
-    if (n > 2) *(v8f_u *)(u + ow * 8 + 16) = a2;
-  }
+  int64_t ow, d = s8 / 8;
+  for (ow = 0; ow + 8 <= OW; ow += 8) dw_pixels(r0, u, ow, 8, d, rs, cs, wv, bias, KH, KW, 8);
+  for (; ow + 4 <= OW; ow += 4) dw_pixels(r0, u, ow, 4, d, rs, cs, wv, bias, KH, KW, 4);
+  if (ow < OW) dw_pixels(r0, u, ow, OW - ow, d, rs, cs, wv, bias, KH, KW, 3);
 }
 
 /* rows of n pixels in a run of at least 32 (and of an input row of n) */
@@ -239,12 +209,12 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   if (c->xblk) {   /* nChw8c: the group's rows are pixel-major already */
     for (ih = 0; ih < H; ih++) memcpy(T + ((ih + c->pt) * wp + c->pl) * 8, x + ih * W * 8, (size_t)W * 32);
   } else if (W >= 16) {
-    for (ih = 0; ih < H; ih++) dw_to8(x + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
+    for (ih = 0; ih < H; ih++) planes_to8(x + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
   } else {        /* short rows: runs of whole rows, through U, then row by row */
     int64_t Ri = dw_strip(W);
     for (ih = 0; ih < H; ih += Ri) {
       int64_t n = (ih + Ri < H ? Ri : H - ih) * W;
-      dw_to8(x + ih * W, HW, U, n, nc);
+      planes_to8(x + ih * W, HW, U, n, nc);
       for (o = 0; o < n / W; o++) memcpy(T + ((ih + o + c->pt) * wp + c->pl) * 8, U + o * W * 8, (size_t)W * 32);
     }
   }
@@ -262,7 +232,7 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
       else dw_row(r0, u, OW, s8, rs, cs, wv, bias, (int)c->kh, (int)c->kw);
     }
     if (c->npost) dw_posts(c, ub, U + strip * 8, nr * OW, c0, nc, at + oh * OW * (c->yblk ? 8 : 1), OHW, c->yblk);
-    if (!c->yblk) dw_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
+    if (!c->yblk) planes_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
   }
 }
 

@@ -81,6 +81,30 @@ void tr8x8(const float *src, int64_t ss, float *dst, int64_t ds) {
   *(v8f_u *)(dst + 7 * ds) = __builtin_shuffle(u3, v3, TR8_HI4);
 }
 
+/* n pixels of 8 planes (the first nc of them; rows `ss` floats apart)
+** into pixel-major d [n][8], lanes past nc zero; and back from u [n][8]
+** into the first nc planes (rows `ds` apart).  Whole tiles of 8 through
+** tr8x8 where all 8 planes are there. */
+static inline __attribute__((always_inline))
+void planes_to8(const float *src, int64_t ss, float *d, int64_t n, int nc) {
+  int64_t i = 0;
+  int j;
+  if (nc == 8)
+    for (; i + 8 <= n; i += 8) tr8x8(src + i, ss, d + i * 8, 8);
+  for (; i < n; i++)
+    for (j = 0; j < 8; j++) d[i * 8 + j] = j < nc ? src[j * ss + i] : 0.0f;
+}
+
+static inline __attribute__((always_inline))
+void planes_from8(const float *u, float *dst, int64_t ds, int64_t n, int nc) {
+  int64_t i = 0;
+  int j;
+  if (nc == 8)
+    for (; i + 8 <= n; i += 8) tr8x8(u + i * 8, 8, dst + i, ds);
+  for (; i < n; i++)
+    for (j = 0; j < nc; j++) dst[j * ds + i] = u[i * 8 + j];
+}
+
 /* Element type a gather writes. */
 enum {
   EAGER_F32,   /* float, converted from any dtype */

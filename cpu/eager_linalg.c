@@ -707,14 +707,26 @@ static void max_s1_group(const float *x, float *y, int64_t np, int64_t H, int64_
       memcpy(y + (p * OH + r) * OW, Y + p * plane + r * Wp, (size_t)OW * sizeof *y);
 }
 
+/* The average's window at (h0, w0): the input rows [*hs, *he) and columns
+** [*ws, *we) it covers, and its divisor, the window clipped to the padded
+** input (count_include_pad) or the elements it covers. */
+static inline int64_t avg_window(const op_win2d *g, int64_t H, int64_t W, int64_t h0, int64_t w0,
+                                 int64_t *hs, int64_t *he, int64_t *ws, int64_t *we) {
+  int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
+  int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
+  *hs = h0 < 0 ? 0 : h0; *he = h1 < H ? h1 : H;
+  *ws = w0 < 0 ? 0 : w0; *we = w1 < W ? w1 : W;
+  return g->count_include_pad ? (h1 - h0) * (w1 - w0) : (*he - *hs) * (*we - *ws);
+}
+
 /* the average's sums are kept in double, POOL_BLOCK columns at a time */
 #define POOL_BLOCK 256
 
 EAGER_WIDE
 static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
                     const op_win2d *g, int64_t lo, int64_t hi) {
-  int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
-  int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, sw = g->sw, c0, ow, ih, kw;
+  int64_t hs, he, ws, we, sw = g->sw, c0, ow, ih, kw;
+  avg_window(g, H, W, h0, 0, &hs, &he, &ws, &we);
   for (c0 = 0; c0 < OW; c0 += POOL_BLOCK) {
     double acc[POOL_BLOCK];                    /* acc[ow - c0] */
     int64_t c1 = c0 + POOL_BLOCK < OW ? c0 + POOL_BLOCK : OW;
@@ -735,13 +747,8 @@ static void avg_row(const float *x, float *yr, int64_t H, int64_t W, int64_t OW,
         sum_cols(acc, c0, xr, W, sw, off, b, c1);
       }
     }
-    for (ow = c0; ow < c1; ow++) {
-      int64_t w0 = ow * sw - g->pl;
-      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
-      int64_t ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
-      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
-      yr[ow] = (float)(acc[ow - c0] / (double)cnt);
-    }
+    for (ow = c0; ow < c1; ow++)
+      yr[ow] = (float)(acc[ow - c0] / (double)avg_window(g, H, W, h0, ow * sw - g->pl, &hs, &he, &ws, &we));
   }
 }
 
@@ -767,107 +774,64 @@ static void max_plane_i64(const int64_t *x, int64_t *y, int64_t H, int64_t W, in
 
 /* The same pools of float32 images in oneDNN's nChw<b>c (a convolution's
 ** result kept in blocks for the next, cpu/backend.c), into the same
-** layout: a window reads the B channels of each pixel at once, one vector
-** (B is a constant in each copy of this body: eager_pool2d_blocked calls
-** it with 8 and 16).  The max and the divisor as eager_pool2d takes them. */
+** layout: a window reads the channels of each pixel at once, 8 at a time
+** in explicit vectors (where a loop over them left its sums and maxima in
+** memory): the max a compare and blend that lets NaN win, the average's
+** sums two vectors of doubles, divided as eager_pool2d divides; windows
+** wholly inside the image skip the bounds tests.  xb and yr point at the
+** 8 channels of a block of B (a pixel's stride). */
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f_u __attribute__((vector_size(16), aligned(4)));
 
-/* The row for B = 8 in explicit vectors (one per pixel's channels), where
-** the general body left its sums and maxima in memory: the max as a
-** compare and blend that lets NaN win, the average's sums in two vectors
-** of doubles; windows wholly inside the image skip the bounds tests. */
+static inline __attribute__((always_inline)) void max_nan(v8f *m, const float *px) {
+  v8f p = *(const v8f_u *)px;
+  v8i take = (p > *m) | (p != p);
+  *m = (v8f)(((v8i)p & take) | ((v8i)*m & ~take));
+}
+
 static inline __attribute__((always_inline))
 void pool_row8(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
-               const op_win2d *g, int is_max) {
-  int64_t ow, kh, kw, ih, iw, rs = g->dh * W * 8, cs = g->dw * 8;
+               const op_win2d *g, int is_max, const int B) {
+  int64_t ow, kh, kw, ih, iw, rs = g->dh * W * B, cs = g->dw * B;
   int hin = h0 >= 0 && h0 + (g->kh - 1) * g->dh < H;
   for (ow = 0; ow < OW; ow++) {
     int64_t w0 = ow * g->sw - g->pl;
     if (is_max) {
       v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
       if (hin && w0 >= 0 && w0 + (g->kw - 1) * g->dw < W) {
-        const float *p0 = xb + (h0 * W + w0) * 8;
+        const float *p0 = xb + (h0 * W + w0) * B;
         for (kh = 0; kh < g->kh; kh++)
-          for (kw = 0; kw < g->kw; kw++) {
-            v8f p = *(const v8f_u *)(p0 + kh * rs + kw * cs);
-            v8i take = (p > m) | (p != p);
-            m = (v8f)(((v8i)p & take) | ((v8i)m & ~take));
-          }
+          for (kw = 0; kw < g->kw; kw++) max_nan(&m, p0 + kh * rs + kw * cs);
       } else {
         for (kh = 0; kh < g->kh; kh++) {
           if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
-          for (kw = 0; kw < g->kw; kw++) {
-            v8f p;
-            v8i take;
-            if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
-            p = *(const v8f_u *)(xb + (ih * W + iw) * 8);
-            take = (p > m) | (p != p);
-            m = (v8f)(((v8i)p & take) | ((v8i)m & ~take));
-          }
+          for (kw = 0; kw < g->kw; kw++)
+            if ((iw = w0 + kw * g->dw) >= 0 && iw < W) max_nan(&m, xb + (ih * W + iw) * B);
         }
       }
-      *(v8f_u *)(yr + ow * 8) = m;
+      *(v8f_u *)(yr + ow * B) = m;
     } else {
       v4d lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0}, d;
-      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
-      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
-      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
-      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
+      int64_t hs, he, ws, we, cnt = avg_window(g, H, W, h0, w0, &hs, &he, &ws, &we);
       for (ih = hs; ih < he; ih++)
         for (iw = ws; iw < we; iw++) {
-          const float *px = xb + (ih * W + iw) * 8;
+          const float *px = xb + (ih * W + iw) * B;
           lo += __builtin_convertvector(*(const v4f_u *)px, v4d);
           hi += __builtin_convertvector(*(const v4f_u *)(px + 4), v4d);
         }
       d = (v4d){1, 1, 1, 1} * (double)cnt;
-      *(v4f_u *)(yr + ow * 8) = __builtin_convertvector(lo / d, v4f_u);
-      *(v4f_u *)(yr + ow * 8 + 4) = __builtin_convertvector(hi / d, v4f_u);
+      *(v4f_u *)(yr + ow * B) = __builtin_convertvector(lo / d, v4f_u);
+      *(v4f_u *)(yr + ow * B + 4) = __builtin_convertvector(hi / d, v4f_u);
     }
   }
 }
 
+/* One output row of blocks of B channels (8 or 16), 8 lanes at a time. */
 static inline __attribute__((always_inline))
 void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
                       const op_win2d *g, int is_max, const int B) {
-  int64_t ow, kh, kw, ih, iw;
-  int i;
-  if (B == 8) {
-    pool_row8(xb, yr, H, W, OW, h0, g, is_max);
-    return;
-  }
-  for (ow = 0; ow < OW; ow++) {
-    int64_t w0 = ow * g->sw - g->pl;
-    if (is_max) {
-      float m[16];
-      for (i = 0; i < B; i++) m[i] = -INFINITY;
-      for (kh = 0; kh < g->kh; kh++) {
-        if ((ih = h0 + kh * g->dh) < 0 || ih >= H) continue;
-        for (kw = 0; kw < g->kw; kw++) {
-          const float *px;
-          if ((iw = w0 + kw * g->dw) < 0 || iw >= W) continue;
-          px = xb + (ih * W + iw) * B;
-          EAGER_SIMD
-          for (i = 0; i < B; i++) m[i] = px[i] > m[i] || px[i] != px[i] ? px[i] : m[i];
-        }
-      }
-      for (i = 0; i < B; i++) yr[ow * B + i] = m[i];
-    } else {
-      double acc[16];
-      int64_t h1 = h0 + g->kh < H + g->pb ? h0 + g->kh : H + g->pb;
-      int64_t w1 = w0 + g->kw < W + g->pr ? w0 + g->kw : W + g->pr;
-      int64_t hs = h0 < 0 ? 0 : h0, he = h1 < H ? h1 : H, ws = w0 < 0 ? 0 : w0, we = w1 < W ? w1 : W;
-      int64_t cnt = g->count_include_pad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
-      for (i = 0; i < B; i++) acc[i] = 0.0;
-      for (ih = hs; ih < he; ih++)
-        for (iw = ws; iw < we; iw++) {
-          const float *px = xb + (ih * W + iw) * B;
-          EAGER_SIMD
-          for (i = 0; i < B; i++) acc[i] += px[i];
-        }
-      for (i = 0; i < B; i++) yr[ow * B + i] = (float)(acc[i] / (double)cnt);
-    }
-  }
+  int v;
+  for (v = 0; v < B; v += 8) pool_row8(xb + v, yr + v, H, W, OW, h0, g, is_max, B);
 }
 
 /* The pools whose windows are many short rows (a global average over
@@ -883,46 +847,32 @@ void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t 
 #define POOL_BY8_MAX 16384   /* pixels of a plane: T is at most 512 KB a thread */
 
 EAGER_WIDE
-static void pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH,
-                     int64_t OW, const op_win2d *g, int is_max) {
+static int pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                    int64_t OW, const op_win2d *g, int is_max) {
   int64_t groups = (planes + 7) / 8, HW = H * W, OHW = OH * OW;
+  int ok = 1;
   EAGER_PRAGMA(omp parallel if (planes * HW * g->kh * g->kw > EAGER_PAR_MIN))
   {
-    float *T = malloc((size_t)(HW + OHW) * 8 * sizeof *T), *U = T ? T + HW * 8 : NULL;
-    int64_t q, i, oh;
-    int j;
-    EAGER_PRAGMA(omp for schedule(static))
-    for (q = 0; q < groups; q++) {
-      int64_t p0 = q * 8;
-      int n = planes - p0 < 8 ? (int)(planes - p0) : 8;
-      if (!T) {     /* no scratch: the row loop */
-        for (i = p0 * OH; i < (p0 + n) * OH; i++) {
-          int64_t lo, hi;
-          pool_cols(W, OW, g->kw, g->sw, g->pl, is_max ? g->dw : 1, &lo, &hi);
-          if (is_max) max_row(x + i / OH * HW, y + i * OW, H, W, OW, i % OH * g->sh - g->pt, g, lo, hi);
-          else avg_row(x + i / OH * HW, y + i * OW, H, W, OW, i % OH * g->sh - g->pt, g, lo, hi);
-        }
-        continue;
+    float *T = malloc((size_t)(HW + OHW) * 8 * sizeof *T);
+    int64_t q, oh;
+    if (!T) {
+      EAGER_PRAGMA(omp atomic write)
+      ok = 0;
+    }
+    EAGER_PRAGMA(omp barrier)
+    if (ok) {
+      EAGER_PRAGMA(omp for schedule(static))
+      for (q = 0; q < groups; q++) {
+        int n = planes - q * 8 < 8 ? (int)(planes - q * 8) : 8;
+        planes_to8(x + q * 8 * HW, HW, T, HW, n);
+        for (oh = 0; oh < OH; oh++)
+          pool_blocked_row(T, T + (HW + oh * OW) * 8, H, W, OW, oh * g->sh - g->pt, g, is_max, 8);
+        planes_from8(T + HW * 8, y + q * 8 * OHW, OHW, OHW, n);
       }
-      if (n == 8) {
-        for (i = 0; i + 8 <= HW; i += 8) tr8x8(x + p0 * HW + i, HW, T + i * 8, 8);
-        for (; i < HW; i++)
-          for (j = 0; j < 8; j++) T[i * 8 + j] = x[(p0 + j) * HW + i];
-      } else
-        for (j = 0; j < 8; j++) {
-          const float *xp = x + (p0 + (j < n ? j : 0)) * HW;
-          EAGER_SIMD
-          for (i = 0; i < HW; i++) T[i * 8 + j] = j < n ? xp[i] : 0.0f;
-        }
-      for (oh = 0; oh < OH; oh++) pool_blocked_row(T, U + oh * OW * 8, H, W, OW, oh * g->sh - g->pt, g, is_max, 8);
-      i = 0;
-      if (n == 8)
-        for (; i + 8 <= OHW; i += 8) tr8x8(U + i * 8, 8, y + p0 * OHW + i, OHW);
-      for (; i < OHW; i++)
-        for (j = 0; j < n; j++) y[(p0 + j) * OHW + i] = U[i * 8 + j];
     }
     free(T);
   }
+  return ok;
 }
 
 int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
@@ -969,9 +919,8 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
     } else if (is_max && is_max2x2(g) && 2 * OH <= H && 2 * OW <= W) {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes; p++) max2x2_plane(xf + p * H * W, y + p * OH * OW, W, OH, OW);
-    } else if (planes >= 8 && H * W <= POOL_BY8_MAX && OW <= 64) {
-      pool_by8(xf, y, planes, H, W, OH, OW, g, is_max);
-    } else {
+    } else if (!(planes >= 8 && H * W <= POOL_BY8_MAX && OW <= 64 &&
+                 pool_by8(xf, y, planes, H, W, OH, OW, g, is_max))) {   /* else the row loop */
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))
       for (p = 0; p < planes * OH; p++) {
         const float *xp = xf + p / OH * H * W;

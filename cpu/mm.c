@@ -1106,8 +1106,9 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   return ok;
 }
 
-/* One timed run of a candidate as later calls will run it: weights that
-** can be kept (read in place from a tensor's storage) are reordered once,
+/* One timed run of a candidate (en, or NULL: cpu_conv_dw) as later calls
+** will run it: weights that can be kept (read in place from a tensor's
+** storage) are reordered once,
 ** by the run that touches the buffers, not in every timed one.  Timing
 ** their reorder too made the blocked kernels lose where they win from
 ** the second call on (ResNet-50's 3x3 over 512 channels of 7x7: oneDNN's
@@ -1115,13 +1116,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
 ** 1.3, the 9.4 MB weight reorder timed with it). */
 static double exec_seconds(centry *en, const cpu_conv *c) {
   double t0 = meas_now();
-  if (!centry_exec(en, c, c->w_st ? 2 : 0)) return 1e30;
-  return meas_now() - t0;
-}
-
-static double dw_seconds(const cpu_conv *c) {
-  double t0 = meas_now();
-  if (cpu_conv_dw(c) != FL_OK) return 1e30;
+  if (!(en ? centry_exec(en, c, c->w_st ? 2 : 0) : cpu_conv_dw(c) == FL_OK)) return 1e30;
   return meas_now() - t0;
 }
 
@@ -1144,32 +1139,32 @@ static double dw_seconds(const cpu_conv *c) {
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[3];
   double best[4], spent, fast;
-  int made[4], n, i, r, pick = -1;
+  int made[4], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode == 4 || conv_mode == 5;
   memset(cand, 0, sizeof cand);
   if (conv_mode == 5 && cpu_conv_dw_fits(c)) {     /* FUSELAB_CONV=depthwise: no choice */
     en->dw = 1;
     return 1;
   }
-  made[2] = (conv_mode == 2 || conv_mode == 4 || conv_mode == 5) && centry_make_mm(&cand[2], c);
+  made[2] = timed && centry_make_mm(&cand[2], c);
   made[0] = conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
   made[1] = conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
   /* 3: a depthwise one on fuselab's loop (cpu/conv_dw.c), faster where
   ** plain values around it would cost oneDNN's blocked kernel a reorder in
   ** and out, slower on small maps of many channels (bench/RESULTS.md) */
-  made[3] = (conv_mode == 2 || conv_mode == 4 || conv_mode == 5) && cpu_conv_dw_fits(c);
+  made[3] = timed && cpu_conv_dw_fits(c);
   n = made[0] + made[1] + made[2] + made[3];
   for (i = 0; i < 4; i++) {
     best[i] = 1e30;
     if (made[i] && n > 1) {                          /* touch the buffers */
-      if (i == 3) made[3] = cpu_conv_dw(c) == FL_OK;
-      else centry_exec(&cand[i], c, 0);
+      if (i < 3) centry_exec(&cand[i], c, 0);
+      else made[3] = cpu_conv_dw(c) == FL_OK;
     }
   }
   for (r = 0, spent = 0, fast = 1e30;
        n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
     for (i = 0; i < 4; i++)
       if (made[i]) {
-        double t = i < 3 ? exec_seconds(&cand[i], c) : dw_seconds(c);
+        double t = exec_seconds(i < 3 ? &cand[i] : NULL, c);
         spent += t;
         if (t < best[i]) best[i] = t;
         if (t < fast) fast = t;
