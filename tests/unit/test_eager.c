@@ -19,6 +19,7 @@
 ** NaN must match NaN, infinities must match exactly.
 */
 #ifdef _OPENMP
+#include <math.h>
 #include <omp.h>
 #endif
 #include <stdint.h>
@@ -651,6 +652,54 @@ static void test_pool(void) {
         check(op, &x, 1, &a, RED, buf);
         gc();
       }
+  }
+  /* the same pools over oneDNN's nChw8c and nChw16c blocks (a blocked
+  ** chain's, eager_pool2d_blocked) against the plain layout's; blocks of
+  ** 16 are the AVX-512 layout, checked here on any CPU */
+  {
+    static const struct { int k, s, p, d, ceil, incl, global; } ps[] = {
+      {3, 2, 1, 1, 0, 1, 0}, {3, 1, 0, 2, 1, 1, 0}, {3, 2, 1, 1, 1, 0, 0}, {2, 2, 0, 1, 0, 1, 0},
+      {0, 1, 0, 1, 0, 1, 1}};
+    int b;
+    for (b = 8; b <= 16; b += 8)
+      for (op = OP_MAX_POOL2D; op <= OP_AVG_POOL2D; op++)
+        for (c = 0; c < sizeof ps / sizeof *ps; c++) {
+          const int64_t N = 2, C = 32, H = 9, W = 11;
+          op_attrs a = attrs(op);
+          fl_tensor *x = T(F32, "2,32,9,11", SPECIAL), y = {0};
+          const fl_tensor *cx = x;
+          fl_err e = {0};
+          float *xb, *yb;
+          const float *xf = ten_data(x), *yf;
+          int64_t OH, OW, i, n, ch, px, bad = -1;
+          if (op == OP_AVG_POOL2D && ps[c].d > 1) continue;
+          a.i[0] = ps[c].global ? H : ps[c].k; a.i[1] = ps[c].global ? W : ps[c].k;
+          a.i[2] = a.i[3] = ps[c].s; a.i[4] = a.i[5] = a.i[6] = a.i[7] = ps[c].p;
+          a.i[8] = a.i[9] = ps[c].d; a.i[10] = ps[c].ceil; a.i[11] = ps[c].incl;
+          if (eager_apply(op, &cx, 1, &a, &y, &e) != FL_OK) { ok(0, "blocked pool: plain: %s", e.msg); continue; }
+          OH = y.m.shape[2]; OW = y.m.shape[3]; yf = ten_data(&y);
+          xb = malloc((size_t)(N * C * H * W) * sizeof *xb);
+          yb = malloc((size_t)(N * C * OH * OW) * sizeof *yb);
+          for (n = 0; n < N; n++)
+            for (ch = 0; ch < C; ch++)
+              for (px = 0; px < H * W; px++)
+                xb[((n * C / b + ch / b) * H * W + px) * b + ch % b] = xf[(n * C + ch) * H * W + px];
+          if (eager_pool2d_blocked(op, &a, xb, yb, N, C, H, W, OH, OW, b) != FL_OK) bad = 0;
+          for (i = 0; i < N * C * OH * OW && bad < 0; i++) {
+            int64_t pn = i / (C * OH * OW), pc = i / (OH * OW) % C, pp = i % (OH * OW);
+            float got = yb[((pn * C / b + pc / b) * OH * OW + pp) * b + pc % b], want = yf[i];
+            if (!(got == want || (got != got && want != want) ||
+                  (op == OP_AVG_POOL2D && fabsf(got - want) <= 1e-6f + 1e-6f * fabsf(want))))
+              bad = i;
+          }
+          ok(bad < 0, "%s in blocks of %d (k%d s%d p%d d%d%s%s%s) as in the plain layout%s", op_name(op), b,
+             ps[c].k, ps[c].s, ps[c].p, ps[c].d, ps[c].ceil ? " ceil" : "", ps[c].incl ? "" : " exclude-pad",
+             ps[c].global ? " global" : "", bad >= 0 ? ": differs" : "");
+          free(xb);
+          free(yb);
+          ten_release(&y);
+          gc();
+        }
   }
   /* the pool's gradient, over the same windows: g of the pool's shape */
   for (c = 0; c < sizeof cs / sizeof *cs; c++) {
