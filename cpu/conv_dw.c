@@ -250,8 +250,14 @@ int cpu_conv_dw(const cpu_conv *c) {
     if (!T) {
       EAGER_PRAGMA(omp atomic write)
       ok = 0;
-    } else {
-      memset(T, 0, (size_t)(hp * wp * 8) * sizeof *T);     /* the border, zero for good */
+    } else {      /* the border, zero for good: every group writes the rest */
+      int64_t r;
+      memset(T, 0, (size_t)(c->pt * wp * 8) * sizeof *T);
+      memset(T + (c->pt + c->h) * wp * 8, 0, (size_t)(c->pb * wp * 8) * sizeof *T);
+      for (r = c->pt; r < c->pt + c->h; r++) {
+        memset(T + r * wp * 8, 0, (size_t)(c->pl * 8) * sizeof *T);
+        memset(T + (r * wp + c->pl + c->w) * 8, 0, (size_t)(c->pr * 8) * sizeof *T);
+      }
     }
     EAGER_PRAGMA(omp barrier)
     if (ok) {
