@@ -184,7 +184,7 @@ do
     function(y) return y:relu() end, function(y) return y:silu() end,
     function(y) return y:sigmoid() end, function(y) return y:tanh() end,
     function(y) return y:gelu{approximate = "tanh"} end, function(y) return (y * 0.25):exp() end,
-    function(y) return y * 1.5 - 0.25 end, function(y) return y * (y / 6.0 + 0.5):clamp(0, 1) end}
+    function(y) return y * 1.5 - 0.25 end, function(y) y = y * 4.0; return y * (y / 6.0 + 0.5):clamp(0, 1) end}   -- past both bends
   local dw0 = fl.blas_info().depthwise_convs
   local mode = os.getenv("FUSELAB_CONV")
   if mode == "" then mode = nil end
@@ -205,7 +205,7 @@ do
     local y0 = fl.conv2d(x, w, bias, opts)
     local res = fl.rand(table.unpack(y0.shape)) * 2 - 1
     local sc, sh = fl.rand(Cn, 1, 1) + 0.5, fl.rand(Cn, 1, 1) - 0.5
-    local kind, act = i % 4, acts[R(#acts)]
+    local kind, act = i % 4, acts[(i - 1) % #acts + 1]   -- each activation three times
     local function f(x_, w_, res_, sc_, sh_, b_)
       local y = fl.conv2d(x_, w_, b_, opts)
       if kind == 1 then y = y + res_ elseif kind == 2 then y = y * res_
