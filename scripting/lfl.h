@@ -221,6 +221,8 @@ int lfl_to_summary(lua_State *L, int idx, struct meas_summary *s, const char *wh
 /* fl.Plan and fl.Program (lfl_plan.c): g:fuse, p:codegen, k:run. */
 struct fuse_plan *lfl_toplan(lua_State *L, int idx);
 struct exec_program *lfl_toprogram(lua_State *L, int idx);
+/* The same for a CUDA program (lfl_cuda.c); NULL for anything else. */
+struct exec_program *lfl_tocudaprogram(lua_State *L, int idx);
 /* A compiled program (exec/program.h) as Lua sees it: a userdata whose
 ** only field is the program (NULL once collected).  What every backend's
 ** Program shares -- __gc, __tostring (its source), compile, try_compile,
@@ -264,16 +266,29 @@ int lfl_dispatch_sym(lua_State *L, fl_op op, const fl_tensor *const *in,
                      int nin, const op_attrs *a, const int *asym);
 int lfl_dispatch(lua_State *L, fl_op op, const fl_tensor *const *in,
                  int nin, const op_attrs *a);
-/* An eager op with a CUDA tensor among its inputs (lfl_cuda.c): a
-** generated per-op kernel, compiled once and launched; pushes the result. */
 /* Run graph g op by op where its tensors are: the eager kernels on the
 ** CPU; with any input or weight on CUDA, one generated kernel per op there
 ** (the unfused plan).  What fl.capture's values, g:run and the fallback of
 ** a graph no fused plan lowers use. */
 int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
                         fl_err *e);
+/* An eager op on the device (lfl_cuda.c: a generated per-op kernel,
+** compiled once and launched; fl.rand's, which has no inputs to say
+** where); pushes the result, unrecorded. */
 int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
                    int nin, const op_attrs *a);
+/* One op where its inputs are: the ir_apply_fn of eager ops and of
+** autograd's backward (eager_apply, or gpu/cuda_eager.c's with any input
+** on the device). */
+int lfl_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a, fl_tensor *out,
+              fl_err *e);
+/* t (contiguous) filled with v on its device. */
+int lfl_fill(fl_tensor *t, double v, fl_err *e);
+/* dst <- src (broadcast to dst's shape, converted to its dtype) on either
+** device; a device destination must be contiguous. */
+int lfl_copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e);
+/* *dst = src on dev: a new reference when it is there, else a copy. */
+int lfl_move(fl_tensor *dst, const fl_tensor *src, fl_device dev, fl_err *e);
 /* The same, but never recorded: for in-place ops, which are graph breaks
 ** (their inputs were computed first) and so run eagerly even in a trace. */
 int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,

@@ -28,6 +28,7 @@
 #include "cpu/eager.h"
 #include "exec/cache.h"
 #ifdef HAVE_CUDA
+#include "gpu/cuda_eager.h"
 #include "gpu/cuda_program.h"
 #endif
 
@@ -247,29 +248,105 @@ static int t_to(lua_State *L) {
 #endif
 }
 
-/* ---- eager ops on CUDA tensors ------------------------------------------
-** Each (op, attributes, input types, scalar values) becomes a one-op graph
-** that is planned, turned into CUDA C and compiled once -- generated
-** per-op kernels, cached by the graph's fingerprint in a registry table --
-** and launched on the real inputs.  Views only change metadata, as on the
-** CPU.  (Not run on a GPU yet: no device was available where this was
-** written; the path is compiled and its no-device errors are tested.) */
-#define EAGER_KEY "fuselab.cuda_eager"
-
+exec_program *lfl_tocudaprogram(lua_State *L, int idx) {
 #ifdef HAVE_CUDA
-static int eager_view(lua_State *L, fl_op op, const fl_tensor *x, const op_attrs *a) {
-  const fl_meta *m[1] = {&x->m};
-  fl_meta out;
-  fl_tensor *t;
-  fl_err e;
-  err_clear(&e);
-  if (op_infer(op, m, 1, a, &out, &e) != FL_OK) return lfl_raise(L, op_name(op), &e);
-  t = lfl_newtensor(L);
-  if (view_apply(op, x, a, &out, t, &e) == FL_OK) return 1;
-  lua_pop(L, 1);
-  return -1;                       /* needs a copy: a generated kernel */
-}
+  exec_program **slot = (exec_program **)luaL_testudata(L, idx, CPROG_TYPE);
+  return slot ? *slot : NULL;
+#else
+  (void)L; (void)idx;
+  return NULL;
 #endif
+}
+
+/* ---- eager ops on CUDA tensors ------------------------------------------
+** gpu/cuda_eager.c runs them: a view, or a generated per-op kernel
+** compiled once and launched on the real inputs. */
+
+int lfl_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a, fl_tensor *out,
+              fl_err *e) {
+#ifdef HAVE_CUDA
+  int k;
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->m.device == FL_DEV_CUDA) return cuda_eager_apply(op, in, nin, a, out, e);
+#endif
+  return eager_apply(op, in, nin, a, out, e);
+}
+
+int lfl_fill(fl_tensor *t, double v, fl_err *e) {
+#ifdef HAVE_CUDA
+  return cuda_fill(t, v, e);
+#else
+  ten_fill(t, v);
+  return FL_OK;
+#endif
+}
+
+int lfl_move(fl_tensor *dst, const fl_tensor *src, fl_device dev, fl_err *e) {
+  if (src->m.device == dev) {
+    ten_share(dst, src);
+    return FL_OK;
+  }
+#ifdef HAVE_CUDA
+  return cuda_copy_to(dst, src, dev, e);
+#else
+  memset(dst, 0, sizeof *dst);
+  return err_set(e, FL_ENODEV, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+/* One step of lfl_copy_into's conversion: *v = op(*v), in place of it. */
+static int convert(fl_tensor *v, fl_op op, const op_attrs *a, fl_err *e) {
+  const fl_tensor *in[1];
+  fl_tensor r = {0};
+  int rc;
+  in[0] = v;
+  if ((rc = lfl_apply(op, in, 1, a, &r, e)) != FL_OK) return rc;
+  ten_release(v);
+  *v = r;
+  return FL_OK;
+}
+
+int lfl_copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
+  fl_tensor v;
+  op_attrs a;
+  int rc = FL_OK;
+  if (dst->m.device == FL_DEV_CPU) {       /* the host's copy, from a host copy */
+    if (src->m.device == FL_DEV_CPU) return ten_copy(dst, src, e);
+    if ((rc = lfl_move(&v, src, FL_DEV_CPU, e)) != FL_OK) return rc;
+    rc = ten_copy(dst, &v, e);
+    ten_release(&v);
+    return rc;
+  }
+#ifdef HAVE_CUDA
+  if (!ten_is_contiguous(dst))
+    return err_set(e, FL_EUNSUPPORTED, "a write into a non-contiguous tensor on cuda is not "
+                   "supported; write into a contiguous one");
+  /* src made dst's exactly -- its device, dtype, shape, contiguous --
+  ** then one copy of the whole buffer */
+  if ((rc = lfl_move(&v, src, dst->m.device, e)) != FL_OK) return rc;
+  if (v.m.dtype != dst->m.dtype) {
+    op_attrs_init(OP_TO, &a);
+    a.dtype = dst->m.dtype;
+    rc = convert(&v, OP_TO, &a, e);
+  }
+  if (rc == FL_OK && !meta_same_shape(&v.m, &dst->m)) {
+    op_attrs_init(OP_EXPAND, &a);
+    a.ndims = dst->m.ndim;
+    memcpy(a.dims, dst->m.shape, (size_t)dst->m.ndim * sizeof *a.dims);
+    rc = convert(&v, OP_EXPAND, &a, e);
+  }
+  if (rc == FL_OK && !ten_is_contiguous(&v)) {
+    op_attrs_init(OP_CONTIGUOUS, &a);
+    rc = convert(&v, OP_CONTIGUOUS, &a, e);
+  }
+  if (rc == FL_OK) rc = cuda_copy_into(dst, &v, e);
+  ten_release(&v);
+  return rc;
+#else
+  (void)v; (void)a; (void)rc;
+  return err_set(e, FL_ENODEV, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
 
 /* Is any input or weight of g on the device? */
 static int on_cuda(const ir_graph *g, const fl_tensor *const *in, int n) {
@@ -282,27 +359,6 @@ static int on_cuda(const ir_graph *g, const fl_tensor *const *in, int n) {
       return 1;
   return 0;
 }
-
-#ifdef HAVE_CUDA
-/* The eager CPU kernel of op on host copies of any device inputs: the last
-** resort for an op no CUDA kernel lowers. */
-static int host_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                      fl_tensor *out, fl_err *e) {
-  fl_tensor host[64];
-  const fl_tensor *hin[64];
-  int k, rc = FL_OK;
-  if (nin > 64) return err_set(e, FL_EUNSUPPORTED, "%s: too many inputs", op_name(op));
-  memset(host, 0, sizeof host);
-  for (k = 0; k < nin && rc == FL_OK; k++) {
-    hin[k] = in[k];
-    if (in[k] && in[k]->m.device == FL_DEV_CUDA && (rc = cuda_copy_to(&host[k], in[k], FL_DEV_CPU, e)) == FL_OK)
-      hin[k] = &host[k];
-  }
-  if (rc == FL_OK) rc = eager_apply(op, hin, nin, a, out, e);
-  for (k = 0; k < nin; k++) ten_release(&host[k]);
-  return rc;
-}
-#endif
 
 int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
                         fl_err *e) {
@@ -323,7 +379,7 @@ int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl
   if (rc != FL_EUNSUPPORTED) return rc;
   /* an op with no CUDA kernel at all: on the host, the results moved back */
   err_clear(e);
-  if ((rc = ir_run(g, host_apply, in, n, outs, e)) != FL_OK) return rc;
+  if ((rc = ir_run(g, cuda_host_apply, in, n, outs, e)) != FL_OK) return rc;
   for (i = 0; i < g->nout && rc == FL_OK; i++) {
     fl_tensor d;
     if (outs[i].m.device == FL_DEV_CUDA) continue;
@@ -341,64 +397,10 @@ int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl
 int lfl_cuda_eager(lua_State *L, fl_op op, const fl_tensor *const *in, int nin,
                    const op_attrs *a) {
 #ifdef HAVE_CUDA
-  const fl_tensor *inputs[64];
-  ir_graph *g;
-  fl_tensor *outs;
-  char key[33];
-  int ids[64], k, n = 0, id;
+  fl_tensor *out = lfl_newtensor(L);
   fl_err e;
-  exec_program **slot;
-  if ((op_info_of(op)->flags & OPF_VIEW) && in[0] && eager_view(L, op, in[0], a) == 1)
-    return 1;
   err_clear(&e);
-  lfl_pushgraph(L, NULL);                    /* owner of g until planned */
-  if (!(g = ir_new())) return luaL_error(L, "%s: out of memory", op_name(op));
-  *(ir_graph **)lua_touserdata(L, -1) = g;
-  for (k = 0; k < nin; k++) {
-    if (!in[k]) { ids[k] = -1; continue; }
-    if (in[k]->m.wrapped) ids[k] = ir_add_const(g, in[k], &e);
-    else { ids[k] = ir_add_input(g, &in[k]->m, NULL, &e); inputs[n++] = in[k]; }
-    if (ids[k] < 0) return lfl_raise(L, op_name(op), &e);
-  }
-  if ((id = ir_add_op(g, op, ids, nin, a, NULL, NULL, &e)) < 0 ||
-      ir_add_output(g, id, &e) != FL_OK)
-    return lfl_raise(L, op_name(op), &e);
-  ir_fingerprint(g, key);
-  lua_getfield(L, LUA_REGISTRYINDEX, EAGER_KEY);
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, EAGER_KEY);
-  }
-  if (lua_getfield(L, -1, key) != LUA_TUSERDATA) {
-    fuse_plan *p;
-    lua_pop(L, 1);
-    slot = lfl_newprogram(L, &cuda_lprogram);
-    if (!(p = fuse_plan_build(g, NULL, &e))) return lfl_raise(L, op_name(op), &e);
-    *slot = exec_codegen(&cuda_backend, p, NULL, &e);
-    fuse_plan_free(p);
-    if (!*slot && e.code == FL_EUNSUPPORTED) {
-      /* no CUDA kernel for it: the host's, the result moved back */
-      fl_tensor h, *r = lfl_newtensor(L);
-      err_clear(&e);
-      memset(&h, 0, sizeof h);
-      if (host_apply(op, in, nin, a, &h, &e) != FL_OK || cuda_copy_to(r, &h, FL_DEV_CUDA, &e) != FL_OK) {
-        ten_release(&h);
-        return lfl_raise(L, op_name(op), &e);
-      }
-      ten_release(&h);
-      return 1;
-    }
-    if (!*slot) return lfl_raise(L, op_name(op), &e);
-    if (exec_program_compile(*slot, &e) != FL_OK) return lfl_program_raise(L, *slot, &e);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, key);
-  }
-  slot = (exec_program **)lua_touserdata(L, -1);
-  outs = lfl_newtensor(L);
-  if (cuda_program_run(*slot, inputs, n, outs, &e) != FL_OK)
-    return lfl_raise(L, op_name(op), &e);
+  if (cuda_eager_apply(op, in, nin, a, out, &e) != FL_OK) return lfl_raise(L, op_name(op), &e);
   return 1;
 #else
   (void)in; (void)nin; (void)a;
@@ -448,10 +450,25 @@ static const luaL_Reg cuda_funcs[] = {
   {NULL, NULL}
 };
 
+#ifdef HAVE_CUDA
+/* the one-op programs go with the state that ran them */
+static int eager_gc(lua_State *L) {
+  (void)L;
+  cuda_eager_free();
+  return 0;
+}
+#endif
+
 void lfl_open_cuda(lua_State *L, int lib) {
   lib = lua_absindex(L, lib);
 #ifdef HAVE_CUDA
   lfl_program_type(L, &cuda_lprogram, prog_methods);
+  lua_newuserdata(L, 1);
+  lua_newtable(L);
+  lua_pushcfunction(L, eager_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, "fuselab.cuda_eager");
 #endif
   lua_pushvalue(L, lib);
   luaL_setfuncs(L, cuda_funcs, 0);

@@ -43,21 +43,18 @@ int lfl_dispatch_eager(lua_State *L, fl_op op, const fl_tensor *const *in,
     if (in[k] && lfl_islazy(in[k]) && !lfl_trace_resolve(L, (fl_tensor *)in[k]))
       return luaL_error(L, "%s: this tensor belongs to a capture that ended "
                         "with an error and was never computed", op_name(op));
-  for (k = 0; k < nin; k++)          /* device tensors: generated kernels */
-    if (in[k] && in[k]->m.device == FL_DEV_CUDA)
-      return lfl_cuda_eager(L, op, in, nin, a);
   err_clear(&e);
   out = lfl_newtensor(L);            /* owns the result from the start */
   if (op == OP_DROPOUT) rng_get_state(&key, &block);  /* where its mask is drawn */
   else key = block = 0;
-  rc = eager_apply(op, in, nin, a, out, &e);
+  rc = lfl_apply(op, in, nin, a, out, &e);   /* where the inputs are */
   if (rc == FL_ENOMEM) {
     lfl_collect(L);                  /* garbage may hold the memory */
     err_clear(&e);
-    rc = eager_apply(op, in, nin, a, out, &e);
+    rc = lfl_apply(op, in, nin, a, out, &e);
   }
   if (rc != FL_OK) return lfl_raise(L, op_name(op), &e);
-  if (out->st && out->st->refs == 1)  /* new storage, not a view */
+  if (out->st && out->st->refs == 1 && out->m.device == FL_DEV_CPU)  /* new host storage */
     lfl_account(L, out->st->nbytes);
   lfl_ag_record(L, op, in, nin, a, out, key, block);
   return 1;
