@@ -411,15 +411,30 @@ ir_graph *ag_backward_graph(ag_fn *const *roots, const fl_tensor *const *seeds, 
 }
 
 /* A gradient a leaf keeps must not share storage with anything else (the
-** seed, a saved value): later changes to either would show in the other. */
-static int own(fl_tensor *t, fl_err *e) {
+** seed, a saved value): later changes to either would show in the other.
+** The copy of a device tensor is the backend's (apply's contiguous makes
+** a new buffer where the host cannot read). */
+static int own(fl_tensor *t, ir_apply_fn apply, fl_err *e) {
   fl_tensor c = {0};
   int rc;
   if (!t->st || (t->st->refs == 1 && ten_is_contiguous(t) && t->offset == 0 &&
                  t->st->nbytes == (size_t)meta_numel(&t->m) * dtype_size(t->m.dtype)))
     return FL_OK;
-  if ((rc = ten_uninit(&c, &t->m, e)) != FL_OK) return rc;
-  if ((rc = ten_copy(&c, t, e)) != FL_OK) { ten_release(&c); return rc; }
+  if (t->m.device != FL_DEV_CPU) {
+    const fl_tensor *in[1];
+    op_attrs a;
+    in[0] = t;
+    op_attrs_init(OP_CONTIGUOUS, &a);
+    if ((rc = apply(OP_CONTIGUOUS, in, 1, &a, &c, e)) != FL_OK) return rc;
+    if (c.st == t->st) {
+      ten_release(&c);
+      return err_set(e, FL_EUNSUPPORTED, "backward: the device's contiguous kept the storage "
+                     "of a gradient a leaf must own");
+    }
+  } else {
+    if ((rc = ten_uninit(&c, &t->m, e)) != FL_OK) return rc;
+    if ((rc = ten_copy(&c, t, e)) != FL_OK) { ten_release(&c); return rc; }
+  }
   ten_release(t);
   *t = c;
   return FL_OK;
@@ -584,7 +599,7 @@ static int pass(ag_fn *const *roots, const fl_tensor *const *seeds, ag_fn *const
             rc = ag_add_into(&wout[i], &res[j], apply, e);
           }
       } else if (!f->grad.st) {
-        if ((rc = own(&res[j], e)) == FL_OK) {
+        if ((rc = own(&res[j], apply, e)) == FL_OK) {
           f->grad = res[j];
           memset(&res[j], 0, sizeof res[j]);
           ag_unref(f->grad_fn);
@@ -656,7 +671,7 @@ static int to_leaf(ag_fn *leaf, fl_tensor *g, ir_apply_fn apply, int *rc, fl_err
       !meta_same_shape(&g->m, &leaf->out_meta))
     return 0;
   if (!leaf->grad.st) {
-    if ((*rc = own(g, e)) == FL_OK) {
+    if ((*rc = own(g, apply, e)) == FL_OK) {
       leaf->grad = *g;
       memset(g, 0, sizeof *g);
     }

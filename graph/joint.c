@@ -125,7 +125,14 @@ static ir_graph *mask_dropout(const ir_graph *g, fl_err *e) {
       int ones, mask;
       b.where = nd->where;
       b.scope = nd->scope;
-      ones = gb_expand(&b, gb_cast(&b, gb_const(&b, 1.0), m->dtype), m->ndim, m->shape);
+      if (m->device == FL_DEV_CPU) {
+        ones = gb_expand(&b, gb_cast(&b, gb_const(&b, 1.0), m->dtype), m->ndim, m->shape);
+      } else {
+        /* a device's ones: graph/ cannot put a constant there, so from x
+        ** (its shape and device; both ways 1, NaN or not) */
+        int one = gb_cast(&b, gb_const(&b, 1.0), m->dtype);
+        ones = gb_op3(&b, OP_WHERE, gb_op2(&b, OP_EQ, map[nd->in[0]], map[nd->in[0]]), one, one);
+      }
       mask = gb_op(&b, OP_DROPOUT, &nd->attrs, 1, &ones);
       if (mask >= 0 && ir_set_name(h, mask, "dropout's mask", e) != FL_OK) rc = FL_ENOMEM;
       map[i] = gb_op2(&b, OP_MUL, map[nd->in[0]], mask);

@@ -52,7 +52,8 @@ static int check_inputs(fl_op op, const fl_meta *const *in, int nin,
 }
 
 /* out gets dtype dt and the device of the first input that has dims (so
-** `2 + x` lands where x is), else input 0's. */
+** `2 + x` lands where x is); among 0-dim inputs alone, a device's wins
+** over the host's, as in PyTorch (1 / loss stays where the loss is). */
 static void init_out(fl_meta *out, const fl_meta *const *in, int nin,
                      fl_dtype dt) {
   int k;
@@ -60,7 +61,9 @@ static void init_out(fl_meta *out, const fl_meta *const *in, int nin,
   out->dtype = dt;
   out->device = in[0]->device;
   for (k = 0; k < nin; k++)
-    if (in[k] && in[k]->ndim > 0) { out->device = in[k]->device; break; }
+    if (in[k] && in[k]->ndim > 0) { out->device = in[k]->device; return; }
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->device != FL_DEV_CPU) { out->device = in[k]->device; return; }
 }
 
 static void copy_shape(fl_meta *out, const fl_meta *x) {

@@ -47,23 +47,28 @@ void lfl_ag_release(fl_tensor *t) {
 static int float_dtype(const fl_tensor *t) { return dtype_is_float(t->m.dtype); }
 
 /* The dropout mask the forward drew (its scaled keep pattern): the same
-** draw again over ones, from the stream position the forward started at. */
+** draw again over ones, from the stream position the forward started at.
+** A device draws the host's numbers (the same stream), so the host draws
+** it and it moves to x's device. */
 static int dropout_mask(const fl_tensor *x, const op_attrs *a, uint64_t key,
                         uint64_t block, fl_tensor *mask, fl_err *e) {
-  fl_tensor ones = {0};
+  fl_tensor ones = {0}, host = {0};
   const fl_tensor *in[1];
   uint64_t k2, b2;
   int rc;
   fl_meta m = x->m;
   m.wrapped = 0;
+  m.device = FL_DEV_CPU;
   if ((rc = ten_empty(&ones, &m, e)) != FL_OK) return rc;
   ten_fill(&ones, 1.0);
   in[0] = &ones;
   rng_get_state(&k2, &b2);
   rng_set_state(key, block);
-  rc = eager_apply(OP_DROPOUT, in, 1, a, mask, e);
+  rc = eager_apply(OP_DROPOUT, in, 1, a, &host, e);
   rng_set_state(k2, b2);
   ten_release(&ones);
+  if (rc == FL_OK) rc = lfl_move(mask, &host, x->m.device, e);
+  ten_release(&host);
   return rc;
 }
 
@@ -215,8 +220,6 @@ static void set_requires_grad(lua_State *L, fl_tensor *t, int on, const char *wh
   if (!dtype_is_float(t->m.dtype))
     luaL_error(L, "%s: only floating-point tensors can require gradients (this one "
                "is %s)", what, dtype_name(t->m.dtype));
-  if (t->m.device != FL_DEV_CPU)
-    luaL_error(L, "%s: autograd runs on the CPU only (this tensor is on %s)", what, "cuda");
   if (lfl_islazy(t))
     luaL_error(L, "%s: a tensor of a capture in progress cannot start requiring "
                "gradients", what);
@@ -360,12 +363,16 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
       return s;
     }
     {
-      fl_meta m = t->m;
-      m.wrapped = 0;
-      s = lfl_pushempty(L, &m, what);
+      /* the gradient in the output's dtype, where it is */
+      const fl_tensor *in[1];
+      op_attrs a;
       fl_err e;
+      in[0] = g;
+      op_attrs_init(OP_TO, &a);
+      a.dtype = t->m.dtype;
+      s = lfl_newtensor(L);
       err_clear(&e);
-      if (ten_copy(s, g, &e) != FL_OK) lfl_raise(L, what, &e);
+      if (lfl_apply(OP_TO, in, 1, &a, s, &e) != FL_OK) lfl_raise(L, what, &e);
       return s;
     }
   }
@@ -378,8 +385,10 @@ static const fl_tensor *seed_of(lua_State *L, const fl_tensor *t, int idx, const
   {
     fl_meta m = t->m;
     m.wrapped = 0;
+    fl_err e;
     s = lfl_pushempty(L, &m, what);
-    ten_fill(s, 1.0);
+    err_clear(&e);
+    if (lfl_fill(s, 1.0, &e) != FL_OK) lfl_raise(L, what, &e);
   }
   return s;
 }
@@ -392,7 +401,7 @@ static int op_calls[OP_COUNT];
 static int timed_apply(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                        fl_tensor *out, fl_err *e) {
   double t0 = meas_now();
-  int rc = eager_apply(op, in, nin, a, out, e);
+  int rc = lfl_apply(op, in, nin, a, out, e);
   op_ms[op] += (meas_now() - t0) * 1e3;
   op_calls[op]++;
   return rc;
@@ -422,7 +431,7 @@ static int run_backward(lua_State *L, ag_fn **roots, const fl_tensor **seeds, ag
                         int retain, int create, const char *what) {
   fl_err e;
   int rc;
-  ir_apply_fn apply = debug_autograd() ? timed_apply : eager_apply;
+  ir_apply_fn apply = debug_autograd() ? timed_apply : lfl_apply;
   err_clear(&e);
   rc = ag_backward(roots, seeds, seed_fns, n, want, nwant, wout, wfn, retain, create, apply, &e);
   if (rc == FL_ENOMEM) {
@@ -704,6 +713,19 @@ static void cbw_free(void *ctx) {
   free(c);
 }
 
+/* Is the gradient reaching a loss the usual 1 (read on the host)? */
+static int seed_is_one(const fl_tensor *g) {
+  fl_tensor h = {0};
+  fl_err e;
+  int one;
+  if (meta_numel(&g->m) != 1) return 0;
+  err_clear(&e);
+  if (lfl_move(&h, g, FL_DEV_CPU, &e) != FL_OK) return 0;   /* scaled: right either way */
+  one = ten_get(&h, 0) == 1.0;
+  ten_release(&h);
+  return one;
+}
+
 /* Without tangents the backward program computes the gradients for a
 ** loss gradient of 1, and a seed g scales them (the loss is a scalar, the
 ** backward linear in g).  With tangents g is its input, beside the other
@@ -713,14 +735,13 @@ static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   int n = c->nsaved + (c->ntan ? 1 + c->ntan : 0);
   const fl_tensor **in = calloc((size_t)n + 1, sizeof *in);
   int k, rc = FL_OK, nout = c->pr->plan->g->nout;
-  int unit = c->ntan || (meta_numel(&gout->m) == 1 && ten_get(gout, 0) == 1.0);
+  int unit = c->ntan || seed_is_one(gout);
   fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
   if (!in || !outs) { free(in); free(outs); cbw_clear_tan(c); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
   for (k = 0; k < c->nsaved; k++) in[k] = &c->saved[k];
   if (c->ntan) in[c->nsaved] = gout;
   for (k = 0; k < c->ntan && rc == FL_OK; k++) {
-    if (!c->tan[k].st && (rc = ten_uninit(&c->tan[k], &c->tan_meta[k], e)) == FL_OK)
-      ten_fill(&c->tan[k], 0.0);
+    if (!c->tan[k].st) rc = ten_empty(&c->tan[k], &c->tan_meta[k], e);   /* zeros */
     in[c->nsaved + 1 + k] = &c->tan[k];
   }
   if (rc == FL_OK) rc = exec_program_run(c->pr, in, n, outs, e);
@@ -753,8 +774,7 @@ static int tan_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   int rc;
   if (!c->tan[t->k].st) ten_share(&c->tan[t->k], gout);
   else if ((rc = ag_add_into(&c->tan[t->k], gout, apply, e)) != FL_OK) return rc;
-  if ((rc = ten_uninit(&gin[0], &c->loss_meta, e)) == FL_OK) ten_fill(&gin[0], 0.0);
-  return rc;
+  return ten_empty(&gin[0], &c->loss_meta, e);   /* zeros */
 }
 
 static void tan_release(void *ctx) { (void)ctx; }   /* the loss's fn releases */
@@ -781,19 +801,19 @@ static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_c
 
 /* fl._attach_backward(out, program, saved, leaves [, others]): out (a
 ** scalar from a compiled forward) gets a CompiledFunctionBackward grad_fn
-** that runs the C program on saved (a list of tensors) and hands gradient
+** that runs the program (C or CUDA) on saved (a list of tensors) and hands gradient
 ** k to the fn of leaves[k] (a tensor, or false: none).  others: the
 ** function's other results that need gradients (the joint graph's
 ** tangents after the loss's, in order): each gets a history passing the
 ** gradient reaching it to that backward. */
 static int l_attach_backward(lua_State *L) {
   fl_tensor *out = lfl_checktensor(L, 1);
-  struct exec_program *pr = lfl_toprogram(L, 2);
+  struct exec_program *pr = lfl_toprogram(L, 2) ? lfl_toprogram(L, 2) : lfl_tocudaprogram(L, 2);
   ag_fn **next;
   ag_call call;
   cbw *c;
   int k, n, nl, nt = 0;
-  luaL_argcheck(L, pr != NULL, 2, "expected a compiled C program");
+  luaL_argcheck(L, pr != NULL, 2, "expected a compiled C or CUDA program");
   luaL_checktype(L, 3, LUA_TTABLE);
   luaL_checktype(L, 4, LUA_TTABLE);
   if (!lua_isnoneornil(L, 5)) {

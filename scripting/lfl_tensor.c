@@ -364,13 +364,6 @@ static int t_len(lua_State *L) {
   return 1;
 }
 
-/* Values can be written only where the host can see them. */
-static void check_host(lua_State *L, const fl_tensor *t, const char *what) {
-  if (t->m.device != FL_DEV_CPU)
-    luaL_error(L, "%s: the tensor is on %s; call :cpu() first", what,
-               device_name(t->m.device));
-}
-
 fl_tensor *lfl_readable(lua_State *L, int idx, const char *what) {
   fl_tensor *t = lfl_checkdata(L, idx, what);
   if (t->m.device == FL_DEV_CPU) return t;
@@ -584,7 +577,7 @@ static void add_blocks(luaL_Buffer *b, const fl_tensor *t, int d,
 static void push_tostring(lua_State *L, const fl_tensor *t) {
   luaL_Buffer b;
   pfmt f;
-  char s[32];
+  char s[96];   /* also ", grad_fn CompiledFunctionBackward" */
   int i;
   int64_t numel = meta_numel(&t->m);
   luaL_buffinit(L, &b);
@@ -695,7 +688,9 @@ static int t_cpu(lua_State *L) {
 ** (ten_wrote). */
 static void check_writable(lua_State *L, fl_tensor *t, const char *what) {
   int i;
-  check_host(L, t, what);
+  if (t->m.device != FL_DEV_CPU && !ten_is_contiguous(t))
+    luaL_error(L, "%s: a write into a non-contiguous tensor on %s is not supported; "
+               "write into a contiguous one", what, device_name(t->m.device));
   for (i = 0; i < t->m.ndim; i++)
     if (t->stride[i] == 0 && t->m.shape[i] > 1)
       luaL_error(L, "%s: cannot write into an expanded tensor (dim %d has "
@@ -703,13 +698,21 @@ static void check_writable(lua_State *L, fl_tensor *t, const char *what) {
   ten_wrote(t);
 }
 
-/* dst <- src (broadcast to dst's shape, converted to dst's dtype); the
-** core copies overlapping layouts through a temporary itself. */
+/* dst <- src (broadcast to dst's shape, converted to dst's dtype), on
+** either device; the core copies overlapping layouts through a temporary
+** itself. */
 static void copy_into(lua_State *L, fl_tensor *dst, const fl_tensor *src,
                       const char *what) {
   fl_err e;
   err_clear(&e);
-  if (ten_copy(dst, src, &e) != FL_OK) lfl_raise(L, what, &e);
+  if (lfl_copy_into(dst, src, &e) != FL_OK) lfl_raise(L, what, &e);
+}
+
+/* Every element of t set to v, on either device. */
+static void fill(lua_State *L, fl_tensor *t, double v, const char *what) {
+  fl_err e;
+  err_clear(&e);
+  if (lfl_fill(t, v, &e) != FL_OK) lfl_raise(L, what, &e);
 }
 
 /* A write of the value at idx (a tensor or number) into x while a trace
@@ -735,9 +738,9 @@ static int t_copy_(lua_State *L) {
   if (traced_write(L, t, 2, "copy_")) { lua_settop(L, 1); return 1; }
   t = lfl_checkdata(L, 1, "copy_");
   check_writable(L, t, "copy_");
-  if (lua_type(L, 2) == LUA_TNUMBER) ten_fill(t, lua_tonumber(L, 2));
+  if (lua_type(L, 2) == LUA_TNUMBER) fill(L, t, lua_tonumber(L, 2), "copy_");
   else {
-    fl_tensor *src = lfl_readable(L, 2, "copy_");
+    fl_tensor *src = lfl_checkdata(L, 2, "copy_");
     copy_into(L, t, src, "copy_");
   }
   lua_settop(L, 1);
@@ -754,12 +757,12 @@ static int t_fill_(lua_State *L) {
   if (lua_type(L, 2) == LUA_TBOOLEAN) v = lua_toboolean(L, 2);
   else v = (double)luaL_checknumber(L, 2);
   check_writable(L, t, "fill_");
-  if (t->m.dtype == FL_I64 && lua_isinteger(L, 2)) {
+  if (t->m.dtype == FL_I64 && lua_isinteger(L, 2) && t->m.device == FL_DEV_CPU) {
     /* exact for integers beyond 2^53, which double would round */
     int64_t k, n = meta_numel(&t->m), iv = (int64_t)lua_tointeger(L, 2);
     for (k = 0; k < n; k++) *(int64_t *)ten_elem_ptr(t, k) = iv;
   } else {
-    ten_fill(t, v);
+    fill(L, t, v, "fill_");
   }
   lua_settop(L, 1);
   return 1;
@@ -773,7 +776,7 @@ static int t_zero_(lua_State *L) {
   if (traced_write(L, t, 2, "zero_")) { lua_settop(L, 1); return 1; }
   t = lfl_checkdata(L, 1, "zero_");
   check_writable(L, t, "zero_");
-  ten_fill(t, 0.0);
+  fill(L, t, 0.0, "zero_");
   lua_settop(L, 1);
   return 1;
 }

@@ -177,7 +177,7 @@ local function as_parameter(t)
     if t.is_leaf then return t end
     t = t:detach()
   end
-  if t.device ~= "cpu" or not t.dtype:find("float") or fl._tracing() then return t end
+  if not t.dtype:find("float") or fl._tracing() then return t end
   return t:requires_grad_()
 end
 
@@ -299,9 +299,8 @@ function Module:eval() return self:train(false) end
 -- PyTorch's Module.to does.  A tensor under two names (tied weights) is
 -- moved once and stays shared; a weight already there is kept as it is.
 -- Compiled functions then bind the resident weights: no copy per call.
--- A moved parameter is a new leaf (its .grad starts empty), requiring
--- grad where autograd runs (the CPU) as the parameter it replaces did; one
--- coming back from the GPU (where nothing requires grad) requires it again.
+-- A moved parameter is a new leaf (its .grad starts empty) that requires
+-- grad as the parameter it replaces did (autograd runs on either device).
 function Module:to(...)
   local args, moved = table.pack(...), {}
   local function visit(m)
@@ -311,7 +310,7 @@ function Module:to(...)
         if t ~= nil then
           if moved[t] == nil then
             local u = fl.no_grad(t.to, t, table.unpack(args, 1, args.n))
-            if u ~= t and kind == "_params" and (t.requires_grad or t.device ~= "cpu") then
+            if u ~= t and kind == "_params" and t.requires_grad then
               u = as_parameter(u)
             end
             moved[t] = u
