@@ -724,6 +724,15 @@ local function debug_dump(st, key, stages, plan, prog, times)
   debug_line("compile debug: %s", dir)
 end
 
+-- Whether graph g compiles for the device: "auto" is the GPU when one is
+-- usable and the graph's tensors are there (results stay on their inputs'
+-- device, as torch.compile's do); "cuda" was checked at fl.compile.
+local function on_device(st, g)
+  local backend = st.opts.backend or "auto"
+  return backend == "cuda" or (backend == "auto" and fl.cuda_available ~= nil
+                               and fl.cuda_available() == true and g:_on_cuda())
+end
+
 -- The backend's compile step for one graph: decompose and optimize, fuse,
 -- generate C, compile through the cache.  Returns a runner
 -- function(inputs) -> outputs, the program (nil when the graph runs on the
@@ -746,12 +755,7 @@ local function build_runner_now(st, captured, inputs)
       plan, prog, times)
   end or function() end
   if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
-  -- "auto" is the GPU when one is usable and the graph's tensors are there
-  -- (results stay on their inputs' device, as torch.compile's do); "cuda"
-  -- was checked at fl.compile
-  local backend = st.opts.backend or "auto"
-  local use_cuda = backend == "cuda" or (backend == "auto" and fl.cuda_available ~= nil
-                                         and fl.cuda_available() == true and captured:_on_cuda())
+  local use_cuda = on_device(st, captured)
   st.backend = use_cuda and "cuda" or "cpu"
   if DEBUG >= 3 then
     for _, d in ipairs(plan:decisions()) do
@@ -1017,7 +1021,7 @@ end
 -- entry and requires_grad pattern.  A function that returns something
 -- else keeps the inference path (st.no_train says why); a loss that is
 -- not one graph (graph breaks) or whose joint graph cannot be built
--- (symbolic sizes, the CUDA backend) trains eagerly, the reason in
+-- (symbolic sizes, a half the backend cannot lower) trains eagerly, the reason in
 -- stats.training_eager.
 
 local capture_outputs   -- fl.capture's (below)
@@ -1152,12 +1156,14 @@ local function joint_partition(st, g)
   return g:joint{tangents = tangents}:partition{policy = st.opts.partition or "mincut"}
 end
 
--- A partition's halves fused and compiled for the CPU: their plans and
--- programs, compiled now (compile_ms, not the first call's backward_ms).
+-- A partition's halves fused and compiled for where the forward's
+-- tensors are (the backward's follow them): their plans and programs,
+-- compiled now (compile_ms, not the first call's backward_ms).
 local function compile_pair(st, fw, bw)
+  local cuda = on_device(st, fw)
   local function compile_half(h)
     local plan = lower_graph(h):fuse{fuse = st.opts.fuse ~= false}
-    local prog = plan:codegen("cpu")
+    local prog = cuda and fl._cuda_program(plan) or plan:codegen("cpu")
     prog:compile()
     return plan, prog
   end
@@ -1216,9 +1222,6 @@ end
 -- {eager = reason}.
 local function train_build(st, args, fresh)
   local t0 = fl.now()
-  if st.backend == "cuda" or st.opts.backend == "cuda" then
-    return {eager = "the CUDA backend compiles inference only; training runs on the eager kernels"}
-  end
   local g, info = fresh and fresh.g, fresh and fresh.info
   if not g then
     local ok
@@ -1230,7 +1233,11 @@ local function train_build(st, args, fresh)
   end
   local okj, fw, bw, pinfo = pcall(joint_partition, st, g)
   if not okj then return {eager = tostring(fw):gsub("^joint: ", "")} end
-  local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
+  local okc, fplan, fprog, bplan, bprog = pcall(compile_pair, st, fw, bw)
+  if not okc then
+    -- a half the backend cannot lower (an op without a CUDA kernel)
+    return {eager = "the joint graph's halves cannot be compiled: " .. tostring(fplan):match("^[^\n]*")}
+  end
   -- each gradient's leaf: an argument by position, a parameter by storage
   local params, leaves = live_params(st.fn, info.params), {}
   local _, at = tensor_args(args)
@@ -1633,7 +1640,7 @@ function methods.stats(cm)
   s.backend = st.opts.backend == "eager" and "eager" or st.backend or "cpu"
   s.training_note = st.no_train
   s.backward_ms = 0
-  for _, p in ipairs(st.train_pairs) do s.backward_ms = s.backward_ms + p.bw_program:stats().run_ms end
+  for _, p in ipairs(st.train_pairs) do s.backward_ms = s.backward_ms + (p.bw_program:stats().run_ms or 0) end  -- a CUDA program keeps none
   return s
 end
 

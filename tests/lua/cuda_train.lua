@@ -1,8 +1,12 @@
--- cuda_train.lua -- compiled training's programs on CUDA: a loss's joint
--- graph partitioned, its forward and backward generated as CUDA and run,
--- against eager autograd on the CPU (an MLP, a CNN with BatchNorm in
--- training, a GPT with dropout: the device draws the CPU's masks).  Needs a device: on a machine without one it runs on the CUDA
--- emulator (tests/gpu/emu/lua.sh), else it skips.
+-- cuda_train.lua -- training on CUDA: a loss's joint graph partitioned,
+-- its forward and backward generated as CUDA and run, against eager
+-- autograd on the CPU (an MLP, a CNN with BatchNorm in training, a GPT
+-- with dropout: the device draws the CPU's masks); eager autograd and
+-- in-place writes on device tensors; fl.compile training a model moved
+-- to the device, its optimizer's update compiled there, step for step
+-- against the same training on the CPU.  Needs a device: on a machine
+-- without one it runs on the CUDA emulator (tests/gpu/emu/lua.sh), else
+-- it skips.
 --
 -- Tolerance: float32 sums reordered on the device, the GPU differential
 -- test's: |got - want| <= 1e-4 + 2e-3 |want|.
@@ -68,10 +72,9 @@ do
         {ids, ids}, 5)
 end
 
--- the optimizer's compiled update on the device (autograd, and so an
--- optimizer's parameters, live on the CPU: the update it compiled there is
--- called with cuda copies of its arguments, one kernel per parameter
--- generated for CUDA, against the same call on the CPU)
+-- the optimizer's compiled update called with cuda copies of the
+-- arguments it was compiled for on the CPU: one kernel per parameter
+-- generated for CUDA, against the same call on the CPU
 do
   fl.manual_seed(6)
   local ps = {fl.randn(8, 4):requires_grad_(), fl.randn(8):requires_grad_()}
@@ -100,5 +103,120 @@ do
        ("AdamW's compiled update on the device: parameters and state written as on the CPU "
         .. "(%d compiles, %d kernels: one per parameter in each)"):format(s.compiles, s.kernels))
 end
+
+-- eager autograd on the device: the tape records device ops, the
+-- backward runs its graph there (one generated kernel per op), .grad
+-- stays on the device and accumulates across backwards
+do
+  fl.manual_seed(7)
+  local a, b = fl.randn(5, 3), fl.randn(3, 4)
+  local ad, bd = a:cuda():requires_grad_(), b:cuda():requires_grad_()
+  local ac, bc = a:requires_grad_(), b:requires_grad_()
+  local function f(x, y) return ((x:matmul(y)):gelu() * 2 + x:sum(2, true)):softmax(2):log():sum() end
+  f(ad, bd):backward()
+  f(ac, bc):backward()
+  local first = ad.grad.device == "cuda" and bd.grad.device == "cuda" and close(ad.grad, ac.grad)
+                and close(bd.grad, bc.grad)
+  f(ad, bd):backward()
+  t.ok(first and close(ad.grad, ac.grad * 2) and close(bd.grad, bc.grad * 2),
+       "eager backward on the device: gradients on cuda equal the CPU's, and accumulate")
+  t.ok(f(ad, bd).grad_fn ~= nil and fl.no_grad(f, ad, bd).grad_fn == nil,
+       "device ops record on the tape in grad mode only")
+end
+
+-- in-place writes into device tensors: broadcast, converted, from either
+-- device; a non-contiguous destination is refused by name
+do
+  local u = fl.zeros(2, 3):cuda()
+  u:copy_(fl.tensor({1, 2, 3}))
+  local ok = u.device == "cuda" and fl.allclose(u:cpu(), fl.tensor({{1, 2, 3}, {1, 2, 3}}), 0, 0)
+  u:add_(fl.ones(3):cuda()):mul_(2)
+  ok = ok and fl.allclose(u:cpu(), fl.tensor({{4, 6, 8}, {4, 6, 8}}), 0, 0)
+  u:fill_(2.5)
+  ok = ok and fl.allclose(u:cpu(), fl.full({2, 3}, 2.5), 0, 0)
+  u:zero_()
+  ok = ok and fl.allclose(u:cpu(), fl.zeros(2, 3), 0, 0)
+  local i = fl.zeros(3, {dtype = "int64"}):cuda()
+  i:copy_(fl.tensor({1.7, 2.2, -3.9}):cuda())
+  ok = ok and fl.allclose(i:cpu(), fl.tensor({1, 2, -3}), 0, 0)
+  local h = fl.zeros(3)
+  h:copy_(fl.tensor({5, 6, 7}):cuda())
+  t.ok(ok and fl.allclose(h, fl.tensor({5, 6, 7}), 0, 0),
+       "copy_, fill_, zero_, add_ and mul_ write device tensors (broadcast, to int64, device to host)")
+  local v = fl.zeros(3, 4):cuda():transpose(1, 2)
+  t.raises(function() v:add_(1) end, "non%-contiguous tensor on cuda",
+           "an in-place write into a non-contiguous device tensor is refused by name")
+end
+
+-- fl.compile training a model on the device: the loss's forward and
+-- backward compiled for CUDA, the optimizer's update compiled there too,
+-- step for step against eager training of the same model on the CPU (same
+-- seeds: dropout draws the same masks).  A parameter whose gradient is
+-- zero in exact arithmetic gets rounding noise instead, whose sign AdamW
+-- turns into a full step either way: the CNN trains with SGD (its conv
+-- biases feed a BatchNorm), and the GPT's key bias (softmax does not see a
+-- shift of every score) is left out of its comparison (noise: ~2e-3 after
+-- 3 steps of lr 1e-2, both devices).
+local function train_both(name, make, data, opt, nsteps, noise)
+  local mc, md = make(), make():cuda()
+  mc:train(); md:train()
+  local args, dargs = data(), {}
+  for i, a in ipairs(args) do dargs[i] = a:cuda() end
+  local function loss_of(m) return function(a, b) return fl.cross_entropy(m(a):reshape(b:numel(), -1), b:reshape(-1)) end end
+  local oc, od = opt(mc:parameters()), opt(md:parameters())
+  local lossc, lossd = loss_of(mc), fl.compile(loss_of(md))
+  local stepd = fl.compile(function() od:step() end)
+  local losses = true
+  for i = 1, nsteps do
+    fl.manual_seed(100 + i)
+    oc:zero_grad()
+    local l = lossc(table.unpack(args))
+    l:backward()
+    oc:step()
+    fl.manual_seed(100 + i)
+    od:zero_grad()
+    local ld = lossd(table.unpack(dargs))
+    ld:backward()
+    stepd()
+    losses = losses and math.abs(l:item() - ld:item()) <= 1e-4 + 2e-3 * math.abs(l:item())
+  end
+  local same = true
+  for k, v in pairs(mc:state_dict()) do
+    local dv = md:state_dict()[k]
+    same = same and dv.device == "cuda" and (k == noise or close(dv:to(v.dtype), v))
+  end
+  local s, kernels, updates = lossd:stats(), 0, true
+  for _, c in ipairs(od:compiled()) do
+    local us = c.fn:stats()
+    updates = updates and us.backend == "cuda" and us.fallbacks == 0
+    kernels = kernels + us.kernels
+  end
+  t.ok(losses and same, ("%s: %d compiled training steps on the device give the CPU's losses, "
+       .. "parameters and buffers"):format(name, nsteps))
+  t.ok(s.backend == "cuda" and s.compiles == 1 and s.backward_graphs == 1 and #s.training_eager == 0
+       and s.training_calls == nsteps and updates and kernels == #md:parameters(),
+       ("%s: one compile, its forward and backward and the optimizer's update (%d kernels, one per "
+        .. "parameter) on cuda (%s)"):format(name, kernels, s.training_eager[1] or "nothing eager"))
+end
+
+train_both("MLP with GELU, AdamW", function()
+  fl.manual_seed(8)
+  return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+end, function() return {fl.randn(8, 16), (fl.rand(8) * 4):to("int64")} end,
+  function(ps) return fl.optim.AdamW(ps, {lr = 1e-2}) end, 4)
+
+train_both("CNN with BatchNorm, SGD with momentum", function()
+  fl.manual_seed(9)
+  return fl.models.cnn{channels = {3, 4, 8}, classes = 4, input = 8}
+end, function() return {fl.randn(2, 3, 8, 8), fl.tensor({0, 2})} end,
+  function(ps) return fl.optim.SGD(ps, {lr = 0.1, momentum = 0.9}) end, 3)
+
+train_both("GPT with dropout, AdamW", function()
+  fl.manual_seed(10)
+  return fl.models.transformer{vocab = 16, d = 16, heads = 2, layers = 1, seq = 8, dropout = 0.1}
+end, function()
+  local ids = (fl.rand(2, 8) * 16):to("int64")
+  return {ids, ids}
+end, function(ps) return fl.optim.AdamW(ps, {lr = 1e-2}) end, 3, "blocks.0.attn.k_proj.bias")
 
 t.done()
