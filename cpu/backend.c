@@ -868,5 +868,5 @@ const exec_backend cpu_backend = {
   "cpu", FL_DEV_CPU, sizeof(cpu_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock, layout
+  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock, layout, NULL
 };

@@ -655,6 +655,7 @@ static int bind(exec_program *pr, const fl_tensor *const *inputs, fl_err *e) {
 
 int exec_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, fl_err *e) {
+  if (pr->be->run) return pr->be->run(pr, inputs, ninputs, outs, e);
   return exec_program_run_flags(pr, inputs, ninputs, outs, 0, NULL, e);
 }
 

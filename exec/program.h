@@ -70,6 +70,11 @@ typedef struct exec_backend {
   /* the blocked layout kernel k's plan writes its result in ("nChw8c"),
   ** for the host program's listing; NULL, or 0 where it is plain */
   int (*layout)(const exec_program *pr, int k, char *buf, size_t n);
+  /* a whole run, where the backend has its own way (CUDA graphs replay a
+  ** captured run): exec_program_run calls it, and it walks the kernels
+  ** with exec_program_run_flags; NULL: exec_program_run walks them */
+  int (*run)(exec_program *pr, const fl_tensor *const *inputs, int ninputs, fl_tensor *outs,
+             fl_err *e);
 } exec_backend;
 
 struct exec_program {
@@ -181,6 +186,8 @@ enum {
 ** made.  A program runs one call at a time. */
 int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                            fl_tensor *outs, int flags, fl_tensor *hold, fl_err *e);
+/* A run as its backend does it (its run hook: CUDA graphs), else the
+** walk above: what every binding calls. */
 int exec_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                      fl_tensor *outs, fl_err *e);
 int exec_program_run_out(exec_program *pr, const fl_tensor *const *inputs, int ninputs,

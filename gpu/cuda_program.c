@@ -660,7 +660,7 @@ const exec_backend cuda_backend = {
   "cuda", FL_DEV_CUDA, sizeof(cuda_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch_kernel, wait_stream, nargs, free_priv, NULL, NULL
+  load, to_device, copy_into, launch_kernel, wait_stream, nargs, free_priv, NULL, NULL, cuda_program_run
 };
 
 /* --- CUDA graphs ("reduce-overhead") ---------------------------------------------- */
@@ -703,7 +703,7 @@ static int capture(exec_program *pr, cuda_state *cs, const fl_tensor *const *inp
     rc = to_device(&cs->gin[i], inputs[i], e);
     gi[i] = &cs->gin[i];
   }
-  if (rc == FL_OK) rc = exec_program_run(pr, gi, n, warm, e);
+  if (rc == FL_OK) rc = exec_program_run_flags(pr, gi, n, warm, 0, NULL, e);
   for (i = 0; i < g->nout && rc == FL_OK; i++) {
     fl_meta m = warm[i].m;
     m.device = FL_DEV_CUDA;
@@ -771,7 +771,7 @@ int cuda_program_run(exec_program *pr, const fl_tensor *const *inputs, int ninpu
   ** random nodes launches its kernels one by one, each run drawing anew */
   if (cs->mode == CUDA_MODE_GRAPH && !has_random(pr->plan->g))
     return run_graph(pr, cs, inputs, ninputs, outs, e);
-  return exec_program_run(pr, inputs, ninputs, outs, e);
+  return exec_program_run_flags(pr, inputs, ninputs, outs, 0, NULL, e);
 }
 
 int cuda_program_set_mode(exec_program *pr, int mode) {
@@ -793,7 +793,7 @@ static int time_runs(exec_program *pr, const fl_tensor *const *inputs, int ninpu
   for (r = 0; r < 4; r++) {
     double ms;
     if ((rc = cuda_timer_start(e)) != FL_OK) return rc;
-    rc = exec_program_run(pr, inputs, ninputs, outs, e);
+    rc = exec_program_run_flags(pr, inputs, ninputs, outs, 0, NULL, e);
     for (i = 0; i < g->nout; i++) ten_release(&outs[i]);
     if (rc != FL_OK) return rc;
     if ((rc = cuda_timer_stop(&ms, e)) != FL_OK) return rc;

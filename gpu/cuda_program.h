@@ -45,7 +45,8 @@ cuda_state *cuda_state_of(exec_program *pr);
 const nvrtc_image *cuda_program_image(const exec_program *pr);
 const char *cuda_program_ptx(const exec_program *pr);
 
-/* Run on inputs (CPU or CUDA tensors, any strides); outs get new
+/* The backend's run hook (exec_program_run calls it): on inputs (CPU or
+** CUDA tensors, any strides); outs get new
 ** references to CUDA tensors.  In CUDA_MODE_GRAPH the first run per input
 ** shape captures a CUDA graph, later runs copy the inputs in and replay
 ** it.  FL_ENODEV without a device. */

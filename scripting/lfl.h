@@ -223,6 +223,9 @@ struct fuse_plan *lfl_toplan(lua_State *L, int idx);
 struct exec_program *lfl_toprogram(lua_State *L, int idx);
 /* The same for a CUDA program (lfl_cuda.c); NULL for anything else. */
 struct exec_program *lfl_tocudaprogram(lua_State *L, int idx);
+/* A program of either backend (exec_program_run runs it as its backend
+** does), or NULL. */
+struct exec_program *lfl_toanyprogram(lua_State *L, int idx);
 /* A compiled program (exec/program.h) as Lua sees it: a userdata whose
 ** only field is the program (NULL once collected).  What every backend's
 ** Program shares -- __gc, __tostring (its source), compile, try_compile,

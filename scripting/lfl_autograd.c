@@ -258,6 +258,9 @@ int lfl_ag_newindex(lua_State *L, fl_tensor *t, const char *k, int v) {
                  dtype_name(g->m.dtype), meta_shape_str(&g->m, s1, sizeof s1),
                  dtype_name(t->m.dtype), meta_shape_str(&t->m, s2, sizeof s2));
     }
+    if (g->m.device != t->m.device)
+      luaL_error(L, "grad: the assigned gradient is on %s, the tensor on %s",
+                 g->m.device == FL_DEV_CPU ? "cpu" : "cuda", t->m.device == FL_DEV_CPU ? "cpu" : "cuda");
     g = lfl_checkdata(L, v, "grad");
     {
       ag_fn *old = f->grad_fn;       /* the values are kept, not a history */
@@ -808,7 +811,7 @@ static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_c
 ** gradient reaching it to that backward. */
 static int l_attach_backward(lua_State *L) {
   fl_tensor *out = lfl_checktensor(L, 1);
-  struct exec_program *pr = lfl_toprogram(L, 2) ? lfl_toprogram(L, 2) : lfl_tocudaprogram(L, 2);
+  struct exec_program *pr = lfl_toanyprogram(L, 2);
   ag_fn **next;
   ag_call call;
   cbw *c;

@@ -135,10 +135,9 @@ typedef struct entry {
   int nret;
   retspec ret[MAXARGS];
   ir_graph *g;                   /* borrowed from the Graph in UV_GRAPH */
-  exec_program *pr;               /* borrowed from EUV_PROGRAM, or NULL:
-                                    interpret g with the eager kernels */
-  int lua_prog;                  /* EUV_PROGRAM is another backend's
-                                    program (CUDA): run through its :run */
+  exec_program *pr;               /* borrowed from EUV_PROGRAM (either
+                                    backend's), or NULL: interpret g with
+                                    the eager kernels */
   int nsg;
   symguard sg[MAXSG];
   long hits;
@@ -319,8 +318,7 @@ static int e_new(lua_State *L) {
   en->train = lua_getfield(L, 2, "train") != LUA_TNIL && lua_toboolean(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, 2, "program");
-  en->pr = lfl_toprogram(L, -1);
-  en->lua_prog = !en->pr && !lua_isnil(L, -1);
+  en->pr = lfl_toanyprogram(L, -1);
   if (en->pr && en->pr->plan->g->ninputs != g->ninputs)
     return luaL_error(L, "compile: the program does not match the graph");
   lua_setiuservalue(L, eidx, EUV_PROGRAM);
@@ -632,20 +630,6 @@ static int check(lua_State *L, int eidx, const entry *en, int fnidx, int base,
   return 1;
 }
 
-/* Push the graph outputs of a program from another backend (CUDA): its
-** :run method takes the inputs and returns the outputs. */
-static void run_lua_program(lua_State *L, int eidx, const entry *en, int base) {
-  int i;
-  lua_getiuservalue(L, eidx, EUV_PROGRAM);
-  lua_getfield(L, -1, "run");
-  lua_insert(L, -2);
-  for (i = 0; i < en->ninputs; i++) {
-    if (en->arg[en->input_arg[i]].number) lfl_pushscalar(L, base + en->input_arg[i]);
-    else lua_pushvalue(L, base + en->input_arg[i]);
-  }
-  lua_call(L, en->ninputs + 1, en->g->nout);
-}
-
 /* Push e's results for the arguments at base, running its graph. */
 static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   const fl_tensor *in[MAXARGS];
@@ -653,10 +637,6 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   fl_err e;
   int i;
   luaL_checkstack(L, en->nret + en->g->nout + en->ninputs + 8, "compiled: too many results");
-  if (en->lua_prog) {
-    run_lua_program(L, eidx, en, base);
-    goto results;
-  }
   for (i = 0; i < en->ninputs; i++)
     in[i] = en->arg[en->input_arg[i]].number ? lfl_pushscalar(L, base + en->input_arg[i])
                                              : lfl_totensor(L, base + en->input_arg[i]);
@@ -671,7 +651,6 @@ static int run_entry(lua_State *L, int eidx, entry *en, int base) {
   for (i = 0; i < en->g->nout; i++) {        /* owners, in output order */
     lfl_pushmoved(L, &outs[i]);
   }
-results:
   {
     int outbase = lua_gettop(L) - en->g->nout, consts;
     lua_getiuservalue(L, eidx, EUV_CONSTS);

@@ -44,6 +44,11 @@ exec_program *lfl_toprogram(lua_State *L, int idx) {
   return slot ? *slot : NULL;
 }
 
+exec_program *lfl_toanyprogram(lua_State *L, int idx) {
+  exec_program *pr = lfl_toprogram(L, idx);
+  return pr ? pr : lfl_tocudaprogram(L, idx);
+}
+
 static exec_program *checkprogram(lua_State *L, int idx) {
   return (exec_program *)lfl_checkprogram(L, idx, &c_program);
 }

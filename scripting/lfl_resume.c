@@ -333,7 +333,7 @@ int lfl_resume_add_record(lua_State *L, lfl_trace *tr, int gidx, const int *src,
   snprintf(r->what, sizeof r->what, "%s", what ? what : "");
   if (!lua_isnil(L, progidx)) {
     anchor(L, planidx, progidx);
-    r->pr = lfl_toprogram(L, progidx);
+    r->pr = lfl_toanyprogram(L, progidx);
   }
   if (!lua_isnil(L, runidx)) r->runner = anchor(L, planidx, runidx);
   r->parent = tr->parent;
