@@ -86,6 +86,34 @@ do
   t.is(after.h2d_bytes - before.h2d_bytes, 0, "a replay copies nothing from the host")
 end
 
+-- a compiled call on the device runs its programs from C: an entry's, and
+-- each recorded segment's of a function with a graph break, with no
+-- library Lua function called (before, each segment's CUDA program was run
+-- through a Lua runner)
+do
+  local w = fl.randn(16, 16):cuda()
+  local f = fl.compile(function(x)
+    local y = x:matmul(w):relu()
+    fl.graph_break()
+    return (y * 2):sum(2)
+  end, {backend = "cuda"})
+  local g = fl.compile(function(x) return x:matmul(w):gelu() end, {backend = "cuda"})
+  local x = fl.randn(4, 16):cuda()
+  for _ = 1, 2 do f(x); g(x) end
+  local lua_calls = 0
+  local function count()   -- the library's Lua functions (the body itself replays)
+    local i = debug.getinfo(2, "S")
+    if i.what == "Lua" and not i.source:find("cuda_run.lua", 1, true) then lua_calls = lua_calls + 1 end
+  end
+  debug.sethook(count, "c")
+  local a, b = f(x), g(x)
+  debug.sethook()
+  local want = (x:cpu():matmul(w:cpu()):relu() * 2):sum(2)
+  t.ok(close(a, want) and close(b, x:cpu():matmul(w:cpu()):gelu()) and f:stats().replays >= 1,
+       "compiled calls on cuda, one replaying the segments around a break, give eager's values")
+  t.is(lua_calls, 0, "those calls ran their CUDA programs without calling the library's Lua")
+end
+
 -- capture takes device tensors
 do
   local x = fl.randn(4, 8):cuda()

@@ -122,6 +122,8 @@ do
        "eager backward on the device: gradients on cuda equal the CPU's, and accumulate")
   t.ok(f(ad, bd).grad_fn ~= nil and fl.no_grad(f, ad, bd).grad_fn == nil,
        "device ops record on the tape in grad mode only")
+  t.raises(function() ad.grad = fl.zeros(5, 3) end, "the assigned gradient is on cpu, the tensor on cuda",
+           "a gradient from the other device is refused")
 end
 
 -- in-place writes into device tensors: broadcast, converted, from either
