@@ -15,7 +15,7 @@
 #include "cuda_eager.h"
 #include "cuda_program.h"
 #include "../cpu/eager.h"
-#include "../fuse/plan.h"
+#include "../exec/pipeline.h"
 #include "../graph/view.h"
 
 /* The one-op programs, by fingerprint.  Its keys include scalar operands
@@ -76,8 +76,9 @@ static int on_host(fl_op op, const fl_tensor *const *in, int nin, const op_attrs
 ** their count (wrapped scalars are its constants). */
 static exec_program *program_of(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                                 const fl_tensor **inputs, int *n, fl_err *e) {
+  exec_pipeline_opts o = {&cuda_backend, 0, 1};   /* the op as given, one kernel */
+  exec_pipeline b;
   ir_graph *g = ir_new();
-  fuse_plan *p = NULL;
   exec_program *pr = NULL;
   int ids[64], k, id, slot;
   char key[33];
@@ -94,13 +95,15 @@ static exec_program *program_of(fl_op op, const fl_tensor *const *in, int nin, c
   ir_fingerprint(g, key);
   slot = cache_slot(key);
   if ((pr = cache[slot].pr)) goto done;
-  if (!(p = fuse_plan_build(g, NULL, e)) || !(pr = exec_codegen(&cuda_backend, p, NULL, e)))
-    goto done;
-  if (exec_program_compile(pr, e) != FL_OK) {
-    exec_program_free(pr);
-    pr = NULL;
+  if (exec_pipeline_build(g, &o, &b, e) != FL_OK) goto done;
+  if (b.compile_rc != FL_OK) {
+    *e = b.compile_err;
+    exec_pipeline_clear(&b);
     goto done;
   }
+  pr = b.pr;
+  b.pr = NULL;
+  exec_pipeline_clear(&b);
   if (cached >= CACHE_SLOTS / 2) {
     cache_clear();
     slot = cache_slot(key);
@@ -109,7 +112,6 @@ static exec_program *program_of(fl_op op, const fl_tensor *const *in, int nin, c
   cache[slot].pr = pr;
   cached++;
 done:
-  fuse_plan_free(p);
   ir_free(g);
   return pr;
 }

@@ -226,6 +226,10 @@ struct exec_program *lfl_tocudaprogram(lua_State *L, int idx);
 /* A program of either backend (exec_program_run runs it as its backend
 ** does), or NULL. */
 struct exec_program *lfl_toanyprogram(lua_State *L, int idx);
+/* Push pr (the reference moves) as an fl.CudaProgram (lfl_cuda.c). */
+void lfl_pushcudaprogram(lua_State *L, struct exec_program *pr);
+/* The CUDA backend, or NULL in a build without it. */
+const struct exec_backend *lfl_cuda_backend(void);
 /* A compiled program (exec/program.h) as Lua sees it: a userdata whose
 ** only field is the program (NULL once collected).  What every backend's
 ** Program shares -- __gc, __tostring (its source), compile, try_compile,

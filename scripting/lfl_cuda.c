@@ -27,6 +27,7 @@
 #include "graph/view.h"
 #include "cpu/eager.h"
 #include "exec/cache.h"
+#include "exec/pipeline.h"
 #ifdef HAVE_CUDA
 #include "gpu/cuda_eager.h"
 #include "gpu/cuda_program.h"
@@ -248,6 +249,23 @@ static int t_to(lua_State *L) {
 #endif
 }
 
+void lfl_pushcudaprogram(lua_State *L, exec_program *pr) {
+#ifdef HAVE_CUDA
+  *lfl_newprogram(L, &cuda_lprogram) = pr;
+#else
+  exec_program_free(pr);
+  luaL_error(L, "no CUDA device: fuselab was built without CUDA");
+#endif
+}
+
+const exec_backend *lfl_cuda_backend(void) {
+#ifdef HAVE_CUDA
+  return &cuda_backend;
+#else
+  return NULL;
+#endif
+}
+
 exec_program *lfl_tocudaprogram(lua_State *L, int idx) {
 #ifdef HAVE_CUDA
   exec_program **slot = (exec_program **)luaL_testudata(L, idx, CPROG_TYPE);
@@ -363,19 +381,15 @@ static int on_cuda(const ir_graph *g, const fl_tensor *const *in, int n) {
 int lfl_graph_run_eager(const ir_graph *g, const fl_tensor *const *in, int n, fl_tensor *outs,
                         fl_err *e) {
 #ifdef HAVE_CUDA
-  fuse_opts o;
-  fuse_plan *p;
-  exec_program *pr;
+  exec_pipeline_opts o = {&cuda_backend, 0, 0};   /* op by op: the unfused plan */
+  exec_pipeline b;
   int rc, i;
   if (!on_cuda(g, in, n)) return ir_run(g, eager_apply, in, n, outs, e);
-  /* op by op on the device: the unfused plan, one kernel per op */
-  fuse_opts_default(&o);
-  o.fuse = 0;
-  if (!(p = fuse_plan_build(g, &o, e))) return e->code;
-  pr = exec_codegen(&cuda_backend, p, NULL, e);
-  fuse_plan_free(p);
-  rc = pr ? exec_program_run(pr, in, n, outs, e) : e->code;
-  exec_program_free(pr);
+  if ((rc = exec_pipeline_build(g, &o, &b, e)) == FL_OK) {
+    if ((rc = b.compile_rc) != FL_OK) *e = b.compile_err;
+    else rc = exec_program_run(b.pr, in, n, outs, e);
+    exec_pipeline_clear(&b);
+  }
   if (rc != FL_EUNSUPPORTED) return rc;
   /* an op with no CUDA kernel at all: on the host, the results moved back */
   err_clear(e);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lfl.h"
+#include "exec/pipeline.h"
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "cpu/blas.h"
@@ -479,7 +480,84 @@ static int l_compile_batch(lua_State *L) {
   return 0;
 }
 
+/* Push a program of either backend as its Lua type (the reference moves). */
+static void push_program(lua_State *L, exec_program *pr) {
+  if (pr->be == &cpu_backend) *lfl_newprogram(L, &c_program) = pr;
+  else lfl_pushcudaprogram(L, pr);
+}
+
+/* fl._pipeline(g, {backend = "cpu"|"cuda", passes = bool, fuse = bool})
+** -> {decomposed =, optimized =, log =, plan =, program =, ok =,
+** compile_log =, cause =, times = {{stage, ms}...}}: exec/pipeline.c's
+** build, every stage as Lua sees it.  ok false: compiling failed,
+** compile_log says why (cause: when the compiler is not what failed, as
+** k:try_compile's third result).  A stage before that raises. */
+static int l_pipeline(lua_State *L) {
+  static const char *const keys[] = {"backend", "passes", "fuse", NULL};
+  ir_graph *g = lfl_checkgraph(L, 1);
+  exec_pipeline_opts o = {&cpu_backend, 1, 1};
+  exec_pipeline b;
+  fl_err e;
+  int k;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lfl_checkkeys(L, 2, keys, "_pipeline");
+    if (lua_getfield(L, 2, "backend") == LUA_TSTRING && strcmp(lua_tostring(L, -1), "cuda") == 0) {
+      if (!(o.be = lfl_cuda_backend())) return luaL_error(L, "codegen: no CUDA device: fuselab was built without CUDA");
+    }
+    if (lua_getfield(L, 2, "passes") != LUA_TNIL) o.passes = lua_toboolean(L, -1);
+    if (lua_getfield(L, 2, "fuse") != LUA_TNIL) o.fuse = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+  }
+  err_clear(&e);
+  if (exec_pipeline_build(g, &o, &b, &e) != FL_OK)
+    return lfl_raise(L, o.be == &cpu_backend || e.code != FL_EUNSUPPORTED ? "compile" : "codegen", &e);
+  lua_createtable(L, 0, 10);
+  if (b.decomposed) {
+    lfl_pushgraph(L, b.decomposed);
+    lfl_note_origin(L, 1, b.decomposed);
+    lua_setfield(L, -2, "decomposed");
+    lfl_pushgraph(L, b.optimized);
+    lfl_note_origin(L, 1, b.optimized);
+    lua_setfield(L, -2, "optimized");
+    b.decomposed = b.optimized = NULL;
+  }
+  lua_pushstring(L, b.log ? b.log : "");
+  lua_setfield(L, -2, "log");
+  lfl_pushplan(L, b.plan);
+  lfl_note_origin(L, 1, b.plan);
+  lua_setfield(L, -2, "plan");
+  push_program(L, b.pr);
+  b.pr = NULL;
+  lua_setfield(L, -2, "program");
+  lua_pushboolean(L, b.compile_rc == FL_OK);
+  lua_setfield(L, -2, "ok");
+  if (b.compile_rc != FL_OK) {
+    lua_getfield(L, -1, "program");
+    lua_pushfstring(L, "%s\n%s", b.compile_err.msg, exec_program_log(lfl_toanyprogram(L, -1)));
+    lua_setfield(L, -3, "compile_log");
+    lua_pop(L, 1);
+    if (b.compile_rc != FL_ECOMPILE) {
+      lua_pushstring(L, b.compile_err.msg);
+      lua_setfield(L, -2, "cause");
+    }
+  }
+  lua_createtable(L, EXEC_NSTAGES, 0);
+  for (k = 0; k < EXEC_NSTAGES; k++) {
+    lua_createtable(L, 2, 0);
+    lua_pushstring(L, exec_stage_names[k]);
+    lua_rawseti(L, -2, 1);
+    lua_pushnumber(L, b.ms[k]);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, k + 1);
+  }
+  lua_setfield(L, -2, "times");
+  exec_pipeline_clear(&b);
+  return 1;
+}
+
 static const luaL_Reg plan_funcs[] = {
+  {"_pipeline", l_pipeline},
   {"_print_kernel_times", l_print_kernel_times}, {"_bytes_str", l_bytes_str},
   {"compile_batch", l_compile_batch},
   {"cache_info", l_cache_info}, {"cache_clear", l_cache_clear}, {"blas_info", l_blas_info},
