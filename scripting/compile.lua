@@ -649,15 +649,15 @@ local function time_program(prog, inputs)
   return t
 end
 
--- The graph passes fl.compile runs before fusion: the step-by-step route
--- g:decompose():optimize(), so both give the same plan, kernel names and
--- traffic.  Cheap (two linear walks and a dce); they keep params by
--- reference (conv+bn folding computes the folded weights in the graph).
-local function lower_graph(g)
-  local d = g:decompose{quiet = true}
-  local o, log = d:optimize{quiet = true}
-  if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", log) end
-  return o, d, log
+-- The one compile pipeline (exec/pipeline.c): g decomposed and optimized
+-- -- the step-by-step route g:decompose():optimize(), so both give the same
+-- plan, kernel names and traffic -- fused, generated for the backend and
+-- compiled through the cache.  fl._pipeline returns every stage; a
+-- compiler's failure is b.ok false with its log, anything earlier raises.
+local function pipeline(g, backend, fuse)
+  local b = fl._pipeline(g, {backend = backend, fuse = fuse})
+  if DEBUG >= 3 then io.stderr:write("fuselab: optimize: ", b.log) end
+  return b
 end
 
 -- ---- FUSELAB_COMPILE_DEBUG=DIR (DESIGN §4, like TORCH_COMPILE_DEBUG) ------
@@ -740,46 +740,35 @@ end
 -- its log kept) and the graph compiled (the plan's graph).
 local function build_runner_now(st, captured, inputs)
   if DEBUG >= 5 then io.stderr:write("fuselab: graph to compile:\n", tostring(captured), "\n") end
-  local times, tstage = {}, fl.now()
-  local function stage(name)
-    local now = fl.now()
-    times[#times + 1] = {name, (now - tstage) * 1e3}
-    tstage = now
-  end
-  local g, dg, olog = lower_graph(captured)
-  stage("decompose + optimize")
-  local plan = g:fuse{fuse = st.opts.fuse ~= false}
-  stage("fuse")
-  local dump = os.getenv("FUSELAB_COMPILE_DEBUG") and function(prog)
-    debug_dump(st, fl._graph_key(captured), {captured = captured, decomposed = dg, optimized = g, log = olog},
-      plan, prog, times)
-  end or function() end
-  if DEBUG >= 3 then io.stderr:write("fuselab: ", tostring(plan), "\n") end
   local use_cuda = on_device(st, captured)
   st.backend = use_cuda and "cuda" or "cpu"
+  local okb, b = pcall(pipeline, captured, st.backend, st.opts.fuse ~= false)
+  if not okb then
+    -- the generator cannot lower an op for the device: the eager kernels
+    if use_cuda and lowering_failed(b) then return cuda_fallback(st, captured, b), nil, captured end
+    error(b, 0)
+  end
+  local g, plan, prog, times = b.optimized, b.plan, b.program, b.times
+  local dump = os.getenv("FUSELAB_COMPILE_DEBUG") and function(p)
+    debug_dump(st, fl._graph_key(captured), {captured = captured, decomposed = b.decomposed, optimized = g,
+      log = b.log}, plan, p, times)
+  end or function() end
   if DEBUG >= 3 then
+    io.stderr:write("fuselab: ", tostring(plan), "\n")
     for _, d in ipairs(plan:decisions()) do
       -- the reason says "fused ..." or "cannot fuse ..." itself
       io.stderr:write(("fuselab:   %s\n"):format(d.reason))
     end
   end
-  local okp, prog = pcall(function() return use_cuda and fl._cuda_program(plan) or plan:codegen("cpu") end)
-  if not okp then
-    if use_cuda and lowering_failed(prog) then return cuda_fallback(st, g, prog), nil, g end
-    error(prog, 0)
-  end
   if use_cuda and st.opts.mode == "reduce-overhead" then prog:set_mode("reduce-overhead") end
-  stage("generate code")
-  local ok, log, cause = prog:try_compile()
-  stage("compile (or load)")
-  if not ok then
+  if not b.ok then
     dump(nil)
     st.stats.fallbacks = st.stats.fallbacks + 1
-    st.compile_logs[#st.compile_logs + 1] = log
+    st.compile_logs[#st.compile_logs + 1] = b.compile_log
     if not st.warned_compile then
       st.warned_compile = true
-      if cause then   -- not the compiler's failure: no descriptor left, a full disk, Ctrl-C
-        io.stderr:write("fuselab: warning: " .. cause .. "; this graph runs on the eager kernels\n")
+      if b.cause then   -- not the compiler's failure: no descriptor left, a full disk, Ctrl-C
+        io.stderr:write("fuselab: warning: " .. b.cause .. "; this graph runs on the eager kernels\n")
       else
         io.stderr:write("fuselab: warning: compiling the generated C failed; this graph runs "
           .. "on the eager kernels (cm:stats().compile_log has the compiler's output)\n")
@@ -799,8 +788,9 @@ local function build_runner_now(st, captured, inputs)
     fl.set_rng_state(rng)
   elseif st.opts.mode == "max-autotune" and st.opts.fuse ~= false then
     -- time the fused program against the unfused one on these inputs
-    local alt = g:fuse{fuse = false}:codegen("cpu")
-    if alt:try_compile() then
+    local ub = fl._pipeline(g, {passes = false, fuse = false})
+    local alt = ub.program
+    if ub.ok then
       local tf, tu = time_program(prog, inputs), time_program(alt, inputs)
       -- unfused only when it is clearly faster: fusion moves fewer bytes,
       -- and a difference inside the noise is no reason to give that up
@@ -1160,50 +1150,30 @@ end
 -- tensors are (the backward's follow them): their plans and programs,
 -- compiled now (compile_ms, not the first call's backward_ms).
 local function compile_pair(st, fw, bw)
-  local cuda = on_device(st, fw)
+  local backend = on_device(st, fw) and "cuda" or "cpu"
   local function compile_half(h)
-    local plan = lower_graph(h):fuse{fuse = st.opts.fuse ~= false}
-    local prog = cuda and fl._cuda_program(plan) or plan:codegen("cpu")
-    prog:compile()
-    return plan, prog
+    local b = pipeline(h, backend, st.opts.fuse ~= false)
+    if not b.ok then error(b.compile_log, 0) end
+    return b.plan, b.program
   end
   local fplan, fprog = compile_half(fw)
   local bplan, bprog = compile_half(bw)
   return fplan, fprog, bplan, bprog
 end
 
--- The forward's handles on the values it saved let go now (the backward
--- holds its own and frees them as it runs): the next step reuses their
--- memory instead of faulting in fresh pages.
-local function drop_saved(t, outs)
-  local k = t.results
-  for _, sv in ipairs(t.saved) do
-    if not sv.input then
-      k = k + 1
-      fl._drop(outs[k])
-    end
-  end
+-- The pair of a partition's programs (exec/pair.h): which forward
+-- input or output each saved value is, and the tangents.
+local function new_pair(fprog, bprog, pinfo)
+  local saved_in = {}
+  for i, sv in ipairs(pinfo.saved) do saved_in[i] = sv.input or 0 end
+  return fl._pair(fprog, bprog, saved_in, pinfo.results, pinfo.tangents)
 end
 
--- A pair's forward ran on inputs giving outs: its loss outs[1] gets the
--- backward, which reads the saved values (forward outputs and inputs) and
--- hands gradient k to leaves[k] when that requires grad.  The other
--- results that need gradients (t.tangents, after the loss's) get
--- histories that bring theirs to that backward.
-local function attach_pair(st, t, outs, inputs, leaves)
-  local saved, k = {}, t.results + 1
-  for i, sv in ipairs(t.saved) do
-    if sv.input then saved[i] = inputs[sv.input] else saved[i] = outs[k]; k = k + 1 end
-  end
-  for i, v in ipairs(leaves) do leaves[i] = is_tensor(v) and v.requires_grad and v or false end
-  local others
-  if #t.tangents > 0 then
-    others = {}
-    for i = 2, #t.tangents do others[i - 1] = outs[t.tangents[i]] end
-  end
-  fl._attach_backward(outs[1], t.bw, saved, leaves, others)
-  st.stats.training_calls = st.stats.training_calls + 1
-  drop_saved(t, outs)
+-- Each leaf that requires grad now gets its gradient; the others none.
+local function grad_leaves(list)
+  local leaves = {}
+  for i, v in ipairs(list) do leaves[i] = is_tensor(v) and v.requires_grad and v or false end
+  return leaves
 end
 
 -- A pair built: counted in stats, listed by cm:training().
@@ -1252,8 +1222,7 @@ local function train_build(st, args, fresh)
     end
   end
   count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
-  return {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves,
-          tangents = pinfo.tangents}
+  return {pair = new_pair(fprog, bprog, pinfo), results = pinfo.results, leaves = leaves}
 end
 
 -- ---- compiled training across graph breaks ---------------------------------------
@@ -1293,30 +1262,23 @@ local function segment_pair(st, g, params, k)
   end
   count_pair(st, fplan, fprog, bplan, bprog, pinfo, t0)
   st.stats.compiles = st.stats.compiles + 1
-  local nsaved = 0
-  for _, sv in ipairs(pinfo.saved) do if not sv.input then nsaved = nsaved + 1 end end
-  t = {fw = fprog, bw = bprog, saved = pinfo.saved, results = pinfo.results, leaves = leaves, k = k,
-       n = #outs, nsaved = nsaved, tangents = pinfo.tangents}
+  t = {pair = new_pair(fprog, bprog, pinfo), results = pinfo.results, leaves = leaves, k = k, n = #outs}
   st.segtrain[key] = t
   return t
 end
 
 -- The segment's results in its own order from the pair's forward (the
--- loss first), the loss given its backward in grad mode.
+-- loss first), then the write-backs' values (the forward wrote them
+-- already); the loss given its backward in grad mode.
 local function run_segment_pair(st, t, inputs)
-  local outs = pack(fl.no_grad(function() return t.fw:run(unpack(inputs)) end))
+  local train = fl.is_grad_enabled()
+  local outs = pack(t.pair:run(train and grad_leaves(t.leaves), unpack(inputs)))
   local res, j = {}, 2
   for i = 1, t.n do
     if i == t.k then res[i] = outs[1] else res[i] = outs[j]; j = j + 1 end
   end
-  -- then the write-backs' values (the forward wrote them already), after
-  -- the saved values
-  for i = t.results + t.nsaved + 1, outs.n do res[#res + 1] = outs[i] end
-  if fl.is_grad_enabled() then
-    attach_pair(st, t, outs, inputs, {table.unpack(t.leaves)})
-  else
-    drop_saved(t, outs)
-  end
+  for i = t.results + 1, outs.n do res[#res + 1] = outs[i] end
+  if train then st.stats.training_calls = st.stats.training_calls + 1 end
   return res
 end
 
@@ -1433,11 +1395,10 @@ function train(st, entry, ...)
     train_eager(st, t.eager)
     return st.fn(...)
   end
-  local ins = tensor_args(args)
-  local outs = pack(fl.no_grad(function() return t.fw:run(unpack(ins)) end))
   local leaves = {}
   for i, l in ipairs(t.leaves) do leaves[i] = l.arg and args[l.arg] or l.param end
-  attach_pair(st, t, outs, ins, leaves)
+  st.stats.training_calls = st.stats.training_calls + 1
+  local outs = pack(t.pair:run(grad_leaves(leaves), unpack((tensor_args(args)))))
   return unpack(outs, 1, t.results)
 end
 

@@ -13,6 +13,7 @@
 #include "lfl.h"
 #include "cpu/eager.h"
 #include "exec/measure.h"
+#include "exec/pair.h"
 #include "exec/program.h"
 #include "graph/autograd.h"
 #include "graph/rng.h"
@@ -675,33 +676,31 @@ static int factory(lua_State *L) {
 /* a compiled backward on the tape                                         */
 /* ---------------------------------------------------------------------- */
 
-/* What a compiled function's loss keeps for its backward: the backward
-** program and the values the forward saved for it, in its input order.
-** With tangents (a function whose other results need gradients too: the
-** joint graph's tangents), the program takes the loss's gradient and
-** then each other result's after the saved values; those results' own
-** histories (tan_call) leave their gradients in tan[] first.  Shared by
-** the loss's fn and theirs: freed by the last. */
+/* What a compiled function's loss keeps for its backward: its pair
+** (exec/pair.h) and the values the forward saved for it, in the backward's
+** input order.  With tangents (a function whose other results need
+** gradients too: the joint graph's tangents), the backward takes the
+** loss's gradient and then each other result's after the saved values;
+** those results' own histories (tan_call) leave their gradients in tan[]
+** first.  Shared by the loss's fn and theirs: freed by the last. */
 typedef struct cbw {
   int refs;
-  struct exec_program *pr;
-  fl_tensor *saved;
-  int nsaved;
-  int ntan;              /* other results with tangents: 0 without */
-  fl_tensor *tan;        /* the gradient that reached each, or empty */
+  exec_pair *pair;
+  fl_tensor *saved;       /* pair->nsaved */
+  fl_tensor *tan;         /* pair->ntan: the gradient that reached each, or empty */
   fl_meta *tan_meta;
   fl_meta loss_meta;
 } cbw;
 
 static void cbw_clear_tan(cbw *c) {
   int k;
-  for (k = 0; k < c->ntan; k++) ten_release(&c->tan[k]);
+  for (k = 0; k < c->pair->ntan; k++) ten_release(&c->tan[k]);
 }
 
 static void cbw_release(void *ctx) {
   cbw *c = ctx;
   int k;
-  for (k = 0; k < c->nsaved; k++) ten_release(&c->saved[k]);
+  for (k = 0; k < c->pair->nsaved; k++) ten_release(&c->saved[k]);
   cbw_clear_tan(c);
 }
 
@@ -709,7 +708,7 @@ static void cbw_free(void *ctx) {
   cbw *c = ctx;
   if (!c || --c->refs > 0) return;
   cbw_release(c);
-  exec_program_free(c->pr);
+  exec_pair_free(c->pair);
   free(c->saved);
   free(c->tan);
   free(c->tan_meta);
@@ -735,19 +734,14 @@ static int seed_is_one(const fl_tensor *g) {
 ** results' gradients (zeros where none reached them). */
 static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e) {
   cbw *c = ctx;
-  int n = c->nsaved + (c->ntan ? 1 + c->ntan : 0);
-  const fl_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  int k, rc = FL_OK, nout = c->pr->plan->g->nout;
-  int unit = c->ntan || seed_is_one(gout);
+  exec_pair *p = c->pair;
+  int k, rc = FL_OK, nout = p->bw->plan->g->nout;
+  int unit = p->ntan || seed_is_one(gout);
   fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
-  if (!in || !outs) { free(in); free(outs); cbw_clear_tan(c); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
-  for (k = 0; k < c->nsaved; k++) in[k] = &c->saved[k];
-  if (c->ntan) in[c->nsaved] = gout;
-  for (k = 0; k < c->ntan && rc == FL_OK; k++) {
+  if (!outs) { cbw_clear_tan(c); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
+  for (k = 0; k < p->ntan && rc == FL_OK; k++)
     if (!c->tan[k].st) rc = ten_empty(&c->tan[k], &c->tan_meta[k], e);   /* zeros */
-    in[c->nsaved + 1 + k] = &c->tan[k];
-  }
-  if (rc == FL_OK) rc = exec_program_run(c->pr, in, n, outs, e);
+  if (rc == FL_OK) rc = exec_pair_backward(p, c->saved, gout, c->tan, outs, e);
   cbw_clear_tan(c);      /* this backward's: the next one brings its own */
   for (k = 0; k < nout && rc == FL_OK; k++) {
     if (unit) {
@@ -762,7 +756,6 @@ static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_f
   }
   for (k = 0; k < nout; k++) ten_release(&outs[k]);
   free(outs);
-  free(in);
   return rc;
 }
 
@@ -802,86 +795,106 @@ static int attach_call(lua_State *L, fl_tensor *out, int nin, ag_fn **next, ag_c
   return 0;
 }
 
-/* fl._attach_backward(out, program, saved, leaves [, others]): out (a
-** scalar from a compiled forward) gets a CompiledFunctionBackward grad_fn
-** that runs the program (C or CUDA) on saved (a list of tensors) and hands gradient
-** k to the fn of leaves[k] (a tensor, or false: none).  others: the
-** function's other results that need gradients (the joint graph's
-** tangents after the loss's, in order): each gets a history passing the
-** gradient reaching it to that backward. */
-static int l_attach_backward(lua_State *L) {
-  fl_tensor *out = lfl_checktensor(L, 1);
-  struct exec_program *pr = lfl_toanyprogram(L, 2);
+/* ---- fl.Pair: a compiled training pair as Lua holds it ------------------ */
+
+#define PAIR_TYPE "fl.Pair"
+
+static exec_pair *checkpair(lua_State *L, int idx) {
+  exec_pair **slot = (exec_pair **)luaL_checkudata(L, idx, PAIR_TYPE);
+  if (!*slot) luaL_argerror(L, idx, "the pair has been released");
+  return *slot;
+}
+
+static int pair_gc(lua_State *L) {
+  exec_pair **slot = (exec_pair **)luaL_checkudata(L, 1, PAIR_TYPE);
+  exec_pair_free(*slot);
+  *slot = NULL;
+  return 0;
+}
+
+/* A list of integers at idx, each plus delta, into a new array (n). */
+static int *int_list(lua_State *L, int idx, int delta, int *n) {
+  int *v, k;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  *n = (int)luaL_len(L, idx);
+  v = lua_newuserdatauv(L, (size_t)(*n + 1) * sizeof *v, 0);   /* collected with the stack */
+  for (k = 0; k < *n; k++) {
+    lua_rawgeti(L, idx, k + 1);
+    v[k] = (int)luaL_checkinteger(L, -1) + delta;
+    lua_pop(L, 1);
+  }
+  return v;
+}
+
+/* fl._pair(fw, bw, saved_in, nres, tangents) -> fl.Pair: saved_in[k] the
+** forward input (1-based) saved value k is, or 0: the forward's next
+** output; tangents the results (1-based, the loss's first) whose
+** gradients the backward takes, {} for the loss alone. */
+static int l_pair(lua_State *L) {
+  exec_program *fw = lfl_toanyprogram(L, 1), *bw = lfl_toanyprogram(L, 2);
+  int nsaved, ntan, *saved_in, *tan, nres = (int)luaL_checkinteger(L, 4);
+  exec_pair **slot;
+  fl_err e;
+  luaL_argcheck(L, fw != NULL, 1, "expected a compiled program");
+  luaL_argcheck(L, bw != NULL, 2, "expected a compiled program");
+  saved_in = int_list(L, 3, -1, &nsaved);
+  tan = int_list(L, 5, -1, &ntan);
+  if (ntan > 65) return luaL_error(L, "_pair: %d tangents (at most 65)", ntan);
+  slot = (exec_pair **)lua_newuserdatauv(L, sizeof *slot, 0);
+  *slot = NULL;
+  luaL_setmetatable(L, PAIR_TYPE);
+  err_clear(&e);
+  /* the loss's own tangent is the backward's gout: the others follow it */
+  if (!(*slot = exec_pair_new(fw, bw, nres, nsaved, saved_in, ntan ? ntan - 1 : 0, tan + 1, &e)))
+    return lfl_raise(L, "_pair", &e);
+  return 1;
+}
+
+/* The loss (a tensor userdata at idx) gets the pair's backward, reading
+** saved (moved into it), its gradients going to leaves (a table at lidx:
+** tensors, or false); the other results with tangents (at tidx[k]) get
+** histories that bring theirs to it. */
+static void attach(lua_State *L, exec_pair *p, int idx, fl_tensor *saved, int lidx, const int *tidx) {
+  fl_tensor *out = lfl_checktensor(L, idx);
+  int nl = p->bw->plan->g->nout, k;
   ag_fn **next;
   ag_call call;
-  cbw *c;
-  int k, n, nl, nt = 0;
-  luaL_argcheck(L, pr != NULL, 2, "expected a compiled C or CUDA program");
-  luaL_checktype(L, 3, LUA_TTABLE);
-  luaL_checktype(L, 4, LUA_TTABLE);
-  if (!lua_isnoneornil(L, 5)) {
-    luaL_checktype(L, 5, LUA_TTABLE);
-    nt = (int)luaL_len(L, 5);
-    for (k = 0; k < nt; k++) {
-      lua_rawgeti(L, 5, k + 1);
-      if (AG(lfl_checktensor(L, -1))) return luaL_error(L, "_attach_backward: result %d already has a history", k + 2);
-      lua_pop(L, 1);
-    }
-  }
-  if (AG(out)) return luaL_error(L, "_attach_backward: the output already has a history");
-  n = (int)luaL_len(L, 3);
-  nl = (int)luaL_len(L, 4);
-  if (nl != pr->plan->g->nout)
-    return luaL_error(L, "_attach_backward: %d leaves for a backward of %d gradients", nl,
-                      pr->plan->g->nout);
-  if ((nt ? n + 1 + nt : n) != pr->plan->g->ninputs)
-    return luaL_error(L, "_attach_backward: %d saved values and %d tangents for a backward of %d inputs",
-                      n, nt ? nt + 1 : 0, pr->plan->g->ninputs);
-  c = calloc(1, sizeof *c);
+  cbw *c = calloc(1, sizeof *c);
   next = calloc((size_t)nl + 1, sizeof *next);
   if (c) {
-    c->saved = calloc((size_t)n + 1, sizeof *c->saved);
-    c->tan = calloc((size_t)nt + 1, sizeof *c->tan);
-    c->tan_meta = calloc((size_t)nt + 1, sizeof *c->tan_meta);
+    c->saved = calloc((size_t)p->nsaved + 1, sizeof *c->saved);
+    c->tan = calloc((size_t)p->ntan + 1, sizeof *c->tan);
+    c->tan_meta = calloc((size_t)p->ntan + 1, sizeof *c->tan_meta);
   }
   if (!c || !next || !c->saved || !c->tan || !c->tan_meta) {
     if (c) { free(c->saved); free(c->tan); free(c->tan_meta); }
     free(c); free(next);
-    return luaL_error(L, "_attach_backward: out of memory");
+    luaL_error(L, "backward: out of memory");
+    return;
   }
   c->refs = 1;
-  c->ntan = nt;
+  c->pair = exec_pair_ref(p);
   c->loss_meta = out->m;
-  for (k = 0; k < nt; k++) {
-    lua_rawgeti(L, 5, k + 1);
-    c->tan_meta[k] = lfl_checktensor(L, -1)->m;
-    lua_pop(L, 1);
-  }
-  for (k = 0; k < n; k++) {
-    lua_rawgeti(L, 3, k + 1);
-    ten_share(&c->saved[k], lfl_checktensor(L, -1));
-    lua_pop(L, 1);
-  }
-  c->nsaved = n;
+  memcpy(c->saved, saved, (size_t)p->nsaved * sizeof *saved);
+  memset(saved, 0, (size_t)p->nsaved * sizeof *saved);
+  for (k = 0; k < p->ntan; k++) c->tan_meta[k] = lfl_checktensor(L, tidx[k])->m;
   for (k = 0; k < nl; k++) {
     fl_tensor *t;
-    lua_rawgeti(L, 4, k + 1);
+    lua_rawgeti(L, lidx, k + 1);
     t = lfl_totensor(L, -1);
     next[k] = t ? AG(t) : NULL;
     lua_pop(L, 1);
   }
-  c->pr = exec_program_retain(pr);
   call.call = cbw_call;
   call.release = cbw_release;
   call.free_ctx = cbw_free;
   call.ctx = c;
-  attach_call(L, out, nl, next, &call, "_attach_backward");
+  attach_call(L, out, nl, next, &call, "backward");
   /* the others' fns, made after the loss's: a backward runs them first */
-  for (k = 0; k < nt; k++) {
+  for (k = 0; k < p->ntan; k++) {
     tan_ref *t = malloc(sizeof *t);
     ag_fn **one = malloc(sizeof *one);
-    fl_tensor *r;
-    if (!t || !one) { free(t); free(one); return luaL_error(L, "_attach_backward: out of memory"); }
+    if (!t || !one) { free(t); free(one); luaL_error(L, "backward: out of memory"); return; }
     t->c = c;
     t->k = k;
     c->refs++;
@@ -890,12 +903,43 @@ static int l_attach_backward(lua_State *L) {
     call.release = tan_release;
     call.free_ctx = tan_free;
     call.ctx = t;
-    lua_rawgeti(L, 5, k + 1);
-    r = lfl_checktensor(L, -1);
-    attach_call(L, r, 1, one, &call, "_attach_backward");
-    lua_pop(L, 1);
+    attach_call(L, lfl_checktensor(L, tidx[k]), 1, one, &call, "backward");
   }
-  return 0;
+}
+
+/* pair:run(leaves, x, ...) -> the results, then the written-back values:
+** the forward on the inputs; in grad mode with leaves (a list of tensors
+** or false, one per gradient) the loss gets a CompiledFunctionBackward
+** that runs the backward on what the forward saved and hands gradient k
+** to leaves[k].  The saved values are held by that backward alone (not
+** returned), so they go with it; without it, at once. */
+static int pair_run(lua_State *L) {
+  exec_pair *p = checkpair(L, 1);
+  const ir_graph *fg = p->fw->plan->g;
+  int nin = lua_gettop(L) - 2, base, k, j, train;
+  const fl_tensor **in;
+  fl_tensor *outs, *saved;
+  int tidx[64];
+  fl_err e;
+  if (nin != fg->ninputs) return luaL_error(L, "run: expected %d input(s), got %d", fg->ninputs, nin);
+  train = ag_grad_enabled() && lua_istable(L, 2);
+  in = lua_newuserdatauv(L, (size_t)(nin + 1) * sizeof *in, 0);
+  for (k = 0; k < nin; k++) in[k] = lfl_checkdata(L, k + 3, "run");
+  outs = lfl_newslots(L, fg->nout);
+  saved = lfl_newslots(L, p->nsaved);
+  err_clear(&e);
+  if (exec_pair_forward(p, in, outs, saved, &e) != FL_OK) return lfl_raise(L, "run", &e);
+  luaL_checkstack(L, fg->nout + 4, "run: too many results");
+  base = lua_gettop(L);
+  for (k = 0; k < p->nres; k++) lfl_pushmoved(L, &outs[k]);
+  for (j = p->nres + p->nsaved_out; j < fg->nout; j++) lfl_pushmoved(L, &outs[j]);
+  /* the forward's own handles on the saved values go now, not at the
+  ** next collection: the next step reuses their memory */
+  for (j = p->nres; j < p->nres + p->nsaved_out; j++) ten_release(&outs[j]);
+  for (k = 0; k < p->ntan; k++) tidx[k] = base + 1 + p->tan[k];
+  if (train) attach(L, p, base + 1, saved, 2, tidx);
+  for (k = 0; k < p->nsaved; k++) ten_release(&saved[k]);   /* (attach took them) */
+  return lua_gettop(L) - base;
 }
 
 /* fl._same_storage(a, b): the same memory (a parameter and the graph's
@@ -916,7 +960,7 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
     {"no_grad", l_no_grad}, {"enable_grad", l_enable_grad},
     {"is_grad_enabled", l_is_grad_enabled}, {"set_grad_enabled", l_set_grad_enabled},
     {"grad", l_grad}, {"backward_graph", l_backward_graph},
-    {"_autograd_live", l_autograd_live}, {"_attach_backward", l_attach_backward},
+    {"_autograd_live", l_autograd_live}, {"_pair", l_pair},
     {"_same_storage", l_same_storage}, {NULL, NULL}
   };
   static const char *const factories[] = {"zeros", "ones", "full", "rand", "randn",
@@ -930,6 +974,15 @@ void lfl_open_autograd(lua_State *L, int methods, int lib) {
     lua_pushcfunction(L, gf_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, gf_index);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, PAIR_TYPE)) {
+    lua_pushcfunction(L, pair_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_newtable(L);
+    lua_pushcfunction(L, pair_run);
+    lua_setfield(L, -2, "run");
     lua_setfield(L, -2, "__index");
   }
   lua_pop(L, 1);
