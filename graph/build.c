@@ -141,6 +141,23 @@ int gb_permute(gbuild *b, int x, int ndim, const int *perm) {
   return gb_op(b, OP_PERMUTE, &a, 1, &x);
 }
 
+int gb_device_ones(gbuild *b, int like, fl_dtype dt, int ndim, const int64_t *shape) {
+  int64_t ones[FL_MAX_DIMS];
+  int v = like, d, one, n;
+  op_attrs a;
+  if (b->rc) return -1;
+  n = gb_meta(b, like)->ndim;
+  for (d = 0; d < n && v >= 0; d++) {
+    op_attrs_init(OP_NARROW, &a);
+    a.i[0] = d; a.i[1] = 0; a.i[2] = 1;
+    v = gb_op(b, OP_NARROW, &a, 1, &v);
+  }
+  for (d = 0; d < ndim; d++) ones[d] = 1;
+  v = gb_reshape(b, v, ndim, ones);
+  one = gb_cast(b, gb_const(b, 1.0), dt);
+  return gb_expand(b, gb_op3(b, OP_WHERE, gb_op2(b, OP_EQ, v, v), one, one), ndim, shape);
+}
+
 int gb_cast(gbuild *b, int x, fl_dtype dt) {
   op_attrs a;
   if (b->rc) return -1;

@@ -53,6 +53,10 @@ int gb_transpose(gbuild *b, int x, int d0, int d1);
 int gb_permute(gbuild *b, int x, int ndim, const int *perm);
 int gb_expand(gbuild *b, int x, int ndim, const int64_t *shape);
 int gb_cast(gbuild *b, int x, fl_dtype dt);
+/* Ones of dtype dt and shape[ndim] on like's device, which is not the host
+** (graph/ can put no constant on a device): where(v == v, 1, 1) of a
+** one-element view v of like -- 1 for NaN too -- expanded. */
+int gb_device_ones(gbuild *b, int like, fl_dtype dt, int ndim, const int64_t *shape);
 /* x summed down to shape m (the inverse of broadcasting m to x's shape:
 ** leading dims summed away, dims of size 1 in m summed and kept), then
 ** reshaped to m's shape; x itself when the shapes already agree. */

@@ -531,6 +531,7 @@ static int ones_weight(const gr_ctx *c, int64_t C, int64_t kh, int64_t kw) {
   m.ndim = 4;
   m.shape[0] = C; m.shape[1] = 1; m.shape[2] = kh; m.shape[3] = kw;
   if (B->rc) return -1;
+  if (gb_meta(B, c->g)->device != FL_DEV_CPU) return gb_device_ones(B, c->g, m.dtype, 4, m.shape);
   if ((B->rc = ten_empty(&t, &m, B->e)) != FL_OK) return -1;
   ten_fill(&t, 1.0);
   id = gb_tensor(B, &t);
@@ -550,10 +551,14 @@ void gr_avg_pool2d(const gr_ctx *c, int *gin) {
   op_win2d_of(OP_AVG_POOL2D, c->a, 0, 0, &wn);
   m1.shape[0] = m1.shape[1] = 1;
   if (B->rc) return;
-  if ((B->rc = ten_empty(&t, &m1, B->e)) != FL_OK) return;
-  ten_fill(&t, 1.0);
-  ones = gb_tensor(B, &t);
-  ten_release(&t);
+  if (mx->device != FL_DEV_CPU) {
+    ones = gb_device_ones(B, c->g, m1.dtype, 4, m1.shape);
+  } else {
+    if ((B->rc = ten_empty(&t, &m1, B->e)) != FL_OK) return;
+    ten_fill(&t, 1.0);
+    ones = gb_tensor(B, &t);
+    ten_release(&t);
+  }
   avg = gb_op(B, OP_AVG_POOL2D, c->a, 1, &ones);
   w = ones_weight(c, 1, wn.kh, wn.kw);
   op_attrs_init(OP_CONV2D, &a);

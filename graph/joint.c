@@ -128,10 +128,7 @@ static ir_graph *mask_dropout(const ir_graph *g, fl_err *e) {
       if (m->device == FL_DEV_CPU) {
         ones = gb_expand(&b, gb_cast(&b, gb_const(&b, 1.0), m->dtype), m->ndim, m->shape);
       } else {
-        /* a device's ones: graph/ cannot put a constant there, so from x
-        ** (its shape and device; both ways 1, NaN or not) */
-        int one = gb_cast(&b, gb_const(&b, 1.0), m->dtype);
-        ones = gb_op3(&b, OP_WHERE, gb_op2(&b, OP_EQ, map[nd->in[0]], map[nd->in[0]]), one, one);
+        ones = gb_device_ones(&b, map[nd->in[0]], m->dtype, m->ndim, m->shape);
       }
       mask = gb_op(&b, OP_DROPOUT, &nd->attrs, 1, &ones);
       if (mask >= 0 && ir_set_name(h, mask, "dropout's mask", e) != FL_OK) rc = FL_ENOMEM;
@@ -173,7 +170,11 @@ static int seed_results(gbuild *b, ir_graph *j, const ir_graph *g, const char *r
                         int tangents, fl_err *e) {
   int i, k, seed, nres = ir_nresults(g), *pos;
   if (!tangents) {
-    seed = gb_const(b, 1.0);
+    const fl_meta *lm = &g->nodes[g->outputs[0]].meta;
+    /* on the loss's device: a host constant there would pull the
+    ** gradients it scales onto the host */
+    seed = lm->device == FL_DEV_CPU ? gb_const(b, 1.0)
+                                    : gb_device_ones(b, g->outputs[0], lm->dtype, lm->ndim, lm->shape);
     if (seed >= 0 && ir_set_name(j, seed, "gradient of the loss", e) != FL_OK) b->rc = FL_ENOMEM;
     if (seed >= 0) gsum[g->outputs[0]] = gb_cast(b, seed, g->nodes[g->outputs[0]].meta.dtype);
     return b->rc;

@@ -126,6 +126,27 @@ do
            "a gradient from the other device is refused")
 end
 
+-- rules that build constants of ones (avg_pool2d's window counts and
+-- sums) build them on the device from the gradient: eager and compiled
+do
+  fl.manual_seed(11)
+  local x = fl.randn(2, 3, 7, 6)
+  local xd, xc = x:cuda():requires_grad_(), x * 1
+  xc:requires_grad_()
+  local function f(v)
+    return (v:avg_pool2d(3, {stride = 2, padding = 1, ceil_mode = true, count_include_pad = false}) * 2):sum()
+         + v:avg_pool2d(2):pow(2):sum()
+  end
+  f(xd):backward()
+  f(xc):backward()
+  local eager = close(xd.grad, xc.grad)
+  xd.grad = nil
+  local cf = fl.compile(f)
+  cf(xd):backward()
+  t.ok(eager and cf:stats().backward_graphs == 1 and close(xd.grad, xc.grad),
+       "avg_pool2d's backward on the device (padding, ceil mode, count_include_pad off), eager and compiled")
+end
+
 -- in-place writes into device tensors: broadcast, converted, from either
 -- device; a non-contiguous destination is refused by name
 do
