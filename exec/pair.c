@@ -8,7 +8,7 @@
 #include "fuse/plan.h"
 
 exec_pair *exec_pair_new(exec_program *fw, exec_program *bw, int nres, int nsaved,
-                         const int *saved_in, int ntan, const int *tan, fl_err *e) {
+                         const int *saved_in, int seeded, int ntan, const int *tan, fl_err *e) {
   const ir_graph *fg = fw->plan->g, *bg = bw->plan->g;
   exec_pair *p;
   int k, nout = 0;
@@ -25,9 +25,9 @@ exec_pair *exec_pair_new(exec_program *fw, exec_program *bw, int nres, int nsave
             nres, nout, fg->nout);
     return NULL;
   }
-  if (bg->ninputs != nsaved + (ntan ? 1 + ntan : 0)) {
+  if (bg->ninputs != nsaved + (seeded ? 1 + ntan : 0) || (ntan && !seeded)) {
     err_set(e, FL_EINVAL, "pair: %d saved values and %d tangents for a backward of %d inputs",
-            nsaved, ntan ? ntan + 1 : 0, bg->ninputs);
+            nsaved, seeded ? ntan + 1 : 0, bg->ninputs);
     return NULL;
   }
   for (k = 0; k < ntan; k++)
@@ -50,6 +50,7 @@ exec_pair *exec_pair_new(exec_program *fw, exec_program *bw, int nres, int nsave
   p->nres = nres;
   p->nsaved = nsaved;
   p->nsaved_out = nout;
+  p->seeded = seeded != 0;
   p->ntan = ntan;
   return p;
 }
@@ -79,11 +80,11 @@ int exec_pair_forward(exec_pair *p, const fl_tensor *const *in, fl_tensor *outs,
 
 int exec_pair_backward(exec_pair *p, const fl_tensor *saved, const fl_tensor *gout,
                        const fl_tensor *tan, fl_tensor *gin, fl_err *e) {
-  int n = p->nsaved + (p->ntan ? 1 + p->ntan : 0), k, rc;
+  int n = p->nsaved + (p->seeded ? 1 + p->ntan : 0), k, rc;
   const fl_tensor **in = malloc((size_t)(n + 1) * sizeof *in);
   if (!in) return err_set(e, FL_ENOMEM, "backward: out of memory");
   for (k = 0; k < p->nsaved; k++) in[k] = &saved[k];
-  if (p->ntan) {
+  if (p->seeded) {
     in[p->nsaved] = gout;
     for (k = 0; k < p->ntan; k++) in[p->nsaved + 1 + k] = &tan[k];
   }

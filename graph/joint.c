@@ -208,9 +208,10 @@ static ir_graph *joint_of(const ir_graph *g, int tangents, fl_err *e) {
   {
     const fl_meta *m = &g->nodes[g->outputs[0]].meta;
     char s[64];
-    if (m->ndim != 0 || !dtype_is_float(m->dtype)) {
-      err_set(e, FL_EINVAL, "joint: the graph's first result must be a float scalar (the loss), "
-              "got %s%s", dtype_name(m->dtype), meta_shape_str(m, s, sizeof s));
+    /* with tangents any float value seeds it (its tangent is its gradient) */
+    if ((m->ndim != 0 && !tangents) || !dtype_is_float(m->dtype)) {
+      err_set(e, FL_EINVAL, "joint: the graph's first result must be a float %s, got %s%s",
+              tangents ? "value" : "scalar (the loss)", dtype_name(m->dtype), meta_shape_str(m, s, sizeof s));
       return NULL;
     }
   }

@@ -1008,11 +1008,11 @@ end
 -- returns the results and the saved values, and the loss gets a
 -- CompiledFunctionBackward grad_fn that runs the backward program and
 -- hands each gradient to its input or parameter.  One pair per guarded
--- entry and requires_grad pattern.  A function that returns something
--- else keeps the inference path (st.no_train says why); a loss that is
--- not one graph (graph breaks) or whose joint graph cannot be built
--- (symbolic sizes, a half the backend cannot lower) trains eagerly, the reason in
--- stats.training_eager.
+-- entry and requires_grad pattern; with graph breaks, one pair per
+-- segment, chained (below).  A function that returns something else keeps
+-- the inference path (st.no_train says why); a loss whose joint graph
+-- cannot be built (symbolic sizes, a half the backend cannot lower) trains
+-- eagerly, the reason in stats.training_eager.
 
 local capture_outputs   -- fl.capture's (below)
 local train             -- below
@@ -1060,64 +1060,49 @@ local function train_eager(st, why)
   end
 end
 
--- The executor of a training capture: nothing runs (no write lands, no
--- time is spent); the segment's outputs are zeros of their shapes, which
--- nobody reads.
 -- The results of segment graph g that depend on a leaf requiring grad
--- (their positions among g:outputs(), float values only), whether a graph
--- input (an argument, or a value of an earlier segment) requires grad,
--- and each node's type.
+-- (their positions among g:outputs(), float values only), and each
+-- node's type.
 local function grad_results(g)
-  local needs, types, input_grad = {}, {}, false
+  local needs, types = {}, {}
   for _, n in ipairs(g:nodes()) do          -- ids ascending: inputs first
     types[n.id] = n.type
-    if n.requires_grad then
-      needs[n.id] = true
-      if n.kind == "input" then input_grad = true end
-    end
+    if n.requires_grad then needs[n.id] = true end
     for _, i in ipairs(n.inputs or {}) do
       if needs[i] and n.type:find("float") then needs[n.id] = true end
     end
   end
   local list = {}
   for k, id in ipairs(g:outputs()) do if needs[id] then list[#list + 1] = k end end
-  return list, input_grad, types
+  return list, types
 end
 
--- Why segment k (graph g) cannot train as a compiled pair, or nil, the
--- position of its loss among g:outputs() (nil: it needs no gradient) and
--- the positions of every value that needs one (grad_results).
--- Its parameters alone may require grad, and of the values it computes
--- that need gradients one must be a float scalar: the first is the loss,
--- whose history runs the backward; the others (an activation a local
--- variable still holds at the break) bring their gradients to it (the
--- joint graph's tangents).
-local function segment_why_not(g, k)
-  local list, input_grad, types = grad_results(g)
-  if input_grad then
-    return ("segment %d reads a value that requires grad from outside it (an argument or an "
-            .. "earlier segment's result)"):format(k)
-  end
-  local loss
+-- The value a segment graph g's pair seeds its backward from: the first
+-- result that needs a gradient and is a float scalar (a loss), else the
+-- first that needs one (an activation crossing a break to the next
+-- segment); nil when none does.  Its position among g:outputs().
+local function segment_main(g)
+  local list, types = grad_results(g)
   for _, i in ipairs(list) do
-    if not loss and types[g:outputs()[i]]:find("^b?float%d*%[%]$") then loss = i end
+    if types[g:outputs()[i]]:find("^b?float%d*%[%]$") then return i end
   end
-  if #list > 0 and not loss then
-    return ("segment %d computes values that need gradients and no scalar loss"):format(k)
-  end
-  return nil, loss
+  return list[1]
 end
 
+-- The executor of a training capture: nothing runs (no write lands, no
+-- time is spent); the segment's outputs are zeros of their shapes, which
+-- nobody reads.
 local function dry_exec(g)
   local outs = {}
-  local grads, _, types = grad_results(g)
+  local grads, types = grad_results(g)
   local ids = g:outputs()
+  local device = g:_on_cuda() and "cuda" or "cpu"   -- where the real results would be
   for _, w in ipairs(g:writebacks()) do ids[#ids + 1] = w.node end
   for i, id in ipairs(ids) do
     local dt, dims = types[id]:match("^(%w+)%[(.-)%]$")
     local shape = {}
     for d in (dims or ""):gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
-    outs[i] = fl.zeros(shape, {dtype = dt})
+    outs[i] = fl.zeros(shape, {dtype = dt, device = device})
   end
   -- a value that needs gradients gets a history of its own (a leaf of
   -- zeros), so that the function's own backward() goes on, touching nothing
@@ -1137,12 +1122,14 @@ local function dry_capture(st, ...)
   return unpack(r, 1, r.n)
 end
 
--- The joint graph of g (its loss first) and its partition: with a tangent
--- for every result that needs a gradient when the loss is not the only
--- one (an activation returned beside it), as AOTAutograd's joint.
+-- The joint graph of g (its loss, or the value it seeds from, first) and
+-- its partition: with a tangent for every result that needs a gradient
+-- when a scalar loss is not the only one (an activation returned beside
+-- it, or crossing a break), as AOTAutograd's joint.
 local function joint_partition(st, g)
-  local needs = grad_results(g)
-  local tangents = #needs > 1 or (needs[1] or 1) ~= 1
+  local needs, types = grad_results(g)
+  local first = g:outputs()[1]
+  local tangents = #needs > 1 or (needs[1] or 1) ~= 1 or not types[first]:find("^b?float%d*%[%]$")
   return g:joint{tangents = tangents}:partition{policy = st.opts.partition or "mincut"}
 end
 
@@ -1151,6 +1138,7 @@ end
 -- compiled now (compile_ms, not the first call's backward_ms).
 local function compile_pair(st, fw, bw)
   local backend = on_device(st, fw) and "cuda" or "cpu"
+  st.backend = backend
   local function compile_half(h)
     local b = pipeline(h, backend, st.opts.fuse ~= false)
     if not b.ok then error(b.compile_log, 0) end
@@ -1228,20 +1216,23 @@ end
 -- ---- compiled training across graph breaks ---------------------------------------
 -- A loss whose function has graph breaks (a print of a value, an
 -- optimizer's step, loss:backward() itself inside the function) trains one
--- segment at a time, as PyTorch chains a compiled pair per segment: the
--- segment that computes the loss (a float scalar from parameters, and any
--- other values that need gradients) runs its compiled forward, and the
--- loss gets the CompiledFunctionBackward of its compiled backward, the
--- other values histories that feed it; the other segments need no
--- gradients and run their inference programs.  The first call's dry
--- capture decides (segment_why_not: a segment that reads a value that
--- needs gradients from outside it, or computes such values and no scalar,
--- trains eagerly as before).  Each segment's record (lfl_resume.c) keeps a runner
--- that chooses per call: the pair in grad mode, the forward alone else.
+-- segment at a time, as PyTorch chains a compiled pair per segment: a
+-- segment with values that need gradients runs its compiled forward, and
+-- the first of them (its loss, or an activation the next segment reads)
+-- gets the CompiledFunctionBackward of its compiled backward, the others
+-- histories that feed it; the backward hands gradients to the parameters
+-- and to the segment's inputs that require grad (an argument, or an
+-- earlier segment's result, whose own backward then goes on), so the
+-- tape chains the segments.  Segments that need no gradients run their
+-- inference programs.  Each segment's record (lfl_resume.c) keeps a
+-- runner that chooses per call: the pair in grad mode, the forward alone
+-- else.
 
--- The loss of segment graph g (output position k) as a compiled pair.
-local function segment_pair(st, g, params, k)
-  local key = fl._graph_key(g) .. "#" .. k
+-- Segment graph g's pair, seeded from output position k, for the
+-- inputs pattern says require grad.  Its leaves: {param = tensor} or
+-- {input = i} (the segment's input i, live per call).
+local function segment_pair(st, g, params, k, pattern)
+  local key = fl._graph_key(g) .. "#" .. k .. "#" .. pattern
   local t = st.segtrain[key]
   if t then return t end
   local t0 = fl.now()
@@ -1255,8 +1246,12 @@ local function segment_pair(st, g, params, k)
   local fplan, fprog, bplan, bprog = compile_pair(st, fw, bw)
   local live, leaves = live_params(st.fn, params), {}
   for i, gr in ipairs(pinfo.grads) do
-    for _, p in ipairs(live) do
-      if fl._same_storage(p, gr.param) then leaves[i] = p end
+    if gr.input then
+      leaves[i] = {input = gr.input}
+    else
+      for _, p in ipairs(live) do
+        if fl._same_storage(p, gr.param) then leaves[i] = {param = p} end
+      end
     end
     if not leaves[i] then error("compiled training: a parameter of the segment's joint graph is not reachable from the function", 0) end
   end
@@ -1268,11 +1263,17 @@ local function segment_pair(st, g, params, k)
 end
 
 -- The segment's results in its own order from the pair's forward (the
--- loss first), then the write-backs' values (the forward wrote them
--- already); the loss given its backward in grad mode.
+-- seeded one first), then the write-backs' values (the forward wrote
+-- them already); its backward attached in grad mode.
 local function run_segment_pair(st, t, inputs)
   local train = fl.is_grad_enabled()
-  local outs = pack(t.pair:run(train and grad_leaves(t.leaves), unpack(inputs)))
+  local leaves = false
+  if train then
+    leaves = {}
+    for i, l in ipairs(t.leaves) do leaves[i] = l.param or inputs[l.input] end
+    leaves = grad_leaves(leaves)
+  end
+  local outs = pack(t.pair:run(leaves, unpack(inputs)))
   local res, j = {}, 2
   for i = 1, t.n do
     if i == t.k then res[i] = outs[1] else res[i] = outs[j]; j = j + 1 end
@@ -1282,21 +1283,70 @@ local function run_segment_pair(st, t, inputs)
   return res
 end
 
-function train_segment(st, g, inputs, params)
-  local why, loss = segment_why_not(g, #st.graphs + 1)
-  if why then error("compiled training: " .. why .. "; run the function uncompiled", 0) end
-  if not loss then
-    -- no value needs gradients: the segment's program, through a runner
-    -- (a record that runs a program directly could not train later)
-    st.train_segments = false
-    local outs, _, runner = make_exec(st)(g, inputs, params)
-    st.train_segments = true
-    return outs, nil, runner
-  end
-  local t = segment_pair(st, g, params, loss)
-  return run_segment_pair(st, t, inputs), nil, function(ins) return run_segment_pair(st, t, ins) end
+-- Which of a segment's inputs require grad now ("g" or "n" each): its
+-- pair hands gradients to those, so each pattern has its own.
+local function grad_pattern(inputs)
+  local k = {}
+  for i, v in ipairs(inputs) do k[i] = is_tensor(v) and v.requires_grad and "g" or "n" end
+  return table.concat(k)
 end
 
+-- Segment graph g with its inputs requiring grad as pattern says.
+local function with_input_grads(g, pattern)
+  local c, i = g:_clone(), 0
+  for _, n in ipairs(c:nodes()) do
+    if n.kind == "input" then
+      i = i + 1
+      c:_set_requires_grad(n.id, pattern:sub(i, i) == "g")
+    end
+  end
+  return c
+end
+
+-- The segment's results, and its runner for the calls that replay it:
+-- per pattern of inputs requiring grad, a compiled pair when a value
+-- needs a gradient, else the inference program.
+function train_segment(st, g, inputs, params)
+  local by = {}
+  local function run(ins)
+    local pattern = grad_pattern(ins)
+    local c = by[pattern]
+    if not c then
+      local cg = with_input_grads(g, pattern)
+      local main = segment_main(cg)
+      if not main then
+        -- no value needs gradients: the segment's program, through a
+        -- runner (a record that runs a program directly could not train
+        -- later)
+        st.train_segments = false
+        local outs, _, runner = make_exec(st)(g, ins, params)
+        st.train_segments = true
+        by[pattern] = {run = runner}
+        return outs
+      end
+      c = {pair = segment_pair(st, cg, params, main, pattern)}
+      by[pattern] = c
+    end
+    if c.pair then return run_segment_pair(st, c.pair, ins) end
+    return c.run(ins)
+  end
+  return run(inputs), nil, run
+end
+
+
+-- Does a dry capture's function return a tensor that is not a scalar
+-- first (an output of its last graph, or a value from before)?
+local function returns_activation(info)
+  local r = info.rets[1]
+  if not r then return false end
+  if r.kind == "node" then
+    for _, n in ipairs(info.graphs[#info.graphs]:nodes()) do
+      if n.id == r.node then return not n.type:find("%[%]$") end
+    end
+    return false
+  end
+  return is_tensor(r.value) and r.value:numel() ~= 1
+end
 
 -- A call in grad mode that may train, and no entry's guards hold: the
 -- function captured dry (one graph, nothing run).  When it returns a loss
@@ -1311,11 +1361,17 @@ local function train_first(st, reason, ...)
   local why = not ok and tostring(info):match("^[^\n]*"):gsub("^[%w_./-]+:%d+: ", ""):gsub("; hint: .*", "")
               or info.why_not_fast
   if ok and #info.graphs > 1 then
-    -- graph breaks: one compiled pair per segment that computes the loss,
-    -- when every segment allows it and nothing was recorded yet (a record
-    -- of a call under fl.no_grad runs its program directly)
+    -- graph breaks: one compiled pair per segment with values that need
+    -- gradients, chained, when nothing was recorded yet (a record of a call
+    -- under fl.no_grad runs its program directly).  A function returning
+    -- an activation rather than a loss keeps the inference path, as one
+    -- graph does; one returning a loss, nothing or a number (a whole
+    -- training step) trains.
+    if returns_activation(info) then
+      no_train(st, "its first result is not a loss (a float scalar)")
+      return false
+    end
     why = st.traces > 0 and "graph breaks, and calls under fl.no_grad recorded its segments first" or nil
-    for k, g in ipairs(info.graphs) do why = why or segment_why_not(g, k) end
     if not why then
       st.train_segments = true
       debug_line("compiled training: one pair per segment (%d segments)", #info.graphs)

@@ -728,15 +728,15 @@ static int seed_is_one(const fl_tensor *g) {
   return one;
 }
 
-/* Without tangents the backward program computes the gradients for a
-** loss gradient of 1, and a seed g scales them (the loss is a scalar, the
-** backward linear in g).  With tangents g is its input, beside the other
+/* Unseeded, the backward program computes the gradients for a loss
+** gradient of 1, and a seed g scales them (the loss is a scalar, the
+** backward linear in g).  Seeded, g is its input, beside the other
 ** results' gradients (zeros where none reached them). */
 static int cbw_call(void *ctx, const fl_tensor *gout, fl_tensor *gin, ir_apply_fn apply, fl_err *e) {
   cbw *c = ctx;
   exec_pair *p = c->pair;
   int k, rc = FL_OK, nout = p->bw->plan->g->nout;
-  int unit = p->ntan || seed_is_one(gout);
+  int unit = p->seeded || seed_is_one(gout);
   fl_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
   if (!outs) { cbw_clear_tan(c); return err_set(e, FL_ENOMEM, "backward: out of memory"); }
   for (k = 0; k < p->ntan && rc == FL_OK; k++)
@@ -844,8 +844,8 @@ static int l_pair(lua_State *L) {
   *slot = NULL;
   luaL_setmetatable(L, PAIR_TYPE);
   err_clear(&e);
-  /* the loss's own tangent is the backward's gout: the others follow it */
-  if (!(*slot = exec_pair_new(fw, bw, nres, nsaved, saved_in, ntan ? ntan - 1 : 0, tan + 1, &e)))
+  /* the first tangent is the backward's gout: the others follow it */
+  if (!(*slot = exec_pair_new(fw, bw, nres, nsaved, saved_in, ntan > 0, ntan ? ntan - 1 : 0, tan + 1, &e)))
     return lfl_raise(L, "_pair", &e);
   return 1;
 }

@@ -286,6 +286,17 @@ static int g_set_name(lua_State *L) {
   return 0;
 }
 
+/* g:_set_requires_grad(id, on): input id requires grad (its joint graph
+** then gives its gradient): a compiled training segment called with
+** another argument or earlier result requiring grad than at its capture */
+static int g_set_requires_grad(lua_State *L) {
+  ir_graph *g = lfl_checkgraph(L, 1);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  if (id < 0 || id >= g->n || g->nodes[id].kind != IR_INPUT) return luaL_argerror(L, 2, "no such input");
+  g->nodes[id].requires_grad = lua_toboolean(L, 3);
+  return 0;
+}
+
 /* g:outputs() -> node ids the graph returns, in order (not the
 ** write-backs) */
 static int g_outputs(lua_State *L) {
@@ -505,7 +516,7 @@ static int g_partition(lua_State *L) {
 
 static const luaL_Reg graph_methods[] = {
   {"joint", g_joint}, {"partition", g_partition},
-  {"_set_name", g_set_name}, {"outputs", g_outputs}, {"writebacks", g_writebacks},
+  {"_set_name", g_set_name}, {"_set_requires_grad", g_set_requires_grad}, {"outputs", g_outputs}, {"writebacks", g_writebacks},
   {"_add_param", g_add_param}, {"_set_outputs", g_set_outputs}, {"_clone", g_clone},
   {"decompose", g_decompose}, {"optimize", g_optimize}, {"stats", g_stats},
   {"ops", g_ops}, {"nodes", g_nodes}, {"run", g_run},

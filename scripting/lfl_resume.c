@@ -437,11 +437,7 @@ void lfl_resume_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_rawgeti(L, -1, r->runner);
     ags = lfl_trace_histories(L, g->nout);
     lua_insert(L, -4);                       /* below the runner's frame: kept to the end */
-    lua_createtable(L, g->ninputs, 0);
-    for (i = 0; i < g->ninputs; i++) {
-      ten_share(lfl_newtensor(L), inputs[i]);
-      lua_rawseti(L, -2, i + 1);
-    }
+    lfl_trace_push_inputs(L, tr, g);
     lua_call(L, 1, 1);
     for (i = 0; i < g->nout; i++) {
       fl_tensor *t;
@@ -741,13 +737,11 @@ int lfl_resume_call(lua_State *L, int pidx, int fnidx, int base, int nargs,
       tr->extcap = cap;
     }
     tr->ext[tr->next].key = NULL;
-    tr->ext[tr->next].val.st = NULL;
-    ten_share(&tr->ext[tr->next].val, x);
     tr->ext[tr->next].node = k;
     tr->ext[tr->next].input = 1;
     tr->ext[tr->next].sseg = -1;
     tr->ext[tr->next].sout = k;
-    tr->next++;
+    lfl_trace_add_ext(tr, x);
     lfl_trace_push_lazy(L, tr, k++);
   }
   tr->narg = k;

@@ -66,8 +66,36 @@ void lfl_trace_push_active(lua_State *L) {
 
 void lfl_trace_clear_externals(lfl_trace *tr) {
   int i;
-  for (i = 0; i < tr->next; i++) ten_release(&tr->ext[i].val);
+  for (i = 0; i < tr->next; i++) {
+    ten_release(&tr->ext[i].val);
+    ag_unref(tr->ext[i].ag);
+  }
   tr->next = 0;
+}
+
+void lfl_trace_add_ext(lfl_trace *tr, const fl_tensor *t) {
+  ext *x = &tr->ext[tr->next++];
+  x->val.st = NULL;
+  ten_share(&x->val, t);
+  x->ag = lfl_ud_of(t)->ag;
+  ag_ref(x->ag);
+}
+
+void lfl_trace_push_inputs(lua_State *L, const lfl_trace *tr, const ir_graph *g) {
+  int i;
+  lua_createtable(L, g->ninputs, 0);
+  for (i = 0; i < tr->next; i++) {
+    const ext *x = &tr->ext[i];
+    fl_tensor *t;
+    if (!x->input) continue;
+    t = lfl_newtensor(L);
+    ten_share(t, &x->val);
+    if (x->ag) {
+      lfl_ud_of(t)->ag = x->ag;
+      ag_ref(x->ag);
+    }
+    lua_rawseti(L, -2, g->nodes[x->node].index + 1);
+  }
 }
 
 /* The graph the current segment's node ids refer to: the record being
@@ -203,13 +231,11 @@ static int node_of(lua_State *L, lfl_trace *tr, const fl_tensor *t, const char *
   }
   if (id < 0) lfl_raise(L, opname, &e);
   tr->ext[tr->next].key = t;
-  tr->ext[tr->next].val.st = NULL;
-  ten_share(&tr->ext[tr->next].val, t);
   tr->ext[tr->next].node = id;
   tr->ext[tr->next].input = input;
   tr->ext[tr->next].sseg = scalar_in ? -2 : u->seg;
   tr->ext[tr->next].sout = scalar_in ? 0 : u->out;
-  tr->next++;
+  lfl_trace_add_ext(tr, t);
   return id;
 }
 
@@ -673,17 +699,13 @@ int lfl_trace_write(lua_State *L, fl_tensor *dst, const fl_tensor *val, const ch
 ** what the executor returned besides the outputs -- a CPU program a
 ** replay may run directly, and a runner(inputs) -> outputs for the others
 ** (either may be nil) -- or two nils. */
-static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx,
+static void run_segment(lua_State *L, int tidx, const ir_graph *g, int gidx, int inidx,
                         int pidx, const fl_tensor *const *inputs, fl_tensor *outs, ag_fn **ags) {
   fl_err e;
   int i;
   if (lua_getiuservalue(L, tidx, UV_EXEC) == LUA_TFUNCTION) {
     lua_pushvalue(L, gidx);
-    lua_createtable(L, g->ninputs, 0);
-    for (i = 0; i < g->ninputs; i++) {
-      ten_share(lfl_newtensor(L), inputs[i]);
-      lua_rawseti(L, -2, i + 1);
-    }
+    lua_pushvalue(L, inidx);
     lua_pushvalue(L, pidx);
     lua_call(L, 3, 3);
     if (!lua_istable(L, -3)) luaL_error(L, "capture: the executor returned no outputs");
@@ -775,7 +797,7 @@ void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g,
 ** next segment starts before the graph runs, so an error while running
 ** leaves the trace consistent (the old lazies just stay uncomputed). */
 static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
-  int tidx, gidx, lazyidx, pidx, n = 0, n2, i;
+  int tidx, gidx, lazyidx, pidx, inidx, n = 0, n2, i;
   int *nodes, *src = NULL;
   fl_tensor *buf;               /* ninputs input shares, then n outputs */
   ag_fn **ags;                  /* outputs' histories (run_segment) */
@@ -835,9 +857,11 @@ static void record_flush(lua_State *L, lfl_trace *tr, const char *what) {
     lua_rawseti(L, -2, ++n2);
   }
   pidx = lua_gettop(L);
+  lfl_trace_push_inputs(L, tr, g);           /* (the new segment clears the externals) */
+  inidx = lua_gettop(L);
   tr->g = NULL;
   lfl_trace_new_segment(L, tr, tidx);
-  run_segment(L, tidx, g, gidx, pidx, inputs, buf + g->ninputs, ags);
+  run_segment(L, tidx, g, gidx, inidx, pidx, inputs, buf + g->ninputs, ags);
   if (tr->plan)
     tr->parent = lfl_resume_add_record(L, tr, gidx, src, what, lua_gettop(L) - 1,
                                        lua_gettop(L));
@@ -1259,13 +1283,11 @@ static int tr_input(lua_State *L) {
     tr->extcap = tr->extcap ? tr->extcap * 2 : 32;
   }
   tr->ext[tr->next].key = NULL;             /* reached only through the proxy */
-  tr->ext[tr->next].val.st = NULL;
-  ten_share(&tr->ext[tr->next].val, x);
   tr->ext[tr->next].node = id;
   tr->ext[tr->next].input = 1;
   tr->ext[tr->next].sseg = -1;
   tr->ext[tr->next].sout = tr->narg;
-  tr->next++;
+  lfl_trace_add_ext(tr, x);
   tr->narg++;
   lfl_trace_push_lazy(L, tr, id);
   return 1;

@@ -67,6 +67,9 @@ typedef struct ext {
   int node;
   int input;               /* 1: IR_INPUT of the segment, 0: IR_PARAM */
   int sseg, sout;          /* input: the segment and output it came from */
+  ag_fn *ag;               /* its history, held: the executor's input gets
+                              it, so a compiled segment's backward hands
+                              the gradient on to the segment it came from */
 } ext;
 
 struct lfl_trace {
@@ -146,6 +149,12 @@ int lfl_trace_flush_k(lua_State *L);
 ** lazy of output k (NULL: no lazy alive; the reference goes), through
 ** the array lfl_trace_histories pushes (n zeroed slots, collected). */
 ag_fn **lfl_trace_histories(lua_State *L, int n);
+/* The next external: a shared reference to t's value and its history. */
+void lfl_trace_add_ext(lfl_trace *tr, const fl_tensor *t);
+/* Push a list of segment graph g's inputs, from tr's externals: their
+** values, and their histories (a compiled training segment hands its
+** inputs' gradients to them: the chain to the segment they came from). */
+void lfl_trace_push_inputs(lua_State *L, const lfl_trace *tr, const ir_graph *g);
 void lfl_trace_take_history(ag_fn **ags, int k, const fl_tensor *t);
 void lfl_trace_give_history(ag_fn **ags, int k, fl_tensor *lazy);
 void lfl_trace_alias_views(lua_State *L, const lfl_trace *tr, const ir_graph *g, int lazyidx,

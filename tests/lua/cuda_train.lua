@@ -147,6 +147,30 @@ do
        "avg_pool2d's backward on the device (padding, ceil mode, count_include_pad off), eager and compiled")
 end
 
+-- segments chained across a break on the device: the second segment's
+-- compiled backward hands the activation's gradient to the first's
+do
+  fl.manual_seed(12)
+  local m1, m2 = nn.Linear(6, 8), nn.Linear(8, 3)
+  fl.manual_seed(12)
+  local d1, d2 = nn.Linear(6, 8):cuda(), nn.Linear(8, 3):cuda()
+  local function f(a1, a2)
+    return function(x)
+      local h = a1(x):tanh()
+      if h:mean():item() > 10 then h = h * 0.5 end   -- a break
+      return a2(h):pow(2):mean()
+    end
+  end
+  local x = fl.randn(5, 6)
+  f(m1, m2)(x):backward()
+  local cf = fl.compile(f(d1, d2))
+  cf(x:cuda()):backward()
+  local s = cf:stats()
+  t.ok(close(d1.weight.grad, m1.weight.grad) and close(d2.weight.grad, m2.weight.grad)
+       and s.backward_graphs == 2 and s.backend == "cuda" and #s.training_eager == 0,
+       "two segments across a break, compiled on the device, chain the gradient: the CPU's")
+end
+
 -- in-place writes into device tensors: broadcast, converted, from either
 -- device; a non-contiguous destination is refused by name
 do
