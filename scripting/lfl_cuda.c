@@ -353,10 +353,14 @@ int lfl_copy_into(fl_tensor *dst, const fl_tensor *src, fl_err *e) {
     memcpy(a.dims, dst->m.shape, (size_t)dst->m.ndim * sizeof *a.dims);
     rc = convert(&v, OP_EXPAND, &a, e);
   }
-  if (rc == FL_OK && !ten_is_contiguous(&v)) {
+  /* a view of dst's own storage is copied out first: one buffer copy
+  ** over an overlapping one is undefined on a device */
+  if (rc == FL_OK && (!ten_is_contiguous(&v) || v.st == dst->st)) {
     op_attrs_init(OP_CONTIGUOUS, &a);
     rc = convert(&v, OP_CONTIGUOUS, &a, e);
   }
+  if (rc == FL_OK && v.st == dst->st)
+    rc = err_set(e, FL_EUNSUPPORTED, "copy: the device's contiguous kept the storage it copies into");
   if (rc == FL_OK) rc = cuda_copy_into(dst, &v, e);
   ten_release(&v);
   return rc;

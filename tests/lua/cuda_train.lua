@@ -186,10 +186,15 @@ do
   local i = fl.zeros(3, {dtype = "int64"}):cuda()
   i:copy_(fl.tensor({1.7, 2.2, -3.9}):cuda())
   ok = ok and fl.allclose(i:cpu(), fl.tensor({1, 2, -3}), 0, 0)
+  local r = fl.arange(6):to("float32")
+  local rd = r:cuda()
+  r:narrow(1, 2, 4):copy_(r:narrow(1, 1, 4) * 1)
+  rd:narrow(1, 2, 4):copy_(rd:narrow(1, 1, 4))   -- overlapping: copied out first
+  ok = ok and fl.allclose(rd:cpu(), r, 0, 0)
   local h = fl.zeros(3)
   h:copy_(fl.tensor({5, 6, 7}):cuda())
   t.ok(ok and fl.allclose(h, fl.tensor({5, 6, 7}), 0, 0),
-       "copy_, fill_, zero_, add_ and mul_ write device tensors (broadcast, to int64, device to host)")
+       "copy_, fill_, zero_, add_ and mul_ write device tensors (broadcast, to int64, from an overlapping view, device to host)")
   local v = fl.zeros(3, 4):cuda():transpose(1, 2)
   t.raises(function() v:add_(1) end, "non%-contiguous tensor on cuda",
            "an in-place write into a non-contiguous device tensor is refused by name")
