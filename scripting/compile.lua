@@ -1060,6 +1060,14 @@ local function train_eager(st, why)
   end
 end
 
+-- A node type that a loss has: a float scalar ("float32[]").
+local function is_loss_type(ty) return ty ~= nil and ty:find("^b?float%d*%[%]$") ~= nil end
+
+-- The type of node id of g, or nil.
+local function node_type(g, id)
+  for _, n in ipairs(g:nodes()) do if n.id == id then return n.type end end
+end
+
 -- The results of segment graph g that depend on a leaf requiring grad
 -- (their positions among g:outputs(), float values only), and each
 -- node's type.
@@ -1084,7 +1092,7 @@ end
 local function segment_main(g)
   local list, types = grad_results(g)
   for _, i in ipairs(list) do
-    if types[g:outputs()[i]]:find("^b?float%d*%[%]$") then return i end
+    if is_loss_type(types[g:outputs()[i]]) then return i end
   end
   return list[1]
 end
@@ -1129,7 +1137,7 @@ end
 local function joint_partition(st, g)
   local needs, types = grad_results(g)
   local first = g:outputs()[1]
-  local tangents = #needs > 1 or (needs[1] or 1) ~= 1 or not types[first]:find("^b?float%d*%[%]$")
+  local tangents = #needs > 1 or (needs[1] or 1) ~= 1 or not is_loss_type(types[first])
   return g:joint{tangents = tangents}:partition{policy = st.opts.partition or "mincut"}
 end
 
@@ -1340,10 +1348,8 @@ local function returns_activation(info)
   local r = info.rets[1]
   if not r then return false end
   if r.kind == "node" then
-    for _, n in ipairs(info.graphs[#info.graphs]:nodes()) do
-      if n.id == r.node then return not n.type:find("%[%]$") end
-    end
-    return false
+    local ty = node_type(info.graphs[#info.graphs], r.node)
+    return ty ~= nil and not ty:find("%[%]$")
   end
   return is_tensor(r.value) and r.value:numel() ~= 1
 end
@@ -1395,9 +1401,7 @@ local function train_first(st, reason, ...)
   end
   local g = info.graphs[1]
   capture_outputs(g, info)
-  local first, ty = g:outputs()[1], nil
-  for _, n in ipairs(g:nodes()) do if n.id == first then ty = n.type end end
-  if not (ty and ty:find("^b?float%d*%[%]$")) then
+  if not is_loss_type(node_type(g, g:outputs()[1])) then
     no_train(st, "its first result is not a loss (a float scalar)")
     return false
   end

@@ -24,7 +24,6 @@
 #include "lfl.h"
 #include "fuse/plan.h"
 #include "gpu/cuda.h"
-#include "graph/view.h"
 #include "cpu/eager.h"
 #include "exec/cache.h"
 #include "exec/pipeline.h"
