@@ -115,29 +115,33 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
   }
 }
 
-/* Post-ops from..npost of c over its plain result, plane by plane. */
+/* Post-ops from..npost of c over len values of its plain result's plane
+** q (image * co + channel) from element off. */
 EAGER_WIDE
+void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len) {
+  float *restrict y = c->y + q * c->oh * c->ow + off;
+  int i;
+  int64_t k;
+  for (i = from; i < c->npost; i++) {
+    const cpu_mm_post *po = &c->post[i];
+    const float *s = po->src.p + q * c->oh * c->ow + off;
+    float v;
+    if (post_elem(po, y, len)) continue;
+    switch (po->kind) {
+    case CPU_MM_ADD: EAGER_SIMD for (k = 0; k < len; k++) y[k] += s[k]; break;
+    case CPU_MM_MUL: EAGER_SIMD for (k = 0; k < len; k++) y[k] *= s[k]; break;
+    case CPU_MM_ADD_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] += v; break;
+    case CPU_MM_MUL_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] *= v; break;
+    default: break;
+    }
+  }
+}
+
+/* Post-ops from..npost of c over its plain result, plane by plane. */
 void cpu_conv_posts(const cpu_conv *c, int from) {
   int64_t P = c->oh * c->ow, q;
   EAGER_PRAGMA(omp parallel for schedule(static) if (c->n * c->co * P * (c->npost - from) > 8 * EAGER_PAR_MIN))
-  for (q = 0; q < c->n * c->co; q++) {
-    float *restrict y = c->y + q * P;
-    int i;
-    int64_t k;
-    for (i = from; i < c->npost; i++) {
-      const cpu_mm_post *po = &c->post[i];
-      const float *s = po->src.p + q * P;
-      float v;
-      if (post_elem(po, y, P)) continue;
-      switch (po->kind) {
-      case CPU_MM_ADD: EAGER_SIMD for (k = 0; k < P; k++) y[k] += s[k]; break;
-      case CPU_MM_MUL: EAGER_SIMD for (k = 0; k < P; k++) y[k] *= s[k]; break;
-      case CPU_MM_ADD_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < P; k++) y[k] += v; break;
-      case CPU_MM_MUL_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < P; k++) y[k] *= v; break;
-      default: break;
-      }
-    }
-  }
+  for (q = 0; q < c->n * c->co; q++) cpu_conv_posts_span(c, from, q, 0, P);
 }
 
 /* n <= P output pixels of 8 channels from ow into u [ow][8]: P sums in

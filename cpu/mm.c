@@ -726,6 +726,7 @@ typedef struct centry {
   ckey k;                      /* first, as in entry */
   int refused;
   int dw;                      /* run by cpu_conv_dw (cpu/conv_dw.c), no primitive */
+  int pw;                      /* run by cpu_conv_pw (cpu/conv_pw.c), no primitive */
   dnnl_primitive_t prim;
   cside side[3];               /* src, weights, dst */
   dnnl_memory_t bias, post[CPU_MM_MAXPOST];
@@ -743,11 +744,12 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
-static int64_t ndw;                  /* atomic: depthwise ones run by cpu_conv_dw */
+static int64_t ndw, npw;             /* atomic: run by cpu_conv_dw, cpu_conv_pw */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies, 5
-                                        that with cpu_conv_dw wherever it fits */
+                                        that with cpu_conv_dw wherever it fits,
+                                        6 that with cpu_conv_pw */
 
 static void centry_clear(centry *en) {
   int i;
@@ -1032,7 +1034,7 @@ int cpu_conv_enabled(void) {
     const char *v = getenv("FUSELAB_CONV");
     conv_mode = !v ? 2 : strcmp(v, "blas") == 0 ? 0 : strcmp(v, "plain") == 0 ? 1
               : strcmp(v, "any") == 0 ? 3 : strcmp(v, "matmul") == 0 ? 4
-              : strcmp(v, "depthwise") == 0 ? 5 : 2;
+              : strcmp(v, "depthwise") == 0 ? 5 : strcmp(v, "pointwise") == 0 ? 6 : 2;
   }
   return conv_mode > 0;
 }
@@ -1106,7 +1108,8 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   return ok;
 }
 
-/* One timed run of a candidate (en, or NULL: cpu_conv_dw) as later calls
+/* One timed run of a candidate (en, or NULL: cpu_conv_dw or, with pw,
+** cpu_conv_pw) as later calls
 ** will run it: weights that can be kept (read in place from a tensor's
 ** storage) are reordered once,
 ** by the run that touches the buffers, not in every timed one.  Timing
@@ -1114,81 +1117,11 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
 ** the second call on (ResNet-50's 3x3 over 512 channels of 7x7: oneDNN's
 ** gemm on plain layouts kept at 2.0 ms where the blocked kernel takes
 ** 1.3, the 9.4 MB weight reorder timed with it). */
-static double exec_seconds(centry *en, const cpu_conv *c) {
+static double exec_seconds(centry *en, const cpu_conv *c, int pw) {
   double t0 = meas_now();
-  if (!(en ? centry_exec(en, c, c->w_st ? 2 : 0) : cpu_conv_dw(c) == FL_OK)) return 1e30;
+  if (!(en ? centry_exec(en, c, c->w_st ? 2 : 0) : (pw ? cpu_conv_pw(c) : cpu_conv_dw(c)) == FL_OK)) return 1e30;
   return meas_now() - t0;
 }
-
-/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
-** kernels, but their reorders in and out cost more than they save on some
-** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
-** 1x1 may be faster still as a matmul (centry_make_mm); so each
-** that can be made is, and the fastest on c's own data is kept (a
-** convolution reads only its inputs: running it again changes nothing):
-** one run each to touch the buffers, then the best of runs taken in
-** turns: two each, and up to eight while they add up to under 2 ms (a
-** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
-** but one where the fastest takes 4 ms or more: a few percent of noise
-** there, and each run more is the first call's (VGG-19's took 0.99 s
-** with one, 1.37 with two).  Each is the whole answer where the others
-** are refused (a post-op oneDNN cannot read across layouts).
-** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
-** FUSELAB_CONV=matmul the matmul form wherever it can be made,
-** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits. */
-static int centry_pick(centry *en, const cpu_conv *c) {
-  centry cand[3];
-  double best[4], spent, fast;
-  int made[4], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode == 4 || conv_mode == 5;
-  memset(cand, 0, sizeof cand);
-  if (conv_mode == 5 && cpu_conv_dw_fits(c)) {     /* FUSELAB_CONV=depthwise: no choice */
-    en->dw = 1;
-    return 1;
-  }
-  made[2] = timed && centry_make_mm(&cand[2], c);
-  made[0] = conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
-  made[1] = conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
-  /* 3: a depthwise one on fuselab's loop (cpu/conv_dw.c), faster where
-  ** plain values around it would cost oneDNN's blocked kernel a reorder in
-  ** and out, slower on small maps of many channels (bench/RESULTS.md) */
-  made[3] = timed && cpu_conv_dw_fits(c);
-  n = made[0] + made[1] + made[2] + made[3];
-  for (i = 0; i < 4; i++) {
-    best[i] = 1e30;
-    if (made[i] && n > 1) {                          /* touch the buffers */
-      if (i < 3) centry_exec(&cand[i], c, 0);
-      else made[3] = cpu_conv_dw(c) == FL_OK;
-    }
-  }
-  for (r = 0, spent = 0, fast = 1e30;
-       n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
-    for (i = 0; i < 4; i++)
-      if (made[i]) {
-        double t = exec_seconds(i < 3 ? &cand[i] : NULL, c);
-        spent += t;
-        if (t < best[i]) best[i] = t;
-        if (t < fast) fast = t;
-      }
-  for (i = 0; i < 4; i++)
-    if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
-  for (i = 0; i < 3; i++)
-    if (made[i] && i != pick) centry_clear(&cand[i]);
-  if (pick >= 0 && pick < 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
-  en->dw = pick == 3;
-  return pick >= 0;
-}
-
-static void centry_make_cached(void *en, const void *call) {
-  ((centry *)en)->refused = !centry_pick(en, call);
-}
-
-static void centry_free(void *en) {
-  centry_clear(en);
-  free(en);
-}
-
-_Static_assert(offsetof(centry, k) == 0, "an entry's key comes first");
-static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry_free, {0}, {0}, 0, 0};
 
 /* The first residual add or product that follows a per-channel post-op,
 ** when only elementwise post-ops come after it; else npost. */
@@ -1206,6 +1139,95 @@ static int conv_tail(const cpu_conv *c) {
   }
   return at;
 }
+
+/* cpu/conv_pw.c is a candidate for c (by default, and with
+** FUSELAB_CONV=pointwise). */
+static int pw_allowed(const cpu_conv *c) {
+  return (conv_mode == 2 || conv_mode == 6) && cpu_conv_pw_fits(c);
+}
+
+/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
+** kernels, but their reorders in and out cost more than they save on some
+** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
+** 1x1 may be faster still as a matmul (centry_make_mm); so each
+** that can be made is, and the fastest on c's own data is kept (a
+** convolution reads only its inputs: running it again changes nothing):
+** one run each to touch the buffers, then the best of runs taken in
+** turns: two each, and up to eight while they add up to under 2 ms (a
+** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
+** but one where the fastest takes 4 ms or more: a few percent of noise
+** there, and each run more is the first call's (VGG-19's took 0.99 s
+** with one, 1.37 with two).  Each is the whole answer where the others
+** are refused (a post-op oneDNN cannot read across layouts).
+** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
+** FUSELAB_CONV=matmul the matmul form wherever it can be made,
+** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
+** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
+static int centry_pick(centry *en, const cpu_conv *c) {
+  centry cand[3];
+  double best[5], spent, fast;
+  int made[5], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode >= 4;
+  /* a residual after per-channel post-ops: oneDNN's convolutions would
+  ** need it split off (cpu_conv_run), the matmul form and cpu/conv_pw.c
+  ** take it whole */
+  int whole = conv_tail(c) < c->npost;
+  memset(cand, 0, sizeof cand);
+  if (conv_mode == 5 && cpu_conv_dw_fits(c)) {     /* FUSELAB_CONV=depthwise: no choice */
+    en->dw = 1;
+    return 1;
+  }
+  if (conv_mode == 6 && cpu_conv_pw_fits(c)) {     /* FUSELAB_CONV=pointwise */
+    en->pw = 1;
+    return 1;
+  }
+  made[2] = timed && centry_make_mm(&cand[2], c);
+  made[0] = !whole && conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
+  made[1] = !whole && conv_mode != 3 && !(conv_mode == 4 && made[2]) && centry_make(&cand[1], c, 0);
+  /* 3: a depthwise one on fuselab's loop (cpu/conv_dw.c), faster where
+  ** plain values around it would cost oneDNN's blocked kernel a reorder in
+  ** and out, slower on small maps of many channels (bench/RESULTS.md) */
+  made[3] = timed && cpu_conv_dw_fits(c);
+  /* 4: a grouped 1x1 on fuselab's loop (cpu/conv_pw.c), its epilogue in
+  ** the same pass */
+  made[4] = pw_allowed(c);
+  n = made[0] + made[1] + made[2] + made[3] + made[4];
+  for (i = 0; i < 5; i++) {
+    best[i] = 1e30;
+    if (made[i] && n > 1) {                          /* touch the buffers */
+      if (i < 3) centry_exec(&cand[i], c, 0);
+      else made[i] = (i == 3 ? cpu_conv_dw(c) : cpu_conv_pw(c)) == FL_OK;
+    }
+  }
+  for (r = 0, spent = 0, fast = 1e30;
+       n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
+    for (i = 0; i < 5; i++)
+      if (made[i]) {
+        double t = exec_seconds(i < 3 ? &cand[i] : NULL, c, i == 4);
+        spent += t;
+        if (t < best[i]) best[i] = t;
+        if (t < fast) fast = t;
+      }
+  for (i = 0; i < 5; i++)
+    if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
+  for (i = 0; i < 3; i++)
+    if (made[i] && i != pick) centry_clear(&cand[i]);
+  if (pick >= 0 && pick < 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
+  en->dw = pick == 3;
+  en->pw = pick == 4;
+  return pick >= 0;
+}
+
+static void centry_make_cached(void *en, const void *call) {
+  ((centry *)en)->refused = !centry_pick(en, call);
+}
+
+static void centry_free(void *en) {
+  centry_clear(en);
+  free(en);
+}
+
+_Static_assert(offsetof(centry, k) == 0, "an entry's key comes first");
+static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry_free, {0}, {0}, 0, 0};
 
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ckey k;
@@ -1247,7 +1269,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ** at all; so the call runs the post-ops before it, and it and the
   ** elementwise rest run over y after, one pass while y is in cache, in
   ** whatever layout y has (each operand is laid out as y is) */
-  if ((i = conv_tail(c)) < c->npost) {
+  if ((i = conv_tail(c)) < c->npost && !pw_allowed(c)) {
     cpu_conv head = *c;
     head.npost = i;
     if ((rc = cpu_conv_run(&head, e)) == FL_OK) cpu_conv_posts(c, i);
@@ -1260,6 +1282,9 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   } else if (en->dw) {
     if ((rc = cpu_conv_dw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a depthwise scratch");
     else __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
+  } else if (en->pw) {
+    if ((rc = cpu_conv_pw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a pointwise strip");
+    else __atomic_fetch_add(&npw, 1, __ATOMIC_RELAXED);
   } else if (!centry_exec(en, c, 1)) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
@@ -1422,13 +1447,17 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = *with_posts = *as_matmul = 0;
 }
 
-static int64_t nunblocked, ndw;
+static int64_t nunblocked, ndw, npw;
 static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
 
 #endif
 
 int64_t cpu_conv_dw_calls(void) {
   return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
+}
+
+int64_t cpu_conv_pw_calls(void) {
+  return __atomic_load_n(&npw, __ATOMIC_RELAXED);
 }
 
 void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {

@@ -159,11 +159,22 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** (FUSELAB_CONV=depthwise: it, wherever it fits). */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
+/* Grouped 1x1 convolutions (stride 1, no padding) on plain layouts, with
+** any post-op whose operands are plain, on fuselab's own loop
+** (cpu/conv_pw.c): as cpu_conv_dw_fits / cpu_conv_dw; timed against
+** oneDNN's forms the same way (FUSELAB_CONV=pointwise: it, wherever it
+** fits). */
+int cpu_conv_pw_fits(const cpu_conv *c);
+int cpu_conv_pw(const cpu_conv *c);
 /* Post-ops from .. npost of c over its plain result y (nchw), in order:
-** what the matmul form of a 1x1 leaves to a pass of its own. */
+** what the matmul form of a 1x1 leaves to a pass of its own; _span: over
+** len values of plane q (image * co + channel) from element off. */
 void cpu_conv_posts(const cpu_conv *c, int from);
-/* depthwise convolutions run by cpu_conv_dw so far (fl.blas_info().depthwise_convs) */
+void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len);
+/* depthwise and grouped 1x1 convolutions run by cpu_conv_dw and
+** cpu_conv_pw so far (fl.blas_info().depthwise_convs, .pointwise_convs) */
 int64_t cpu_conv_dw_calls(void);
+int64_t cpu_conv_pw_calls(void);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how
 ** many as a batched matmul (fl.blas_info().onednn_convs,
 ** .onednn_conv_posts, .onednn_conv_matmuls). */

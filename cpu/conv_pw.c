@@ -1,0 +1,259 @@
+/*
+** conv_pw.c -- grouped 1x1 convolutions (ShuffleNet's pointwise layers)
+** on plain nchw, with their epilogue.
+**
+** Why not oneDNN here: 2.6 has no blocked kernel for groups whose width is
+** not a multiple of its block (ShuffleNet's 4 groups of 34, 68 and 136
+** channels), its convolution on plain layouts runs them at 11-14 GFLOP/s,
+** and its batched matmul (cpu/mm.c, centry_make_mm) needs the bias and a
+** residual written into the result first and a batch norm's per-channel
+** scale and shift in a pass of its own after: three passes over the
+** result where one would do.  Here each group's product y_g = w_g x_g is
+** computed a strip of pixels at a time: the strip of x_g is copied once
+** into a zero-padded scratch that stays in L1 (so a strip's last pixels
+** need no masked loads), every output channel of the group is a register
+** tile of up to 6 channels x 16 pixels (12 sums in flight, one broadcast
+** weight per channel and two loads per input channel), started from the
+** bias, and the epilogue runs over the strip's rows while they are still
+** in cache.  The image is read once and the result written once.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "mm.h"
+
+#include "eager_impl.h"
+
+/* a strip of the input: at most this many floats (16 KB, half of L1) */
+#define PW_STRIP_FLOATS 4096
+
+/* EAGER_WIDE's clones with FMA: its "avx2" clone has none (AVX2 does not
+** imply it), and -std=c11 keeps a * b + c two roundings unless told to
+** contract; the multiply-adds here are the whole of the work. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PW_WIDE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                               optimize("fp-contract=fast")))
+#else
+#define PW_WIDE
+#endif
+
+int cpu_conv_pw_fits(const cpu_conv *c) {
+  int i;
+  if (c->groups < 2 || c->xblk || c->yblk || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
+      c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w || c->c % c->groups ||
+      c->co % c->groups || c->c / c->groups > (1 << 16))
+    return 0;
+  for (i = 0; i < c->npost; i++)     /* operands laid out as y: plain */
+    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) &&
+        (!c->post[i].like_dst || c->post[i].blk))
+      return 0;
+  return 1;
+}
+
+/* 1 when every post-op of c is one pw_rest runs on registers. */
+static int pw_posts_in_registers(const cpu_conv *c) {
+  int i;
+  for (i = 0; i < c->npost; i++)
+    switch (c->post[i].kind) {
+    case CPU_MM_RELU: case CPU_MM_AFFINE: case CPU_MM_HARDSWISH: case CPU_MM_ADD: case CPU_MM_MUL:
+    case CPU_MM_ADD_C: case CPU_MM_MUL_C: break;
+    default: return 0;
+    }
+  return 1;
+}
+
+/* How many post-ops of c lead that are affine per channel (a batch norm's
+** scale and shift, constants): they and the bias become one multiply-add
+** per row, s * sum + t (pw_scale). */
+static int pw_lead(const cpu_conv *c) {
+  int i;
+  for (i = 0; i < c->npost; i++)
+    if (c->post[i].kind != CPU_MM_MUL_C && c->post[i].kind != CPU_MM_ADD_C && c->post[i].kind != CPU_MM_AFFINE)
+      break;
+  return i;
+}
+
+/* s, t of channel ch: bias then the first lead post-ops, as one affine. */
+static void pw_scale(const cpu_conv *c, int lead, int64_t ch, float *s, float *t) {
+  int i;
+  *s = 1.0f;
+  *t = c->bias ? c->bias[ch] : 0.0f;
+  for (i = 0; i < lead; i++) {
+    const cpu_mm_post *po = &c->post[i];
+    float v = po->kind == CPU_MM_AFFINE ? po->alpha : po->src.p[po->src.shape[0] == 1 ? 0 : ch];
+    if (po->kind == CPU_MM_ADD_C) *t += v;
+    else {
+      *s *= v;
+      *t = *t * v + (po->kind == CPU_MM_AFFINE ? po->beta : 0.0f);
+    }
+  }
+}
+
+/* m ? a : b, lane by lane (m from a comparison: all bits or none) */
+#define PW_SEL(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
+
+/* Post-ops from .. npost over one row's 16 values (v0, v1) in registers:
+** channel ch, its plane's element at (a tensor operand's, laid out as y).
+** What cpu_conv_posts_span computes, NaN too. */
+static inline __attribute__((always_inline))
+void pw_rest(const cpu_conv *c, int from, v8f *v0, v8f *v1, int64_t ch, int64_t at) {
+  const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0}, one = zero + 1.0f;
+  v8f a = *v0, b = *v1, h;
+  int i;
+  for (i = from; i < c->npost; i++) {
+    const cpu_mm_post *po = &c->post[i];
+    const float *src = po->src.p + at;
+    float v;
+    switch (po->kind) {
+    case CPU_MM_RELU: a = PW_SEL(a < zero, zero, a); b = PW_SEL(b < zero, zero, b); break;
+    case CPU_MM_AFFINE: a = a * po->alpha + po->beta; b = b * po->alpha + po->beta; break;
+    case CPU_MM_HARDSWISH:
+      h = a / 6.0f + 0.5f;
+      h = PW_SEL(h < one, h, one);
+      a *= PW_SEL(h > zero, h, zero);
+      h = b / 6.0f + 0.5f;
+      h = PW_SEL(h < one, h, one);
+      b *= PW_SEL(h > zero, h, zero);
+      break;
+    case CPU_MM_ADD: a += *(const v8f_u *)src; b += *(const v8f_u *)(src + 8); break;
+    case CPU_MM_MUL: a *= *(const v8f_u *)src; b *= *(const v8f_u *)(src + 8); break;
+    case CPU_MM_ADD_C: v = po->src.p[po->src.shape[0] == 1 ? 0 : ch]; a += v; b += v; break;
+    case CPU_MM_MUL_C: v = po->src.p[po->src.shape[0] == 1 ? 0 : ch]; a *= v; b *= v; break;
+    default: break;
+    }
+  }
+  *v0 = a;
+  *v1 = b;
+}
+
+/* MR output channels (rows of w from w, CG apart) x 8 NV pixels (NV 1
+** or 2) of xs (CG rows nb apart) into y (rows ys apart): row r's sums
+** s[r] * sum + t[r], then post-ops from .. npost (channel ch + r,
+** element at + r * P of its plane; NV 2 only).  MR and NV constants where
+** the caller names them, so the unused sums vanish and the rest stay in
+** registers. */
+static inline __attribute__((always_inline))
+void pw_tile(const cpu_conv *c, const float *xs, int64_t nb, const float *w, int64_t CG, float *y,
+             int64_t ys, const float *s, const float *t, int from, int64_t ch, int64_t at, const int MR,
+             const int NV) {
+  /* twelve named sums, not an array: GCC keeps these in registers */
+  const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
+  v8f a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero, a30 = zero, a31 = zero,
+      a40 = zero, a41 = zero, a50 = zero, a51 = zero;
+  const float *w0 = w, *w1 = w + CG, *w2 = w + 2 * CG, *w3 = w + 3 * CG, *w4 = w + 4 * CG, *w5 = w + 5 * CG;
+  int64_t k, P = c->oh * c->ow;
+  for (k = 0; k < CG; k++) {
+    v8f x0 = *(const v8f_u *)(xs + k * nb), x1 = NV > 1 ? *(const v8f_u *)(xs + k * nb + 8) : zero;
+    a00 += x0 * w0[k];
+    if (NV > 1) a01 += x1 * w0[k];
+    if (MR > 1) { a10 += x0 * w1[k]; if (NV > 1) a11 += x1 * w1[k]; }
+    if (MR > 2) { a20 += x0 * w2[k]; if (NV > 1) a21 += x1 * w2[k]; }
+    if (MR > 3) { a30 += x0 * w3[k]; if (NV > 1) a31 += x1 * w3[k]; }
+    if (MR > 4) { a40 += x0 * w4[k]; if (NV > 1) a41 += x1 * w4[k]; }
+    if (MR > 5) { a50 += x0 * w5[k]; if (NV > 1) a51 += x1 * w5[k]; }
+  }
+#define PW_STORE(r)                                                        \
+  if (MR > r) {                                                            \
+    a##r##0 = a##r##0 * s[r] + t[r];                                       \
+    a##r##1 = a##r##1 * s[r] + t[r];                                       \
+    if (NV > 1 && from < c->npost) pw_rest(c, from, &a##r##0, &a##r##1, ch + r, at + r * P); \
+    *(v8f_u *)(y + r * ys) = a##r##0;                                      \
+    if (NV > 1) *(v8f_u *)(y + r * ys + 8) = a##r##1;                      \
+  }
+  PW_STORE(0) PW_STORE(1) PW_STORE(2) PW_STORE(3) PW_STORE(4) PW_STORE(5)
+#undef PW_STORE
+}
+
+/* Rows o .. o + mr (mr <= 6) of a column of 8 nv pixels of the strip. */
+static inline __attribute__((always_inline))
+void pw_rows(const cpu_conv *c, const float *xs, int64_t nb, const float *w, int64_t CG, float *y,
+             int64_t ys, const float *s, const float *t, int from, int64_t ch, int64_t at, int mr, const int NV) {
+  switch (mr) {
+  case 6: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 6, NV); break;
+  case 5: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 5, NV); break;
+  case 4: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 4, NV); break;
+  case 3: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 3, NV); break;
+  case 2: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 2, NV); break;
+  default: pw_tile(c, xs, nb, w, CG, y, ys, s, t, from, ch, at, 1, NV); break;
+  }
+}
+
+/* One image's group g, pixels p0 .. p0 + n of every plane (st: each
+** channel's s and t, pw_scale).  Whole columns of 16 pixels are read
+** where they are; a last one of fewer is copied into xs [CG][16] with
+** zeros after it, and its result goes through tb [6][16].  The epilogue
+** runs in registers where it can (pw_posts_in_registers), else over the
+** strip's rows once they are written; the last column takes the second
+** way for what comes after the lead affine (its operands end before 16). */
+PW_WIDE
+static void pw_strip(const cpu_conv *c, const float *st, int64_t img, int64_t g, int64_t p0, int64_t n,
+                     float *xs, float *tb) {
+  int64_t P = c->h * c->w, G = c->groups, CG = c->c / G, OG = c->co / G, k, o, p;
+  const float *x = c->x + (img * c->c + g * CG) * P + p0;
+  int64_t q0 = img * c->co + g * OG;      /* the group's first plane of y */
+  float *y = c->y + q0 * P + p0;
+  int reg = pw_posts_in_registers(c), from = reg ? pw_lead(c) : c->npost;
+  int64_t full = n / 16 * 16;
+  for (k = 0; k < CG && full < n; k++) {
+    memcpy(xs + k * 16, x + k * P + full, (size_t)(n - full) * sizeof *xs);
+    memset(xs + k * 16 + n - full, 0, (size_t)(16 - n + full) * sizeof *xs);
+  }
+  for (o = 0; o < OG; o += 6) {
+    int mr = OG - o < 6 ? (int)(OG - o) : 6, r;
+    const float *w = c->wt + (g * OG + o) * CG;
+    int64_t ch = g * OG + o, at = (q0 + o) * P + p0;
+    float s[6], t[6];
+    for (r = 0; r < mr; r++) {
+      s[r] = st[2 * (ch + r)];
+      t[r] = st[2 * (ch + r) + 1];
+    }
+    for (p = 0; p < full; p += 16)
+      pw_rows(c, x + p, P, w, CG, y + o * P + p, P, s, t, from, ch, at + p, mr, 2);
+    if (p < n) {              /* the last pixels, 8 at a time where they fit */
+      if (n - p <= 8) pw_rows(c, xs, 16, w, CG, tb, 16, s, t, c->npost, ch, 0, mr, 1);
+      else pw_rows(c, xs, 16, w, CG, tb, 16, s, t, c->npost, ch, 0, mr, 2);
+      for (r = 0; r < mr; r++) {
+        memcpy(y + (o + r) * P + p, tb + r * 16, (size_t)(n - p) * sizeof *tb);
+        if (reg) cpu_conv_posts_span(c, from, q0 + o + r, p0 + p, n - p);
+      }
+    }
+  }
+  for (o = 0; o < OG && !reg; o++) cpu_conv_posts_span(c, 0, q0 + o, p0, n);
+}
+
+int cpu_conv_pw(const cpu_conv *c) {
+  int64_t P = c->h * c->w, CG = c->c / (c->groups ? c->groups : 1);
+  int64_t nb, ns, q;
+  float *st;
+  int ok = 1, lead;
+  if (!cpu_conv_pw_fits(c)) return FL_EUNSUPPORTED;
+  if (!(st = malloc((size_t)c->co * 2 * sizeof *st))) return FL_ENOMEM;
+  lead = pw_posts_in_registers(c) ? pw_lead(c) : 0;
+  for (q = 0; q < c->co; q++) pw_scale(c, lead, q, &st[2 * q], &st[2 * q + 1]);
+  /* strips of whole columns of 16 pixels whose input fits
+  ** PW_STRIP_FLOATS (at least one column), as even as they can be */
+  nb = PW_STRIP_FLOATS / CG / 16;
+  if (nb < 1) nb = 1;
+  ns = ((P + 15) / 16 + nb - 1) / nb;
+  nb = ((P + 15) / 16 + ns - 1) / ns * 16;
+  EAGER_PRAGMA(omp parallel if (c->n * c->co * P * CG > EAGER_PAR_MIN))
+  {
+    float *xs = aligned_alloc(64, (size_t)((CG * 16 + 6 * 16) * sizeof(float) + 63) / 64 * 64);
+    if (!xs) {
+      EAGER_PRAGMA(omp atomic write)
+      ok = 0;
+    }
+    EAGER_PRAGMA(omp barrier)
+    if (ok) {
+      EAGER_PRAGMA(omp for schedule(static))
+      for (q = 0; q < c->n * c->groups * ns; q++) {
+        int64_t s = q % ns, p0 = s * nb, n = P - p0 < nb ? P - p0 : nb;
+        if (n > 0)
+          pw_strip(c, st, q / ns / c->groups, q / ns % c->groups, p0, n, xs, xs + CG * 16);
+      }
+    }
+    free(xs);
+  }
+  free(st);
+  return ok ? FL_OK : FL_ENOMEM;
+}
