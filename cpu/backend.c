@@ -560,18 +560,105 @@ static int layout(const exec_program *pr, int k, char *buf, size_t n) {
   return 1;
 }
 
-/* Node id's value out of blocks into a plain tensor of its own. */
+/* --- concatenations written in place (fuse/plan.c plan_into) -----------
+** Each input's kernel stored it in its place in the concatenation's
+** memory (exec_buffer), in whatever layout it chose (blocks of channels,
+** or plain).  The concatenation's kernel copies nothing where every input
+** is still there and all share one layout (cat_in_place); else it brings
+** the rest to the plain layout in place.  A value in place that a reader
+** wants plain is put back plain where it lies (with every value in place
+** within it), never copied out: the memory it shares stays one layout. */
+
+/* Is id's tensor still its run in its concatenation's memory? */
+static int in_place(const exec_run *r, int id) {
+  const fuse_plan *p = r->pr->plan;
+  const fl_tensor *v = &r->vals[id], *c;
+  if (!p->into || p->into[id] < 0) return 0;
+  c = &r->vals[p->into[id]];
+  return v->st && c->st == v->st && v->offset == c->offset + p->into_off[id] && ten_is_contiguous(v);
+}
+
+/* Is u, in place, inside top's memory? */
+static int inside_of(const exec_run *r, int u, int top) {
+  while (u != top && in_place(r, u)) u = r->pr->plan->into[u];
+  return u == top;
+}
+
+/* v's contiguous memory from blocks of b channels to plain, where it is
+** (through a copy); 4-d float32. */
+static int unblock_here(fl_tensor *v, int b, fl_err *e) {
+  fl_tensor t;
+  int rc;
+  if ((rc = ten_uninit(&t, &v->m, e)) != FL_OK) return rc;
+  cpu_unblock_nchw(ten_data(v), ten_data(&t), v->m.shape[0], v->m.shape[1], v->m.shape[2] * v->m.shape[3], b);
+  memcpy(ten_data(v), ten_data(&t), (size_t)meta_numel(&v->m) * sizeof(float));
+  ten_release(&t);
+  return FL_OK;
+}
+
+/* Node id's value out of blocks: a plain tensor of its own, or, where it
+** lies in a concatenation's memory, plain in place -- and with it the
+** concatenation around it where that one was declared in blocks too (so
+** that a concatenation is never part blocks, part plain), and every value
+** in place within what was converted. */
 static int unblock(exec_run *r, int id, fl_err *e) {
   fl_tensor *v = &r->vals[id], t;
-  int b = r->blk[id], rc;
+  int b = r->blk[id], rc, top = id, u;
+  if (!v->st) { r->blk[id] = 0; return FL_OK; }
+  if (in_place(r, id)) {
+    const int *into = r->pr->plan->into;
+    while (in_place(r, top) && r->blk[into[top]] == b) top = into[top];
+    if ((rc = unblock_here(&r->vals[top], b, e)) != FL_OK) return rc;
+    for (u = 0; u < r->g->n; u++)
+      if (inside_of(r, u, top)) r->blk[u] = 0;
+    return FL_OK;
+  }
   r->blk[id] = 0;
-  if (!v->st) return FL_OK;
   if ((rc = ten_uninit(&t, &v->m, e)) != FL_OK) return rc;
   cpu_unblock_nchw(ten_data(v), ten_data(&t), v->m.shape[0], v->m.shape[1],
                    v->m.shape[2] * v->m.shape[3], b);
   ten_release(v);
   *v = t;
   return FL_OK;
+}
+
+/* Kernel k's concatenation (fuse_cat_in_place), its inputs where they lie:
+** nothing to do where all are in place in one layout, which it takes
+** (blocks, read so by the convolutions after it, or plain).  Else those
+** in place in blocks are put back plain where they lie, and an input
+** elsewhere (a product written in a swapped layout, or given a plain copy
+** of its own) is copied into its place, plain.  0 where its memory is not
+** one contiguous run (the extern step copies), 1 done, < 0 an error. */
+static int cat_in_place(exec_run *r, const fk_kernel *k, fl_err *e) {
+  const ir_node *nd = &r->g->nodes[k->anchor];
+  fl_tensor *y = &r->vals[k->anchor];
+  int i, rc, lay = -1, mixed = 0;
+  if (!y->st && (rc = exec_buffer(r, k->anchor, y, e)) != FL_OK) return -1;
+  if (!ten_is_contiguous(y)) return 0;
+  for (i = 0; i < nd->nin; i++) {
+    int v = nd->in[i];
+    int l = in_place(r, v) ? r->blk[v] : -1;
+    if (l < 0 || (lay >= 0 && l != lay)) mixed = 1;
+    if (lay < 0) lay = l;
+  }
+  for (i = 0; i < nd->nin && mixed; i++) {
+    int v = nd->in[i];
+    fl_tensor t, *x = &r->vals[v];
+    if (in_place(r, v)) {
+      if (r->blk[v] && unblock(r, v, e) != FL_OK) return -1;
+      continue;
+    }
+    /* a copy of its own first: it may lie in y's memory in another layout */
+    if (exec_value(r, v, 0, e) != FL_OK || ten_uninit(&t, &r->metas[v], e) != FL_OK) return -1;
+    if (ten_copy(&t, x, e) != FL_OK) { ten_release(&t); return -1; }
+    ten_release(x);
+    if (exec_buffer(r, v, x, e) != FL_OK) { ten_release(&t); return -1; }
+    if (!in_place(r, v)) { ten_release(&t); return 0; }
+    memcpy(ten_data(x), ten_data(&t), (size_t)meta_numel(&t.m) * dtype_size(t.m.dtype));
+    ten_release(&t);
+  }
+  r->blk[k->anchor] = (unsigned char)(mixed || lay < 0 ? 0 : lay);
+  return 1;
 }
 
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n);
@@ -639,7 +726,8 @@ static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_e
   /* the target: the caller's output tensor when it was given one, else
   ** the planned slot (fresh memory for graph outputs) */
   if (r->vals[k->anchor].st) ten_share(&t, &r->vals[k->anchor]);
-  else if (r->pr->plan->slot[k->anchor] >= 0) {
+  else if (r->pr->plan->slot[k->anchor] >= 0 ||
+           (r->pr->plan->into && r->pr->plan->into[k->anchor] >= 0)) {
     if ((rc = exec_buffer(r, k->anchor, &t, e)) != FL_OK) return rc;
     if ((laid = in->swap && t.m.dtype == FL_F32))
       apply_layout(in, &t);
@@ -827,6 +915,7 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   void *bufs[257];
   void *scratch = NULL;
   int i, rc;
+  if (fuse_cat_in_place(pr->plan, ki) && (rc = cat_in_place(r, k, e)) != 0) return rc < 0 ? e->code : FL_OK;
   if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, e)) != 0)
     return rc < 0 ? rc : FL_OK;
   if (in->blk && k->nnodes == 0 && (rc = launch_block_step(r, k, in, e)) != 0) return rc < 0 ? e->code : FL_OK;

@@ -21,13 +21,26 @@
 
 /* A value's name in the listing: an argument or parameter by its name,
 ** a graph output "out<i>" (an argument returned keeps its name), a value
-** kept between calls "kept<id>", a stored intermediate "buf<slot>",
-** anything else (kept inside one kernel) by its node id. */
+** kept between calls "kept<id>", a stored intermediate "buf<slot>", one
+** stored in a concatenation's memory (plan_into) that memory's elements
+** "buf<slot>[from:to]", anything else (kept inside one kernel) by its
+** node id. */
 static void value_name(const exec_program *pr, int id, char *buf, size_t n) {
   const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
   const ir_node *nd = &g->nodes[id];
   int i;
+  if (p->into && p->into[id] >= 0) {
+    int64_t off = 0;
+    int h = id;
+    size_t at;
+    for (; p->into[h] >= 0; h = p->into[h]) off += p->into_off[h];
+    value_name(pr, h, buf, n);
+    at = strlen(buf);
+    if (at < n)
+      snprintf(buf + at, n - at, "[%lld:%lld]", (long long)off, (long long)(off + meta_numel(&nd->meta)));
+    return;
+  }
   if (nd->kind == IR_INPUT) {
     if (nd->name) snprintf(buf, n, "%s", nd->name);
     else snprintf(buf, n, "arg%d", nd->index);
@@ -75,6 +88,9 @@ char *exec_program_host(const exec_program *pr) {
   strbuf b = {0};
   char nm[96], mt[96], by[32];
   int i, k, first;
+  int *shown_at = malloc((size_t)(g->n ? g->n : 1) * sizeof *shown_at);  /* empty() said at */
+  if (!shown_at) return NULL;
+  for (i = 0; i < g->n; i++) shown_at[i] = -1;
   strbuf_printf(&b, "/* host program (%s): what runs on every call, in order; the kernels follow */\n",
                 pr->be->name);
   strbuf_printf(&b, "call(");
@@ -141,10 +157,13 @@ char *exec_program_host(const exec_program *pr) {
     const char *in = exec_kernel_kept(pr, k) ? "  " : "";
     int j, epilogue = 0;
     if (*in && !exec_kernel_kept(pr, k - 1)) strbuf_printf(&b, "  if weights_changed:\n");
-    /* values first stored here: a slot taken (again: a reuse) */
+    /* values first stored here: a slot taken (again: a reuse); a
+    ** concatenation's, by the first value stored in it */
     for (j = kr->nin; j < kr->nbufs; j++) {
-      int id = kr->bufs[j], s = p->slot[id], o;
-      if (s < 0) continue;
+      int id = kr->bufs[j], s, o;
+      while (p->into && p->into[id] >= 0) id = p->into[id];
+      if ((s = p->slot[id]) < 0 || shown_at[id] >= 0) continue;
+      shown_at[id] = k;
       value_name(pr, id, nm, sizeof nm);
       meta_str(&g->nodes[id].meta, mt, sizeof mt);
       for (o = 0; o < id; o++)
@@ -152,6 +171,12 @@ char *exec_program_host(const exec_program *pr) {
       strbuf_printf(&b, "%s  %s = empty(%s)%s\n", in, nm, mt,
                     *in ? "   # memory of its own" :
                     o < id ? "   # reuses the slot of a value no longer needed" : "");
+    }
+    if (fuse_cat_in_place(p, k)) {
+      value_name(pr, kr->anchor, nm, sizeof nm);
+      strbuf_printf(&b, "%s  # k%d %s: nothing to copy, its inputs were stored in place in %s\n", in, k,
+                    kr->name, nm);
+      continue;
     }
     if (kr->kind == FK_EXTERN && kr->anchor >= 0) {
       strbuf_printf(&b, "%s  extern %s(", in, op_name(g->nodes[kr->anchor].op));
@@ -220,6 +245,7 @@ char *exec_program_host(const exec_program *pr) {
     strbuf_printf(&b, "%s%s", i ? ", " : "", nm);
   }
   strbuf_printf(&b, "\n\n");
+  free(shown_at);
   return strbuf_take(&b);
 }
 

@@ -49,6 +49,9 @@ int exec_pipeline_build(const ir_graph *g, const exec_pipeline_opts *o, exec_pip
   t = now;
   fuse_opts_default(&fo);
   fo.fuse = o->fuse;
+  /* a CPU program's concatenations are written in place by their inputs'
+  ** kernels (cpu/backend.c reconciles the layouts they chose) */
+  fo.cat_in_place = o->be && o->be->dev == FL_DEV_CPU;
   if (!(out->plan = fuse_plan_build(planned, &fo, e))) goto fail;
   now = meas_now();
   out->ms[EXEC_STAGE_FUSE] = (now - t) * 1e3;

@@ -512,6 +512,20 @@ int exec_buffer(exec_run *r, int id, fl_tensor *out, fl_err *e) {
       return FL_OK;
     }
   }
+  if (p->into && p->into[id] >= 0 && !exec_value_kept(pr, id)) {
+    /* stored in its place in a concatenation's memory (plan_into): the
+    ** concatenation's kernel then copies nothing */
+    fl_tensor *cv = &r->vals[p->into[id]];
+    if (!cv->st && (rc = exec_buffer(r, p->into[id], cv, e)) != FL_OK) return rc;
+    if (ten_is_contiguous(cv) && cv->m.dtype == m->dtype && cv->m.device == m->device) {
+      ten_share(out, cv);
+      out->m = *m;
+      out->offset = cv->offset + p->into_off[id];
+      ten_set_contiguous_strides(out);
+      ten_wrote(out);
+      return FL_OK;
+    }
+  }
   if (s < 0 || s >= p->nslots || exec_value_kept(pr, id) ||
       !sz_bytes(meta_numel(m), dtype_size(m->dtype), &need))
     return ten_uninit(out, m, e);

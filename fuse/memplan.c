@@ -196,6 +196,28 @@ static int is_output(const ir_graph *g, int id) {
   return 0;
 }
 
+/* The node whose memory id is stored in: id, or the outermost
+** concatenation it is written into (plan_into). */
+static int home(const fuse_plan *p, int id) {
+  while (p->into && p->into[id] >= 0) id = p->into[id];
+  return id;
+}
+
+/* In a concatenation's memory (plan_into): no memory of its own. */
+static int inside(const fuse_plan *p, int id) { return p->into && p->into[id] >= 0; }
+
+int fuse_cat_in_place(const fuse_plan *p, int k) {
+  const fk_kernel *kk = &p->kernels[k];
+  const ir_node *nd;
+  int i;
+  if (!p->into || kk->kind != FK_EXTERN || kk->nnodes || kk->anchor < 0) return 0;
+  nd = &p->g->nodes[kk->anchor];
+  if (nd->kind != IR_OP || nd->op != OP_CAT) return 0;
+  for (i = 0; i < nd->nin; i++)
+    if (nd->in[i] < 0 || p->into[nd->in[i]] != kk->anchor) return 0;
+  return 1;
+}
+
 static void last_uses(fuse_plan *p) {
   const ir_graph *g = p->g;
   int i, k;
@@ -206,6 +228,9 @@ static void last_uses(fuse_plan *p) {
     if (kk->kind == FK_EXTERN && kk->nnodes > 0) p->last_use[kk->anchor] = k;
   }
   for (i = 0; i < g->nout; i++) p->last_use[g->outputs[i]] = p->nkernels;
+  /* a concatenation's memory lives as long as what is stored in it is read */
+  for (i = 0; i < g->n; i++)
+    if (inside(p, i) && p->last_use[i] > p->last_use[home(p, i)]) p->last_use[home(p, i)] = p->last_use[i];
 }
 
 /* Node i's buffer is freed once kernel k has run (one nobody reads dies
@@ -215,7 +240,9 @@ static int freed_after(const fuse_plan *p, int i, int k) {
 }
 
 /* An op result the plan stores, which the walk and the slots count. */
-static int counted(const fuse_plan *p, int i) { return p->stored[i] && p->g->nodes[i].kind == IR_OP; }
+static int counted(const fuse_plan *p, int i) {
+  return p->stored[i] && p->g->nodes[i].kind == IR_OP && !inside(p, i);
+}
 
 /* The kernel after which node i's buffer is freed (freed_after), or -1. */
 static int dies_after(const fuse_plan *p, int i) {
@@ -270,7 +297,7 @@ int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
     int64_t top;
-    if (has_epilogue(kk) && !on[kk->anchor]) TAKE(kk->anchor);
+    if (has_epilogue(kk) && !on[home(p, kk->anchor)]) TAKE(home(p, kk->anchor));
     top = live;
     if (k == stop && alive)
       for (i = 0; i < g->n; i++) alive[i] = on[i] ? nbytes(g, i) : 0;
@@ -280,7 +307,7 @@ int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop
         if (s >= 0 && on[s] && call_frees(p, kk, k, s)) DROP(s);
       }
     for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = kk->bufs[i], a = p->alias ? p->alias[id] : -1;
+      int id = home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
       if (on[id]) continue;
       if (a >= 0 && on[a]) { on[id] = 1; over[a] = 1; }
       else TAKE(id);
@@ -377,7 +404,7 @@ static void assign_slots(fuse_plan *p) {
       int into_out = 0;   /* stored over by a graph output: lives in its memory */
       for (i = kk->nin; i < kk->nbufs && p->alias; i++)
         into_out |= p->alias[kk->bufs[i]] == kk->anchor && is_output(g, kk->bufs[i]);
-      if (!into_out) take_slot(p, kk->anchor, busy, bytes);
+      if (!into_out) take_slot(p, home(p, kk->anchor), busy, bytes);
       for (j = 0; j < g->nodes[kk->anchor].nin; j++) {
         int s = op_source(g, kk->anchor, j);
         if (s >= 0 && p->slot[s] >= 0 && !over[s] && call_frees(p, kk, k, s)) {
@@ -387,7 +414,7 @@ static void assign_slots(fuse_plan *p) {
       }
     }
     for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = kk->bufs[i], a = p->alias ? p->alias[id] : -1;
+      int id = home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
       if (a >= 0 && p->slot[a] >= 0 && p->slot[id] < 0) {
         p->slot[id] = p->slot[a];
         over[a] = 1;
@@ -433,7 +460,8 @@ void fuse_plan_measure(fuse_plan *p) {
   fuse_stats *st = &p->stats;
   memset(st, 0, sizeof *st);
   for (k = 0; k < p->nkernels; k++) {
-    p->kernels[k].bytes = kernel_bytes(g, &p->kernels[k]);
+    /* a concatenation its inputs were stored into moves nothing */
+    p->kernels[k].bytes = fuse_cat_in_place(p, k) ? 0 : kernel_bytes(g, &p->kernels[k]);
     st->bytes_after += p->kernels[k].bytes;
   }
   last_uses(p);

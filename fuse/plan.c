@@ -18,6 +18,7 @@ void fuse_opts_default(fuse_opts *o) {
   o->fuse = 1;
   o->max_nodes = 64;
   o->explain = 0;
+  o->cat_in_place = 0;
 }
 
 /* planning state over one graph */
@@ -874,6 +875,75 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
   return FL_OK;
 }
 
+/* Concatenations written in place (onnxruntime's and TensorRT's
+** "concat elimination"): where every input of a bare concatenation C is
+** stored by a kernel before C's, read by no write-back and kept by
+** nothing, and C's dims before its axis are all 1 (so each input is one
+** contiguous run of C: batch 1 along channels, DenseNet's and
+** Inception's), each input's kernel stores it straight into its place in
+** C's memory (into, into_off) and C's kernel has nothing to copy.  An
+** input that is itself such a concatenation nests (DenseNet's chain of
+** them, one buffer per dense block); a product an epilogue is stored over
+** (plan_alias) goes where that epilogue's value goes.  C's memory is then
+** alive from its first input's store to the last reader of it or of any
+** input (fuse/memplan.c).  The CPU's programs only (fuse_opts.cat_in_place):
+** a layout written in blocks is the run's to reconcile (cpu/backend.c). */
+static int plan_into(fuse_plan *p, fl_err *e) {
+  const ir_graph *g = p->g;
+  int c, i, j, n = g->n ? g->n : 1, any = 0;
+  if (!p->opts.cat_in_place) return FL_OK;
+  if (!(p->into = malloc((size_t)n * sizeof *p->into)) ||
+      !(p->into_off = calloc((size_t)n, sizeof *p->into_off)))
+    return err_set(e, FL_ENOMEM, "fuse: out of memory");
+  for (i = 0; i < g->n; i++) p->into[i] = -1;
+  for (c = 0; c < g->n; c++) {
+    const ir_node *nd = &g->nodes[c];
+    int kc = p->kernel_of[c], ax, ok;
+    int64_t off = 0, inner = 1;
+    if (nd->kind != IR_OP || nd->op != OP_CAT || kc < 0 || p->kernels[kc].kind != FK_EXTERN ||
+        p->kernels[kc].anchor != c || p->kernels[kc].nnodes != 0 || !p->stored[c] ||
+        (p->keep && p->keep[kc]) || (p->inplace && p->inplace[c] >= 0) || nd->nin < 1)
+      continue;
+    ax = (int)nd->attrs.i[0];
+    if (ax < 0) ax += nd->meta.ndim;
+    ok = ax >= 0 && ax < nd->meta.ndim;
+    for (j = 0; ok && j < nd->meta.ndim; j++) {
+      ok = !nd->sym[j] && (j >= ax || nd->meta.shape[j] == 1);
+      if (j > ax) inner *= nd->meta.shape[j];
+    }
+    for (i = 0; ok && i < g->nout; i++) ok = view_base(g, g->outputs[i]) != c;
+    for (i = 0; ok && i < nd->nin; i++) {
+      int v = nd->in[i], kv = v >= 0 ? p->kernel_of[v] : -1;
+      const ir_node *x = v >= 0 ? &g->nodes[v] : NULL;
+      ok = x && x->kind == IR_OP && !fk_is_view(g, v) && p->stored[v] && kv >= 0 && kv < kc &&
+           !(p->keep && p->keep[kv]) && (!p->inplace || p->inplace[v] < 0) && p->into[v] < 0 &&
+           x->meta.dtype == nd->meta.dtype && x->meta.ndim == nd->meta.ndim;
+      for (j = 0; ok && j < i; j++) ok = nd->in[j] != v;
+      for (j = 0; ok && j < g->n; j++) ok = !p->alias || p->alias[j] != v;
+      for (j = 0; ok && j < x->meta.ndim; j++) ok = !x->sym[j];
+      for (j = 0; ok && j < g->nout; j++) ok = view_base(g, g->outputs[j]) != v;
+    }
+    if (!ok) continue;
+    for (i = 0; i < nd->nin; i++) {
+      int v = nd->in[i];
+      p->into[v] = c;
+      p->into_off[v] = off;
+      if (p->alias && p->alias[v] >= 0) {     /* its product, stored over by it */
+        p->into[p->alias[v]] = c;
+        p->into_off[p->alias[v]] = off;
+      }
+      off += g->nodes[v].meta.shape[ax] * inner;
+    }
+    any = 1;
+  }
+  if (!any) {
+    free(p->into); free(p->into_off);
+    p->into = NULL;
+    p->into_off = NULL;
+  }
+  return FL_OK;
+}
+
 /* Kept values are memory held between calls: each is kept only while the
 ** plan's peak stays within the larger of the peak with nothing kept and
 ** the captured graph's op by op; past that the largest are computed
@@ -907,18 +977,23 @@ static void plan_keep_budget(fuse_plan *p, fl_err *e) {
     with = fuse_plan_walk(p, NULL, NULL, -1, &at);
   }
   free(want);
-  free(p->alias);
-  p->alias = NULL;
-  if (plan_alias(p, e) == FL_OK) fuse_plan_measure(p);
+  free(p->alias); free(p->into); free(p->into_off);
+  p->alias = p->into = NULL;
+  p->into_off = NULL;
+  if (plan_alias(p, e) == FL_OK && plan_into(p, e) == FL_OK) fuse_plan_measure(p);
 }
 
 /* What depends on the kernel order, from scratch: write-backs in place,
-** kept kernels, epilogues over their products, the measure. */
+** kept kernels, epilogues over their products, concatenations in place,
+** the measure. */
 static int plan_finish(fuse_plan *p, fl_err *e) {
-  free(p->inplace); free(p->keep); free(p->alias);
-  p->inplace = p->alias = NULL;
+  free(p->inplace); free(p->keep); free(p->alias); free(p->into); free(p->into_off);
+  p->inplace = p->alias = p->into = NULL;
+  p->into_off = NULL;
   p->keep = NULL;
-  if (plan_inplace(p, e) != FL_OK || plan_keep(p, e) != FL_OK || plan_alias(p, e) != FL_OK) return e->code;
+  if (plan_inplace(p, e) != FL_OK || plan_keep(p, e) != FL_OK || plan_alias(p, e) != FL_OK ||
+      plan_into(p, e) != FL_OK)
+    return e->code;
   fuse_plan_measure(p);
   plan_keep_budget(p, e);
   return FL_OK;
@@ -1189,7 +1264,8 @@ void fuse_plan_free(fuse_plan *p) {
   plan_clear_kernels(p);
   ir_free(p->g);
   free(p->kernel_of); free(p->stored); free(p->last_use); free(p->slot);
-  free(p->slot_bytes); free(p->inplace); free(p->alias); free(p->keep); free(p->rewrites);
+  free(p->slot_bytes); free(p->inplace); free(p->alias); free(p->into); free(p->into_off);
+  free(p->keep); free(p->rewrites);
   free(p->refused);
   free(p);
 }

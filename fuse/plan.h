@@ -24,6 +24,8 @@ typedef struct fuse_opts {
                         unfused baseline (views still fold into indexing) */
   int max_nodes;     /* most ops in one kernel (default 64) */
   int explain;       /* bindings print the decisions when set */
+  int cat_in_place;  /* 1: concatenations written in place by their inputs'
+                        kernels (plan_into; the CPU's programs); 0 (default) */
 } fuse_opts;
 
 /* One candidate pair and what became of it. */
@@ -89,6 +91,12 @@ typedef struct fuse_plan {
                                 epilogue stores this value over, element
                                 for element (the product's only reader:
                                 one buffer for both), else -1 (plan_alias) */
+  int *into;                 /* per node: the concatenation whose memory it
+                                is stored in, at element into_off of it
+                                (its producer writes it there, the
+                                concatenation copies nothing), else -1;
+                                NULL when none (plan_into in plan.c) */
+  int64_t *into_off;
   char *keep;                /* per kernel: 1 when all it computes comes from
                                 params, consts and sizes alone: it runs once
                                 and its values are kept between calls
@@ -104,6 +112,10 @@ typedef struct fuse_plan {
 } fuse_plan;
 
 void fuse_opts_default(fuse_opts *o);
+
+/* Is kernel k a concatenation whose inputs were all stored in its memory
+** (plan_into): nothing left for it to copy. */
+int fuse_cat_in_place(const fuse_plan *p, int k);
 
 /* Plan g (which the plan copies; the caller keeps g).  Returns a plan the
 ** caller owns (fuse_plan_free), or NULL with e filled.  o may be NULL for

@@ -425,6 +425,120 @@ if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") then
   end
 end
 
+-- Concatenations written in place (fuse/plan.c plan_into): the inputs'
+-- kernels store them in their places in the concatenation's memory and
+-- the concatenation copies nothing.  DenseNet-like chains (each block's
+-- concatenations nested in the last one's memory, a pool first), and
+-- Inception-like fans (branches of convolutions and pools, channel counts
+-- on and off the CPU's block, so that some inputs come in blocks and some
+-- plain: the run brings them to one layout in place), with readers of an
+-- input after its concatenation ran, compiled against the reference, one
+-- and two images (two: not in place, dims before the axis are not all 1).
+-- The host program says which concatenations had nothing to copy.
+do
+  local nbad, n, inplace, copied = 0, 0, 0, 0
+  for i = 1, 16 do
+    local N = i % 4 == 0 and 2 or 1
+    local H, W = R(4, 12), R(4, 12)
+    local dense = i % 2 == 1
+    local c0 = ({8, 16, 12})[R(3)]
+    local x = fl.rand(N, c0, H, W) * 2 - 1
+    local ws, growth, layers = {}, ({8, 16, 4, 6})[R(4)], R(2, 4)
+    local c = c0
+    for l = 1, layers do
+      ws[l] = {(fl.rand(16, c, 1, 1) * 2 - 1) * (1 / math.sqrt(c)),
+               (fl.rand(growth, 16, 3, 3) * 2 - 1) * (1 / math.sqrt(144)),
+               fl.rand(c, 1, 1) + 0.5}
+      c = dense and c + growth or c
+    end
+    local after = R(2) == 1
+    local function f(a, ...)
+      local w = {...}
+      local h = a:max_pool2d(3, {stride = 1, padding = 1})
+      local first
+      for l = 1, layers do
+        local s_, b1, b2 = w[3 * l], w[3 * l - 2], w[3 * l - 1]
+        local pre = (h * s_):relu()                     -- a reader that wants it plain
+        local y = fl.conv2d(fl.conv2d(pre, b1):relu(), b2, {padding = 1})
+        first = first or y
+        if dense then
+          h = fl.cat({h, y}, 2)
+        else                                            -- a fan: four branches into one
+          h = fl.cat({fl.conv2d(pre, b1):relu(), y, h:avg_pool2d(3, {stride = 1, padding = 1}),
+                      (h * 0.5):sigmoid()}, 2)
+          h = h:narrow(2, 1, c0)                         -- back to c0 channels for the next layer
+        end
+      end
+      local out = h:sum(4)
+      if after then out = out:sum() + first:sum() end   -- an input read after its concatenation
+      return out
+    end
+    local args = {x}
+    for l = 1, layers do for j = 1, 3 do args[#args + 1] = ws[l][j] end end
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local cf = fl.compile(f, {backend = "cpu"})
+    local got = cf(table.unpack(args))
+    local got2 = cf(table.unpack(args))                 -- a second call: the same memory again
+    n = n + 1
+    if not (close(got, want) and close(got2, want)) then
+      nbad = nbad + 1
+      t.diag(("concat in place: %s x%s layers %d growth %d: max err %s"):format(dense and "dense" or "fan",
+             str(x.shape), layers, growth, got and tostring(maxerr(got, want)) or "no result"))
+    end
+    local code = cf:code()
+    local _, k = code:gsub("nothing to copy, its inputs were stored in place", "")
+    if N == 1 then inplace = inplace + k else copied = copied + k end
+  end
+  t.is(nbad, 0, n .. " DenseNet- and Inception-like concatenations compiled match the reference")
+  t.ok(inplace > 0, "with one image they were written in place (" .. inplace .. " concatenations)")
+  t.is(copied, 0, "with two images none was (its inputs are not one run of its memory each)")
+end
+
+-- A concatenation's inputs stored in its memory, shown in the host
+-- program: the inputs as slices of its buffer, nothing copied, and the
+-- plan's bytes for it 0.
+do
+  local w1, w2, w3 = fl.randn(8, 4, 3, 3), fl.randn(8, 12, 1, 1), fl.randn(8, 16, 1, 1)
+  local function f(x)
+    local a = fl.conv2d(x, w1, {padding = 1}):relu()
+    local b = fl.conv2d(fl.cat({x, a}, 2), w2)
+    return fl.cat({x, a, b}, 2):sum(4)
+  end
+  local x = fl.randn(1, 4, 6, 6)
+  local cf = fl.compile(f, {backend = "cpu"})
+  local want = fl.capture(f, x):run_reference(x)
+  t.ok(close(cf(x), want), "a concatenation whose input is a graph input is not in place, and matches")
+  local code = cf:code()
+  t.ok(not code:find("nothing to copy", 1, true), "a graph input cannot be stored into it: the copy stays")
+  local function g(x)
+    local a = fl.conv2d(x, w1, {padding = 1}):relu()
+    local c1 = fl.cat({a:max_pool2d(3, {stride = 1, padding = 1}), a}, 2)
+    local b = fl.conv2d(c1, w3)
+    return fl.cat({c1, b}, 2):sum(4)
+  end
+  local cg = fl.compile(g, {backend = "cpu"})
+  t.ok(close(cg(x), fl.capture(g, x):run_reference(x)), "nested concatenations in place match the reference")
+  code = cg:code()
+  local _, k = code:gsub("nothing to copy", "")
+  t.is(k, 2, "both concatenations copy nothing")
+  t.ok(code:find("-> buf%d+%[0:%d+%]") ~= nil, "their inputs are stored as slices of the outer one's buffer")
+  -- inputs in two layouts: a convolution's result, which only the
+  -- concatenation and then a convolution read (in blocks where the CPU
+  -- has them), beside an elementwise kernel's (plain): the run puts the
+  -- first back plain where it lies
+  local wa, wb = fl.randn(16, 4, 3, 3) * 0.3, fl.randn(8, 32, 3, 3) * 0.2
+  local function m(x)
+    local c1 = fl.cat({fl.conv2d(x, wa, {padding = 1}), fl.cat({x, x, x, x}, 2):sigmoid()}, 2)
+    return fl.conv2d(c1, wb, {padding = 1}):sum(4)
+  end
+  local x2 = fl.randn(1, 4, 7, 9)
+  local cm = fl.compile(m, {backend = "cpu"})
+  t.ok(close(cm(x2), fl.capture(m, x2):run_reference(x2)),
+       "a concatenation of inputs in blocks and plain matches the reference")
+  _, k = cm:code():gsub("nothing to copy", "")
+  t.is(k, 1, "and copies nothing")
+end
+
 -- Chains of convolutions keep their values in oneDNN's blocked layout
 -- between them (cpu/backend.c, plan_block): random chains of two to five
 -- convs (plain, grouped with whole blocks per group, depthwise, a group
