@@ -19,6 +19,9 @@
 */
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "mm.h"
 
@@ -223,11 +226,16 @@ static void pw_strip(const cpu_conv *c, const float *st, int64_t img, int64_t g,
 
 int cpu_conv_pw(const cpu_conv *c) {
   int64_t P = c->h * c->w, CG = c->c / (c->groups ? c->groups : 1);
-  int64_t nb, ns, q;
-  float *st;
-  int ok = 1, lead;
+  int64_t nb, ns, q, per = (CG * 16 + 6 * 16 + 15) / 16 * 16;   /* floats of one thread's scratch */
+  float *st, *xs;
+  int lead, threads = 1;
   if (!cpu_conv_pw_fits(c)) return FL_EUNSUPPORTED;
-  if (!(st = malloc((size_t)c->co * 2 * sizeof *st))) return FL_ENOMEM;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  st = malloc((size_t)c->co * 2 * sizeof *st);
+  xs = aligned_alloc(64, (size_t)(threads * per) * sizeof *xs);
+  if (!st || !xs) { free(st); free(xs); return FL_ENOMEM; }
   lead = pw_posts_in_registers(c) ? pw_lead(c) : 0;
   for (q = 0; q < c->co; q++) pw_scale(c, lead, q, &st[2 * q], &st[2 * q + 1]);
   /* strips of whole columns of 16 pixels whose input fits
@@ -236,24 +244,16 @@ int cpu_conv_pw(const cpu_conv *c) {
   if (nb < 1) nb = 1;
   ns = ((P + 15) / 16 + nb - 1) / nb;
   nb = ((P + 15) / 16 + ns - 1) / ns * 16;
-  EAGER_PRAGMA(omp parallel if (c->n * c->co * P * CG > EAGER_PAR_MIN))
-  {
-    float *xs = aligned_alloc(64, (size_t)((CG * 16 + 6 * 16) * sizeof(float) + 63) / 64 * 64);
-    if (!xs) {
-      EAGER_PRAGMA(omp atomic write)
-      ok = 0;
-    }
-    EAGER_PRAGMA(omp barrier)
-    if (ok) {
-      EAGER_PRAGMA(omp for schedule(static))
-      for (q = 0; q < c->n * c->groups * ns; q++) {
-        int64_t s = q % ns, p0 = s * nb, n = P - p0 < nb ? P - p0 : nb;
-        if (n > 0)
-          pw_strip(c, st, q / ns / c->groups, q / ns % c->groups, p0, n, xs, xs + CG * 16);
-      }
-    }
-    free(xs);
+  EAGER_PRAGMA(omp parallel for schedule(static) if (c->n * c->co * P * CG > EAGER_PAR_MIN))
+  for (q = 0; q < c->n * c->groups * ns; q++) {
+    int64_t s = q % ns, p0 = s * nb, n = P - p0 < nb ? P - p0 : nb;
+    float *mine = xs;
+#ifdef _OPENMP
+    mine += (int64_t)omp_get_thread_num() * per;
+#endif
+    if (n > 0) pw_strip(c, st, q / ns / c->groups, q / ns % c->groups, p0, n, mine, mine + CG * 16);
   }
   free(st);
-  return ok ? FL_OK : FL_ENOMEM;
+  free(xs);
+  return FL_OK;
 }
