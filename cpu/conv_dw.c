@@ -198,7 +198,7 @@ static int64_t dw_strip(int64_t n) {
 
 /* One image's channels c0 .. c0 + nc (nc <= 8) through the scratch:
 ** T [hp * wp][8] (its border zero), U [oh * ow][8]. */
-EAGER_WIDE
+EAGER_WIDE_FMA
 static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *T, float *U,
                      int64_t strip) {
   int64_t H = c->h, W = c->w, OH = c->oh, OW = c->ow, HW = H * W, OHW = OH * OW;

@@ -30,15 +30,6 @@
 /* a strip of the input: at most this many floats (16 KB, half of L1) */
 #define PW_STRIP_FLOATS 4096
 
-/* EAGER_WIDE's clones with FMA: its "avx2" clone has none (AVX2 does not
-** imply it), and -std=c11 keeps a * b + c two roundings unless told to
-** contract; the multiply-adds here are the whole of the work. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define PW_WIDE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
-                               optimize("fp-contract=fast")))
-#else
-#define PW_WIDE
-#endif
 
 int cpu_conv_pw_fits(const cpu_conv *c) {
   int i;
@@ -188,7 +179,7 @@ void pw_rows(const cpu_conv *c, const float *xs, int64_t nb, const float *w, int
 ** runs in registers where it can (pw_posts_in_registers), else over the
 ** strip's rows once they are written; the last column takes the second
 ** way for what comes after the lead affine (its operands end before 16). */
-PW_WIDE
+EAGER_WIDE_FMA
 static void pw_strip(const cpu_conv *c, const float *st, int64_t img, int64_t g, int64_t p0, int64_t n,
                      float *xs, float *tb) {
   int64_t P = c->h * c->w, G = c->groups, CG = c->c / G, OG = c->co / G, k, o, p;

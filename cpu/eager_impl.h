@@ -38,8 +38,18 @@
     defined(__linux__)
 #define EAGER_WIDE \
   __attribute__((target_clones("avx512f", "avx2", "default")))
+/* The same for loops that are multiply-adds through and through (the
+** convolutions of cpu/conv_dw.c and cpu/conv_pw.c): the "avx2" clone has no
+** FMA (AVX2 does not imply it) and -std=c11 keeps a * b + c two roundings
+** unless told to contract, so these clones are x86-64-v3 / -v4 (AVX2 and
+** FMA / AVX-512) and contract.  Eager elementwise ops keep EAGER_WIDE: one
+** rounding per op, as their reference counts them. */
+#define EAGER_WIDE_FMA                                                               \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),     \
+                 optimize("fp-contract=fast")))
 #else
 #define EAGER_WIDE
+#define EAGER_WIDE_FMA
 #endif
 
 /* dst row k = column k of the 8x8 tile at src (rows `ss` floats apart),
