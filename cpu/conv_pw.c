@@ -9,13 +9,16 @@
 ** residual written into the result first and a batch norm's per-channel
 ** scale and shift in a pass of its own after: three passes over the
 ** result where one would do.  Here each group's product y_g = w_g x_g is
-** computed a strip of pixels at a time: the strip of x_g is copied once
-** into a zero-padded scratch that stays in L1 (so a strip's last pixels
-** need no masked loads), every output channel of the group is a register
-** tile of up to 6 channels x 16 pixels (12 sums in flight, one broadcast
-** weight per channel and two loads per input channel), started from the
-** bias, and the epilogue runs over the strip's rows while they are still
-** in cache.  The image is read once and the result written once.
+** computed a strip of pixels at a time (its input small enough to stay
+** in L1 while every output channel of the group passes over it): each
+** output tile of up to 6 channels x 16 pixels is 12 sums in registers
+** (per input channel two loads of pixels read where they lie, and one
+** broadcast weight and two FMAs per channel), then s * sum + t per row
+** (the bias and any leading per-channel scale and shift folded into one
+** multiply-add) and the rest of the epilogue -- a residual, relu,
+** hardswish -- before the tile is stored.  The input is read in place
+** and the result written once; only a last column of fewer than 16
+** pixels goes through a zero-padded copy.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +32,6 @@
 
 /* a strip of the input: at most this many floats (16 KB, half of L1) */
 #define PW_STRIP_FLOATS 4096
-
 
 int cpu_conv_pw_fits(const cpu_conv *c) {
   int i;
