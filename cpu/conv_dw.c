@@ -80,10 +80,6 @@ int post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
   }
 }
 
-static float chan_value(const cpu_mm_post *po, int64_t ch) {
-  return po->src.p[po->src.shape[0] == 1 ? 0 : ch];
-}
-
 /* The epilogue over u [n][8] (pixel-major: 8 channels from c0): a
 ** residual's or factor's row (at element off of channel c0's plane,
 ** planes `ps` apart) is brought into r the same way first, or with blk
@@ -106,7 +102,7 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
       break;
     }
     case CPU_MM_ADD_C: case CPU_MM_MUL_C:
-      for (j = 0; j < nc; j++) cv[j] = chan_value(po, c0 + j);
+      for (j = 0; j < nc; j++) cv[j] = cpu_mm_chan(po, c0 + j);
       if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f *)(u + k * 8) += cv;
       else for (k = 0; k < n; k++) *(v8f *)(u + k * 8) *= cv;
       break;
@@ -130,8 +126,8 @@ void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, in
     switch (po->kind) {
     case CPU_MM_ADD: EAGER_SIMD for (k = 0; k < len; k++) y[k] += s[k]; break;
     case CPU_MM_MUL: EAGER_SIMD for (k = 0; k < len; k++) y[k] *= s[k]; break;
-    case CPU_MM_ADD_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] += v; break;
-    case CPU_MM_MUL_C: v = chan_value(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] *= v; break;
+    case CPU_MM_ADD_C: v = cpu_mm_chan(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] += v; break;
+    case CPU_MM_MUL_C: v = cpu_mm_chan(po, q % c->co); EAGER_SIMD for (k = 0; k < len; k++) y[k] *= v; break;
     default: break;
     }
   }

@@ -76,7 +76,7 @@ static void pw_scale(const cpu_conv *c, int lead, int64_t ch, float *s, float *t
   *t = c->bias ? c->bias[ch] : 0.0f;
   for (i = 0; i < lead; i++) {
     const cpu_mm_post *po = &c->post[i];
-    float v = po->kind == CPU_MM_AFFINE ? po->alpha : po->src.p[po->src.shape[0] == 1 ? 0 : ch];
+    float v = po->kind == CPU_MM_AFFINE ? po->alpha : cpu_mm_chan(po, ch);
     if (po->kind == CPU_MM_ADD_C) *t += v;
     else {
       *s *= v;
@@ -113,8 +113,8 @@ void pw_rest(const cpu_conv *c, int from, v8f *v0, v8f *v1, int64_t ch, int64_t 
       break;
     case CPU_MM_ADD: a += *(const v8f_u *)src; b += *(const v8f_u *)(src + 8); break;
     case CPU_MM_MUL: a *= *(const v8f_u *)src; b *= *(const v8f_u *)(src + 8); break;
-    case CPU_MM_ADD_C: v = po->src.p[po->src.shape[0] == 1 ? 0 : ch]; a += v; b += v; break;
-    case CPU_MM_MUL_C: v = po->src.p[po->src.shape[0] == 1 ? 0 : ch]; a *= v; b *= v; break;
+    case CPU_MM_ADD_C: v = cpu_mm_chan(po, ch); a += v; b += v; break;
+    case CPU_MM_MUL_C: v = cpu_mm_chan(po, ch); a *= v; b *= v; break;
     default: break;
     }
   }
@@ -226,9 +226,11 @@ int cpu_conv_pw(const cpu_conv *c) {
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  st = malloc((size_t)c->co * 2 * sizeof *st);
-  xs = aligned_alloc(64, (size_t)(threads * per) * sizeof *xs);
-  if (!st || !xs) { free(st); free(xs); return FL_ENOMEM; }
+  /* the threads' scratch, then the per-channel s, t (2 co floats: filled
+  ** on every call, as the scale and shift may change between calls) */
+  xs = aligned_alloc(64, (size_t)(threads * per + (c->co * 2 + 15) / 16 * 16) * sizeof *xs);
+  if (!xs) return FL_ENOMEM;
+  st = xs + threads * per;
   lead = pw_posts_in_registers(c) ? pw_lead(c) : 0;
   for (q = 0; q < c->co; q++) pw_scale(c, lead, q, &st[2 * q], &st[2 * q + 1]);
   /* strips of whole columns of 16 pixels whose input fits
@@ -246,7 +248,6 @@ int cpu_conv_pw(const cpu_conv *c) {
 #endif
     if (n > 0) pw_strip(c, st, q / ns / c->groups, q / ns % c->groups, p0, n, mine, mine + CG * 16);
   }
-  free(st);
   free(xs);
   return FL_OK;
 }

@@ -56,6 +56,11 @@ typedef struct cpu_mm_post {
                                         may be y's or not; 0 plain */
 } cpu_mm_post;
 
+/* A CPU_MM_ADD_C/MUL_C post's value for output channel ch. */
+static inline float cpu_mm_chan(const cpu_mm_post *po, int64_t ch) {
+  return po->src.p[po->src.shape[0] == 1 ? 0 : ch];
+}
+
 /* dst = post_n(...post_1(a @ b + bias)) over nd dims: a [.., M, K],
 ** b [.., K, N], dst [.., M, N]; bias, when given, is N floats added to
 ** every row.  Shapes of a and b batch dims are equal to dst's or 1. */
