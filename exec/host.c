@@ -161,7 +161,7 @@ char *exec_program_host(const exec_program *pr) {
     ** concatenation's, by the first value stored in it */
     for (j = kr->nin; j < kr->nbufs; j++) {
       int id = kr->bufs[j], s, o;
-      while (p->into && p->into[id] >= 0) id = p->into[id];
+      id = fuse_home(p, id);
       if ((s = p->slot[id]) < 0 || shown_at[id] >= 0) continue;
       shown_at[id] = k;
       value_name(pr, id, nm, sizeof nm);

@@ -196,9 +196,7 @@ static int is_output(const ir_graph *g, int id) {
   return 0;
 }
 
-/* The node whose memory id is stored in: id, or the outermost
-** concatenation it is written into (plan_into). */
-static int home(const fuse_plan *p, int id) {
+int fuse_home(const fuse_plan *p, int id) {
   while (p->into && p->into[id] >= 0) id = p->into[id];
   return id;
 }
@@ -229,8 +227,10 @@ static void last_uses(fuse_plan *p) {
   }
   for (i = 0; i < g->nout; i++) p->last_use[g->outputs[i]] = p->nkernels;
   /* a concatenation's memory lives as long as what is stored in it is read */
-  for (i = 0; i < g->n; i++)
-    if (inside(p, i) && p->last_use[i] > p->last_use[home(p, i)]) p->last_use[home(p, i)] = p->last_use[i];
+  for (i = 0; i < g->n; i++) {
+    int h = fuse_home(p, i);
+    if (h != i && p->last_use[i] > p->last_use[h]) p->last_use[h] = p->last_use[i];
+  }
 }
 
 /* Node i's buffer is freed once kernel k has run (one nobody reads dies
@@ -297,7 +297,7 @@ int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop
   for (k = 0; k < p->nkernels; k++) {
     const fk_kernel *kk = &p->kernels[k];
     int64_t top;
-    if (has_epilogue(kk) && !on[home(p, kk->anchor)]) TAKE(home(p, kk->anchor));
+    if (has_epilogue(kk) && !on[fuse_home(p, kk->anchor)]) TAKE(fuse_home(p, kk->anchor));
     top = live;
     if (k == stop && alive)
       for (i = 0; i < g->n; i++) alive[i] = on[i] ? nbytes(g, i) : 0;
@@ -307,7 +307,7 @@ int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop
         if (s >= 0 && on[s] && call_frees(p, kk, k, s)) DROP(s);
       }
     for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
+      int id = fuse_home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
       if (on[id]) continue;
       if (a >= 0 && on[a]) { on[id] = 1; over[a] = 1; }
       else TAKE(id);
@@ -404,7 +404,7 @@ static void assign_slots(fuse_plan *p) {
       int into_out = 0;   /* stored over by a graph output: lives in its memory */
       for (i = kk->nin; i < kk->nbufs && p->alias; i++)
         into_out |= p->alias[kk->bufs[i]] == kk->anchor && is_output(g, kk->bufs[i]);
-      if (!into_out) take_slot(p, home(p, kk->anchor), busy, bytes);
+      if (!into_out) take_slot(p, fuse_home(p, kk->anchor), busy, bytes);
       for (j = 0; j < g->nodes[kk->anchor].nin; j++) {
         int s = op_source(g, kk->anchor, j);
         if (s >= 0 && p->slot[s] >= 0 && !over[s] && call_frees(p, kk, k, s)) {
@@ -414,7 +414,7 @@ static void assign_slots(fuse_plan *p) {
       }
     }
     for (i = kk->nin; i < kk->nbufs; i++) {
-      int id = home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
+      int id = fuse_home(p, kk->bufs[i]), a = p->alias ? p->alias[id] : -1;
       if (a >= 0 && p->slot[a] >= 0 && p->slot[id] < 0) {
         p->slot[id] = p->slot[a];
         over[a] = 1;

@@ -117,6 +117,10 @@ void fuse_opts_default(fuse_opts *o);
 ** (plan_into): nothing left for it to copy. */
 int fuse_cat_in_place(const fuse_plan *p, int k);
 
+/* The node whose memory id is stored in: id itself, or the outermost
+** concatenation it is written into (plan_into). */
+int fuse_home(const fuse_plan *p, int id);
+
 /* Plan g (which the plan copies; the caller keeps g).  Returns a plan the
 ** caller owns (fuse_plan_free), or NULL with e filled.  o may be NULL for
 ** the defaults. */
