@@ -495,8 +495,8 @@ do
 end
 
 -- A concatenation's inputs stored in its memory, shown in the host
--- program: the inputs as slices of its buffer, nothing copied, and the
--- plan's bytes for it 0.
+-- program: the inputs as slices of its buffer, nothing copied, the
+-- plan's bytes for it 0 and its memory counted once.
 do
   local w1, w2, w3 = fl.randn(8, 4, 3, 3), fl.randn(8, 12, 1, 1), fl.randn(8, 16, 1, 1)
   local function f(x)
@@ -522,6 +522,15 @@ do
   local _, k = code:gsub("nothing to copy", "")
   t.is(k, 2, "both concatenations copy nothing")
   t.ok(code:find("-> buf%d+%[0:%d+%]") ~= nil, "their inputs are stored as slices of the outer one's buffer")
+  -- the memory walk: every value but the result lives in the outer
+  -- concatenation's memory (1x24x6x6), counted once; the concatenations
+  -- move no bytes
+  local ps = cg:plans()[1]
+  t.is(ps:stats().peak_bytes_after, (24 * 36 + 24 * 6) * 4,
+       "the plan's peak is the outer concatenation's memory and the result, nothing more")
+  local catb = {}
+  for _, kr in ipairs(ps:kernels()) do if kr.name:find("^x_cat") then catb[#catb + 1] = kr.bytes end end
+  t.is(table.concat(catb, ","), "0,0", "the plan counts no bytes for either concatenation")
   -- inputs in two layouts: a convolution's result, which only the
   -- concatenation and then a convolution read (in blocks where the CPU
   -- has them), beside an elementwise kernel's (plain): the run puts the
