@@ -453,6 +453,12 @@ static void explain_excess(fuse_plan *p, int peak_at) {
            "fusion could not join again", h);
 }
 
+int64_t fuse_plan_peak(fuse_plan *p) {
+  int at;
+  last_uses(p);
+  return fuse_plan_walk(p, NULL, NULL, -1, &at);
+}
+
 void fuse_plan_measure(fuse_plan *p) {
   const ir_graph *g = p->g;
   int k, i, nout_bufs = 0, peak_at;

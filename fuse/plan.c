@@ -888,6 +888,45 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
 ** alive from its first input's store to the last reader of it or of any
 ** input (fuse/memplan.c).  The CPU's programs only (fuse_opts.cat_in_place):
 ** a layout written in blocks is the run's to reconcile (cpu/backend.c). */
+/* Concatenation c copies its inputs again (p->into of those stored in it
+** cleared; c itself stays where it is stored). */
+static void into_take_back(fuse_plan *p, int c) {
+  int v;
+  for (v = 0; v < p->g->n; v++) if (p->into[v] == c) p->into[v] = -1;
+}
+
+/* A concatenation's memory in place is alive from its first input's store,
+** so a large value computed between two of its inputs could raise the
+** peak above the plan with the copies (which hold only the inputs stored
+** so far).  Taken back while the peak is higher: each concatenation in
+** turn, kept copied when that lowers the peak, then all of them if it is
+** still higher.  Returns whether any stays in place. */
+static int into_within_peak(fuse_plan *p) {
+  const ir_graph *g = p->g;
+  int *all = malloc((size_t)(g->n ? g->n : 1) * sizeof *all);
+  int64_t copied, peak, without;
+  int c, v, left = 0;
+  if (!all) return 0;
+  memcpy(all, p->into, (size_t)g->n * sizeof *all);
+  for (v = 0; v < g->n; v++) p->into[v] = -1;
+  copied = fuse_plan_peak(p);
+  memcpy(p->into, all, (size_t)g->n * sizeof *all);
+  peak = fuse_plan_peak(p);
+  for (c = 0; c < g->n && peak > copied; c++) {
+    /* in place: all its inputs are stored in it (plan_into) */
+    const ir_node *nd = &g->nodes[c];
+    if (nd->kind != IR_OP || nd->op != OP_CAT || nd->nin < 1 || nd->in[0] < 0 || all[nd->in[0]] != c) continue;
+    into_take_back(p, c);
+    if ((without = fuse_plan_peak(p)) < peak) peak = without;
+    else for (v = 0; v < g->n; v++) if (all[v] == c) p->into[v] = c;
+  }
+  if (peak > copied || copied < 0)
+    for (v = 0; v < g->n; v++) p->into[v] = -1;
+  for (v = 0; v < g->n; v++) left |= p->into[v] >= 0;
+  free(all);
+  return left;
+}
+
 static int plan_into(fuse_plan *p, fl_err *e) {
   const ir_graph *g = p->g;
   int c, i, j, n = g->n ? g->n : 1, any = 0;
@@ -936,6 +975,7 @@ static int plan_into(fuse_plan *p, fl_err *e) {
     }
     any = 1;
   }
+  if (any) any = into_within_peak(p);
   if (!any) {
     free(p->into); free(p->into_off);
     p->into = NULL;

@@ -153,6 +153,10 @@ void fuse_plan_measure(fuse_plan *p);
 ** memory picture all count with it. */
 int64_t fuse_plan_walk(const fuse_plan *p, int64_t *at, int64_t *alive, int stop, int *peak_at);
 
+/* The plan's peak as it stands: its last uses found again, then the walk
+** (-1 out of memory). */
+int64_t fuse_plan_peak(fuse_plan *p);
+
 /* --- the cost model (memplan.c): the only place bytes are counted ------ */
 
 /* Bytes of node id's value (example sizes for symbolic dims). */

@@ -275,6 +275,9 @@ static void kernel_header(viz_builder *b, viz_view *v, int k) {
                 viz_bytes_str(kn->bytes_read, r, sizeof r),
                 viz_bytes_str(kn->bytes_written, w, sizeof w));
   if (kn->time_ms >= 0) strbuf_printf(&b->tmp, " \xc2\xb7 %.3g ms", kn->time_ms);
+  if (kn->in_place)
+    strbuf_printf(&b->tmp, "</font></td></tr><tr><td><font point-size=\"9\">"
+                  "in place: its inputs were stored in it");
   if (kn->layout) {
     strbuf_printf(&b->tmp, "</font></td></tr><tr><td><font point-size=\"9\" color=\"%s\">writes ",
                   BLOCKED_PEN);

@@ -80,6 +80,8 @@ typedef struct viz_kernel {
   double time_ms;          /* measured run time, < 0 when not measured */
   const char *layout;      /* the blocked layout it writes its result in
                               ("nChw8c"), or NULL: plain */
+  int in_place;            /* a concatenation its inputs were stored into:
+                              nothing for it to copy */
 } viz_kernel;
 
 /* A stage: a graph, and when it is a fusion plan, its kernels. */

@@ -79,7 +79,7 @@ int viz_plan_stage_init(viz_plan_stage *ps, const fuse_plan *p,
     viz_kernel *vk = &ps->kernels[k];
     vk->name = fk->name;
     fuse_kernel_traffic(p->g, fk, &vk->bytes_read, &vk->bytes_written);
-    if (fuse_cat_in_place(p, k)) vk->bytes_read = vk->bytes_written = 0;   /* its inputs were stored in it */
+    if ((vk->in_place = fuse_cat_in_place(p, k)) != 0) vk->bytes_read = vk->bytes_written = 0;
     vk->time_ms = times_ms ? times_ms[k] : -1;
   }
   ps->st.g = g;

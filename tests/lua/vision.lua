@@ -531,6 +531,30 @@ do
   local catb = {}
   for _, kr in ipairs(ps:kernels()) do if kr.name:find("^x_cat") then catb[#catb + 1] = kr.bytes end end
   t.is(table.concat(catb, ","), "0,0", "the plan counts no bytes for either concatenation")
+  local dotp = t.tmpdir() .. "/cat.dot"
+  fl.draw(cg, dotp)
+  local _, said = t.slurp(dotp):gsub("in place: its inputs were stored in it", "")
+  t.is(said, 2, "the picture says both are in place")
+  -- a large value computed between a concatenation's two inputs: its
+  -- memory in place would be alive through it and raise the peak, so the
+  -- concatenation copies (the peak with one image is half that with two,
+  -- which are never in place)
+  local wa2, wbig, wb2 = fl.randn(4, 4, 1, 1), fl.randn(256, 4, 3, 3), fl.randn(60, 1, 1, 1)
+  local function h(x)
+    local a = fl.conv2d(x, wa2):relu()
+    local big = fl.conv2d(x, wbig, {padding = 1})
+    local b = fl.conv2d(big:sum(2, true) + big:amax(2, true), wb2):relu()
+    return fl.cat({a, b}, 2):sum(4)
+  end
+  local peaks = {}
+  for N = 1, 2 do
+    local xh = fl.randn(N, 4, 8, 8)
+    local ch = fl.compile(h, {backend = "cpu"})
+    t.ok(close(ch(xh), fl.capture(h, xh):run_reference(xh)), N .. " image(s): the concatenation that copies matches")
+    peaks[N] = ch:plans()[1]:stats().peak_bytes_after
+    if N == 1 then t.ok(not ch:code():find("nothing to copy", 1, true), "it is not in place") end
+  end
+  t.is(peaks[1] * 2, peaks[2], "in place would have raised the peak: the plan's peak is that of the copies")
   -- inputs in two layouts: a convolution's result, which only the
   -- concatenation and then a convolution read (in blocks where the CPU
   -- has them), beside an elementwise kernel's (plain): the run puts the
