@@ -875,6 +875,50 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
   return FL_OK;
 }
 
+/* Concatenation c copies its inputs again (p->into of those stored in it
+** cleared; c itself stays where it is stored). */
+static void into_take_back(fuse_plan *p, int c) {
+  int v;
+  for (v = 0; v < p->g->n; v++) if (p->into[v] == c) p->into[v] = -1;
+}
+
+/* A concatenation's memory in place is alive from its first input's store,
+** so a large value computed between two of its inputs could raise the
+** peak above the plan with the copies (which hold only the inputs stored
+** so far).  The budget is the larger of that plan's peak and the captured
+** graph's op by op (kept values have the same: plan_keep_budget); while
+** the peak is above it, each concatenation in turn goes back to copying
+** where that lowers the peak, then all of them if it is still above.
+** Returns whether any stays in place. */
+static int into_within_peak(fuse_plan *p) {
+  const ir_graph *g = p->g;
+  int *all = malloc((size_t)(g->n ? g->n : 1) * sizeof *all);
+  int64_t budget, peak, without;
+  int c, v, left = 0;
+  ir_opcost ref;
+  if (!all) return 0;
+  memcpy(all, p->into, (size_t)g->n * sizeof *all);
+  for (v = 0; v < g->n; v++) p->into[v] = -1;
+  budget = fuse_plan_peak(p);
+  fuse_reference_cost(g, &ref);
+  if (budget >= 0 && ref.peak_bytes > budget) budget = ref.peak_bytes;
+  memcpy(p->into, all, (size_t)g->n * sizeof *all);
+  peak = fuse_plan_peak(p);
+  for (c = 0; c < g->n && peak > budget; c++) {
+    /* in place: all its inputs are stored in it (plan_into) */
+    const ir_node *nd = &g->nodes[c];
+    if (nd->kind != IR_OP || nd->op != OP_CAT || nd->nin < 1 || nd->in[0] < 0 || all[nd->in[0]] != c) continue;
+    into_take_back(p, c);
+    if ((without = fuse_plan_peak(p)) < peak) peak = without;
+    else for (v = 0; v < g->n; v++) if (all[v] == c) p->into[v] = c;
+  }
+  if (peak > budget || budget < 0)
+    for (v = 0; v < g->n; v++) p->into[v] = -1;
+  for (v = 0; v < g->n; v++) left |= p->into[v] >= 0;
+  free(all);
+  return left;
+}
+
 /* Concatenations written in place (onnxruntime's and TensorRT's
 ** "concat elimination"): where every input of a bare concatenation C is
 ** stored by a kernel before C's, read by no write-back and kept by
@@ -887,47 +931,11 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
 ** (plan_alias) goes where that epilogue's value goes.  C's memory is then
 ** alive from its first input's store to the last reader of it or of any
 ** input (fuse/memplan.c).  The CPU's programs only (fuse_opts.cat_in_place):
-** a layout written in blocks is the run's to reconcile (cpu/backend.c). */
-/* Concatenation c copies its inputs again (p->into of those stored in it
-** cleared; c itself stays where it is stored). */
-static void into_take_back(fuse_plan *p, int c) {
-  int v;
-  for (v = 0; v < p->g->n; v++) if (p->into[v] == c) p->into[v] = -1;
-}
-
-/* A concatenation's memory in place is alive from its first input's store,
-** so a large value computed between two of its inputs could raise the
-** peak above the plan with the copies (which hold only the inputs stored
-** so far).  Taken back while the peak is higher: each concatenation in
-** turn, kept copied when that lowers the peak, then all of them if it is
-** still higher.  Returns whether any stays in place. */
-static int into_within_peak(fuse_plan *p) {
-  const ir_graph *g = p->g;
-  int *all = malloc((size_t)(g->n ? g->n : 1) * sizeof *all);
-  int64_t copied, peak, without;
-  int c, v, left = 0;
-  if (!all) return 0;
-  memcpy(all, p->into, (size_t)g->n * sizeof *all);
-  for (v = 0; v < g->n; v++) p->into[v] = -1;
-  copied = fuse_plan_peak(p);
-  memcpy(p->into, all, (size_t)g->n * sizeof *all);
-  peak = fuse_plan_peak(p);
-  for (c = 0; c < g->n && peak > copied; c++) {
-    /* in place: all its inputs are stored in it (plan_into) */
-    const ir_node *nd = &g->nodes[c];
-    if (nd->kind != IR_OP || nd->op != OP_CAT || nd->nin < 1 || nd->in[0] < 0 || all[nd->in[0]] != c) continue;
-    into_take_back(p, c);
-    if ((without = fuse_plan_peak(p)) < peak) peak = without;
-    else for (v = 0; v < g->n; v++) if (all[v] == c) p->into[v] = c;
-  }
-  if (peak > copied || copied < 0)
-    for (v = 0; v < g->n; v++) p->into[v] = -1;
-  for (v = 0; v < g->n; v++) left |= p->into[v] >= 0;
-  free(all);
-  return left;
-}
-
-static int plan_into(fuse_plan *p, fl_err *e) {
+** a layout written in blocks is the run's to reconcile (cpu/backend.c).
+** within: held to the memory budget (into_within_peak); the first plan
+** takes every one, and plan_keep_budget plans them again within it once
+** the kept values fit. */
+static int plan_into(fuse_plan *p, int within, fl_err *e) {
   const ir_graph *g = p->g;
   int c, i, j, n = g->n ? g->n : 1, any = 0;
   if (!p->opts.cat_in_place) return FL_OK;
@@ -975,7 +983,7 @@ static int plan_into(fuse_plan *p, fl_err *e) {
     }
     any = 1;
   }
-  if (any) any = into_within_peak(p);
+  if (any && within) any = into_within_peak(p);
   if (!any) {
     free(p->into); free(p->into_off);
     p->into = NULL;
@@ -1020,7 +1028,7 @@ static void plan_keep_budget(fuse_plan *p, fl_err *e) {
   free(p->alias); free(p->into); free(p->into_off);
   p->alias = p->into = NULL;
   p->into_off = NULL;
-  if (plan_alias(p, e) == FL_OK && plan_into(p, e) == FL_OK) fuse_plan_measure(p);
+  if (plan_alias(p, e) == FL_OK && plan_into(p, 1, e) == FL_OK) fuse_plan_measure(p);
 }
 
 /* What depends on the kernel order, from scratch: write-backs in place,
@@ -1032,7 +1040,7 @@ static int plan_finish(fuse_plan *p, fl_err *e) {
   p->into_off = NULL;
   p->keep = NULL;
   if (plan_inplace(p, e) != FL_OK || plan_keep(p, e) != FL_OK || plan_alias(p, e) != FL_OK ||
-      plan_into(p, e) != FL_OK)
+      plan_into(p, 0, e) != FL_OK)
     return e->code;
   fuse_plan_measure(p);
   plan_keep_budget(p, e);

@@ -536,7 +536,8 @@ do
   local _, said = t.slurp(dotp):gsub("in place: its inputs were stored in it", "")
   t.is(said, 2, "the picture says both are in place")
   -- a large value computed between a concatenation's two inputs: its
-  -- memory in place would be alive through it and raise the peak, so the
+  -- memory in place would be alive through it and raise the peak above
+  -- the plan with the copies and the graph op by op, so the
   -- concatenation copies (the peak with one image is half that with two,
   -- which are never in place)
   local wa2, wbig, wb2 = fl.randn(4, 4, 1, 1), fl.randn(256, 4, 3, 3), fl.randn(60, 1, 1, 1)
