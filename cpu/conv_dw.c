@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "mm.h"
+#include "mm_post.h"
 
 #include "eager_impl.h"
 
@@ -49,37 +50,6 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   return 1;
 }
 
-/* The elementwise post-op po over y [n]; 0 where po reads a tensor. */
-static inline __attribute__((always_inline))
-int post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
-  float a = po->alpha, b = po->beta;
-  int64_t k;
-  switch (po->kind) {
-  case CPU_MM_RELU: EAGER_SIMD for (k = 0; k < n; k++) y[k] = y[k] < 0.0f ? 0.0f : y[k]; return 1;
-  case CPU_MM_TANH: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_tanhf(y[k]); return 1;
-  case CPU_MM_SIGMOID: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_sigmoidf(y[k]); return 1;
-  case CPU_MM_SILU: EAGER_SIMD for (k = 0; k < n; k++) y[k] = y[k] * eager_sigmoidf(y[k]); return 1;
-  case CPU_MM_EXP: EAGER_SIMD for (k = 0; k < n; k++) y[k] = eager_expf(y[k]); return 1;
-  case CPU_MM_GELU_TANH:     /* as eager's gelu_tanh: 1 + tanh(u) = 2 / (1 + e^-2u) */
-    EAGER_SIMD
-    for (k = 0; k < n; k++) {
-      float x = y[k];
-      y[k] = x / (1.0f + eager_expf(-1.59576912160573072f * (x + 0.044715f * x * x * x)));
-    }
-    return 1;
-  case CPU_MM_AFFINE: EAGER_SIMD for (k = 0; k < n; k++) y[k] = a * y[k] + b; return 1;
-  case CPU_MM_HARDSWISH:     /* as the ONNX loader writes it */
-    EAGER_SIMD
-    for (k = 0; k < n; k++) {
-      float h = y[k] / 6.0f + 0.5f;
-      h = h < 1.0f ? h : 1.0f;
-      y[k] *= h > 0.0f ? h : 0.0f;
-    }
-    return 1;
-  default: return 0;
-  }
-}
-
 /* The epilogue over u [n][8] (pixel-major: 8 channels from c0): a
 ** residual's or factor's row (at element off of channel c0's plane,
 ** planes `ps` apart) is brought into r the same way first, or with blk
@@ -92,7 +62,7 @@ static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, in
   for (i = 0; i < c->npost; i++) {
     const cpu_mm_post *po = &c->post[i];
     v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (post_elem(po, u, m)) continue;
+    if (cpu_mm_post_elem(po, u, m)) continue;
     switch (po->kind) {
     case CPU_MM_ADD: case CPU_MM_MUL: {
       const float *rr = po->src.p + off;     /* in blocks: already pixel-major */
@@ -122,7 +92,7 @@ void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, in
     const cpu_mm_post *po = &c->post[i];
     const float *s = po->src.p + q * c->oh * c->ow + off;
     float v;
-    if (post_elem(po, y, len)) continue;
+    if (cpu_mm_post_elem(po, y, len)) continue;
     switch (po->kind) {
     case CPU_MM_ADD: EAGER_SIMD for (k = 0; k < len; k++) y[k] += s[k]; break;
     case CPU_MM_MUL: EAGER_SIMD for (k = 0; k < len; k++) y[k] *= s[k]; break;

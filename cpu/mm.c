@@ -6,7 +6,7 @@
 ** executes.  A layout oneDNN refuses is remembered as refused, so the
 ** caller's fallback costs no second attempt.  One lock covers lookup and
 ** execution: the memory objects are per entry, and the products run on
-** every OpenMP thread anyway (the smallest on one, MM_PAR_MIN).
+** every OpenMP thread anyway (the smallest on one, CPU_MM_PAR_MIN).
 */
 #include "config.h"
 
@@ -549,21 +549,27 @@ static int locked_entry(pcache *c, const void *k, const void *call, const char *
   return FL_OK;
 }
 
-int cpu_mm_enabled(void) {
-  static int on = -1;
-  if (on < 0) {
+/* FUSELAB_MATMUL: 0 blas (oneDNN off), 1 the default, 2 onednn (no
+** product on cpu/mm_rows.c) */
+static int mm_mode(void) {
+  static int mode = -1;
+  if (mode < 0) {
     const char *v = getenv("FUSELAB_MATMUL");
-    on = !(v && strcmp(v, "blas") == 0);
+    mode = v && strcmp(v, "blas") == 0 ? 0 : v && strcmp(v, "onednn") == 0 ? 2 : 1;
   }
-  return on;
+  return mode;
+}
+
+int cpu_mm_enabled(void) {
+  return mm_mode() > 0;
 }
 
 /* Products of fewer multiply-adds run on one thread: oneDNN would start
 ** its team for them all the same, and waking a sleeping thread costs more
 ** than such a product (on a VM just after an idle spell, a tiny ONNX
 ** transformer's eager call took 4-5 ms instead of 0.4).  Two threads gain
-** from about 2^20 (bench/RESULTS.md, "Small products on one thread"). */
-#define MM_PAR_MIN (1 << 19)
+** from about 2^20 (bench/RESULTS.md, "Small products on one thread"):
+** CPU_MM_PAR_MIN (mm.h). */
 
 static int64_t macs(const cpu_mm *m) {
   int64_t n = m->a.shape[m->nd - 1];     /* K */
@@ -593,11 +599,12 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
+  if (mm_mode() == 1 && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
   /* a primitive made for one thread (brgemm sizes its work when made) and
   ** run on one: the same key always gets the same count */
-  if (macs(m) < MM_PAR_MIN && (threads = omp_get_max_threads()) > 1) omp_set_num_threads(1);
+  if (macs(m) < CPU_MM_PAR_MIN && (threads = omp_get_max_threads()) > 1) omp_set_num_threads(1);
 #endif
   if ((rc = locked_entry(&cache, &k, m, "matmul", &p, e)) != FL_OK) goto out;
   en = p;
@@ -686,16 +693,18 @@ void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t 
 }
 
 const char *cpu_mm_describe(void) {
-  static char buf[160];
+  static char buf[224];
   const dnnl_version_t *v = dnnl_version();
+  const char *rows = mm_mode() == 2 ? "; FUSELAB_MATMUL=onednn: every product there"
+                                    : "; linears of 2 to 8 rows on fuselab's own loop";
   if (!cpu_mm_enabled()) return "OpenBLAS sgemm (FUSELAB_MATMUL=blas)";
   pthread_mutex_lock(&lock);
   if (last_impl[0])
-    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d matmul, %s kernels (chosen by the CPU's features)",
-             v->major, v->minor, v->patch, last_impl);
+    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d matmul, %s kernels (chosen by the CPU's features)%s",
+             v->major, v->minor, v->patch, last_impl, rows);
   else
-    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d matmul (kernels chosen by the CPU's features)",
-             v->major, v->minor, v->patch);
+    snprintf(buf, sizeof buf, "oneDNN %d.%d.%d matmul (kernels chosen by the CPU's features)%s",
+             v->major, v->minor, v->patch, rows);
   pthread_mutex_unlock(&lock);
   return buf;
 }

@@ -80,6 +80,20 @@ typedef struct cpu_mm {
 /* 1 when products run through oneDNN: built with it, and not turned off
 ** by FUSELAB_MATMUL=blas (to measure the difference). */
 int cpu_mm_enabled(void);
+
+/* Products of fewer multiply-adds run on one thread (cpu/mm.c). */
+#define CPU_MM_PAR_MIN (1 << 19)
+/* Products of 2 to CPU_MM_ROWS_MAX rows run on fuselab's own loop
+** (cpu/mm_rows.c) where it fits: no batch (dims before the last two all
+** 1), a's and dst's rows contiguous, b a linear's weight ([N, K] rows),
+** no per-channel post-op, no residual in dst's own memory; cpu_mm_run
+** takes it first unless FUSELAB_MATMUL=onednn. */
+#define CPU_MM_ROWS_MAX 8
+int cpu_mm_rows_fits(const cpu_mm *m);
+int cpu_mm_rows(const cpu_mm *m);
+/* Products run by cpu_mm_rows so far, and those with post-ops
+** (fl.blas_info().row_products, .row_posts). */
+void cpu_mm_rows_counts(int64_t *calls, int64_t *with_posts);
 /* Run m.  FL_EUNSUPPORTED (e set) when this build or oneDNN cannot run
 ** that layout; the caller then computes it another way.  Primitives are
 ** made once per layout (shapes, strides, post-ops) and kept. */

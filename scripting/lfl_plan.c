@@ -309,6 +309,8 @@ static void push_omp_wait(lua_State *L) {
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
 ** onednn_int8_calls: 8-bit products (matmul_int8) run on oneDNN;
+** row_products / row_posts: products of a few rows run by cpu/mm_rows.c
+** instead, with post-ops;
 ** packed_calls / packed_weights / packed_bytes / packed_made: products and
 ** convolutions that read a weight kept in oneDNN's layout, the weights and
 ** bytes kept, the copies made (once per weight, layout and value);
@@ -335,6 +337,9 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
     lua_pushinteger(L, (lua_Integer)cpu_mm_int8_calls()); lua_setfield(L, -2, "onednn_int8_calls");
+    cpu_mm_rows_counts(&calls, &posts);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "row_products");
+    lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "row_posts");
   }
   {
     int64_t calls, weights, bytes, made;

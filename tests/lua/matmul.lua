@@ -5,7 +5,8 @@
 -- bias.  Tolerance: |x - ref| <= 1e-5 + 1e-5 * sqrt(K) * (|ref| + 1), the
 -- float32 rounding of a K-term sum of unit-sized products in any order,
 -- plus one unit of a float16 / bfloat16 result's rounding.
--- The same cases run again with FUSELAB_MATMUL=blas (sgemm) in a child.
+-- The same cases run again with FUSELAB_MATMUL=blas (sgemm) and with
+-- FUSELAB_MATMUL=onednn (no product on cpu/mm_rows.c) in children.
 local fl = fl or require "fuselab"
 local t = require "tap"
 local C = require "compare"
@@ -162,6 +163,70 @@ do   -- symbolic batch: one compiled graph for several sizes
     local f = function(x, w, b, r) return r + fl.gelu(L(x, w, b)) end
     local ref = fl.capture(f, xi, w, bb, ri):run_reference(xi, w, bb, ri)
     t.ok(close(cf(xi, w, bb, ri), ref, 24), "dynamic batch " .. n .. ": residual + gelu(linear)")
+  end
+end
+
+-- Products of a few rows (2 to 8: cpu/mm_rows.c, fuselab's own loop where
+-- the weight is a linear's [N, K] rows): random row counts, widths with
+-- and without a tail of 8, columns off its tiles, each with a bias or not
+-- and an epilogue inside (an activation, an affine step, a residual or a
+-- gate of the result's shape), eager and compiled against the reference,
+-- and counted as run there; a weight laid out [K, N], a batch of two and
+-- nine rows are oneDNN's.  FUSELAB_MATMUL=onednn keeps every product there.
+do
+  local function rows() return fl.blas_info().row_products end
+  local function hsw(v) return v * (v / 6.0 + 0.5):clamp(0, 1) end
+  local epis = {
+    {"none", function(v) return v end},
+    {"relu", function(v) return fl.relu(v) end},
+    {"gelu tanh", function(v) return fl.gelu(v, "tanh") end},
+    {"hardswish", hsw},
+    {"silu", function(v) return fl.silu(v) end},
+    {"* c + c", function(v) return v * 0.5 + 0.25 end},
+    {"+ residual", function(v, r) return v + r end},
+    {"* gate", function(v, r) return v * r end},
+  }
+  local nbad, ran, cases = 0, 0, 0
+  for i = 1, 32 do
+    local M = 2 + (i - 1) % 7
+    local K = ({1, 3, 7, 8, 9, 16, 31, 64, 100, 257})[math.random(10)]
+    local N = math.random(1, 150)
+    local e = epis[1 + (i - 1) % #epis]
+    local bias = i % 3 ~= 0
+    local x, w, b, r = fl.randn(M, K), fl.randn(N, K), fl.randn(N), fl.randn(M, N)
+    local f = bias and function(x_, w_, b_, r_) return e[2](fl.linear(x_, w_, b_), r_) end
+                   or function(x_, w_, b_, r_) return e[2](fl.linear(x_, w_), r_) end
+    local ref = fl.capture(f, x, w, b, r):run_reference(x, w, b, r)
+    local r0 = rows()
+    local cf = fl.compile(f)
+    local ok = close(cf(x, w, b, r), ref, K) and close(cf(x, w, b, r), ref, K) and close(f(x, w, b, r), ref, K)
+    cases = cases + 1
+    if rows() - r0 >= 3 then ran = ran + 1 end
+    if not ok then
+      nbad = nbad + 1
+      t.diag(("%d rows, %d -> %d, %s, bias %s: max err %g"):format(M, K, N, e[1], tostring(bias),
+             (cf(x, w, b, r) - ref):abs():max():item()))
+    end
+  end
+  t.is(nbad, 0, cases .. " linears of 2 to 8 rows with their epilogues match the reference")
+  if not blas_only and os.getenv("FUSELAB_MATMUL") ~= "onednn" then
+    t.is(ran, cases, "each ran on cpu/mm_rows.c, eager and compiled")
+  else
+    t.is(ran, 0, "none ran on cpu/mm_rows.c with " .. tostring(os.getenv("FUSELAB_MATMUL")))
+  end
+  -- oneDNN's: a [K, N] weight, a batch of two products, nine rows, a
+  -- one-row product; and a linear over a [1, 3, K] input, whose batch dim
+  -- of 1 is no batch
+  local r0 = rows()
+  check("3 rows, a [K, N] weight", mm, 40, fl.randn(3, 40), fl.randn(40, 21))
+  check("two products of 3 rows", mmT, 40, fl.randn(2, 3, 40), fl.randn(2, 21, 40))
+  check("9 rows", lin, 40, fl.randn(9, 40), fl.randn(21, 40), fl.randn(21))
+  check("1 row", lin, 40, fl.randn(1, 40), fl.randn(21, 40), fl.randn(21))
+  t.is(rows() - r0, 0, "none of those ran on cpu/mm_rows.c")
+  r0 = rows()
+  check("a linear over [1, 3, 40]", lin, 40, fl.randn(1, 3, 40), fl.randn(21, 40), fl.randn(21))
+  if not blas_only and os.getenv("FUSELAB_MATMUL") ~= "onednn" then
+    t.ok(rows() - r0 >= 3, "a linear over [1, 3, 40] ran on cpu/mm_rows.c")
   end
 end
 
@@ -347,5 +412,8 @@ do
   end
 end
 
-if not blas_only then C.rerun("FUSELAB_MATMUL=blas", "sgemm", "FUSELAB_MATMUL=blas", "matmul") end
+if not blas_only and os.getenv("FUSELAB_MATMUL") ~= "onednn" then
+  C.rerun("FUSELAB_MATMUL=blas", "sgemm", "FUSELAB_MATMUL=blas", "matmul")
+  C.rerun("FUSELAB_MATMUL=onednn", "oneDNN for every product", "FUSELAB_MATMUL=onednn", "matmul")
+end
 t.done()
