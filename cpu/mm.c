@@ -599,7 +599,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
-  if (mm_mode() == 1 && cpu_mm_rows(m) == FL_OK) return FL_OK;
+  if (mm_mode() == 1 && m->dst.shape[m->nd - 2] >= 2 && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
   /* a primitive made for one thread (brgemm sizes its work when made) and
@@ -1238,6 +1238,43 @@ static void centry_free(void *en) {
 _Static_assert(offsetof(centry, k) == 0, "an entry's key comes first");
 static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry_free, {0}, {0}, 0, 0};
 
+/* A 1x1 convolution over a 1x1 map (squeeze-and-excitation's two
+** products, a classifier written as a convolution) of at most
+** CPU_MM_ROWS_MAX plain images is a product of that many rows by a
+** linear's weight ([co, c] rows): cpu/mm_rows.c, where oneDNN's
+** convolution costs tens of microseconds for a few thousand
+** multiply-adds.  Per-channel post-ops become a row broadcast to every
+** image.  Over one pixel, blocks of channels (nChw8c) are the plain
+** layout where the channels are whole blocks.  1 when run. */
+static int conv_as_rows(const cpu_conv *c) {
+  cpu_mm m;
+  int i;
+  if (mm_mode() != 1 || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 || c->kh != 1 || c->kw != 1 ||
+      c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
+      c->pb || c->pr || c->n > CPU_MM_ROWS_MAX)
+    return 0;
+  memset(&m, 0, sizeof m);
+  m.nd = 2;
+  m.a.p = c->x, m.a.shape[0] = c->n, m.a.shape[1] = c->c, m.a.stride[0] = c->c, m.a.stride[1] = 1;
+  m.b.p = c->wt, m.b.shape[0] = c->c, m.b.shape[1] = c->co, m.b.stride[0] = 1, m.b.stride[1] = c->c;
+  m.dst.p = c->y, m.dst.shape[0] = c->n, m.dst.shape[1] = c->co, m.dst.stride[0] = c->co, m.dst.stride[1] = 1;
+  m.bias = c->bias;
+  m.npost = c->npost;
+  for (i = 0; i < c->npost; i++) {
+    cpu_mm_post *po = &m.post[i];
+    *po = c->post[i];
+    if (po->kind == CPU_MM_ADD_C || po->kind == CPU_MM_MUL_C) {
+      po->kind = po->kind == CPU_MM_ADD_C ? CPU_MM_ADD : CPU_MM_MUL;
+      po->src.shape[0] = 1, po->src.shape[1] = c->post[i].src.shape[0] == 1 ? 1 : c->co;
+      po->src.stride[0] = 0, po->src.stride[1] = 1;
+    } else if (po->kind == CPU_MM_ADD || po->kind == CPU_MM_MUL) {
+      if (po->blk && c->co % po->blk) return 0;
+      po->src.shape[0] = c->n, po->src.shape[1] = c->co, po->src.stride[0] = c->co, po->src.stride[1] = 1;
+    }
+  }
+  return cpu_mm_rows(&m) == FL_OK;
+}
+
 int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   ckey k;
   centry *en;
@@ -1251,6 +1288,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   for (i = 0; i < c->npost; i++)
     if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) && !c->post[i].like_dst)
       return err_set(e, FL_EUNSUPPORTED, "conv2d: a post-op operand not laid out as the result");
+  if (conv_as_rows(c)) return FL_OK;
   memset(&k, 0, sizeof k);
   k.d[0] = c->n; k.d[1] = c->c; k.d[2] = c->h; k.d[3] = c->w; k.d[4] = c->co; k.d[5] = c->kh;
   k.d[6] = c->kw; k.d[7] = c->oh; k.d[8] = c->ow; k.d[9] = c->groups; k.d[10] = c->sh;

@@ -83,11 +83,13 @@ int cpu_mm_enabled(void);
 
 /* Products of fewer multiply-adds run on one thread (cpu/mm.c). */
 #define CPU_MM_PAR_MIN (1 << 19)
-/* Products of 2 to CPU_MM_ROWS_MAX rows run on fuselab's own loop
+/* Products of at most CPU_MM_ROWS_MAX rows run on fuselab's own loop
 ** (cpu/mm_rows.c) where it fits: no batch (dims before the last two all
 ** 1), a's and dst's rows contiguous, b a linear's weight ([N, K] rows),
-** no per-channel post-op, no residual in dst's own memory; cpu_mm_run
-** takes it first unless FUSELAB_MATMUL=onednn. */
+** no per-channel post-op, no residual in dst's own memory.  cpu_mm_run
+** takes it first for 2 rows or more (oneDNN's one-row product is as
+** fast), cpu_conv_run for a 1x1 convolution over a 1x1 map, unless
+** FUSELAB_MATMUL=onednn. */
 #define CPU_MM_ROWS_MAX 8
 int cpu_mm_rows_fits(const cpu_mm *m);
 int cpu_mm_rows(const cpu_mm *m);

@@ -285,6 +285,50 @@ do
   end
 end
 
+-- Squeeze-and-excitation at batches of 1 to 8: its two 1x1 convolutions
+-- over a 1x1 map are products of that many rows (cpu/mm.c conv_as_rows,
+-- cpu/mm_rows.c), with their bias, a relu, a hardsigmoid, a batch norm's
+-- per-channel scale and shift (a map smaller than the weights keeps them
+-- out of the weights: per-channel post-ops) and a residual; compiled
+-- against the reference and counted as run there.  Nine images stay on
+-- oneDNN's convolution.
+do
+  local nbad, ran, n = 0, 0, 0
+  for i = 1, 12 do
+    local N = i <= 8 and i or 9 + (i - 9) % 3
+    local C, Rd = ({16, 24, 40, 96})[R(4)], ({8, 4, 12})[R(3)]
+    local H = R(2, 7)
+    local x = fl.randn(N, C, H, H)
+    local w1, b1 = fl.randn(Rd, C, 1, 1) * 0.3, fl.randn(Rd)
+    local w2, b2 = fl.randn(C, Rd, 1, 1) * 0.3, fl.randn(C)
+    local s, sh = fl.rand(C, 1, 1) + 0.5, fl.randn(C, 1, 1)
+    local function f(x_)
+      local p = x_:mean({3, 4}, true)
+      local z = fl.conv2d(p, w1, b1):relu()
+      local g = (fl.conv2d(z, w2, b2) * s + sh + p)           -- scale, shift, residual
+      g = (g / 6 + 0.5):clamp(0, 1)                          -- hardsigmoid
+      return x_ * g
+    end
+    local want = fl.capture(f, x):run_reference(x)
+    local r0 = fl.blas_info().row_products
+    local cf = fl.compile(f, {backend = "cpu"})
+    local got = cf(x)
+    n = n + 1
+    if N <= 8 and fl.blas_info().row_products - r0 >= 2 then ran = ran + 1 end
+    if N > 8 and fl.blas_info().row_products - r0 > 0 then ran = ran - 100 end
+    if not close(got, want) then
+      nbad = nbad + 1
+      t.diag(("squeeze-and-excitation N %d C %d R %d H %d: max err %s"):format(N, C, Rd, H, tostring(maxerr(got, want))))
+    end
+  end
+  t.is(nbad, 0, n .. " squeeze-and-excitation blocks of 1 to 11 images match the reference")
+  if conv_on and os.getenv("FUSELAB_MATMUL") ~= "onednn" then
+    t.is(ran, 8, "up to 8 images their 1x1 convolutions ran as products of rows, beyond that on oneDNN")
+  else
+    t.skip("oneDNN off or FUSELAB_MATMUL=onednn", 1)
+  end
+end
+
 -- A residual add after a batch norm's per-channel scale and shift (ResNet's
 -- late blocks, where the norm is not folded into large weights): oneDNN
 -- takes no residual after per-channel post-ops as its sum, so the call
