@@ -9,6 +9,7 @@
 -- are the chain's, shared by its eight.  Best of 7 timed batches each; run
 -- in the build directory:
 --   make bench/conv_overhead && OMP_NUM_THREADS=2 ./fuselab ../bench/conv_overhead.lua
+local best_of_batches = dofile((arg[0]:match("^(.*/)") or "./") .. "stats.lua").best_of_batches
 local p = io.popen("./bench/conv_overhead")
 local floor = {}
 for line in p:lines() do
@@ -35,17 +36,7 @@ for _, s in ipairs(shapes) do
     for i = 1, L do h = fl.conv2d(h, ws[i], bs[i], {padding = k // 2, groups = g}):relu() end
     return h
   end)
-  f(x); f(x)
-  local t0 = fl.now()
-  f(x)
-  local reps = math.floor(0.05 / math.max(fl.now() - t0, 1e-7)) + 1
-  local best = math.huge
-  for _ = 1, 7 do
-    t0 = fl.now()
-    for _ = 1, reps do f(x) end
-    best = math.min(best, (fl.now() - t0) / reps)
-  end
-  local ms = best * 1e3 / L
+  local ms = best_of_batches(0.05, f, x) * 1e3 / L
   print(("%-20s %12.4f %12.4f %10.1f %8.2f"):format(name, floor[name], ms, (ms - floor[name]) * 1e3,
                                                      ms / floor[name]))
 end

@@ -19,6 +19,7 @@ local function name(s)
 end
 
 if arg[1] == "child" then
+  local best_of_batches = dofile((arg[0]:match("^(.*/)") or "./") .. "stats.lua").best_of_batches
   for _, s in ipairs(shapes) do
     local M, K, N = table.unpack(s)
     local x, w, b = fl.randn(M, K), fl.randn(N, K) * 0.03, fl.randn(N)
@@ -28,17 +29,7 @@ if arg[1] == "child" then
       x = fl.randn(M, K, 1, 1)
       f = fl.compile(function(p) return fl.conv2d(fl.conv2d(p, w1, b):relu(), w2, b2):sigmoid() end)
     end
-    f(x); f(x)
-    local t0 = fl.now()
-    f(x)
-    local reps = math.floor(0.02 / math.max(fl.now() - t0, 1e-7)) + 1
-    local best = math.huge
-    for _ = 1, 7 do
-      t0 = fl.now()
-      for _ = 1, reps do f(x) end
-      best = math.min(best, (fl.now() - t0) / reps)
-    end
-    print(("%s: %.6f"):format(name(s), best * 1e3))
+    print(("%s: %.6f"):format(name(s), best_of_batches(0.02, f, x) * 1e3))
   end
   return
 end
