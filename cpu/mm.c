@@ -1240,7 +1240,7 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 
 /* A 1x1 convolution over a 1x1 map (squeeze-and-excitation's two
 ** products, a classifier written as a convolution) of at most
-** CPU_MM_ROWS_MAX plain images is a product of that many rows by a
+** CPU_MM_ROWS_MAX images is a product of that many rows by a
 ** linear's weight ([co, c] rows): cpu/mm_rows.c, where oneDNN's
 ** convolution costs tens of microseconds for a few thousand
 ** multiply-adds.  Per-channel post-ops become a row broadcast to every
