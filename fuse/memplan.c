@@ -201,9 +201,6 @@ int fuse_home(const fuse_plan *p, int id) {
   return id;
 }
 
-/* In a concatenation's memory (plan_into): no memory of its own. */
-static int inside(const fuse_plan *p, int id) { return p->into && p->into[id] >= 0; }
-
 int fuse_cat_in_place(const fuse_plan *p, int k) {
   const fk_kernel *kk = &p->kernels[k];
   const ir_node *nd;
@@ -239,9 +236,10 @@ static int freed_after(const fuse_plan *p, int i, int k) {
   return p->last_use[i] == k || (p->last_use[i] < 0 && p->kernel_of[i] == k);
 }
 
-/* An op result the plan stores, which the walk and the slots count. */
+/* An op result the plan stores with memory of its own (none inside a
+** concatenation's: plan_into), which the walk and the slots count. */
 static int counted(const fuse_plan *p, int i) {
-  return p->stored[i] && p->g->nodes[i].kind == IR_OP && !inside(p, i);
+  return p->stored[i] && p->g->nodes[i].kind == IR_OP && fuse_home(p, i) == i;
 }
 
 /* The kernel after which node i's buffer is freed (freed_after), or -1. */
