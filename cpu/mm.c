@@ -753,7 +753,7 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
-static int64_t ndw, npw;             /* atomic: run by cpu_conv_dw, cpu_conv_pw */
+static int64_t ndw, npw, npwb;       /* atomic: run by cpu_conv_dw, cpu_conv_pw, on blocks */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies, 5
@@ -1117,8 +1117,44 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   return ok;
 }
 
-/* One timed run of a candidate (en, or NULL: cpu_conv_dw or, with pw,
-** cpu_conv_pw) as later calls
+/* cpu/conv_pw.c on blocks reads its weights packed gOIhw8i8o: en's
+** side[1] is the reorder into that layout.  1 when made (nothing to make
+** on plain layouts). */
+static int pw_make(centry *en, const cpu_conv *c) {
+  dnnl_memory_desc_t wmd, pmd;
+  dnnl_dims_t wd;
+  if (!c->xblk && !c->yblk) return 1;
+  wd[0] = c->groups; wd[1] = c->co / c->groups; wd[2] = c->c / c->groups; wd[3] = 1; wd[4] = 1;
+  return dnnl_memory_desc_init_by_tag(&wmd, 5, wd, dnnl_f32, dnnl_goihw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&pmd, 5, wd, dnnl_f32, dnnl_gOIhw8i8o) == dnnl_success &&
+         side_make(&en->side[1], &wmd, &pmd, 1) && en->side[1].inner;
+}
+
+/* Run c on cpu/conv_pw.c; on blocks its weights packed as centry_exec's
+** are (keep: the same), 1 when done. */
+static int pw_exec(centry *en, const cpu_conv *c, int keep) {
+  cpu_conv b = *c;
+  void *kw = NULL;
+  if (!c->xblk && !c->yblk) return cpu_conv_pw(c) == FL_OK;
+  dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
+  if (keep == 1) {
+    const dnnl_memory_desc_t *md, *from;
+    pslot *s = dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success &&
+               dnnl_memory_get_memory_desc(en->side[1].user, &from) == dnnl_success
+               ? kept_find(c->w_st, c->wt, from, md) : NULL;
+    if (s) kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
+    if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
+  }
+  if (!kw && keep != 2 && (!exec2(en->side[1].reorder, en->side[1].user, en->side[1].inner) ||
+                           dnnl_stream_wait(stream) != dnnl_success))
+    return 0;
+  b.wpk = kw ? kw : en->side[1].buf;
+  pack_calls += kw != NULL;
+  return cpu_conv_pw(&b) == FL_OK;
+}
+
+/* One timed run of a candidate (en, NULL: cpu_conv_dw, or with pw
+** cpu_conv_pw through en) as later calls
 ** will run it: weights that can be kept (read in place from a tensor's
 ** storage) are reordered once,
 ** by the run that touches the buffers, not in every timed one.  Timing
@@ -1128,7 +1164,8 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
 ** 1.3, the 9.4 MB weight reorder timed with it). */
 static double exec_seconds(centry *en, const cpu_conv *c, int pw) {
   double t0 = meas_now();
-  if (!(en ? centry_exec(en, c, c->w_st ? 2 : 0) : (pw ? cpu_conv_pw(c) : cpu_conv_dw(c)) == FL_OK)) return 1e30;
+  if (!(pw ? pw_exec(en, c, c->w_st ? 2 : 0) : en ? centry_exec(en, c, c->w_st ? 2 : 0) : cpu_conv_dw(c) == FL_OK))
+    return 1e30;
   return meas_now() - t0;
 }
 
@@ -1173,7 +1210,7 @@ static int pw_allowed(const cpu_conv *c) {
 ** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
 ** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
 static int centry_pick(centry *en, const cpu_conv *c) {
-  centry cand[3];
+  centry cand[5];                                   /* 3: none; 4: cpu_conv_pw's weights */
   double best[5], spent, fast;
   int made[5], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode >= 4;
   /* a residual after per-channel post-ops: oneDNN's convolutions would
@@ -1187,7 +1224,7 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   }
   if (conv_mode == 6 && cpu_conv_pw_fits(c)) {     /* FUSELAB_CONV=pointwise */
     en->pw = 1;
-    return 1;
+    return pw_make(en, c);
   }
   made[2] = timed && centry_make_mm(&cand[2], c);
   made[0] = !whole && conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
@@ -1198,29 +1235,29 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   made[3] = timed && cpu_conv_dw_fits(c);
   /* 4: a grouped 1x1 on fuselab's loop (cpu/conv_pw.c), its epilogue in
   ** the same pass */
-  made[4] = pw_allowed(c);
+  made[4] = pw_allowed(c) && pw_make(&cand[4], c);
   n = made[0] + made[1] + made[2] + made[3] + made[4];
   for (i = 0; i < 5; i++) {
     best[i] = 1e30;
     if (made[i] && n > 1) {                          /* touch the buffers */
       if (i < 3) centry_exec(&cand[i], c, 0);
-      else made[i] = (i == 3 ? cpu_conv_dw(c) : cpu_conv_pw(c)) == FL_OK;
+      else made[i] = i == 3 ? cpu_conv_dw(c) == FL_OK : pw_exec(&cand[i], c, 0);
     }
   }
   for (r = 0, spent = 0, fast = 1e30;
        n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
     for (i = 0; i < 5; i++)
       if (made[i]) {
-        double t = exec_seconds(i < 3 ? &cand[i] : NULL, c, i == 4);
+        double t = exec_seconds(i != 3 ? &cand[i] : NULL, c, i == 4);
         spent += t;
         if (t < best[i]) best[i] = t;
         if (t < fast) fast = t;
       }
   for (i = 0; i < 5; i++)
     if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
-  for (i = 0; i < 3; i++)
-    if (made[i] && i != pick) centry_clear(&cand[i]);
-  if (pick >= 0 && pick < 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
+  for (i = 0; i < 5; i++)
+    if (i != pick) centry_clear(&cand[i]);
+  if (pick >= 0 && pick != 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
   en->dw = pick == 3;
   en->pw = pick == 4;
   return pick >= 0;
@@ -1330,8 +1367,12 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     if ((rc = cpu_conv_dw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a depthwise scratch");
     else __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
   } else if (en->pw) {
-    if ((rc = cpu_conv_pw(c)) != FL_OK) rc = err_set(e, rc, "conv2d: out of memory for a pointwise strip");
-    else __atomic_fetch_add(&npw, 1, __ATOMIC_RELAXED);
+    if (!pw_exec(en, c, 1)) {
+      rc = err_set(e, FL_ENOMEM, "conv2d: out of memory for a pointwise strip");
+    } else {
+      __atomic_fetch_add(&npw, 1, __ATOMIC_RELAXED);
+      if (c->xblk || c->yblk) __atomic_fetch_add(&npwb, 1, __ATOMIC_RELAXED);
+    }
   } else if (!centry_exec(en, c, 1)) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN failed to run a convolution");
   } else {
@@ -1494,7 +1535,7 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = *with_posts = *as_matmul = 0;
 }
 
-static int64_t nunblocked, ndw, npw;
+static int64_t nunblocked, ndw, npw, npwb;
 static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
 
 #endif
@@ -1503,8 +1544,9 @@ int64_t cpu_conv_dw_calls(void) {
   return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
 }
 
-int64_t cpu_conv_pw_calls(void) {
-  return __atomic_load_n(&npw, __ATOMIC_RELAXED);
+void cpu_conv_pw_counts(int64_t *calls, int64_t *on_blocks) {
+  *calls = __atomic_load_n(&npw, __ATOMIC_RELAXED);
+  *on_blocks = __atomic_load_n(&npwb, __ATOMIC_RELAXED);
 }
 
 void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {

@@ -145,6 +145,8 @@ typedef struct cpu_conv {
   cpu_mm_post post[CPU_MM_MAXPOST];
   fl_storage *w_st;                  /* wt read in place from it, or NULL (cpu_mm's b_st) */
   int xblk, yblk;                    /* 0 plain, else the channel block */
+  const float *wpk;                  /* cpu_conv_pw on blocks: wt packed gOIhw8i8o
+                                        (cpu/mm.c packs and keeps it), else NULL */
 } cpu_conv;
 
 /* 1 when convolutions run through oneDNN: built with it, and not turned
@@ -180,8 +182,10 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** (FUSELAB_CONV=depthwise: it, wherever it fits). */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
-/* Grouped 1x1 convolutions (stride 1, no padding) on plain layouts, with
-** any post-op whose operands are plain, on fuselab's own loop
+/* Grouped 1x1 convolutions (stride 1, no padding) on plain layouts, or on
+** blocks of 8 on both sides where each group is whole blocks (their
+** weights packed in wpk), with any post-op whose operands are laid out
+** as y, on fuselab's own loop
 ** (cpu/conv_pw.c): as cpu_conv_dw_fits / cpu_conv_dw; timed against
 ** oneDNN's forms the same way (FUSELAB_CONV=pointwise: it, wherever it
 ** fits). */
@@ -193,9 +197,10 @@ int cpu_conv_pw(const cpu_conv *c);
 void cpu_conv_posts(const cpu_conv *c, int from);
 void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len);
 /* depthwise and grouped 1x1 convolutions run by cpu_conv_dw and
-** cpu_conv_pw so far (fl.blas_info().depthwise_convs, .pointwise_convs) */
+** cpu_conv_pw so far, and of the latter how many read or wrote blocks
+** (fl.blas_info().depthwise_convs, .pointwise_convs, .pointwise_blocked) */
 int64_t cpu_conv_dw_calls(void);
-int64_t cpu_conv_pw_calls(void);
+void cpu_conv_pw_counts(int64_t *calls, int64_t *on_blocks);
 /* Convolutions run through oneDNN so far, how many with post-ops, and how
 ** many as a batched matmul (fl.blas_info().onednn_convs,
 ** .onednn_conv_posts, .onednn_conv_matmuls). */

@@ -317,7 +317,8 @@ static void push_omp_wait(lua_State *L) {
 ** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
 ** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
 ** batched matmul; depthwise_convs: depthwise ones on plain layouts run by
-** cpu/conv_dw.c instead, pointwise_convs: grouped 1x1s run by cpu/conv_pw.c;
+** cpu/conv_dw.c instead, pointwise_convs: grouped 1x1s run by cpu/conv_pw.c,
+** pointwise_blocked: those of them that read or wrote blocks;
 ** conv_block: the channel block a convolution's result is
 ** kept in for the next (0: none), blocked_reads / blocked_writes /
 ** unblocked: convolutions that read or wrote it, values put back plain
@@ -359,7 +360,9 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
     lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "onednn_conv_matmuls");
     lua_pushinteger(L, (lua_Integer)cpu_conv_dw_calls()); lua_setfield(L, -2, "depthwise_convs");
-    lua_pushinteger(L, (lua_Integer)cpu_conv_pw_calls()); lua_setfield(L, -2, "pointwise_convs");
+    cpu_conv_pw_counts(&calls, &posts);
+    lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "pointwise_convs");
+    lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "pointwise_blocked");
     cpu_conv_block_counts(&calls, &posts, &mms);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "blocked_reads");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "blocked_writes");

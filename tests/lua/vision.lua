@@ -460,6 +460,65 @@ do
   end
 end
 
+-- Grouped 1x1s between convolutions that keep blocks of 8 channels
+-- (ShuffleNet's last stage): where each group is whole blocks,
+-- cpu/conv_pw.c reads and writes the blocks (its weights packed
+-- gOIhw8i8o, kept), timed against oneDNN's grouped kernel at the first
+-- call.  Each case is a depthwise 3x3, the grouped 1x1 with an epilogue
+-- (a batch norm's scale and shift, a residual from the depthwise's result
+-- or from a plain input, relu, sigmoid, hardswish), and a depthwise 3x3
+-- after it; output blocks 1 to 6 a group (tiles of 3-4 blocks and their
+-- remainders), maps of 1 to 15 pixels a side (tiles of 3 pixels and their
+-- remainders, strips of pixels), widths off the block too.  Eager and
+-- compiled against the reference; the child run with
+-- FUSELAB_CONV=pointwise takes the loop for every grouped 1x1, so its
+-- blocked form for every case whose groups are whole blocks.
+do
+  local pb0 = fl.blas_info().pointwise_blocked
+  local nbad, n, whole = 0, 0, 0
+  for i = 1, 18 do
+    local g, cg, og = R(2, 4), 8 * R(1, 4), 8 * R(1, 6)
+    if i % 6 == 0 then cg, og = R(3, 20), R(3, 20) end                -- off the block
+    if i == 7 then g, cg, og = 4, 136, 136 end                        -- ShuffleNet's
+    local N, H, W = R(2), R(1, 15), R(1, 15)
+    local CI, CO = g * cg, g * og
+    local x = fl.rand(N, CI, H, W) * 2 - 1
+    local wd = fl.rand(CI, 1, 3, 3) * 2 - 1
+    local w = (fl.rand(CO, cg, 1, 1) * 2 - 1) * (1 / math.sqrt(cg))
+    local wd2 = fl.rand(CO, 1, 3, 3) * 2 - 1
+    local r = fl.rand(N, CO, H, W) * 2 - 1
+    local sc, sh = fl.rand(CO, 1, 1) + 0.5, fl.rand(CO, 1, 1) - 0.5
+    local b = R(2) == 1 and (fl.rand(CO) * 2 - 1) or nil
+    local kind = i % 5
+    local function f(x_, wd_, w_, wd2_, r_, sc_, sh_, b_)
+      local h = fl.conv2d(x_, wd_, {groups = CI, padding = 1})
+      local y = fl.conv2d(h, w_, b_, {groups = g})
+      if kind == 1 then y = (y * sc_ + sh_):relu()
+      elseif kind == 2 then y = (y * sc_ + sh_ + (CI == CO and h or r_)):relu()   -- ShuffleNet's residual
+      elseif kind == 3 then y = ((y + r_) * sc_ + sh_):sigmoid()
+      elseif kind == 4 then y = y * sc_ + sh_; y = y * (y / 6.0 + 0.5):clamp(0, 1)   -- hardswish
+      else y = y:relu() end
+      return fl.conv2d(y, wd2_, {groups = CO, padding = 1})
+    end
+    local args = {x, wd, w, wd2, r, sc, sh, b}
+    local want, eager, got = three_ways(f, args)
+    n = n + 1
+    if cg % 8 == 0 and og % 8 == 0 then whole = whole + 1 end
+    if not (close(got, want) and close(eager, want)) then
+      nbad = nbad + 1
+      t.diag(("blocked 1x1: x%s groups %d of %d -> %d, kind %d%s: max err %s / %s"):format(str(x.shape), g,
+             cg, og, kind, b and " +bias" or "", got and tostring(maxerr(got, want)) or "no result",
+             maxerr(eager, want)))
+    end
+  end
+  t.is(nbad, 0, n .. " grouped 1x1s between blocked convolutions match the reference, eager and compiled")
+  if os.getenv("FUSELAB_CONV") == "pointwise" and conv_on and fl.blas_info().conv_block == 8 then
+    local k = fl.blas_info().pointwise_blocked - pb0
+    t.ok(k >= whole, "FUSELAB_CONV=pointwise: grouped 1x1s of whole blocks read or wrote them on cpu/conv_pw.c (" ..
+         k .. " calls, " .. whole .. " expected at least)")
+  end
+end
+
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") then
   C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
   if conv_on then
