@@ -257,16 +257,21 @@ void pwb_tile(const float *x, int64_t P, const float *w, int64_t ws, int64_t CG,
   v8f a00 = zero, a01 = zero, a02 = zero, a10 = zero, a11 = zero, a12 = zero,
       a20 = zero, a21 = zero, a22 = zero, a30 = zero, a31 = zero, a32 = zero;
   const int64_t xi = XB ? 1 : P, xp = XB ? 8 : 1;   /* between input channels, pixels */
+  /* a pointer per block, so that each load's offset is a constant */
+  const float *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
   int64_t ib;
   int i;
-  for (ib = 0; ib < CG / 8; ib++, x += 8 * P, w += 64) {
+  for (ib = 0; ib < CG / 8; ib++, x += 8 * P, w0 += 64, w1 += 64, w2 += 64, w3 += 64) {
     _Pragma("GCC unroll 8")
     for (i = 0; i < 8; i++) {
+      /* a splat, not zero + x: adding zero is not a no-op to GCC (-0) */
       const float *xx = x + i * xi;
-      v8f b0 = zero + xx[0], b1 = PT > 1 ? zero + xx[xp] : zero, b2 = PT > 2 ? zero + xx[2 * xp] : zero, v;
+      float f0 = xx[0], f1 = PT > 1 ? xx[xp] : 0.0f, f2 = PT > 2 ? xx[2 * xp] : 0.0f;
+      v8f b0 = {f0, f0, f0, f0, f0, f0, f0, f0}, b1 = {f1, f1, f1, f1, f1, f1, f1, f1};
+      v8f b2 = {f2, f2, f2, f2, f2, f2, f2, f2}, v;
 #define PWB_FMA(r)                                                         \
       if (OB > r) {                                                        \
-        v = *(const v8f *)(w + r * ws + i * 8);                            \
+        v = *(const v8f *)(w##r + i * 8);                                  \
         a##r##0 += v * b0;                                                 \
         if (PT > 1) a##r##1 += v * b1;                                     \
         if (PT > 2) a##r##2 += v * b2;                                     \

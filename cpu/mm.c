@@ -1209,6 +1209,26 @@ static int pw_allowed(const cpu_conv *c) {
 ** FUSELAB_CONV=matmul the matmul form wherever it can be made,
 ** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
 ** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
+/* FUSELAB_DEBUG=2 and up: each shape's candidates, their best times and
+** the one kept, on stderr (a first call's choice, which varies with the
+** load at that moment). */
+static void pick_trace(const cpu_conv *c, const int *made, const double *best, int pick) {
+  static const char *const name[5] = {"oneDNN in its layouts", "oneDNN in these", "as a matmul",
+                                      "cpu/conv_dw.c", "cpu/conv_pw.c"};
+  const char *d = getenv("FUSELAB_DEBUG");
+  int i;
+  if (!d || atoi(d) < 2) return;
+  fprintf(stderr, "fuselab: conv2d %lldx%lldx%lldx%lld -> %lld, %lldx%lld, groups %lld, blocks %d in, %d out, "
+          "%d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w, (long long)c->co,
+          (long long)c->kh, (long long)c->kw, (long long)c->groups, c->xblk, c->yblk, c->npost);
+  for (i = 0, d = ""; i < 5; i++)
+    if (made[i]) {
+      fprintf(stderr, "%s %s %.3f ms%s", d, name[i], best[i] * 1e3, i == pick ? " (kept)" : "");
+      d = ",";
+    }
+  fputc('\n', stderr);
+}
+
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[5];                                   /* 3: none; 4: cpu_conv_pw's weights */
   double best[5], spent, fast;
@@ -1255,6 +1275,7 @@ static int centry_pick(centry *en, const cpu_conv *c) {
       }
   for (i = 0; i < 5; i++)
     if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
+  if (n > 1) pick_trace(c, made, best, pick);
   for (i = 0; i < 5; i++)
     if (i != pick) centry_clear(&cand[i]);
   if (pick >= 0 && pick != 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
