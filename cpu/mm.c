@@ -1192,23 +1192,6 @@ static int pw_allowed(const cpu_conv *c) {
   return (conv_mode == 2 || conv_mode == 6) && cpu_conv_pw_fits(c);
 }
 
-/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
-** kernels, but their reorders in and out cost more than they save on some
-** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
-** 1x1 may be faster still as a matmul (centry_make_mm); so each
-** that can be made is, and the fastest on c's own data is kept (a
-** convolution reads only its inputs: running it again changes nothing):
-** one run each to touch the buffers, then the best of runs taken in
-** turns: two each, and up to eight while they add up to under 2 ms (a
-** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
-** but one where the fastest takes 4 ms or more: a few percent of noise
-** there, and each run more is the first call's (VGG-19's took 0.99 s
-** with one, 1.37 with two).  Each is the whole answer where the others
-** are refused (a post-op oneDNN cannot read across layouts).
-** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
-** FUSELAB_CONV=matmul the matmul form wherever it can be made,
-** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
-** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
 /* FUSELAB_DEBUG=2 and up: each shape's candidates, their best times and
 ** the one kept, on stderr (a first call's choice, which varies with the
 ** load at that moment). */
@@ -1218,21 +1201,42 @@ static void pick_trace(const cpu_conv *c, const int *made, const double *best, i
   const char *d = getenv("FUSELAB_DEBUG");
   int i;
   if (!d || atoi(d) < 2) return;
-  fprintf(stderr, "fuselab: conv2d %lldx%lldx%lldx%lld -> %lld, %lldx%lld, groups %lld, blocks %d in, %d out, "
-          "%d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w, (long long)c->co,
-          (long long)c->kh, (long long)c->kw, (long long)c->groups, c->xblk, c->yblk, c->npost);
+  fprintf(stderr, "fuselab: conv2d %lldx%lldx%lldx%lld -> %lld, %lldx%lld stride %lld, groups %lld, blocks %d in, "
+          "%d out, %d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
+          (long long)c->co, (long long)c->kh, (long long)c->kw, (long long)c->sh, (long long)c->groups, c->xblk,
+          c->yblk, c->npost);
   for (i = 0, d = ""; i < 5; i++)
     if (made[i]) {
-      fprintf(stderr, "%s %s %.3f ms%s", d, name[i], best[i] * 1e3, i == pick ? " (kept)" : "");
+      if (best[i] < 1e30) fprintf(stderr, "%s %s %.3f ms", d, name[i], best[i] * 1e3);
+      else fprintf(stderr, "%s %s (untimed)", d, name[i]);
+      if (i == pick) fprintf(stderr, " (kept)");
       d = ",";
     }
   fputc('\n', stderr);
 }
 
+/* Make en's primitive.  oneDNN's own (blocked) layouts make the fast
+** kernels, but their reorders in and out cost more than they save on some
+** shapes (a 1x1 conv over many channels: bench/conv_libs.lua), and a
+** 1x1 may be faster still as a matmul (centry_make_mm); so each
+** that can be made is, and the fastest on c's own data is kept (a
+** convolution reads only its inputs: running it again changes nothing):
+** one run each to touch the buffers, then the best of runs taken in
+** turns: two each, and up to eight while those of the candidates within
+** twice the fastest add up to under 2 ms (a
+** ShuffleNet-sized conv takes 0.06 ms, where one run's noise decides),
+** but one where the fastest takes 4 ms or more: a few percent of noise
+** there, and each run more is the first call's (VGG-19's took 0.99 s
+** with one, 1.37 with two).  Each is the whole answer where the others
+** are refused (a post-op oneDNN cannot read across layouts).
+** FUSELAB_CONV=plain / any keeps one of oneDNN's convolutions,
+** FUSELAB_CONV=matmul the matmul form wherever it can be made,
+** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
+** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
 static int centry_pick(centry *en, const cpu_conv *c) {
   centry cand[5];                                   /* 3: none; 4: cpu_conv_pw's weights */
-  double best[5], spent, fast;
-  int made[5], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode >= 4;
+  double best[5], tot[5], spent, fast;
+  int made[5], alive[5], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode >= 4;
   /* a residual after per-channel post-ops: oneDNN's convolutions would
   ** need it split off (cpu_conv_run), the matmul form and cpu/conv_pw.c
   ** take it whole */
@@ -1264,18 +1268,31 @@ static int centry_pick(centry *en, const cpu_conv *c) {
       else made[i] = i == 3 ? cpu_conv_dw(c) == FL_OK : pw_exec(&cand[i], c, 0);
     }
   }
+  for (i = 0; i < 5; i++) {
+    alive[i] = made[i];
+    tot[i] = 0;
+  }
   for (r = 0, spent = 0, fast = 1e30;
-       n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++)
+       n > 1 && (r < 1 || (r < 2 && fast < 4e-3) || (r < 8 && spent < 2e-3)); r++) {
     for (i = 0; i < 5; i++)
-      if (made[i]) {
+      if (alive[i]) {
         double t = exec_seconds(i != 3 ? &cand[i] : NULL, c, i == 4);
-        spent += t;
+        tot[i] += t;
         if (t < best[i]) best[i] = t;
         if (t < fast) fast = t;
       }
+    /* one more than twice the fastest cannot win: its time leaves the
+    ** budget and its runs go to the close ones (ShuffleNet's grouped 1x1
+    ** over 544 channels: oneDNN's 3.6 ms on plain layouts left one more
+    ** round for three candidates near 0.2 ms) */
+    for (i = 0, spent = 0; i < 5; i++) {
+      if (alive[i] && best[i] > 2 * fast) alive[i] = 0;
+      if (alive[i]) spent += tot[i];
+    }
+  }
   for (i = 0; i < 5; i++)
     if (made[i] && (pick < 0 || best[i] < best[pick])) pick = i;
-  if (n > 1) pick_trace(c, made, best, pick);
+  pick_trace(c, made, best, pick);
   for (i = 0; i < 5; i++)
     if (i != pick) centry_clear(&cand[i]);
   if (pick >= 0 && pick != 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
