@@ -519,6 +519,25 @@ do
   end
 end
 
+-- FUSELAB_DEBUG=2 names each convolution shape's candidates, their
+-- times and the one kept (a child process: the choices are made once per
+-- process).
+do
+  local bin = os.getenv("FUSELAB")
+  if bin and conv_on and not os.getenv("FUSELAB_CONV") then
+    local code = "local w = fl.rand(32, 8, 1, 1); local f = fl.compile(function(x) "
+      .. "return fl.conv2d(x, w, {groups = 4}):relu() end, {backend = 'cpu'}); f(fl.rand(1, 32, 6, 6))"
+    local p = io.popen("FUSELAB_DEBUG=2 '" .. bin .. "' -e \"" .. code .. "\" 2>&1")
+    local out = p:read("a")
+    p:close()
+    local line = out:match("fuselab: conv2d 1x32x6x6 %-> 32, 1x1 stride 1, groups 4[^\n]*") or ""
+    t.ok(line:find("cpu/conv_pw.c [%d.]+ ms") and line:find("oneDNN in its layouts [%d.]+ ms") and
+         select(2, line:gsub("%(kept%)", "")) == 1, "FUSELAB_DEBUG=2 names a convolution's timed candidates and the one kept: " .. line)
+  else
+    t.skip("needs the fuselab binary and oneDNN's convolutions")
+  end
+end
+
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") then
   C.rerun("FUSELAB_CONV=blas", "im2col + sgemm", "im2col + OpenBLAS sgemm", "conv")
   if conv_on then
