@@ -1281,12 +1281,13 @@ static int centry_pick(centry *en, const cpu_conv *c) {
         if (t < best[i]) best[i] = t;
         if (t < fast) fast = t;
       }
-    /* one more than twice the fastest cannot win: its time leaves the
-    ** budget and its runs go to the close ones (ShuffleNet's grouped 1x1
-    ** over 544 channels: oneDNN's 3.6 ms on plain layouts left one more
-    ** round for three candidates near 0.2 ms) */
+    /* one whose best of two is more than twice the fastest cannot win:
+    ** its time leaves the budget and its runs go to the close ones
+    ** (ShuffleNet's grouped 1x1 over 544 channels: oneDNN's 3.6 ms on
+    ** plain layouts left one more round for three candidates near 0.2
+    ** ms); not after one, which a busy moment can slow 40-fold */
     for (i = 0, spent = 0; i < 5; i++) {
-      if (alive[i] && best[i] > 2 * fast) alive[i] = 0;
+      if (r >= 1 && alive[i] && best[i] > 2 * fast) alive[i] = 0;
       if (alive[i]) spent += tot[i];
     }
   }
