@@ -18,6 +18,9 @@
 #include "mm.h"
 
 #include "eager_impl.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* One operand's matrices as sgemm reads them, plus its batch dims. */
 typedef struct mat {
@@ -796,6 +799,50 @@ void pool_row8(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int
   int hin = h0 >= 0 && h0 + (g->kh - 1) * g->dh < H;
   for (ow = 0; ow < OW; ow++) {
     int64_t w0 = ow * g->sw - g->pl;
+    if (is_max && hin && ow + 4 <= OW && w0 >= 0 && w0 + 3 * g->sw + (g->kw - 1) * g->dw < W) {
+      /* four windows inside the image at once, each in its taps' order:
+      ** four chains of compare and blend, where one waited on itself
+      ** (ShuffleNet's first max pool: 0.19 -> 0.08 ms) */
+      const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      v8f m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+      const float *p0 = xb + (h0 * W + w0) * B;
+      int64_t ps = g->sw * B;
+      for (kh = 0; kh < g->kh; kh++)
+        for (kw = 0; kw < g->kw; kw++) {
+          const float *pk = p0 + kh * rs + kw * cs;
+          max_nan(&m0, pk);
+          max_nan(&m1, pk + ps);
+          max_nan(&m2, pk + 2 * ps);
+          max_nan(&m3, pk + 3 * ps);
+        }
+      *(v8f_u *)(yr + ow * B) = m0;
+      *(v8f_u *)(yr + (ow + 1) * B) = m1;
+      *(v8f_u *)(yr + (ow + 2) * B) = m2;
+      *(v8f_u *)(yr + (ow + 3) * B) = m3;
+      ow += 3;
+      continue;
+    }
+    if (!is_max && hin && ow + 2 <= OW && w0 >= 0 && w0 + g->sw + g->kw - 1 < W && h0 + g->kh <= H) {
+      /* the average likewise, two windows at a time (four sums of
+      ** doubles), each in avg_window's order, divided by the whole window */
+      v4d l0 = {0, 0, 0, 0}, h0s = l0, l1 = l0, h1s = l0, d = (v4d){1, 1, 1, 1} * (double)(g->kh * g->kw);
+      const float *p0 = xb + (h0 * W + w0) * B;
+      int64_t ps = g->sw * B;
+      for (kh = 0; kh < g->kh; kh++)
+        for (kw = 0; kw < g->kw; kw++) {
+          const float *pk = p0 + (kh * W + kw) * B;
+          l0 += __builtin_convertvector(*(const v4f_u *)pk, v4d);
+          h0s += __builtin_convertvector(*(const v4f_u *)(pk + 4), v4d);
+          l1 += __builtin_convertvector(*(const v4f_u *)(pk + ps), v4d);
+          h1s += __builtin_convertvector(*(const v4f_u *)(pk + ps + 4), v4d);
+        }
+      *(v4f_u *)(yr + ow * B) = __builtin_convertvector(l0 / d, v4f_u);
+      *(v4f_u *)(yr + ow * B + 4) = __builtin_convertvector(h0s / d, v4f_u);
+      *(v4f_u *)(yr + (ow + 1) * B) = __builtin_convertvector(l1 / d, v4f_u);
+      *(v4f_u *)(yr + (ow + 1) * B + 4) = __builtin_convertvector(h1s / d, v4f_u);
+      ow += 1;
+      continue;
+    }
     if (is_max) {
       v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
       if (hin && w0 >= 0 && w0 + (g->kw - 1) * g->dw < W) {
@@ -843,14 +890,24 @@ void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t 
 ** 10 ns per add; 14 us now).  A last group of fewer planes pads its
 ** lanes with zeros that are never written back.  Rows of more than 64
 ** outputs, fewer than 8 planes or planes larger than POOL_BY8_MAX keep
-** the row loop, which is as fast there (bench/RESULTS.md). */
+** the row loop, which is as fast there (bench/RESULTS.md).  Few groups
+** of large planes (ShuffleNet's first max pool: 3 groups of 112x112) are
+** cut into bands of output rows, each transposing the input rows its
+** windows read, so that every thread has work and its scratch stays in
+** L2 (one group a thread left one of two idle a third of the time). */
 #define POOL_BY8_MAX 16384   /* pixels of a plane: T is at most 512 KB a thread */
 
 EAGER_WIDE
 static int pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH,
                     int64_t OW, const op_win2d *g, int is_max) {
-  int64_t groups = (planes + 7) / 8, HW = H * W, OHW = OH * OW;
-  int ok = 1;
+  int64_t groups = (planes + 7) / 8, HW = H * W, OHW = OH * OW, bands = 1;
+  int ok = 1, threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  /* at least 8 items a thread, bands of at least 4 output rows */
+  if (groups < 8 * threads) bands = (8 * threads + groups - 1) / groups;
+  if (bands > OH / 4) bands = OH / 4 > 1 ? OH / 4 : 1;
   EAGER_PRAGMA(omp parallel if (planes * HW * g->kh * g->kw > EAGER_PAR_MIN))
   {
     float *T = malloc((size_t)(HW + OHW) * 8 * sizeof *T);
@@ -862,12 +919,17 @@ static int pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t
     EAGER_PRAGMA(omp barrier)
     if (ok) {
       EAGER_PRAGMA(omp for schedule(static))
-      for (q = 0; q < groups; q++) {
-        int n = planes - q * 8 < 8 ? (int)(planes - q * 8) : 8;
-        planes_to8(x + q * 8 * HW, HW, T, HW, n);
-        for (oh = 0; oh < OH; oh++)
+      for (q = 0; q < groups * bands; q++) {
+        int64_t gi = q / bands, b = q % bands, o0 = b * OH / bands, o1 = (b + 1) * OH / bands;
+        /* the input rows the band's windows read, clipped to the plane */
+        int64_t r0 = o0 * g->sh - g->pt, r1 = (o1 - 1) * g->sh - g->pt + (g->kh - 1) * g->dh + 1;
+        int n = planes - gi * 8 < 8 ? (int)(planes - gi * 8) : 8;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > H ? H : r1;
+        if (r1 > r0) planes_to8(x + gi * 8 * HW + r0 * W, HW, T + r0 * W * 8, (r1 - r0) * W, n);
+        for (oh = o0; oh < o1; oh++)
           pool_blocked_row(T, T + (HW + oh * OW) * 8, H, W, OW, oh * g->sh - g->pt, g, is_max, 8);
-        planes_from8(T + HW * 8, y + q * 8 * OHW, OHW, OHW, n);
+        planes_from8(T + (HW + o0 * OW) * 8, y + gi * 8 * OHW + o0 * OW, OHW, (o1 - o0) * OW, n);
       }
     }
     free(T);

@@ -898,4 +898,62 @@ do
        (#bad == 0 and "all 5 shapes" or table.concat(bad, ", ")))
 end
 
+-- Pools over 8 planes at a time (pool_by8: planes transposed into a
+-- pixel-major scratch, large planes cut into bands of output rows, max
+-- windows inside the image four at a time, averages two at a time):
+-- 3x3 stride-2 windows with and without padding, ceil_mode,
+-- count_include_pad, on planes of 9 to 120 pixels a side; max pools with
+-- NaNs among the values.  Eager against the reference (max exactly,
+-- NaN for NaN; averages within 1e-6), and compiled between two
+-- convolutions whose values stay in blocks (the same windows on nChw8c).
+do
+  local bad = {}
+  for i = 1, 16 do
+    fl.manual_seed(900 + i)
+    local n, c, h, w = R(2), 8 * R(1, 3) + (i % 3 == 0 and R(1, 7) or 0), R(9, 120), R(9, 120)
+    if i <= 4 then h, w = R(100, 120), R(100, 120) end             -- few groups of large planes: bands
+    local max = i % 2 == 1
+    local opts = {stride = 2, padding = R(0, 1), ceil_mode = R(3) == 1}
+    if not max then opts.count_include_pad = R(2) == 1 end
+    local x = fl.randn(n, c, h, w)
+    if max then
+      local flat = x:reshape(-1)
+      for j = R(7), #flat, 7 + R(40) do flat[j] = 0 / 0 end
+    end
+    local function f(a) return max and fl.max_pool2d(a, 3, opts) or fl.avg_pool2d(a, 3, opts) end
+    local want = fl.capture(f, x):run_reference(x):reshape(-1)
+    local got = f(x):reshape(-1)
+    local ok = #got == #want
+    for j = 1, ok and #got or 0 do
+      local a, b = got[j], want[j]
+      if not (a == b or (a ~= a and b ~= b) or (not max and math.abs(a - b) <= 1e-6 * (1 + math.abs(b)))) then
+        ok = false
+        break
+      end
+    end
+    if not ok then bad[#bad + 1] = ("%s %dx%dx%dx%d"):format(max and "max" or "avg", n, c, h, w) end
+  end
+  t.ok(#bad == 0, "3x3 stride-2 pools over 8 planes at a time, NaNs among max pools', equal the reference: " ..
+       (#bad == 0 and "all 16" or table.concat(bad, ", ")))
+  local nbad = 0
+  for i = 1, 6 do
+    local c, h = 8 * R(1, 3), R(12, 60)
+    local w1, w2 = fl.rand(c, c, 3, 3) * 0.2 - 0.1, fl.rand(c, c, 1, 1) * 0.4 - 0.2
+    local max = i % 2 == 0
+    local function f(x_, a_, b_)
+      local y = fl.conv2d(x_, a_, {padding = 1}):relu()
+      y = max and fl.max_pool2d(y, 3, {stride = 2, padding = 1}) or fl.avg_pool2d(y, 3, {stride = 2, padding = 1})
+      return fl.conv2d(y, b_)
+    end
+    local args = {fl.randn(R(2), c, h, h), w1, w2}
+    local want, eager, got = three_ways(f, args)
+    if not (close(got, want) and close(eager, want)) then
+      nbad = nbad + 1
+      t.diag(("%s pool between convs: %d channels, %dx%d: max err %s"):format(max and "max" or "avg", c, h, h,
+             got and tostring(maxerr(got, want)) or "no result"))
+    end
+  end
+  t.is(nbad, 0, "6 pools between convolutions (their values in blocks) compiled match the reference")
+end
+
 t.done()
