@@ -16,6 +16,10 @@ local cases = {
    {stride = 1, padding = {2, 0}}},
   {"avg 3x3/2 pad 1 [1,240,28,28] (ShuffleNet)", {1, 240, 28, 28}, "avg_pool2d", 3,
    {stride = 2, padding = 1}},
+  {"max 3x3/2 pad 1 [1,24,112,112] (ShuffleNet)", {1, 24, 112, 112}, "max_pool2d", 3,
+   {stride = 2, padding = 1}},
+  {"avg 3x3/2 pad 1 [1,24,56,56] (ShuffleNet)", {1, 24, 56, 56}, "avg_pool2d", 3,
+   {stride = 2, padding = 1}},
 }
 
 print(("%-52s %22s"):format("pool", "ms median (range)"))

@@ -1066,6 +1066,20 @@ static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to) {
   return dnnl_primitive_execute(p, stream, 2, a) == dnnl_success;
 }
 
+/* c's weights (en's side[1].user, set by the caller) in en's layout for
+** them: their kept copy, made once (kept_find); NULL where there is none,
+** and en's own buffer is the reorder's target. */
+static void *kept_weights(centry *en, const cpu_conv *c) {
+  const dnnl_memory_desc_t *md, *from;
+  void *kw = NULL;
+  pslot *s = dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success &&
+             dnnl_memory_get_memory_desc(en->side[1].user, &from) == dnnl_success
+             ? kept_find(c->w_st, c->wt, from, md) : NULL;
+  if (s) kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
+  if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
+  return kw;
+}
+
 /* Run en on c's data: the reorders in, the convolution, the reorder out;
 ** with keep 1, weights read before with the same values come from their
 ** kept copy (kept_find), not reordered again; with keep 2 (timing a
@@ -1090,14 +1104,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   if (c->bias) dnnl_memory_set_data_handle(en->bias, (void *)c->bias);
   for (i = 0; i < c->npost; i++)
     if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
-  if (keep == 1 && en->side[1].inner) {
-    const dnnl_memory_desc_t *md, *from;
-    pslot *s = dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success &&
-               dnnl_memory_get_memory_desc(en->side[1].user, &from) == dnnl_success
-               ? kept_find(c->w_st, c->wt, from, md) : NULL;
-    if (s) kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
-    if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
-  }
+  if (keep == 1 && en->side[1].inner) kw = kept_weights(en, c);
   for (i = 0; i < 2 && ok; i++)
     if (en->side[i].inner && !(i == 1 && (kw || keep == 2)))
       ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
@@ -1137,14 +1144,7 @@ static int pw_exec(centry *en, const cpu_conv *c, int keep) {
   void *kw = NULL;
   if (!c->xblk && !c->yblk) return cpu_conv_pw(c) == FL_OK;
   dnnl_memory_set_data_handle(en->side[1].user, (void *)c->wt);
-  if (keep == 1) {
-    const dnnl_memory_desc_t *md, *from;
-    pslot *s = dnnl_memory_get_memory_desc(en->side[1].inner, &md) == dnnl_success &&
-               dnnl_memory_get_memory_desc(en->side[1].user, &from) == dnnl_success
-               ? kept_find(c->w_st, c->wt, from, md) : NULL;
-    if (s) kw = kept_copy(s, c->w_st, md, en->side[1].reorder, en->side[1].user, en->side[1].inner);
-    if (!kw) dnnl_memory_set_data_handle(en->side[1].inner, en->side[1].buf);
-  }
+  if (keep == 1) kw = kept_weights(en, c);
   if (!kw && keep != 2 && (!exec2(en->side[1].reorder, en->side[1].user, en->side[1].inner) ||
                            dnnl_stream_wait(stream) != dnnl_success))
     return 0;
@@ -1247,8 +1247,11 @@ static int centry_pick(centry *en, const cpu_conv *c) {
     return 1;
   }
   if (conv_mode == 6 && cpu_conv_pw_fits(c)) {     /* FUSELAB_CONV=pointwise */
-    en->pw = 1;
-    return pw_make(en, c);
+    if (pw_make(en, c)) {
+      en->pw = 1;
+      return 1;
+    }
+    centry_clear(en);                                /* no memory for its weights: the rest */
   }
   made[2] = timed && centry_make_mm(&cand[2], c);
   made[0] = !whole && conv_mode != 1 && !(conv_mode == 4 && made[2]) && centry_make(&cand[0], c, 1);
@@ -1407,7 +1410,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     else __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
   } else if (en->pw) {
     if (!pw_exec(en, c, 1)) {
-      rc = err_set(e, FL_ENOMEM, "conv2d: out of memory for a pointwise strip");
+      rc = err_set(e, FL_ENOMEM, "conv2d: out of memory for a pointwise convolution");
     } else {
       __atomic_fetch_add(&npw, 1, __ATOMIC_RELAXED);
       if (c->xblk || c->yblk) __atomic_fetch_add(&npwb, 1, __ATOMIC_RELAXED);
