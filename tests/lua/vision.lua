@@ -512,6 +512,20 @@ do
     end
   end
   t.is(nbad, 0, n .. " grouped 1x1s between blocked convolutions match the reference, eager and compiled")
+  -- their weights packed and kept: a weight written in place between
+  -- calls is packed again
+  local C = 64
+  local x, wd = fl.rand(1, C, 10, 10) * 2 - 1, fl.rand(C, 1, 3, 3) * 2 - 1
+  local w, wd2 = (fl.rand(C, C // 4, 1, 1) * 2 - 1) * 0.25, fl.rand(C, 1, 3, 3) * 2 - 1
+  local function f(x_, w_)
+    local h = fl.conv2d(x_, wd, {groups = C, padding = 1})
+    return fl.conv2d(fl.conv2d(h, w_, {groups = 4}):relu(), wd2, {groups = C, padding = 1})
+  end
+  local cf = fl.compile(f, {backend = "cpu"})
+  local g = fl.capture(f, x, w)
+  local ok1 = close(cf(x, w), g:run_reference(x, w)) and close(cf(x, w), g:run_reference(x, w))
+  fl.no_grad(function() w:mul_(-0.5) end)
+  t.ok(ok1 and close(cf(x, w), g:run_reference(x, w)), "a grouped 1x1's weight written in place between calls is read anew")
   if os.getenv("FUSELAB_CONV") == "pointwise" and conv_on and fl.blas_info().conv_block == 8 then
     local k = fl.blas_info().pointwise_blocked - pb0
     t.ok(k >= whole, "FUSELAB_CONV=pointwise: grouped 1x1s of whole blocks read or wrote them on cpu/conv_pw.c (" ..
