@@ -50,37 +50,6 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   return 1;
 }
 
-/* The epilogue over u [n][8] (pixel-major: 8 channels from c0): a
-** residual's or factor's row (at element off of channel c0's plane,
-** planes `ps` apart) is brought into r the same way first, or with blk
-** (laid out in blocks of 8, as the result) read in place at off. */
-EAGER_WIDE
-static void dw_posts(const cpu_conv *c, float *restrict u, float *restrict r, int64_t n, int64_t c0, int nc,
-                     int64_t off, int64_t ps, int blk) {
-  int i, j;
-  int64_t k, m = n * 8;
-  for (i = 0; i < c->npost; i++) {
-    const cpu_mm_post *po = &c->post[i];
-    v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (cpu_mm_post_elem(po, u, m)) continue;
-    switch (po->kind) {
-    case CPU_MM_ADD: case CPU_MM_MUL: {
-      const float *rr = po->src.p + off;     /* in blocks: already pixel-major */
-      if (!blk) { planes_to8(rr, ps, r, n, nc); rr = r; }
-      if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += rr[k]; }
-      else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= rr[k]; }
-      break;
-    }
-    case CPU_MM_ADD_C: case CPU_MM_MUL_C:
-      for (j = 0; j < nc; j++) cv[j] = cpu_mm_chan(po, c0 + j);
-      if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f *)(u + k * 8) += cv;
-      else for (k = 0; k < n; k++) *(v8f *)(u + k * 8) *= cv;
-      break;
-    default: break;
-    }
-  }
-}
-
 /* Post-ops from..npost of c over len values of its plain result's plane
 ** q (image * co + channel) from element off. */
 EAGER_WIDE
@@ -201,7 +170,10 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
       else if (c->kh == 5 && c->kw == 5) dw_row(r0, u, OW, s8, rs, cs, wv, bias, 5, 5);
       else dw_row(r0, u, OW, s8, rs, cs, wv, bias, (int)c->kh, (int)c->kw);
     }
-    if (c->npost) dw_posts(c, ub, U + strip * 8, nr * OW, c0, nc, at + oh * OW * (c->yblk ? 8 : 1), OHW, c->yblk);
+    if (c->npost) {          /* operands laid out as y (cpu_conv_dw_fits) */
+      int64_t off = at + oh * OW * (c->yblk ? 8 : 1);
+      cpu_conv_posts8(c, 0, ub, U + strip * 8, nr * OW, c0, nc, off, off, OHW);
+    }
     if (!c->yblk) planes_from8(U, c->y + at + oh * OW, OHW, nr * OW, nc);
   }
 }

@@ -291,36 +291,6 @@ void pwb_tile(const float *x, int64_t P, const float *w, int64_t ws, int64_t CG,
 #undef PWB_STORE
 }
 
-/* Post-ops from .. npost over n pixels of one block of a blocked y (8
-** channels from ch, element at of the result: where a tensor operand's
-** are too; a plain residual's are at pl of its planes, P apart). */
-static void pwb_posts(const cpu_conv *c, int from, float *y, int64_t at, int64_t pl, int64_t ch, int64_t n) {
-  int i, j;
-  int64_t k, P = c->h * c->w;
-  for (i = from; i < c->npost; i++) {
-    const cpu_mm_post *po = &c->post[i];
-    const float *src = po->src.p + at;
-    v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (cpu_mm_post_elem(po, y, n * 8)) continue;
-    if (po->kind == CPU_MM_ADD && !po->blk && i == cpu_conv_sum_post(c->post, c->npost)) {
-      /* the residual, plain: the sum's (cpu_mm_post.blk), the others are y's */
-      for (j = 0; j < 8; j++)
-        for (k = 0; k < n; k++) y[k * 8 + j] += po->src.p[pl + j * P + k];
-      continue;
-    }
-    switch (po->kind) {
-    case CPU_MM_ADD: for (k = 0; k < n * 8; k++) y[k] += src[k]; break;
-    case CPU_MM_MUL: for (k = 0; k < n * 8; k++) y[k] *= src[k]; break;
-    case CPU_MM_ADD_C: case CPU_MM_MUL_C:
-      for (j = 0; j < 8; j++) cv[j] = cpu_mm_chan(po, ch + j);
-      if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f_u *)(y + k * 8) += cv;
-      else for (k = 0; k < n; k++) *(v8f_u *)(y + k * 8) *= cv;
-      break;
-    default: break;
-    }
-  }
-}
-
 /* Tiles of nob (<= 4) blocks over n pixels, 3 at a time (XB as pwb_tile). */
 static inline __attribute__((always_inline))
 void pwb_tiles(const float *x, int64_t P, const float *w, int64_t CG, float *y, int64_t ys, const float *s,
@@ -341,7 +311,8 @@ void pwb_tiles(const float *x, int64_t P, const float *w, int64_t CG, float *y, 
 
 /* One image's group g: its output blocks ob0 .. ob0 + nob (nob <= 4)
 ** over pixels p0 .. p0 + n (sv, tv: every channel's s and t; u: the
-** thread's scratch of 4 n blocks, where y is plain). */
+** thread's scratch of 4 n blocks: the tiles where y is plain, else a
+** plain residual brought into blocks). */
 EAGER_WIDE_FMA
 static void pwb_item(const cpu_conv *c, const float *sv, const float *tv, int from, int64_t img, int64_t g,
                      int64_t ob0, int nob, int64_t p0, int64_t n, float *u) {
@@ -357,8 +328,8 @@ static void pwb_item(const cpu_conv *c, const float *sv, const float *tv, int fr
   else pwb_tiles(x, P, w, CG, y, ys, sv + ch, tv + ch, nob, n, 0);
   for (r = 0; r < nob; r++) {
     if (c->yblk) {
-      if (from < c->npost)
-        pwb_posts(c, from, y + r * ys, at + r * ys, (img * c->co + ch + r * 8) * P + p0, ch + r * 8, n);
+      if (from < c->npost)      /* u: the plain residual's scratch */
+        cpu_conv_posts8(c, from, y + r * ys, u, n, ch + r * 8, 8, at + r * ys, (img * c->co + ch + r * 8) * P + p0, P);
       continue;
     }
     planes_from8(u + r * ys, c->y + at + r * 8 * P, P, n, 8);     /* back to planes */
@@ -383,8 +354,8 @@ static int pwb_run(const cpu_conv *c) {
   if (nb < 3) nb = 3;
   ns = (P + nb - 1) / nb;
   nb = ((P + ns - 1) / ns + 2) / 3 * 3;
-  /* every channel's s and t, then each thread's scratch (a plain y) */
-  if (!(sv = aligned_alloc(64, (size_t)(co2 + (c->yblk ? 0 : threads * 32 * nb)) * sizeof *sv)))
+  /* every channel's s and t, then each thread's scratch */
+  if (!(sv = aligned_alloc(64, (size_t)(co2 + threads * 32 * nb) * sizeof *sv)))
     return FL_ENOMEM;
   tv = sv + c->co;
   for (k = 0; k < c->co; k++) pw_scale(c, lead, k, &sv[k], &tv[k]);
@@ -394,7 +365,7 @@ static int pwb_run(const cpu_conv *c) {
     int64_t ob0 = t * OGB / nt, ob1 = (t + 1) * OGB / nt;
     float *u = sv + co2;
 #ifdef _OPENMP
-    if (!c->yblk) u += (int64_t)omp_get_thread_num() * 32 * nb;
+    u += (int64_t)omp_get_thread_num() * 32 * nb;
 #endif
     if (n > 0) pwb_item(c, sv, tv, lead, gi / c->groups, gi % c->groups, ob0, (int)(ob1 - ob0), p0, n, u);
   }

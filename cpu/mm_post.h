@@ -1,7 +1,7 @@
 /*
 ** mm_post.h -- a product's or convolution's elementwise post-ops over a
 ** run of its result, shared by the loops of fuselab's own that take them
-** (cpu/conv_dw.c, cpu/mm_rows.c).  Inline, so each loop's
+** (cpu/conv_dw.c, cpu/conv_pw.c, cpu/mm_rows.c).  Inline, so each loop's
 ** wide clone (EAGER_WIDE_FMA) vectorizes it in place.
 */
 #ifndef FUSELAB_CPU_MM_POST_H
@@ -39,6 +39,43 @@ int cpu_mm_post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
     }
     return 1;
   default: return 0;
+  }
+}
+
+/* Post-ops from .. npost of convolution c over u [n][8] (pixel-major:
+** nc <= 8 channels from c0), as cpu_conv_posts computes them.  A tensor
+** operand in blocks of 8 (laid out as y is, or the residual in its own
+** layout: cpu_mm_post.blk) is pixel-major already and read in place at
+** element at; a plain one is brought into r [n][8] first, from element pl
+** of channel c0's plane, planes ps apart.  Shared by cpu/conv_dw.c and
+** cpu/conv_pw.c's loop on blocks. */
+EAGER_WIDE
+static inline void cpu_conv_posts8(const cpu_conv *c, int from, float *restrict u, float *restrict r, int64_t n,
+                            int64_t c0, int nc, int64_t at, int64_t pl, int64_t ps) {
+  int i, j, sum = cpu_conv_sum_post(c->post, c->npost);
+  int64_t k, m = n * 8;
+  for (i = from; i < c->npost; i++) {
+    const cpu_mm_post *po = &c->post[i];
+    v8f cv = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (cpu_mm_post_elem(po, u, m)) continue;
+    switch (po->kind) {
+    case CPU_MM_ADD: case CPU_MM_MUL: {
+      const float *rr = po->src.p + at;
+      if (!(i == sum ? po->blk : c->yblk)) {
+        planes_to8(po->src.p + pl, ps, r, n, nc);
+        rr = r;
+      }
+      if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += rr[k]; }
+      else { EAGER_SIMD for (k = 0; k < m; k++) u[k] *= rr[k]; }
+      break;
+    }
+    case CPU_MM_ADD_C: case CPU_MM_MUL_C:
+      for (j = 0; j < nc; j++) cv[j] = cpu_mm_chan(po, c0 + j);
+      if (po->kind == CPU_MM_ADD_C) for (k = 0; k < n; k++) *(v8f_u *)(u + k * 8) += cv;
+      else for (k = 0; k < n; k++) *(v8f_u *)(u + k * 8) *= cv;
+      break;
+    default: break;
+    }
   }
 }
 
