@@ -47,27 +47,23 @@
 
 int cpu_conv_pw_fits(const cpu_conv *c) {
   int i, sum;
-  if (c->xblk || c->yblk) {       /* blocks of 8 on either side, whole in each group */
-    if ((c->xblk && c->xblk != 8) || (c->yblk && c->yblk != 8) || (c->c / (c->groups ? c->groups : 1)) % 8 ||
-        (c->co / (c->groups ? c->groups : 1)) % 8)
-      return 0;
-    /* tensors laid out as y; the residual cpu_conv_sum_post names comes
-    ** in its own layout (cpu_mm_post.blk): y's, or plain where y is in
-    ** blocks */
-    sum = cpu_conv_sum_post(c->post, c->npost);
-    for (i = 0; i < c->npost; i++)
-      if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) &&
-          (!c->post[i].like_dst || (i == sum && c->post[i].blk != c->yblk && c->post[i].blk)))
-        return 0;
-  }
   if (c->groups < 2 || c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
       c->pt || c->pl || c->pb || c->pr || c->oh != c->h || c->ow != c->w || c->c % c->groups ||
       c->co % c->groups || c->c / c->groups > (1 << 16))
     return 0;
-  for (i = 0; i < c->npost && !c->yblk; i++)     /* operands laid out as y: plain */
-    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) &&
-        (!c->post[i].like_dst || c->post[i].blk))
+  /* blocks of 8 on either side, whole in each group */
+  if ((c->xblk || c->yblk) && ((c->xblk && c->xblk != 8) || (c->yblk && c->yblk != 8) ||
+                               (c->c / c->groups) % 8 || (c->co / c->groups) % 8))
+    return 0;
+  /* tensors laid out as y; the residual cpu_conv_sum_post names comes in
+  ** its own layout (cpu_mm_post.blk): y's, or plain where y is in blocks */
+  sum = cpu_conv_sum_post(c->post, c->npost);
+  for (i = 0; i < c->npost; i++) {
+    const cpu_mm_post *po = &c->post[i];
+    if ((po->kind == CPU_MM_ADD || po->kind == CPU_MM_MUL) &&
+        (!po->like_dst || (c->yblk ? i == sum && po->blk && po->blk != c->yblk : po->blk != 0)))
       return 0;
+  }
   return 1;
 }
 
