@@ -39,6 +39,7 @@
 
 #include "mm.h"
 #include "mm_post.h"
+#include "scratch.h"
 
 #include "eager_impl.h"
 
@@ -351,7 +352,7 @@ static int pwb_run(const cpu_conv *c) {
   ns = (P + nb - 1) / nb;
   nb = ((P + ns - 1) / ns + 2) / 3 * 3;
   /* every channel's s and t, then each thread's scratch */
-  if (!(sv = aligned_alloc(64, (size_t)(co2 + threads * 32 * nb) * sizeof *sv)))
+  if (!(sv = cpu_scratch(0, (size_t)(co2 + threads * 32 * nb) * sizeof *sv)))
     return FL_ENOMEM;
   tv = sv + c->co;
   for (k = 0; k < c->co; k++) pw_scale(c, lead, k, &sv[k], &tv[k]);
@@ -365,7 +366,7 @@ static int pwb_run(const cpu_conv *c) {
 #endif
     if (n > 0) pwb_item(c, sv, tv, lead, gi / c->groups, gi % c->groups, ob0, (int)(ob1 - ob0), p0, n, u);
   }
-  free(sv);
+  cpu_scratch_done(0, sv);
   return FL_OK;
 }
 
@@ -381,7 +382,7 @@ int cpu_conv_pw(const cpu_conv *c) {
 #endif
   /* the threads' scratch, then the per-channel s, t (2 co floats: filled
   ** on every call, as the scale and shift may change between calls) */
-  xs = aligned_alloc(64, (size_t)(threads * per + (c->co * 2 + 15) / 16 * 16) * sizeof *xs);
+  xs = cpu_scratch(0, (size_t)(threads * per + (c->co * 2 + 15) / 16 * 16) * sizeof *xs);
   if (!xs) return FL_ENOMEM;
   st = xs + threads * per;
   lead = pw_posts_in_registers(c) ? pw_lead(c) : 0;
@@ -401,6 +402,6 @@ int cpu_conv_pw(const cpu_conv *c) {
 #endif
     if (n > 0) pw_strip(c, st, q / ns / c->groups, q / ns % c->groups, p0, n, mine, mine + CG * 16);
   }
-  free(xs);
+  cpu_scratch_done(0, xs);
   return FL_OK;
 }

@@ -16,6 +16,7 @@
 
 #include "blas.h"
 #include "mm.h"
+#include "scratch.h"
 
 #include "eager_impl.h"
 #ifdef _OPENMP
@@ -910,7 +911,7 @@ static int pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t
   if (bands > OH / 4) bands = OH / 4 > 1 ? OH / 4 : 1;
   EAGER_PRAGMA(omp parallel if (planes * HW * g->kh * g->kw > EAGER_PAR_MIN))
   {
-    float *T = malloc((size_t)(HW + OHW) * 8 * sizeof *T);
+    float *T = cpu_scratch(0, (size_t)(HW + OHW) * 8 * sizeof *T);
     int64_t q, oh;
     if (!T) {
       EAGER_PRAGMA(omp atomic write)
@@ -932,7 +933,7 @@ static int pool_by8(const float *x, float *y, int64_t planes, int64_t H, int64_t
         planes_from8(T + (HW + o0 * OW) * 8, y + gi * 8 * OHW + o0 * OW, OHW, (o1 - o0) * OW, n);
       }
     }
-    free(T);
+    cpu_scratch_done(0, T);
   }
   return ok;
 }
@@ -962,8 +963,8 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
       int64_t np = POOL_GROUP / plane, groups = (planes + np - 1) / np;
       EAGER_PRAGMA(omp parallel if (planes * H * W > EAGER_PAR_MIN))
       {
-        float *P = malloc((size_t)(np * plane + pool_s1_slack(g, Wp)) * sizeof *P);
-        float *Y = malloc((size_t)(np * plane) * sizeof *Y);
+        float *P = cpu_scratch(0, (size_t)(np * plane + pool_s1_slack(g, Wp)) * sizeof *P);
+        float *Y = cpu_scratch(1, (size_t)(np * plane) * sizeof *Y);
         int64_t q, j;
         EAGER_PRAGMA(omp for schedule(static))
         for (q = 0; q < groups; q++) {
@@ -975,8 +976,8 @@ int eager_pool2d(fl_op op, const fl_tensor *const *in, int nin,
           for (j = p0 * OH; j < (p0 + n) * OH; j++)   /* no scratch: row by row */
             max_row(xf + j / OH * H * W, y + j * OW, H, W, OW, j % OH - g->pt, g, lo, hi);
         }
-        free(P);
-        free(Y);
+        cpu_scratch_done(0, P);
+        cpu_scratch_done(1, Y);
       }
     } else if (is_max && is_max2x2(g) && 2 * OH <= H && 2 * OW <= W) {
       EAGER_PRAGMA(omp parallel for schedule(static) if (planes * H * W > EAGER_PAR_MIN))

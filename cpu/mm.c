@@ -1054,6 +1054,7 @@ int cpu_conv_block(void) {
     const char *v = getenv("FUSELAB_LAYOUT");
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     b = !cpu_conv_enabled() || conv_mode == 1 || (v && strcmp(v, "plain") == 0) ? 0
+      : v && strcmp(v, "nChw8c") == 0 ? 8 : v && strcmp(v, "nChw16c") == 0 ? 16
       : (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 16 : 8;
   }
   return b;

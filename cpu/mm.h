@@ -162,7 +162,10 @@ int cpu_conv_enabled(void);
 int cpu_conv_run(const cpu_conv *c, fl_err *e);
 /* The channel block oneDNN's direct convolution kernels read and write on
 ** this CPU (16 with AVX-512, else 8), or 0: oneDNN is off, or
-** FUSELAB_LAYOUT=plain keeps every value plain (to measure). */
+** FUSELAB_LAYOUT=plain keeps every value plain (to measure).
+** FUSELAB_LAYOUT=nChw8c or nChw16c takes that block whatever the CPU (to
+** test the other one's paths; oneDNN's kernels for blocks of 16 without
+** AVX-512 are its slow reference ones). */
 int cpu_conv_block(void);
 
 /* Which of a convolution's post-ops runs as oneDNN's sum, or -1: the

@@ -44,9 +44,10 @@ int cpu_mm_post_elem(const cpu_mm_post *po, float *restrict y, int64_t n) {
 
 /* Post-ops from .. npost of convolution c over u [n][8] (pixel-major:
 ** nc <= 8 channels from c0), as cpu_conv_posts computes them.  A tensor
-** operand in blocks of 8 (laid out as y is, or the residual in its own
-** layout: cpu_mm_post.blk) is pixel-major already and read in place at
-** element at; a plain one is brought into r [n][8] first, from element pl
+** operand in blocks (laid out as y is, or the residual in its own layout:
+** cpu_mm_post.blk) has the group's first pixel at element at: blocks of 8
+** are pixel-major already and read in place, of 16 gathered into r [n][8]
+** (8 floats of every 16); a plain one is brought into r from element pl
 ** of channel c0's plane, planes ps apart.  Shared by cpu/conv_dw.c and
 ** cpu/conv_pw.c's loop on blocks. */
 EAGER_WIDE
@@ -61,8 +62,10 @@ static inline void cpu_conv_posts8(const cpu_conv *c, int from, float *restrict 
     switch (po->kind) {
     case CPU_MM_ADD: case CPU_MM_MUL: {
       const float *rr = po->src.p + at;
-      if (!(i == sum ? po->blk : c->yblk)) {
-        planes_to8(po->src.p + pl, ps, r, n, nc);
+      int b = i == sum ? po->blk : c->yblk;
+      if (b != 8) {
+        if (b) for (k = 0; k < n; k++) *(v8f_u *)(r + k * 8) = *(const v8f_u *)(rr + k * b);
+        else planes_to8(po->src.p + pl, ps, r, n, nc);
         rr = r;
       }
       if (po->kind == CPU_MM_ADD) { EAGER_SIMD for (k = 0; k < m; k++) u[k] += rr[k]; }

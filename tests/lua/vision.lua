@@ -223,19 +223,22 @@ do
     end
   end
   t.is(nbad, 0, n .. " depthwise convs with epilogues match the reference, eager and compiled")
-  -- next to a convolution that keeps blocks of 8 channels: read in blocks
+  -- next to a convolution that keeps blocks of channels: read in blocks
   -- (its result plain, for a sum) and written in blocks (its input plain, a
-  -- graph input), with a residual in the result's layout
+  -- graph input), with a residual in the result's layout (a pool's
+  -- blocks)
   do
-    local x = fl.rand(2, 16, 11, 11) * 2 - 1
-    local w1, wd, wd2, w2 = fl.rand(16, 16, 1, 1) - 0.5, fl.rand(16, 1, 3, 3) - 0.5,
-                            fl.rand(16, 1, 5, 5) - 0.5, fl.rand(16, 16, 3, 3) * 0.2 - 0.1
-    local function f(x_, w1_, wd_, wd2_, w2_)
-      local a = fl.conv2d(fl.conv2d(x_, w1_):relu(), wd_, {padding = 1, groups = 16}):relu():sum(4)
-      local b = fl.conv2d(x_, wd2_, {padding = 2, stride = 2, groups = 16}):relu()
+    local x = fl.rand(2, 32, 11, 11) * 2 - 1
+    local w1, wd, wd2, w2 = fl.rand(32, 32, 1, 1) - 0.5, fl.rand(32, 1, 3, 3) - 0.5,
+                            fl.rand(32, 1, 5, 5) - 0.5, fl.rand(32, 32, 3, 3) * 0.2 - 0.1
+    local w3 = fl.rand(32, 32, 1, 1) - 0.5
+    local function f(x_, w1_, wd_, wd2_, w2_, w3_)
+      local a = fl.conv2d(fl.conv2d(x_, w1_):relu(), wd_, {padding = 1, groups = 32}):relu():sum(4)
+      local r = fl.conv2d(x_, w3_):relu():max_pool2d(2, {ceil_mode = true})
+      local b = (fl.conv2d(x_, wd2_, {padding = 2, stride = 2, groups = 32}) + r):relu()
       return a, fl.conv2d(b, w2_, {padding = 1}) + 1.0
     end
-    local args = {x, w1, wd, wd2, w2}
+    local args = {x, w1, wd, wd2, w2, w3}
     local d0 = fl.blas_info().depthwise_convs
     local g = fl.capture(f, table.unpack(args))
     local want1, want2 = g:run_reference(table.unpack(args))
@@ -816,6 +819,12 @@ end
 
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") and conv_on then
   C.rerun("FUSELAB_LAYOUT=plain", "every value plain", "no value in blocks", "blocked")
+  -- the other CPUs' block (AVX2's 8, AVX-512's 16), with every depthwise
+  -- convolution on cpu/conv_dw.c: its blocked paths for both sizes, here
+  local other = fl.blas_info().conv_block == 16 and 8 or 16
+  C.rerun(("FUSELAB_LAYOUT=nChw%dc FUSELAB_CONV=depthwise"):format(other),
+          "blocks of " .. other .. " channels, depthwise convs on cpu/conv_dw.c",
+          ("carried nChw%dc between them"):format(other), "blocked_reads")
 end
 
 -- ShuffleNet's grouped 1x1 and depthwise 3x3 stay one conv2d each: one
