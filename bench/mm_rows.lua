@@ -1,8 +1,9 @@
 -- mm_rows.lua -- products of a few rows (a classifier over two images, a
 -- decoding step of a few sequences, squeeze-and-excitation's 1x1
--- convolutions over a 1x1 map): fuselab's own loop (cpu/mm_rows.c, the
--- default) against oneDNN (FUSELAB_MATMUL=onednn), each in a fresh
--- process, taken in turns, so both see the same moment of a noisy
+-- convolutions over a 1x1 map): fuselab's own loop (cpu/mm_rows.c,
+-- FUSELAB_MATMUL=rows; the default for linears only without AVX-512)
+-- against oneDNN (FUSELAB_MATMUL=onednn), each in a fresh process, taken
+-- in turns, so both see the same moment of a noisy
 -- machine.  Per shape: a compiled fl.linear with its bias (se: the two
 -- convolutions with their bias, relu and sigmoid), the best of 7 batches;
 -- the table gives each setting's best over the rounds, oneDNN / fuselab
@@ -36,7 +37,7 @@ end
 
 local rounds = tonumber(arg[1]) or 3
 local exe = os.getenv("FUSELAB") or arg[-1]
-local modes = {{"fuselab's loop", ""}, {"oneDNN", "FUSELAB_MATMUL=onednn "}}
+local modes = {{"fuselab's loop", "FUSELAB_MATMUL=rows "}, {"oneDNN", "FUSELAB_MATMUL=onednn "}}
 local best = {{}, {}}
 for _ = 1, rounds do
   for i, m in ipairs(modes) do

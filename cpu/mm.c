@@ -550,14 +550,26 @@ static int locked_entry(pcache *c, const void *k, const void *call, const char *
 }
 
 /* FUSELAB_MATMUL: 0 blas (oneDNN off), 1 the default, 2 onednn (no
-** product on cpu/mm_rows.c) */
+** product on cpu/mm_rows.c), 3 rows (linears of a few rows on it whatever
+** the CPU) */
 static int mm_mode(void) {
   static int mode = -1;
   if (mode < 0) {
     const char *v = getenv("FUSELAB_MATMUL");
-    mode = v && strcmp(v, "blas") == 0 ? 0 : v && strcmp(v, "onednn") == 0 ? 2 : 1;
+    mode = v && strcmp(v, "blas") == 0 ? 0 : v && strcmp(v, "onednn") == 0 ? 2
+         : v && strcmp(v, "rows") == 0 ? 3 : 1;
   }
   return mode;
+}
+
+/* Linears of a few rows on cpu/mm_rows.c: by default only where oneDNN's
+** kernels are AVX2's.  With AVX-512 its general product is no longer the
+** slow one (an AMD EPYC of family 25 model 17, bench/mm_rows.lua: 2 rows
+** even, 4 and 8 rows 1.2-2x faster than the loop; in MobileNetV3, its
+** classifier's weights cold, 0.032 and 0.051 ms against 0.055 and 0.072). */
+static int rows_linear(void) {
+  return mm_mode() == 3 ||
+         (mm_mode() == 1 && (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core);
 }
 
 int cpu_mm_enabled(void) {
@@ -599,7 +611,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
-  if (mm_mode() == 1 && m->dst.shape[m->nd - 2] >= 2 && cpu_mm_rows(m) == FL_OK) return FL_OK;
+  if (rows_linear() && m->dst.shape[m->nd - 2] >= 2 && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
   /* a primitive made for one thread (brgemm sizes its work when made) and
@@ -696,7 +708,8 @@ const char *cpu_mm_describe(void) {
   static char buf[224];
   const dnnl_version_t *v = dnnl_version();
   const char *rows = mm_mode() == 2 ? "; FUSELAB_MATMUL=onednn: every product there"
-                                    : "; linears of 2 to 8 rows on fuselab's own loop";
+                   : rows_linear() ? "; linears of 2 to 8 rows on fuselab's own loop"
+                                   : "; squeeze-and-excitation's 1x1s on fuselab's own loop";
   if (!cpu_mm_enabled()) return "OpenBLAS sgemm (FUSELAB_MATMUL=blas)";
   pthread_mutex_lock(&lock);
   if (last_impl[0])
@@ -1329,7 +1342,7 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 static int conv_as_rows(const cpu_conv *c) {
   cpu_mm m;
   int i;
-  if (mm_mode() != 1 || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 || c->kh != 1 || c->kw != 1 ||
+  if ((mm_mode() != 1 && mm_mode() != 3) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 || c->kh != 1 || c->kw != 1 ||
       c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
       c->pb || c->pr || c->n > CPU_MM_ROWS_MAX)
     return 0;
