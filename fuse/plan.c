@@ -366,7 +366,42 @@ static int cmp_graph_order(const void *pa, const void *pb) {
   return a->a - b->a;
 }
 
-/* Candidate pairs with their score: the bytes fusing them would save. */
+/* Is b a step of a per-channel affine chain (a mul or add by one value
+** per channel of a 4-d value, from weights alone) whose other input a is a
+** convolution or such a step after one?  A batch norm left unfolded (its
+** folded weights too large to keep) is that chain. */
+static int conv_affine(const planner *pl, int a, int b) {
+  const ir_graph *g = pl->g;
+  const ir_node *nb = &g->nodes[b];
+  int i, other = -1, from = -1;
+  if (nb->kind != IR_OP || (nb->op != OP_MUL && nb->op != OP_ADD) || nb->nin != 2 || nb->meta.ndim != 4)
+    return 0;
+  for (i = 0; i < 2; i++) {
+    int s = source_of(pl, b, i);
+    if (s == a) from = a;
+    else other = nb->in[i];
+  }
+  if (from < 0 || other < 0 || !pl->wonly[other] || pl->wonly[a]) return 0;
+  for (i = 0; i < g->nodes[other].meta.ndim; i++) {
+    int d = 4 - g->nodes[other].meta.ndim + i;
+    if (g->nodes[other].meta.shape[i] != 1 && (d != 1 || g->nodes[other].meta.shape[i] != nb->meta.shape[1]))
+      return 0;
+  }
+  if (g->nodes[a].kind == IR_OP && g->nodes[a].op == OP_CONV2D) return 1;
+  for (i = 0; i < g->nodes[a].nin; i++) {
+    int s = source_of(pl, a, i);
+    if (s >= 0 && conv_affine(pl, s, a)) return 1;
+  }
+  return 0;
+}
+
+/* Candidate pairs with their score: the bytes fusing them would save.  A
+** convolution's per-channel affine chain (conv_affine) is decided first:
+** it becomes the convolution's own epilogue (post-ops inside its call)
+** before an elementwise chain joins it to something else.  ResNet's
+** downsampling blocks add two batch-normed convolutions; decided by bytes
+** alone, one batch norm went into the other convolution's epilogue, which
+** then was no library call, and the values around both stayed plain. */
 static int candidates(planner *pl) {
   const ir_graph *g = pl->g;
   int c, i, j;
@@ -405,6 +440,16 @@ static int candidates(planner *pl) {
     }
   }
   if (pl->ndec > 1) qsort(pl->dec, (size_t)pl->ndec, sizeof *pl->dec, cmp_dec);
+  {   /* a stable pass: the convolutions' affine chains to the front */
+    int n = 0, k;
+    fuse_decision t;
+    for (k = 0; k < pl->ndec; k++) {
+      if (pl->dec[k].horizontal || !conv_affine(pl, pl->dec[k].a, pl->dec[k].b)) continue;
+      t = pl->dec[k];
+      memmove(&pl->dec[n + 1], &pl->dec[n], (size_t)(k - n) * sizeof t);
+      pl->dec[n++] = t;
+    }
+  }
   return 0;
 }
 

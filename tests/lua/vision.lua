@@ -332,6 +332,43 @@ do
   end
 end
 
+-- ResNet's downsampling block: two convolutions of one input, each with a
+-- batch norm left unfolded (weights large against the activations: their
+-- folded copies would not fit the memory kept values may take), added and
+-- relu'd.  Each batch norm becomes its own convolution's epilogue
+-- (fuse/plan.c, conv_affine), so both run as one library call with their
+-- post-ops, and where the CPU blocks, the first's result stays in blocks.
+do
+  local Cn, I = 256, 64
+  local x = fl.rand(1, I, 4, 4) * 2 - 1
+  local w1, w2 = fl.rand(Cn, I, 1, 1) - 0.5, fl.rand(Cn, I, 3, 3) * 0.2 - 0.1
+  local s1, t1 = fl.rand(Cn, 1, 1) + 0.5, fl.rand(Cn, 1, 1) - 0.5
+  local s2, t2 = fl.rand(Cn, 1, 1) + 0.5, fl.rand(Cn, 1, 1) - 0.5
+  local w3 = (fl.rand(Cn, Cn, 1, 1) - 0.5) * 0.1
+  local function f(x_)
+    local a = fl.conv2d(x_, w1) * s1 + t1
+    local b = fl.conv2d(x_, w2, {padding = 1}) * s2 + t2
+    return fl.conv2d((a + b):relu(), w3)
+  end
+  local want = fl.capture(f, x):run_reference(x)
+  local cm = fl.compile(f, {backend = "cpu"})
+  local got = cm(x)
+  t.ok(close(got, want), "two batch-normed convolutions added: compiled matches the reference")
+  local own, lines = 0, {}
+  for l in cm:code():gmatch("[^\n]+") do
+    if l:find("extern conv2d(x_,", 1, true) then
+      lines[#lines + 1] = l:match("^%s*(.-)%s*#") or l
+      if l:find("+ epilogue mul add", 1, true) then own = own + 1 end
+    end
+  end
+  t.ok(#lines == 2 and own == 2, "each batch norm is its own convolution's epilogue: " .. table.concat(lines, "; "))
+  if conv_on and (fl.blas_info().conv_block or 0) > 0 then
+    t.ok(lines[1] and lines[1]:find("in nChw", 1, true), "and the first's result stays in blocks")
+  else
+    t.skip("no blocked layout here", 1)
+  end
+end
+
 -- A residual add after a batch norm's per-channel scale and shift (ResNet's
 -- late blocks, where the norm is not folded into large weights): oneDNN
 -- takes no residual after per-channel post-ops as its sum, so the call
