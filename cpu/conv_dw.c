@@ -40,12 +40,11 @@
 int cpu_conv_dw_fits(const cpu_conv *c) {
   int64_t hp = c->h + c->pt + c->pb, wp = c->w + c->pl + c->pr;
   int i, sum;
-  /* blocks of 8 on one side only: where both are blocked oneDNN's kernel
-  ** reads and writes them with nothing to reorder, and with FMA */
+  /* blocks (DW_BLOCK) on one side only: where both are blocked oneDNN's
+  ** kernel reads and writes them with nothing to reorder, and with FMA */
   if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && !DW_BLOCK(c->xblk)) ||
       (c->yblk && !DW_BLOCK(c->yblk)) || (c->xblk && c->c % c->xblk) || (c->yblk && c->c % c->yblk) ||
-      c->pt < 0 || c->pl < 0 ||
-      c->pb < 0 || c->pr < 0 || c->sh < 1 || c->sw < 1 || c->dh < 1 || c->dw < 1 ||
+      c->pt < 0 || c->pl < 0 || c->pb < 0 || c->pr < 0 || c->sh < 1 || c->sw < 1 || c->dh < 1 || c->dw < 1 ||
       (c->oh - 1) * c->sh + (c->kh - 1) * c->dh >= hp || (c->ow - 1) * c->sw + (c->kw - 1) * c->dw >= wp ||
       hp * wp > DW_MAX_SCRATCH / 8 || c->kh * c->kw > 64)
     return 0;
