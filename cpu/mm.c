@@ -1342,8 +1342,8 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 static int conv_as_rows(const cpu_conv *c) {
   cpu_mm m;
   int i;
-  if ((mm_mode() != 1 && mm_mode() != 3) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 || c->kh != 1 || c->kw != 1 ||
-      c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
+  if ((mm_mode() != 1 && mm_mode() != 3) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 ||
+      c->kh != 1 || c->kw != 1 || c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
       c->pb || c->pr || c->n > CPU_MM_ROWS_MAX)
     return 0;
   memset(&m, 0, sizeof m);

@@ -230,17 +230,23 @@ static int reduction_among(const ir_graph *g, const int *mem, int nm) {
 /* Of a and b, the one computed from weights alone (not a view: views fold
 ** into indexing) as one value per channel of the other's [N, C, H, W]
 ** result, where the other reads activations; else -1. */
+/* Does wm hold one value per channel (or one value) of a 4-d value of
+** c channels, broadcast against it? */
+static int chan_shaped(const fl_meta *wm, int64_t c) {
+  int d;
+  if (wm->ndim < 1 || wm->ndim > 4) return 0;
+  for (d = 0; d < wm->ndim; d++)
+    if (wm->shape[d] != 1 && (4 - wm->ndim + d != 1 || wm->shape[d] != c)) return 0;
+  return 1;
+}
+
 static int per_channel_weights(const planner *pl, int a, int b) {
   const ir_graph *g = pl->g;
-  int w = pl->wonly[a] ? a : b, x = w == a ? b : a, d;
-  const fl_meta *wm = &g->nodes[w].meta, *xm = &g->nodes[x].meta;
+  int w = pl->wonly[a] ? a : b, x = w == a ? b : a;
+  const fl_meta *xm = &g->nodes[x].meta;
   if (pl->wonly[a] == pl->wonly[b] || g->nodes[w].kind != IR_OP || fk_is_view(g, w) || xm->ndim != 4 ||
-      wm->ndim < 1 || wm->ndim > 4)
+      !chan_shaped(&g->nodes[w].meta, xm->shape[1]))
     return -1;
-  for (d = 0; d < wm->ndim; d++) {
-    int xd = 4 - wm->ndim + d;
-    if (wm->shape[d] != 1 && (xd != 1 || wm->shape[d] != xm->shape[1])) return -1;
-  }
   return w;
 }
 
@@ -381,12 +387,9 @@ static int conv_affine(const planner *pl, int a, int b) {
     if (s == a) from = a;
     else other = nb->in[i];
   }
-  if (from < 0 || other < 0 || !pl->wonly[other] || pl->wonly[a]) return 0;
-  for (i = 0; i < g->nodes[other].meta.ndim; i++) {
-    int d = 4 - g->nodes[other].meta.ndim + i;
-    if (g->nodes[other].meta.shape[i] != 1 && (d != 1 || g->nodes[other].meta.shape[i] != nb->meta.shape[1]))
-      return 0;
-  }
+  if (from < 0 || other < 0 || !pl->wonly[other] || pl->wonly[a] ||
+      !chan_shaped(&g->nodes[other].meta, nb->meta.shape[1]))
+    return 0;
   if (g->nodes[a].kind == IR_OP && g->nodes[a].op == OP_CONV2D) return 1;
   for (i = 0; i < g->nodes[a].nin; i++) {
     int s = source_of(pl, a, i);
