@@ -549,6 +549,13 @@ static int locked_entry(pcache *c, const void *k, const void *call, const char *
   return FL_OK;
 }
 
+/* Does oneDNN run its AVX-512 kernels here?  Asked once. */
+static int avx512(void) {
+  static int v = -1;
+  if (v < 0) v = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  return v;
+}
+
 /* FUSELAB_MATMUL: 0 blas (oneDNN off), 1 the default, 2 onednn (no
 ** product on cpu/mm_rows.c), 3 rows (linears of a few rows on it whatever
 ** the CPU) */
@@ -568,8 +575,7 @@ static int mm_mode(void) {
 ** even, 4 and 8 rows 1.2-2x faster than the loop; in MobileNetV3, its
 ** classifier's weights cold, 0.032 and 0.051 ms against 0.055 and 0.072). */
 static int rows_linear(void) {
-  return mm_mode() == 3 ||
-         (mm_mode() == 1 && (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core);
+  return mm_mode() == 3 || (mm_mode() == 1 && !avx512());
 }
 
 int cpu_mm_enabled(void) {
@@ -1065,10 +1071,9 @@ int cpu_conv_block(void) {
   static int b = -1;
   if (b < 0) {
     const char *v = getenv("FUSELAB_LAYOUT");
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     b = !cpu_conv_enabled() || conv_mode == 1 || (v && strcmp(v, "plain") == 0) ? 0
       : v && strcmp(v, "nChw8c") == 0 ? 8 : v && strcmp(v, "nChw16c") == 0 ? 16
-      : (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 16 : 8;
+      : avx512() ? 16 : 8;
   }
   return b;
 }

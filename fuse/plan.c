@@ -226,10 +226,6 @@ static int reduction_among(const ir_graph *g, const int *mem, int nm) {
   return -1;
 }
 
-/* Try to merge the groups of a and b; 1 merged, 0 refused (why filled). */
-/* Of a and b, the one computed from weights alone (not a view: views fold
-** into indexing) as one value per channel of the other's [N, C, H, W]
-** result, where the other reads activations; else -1. */
 /* Does wm hold one value per channel (or one value) of a 4-d value of
 ** c channels, broadcast against it? */
 static int chan_shaped(const fl_meta *wm, int64_t c) {
@@ -240,6 +236,9 @@ static int chan_shaped(const fl_meta *wm, int64_t c) {
   return 1;
 }
 
+/* Of a and b, the one computed from weights alone (not a view: views fold
+** into indexing) as one value per channel of the other's [N, C, H, W]
+** result, where the other reads activations; else -1. */
 static int per_channel_weights(const planner *pl, int a, int b) {
   const ir_graph *g = pl->g;
   int w = pl->wonly[a] ? a : b, x = w == a ? b : a;
@@ -250,6 +249,7 @@ static int per_channel_weights(const planner *pl, int a, int b) {
   return w;
 }
 
+/* Try to merge the groups of a and b; 1 merged, 0 refused (why filled). */
 static int try_merge(planner *pl, int a, int b, char *why, size_t nwhy) {
   const ir_graph *g = pl->g;
   int ga = find(pl, a), gb = find(pl, b), nm, anchor, i, nops = 0, ok;
@@ -443,15 +443,19 @@ static int candidates(planner *pl) {
     }
   }
   if (pl->ndec > 1) qsort(pl->dec, (size_t)pl->ndec, sizeof *pl->dec, cmp_dec);
-  {   /* a stable pass: the convolutions' affine chains to the front */
-    int n = 0, k;
-    fuse_decision t;
-    for (k = 0; k < pl->ndec; k++) {
-      if (pl->dec[k].horizontal || !conv_affine(pl, pl->dec[k].a, pl->dec[k].b)) continue;
-      t = pl->dec[k];
-      memmove(&pl->dec[n + 1], &pl->dec[n], (size_t)(k - n) * sizeof t);
-      pl->dec[n++] = t;
-    }
+  if (pl->ndec > 1) {   /* the convolutions' affine chains to the front, in order */
+    fuse_decision *to = malloc((size_t)pl->ndec * sizeof *to);
+    char *first = calloc((size_t)pl->ndec, 1);
+    int n = 0, k, pass;
+    if (!to || !first) { free(to); free(first); return -1; }
+    for (k = 0; k < pl->ndec; k++)
+      first[k] = !pl->dec[k].horizontal && conv_affine(pl, pl->dec[k].a, pl->dec[k].b);
+    for (pass = 1; pass >= 0; pass--)
+      for (k = 0; k < pl->ndec; k++) if (first[k] == pass) to[n++] = pl->dec[k];
+    free(pl->dec);
+    free(first);
+    pl->dec = to;
+    pl->capdec = pl->ndec;
   }
   return 0;
 }
