@@ -1279,7 +1279,7 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   ** plain values around it would cost oneDNN's blocked kernel a reorder in
   ** and out, slower on small maps of many channels (bench/RESULTS.md) */
   made[3] = timed && cpu_conv_dw_fits(c);
-  /* 4: a grouped 1x1 on fuselab's loop (cpu/conv_pw.c), its epilogue in
+  /* 4: a 1x1 on fuselab's loop (cpu/conv_pw.c), its epilogue in
   ** the same pass */
   made[4] = pw_allowed(c) && pw_make(&cand[4], c);
   n = made[0] + made[1] + made[2] + made[3] + made[4];

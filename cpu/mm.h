@@ -185,7 +185,7 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** (FUSELAB_CONV=depthwise: it, wherever it fits). */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
-/* Grouped 1x1 convolutions (stride 1, no padding) on plain layouts, or on
+/* 1x1 convolutions (stride 1, no padding, any groups) on plain layouts, or on
 ** blocks of 8 on both sides where each group is whole blocks (their
 ** weights packed in wpk), with any post-op whose operands are laid out
 ** as y, on fuselab's own loop
@@ -199,7 +199,7 @@ int cpu_conv_pw(const cpu_conv *c);
 ** len values of plane q (image * co + channel) from element off. */
 void cpu_conv_posts(const cpu_conv *c, int from);
 void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len);
-/* depthwise and grouped 1x1 convolutions run by cpu_conv_dw and
+/* depthwise and 1x1 convolutions run by cpu_conv_dw and
 ** cpu_conv_pw so far, and of the latter how many read or wrote blocks
 ** (fl.blas_info().depthwise_convs, .pointwise_convs, .pointwise_blocked) */
 int64_t cpu_conv_dw_calls(void);

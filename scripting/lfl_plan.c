@@ -317,7 +317,7 @@ static void push_omp_wait(lua_State *L) {
 ** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
 ** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
 ** batched matmul; depthwise_convs: depthwise ones on plain layouts run by
-** cpu/conv_dw.c instead, pointwise_convs: grouped 1x1s run by cpu/conv_pw.c,
+** cpu/conv_dw.c instead, pointwise_convs: 1x1s run by cpu/conv_pw.c,
 ** pointwise_blocked: those of them that read or wrote blocks;
 ** conv_block: the channel block a convolution's result is
 ** kept in for the next (0: none), blocked_reads / blocked_writes /
