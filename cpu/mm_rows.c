@@ -34,6 +34,8 @@
 
 /* columns of the result a thread takes at a time */
 #define ROWS_CHUNK 64
+/* weights of at least this many floats are read by every thread */
+#define ROWS_PAR_WEIGHT (1 << 14)
 
 static int64_t nrows_calls, nrows_posts;   /* atomic */
 
@@ -138,13 +140,25 @@ void epilogue(const cpu_mm *m, int64_t r, int64_t c0, int64_t len) {
 EAGER_WIDE_FMA
 int cpu_mm_rows(const cpu_mm *m) {
   int nd = m->nd;
-  int64_t M, N, K, nc, q;
+  int64_t M, N, K, nc, cw, q;
+  int par, threads = 1;
   if (!cpu_mm_rows_fits(m)) return FL_EUNSUPPORTED;
   M = m->dst.shape[nd - 2], N = m->dst.shape[nd - 1], K = m->a.shape[nd - 1];
+  /* bound by reading the weight: threads share it from 64 KB on (each
+  ** reads its part), even chunks of at most ROWS_CHUNK columns, as many
+  ** for each thread (squeeze-and-excitation's 144 columns: 4 of 36, not
+  ** 64 + 64 against 16) */
+  par = M * K * N >= CPU_MM_PAR_MIN || K * N >= ROWS_PAR_WEIGHT;
+#ifdef _OPENMP
+  if (par) threads = omp_get_max_threads();
+#endif
   nc = (N + ROWS_CHUNK - 1) / ROWS_CHUNK;
-  EAGER_PRAGMA(omp parallel for schedule(static) if (M * K * N >= CPU_MM_PAR_MIN))
+  nc = (nc + threads - 1) / threads * threads;
+  cw = ((N + nc - 1) / nc + 3) / 4 * 4;
+  nc = (N + cw - 1) / cw;
+  EAGER_PRAGMA(omp parallel for schedule(static) if (par))
   for (q = 0; q < nc; q++) {
-    int64_t c0 = q * ROWS_CHUNK, c1 = c0 + ROWS_CHUNK < N ? c0 + ROWS_CHUNK : N, r;
+    int64_t c0 = q * cw, c1 = c0 + cw < N ? c0 + cw : N, r;
     switch (M) {
     case 1: chunk(m, c0, c1, 1); break;
     case 2: chunk(m, c0, c1, 2); break;
