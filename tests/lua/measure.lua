@@ -154,6 +154,29 @@ do
   t.ok(out == "active\tnil\nOMP_WAIT_POLICY=active: set by you\n", "the user's own policy is kept: " .. out)
   out = child("GOMP_SPINCOUNT=500 FUSELAB_OMP_WAIT='GOMP_SPINCOUNT=10000: stale'")
   t.ok(out == "nil\t500\nGOMP_SPINCOUNT=500: set by you\n", "a stale reason is not shown: " .. out)
+  -- the generated loops start threads from 8192 elements where idle ones
+  -- spin, from 32768 where they sleep (cpu/codegen.c, par_min); both
+  -- builds, cached apart in one directory, give the same answer
+  local dir = os.tmpname()
+  os.remove(dir)
+  local prog = 'local x = fl.arange(24000):reshape(2, 12000) / 7000; '
+    .. 'local cm = fl.compile(function(a) return (a:sin() * 2):relu():sum(1) end, {backend = "cpu"}); '
+    .. 'local y = cm(x); print(cm:code{preamble = true}:match("#define FL_PAR_MIN (%d+)"), '
+    .. '(y - (x:sin() * 2):relu():sum(1)):abs():amax():item())'
+  local function par(env)
+    local p = assert(io.popen(("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u FUSELAB_OMP_WAIT FUSELAB_CACHE_DIR=%s %s %s -e %q 2>&1")
+      :format(dir, env, exe, prog)))
+    local o = p:read("a")
+    p:close()
+    return o
+  end
+  local spin, sleep = par("GOMP_SPINCOUNT=10000"), par("OMP_WAIT_POLICY=passive")
+  local ns, es = spin:match("^(%d+)\t(%S+)\n$")
+  local np, ep = sleep:match("^(%d+)\t(%S+)\n$")
+  t.ok(ns == "8192" and np == "32768", "a generated loop's threshold follows the wait policy: spin " .. spin .. ", sleep " .. sleep)
+  t.ok(tonumber(es) and tonumber(es) < 1e-3 and tonumber(ep) and tonumber(ep) < 1e-3,
+       "and both kernels agree with eager: " .. tostring(es) .. " " .. tostring(ep))
+  os.execute("rm -rf '" .. dir .. "'")
 end
 
 -- the break-even count: one definition (the checklist's and the report's)
