@@ -569,13 +569,19 @@ static int mm_mode(void) {
   return mode;
 }
 
-/* Linears of a few rows on cpu/mm_rows.c: by default only where oneDNN's
-** kernels are AVX2's.  With AVX-512 its general product is no longer the
-** slow one (an AMD EPYC of family 25 model 17, bench/mm_rows.lua: 2 rows
-** even, 4 and 8 rows 1.2-2x faster than the loop; in MobileNetV3, its
-** classifier's weights cold, 0.032 and 0.051 ms against 0.055 and 0.072). */
-static int rows_linear(void) {
-  return mm_mode() == 3 || (mm_mode() == 1 && !avx512());
+/* A linear of M rows on cpu/mm_rows.c: by default of 2 to 8 where
+** oneDNN's kernels are AVX2's, of 2 only with AVX-512.  There its general
+** product is no longer the slow one on weights in cache (an AMD EPYC of
+** family 25 model 17, bench/mm_rows.lua: 2 rows even, 4 and 8 rows 1.2-2x
+** faster than the loop), but it reads a weight from memory at 26 GB/s
+** where the loop reads 43 (2 x 4096 -> 4096: 2.6 ms against 1.6), as a
+** classifier's weight comes after the rest of a network: EfficientNet-B0's
+** 2 x 1280 -> 1000 0.22-0.25 ms against the loop's 0.16-0.17 (onnxruntime
+** 0.17), MobileNetV3's 2 x 1024 -> 1000 0.08-0.10 against 0.06-0.10.  With
+** 4 rows the two are even from memory, with 8 oneDNN is twice as fast. */
+static int rows_linear(int64_t M) {
+  if (M < 2) return 0;
+  return mm_mode() == 3 || (mm_mode() == 1 && (!avx512() || M == 2));
 }
 
 int cpu_mm_enabled(void) {
@@ -617,7 +623,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
-  if (rows_linear() && m->dst.shape[m->nd - 2] >= 2 && cpu_mm_rows(m) == FL_OK) return FL_OK;
+  if (rows_linear(m->dst.shape[m->nd - 2]) && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
   /* a primitive made for one thread (brgemm sizes its work when made) and
@@ -714,8 +720,8 @@ const char *cpu_mm_describe(void) {
   static char buf[224];
   const dnnl_version_t *v = dnnl_version();
   const char *rows = mm_mode() == 2 ? "; FUSELAB_MATMUL=onednn: every product there"
-                   : rows_linear() ? "; linears of 2 to 8 rows on fuselab's own loop"
-                                   : "; squeeze-and-excitation's 1x1s on fuselab's own loop";
+                   : rows_linear(8) ? "; linears of 2 to 8 rows on fuselab's own loop"
+                   : "; linears of 2 rows and squeeze-and-excitation's 1x1s on fuselab's own loop";
   if (!cpu_mm_enabled()) return "OpenBLAS sgemm (FUSELAB_MATMUL=blas)";
   pthread_mutex_lock(&lock);
   if (last_impl[0])
