@@ -37,6 +37,8 @@ typedef struct cpu_kinfo {
                                 swap1 swapped (plan_layout) */
   int blk;                   /* a convolution's result written in blocks of
                                 this many channels (plan_block), 0 plain */
+  int nhwc_ok;               /* ... or left channels last, where its kernel
+                                writes so: one convolution reads it */
 } cpu_kinfo;
 
 /* --- epilogues as post-ops ----------------------------------------------
@@ -536,6 +538,35 @@ static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
   return readers > 0;
 }
 
+/* Is v read by one convolution alone, as its input, and by nothing else
+** (no output, no concatenation in place, not kept)?  Then the run may
+** leave it channels last where oneDNN's kernel writes it so (brgconv with
+** AVX-512, chosen at the first call): the reader takes it as it is, and
+** a pair of such convolutions (DenseNet's 1x1 and 3x3) has no reorder
+** between them, where blocks cost one out of the first and one into the
+** second.  The reader has no groups: a depthwise or grouped one may run
+** on fuselab's loops (cpu/conv_dw.c, cpu/conv_pw.c), which read blocks
+** and not channels last. */
+static int conv_reads_alone(const fuse_plan *p, int k, int v) {
+  const ir_graph *g = p->g;
+  const ir_node *rd;
+  op_win2d win;
+  int i, j, reader = -1;
+  for (i = 0; i < g->nout; i++) if (g->outputs[i] == v) return 0;
+  if ((p->keep && p->keep[k]) || (p->into && p->into[v] >= 0)) return 0;
+  for (i = v + 1; i < g->n; i++)
+    for (j = 0; j < g->nodes[i].nin; j++)
+      if (g->nodes[i].in[j] == v) {
+        if (reader >= 0 || j != 0) return 0;
+        reader = i;
+      }
+  if (reader < 0 || (rd = &g->nodes[reader])->kind != IR_OP || rd->op != OP_CONV2D || rd->nin < 2 ||
+      rd->in[1] < 0 || g->nodes[rd->in[1]].meta.ndim != 4)
+    return 0;
+  op_win2d_of(rd->op, &rd->attrs, g->nodes[rd->in[1]].meta.shape[2], g->nodes[rd->in[1]].meta.shape[3], &win);
+  return win.groups <= 1 && conv_call(p, extern_of(p, reader));
+}
+
 /* Kernel k's convolution, pool or concatenation writes its result in
 ** blocks (ki->blk) when every reader takes them (blocks_for_readers).  A
 ** pool or concatenation does so only where its inputs came in blocks: the
@@ -544,6 +575,7 @@ static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const fk_kernel *kk = &p->kernels[k];
   int b = cpu_conv_block(), v;
   ki->blk = 0;
+  ki->nhwc_ok = 0;
   if (!b || kk->kind != FK_EXTERN || kk->anchor < 0) return;
   if (block_step(p, k, b)) v = kk->anchor;
   else if (!conv_blockable(p->g, kk->anchor, b, 1)) return;
@@ -551,12 +583,14 @@ static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   else if (kk->nnodes == 0) v = kk->anchor;
   else return;
   if (blocks_for_readers(p, v, b, 0)) ki->blk = b;
+  ki->nhwc_ok = ki->blk && !block_step(p, k, b) && conv_reads_alone(p, k, v);
 }
 
 static int layout(const exec_program *pr, int k, char *buf, size_t n) {
   const cpu_kinfo *ki = EXEC_KINFO(pr, k);
   if (!ki->blk) return 0;
-  snprintf(buf, n, "nChw%dc (blocks of %d channels, read so by the convolutions after it)", ki->blk, ki->blk);
+  snprintf(buf, n, "nChw%dc (blocks of %d channels, read so by the convolutions after it%s)", ki->blk, ki->blk,
+           ki->nhwc_ok ? "; or nhwc, channels last, where its kernel writes so" : "");
   return 1;
 }
 
@@ -808,7 +842,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
   for (try = 0; try < 2; try++) {
     int plain = try == 1 || nd->op != OP_CONV2D;
     int xblk = 0, yblk = !plain && in->blk && !exec_value_kept(r->pr, sid) ? in->blk : 0;
-    int sum;
+    int sum, wrote;
     memset(posts, 0, sizeof posts);
     for (i = 0; i < in->npost; i++) posts[i].kind = in->post[i].kind;
     sum = cpu_conv_sum_post(posts, in->npost);   /* the residual oneDNN adds as its sum */
@@ -856,10 +890,11 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
     if (plain && !in->npost) return 0;        /* a bare product: the extern step */
     if (xblk && !r->blk[nd->in[0]]) xblk = 0;  /* the input was a residual too, put back plain */
     err_clear(&e2);
+    wrote = yblk;
     rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, xblk, yblk,
-                             &r->vals[sid], &e2);
+                             yblk && in->nhwc_ok ? &wrote : NULL, &r->vals[sid], &e2);
     if (rc == FL_OK) {
-      r->blk[sid] = (unsigned char)yblk;
+      r->blk[sid] = (unsigned char)wrote;
       return 1;
     }
     if (rc != FL_EUNSUPPORTED) return err_set(e, rc, "%s", e2.msg);

@@ -31,10 +31,13 @@ int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, 
 ** fused epilogue that writes the product once).  FL_EUNSUPPORTED, out
 ** unwritten, where oneDNN cannot run it: the caller runs the epilogue.
 ** A convolution's x (in[0]) and out may be in oneDNN's blocked layout:
-** xblk, yblk channels per block (cpu_conv_block), 0 plain; the products
-** take 0. */
+** xblk, yblk channels per block (cpu_conv_block), 0 plain; x may also be
+** channels last (CPU_NHWC, cpu/mm.h).  With wrote (and yblk), out may be
+** left channels last where oneDNN's kernel writes it so (the caller's
+** next convolution alone reads it); *wrote says which layout out has.
+** The products take 0 and NULL. */
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
-                        fl_err *e);
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        fl_tensor *out, fl_err *e);
 
 #endif

@@ -396,13 +396,14 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
 ** inside oneDNN's call; without posts, im2col + sgemm where oneDNN is off
 ** or refuses. */
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
-                        fl_err *e);
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        fl_tensor *out, fl_err *e);
 
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
-                        fl_err *e) {
-  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, xblk, yblk, out, e);
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        fl_tensor *out, fl_err *e) {
+  if (wrote) *wrote = yblk;
+  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, xblk, yblk, wrote, out, e);
   if (xblk || yblk) return err_set(e, FL_EUNSUPPORTED, "%s reads no blocked layout", op_name(op));
   if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
   if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
@@ -467,12 +468,12 @@ static void conv_depthwise(const float *x, const float *w, float *y, int64_t N,
 
 int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
-  return conv2d_posts(op, in, nin, a, NULL, 0, 0, 0, out, e);
+  return conv2d_posts(op, in, nin, a, NULL, 0, 0, 0, NULL, out, e);
 }
 
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, fl_tensor *out,
-                        fl_err *e) {
+                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        fl_tensor *out, fl_err *e) {
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
@@ -517,6 +518,8 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
     c.npost = npost;
     c.xblk = xblk;
     c.yblk = yblk;
+    c.nhwc_ok = wrote != NULL && yblk != 0 && yo == NULL;   /* y itself is the caller's buffer */
+    c.wrote = c.nhwc_ok ? wrote : NULL;
     if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost || xblk || yblk) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);

@@ -745,7 +745,7 @@ const char *cpu_mm_describe(void) {
 typedef struct ckey {
   int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
   int bias, npost, plain;     /* plain: conv_mode */
-  int xblk, yblk;
+  int xblk, yblk, nhwc_ok;
   int kind[CPU_MM_MAXPOST];
   float ab[CPU_MM_MAXPOST][2];
 } ckey;
@@ -768,6 +768,8 @@ typedef struct centry {
   int mm;                      /* run as a batched matmul (centry_make_mm) */
   int tail;                    /* its post-ops from here on run after it
                                   (cpu_conv_posts); npost: none */
+  int y_nhwc;                  /* the primitive writes channels last, and
+                                  the call may leave y so (nhwc_ok) */
   dnnl_memory_t sum_src;       /* that residual, laid out as the caller's y */
   dnnl_primitive_t sum_reorder;   /* into side[2].inner, where there is one */
   dnnl_memory_t scratch;
@@ -776,7 +778,7 @@ typedef struct centry {
   dnnl_exec_arg_t args[6 + CPU_MM_MAXPOST];
 } centry;
 
-static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes; /* under lock */
+static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes, nnhwc; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
 static int64_t ndw, npw, npwb;       /* atomic: run by cpu_conv_dw, cpu_conv_pw, on blocks */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
@@ -830,7 +832,16 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
 }
 
 static dnnl_format_tag_t blk_tag(int b) {
-  return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
+  return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : b == CPU_NHWC ? dnnl_nhwc : dnnl_nchw;
+}
+
+/* Does a post-op of c read a tensor (a residual, a gate)?  It is laid out
+** as the caller's y, so y cannot be left channels last. */
+static int tensor_posts(const cpu_conv *c) {
+  int i;
+  for (i = 0; i < c->npost; i++)
+    if (c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) return 1;
+  return 0;
 }
 
 /* The primitive of c, in oneDNN's layouts (any) or the caller's (plain). */
@@ -905,6 +916,16 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       !side_make(&en->side[1], &wmd, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1) ||
       !side_make(&en->side[2], &ymd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0))
     goto done;
+  if (c->nhwc_ok && en->side[2].inner && !tensor_posts(c)) {
+    /* the kernel writes channels last (brgconv), which the next
+    ** convolution reads as it is: the reorder out is left out of the
+    ** calls, not of the first call's timing, so that this convolution
+    ** picks what it picked before and its reader pays that reorder only
+    ** where its own pick wants blocks (never more than before) */
+    dnnl_memory_desc_t nmd;
+    en->y_nhwc = dnnl_memory_desc_init_by_tag(&nmd, 4, yd, dnnl_f32, dnnl_nhwc) == dnnl_success &&
+                 dnnl_memory_desc_equal(&nmd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
+  }
 #define ARG(id, mem) do { en->args[en->nargs].arg = (id); en->args[en->nargs++].memory = (mem); } while (0)
 #define SIDE(i) (en->side[i].inner ? en->side[i].inner : en->side[i].user)
   ARG(DNNL_ARG_SRC, SIDE(0));
@@ -1142,6 +1163,15 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
       memcpy(en->side[2].inner ? en->side[2].buf : (void *)c->y, r,
              (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
   }
+  if (en->y_nhwc && keep == 1) {       /* written channels last into y itself */
+    dnnl_memory_set_data_handle(en->side[2].inner, c->y);
+    ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
+    ok = dnnl_stream_wait(stream) == dnnl_success && ok;
+    dnnl_memory_set_data_handle(en->side[2].inner, en->side[2].buf);
+    if (ok && c->wrote) *c->wrote = CPU_NHWC;
+    pack_calls += ok && kw;
+    return ok;
+  }
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
   if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
   ok = dnnl_stream_wait(stream) == dnnl_success && ok;
@@ -1226,10 +1256,11 @@ static void pick_trace(const cpu_conv *c, const int *made, const double *best, i
   const char *d = getenv("FUSELAB_DEBUG");
   int i;
   if (!d || atoi(d) < 2) return;
-  fprintf(stderr, "fuselab: conv2d %lldx%lldx%lldx%lld -> %lld, %lldx%lld stride %lld, groups %lld, blocks %d in, "
-          "%d out, %d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
-          (long long)c->co, (long long)c->kh, (long long)c->kw, (long long)c->sh, (long long)c->groups, c->xblk,
-          c->yblk, c->npost);
+  fprintf(stderr, "fuselab: conv2d %lldx%lldx%lldx%lld -> %lld, %lldx%lld stride %lld, groups %lld, blocks %s in, "
+          "%d out%s, %d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
+          (long long)c->co, (long long)c->kh, (long long)c->kw, (long long)c->sh, (long long)c->groups,
+          c->xblk == CPU_NHWC ? "nhwc" : c->xblk == 16 ? "16" : c->xblk == 8 ? "8" : "0", c->yblk,
+          c->nhwc_ok ? " (or nhwc)" : "", c->npost);
   for (i = 0, d = ""; i < 5; i++)
     if (made[i]) {
       if (best[i] < 1e30) fprintf(stderr, "%s %s %.3f ms", d, name[i], best[i] * 1e3);
@@ -1403,6 +1434,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   k.plain = conv_mode;
   k.xblk = c->xblk;
   k.yblk = c->yblk;
+  k.nhwc_ok = c->nhwc_ok && c->wrote && !tensor_posts(c);
   for (i = 0; i < c->npost; i++) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
@@ -1423,11 +1455,13 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   if ((i = conv_tail(c)) < c->npost && !pw_allowed(c)) {
     cpu_conv head = *c;
     head.npost = i;
+    head.nhwc_ok = 0;                  /* the rest reads y in yblk's layout */
     if ((rc = cpu_conv_run(&head, e)) == FL_OK) cpu_conv_posts(c, i);
     return rc;
   }
   if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
   en = p;
+  if (c->wrote) *c->wrote = c->yblk;   /* the timed candidates may have said otherwise */
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
   } else if (en->dw) {
@@ -1448,6 +1482,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
     nconv_mms += en->mm;
     nblk_reads += c->xblk > 0;
     nblk_writes += c->yblk > 0;
+    nnhwc += c->wrote && *c->wrote == CPU_NHWC;
   }
   pthread_mutex_unlock(&lock);
   return rc;
@@ -1461,10 +1496,11 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   pthread_mutex_unlock(&lock);
 }
 
-static void block_counts(int64_t *reads, int64_t *writes) {
+static void block_counts(int64_t *reads, int64_t *writes, int64_t *nhwc) {
   pthread_mutex_lock(&lock);
   *reads = nblk_reads;
   *writes = nblk_writes;
+  *nhwc = nnhwc;
   pthread_mutex_unlock(&lock);
 }
 
@@ -1603,7 +1639,7 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
 }
 
 static int64_t nunblocked, ndw, npw, npwb;
-static void block_counts(int64_t *reads, int64_t *writes) { *reads = *writes = 0; }
+static void block_counts(int64_t *reads, int64_t *writes, int64_t *nhwc) { *reads = *writes = *nhwc = 0; }
 
 #endif
 
@@ -1616,16 +1652,28 @@ void cpu_conv_pw_counts(int64_t *calls, int64_t *on_blocks) {
   *on_blocks = __atomic_load_n(&npwb, __ATOMIC_RELAXED);
 }
 
-void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked) {
-  block_counts(reads, writes);
+void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked, int64_t *nhwc) {
+  block_counts(reads, writes, nhwc);
   *unblocked = __atomic_load_n(&nunblocked, __ATOMIC_RELAXED);
 }
 
 /* nChw<b>c holds channel c of pixel p at ((c / b) * hw + p) * b + c % b of
-** its image: each block is read in runs of b, written in runs of hw. */
+** its image: each block is read in runs of b, written in runs of hw.
+** Channels last (CPU_NHWC) holds it at p * c + c: each channel's plane
+** gathered with a stride of c. */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b) {
   int64_t nb = c / b, q;
   __atomic_fetch_add(&nunblocked, 1, __ATOMIC_RELAXED);
+  if (b == CPU_NHWC) {
+#pragma omp parallel for schedule(static) if (n * c * hw >= (1 << 16))
+    for (q = 0; q < n * c; q++) {
+      const float *src = x + q / c * c * hw + q % c;
+      float *dst = y + q * hw;
+      int64_t p;
+      for (p = 0; p < hw; p++) dst[p] = src[p * c];
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n * c * hw >= (1 << 16))
   for (q = 0; q < n * nb; q++) {
     const float *src = x + q * hw * b;

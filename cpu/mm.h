@@ -135,7 +135,16 @@ const char *cpu_mm_describe(void);
 ** (like_dst).  x and y are plain nchw, or with xblk / yblk (8 or 16) in
 ** oneDNN's blocked nChw8c / nChw16c: blocks of that many channels, each
 ** [h, w, block] (cpu_conv_block; a convolution's result kept that way for
-** the next, cpu/backend.c). */
+** the next, cpu/backend.c); x may also be channels last (CPU_NHWC).  With
+** nhwc_ok, where the primitive kept writes channels last (oneDNN's brgconv
+** with AVX-512) and no post-op reads a tensor, y is written so, without
+** the reorder into yblk's blocks, and *wrote says which layout y has
+** (yblk or CPU_NHWC; the caller's next convolution reads either). */
+/* A layout code beside the blocks of 8 and 16: channels last ([n, h, w,
+** c], oneDNN's nhwc), which no block arithmetic takes for a block size
+** (every channel count is off it). */
+#define CPU_NHWC 255
+
 typedef struct cpu_conv {
   int64_t n, c, h, w, co, kh, kw, oh, ow, groups;
   int64_t sh, sw, dh, dw, pt, pl, pb, pr;     /* dilation 1 = dense */
@@ -144,7 +153,10 @@ typedef struct cpu_conv {
   int npost;
   cpu_mm_post post[CPU_MM_MAXPOST];
   fl_storage *w_st;                  /* wt read in place from it, or NULL (cpu_mm's b_st) */
-  int xblk, yblk;                    /* 0 plain, else the channel block */
+  int xblk, yblk;                    /* 0 plain, else the channel block
+                                        (or CPU_NHWC for x) */
+  int nhwc_ok;                       /* y may be written channels last */
+  int *wrote;                        /* with nhwc_ok: y's layout once run */
   const float *wpk;                  /* cpu_conv_pw on blocks: wt packed gOIhw8i8o
                                         (cpu/mm.c packs and keeps it), else NULL */
 } cpu_conv;
@@ -174,7 +186,8 @@ int cpu_conv_block(void);
 ** (cpu_mm_post.blk); a binary add reads y's.  The plan (cpu/backend.c)
 ** and the primitive (cpu/mm.c) ask the same question here. */
 int cpu_conv_sum_post(const cpu_mm_post *post, int npost);
-/* y [n, c, hw] plain from x in blocks of b channels (c % b == 0). */
+/* y [n, c, hw] plain from x in blocks of b channels (c % b == 0), or
+** channels last (b CPU_NHWC). */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
 /* Depthwise convolutions (groups = channels in = channels out) whose
 ** input or result (or both) is plain, on fuselab's own loop
@@ -209,9 +222,10 @@ void cpu_conv_pw_counts(int64_t *calls, int64_t *on_blocks);
 ** .onednn_conv_posts, .onednn_conv_matmuls). */
 void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul);
 /* Of those, how many read their input in blocks and wrote their result in
-** blocks, and how many values another reader had put back plain
-** (cpu_unblock_nchw): fl.blas_info().blocked_reads, .blocked_writes,
-** .unblocked. */
-void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked);
+** blocks, how many values another reader had put back plain
+** (cpu_unblock_nchw), and how many results were left channels last for
+** the next convolution: fl.blas_info().blocked_reads, .blocked_writes,
+** .unblocked, .channels_last_writes. */
+void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked, int64_t *nhwc);
 
 #endif

@@ -86,7 +86,7 @@ char *exec_program_host(const exec_program *pr) {
   const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
   strbuf b = {0};
-  char nm[96], mt[96], by[32];
+  char nm[160], mt[96], by[32];
   int i, k, first;
   int *shown_at = malloc((size_t)(g->n ? g->n : 1) * sizeof *shown_at);  /* empty() said at */
   if (!shown_at) return NULL;

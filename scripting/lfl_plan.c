@@ -322,7 +322,8 @@ static void push_omp_wait(lua_State *L) {
 ** conv_block: the channel block a convolution's result is
 ** kept in for the next (0: none), blocked_reads / blocked_writes /
 ** unblocked: convolutions that read or wrote it, values put back plain
-** (cpu/backend.c); threads: how idle OpenMP threads wait */
+** (cpu/backend.c), channels_last_writes: results left channels last for
+** the next convolution; threads: how idle OpenMP threads wait */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -354,7 +355,7 @@ static int l_blas_info(lua_State *L) {
                                        : "im2col + OpenBLAS sgemm");
   lua_setfield(L, -2, "conv");
   {
-    int64_t calls, posts, mms;
+    int64_t calls, posts, mms, nhwc;
     cpu_conv_counts(&calls, &posts, &mms);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
@@ -363,10 +364,11 @@ static int l_blas_info(lua_State *L) {
     cpu_conv_pw_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "pointwise_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "pointwise_blocked");
-    cpu_conv_block_counts(&calls, &posts, &mms);
+    cpu_conv_block_counts(&calls, &posts, &mms, &nhwc);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "blocked_reads");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "blocked_writes");
     lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "unblocked");
+    lua_pushinteger(L, (lua_Integer)nhwc); lua_setfield(L, -2, "channels_last_writes");
     lua_pushinteger(L, cpu_conv_block()); lua_setfield(L, -2, "conv_block");
   }
   push_omp_wait(L);

@@ -858,6 +858,58 @@ do
   end
 end
 
+-- A convolution's result that one convolution alone reads (DenseNet's 1x1
+-- then 3x3) is left channels last where oneDNN's kernel writes it so
+-- (brgconv, with AVX-512), and the next reads it as it is: no reorder into
+-- blocks and back between them (cpu/backend.c conv_reads_alone,
+-- fl.blas_info().channels_last_writes).  Dense blocks of three layers --
+-- a batch norm's scale and shift with relu over the concatenation so far,
+-- a 1x1 to 64 channels with relu, a 3x3 to the growth, the concatenation
+-- -- compiled, against the reference.  With FUSELAB_CONV=any (oneDNN's own
+-- layouts for every convolution: the child run) an AVX-512 CPU writes
+-- some; an AVX2 one has no such kernel.
+do
+  local nbad, n = 0, 0
+  local c0 = fl.blas_info().channels_last_writes or 0
+  for i = 1, 4 do
+    local N, H, Cn, G = R(2), R(5, 14), ({16, 32})[R(2)], ({16, 32})[R(2)]
+    local x = fl.rand(N, Cn, H, H) * 2 - 1
+    local args = {x}
+    for l = 1, 3 do
+      local cin = Cn + (l - 1) * G
+      args[#args + 1] = fl.rand(cin, 1, 1) + 0.5
+      args[#args + 1] = fl.rand(cin, 1, 1) - 0.5
+      args[#args + 1] = fl.rand(64, cin, 1, 1) * 0.4 - 0.2
+      args[#args + 1] = fl.rand(G, 64, 3, 3) * 0.2 - 0.1
+    end
+    local function f(x_, ...)
+      local w, h = {...}, x_
+      for l = 1, 3 do
+        local b = fl.conv2d((h * w[4 * l - 3] + w[4 * l - 2]):relu(), w[4 * l - 1]):relu()
+        h = fl.cat({h, fl.conv2d(b, w[4 * l], {padding = 1})}, 2)
+      end
+      return h
+    end
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local cm = fl.compile(f, {backend = "cpu"})
+    local got1 = cm(table.unpack(args))
+    local got2 = cm(table.unpack(args))
+    n = n + 1
+    if not (close(got1, want) and close(got2, want)) then
+      nbad = nbad + 1
+      t.diag(("dense block: x%s growth %d: max err %s / %s"):format(str(x.shape), G,
+             got1 and tostring(maxerr(got1, want)) or "no result", got2 and tostring(maxerr(got2, want)) or "no result"))
+    end
+  end
+  t.is(nbad, 0, n .. " dense blocks (1x1 then 3x3, concatenated) compiled match the reference, two calls each")
+  local wrote = (fl.blas_info().channels_last_writes or 0) - c0
+  if os.getenv("FUSELAB_CONV") == "any" and fl.blas_info().conv_block == 16 then
+    t.ok(wrote > 0, "FUSELAB_CONV=any with AVX-512: 1x1 results left channels last for their 3x3 (" .. wrote .. ")")
+  else
+    t.skip("channels last only where oneDNN's own layouts are taken with AVX-512 (" .. wrote .. " here)", 1)
+  end
+end
+
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") and conv_on then
   C.rerun("FUSELAB_LAYOUT=plain", "every value plain", "no value in blocks", "blocked")
   -- the other CPUs' block (AVX2's 8, AVX-512's 16), with every depthwise

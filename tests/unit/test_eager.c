@@ -26,6 +26,7 @@
 #include <stdlib.h>
 
 #include "cpu/eager.h"
+#include "cpu/mm.h"
 #include "graph/ref.h"
 #include "graph/rng.h"
 #include "tap.h"
@@ -1284,7 +1285,36 @@ static void test_int64_exact(void) {
   gc();
 }
 
+/* cpu_unblock_nchw: blocks of 8 and 16 and channels last back to nchw,
+** over shapes whose planes are shorter and longer than a block, against
+** the index formulas written out here. */
+static void test_unblock(void) {
+  static const int64_t shapes[][3] = {{1, 16, 1}, {2, 32, 7}, {1, 48, 49}, {3, 16, 300}, {2, 64, 700}};
+  static const int blks[3] = {8, 16, CPU_NHWC};
+  int s, b;
+  for (s = 0; s < 5; s++)
+    for (b = 0; b < 3; b++) {
+      int64_t n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], i, ch, p, bad = 0;
+      int blk = blks[b];
+      float *x = malloc((size_t)(n * c * hw) * sizeof *x), *y = malloc((size_t)(n * c * hw) * sizeof *y);
+      for (i = 0; i < n; i++)
+        for (ch = 0; ch < c; ch++)
+          for (p = 0; p < hw; p++) {
+            float v = (float)((i * c + ch) * hw + p);      /* its nchw index */
+            if (blk == CPU_NHWC) x[(i * hw + p) * c + ch] = v;
+            else x[i * c * hw + ((ch / blk) * hw + p) * blk + ch % blk] = v;
+          }
+      cpu_unblock_nchw(x, y, n, c, hw, blk);
+      for (i = 0; i < n * c * hw; i++) bad += y[i] != (float)i;
+      ok(bad == 0, "unblock %lldx%lldx%lld from %s: %lld misplaced", (long long)n, (long long)c, (long long)hw,
+         blk == CPU_NHWC ? "channels last" : blk == 8 ? "nChw8c" : "nChw16c", (long long)bad);
+      free(x);
+      free(y);
+    }
+}
+
 int main(void) {
+  test_unblock();
   test_unary();
   test_cast();
   test_binary();
