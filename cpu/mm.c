@@ -874,6 +874,12 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       return 0;
   } else {
     xa = xmd; ya = ymd; wa = wmd;
+    /* x left channels last by the convolution before (CPU_NHWC): read in
+    ** blocks after a reorder, what that one would have written before */
+    if (c->xblk == CPU_NHWC &&
+        dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, blk_tag(cpu_conv_block() ? cpu_conv_block() : 16))
+        != dnnl_success)
+      return 0;
     /* blocked x or y: the kernels that read them want blocked weights,
     ** which are reordered once and kept (kept_find) */
     if ((c->xblk || c->yblk) &&
