@@ -721,6 +721,7 @@ static void *image_retain(void *img) { return cache_retain(img); }
 static void image_release(void *img) { cache_release(img); }
 
 static int load(exec_program *pr, fl_err *e) {
+  int64_t *par = cache_sym(pr->image, "fl_par_min");
   int k;
   for (k = 0; k < pr->plan->nkernels; k++) {
     const char *sym = pr->alias[k] ? pr->alias[k] : pr->syms[k];
@@ -728,6 +729,7 @@ static int load(exec_program *pr, fl_err *e) {
     if (!(pr->fns[k] = cache_sym(pr->image, sym)))
       return err_set(e, FL_ECOMPILE, "compile: kernel %s missing from the object", sym);
   }
+  if (par) *par = cpu_par_min();      /* this process's wait policy (cpu/codegen.c) */
   return FL_OK;
 }
 

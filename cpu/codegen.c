@@ -90,10 +90,11 @@ static void emit_source(strbuf *b, const char *src) {
 ** 2x576x4x4 with their hardswish, went from one thread to two and the
 ** network from 0.97-1.04 to 0.84-0.91 ms a call (bench/RESULTS.md).
 ** Where they sleep (OMP_WAIT_POLICY=passive, the fuselab program's choice
-** on a busy machine) waking one costs 40-80 us: 32768 and up.  The value
-** is in the source, so kernels built under the other policy are cached
-** apart. */
-static int par_min(void) {
+** on a busy machine) waking one costs 40-80 us: 32768 and up.  The
+** policy is the process's, so the value is not in the source (a kernel
+** cached by a process on a quiet machine serves one on a busy machine,
+** and the other way): the library's fl_par_min, set as it is loaded. */
+int64_t cpu_par_min(void) {
   const char *p = getenv("OMP_WAIT_POLICY");
   return p && strcasecmp(p, "passive") == 0 ? 32768 : 8192;
 }
@@ -142,10 +143,11 @@ void cpu_emit_preamble(strbuf *b) {
     "  return r.f;\n"
     "}\n"
     "\n"
-    "/* smallest amount of work worth starting threads for (cpu/codegen.c,\n"
-    "** par_min: smaller where idle threads spin) */\n");
-  strbuf_printf(b, "#define FL_PAR_MIN %d\n", par_min());
-  strbuf_printf(b,
+    "/* smallest amount of work worth starting threads for: set as the\n"
+    "** library is loaded, smaller where idle threads spin (cpu_par_min);\n"
+    "** weak, one for all the units linked together */\n"
+    "__attribute__((weak)) int64_t fl_par_min = 32768;\n"
+    "#define FL_PAR_MIN fl_par_min\n"
     "/* rows a column reduction accumulates at once (one lane each) */\n"
     "#define FL_COLB 64\n"
     "\n"

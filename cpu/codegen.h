@@ -16,6 +16,10 @@
 /* The includes and helpers every program starts with (guarded, so several
 ** programs may share one translation unit). */
 void cpu_emit_preamble(strbuf *b);
+/* The fewest elements a generated loop starts threads for in this process
+** (its OpenMP wait policy): what the loader writes into a library's
+** fl_par_min. */
+int64_t cpu_par_min(void);
 /* Append kernel k of plan p as a C function named sym (a C identifier the
 ** caller made).  Extern kernels without an epilogue emit nothing and
 ** return 0; else 1.  known: the first fk_static_nargs arguments, written

@@ -16,6 +16,7 @@
 #include "cpu/backend.h"
 #include "exec/cache.h"
 #include "cpu/blas.h"
+#include "cpu/codegen.h"
 #include "cpu/mm.h"
 #include "fuse/plan.h"
 #include "graph/hostpool.h"
@@ -323,7 +324,8 @@ static void push_omp_wait(lua_State *L) {
 ** kept in for the next (0: none), blocked_reads / blocked_writes /
 ** unblocked: convolutions that read or wrote it, values put back plain
 ** (cpu/backend.c), channels_last_writes: results left channels last for
-** the next convolution; threads: how idle OpenMP threads wait */
+** the next convolution; threads: how idle OpenMP threads wait, par_min:
+** the fewest elements a generated loop starts threads for under it */
 static int l_blas_info(lua_State *L) {
   cpu_blas_info b;
   cpu_blas_get_info(&b);
@@ -372,6 +374,7 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, cpu_conv_block()); lua_setfield(L, -2, "conv_block");
   }
   push_omp_wait(L);
+  lua_pushinteger(L, (lua_Integer)cpu_par_min()); lua_setfield(L, -2, "par_min");
   return 1;
 }
 
