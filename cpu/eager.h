@@ -34,7 +34,8 @@ int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, 
 ** xblk, yblk channels per block (cpu_conv_block), 0 plain; x may also be
 ** channels last (CPU_NHWC, cpu/mm.h).  With wrote (and yblk), out may be
 ** left channels last where oneDNN's kernel writes it so (the caller's
-** next convolution alone reads it); *wrote says which layout out has.
+** next convolution alone reads it): *wrote is set to CPU_NHWC then, and
+** left as the caller set it otherwise.
 ** The products take 0 and NULL. */
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                         const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,

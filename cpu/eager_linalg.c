@@ -402,7 +402,6 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                         const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
                         fl_tensor *out, fl_err *e) {
-  if (wrote) *wrote = yblk;
   if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, xblk, yblk, wrote, out, e);
   if (xblk || yblk) return err_set(e, FL_EUNSUPPORTED, "%s reads no blocked layout", op_name(op));
   if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
@@ -518,8 +517,7 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
     c.npost = npost;
     c.xblk = xblk;
     c.yblk = yblk;
-    c.nhwc_ok = wrote != NULL && yblk != 0 && yo == NULL;   /* y itself is the caller's buffer */
-    c.wrote = c.nhwc_ok ? wrote : NULL;
+    c.wrote = yblk && !yo ? wrote : NULL;   /* into blocks, y itself the caller's buffer */
     if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost || xblk || yblk) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);

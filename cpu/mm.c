@@ -769,7 +769,7 @@ typedef struct centry {
   int tail;                    /* its post-ops from here on run after it
                                   (cpu_conv_posts); npost: none */
   int y_nhwc;                  /* the primitive writes channels last, and
-                                  the call may leave y so (nhwc_ok) */
+                                  the call may leave y so (may_nhwc) */
   dnnl_memory_t sum_src;       /* that residual, laid out as the caller's y */
   dnnl_primitive_t sum_reorder;   /* into side[2].inner, where there is one */
   dnnl_memory_t scratch;
@@ -835,13 +835,14 @@ static dnnl_format_tag_t blk_tag(int b) {
   return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : b == CPU_NHWC ? dnnl_nhwc : dnnl_nchw;
 }
 
-/* Does a post-op of c read a tensor (a residual, a gate)?  It is laid out
-** as the caller's y, so y cannot be left channels last. */
-static int tensor_posts(const cpu_conv *c) {
+/* May c's y be left channels last?  The caller allows it (wrote), and no
+** post-op reads a tensor (a residual, a gate: laid out as the caller's
+** y). */
+static int may_nhwc(const cpu_conv *c) {
   int i;
-  for (i = 0; i < c->npost; i++)
-    if (c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) return 1;
-  return 0;
+  for (i = 0; i < c->npost && c->wrote; i++)
+    if (c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) return 0;
+  return c->wrote != NULL;
 }
 
 /* The primitive of c, in oneDNN's layouts (any) or the caller's (plain). */
@@ -922,7 +923,7 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       !side_make(&en->side[1], &wmd, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1) ||
       !side_make(&en->side[2], &ymd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0))
     goto done;
-  if (c->nhwc_ok && en->side[2].inner && !tensor_posts(c)) {
+  if (may_nhwc(c) && en->side[2].inner) {
     /* the kernel writes channels last (brgconv), which the next
     ** convolution reads as it is: the reorder out is left out of the
     ** calls, not of the first call's timing, so that this convolution
@@ -1138,7 +1139,7 @@ static void *kept_weights(centry *en, const cpu_conv *c) {
 ** candidate) they are taken as the last run left them in en's own
 ** buffer. */
 static int centry_exec(centry *en, const cpu_conv *c, int keep) {
-  int i, ok = 1;
+  int i, ok = 1, nhwc;
   void *kw = NULL;
   if (en->mm) {
     dnnl_memory_set_data_handle(en->side[0].user, (void *)c->x);
@@ -1169,18 +1170,15 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
       memcpy(en->side[2].inner ? en->side[2].buf : (void *)c->y, r,
              (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
   }
-  if (en->y_nhwc && keep == 1) {       /* written channels last into y itself */
-    dnnl_memory_set_data_handle(en->side[2].inner, c->y);
-    ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
-    ok = dnnl_stream_wait(stream) == dnnl_success && ok;
-    dnnl_memory_set_data_handle(en->side[2].inner, en->side[2].buf);
-    if (ok && c->wrote) *c->wrote = CPU_NHWC;
-    pack_calls += ok && kw;
-    return ok;
-  }
+  nhwc = en->y_nhwc && keep == 1;      /* written channels last into y itself */
+  if (nhwc) dnnl_memory_set_data_handle(en->side[2].inner, c->y);
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
-  if (ok && en->side[2].inner) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
+  if (ok && en->side[2].inner && !nhwc) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
   ok = dnnl_stream_wait(stream) == dnnl_success && ok;
+  if (nhwc) {
+    dnnl_memory_set_data_handle(en->side[2].inner, en->side[2].buf);
+    if (ok) *c->wrote = CPU_NHWC;
+  }
   pack_calls += ok && kw;
   return ok;
 }
@@ -1266,7 +1264,7 @@ static void pick_trace(const cpu_conv *c, const int *made, const double *best, i
           "%d out%s, %d post-ops:", (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
           (long long)c->co, (long long)c->kh, (long long)c->kw, (long long)c->sh, (long long)c->groups,
           c->xblk == CPU_NHWC ? "nhwc" : c->xblk == 16 ? "16" : c->xblk == 8 ? "8" : "0", c->yblk,
-          c->nhwc_ok ? " (or nhwc)" : "", c->npost);
+          may_nhwc(c) ? " (or nhwc)" : "", c->npost);
   for (i = 0, d = ""; i < 5; i++)
     if (made[i]) {
       if (best[i] < 1e30) fprintf(stderr, "%s %s %.3f ms", d, name[i], best[i] * 1e3);
@@ -1440,7 +1438,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   k.plain = conv_mode;
   k.xblk = c->xblk;
   k.yblk = c->yblk;
-  k.nhwc_ok = c->nhwc_ok && c->wrote && !tensor_posts(c);
+  k.nhwc_ok = may_nhwc(c);
   for (i = 0; i < c->npost; i++) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }
@@ -1461,13 +1459,12 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   if ((i = conv_tail(c)) < c->npost && !pw_allowed(c)) {
     cpu_conv head = *c;
     head.npost = i;
-    head.nhwc_ok = 0;                  /* the rest reads y in yblk's layout */
+    head.wrote = NULL;                 /* the rest reads y in yblk's layout */
     if ((rc = cpu_conv_run(&head, e)) == FL_OK) cpu_conv_posts(c, i);
     return rc;
   }
   if ((rc = locked_entry(&ccache, &k, c, "conv2d", &p, e)) != FL_OK) return rc;
   en = p;
-  if (c->wrote) *c->wrote = c->yblk;   /* the timed candidates may have said otherwise */
   if (en->refused) {
     rc = err_set(e, FL_EUNSUPPORTED, "conv2d: oneDNN refuses this convolution");
   } else if (en->dw) {

@@ -136,10 +136,10 @@ const char *cpu_mm_describe(void);
 ** oneDNN's blocked nChw8c / nChw16c: blocks of that many channels, each
 ** [h, w, block] (cpu_conv_block; a convolution's result kept that way for
 ** the next, cpu/backend.c); x may also be channels last (CPU_NHWC).  With
-** nhwc_ok, where the primitive kept writes channels last (oneDNN's brgconv
+** wrote, where the primitive kept writes channels last (oneDNN's brgconv
 ** with AVX-512) and no post-op reads a tensor, y is written so, without
-** the reorder into yblk's blocks, and *wrote says which layout y has
-** (yblk or CPU_NHWC; the caller's next convolution reads either). */
+** the reorder into yblk's blocks, and *wrote is set to CPU_NHWC (else
+** left as the caller set it; its next convolution reads either). */
 /* A layout code beside the blocks of 8 and 16: channels last ([n, h, w,
 ** c], oneDNN's nhwc), which no block arithmetic takes for a block size
 ** (every channel count is off it). */
@@ -155,8 +155,8 @@ typedef struct cpu_conv {
   fl_storage *w_st;                  /* wt read in place from it, or NULL (cpu_mm's b_st) */
   int xblk, yblk;                    /* 0 plain, else the channel block
                                         (or CPU_NHWC for x) */
-  int nhwc_ok;                       /* y may be written channels last */
-  int *wrote;                        /* with nhwc_ok: y's layout once run */
+  int *wrote;                        /* NULL, or y may be left channels last:
+                                        CPU_NHWC written here where it was */
   const float *wpk;                  /* cpu_conv_pw on blocks: wt packed gOIhw8i8o
                                         (cpu/mm.c packs and keeps it), else NULL */
 } cpu_conv;
