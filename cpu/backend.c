@@ -17,6 +17,7 @@
 #include "eager.h"
 #include "../exec/cache.h"
 #include "../graph/rng.h"
+#include "../graph/view.h"
 
 /* One step of an extern's epilogue run as a oneDNN post-op. */
 typedef struct cpu_post {
@@ -39,6 +40,8 @@ typedef struct cpu_kinfo {
                                 this many channels (plan_block), 0 plain */
   int nhwc_ok;               /* ... or left channels last, where its kernel
                                 writes so: one convolution reads it */
+  int shuffled;              /* a depthwise convolution whose input is a
+                                channel shuffle (plan_shuffle) */
 } cpu_kinfo;
 
 /* --- epilogues as post-ops ----------------------------------------------
@@ -695,6 +698,78 @@ static int cat_in_place(exec_run *r, const fk_kernel *k, fl_err *e) {
   return 1;
 }
 
+/* --- a channel shuffle read where it lies ------------------------------
+** ShuffleNet's channel shuffle (reshape [n, g, c/g, h, w], swap the two
+** channel dims, reshape back) moves whole planes, in an order no strides
+** express, so the reshape back copied the value on every call, into fresh
+** memory (at 136 x 28 x 28, 0.02-0.03 ms of a 0.15 ms unit; at the
+** stage's first unit, 112 x 56 x 56, more).  The depthwise convolution
+** that reads it (ShuffleNet's every 3x3) takes each plane where it lies
+** instead: an offset per image and channel (cpu_conv.xoff), on
+** cpu/conv_dw.c's loop, which reads 8 planes at a time anyway. */
+
+/* Is kernel k a depthwise convolution reading a reshape of a transpose? */
+static void plan_shuffle(const fuse_plan *p, int k, cpu_kinfo *ki) {
+  const ir_graph *g = p->g;
+  const fk_kernel *kk = &p->kernels[k];
+  const ir_node *nd, *x, *w;
+  op_win2d win;
+  ki->shuffled = 0;
+  if (kk->kind != FK_EXTERN || kk->anchor < 0) return;
+  nd = &g->nodes[kk->anchor];
+  if (nd->kind != IR_OP || nd->op != OP_CONV2D || nd->nin < 2 || nd->in[0] < 0 || nd->in[1] < 0) return;
+  x = &g->nodes[nd->in[0]];
+  w = &g->nodes[nd->in[1]];
+  if (x->kind != IR_OP || x->op != OP_RESHAPE || !fk_is_view(g, nd->in[0]) || x->in[0] < 0 ||
+      g->nodes[x->in[0]].kind != IR_OP ||
+      (g->nodes[x->in[0]].op != OP_TRANSPOSE && g->nodes[x->in[0]].op != OP_PERMUTE) ||
+      x->meta.ndim != 4 || w->meta.ndim != 4)
+    return;
+  op_win2d_of(nd->op, &nd->attrs, w->meta.shape[2], w->meta.shape[3], &win);
+  ki->shuffled = win.groups == x->meta.shape[1] && nd->meta.shape[1] == x->meta.shape[1];
+}
+
+/* Node id's value (a 4-d reshape the strides cannot follow) as its
+** source's planes where they lie: *xv its shape over the source's memory,
+** (*off)[i * c + j] image i's channel j's first float from there.  1 done
+** (free *off), 0 where they are not whole planes (or are a view after
+** all), else an error's code. */
+static int shuffled_planes(exec_run *r, int id, fl_tensor *xv, int64_t **off, fl_err *e) {
+  const ir_node *nd = &r->g->nodes[id];
+  const fl_meta *m = &r->metas[id];
+  const fl_tensor *s;
+  fl_tensor v;
+  fl_err e2;
+  int64_t idx[FL_MAX_DIMS] = {0}, q, L;
+  int d, lead, rc;
+  if (r->vals[id].st || m->ndim != 4 || m->dtype != FL_F32) return 0;
+  if ((rc = exec_value(r, nd->in[0], 0, e)) != FL_OK) return rc;
+  s = &r->vals[nd->in[0]];
+  lead = s->m.ndim - 2;
+  if (s->m.dtype != FL_F32 || lead < 1 || s->m.shape[lead] != m->shape[2] ||
+      s->m.shape[lead + 1] != m->shape[3] || s->stride[lead + 1] != 1 || s->stride[lead] != m->shape[3] ||
+      meta_numel(&s->m) != meta_numel(m))
+    return 0;
+  err_clear(&e2);
+  if (view_apply(nd->op, s, &nd->attrs, m, &v, &e2) == FL_OK) {   /* a view: nothing to copy */
+    ten_release(&v);
+    return 0;
+  }
+  L = m->shape[0] * m->shape[1];
+  if (!(*off = malloc((size_t)(L > 0 ? L : 1) * sizeof **off)))
+    return err_set(e, FL_ENOMEM, "out of memory for %lld plane offsets", (long long)L);
+  for (q = 0; q < L; q++) {       /* the leading dims in row-major order */
+    int64_t o = 0;
+    for (d = 0; d < lead; d++) o += idx[d] * s->stride[d];
+    (*off)[q] = o;
+    for (d = lead - 1; d >= 0 && ++idx[d] == s->m.shape[d]; d--) idx[d] = 0;
+  }
+  *xv = *s;                      /* not a reference of its own: never released */
+  xv->m = *m;
+  ten_set_contiguous_strides(xv);
+  return 1;
+}
+
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n);
 
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
@@ -708,6 +783,7 @@ static int render(strbuf *b, const fuse_plan *p, int k, const char *sym, void *k
   plan_posts(p, k, kinfo);
   plan_layout(p, k, kinfo);
   plan_block(p, k, kinfo);
+  plan_shuffle(p, k, kinfo);
   return cpu_emit_kernel(b, p, k, sym, known, &((cpu_kinfo *)kinfo)->scratch);
 }
 
@@ -805,7 +881,8 @@ static int run_extern(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_e
 ** convolution reads its input and residuals in the blocks they were
 ** written in, and writes its result in blocks where the plan asks
 ** (plan_block); where oneDNN refuses that, it runs again on plain ones. */
-static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
+static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, const fl_tensor *xv,
+                        const int64_t *xoff, fl_err *e) {
   const ir_graph *g = r->g;
   const ir_node *nd = &g->nodes[k->anchor];
   const int64_t *args = r->args;
@@ -813,6 +890,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
   int sid = k->nnodes ? k->acc[in->store_acc].node : k->anchor;
   const fl_tensor *ins[8];
   cpu_mm_post posts[CPU_MM_MAXPOST];
+  eager_layouts lay;
   fl_err e2;
   if (!(nd->op == OP_CONV2D ? cpu_conv_enabled() : cpu_mm_enabled()) || nd->nin > 8) return 0;
   if (!meta_same_shape(&r->metas[sid], &r->metas[k->anchor]) || r->metas[sid].dtype != FL_F32) return 0;
@@ -856,6 +934,7 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
     for (i = 0; i < nd->nin; i++) {
       ins[i] = NULL;
       if (nd->in[i] < 0) continue;
+      if (i == 0 && xoff) { ins[0] = xv; continue; }
       if (i == 0 && !plain && r->blk[nd->in[0]] && r->vals[nd->in[0]].st) xblk = r->blk[nd->in[0]];
       else if ((rc = exec_value(r, nd->in[i], 0, e)) != FL_OK) return rc;
       ins[i] = &r->vals[nd->in[i]];
@@ -889,20 +968,35 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl
         posts[i].like_dst = 1;
       }
     }
-    if (plain && !in->npost) return 0;        /* a bare product: the extern step */
+    if (plain && !in->npost && !xoff) return 0;   /* a bare product: the extern step */
     if (xblk && !r->blk[nd->in[0]]) xblk = 0;  /* the input was a residual too, put back plain */
     err_clear(&e2);
     wrote = yblk;
-    rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, xblk, yblk,
-                             yblk && in->nhwc_ok ? &wrote : NULL, &r->vals[sid], &e2);
+    lay.xblk = xblk;
+    lay.yblk = yblk;
+    lay.wrote = yblk && in->nhwc_ok ? &wrote : NULL;
+    lay.xoff = xoff;
+    rc = eager_product_posts(nd->op, ins, nd->nin, &nd->attrs, posts, in->npost, &lay, &r->vals[sid], &e2);
     if (rc == FL_OK) {
       r->blk[sid] = (unsigned char)wrote;
       return 1;
     }
     if (rc != FL_EUNSUPPORTED) return err_set(e, rc, "%s", e2.msg);
-    if (plain) return 0;
+    if (plain || xoff) return 0;     /* shuffled planes refused: the extern step copies them */
   }
   return 0;
+}
+
+/* Kernel k's depthwise convolution on shuffled planes where they lie
+** (plan_shuffle): as launch_posts, 0 where they cannot be. */
+static int launch_shuffled(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, fl_err *e) {
+  fl_tensor xv;
+  int64_t *off = NULL;
+  int rc = shuffled_planes(r, r->g->nodes[k->anchor].in[0], &xv, &off, e);
+  if (rc <= 0) return rc;
+  rc = launch_posts(r, k, in, &xv, off, e);
+  free(off);
+  return rc;
 }
 
 /* Does kernel k's convolution meet a blocked layout, read or written? */
@@ -953,7 +1047,8 @@ static int launch(exec_run *r, int ki, fl_err *e) {
   void *scratch = NULL;
   int i, rc;
   if (fuse_cat_in_place(pr->plan, ki) && (rc = cat_in_place(r, k, e)) != 0) return rc < 0 ? e->code : FL_OK;
-  if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, e)) != 0)
+  if (in->shuffled && (rc = launch_shuffled(r, k, in, e)) != 0) return rc < 0 ? rc : FL_OK;
+  if ((in->npost > 0 || meets_blocks(r, k, in)) && (rc = launch_posts(r, k, in, NULL, NULL, e)) != 0)
     return rc < 0 ? rc : FL_OK;
   if (in->blk && k->nnodes == 0 && (rc = launch_block_step(r, k, in, e)) != 0) return rc < 0 ? e->code : FL_OK;
   if (k->kind == FK_EXTERN && (rc = run_extern(r, k, in, e)) != FL_OK) return rc;

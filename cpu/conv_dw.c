@@ -42,7 +42,7 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   int i, sum;
   /* blocks (DW_BLOCK) on one side only: where both are blocked oneDNN's
   ** kernel reads and writes them with nothing to reorder, and with FMA */
-  if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && !DW_BLOCK(c->xblk)) ||
+  if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && c->xoff) || (c->xblk && !DW_BLOCK(c->xblk)) ||
       (c->yblk && !DW_BLOCK(c->yblk)) || (c->xblk && c->c % c->xblk) || (c->yblk && c->c % c->yblk) ||
       c->pt < 0 || c->pl < 0 || c->pb < 0 || c->pr < 0 || c->sh < 1 || c->sw < 1 || c->dh < 1 || c->dw < 1 ||
       (c->oh - 1) * c->sh + (c->kh - 1) * c->dh >= hp || (c->ow - 1) * c->sw + (c->kw - 1) * c->dw >= wp ||
@@ -154,24 +154,26 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   int64_t wp = W + c->pl + c->pr, KK = c->kh * c->kw, ih, oh, o, R = dw_strip(OW);
   int64_t s8 = c->sw * 8, rs = c->dh * wp * 8, cs = c->dw * 8, xb = c->xblk, yb = c->yblk;
   int64_t at = dw_at(img, c->c, c0, OHW, yb);
-  const float *x = c->x + dw_at(img, c->c, c0, HW, xb);
+  const float *x = c->x + dw_at(img, c->c, c0, HW, xb), *pl[8];
   v8f wv[64], bias = {0, 0, 0, 0, 0, 0, 0, 0};
   int j, t;
   for (t = 0; t < KK; t++)
     for (j = 0; j < 8; j++) wv[t][j] = j < nc ? c->wt[(c0 + j) * KK + t] : 0.0f;
   for (j = 0; j < nc && c->bias; j++) bias[j] = c->bias[c0 + j];
+  for (j = 0; j < 8; j++)    /* each plane where it lies (a shuffle's: c->xoff) */
+    pl[j] = j >= nc ? x : c->xoff ? c->x + c->xoff[img * c->c + c0 + j] : x + j * HW;
   if (xb) {        /* blocks: the group's pixels are 8 floats each, xb apart */
     for (ih = 0; ih < H; ih++) {
       float *t8 = T + ((ih + c->pt) * wp + c->pl) * 8;
       for (o = 0; o < W; o++) *(v8f_u *)(t8 + o * 8) = *(const v8f_u *)(x + (ih * W + o) * xb);
     }
   } else if (W >= 16) {
-    for (ih = 0; ih < H; ih++) planes_to8(x + ih * W, HW, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
+    for (ih = 0; ih < H; ih++) planes_to8_at(pl, ih * W, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);
   } else {        /* short rows: runs of whole rows, through U, then row by row */
     int64_t Ri = dw_strip(W);
     for (ih = 0; ih < H; ih += Ri) {
       int64_t n = (ih + Ri < H ? Ri : H - ih) * W;
-      planes_to8(x + ih * W, HW, U, n, nc);
+      planes_to8_at(pl, ih * W, U, n, nc);
       for (o = 0; o < n / W; o++) memcpy(T + ((ih + o + c->pt) * wp + c->pl) * 8, U + o * W * 8, (size_t)W * 32);
     }
   }

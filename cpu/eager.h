@@ -30,15 +30,23 @@ int eager_pool2d_blocked(fl_op op, const op_attrs *a, const float *x, float *y, 
 ** attributes a) into *out, a contiguous float32 tensor of its shape, with posts applied inside the library call (a
 ** fused epilogue that writes the product once).  FL_EUNSUPPORTED, out
 ** unwritten, where oneDNN cannot run it: the caller runs the epilogue.
-** A convolution's x (in[0]) and out may be in oneDNN's blocked layout:
+** A convolution's x (in[0]) and out may be laid out otherwise (lay; NULL:
+** both plain, as the products take them):
 ** xblk, yblk channels per block (cpu_conv_block), 0 plain; x may also be
 ** channels last (CPU_NHWC, cpu/mm.h).  With wrote (and yblk), out may be
 ** left channels last where oneDNN's kernel writes it so (the caller's
 ** next convolution alone reads it): *wrote is set to CPU_NHWC then, and
-** left as the caller set it otherwise.
-** The products take 0 and NULL. */
+** left as the caller set it otherwise.  With xoff, x's planes lie where
+** a channel shuffle left them (cpu_conv.xoff, offsets from in[0]'s
+** first element; in[0] gives only the shape): a depthwise convolution
+** reads them there, anything else is FL_EUNSUPPORTED. */
+typedef struct eager_layouts {
+  int xblk, yblk;
+  int *wrote;
+  const int64_t *xoff;
+} eager_layouts;
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        const cpu_mm_post *posts, int npost, const eager_layouts *lay,
                         fl_tensor *out, fl_err *e);
 
 #endif

@@ -52,8 +52,8 @@
 #define EAGER_WIDE_FMA
 #endif
 
-/* dst row k = column k of the 8x8 tile at src (rows `ss` floats apart),
-** dst's rows `ds` apart: three rounds of shuffles (GCC's vector
+/* dst row k = column k of the 8x8 tile of rows r0..r7 (tr8x8: at src,
+** rows `ss` floats apart), dst's rows `ds` apart: three rounds of shuffles (GCC's vector
 ** extension, so each of EAGER_WIDE's builds picks its own instructions).
 ** Written out, without arrays or loops: GCC kept those in memory, storing
 ** each vector as two halves that the next load then waited on. */
@@ -67,11 +67,7 @@ typedef int v8i __attribute__((vector_size(32)));
 #define TR8_LO4 ((v8i){0, 1, 2, 3, 8, 9, 10, 11})
 #define TR8_HI4 ((v8i){4, 5, 6, 7, 12, 13, 14, 15})
 static inline __attribute__((always_inline))
-void tr8x8(const float *src, int64_t ss, float *dst, int64_t ds) {
-  v8f r0 = *(const v8f_u *)src, r1 = *(const v8f_u *)(src + ss);
-  v8f r2 = *(const v8f_u *)(src + 2 * ss), r3 = *(const v8f_u *)(src + 3 * ss);
-  v8f r4 = *(const v8f_u *)(src + 4 * ss), r5 = *(const v8f_u *)(src + 5 * ss);
-  v8f r6 = *(const v8f_u *)(src + 6 * ss), r7 = *(const v8f_u *)(src + 7 * ss);
+void tr8x8_rows(v8f r0, v8f r1, v8f r2, v8f r3, v8f r4, v8f r5, v8f r6, v8f r7, float *dst, int64_t ds) {
   v8f t0 = __builtin_shuffle(r0, r1, TR8_LO), t1 = __builtin_shuffle(r0, r1, TR8_HI);
   v8f t2 = __builtin_shuffle(r2, r3, TR8_LO), t3 = __builtin_shuffle(r2, r3, TR8_HI);
   v8f t4 = __builtin_shuffle(r4, r5, TR8_LO), t5 = __builtin_shuffle(r4, r5, TR8_HI);
@@ -91,6 +87,13 @@ void tr8x8(const float *src, int64_t ss, float *dst, int64_t ds) {
   *(v8f_u *)(dst + 7 * ds) = __builtin_shuffle(u3, v3, TR8_HI4);
 }
 
+static inline __attribute__((always_inline))
+void tr8x8(const float *src, int64_t ss, float *dst, int64_t ds) {
+  tr8x8_rows(*(const v8f_u *)src, *(const v8f_u *)(src + ss), *(const v8f_u *)(src + 2 * ss),
+             *(const v8f_u *)(src + 3 * ss), *(const v8f_u *)(src + 4 * ss), *(const v8f_u *)(src + 5 * ss),
+             *(const v8f_u *)(src + 6 * ss), *(const v8f_u *)(src + 7 * ss), dst, ds);
+}
+
 /* n pixels of 8 planes (the first nc of them; rows `ss` floats apart)
 ** into pixel-major d [n][8], lanes past nc zero; and back from u [n][8]
 ** into the first nc planes (rows `ds` apart).  Whole tiles of 8 through
@@ -103,6 +106,22 @@ void planes_to8(const float *src, int64_t ss, float *d, int64_t n, int nc) {
     for (; i + 8 <= n; i += 8) tr8x8(src + i, ss, d + i * 8, 8);
   for (; i < n; i++)
     for (j = 0; j < 8; j++) d[i * 8 + j] = j < nc ? src[j * ss + i] : 0.0f;
+}
+
+/* The same from 8 planes anywhere: plane j's pixels from p[j] + at (a
+** channel shuffle's planes where they lie, cpu/conv_dw.c). */
+static inline __attribute__((always_inline))
+void planes_to8_at(const float *const *p, int64_t at, float *d, int64_t n, int nc) {
+  int64_t i = 0;
+  int j;
+  if (nc == 8)
+    for (; i + 8 <= n; i += 8)
+      tr8x8_rows(*(const v8f_u *)(p[0] + at + i), *(const v8f_u *)(p[1] + at + i),
+                 *(const v8f_u *)(p[2] + at + i), *(const v8f_u *)(p[3] + at + i),
+                 *(const v8f_u *)(p[4] + at + i), *(const v8f_u *)(p[5] + at + i),
+                 *(const v8f_u *)(p[6] + at + i), *(const v8f_u *)(p[7] + at + i), d + i * 8, 8);
+  for (; i < n; i++)
+    for (j = 0; j < 8; j++) d[i * 8 + j] = j < nc ? p[j][at + i] : 0.0f;
 }
 
 static inline __attribute__((always_inline))

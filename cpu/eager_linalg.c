@@ -396,14 +396,15 @@ int eager_linear(fl_op op, const fl_tensor *const *in, int nin,
 ** inside oneDNN's call; without posts, im2col + sgemm where oneDNN is off
 ** or refuses. */
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        const cpu_mm_post *posts, int npost, const eager_layouts *lay,
                         fl_tensor *out, fl_err *e);
 
 int eager_product_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        const cpu_mm_post *posts, int npost, const eager_layouts *lay,
                         fl_tensor *out, fl_err *e) {
-  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, xblk, yblk, wrote, out, e);
-  if (xblk || yblk) return err_set(e, FL_EUNSUPPORTED, "%s reads no blocked layout", op_name(op));
+  if (op == OP_CONV2D) return conv2d_posts(op, in, nin, a, posts, npost, lay, out, e);
+  if (lay && (lay->xblk || lay->yblk || lay->xoff))
+    return err_set(e, FL_EUNSUPPORTED, "%s reads no blocked layout", op_name(op));
   if (op == OP_MATMUL) return matmul_posts(op, in, nin, posts, npost, out, e);
   if (op == OP_LINEAR) return linear_posts(op, in, nin, posts, npost, out, e);
   return err_set(e, FL_EUNSUPPORTED, "%s takes no post-ops", op_name(op));
@@ -467,12 +468,15 @@ static void conv_depthwise(const float *x, const float *w, float *y, int64_t N,
 
 int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
                  const op_attrs *a, fl_tensor *out, fl_err *e) {
-  return conv2d_posts(op, in, nin, a, NULL, 0, 0, 0, NULL, out, e);
+  return conv2d_posts(op, in, nin, a, NULL, 0, NULL, out, e);
 }
 
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
-                        const cpu_mm_post *posts, int npost, int xblk, int yblk, int *wrote,
+                        const cpu_mm_post *posts, int npost, const eager_layouts *lay,
                         fl_tensor *out, fl_err *e) {
+  static const eager_layouts plain;
+  const int xblk = (lay ? lay : &plain)->xblk, yblk = (lay ? lay : &plain)->yblk;
+  const int64_t *xoff = (lay ? lay : &plain)->xoff;
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];
@@ -491,10 +495,10 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
            g.pl == 0 && g.pb == 0 && g.pr == 0;
   depthwise = G > 1 && CG == 1;
   cpu_blas_pick();                 /* the right kernels before the first product */
-  if ((npost || xblk || yblk) && (out->m.dtype != FL_F32 || !cpu_conv_enabled()))
+  if ((npost || xblk || yblk || xoff) && (out->m.dtype != FL_F32 || !cpu_conv_enabled()))
     return err_set(e, FL_EUNSUPPORTED, "%s: post-ops and blocked layouts need oneDNN and a float32 result",
                    op_name(op));
-  if ((xblk && (x->m.dtype != FL_F32 || !ten_is_contiguous(x))) ||
+  if (((xblk || xoff) && (x->m.dtype != FL_F32 || !ten_is_contiguous(x))) ||
       (yblk && !ten_is_contiguous(out)))
     return err_set(e, FL_EUNSUPPORTED, "%s: a blocked layout in a strided or converted tensor", op_name(op));
   if (too_big(op_name(op), CO, P, CKK * G, e)) return FL_EUNSUPPORTED;
@@ -517,8 +521,9 @@ static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_
     c.npost = npost;
     c.xblk = xblk;
     c.yblk = yblk;
-    c.wrote = yblk && !yo ? wrote : NULL;   /* into blocks, y itself the caller's buffer */
-    if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost || xblk || yblk) {
+    c.xoff = xoff;
+    c.wrote = yblk && !yo ? lay->wrote : NULL;   /* into blocks, y itself the caller's buffer */
+    if ((rc = cpu_conv_run(&c, &e2)) == FL_OK || npost || xblk || yblk || xoff) {
       if (rc != FL_OK) err_set(e, rc, "%s", e2.msg);
       eager_out_done(out, yo);
       goto done;

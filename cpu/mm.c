@@ -780,7 +780,8 @@ typedef struct centry {
 
 static int64_t nconvs, nconv_posts, nconv_mms, nblk_reads, nblk_writes, nnhwc; /* under lock */
 static int64_t nunblocked;           /* atomic: cpu_unblock_nchw runs unlocked */
-static int64_t ndw, npw, npwb;       /* atomic: run by cpu_conv_dw, cpu_conv_pw, on blocks */
+static int64_t ndw, ndws, npw, npwb; /* atomic: run by cpu_conv_dw (of them on a shuffle),
+                                        cpu_conv_pw (on blocks) */
 static int conv_mode = -1;           /* 0 blas, 1 oneDNN on plain layouts, 3 on its
                                         own, 2 the fastest per shape, 4 that with
                                         the matmul form wherever it applies, 5
@@ -1427,6 +1428,14 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   for (i = 0; i < c->npost; i++)
     if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) && !c->post[i].like_dst)
       return err_set(e, FL_EUNSUPPORTED, "conv2d: a post-op operand not laid out as the result");
+  if (c->xoff) {      /* planes where a shuffle left them: fuselab's loop alone reads them */
+    if (conv_mode == 1 || conv_mode == 3 || !cpu_conv_dw_fits(c))   /* FUSELAB_CONV=plain, any: oneDNN's */
+      return err_set(e, FL_EUNSUPPORTED, "conv2d: shuffled planes, not a depthwise loop's");
+    if ((rc = cpu_conv_dw(c)) != FL_OK) return err_set(e, rc, "conv2d: out of memory for a depthwise scratch");
+    __atomic_fetch_add(&ndw, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&ndws, 1, __ATOMIC_RELAXED);
+    return FL_OK;
+  }
   if (conv_as_rows(c)) return FL_OK;
   memset(&k, 0, sizeof k);
   k.d[0] = c->n; k.d[1] = c->c; k.d[2] = c->h; k.d[3] = c->w; k.d[4] = c->co; k.d[5] = c->kh;
@@ -1641,13 +1650,17 @@ void cpu_conv_counts(int64_t *calls, int64_t *with_posts, int64_t *as_matmul) {
   *calls = *with_posts = *as_matmul = 0;
 }
 
-static int64_t nunblocked, ndw, npw, npwb;
+static int64_t nunblocked, ndw, ndws, npw, npwb;
 static void block_counts(int64_t *reads, int64_t *writes, int64_t *nhwc) { *reads = *writes = *nhwc = 0; }
 
 #endif
 
 int64_t cpu_conv_dw_calls(void) {
   return __atomic_load_n(&ndw, __ATOMIC_RELAXED);
+}
+
+int64_t cpu_conv_dw_shuffled(void) {
+  return __atomic_load_n(&ndws, __ATOMIC_RELAXED);
 }
 
 void cpu_conv_pw_counts(int64_t *calls, int64_t *on_blocks) {

@@ -159,6 +159,11 @@ typedef struct cpu_conv {
                                         CPU_NHWC written here where it was */
   const float *wpk;                  /* cpu_conv_pw on blocks: wt packed gOIhw8i8o
                                         (cpu/mm.c packs and keeps it), else NULL */
+  const int64_t *xoff;               /* NULL, or x's plane (image i, channel j) is
+                                        its h * w floats at x + xoff[i * c + j]:
+                                        whole planes in an order no strides
+                                        express (a channel shuffle, read where
+                                        it lies); cpu_conv_dw alone reads it */
 } cpu_conv;
 
 /* 1 when convolutions run through oneDNN: built with it, and not turned
@@ -198,6 +203,9 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** (FUSELAB_CONV=depthwise: it, wherever it fits). */
 int cpu_conv_dw_fits(const cpu_conv *c);
 int cpu_conv_dw(const cpu_conv *c);
+/* How many of those read their input's planes where a channel shuffle
+** left them (cpu_conv.xoff; fl.blas_info().shuffles_read_in_place). */
+int64_t cpu_conv_dw_shuffled(void);
 /* 1x1 convolutions (stride 1, no padding, any groups) on plain layouts, or on
 ** blocks of 8 on both sides where each group is whole blocks (their
 ** weights packed in wpk), with any post-op whose operands are laid out

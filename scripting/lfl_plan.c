@@ -318,7 +318,8 @@ static void push_omp_wait(lua_State *L) {
 ** conv: what float32 convolutions run on, onednn_convs / onednn_conv_posts
 ** / onednn_conv_matmuls: how many ran on oneDNN, with post-ops, as a
 ** batched matmul; depthwise_convs: depthwise ones on plain layouts run by
-** cpu/conv_dw.c instead, pointwise_convs: 1x1s run by cpu/conv_pw.c,
+** cpu/conv_dw.c instead, shuffles_read_in_place: those of them that read
+** a channel shuffle's planes where they lay, pointwise_convs: 1x1s run by cpu/conv_pw.c,
 ** pointwise_blocked: those of them that read or wrote blocks;
 ** conv_block: the channel block a convolution's result is
 ** kept in for the next (0: none), blocked_reads / blocked_writes /
@@ -363,6 +364,7 @@ static int l_blas_info(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_conv_posts");
     lua_pushinteger(L, (lua_Integer)mms); lua_setfield(L, -2, "onednn_conv_matmuls");
     lua_pushinteger(L, (lua_Integer)cpu_conv_dw_calls()); lua_setfield(L, -2, "depthwise_convs");
+    lua_pushinteger(L, (lua_Integer)cpu_conv_dw_shuffled()); lua_setfield(L, -2, "shuffles_read_in_place");
     cpu_conv_pw_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "pointwise_convs");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "pointwise_blocked");

@@ -910,6 +910,65 @@ do
   end
 end
 
+-- ShuffleNet's channel shuffle (reshape to [n, g, c/g, h, w], swap the two
+-- channel dims, reshape back) moves whole planes in an order no strides
+-- express; the depthwise convolution after it reads each plane where it
+-- lies instead of a copy (cpu/backend.c plan_shuffle,
+-- fl.blas_info().shuffles_read_in_place).  Units of grouped 1x1 + relu,
+-- shuffle, depthwise (3x3 or 5x5, strides 1 and 2, with a bias and
+-- sometimes a relu after), grouped 1x1, compiled against the reference,
+-- two calls each.  A shuffle of one channel per group is a view (nothing
+-- to copy) and a dense 1x1 after a shuffle reads the copy: neither counts.
+do
+  local nbad, n, want_reads = 0, 0, 0
+  local s0 = fl.blas_info().shuffles_read_in_place or 0
+  local cases = {{1, 4, 34, 14, 1, 3}, {2, 3, 8, 9, 2, 3}, {1, 2, 17, 7, 1, 5}, {1, 8, 3, 12, 2, 3}}
+  for _ = 1, 4 do
+    cases[#cases + 1] = {R(2), R(2, 4), ({3, 8, 17, 34})[R(4)], R(4, 16), R(2), ({3, 5})[R(2)]}
+  end
+  cases[#cases + 1] = {1, 12, 1, 8, 1, 3, "a view"}
+  cases[#cases + 1] = {2, 4, 6, 8, 1, 1, "dense"}
+  for _, cs in ipairs(cases) do
+    local N, G, CG, H, st, K, kind = table.unpack(cs)
+    local Cc = G * CG
+    local dense = kind == "dense"
+    local x = fl.rand(N, Cc, H, H) * 2 - 1
+    local w1 = fl.rand(Cc, CG, 1, 1) * 0.6 - 0.3
+    local wd = dense and fl.rand(Cc, Cc, 1, 1) * 0.4 - 0.2 or fl.rand(Cc, 1, K, K) * 2 - 1
+    local bd, w2 = fl.rand(Cc) - 0.5, fl.rand(Cc, CG, 1, 1) * 0.6 - 0.3
+    local relu = R(2) == 1
+    local function f(x_, w1_, wd_, bd_, w2_)
+      local a = fl.conv2d(x_, w1_, {groups = G}):relu()
+      a = a:reshape(N, G, CG, H, H):transpose(2, 3):reshape(N, Cc, H, H)
+      local b = dense and fl.conv2d(a, wd_, bd_)
+                      or fl.conv2d(a, wd_, bd_, {padding = K // 2, stride = st, groups = Cc})
+      if relu then b = b:relu() end
+      return fl.conv2d(b, w2_, {groups = G})
+    end
+    local args = {x, w1, wd, bd, w2}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local cm = fl.compile(f, {backend = "cpu"})
+    local got1 = cm(table.unpack(args))
+    local got2 = cm(table.unpack(args))
+    n = n + 1
+    if not kind then want_reads = want_reads + 2 end
+    if not (close(got1, want) and close(got2, want)) then
+      nbad = nbad + 1
+      t.diag(("shuffle unit: x%s groups %d, %dx%d stride %d%s: max err %s / %s"):format(str(x.shape), G, K, K, st,
+             kind and (" (" .. kind .. ")") or "", got1 and tostring(maxerr(got1, want)) or "no result",
+             got2 and tostring(maxerr(got2, want)) or "no result"))
+    end
+  end
+  t.is(nbad, 0, n .. " ShuffleNet units (grouped 1x1, channel shuffle, depthwise, grouped 1x1) compiled match the reference")
+  local reads = (fl.blas_info().shuffles_read_in_place or 0) - s0
+  local mode = os.getenv("FUSELAB_CONV")
+  if conv_on and mode ~= "plain" and mode ~= "any" then
+    t.is(reads, want_reads, "the depthwise convolutions read the shuffled planes where they lay, the view and the dense 1x1 not")
+  else
+    t.is(reads, 0, "no shuffle read in place where oneDNN runs every convolution (" .. (mode or "no oneDNN") .. ")")
+  end
+end
+
 if not os.getenv("FUSELAB_CONV") and not os.getenv("FUSELAB_LAYOUT") and conv_on then
   C.rerun("FUSELAB_LAYOUT=plain", "every value plain", "no value in blocks", "blocked")
   -- the other CPUs' block (AVX2's 8, AVX-512's 16), with every depthwise
