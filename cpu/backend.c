@@ -770,6 +770,14 @@ static int shuffled_planes(exec_run *r, int id, fl_tensor *xv, int64_t **off, fl
   return 1;
 }
 
+static int reads(const exec_program *pr, int k, char *buf, size_t n) {
+  const cpu_kinfo *ki = EXEC_KINFO(pr, k);
+  if (!ki->shuffled) return 0;
+  snprintf(buf, n, "its input a channel shuffle, whose planes fuselab's depthwise loop reads where they lie "
+                   "(oneDNN's convolutions read a copy)");
+  return 1;
+}
+
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n);
 
 static void preamble(strbuf *b, const fuse_plan *const *plans, int n) {
@@ -1089,5 +1097,5 @@ const exec_backend cpu_backend = {
   "cpu", FL_DEV_CPU, sizeof(cpu_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock, layout, NULL
+  load, to_device, copy_into, launch, no_sync, nargs, NULL, unblock, layout, NULL, reads
 };

@@ -19,7 +19,9 @@
 ** loop's pixel-major layout already; blocks of 16 (nChw16c, AVX-512's)
 ** are two groups of 8 each, copied in or out 8 floats of every 16, where
 ** oneDNN's kernel writing a plain result took 2-3x as long (EfficientNet's
-** 2 x 96 x 56 x 56 stride 2: 0.064 ms against 0.15).
+** 2 x 96 x 56 x 56 stride 2: 0.064 ms against 0.15).  The 8 planes need
+** not be evenly spaced: a channel shuffle's are read where they lie
+** (cpu_conv.xoff, cpu/backend.c), which no strided view could express.
 */
 #include <stdlib.h>
 #include <string.h>

@@ -209,9 +209,11 @@ char *exec_program_host(const exec_program *pr) {
     if (pr->be->layout && pr->be->layout(pr, k, nm, sizeof nm))
       strbuf_printf(&b, " in %s", nm);     /* where layouts change: a reorder on the way out is gone */
     bytes_str(kr->bytes, by, sizeof by);
+    if (!pr->be->reads || !pr->be->reads(pr, k, nm + 2, sizeof nm - 2)) nm[2] = 0;
+    else memcpy(nm, "; ", 2);            /* an input read where it lies */
     if (kr->kind == FK_EXTERN)
-      strbuf_printf(&b, "   # k%d %s: library call%s, %s moved\n", k, kr->name,
-                    epilogue ? " with its epilogue fused" : "", by);
+      strbuf_printf(&b, "   # k%d %s: library call%s, %s moved%s\n", k, kr->name,
+                    epilogue ? " with its epilogue fused" : "", by, nm[2] ? nm : "");
     else
       strbuf_printf(&b, "   # %d op%s, %s moved\n", kr->nnodes, kr->nnodes == 1 ? "" : "s", by);
     /* what this kernel read for the last time is freed (its slot reusable) */

@@ -75,6 +75,9 @@ typedef struct exec_backend {
   ** with exec_program_run_flags; NULL: exec_program_run walks them */
   int (*run)(exec_program *pr, const fl_tensor *const *inputs, int ninputs, fl_tensor *outs,
              fl_err *e);
+  /* how kernel k reads an input otherwise than as a tensor (cpu: a channel
+  ** shuffle's planes where they lie), for the listing; NULL, or 0 */
+  int (*reads)(const exec_program *pr, int k, char *buf, size_t n);
 } exec_backend;
 
 struct exec_program {

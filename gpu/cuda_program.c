@@ -660,7 +660,7 @@ const exec_backend cuda_backend = {
   "cuda", FL_DEV_CUDA, sizeof(cuda_kinfo),
   preamble, render,
   compile, image_retain, image_release,
-  load, to_device, copy_into, launch_kernel, wait_stream, nargs, free_priv, NULL, NULL, cuda_program_run
+  load, to_device, copy_into, launch_kernel, wait_stream, nargs, free_priv, NULL, NULL, cuda_program_run, NULL
 };
 
 /* --- CUDA graphs ("reduce-overhead") ---------------------------------------------- */
