@@ -1200,16 +1200,20 @@ int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
   op_attrs defaults;
   fl_meta om;
   int k, rc;
-  /* a matmul also writes a strided out (FL_EUNSUPPORTED where it cannot) */
-  if ((op != OP_MATMUL && op != OP_LINEAR) || !out->st ||
-      (op == OP_LINEAR && !ten_is_contiguous(out)) || !in || nin < 1 || nin > MAX_IN) {
+  /* a matmul also writes a strided out (FL_EUNSUPPORTED where it cannot);
+  ** a convolution or a pool a contiguous one that no input shares (a
+  ** program's planned buffer, the same memory every call, where fresh
+  ** memory had its pages faulted in again on every call) */
+  int grid = op == OP_CONV2D || op == OP_MAX_POOL2D || op == OP_AVG_POOL2D;
+  if ((op != OP_MATMUL && op != OP_LINEAR && !grid) || !out->st ||
+      ((op == OP_LINEAR || grid) && !ten_is_contiguous(out)) || !in || nin < 1 || nin > MAX_IN) {
     ten_release(out);
     return eager_apply(op, in, nin, a, out, e);
   }
   if (!a) { op_attrs_init(op, &defaults); a = &defaults; }
   for (k = 0; k < nin; k++) {
     metas[k] = in[k] ? &in[k]->m : NULL;
-    if (in[k] && (in[k]->m.device != FL_DEV_CPU || !in[k]->st)) {
+    if (in[k] && (in[k]->m.device != FL_DEV_CPU || !in[k]->st || (grid && in[k]->st == out->st))) {
       ten_release(out);
       return eager_apply(op, in, nin, a, out, e);   /* it names the problem */
     }

@@ -16,9 +16,9 @@ int eager_apply(fl_op op, const fl_tensor *const *in, int nin,
                 const op_attrs *a, fl_tensor *out, fl_err *e);
 /* The same into a caller's buffer: when *out already holds a contiguous
 ** tensor of the result's dtype and shape (a compiled program's planned
-** slot), a product (matmul, linear) writes there instead of into fresh
-** pages on every call.  Any other op or out: *out is released and
-** eager_apply runs. */
+** slot), a product (matmul, linear), a convolution or a pool (one that
+** no input shares) writes there instead of into fresh pages on every
+** call.  Any other op or out: *out is released and eager_apply runs. */
 int eager_apply_into(fl_op op, const fl_tensor *const *in, int nin,
                      const op_attrs *a, fl_tensor *out, fl_err *e);
 /* max_pool2d / avg_pool2d (attributes a) of float32 x [N, C, H, W] into y
