@@ -1080,6 +1080,16 @@ done:
 
 /* y = bias per channel + the leading residual (either may be absent): what
 ** the matmul form's sum post-op reads. */
+/* n floats from src to dst on every thread: a residual put into a
+** convolution's dst for its sum (ResNet-50's 3.2 MB at 56x56: 66 us on
+** one thread of an AMD EPYC, 34 on two, where the second waited) */
+static void copy_par(void *dst, const float *src, int64_t n) {
+  int64_t q, chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n >= (1 << 18))
+  for (q = 0; q < n; q += chunk)
+    memcpy((float *)dst + q, src + q, (size_t)(n - q < chunk ? n - q : chunk) * sizeof *src);
+}
+
 static void mm_prefill(const cpu_conv *c, const float *res) {
   int64_t P = c->oh * c->ow, plane;
 #pragma omp parallel for schedule(static) if (c->n * c->co * P >= (1 << 18))
@@ -1168,8 +1178,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
     if (en->sum_reorder)
       ok = ok && exec2(en->sum_reorder, en->sum_src, en->side[2].inner ? en->side[2].inner : en->side[2].user);
     else          /* already in dst's layout: the user's y, or the inner buffer */
-      memcpy(en->side[2].inner ? en->side[2].buf : (void *)c->y, r,
-             (size_t)(c->n * c->co * c->oh * c->ow) * sizeof *c->y);
+      copy_par(en->side[2].inner ? en->side[2].buf : (void *)c->y, r, c->n * c->co * c->oh * c->ow);
   }
   nhwc = en->y_nhwc && keep == 1;      /* written channels last into y itself */
   if (nhwc) dnnl_memory_set_data_handle(en->side[2].inner, c->y);
