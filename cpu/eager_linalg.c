@@ -474,9 +474,9 @@ int eager_conv2d(fl_op op, const fl_tensor *const *in, int nin,
 static int conv2d_posts(fl_op op, const fl_tensor *const *in, int nin, const op_attrs *a,
                         const cpu_mm_post *posts, int npost, const eager_layouts *lay,
                         fl_tensor *out, fl_err *e) {
-  static const eager_layouts plain;
-  const int xblk = (lay ? lay : &plain)->xblk, yblk = (lay ? lay : &plain)->yblk;
-  const int64_t *xoff = (lay ? lay : &plain)->xoff;
+  static const eager_layouts plain;     /* lay NULL: both plain */
+  const int xblk = (lay = lay ? lay : &plain)->xblk, yblk = lay->yblk;
+  const int64_t *xoff = lay->xoff;
   const fl_tensor *x = in[0], *w = in[1], *b = nin > 2 ? in[2] : NULL;
   int64_t N = x->m.shape[0], C = x->m.shape[1], H = x->m.shape[2];
   int64_t W = x->m.shape[3], CO = w->m.shape[0], KH = w->m.shape[2];

@@ -86,7 +86,7 @@ char *exec_program_host(const exec_program *pr) {
   const fuse_plan *p = pr->plan;
   const ir_graph *g = p->g;
   strbuf b = {0};
-  char nm[160], mt[96], by[32];
+  char nm[160], mt[96], by[32], rd[192];
   int i, k, first;
   int *shown_at = malloc((size_t)(g->n ? g->n : 1) * sizeof *shown_at);  /* empty() said at */
   if (!shown_at) return NULL;
@@ -209,11 +209,11 @@ char *exec_program_host(const exec_program *pr) {
     if (pr->be->layout && pr->be->layout(pr, k, nm, sizeof nm))
       strbuf_printf(&b, " in %s", nm);     /* where layouts change: a reorder on the way out is gone */
     bytes_str(kr->bytes, by, sizeof by);
-    if (!pr->be->reads || !pr->be->reads(pr, k, nm + 2, sizeof nm - 2)) nm[2] = 0;
-    else memcpy(nm, "; ", 2);            /* an input read where it lies */
+    rd[0] = 0;                            /* an input read where it lies (cpu: a shuffle's) */
+    if (pr->be->reads && pr->be->reads(pr, k, rd + 2, sizeof rd - 2)) memcpy(rd, "; ", 2);
     if (kr->kind == FK_EXTERN)
       strbuf_printf(&b, "   # k%d %s: library call%s, %s moved%s\n", k, kr->name,
-                    epilogue ? " with its epilogue fused" : "", by, nm[2] ? nm : "");
+                    epilogue ? " with its epilogue fused" : "", by, rd);
     else
       strbuf_printf(&b, "   # %d op%s, %s moved\n", kr->nnodes, kr->nnodes == 1 ? "" : "s", by);
     /* what this kernel read for the last time is freed (its slot reusable) */
