@@ -969,8 +969,13 @@ static int launch_posts(exec_run *r, const fk_kernel *k, const cpu_kinfo *in, co
         t = &r->vals[id];
         if (t->m.dtype != FL_F32 || meta_numel(&t->m) != meta_numel(&r->metas[sid])) return 0;
         /* oneDNN may accumulate partial sums in dst before it reads the
-        ** operand: never the same memory (a caller's output given in place) */
-        if (t->st == r->vals[sid].st) return 0;
+        ** operand: never the same memory (a caller's output given in
+        ** place), but for the residual its sum adds, stored over by the
+        ** result (fuse/plan.c residual_over): that one is read from dst,
+        ** where it then already is, in dst's layout */
+        if (t->st == r->vals[sid].st &&
+            (i != sum || t->offset != r->vals[sid].offset || posts[i].blk != yblk))
+          return 0;
         /* read at the store's indices: the store's own contiguous layout */
         posts[i].src.p = (const float *)ten_data(t);
         posts[i].like_dst = 1;

@@ -53,6 +53,7 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   /* tensors laid out as y; the residual cpu_conv_sum_post names comes in
   ** its own layout (cpu_mm_post.blk), which must be y's here */
   sum = cpu_conv_sum_post(c->post, c->npost);
+  if (c->yblk == 8 && cpu_conv_post_in_y(c)) return 0;   /* blocks of 8 are written before the posts read */
   for (i = 0; i < c->npost; i++)
     if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) &&
         (!c->post[i].like_dst || (i == sum && c->post[i].blk != c->yblk)))
@@ -80,6 +81,13 @@ void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, in
     default: break;
     }
   }
+}
+
+int cpu_conv_post_in_y(const cpu_conv *c) {
+  int i;
+  for (i = 0; i < c->npost; i++)
+    if ((c->post[i].kind == CPU_MM_ADD || c->post[i].kind == CPU_MM_MUL) && c->post[i].src.p == c->y) return 1;
+  return 0;
 }
 
 /* Post-ops from..npost of c over its plain result, plane by plane. */

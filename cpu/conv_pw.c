@@ -60,7 +60,10 @@ int cpu_conv_pw_fits(const cpu_conv *c) {
                                (c->c / c->groups) % 8 || (c->co / c->groups) % 8))
     return 0;
   /* tensors laid out as y; the residual cpu_conv_sum_post names comes in
-  ** its own layout (cpu_mm_post.blk): y's, or plain where y is in blocks */
+  ** its own layout (cpu_mm_post.blk): y's, or plain where y is in blocks;
+  ** none in y itself (the strips' rest and the posts on rows read it
+  ** after the sums are stored) */
+  if (cpu_conv_post_in_y(c)) return 0;
   sum = cpu_conv_sum_post(c->post, c->npost);
   for (i = 0; i < c->npost; i++) {
     const cpu_mm_post *po = &c->post[i];

@@ -746,6 +746,7 @@ typedef struct ckey {
   int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
   int bias, npost, plain;     /* plain: conv_mode */
   int xblk, yblk, nhwc_ok;
+  int in_y;                    /* a residual in y itself: no loop of fuselab's */
   int kind[CPU_MM_MAXPOST];
   float ab[CPU_MM_MAXPOST][2];
 } ckey;
@@ -1177,7 +1178,9 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
     dnnl_memory_set_data_handle(en->sum_src, (void *)r);
     if (en->sum_reorder)
       ok = ok && exec2(en->sum_reorder, en->sum_src, en->side[2].inner ? en->side[2].inner : en->side[2].user);
-    else          /* already in dst's layout: the user's y, or the inner buffer */
+    else if ((en->side[2].inner ? en->side[2].buf : (void *)c->y) != (const void *)r)
+      /* already in dst's layout: the user's y, or the inner buffer (and
+      ** nothing to copy where y was stored over it: fuse/plan.c) */
       copy_par(en->side[2].inner ? en->side[2].buf : (void *)c->y, r, c->n * c->co * c->oh * c->ow);
   }
   nhwc = en->y_nhwc && keep == 1;      /* written channels last into y itself */
@@ -1303,22 +1306,36 @@ static void pick_trace(const cpu_conv *c, const int *made, const double *best, i
 ** FUSELAB_CONV=matmul the matmul form wherever it can be made,
 ** FUSELAB_CONV=depthwise cpu/conv_dw.c wherever it fits,
 ** FUSELAB_CONV=pointwise cpu/conv_pw.c. */
-static int centry_pick(centry *en, const cpu_conv *c) {
+static int centry_pick(centry *en, const cpu_conv *c0) {
   centry cand[5];                                   /* 3: none; 4: cpu_conv_pw's weights */
   double best[5], tot[5], spent, fast;
   int made[5], alive[5], n, i, r, pick = -1, timed = conv_mode == 2 || conv_mode >= 4;
   /* a residual after per-channel post-ops: oneDNN's convolutions would
   ** need it split off (cpu_conv_run), the matmul form and cpu/conv_pw.c
   ** take it whole */
-  int whole = conv_tail(c) < c->npost;
+  int whole = conv_tail(c0) < c0->npost, sum = cpu_conv_sum_post(c0->post, c0->npost);
+  int64_t ny = c0->n * c0->co * c0->oh * c0->ow;
+  float *res = NULL;                                /* the residual, where it lies in y */
+  cpu_conv cc = *c0;
+  const cpu_conv *c = &cc;
+  /* a residual its sum adds may lie in y (stored over: fuse/plan.c): the
+  ** timed runs would each add to what the last one wrote, so they read a
+  ** copy, and y has the residual back for the call that follows */
+  if (sum >= 0 && c0->post[sum].src.p == c0->y) {
+    if (!(res = malloc((size_t)ny * sizeof *res))) return 0;
+    memcpy(res, c0->y, (size_t)ny * sizeof *res);
+    cc.post[sum].src.p = res;
+  }
   memset(cand, 0, sizeof cand);
-  if (conv_mode == 5 && cpu_conv_dw_fits(c)) {     /* FUSELAB_CONV=depthwise: no choice */
+  if (conv_mode == 5 && cpu_conv_dw_fits(c0)) {     /* FUSELAB_CONV=depthwise: no choice */
     en->dw = 1;
+    free(res);
     return 1;
   }
-  if (conv_mode == 6 && cpu_conv_pw_fits(c)) {     /* FUSELAB_CONV=pointwise */
+  if (conv_mode == 6 && cpu_conv_pw_fits(c0)) {     /* FUSELAB_CONV=pointwise */
     if (pw_make(en, c)) {
       en->pw = 1;
+      free(res);
       return 1;
     }
     centry_clear(en);                                /* no memory for its weights: the rest */
@@ -1329,10 +1346,10 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   /* 3: a depthwise one on fuselab's loop (cpu/conv_dw.c), faster where
   ** plain values around it would cost oneDNN's blocked kernel a reorder in
   ** and out, slower on small maps of many channels (bench/RESULTS.md) */
-  made[3] = timed && cpu_conv_dw_fits(c);
+  made[3] = timed && cpu_conv_dw_fits(c0);   /* c0: they refuse a residual in y */
   /* 4: a 1x1 on fuselab's loop (cpu/conv_pw.c), its epilogue in
   ** the same pass */
-  made[4] = pw_allowed(c) && pw_make(&cand[4], c);
+  made[4] = pw_allowed(c0) && pw_make(&cand[4], c);
   n = made[0] + made[1] + made[2] + made[3] + made[4];
   for (i = 0; i < 5; i++) {
     best[i] = 1e30;
@@ -1372,6 +1389,10 @@ static int centry_pick(centry *en, const cpu_conv *c) {
   if (pick >= 0 && pick != 3) memcpy(&en->prim, &cand[pick].prim, sizeof *en - offsetof(centry, prim));
   en->dw = pick == 3;
   en->pw = pick == 4;
+  if (res) {
+    memcpy(c0->y, res, (size_t)ny * sizeof *res);
+    free(res);
+  }
   return pick >= 0;
 }
 
@@ -1398,7 +1419,7 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 static int conv_as_rows(const cpu_conv *c) {
   cpu_mm m;
   int i;
-  if ((mm_mode() != 1 && mm_mode() != 3) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 ||
+  if ((mm_mode() != 1 && mm_mode() != 3) || cpu_conv_post_in_y(c) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 ||
       c->kh != 1 || c->kw != 1 || c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
       c->pb || c->pr || c->n > CPU_MM_ROWS_MAX)
     return 0;
@@ -1457,6 +1478,7 @@ int cpu_conv_run(const cpu_conv *c, fl_err *e) {
   k.xblk = c->xblk;
   k.yblk = c->yblk;
   k.nhwc_ok = may_nhwc(c);
+  k.in_y = cpu_conv_post_in_y(c);
   for (i = 0; i < c->npost; i++) {
     k.kind[i] = c->post[i].kind;
     if (c->post[i].kind == CPU_MM_AFFINE) { k.ab[i][0] = c->post[i].alpha; k.ab[i][1] = c->post[i].beta; }

@@ -168,6 +168,12 @@ char *exec_program_host(const exec_program *pr) {
       meta_str(&g->nodes[id].meta, mt, sizeof mt);
       for (o = 0; o < id; o++)
         if (p->slot[o] == s && p->kernel_of[o] >= 0 && p->kernel_of[o] < k && !exec_value_kept(pr, o)) break;
+      if (p->alias && p->alias[id] >= 0 && p->alias[id] != kr->anchor) {
+        /* fuse/plan.c residual_over: stored over the residual it adds */
+        strbuf_printf(&b, "%s  # %s: k%d stores its result over the residual it adds, read by nothing after\n",
+                      in, nm, k);
+        continue;
+      }
       strbuf_printf(&b, "%s  %s = empty(%s)%s\n", in, nm, mt,
                     *in ? "   # memory of its own" :
                     o < id ? "   # reuses the slot of a value no longer needed" : "");

@@ -5,7 +5,9 @@
 ** comes from here: p:stats(), the listing, pictures, the report.
 ** Invariant: two intermediates share a slot only when the first is dead
 ** (its last reader has run) before the second is written, and never within
-** one kernel, so no kernel reads and writes the same memory.
+** one kernel, so no kernel reads and writes the same memory -- but where
+** plan_alias stores an epilogue's value over its product or over the
+** residual it adds, each element read before the same element is written.
 */
 #include <stdio.h>
 #include <stdlib.h>

@@ -876,7 +876,55 @@ static int plan_keep(fuse_plan *p, fl_err *e) {
 ** element of P is then read before the same element of O is written, in
 ** the same iteration, so the two share one buffer (the memory walk and
 ** the slots count one) and the epilogue needs no memory of its own.  When
-** O is a graph output, P is written into O's memory (exec/program.c). */
+** O is a graph output, P is written into O's memory (exec/program.c).
+**
+** A convolution whose epilogue first adds a residual R (ResNet's last 1x1
+** of a block) stores O over R instead, where R is read by nothing after
+** this kernel and by nothing in it but that add (residual_over): oneDNN's
+** sum then adds into the memory the residual is already in, where it
+** copied the residual into O's buffer first on every call (3.2 MB at
+** ResNet-50's 56 x 56), and a generated epilogue reads each element of R
+** before it writes the same element of O.  P then has a buffer of its
+** own, which only a product run without its epilogue in the call writes:
+** the peak is the same (P and R were both alive at this kernel before). */
+
+/* The residual that kernel k's epilogue (elementwise from its product P,
+** stored as O) adds to P first, when O may be stored over it; else -1. */
+static int residual_over(const fuse_plan *p, int k, int O) {
+  const ir_graph *g = p->g;
+  const fk_kernel *kk = &p->kernels[k];
+  const ir_node *add = NULL;
+  int P = kk->anchor, R, i, j, v, uses = 0;
+  /* not over a 1x1 map (squeeze-and-excitation's): a copy of nothing to
+  ** save, and its products of rows (cpu/mm_rows.c) store before they add */
+  if (g->nodes[P].op != OP_CONV2D || (p->inplace && p->inplace[O] >= 0) || g->nodes[P].meta.ndim != 4 ||
+      g->nodes[P].meta.shape[2] * g->nodes[P].meta.shape[3] <= 1)
+    return -1;
+  for (i = 0; i < kk->nnodes && !add; i++) {      /* the first op on P */
+    const ir_node *nd = &g->nodes[kk->nodes[i]];
+    for (j = 0; j < nd->nin; j++) if (nd->in[j] == P) add = nd;
+  }
+  if (!add || add->op != OP_ADD || add->nin != 2) return -1;
+  R = add->in[0] == P ? add->in[1] : add->in[0];
+  if (R < 0 || R == P || g->nodes[R].kind != IR_OP || fk_is_view(g, R) || !p->stored[R] ||
+      p->kernel_of[R] < 0 || p->kernel_of[R] >= k || (p->keep && p->keep[p->kernel_of[R]]) ||
+      g->nodes[R].meta.dtype != g->nodes[O].meta.dtype || !meta_same_shape(&g->nodes[R].meta, &g->nodes[O].meta))
+    return -1;
+  for (i = 0; i < g->nout; i++) if (view_base(g, g->outputs[i]) == R) return -1;
+  for (i = 0; i < g->nodes[P].nin; i++)            /* not the convolution's own operand */
+    if (g->nodes[P].in[i] >= 0 && view_base(g, g->nodes[P].in[i]) == R) return -1;
+  for (i = 0; i < kk->nnodes; i++)                 /* read by the add alone in this kernel */
+    for (j = 0; j < g->nodes[kk->nodes[i]].nin; j++) {
+      int s = g->nodes[kk->nodes[i]].in[j];
+      if (s >= 0 && view_base(g, s) == R && (s != R || ++uses > 1)) return -1;
+    }
+  for (j = k + 1; j < p->nkernels; j++) {          /* and by no kernel after it */
+    for (v = 0; v < p->kernels[j].nbufs; v++) if (view_base(g, p->kernels[j].bufs[v]) == R) return -1;
+    for (v = 0; v < p->kernels[j].nviews; v++) if (view_base(g, p->kernels[j].views[v]) == R) return -1;
+  }
+  return R;
+}
+
 static int plan_alias(fuse_plan *p, fl_err *e) {
   const ir_graph *g = p->g;
   int i, j, k, v;
@@ -921,7 +969,7 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
       for (v = 0; ok && v < p->kernels[j].nbufs; v++) ok = view_base(g, p->kernels[j].bufs[v]) != P;
       for (v = 0; ok && v < p->kernels[j].nviews; v++) ok = view_base(g, p->kernels[j].views[v]) != P;
     }
-    if (ok) p->alias[O] = P;
+    if (ok) p->alias[O] = (v = residual_over(p, k, O)) >= 0 ? v : P;
   }
   free(dep);
   return FL_OK;
@@ -1027,7 +1075,8 @@ static int plan_into(fuse_plan *p, int within, fl_err *e) {
       int v = nd->in[i];
       p->into[v] = c;
       p->into_off[v] = off;
-      if (p->alias && p->alias[v] >= 0) {     /* its product, stored over by it */
+      if (p->alias && p->alias[v] >= 0 && p->alias[v] == p->kernels[p->kernel_of[v]].anchor) {
+        /* its product, stored over by it (not a residual: that one keeps its slot) */
         p->into[p->alias[v]] = c;
         p->into_off[p->alias[v]] = off;
       }

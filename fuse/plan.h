@@ -90,7 +90,9 @@ typedef struct fuse_plan {
   int *alias;                /* per node: the product an extern kernel's
                                 epilogue stores this value over, element
                                 for element (the product's only reader:
-                                one buffer for both), else -1 (plan_alias) */
+                                one buffer for both), or the residual a
+                                convolution's epilogue adds first (read
+                                by nothing after it), else -1 (plan_alias) */
   int *into;                 /* per node: the concatenation whose memory it
                                 is stored in, at element into_off of it
                                 (its producer writes it there, the

@@ -910,6 +910,47 @@ do
   end
 end
 
+-- A convolution whose epilogue first adds a residual read by nothing
+-- after it (ResNet's last 1x1 of a block) stores its result over that
+-- residual (fuse/plan.c residual_over): oneDNN's sum adds into the memory
+-- the residual is in, where it was copied into the result first.  Chains
+-- of three bottleneck blocks compiled against the reference, two calls
+-- each (the first call's timed candidates must not add twice), in every
+-- FUSELAB_CONV and FUSELAB_LAYOUT child; the host program says so.
+do
+  local nbad, n, listed = 0, 0, 0
+  for _ = 1, 6 do
+    local N, Cc, H = R(2), ({16, 24, 32, 64})[R(4)], R(4, 14)
+    local x = fl.rand(N, Cc, H, H) * 2 - 1
+    local w0 = fl.rand(Cc, Cc, 1, 1) * 0.4 - 0.2
+    local w1, w2 = fl.rand(Cc // 2, Cc, 1, 1) * 0.4 - 0.2, fl.rand(Cc // 2, Cc // 2, 3, 3) * 0.2 - 0.1
+    local w3, b3 = fl.rand(Cc, Cc // 2, 1, 1) * 0.4 - 0.2, fl.rand(Cc) - 0.5
+    local function f(x_, w0_, w1_, w2_, w3_, b3_)
+      local y = fl.conv2d(x_, w0_):relu()
+      for _ = 1, 3 do
+        local h = fl.conv2d(fl.conv2d(y, w1_):relu(), w2_, {padding = 1}):relu()
+        y = (fl.conv2d(h, w3_, b3_) + y):relu()
+      end
+      return y:sum({3, 4})
+    end
+    local args = {x, w0, w1, w2, w3, b3}
+    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+    local cm = fl.compile(f, {backend = "cpu"})
+    local got1 = cm(table.unpack(args))
+    local got2 = cm(table.unpack(args))
+    n = n + 1
+    if not (close(got1, want) and close(got2, want)) then
+      nbad = nbad + 1
+      t.diag(("bottlenecks: x%s: max err %s / %s"):format(str(x.shape), got1 and tostring(maxerr(got1, want)) or "no result",
+             got2 and tostring(maxerr(got2, want)) or "no result"))
+    end
+    local _, k = cm:code():gsub("stores its result over the residual it adds", "")
+    listed = listed + k
+  end
+  t.is(nbad, 0, n .. " chains of bottleneck blocks, each result stored over its residual, match the reference (two calls)")
+  t.is(listed, 2 * n, "the host program lists the two results stored over their residuals in each (the last is read by the sum)")
+end
+
 -- ShuffleNet's channel shuffle (reshape to [n, g, c/g, h, w], swap the two
 -- channel dims, reshape back) moves whole planes in an order no strides
 -- express; the depthwise convolution after it reads each plane where it
