@@ -1079,8 +1079,6 @@ done:
   return ok;
 }
 
-/* y = bias per channel + the leading residual (either may be absent): what
-** the matmul form's sum post-op reads. */
 /* n floats from src to dst on every thread: a residual put into a
 ** convolution's dst for its sum (ResNet-50's 3.2 MB at 56x56: 66 us on
 ** one thread of an AMD EPYC, 34 on two, where the second waited) */
@@ -1091,6 +1089,8 @@ static void copy_par(void *dst, const float *src, int64_t n) {
     memcpy((float *)dst + q, src + q, (size_t)(n - q < chunk ? n - q : chunk) * sizeof *src);
 }
 
+/* y = bias per channel + the leading residual (either may be absent): what
+** the matmul form's sum post-op reads. */
 static void mm_prefill(const cpu_conv *c, const float *res) {
   int64_t P = c->oh * c->ow, plane;
 #pragma omp parallel for schedule(static) if (c->n * c->co * P >= (1 << 18))
@@ -1419,7 +1419,7 @@ static pcache ccache = {sizeof(ckey), sizeof(centry), centry_make_cached, centry
 static int conv_as_rows(const cpu_conv *c) {
   cpu_mm m;
   int i;
-  if ((mm_mode() != 1 && mm_mode() != 3) || cpu_conv_post_in_y(c) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 ||
+  if ((mm_mode() != 1 && mm_mode() != 3) || c->h != 1 || c->w != 1 || c->oh != 1 || c->ow != 1 ||
       c->kh != 1 || c->kw != 1 || c->groups != 1 || (c->xblk && c->c % c->xblk) || (c->yblk && c->co % c->yblk) || c->pt || c->pl ||
       c->pb || c->pr || c->n > CPU_MM_ROWS_MAX)
     return 0;

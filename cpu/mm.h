@@ -222,8 +222,8 @@ void cpu_conv_posts(const cpu_conv *c, int from);
 /* 1 when a post-op of c reads a tensor in y's own memory: a residual the
 ** result is stored over (fuse/plan.c residual_over), which oneDNN's sum
 ** reads from dst; the loops that write part of y before they read it
-** (cpu/conv_pw.c, cpu/conv_dw.c into blocks of 8, cpu/mm_rows.c) refuse
-** such a convolution. */
+** (cpu/conv_pw.c, cpu/conv_dw.c into blocks of 8; cpu/mm_rows.c by its
+** own check) refuse such a convolution. */
 int cpu_conv_post_in_y(const cpu_conv *c);
 void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len);
 /* depthwise and 1x1 convolutions run by cpu_conv_dw and

@@ -104,6 +104,19 @@ local function three_ways(f, args)
   return want, f(table.unpack(args)), fl.compile(f, {backend = "cpu"})(table.unpack(args))
 end
 
+-- f(args) compiled for the CPU and called twice (the second call runs on
+-- the memory the first left) against the reference: nil where both
+-- agree, else their max errors; and the compiled function
+local function twice(f, args)
+  local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
+  local cm = fl.compile(f, {backend = "cpu"})
+  local got1 = cm(table.unpack(args))
+  local got2 = cm(table.unpack(args))
+  if close(got1, want) and close(got2, want) then return nil, cm end
+  return ("max err %s / %s"):format(got1 and tostring(maxerr(got1, want)) or "no result",
+                                    got2 and tostring(maxerr(got2, want)) or "no result"), cm
+end
+
 -- Each round: several random convs and pools in one function (one capture,
 -- one compile per backend), each also with a fused relu epilogue.
 local bad = {eager = 0, cpu = 0, cuda = 0, relu = 0}
@@ -890,15 +903,11 @@ do
       end
       return h
     end
-    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
-    local cm = fl.compile(f, {backend = "cpu"})
-    local got1 = cm(table.unpack(args))
-    local got2 = cm(table.unpack(args))
+    local err = twice(f, args)
     n = n + 1
-    if not (close(got1, want) and close(got2, want)) then
+    if err then
       nbad = nbad + 1
-      t.diag(("dense block: x%s growth %d: max err %s / %s"):format(str(x.shape), G,
-             got1 and tostring(maxerr(got1, want)) or "no result", got2 and tostring(maxerr(got2, want)) or "no result"))
+      t.diag(("dense block: x%s growth %d: %s"):format(str(x.shape), G, err))
     end
   end
   t.is(nbad, 0, n .. " dense blocks (1x1 then 3x3, concatenated) compiled match the reference, two calls each")
@@ -933,16 +942,11 @@ do
       end
       return y:sum({3, 4})
     end
-    local args = {x, w0, w1, w2, w3, b3}
-    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
-    local cm = fl.compile(f, {backend = "cpu"})
-    local got1 = cm(table.unpack(args))
-    local got2 = cm(table.unpack(args))
+    local err, cm = twice(f, {x, w0, w1, w2, w3, b3})
     n = n + 1
-    if not (close(got1, want) and close(got2, want)) then
+    if err then
       nbad = nbad + 1
-      t.diag(("bottlenecks: x%s: max err %s / %s"):format(str(x.shape), got1 and tostring(maxerr(got1, want)) or "no result",
-             got2 and tostring(maxerr(got2, want)) or "no result"))
+      t.diag(("bottlenecks: x%s: %s"):format(str(x.shape), err))
     end
     local _, k = cm:code():gsub("stores its result over the residual it adds", "")
     listed = listed + k
@@ -986,21 +990,16 @@ do
       if relu then b = b:relu() end
       return fl.conv2d(b, w2_, {groups = G})
     end
-    local args = {x, w1, wd, bd, w2}
-    local want = fl.capture(f, table.unpack(args)):run_reference(table.unpack(args))
-    local cm = fl.compile(f, {backend = "cpu"})
-    local got1 = cm(table.unpack(args))
-    local got2 = cm(table.unpack(args))
+    local err, cm = twice(f, {x, w1, wd, bd, w2})
     n = n + 1
     if not kind then want_reads = want_reads + 2 end
     if (cm:code():find("its input a channel shuffle", 1, true) ~= nil) ~= (kind ~= "dense") then
       listed_bad = listed_bad + 1
     end
-    if not (close(got1, want) and close(got2, want)) then
+    if err then
       nbad = nbad + 1
-      t.diag(("shuffle unit: x%s groups %d, %dx%d stride %d%s: max err %s / %s"):format(str(x.shape), G, K, K, st,
-             kind and (" (" .. kind .. ")") or "", got1 and tostring(maxerr(got1, want)) or "no result",
-             got2 and tostring(maxerr(got2, want)) or "no result"))
+      t.diag(("shuffle unit: x%s groups %d, %dx%d stride %d%s: %s"):format(str(x.shape), G, K, K, st,
+             kind and (" (" .. kind .. ")") or "", err))
     end
   end
   t.is(nbad, 0, n .. " ShuffleNet units (grouped 1x1, channel shuffle, depthwise, grouped 1x1) compiled match the reference")
