@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "../exec/measure.h"
 #include "../graph/env.h"
@@ -82,18 +83,12 @@ static int state;              /* 0 not tried, 1 ready, -1 oneDNN unusable */
 static int64_t ncalls, nposts;       /* under lock */
 static char last_impl[32];           /* the kernels of the last product made */
 
-static uint64_t hash_bytes(const void *k, size_t n) {
-  const unsigned char *p = (const unsigned char *)k;
-  uint64_t h = 1469598103934665603ull;
-  size_t i;
-  for (i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 /* The entry of key k, made from call where there is none; NULL where
 ** memory is short.  Under lock. */
 static void *pcache_get(pcache *c, const void *k, const void *call) {
-  uint64_t h = hash_bytes(k, c->keysize);
+  /* on every call: a byte-wise hash of a convolution's 224-byte key
+  ** took 0.2 us of each (60 small convolutions: 143-145 -> 130-133 us) */
+  uint64_t h = XXH3_64bits(k, c->keysize);
   void *en;
   int i;
   for (i = 0; i < c->n; i++)
