@@ -80,7 +80,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 static int state;              /* 0 not tried, 1 ready, -1 oneDNN unusable */
-static int64_t ncalls, nposts;       /* under lock */
+static int64_t ncalls, nposts, nreordered;       /* under lock */
 static char last_impl[32];           /* the kernels of the last product made */
 
 /* The entry of key k, made from call where there is none; NULL where
@@ -597,13 +597,69 @@ static int64_t macs(const cpu_mm *m) {
   return n;
 }
 
+/* A product whose b is one matrix for every batch (a linear's weight) may
+** take the dims of a's rows -- its batch dims and M -- in any order: each
+** row meets b alone.  Where a's rows are strided, e.g. a view that swaps
+** batch and sequence ([L, N, E] of an [N, L, E] tensor, as PyTorch's
+** multi-head attention reads its input), oneDNN would run L products of N
+** rows, reading b L times: ViT-B/16's query-key-value product as 197
+** products of 2 rows.  So those dims are ordered by a's strides, largest
+** first, and merged where a, dst and every post's src nest; m changes
+** (and 1 is returned) only when M grows. */
+static int rows_canon(cpu_mm *m) {
+  int nd = m->nd, r[CPU_MM_MAXD], nr = 0, q = -1, i, j, k, d;
+  cpu_mm c;
+  if (nd < 3) return 0;
+  for (d = 0; d < nd - 2; d++)
+    if (m->b.shape[d] != 1 || m->a.shape[d] != m->dst.shape[d]) return 0;
+  for (d = 0; d < nd - 1; d++)
+    if (m->dst.shape[d] != 1) r[nr++] = d;
+  for (i = 1; i < nr; i++)                  /* a's strides descending */
+    for (j = i; j > 0 && m->a.stride[r[j - 1]] < m->a.stride[r[j]]; j--) {
+      int t = r[j]; r[j] = r[j - 1]; r[j - 1] = t;
+    }
+  c = *m;
+  for (i = 0; i < nr; i++) {                /* row dim d joins new dim q, or opens q + 1 */
+    int merge = q >= 0;
+    d = r[i];
+    for (k = 0; k < 2 + m->npost && merge; k++) {
+      const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : &m->post[k - 2].src;
+      const cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : &c.post[k - 2].src;
+      if (k >= 2 && m->post[k - 2].kind != CPU_MM_ADD && m->post[k - 2].kind != CPU_MM_MUL) continue;
+      merge = o->shape[d] == 1 ? n->shape[q] == 1 :
+              n->shape[q] != 1 && n->stride[q] == o->stride[d] * o->shape[d];
+    }
+    if (merge) q--;                         /* reopen q below, folding d into it */
+    q++;
+    for (k = 0; k < 2 + m->npost; k++) {
+      const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : &m->post[k - 2].src;
+      cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : &c.post[k - 2].src;
+      n->shape[q] = merge ? n->shape[q] * o->shape[d] : o->shape[d];
+      n->stride[q] = o->shape[d] == 1 ? 0 : o->stride[d];
+    }
+  }
+  if (q < 0 || c.dst.shape[q] <= m->dst.shape[nd - 2]) return 0;
+  c.nd = q + 2;
+  for (k = 0; k < 3 + m->npost; k++) {      /* the last dim (K of a, N of dst and the posts') */
+    const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : k == 2 ? &m->b : &m->post[k - 3].src;
+    cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : k == 2 ? &c.b : &c.post[k - 3].src;
+    n->shape[c.nd - 1] = o->shape[nd - 1];
+    n->stride[c.nd - 1] = o->stride[nd - 1];
+  }
+  for (d = 0; d < c.nd - 2; d++) { c.b.shape[d] = 1; c.b.stride[d] = 0; }
+  c.b.shape[c.nd - 2] = m->b.shape[nd - 2];
+  c.b.stride[c.nd - 2] = m->b.stride[nd - 2];
+  *m = c;
+  return 1;
+}
+
 int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
   entry *en;
   void *p;
   cpu_mm mc;
   const cpu_mm *m = m0;
-  int i, rc = FL_OK, threads = 0;
+  int i, rc = FL_OK, threads = 0, reordered = 0;
   if (!cpu_mm_enabled())
     return err_set(e, FL_EUNSUPPORTED, "matmul: oneDNN is turned off (FUSELAB_MATMUL=blas)");
   if (m->nd < 2 || m->nd > CPU_MM_MAXD || m->npost > CPU_MM_MAXPOST)
@@ -618,6 +674,10 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
+  if (m->nd >= 3) {
+    if (m == m0) { mc = *m0; m = &mc; }
+    reordered = rows_canon(&mc);
+  }
   if (rows_linear(m->dst.shape[m->nd - 2]) && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
@@ -644,6 +704,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
     else {
       ncalls++;
       nposts += m->npost > 0;
+      nreordered += reordered;
       pack_calls += pb != NULL;
     }
   }
@@ -694,10 +755,11 @@ out:
   free(buf);
 }
 
-void cpu_mm_counts(int64_t *calls, int64_t *with_posts) {
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts, int64_t *reordered) {
   pthread_mutex_lock(&lock);
   *calls = ncalls;
   *with_posts = nposts;
+  *reordered = nreordered;
   pthread_mutex_unlock(&lock);
 }
 
@@ -1657,7 +1719,9 @@ int cpu_mm_run(const cpu_mm *m, fl_err *e) {
 }
 
 void cpu_mm_warm(void) {}
-void cpu_mm_counts(int64_t *calls, int64_t *with_posts) { *calls = *with_posts = 0; }
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts, int64_t *reordered) {
+  *calls = *with_posts = *reordered = 0;
+}
 void cpu_mm_pack_info(int64_t *calls, int64_t *weights, int64_t *bytes, int64_t *made) {
   *calls = *weights = *bytes = *made = 0;
 }

@@ -115,9 +115,11 @@ int64_t cpu_mm_int8_calls(void);
 ** starts threads) where nothing waits on it: once per process, run while
 ** the compiler links (exec/cache.c, cache_while_linking). */
 void cpu_mm_warm(void);
-/* Products run through oneDNN so far in this process, and how many of
-** them carried post-ops (fl.blas_info().onednn_calls, .onednn_posts). */
-void cpu_mm_counts(int64_t *calls, int64_t *with_posts);
+/* Products run through oneDNN so far in this process, how many of them
+** carried post-ops, and how many took a's rows in another order (cpu/mm.c,
+** rows_canon): fl.blas_info().onednn_calls, .onednn_posts,
+** .reordered_products. */
+void cpu_mm_counts(int64_t *calls, int64_t *with_posts, int64_t *reordered);
 /* Weights kept in oneDNN's layout (FUSELAB_PACK_MB, default 256, bounds
 ** their bytes; 0 turns it off): products and convolutions that read such
 ** a copy, weights held, their bytes, and the copies made (once per

@@ -309,6 +309,8 @@ static void push_omp_wait(lua_State *L) {
 ** convolutions (and products without oneDNN) run on (cpu/blas.h), picked
 ** before the first product; matmul: what float32 products run on (cpu/mm.h),
 ** onednn_calls / onednn_posts: how many ran there, with post-ops;
+** reordered_products: those of them that took the rows of their left
+** operand in another order (one weight for all, a's rows strided);
 ** onednn_int8_calls: 8-bit products (matmul_int8) run on oneDNN;
 ** row_products / row_posts: products of a few rows run by cpu/mm_rows.c
 ** instead, with post-ops;
@@ -337,10 +339,11 @@ static int l_blas_info(lua_State *L) {
   lua_pushstring(L, b.why); lua_setfield(L, -2, "why");
   lua_pushstring(L, cpu_mm_describe()); lua_setfield(L, -2, "matmul");
   {
-    int64_t calls, posts;
-    cpu_mm_counts(&calls, &posts);
+    int64_t calls, posts, reordered;
+    cpu_mm_counts(&calls, &posts, &reordered);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "onednn_calls");
     lua_pushinteger(L, (lua_Integer)posts); lua_setfield(L, -2, "onednn_posts");
+    lua_pushinteger(L, (lua_Integer)reordered); lua_setfield(L, -2, "reordered_products");
     lua_pushinteger(L, (lua_Integer)cpu_mm_int8_calls()); lua_setfield(L, -2, "onednn_int8_calls");
     cpu_mm_rows_counts(&calls, &posts);
     lua_pushinteger(L, (lua_Integer)calls); lua_setfield(L, -2, "row_products");

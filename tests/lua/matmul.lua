@@ -212,7 +212,7 @@ do
     if not ok then
       nbad = nbad + 1
       t.diag(("%d rows, %d -> %d, %s, bias %s: max err %g"):format(M, K, N, e[1], tostring(bias),
-             (cf(x, w, b, r) - ref):abs():max():item()))
+             (cf(x, w, b, r) - ref):abs():amax():item()))
     end
   end
   t.is(nbad, 0, cases .. " linears of 2 to 8 rows with their epilogues match the reference")
@@ -375,6 +375,54 @@ print(("packed %d %d %d %s"):format(b.packed_calls, b.packed_weights, b.packed_b
     c, w, by, ok, out = child("FUSELAB_PACK_MB=0")
     t.ok(ok and c == 0 and w == 0 and by == 0, "FUSELAB_PACK_MB=0: no copies kept, right values")
     if not ok then t.diag(out) end
+  end
+end
+
+-- One weight for every batch, rows of a strided (cpu/mm.c, rows_canon):
+-- [L, N, E] read from an [N, L, E] tensor, as PyTorch's multi-head
+-- attention reads its input, and a 4-d permutation of the rows, with a
+-- bias, a residual laid out as the result, one broadcast over a batch
+-- dim, and an activation inside the call; random sizes, eager and
+-- compiled against the reference.  Each runs as fewer products of more
+-- rows (fl.blas_info().reordered_products counts every call); a weight of
+-- one matrix per batch, or rows already in order, keeps its products.
+do
+  local function reordered() return fl.blas_info().reordered_products end
+  local cases = {
+    {"x^T @ w", function(x, w) return x:transpose(1, 2):matmul(w) end},
+    {"relu(x^T @ w + b)", function(x, w, b) return fl.relu(x:transpose(1, 2):matmul(w) + b) end},
+    {"x^T @ w + b + r", function(x, w, b, r) return x:transpose(1, 2):matmul(w) + b + r end},
+    {"x^T @ w + a residual broadcast over the batch", function(x, w, b, r, r1)
+      return x:transpose(1, 2):matmul(w) + r1 end},
+  }
+  local nbad, counted, calls = 0, true, 0
+  for i = 1, 12 do
+    local N, L, E, O = math.random(2, 4), math.random(9, 40), math.random(1, 70), math.random(1, 50)
+    local c = cases[1 + (i - 1) % #cases]
+    local args = {fl.randn(N, L, E), fl.randn(E, O), fl.randn(O), fl.randn(L, N, O), fl.randn(L, 1, O)}
+    local ref = fl.capture(c[2], table.unpack(args)):run_reference(table.unpack(args))
+    local r0 = reordered()
+    local cf = fl.compile(c[2])
+    local ok = close(c[2](table.unpack(args)), ref, E) and close(cf(table.unpack(args)), ref, E) and
+               close(cf(table.unpack(args)), ref, E)
+    calls = calls + reordered() - r0
+    counted = counted and reordered() - r0 >= 2
+    if not ok then
+      nbad = nbad + 1
+      t.diag(("%s, N %d L %d E %d O %d: max err %g"):format(c[1], N, L, E, O,
+             (cf(table.unpack(args)) - ref):abs():amax():item()))
+    end
+  end
+  t.is(nbad, 0, "12 products with a's rows [L, N] of an [N, L] tensor match the reference, eager and compiled")
+  check("rows of [5, 2, 3] permuted from [2, 3, 5]", function(x, w, b)
+    return x:permute(3, 1, 2, 4):matmul(w) + b end, 16, fl.randn(2, 3, 5, 16), fl.randn(16, 8), fl.randn(8))
+  if not blas_only then
+    t.ok(counted, "each of them took a's rows in another order, compiled twice (" .. calls .. " products)")
+    local r0 = reordered()
+    check("a weight per batch", function(x, w) return x:transpose(1, 2):matmul(w) end, 24,
+          fl.randn(3, 20, 24), fl.randn(20, 24, 7))
+    check("rows in order", function(x, w) return x:matmul(w) end, 24, fl.randn(20, 3, 24), fl.randn(24, 7))
+    t.is(reordered() - r0, 0, "a weight per batch, or rows in order, keeps its products")
   end
 end
 

@@ -22,8 +22,10 @@
 #include <math.h>
 #include <omp.h>
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/eager.h"
 #include "cpu/mm.h"
@@ -531,19 +533,79 @@ static void test_matmul(void) {
   }
 }
 
+/* cpu_mm_run with one weight for every batch and a's rows strided: a's
+** rows [D0, D1, D2] lie as [D1, D2, D0] (permuted), dst is contiguous, and
+** two residuals added inside the call are broadcast over some row dims,
+** [1, D1, 1] and [D0, 1, D2]; another case writes dst as a's rows lie
+** (all three dims merge into one).  Against a loop in double; the count
+** of products that took their rows in another order. */
+static void test_mm_rows_order(void) {
+  enum { D0 = 5, D1 = 3, D2 = 4, K = 19, N = 11 };
+  static float a[D0 * D1 * D2 * K], b[K * N], y[D0 * D1 * D2 * N], r1[D1 * N], r2[D0 * D2 * N];
+  int lay, i;
+  for (i = 0; i < D0 * D1 * D2 * K; i++) a[i] = (float)rng_normal_at(17, 0, i);
+  for (i = 0; i < K * N; i++) b[i] = (float)rng_normal_at(18, 0, i);
+  for (i = 0; i < D1 * N; i++) r1[i] = (float)rng_normal_at(19, 0, i);
+  for (i = 0; i < D0 * D2 * N; i++) r2[i] = (float)rng_normal_at(20, 0, i);
+  for (lay = 0; lay < 2; lay++) {
+    cpu_mm m;
+    fl_err e = {0};
+    int64_t c0, p0, o0, c1, p1, o1, d0, d1, d2, n, k, bad = 0;
+    memset(&m, 0, sizeof m);
+    m.nd = 4;
+    m.a.p = a; m.b.p = b; m.dst.p = y;
+    m.a.shape[0] = m.dst.shape[0] = D0; m.a.shape[1] = m.dst.shape[1] = D1;
+    m.a.shape[2] = m.dst.shape[2] = D2; m.a.shape[3] = K; m.dst.shape[3] = N;
+    m.a.stride[3] = 1; m.a.stride[0] = K; m.a.stride[2] = D0 * K; m.a.stride[1] = D2 * D0 * K;
+    m.b.shape[0] = m.b.shape[1] = 1; m.b.shape[2] = K; m.b.shape[3] = N;
+    m.b.stride[2] = N; m.b.stride[3] = 1;
+    m.dst.stride[3] = 1;
+    if (lay == 0) { m.dst.stride[2] = N; m.dst.stride[1] = D2 * N; m.dst.stride[0] = D1 * D2 * N; }
+    else { m.dst.stride[0] = N; m.dst.stride[2] = D0 * N; m.dst.stride[1] = D2 * D0 * N; }
+    m.npost = 2;
+    m.post[0].kind = m.post[1].kind = CPU_MM_ADD;
+    m.post[0].src.p = r1;
+    m.post[0].src.shape[0] = 1; m.post[0].src.shape[1] = D1; m.post[0].src.shape[2] = 1;
+    m.post[0].src.shape[3] = N; m.post[0].src.stride[1] = N; m.post[0].src.stride[3] = 1;
+    m.post[1].src.p = r2;
+    m.post[1].src.shape[0] = D0; m.post[1].src.shape[1] = 1; m.post[1].src.shape[2] = D2;
+    m.post[1].src.shape[3] = N; m.post[1].src.stride[0] = D2 * N; m.post[1].src.stride[2] = N;
+    m.post[1].src.stride[3] = 1;
+    cpu_mm_counts(&c0, &p0, &o0);
+    if (cpu_mm_run(&m, &e) != FL_OK) {
+      ok(!cpu_mm_enabled(), "rows in another order: %s", e.msg);
+      continue;
+    }
+    cpu_mm_counts(&c1, &p1, &o1);
+    for (d0 = 0; d0 < D0; d0++)
+      for (d1 = 0; d1 < D1; d1++)
+        for (d2 = 0; d2 < D2; d2++)
+          for (n = 0; n < N; n++) {
+            double s = r1[d1 * N + n] + r2[(d0 * D2 + d2) * N + n], got;
+            for (k = 0; k < K; k++)
+              s += (double)a[d0 * K + d2 * D0 * K + d1 * D2 * D0 * K + k] * b[k * N + n];
+            got = y[d0 * m.dst.stride[0] + d1 * m.dst.stride[1] + d2 * m.dst.stride[2] + n];
+            bad += fabs(got - s) > 1e-5 + 1e-5 * fabs(s);
+          }
+    ok(bad == 0 && o1 - o0 == 1, "rows [%d, %d, %d] lying as [%d, %d, %d], dst %s, residuals broadcast "
+       "over rows: %lld wrong, %lld reordered", D0, D1, D2, D1, D2, D0, lay ? "as a's rows lie" : "contiguous",
+       (long long)bad, (long long)(o1 - o0));
+  }
+}
+
 /* cpu_mm_warm runs a product of its own: nothing counted, kept or named,
 ** and a second call does nothing */
 static void test_mm_warm(void) {
-  int64_t calls0, posts0, calls1, posts1, pc0, pw0, pb0, pm0, pc1, pw1, pb1, pm1;
+  int64_t calls0, posts0, ro0, calls1, posts1, ro1, pc0, pw0, pb0, pm0, pc1, pw1, pb1, pm1;
   char desc[256];
-  cpu_mm_counts(&calls0, &posts0);
+  cpu_mm_counts(&calls0, &posts0, &ro0);
   cpu_mm_pack_info(&pc0, &pw0, &pb0, &pm0);
   snprintf(desc, sizeof desc, "%s", cpu_mm_describe());
   cpu_mm_warm();
   cpu_mm_warm();
-  cpu_mm_counts(&calls1, &posts1);
+  cpu_mm_counts(&calls1, &posts1, &ro1);
   cpu_mm_pack_info(&pc1, &pw1, &pb1, &pm1);
-  ok(calls1 == calls0 && posts1 == posts0, "mm_warm: no product counted (%lld -> %lld)",
+  ok(calls1 == calls0 && posts1 == posts0 && ro1 == ro0, "mm_warm: no product counted (%lld -> %lld)",
      (long long)calls0, (long long)calls1);
   ok(pc1 == pc0 && pw1 == pw0 && pb1 == pb0 && pm1 == pm0, "mm_warm: no weight kept");
   is_str(cpu_mm_describe(), desc, "mm_warm: blas_info's sentence unchanged");
@@ -1325,6 +1387,7 @@ int main(void) {
   test_batch_norm();
   test_matmul();
   test_mm_warm();
+  test_mm_rows_order();
   test_linear();
   test_conv();
   test_pool();
