@@ -2298,6 +2298,13 @@ OPS.Gather = function(node, attrs)
       it = idx
     else
       local iv, iscalar = ints(node, idx, "indices")
+      -- one constant index: a view of that slice (a select), not a gather
+      -- (ViT's query, key and value picked from one [3, ...] tensor)
+      if iscalar and math.type(n) == "integer" then
+        local k = iv[1] < 0 and iv[1] + n or iv[1]
+        if k < 0 or k >= n then node_error(node, "index %d out of range for a dim of %d", iv[1], n) end
+        return {x:narrow(d, k + 1, 1):squeeze(d)}
+      end
       it = iscalar and fl.full({}, iv[1], {dtype = "int64"}) or (#iv > 0 and fl.tensor(iv, {dtype = "int64"}) or fl.zeros({0}, {dtype = "int64"}))
       if not iscalar and not is_tensor(idx) and idx.wide then it = idx.t end
     end

@@ -101,6 +101,22 @@ local gx, gw = fl.randn(1, 4, 5, 5), fl.randn(6, 2, 3, 3)
 local per = fl.cat({fl.conv2d(gx:narrow(2, 1, 2), gw:narrow(1, 1, 3)), fl.conv2d(gx:narrow(2, 3, 2), gw:narrow(1, 4, 3))}, 2)
 t.ok(fl.allclose(cg(gx, gw), per, 1e-4, 1e-5), "Conv group=2 is the groups' convolutions side by side")
 t.ok(fl.allclose(fl.compile(cg, {backend = "cpu"})(gx, gw), per, 1e-4, 1e-5), "Conv group=2 compiled")
+-- Gather of one constant index: a view of that slice, no gather op in the
+-- graph (ViT picks query, key and value so); negative from the end; out
+-- of range an error naming the node
+for _, c in ipairs{{2, 1}, {3, -1}, {1, 0}} do
+  local g1 = one_node("Gather", {axis = c[1] - 1}, {{"float", {2, 3, 4}}}, 13,
+    {{name = "idx", dtype = "int64", dims = {}, ints = {c[2]}}})
+  local k = c[2] < 0 and xs.shape[c[1]] + c[2] + 1 or c[2] + 1
+  local want = xs:narrow(c[1], k, 1):squeeze(c[1])
+  local ex = fl.explain(g1, xs)
+  t.ok(fl.allclose(g1(xs), want) and fl.allclose(fl.compile(g1, {backend = "cpu"})(xs), want) and
+       not ex.op_counts.embedding, ("Gather of constant index %d along axis %d is a view of that slice, eager and compiled")
+       :format(c[2], c[1] - 1))
+end
+t.raises(function() one_node("Gather", {axis = 1}, {{"float", {2, 3, 4}}}, 13,
+  {{name = "idx", dtype = "int64", dims = {}, ints = {3}}})(xs) end, "node 'n' %(Gather, opset 13%): index 3 out of range",
+  "Gather of a constant index out of range is an error naming the node")
 -- Slice with a negative step: the flipped range
 local sn = one_node("Slice", nil, {{"float", {2, 3, 4}}}, 13,
   {{name = "starts", dtype = "int64", dims = {1}, ints = {-1}}, {name = "ends", dtype = "int64", dims = {1}, ints = {-1000}},
