@@ -880,11 +880,63 @@ void pool_row8(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int
   }
 }
 
+/* An average's output row of blocks of B channels through column sums:
+** V [W][B] holds each input column's sum over the window's rows, in
+** double, and each window is the sum of its columns of V -- kh + kw
+** additions an output where the window took kh * kw, each input converted
+** once, and windows over the border on the same loop as the rest (they
+** took a quarter of Inception v2's 3x3 pools over 14x14, one tap at a
+** time), divided through the divisor's reciprocal.  The sums' order
+** differs from avg_row's, in double: the float result the same but for
+** a rounding at most. */
+#define AVG_COLS_MAX 4096    /* doubles of V: W * B */
+
+typedef double v8d __attribute__((vector_size(64)));
+
+/* 8 floats from any address as doubles: one vector of 8 (AVX-512's
+** width; the narrower builds split it) where two of 4 took twice the
+** instructions */
+#define LOAD8D(p) ({ v8f t_; memcpy(&t_, (p), sizeof t_); __builtin_convertvector(t_, v8d); })
+
+static inline __attribute__((always_inline))
+void avg_cols_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
+                  const op_win2d *g, const int B) {
+  const int L = B / 8;                        /* v8d a pixel: 1 or 2 */
+  v8d V[AVG_COLS_MAX / 8], d;
+  int64_t hs, he, ws, we, ih, i, ow, cnt;
+  avg_window(g, H, W, h0, 0, &hs, &he, &ws, &we);
+  for (i = 0; i < W * L; i++) V[i] = (v8d){0, 0, 0, 0, 0, 0, 0, 0};
+  for (ih = hs; ih < he; ih++) {
+    const float *xr = xb + ih * W * B;
+    for (i = 0; i < W * L; i++) V[i] += LOAD8D(xr + i * 8);
+  }
+  for (ow = 0; ow < OW; ow++) {
+    v8d a0 = {0, 0, 0, 0, 0, 0, 0, 0}, a1 = a0;      /* in registers */
+    v8f r;
+    cnt = avg_window(g, H, W, h0, ow * g->sw - g->pl, &hs, &he, &ws, &we);
+    for (i = ws; i < we; i++) {
+      a0 += V[i * L];
+      if (L > 1) a1 += V[i * L + 1];
+    }
+    d = (v8d){1, 1, 1, 1, 1, 1, 1, 1} * (1.0 / (double)cnt);   /* one division, not one a lane */
+    r = __builtin_convertvector(a0 * d, v8f);
+    memcpy(yr + ow * B, &r, sizeof r);
+    if (L > 1) {
+      r = __builtin_convertvector(a1 * d, v8f);
+      memcpy(yr + ow * B + 8, &r, sizeof r);
+    }
+  }
+}
+
 /* One output row of blocks of B channels (8 or 16), 8 lanes at a time. */
 static inline __attribute__((always_inline))
 void pool_blocked_row(const float *xb, float *yr, int64_t H, int64_t W, int64_t OW, int64_t h0,
                       const op_win2d *g, int is_max, const int B) {
   int v;
+  if (!is_max && g->dh == 1 && g->dw == 1 && W * B <= AVG_COLS_MAX) {
+    avg_cols_row(xb, yr, H, W, OW, h0, g, B);
+    return;
+  }
   for (v = 0; v < B; v += 8) pool_row8(xb + v, yr + v, H, W, OW, h0, g, is_max, B);
 }
 

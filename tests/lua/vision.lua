@@ -1119,12 +1119,13 @@ end
 
 -- Pools over 8 planes at a time (pool_by8: planes transposed into a
 -- pixel-major scratch, large planes cut into bands of output rows, max
--- windows inside the image four at a time, averages two at a time):
--- 3x3 stride-2 windows with and without padding, ceil_mode,
+-- windows inside the image four at a time, averages through column sums):
+-- 3x3 windows of stride 1 and 2 with and without padding, ceil_mode,
 -- count_include_pad, on planes of 9 to 120 pixels a side; max pools with
--- NaNs among the values.  Eager against the reference (max exactly,
--- NaN for NaN; averages within 1e-6), and compiled between two
--- convolutions whose values stay in blocks (the same windows on nChw8c).
+-- NaNs among the values, averages with infinities.  Eager against the
+-- reference (max exactly, NaN for NaN; averages within 1e-6), and
+-- compiled between two convolutions whose values stay in blocks (the same
+-- windows on nChw8c or nChw16c).
 do
   local bad = {}
   for i = 1, 16 do
@@ -1132,12 +1133,14 @@ do
     local n, c, h, w = R(2), 8 * R(1, 3) + (i % 3 == 0 and R(1, 7) or 0), R(9, 120), R(9, 120)
     if i <= 4 then h, w = R(100, 120), R(100, 120) end             -- few groups of large planes: bands
     local max = i % 2 == 1
-    local opts = {stride = 2, padding = R(0, 1), ceil_mode = R(3) == 1}
+    local opts = {stride = R(2), padding = R(0, 1), ceil_mode = R(3) == 1}
     if not max then opts.count_include_pad = R(2) == 1 end
     local x = fl.randn(n, c, h, w)
+    local flat = x:reshape(-1)
     if max then
-      local flat = x:reshape(-1)
       for j = R(7), #flat, 7 + R(40) do flat[j] = 0 / 0 end
+    elseif i % 4 == 0 then
+      for j = R(97), #flat, 97 + R(400) do flat[j] = R(2) == 1 and 1 / 0 or -1 / 0 end
     end
     local function f(a) return max and fl.max_pool2d(a, 3, opts) or fl.avg_pool2d(a, 3, opts) end
     local want = fl.capture(f, x):run_reference(x):reshape(-1)
@@ -1152,16 +1155,17 @@ do
     end
     if not ok then bad[#bad + 1] = ("%s %dx%dx%dx%d"):format(max and "max" or "avg", n, c, h, w) end
   end
-  t.ok(#bad == 0, "3x3 stride-2 pools over 8 planes at a time, NaNs among max pools', equal the reference: " ..
-       (#bad == 0 and "all 16" or table.concat(bad, ", ")))
+  t.ok(#bad == 0, "3x3 pools over 8 planes at a time, NaNs among max pools', infinities among averages', " ..
+       "equal the reference: " .. (#bad == 0 and "all 16" or table.concat(bad, ", ")))
   local nbad = 0
   for i = 1, 6 do
-    local c, h = 8 * R(1, 3), R(12, 60)
-    local w1, w2 = fl.rand(c, c, 3, 3) * 0.2 - 0.1, fl.rand(c, c, 1, 1) * 0.4 - 0.2
     local max = i % 2 == 0
+    local c, h = max and 8 * R(1, 3) or 16 * R(1, 2), R(12, 60)   -- averages in blocks of 16 too
+    local w1, w2 = fl.rand(c, c, 3, 3) * 0.2 - 0.1, fl.rand(c, c, 1, 1) * 0.4 - 0.2
+    local po = {stride = i % 3 == 1 and 2 or 1, padding = 1, count_include_pad = i % 3 ~= 0}
     local function f(x_, a_, b_)
       local y = fl.conv2d(x_, a_, {padding = 1}):relu()
-      y = max and fl.max_pool2d(y, 3, {stride = 2, padding = 1}) or fl.avg_pool2d(y, 3, {stride = 2, padding = 1})
+      y = max and fl.max_pool2d(y, 3, {stride = po.stride, padding = 1}) or fl.avg_pool2d(y, 3, po)
       return fl.conv2d(y, b_)
     end
     local args = {fl.randn(R(2), c, h, h), w1, w2}
