@@ -62,10 +62,11 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
 }
 
 /* Post-ops from..npost of c over len values of its plain result's plane
-** q (image * co + channel) from element off. */
+** q (image * co + channel) from element off: those in y, or v's (the
+** values of those elements on their way there). */
 EAGER_WIDE
-void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len) {
-  float *restrict y = c->y + q * c->oh * c->ow + off;
+void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len, float *v) {
+  float *restrict y = v ? v : c->y + q * c->oh * c->ow + off;
   int i;
   int64_t k;
   for (i = from; i < c->npost; i++) {
@@ -94,7 +95,7 @@ int cpu_conv_post_in_y(const cpu_conv *c) {
 void cpu_conv_posts(const cpu_conv *c, int from) {
   int64_t P = c->oh * c->ow, q;
   EAGER_PRAGMA(omp parallel for schedule(static) if (c->n * c->co * P * (c->npost - from) > 8 * EAGER_PAR_MIN))
-  for (q = 0; q < c->n * c->co; q++) cpu_conv_posts_span(c, from, q, 0, P);
+  for (q = 0; q < c->n * c->co; q++) cpu_conv_posts_span(c, from, q, 0, P, NULL);
 }
 
 /* n <= P output pixels of 8 channels from ow into u [ow][8]: P sums in

@@ -49,6 +49,8 @@
 /* a strip of the input: at most this many floats (16 KB, half of L1) */
 #define PW_STRIP_FLOATS 4096
 
+static int pw_posts_in_registers(const cpu_conv *c);
+
 int cpu_conv_pw_fits(const cpu_conv *c) {
   int i, sum;
   if (c->kh != 1 || c->kw != 1 || c->sh != 1 || c->sw != 1 ||
@@ -61,9 +63,10 @@ int cpu_conv_pw_fits(const cpu_conv *c) {
     return 0;
   /* tensors laid out as y; the residual cpu_conv_sum_post names comes in
   ** its own layout (cpu_mm_post.blk): y's, or plain where y is in blocks;
-  ** none in y itself (the strips' rest and the posts on rows read it
-  ** after the sums are stored) */
-  if (cpu_conv_post_in_y(c)) return 0;
+  ** one in y itself (stored over, fuse/plan.c residual_over) only where
+  ** each tile reads it before its store: plain, the epilogue in registers
+  ** (the posts on stored rows and the blocked loop's read it after) */
+  if (cpu_conv_post_in_y(c) && (c->xblk || c->yblk || !pw_posts_in_registers(c))) return 0;
   sum = cpu_conv_sum_post(c->post, c->npost);
   for (i = 0; i < c->npost; i++) {
     const cpu_mm_post *po = &c->post[i];
@@ -236,13 +239,13 @@ static void pw_strip(const cpu_conv *c, const float *st, int64_t img, int64_t g,
     if (p < n) {              /* the last pixels, 8 at a time where they fit */
       if (n - p <= 8) pw_rows(c, xs, 16, w, CG, tb, 16, s, t, c->npost, ch, 0, mr, 1);
       else pw_rows(c, xs, 16, w, CG, tb, 16, s, t, c->npost, ch, 0, mr, 2);
-      for (r = 0; r < mr; r++) {
+      for (r = 0; r < mr; r++) {   /* the epilogue before the store: a residual may lie in y */
+        if (reg) cpu_conv_posts_span(c, from, q0 + o + r, p0 + p, n - p, tb + r * 16);
         memcpy(y + (o + r) * P + p, tb + r * 16, (size_t)(n - p) * sizeof *tb);
-        if (reg) cpu_conv_posts_span(c, from, q0 + o + r, p0 + p, n - p);
       }
     }
   }
-  for (o = 0; o < OG && !reg; o++) cpu_conv_posts_span(c, 0, q0 + o, p0, n);
+  for (o = 0; o < OG && !reg; o++) cpu_conv_posts_span(c, 0, q0 + o, p0, n, NULL);
 }
 
 /* --- on blocks of 8 channels ------------------------------------------ */
@@ -337,7 +340,7 @@ static void pwb_item(const cpu_conv *c, const float *sv, const float *tv, int fr
     }
     planes_from8(u + r * ys, c->y + at + r * 8 * P, P, n, 8);     /* back to planes */
     for (j = 0; j < 8 && from < c->npost; j++)
-      cpu_conv_posts_span(c, from, img * c->co + ch + r * 8 + j, p0, n);
+      cpu_conv_posts_span(c, from, img * c->co + ch + r * 8 + j, p0, n, NULL);
   }
 }
 

@@ -219,15 +219,17 @@ int cpu_conv_pw_fits(const cpu_conv *c);
 int cpu_conv_pw(const cpu_conv *c);
 /* Post-ops from .. npost of c over its plain result y (nchw), in order:
 ** what the matmul form of a 1x1 leaves to a pass of its own; _span: over
-** len values of plane q (image * co + channel) from element off. */
+** len values of plane q (image * co + channel) from element off, y's or
+** v's (those values on their way to y; NULL: y's). */
 void cpu_conv_posts(const cpu_conv *c, int from);
 /* 1 when a post-op of c reads a tensor in y's own memory: a residual the
 ** result is stored over (fuse/plan.c residual_over), which oneDNN's sum
 ** reads from dst; the loops that write part of y before they read it
-** (cpu/conv_pw.c, cpu/conv_dw.c into blocks of 8; cpu/mm_rows.c by its
-** own check) refuse such a convolution. */
+** (cpu/conv_pw.c on blocks or with an epilogue it runs on stored rows,
+** cpu/conv_dw.c into blocks of 8; cpu/mm_rows.c by its own check) refuse
+** such a convolution. */
 int cpu_conv_post_in_y(const cpu_conv *c);
-void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len);
+void cpu_conv_posts_span(const cpu_conv *c, int from, int64_t q, int64_t off, int64_t len, float *v);
 /* depthwise and 1x1 convolutions run by cpu_conv_dw and
 ** cpu_conv_pw so far, and of the latter how many read or wrote blocks
 ** (fl.blas_info().depthwise_convs, .pointwise_convs, .pointwise_blocked) */
