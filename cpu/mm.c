@@ -597,6 +597,11 @@ static int64_t macs(const cpu_mm *m) {
   return n;
 }
 
+/* Operand k of m: 0 a, 1 dst, 2 b, 3.. the posts' srcs. */
+static const cpu_mm_arg *mm_arg(const cpu_mm *m, int k) {
+  return k == 0 ? &m->a : k == 1 ? &m->dst : k == 2 ? &m->b : &m->post[k - 3].src;
+}
+
 /* A product whose b is one matrix for every batch (a linear's weight) may
 ** take the dims of a's rows -- its batch dims and M -- in any order: each
 ** row meets b alone.  Where a's rows are strided, e.g. a view that swaps
@@ -604,11 +609,10 @@ static int64_t macs(const cpu_mm *m) {
 ** multi-head attention reads its input), oneDNN would run L products of N
 ** rows, reading b L times: ViT-B/16's query-key-value product as 197
 ** products of 2 rows.  So those dims are ordered by a's strides, largest
-** first, and merged where a, dst and every post's src nest; m changes
-** (and 1 is returned) only when M grows. */
-static int rows_canon(cpu_mm *m) {
+** first, and merged where a, dst and every post's src nest, into *c;
+** 1 where that makes M larger, else 0 (m is then run as it is). */
+static int rows_canon(const cpu_mm *m, cpu_mm *c) {
   int nd = m->nd, r[CPU_MM_MAXD], nr = 0, q = -1, i, j, k, d;
-  cpu_mm c;
   if (nd < 3) return 0;
   for (d = 0; d < nd - 2; d++)
     if (m->b.shape[d] != 1 || m->a.shape[d] != m->dst.shape[d]) return 0;
@@ -618,38 +622,37 @@ static int rows_canon(cpu_mm *m) {
     for (j = i; j > 0 && m->a.stride[r[j - 1]] < m->a.stride[r[j]]; j--) {
       int t = r[j]; r[j] = r[j - 1]; r[j - 1] = t;
     }
-  c = *m;
+  *c = *m;
   for (i = 0; i < nr; i++) {                /* row dim d joins new dim q, or opens q + 1 */
     int merge = q >= 0;
     d = r[i];
-    for (k = 0; k < 2 + m->npost && merge; k++) {
-      const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : &m->post[k - 2].src;
-      const cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : &c.post[k - 2].src;
-      if (k >= 2 && m->post[k - 2].kind != CPU_MM_ADD && m->post[k - 2].kind != CPU_MM_MUL) continue;
-      merge = o->shape[d] == 1 ? n->shape[q] == 1 :
-              n->shape[q] != 1 && n->stride[q] == o->stride[d] * o->shape[d];
+    for (k = 0; k < 3 + m->npost && merge; k++) {
+      const cpu_mm_arg *x = mm_arg(m, k), *n = mm_arg(c, k);
+      if (k == 2 || (k > 2 && m->post[k - 3].kind != CPU_MM_ADD && m->post[k - 3].kind != CPU_MM_MUL)) continue;
+      merge = x->shape[d] == 1 ? n->shape[q] == 1 :
+              n->shape[q] != 1 && n->stride[q] == x->stride[d] * x->shape[d];
     }
     if (merge) q--;                         /* reopen q below, folding d into it */
     q++;
-    for (k = 0; k < 2 + m->npost; k++) {
-      const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : &m->post[k - 2].src;
-      cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : &c.post[k - 2].src;
-      n->shape[q] = merge ? n->shape[q] * o->shape[d] : o->shape[d];
-      n->stride[q] = o->shape[d] == 1 ? 0 : o->stride[d];
+    for (k = 0; k < 3 + m->npost; k++) {
+      const cpu_mm_arg *x = mm_arg(m, k);
+      cpu_mm_arg *n = (cpu_mm_arg *)mm_arg(c, k);
+      if (k == 2) continue;
+      n->shape[q] = merge ? n->shape[q] * x->shape[d] : x->shape[d];
+      n->stride[q] = x->shape[d] == 1 ? 0 : x->stride[d];
     }
   }
-  if (q < 0 || c.dst.shape[q] <= m->dst.shape[nd - 2]) return 0;
-  c.nd = q + 2;
-  for (k = 0; k < 3 + m->npost; k++) {      /* the last dim (K of a, N of dst and the posts') */
-    const cpu_mm_arg *o = k == 0 ? &m->a : k == 1 ? &m->dst : k == 2 ? &m->b : &m->post[k - 3].src;
-    cpu_mm_arg *n = k == 0 ? &c.a : k == 1 ? &c.dst : k == 2 ? &c.b : &c.post[k - 3].src;
-    n->shape[c.nd - 1] = o->shape[nd - 1];
-    n->stride[c.nd - 1] = o->stride[nd - 1];
+  if (q < 0 || c->dst.shape[q] <= m->dst.shape[nd - 2]) return 0;
+  c->nd = q + 2;
+  for (k = 0; k < 3 + m->npost; k++) {      /* the last two dims of b, the last of the rest */
+    const cpu_mm_arg *x = mm_arg(m, k);
+    cpu_mm_arg *n = (cpu_mm_arg *)mm_arg(c, k);
+    for (d = k == 2 ? 2 : 1; d >= 1; d--) {
+      n->shape[c->nd - d] = x->shape[nd - d];
+      n->stride[c->nd - d] = x->stride[nd - d];
+    }
   }
-  for (d = 0; d < c.nd - 2; d++) { c.b.shape[d] = 1; c.b.stride[d] = 0; }
-  c.b.shape[c.nd - 2] = m->b.shape[nd - 2];
-  c.b.stride[c.nd - 2] = m->b.stride[nd - 2];
-  *m = c;
+  for (d = 0; d < c->nd - 2; d++) { c->b.shape[d] = 1; c->b.stride[d] = 0; }
   return 1;
 }
 
@@ -657,7 +660,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
   key k;
   entry *en;
   void *p;
-  cpu_mm mc;
+  cpu_mm mc, mr;
   const cpu_mm *m = m0;
   int i, rc = FL_OK, threads = 0, reordered = 0;
   if (!cpu_mm_enabled())
@@ -674,10 +677,7 @@ int cpu_mm_run(const cpu_mm *m0, fl_err *e) {
       memcpy(mc.post[i].src.shape, m0->dst.shape, sizeof mc.post[i].src.shape);
       memcpy(mc.post[i].src.stride, m0->dst.stride, sizeof mc.post[i].src.stride);
     }
-  if (m->nd >= 3) {
-    if (m == m0) { mc = *m0; m = &mc; }
-    reordered = rows_canon(&mc);
-  }
+  if ((reordered = rows_canon(m, &mr))) m = &mr;
   if (rows_linear(m->dst.shape[m->nd - 2]) && cpu_mm_rows(m) == FL_OK) return FL_OK;
   key_of(&k, m);
 #ifdef _OPENMP
