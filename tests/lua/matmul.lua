@@ -1,6 +1,7 @@
 -- matmul.lua -- float32 products through oneDNN (cpu/mm.c) against the
 -- reference interpreter, eager and compiled: batched products in one call,
--- broadcast batch dims, transposed and strided operands, float16 and
+-- broadcast batch dims, transposed and strided operands (one weight over
+-- rows taken in another order), float16 and
 -- bfloat16 operands (converted to float32 first), linear with and without
 -- bias.  Tolerance: |x - ref| <= 1e-5 + 1e-5 * sqrt(K) * (|ref| + 1), the
 -- float32 rounding of a K-term sum of unit-sized products in any order,
