@@ -803,7 +803,7 @@ typedef struct ckey {
   int64_t d[18];               /* cpu_conv's sizes and attributes, in order */
   int bias, npost, plain;     /* plain: conv_mode */
   int xblk, yblk, nhwc_ok;
-  int in_y;                    /* a residual in y itself: no loop of fuselab's */
+  int in_y;                    /* a residual in y itself: fewer of fuselab's loops fit */
   int kind[CPU_MM_MAXPOST];
   float ab[CPU_MM_MAXPOST][2];
 } ckey;

@@ -792,6 +792,22 @@ static int view_base(const ir_graph *g, int id) {
   return id;
 }
 
+/* 1 when a graph output is v or a view of it. */
+static int out_over(const ir_graph *g, int v) {
+  int i;
+  for (i = 0; i < g->nout; i++) if (view_base(g, g->outputs[i]) == v) return 1;
+  return 0;
+}
+
+/* 1 when kernel j reads v's buffer, itself or through a view. */
+static int kernel_reads(const fuse_plan *p, int j, int v) {
+  const fk_kernel *kj = &p->kernels[j];
+  int i;
+  for (i = 0; i < kj->nbufs; i++) if (view_base(p->g, kj->bufs[i]) == v) return 1;
+  for (i = 0; i < kj->nviews; i++) if (view_base(p->g, kj->views[i]) == v) return 1;
+  return 0;
+}
+
 /* Reinplacing (as Inductor does after functionalization): a captured
 ** in-place update `c:copy_(f(c, ...))` is a pure op S and a write-back of
 ** S into the leaf c, which costs a buffer for S and a copy of it into c.
@@ -894,7 +910,7 @@ static int residual_over(const fuse_plan *p, int k, int O) {
   const ir_graph *g = p->g;
   const fk_kernel *kk = &p->kernels[k];
   const ir_node *add = NULL;
-  int P = kk->anchor, R, i, j, v, uses = 0;
+  int P = kk->anchor, R, i, j, uses = 0;
   /* not over a 1x1 map (squeeze-and-excitation's): a copy of nothing to
   ** save, and its products of rows (cpu/mm_rows.c) store before they add */
   if (g->nodes[P].op != OP_CONV2D || (p->inplace && p->inplace[O] >= 0) || g->nodes[P].meta.ndim != 4 ||
@@ -910,7 +926,7 @@ static int residual_over(const fuse_plan *p, int k, int O) {
       p->kernel_of[R] < 0 || p->kernel_of[R] >= k || (p->keep && p->keep[p->kernel_of[R]]) ||
       g->nodes[R].meta.dtype != g->nodes[O].meta.dtype || !meta_same_shape(&g->nodes[R].meta, &g->nodes[O].meta))
     return -1;
-  for (i = 0; i < g->nout; i++) if (view_base(g, g->outputs[i]) == R) return -1;
+  if (out_over(g, R)) return -1;
   for (i = 0; i < g->nodes[P].nin; i++)            /* not the convolution's own operand */
     if (g->nodes[P].in[i] >= 0 && view_base(g, g->nodes[P].in[i]) == R) return -1;
   for (i = 0; i < kk->nnodes; i++)                 /* read by the add alone in this kernel */
@@ -918,10 +934,8 @@ static int residual_over(const fuse_plan *p, int k, int O) {
       int s = g->nodes[kk->nodes[i]].in[j];
       if (s >= 0 && view_base(g, s) == R && (s != R || ++uses > 1)) return -1;
     }
-  for (j = k + 1; j < p->nkernels; j++) {          /* and by no kernel after it */
-    for (v = 0; v < p->kernels[j].nbufs; v++) if (view_base(g, p->kernels[j].bufs[v]) == R) return -1;
-    for (v = 0; v < p->kernels[j].nviews; v++) if (view_base(g, p->kernels[j].views[v]) == R) return -1;
-  }
+  for (j = k + 1; j < p->nkernels; j++)            /* and by no kernel after it */
+    if (kernel_reads(p, j, R)) return -1;
   return R;
 }
 
@@ -944,7 +958,7 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
     }
     ok = ok && O >= 0 && !is_graph_out(g, P) &&
          g->nodes[O].meta.dtype == g->nodes[P].meta.dtype && meta_same_shape(&g->nodes[O].meta, &g->nodes[P].meta);
-    for (i = 0; ok && i < g->nout; i++) ok = view_base(g, g->outputs[i]) != P;
+    ok = ok && !out_over(g, P);
     /* the ops on the way from P to O: elementwise at P's shape, no view
     ** (ops of the kernel that do not read P, per-channel statistics of
     ** a batch norm, may have any shape) */
@@ -964,11 +978,7 @@ static int plan_alias(fuse_plan *p, fl_err *e) {
              meta_same_shape(&nd->meta, &g->nodes[P].meta);
     }
     /* no other kernel reads P, not even through a view */
-    for (j = 0; ok && j < p->nkernels; j++) {
-      if (j == k) continue;
-      for (v = 0; ok && v < p->kernels[j].nbufs; v++) ok = view_base(g, p->kernels[j].bufs[v]) != P;
-      for (v = 0; ok && v < p->kernels[j].nviews; v++) ok = view_base(g, p->kernels[j].views[v]) != P;
-    }
+    for (j = 0; ok && j < p->nkernels; j++) ok = j == k || !kernel_reads(p, j, P);
     if (ok) p->alias[O] = (v = residual_over(p, k, O)) >= 0 ? v : P;
   }
   free(dep);
@@ -1058,7 +1068,7 @@ static int plan_into(fuse_plan *p, int within, fl_err *e) {
       ok = !nd->sym[j] && (j >= ax || nd->meta.shape[j] == 1);
       if (j > ax) inner *= nd->meta.shape[j];
     }
-    for (i = 0; ok && i < g->nout; i++) ok = view_base(g, g->outputs[i]) != c;
+    ok = ok && !out_over(g, c);
     for (i = 0; ok && i < nd->nin; i++) {
       int v = nd->in[i], kv = v >= 0 ? p->kernel_of[v] : -1;
       const ir_node *x = v >= 0 ? &g->nodes[v] : NULL;
