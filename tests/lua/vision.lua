@@ -956,6 +956,16 @@ do
   end
   t.is(nbad, 0, n .. " chains of bottleneck blocks, each result stored over its residual, match the reference (two calls)")
   t.is(listed, 2 * n, "the host program lists the two results stored over their residuals in each (the last is read by the sum)")
+  -- a residual read again after the block keeps its memory
+  local x, w0, w1 = fl.rand(2, 16, 9, 9) * 2 - 1, fl.rand(16, 16, 1, 1) * 0.4 - 0.2, fl.rand(16, 16, 3, 3) * 0.2 - 0.1
+  local function g(x_, w0_, w1_)
+    local r = fl.conv2d(x_, w0_):relu()
+    local y = (fl.conv2d(fl.conv2d(r, w1_, {padding = 1}):relu(), w0_) + r):relu()
+    return (fl.conv2d(y, w0_) + fl.conv2d(r, w0_)):sum({3, 4})
+  end
+  local err, cm = twice(g, {x, w0, w1})
+  t.ok(not err and not cm:code():find("stores its result over the residual", 1, true),
+       "a residual read after its block is not stored over and the result matches" .. (err and (": " .. err) or ""))
 end
 
 -- ShuffleNet's channel shuffle (reshape to [n, g, c/g, h, w], swap the two
