@@ -227,11 +227,8 @@ static inline float eager_tanhf(float x) {
 
 /* 1 / (1 + e^-x) as e^-|x| over 1 + e^-|x| (times e^|x| for x < 0): e^-|x|
 ** never overflows, so sigmoid reaches its subnormals below x = -88.7,
-** where 1 / (1 + inf) gave 0. */
-static inline float eager_sigmoidf(float x) {
-  float e = eager_expf(-fabsf(x));
-  return eager_pick(EAGER_MASK(x < 0.0f), e, 1.0f) / (1.0f + e);
-}
+** where 1 / (1 + inf) gave 0 (cpu/expf.h, the generated kernels' too). */
+FL_SIGMOIDF_DEFINE(eager_sigmoidf)
 
 /* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the bits
 ** (subnormals scaled by 2^25 first), then Cephes' polynomial in m - 1 and

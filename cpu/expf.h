@@ -20,7 +20,7 @@
 
 /* n = round(x / ln 2) read back from the bits of t, and p = e^r for the
 ** rest r, in [-ln 2 / 2, ln 2 / 2]: e^x = p 2^n */
-#define FL_EXPF_POLY                                                            \
+#define FL_EXPF_POLY(x)                                                         \
     t.f = x * 1.44269504088896341f + 12582912.0f;                               \
     n = t.f - 12582912.0f;                                                      \
     r = x - n * 0.693359375f;                                                   \
@@ -39,7 +39,7 @@
     uint32_t big, keep;                                                         \
     float n, r, p;                                                              \
     int32_t ni, n1;                                                             \
-    FL_EXPF_POLY                                                                \
+    FL_EXPF_POLY(x)                                                             \
     ni = (int32_t)(t.u - 0x4B400000u);                                          \
     n1 = ni / 2;                                                                \
     s1.u = (uint32_t)(n1 + 127) << 23;                                          \
@@ -65,16 +65,41 @@
   static inline float name(float x) {                                           \
     union { float f; uint32_t u; } t, s;                                        \
     float n, r, p;                                                              \
-    FL_EXPF_POLY                                                                \
+    FL_EXPF_POLY(x)                                                             \
     s.u = (t.u - 0x4B400000u + 127u) << 23;                                     \
     t.f = p * s.f;                                                              \
     t.u &= (uint32_t)(x < -88.0f) - 1u;                                         \
     return t.f;                                                                 \
   }
 
+/* sigmoid(x) as e / (1 + e) (x < 0) or 1 / (1 + e), e = exp(-|x|): e never
+** overflows.  e comes from the same polynomial as exp, times 2^24 with
+** 2^n as one factor (n in [-150, 0] for -|x| >= -104, where exp goes to
+** 0): e 2^24 is normal wherever e is above 2^-150, and the quotient,
+** numerator and denominator both times 2^24, is the same, rounded once
+** into the subnormals below x = -87.3, where a subnormal e rounded first.
+** The same bits as exp's quotient for every float32 x (all 2^32 checked),
+** with six fewer operations a lane: x * sigmoid(x) over 75264 floats on
+** one Zen 4 core 0.033 -> 0.0235 ms with AVX-512, 0.045 -> 0.033 with
+** AVX2 (bench/RESULTS.md).  NaN gives NaN (the range test is false for
+** it), -inf 0, +inf 1. */
+#define FL_SIGMOIDF_DEFINE(name)                                                \
+  static inline float name(float x) {                                           \
+    union { float f; uint32_t u; } t, s, one;                                   \
+    float n, r, p, a = -fabsf(x);                                               \
+    FL_EXPF_POLY(a)                                                             \
+    s.u = (t.u - 0x4B400000u + 151u) << 23;                                     \
+    t.f = p * s.f;                                                              \
+    t.u &= (uint32_t)(a < -104.0f) - 1u;                                        \
+    one.f = 16777216.0f;                                                        \
+    one.u = (one.u & ((uint32_t)(x < 0.0f) - 1u)) | (t.u & (0u - (uint32_t)(x < 0.0f))); \
+    return one.f / (16777216.0f + t.f);                                         \
+  }
+
 #define FL_EXPF_STR_(...) #__VA_ARGS__
 #define FL_EXPF_STR(...) FL_EXPF_STR_(__VA_ARGS__)
 #define FL_EXPF_SOURCE(name) FL_EXPF_STR(FL_EXPF_DEFINE(name))
 #define FL_EXPF_SHIFTED_SOURCE(name) FL_EXPF_STR(FL_EXPF_SHIFTED_DEFINE(name))
+#define FL_SIGMOIDF_SOURCE(name) FL_EXPF_STR(FL_SIGMOIDF_DEFINE(name))
 
 #endif
