@@ -48,6 +48,7 @@ typedef struct gen {
   int stream;          /* emitting the store pass that stages access
                           stream_acc's row in stg[] and streams it out */
   int stream_acc;      /* that access, or -1 when no store qualifies */
+  int nstages;         /* a reduce kernel's passes over the reduced dims */
   const int64_t *known; /* the arguments when the sizes cannot change (the
                           source holds them as constants), else NULL */
 } gen;
@@ -234,13 +235,10 @@ void cpu_emit_preamble(strbuf *b) {
   emit_source(b, FL_ERFF_SOURCE(fl_erff));
   strbuf_printf(b,
     "\n"
-    "/* sigmoid from e^-|x|, as the eager kernel: e^-x cannot overflow, and\n"
-    "** results below 2^-126 stay subnormal instead of 1 / (1 + inf) = 0 */\n"
-    "static inline float fl_sigmoidf(float x)\n"
-    "{\n"
-    "  const float e = fl_expf(-fabsf(x));\n"
-    "  return (x < 0.0f ? e : 1.0f) / (1.0f + e);\n"
-    "}\n");
+    "/* sigmoid from e^-|x|, the eager kernel's (cpu/expf.h): e^-x cannot\n"
+    "** overflow, and results below 2^-126 stay subnormal instead of\n"
+    "** 1 / (1 + inf) = 0 */\n");
+  emit_source(b, FL_SIGMOIDF_SOURCE(fl_sigmoidf));
   fk_render_int_helpers(b, "static inline");
   fk_render_rng_helpers(b, "static inline");
   strbuf_printf(b, "#endif\n\n");
@@ -352,6 +350,33 @@ static void mark(gen *g, int i) {
   for (a = 0; a < in->narg; a++) mark(g, in->arg[a]);
 }
 
+/* Does the row loop store full access a in the pass of the stage after
+** its value's, rather than in a pass of its own after the last: a value
+** needing no later result (SiLU's x * sigmoid(x) under squeeze-and-
+** excitation's mean) is stored while its inputs go by, not read and
+** computed (or kept in the row scratch) again.  Not a store streamed past
+** the caches (its pass stages rows), nor one into a buffer the kernel
+** also loads: a later pass would read what it wrote. */
+static int early_store(const gen *g, int a) {
+  const fk_kernel *k = g->k;
+  int b;
+  if (!k->acc[a].store || !k->acc[a].full || a == g->stream_acc ||
+      k->instr[k->acc[a].value].stage >= g->nstages)
+    return 0;
+  for (b = 0; b < k->nacc; b++)
+    if (!k->acc[b].store && k->acc[b].buf == k->acc[a].buf) return 0;
+  return 1;
+}
+
+/* Is full access a stored in row-loop pass s (1..nstages; nstages + 1 the
+** stores' own pass)? */
+static int stored_in(const gen *g, int a, int s) {
+  const fk_kernel *k = g->k;
+  if (!k->acc[a].store || !k->acc[a].full) return 0;
+  if (early_store(g, a)) return k->instr[k->acc[a].value].stage == s - 1;
+  return s > g->nstages;
+}
+
 /* ops worth keeping in the row scratch rather than computing twice */
 static int expensive(const fk_instr *in) {
   if (in->opc != FKI_ELEM) return 0;
@@ -421,9 +446,8 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
     if (in->red == FKR_ARGMAX) simd = 0;
     nacc++;
   }
-  if (stage == 0)
-    for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full) mark(g, k->acc[a].value);
+  for (a = 0; a < k->nacc; a++)
+    if (stored_in(g, a, stage ? stage : g->nstages + 1)) mark(g, k->acc[a].value);
   for (i = 0; i < k->ninstr && stage; i++)
     nsum += k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == stage && k->instr[i].red == FKR_SUM;
   blocked = nsum > 0 && g->D > k->nkept;
@@ -512,9 +536,8 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
       break;
     }
   }
-  if (stage == 0)
-    for (a = 0; a < k->nacc; a++)
-      if (k->acc[a].store && k->acc[a].full) emit_store(g, a, depth, fast, 1);
+  for (a = 0; a < k->nacc; a++)
+    if (stored_in(g, a, stage ? stage : g->nstages + 1)) emit_store(g, a, depth, fast, 1);
   for (d = g->D - 1; d >= k->nkept; d--) {
     depth--;
     ind(g, depth);
@@ -583,9 +606,8 @@ static void plan_spills(gen *g, int nstages, int fullstores) {
       const fk_instr *in = &k->instr[i];
       if (s <= nstages && in->opc == FKI_REDUCE && in->stage == s) mark(g, in->arg[0]);
     }
-    if (s > nstages)
-      for (a = 0; a < k->nacc; a++)
-        if (k->acc[a].store && k->acc[a].full) mark(g, k->acc[a].value);
+    for (a = 0; a < k->nacc && fullstores; a++)
+      if (stored_in(g, a, s)) mark(g, k->acc[a].value);
     for (i = 0; i < k->ninstr; i++) {
       if (g->need[i] != 1) continue;
       if (!g->first[i]) g->first[i] = s;
@@ -829,21 +851,23 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
 
 static void emit_reduce(gen *g) {
   const fk_kernel *k = g->k;
-  int i, d, a, s, nstages = 0, fullstores = 0, cols = 0;
+  int i, d, a, s, nstages = 0, fullstores = 0, late = 0, cols = 0;
   char used[64];
   for (i = 0; i < k->ninstr; i++)
     if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage > nstages) nstages = k->instr[i].stage;
   for (a = 0; a < k->nacc; a++) fullstores |= k->acc[a].store && k->acc[a].full;
-  plan_spills(g, nstages, fullstores);
+  g->nstages = nstages;
   g->stream_acc = stream_acc_of(g);
+  plan_spills(g, nstages, fullstores);
+  for (a = 0; a < k->nacc; a++) late |= stored_in(g, a, nstages + 1);
   if (g->nspill) {
     /* the column loop stores a value needing no later result in the pass
     ** that computes it: when every store is such, it keeps nothing in a
     ** row scratch (a softmax gradient's exp), and it may run */
-    int late = 0;
+    int col_late = 0;
     for (a = 0; a < k->nacc; a++)
-      late |= full_store_at(k, a, nstages);
-    if (!late) {
+      col_late |= full_store_at(k, a, nstages);
+    if (!col_late) {
       int cols;
       plan_spills(g, nstages, 0);
       g->probe = 1;                         /* only where no row loop is written */
@@ -876,7 +900,7 @@ static void emit_reduce(gen *g) {
   }
   emit_row_index(g, "row", 2);
   emit_row_steps(g, 0, 2);
-  for (s = 1; s <= nstages + (fullstores ? 1 : 0); s++) {
+  for (s = 1; s <= nstages + (late ? 1 : 0); s++) {
     int st = s <= nstages ? s : 0, f;
     if (st) strbuf_printf(g->b, "    /* pass %d over the reduced dims */\n", s);
     else strbuf_printf(g->b, "    /* pass %d: the stores */\n", s);
@@ -909,7 +933,7 @@ static void emit_reduce(gen *g) {
     for (i = 0; i < k->ninstr; i++)
       if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == st && st) mark(g, k->instr[i].arg[0]);
     for (a = 0; a < k->nacc; a++)
-      if (!st && k->acc[a].store && k->acc[a].full) { mark(g, k->acc[a].value); used[a] = 1; }
+      if (stored_in(g, a, s)) { mark(g, k->acc[a].value); used[a] = 1; }
     for (i = 0; i < k->ninstr; i++)
       if (g->need[i] == 1 && k->instr[i].opc == FKI_LOAD) used[k->instr[i].access] = 1;
     f = fast_cond(g, 2, used);

@@ -143,4 +143,48 @@ do
        "dynamic sizes: both loops written, the strides choose")
 end
 
+-- the row loop (a reduction over the last dims) stores a value needing no
+-- reduction's result in the pass that computes it: squeeze-and-
+-- excitation's SiLU beside its mean over each channel's map has one pass,
+-- no row scratch and no pass of stores; a softmax stored beside the exp it
+-- divides stores the exp in pass 2 and the quotient in its own pass 3
+do
+  local function passes(name, fn, inputs, want_stores)
+    local g = fl.capture(fn, table.unpack(inputs))
+    local src = tostring(g:fuse():codegen("cpu"))
+    local stores = src:match("pass %d: the stores") ~= nil
+    t.ok(not src:find("a column reduction", 1, true) and stores == want_stores and
+         (want_stores or not src:find("row scratch", 1, true)),
+         name .. (want_stores and ": a pass of stores after the sums" or ": one pass, no row scratch"))
+    check(name, fn, inputs, {tol = 1e-5})
+  end
+  for _, s in ipairs{{2, 96, 1}, {2, 40, 4}, {1, 24, 7}, {2, 16, 14}, {2, 8, 28}} do
+    local x = fl.randn(s[1], s[2], s[3], s[3]) * 4
+    passes(("SiLU stored with its mean over [%d, %d, %d, %d]'s maps"):format(s[1], s[2], s[3], s[3]),
+           function(a) local y = a:silu(); return y, y:mean({3, 4}, true) end, {x}, false)
+    passes(("ReLU stored with its max over [%d, %d, %d, %d]'s maps"):format(s[1], s[2], s[3], s[3]),
+           function(a) local y = a:relu(); return y, y:amax({3, 4}) end, {x}, false)
+  end
+  local x = fl.randn(33, 70)
+  passes("exp stored beside a softmax of it (stages 0 and 2)",
+         function(a) local e = (a - a:amax(2, true)):exp(); return a * 2, e / e:sum(2, true) end, {x}, true)
+  -- a value of stage 1 stored in pass 2: x - mean beside the variance
+  passes("x - mean stored beside its mean square, [6, 5, 14] over dims 2 and 3",
+         function(a) local d = a - a:mean({2, 3}, true); return d, (d * d):mean({2, 3}) end,
+         {fl.randn(6, 5, 14)}, false)
+  -- but over one dim that graph output is the store a large call streams
+  -- past the caches, in a pass of its own
+  passes("x - mean over the last dim: the streamed store keeps its pass",
+         function(a) local d = a - a:mean(2, true); return d, (d * d):mean(2) end, {x}, true)
+  local cm = fl.compile(function(a) local y = a:silu(); return y, y:mean({3, 4}, true) end,
+                        {backend = "cpu", dynamic = true})
+  for _, s in ipairs{{2, 40, 4}, {1, 7, 9}, {3, 5, 1}} do
+    local a = fl.randn(s[1], s[2], s[3], s[3]) * 4
+    local y, m = cm(a)
+    t.ok(same(y, a:silu(), 1e-6) and same(m, a:silu():mean({3, 4}, true), 1e-5),
+         ("dynamic sizes [%d, %d, %d, %d]: SiLU and its mean stored in one pass equal eager"):format(
+           s[1], s[2], s[3], s[3]))
+  end
+end
+
 t.done()
