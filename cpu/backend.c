@@ -547,9 +547,10 @@ static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
 ** AVX-512, chosen at the first call): the reader takes it as it is, and
 ** a pair of such convolutions (DenseNet's 1x1 and 3x3) has no reorder
 ** between them, where blocks cost one out of the first and one into the
-** second.  The reader has no groups: a depthwise or grouped one may run
-** on fuselab's loops (cpu/conv_dw.c, cpu/conv_pw.c), which read blocks
-** and not channels last. */
+** second.  The reader has no groups, or is depthwise (an inverted
+** residual's expansion then its 3x3: cpu/conv_dw.c reads channels last
+** as it reads blocks); not grouped otherwise, as cpu/conv_pw.c reads
+** blocks and not channels last. */
 static int conv_reads_alone(const fuse_plan *p, int k, int v) {
   const ir_graph *g = p->g;
   const ir_node *rd;
@@ -567,7 +568,8 @@ static int conv_reads_alone(const fuse_plan *p, int k, int v) {
       rd->in[1] < 0 || g->nodes[rd->in[1]].meta.ndim != 4)
     return 0;
   op_win2d_of(rd->op, &rd->attrs, g->nodes[rd->in[1]].meta.shape[2], g->nodes[rd->in[1]].meta.shape[3], &win);
-  return win.groups <= 1 && conv_call(p, extern_of(p, reader));
+  return (win.groups <= 1 || (win.groups == g->nodes[v].meta.shape[1] && win.groups == rd->meta.shape[1])) &&
+         conv_call(p, extern_of(p, reader));
 }
 
 /* Kernel k's convolution, pool or concatenation writes its result in

@@ -19,7 +19,12 @@
 ** loop's pixel-major layout already; blocks of 16 (nChw16c, AVX-512's)
 ** are two groups of 8 each, copied in or out 8 floats of every 16, where
 ** oneDNN's kernel writing a plain result took 2-3x as long (EfficientNet's
-** 2 x 96 x 56 x 56 stride 2: 0.064 ms against 0.15).  The 8 planes need
+** 2 x 96 x 56 x 56 stride 2: 0.064 ms against 0.15).  An input left
+** channels last (CPU_NHWC: an inverted residual's expansion, written so
+** by oneDNN's brgconv, cpu/backend.c conv_reads_alone) is read the same
+** way, its pixels all the channels apart, where it cost a reorder into
+** blocks first (EfficientNet-B0's 2 x 144 x 28 x 28: 0.028 ms, twice a
+** call).  The 8 planes need
 ** not be evenly spaced: a channel shuffle's are read where they lie
 ** (cpu_conv.xoff, cpu/backend.c), which no strided view could express.
 */
@@ -44,8 +49,9 @@ int cpu_conv_dw_fits(const cpu_conv *c) {
   int i, sum;
   /* blocks (DW_BLOCK) on one side only: where both are blocked oneDNN's
   ** kernel reads and writes them with nothing to reorder, and with FMA */
-  if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && c->xoff) || (c->xblk && !DW_BLOCK(c->xblk)) ||
-      (c->yblk && !DW_BLOCK(c->yblk)) || (c->xblk && c->c % c->xblk) || (c->yblk && c->c % c->yblk) ||
+  if (c->groups != c->c || c->co != c->c || (c->xblk && c->yblk) || (c->xblk && c->xoff) ||
+      (c->xblk && !DW_BLOCK(c->xblk) && c->xblk != CPU_NHWC) || (c->yblk && !DW_BLOCK(c->yblk)) ||
+      (c->xblk && c->c % (c->xblk == CPU_NHWC ? 8 : c->xblk)) || (c->yblk && c->c % c->yblk) ||
       c->pt < 0 || c->pl < 0 || c->pb < 0 || c->pr < 0 || c->sh < 1 || c->sw < 1 || c->dh < 1 || c->dw < 1 ||
       (c->oh - 1) * c->sh + (c->kh - 1) * c->dh >= hp || (c->ow - 1) * c->sw + (c->kw - 1) * c->dw >= wp ||
       hp * wp > DW_MAX_SCRATCH / 8 || c->kh * c->kw > 64)
@@ -151,8 +157,10 @@ static int64_t dw_strip(int64_t n) {
 }
 
 /* Element of channel c0's first pixel, in image img of C channels of P
-** pixels: plain planes (b 0) or blocks of b channels (c0 a multiple of 8). */
+** pixels: plain planes (b 0), blocks of b channels (c0 a multiple of 8)
+** or channels last (CPU_NHWC). */
 static int64_t dw_at(int64_t img, int64_t C, int64_t c0, int64_t P, int64_t b) {
+  if (b == CPU_NHWC) return img * P * C + c0;
   return b ? (img * C + c0 - c0 % b) * P + c0 % b : (img * C + c0) * P;
 }
 
@@ -173,10 +181,12 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   for (j = 0; j < nc && c->bias; j++) bias[j] = c->bias[c0 + j];
   for (j = 0; j < 8; j++)    /* each plane where it lies (a shuffle's: c->xoff) */
     pl[j] = j >= nc ? x : c->xoff ? c->x + c->xoff[img * c->c + c0 + j] : x + j * HW;
-  if (xb) {        /* blocks: the group's pixels are 8 floats each, xb apart */
+  if (xb) {        /* blocks, or channels last: the group's pixels are 8
+                     floats each, a block or all channels apart */
+    int64_t ps = xb == CPU_NHWC ? c->c : xb;
     for (ih = 0; ih < H; ih++) {
       float *t8 = T + ((ih + c->pt) * wp + c->pl) * 8;
-      for (o = 0; o < W; o++) *(v8f_u *)(t8 + o * 8) = *(const v8f_u *)(x + (ih * W + o) * xb);
+      for (o = 0; o < W; o++) *(v8f_u *)(t8 + o * 8) = *(const v8f_u *)(x + (ih * W + o) * ps);
     }
   } else if (W >= 16) {
     for (ih = 0; ih < H; ih++) planes_to8_at(pl, ih * W, T + ((ih + c->pt) * wp + c->pl) * 8, W, nc);

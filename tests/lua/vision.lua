@@ -919,6 +919,42 @@ do
   end
 end
 
+-- The same for a depthwise reader: an inverted residual's expansion (a 1x1
+-- with SiLU, EfficientNet's) left channels last is read so by its 3x3 or
+-- 5x5 depthwise convolution, on oneDNN's kernel or on cpu/conv_dw.c
+-- (whichever the first call times faster; the unit test runs the loop on
+-- channels last directly), then the projection and the residual.
+do
+  local nbad, n = 0, 0
+  local c0 = fl.blas_info().channels_last_writes or 0
+  for i = 1, 4 do
+    local N, H, C, E, K = R(2), R(6, 16), ({16, 24})[R(2)], ({64, 96})[R(2)], ({3, 5})[R(2)]
+    local x = fl.rand(N, C, H, H) * 2 - 1
+    local args = {x, fl.rand(E, C, 1, 1) * 0.4 - 0.2, fl.rand(E) - 0.5, fl.rand(E, 1, K, K) - 0.5,
+                  fl.rand(C, E, 1, 1) * 0.2 - 0.1}
+    local st = R(2)
+    local function f(x_, w1, b1, wd, w2)
+      local e = fl.conv2d(x_, w1, b1):silu()
+      local d = fl.conv2d(e, wd, {padding = K // 2, groups = E, stride = st}):silu()
+      local y = fl.conv2d(d, w2)
+      return st == 1 and y + x_ or y
+    end
+    local err = twice(f, args)
+    n = n + 1
+    if err then
+      nbad = nbad + 1
+      t.diag(("inverted residual: x%s expand %d k%d stride %d: %s"):format(str(x.shape), E, K, st, err))
+    end
+  end
+  t.is(nbad, 0, n .. " inverted residuals (1x1, depthwise, 1x1) compiled match the reference, two calls each")
+  local wrote = (fl.blas_info().channels_last_writes or 0) - c0
+  if os.getenv("FUSELAB_CONV") == "any" and fl.blas_info().conv_block == 16 then
+    t.ok(wrote > 0, "FUSELAB_CONV=any with AVX-512: expansions left channels last for their depthwise (" .. wrote .. ")")
+  else
+    t.skip("channels last only where oneDNN's own layouts are taken with AVX-512 (" .. wrote .. " here)", 1)
+  end
+end
+
 -- A convolution whose epilogue first adds a residual read by nothing
 -- after it (ResNet's last 1x1 of a block) stores its result over that
 -- residual (fuse/plan.c residual_over): oneDNN's sum adds into the memory

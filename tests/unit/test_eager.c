@@ -1375,6 +1375,53 @@ static void test_unblock(void) {
     }
 }
 
+/* cpu/conv_dw.c reads its input channels last (CPU_NHWC: an expansion's
+** result left so by oneDNN's brgconv) as it reads plain planes: the same
+** values into its scratch, so the same result to the bit, over channel
+** counts of one and several groups of 8, 3x3 and 5x5, strides 1 and 2; a
+** channel count off the group of 8 is refused (its last load would run
+** past the pixel). */
+static void test_dw_nhwc(void) {
+  static const int64_t cs[][6] = {   /* n, c, h, w, k, stride */
+    {1, 8, 5, 7, 3, 1}, {2, 24, 11, 9, 3, 2}, {2, 96, 14, 14, 5, 1}, {1, 16, 3, 20, 5, 2}, {3, 40, 8, 8, 3, 1}};
+  size_t t;
+  for (t = 0; t < sizeof cs / sizeof *cs; t++) {
+    int64_t n = cs[t][0], c = cs[t][1], h = cs[t][2], w = cs[t][3], k = cs[t][4], st = cs[t][5];
+    int64_t pad = k / 2, oh = (h + 2 * pad - k) / st + 1, ow = (w + 2 * pad - k) / st + 1, i, ch, p, bad = 0;
+    int64_t nx = n * c * h * w, ny = n * c * oh * ow;
+    float *x = malloc((size_t)nx * sizeof *x), *xl = malloc((size_t)nx * sizeof *xl),
+          *wt = malloc((size_t)(c * k * k) * sizeof *wt), *b = malloc((size_t)c * sizeof *b),
+          *y0 = malloc((size_t)ny * sizeof *y0), *y1 = malloc((size_t)ny * sizeof *y1);
+    cpu_conv cv;
+    int r0, r1;
+    for (i = 0; i < nx; i++) x[i] = (float)((i * 7919) % 201) / 100.0f - 1.0f;
+    for (i = 0; i < c * k * k; i++) wt[i] = (float)((i * 104729) % 97) / 97.0f - 0.5f;
+    for (i = 0; i < c; i++) b[i] = (float)i / (float)c;
+    for (i = 0; i < n; i++)
+      for (ch = 0; ch < c; ch++)
+        for (p = 0; p < h * w; p++) xl[(i * h * w + p) * c + ch] = x[(i * c + ch) * h * w + p];
+    memset(&cv, 0, sizeof cv);
+    cv.n = n; cv.c = cv.co = cv.groups = c; cv.h = h; cv.w = w; cv.kh = cv.kw = k; cv.oh = oh; cv.ow = ow;
+    cv.sh = cv.sw = st; cv.dh = cv.dw = 1; cv.pt = cv.pl = cv.pb = cv.pr = pad;
+    cv.x = x; cv.wt = wt; cv.bias = b; cv.y = y0;
+    r0 = cpu_conv_dw(&cv);
+    cv.x = xl; cv.xblk = CPU_NHWC; cv.y = y1;
+    r1 = cpu_conv_dw(&cv);
+    for (i = 0; i < ny; i++) bad += memcmp(&y0[i], &y1[i], sizeof *y0) != 0;
+    ok(r0 == FL_OK && r1 == FL_OK && bad == 0, "depthwise %lldx%lldx%lldx%lld k%lld stride %lld: channels last "
+       "in as plain (%lld of %lld differ)", (long long)n, (long long)c, (long long)h, (long long)w, (long long)k,
+       (long long)st, (long long)bad, (long long)ny);
+    free(x); free(xl); free(wt); free(b); free(y0); free(y1);
+  }
+  {
+    cpu_conv cv;
+    memset(&cv, 0, sizeof cv);
+    cv.n = 1; cv.c = cv.co = cv.groups = 12; cv.h = cv.w = cv.oh = cv.ow = 4; cv.kh = cv.kw = 3;
+    cv.sh = cv.sw = cv.dh = cv.dw = 1; cv.pt = cv.pl = cv.pb = cv.pr = 1; cv.xblk = CPU_NHWC;
+    ok(!cpu_conv_dw_fits(&cv), "depthwise over 12 channels last: refused (off the group of 8)");
+  }
+}
+
 int main(void) {
   test_unblock();
   test_unary();
@@ -1390,6 +1437,7 @@ int main(void) {
   test_mm_rows_order();
   test_linear();
   test_conv();
+  test_dw_nhwc();
   test_pool();
   test_cat_embedding();
   test_movement();
