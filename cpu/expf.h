@@ -13,7 +13,9 @@
 ** scores are -inf, took 4.5x as long with it.  Adding 1.5 * 2^23 rounds
 ** x / ln 2 to n, read back from the bits; ln 2 is split in two for the
 ** reduction; 2^n is built as two factors, so n in [-151, 128] reaches
-** subnormals and overflow with one final rounding.
+** subnormals and overflow with one final rounding.  The sigmoid
+** (FL_SIGMOIDF_DEFINE, FL_SIGMOIDF_SOURCE) is built on the same
+** polynomial.
 */
 #ifndef FL_EXPF_H
 #define FL_EXPF_H
@@ -85,15 +87,15 @@
 ** false for it), -inf 0, +inf 1. */
 #define FL_SIGMOIDF_DEFINE(name)                                                \
   static inline float name(float x) {                                           \
-    union { float f; uint32_t u; } t, s, one;                                   \
+    union { float f; uint32_t u; } t, s, num;                                   \
     float n, r, p, a = -fabsf(x);                                               \
     FL_EXPF_POLY(a)                                                             \
     s.u = (t.u - 0x4B400000u + 151u) << 23;                                     \
     t.f = p * s.f;                                                              \
     t.u &= (uint32_t)(a < -104.0f) - 1u;                                        \
-    one.f = 16777216.0f;                                                        \
-    one.u = (one.u & ((uint32_t)(x < 0.0f) - 1u)) | (t.u & (0u - (uint32_t)(x < 0.0f))); \
-    return one.f / (16777216.0f + t.f);                                         \
+    num.f = 16777216.0f;                                                        \
+    num.u = (num.u & ((uint32_t)(x < 0.0f) - 1u)) | (t.u & (0u - (uint32_t)(x < 0.0f))); \
+    return num.f / (16777216.0f + t.f);                                         \
   }
 
 #define FL_EXPF_STR_(...) #__VA_ARGS__
