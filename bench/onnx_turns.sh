@@ -12,7 +12,9 @@
 # fuselab faster).  OMP_NUM_THREADS is 2 for everyone.  STAT=min takes each
 # process's fastest call instead of its median: on a host whose speed moves
 # by a third within seconds (other guests), the fastest call is the one
-# least disturbed, for every contestant alike.
+# least disturbed, for every contestant alike.  CALLS (default 30) is how
+# many calls each fuselab process times (bench/onnx_segments.py's stages
+# want 100).
 set -e
 here=$(dirname "$0")
 dir=$1; rounds=$2; shift 2
@@ -44,7 +46,7 @@ PY
     if [ "${STAT:-median}" = min ]; then ort=${ort#* }; col=3; else ort=${ort% *}; col=2; fi
     line=$(printf "%-28s ort %8s" "$name" "$ort")
     for b in $bins; do
-      ms=$("$b" "$here/onnx_steady.lua" "$dir" "$name" 30 | awk -v c="$col" '{print $c}')
+      ms=$("$b" "$here/onnx_steady.lua" "$dir" "$name" "${CALLS:-30}" | awk -v c="$col" '{print $c}')
       line="$line $(printf "  %s %8s (%.2f)" "$(basename "$(dirname "$(dirname "$b")")")" "$ms" "$(echo "$ort $ms" | awk '{print $1 / $2}')")"
     done
     echo "$line"

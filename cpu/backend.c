@@ -572,23 +572,35 @@ static int conv_reads_alone(const fuse_plan *p, int k, int v) {
          conv_call(p, extern_of(p, reader));
 }
 
+/* May kernel k write its result (*v) in blocks of b? */
+static int block_at(const fuse_plan *p, int k, const cpu_kinfo *ki, int b, int *v) {
+  const fk_kernel *kk = &p->kernels[k];
+  if (block_step(p, k, b)) *v = kk->anchor;
+  else if (!conv_blockable(p->g, kk->anchor, b, 1)) return 0;
+  else if (ki->npost > 0) *v = kk->acc[ki->store_acc].node;
+  else if (kk->nnodes == 0) *v = kk->anchor;
+  else return 0;
+  return blocks_for_readers(p, *v, b, 0);
+}
+
 /* Kernel k's convolution, pool or concatenation writes its result in
 ** blocks (ki->blk) when every reader takes them (blocks_for_readers).  A
 ** pool or concatenation does so only where its inputs came in blocks: the
-** run decides (launch_block_step). */
+** run decides (launch_block_step).  Where the CPU's blocks are 16 wide
+** and the channels are whole blocks of 8 but not of 16 (MobileNetV3's
+** 72, 88 and 120; ShuffleNet's 136), blocks of 8: fuselab's loops read
+** and write them in place (cpu/conv_dw.c, cpu/conv_pw.c), where plain
+** values cost the depthwise loop a transposition in and out
+** (MobileNetV3-small 0.78-0.95 -> 0.75-0.80 ms, bench/RESULTS.md). */
 static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const fk_kernel *kk = &p->kernels[k];
-  int b = cpu_conv_block(), v;
+  int b = cpu_conv_block(), v = -1;
   ki->blk = 0;
   ki->nhwc_ok = 0;
   if (!b || kk->kind != FK_EXTERN || kk->anchor < 0) return;
-  if (block_step(p, k, b)) v = kk->anchor;
-  else if (!conv_blockable(p->g, kk->anchor, b, 1)) return;
-  else if (ki->npost > 0) v = kk->acc[ki->store_acc].node;
-  else if (kk->nnodes == 0) v = kk->anchor;
-  else return;
-  if (blocks_for_readers(p, v, b, 0)) ki->blk = b;
-  ki->nhwc_ok = ki->blk && !block_step(p, k, b) && conv_reads_alone(p, k, v);
+  if (block_at(p, k, ki, b, &v)) ki->blk = b;
+  else if (b == 16 && block_at(p, k, ki, 8, &v)) ki->blk = 8;
+  ki->nhwc_ok = ki->blk && !block_step(p, k, ki->blk) && conv_reads_alone(p, k, v);
 }
 
 static int layout(const exec_program *pr, int k, char *buf, size_t n) {

@@ -955,6 +955,40 @@ do
   end
 end
 
+-- Channels in whole blocks of 8 but not of 16 (MobileNetV3's 72 and 88)
+-- go in blocks of 8 where the CPU's are 16 (cpu/backend.c plan_block):
+-- an expansion to 72 or 88 with a hardswish, its depthwise 3x3, the
+-- projection back; compiled twice against the reference, and the host
+-- program names nChw8c for them on an AVX-512 CPU.
+do
+  local nbad, n, named = 0, 0, true
+  for i = 1, 3 do
+    local N, H, E, st = R(2), R(6, 16), ({72, 88, 40})[i], R(2)
+    local x = fl.rand(N, 24, H, H) * 2 - 1
+    local args = {x, fl.rand(E, 24, 1, 1) * 0.4 - 0.2, fl.rand(E) - 0.5, fl.rand(E, 1, 3, 3) - 0.5,
+                  fl.rand(24, E, 1, 1) * 0.2 - 0.1}
+    local function f(x_, w1, b1, wd, w2)
+      local e = fl.conv2d(x_, w1, b1)
+      e = e * (e + 3):clamp(0, 6) / 6
+      local d = fl.conv2d(e, wd, {padding = 1, groups = E, stride = st}):relu()
+      return fl.conv2d(d, w2)
+    end
+    local err, cm = twice(f, args)
+    n = n + 1
+    if err then
+      nbad = nbad + 1
+      t.diag(("blocks of 8: x%s expand %d stride %d: %s"):format(str(x.shape), E, st, err))
+    end
+    named = named and cm ~= nil and cm:code():find("nChw8c", 1, true) ~= nil
+  end
+  t.is(nbad, 0, n .. " expansions to 72, 88 and 40 channels, depthwise, projection: compiled match the reference")
+  if fl.blas_info().conv_block == 16 and not os.getenv("FUSELAB_LAYOUT") and os.getenv("FUSELAB_CONV") ~= "blas" then
+    t.ok(named, "with blocks of 16, channels of whole blocks of 8 go in nChw8c")
+  else
+    t.skip("blocks of 8 beside 16 only where the CPU's are 16 (" .. tostring(fl.blas_info().conv_block) .. " here)", 1)
+  end
+end
+
 -- A convolution whose epilogue first adds a residual read by nothing
 -- after it (ResNet's last 1x1 of a block) stores its result over that
 -- residual (fuse/plan.c residual_over): oneDNN's sum adds into the memory
