@@ -591,7 +591,7 @@ static int block_at(const fuse_plan *p, int k, const cpu_kinfo *ki, int b, int *
 ** 72, 88 and 120; ShuffleNet's 136), blocks of 8: fuselab's loops read
 ** and write them in place (cpu/conv_dw.c, cpu/conv_pw.c), where plain
 ** values cost the depthwise loop a transposition in and out
-** (MobileNetV3-small 0.78-0.95 -> 0.75-0.80 ms, bench/RESULTS.md). */
+** (MobileNetV3-small 0.80-0.86 -> 0.77-0.79 ms, bench/RESULTS.md). */
 static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const fk_kernel *kk = &p->kernels[k];
   int b = cpu_conv_block(), v = -1;
