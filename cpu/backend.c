@@ -583,15 +583,45 @@ static int block_at(const fuse_plan *p, int k, const cpu_kinfo *ki, int b, int *
   return blocks_for_readers(p, *v, b, 0);
 }
 
+/* Is node i a depthwise convolution? */
+static int depthwise(const ir_graph *g, int i) {
+  const ir_node *nd = &g->nodes[i];
+  op_win2d win;
+  if (nd->kind != IR_OP || nd->op != OP_CONV2D || nd->nin < 2 || nd->in[0] < 0 || nd->in[1] < 0 ||
+      g->nodes[nd->in[1]].meta.ndim != 4)
+    return 0;
+  op_win2d_of(nd->op, &nd->attrs, g->nodes[nd->in[1]].meta.shape[2], g->nodes[nd->in[1]].meta.shape[3], &win);
+  return win.groups > 1 && win.groups == g->nodes[nd->in[0]].meta.shape[1] && win.groups == nd->meta.shape[1];
+}
+
+/* Does a depthwise convolution write v (kernel k's), read it, or write
+** what kernel k's convolution reads (a projection after it)? */
+static int by_depthwise(const fuse_plan *p, int k, int v) {
+  const ir_graph *g = p->g;
+  const ir_node *an = &g->nodes[p->kernels[k].anchor];
+  int i, src = an->nin > 0 ? an->in[0] : -1;
+  if (depthwise(g, p->kernels[k].anchor)) return 1;
+  if (src >= 0 && p->kernel_of[src] >= 0 && p->kernels[p->kernel_of[src]].kind == FK_EXTERN &&
+      depthwise(g, p->kernels[p->kernel_of[src]].anchor))
+    return 1;
+  for (i = v + 1; i < g->n; i++)
+    if (g->nodes[i].kind == IR_OP && g->nodes[i].nin > 0 && g->nodes[i].in[0] == v && depthwise(g, i)) return 1;
+  return 0;
+}
+
 /* Kernel k's convolution, pool or concatenation writes its result in
 ** blocks (ki->blk) when every reader takes them (blocks_for_readers).  A
 ** pool or concatenation does so only where its inputs came in blocks: the
 ** run decides (launch_block_step).  Where the CPU's blocks are 16 wide
 ** and the channels are whole blocks of 8 but not of 16 (MobileNetV3's
-** 72, 88 and 120; ShuffleNet's 136), blocks of 8: fuselab's loops read
-** and write them in place (cpu/conv_dw.c, cpu/conv_pw.c), where plain
-** values cost the depthwise loop a transposition in and out
-** (MobileNetV3-small 0.80-0.86 -> 0.77-0.79 ms, bench/RESULTS.md). */
+** 72, 88 and 120), blocks of 8 for a depthwise convolution's input and
+** result and its projection's: oneDNN's kernels of eight and fuselab's
+** loops read and write them in place, where plain values cost the
+** depthwise loop a transposition in and out (MobileNetV3-small 0.80-0.86
+** -> 0.77-0.79 ms, bench/RESULTS.md).  Not elsewhere: EfficientNet's 24-
+** and 40-channel projections, from a plain input, run oneDNN's gemm
+** convolution with their residual summed in place, which no kernel has
+** for a plain input and a blocked result. */
 static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   const fk_kernel *kk = &p->kernels[k];
   int b = cpu_conv_block(), v = -1;
@@ -599,7 +629,7 @@ static void plan_block(const fuse_plan *p, int k, cpu_kinfo *ki) {
   ki->nhwc_ok = 0;
   if (!b || kk->kind != FK_EXTERN || kk->anchor < 0) return;
   if (block_at(p, k, ki, b, &v)) ki->blk = b;
-  else if (b == 16 && block_at(p, k, ki, 8, &v)) ki->blk = 8;
+  else if (b == 16 && block_at(p, k, ki, 8, &v) && by_depthwise(p, k, v)) ki->blk = 8;
   ki->nhwc_ok = ki->blk && !block_step(p, k, ki->blk) && conv_reads_alone(p, k, v);
 }
 

@@ -982,10 +982,20 @@ do
     named = named and cm ~= nil and cm:code():find("nChw8c", 1, true) ~= nil
   end
   t.is(nbad, 0, n .. " expansions to 72, 88 and 40 channels, depthwise, projection: compiled match the reference")
+  -- without a depthwise convolution around them, 24 and 40 channels stay
+  -- plain (a projection's residual sum has no kernel from plain to blocks)
+  local x = fl.rand(2, 16, 9, 9) * 2 - 1
+  local w1, w2, w3 = fl.rand(24, 16, 1, 1) - 0.5, fl.rand(40, 24, 1, 1) - 0.5, fl.rand(48, 40, 3, 3) * 0.2 - 0.1
+  local function f(x_, a, b, c)
+    return fl.conv2d(fl.conv2d(fl.conv2d(x_, a):relu(), b):relu(), c, {padding = 1})
+  end
+  local err, cm = twice(f, {x, w1, w2, w3})
+  t.ok(not err, "1x1s to 24 and 40 channels, then a 3x3: compiled match the reference" .. (err and (": " .. err) or ""))
   if fl.blas_info().conv_block == 16 and not os.getenv("FUSELAB_LAYOUT") and os.getenv("FUSELAB_CONV") ~= "blas" then
-    t.ok(named, "with blocks of 16, channels of whole blocks of 8 go in nChw8c")
+    t.ok(named, "with blocks of 16, channels of whole blocks of 8 go in nChw8c around a depthwise convolution")
+    t.ok(cm and not cm:code():find("nChw8c", 1, true), "and stay plain where none is")
   else
-    t.skip("blocks of 8 beside 16 only where the CPU's are 16 (" .. tostring(fl.blas_info().conv_block) .. " here)", 1)
+    t.skip("blocks of 8 beside 16 only where the CPU's are 16 (" .. tostring(fl.blas_info().conv_block) .. " here)", 2)
   end
 end
 
