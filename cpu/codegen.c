@@ -36,7 +36,6 @@ typedef struct gen {
   const fk_kernel *k;
   int D;
   char *need;          /* scratch: steps needed inside a loop */
-  int nspill_pass_store; /* number of the store pass */
   int *first;          /* per step: first pass computing it (0 none) */
   int *spill;          /* per step: its slot in the row scratch, or -1 */
   int pass;            /* pass being emitted (stages 1..S, stores S+1) */
@@ -48,7 +47,9 @@ typedef struct gen {
   int stream;          /* emitting the store pass that stages access
                           stream_acc's row in stg[] and streams it out */
   int stream_acc;      /* that access, or -1 when no store qualifies */
-  int nstages;         /* a reduce kernel's passes over the reduced dims */
+  int nstages;         /* a reduce kernel's passes over the reduced dims
+                          (its stores' own pass, where it has one, is
+                          nstages + 1) */
   const int64_t *known; /* the arguments when the sizes cannot change (the
                           source holds them as constants), else NULL */
 } gen;
@@ -432,13 +433,14 @@ static const char *sum_type(const fk_kernel *k, const fk_instr *in) {
   return int_sum(k, in) ? "fl_u64" : fk_value_type(k->instr[in->arg[0]].dtype);
 }
 
-/* A pass over the reduced dims: accumulate the reductions of `stage` (or,
-** stage 0, compute and store the FULL outputs). */
+/* A pass over the reduced dims: accumulate the reductions of `stage` and
+** store the FULL outputs stored_in that pass (stage 0: the stores' own
+** pass, after the last). */
 static void reduce_pass(gen *g, int stage, int fast, int depth) {
   const fk_kernel *k = g->k;
   int i, d, a, simd = 1, nacc = 0, nsum = 0, blocked;
   memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
-  g->pass = stage ? stage : g->nspill_pass_store;
+  g->pass = stage ? stage : g->nstages + 1;
   for (i = 0; i < k->ninstr; i++) {
     const fk_instr *in = &k->instr[i];
     if (in->opc != FKI_REDUCE || in->stage != stage) continue;
@@ -447,7 +449,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
     nacc++;
   }
   for (a = 0; a < k->nacc; a++)
-    if (stored_in(g, a, stage ? stage : g->nstages + 1)) mark(g, k->acc[a].value);
+    if (stored_in(g, a, g->pass)) mark(g, k->acc[a].value);
   for (i = 0; i < k->ninstr && stage; i++)
     nsum += k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == stage && k->instr[i].red == FKR_SUM;
   blocked = nsum > 0 && g->D > k->nkept;
@@ -537,7 +539,7 @@ static void reduce_pass(gen *g, int stage, int fast, int depth) {
     }
   }
   for (a = 0; a < k->nacc; a++)
-    if (stored_in(g, a, stage ? stage : g->nstages + 1)) emit_store(g, a, depth, fast, 1);
+    if (stored_in(g, a, g->pass)) emit_store(g, a, depth, fast, 1);
   for (d = g->D - 1; d >= k->nkept; d--) {
     depth--;
     ind(g, depth);
@@ -596,7 +598,6 @@ static void plan_spills(gen *g, int nstages, int fullstores) {
   const fk_kernel *k = g->k;
   int s, i, a, *later = calloc((size_t)k->ninstr + 1, sizeof(int));
   g->nspill = 0;
-  g->nspill_pass_store = nstages + 1;
   for (i = 0; i < k->ninstr; i++) { g->first[i] = 0; g->spill[i] = -1; }
   if (!later) return;
   for (s = 1; s <= nstages + (fullstores ? 1 : 0); s++) {
@@ -830,7 +831,7 @@ static void emit_reduce_cols(gen *g, int nstages, int fullstores) {
   if (fullstores) {
     strbuf_printf(g->b, "      /* pass %d: the stores */\n", nstages + 1);
     memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
-    g->pass = g->nspill_pass_store;
+    g->pass = nstages + 1;
     for (a = 0; a < k->nacc; a++)
       if (full_store_at(k, a, nstages))
         mark(g, k->acc[a].value);
@@ -929,7 +930,7 @@ static void emit_reduce(gen *g) {
     /* the accesses this pass touches decide its unit-stride version */
     memset(used, 0, sizeof used);
     memset(g->need, 0, sizeof(char) * (unsigned)k->ninstr);
-    g->pass = st ? st : g->nspill_pass_store;
+    g->pass = s;
     for (i = 0; i < k->ninstr; i++)
       if (k->instr[i].opc == FKI_REDUCE && k->instr[i].stage == st && st) mark(g, k->instr[i].arg[0]);
     for (a = 0; a < k->nacc; a++)
