@@ -541,6 +541,17 @@ static int blocks_for_readers(const fuse_plan *p, int v, int b, int depth) {
   return readers > 0;
 }
 
+/* Is node i a depthwise convolution? */
+static int depthwise(const ir_graph *g, int i) {
+  const ir_node *nd = &g->nodes[i];
+  op_win2d win;
+  if (nd->kind != IR_OP || nd->op != OP_CONV2D || nd->nin < 2 || nd->in[0] < 0 || nd->in[1] < 0 ||
+      g->nodes[nd->in[1]].meta.ndim != 4)
+    return 0;
+  op_win2d_of(nd->op, &nd->attrs, g->nodes[nd->in[1]].meta.shape[2], g->nodes[nd->in[1]].meta.shape[3], &win);
+  return win.groups > 1 && win.groups == g->nodes[nd->in[0]].meta.shape[1] && win.groups == nd->meta.shape[1];
+}
+
 /* Is v read by one convolution alone, as its input, and by nothing else
 ** (no output, no concatenation in place, not kept)?  Then the run may
 ** leave it channels last where oneDNN's kernel writes it so (brgconv with
@@ -568,8 +579,7 @@ static int conv_reads_alone(const fuse_plan *p, int k, int v) {
       rd->in[1] < 0 || g->nodes[rd->in[1]].meta.ndim != 4)
     return 0;
   op_win2d_of(rd->op, &rd->attrs, g->nodes[rd->in[1]].meta.shape[2], g->nodes[rd->in[1]].meta.shape[3], &win);
-  return (win.groups <= 1 || (win.groups == g->nodes[v].meta.shape[1] && win.groups == rd->meta.shape[1])) &&
-         conv_call(p, extern_of(p, reader));
+  return (win.groups <= 1 || depthwise(g, reader)) && conv_call(p, extern_of(p, reader));
 }
 
 /* May kernel k write its result (*v) in blocks of b? */
@@ -581,17 +591,6 @@ static int block_at(const fuse_plan *p, int k, const cpu_kinfo *ki, int b, int *
   else if (kk->nnodes == 0) *v = kk->anchor;
   else return 0;
   return blocks_for_readers(p, *v, b, 0);
-}
-
-/* Is node i a depthwise convolution? */
-static int depthwise(const ir_graph *g, int i) {
-  const ir_node *nd = &g->nodes[i];
-  op_win2d win;
-  if (nd->kind != IR_OP || nd->op != OP_CONV2D || nd->nin < 2 || nd->in[0] < 0 || nd->in[1] < 0 ||
-      g->nodes[nd->in[1]].meta.ndim != 4)
-    return 0;
-  op_win2d_of(nd->op, &nd->attrs, g->nodes[nd->in[1]].meta.shape[2], g->nodes[nd->in[1]].meta.shape[3], &win);
-  return win.groups > 1 && win.groups == g->nodes[nd->in[0]].meta.shape[1] && win.groups == nd->meta.shape[1];
 }
 
 /* Does a depthwise convolution write v (kernel k's), read it, or write
