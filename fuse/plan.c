@@ -838,11 +838,7 @@ static int plan_inplace(fuse_plan *p, fl_err *e) {
     for (i = 0; i < nres; i++) ok = ok && g->outputs[i] != s && view_base(g, g->outputs[i]) != c;
     for (i = 0; i < k->nviews; i++) ok = ok && view_base(g, k->views[i]) != c;
     for (b = k->nin; b < k->nbufs; b++) stored |= k->bufs[b] == s;
-    for (j = kk + 1; j < p->nkernels && ok; j++) {
-      const fk_kernel *kj = &p->kernels[j];
-      for (b = 0; b < kj->nbufs; b++) ok = ok && view_base(g, kj->bufs[b]) != c;
-      for (b = 0; b < kj->nviews; b++) ok = ok && view_base(g, kj->views[b]) != c;
-    }
+    for (j = kk + 1; j < p->nkernels && ok; j++) ok = !kernel_reads(p, j, c);
     if (ok && stored) p->inplace[s] = c;
   }
   return FL_OK;
