@@ -812,6 +812,9 @@ typedef struct cside {
   dnnl_memory_t user, inner;   /* inner: NULL when oneDNN reads the caller's */
   dnnl_primitive_t reorder;
   void *buf;
+  int lu, li;                  /* src, dst: user's and inner layout as
+                                  cpu_relayout names them, -1 for others
+                                  (oneDNN's reorder runs then) */
 } cside;
 
 typedef struct centry {
@@ -870,6 +873,7 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
   dnnl_primitive_desc_t rpd;
   size_t n;
   dnnl_status_t st;
+  s->lu = s->li = -1;
   if (dnnl_memory_create(&s->user, plain, engine, DNNL_MEMORY_NONE) != dnnl_success) {
     s->user = NULL;
     return 0;
@@ -892,6 +896,44 @@ static int side_make(cside *s, const dnnl_memory_desc_t *plain, const dnnl_memor
 
 static dnnl_format_tag_t blk_tag(int b) {
   return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : b == CPU_NHWC ? dnnl_nhwc : dnnl_nchw;
+}
+
+/* md's layout as cpu_relayout names it: 0 plain, CPU_NHWC, 8 or 16 (the
+** channels whole blocks of them); -1 for any other. */
+static int md_layout(const dnnl_memory_desc_t *md) {
+  static const int ls[4] = {0, CPU_NHWC, 8, 16};
+  dnnl_memory_desc_t t;
+  int i;
+  if (md->ndims != 4 || md->data_type != dnnl_f32) return -1;
+  for (i = 0; i < 4; i++)
+    if ((ls[i] != 8 && ls[i] != 16) || md->dims[1] % ls[i] == 0)
+      if (dnnl_memory_desc_init_by_tag(&t, 4, md->dims, dnnl_f32, blk_tag(ls[i])) == dnnl_success &&
+          dnnl_memory_desc_equal(&t, md))
+        return ls[i];
+  return -1;
+}
+
+/* An activation's side (src or dst): both layouts named, where it has an
+** inner one. */
+static void side_layouts(cside *s) {
+  const dnnl_memory_desc_t *u, *in;
+  s->lu = s->li = -1;
+  if (s->inner && dnnl_memory_get_memory_desc(s->user, &u) == dnnl_success &&
+      dnnl_memory_get_memory_desc(s->inner, &in) == dnnl_success) {
+    s->lu = md_layout(u);
+    s->li = md_layout(in);
+  }
+}
+
+static int exec2(dnnl_primitive_t p, dnnl_memory_t from, dnnl_memory_t to);
+
+/* Side s's reorder, into its inner layout (into) or out of it, from the
+** n x c x hw value at x to y: cpu_relayout where it names both layouts. */
+static int side_reorder(const cside *s, int into, const float *x, float *y, int64_t n, int64_t c, int64_t hw) {
+  if (s->lu < 0 || s->li < 0)
+    return into ? exec2(s->reorder, s->user, s->inner) : exec2(s->reorder, s->inner, s->user);
+  cpu_relayout(x, into ? s->lu : s->li, y, into ? s->li : s->lu, n, c, hw);
+  return 1;
 }
 
 /* May c's y be left channels last?  The caller allows it (wrote), and no
@@ -982,6 +1024,8 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
       !side_make(&en->side[1], &wmd, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1) ||
       !side_make(&en->side[2], &ymd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0))
     goto done;
+  side_layouts(&en->side[0]);
+  side_layouts(&en->side[2]);
   if (may_nhwc(c) && en->side[2].inner) {
     /* the kernel writes channels last (brgconv), which the next
     ** convolution reads as it is: the reorder out is left out of the
@@ -1227,9 +1271,8 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   for (i = 0; i < c->npost; i++)
     if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
   if (keep == 1 && en->side[1].inner) kw = kept_weights(en, c);
-  for (i = 0; i < 2 && ok; i++)
-    if (en->side[i].inner && !(i == 1 && (kw || keep == 2)))
-      ok = exec2(en->side[i].reorder, en->side[i].user, en->side[i].inner);
+  if (en->side[0].inner) ok = side_reorder(&en->side[0], 1, c->x, en->side[0].buf, c->n, c->c, c->h * c->w);
+  if (ok && en->side[1].inner && !kw && keep != 2) ok = exec2(en->side[1].reorder, en->side[1].user, en->side[1].inner);
   if (en->sum1) {
     const float *r = c->post[en->sum1 - 1].src.p;
     dnnl_memory_set_data_handle(en->sum_src, (void *)r);
@@ -1243,7 +1286,8 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   nhwc = en->y_nhwc && keep == 1;      /* written channels last into y itself */
   if (nhwc) dnnl_memory_set_data_handle(en->side[2].inner, c->y);
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
-  if (ok && en->side[2].inner && !nhwc) ok = exec2(en->side[2].reorder, en->side[2].inner, en->side[2].user);
+  if (ok && en->side[2].inner && !nhwc)
+    ok = side_reorder(&en->side[2], 0, en->side[2].buf, c->y, c->n, c->co, c->oh * c->ow);
   ok = dnnl_stream_wait(stream) == dnnl_success && ok;
   if (nhwc) {
     dnnl_memory_set_data_handle(en->side[2].inner, en->side[2].buf);
@@ -1763,32 +1807,10 @@ void cpu_conv_block_counts(int64_t *reads, int64_t *writes, int64_t *unblocked, 
   *unblocked = __atomic_load_n(&nunblocked, __ATOMIC_RELAXED);
 }
 
-/* nChw<b>c holds channel c of pixel p at ((c / b) * hw + p) * b + c % b of
-** its image: each block is read in runs of b, written in runs of hw.
-** Channels last (CPU_NHWC) holds it at p * c + c: each channel's plane
-** gathered with a stride of c. */
+/* cpu_relayout into plain, counted (cpu_conv_block_counts' unblocked) */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b) {
-  int64_t nb = c / b, q;
   __atomic_fetch_add(&nunblocked, 1, __ATOMIC_RELAXED);
-  if (b == CPU_NHWC) {
-#pragma omp parallel for schedule(static) if (n * c * hw >= (1 << 16))
-    for (q = 0; q < n * c; q++) {
-      const float *src = x + q / c * c * hw + q % c;
-      float *dst = y + q * hw;
-      int64_t p;
-      for (p = 0; p < hw; p++) dst[p] = src[p * c];
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static) if (n * c * hw >= (1 << 16))
-  for (q = 0; q < n * nb; q++) {
-    const float *src = x + q * hw * b;
-    float *dst = y + q * b * hw;
-    int64_t p;
-    int i;
-    for (p = 0; p < hw; p++)
-      for (i = 0; i < b; i++) dst[i * hw + p] = src[p * b + i];
-  }
+  cpu_relayout(x, b, y, 0, n, c, hw);
 }
 
 /* oneDNN 2.6's kernels refuse a sum after a binary post-op: a residual

@@ -196,6 +196,10 @@ int cpu_conv_sum_post(const cpu_mm_post *post, int npost);
 /* y [n, c, hw] plain from x in blocks of b channels (c % b == 0), or
 ** channels last (b CPU_NHWC). */
 void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw, int b);
+/* y, n images of c channels of hw pixels in layout `to`, from x in layout
+** `from` (cpu/layout.c): 0 plain, CPU_NHWC channels last, 8 or 16 blocks
+** of that many channels (c a multiple of the block); x and y apart. */
+void cpu_relayout(const float *x, int from, float *y, int to, int64_t n, int64_t c, int64_t hw);
 /* Depthwise convolutions (groups = channels in = channels out) whose
 ** input or result (or both) is plain, on fuselab's own loop
 ** (cpu/conv_dw.c), with any post-op but a residual in another layout

@@ -1347,32 +1347,48 @@ static void test_int64_exact(void) {
   gc();
 }
 
-/* cpu_unblock_nchw: blocks of 8 and 16 and channels last back to nchw,
-** over shapes whose planes are shorter and longer than a block, against
-** the index formulas written out here. */
-static void test_unblock(void) {
-  static const int64_t shapes[][3] = {{1, 16, 1}, {2, 32, 7}, {1, 48, 49}, {3, 16, 300}, {2, 64, 700}};
-  static const int blks[3] = {8, 16, CPU_NHWC};
-  int s, b;
-  for (s = 0; s < 5; s++)
-    for (b = 0; b < 3; b++) {
-      int64_t n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], i, ch, p, bad = 0;
-      int blk = blks[b];
-      float *x = malloc((size_t)(n * c * hw) * sizeof *x), *y = malloc((size_t)(n * c * hw) * sizeof *y);
-      for (i = 0; i < n; i++)
-        for (ch = 0; ch < c; ch++)
-          for (p = 0; p < hw; p++) {
-            float v = (float)((i * c + ch) * hw + p);      /* its nchw index */
-            if (blk == CPU_NHWC) x[(i * hw + p) * c + ch] = v;
-            else x[i * c * hw + ((ch / blk) * hw + p) * blk + ch % blk] = v;
-          }
-      cpu_unblock_nchw(x, y, n, c, hw, blk);
-      for (i = 0; i < n * c * hw; i++) bad += y[i] != (float)i;
-      ok(bad == 0, "unblock %lldx%lldx%lld from %s: %lld misplaced", (long long)n, (long long)c, (long long)hw,
-         blk == CPU_NHWC ? "channels last" : blk == 8 ? "nChw8c" : "nChw16c", (long long)bad);
-      free(x);
-      free(y);
-    }
+/* Element (ch, p) of image i in layout l (0 plain, CPU_NHWC, blocks of
+** 8 or 16), written out here apart from cpu/layout.c's. */
+static int64_t at_layout(int l, int64_t c, int64_t hw, int64_t i, int64_t ch, int64_t p) {
+  if (l == 0) return (i * c + ch) * hw + p;
+  if (l == CPU_NHWC) return (i * hw + p) * c + ch;
+  return i * c * hw + ((ch / l) * hw + p) * l + ch % l;
+}
+
+/* cpu_relayout between every two of plain, channels last and blocks of 8
+** and 16 (and cpu_unblock_nchw, the way back to plain), over planes
+** shorter and longer than a tile of 8 pixels and channel counts off the
+** group of 8 (plain and channels last only), each value checked in its
+** place. */
+static void test_relayout(void) {
+  static const int64_t shapes[][3] = {{1, 16, 1}, {2, 32, 7}, {1, 48, 49}, {3, 16, 300}, {2, 64, 700},
+                                      {2, 3, 50}, {1, 12, 9}, {2, 20, 64}};
+  static const int ls[4] = {0, CPU_NHWC, 8, 16};
+  static const char *const names[4] = {"nchw", "channels last", "nChw8c", "nChw16c"};
+  size_t s;
+  int f, t;
+  for (s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (f = 0; f < 4; f++)
+      for (t = 0; t < 4; t++) {
+        int64_t n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], i, ch, p, bad = 0;
+        float *x, *y;
+        if ((f >= 2 && c % ls[f]) || (t >= 2 && c % ls[t])) continue;
+        x = malloc((size_t)(n * c * hw) * sizeof *x);
+        y = malloc((size_t)(n * c * hw) * sizeof *y);
+        for (i = 0; i < n; i++)
+          for (ch = 0; ch < c; ch++)
+            for (p = 0; p < hw; p++) x[at_layout(ls[f], c, hw, i, ch, p)] = (float)((i * c + ch) * hw + p);
+        for (i = 0; i < n * c * hw; i++) y[i] = -1.0f;
+        if (t == 0 && f > 0) cpu_unblock_nchw(x, y, n, c, hw, ls[f]);
+        else cpu_relayout(x, ls[f], y, ls[t], n, c, hw);
+        for (i = 0; i < n; i++)
+          for (ch = 0; ch < c; ch++)
+            for (p = 0; p < hw; p++) bad += y[at_layout(ls[t], c, hw, i, ch, p)] != (float)((i * c + ch) * hw + p);
+        ok(bad == 0, "%lldx%lldx%lld from %s to %s: %lld misplaced", (long long)n, (long long)c, (long long)hw,
+           names[f], names[t], (long long)bad);
+        free(x);
+        free(y);
+      }
 }
 
 /* cpu/conv_dw.c reads its input channels last (CPU_NHWC: an expansion's
@@ -1423,7 +1439,7 @@ static void test_dw_nhwc(void) {
 }
 
 int main(void) {
-  test_unblock();
+  test_relayout();
   test_unary();
   test_cast();
   test_binary();
