@@ -1029,9 +1029,13 @@ static int centry_make(centry *en, const cpu_conv *c, int any) {
   if (may_nhwc(c) && en->side[2].inner) {
     /* the kernel writes channels last (brgconv), which the next
     ** convolution reads as it is: the reorder out is left out of the
-    ** calls, not of the first call's timing, so that this convolution
-    ** picks what it picked before and its reader pays that reorder only
-    ** where its own pick wants blocks (never more than before) */
+    ** calls, and of the first call's timing too, which times what the
+    ** calls run.  The reader's own pick, made on the value channels
+    ** last, pays a reorder into blocks where it wants them.  Timed with
+    ** the reorder, the blocked kernel won where the two were close and
+    ** the depthwise convolution after it read blocks: EfficientNet-B0's
+    ** 3x3 and 5x5 over 480 and 672 channels of 7 x 7 took 0.015-0.030
+    ** ms, 0.011-0.024 on the channels last values (bench/RESULTS.md) */
     dnnl_memory_desc_t nmd;
     en->y_nhwc = dnnl_memory_desc_init_by_tag(&nmd, 4, yd, dnnl_f32, dnnl_nhwc) == dnnl_success &&
                  dnnl_memory_desc_equal(&nmd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
@@ -1283,7 +1287,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
       ** nothing to copy where y was stored over it: fuse/plan.c) */
       copy_par(en->side[2].inner ? en->side[2].buf : (void *)c->y, r, c->n * c->co * c->oh * c->ow);
   }
-  nhwc = en->y_nhwc && keep == 1;      /* written channels last into y itself */
+  nhwc = en->y_nhwc;                   /* written channels last into y itself */
   if (nhwc) dnnl_memory_set_data_handle(en->side[2].inner, c->y);
   ok = ok && dnnl_primitive_execute(en->prim, stream, en->nargs, en->args) == dnnl_success;
   if (ok && en->side[2].inner && !nhwc)
@@ -1291,7 +1295,7 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
   ok = dnnl_stream_wait(stream) == dnnl_success && ok;
   if (nhwc) {
     dnnl_memory_set_data_handle(en->side[2].inner, en->side[2].buf);
-    if (ok) *c->wrote = CPU_NHWC;
+    if (ok && keep == 1) *c->wrote = CPU_NHWC;
   }
   pack_calls += ok && kw;
   return ok;
