@@ -413,6 +413,7 @@ void exec_program_free(exec_program *pr) {
   free(pr->bound_in); free(pr->bound_metas); free(pr->bound_args);
   free(pr->kernel_ms); free(pr->last_ms); free(pr->kernel_ran);
   free(pr->keep); free(pr->kept); free(pr->kept_ver);
+  free(pr->free_at); free(pr->frees);
   fuse_plan_free(pr->plan);
   free(pr);
 }
@@ -701,6 +702,28 @@ static int wb_copy(void *ctx, fl_tensor *dst, const fl_tensor *src, fl_err *e) {
   return rc;
 }
 
+/* pr's free lists (exec_program.free_at) from is_out, the run's outputs. */
+static int free_lists(exec_program *pr, const char *is_out, fl_err *e) {
+  const fuse_plan *p = pr->plan;
+  const ir_graph *g = p->g;
+  int i, k, n = 0;
+  if (pr->free_at) return FL_OK;
+  pr->free_at = malloc((size_t)(p->nkernels + 1) * sizeof *pr->free_at);
+  pr->frees = malloc((size_t)(g->n ? g->n : 1) * sizeof *pr->frees);
+  if (!pr->free_at || !pr->frees) {
+    free(pr->free_at); free(pr->frees);
+    pr->free_at = pr->frees = NULL;
+    return err_set(e, FL_ENOMEM, "run: out of memory");
+  }
+  for (k = 0; k < p->nkernels; k++) {
+    pr->free_at[k] = n;
+    for (i = 0; i < g->n; i++)
+      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) pr->frees[n++] = i;
+  }
+  pr->free_at[p->nkernels] = n;
+  return FL_OK;
+}
+
 int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int ninputs,
                            fl_tensor *outs, int flags, fl_tensor *hold, fl_err *e) {
   const exec_backend *be = pr->be;
@@ -732,6 +755,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
   if (be->unblock) r.blk = calloc((size_t)(g->n ? g->n : 1), 1);
   if (!r.vals || !r.args || !is_out || (be->unblock && !r.blk)) { rc = err_set(e, FL_ENOMEM, "run: out of memory"); goto done; }
   for (i = 0; i < g->nout; i++) is_out[g->outputs[i]] = 1;
+  if ((rc = free_lists(pr, is_out, e)) != FL_OK) goto done;
   /* every run draws anew: each random node reserves its draw in node order
   ** (the order eager code draws in), whichever kernel computes it */
   for (i = 0; i < g->n; i++) {
@@ -792,8 +816,7 @@ int exec_program_run_flags(exec_program *pr, const fl_tensor *const *inputs, int
     }
     if (r.capture) continue;      /* a captured graph keeps every buffer */
     /* free what no later kernel reads: peak memory as planned */
-    for (i = 0; i < g->n && rc == FL_OK; i++)
-      if (p->last_use[i] == k && g->nodes[i].kind == IR_OP && !is_out[i]) ten_release(&r.vals[i]);
+    for (i = pr->free_at[k]; i < pr->free_at[k + 1] && rc == FL_OK; i++) ten_release(&r.vals[pr->frees[i]]);
   }
   for (i = 0; i < g->nout && rc == FL_OK; i++) {
     int id = g->outputs[i];

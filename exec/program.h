@@ -131,6 +131,10 @@ struct exec_program {
   int kept_last;         /* the last run used kept[] instead of launching */
   int64_t kept_runs;     /* launches of keep kernels, all runs */
   int64_t kept_skips;    /* launches they saved, all runs */
+  /* The values freed after each kernel (its plan's last_use, outputs
+  ** left out): frees[free_at[k] .. free_at[k + 1]), made at the first run
+  ** so that a run does not scan every node after every kernel. */
+  int *free_at, *frees;
   void *priv;            /* the backend's own state */
 };
 
