@@ -1276,7 +1276,8 @@ static int centry_exec(centry *en, const cpu_conv *c, int keep) {
     if (en->post[i]) dnnl_memory_set_data_handle(en->post[i], (void *)c->post[i].src.p);
   if (keep == 1 && en->side[1].inner) kw = kept_weights(en, c);
   if (en->side[0].inner) ok = side_reorder(&en->side[0], 1, c->x, en->side[0].buf, c->n, c->c, c->h * c->w);
-  if (ok && en->side[1].inner && !kw && keep != 2) ok = exec2(en->side[1].reorder, en->side[1].user, en->side[1].inner);
+  if (ok && en->side[1].inner && !kw && keep != 2)
+    ok = exec2(en->side[1].reorder, en->side[1].user, en->side[1].inner);
   if (en->sum1) {
     const float *r = c->post[en->sum1 - 1].src.p;
     dnnl_memory_set_data_handle(en->sum_src, (void *)r);
