@@ -156,14 +156,6 @@ static int64_t dw_strip(int64_t n) {
   return n >= 32 ? 1 : (32 + n - 1) / n;
 }
 
-/* Element of channel c0's first pixel, in image img of C channels of P
-** pixels: plain planes (b 0), blocks of b channels (c0 a multiple of 8)
-** or channels last (CPU_NHWC). */
-static int64_t dw_at(int64_t img, int64_t C, int64_t c0, int64_t P, int64_t b) {
-  if (b == CPU_NHWC) return img * P * C + c0;
-  return b ? (img * C + c0 - c0 % b) * P + c0 % b : (img * C + c0) * P;
-}
-
 /* One image's channels c0 .. c0 + nc (nc <= 8) through the scratch:
 ** T [hp * wp][8] (its border zero), U [oh * ow][8]. */
 EAGER_WIDE_FMA
@@ -172,8 +164,8 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
   int64_t H = c->h, W = c->w, OH = c->oh, OW = c->ow, HW = H * W, OHW = OH * OW;
   int64_t wp = W + c->pl + c->pr, KK = c->kh * c->kw, ih, oh, o, R = dw_strip(OW);
   int64_t s8 = c->sw * 8, rs = c->dh * wp * 8, cs = c->dw * 8, xb = c->xblk, yb = c->yblk;
-  int64_t at = dw_at(img, c->c, c0, OHW, yb);
-  const float *x = c->x + dw_at(img, c->c, c0, HW, xb), *pl[8];
+  int64_t at = cpu_layout_at(yb, img, c->c, OHW, c0);
+  const float *x = c->x + cpu_layout_at(xb, img, c->c, HW, c0), *pl[8];
   v8f wv[64], bias = {0, 0, 0, 0, 0, 0, 0, 0};
   int j, t;
   for (t = 0; t < KK; t++)
@@ -183,7 +175,8 @@ static void dw_group(const cpu_conv *c, int64_t img, int64_t c0, int nc, float *
     pl[j] = j >= nc ? x : c->xoff ? c->x + c->xoff[img * c->c + c0 + j] : x + j * HW;
   if (xb) {        /* blocks, or channels last: the group's pixels are 8
                      floats each, a block or all channels apart */
-    int64_t ps = xb == CPU_NHWC ? c->c : xb;
+    int64_t xcs, ps;
+    cpu_layout_steps(xb, c->c, HW, &xcs, &ps);
     for (ih = 0; ih < H; ih++) {
       float *t8 = T + ((ih + c->pt) * wp + c->pl) * 8;
       for (o = 0; o < W; o++) *(v8f_u *)(t8 + o * 8) = *(const v8f_u *)(x + (ih * W + o) * ps);

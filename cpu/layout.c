@@ -20,20 +20,6 @@
 
 #include "eager_impl.h"
 
-/* element (ch, p) of image img, of C channels of P pixels each, in layout l */
-static inline int64_t lay_at(int l, int64_t img, int64_t C, int64_t P, int64_t ch, int64_t p) {
-  if (l == 0) return (img * C + ch) * P + p;
-  if (l == CPU_NHWC) return (img * P + p) * C + ch;
-  return (img * C + ch - ch % l) * P + p * l + ch % l;
-}
-
-/* Within a group of 8 channels (from a multiple of 8), floats from one
-** channel to the next (cs) and from one pixel to the next (ps). */
-static inline void lay_steps(int l, int64_t C, int64_t P, int64_t *cs, int64_t *ps) {
-  *cs = l == 0 ? P : 1;
-  *ps = l == 0 ? 1 : l == CPU_NHWC ? C : l;
-}
-
 /* Channels c0 .. c0 + nc (nc <= 8) of image img, every pixel: whole tiles
 ** across (tr8x8, a tile's rows pixels on one side and channels on the
 ** other) or along, then the last pixels, or a group short of 8, one by
@@ -41,12 +27,12 @@ static inline void lay_steps(int l, int64_t C, int64_t P, int64_t *cs, int64_t *
 EAGER_WIDE
 static void relayout_group(const float *x, int from, float *y, int to, int64_t img, int64_t C, int64_t P,
                            int64_t c0, int nc) {
-  const float *xg = x + lay_at(from, img, C, P, c0, 0);
-  float *yg = y + lay_at(to, img, C, P, c0, 0);
+  const float *xg = x + cpu_layout_at(from, img, C, P, c0);
+  float *yg = y + cpu_layout_at(to, img, C, P, c0);
   int64_t xcs, xps, ycs, yps, p = 0;
   int i;
-  lay_steps(from, C, P, &xcs, &xps);
-  lay_steps(to, C, P, &ycs, &yps);
+  cpu_layout_steps(from, C, P, &xcs, &xps);
+  cpu_layout_steps(to, C, P, &ycs, &yps);
   if (nc == 8)
     for (; p + 8 <= P; p += 8) {
       const float *s = xg + p * xps;

@@ -200,6 +200,19 @@ void cpu_unblock_nchw(const float *x, float *y, int64_t n, int64_t c, int64_t hw
 ** `from` (cpu/layout.c): 0 plain, CPU_NHWC channels last, 8 or 16 blocks
 ** of that many channels (c a multiple of the block); x and y apart. */
 void cpu_relayout(const float *x, int from, float *y, int to, int64_t n, int64_t c, int64_t hw);
+/* Where channel ch's first pixel lies in image img of C channels of P
+** pixels each, in layout l (as cpu_relayout names them); and within a
+** group of 8 channels from a multiple of 8, floats from one channel to the
+** next (*cs) and from one pixel to the next (*ps). */
+static inline int64_t cpu_layout_at(int l, int64_t img, int64_t C, int64_t P, int64_t ch) {
+  if (l == 0) return (img * C + ch) * P;
+  if (l == CPU_NHWC) return img * P * C + ch;
+  return (img * C + ch - ch % l) * P + ch % l;
+}
+static inline void cpu_layout_steps(int l, int64_t C, int64_t P, int64_t *cs, int64_t *ps) {
+  *cs = l == 0 ? P : 1;
+  *ps = l == 0 ? 1 : l == CPU_NHWC ? C : l;
+}
 /* Depthwise convolutions (groups = channels in = channels out) whose
 ** input or result (or both) is plain, on fuselab's own loop
 ** (cpu/conv_dw.c), with any post-op but a residual in another layout
